@@ -1,0 +1,45 @@
+//! The CLI's error type and its mapping onto the exit codes scripts rely on (SPEC R17).
+
+/// Everything a command can fail with.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum CliError {
+    /// Bad arguments or input: exit 2.
+    #[error("{0}")]
+    Usage(String),
+    /// An engine error, mapped by kind.
+    #[error(transparent)]
+    Engine(#[from] oncelake::Error),
+    /// Local I/O of the CLI itself (reading input, writing output): exit 1.
+    #[error("{context}: {source}")]
+    Io {
+        context: String,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+impl CliError {
+    pub(crate) fn io(context: impl Into<String>, source: std::io::Error) -> Self {
+        CliError::Io {
+            context: context.into(),
+            source,
+        }
+    }
+
+    pub(crate) fn exit_code(&self) -> u8 {
+        use oncelake::Error as E;
+        match self {
+            CliError::Usage(_) => 2,
+            CliError::Io { .. } => 1,
+            CliError::Engine(e) => match e {
+                E::InvalidKey { .. }
+                | E::InvalidRequest(_)
+                | E::NotAStore { .. }
+                | E::NewerFormat { .. }
+                | E::SeqOutOfRange { .. } => 2,
+                E::Locked { .. } => 6,
+                _ => 1,
+            },
+        }
+    }
+}

@@ -1,0 +1,373 @@
+//! The store commands of the script contract: init, put, get, ls, log.
+
+use super::{open_store, print_json, CliError};
+use oncelake::log::RecordBody;
+use oncelake::{Batch, Entry, Outcome, Store};
+use serde_json::json;
+use std::io::Write;
+use std::path::PathBuf;
+use std::time::Duration;
+
+#[derive(clap::Args, Debug)]
+pub(crate) struct InitArgs {
+    /// Directory for the new store (missing or empty).
+    pub store: PathBuf,
+    /// Print the result as a JSON line.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(clap::Args, Debug)]
+pub(crate) struct PutArgs {
+    /// The store.
+    pub store: PathBuf,
+    /// Unit key, e.g. orders/customer=42/date=2026-11-29.
+    pub unit: String,
+    /// Source version the output was derived from (unsigned integer; larger is newer).
+    pub version: u64,
+    /// The output file, or - for standard input.
+    pub file: String,
+    /// Fencing token of the claim this write was made under.
+    #[arg(long)]
+    pub token: Option<u64>,
+    /// Commit as a deliberate correction of the same version (revision + 1).
+    #[arg(long)]
+    pub correct: bool,
+    /// Print the result as a JSON line.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(clap::Args, Debug)]
+pub(crate) struct GetArgs {
+    /// The store.
+    pub store: PathBuf,
+    /// Unit key.
+    pub unit: String,
+    /// Read as of this seq instead of the newest.
+    #[arg(long)]
+    pub at: Option<u64>,
+    /// Write to this file instead of standard output.
+    #[arg(short = 'o', long)]
+    pub output: Option<PathBuf>,
+}
+
+#[derive(clap::Args, Debug)]
+pub(crate) struct LsArgs {
+    /// The store.
+    pub store: PathBuf,
+    /// Only units whose key starts with this.
+    #[arg(long, default_value = "")]
+    pub prefix: String,
+    /// List as of this seq instead of the newest.
+    #[arg(long)]
+    pub at: Option<u64>,
+    /// One JSON object per entry.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(clap::Args, Debug)]
+pub(crate) struct LogArgs {
+    /// The store.
+    pub store: PathBuf,
+    /// Only records after this seq.
+    #[arg(long, default_value_t = 0)]
+    pub since: u64,
+    /// One JSON object per record.
+    #[arg(long)]
+    pub json: bool,
+}
+
+pub(crate) fn init(a: InitArgs, wait: Duration) -> Result<u8, CliError> {
+    if a.store.join(oncelake::MARKER_FILE).exists() {
+        return Err(CliError::Usage(format!(
+            "{} is already an oncelake store; nothing was changed",
+            a.store.display()
+        )));
+    }
+    let store = open_store(&a.store, wait, true)?;
+    if a.json {
+        print_json(&json!({"store": store.path().display().to_string(), "created": true}));
+    } else {
+        println!("created oncelake store {}", store.path().display());
+    }
+    Ok(0)
+}
+
+pub(crate) fn put(a: PutArgs, wait: Duration) -> Result<u8, CliError> {
+    oncelake::validate_key(&a.unit)?;
+    let store = open_store(&a.store, wait, false)?;
+    let staged = if a.file == "-" {
+        store.stage_reader(std::io::stdin().lock())?
+    } else {
+        let path = PathBuf::from(&a.file);
+        if !path.is_file() {
+            return Err(CliError::Usage(format!(
+                "{} is not a readable file; pass a file path or - for standard input",
+                a.file
+            )));
+        }
+        store.stage_file(&path)?
+    };
+    let intent = if a.correct {
+        oncelake::Intent::Correct
+    } else {
+        oncelake::Intent::Put
+    };
+    let report =
+        store.commit(Batch::new().item(a.unit.clone(), a.version, &staged, a.token, intent))?;
+    let u = &report.units[0];
+    let meta = staged.meta();
+    let code = outcome_code(&u.outcome);
+    if a.json {
+        let mut v = json!({
+            "unit": u.unit,
+            "source_version": u.source_version,
+            "outcome": u.outcome.name(),
+            "seq": u.outcome.seq(),
+            "object": meta.id.to_hex(),
+            "size": meta.size,
+            "crc32": format!("{:08x}", meta.crc32),
+        });
+        add_outcome_detail(&mut v, &u.outcome);
+        print_json(&v);
+    } else {
+        match u.outcome {
+            Outcome::Committed { seq, revision, .. } => println!(
+                "committed {} @ {} (revision {revision}) as seq {seq}: object {} ({} bytes)",
+                u.unit, u.source_version, meta.id, meta.size
+            ),
+            Outcome::Duplicate { seq } => println!(
+                "duplicate: {} @ {} is already committed with identical content at seq {seq}; nothing changed",
+                u.unit, u.source_version
+            ),
+            Outcome::Conflict { winner_seq, winner } => eprintln!(
+                "conflict: {} @ {} was already committed with different content (object {winner}, seq {winner_seq}); the first commit wins. Use --correct to replace it deliberately.",
+                u.unit, u.source_version
+            ),
+            Outcome::Stale { current_version } => eprintln!(
+                "stale: {} is already at version {current_version}, newer than {}; nothing changed",
+                u.unit, u.source_version
+            ),
+            Outcome::Fenced { token, newest_token } => eprintln!(
+                "fenced: token {token} is older than the unit's newest lease token {newest_token}; another worker took over — drop this output"
+            ),
+            Outcome::Aborted => eprintln!("aborted: nothing changed"),
+        }
+    }
+    Ok(code)
+}
+
+/// The exit code of a unit outcome (SPEC R17).
+pub(crate) fn outcome_code(o: &Outcome) -> u8 {
+    match o {
+        Outcome::Committed { .. } | Outcome::Duplicate { .. } => 0,
+        Outcome::Conflict { .. } | Outcome::Aborted => 3,
+        Outcome::Stale { .. } => 4,
+        Outcome::Fenced { .. } => 5,
+    }
+}
+
+fn add_outcome_detail(v: &mut serde_json::Value, o: &Outcome) {
+    let m = v.as_object_mut().expect("a JSON object");
+    match *o {
+        Outcome::Committed {
+            revision,
+            superseded,
+            ..
+        } => {
+            m.insert("revision".into(), json!(revision));
+            m.insert("superseded_version".into(), json!(superseded));
+        }
+        Outcome::Conflict { winner_seq, winner } => {
+            m.insert("winner_seq".into(), json!(winner_seq));
+            m.insert("winner_object".into(), json!(winner.to_hex()));
+        }
+        Outcome::Stale { current_version } => {
+            m.insert("current_version".into(), json!(current_version));
+        }
+        Outcome::Fenced {
+            token,
+            newest_token,
+        } => {
+            m.insert("token".into(), json!(token));
+            m.insert("newest_token".into(), json!(newest_token));
+        }
+        Outcome::Duplicate { .. } | Outcome::Aborted => {}
+    }
+}
+
+fn snapshot(store: &Store, at: Option<u64>) -> Result<oncelake::Snapshot, CliError> {
+    Ok(match at {
+        Some(seq) => store.snapshot_at(seq)?,
+        None => store.snapshot()?,
+    })
+}
+
+pub(crate) fn get(a: GetArgs, wait: Duration) -> Result<u8, CliError> {
+    oncelake::validate_key(&a.unit)?;
+    let store = open_store(&a.store, wait, false)?;
+    let snap = snapshot(&store, a.at)?;
+    let Some(entry) = snap.get(&a.unit)? else {
+        return Err(CliError::Usage(format!(
+            "unit {:?} has no entry{}; list units with `oncelake ls {}`",
+            a.unit,
+            a.at.map(|s| format!(" as of seq {s}")).unwrap_or_default(),
+            a.store.display()
+        )));
+    };
+    let bytes = snap.read_object(&entry)?;
+    match &a.output {
+        Some(path) => {
+            let tmp = path.with_extension("oncelake-tmp");
+            std::fs::write(&tmp, &bytes)
+                .and_then(|_| std::fs::rename(&tmp, path))
+                .map_err(|e| CliError::io(format!("write {}", path.display()), e))?;
+        }
+        None => {
+            let mut out = std::io::stdout().lock();
+            out.write_all(&bytes)
+                .and_then(|_| out.flush())
+                .map_err(|e| CliError::io("write to standard output", e))?;
+        }
+    }
+    Ok(0)
+}
+
+pub(crate) fn entry_json(e: &Entry) -> serde_json::Value {
+    json!({
+        "unit": e.unit,
+        "source_version": e.source_version,
+        "revision": e.revision,
+        "object": e.object.id.to_hex(),
+        "size": e.object.size,
+        "crc32": format!("{:08x}", e.object.crc32),
+        "seq": e.seq,
+        "committed_at_ms": e.committed_at_ms,
+    })
+}
+
+pub(crate) fn ls(a: LsArgs, wait: Duration) -> Result<u8, CliError> {
+    let store = open_store(&a.store, wait, false)?;
+    let snap = snapshot(&store, a.at)?;
+    let mut out = std::io::stdout().lock();
+    let mut n = 0u64;
+    for e in snap.prefix(&a.prefix)? {
+        let e = e?;
+        n += 1;
+        let line = if a.json {
+            entry_json(&e).to_string()
+        } else {
+            format!(
+                "{}\tv{}\tr{}\tseq {}\t{} bytes\t{}",
+                e.unit, e.source_version, e.revision, e.seq, e.object.size, e.object.id
+            )
+        };
+        if writeln!(out, "{line}").is_err() {
+            return Ok(0); // a closed pipe (`| head`) is not an error
+        }
+    }
+    if !a.json && n == 0 {
+        eprintln!(
+            "no entries{}",
+            if a.prefix.is_empty() {
+                String::new()
+            } else {
+                format!(" with prefix {:?}", a.prefix)
+            }
+        );
+    }
+    Ok(0)
+}
+
+pub(crate) fn log(a: LogArgs, wait: Duration) -> Result<u8, CliError> {
+    let store = open_store(&a.store, wait, false)?;
+    let snap = store.snapshot()?;
+    let mut out = std::io::stdout().lock();
+    for rec in snap.changes_since(a.since)? {
+        let rec = rec?;
+        let line = if a.json {
+            record_json(&rec).to_string()
+        } else {
+            record_text(&rec)
+        };
+        if writeln!(out, "{line}").is_err() {
+            return Ok(0);
+        }
+    }
+    Ok(0)
+}
+
+pub(crate) fn record_json(rec: &oncelake::log::Record) -> serde_json::Value {
+    let (kind, detail) = match &rec.body {
+        RecordBody::Commit { entries } => (
+            "commit",
+            json!({"entries": entries.iter().map(|e| json!({
+                "unit": e.unit,
+                "source_version": e.source_version,
+                "revision": e.revision,
+                "object": e.object.id.to_hex(),
+                "size": e.object.size,
+                "crc32": format!("{:08x}", e.object.crc32),
+                "token": e.token,
+            })).collect::<Vec<_>>()}),
+        ),
+        RecordBody::ClaimGranted(c) | RecordBody::ClaimReleased(c) => (
+            if matches!(rec.body, RecordBody::ClaimGranted(_)) {
+                "claim_granted"
+            } else {
+                "claim_released"
+            },
+            json!({"unit": c.unit, "worker": c.worker, "token": c.token,
+                   "source_version": c.source_version, "expires_at_ms": c.expires_at_ms}),
+        ),
+        RecordBody::Extension { tag, data } => {
+            ("extension", json!({"tag": tag, "bytes": data.len()}))
+        }
+    };
+    let mut v = json!({"seq": rec.seq, "time_ms": rec.time_ms, "kind": kind});
+    if let (Some(m), Some(d)) = (v.as_object_mut(), detail.as_object()) {
+        m.extend(d.clone());
+    }
+    v
+}
+
+fn record_text(rec: &oncelake::log::Record) -> String {
+    match &rec.body {
+        RecordBody::Commit { entries } => {
+            let units: Vec<String> = entries
+                .iter()
+                .map(|e| {
+                    format!(
+                        "{}@{}{}",
+                        e.unit,
+                        e.source_version,
+                        if e.revision > 0 {
+                            format!(" r{}", e.revision)
+                        } else {
+                            String::new()
+                        }
+                    )
+                })
+                .collect();
+            format!(
+                "seq {}\tcommit\t{} unit(s)\t{}",
+                rec.seq,
+                entries.len(),
+                units.join(", ")
+            )
+        }
+        RecordBody::ClaimGranted(c) => format!(
+            "seq {}\tclaim\t{}@{} by {} (token {}, until {} ms)",
+            rec.seq, c.unit, c.source_version, c.worker, c.token, c.expires_at_ms
+        ),
+        RecordBody::ClaimReleased(c) => format!(
+            "seq {}\trelease\t{} by {} (token {})",
+            rec.seq, c.unit, c.worker, c.token
+        ),
+        RecordBody::Extension { tag, data } => {
+            format!("seq {}\textension {tag}\t{} bytes", rec.seq, data.len())
+        }
+    }
+}

@@ -1,0 +1,534 @@
+//! The commit leader's work: decide every operation of a group in log order against the state in
+//! one redb write transaction, write it, sync once, and only then publish the results (dedup
+//! index, metrics) and answer the writers.
+//!
+//! Every decision reads the transaction's own view, so an operation sees the effects of the ones
+//! before it in the same group: two writers of the same unit in one group are decided exactly as
+//! if they had committed one after the other. The order of the commit log is the tie-breaker.
+
+use crate::claim::{ClaimOutcome, ClaimRecord, Lease, RenewOutcome, CLAIMS};
+use crate::commit::queue::{LeaderPanicked, Weighted};
+use crate::commit::rules::{self, Decision, Incoming};
+use crate::commit::{Atomicity, Batch, CommitReport, Outcome, UnitOutcome};
+use crate::error::{DbContext, Error, Result};
+use crate::log::{ClaimChange, LogEntry, Record, RecordBody, LOG};
+use crate::manifest::{EntryValue, HISTORY, MANIFEST};
+use crate::metrics::add;
+use crate::store::{Durability, Inner, META, META_NEXT_SEQ, META_NEXT_TOKEN};
+use redb::{ReadableTable, Table};
+use std::sync::atomic::Ordering;
+
+/// One request in the write queue.
+#[derive(Debug)]
+pub(crate) enum Op {
+    Commit(Batch),
+    Claim {
+        unit: String,
+        source_version: u64,
+        worker: String,
+        ttl_ms: u64,
+    },
+    Renew {
+        lease: Lease,
+        ttl_ms: u64,
+    },
+    Release {
+        lease: Lease,
+    },
+    /// A synced, empty transaction: makes relaxed-mode commits durable.
+    Flush,
+}
+
+/// The answer to one [`Op`].
+#[derive(Debug)]
+pub(crate) enum Done {
+    Commit(CommitReport),
+    Claim(ClaimOutcome),
+    Renew(RenewOutcome),
+    Release(bool),
+    Flushed,
+}
+
+impl Weighted for Op {
+    fn weight(&self) -> usize {
+        match self {
+            Op::Commit(b) => b.len(),
+            _ => 1,
+        }
+    }
+}
+
+impl LeaderPanicked for Result<Done> {
+    fn leader_panicked() -> Self {
+        Err(Error::LeaderPanicked)
+    }
+}
+
+/// The tables of one write transaction, and the counters the group advances.
+struct Writer<'t> {
+    manifest: Table<'t, &'static str, &'static [u8]>,
+    history: Table<'t, (&'static str, u64), &'static [u8]>,
+    log: Table<'t, u64, &'static [u8]>,
+    claims: Table<'t, &'static str, &'static [u8]>,
+    next_seq: u64,
+    next_token: u64,
+    now_ms: u64,
+    /// Index updates to publish once the transaction is durable: (unit, was new, value).
+    index: Vec<(String, bool, EntryValue)>,
+}
+
+/// Applies a group; called by the queue's leader with the group's operations, oldest first.
+pub(crate) fn apply_group(inner: &Inner, ops: Vec<Op>) -> Vec<Result<Done>> {
+    if let Some(cause) = inner.failed.lock().clone() {
+        return ops
+            .iter()
+            .map(|_| {
+                Err(Error::Failed {
+                    cause: cause.clone(),
+                })
+            })
+            .collect();
+    }
+    let n = ops.len();
+    match write_group(inner, ops) {
+        Ok((dones, index)) => {
+            {
+                let mut idx = inner.index.write();
+                for (unit, new_unit, v) in &index {
+                    idx.upsert(unit, *new_unit, v);
+                }
+            }
+            record_metrics(inner, &dones, index.len());
+            dones.into_iter().map(Ok).collect()
+        }
+        Err(e) => {
+            // Nothing of the group may be acknowledged, and nothing later may be written on top of
+            // a state we no longer know: fail the store until it is reopened (SPEC R5).
+            let cause = e.to_string();
+            *inner.failed.lock() = Some(cause.clone());
+            add(&inner.metrics.c.sync_failures, 1);
+            (0..n)
+                .map(|_| {
+                    Err(Error::Failed {
+                        cause: cause.clone(),
+                    })
+                })
+                .collect()
+        }
+    }
+}
+
+type GroupResult = (Vec<Done>, Vec<(String, bool, EntryValue)>);
+
+fn write_group(inner: &Inner, ops: Vec<Op>) -> Result<GroupResult> {
+    let now_ms = inner.options.clock.now_ms();
+    let mut txn = inner.db.begin_write().db("begin a write transaction")?;
+    let durable = match inner.options.durability {
+        Durability::Durable => true,
+        Durability::Relaxed { max_delay } => {
+            let last = inner.last_durable_ms.load(Ordering::Relaxed);
+            ops.iter().any(|o| matches!(o, Op::Flush))
+                || now_ms.saturating_sub(last) >= max_delay.as_millis() as u64
+                || now_ms < last
+        }
+    };
+    txn.set_durability(if durable {
+        redb::Durability::Immediate
+    } else {
+        redb::Durability::None
+    })
+    .db("set the durability")?;
+    let dones = {
+        let mut meta = txn.open_table(META).db("open the meta table")?;
+        let get = |k: &str| -> Result<u64> {
+            Ok(meta
+                .get(k)
+                .db("read the meta table")?
+                .map(|g| g.value())
+                .unwrap_or(1))
+        };
+        let (next_seq, next_token) = (get(META_NEXT_SEQ)?, get(META_NEXT_TOKEN)?);
+        let mut w = Writer {
+            manifest: txn.open_table(MANIFEST).db("open the manifest")?,
+            history: txn.open_table(HISTORY).db("open the history")?,
+            log: txn.open_table(LOG).db("open the log")?,
+            claims: txn.open_table(CLAIMS).db("open the claims")?,
+            next_seq,
+            next_token,
+            now_ms,
+            index: Vec::new(),
+        };
+        let mut dones = Vec::with_capacity(ops.len());
+        for op in ops {
+            dones.push(w.apply(op)?);
+        }
+        if w.next_seq != next_seq {
+            meta.insert(META_NEXT_SEQ, w.next_seq)
+                .db("advance the seq")?;
+        }
+        if w.next_token != next_token {
+            meta.insert(META_NEXT_TOKEN, w.next_token)
+                .db("advance the tokens")?;
+        }
+        let index = std::mem::take(&mut w.index);
+        (dones, index)
+    };
+    txn.commit().db("commit the group")?;
+    if durable {
+        inner.last_durable_ms.store(now_ms, Ordering::Relaxed);
+    }
+    Ok(dones)
+}
+
+fn record_metrics(inner: &Inner, dones: &[Done], units: usize) {
+    let c = &inner.metrics.c;
+    add(&c.groups, 1);
+    inner.metrics.group_units.record(
+        dones
+            .iter()
+            .map(|d| match d {
+                Done::Commit(r) => r.units.len() as u64,
+                _ => 1,
+            })
+            .sum(),
+    );
+    add(&c.units_committed, units as u64);
+    for d in dones {
+        match d {
+            Done::Commit(r) => {
+                if r.seq.is_some() {
+                    add(&c.commits, 1);
+                }
+                let mut aborted = false;
+                for u in &r.units {
+                    match u.outcome {
+                        Outcome::Duplicate { .. } => add(&c.duplicates_collapsed, 1),
+                        Outcome::Conflict { .. } => add(&c.conflicts, 1),
+                        Outcome::Stale { .. } => add(&c.stale_rejections, 1),
+                        Outcome::Fenced { .. } => add(&c.fenced_rejections, 1),
+                        Outcome::Aborted => aborted = true,
+                        Outcome::Committed { .. } => {}
+                    }
+                }
+                if aborted {
+                    add(&c.commits_aborted, 1);
+                }
+            }
+            Done::Claim(ClaimOutcome::Granted { took_over, .. }) => {
+                add(&c.claims_granted, 1);
+                if *took_over {
+                    add(&c.claims_taken_over, 1);
+                    add(&c.claims_expired, 1);
+                }
+            }
+            Done::Claim(ClaimOutcome::Held { .. }) => add(&c.claims_held, 1),
+            Done::Claim(ClaimOutcome::AlreadyDone(_)) => add(&c.claims_already_done, 1),
+            Done::Renew(RenewOutcome::Renewed(_)) => add(&c.claims_renewed, 1),
+            Done::Release(true) => add(&c.claims_released, 1),
+            _ => {}
+        }
+    }
+}
+
+impl Writer<'_> {
+    fn apply(&mut self, op: Op) -> Result<Done> {
+        Ok(match op {
+            Op::Commit(batch) => Done::Commit(self.commit(batch)?),
+            Op::Claim {
+                unit,
+                source_version,
+                worker,
+                ttl_ms,
+            } => Done::Claim(self.claim(unit, source_version, worker, ttl_ms)?),
+            Op::Renew { lease, ttl_ms } => Done::Renew(self.renew(lease, ttl_ms)?),
+            Op::Release { lease } => Done::Release(self.release(lease)?),
+            Op::Flush => Done::Flushed,
+        })
+    }
+
+    fn current(&self, unit: &str) -> Result<Option<EntryValue>> {
+        self.manifest
+            .get(unit)
+            .db("read the manifest")?
+            .map(|g| EntryValue::decode(g.value()))
+            .transpose()
+    }
+
+    fn claim_record(&self, unit: &str) -> Result<Option<ClaimRecord>> {
+        self.claims
+            .get(unit)
+            .db("read the claims")?
+            .map(|g| ClaimRecord::decode(g.value()))
+            .transpose()
+    }
+
+    fn append(&mut self, body: RecordBody) -> Result<u64> {
+        let seq = self.next_seq;
+        self.next_seq += 1;
+        let rec = Record {
+            seq,
+            time_ms: self.now_ms,
+            body,
+        };
+        self.log
+            .insert(seq, rec.encode().as_slice())
+            .db("append to the commit log")?;
+        Ok(seq)
+    }
+
+    /// The seq of an older entry of `unit` with this version and object, if the history has one.
+    fn earlier_identical(&self, unit: &str, inc: &Incoming) -> Result<Option<u64>> {
+        for row in self
+            .history
+            .range((unit, 0)..=(unit, u64::MAX))
+            .db("read the history")?
+            .rev()
+        {
+            let (k, v) = row.db("read the history")?;
+            let v = EntryValue::decode(v.value())?;
+            if v.source_version < inc.source_version {
+                break;
+            }
+            if v.source_version == inc.source_version && v.object.id == inc.object {
+                return Ok(Some(k.value().1));
+            }
+        }
+        Ok(None)
+    }
+
+    fn commit(&mut self, batch: Batch) -> Result<CommitReport> {
+        let mut decided = Vec::with_capacity(batch.items.len());
+        for item in &batch.items {
+            let current = self.current(&item.unit)?;
+            let newest_token = match item.token {
+                Some(_) => self.claim_record(&item.unit)?.map(|r| r.token),
+                None => None,
+            };
+            let inc = Incoming {
+                source_version: item.source_version,
+                object: item.staged.id(),
+                token: item.token,
+                intent: item.intent,
+            };
+            let mut lookup_err = None;
+            let cur = current.map(|c| rules::Current {
+                source_version: c.source_version,
+                revision: c.revision,
+                object: c.object.id,
+                seq: c.seq,
+            });
+            let d = rules::decide(cur.as_ref(), newest_token, &inc, || {
+                self.earlier_identical(&item.unit, &inc)
+                    .unwrap_or_else(|e| {
+                        lookup_err = Some(e);
+                        None
+                    })
+            });
+            if let Some(e) = lookup_err {
+                return Err(e);
+            }
+            decided.push((d, current));
+        }
+
+        let rejected = decided
+            .iter()
+            .any(|(d, _)| !matches!(d, Decision::Accept { .. } | Decision::Duplicate { .. }));
+        let applies = !(rejected && batch.atomicity == Atomicity::AllOrNothing);
+        let any_accept = decided
+            .iter()
+            .any(|(d, _)| matches!(d, Decision::Accept { .. }));
+        let seq = (applies && any_accept).then_some(self.next_seq);
+
+        let mut units = Vec::with_capacity(decided.len());
+        let mut logged = Vec::new();
+        for (item, (d, current)) in batch.items.iter().zip(&decided) {
+            let outcome = match *d {
+                Decision::Accept { revision } => match seq {
+                    Some(seq) => {
+                        let meta = item.staged.meta();
+                        let value = EntryValue {
+                            source_version: item.source_version,
+                            revision,
+                            object: meta,
+                            seq,
+                            committed_at_ms: self.now_ms,
+                        };
+                        let bytes = value.encode();
+                        self.manifest
+                            .insert(item.unit.as_str(), bytes.as_slice())
+                            .db("write the manifest")?;
+                        self.history
+                            .insert((item.unit.as_str(), seq), bytes.as_slice())
+                            .db("write the history")?;
+                        self.index
+                            .push((item.unit.clone(), current.is_none(), value));
+                        logged.push(LogEntry {
+                            unit: item.unit.clone(),
+                            source_version: item.source_version,
+                            revision,
+                            object: meta,
+                            token: item.token,
+                        });
+                        if let Some(token) = item.token {
+                            self.end_lease_on_commit(&item.unit, token)?;
+                        }
+                        Outcome::Committed {
+                            seq,
+                            revision,
+                            superseded: current.map(|c| c.source_version),
+                        }
+                    }
+                    None => Outcome::Aborted,
+                },
+                Decision::Duplicate { seq } => Outcome::Duplicate { seq },
+                Decision::Conflict { winner_seq, winner } => {
+                    Outcome::Conflict { winner_seq, winner }
+                }
+                Decision::Stale { current_version } => Outcome::Stale { current_version },
+                Decision::Fenced {
+                    token,
+                    newest_token,
+                } => Outcome::Fenced {
+                    token,
+                    newest_token,
+                },
+            };
+            units.push(UnitOutcome {
+                unit: item.unit.clone(),
+                source_version: item.source_version,
+                object: item.staged.id(),
+                outcome,
+            });
+        }
+        if let Some(seq) = seq {
+            let written = self.append(RecordBody::Commit { entries: logged })?;
+            debug_assert_eq!(
+                written, seq,
+                "the commit's seq is the seq of its log record"
+            );
+        }
+        Ok(CommitReport { seq, units })
+    }
+
+    /// A commit made under the unit's current lease ends that lease: the work is done.
+    fn end_lease_on_commit(&mut self, unit: &str, token: u64) -> Result<()> {
+        if let Some(mut rec) = self.claim_record(unit)? {
+            if rec.token == token && !rec.released {
+                rec.released = true;
+                self.claims
+                    .insert(unit, rec.encode().as_slice())
+                    .db("write the claims")?;
+            }
+        }
+        Ok(())
+    }
+
+    fn claim(
+        &mut self,
+        unit: String,
+        source_version: u64,
+        worker: String,
+        ttl_ms: u64,
+    ) -> Result<ClaimOutcome> {
+        if let Some(cur) = self.current(&unit)? {
+            if cur.source_version >= source_version {
+                return Ok(ClaimOutcome::AlreadyDone(cur.into_entry(&unit)));
+            }
+        }
+        let existing = self.claim_record(&unit)?;
+        let mut took_over = false;
+        if let Some(rec) = &existing {
+            if rec.is_live(self.now_ms) {
+                if rec.worker != worker || rec.source_version != source_version {
+                    if rec.worker != worker {
+                        return Ok(ClaimOutcome::Held {
+                            worker: rec.worker.clone(),
+                            expires_at_ms: rec.expires_at_ms,
+                        });
+                    }
+                } else {
+                    // The holder asks again for the same work: extend, keep the token.
+                    let rec = ClaimRecord {
+                        expires_at_ms: self.now_ms.saturating_add(ttl_ms),
+                        ..rec.clone()
+                    };
+                    self.write_claim(&unit, &rec, true)?;
+                    return Ok(ClaimOutcome::Granted {
+                        lease: rec.lease(&unit),
+                        took_over: false,
+                    });
+                }
+            } else if !rec.released {
+                took_over = rec.worker != worker;
+            }
+        }
+        let token = self.next_token;
+        self.next_token += 1;
+        assert!(
+            existing.as_ref().is_none_or(|r| r.token < token),
+            "invariant: fencing tokens rise on every grant"
+        );
+        let rec = ClaimRecord {
+            worker,
+            token,
+            source_version,
+            expires_at_ms: self.now_ms.saturating_add(ttl_ms),
+            released: false,
+        };
+        self.write_claim(&unit, &rec, true)?;
+        Ok(ClaimOutcome::Granted {
+            lease: rec.lease(&unit),
+            took_over,
+        })
+    }
+
+    fn write_claim(&mut self, unit: &str, rec: &ClaimRecord, granted: bool) -> Result<()> {
+        self.claims
+            .insert(unit, rec.encode().as_slice())
+            .db("write the claims")?;
+        let change = ClaimChange {
+            unit: unit.to_string(),
+            worker: rec.worker.clone(),
+            token: rec.token,
+            source_version: rec.source_version,
+            expires_at_ms: if rec.released { 0 } else { rec.expires_at_ms },
+        };
+        self.append(if granted {
+            RecordBody::ClaimGranted(change)
+        } else {
+            RecordBody::ClaimReleased(change)
+        })?;
+        Ok(())
+    }
+
+    fn renew(&mut self, lease: Lease, ttl_ms: u64) -> Result<RenewOutcome> {
+        match self.claim_record(&lease.unit)? {
+            Some(rec) if rec.token == lease.token && !rec.released => {
+                let rec = ClaimRecord {
+                    expires_at_ms: self.now_ms.saturating_add(ttl_ms),
+                    ..rec
+                };
+                self.write_claim(&lease.unit, &rec, true)?;
+                Ok(RenewOutcome::Renewed(rec.lease(&lease.unit)))
+            }
+            Some(rec) => Ok(RenewOutcome::Lost {
+                newest_token: rec.token,
+            }),
+            None => Ok(RenewOutcome::Lost { newest_token: 0 }),
+        }
+    }
+
+    fn release(&mut self, lease: Lease) -> Result<bool> {
+        match self.claim_record(&lease.unit)? {
+            Some(rec) if rec.token == lease.token && !rec.released => {
+                let rec = ClaimRecord {
+                    released: true,
+                    ..rec
+                };
+                self.write_claim(&lease.unit, &rec, false)?;
+                Ok(true)
+            }
+            _ => Ok(false),
+        }
+    }
+}

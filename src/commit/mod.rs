@@ -1,0 +1,251 @@
+//! Committing: the batch a writer submits, the outcome it gets back, and the path in between —
+//! the lock-free group-commit queue ([`queue`]), the pure commit rules ([`rules`]) and the leader
+//! that applies a group in one redb transaction ([`apply`]).
+
+pub(crate) mod apply;
+pub(crate) mod queue;
+pub mod rules;
+
+use crate::error::{Error, Result};
+use crate::key::validate_key;
+use crate::object::ObjectId;
+use crate::stage::Staged;
+pub use rules::{Decision, Intent};
+use std::collections::HashSet;
+
+/// How a multi-unit commit treats rejected units (SPEC R4).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Atomicity {
+    /// All or nothing: any conflict, stale or fenced unit aborts the whole commit. The default.
+    #[default]
+    AllOrNothing,
+    /// Apply every acceptable unit and report the others.
+    Partial,
+}
+
+/// One unit of a batch.
+#[derive(Clone, Debug)]
+pub struct BatchItem {
+    /// Unit key.
+    pub unit: String,
+    /// Source version the output was derived from.
+    pub source_version: u64,
+    /// The staged object.
+    pub staged: Staged,
+    /// Fencing token from a claim, if the writer holds one.
+    pub token: Option<u64>,
+    /// Put or deliberate correction.
+    pub intent: Intent,
+}
+
+/// A set of entries to make visible atomically.
+///
+/// ```no_run
+/// # fn main() -> oncelake::Result<()> {
+/// let store = oncelake::Store::open("/tmp/lake")?;
+/// let a = store.stage_bytes(b"output for a")?;
+/// let b = store.stage_bytes(b"output for b")?;
+/// let report = store.commit(oncelake::Batch::new().put("a", 1, &a).put("b", 1, &b))?;
+/// assert!(report.applied());
+/// # Ok(()) }
+/// ```
+#[derive(Clone, Debug, Default)]
+pub struct Batch {
+    pub(crate) items: Vec<BatchItem>,
+    pub(crate) atomicity: Atomicity,
+}
+
+impl Batch {
+    /// An empty all-or-nothing batch.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Adds an ordinary output of `unit` at `source_version`.
+    pub fn put(self, unit: impl Into<String>, source_version: u64, staged: &Staged) -> Self {
+        self.item(unit.into(), source_version, staged, None, Intent::Put)
+    }
+
+    /// Adds an output carrying the fencing token of the writer's claim.
+    pub fn put_fenced(
+        self,
+        unit: impl Into<String>,
+        source_version: u64,
+        staged: &Staged,
+        token: u64,
+    ) -> Self {
+        self.item(
+            unit.into(),
+            source_version,
+            staged,
+            Some(token),
+            Intent::Put,
+        )
+    }
+
+    /// Adds a deliberate correction: a new object for the *same* source version, committed as
+    /// revision + 1. Nothing is overwritten; the old entry stays in the history.
+    pub fn correct(self, unit: impl Into<String>, source_version: u64, staged: &Staged) -> Self {
+        self.item(unit.into(), source_version, staged, None, Intent::Correct)
+    }
+
+    /// Adds a fully specified item.
+    pub fn item(
+        mut self,
+        unit: String,
+        source_version: u64,
+        staged: &Staged,
+        token: Option<u64>,
+        intent: Intent,
+    ) -> Self {
+        self.items.push(BatchItem {
+            unit,
+            source_version,
+            staged: staged.clone(),
+            token,
+            intent,
+        });
+        self
+    }
+
+    /// Switches to "apply what is acceptable" (SPEC R4 opt-in).
+    pub fn partial(mut self) -> Self {
+        self.atomicity = Atomicity::Partial;
+        self
+    }
+
+    /// The units in the batch.
+    pub fn len(&self) -> usize {
+        self.items.len()
+    }
+
+    /// Whether the batch has no units.
+    pub fn is_empty(&self) -> bool {
+        self.items.is_empty()
+    }
+
+    /// Checks what can be checked before the commit: keys, emptiness, a unit listed twice.
+    pub(crate) fn validate(&self) -> Result<()> {
+        if self.items.is_empty() {
+            return Err(Error::InvalidRequest(
+                "a commit needs at least one unit".into(),
+            ));
+        }
+        let mut seen = HashSet::with_capacity(self.items.len());
+        for it in &self.items {
+            validate_key(&it.unit)?;
+            if !seen.insert(it.unit.as_str()) {
+                return Err(Error::InvalidRequest(format!(
+                    "unit {:?} appears twice in one commit; commit one entry per unit",
+                    it.unit
+                )));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// What happened to one unit of a commit.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Outcome {
+    /// The entry is now visible.
+    Committed {
+        /// The commit's sequence number.
+        seq: u64,
+        /// The entry's revision (0 unless this was a correction).
+        revision: u32,
+        /// The source version it superseded, if the unit had an entry.
+        superseded: Option<u64>,
+    },
+    /// Identical to what was already committed; nothing changed (an idempotent retry).
+    Duplicate {
+        /// The seq of the commit that made the identical entry visible.
+        seq: u64,
+    },
+    /// Same version, different bytes: the first committed entry wins.
+    Conflict {
+        /// The seq of the winning entry.
+        winner_seq: u64,
+        /// The winning object.
+        winner: ObjectId,
+    },
+    /// Older than the committed version.
+    Stale {
+        /// The committed version.
+        current_version: u64,
+    },
+    /// Carried a fencing token older than the unit's newest.
+    Fenced {
+        /// The token carried.
+        token: u64,
+        /// The newest token granted.
+        newest_token: u64,
+    },
+    /// Acceptable by itself, but not applied because another unit of the all-or-nothing commit
+    /// was rejected.
+    Aborted,
+}
+
+impl Outcome {
+    /// Committed or duplicate: the unit has the requested output.
+    pub fn is_success(&self) -> bool {
+        matches!(self, Outcome::Committed { .. } | Outcome::Duplicate { .. })
+    }
+
+    /// A short snake_case name, as used in JSON and in metrics.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Outcome::Committed { .. } => "committed",
+            Outcome::Duplicate { .. } => "duplicate",
+            Outcome::Conflict { .. } => "conflict",
+            Outcome::Stale { .. } => "stale",
+            Outcome::Fenced { .. } => "fenced",
+            Outcome::Aborted => "aborted",
+        }
+    }
+
+    /// The seq that holds the unit's output, for committed and duplicate outcomes.
+    pub fn seq(&self) -> Option<u64> {
+        match *self {
+            Outcome::Committed { seq, .. } | Outcome::Duplicate { seq } => Some(seq),
+            _ => None,
+        }
+    }
+}
+
+/// One unit's outcome, named.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct UnitOutcome {
+    /// Unit key.
+    pub unit: String,
+    /// Source version asked for.
+    pub source_version: u64,
+    /// The object asked for.
+    pub object: ObjectId,
+    /// What happened.
+    pub outcome: Outcome,
+}
+
+/// The result of a commit: its seq (if anything was written) and every unit's outcome, in the
+/// order of the batch.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CommitReport {
+    /// The seq of the log record written, `None` when nothing changed (all duplicates, or aborted).
+    pub seq: Option<u64>,
+    /// Per-unit outcomes.
+    pub units: Vec<UnitOutcome>,
+}
+
+impl CommitReport {
+    /// True when every unit is committed or a duplicate.
+    pub fn applied(&self) -> bool {
+        self.units.iter().all(|u| u.outcome.is_success())
+    }
+
+    /// The units that were rejected, with their reasons.
+    pub fn rejected(&self) -> impl Iterator<Item = &UnitOutcome> {
+        self.units
+            .iter()
+            .filter(|u| !u.outcome.is_success() && u.outcome != Outcome::Aborted)
+    }
+}

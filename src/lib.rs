@@ -1,0 +1,66 @@
+//! # oncelake
+//!
+//! An embedded storage engine that gives data-lake and ETL writers **exactly-once results per
+//! logical unit of work**. Worker threads stage immutable objects into a local directory and commit
+//! them through an atomic manifest kept, with a write-ahead commit log, in redb. Whatever crashes,
+//! retries and rebalancing do, each unit ends with exactly one complete, correct output, and no
+//! reader sees partial or duplicate work.
+//!
+//! ```
+//! # fn main() -> oncelake::Result<()> {
+//! use oncelake::{Batch, Outcome, Store};
+//! let dir = tempfile::tempdir().unwrap();
+//! let store = Store::open(dir.path().join("lake"))?;
+//!
+//! // Stage the output, then commit it for (unit, source version).
+//! let out = store.stage_bytes(b"parquet bytes")?;
+//! let report = store.commit(Batch::new().put("orders/date=2026-11-29", 3, &out))?;
+//! assert!(matches!(report.units[0].outcome, Outcome::Committed { .. }));
+//!
+//! // A retry of the same work collapses into a duplicate; a reader sees one entry.
+//! let again = store.put("orders/date=2026-11-29", 3, b"parquet bytes")?;
+//! assert!(matches!(again.outcome, Outcome::Duplicate { .. }));
+//! let snap = store.snapshot()?;
+//! let entry = snap.get("orders/date=2026-11-29")?.unwrap();
+//! assert_eq!(snap.read_object(&entry)?, b"parquet bytes");
+//! # Ok(()) }
+//! ```
+#![warn(missing_docs)]
+
+pub mod claim;
+pub mod clock;
+pub mod commit;
+mod error;
+pub mod fault;
+mod index;
+mod key;
+pub mod log;
+mod manifest;
+pub mod metrics;
+mod object;
+mod replay;
+mod snapshot;
+mod stage;
+mod store;
+pub(crate) mod sync;
+pub mod vfs;
+
+pub use claim::{ClaimOutcome, Lease, RenewOutcome};
+pub use clock::{Clock, ManualClock, SystemClock};
+pub use commit::{Atomicity, Batch, CommitReport, Intent, Outcome, UnitOutcome};
+pub use error::{Error, Result};
+pub use key::{validate_key, MAX_KEY_LEN};
+pub use manifest::Entry;
+pub use metrics::MetricsSnapshot;
+pub use object::{ObjectId, ObjectMeta};
+pub use replay::{replay, ReplayReport};
+pub use snapshot::{Entries, Snapshot};
+pub use stage::Staged;
+pub use store::{Committed, Durability, Options, Store, DB_FILE, FORMAT_VERSION, MARKER_FILE};
+
+#[cfg(loom)]
+#[doc(hidden)]
+pub mod loom_support {
+    //! The commit queue, exposed to the loom models in `tests/loom.rs`.
+    pub use crate::commit::queue::{LeaderPanicked, Weighted, WriteQueue};
+}

@@ -1,0 +1,246 @@
+//! Counters and histograms of what the engine did (SPEC R16). Cheap relaxed atomics on the hot
+//! path; a consistent-enough [`MetricsSnapshot`] for the API, `oncelake stats` and Prometheus.
+
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+
+/// Power-of-two buckets: bucket i counts values in [2^(i-1), 2^i), bucket 0 counts 0.
+const BUCKETS: usize = 40;
+
+#[derive(Debug)]
+pub(crate) struct Histogram {
+    buckets: [AtomicU64; BUCKETS],
+    sum: AtomicU64,
+    count: AtomicU64,
+}
+
+impl Default for Histogram {
+    fn default() -> Self {
+        Histogram {
+            buckets: std::array::from_fn(|_| AtomicU64::new(0)),
+            sum: AtomicU64::new(0),
+            count: AtomicU64::new(0),
+        }
+    }
+}
+
+impl Histogram {
+    pub(crate) fn record(&self, v: u64) {
+        let i = (64 - v.leading_zeros() as usize).min(BUCKETS - 1);
+        self.buckets[i].fetch_add(1, Relaxed);
+        self.sum.fetch_add(v, Relaxed);
+        self.count.fetch_add(1, Relaxed);
+    }
+
+    fn snapshot(&self) -> HistogramSnapshot {
+        HistogramSnapshot {
+            buckets: self
+                .buckets
+                .iter()
+                .enumerate()
+                .map(|(i, b)| {
+                    (
+                        if i == 0 { 0 } else { 1u64 << (i - 1) } * 2,
+                        b.load(Relaxed),
+                    )
+                })
+                .map(|(le, n)| (le.max(1) - 1, n))
+                .collect(),
+            sum: self.sum.load(Relaxed),
+            count: self.count.load(Relaxed),
+        }
+    }
+}
+
+/// A histogram's state: per bucket its inclusive upper bound and count.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct HistogramSnapshot {
+    /// (inclusive upper bound, count) per bucket, ascending.
+    pub buckets: Vec<(u64, u64)>,
+    /// Sum of all recorded values.
+    pub sum: u64,
+    /// Number of recorded values.
+    pub count: u64,
+}
+
+impl HistogramSnapshot {
+    /// An upper bound of the q-quantile (0..=1), from the buckets.
+    pub fn quantile(&self, q: f64) -> u64 {
+        if self.count == 0 {
+            return 0;
+        }
+        let want = ((self.count as f64) * q).ceil().max(1.0) as u64;
+        let mut seen = 0;
+        for &(le, n) in &self.buckets {
+            seen += n;
+            if seen >= want {
+                return le;
+            }
+        }
+        self.buckets.last().map(|b| b.0).unwrap_or(0)
+    }
+
+    /// The mean, 0 when empty.
+    pub fn mean(&self) -> f64 {
+        if self.count == 0 {
+            0.0
+        } else {
+            self.sum as f64 / self.count as f64
+        }
+    }
+}
+
+macro_rules! counters {
+    ($($(#[$doc:meta])* $name:ident),* $(,)?) => {
+        #[derive(Debug, Default)]
+        pub(crate) struct Counters { $(pub(crate) $name: AtomicU64,)* }
+
+        /// A point-in-time copy of every counter and histogram.
+        #[derive(Clone, Debug, Default, PartialEq)]
+        pub struct MetricsSnapshot {
+            $($(#[$doc])* pub $name: u64,)*
+            /// Units per commit group (one redb transaction each).
+            pub group_units: HistogramSnapshot,
+            /// Commit latency in microseconds, from enqueue to outcome.
+            pub commit_latency_us: HistogramSnapshot,
+        }
+
+        impl MetricsSnapshot {
+            /// Every counter as (snake_case name, value), in a stable order.
+            pub fn counters(&self) -> Vec<(&'static str, u64)> {
+                vec![$((stringify!($name), self.$name),)*]
+            }
+        }
+
+        impl Metrics {
+            /// Copies the current values.
+            pub fn snapshot(&self) -> MetricsSnapshot {
+                MetricsSnapshot {
+                    $($name: self.c.$name.load(Relaxed),)*
+                    group_units: self.group_units.snapshot(),
+                    commit_latency_us: self.commit_latency_us.snapshot(),
+                }
+            }
+        }
+    };
+}
+
+counters! {
+    /// Commits that wrote a log record.
+    commits,
+    /// Units made visible.
+    units_committed,
+    /// Incoming entries identical to a committed one (collapsed retries and overlaps).
+    duplicates_collapsed,
+    /// Same version, different bytes (nondeterminism).
+    conflicts,
+    /// Entries older than the committed version.
+    stale_rejections,
+    /// Entries carrying an outdated fencing token.
+    fenced_rejections,
+    /// All-or-nothing commits aborted because of a rejected unit.
+    commits_aborted,
+    /// Leases granted (new or taken over).
+    claims_granted,
+    /// Claims refused because another worker holds a live lease.
+    claims_held,
+    /// Expired leases taken over by another worker.
+    claims_taken_over,
+    /// Leases renewed.
+    claims_renewed,
+    /// Leases released.
+    claims_released,
+    /// Claims answered "already done".
+    claims_already_done,
+    /// Leases found expired when the unit was asked for.
+    claims_expired,
+    /// Work closures run by `run_once`.
+    computations,
+    /// Computations whose output was already committed (wasted work).
+    redundant_computations,
+    /// Bytes written to staging.
+    bytes_staged,
+    /// Objects staged.
+    objects_staged,
+    /// Orphaned objects and staging files removed by GC.
+    orphans_collected,
+    /// Bytes GC freed.
+    bytes_collected,
+    /// Redb transactions written by commit leaders.
+    groups,
+    /// Write groups that failed to reach the disk.
+    sync_failures,
+}
+
+/// The engine's metrics. Read them with [`crate::Store::metrics`].
+#[derive(Debug, Default)]
+pub struct Metrics {
+    pub(crate) c: Counters,
+    pub(crate) group_units: Histogram,
+    pub(crate) commit_latency_us: Histogram,
+}
+
+pub(crate) fn add(c: &AtomicU64, n: u64) {
+    c.fetch_add(n, Relaxed);
+}
+
+impl MetricsSnapshot {
+    /// The Prometheus text exposition format (version 0.0.4).
+    pub fn to_prometheus(&self) -> String {
+        use std::fmt::Write;
+        let mut out = String::new();
+        for (name, v) in self.counters() {
+            let _ = writeln!(
+                out,
+                "# HELP oncelake_{name}_total {}",
+                name.replace('_', " ")
+            );
+            let _ = writeln!(out, "# TYPE oncelake_{name}_total counter");
+            let _ = writeln!(out, "oncelake_{name}_total {v}");
+        }
+        for (name, help, h) in [
+            ("group_units", "units per commit group", &self.group_units),
+            (
+                "commit_latency_us",
+                "commit latency in microseconds",
+                &self.commit_latency_us,
+            ),
+        ] {
+            let _ = writeln!(out, "# HELP oncelake_{name} {help}");
+            let _ = writeln!(out, "# TYPE oncelake_{name} histogram");
+            let mut cum = 0;
+            for &(le, n) in &h.buckets {
+                cum += n;
+                if n > 0 || cum == h.count {
+                    let _ = writeln!(out, "oncelake_{name}_bucket{{le=\"{le}\"}} {cum}");
+                }
+                if cum == h.count {
+                    break;
+                }
+            }
+            let _ = writeln!(out, "oncelake_{name}_bucket{{le=\"+Inf\"}} {}", h.count);
+            let _ = writeln!(out, "oncelake_{name}_sum {}", h.sum);
+            let _ = writeln!(out, "oncelake_{name}_count {}", h.count);
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn histogram_quantiles_bound_the_values() {
+        let h = Histogram::default();
+        for v in 1..=1000u64 {
+            h.record(v);
+        }
+        let s = h.snapshot();
+        assert_eq!(s.count, 1000);
+        assert_eq!(s.sum, 500_500);
+        let p50 = s.quantile(0.5);
+        assert!((500..1024).contains(&p50), "p50 bound {p50}");
+        assert!(s.quantile(0.99) >= 990);
+        assert_eq!(s.buckets[0], (0, 0));
+    }
+}

@@ -1,0 +1,64 @@
+//! Object identity: the BLAKE3 content hash, shown as hex.
+
+use std::fmt;
+use std::str::FromStr;
+
+/// The content hash (BLAKE3) that names an object. Identical bytes are one object.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ObjectId(pub [u8; 32]);
+
+impl ObjectId {
+    /// The hash of `bytes`.
+    pub fn of(bytes: &[u8]) -> Self {
+        ObjectId(*blake3::hash(bytes).as_bytes())
+    }
+
+    /// Lower-case hex, 64 characters.
+    pub fn to_hex(&self) -> String {
+        blake3::Hash::from_bytes(self.0).to_hex().to_string()
+    }
+
+    /// The object's path relative to the store's `objects/` directory: a two-hex-digit fan-out
+    /// directory, then the full hash.
+    pub(crate) fn rel_path(&self) -> String {
+        let hex = self.to_hex();
+        format!("{}/{}", &hex[..2], hex)
+    }
+}
+
+impl fmt::Display for ObjectId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.to_hex())
+    }
+}
+
+impl fmt::Debug for ObjectId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "ObjectId({})", &self.to_hex()[..16])
+    }
+}
+
+/// Error of [`ObjectId::from_str`].
+#[derive(Debug, thiserror::Error)]
+#[error("not an object id: expected 64 hex digits")]
+pub struct ParseObjectIdError;
+
+impl FromStr for ObjectId {
+    type Err = ParseObjectIdError;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        blake3::Hash::from_hex(s)
+            .map(|h| ObjectId(*h.as_bytes()))
+            .map_err(|_| ParseObjectIdError)
+    }
+}
+
+/// What staging computed for an object: its id, size and CRC32.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ObjectMeta {
+    /// BLAKE3 content hash.
+    pub id: ObjectId,
+    /// Length in bytes.
+    pub size: u64,
+    /// CRC32 (IEEE) of the bytes.
+    pub crc32: u32,
+}

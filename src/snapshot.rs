@@ -1,0 +1,279 @@
+//! Consistent read-only views (SPEC R7): the manifest as of the newest commit or as of an older
+//! seq within the kept history, object reads (bytes, file, memory map) and the change feed.
+//!
+//! A snapshot is a redb read transaction: it sees every commit up to its seq and nothing of any
+//! later one, so no reader ever sees part of a commit (I4).
+
+use crate::error::{DbContext, Error, IoContext, Result};
+use crate::log::{Record, LOG};
+use crate::manifest::{Entry, EntryValue, HISTORY, MANIFEST};
+use crate::store::{Store, META, META_HISTORY_FROM, META_NEXT_SEQ};
+use redb::{ReadOnlyTable, ReadableDatabase};
+use std::fs::File;
+use std::io::Read;
+use std::path::PathBuf;
+
+/// A consistent view of the manifest as of one seq.
+pub struct Snapshot {
+    manifest: ReadOnlyTable<&'static str, &'static [u8]>,
+    history: ReadOnlyTable<(&'static str, u64), &'static [u8]>,
+    log: ReadOnlyTable<u64, &'static [u8]>,
+    /// The newest seq this view contains.
+    seq: u64,
+    /// Set when the view is of an older seq: reads go to the history.
+    at: Option<u64>,
+    history_from: u64,
+    store: Store,
+}
+
+/// Entries in key order.
+pub type Entries = Box<dyn Iterator<Item = Result<Entry>>>;
+
+impl Snapshot {
+    pub(crate) fn new(store: &Store, at: Option<u64>) -> Result<Snapshot> {
+        let txn = store.inner.db.begin_read().db("begin a read transaction")?;
+        let meta = txn.open_table(META).db("open the meta table")?;
+        let next_seq = meta
+            .get(META_NEXT_SEQ)
+            .db("read the seq")?
+            .map(|g| g.value())
+            .unwrap_or(1);
+        let history_from = meta
+            .get(META_HISTORY_FROM)
+            .db("read the history horizon")?
+            .map(|g| g.value())
+            .unwrap_or(0);
+        let newest = next_seq - 1;
+        if let Some(asked) = at {
+            if asked > newest || asked < history_from {
+                return Err(Error::SeqOutOfRange {
+                    asked,
+                    oldest: history_from,
+                    newest,
+                });
+            }
+        }
+        Ok(Snapshot {
+            manifest: txn.open_table(MANIFEST).db("open the manifest")?,
+            history: txn.open_table(HISTORY).db("open the history")?,
+            log: txn.open_table(LOG).db("open the log")?,
+            seq: at.unwrap_or(newest),
+            at: at.filter(|&a| a < newest),
+            history_from,
+            store: store.clone(),
+        })
+    }
+
+    /// The newest seq visible in this view.
+    pub fn seq(&self) -> u64 {
+        self.seq
+    }
+
+    /// The oldest seq that can still be read as of.
+    pub fn history_from(&self) -> u64 {
+        self.history_from
+    }
+
+    /// The unit's entry as of this view.
+    pub fn get(&self, unit: &str) -> Result<Option<Entry>> {
+        match self.at {
+            None => self
+                .manifest
+                .get(unit)
+                .db("read the manifest")?
+                .map(|g| EntryValue::decode(g.value()).map(|v| v.into_entry(unit)))
+                .transpose(),
+            Some(at) => {
+                let mut rows = self
+                    .history
+                    .range((unit, 0)..=(unit, at))
+                    .db("read the history")?;
+                match rows.next_back() {
+                    None => Ok(None),
+                    Some(row) => {
+                        let (_, v) = row.db("read the history")?;
+                        Ok(Some(EntryValue::decode(v.value())?.into_entry(unit)))
+                    }
+                }
+            }
+        }
+    }
+
+    /// Every entry, in key order.
+    pub fn iter(&self) -> Result<Entries> {
+        self.range("", None)
+    }
+
+    /// The entries whose key starts with `prefix`, in key order.
+    pub fn prefix(&self, prefix: &str) -> Result<Entries> {
+        let p = prefix.to_string();
+        let it = self.range(prefix, None)?;
+        Ok(Box::new(it.take_while(move |e| match e {
+            Ok(e) => e.unit.starts_with(&p),
+            Err(_) => true,
+        })))
+    }
+
+    /// The entries with `start <= key < end` (no end: to the last key), in key order.
+    pub fn range(&self, start: &str, end: Option<&str>) -> Result<Entries> {
+        let end = end.map(str::to_string);
+        let before_end = move |unit: &str| end.as_deref().is_none_or(|e| unit < e);
+        match self.at {
+            None => {
+                let rows = self
+                    .manifest
+                    .range::<&str>(start..)
+                    .db("scan the manifest")?;
+                Ok(Box::new(
+                    rows.map(|row| {
+                        let (k, v) = row.db("scan the manifest")?;
+                        Ok(EntryValue::decode(v.value())?.into_entry(k.value()))
+                    })
+                    .take_while(move |e: &Result<Entry>| match e {
+                        Ok(e) => before_end(&e.unit),
+                        Err(_) => true,
+                    }),
+                ))
+            }
+            Some(at) => {
+                let rows = self
+                    .history
+                    .range::<(&str, u64)>((start, 0)..)
+                    .db("scan the history")?;
+                Ok(Box::new(
+                    AsOf {
+                        rows,
+                        at,
+                        pending: None,
+                        done: false,
+                    }
+                    .take_while(move |e: &Result<Entry>| match e {
+                        Ok(e) => before_end(&e.unit),
+                        Err(_) => true,
+                    }),
+                ))
+            }
+        }
+    }
+
+    /// The path of the entry's object.
+    pub fn object_path(&self, entry: &Entry) -> PathBuf {
+        self.store.object_path(&entry.object.id)
+    }
+
+    /// Opens the entry's object for streaming reads.
+    pub fn open_object(&self, entry: &Entry) -> Result<File> {
+        let path = self.object_path(entry);
+        File::open(&path).map_err(|e| match e.kind() {
+            std::io::ErrorKind::NotFound => Error::MissingObject {
+                object: entry.object.id.to_hex(),
+                unit: entry.unit.clone(),
+            },
+            _ => Error::io(format!("open {}", path.display()), e),
+        })
+    }
+
+    /// Reads the entry's object and checks its size and CRC32 against the manifest (I2).
+    pub fn read_object(&self, entry: &Entry) -> Result<Vec<u8>> {
+        let mut f = self.open_object(entry)?;
+        let mut buf = Vec::with_capacity(entry.object.size as usize);
+        f.read_to_end(&mut buf)
+            .ctx(|| format!("read object {}", entry.object.id))?;
+        check_object(entry, &buf)?;
+        Ok(buf)
+    }
+
+    /// Maps the entry's object into memory, after checking its size and CRC32.
+    pub fn map_object(&self, entry: &Entry) -> Result<memmap2::Mmap> {
+        let f = self.open_object(entry)?;
+        if entry.object.size == 0 {
+            // An empty file cannot be mapped; an empty anonymous map reads the same.
+            return memmap2::MmapOptions::new()
+                .len(0)
+                .map_anon()
+                .and_then(|m| m.make_read_only())
+                .ctx(|| "map an empty object");
+        }
+        // SAFETY: objects are immutable: they are published read-only under their content hash
+        // and never modified in place. GC may unlink one, which keeps an existing mapping valid.
+        // A file damaged by someone outside the engine is caught by the CRC check below.
+        let map =
+            unsafe { memmap2::Mmap::map(&f) }.ctx(|| format!("map object {}", entry.object.id))?;
+        check_object(entry, &map)?;
+        Ok(map)
+    }
+
+    /// The log records after `seq`, oldest first, streaming.
+    pub fn changes_since(&self, seq: u64) -> Result<impl Iterator<Item = Result<Record>>> {
+        let upto = self.seq;
+        let rows = self
+            .log
+            .range(seq.saturating_add(1)..)
+            .db("scan the commit log")?;
+        Ok(rows
+            .map(|row| {
+                let (_, v) = row.db("scan the commit log")?;
+                Record::decode(v.value())
+            })
+            .take_while(move |r| r.as_ref().map_or(true, |r| r.seq <= upto)))
+    }
+}
+
+pub(crate) fn check_object(entry: &Entry, bytes: &[u8]) -> Result<()> {
+    if bytes.len() as u64 != entry.object.size || crc32fast::hash(bytes) != entry.object.crc32 {
+        return Err(Error::Corrupt {
+            path: format!("objects/{}", entry.object.id.rel_path()).into(),
+            detail: format!(
+                "object of unit {:?} has {} bytes / crc32 {:08x}, the manifest records {} / {:08x}",
+                entry.unit,
+                bytes.len(),
+                crc32fast::hash(bytes),
+                entry.object.size,
+                entry.object.crc32
+            ),
+        });
+    }
+    Ok(())
+}
+
+/// Walks history rows in (unit, seq) order and yields, per unit, the newest row at or before `at`.
+struct AsOf {
+    rows: redb::Range<'static, (&'static str, u64), &'static [u8]>,
+    at: u64,
+    pending: Option<Entry>,
+    done: bool,
+}
+
+impl Iterator for AsOf {
+    type Item = Result<Entry>;
+    fn next(&mut self) -> Option<Result<Entry>> {
+        while !self.done {
+            let row = match self.rows.next() {
+                None => {
+                    self.done = true;
+                    break;
+                }
+                Some(r) => r,
+            };
+            let (k, v) = match row.db("scan the history") {
+                Ok(kv) => kv,
+                Err(e) => return Some(Err(e)),
+            };
+            let (unit, seq) = k.value();
+            let out = match &self.pending {
+                Some(p) if p.unit != unit => self.pending.take(),
+                _ => None,
+            };
+            if seq <= self.at {
+                match EntryValue::decode(v.value()) {
+                    Ok(v) => self.pending = Some(v.into_entry(unit)),
+                    Err(e) => return Some(Err(e)),
+                }
+            }
+            if let Some(e) = out {
+                return Some(Ok(e));
+            }
+        }
+        self.pending.take().map(Ok)
+    }
+}

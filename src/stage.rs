@@ -1,0 +1,225 @@
+//! Staging: writing an object privately, making it durable, and publishing it under its content
+//! hash with an atomic no-replace link (SPEC R2).
+//!
+//! A staged object is *pinned* from before it is published until every handle to it is dropped.
+//! Garbage collection never removes a pinned object, which closes the race in which identical
+//! content is staged again (the publish is then a no-op on an old, unreferenced file) while GC is
+//! about to delete that file.
+
+use crate::error::{Error, IoContext, Result};
+use crate::object::{ObjectId, ObjectMeta};
+use crate::vfs::Vfs;
+use parking_lot::{Mutex, MutexGuard};
+use std::collections::HashMap;
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+const BUF: usize = 256 * 1024;
+
+/// Objects that staging holds on to; GC consults it under its lock.
+#[derive(Debug, Default)]
+pub(crate) struct PinSet {
+    pins: Mutex<HashMap<ObjectId, usize>>,
+}
+
+impl PinSet {
+    pub(crate) fn lock(&self) -> MutexGuard<'_, HashMap<ObjectId, usize>> {
+        self.pins.lock()
+    }
+}
+
+/// A durable, published object, ready to be committed. Cloning it keeps the pin.
+#[derive(Clone, Debug)]
+pub struct Staged {
+    meta: ObjectMeta,
+    _pin: Arc<Pin>,
+}
+
+impl Staged {
+    /// Hash, size and CRC32 of the object.
+    pub fn meta(&self) -> ObjectMeta {
+        self.meta
+    }
+    /// The content hash.
+    pub fn id(&self) -> ObjectId {
+        self.meta.id
+    }
+}
+
+#[derive(Debug)]
+struct Pin {
+    id: ObjectId,
+    set: Arc<PinSet>,
+}
+
+impl Drop for Pin {
+    fn drop(&mut self) {
+        let mut pins = self.set.lock();
+        if let Some(n) = pins.get_mut(&self.id) {
+            *n -= 1;
+            if *n == 0 {
+                pins.remove(&self.id);
+            }
+        }
+    }
+}
+
+/// The staging half of a store: owns `staging/` and publishes into `objects/`.
+#[derive(Debug)]
+pub(crate) struct Stager {
+    pub(crate) objects: PathBuf,
+    pub(crate) staging: PathBuf,
+    pub(crate) vfs: Arc<dyn Vfs>,
+    pub(crate) pins: Arc<PinSet>,
+    counter: AtomicU64,
+}
+
+/// Hashes, checksums and counts bytes while they are written.
+struct Tee<'a> {
+    out: &'a mut dyn Write,
+    hash: blake3::Hasher,
+    crc: crc32fast::Hasher,
+    size: u64,
+}
+
+impl Write for Tee<'_> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let n = self.out.write(buf)?;
+        self.hash.update(&buf[..n]);
+        self.crc.update(&buf[..n]);
+        self.size += n as u64;
+        Ok(n)
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.out.flush()
+    }
+}
+
+impl Stager {
+    pub(crate) fn new(dir: &Path, vfs: Arc<dyn Vfs>) -> Self {
+        Stager {
+            objects: dir.join("objects"),
+            staging: dir.join("staging"),
+            vfs,
+            pins: Arc::new(PinSet::default()),
+            counter: AtomicU64::new(0),
+        }
+    }
+
+    /// Where an object lives.
+    pub(crate) fn object_path(&self, id: &ObjectId) -> PathBuf {
+        self.objects.join(id.rel_path())
+    }
+
+    /// Streams `reader` into a staging file, then publishes it. Memory use is one buffer,
+    /// whatever the object's size.
+    pub(crate) fn stage_reader(&self, reader: &mut dyn Read) -> Result<Staged> {
+        let n = self.counter.fetch_add(1, Ordering::Relaxed);
+        let tmp = self
+            .staging
+            .join(format!("{}-{n}.part", std::process::id()));
+        let result = self.write_and_publish(&tmp, reader);
+        // The staging file is only a name for the bytes until they are linked (or found to exist
+        // already): it is removed on success and on failure. A crash leaves it for GC.
+        let _ = self.vfs.remove(&tmp);
+        result
+    }
+
+    fn write_and_publish(&self, tmp: &Path, reader: &mut dyn Read) -> Result<Staged> {
+        let mut file = self
+            .vfs
+            .create_new(tmp)
+            .ctx(|| format!("create staging file {}", tmp.display()))?;
+        let meta = {
+            let mut buffered = std::io::BufWriter::with_capacity(BUF, &mut file);
+            let mut tee = Tee {
+                out: &mut buffered,
+                hash: blake3::Hasher::new(),
+                crc: crc32fast::Hasher::new(),
+                size: 0,
+            };
+            let mut buf = vec![0u8; BUF];
+            loop {
+                let n = match reader.read(&mut buf) {
+                    Ok(0) => break,
+                    Ok(n) => n,
+                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                    Err(e) => return Err(Error::io("read the object's input", e)),
+                };
+                tee.write_all(&buf[..n])
+                    .ctx(|| format!("write staging file {}", tmp.display()))?;
+            }
+            let meta = ObjectMeta {
+                id: ObjectId(*tee.hash.finalize().as_bytes()),
+                size: tee.size,
+                crc32: tee.crc.clone().finalize(),
+            };
+            buffered
+                .flush()
+                .ctx(|| format!("write staging file {}", tmp.display()))?;
+            meta
+        };
+        file.sync()
+            .ctx(|| format!("fsync staging file {}", tmp.display()))?;
+        drop(file);
+        self.vfs
+            .set_read_only(tmp)
+            .ctx(|| format!("make {} read-only", tmp.display()))?;
+        self.publish(tmp, meta)
+    }
+
+    /// Pins the object, then links it into place. The pin comes first so that GC, which deletes
+    /// only unpinned objects and does so under the pin lock, cannot remove an existing copy
+    /// between our "already there" and our commit.
+    fn publish(&self, tmp: &Path, meta: ObjectMeta) -> Result<Staged> {
+        let pin = {
+            let mut pins = self.pins.lock();
+            *pins.entry(meta.id).or_insert(0) += 1;
+            Arc::new(Pin {
+                id: meta.id,
+                set: self.pins.clone(),
+            })
+        };
+        let dst = self.object_path(&meta.id);
+        let fanout = dst
+            .parent()
+            .expect("invariant: object paths have a fan-out parent")
+            .to_path_buf();
+        let linked = match self.vfs.link_no_replace(tmp, &dst) {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                self.vfs
+                    .create_dir_all(&fanout)
+                    .ctx(|| format!("create {}", fanout.display()))?;
+                self.vfs
+                    .sync_dir(&self.objects)
+                    .ctx(|| format!("fsync {}", self.objects.display()))?;
+                self.vfs.link_no_replace(tmp, &dst)
+            }
+            other => other,
+        }
+        .ctx(|| format!("publish object {}", dst.display()))?;
+        if linked {
+            self.vfs
+                .sync_dir(&fanout)
+                .ctx(|| format!("fsync {}", fanout.display()))?;
+        } else {
+            // Identical content is already published: a no-op, provided the file is what its name
+            // says. A size mismatch means someone damaged it; refuse rather than reference it.
+            let len = std::fs::metadata(&dst)
+                .ctx(|| format!("stat {}", dst.display()))?
+                .len();
+            if len != meta.size {
+                return Err(Error::Corrupt {
+                    path: dst,
+                    detail: format!(
+                        "published object has {len} bytes but its content hash names {} bytes",
+                        meta.size
+                    ),
+                });
+            }
+        }
+        Ok(Staged { meta, _pin: pin })
+    }
+}

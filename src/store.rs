@@ -1,0 +1,641 @@
+//! The store: one directory holding the redb file (manifest, commit log, claims), `objects/`
+//! and `staging/` (SPEC R1). Opening validates before it touches anything; writes go through the
+//! group-commit queue; reads go through snapshots.
+
+use crate::claim::{validate_worker, ClaimOutcome, Lease, RenewOutcome, CLAIMS};
+use crate::clock::{Clock, SystemClock};
+use crate::commit::apply::{self, Done, Op};
+use crate::commit::queue::WriteQueue;
+use crate::commit::{Batch, CommitReport, UnitOutcome};
+use crate::error::{DbContext, Error, IoContext, Result};
+use crate::fault::{FaultPlan, FaultyBackend};
+use crate::index::{DedupIndex, Lookup};
+use crate::key::validate_key;
+use crate::log::LOG;
+use crate::manifest::{Entry, EntryValue, HISTORY, MANIFEST};
+use crate::metrics::{Metrics, MetricsSnapshot};
+use crate::object::ObjectId;
+use crate::snapshot::Snapshot;
+use crate::stage::{Staged, Stager};
+use crate::vfs::{RealVfs, Vfs};
+use parking_lot::{Mutex, RwLock};
+use redb::{ReadableDatabase, ReadableTable, ReadableTableMetadata, TableDefinition};
+use std::fs::{File, OpenOptions};
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::AtomicU64;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// The newest store format this build reads and writes.
+pub const FORMAT_VERSION: u32 = 1;
+/// The file that marks a directory as an oncelake store and stamps its format.
+pub const MARKER_FILE: &str = "ONCELAKE";
+/// The redb database inside a store.
+pub const DB_FILE: &str = "oncelake.redb";
+const LOCK_FILE: &str = "LOCK";
+const REDB_MAGIC: [u8; 9] = [b'r', b'e', b'd', b'b', 0x1A, 0x0A, 0xA9, 0x0D, 0x0A];
+
+pub(crate) const META: TableDefinition<&str, u64> = TableDefinition::new("meta");
+pub(crate) const META_FORMAT: &str = "format";
+pub(crate) const META_NEXT_SEQ: &str = "next_seq";
+pub(crate) const META_NEXT_TOKEN: &str = "next_token";
+pub(crate) const META_HISTORY_FROM: &str = "history_from";
+
+/// When a commit is acknowledged.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum Durability {
+    /// Only after it is on disk (one sync per commit group). The default.
+    #[default]
+    Durable,
+    /// Groups are written without a sync; a synced group is written at least every `max_delay`
+    /// while commits arrive, and on [`Store::flush`] and close. A crash can lose the commits
+    /// acknowledged since the last synced group — at most `max_delay` of them, or all of those
+    /// since the last commit if commits stopped before the delay ran out — but never tears one.
+    Relaxed {
+        /// The longest time between two synced groups while commits keep coming.
+        max_delay: Duration,
+    },
+}
+
+/// How to open a store.
+#[derive(Clone, Debug)]
+pub struct Options {
+    /// When commits are acknowledged.
+    pub durability: Durability,
+    /// The most units one commit group (one redb transaction) may carry.
+    pub max_group_units: usize,
+    /// How long to wait for another process to release the store (0: fail at once).
+    pub lock_wait: Duration,
+    /// The clock for leases and timestamps.
+    pub clock: Arc<dyn Clock>,
+    /// File operations on objects and staging.
+    pub vfs: Arc<dyn Vfs>,
+    /// Fault injection for the database file (tests).
+    pub faults: Option<Arc<FaultPlan>>,
+    /// redb's page cache, bytes.
+    pub cache_bytes: usize,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            durability: Durability::Durable,
+            max_group_units: 4096,
+            lock_wait: Duration::ZERO,
+            clock: Arc::new(SystemClock),
+            vfs: Arc::new(RealVfs),
+            faults: None,
+            cache_bytes: 256 << 20,
+        }
+    }
+}
+
+/// What the dedup fast path knows about a unit's current entry.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Committed {
+    /// The committed source version.
+    pub source_version: u64,
+    /// Its object.
+    pub object: ObjectId,
+    /// The commit that made it visible.
+    pub seq: u64,
+}
+
+pub(crate) struct Inner {
+    pub(crate) dir: PathBuf,
+    pub(crate) db: redb::Database,
+    pub(crate) stager: Stager,
+    pub(crate) queue: WriteQueue<Op, Result<Done>>,
+    pub(crate) index: RwLock<DedupIndex>,
+    pub(crate) failed: Mutex<Option<String>>,
+    pub(crate) options: Options,
+    pub(crate) metrics: Metrics,
+    pub(crate) last_durable_ms: AtomicU64,
+    _lock: File,
+}
+
+/// An open store. Cheap to clone; share it between threads.
+#[derive(Clone)]
+pub struct Store {
+    pub(crate) inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for Store {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Store")
+            .field("dir", &self.inner.dir)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Store {
+    /// Opens the store in `dir`, creating it if the directory is missing or empty.
+    ///
+    /// Refuses, without changing anything, a directory that is not a store, a store of a newer
+    /// format, a damaged database file, and a store another process has open.
+    pub fn open(dir: impl AsRef<Path>) -> Result<Store> {
+        Self::open_with(dir, Options::default())
+    }
+
+    /// [`Store::open`] with options.
+    pub fn open_with(dir: impl AsRef<Path>, options: Options) -> Result<Store> {
+        let dir = dir.as_ref().to_path_buf();
+        let fresh = prepare_dir(&dir)?;
+        let lock = acquire_lock(&dir, options.lock_wait)?;
+        if fresh {
+            init_layout(&dir, options.vfs.as_ref())?;
+        }
+        let db_path = dir.join(DB_FILE);
+        if !fresh {
+            validate_db_file(&db_path)?;
+        }
+        let db = open_db(&db_path, &options, fresh)?;
+        if fresh {
+            write_marker(&dir)?;
+        }
+        let (index, _) = load(&db, &db_path)?;
+        let now = options.clock.now_ms();
+        let stager = Stager::new(&dir, options.vfs.clone());
+        Ok(Store {
+            inner: Arc::new(Inner {
+                stager,
+                queue: WriteQueue::new(options.max_group_units),
+                index: RwLock::new(index),
+                failed: Mutex::new(None),
+                metrics: Metrics::default(),
+                last_durable_ms: AtomicU64::new(now),
+                options,
+                db,
+                dir,
+                _lock: lock,
+            }),
+        })
+    }
+
+    /// The store's directory.
+    pub fn path(&self) -> &Path {
+        &self.inner.dir
+    }
+
+    /// Stages `bytes` as an object (hash, CRC32, fsync, atomic publish).
+    pub fn stage_bytes(&self, bytes: &[u8]) -> Result<Staged> {
+        self.stage_reader(bytes)
+    }
+
+    /// Stages an object from a reader, streaming: memory use does not grow with its size.
+    pub fn stage_reader(&self, mut reader: impl Read) -> Result<Staged> {
+        self.check_writable()?;
+        let staged = self.inner.stager.stage_reader(&mut reader)?;
+        crate::metrics::add(&self.inner.metrics.c.objects_staged, 1);
+        crate::metrics::add(&self.inner.metrics.c.bytes_staged, staged.meta().size);
+        Ok(staged)
+    }
+
+    /// Stages a copy of the file at `path`.
+    pub fn stage_file(&self, path: impl AsRef<Path>) -> Result<Staged> {
+        let path = path.as_ref();
+        let f = File::open(path).ctx(|| format!("open {}", path.display()))?;
+        self.stage_reader(f)
+    }
+
+    /// Commits a batch through the group-commit path and reports every unit's outcome.
+    ///
+    /// `Err` means the commit could not be decided or made durable (I/O, failed store, bad
+    /// request); rejections by the commit rules are outcomes in the report.
+    pub fn commit(&self, batch: Batch) -> Result<CommitReport> {
+        batch.validate()?;
+        match self.submit(Op::Commit(batch))? {
+            Done::Commit(r) => Ok(r),
+            other => {
+                unreachable!("invariant: a commit op is answered by a commit report, got {other:?}")
+            }
+        }
+    }
+
+    /// Stages `bytes` and commits them as the output of `unit` at `source_version`.
+    ///
+    /// ```
+    /// # fn main() -> oncelake::Result<()> {
+    /// let dir = tempfile::tempdir().unwrap();
+    /// let store = oncelake::Store::open(dir.path().join("lake"))?;
+    /// let first = store.put("orders/date=2026-11-29", 7, b"rows")?;
+    /// assert_eq!(first.outcome.name(), "committed");
+    /// let retry = store.put("orders/date=2026-11-29", 7, b"rows")?;
+    /// assert_eq!(retry.outcome.name(), "duplicate");
+    /// # Ok(()) }
+    /// ```
+    pub fn put(&self, unit: &str, source_version: u64, bytes: &[u8]) -> Result<UnitOutcome> {
+        validate_key(unit)?;
+        let staged = self.stage_bytes(bytes)?;
+        let mut r = self.commit(Batch::new().put(unit, source_version, &staged))?;
+        Ok(r.units.remove(0))
+    }
+
+    /// Stages `bytes` and commits them as a deliberate correction of `unit` at `source_version`
+    /// (revision + 1; the old entry stays in the history).
+    pub fn correct(&self, unit: &str, source_version: u64, bytes: &[u8]) -> Result<UnitOutcome> {
+        validate_key(unit)?;
+        let staged = self.stage_bytes(bytes)?;
+        let mut r = self.commit(Batch::new().correct(unit, source_version, &staged))?;
+        Ok(r.units.remove(0))
+    }
+
+    /// The dedup fast path: the unit's current version, object and seq, from memory.
+    pub fn lookup(&self, unit: &str) -> Result<Option<Committed>> {
+        match self.inner.index.read().get(unit) {
+            Lookup::Absent => return Ok(None),
+            Lookup::Present(s) => {
+                return Ok(Some(Committed {
+                    source_version: s.source_version,
+                    object: s.object,
+                    seq: s.seq,
+                }))
+            }
+            Lookup::Ambiguous => {}
+        }
+        Ok(self.snapshot()?.get(unit)?.map(|e| Committed {
+            source_version: e.source_version,
+            object: e.object.id,
+            seq: e.seq,
+        }))
+    }
+
+    /// Whether `unit` is committed at `source_version` or newer.
+    pub fn is_done(&self, unit: &str, source_version: u64) -> Result<bool> {
+        Ok(self
+            .lookup(unit)?
+            .is_some_and(|c| c.source_version >= source_version))
+    }
+
+    /// A consistent read-only view as of the newest commit.
+    pub fn snapshot(&self) -> Result<Snapshot> {
+        Snapshot::new(self, None)
+    }
+
+    /// A consistent read-only view as of an older `seq`, within the kept history.
+    pub fn snapshot_at(&self, seq: u64) -> Result<Snapshot> {
+        Snapshot::new(self, Some(seq))
+    }
+
+    /// The unit's current entry.
+    pub fn get(&self, unit: &str) -> Result<Option<Entry>> {
+        self.snapshot()?.get(unit)
+    }
+
+    /// Claims `unit` for `worker` to produce `source_version`, for `ttl` (coordinator mode).
+    pub fn claim(
+        &self,
+        unit: &str,
+        source_version: u64,
+        worker: &str,
+        ttl: Duration,
+    ) -> Result<ClaimOutcome> {
+        validate_key(unit)?;
+        validate_worker(worker)?;
+        match self.submit(Op::Claim {
+            unit: unit.to_string(),
+            source_version,
+            worker: worker.to_string(),
+            ttl_ms: ttl.as_millis() as u64,
+        })? {
+            Done::Claim(c) => Ok(c),
+            other => {
+                unreachable!("invariant: a claim op is answered by a claim outcome, got {other:?}")
+            }
+        }
+    }
+
+    /// Extends a lease that is still yours.
+    pub fn renew(&self, lease: &Lease, ttl: Duration) -> Result<RenewOutcome> {
+        match self.submit(Op::Renew {
+            lease: lease.clone(),
+            ttl_ms: ttl.as_millis() as u64,
+        })? {
+            Done::Renew(r) => Ok(r),
+            other => {
+                unreachable!("invariant: a renew op is answered by a renew outcome, got {other:?}")
+            }
+        }
+    }
+
+    /// Gives a lease back; `Ok(false)` if it was no longer yours.
+    pub fn release(&self, lease: &Lease) -> Result<bool> {
+        match self.submit(Op::Release {
+            lease: lease.clone(),
+        })? {
+            Done::Release(r) => Ok(r),
+            other => unreachable!("invariant: a release op is answered by a bool, got {other:?}"),
+        }
+    }
+
+    /// Makes everything acknowledged so far durable (useful with [`Durability::Relaxed`]).
+    pub fn flush(&self) -> Result<()> {
+        self.submit(Op::Flush).map(|_| ())
+    }
+
+    /// The newest seq (0 for an empty log).
+    pub fn last_seq(&self) -> Result<u64> {
+        Ok(self.snapshot()?.seq())
+    }
+
+    /// A copy of the engine's counters and histograms.
+    pub fn metrics(&self) -> MetricsSnapshot {
+        self.inner.metrics.snapshot()
+    }
+
+    /// `Some(cause)` once a failed write has put the store in its failed state.
+    pub fn failure(&self) -> Option<String> {
+        self.inner.failed.lock().clone()
+    }
+
+    pub(crate) fn check_writable(&self) -> Result<()> {
+        match self.failure() {
+            Some(cause) => Err(Error::Failed { cause }),
+            None => Ok(()),
+        }
+    }
+
+    pub(crate) fn submit(&self, op: Op) -> Result<Done> {
+        self.check_writable()?;
+        let start = Instant::now();
+        let inner = &self.inner;
+        let r = inner.queue.submit(op, |ops| apply::apply_group(inner, ops));
+        inner
+            .metrics
+            .commit_latency_us
+            .record(start.elapsed().as_micros() as u64);
+        r
+    }
+
+    /// The path of an object in this store.
+    pub fn object_path(&self, id: &ObjectId) -> PathBuf {
+        self.inner.stager.object_path(id)
+    }
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        // Relaxed mode: make the acknowledged tail durable on a clean close.
+        if matches!(self.options.durability, Durability::Relaxed { .. })
+            && self.failed.lock().is_none()
+        {
+            if let Ok(mut txn) = self.db.begin_write() {
+                let _ = txn.set_durability(redb::Durability::Immediate);
+                let _ = txn.commit();
+            }
+        }
+    }
+}
+
+/// Decides whether `dir` is a new store (missing or empty) or an existing one, and refuses
+/// anything else. Creates nothing but a missing directory.
+fn prepare_dir(dir: &Path) -> Result<bool> {
+    match std::fs::metadata(dir) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            std::fs::create_dir_all(dir).ctx(|| format!("create {}", dir.display()))?;
+            return Ok(true);
+        }
+        Err(e) => return Err(Error::io(format!("stat {}", dir.display()), e)),
+        Ok(m) if !m.is_dir() => {
+            return Err(Error::NotAStore {
+                path: dir.to_path_buf(),
+                marker: MARKER_FILE,
+            })
+        }
+        Ok(_) => {}
+    }
+    let marker = dir.join(MARKER_FILE);
+    match std::fs::read_to_string(&marker) {
+        Ok(text) => {
+            let found = parse_marker(&text).ok_or_else(|| Error::Corrupt {
+                path: marker.clone(),
+                detail: "the store marker is unreadable".into(),
+            })?;
+            if found > FORMAT_VERSION {
+                return Err(Error::NewerFormat {
+                    path: dir.to_path_buf(),
+                    found,
+                    supported: FORMAT_VERSION,
+                });
+            }
+            Ok(false)
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            let mut entries = std::fs::read_dir(dir).ctx(|| format!("list {}", dir.display()))?;
+            if entries.next().is_none() {
+                Ok(true)
+            } else {
+                Err(Error::NotAStore {
+                    path: dir.to_path_buf(),
+                    marker: MARKER_FILE,
+                })
+            }
+        }
+        Err(e) => Err(Error::io(format!("read {}", marker.display()), e)),
+    }
+}
+
+fn marker_text(format: u32) -> String {
+    format!("oncelake store\nformat {format}\n")
+}
+
+fn parse_marker(text: &str) -> Option<u32> {
+    let mut lines = text.lines();
+    if lines.next()? != "oncelake store" {
+        return None;
+    }
+    lines.next()?.strip_prefix("format ")?.trim().parse().ok()
+}
+
+/// Takes the store's process lock, waiting up to `wait` for another holder to let go.
+fn acquire_lock(dir: &Path, wait: Duration) -> Result<File> {
+    let path = dir.join(LOCK_FILE);
+    let file = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(&path)
+        .ctx(|| format!("open lock file {}", path.display()))?;
+    let deadline = Instant::now() + wait;
+    loop {
+        match file.try_lock() {
+            Ok(()) => return Ok(file),
+            Err(std::fs::TryLockError::WouldBlock) => {
+                if Instant::now() >= deadline {
+                    return Err(Error::Locked {
+                        path: dir.to_path_buf(),
+                    });
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            Err(std::fs::TryLockError::Error(e)) => {
+                return Err(Error::io(format!("lock {}", path.display()), e))
+            }
+        }
+    }
+}
+
+fn init_layout(dir: &Path, vfs: &dyn Vfs) -> Result<()> {
+    let objects = dir.join("objects");
+    for i in 0..=255u8 {
+        let d = objects.join(format!("{i:02x}"));
+        vfs.create_dir_all(&d)
+            .ctx(|| format!("create {}", d.display()))?;
+    }
+    let staging = dir.join("staging");
+    vfs.create_dir_all(&staging)
+        .ctx(|| format!("create {}", staging.display()))?;
+    vfs.sync_dir(&objects)
+        .ctx(|| format!("fsync {}", objects.display()))?;
+    vfs.sync_dir(dir).ctx(|| format!("fsync {}", dir.display()))
+}
+
+fn write_marker(dir: &Path) -> Result<()> {
+    let tmp = dir.join(format!("{MARKER_FILE}.tmp"));
+    let marker = dir.join(MARKER_FILE);
+    let mut f = File::create(&tmp).ctx(|| format!("create {}", tmp.display()))?;
+    f.write_all(marker_text(FORMAT_VERSION).as_bytes())
+        .ctx(|| format!("write {}", tmp.display()))?;
+    f.sync_all().ctx(|| format!("fsync {}", tmp.display()))?;
+    std::fs::rename(&tmp, &marker).ctx(|| format!("rename to {}", marker.display()))?;
+    File::open(dir)
+        .and_then(|d| d.sync_all())
+        .ctx(|| format!("fsync {}", dir.display()))
+}
+
+/// Checks what can be checked of the database file without letting redb touch it: that it is
+/// there, carries redb's magic number, and opens read-only (which refuses rather than repairs).
+fn validate_db_file(path: &Path) -> Result<()> {
+    let corrupt = |detail: String| Error::Corrupt {
+        path: path.to_path_buf(),
+        detail,
+    };
+    let mut f = match File::open(path) {
+        Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            return Err(corrupt("the database file is missing".into()))
+        }
+        Err(e) => return Err(Error::io(format!("open {}", path.display()), e)),
+    };
+    let mut magic = [0u8; 9];
+    if f.read_exact(&mut magic).is_err() || magic != REDB_MAGIC {
+        return Err(corrupt(
+            "it is not a redb database (bad magic number)".into(),
+        ));
+    }
+    drop(f);
+    let ro = std::panic::catch_unwind(|| redb::Builder::new().open_read_only(path));
+    match ro {
+        Ok(Ok(db)) => {
+            let format = read_format(&db).map_err(|e| corrupt(e.to_string()))?;
+            if format > FORMAT_VERSION as u64 {
+                return Err(Error::NewerFormat {
+                    path: path.parent().unwrap_or(path).to_path_buf(),
+                    found: format as u32,
+                    supported: FORMAT_VERSION,
+                });
+            }
+            Ok(())
+        }
+        // Needs crash recovery: legitimate after a crash, and the read-write open will do it.
+        Ok(Err(redb::DatabaseError::RepairAborted)) => Ok(()),
+        Ok(Err(redb::DatabaseError::DatabaseAlreadyOpen)) => Err(Error::Locked {
+            path: path.parent().unwrap_or(path).to_path_buf(),
+        }),
+        Ok(Err(e)) => Err(corrupt(e.to_string())),
+        Err(_) => Err(corrupt("redb could not read it".into())),
+    }
+}
+
+fn read_format(db: &impl ReadableDatabase) -> Result<u64> {
+    let txn = db.begin_read().db("begin a read transaction")?;
+    let meta = txn.open_table(META).db("open the meta table")?;
+    let format = meta
+        .get(META_FORMAT)
+        .db("read the format version")?
+        .map(|g| g.value())
+        .ok_or_else(|| Error::db("read the format version", "no format version stamped"))?;
+    Ok(format)
+}
+
+fn open_db(path: &Path, options: &Options, fresh: bool) -> Result<redb::Database> {
+    let file = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(fresh)
+        .truncate(false)
+        .open(path)
+        .ctx(|| format!("open {}", path.display()))?;
+    let opened = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        let mut b = redb::Builder::new();
+        b.set_cache_size(options.cache_bytes);
+        let backend = redb::backends::FileBackend::new(file)?;
+        match &options.faults {
+            Some(plan) => b.create_with_backend(FaultyBackend::new(backend, plan.clone())),
+            None => b.create_with_backend(backend),
+        }
+    }));
+    let db = match opened {
+        Ok(Ok(db)) => db,
+        Ok(Err(redb::DatabaseError::DatabaseAlreadyOpen)) => {
+            return Err(Error::Locked {
+                path: path.parent().unwrap_or(path).to_path_buf(),
+            })
+        }
+        Ok(Err(e)) => {
+            return Err(Error::Corrupt {
+                path: path.to_path_buf(),
+                detail: e.to_string(),
+            })
+        }
+        Err(_) => {
+            return Err(Error::Corrupt {
+                path: path.to_path_buf(),
+                detail: "redb could not open it".into(),
+            })
+        }
+    };
+    if fresh {
+        let txn = db.begin_write().db("begin the initial transaction")?;
+        {
+            let mut meta = txn.open_table(META).db("create the meta table")?;
+            meta.insert(META_FORMAT, FORMAT_VERSION as u64)
+                .db("stamp the format version")?;
+            meta.insert(META_NEXT_SEQ, 1).db("initialise the seq")?;
+            meta.insert(META_NEXT_TOKEN, 1)
+                .db("initialise the tokens")?;
+            meta.insert(META_HISTORY_FROM, 0)
+                .db("initialise the history")?;
+            txn.open_table(MANIFEST).db("create the manifest")?;
+            txn.open_table(HISTORY).db("create the history")?;
+            txn.open_table(LOG).db("create the log")?;
+            txn.open_table(CLAIMS).db("create the claims")?;
+        }
+        txn.commit().db("create the store")?;
+    }
+    Ok(db)
+}
+
+/// Reads what must be in memory: the dedup index. Returns it and the unit count.
+fn load(db: &redb::Database, path: &Path) -> Result<(DedupIndex, u64)> {
+    let format = read_format(db)?;
+    if format > FORMAT_VERSION as u64 {
+        return Err(Error::NewerFormat {
+            path: path.parent().unwrap_or(path).to_path_buf(),
+            found: format as u32,
+            supported: FORMAT_VERSION,
+        });
+    }
+    let txn = db.begin_read().db("begin a read transaction")?;
+    let manifest = txn.open_table(MANIFEST).db("open the manifest")?;
+    let n = manifest.len().db("count the manifest")?;
+    let mut index = DedupIndex::with_capacity(n as usize);
+    for row in manifest.iter().db("scan the manifest")? {
+        let (k, v) = row.db("scan the manifest")?;
+        let value = EntryValue::decode(v.value())?;
+        index.upsert(k.value(), true, &value);
+    }
+    Ok((index, n))
+}

@@ -1,0 +1,85 @@
+//! The narrow seam under every file operation the engine makes outside redb: create, write,
+//! fsync, link, remove, directory sync. Production uses [`RealVfs`]; the fault-injection tests
+//! put an implementation here that fails or "crashes" at the N-th operation.
+
+use std::fmt::Debug;
+use std::fs::{File, OpenOptions};
+use std::io::{self, Write};
+use std::path::Path;
+
+/// A file being written through the seam.
+pub trait VfsFile: Write + Send {
+    /// Makes the written bytes durable (`fdatasync`/`fsync`).
+    fn sync(&mut self) -> io::Result<()>;
+}
+
+/// File operations the engine performs on its object and staging directories.
+pub trait Vfs: Send + Sync + Debug {
+    /// Creates a new file, failing if it exists.
+    fn create_new(&self, path: &Path) -> io::Result<Box<dyn VfsFile>>;
+    /// Publishes `from` at `to` atomically without replacing anything: `Ok(true)` when linked,
+    /// `Ok(false)` when `to` already exists.
+    fn link_no_replace(&self, from: &Path, to: &Path) -> io::Result<bool>;
+    /// Removes a file.
+    fn remove(&self, path: &Path) -> io::Result<()>;
+    /// Makes a directory's entries durable.
+    fn sync_dir(&self, path: &Path) -> io::Result<()>;
+    /// Makes a file read-only for everyone.
+    fn set_read_only(&self, path: &Path) -> io::Result<()>;
+    /// Creates a directory (and parents) if missing.
+    fn create_dir_all(&self, path: &Path) -> io::Result<()>;
+}
+
+/// The real file system.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct RealVfs;
+
+struct RealFile(File);
+
+impl Write for RealFile {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        self.0.write(buf)
+    }
+    fn flush(&mut self) -> io::Result<()> {
+        self.0.flush()
+    }
+}
+
+impl VfsFile for RealFile {
+    fn sync(&mut self) -> io::Result<()> {
+        self.0.sync_data()
+    }
+}
+
+impl Vfs for RealVfs {
+    fn create_new(&self, path: &Path) -> io::Result<Box<dyn VfsFile>> {
+        let f = OpenOptions::new().write(true).create_new(true).open(path)?;
+        Ok(Box::new(RealFile(f)))
+    }
+
+    fn link_no_replace(&self, from: &Path, to: &Path) -> io::Result<bool> {
+        match std::fs::hard_link(from, to) {
+            Ok(()) => Ok(true),
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => Ok(false),
+            Err(e) => Err(e),
+        }
+    }
+
+    fn remove(&self, path: &Path) -> io::Result<()> {
+        std::fs::remove_file(path)
+    }
+
+    fn sync_dir(&self, path: &Path) -> io::Result<()> {
+        File::open(path)?.sync_all()
+    }
+
+    fn set_read_only(&self, path: &Path) -> io::Result<()> {
+        let mut perm = std::fs::metadata(path)?.permissions();
+        perm.set_readonly(true);
+        std::fs::set_permissions(path, perm)
+    }
+
+    fn create_dir_all(&self, path: &Path) -> io::Result<()> {
+        std::fs::create_dir_all(path)
+    }
+}
