@@ -64,3 +64,8 @@ pub mod loom_support {
     //! The commit queue, exposed to the loom models in `tests/loom.rs`.
     pub use crate::commit::queue::{LeaderPanicked, Weighted, WriteQueue};
 }
+
+/// The README's examples, compiled and run as doc tests so they cannot rot.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctests;
