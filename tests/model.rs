@@ -143,6 +143,37 @@ impl Model {
     }
 }
 
+/// Time travel (R7): every older seq still reads exactly as the model stood then.
+fn check_history(store: &Store, past: &BTreeMap<u64, BTreeMap<String, M>>) {
+    for (&seq, state) in past {
+        let snap = store.snapshot_at(seq).unwrap();
+        let got: BTreeMap<String, M> = snap
+            .iter()
+            .unwrap()
+            .map(|e| e.unwrap())
+            .map(|e| {
+                (
+                    e.unit.clone(),
+                    M {
+                        version: e.source_version,
+                        revision: e.revision,
+                        object: e.object.id,
+                        seq: e.seq,
+                    },
+                )
+            })
+            .collect();
+        assert_eq!(&got, state, "as of seq {seq}");
+        for (unit, m) in state {
+            assert_eq!(
+                snap.get(unit).unwrap().map(|e| e.seq),
+                Some(m.seq),
+                "get {unit} as of seq {seq}"
+            );
+        }
+    }
+}
+
 fn check_invariants(store: &Store, model: &Model, previous: &BTreeMap<String, M>) {
     let snap = store.snapshot().unwrap();
     assert_eq!(snap.seq(), model.seq);
@@ -193,6 +224,7 @@ proptest! {
         let dir = tempfile::tempdir().unwrap();
         let mut store = Store::open(dir.path()).unwrap();
         let mut model = Model::default();
+        let mut past: BTreeMap<u64, BTreeMap<String, M>> = BTreeMap::new();
         for op in ops {
             let previous = model.current.clone();
             match op {
@@ -232,6 +264,10 @@ proptest! {
                 }
             }
             check_invariants(&store, &model, &previous);
+            if model.seq > 0 {
+                past.insert(model.seq, model.current.clone());
+            }
         }
+        check_history(&store, &past);
     }
 }
