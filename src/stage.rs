@@ -10,7 +10,7 @@ use crate::error::{Error, IoContext, Result};
 use crate::object::{ObjectId, ObjectMeta};
 use crate::vfs::Vfs;
 use parking_lot::{Mutex, MutexGuard};
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -73,6 +73,8 @@ pub(crate) struct Stager {
     pub(crate) staging: PathBuf,
     pub(crate) vfs: Arc<dyn Vfs>,
     pub(crate) pins: Arc<PinSet>,
+    /// Staging files being written right now; GC never removes these, whatever their age.
+    pub(crate) in_flight: Mutex<HashSet<PathBuf>>,
     counter: AtomicU64,
 }
 
@@ -104,6 +106,7 @@ impl Stager {
             staging: dir.join("staging"),
             vfs,
             pins: Arc::new(PinSet::default()),
+            in_flight: Mutex::new(HashSet::new()),
             counter: AtomicU64::new(0),
         }
     }
@@ -120,10 +123,12 @@ impl Stager {
         let tmp = self
             .staging
             .join(format!("{}-{n}.part", std::process::id()));
+        self.in_flight.lock().insert(tmp.clone());
         let result = self.write_and_publish(&tmp, reader);
         // The staging file is only a name for the bytes until they are linked (or found to exist
         // already): it is removed on success and on failure. A crash leaves it for GC.
         let _ = self.vfs.remove(&tmp);
+        self.in_flight.lock().remove(&tmp);
         result
     }
 
