@@ -75,6 +75,10 @@ pub(crate) struct Stager {
     pub(crate) pins: Arc<PinSet>,
     /// Staging files being written right now; GC never removes these, whatever their age.
     pub(crate) in_flight: Mutex<HashSet<PathBuf>>,
+    /// Distinguishes this opening of the store from earlier ones of a process with the same pid
+    /// (a restarted container often gets the same pid), whose crash may have left staging files
+    /// with the names this opening would otherwise reuse.
+    session: u64,
     counter: AtomicU64,
 }
 
@@ -107,6 +111,10 @@ impl Stager {
             vfs,
             pins: Arc::new(PinSet::default()),
             in_flight: Mutex::new(HashSet::new()),
+            session: std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.as_nanos() as u64)
+                .unwrap_or(0),
             counter: AtomicU64::new(0),
         }
     }
@@ -122,7 +130,7 @@ impl Stager {
         let n = self.counter.fetch_add(1, Ordering::Relaxed);
         let tmp = self
             .staging
-            .join(format!("{}-{n}.part", std::process::id()));
+            .join(format!("{}-{:x}-{n}.part", std::process::id(), self.session));
         self.in_flight.lock().insert(tmp.clone());
         let result = self.write_and_publish(&tmp, reader);
         // The staging file is only a name for the bytes until they are linked (or found to exist
