@@ -131,7 +131,9 @@ pub(crate) struct ObjectListing {
 impl ObjectListing {
     /// The object files as (id, path, bytes).
     pub(crate) fn objects(&self) -> impl Iterator<Item = (ObjectId, &Path, u64)> {
-        self.objects.iter().map(|o| (o.id, o.path.as_path(), o.bytes))
+        self.objects
+            .iter()
+            .map(|o| (o.id, o.path.as_path(), o.bytes))
     }
 }
 
@@ -269,7 +271,9 @@ impl Store {
             match self.submit(Op::Prune { cutoff_ms })? {
                 Done::Pruned { rows, .. } => report.history_rows_pruned = rows,
                 other => {
-                    unreachable!("invariant: a prune op is answered by a prune report, got {other:?}")
+                    unreachable!(
+                        "invariant: a prune op is answered by a prune report, got {other:?}"
+                    )
                 }
             }
         }

@@ -128,9 +128,11 @@ impl Stager {
     /// whatever the object's size.
     pub(crate) fn stage_reader(&self, reader: &mut dyn Read) -> Result<Staged> {
         let n = self.counter.fetch_add(1, Ordering::Relaxed);
-        let tmp = self
-            .staging
-            .join(format!("{}-{:x}-{n}.part", std::process::id(), self.session));
+        let tmp = self.staging.join(format!(
+            "{}-{:x}-{n}.part",
+            std::process::id(),
+            self.session
+        ));
         self.in_flight.lock().insert(tmp.clone());
         let result = self.write_and_publish(&tmp, reader);
         // The staging file is only a name for the bytes until they are linked (or found to exist

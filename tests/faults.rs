@@ -14,9 +14,7 @@ use oncelake::fault::{FaultPlan, FaultyVfs};
 use oncelake::gc::GcOptions;
 use oncelake::verify::VerifyOptions;
 use oncelake::vfs::RealVfs;
-use oncelake::{
-    Batch, ClaimOutcome, Error, Intent, ManualClock, Options, Outcome, Staged, Store,
-};
+use oncelake::{Batch, ClaimOutcome, Error, Intent, ManualClock, Options, Outcome, Staged, Store};
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -53,7 +51,10 @@ fn a_failed_sync_fails_the_commit_and_the_store_until_reopened() {
 
     let plan = FaultPlan::new();
     let store = Store::open_with(&path, faulty_options(&plan, &clock)).unwrap();
-    assert_eq!(store.put("a", 1, b"a1").unwrap().outcome.name(), "committed");
+    assert_eq!(
+        store.put("a", 1, b"a1").unwrap().outcome.name(),
+        "committed"
+    );
     let b = store.stage_bytes(b"b1").unwrap();
     let c = store.stage_bytes(b"c1").unwrap();
     let spare = store.stage_bytes(b"d1").unwrap();
@@ -68,7 +69,10 @@ fn a_failed_sync_fails_the_commit_and_the_store_until_reopened() {
         store.commit(Batch::new().put("d", 1, &spare)),
         Err(Error::Failed { .. })
     ));
-    assert!(matches!(store.put("d", 1, b"d1"), Err(Error::Failed { .. })));
+    assert!(matches!(
+        store.put("d", 1, b"d1"),
+        Err(Error::Failed { .. })
+    ));
     assert!(matches!(
         store.claim("d", 1, "w", Duration::from_secs(5)),
         Err(Error::Failed { .. })
@@ -81,7 +85,10 @@ fn a_failed_sync_fails_the_commit_and_the_store_until_reopened() {
     drop(store);
 
     let store = Store::open_with(&path, real_options(&clock)).unwrap();
-    let a = store.get("a").unwrap().expect("the acknowledged commit survives");
+    let a = store
+        .get("a")
+        .unwrap()
+        .expect("the acknowledged commit survives");
     assert_eq!(store.snapshot().unwrap().read_object(&a).unwrap(), b"a1");
     let (gb, gc) = (store.get("b").unwrap(), store.get("c").unwrap());
     assert_eq!(
@@ -92,7 +99,10 @@ fn a_failed_sync_fails_the_commit_and_the_store_until_reopened() {
     assert_eq!(store.get("d").unwrap(), None);
     let v = store.verify(VerifyOptions { deep: true }).unwrap();
     assert!(v.is_intact(), "{v:?}");
-    assert_eq!(store.put("d", 1, b"d1").unwrap().outcome.name(), "committed");
+    assert_eq!(
+        store.put("d", 1, b"d1").unwrap().outcome.name(),
+        "committed"
+    );
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -367,11 +377,19 @@ fn check_after_reopen(path: &Path, clock: &ManualClock, model: &Model, label: &s
     }
     // Nothing else is visible.
     let all: Vec<_> = snap.iter().unwrap().map(|e| e.unwrap().unit).collect();
-    assert_eq!(all.len(), expected_units, "{label}: unexpected units {all:?}");
+    assert_eq!(
+        all.len(),
+        expected_units,
+        "{label}: unexpected units {all:?}"
+    );
     // Acknowledged seqs rose and are all within the log.
     assert!(model.seqs.windows(2).all(|w| w[0] < w[1]), "{label}");
     if let Some(&last) = model.seqs.last() {
-        assert!(snap.seq() >= last, "{label}: seq {} < acked {last}", snap.seq());
+        assert!(
+            snap.seq() >= last,
+            "{label}: seq {} < acked {last}",
+            snap.seq()
+        );
     }
 
     // I2 for every kept entry (history included), I7 replay, I5 along the log; I8: GC never
@@ -390,7 +408,11 @@ fn check_after_reopen(path: &Path, clock: &ManualClock, model: &Model, label: &s
         }
     }
     // The reopened store takes writes, and a GC leaves no orphans behind.
-    assert!(store.put("after/reopen", 1, label.as_bytes()).unwrap().outcome.is_success());
+    assert!(store
+        .put("after/reopen", 1, label.as_bytes())
+        .unwrap()
+        .outcome
+        .is_success());
     store
         .gc(GcOptions {
             dry_run: false,
@@ -414,7 +436,10 @@ enum Fault {
 fn scratch() -> tempfile::TempDir {
     let shm = Path::new("/dev/shm");
     if shm.is_dir() {
-        if let Ok(d) = tempfile::Builder::new().prefix("oncelake-faults").tempdir_in(shm) {
+        if let Ok(d) = tempfile::Builder::new()
+            .prefix("oncelake-faults")
+            .tempdir_in(shm)
+        {
             return d;
         }
     }
@@ -446,7 +471,10 @@ fn run_once(n: u64, fault: Fault, repairs: &AtomicU64) -> bool {
         repairs.fetch_add(1, Ordering::Relaxed);
     }
     if !reached {
-        assert!(model.clean, "{label}: the fault-free run must follow the script");
+        assert!(
+            model.clean,
+            "{label}: the fault-free run must follow the script"
+        );
     }
     reached
 }
@@ -477,7 +505,9 @@ fn sweep(fault: Fault) -> (u64, u64) {
 #[test]
 fn crash_at_every_operation() {
     let (points, repairs) = sweep(Fault::Crash);
-    eprintln!("crash sweep: {points} crash points, all passed; {repairs} reopens needed redb repair");
+    eprintln!(
+        "crash sweep: {points} crash points, all passed; {repairs} reopens needed redb repair"
+    );
     assert!(points > 50, "the workload has {points} operations");
     assert!(repairs > 0, "no crash left the database needing repair");
 }
@@ -485,6 +515,8 @@ fn crash_at_every_operation() {
 #[test]
 fn fail_at_every_operation() {
     let (points, repairs) = sweep(Fault::Fail);
-    eprintln!("failure sweep: {points} failure points, all passed; {repairs} reopens needed redb repair");
+    eprintln!(
+        "failure sweep: {points} failure points, all passed; {repairs} reopens needed redb repair"
+    );
     assert!(points > 50, "the workload has {points} operations");
 }

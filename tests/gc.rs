@@ -57,7 +57,10 @@ fn removes_orphans_keeps_referenced_and_dry_run_removes_nothing() {
     assert_eq!(store.snapshot().unwrap().read_object(&e).unwrap(), b"kept");
     let m = store.metrics();
     assert_eq!((m.orphans_collected, m.bytes_collected), (2, 21));
-    assert!(store.verify(VerifyOptions { deep: true }).unwrap().is_clean());
+    assert!(store
+        .verify(VerifyOptions { deep: true })
+        .unwrap()
+        .is_clean());
     // Nothing left to do.
     assert_eq!(store.gc(now_gc()).unwrap().objects, 0);
 }
@@ -72,7 +75,10 @@ fn a_pinned_object_survives_and_its_commit_is_readable() {
     drop(held);
     assert_eq!(store.gc(now_gc()).unwrap().objects, 0);
     let e = store.get("u").unwrap().unwrap();
-    assert_eq!(store.snapshot().unwrap().read_object(&e).unwrap(), b"in flight");
+    assert_eq!(
+        store.snapshot().unwrap().read_object(&e).unwrap(),
+        b"in flight"
+    );
 }
 
 #[test]
@@ -91,18 +97,38 @@ fn retention_prunes_history_and_moves_the_horizon() {
         ..now_gc()
     };
     let r = store.gc(keep).unwrap();
-    assert_eq!((r.history_rows_pruned, r.objects, r.history_from), (0, 0, 0));
     assert_eq!(
-        store.snapshot_at(s1).unwrap().get("u").unwrap().unwrap().source_version,
+        (r.history_rows_pruned, r.objects, r.history_from),
+        (0, 0, 0)
+    );
+    assert_eq!(
+        store
+            .snapshot_at(s1)
+            .unwrap()
+            .get("u")
+            .unwrap()
+            .unwrap()
+            .source_version,
         1
     );
 
     clock.advance_ms(10_000);
-    let dry = store.gc(GcOptions { dry_run: true, ..keep }).unwrap();
-    assert_eq!((dry.history_rows_pruned, dry.objects, dry.history_from), (1, 1, s2));
+    let dry = store
+        .gc(GcOptions {
+            dry_run: true,
+            ..keep
+        })
+        .unwrap();
+    assert_eq!(
+        (dry.history_rows_pruned, dry.objects, dry.history_from),
+        (1, 1, s2)
+    );
     assert!(v1_path.exists());
     let r = store.gc(keep).unwrap();
-    assert_eq!((r.history_rows_pruned, r.objects, r.history_from), (1, 1, s2));
+    assert_eq!(
+        (r.history_rows_pruned, r.objects, r.history_from),
+        (1, 1, s2)
+    );
     assert!(!v1_path.exists());
     assert!(matches!(
         store.snapshot_at(s1),
@@ -110,8 +136,15 @@ fn retention_prunes_history_and_moves_the_horizon() {
     ));
     let at = store.snapshot_at(s2).unwrap();
     assert_eq!(at.get("u").unwrap().unwrap().source_version, 2);
-    assert_eq!(at.get("other").unwrap(), None, "other was committed after s2");
-    assert!(store.verify(VerifyOptions { deep: true }).unwrap().is_clean());
+    assert_eq!(
+        at.get("other").unwrap(),
+        None,
+        "other was committed after s2"
+    );
+    assert!(store
+        .verify(VerifyOptions { deep: true })
+        .unwrap()
+        .is_clean());
 
     // The horizon survives a reopen and never moves back.
     let path = store.path().to_path_buf();
@@ -135,8 +168,14 @@ fn restaging_content_gc_removed_publishes_it_again() {
     let out = store.put("u", 3, b"old bytes").unwrap();
     assert_eq!(out.outcome.name(), "committed");
     let e = store.get("u").unwrap().unwrap();
-    assert_eq!(store.snapshot().unwrap().read_object(&e).unwrap(), b"old bytes");
-    assert!(store.verify(VerifyOptions { deep: true }).unwrap().is_clean());
+    assert_eq!(
+        store.snapshot().unwrap().read_object(&e).unwrap(),
+        b"old bytes"
+    );
+    assert!(store
+        .verify(VerifyOptions { deep: true })
+        .unwrap()
+        .is_clean());
 }
 
 #[test]

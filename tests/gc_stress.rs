@@ -27,7 +27,10 @@ fn payload(writer: usize, i: u64) -> Vec<u8> {
 fn scratch() -> tempfile::TempDir {
     let shm = Path::new("/dev/shm");
     if shm.is_dir() {
-        if let Ok(d) = tempfile::Builder::new().prefix("oncelake-gc").tempdir_in(shm) {
+        if let Ok(d) = tempfile::Builder::new()
+            .prefix("oncelake-gc")
+            .tempdir_in(shm)
+        {
             return d;
         }
     }
@@ -66,7 +69,9 @@ fn gc_in_a_loop_never_removes_what_writers_commit() {
                         // Each writer owns its units, so right after its commit the entry is
                         // current and its object must be readable, whatever GC is doing.
                         let units: Vec<String> = if round % 5 == 0 {
-                            (0..UNITS_PER_WRITER).map(|u| format!("w{w}/u{u}")).collect()
+                            (0..UNITS_PER_WRITER)
+                                .map(|u| format!("w{w}/u{u}"))
+                                .collect()
                         } else {
                             vec![format!("w{w}/u{}", round as usize % UNITS_PER_WRITER)]
                         };
@@ -112,7 +117,10 @@ fn gc_in_a_loop_never_removes_what_writers_commit() {
     eprintln!("gc ran {runs} times during the writes: {removed} objects removed, {pruned} history rows pruned");
     assert!(runs > 1, "GC must have run alongside the writers");
     assert!(pruned > 0, "retention 0 must prune history");
-    assert!(removed > 0, "GC must have removed objects that writers then staged again");
+    assert!(
+        removed > 0,
+        "GC must have removed objects that writers then staged again"
+    );
 
     // Afterwards: a final GC leaves exactly what the entries reference, intact.
     store

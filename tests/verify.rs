@@ -55,7 +55,11 @@ fn a_flipped_byte_is_corrupt_and_names_the_unit() {
     let r = store.verify(shallow()).unwrap();
     assert!(!r.is_intact());
     assert_eq!(r.corrupt.len(), 1, "{r:?}");
-    assert!(r.corrupt[0].detail.contains("crc32"), "{}", r.corrupt[0].detail);
+    assert!(
+        r.corrupt[0].detail.contains("crc32"),
+        "{}",
+        r.corrupt[0].detail
+    );
     assert_eq!(r.corrupt[0].units[0].unit, "a");
     assert!(r.corrupt[0].units[0].current);
     assert!(r.missing.is_empty() && r.orphaned.is_empty());
@@ -71,7 +75,11 @@ fn a_truncated_object_is_corrupt() {
     f.set_len(4).unwrap();
     let r = store.verify(shallow()).unwrap();
     assert_eq!(r.corrupt.len(), 1, "{r:?}");
-    assert!(r.corrupt[0].detail.contains("4 bytes"), "{}", r.corrupt[0].detail);
+    assert!(
+        r.corrupt[0].detail.contains("4 bytes"),
+        "{}",
+        r.corrupt[0].detail
+    );
     assert_eq!(r.affected_units().into_iter().collect::<Vec<_>>(), ["b"]);
 }
 

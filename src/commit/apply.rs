@@ -55,7 +55,9 @@ pub(crate) enum Done {
     Release(bool),
     Flushed,
     /// History rows removed by a prune.
-    Pruned { rows: u64 },
+    Pruned {
+        rows: u64,
+    },
 }
 
 impl Weighted for Op {
@@ -138,7 +140,8 @@ fn write_group(inner: &Inner, ops: Vec<Op>) -> Result<GroupResult> {
         Durability::Durable => true,
         Durability::Relaxed { max_delay } => {
             let last = inner.last_durable_ms.load(Ordering::Relaxed);
-            ops.iter().any(|o| matches!(o, Op::Flush | Op::Prune { .. }))
+            ops.iter()
+                .any(|o| matches!(o, Op::Flush | Op::Prune { .. }))
                 || now_ms.saturating_sub(last) >= max_delay.as_millis() as u64
                 || now_ms < last
         }
