@@ -302,6 +302,11 @@ impl Store {
 
         // (3) Under the pin lock: S2, the commits between S1 and S2, then the deletions.
         let pins = self.inner.stager.pins.lock();
+        // A commit whose write failed drops its pins only after the failed state is set, and a
+        // failed write may still surface after a reopen: decide nothing on this store's view then.
+        if !options.dry_run {
+            self.check_writable()?;
+        }
         let s2 = self.inner.db.begin_read().db("begin a read transaction")?;
         let (s2_seq, _) = seq_and_horizon(&s2)?;
         if s2_seq > s1_seq {

@@ -76,18 +76,18 @@ fn gc_in_a_loop_never_removes_what_writers_commit() {
                             vec![format!("w{w}/u{}", round as usize % UNITS_PER_WRITER)]
                         };
                         let mut batch = Batch::new();
-                        let mut staged = Vec::new();
+                        let mut contents = Vec::new();
                         for (i, unit) in units.iter().enumerate() {
                             let content = payload(w, round * 2 + i as u64);
+                            // The writer lets go of its handle at once: only the batch pins the
+                            // object on its way through the commit (the hardest case for GC).
                             let st = store.stage_bytes(&content).unwrap();
                             batch = batch.put(unit.clone(), round, &st);
-                            staged.push((unit.clone(), content, st));
+                            drop(st);
+                            contents.push((unit.clone(), content));
                         }
                         let report = store.commit(batch).unwrap();
                         assert!(report.applied(), "{report:?}");
-                        // Drop the pins before reading: only the entry may keep the object.
-                        let contents: Vec<_> =
-                            staged.into_iter().map(|(u, c, _st)| (u, c)).collect();
                         let snap = store.snapshot().unwrap();
                         for ((unit, content), u) in contents.into_iter().zip(&report.units) {
                             assert!(matches!(u.outcome, Outcome::Committed { .. }));

@@ -14,6 +14,7 @@ use crate::error::{DbContext, Error, Result};
 use crate::log::{ClaimChange, LogEntry, Record, RecordBody, LOG};
 use crate::manifest::{EntryValue, HISTORY, MANIFEST};
 use crate::metrics::add;
+use crate::stage::Staged;
 use crate::store::{Durability, Inner, META, META_HISTORY_FROM, META_NEXT_SEQ, META_NEXT_TOKEN};
 use redb::{ReadableTable, Table};
 use std::sync::atomic::Ordering;
@@ -103,7 +104,11 @@ pub(crate) fn apply_group(inner: &Inner, ops: Vec<Op>) -> Vec<Result<Done>> {
             .collect();
     }
     let n = ops.len();
-    match write_group(inner, ops) {
+    // The batches are consumed while the group is decided, before its transaction is visible;
+    // their staged objects must stay pinned until it is (or until the failed state is set), or GC
+    // could delete an object the commit is about to make visible (I8).
+    let pins = pins_of(&ops);
+    let result = match write_group(inner, ops) {
         Ok((dones, index)) => {
             {
                 let mut idx = inner.index.write();
@@ -128,7 +133,20 @@ pub(crate) fn apply_group(inner: &Inner, ops: Vec<Op>) -> Vec<Result<Done>> {
                 })
                 .collect()
         }
-    }
+    };
+    drop(pins);
+    result
+}
+
+/// Clones of the staged handles of every commit in the group (each clone holds its object's pin).
+fn pins_of(ops: &[Op]) -> Vec<Staged> {
+    ops.iter()
+        .filter_map(|o| match o {
+            Op::Commit(b) => Some(b.items.iter().map(|i| i.staged.clone())),
+            _ => None,
+        })
+        .flatten()
+        .collect()
 }
 
 type GroupResult = (Vec<Done>, Vec<(String, bool, EntryValue)>);
