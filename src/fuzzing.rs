@@ -98,11 +98,12 @@ pub fn commit_rules(data: &[u8]) {
     let mut units: Vec<ModelUnit> = vec![ModelUnit::default(); 4];
     let mut next_seq = 1u64;
     let mut next_token = 1u64;
+    // Four distinct object ids; the rules only compare them, so no hashing is needed.
     let contents: [ObjectId; 4] = [
-        ObjectId::of(b"a"),
-        ObjectId::of(b"b"),
-        ObjectId::of(b"c"),
-        ObjectId::of(b""),
+        ObjectId([1; 32]),
+        ObjectId([2; 32]),
+        ObjectId([3; 32]),
+        ObjectId([0; 32]),
     ];
     for op in data.chunks_exact(3) {
         let unit = &mut units[(op[0] & 3) as usize];
