@@ -256,9 +256,50 @@ impl Store {
             }))
             .collect();
         drop(txn);
+        self.drop_vanished_references(&mut report)?;
 
         report.replay = replay(&self.snapshot()?)?;
         Ok(report)
+    }
+
+    /// A GC running alongside may prune a history row after our snapshot and then, rightly,
+    /// remove its object: re-check each problem's entries against the store as it is now, and
+    /// keep only the entries (and problems) that still exist.
+    fn drop_vanished_references(&self, report: &mut VerifyReport) -> Result<()> {
+        if report.missing.is_empty() && report.corrupt.is_empty() {
+            return Ok(());
+        }
+        let txn = self.inner.db.begin_read().db("begin a read transaction")?;
+        let manifest = txn.open_table(MANIFEST).db("open the manifest")?;
+        let history = txn.open_table(HISTORY).db("open the history")?;
+        let still_there = |u: &UnitRef| -> Result<bool> {
+            if history
+                .get((u.unit.as_str(), u.seq))
+                .db("read the history")?
+                .is_some()
+            {
+                return Ok(true);
+            }
+            Ok(
+                match manifest.get(u.unit.as_str()).db("read the manifest")? {
+                    Some(v) => EntryValue::decode(v.value())?.seq == u.seq,
+                    None => false,
+                },
+            )
+        };
+        for list in [&mut report.missing, &mut report.corrupt] {
+            for p in list.iter_mut() {
+                let mut kept = Vec::with_capacity(p.units.len());
+                for u in p.units.drain(..) {
+                    if still_there(&u)? {
+                        kept.push(u);
+                    }
+                }
+                p.units = kept;
+            }
+            list.retain(|p| !p.units.is_empty());
+        }
+        Ok(())
     }
 }
 

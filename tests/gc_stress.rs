@@ -61,6 +61,15 @@ fn gc_in_a_loop_never_removes_what_writers_commit() {
                 t.2 += r.history_rows_pruned;
             }
         });
+        // Verify runs alongside too: it must never report data lost while GC and writers work.
+        s.spawn(|| {
+            let mut runs = 0u64;
+            while !writers_done.load(Ordering::SeqCst) || runs == 0 {
+                let v = store.verify(VerifyOptions { deep: false }).unwrap();
+                assert!(v.is_intact(), "verify during the run: {v:?}");
+                runs += 1;
+            }
+        });
         let writers: Vec<_> = (0..WRITERS)
             .map(|w| {
                 let (store, model) = (&store, &model);
