@@ -32,6 +32,9 @@ pub mod clock;
 pub mod commit;
 mod error;
 pub mod fault;
+#[doc(hidden)]
+pub mod fuzzing;
+pub mod gc;
 mod index;
 mod key;
 pub mod log;
@@ -43,12 +46,14 @@ mod snapshot;
 mod stage;
 mod store;
 pub(crate) mod sync;
+pub mod verify;
 pub mod vfs;
 
 pub use claim::{ClaimOutcome, Lease, RenewOutcome};
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use commit::{Atomicity, Batch, CommitReport, Intent, Outcome, UnitOutcome};
 pub use error::{Error, Result};
+pub use gc::{GcOptions, GcReport};
 pub use key::{validate_key, MAX_KEY_LEN};
 pub use manifest::Entry;
 pub use metrics::MetricsSnapshot;
@@ -57,6 +62,7 @@ pub use replay::{replay, ReplayReport};
 pub use snapshot::{Entries, Snapshot};
 pub use stage::Staged;
 pub use store::{Committed, Durability, Options, Store, DB_FILE, FORMAT_VERSION, MARKER_FILE};
+pub use verify::{VerifyOptions, VerifyReport};
 
 #[cfg(loom)]
 #[doc(hidden)]

@@ -10,7 +10,7 @@ use crate::error::{Error, IoContext, Result};
 use crate::object::{ObjectId, ObjectMeta};
 use crate::vfs::Vfs;
 use parking_lot::{Mutex, MutexGuard};
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -73,6 +73,12 @@ pub(crate) struct Stager {
     pub(crate) staging: PathBuf,
     pub(crate) vfs: Arc<dyn Vfs>,
     pub(crate) pins: Arc<PinSet>,
+    /// Staging files being written right now; GC never removes these, whatever their age.
+    pub(crate) in_flight: Mutex<HashSet<PathBuf>>,
+    /// Distinguishes this opening of the store from earlier ones of a process with the same pid
+    /// (a restarted container often gets the same pid), whose crash may have left staging files
+    /// with the names this opening would otherwise reuse.
+    session: u64,
     counter: AtomicU64,
 }
 
@@ -104,6 +110,11 @@ impl Stager {
             staging: dir.join("staging"),
             vfs,
             pins: Arc::new(PinSet::default()),
+            in_flight: Mutex::new(HashSet::new()),
+            session: std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.as_nanos() as u64)
+                .unwrap_or(0),
             counter: AtomicU64::new(0),
         }
     }
@@ -117,13 +128,17 @@ impl Stager {
     /// whatever the object's size.
     pub(crate) fn stage_reader(&self, reader: &mut dyn Read) -> Result<Staged> {
         let n = self.counter.fetch_add(1, Ordering::Relaxed);
-        let tmp = self
-            .staging
-            .join(format!("{}-{n}.part", std::process::id()));
+        let tmp = self.staging.join(format!(
+            "{}-{:x}-{n}.part",
+            std::process::id(),
+            self.session
+        ));
+        self.in_flight.lock().insert(tmp.clone());
         let result = self.write_and_publish(&tmp, reader);
         // The staging file is only a name for the bytes until they are linked (or found to exist
         // already): it is removed on success and on failure. A crash leaves it for GC.
         let _ = self.vfs.remove(&tmp);
+        self.in_flight.lock().remove(&tmp);
         result
     }
 

@@ -2,6 +2,7 @@
 
 mod common;
 mod error;
+mod maint_cmds;
 mod store_cmds;
 
 use clap::{Parser, Subcommand};
@@ -16,6 +17,8 @@ Examples:
   oncelake get ./lake orders/date=2026-11-29 -o out.parquet
   oncelake ls ./lake --prefix orders/ --json
   oncelake log ./lake --since 10
+  oncelake gc ./lake --dry-run
+  oncelake verify ./lake --deep
 
 Exit codes: 0 ok (committed or duplicate), 1 I/O or internal failure, 2 usage or bad input,
 3 conflict, 4 stale, 5 fenced, 6 store locked or busy, 7 verify found problems.";
@@ -43,6 +46,10 @@ pub(crate) enum Command {
     Ls(store_cmds::LsArgs),
     /// Show the commit log.
     Log(store_cmds::LogArgs),
+    /// Remove orphaned objects, old staging files and history beyond the retention window.
+    Gc(maint_cmds::GcArgs),
+    /// Check every referenced object and replay the log; exit 7 if anything is wrong.
+    Verify(maint_cmds::VerifyArgs),
 }
 
 pub(crate) fn main() -> ExitCode {
@@ -72,5 +79,7 @@ fn run(cli: Cli) -> Result<u8, CliError> {
         Command::Get(a) => store_cmds::get(a, wait),
         Command::Ls(a) => store_cmds::ls(a, wait),
         Command::Log(a) => store_cmds::log(a, wait),
+        Command::Gc(a) => maint_cmds::gc(a, wait),
+        Command::Verify(a) => maint_cmds::verify(a, wait),
     }
 }

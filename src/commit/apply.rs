@@ -14,7 +14,8 @@ use crate::error::{DbContext, Error, Result};
 use crate::log::{ClaimChange, LogEntry, Record, RecordBody, LOG};
 use crate::manifest::{EntryValue, HISTORY, MANIFEST};
 use crate::metrics::add;
-use crate::store::{Durability, Inner, META, META_NEXT_SEQ, META_NEXT_TOKEN};
+use crate::stage::Staged;
+use crate::store::{Durability, Inner, META, META_HISTORY_FROM, META_NEXT_SEQ, META_NEXT_TOKEN};
 use redb::{ReadableTable, Table};
 use std::sync::atomic::Ordering;
 
@@ -37,6 +38,13 @@ pub(crate) enum Op {
     },
     /// A synced, empty transaction: makes relaxed-mode commits durable.
     Flush,
+    /// Garbage collection's history pruning (SPEC R14): delete the HISTORY rows superseded before
+    /// `cutoff_ms` and advance the `history_from` horizon past them. Runs in the leader so it
+    /// serialises with commits, and is always synced: GC deletes objects on the strength of it, so
+    /// it must not be lost in a crash while the deletions survive.
+    Prune {
+        cutoff_ms: u64,
+    },
 }
 
 /// The answer to one [`Op`].
@@ -47,6 +55,10 @@ pub(crate) enum Done {
     Renew(RenewOutcome),
     Release(bool),
     Flushed,
+    /// History rows removed by a prune.
+    Pruned {
+        rows: u64,
+    },
 }
 
 impl Weighted for Op {
@@ -73,6 +85,8 @@ struct Writer<'t> {
     next_seq: u64,
     next_token: u64,
     now_ms: u64,
+    /// The history horizon a prune in this group moved to, if any.
+    history_from: Option<u64>,
     /// Index updates to publish once the transaction is durable: (unit, was new, value).
     index: Vec<(String, bool, EntryValue)>,
 }
@@ -90,7 +104,11 @@ pub(crate) fn apply_group(inner: &Inner, ops: Vec<Op>) -> Vec<Result<Done>> {
             .collect();
     }
     let n = ops.len();
-    match write_group(inner, ops) {
+    // The batches are consumed while the group is decided, before its transaction is visible;
+    // their staged objects must stay pinned until it is (or until the failed state is set), or GC
+    // could delete an object the commit is about to make visible (I8).
+    let pins = pins_of(&ops);
+    let result = match write_group(inner, ops) {
         Ok((dones, index)) => {
             {
                 let mut idx = inner.index.write();
@@ -115,7 +133,20 @@ pub(crate) fn apply_group(inner: &Inner, ops: Vec<Op>) -> Vec<Result<Done>> {
                 })
                 .collect()
         }
-    }
+    };
+    drop(pins);
+    result
+}
+
+/// Clones of the staged handles of every commit in the group (each clone holds its object's pin).
+fn pins_of(ops: &[Op]) -> Vec<Staged> {
+    ops.iter()
+        .filter_map(|o| match o {
+            Op::Commit(b) => Some(b.items.iter().map(|i| i.staged.clone())),
+            _ => None,
+        })
+        .flatten()
+        .collect()
 }
 
 type GroupResult = (Vec<Done>, Vec<(String, bool, EntryValue)>);
@@ -127,7 +158,8 @@ fn write_group(inner: &Inner, ops: Vec<Op>) -> Result<GroupResult> {
         Durability::Durable => true,
         Durability::Relaxed { max_delay } => {
             let last = inner.last_durable_ms.load(Ordering::Relaxed);
-            ops.iter().any(|o| matches!(o, Op::Flush))
+            ops.iter()
+                .any(|o| matches!(o, Op::Flush | Op::Prune { .. }))
                 || now_ms.saturating_sub(last) >= max_delay.as_millis() as u64
                 || now_ms < last
         }
@@ -156,6 +188,7 @@ fn write_group(inner: &Inner, ops: Vec<Op>) -> Result<GroupResult> {
             next_seq,
             next_token,
             now_ms,
+            history_from: None,
             index: Vec::new(),
         };
         let mut dones = Vec::with_capacity(ops.len());
@@ -169,6 +202,18 @@ fn write_group(inner: &Inner, ops: Vec<Op>) -> Result<GroupResult> {
         if w.next_token != next_token {
             meta.insert(META_NEXT_TOKEN, w.next_token)
                 .db("advance the tokens")?;
+        }
+        if let Some(h) = w.history_from {
+            // The horizon only rises: a prune never makes readable again what was refused.
+            let stored = meta
+                .get(META_HISTORY_FROM)
+                .db("read the history horizon")?
+                .map(|g| g.value())
+                .unwrap_or(0);
+            if h > stored {
+                meta.insert(META_HISTORY_FROM, h)
+                    .db("advance the history horizon")?;
+            }
         }
         let index = std::mem::take(&mut w.index);
         (dones, index)
@@ -243,6 +288,7 @@ impl Writer<'_> {
             Op::Renew { lease, ttl_ms } => Done::Renew(self.renew(lease, ttl_ms)?),
             Op::Release { lease } => Done::Release(self.release(lease)?),
             Op::Flush => Done::Flushed,
+            Op::Prune { cutoff_ms } => self.prune(cutoff_ms)?,
         })
     }
 
@@ -408,6 +454,22 @@ impl Writer<'_> {
             );
         }
         Ok(CommitReport { seq, units })
+    }
+
+    /// Deletes the history rows superseded before `cutoff_ms` (see [`crate::gc::plan_prune`]) and
+    /// moves the horizon so that no read as of a seq whose view lost a row is served.
+    fn prune(&mut self, cutoff_ms: u64) -> Result<Done> {
+        let plan = crate::gc::plan_prune(&self.history, cutoff_ms)?;
+        for (unit, seq) in &plan.rows {
+            self.history
+                .remove((unit.as_str(), *seq))
+                .db("prune the history")?;
+        }
+        // write_group stores the highest horizon of the group, never lowering the stored one.
+        self.history_from = Some(plan.horizon.max(self.history_from.unwrap_or(0)));
+        Ok(Done::Pruned {
+            rows: plan.rows.len() as u64,
+        })
     }
 
     /// A commit made under the unit's current lease ends that lease: the work is done.

@@ -1,0 +1,297 @@
+//! Maintenance commands: gc and verify (SPEC R14, R15, R17).
+
+use super::{open_store, parse_duration, print_json, CliError};
+use oncelake::gc::{GcOptions, GcReport};
+use oncelake::verify::{ObjectProblem, VerifyOptions, VerifyReport};
+use serde_json::json;
+use std::io::IsTerminal;
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// Exit code when verify finds anything wrong.
+const VERIFY_PROBLEMS: u8 = 7;
+
+#[derive(clap::Args, Debug)]
+#[command(after_help = "\
+Examples:
+  oncelake gc ./lake --dry-run           # what would be removed, with the defaults
+  oncelake gc ./lake --retain 30d        # keep 30 days of history readable with --at
+  oncelake gc ./lake --grace 0 --json    # also remove staging files left just now")]
+pub(crate) struct GcArgs {
+    /// The store.
+    pub store: PathBuf,
+    /// Report what would be removed without removing anything.
+    #[arg(long)]
+    pub dry_run: bool,
+    /// Leave staging files younger than this (e.g. 30m, 1h; 0 = none).
+    #[arg(long, default_value = "1h", value_parser = parse_duration)]
+    pub grace: Duration,
+    /// Keep history (and its objects) superseded less than this long ago (e.g. 7d; 0 = none).
+    #[arg(long, default_value = "7d", value_parser = parse_duration)]
+    pub retain: Duration,
+    /// Print the report as one JSON line.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(clap::Args, Debug)]
+#[command(after_help = "\
+Examples:
+  oncelake verify ./lake                 # sizes and CRC32 of every referenced object, log replay
+  oncelake verify ./lake --deep --json   # also BLAKE3 of every object against its name
+
+Exit code 7 when anything is missing, corrupt or orphaned, or the log disagrees with the manifest.")]
+pub(crate) struct VerifyArgs {
+    /// The store.
+    pub store: PathBuf,
+    /// Also hash every object (BLAKE3) and compare it with its name.
+    #[arg(long)]
+    pub deep: bool,
+    /// Print the report as one JSON line.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Human-readable byte counts.
+fn bytes(n: u64) -> String {
+    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let mut v = n as f64;
+    let mut u = 0;
+    while v >= 1024.0 && u < UNITS.len() - 1 {
+        v /= 1024.0;
+        u += 1;
+    }
+    if u == 0 {
+        format!("{n} B")
+    } else {
+        format!("{v:.1} {}", UNITS[u])
+    }
+}
+
+fn plural(n: u64, one: &str, many: &str) -> String {
+    format!("{n} {}", if n == 1 { one } else { many })
+}
+
+pub(crate) fn gc(a: GcArgs, wait: Duration) -> Result<u8, CliError> {
+    let store = open_store(&a.store, wait, false)?;
+    // GC reports no progress of its own: a spinner says it is alive, only to a person watching.
+    let spinner = std::io::stderr().is_terminal().then(|| {
+        let s = indicatif::ProgressBar::new_spinner();
+        s.set_message("collecting garbage");
+        s.enable_steady_tick(Duration::from_millis(120));
+        s
+    });
+    let report = store.gc(GcOptions {
+        dry_run: a.dry_run,
+        grace: a.grace,
+        retain: a.retain,
+    });
+    if let Some(s) = spinner {
+        s.finish_and_clear();
+    }
+    let report = report?;
+    if a.json {
+        print_json(&gc_json(&report));
+    } else {
+        let verb = if report.dry_run {
+            "would remove"
+        } else {
+            "removed"
+        };
+        println!(
+            "{verb} {} ({}) and {} ({}); {} {}; history readable from seq {}",
+            plural(
+                report.objects,
+                "unreferenced object",
+                "unreferenced objects"
+            ),
+            bytes(report.object_bytes),
+            plural(report.staging_files, "staging file", "staging files"),
+            bytes(report.staging_bytes),
+            if report.dry_run {
+                "would prune"
+            } else {
+                "pruned"
+            },
+            plural(report.history_rows_pruned, "history row", "history rows"),
+            report.history_from,
+        );
+        println!(
+            "kept {} referenced by entries{}",
+            plural(report.objects_referenced, "object", "objects"),
+            if report.objects_pinned > 0 {
+                format!(
+                    ", and {} staged for commits in flight",
+                    plural(report.objects_pinned, "object", "objects")
+                )
+            } else {
+                String::new()
+            }
+        );
+        if report.stray_files > 0 {
+            eprintln!(
+                "note: {} in objects/ not named like objects were left alone; `oncelake verify {}` lists them",
+                plural(report.stray_files, "file", "files"),
+                a.store.display()
+            );
+        }
+    }
+    Ok(0)
+}
+
+fn gc_json(r: &GcReport) -> serde_json::Value {
+    json!({
+        "dry_run": r.dry_run,
+        "staging_files": r.staging_files,
+        "staging_bytes": r.staging_bytes,
+        "objects": r.objects,
+        "object_bytes": r.object_bytes,
+        "history_rows_pruned": r.history_rows_pruned,
+        "history_from": r.history_from,
+        "objects_referenced": r.objects_referenced,
+        "objects_pinned": r.objects_pinned,
+        "stray_files": r.stray_files,
+    })
+}
+
+pub(crate) fn verify(a: VerifyArgs, wait: Duration) -> Result<u8, CliError> {
+    let store = open_store(&a.store, wait, false)?;
+    let options = VerifyOptions { deep: a.deep };
+    // The bar only when a person watches: never in pipes, files or CI logs.
+    let report = if std::io::stderr().is_terminal() {
+        let bar = indicatif::ProgressBar::new(0);
+        bar.set_style(
+            indicatif::ProgressStyle::with_template(
+                "verifying {bar:40} {pos}/{len} objects ({eta} left)",
+            )
+            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+        );
+        let r = store.verify_with_progress(options, &mut |done, total| {
+            bar.set_length(total);
+            bar.set_position(done);
+        });
+        bar.finish_and_clear();
+        r?
+    } else {
+        store.verify(options)?
+    };
+    if a.json {
+        print_json(&verify_json(&report));
+    } else {
+        print_verify_text(&report);
+    }
+    Ok(if report.is_clean() {
+        0
+    } else {
+        VERIFY_PROBLEMS
+    })
+}
+
+fn problem_json(p: &ObjectProblem) -> serde_json::Value {
+    json!({
+        "object": p.object.to_hex(),
+        "path": p.path.display().to_string(),
+        "detail": p.detail,
+        "units": p.units.iter().map(|u| json!({
+            "unit": u.unit, "seq": u.seq, "current": u.current,
+        })).collect::<Vec<_>>(),
+    })
+}
+
+fn verify_json(r: &VerifyReport) -> serde_json::Value {
+    json!({
+        "ok": r.is_clean(),
+        "deep": r.deep,
+        "seq": r.seq,
+        "entries_checked": r.entries_checked,
+        "objects_checked": r.objects_checked,
+        "bytes_checked": r.bytes_checked,
+        "log_records": r.replay.records,
+        "missing": r.missing.iter().map(problem_json).collect::<Vec<_>>(),
+        "corrupt": r.corrupt.iter().map(problem_json).collect::<Vec<_>>(),
+        "orphaned": r.orphaned.iter().map(|o| json!({
+            "path": o.path.display().to_string(), "bytes": o.bytes, "stray": o.stray,
+        })).collect::<Vec<_>>(),
+        "log_problems": r.replay.problems,
+        "affected_units": r.affected_units(),
+    })
+}
+
+fn units_text(p: &ObjectProblem) -> String {
+    p.units
+        .iter()
+        .map(|u| {
+            if u.current {
+                format!("{} (current, seq {})", u.unit, u.seq)
+            } else {
+                format!("{} (history, seq {})", u.unit, u.seq)
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+fn print_verify_text(r: &VerifyReport) {
+    println!(
+        "checked {} in {} ({}){}; replayed {} against the manifest as of seq {}",
+        plural(r.entries_checked, "entry", "entries"),
+        plural(r.objects_checked, "object", "objects"),
+        bytes(r.bytes_checked),
+        if r.deep { ", with BLAKE3" } else { "" },
+        plural(r.replay.records, "log record", "log records"),
+        r.seq,
+    );
+    for p in &r.missing {
+        println!(
+            "MISSING  {}: {}; affects {}",
+            p.object,
+            p.detail,
+            units_text(p)
+        );
+    }
+    for p in &r.corrupt {
+        println!(
+            "CORRUPT  {}: {}; affects {}",
+            p.object,
+            p.detail,
+            units_text(p)
+        );
+    }
+    for o in &r.orphaned {
+        println!(
+            "ORPHAN   {} ({}){}",
+            o.path.display(),
+            bytes(o.bytes),
+            if o.stray {
+                " — not an object; remove it by hand if it is not yours"
+            } else {
+                " — unreferenced; `oncelake gc` removes it"
+            }
+        );
+    }
+    for p in &r.replay.problems {
+        println!("LOG      {p}");
+    }
+    if r.is_clean() {
+        println!("ok: no problems found");
+    } else {
+        let affected = r.affected_units();
+        eprintln!(
+            "verify found {}{}",
+            plural(r.problem_count() as u64, "problem", "problems"),
+            if affected.is_empty() {
+                String::new()
+            } else {
+                format!(
+                    "; affected units: {}",
+                    affected.into_iter().collect::<Vec<_>>().join(", ")
+                )
+            }
+        );
+        if !r.missing.is_empty() || !r.corrupt.is_empty() {
+            eprintln!(
+                "restore the affected objects from a backup, or re-run the work for the affected units and commit a correction"
+            );
+        }
+    }
+}

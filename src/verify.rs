@@ -1,0 +1,370 @@
+//! Integrity check (SPEC R15): re-reads every object a kept entry references and checks its size
+//! and CRC32 (and, deep, its BLAKE3 content hash against its name), replays the commit log
+//! against the manifest (I7), and lists missing, corrupt and orphaned objects together with the
+//! units they affect.
+
+use crate::error::{DbContext, Result};
+use crate::gc::list_objects;
+use crate::log::{Record, RecordBody, LOG};
+use crate::manifest::{EntryValue, HISTORY, MANIFEST};
+use crate::object::{ObjectId, ObjectMeta};
+use crate::replay::{replay, ReplayReport};
+use crate::store::{Store, META, META_NEXT_SEQ};
+use redb::{ReadableDatabase, ReadableTable};
+use std::collections::{BTreeMap, BTreeSet, HashSet};
+use std::path::{Path, PathBuf};
+
+/// How thoroughly to verify.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct VerifyOptions {
+    /// Also hash every object (BLAKE3) and compare it with the object's name.
+    pub deep: bool,
+}
+
+/// An entry that references an object.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct UnitRef {
+    /// The unit key.
+    pub unit: String,
+    /// The seq of the entry.
+    pub seq: u64,
+    /// Whether it is the unit's current entry (otherwise a kept history entry).
+    pub current: bool,
+}
+
+/// A referenced object that is missing or damaged.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ObjectProblem {
+    /// The object's content hash.
+    pub object: ObjectId,
+    /// Where it should be.
+    pub path: PathBuf,
+    /// What is wrong.
+    pub detail: String,
+    /// The entries that reference it.
+    pub units: Vec<UnitRef>,
+}
+
+/// A file in `objects/` that no kept entry references.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct OrphanFile {
+    /// Its path.
+    pub path: PathBuf,
+    /// Its size.
+    pub bytes: u64,
+    /// True when the file is not even named like an object (a stray file someone put there);
+    /// GC leaves those alone.
+    pub stray: bool,
+}
+
+/// What [`Store::verify`] found.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct VerifyReport {
+    /// Whether BLAKE3 hashes were checked.
+    pub deep: bool,
+    /// The seq the check saw.
+    pub seq: u64,
+    /// Entries (current and kept history) whose objects were checked.
+    pub entries_checked: u64,
+    /// Distinct objects read.
+    pub objects_checked: u64,
+    /// Bytes read.
+    pub bytes_checked: u64,
+    /// Referenced objects that do not exist.
+    pub missing: Vec<ObjectProblem>,
+    /// Referenced objects with the wrong size, CRC32 or (deep) hash.
+    pub corrupt: Vec<ObjectProblem>,
+    /// Files in `objects/` nothing references (objects staged for an in-flight commit excluded).
+    pub orphaned: Vec<OrphanFile>,
+    /// The log replayed against the manifest.
+    pub replay: ReplayReport,
+}
+
+impl VerifyReport {
+    /// Nothing is wrong: no missing, corrupt or orphaned object, and the log reproduces the
+    /// manifest.
+    pub fn is_clean(&self) -> bool {
+        self.is_intact() && self.orphaned.is_empty()
+    }
+
+    /// No data is lost or damaged (orphans, which only waste space, are allowed).
+    pub fn is_intact(&self) -> bool {
+        self.missing.is_empty() && self.corrupt.is_empty() && self.replay.is_clean()
+    }
+
+    /// How many problems were found.
+    pub fn problem_count(&self) -> usize {
+        self.missing.len() + self.corrupt.len() + self.orphaned.len() + self.replay.problems.len()
+    }
+
+    /// Every unit that references a missing or corrupt object.
+    pub fn affected_units(&self) -> BTreeSet<String> {
+        self.missing
+            .iter()
+            .chain(&self.corrupt)
+            .flat_map(|p| p.units.iter().map(|u| u.unit.clone()))
+            .collect()
+    }
+}
+
+/// What the entries say an object is, and who says it.
+struct Expected {
+    meta: ObjectMeta,
+    units: Vec<UnitRef>,
+    /// Entries that disagree about the object's size or CRC32 (an engine bug or damaged rows).
+    disagreements: Vec<String>,
+}
+
+impl Store {
+    /// Verifies the store (SPEC R15). Safe while writers run; the check is as of one snapshot.
+    pub fn verify(&self, options: VerifyOptions) -> Result<VerifyReport> {
+        self.verify_with_progress(options, &mut |_, _| {})
+    }
+
+    /// [`Store::verify`], calling `progress(objects done, objects total)` as objects are read.
+    pub fn verify_with_progress(
+        &self,
+        options: VerifyOptions,
+        progress: &mut dyn FnMut(u64, u64),
+    ) -> Result<VerifyReport> {
+        let mut report = VerifyReport {
+            deep: options.deep,
+            ..VerifyReport::default()
+        };
+        let txn = self.inner.db.begin_read().db("begin a read transaction")?;
+        let s1_seq = read_seq(&txn)?;
+        report.seq = s1_seq;
+        let mut expected: BTreeMap<ObjectId, Expected> = BTreeMap::new();
+        let mut note = |id: ObjectMeta, r: UnitRef| {
+            let e = expected.entry(id.id).or_insert_with(|| Expected {
+                meta: id,
+                units: Vec::new(),
+                disagreements: Vec::new(),
+            });
+            if e.meta != id {
+                e.disagreements.push(format!(
+                    "unit {:?} seq {} records {} bytes / crc32 {:08x}, another entry {} / {:08x}",
+                    r.unit, r.seq, id.size, id.crc32, e.meta.size, e.meta.crc32
+                ));
+            }
+            e.units.push(r);
+        };
+        let mut current_seq: HashSet<(String, u64)> = HashSet::new();
+        {
+            let manifest = txn.open_table(MANIFEST).db("open the manifest")?;
+            for row in manifest.iter().db("scan the manifest")? {
+                let (k, v) = row.db("scan the manifest")?;
+                let v = EntryValue::decode(v.value())?;
+                current_seq.insert((k.value().to_string(), v.seq));
+                note(
+                    v.object,
+                    UnitRef {
+                        unit: k.value().to_string(),
+                        seq: v.seq,
+                        current: true,
+                    },
+                );
+                report.entries_checked += 1;
+            }
+            let history = txn.open_table(HISTORY).db("open the history")?;
+            for row in history.iter().db("scan the history")? {
+                let (k, v) = row.db("scan the history")?;
+                let (unit, seq) = k.value();
+                if current_seq.contains(&(unit.to_string(), seq)) {
+                    continue; // the current entry, already counted
+                }
+                let v = EntryValue::decode(v.value())?;
+                note(
+                    v.object,
+                    UnitRef {
+                        unit: unit.to_string(),
+                        seq,
+                        current: false,
+                    },
+                );
+                report.entries_checked += 1;
+            }
+        }
+        drop(current_seq);
+
+        let total = expected.len() as u64;
+        for (i, (id, exp)) in expected.iter_mut().enumerate() {
+            exp.units.sort();
+            let path = self.object_path(id);
+            if !exp.disagreements.is_empty() {
+                report.corrupt.push(ObjectProblem {
+                    object: *id,
+                    path: path.clone(),
+                    detail: format!("entries disagree: {}", exp.disagreements.join("; ")),
+                    units: exp.units.clone(),
+                });
+            }
+            match check_object_file(&path, &exp.meta, options.deep) {
+                Ok(bytes) => report.bytes_checked += bytes,
+                Err(FileProblem::Missing) => report.missing.push(ObjectProblem {
+                    object: *id,
+                    path,
+                    detail: "the object file does not exist".into(),
+                    units: exp.units.clone(),
+                }),
+                Err(FileProblem::Bad(detail)) => report.corrupt.push(ObjectProblem {
+                    object: *id,
+                    path,
+                    detail,
+                    units: exp.units.clone(),
+                }),
+            }
+            report.objects_checked += 1;
+            progress(i as u64 + 1, total);
+        }
+
+        // Orphans: like GC, re-check under the pin lock against the commits since the snapshot,
+        // so an object staged or committed meanwhile is not reported.
+        let listing = list_objects(&self.inner.stager.objects)?;
+        let mut unreferenced: Vec<(ObjectId, PathBuf, u64)> = listing
+            .objects()
+            .filter(|(id, _, _)| !expected.contains_key(id))
+            .map(|(id, p, b)| (id, p.to_path_buf(), b))
+            .collect();
+        if !unreferenced.is_empty() {
+            let pins = self.inner.stager.pins.lock();
+            let txn2 = self.inner.db.begin_read().db("begin a read transaction")?;
+            let s2_seq = read_seq(&txn2)?;
+            let mut later = HashSet::new();
+            if s2_seq > s1_seq {
+                let log = txn2.open_table(LOG).db("open the log")?;
+                for row in log.range(s1_seq + 1..=s2_seq).db("scan the commit log")? {
+                    let (_, v) = row.db("scan the commit log")?;
+                    if let RecordBody::Commit { entries } = Record::decode(v.value())?.body {
+                        later.extend(entries.iter().map(|e| e.object.id));
+                    }
+                }
+            }
+            unreferenced.retain(|(id, _, _)| !later.contains(id) && !pins.contains_key(id));
+        }
+        report.orphaned = unreferenced
+            .into_iter()
+            .map(|(_, path, bytes)| OrphanFile {
+                path,
+                bytes,
+                stray: false,
+            })
+            .chain(listing.strays.into_iter().map(|(path, bytes)| OrphanFile {
+                path,
+                bytes,
+                stray: true,
+            }))
+            .collect();
+        drop(txn);
+        self.drop_vanished_references(&mut report)?;
+
+        report.replay = replay(&self.snapshot()?)?;
+        Ok(report)
+    }
+
+    /// A GC running alongside may prune a history row after our snapshot and then, rightly,
+    /// remove its object: re-check each problem's entries against the store as it is now, and
+    /// keep only the entries (and problems) that still exist.
+    fn drop_vanished_references(&self, report: &mut VerifyReport) -> Result<()> {
+        if report.missing.is_empty() && report.corrupt.is_empty() {
+            return Ok(());
+        }
+        let txn = self.inner.db.begin_read().db("begin a read transaction")?;
+        let manifest = txn.open_table(MANIFEST).db("open the manifest")?;
+        let history = txn.open_table(HISTORY).db("open the history")?;
+        let still_there = |u: &UnitRef| -> Result<bool> {
+            if history
+                .get((u.unit.as_str(), u.seq))
+                .db("read the history")?
+                .is_some()
+            {
+                return Ok(true);
+            }
+            Ok(
+                match manifest.get(u.unit.as_str()).db("read the manifest")? {
+                    Some(v) => EntryValue::decode(v.value())?.seq == u.seq,
+                    None => false,
+                },
+            )
+        };
+        for list in [&mut report.missing, &mut report.corrupt] {
+            for p in list.iter_mut() {
+                let mut kept = Vec::with_capacity(p.units.len());
+                for u in p.units.drain(..) {
+                    if still_there(&u)? {
+                        kept.push(u);
+                    }
+                }
+                p.units = kept;
+            }
+            list.retain(|p| !p.units.is_empty());
+        }
+        Ok(())
+    }
+}
+
+fn read_seq(txn: &redb::ReadTransaction) -> Result<u64> {
+    let meta = txn.open_table(META).db("open the meta table")?;
+    Ok(meta
+        .get(META_NEXT_SEQ)
+        .db("read the seq")?
+        .map(|g| g.value())
+        .unwrap_or(1)
+        .saturating_sub(1))
+}
+
+enum FileProblem {
+    Missing,
+    Bad(String),
+}
+
+/// Checks one object file through a memory map; returns the bytes read.
+fn check_object_file(
+    path: &Path,
+    meta: &ObjectMeta,
+    deep: bool,
+) -> std::result::Result<u64, FileProblem> {
+    let f = match std::fs::File::open(path) {
+        Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Err(FileProblem::Missing),
+        Err(e) => return Err(FileProblem::Bad(format!("cannot open it: {e}"))),
+    };
+    let len = f
+        .metadata()
+        .map_err(|e| FileProblem::Bad(format!("cannot stat it: {e}")))?
+        .len();
+    if len != meta.size {
+        return Err(FileProblem::Bad(format!(
+            "it has {len} bytes, the entries record {} (truncated or extended)",
+            meta.size
+        )));
+    }
+    let empty: &[u8] = &[];
+    let map;
+    let bytes: &[u8] = if len == 0 {
+        empty
+    } else {
+        // SAFETY: objects are immutable (published read-only, never written in place). A file
+        // changed by someone outside the engine while mapped can at worst make this check see
+        // mixed bytes and report corruption; the map is dropped before we return.
+        map = unsafe { memmap2::Mmap::map(&f) }
+            .map_err(|e| FileProblem::Bad(format!("cannot map it: {e}")))?;
+        &map[..]
+    };
+    let crc = crc32fast::hash(bytes);
+    if crc != meta.crc32 {
+        return Err(FileProblem::Bad(format!(
+            "crc32 {crc:08x}, the entries record {:08x}",
+            meta.crc32
+        )));
+    }
+    if deep {
+        let id = ObjectId::of(bytes);
+        if id != meta.id {
+            return Err(FileProblem::Bad(format!(
+                "its content hashes to {id}, not to its name"
+            )));
+        }
+    }
+    Ok(len)
+}
