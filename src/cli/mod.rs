@@ -2,6 +2,7 @@
 
 mod common;
 mod error;
+mod pipeline_cmds;
 mod store_cmds;
 
 use clap::{Parser, Subcommand};
@@ -43,6 +44,8 @@ pub(crate) enum Command {
     Ls(store_cmds::LsArgs),
     /// Show the commit log.
     Log(store_cmds::LogArgs),
+    /// Pipelines: ready cells, completions, failures, explanations, the DAG's status.
+    Pipeline(pipeline_cmds::PipelineArgs),
 }
 
 pub(crate) fn main() -> ExitCode {
@@ -72,5 +75,6 @@ fn run(cli: Cli) -> Result<u8, CliError> {
         Command::Get(a) => store_cmds::get(a, wait),
         Command::Ls(a) => store_cmds::ls(a, wait),
         Command::Log(a) => store_cmds::log(a, wait),
+        Command::Pipeline(a) => pipeline_cmds::run(a, wait),
     }
 }

@@ -7,7 +7,7 @@ use super::cell::{
     TAG_DEFINITION,
 };
 use super::def::PipelineDef;
-use crate::claim::{validate_worker, ClaimOutcome, ClaimRecord, CLAIMS};
+use crate::claim::{validate_worker, ClaimOutcome, ClaimRecord, Lease, CLAIMS};
 use crate::commit::apply::{Done, ExtensionOutcome, Op, EXTENSIONS};
 use crate::commit::{Batch, Outcome, UnitOutcome};
 use crate::error::{DbContext, Error, Result};
@@ -71,6 +71,32 @@ impl ReadyCell {
             })?;
         store.snapshot()?.read_object(&input.entry)
     }
+}
+
+/// The answer to [`Pipeline::claim`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Claim {
+    /// The cell is yours: run it, then complete or fail it with the lease's token.
+    Granted {
+        /// The lease on the cell key.
+        lease: Lease,
+        /// The cell, with its attempt count as of the grant.
+        cell: ReadyCell,
+    },
+    /// Another worker holds a live lease.
+    Held {
+        /// Who.
+        worker: String,
+        /// Until when (ms since the Unix epoch).
+        expires_at_ms: u64,
+    },
+    /// The cell was completed meanwhile.
+    AlreadyDone,
+    /// The cell used up its attempts meanwhile; the lease was given back.
+    GaveUp {
+        /// Failed runs.
+        attempts: u32,
+    },
 }
 
 /// One run of a cell, as [`Pipeline::complete`] and [`Pipeline::fail`] record it.
@@ -269,6 +295,41 @@ fn submit_extension(
     }
 }
 
+/// Records `unit`'s current source version (and its input bytes, readable by the stages without
+/// upstream stages) as the manifest entry `.pipeline/source/<unit>`. A newer version invalidates
+/// every cell of the unit. The commit rules apply: an older version is stale, the same version
+/// with other bytes a conflict, the same bytes a duplicate.
+pub fn set_source_version(
+    store: &Store,
+    unit: &str,
+    source_version: u64,
+    input: &[u8],
+) -> Result<UnitOutcome> {
+    validate_pipeline_unit(unit)?;
+    let staged = store.stage_bytes(input)?;
+    let mut r = store.commit(Batch::new().put(source_key(unit), source_version, &staged))?;
+    Ok(r.units.remove(0))
+}
+
+/// Records many units' source versions in one commit (per-unit outcomes, as
+/// [`crate::Batch::partial`]): the bulk form of [`set_source_version`], e.g. for a source
+/// listing. Identical inputs are staged once.
+pub fn set_source_versions(
+    store: &Store,
+    units: &[(&str, u64, &[u8])],
+) -> Result<crate::commit::CommitReport> {
+    let mut staged: HashMap<&[u8], crate::stage::Staged> = HashMap::new();
+    let mut batch = Batch::new().partial();
+    for &(unit, version, input) in units {
+        validate_pipeline_unit(unit)?;
+        if !staged.contains_key(input) {
+            staged.insert(input, store.stage_bytes(input)?);
+        }
+        batch = batch.put(source_key(unit), version, &staged[input]);
+    }
+    store.commit(batch)
+}
+
 impl Pipeline {
     /// Binds a validated definition.
     pub fn new(def: PipelineDef) -> Pipeline {
@@ -306,9 +367,7 @@ impl Pipeline {
         })
     }
 
-    /// Records `unit`'s current source version (and its input bytes, readable by the stages
-    /// without upstream stages). A newer version invalidates every cell of the unit. The commit
-    /// rules apply: an older version is stale, the same version with other bytes a conflict.
+    /// Records `unit`'s current source version; see [`set_source_version`].
     pub fn set_source_version(
         &self,
         store: &Store,
@@ -316,10 +375,7 @@ impl Pipeline {
         source_version: u64,
         input: &[u8],
     ) -> Result<UnitOutcome> {
-        validate_pipeline_unit(unit)?;
-        let staged = store.stage_bytes(input)?;
-        let mut r = store.commit(Batch::new().put(source_key(unit), source_version, &staged))?;
-        Ok(r.units.remove(0))
+        set_source_version(store, unit, source_version, input)
     }
 
     /// Records the definition in the log if it differs from the last one recorded, with the
@@ -691,26 +747,53 @@ impl Pipeline {
         Ok((ready, running))
     }
 
-    /// Claims a ready cell for `worker` (a lease on its cell key; SPEC R9 applies unchanged).
+    /// Claims a ready cell for `worker` (a lease on its cell key; SPEC R9 applies unchanged). On
+    /// a grant it re-reads the cell's failures — another worker may have failed it since the cell
+    /// was listed — and returns the cell with the fresh attempt count, or gives the lease back if
+    /// the attempts are used up.
     pub fn claim(
         &self,
         store: &Store,
         cell: &ReadyCell,
         worker: &str,
         ttl: Duration,
-    ) -> Result<ClaimOutcome> {
-        let out = store.claim(&cell.key, cell.source_version, worker, ttl)?;
-        if matches!(out, ClaimOutcome::Granted { .. }) {
-            let c = &store.inner.metrics.c;
-            add(&c.pipeline_cells_ready, 1);
-            if cell.attempts > 0 {
-                add(&c.pipeline_cells_retried, 1);
+    ) -> Result<Claim> {
+        let lease = match store.claim(&cell.key, cell.source_version, worker, ttl)? {
+            ClaimOutcome::Granted { lease, .. } => lease,
+            ClaimOutcome::Held {
+                worker,
+                expires_at_ms,
+            } => {
+                return Ok(Claim::Held {
+                    worker,
+                    expires_at_ms,
+                })
             }
-            if cell.stale.is_some() {
-                add(&c.pipeline_cells_invalidated, 1);
-            }
+            ClaimOutcome::AlreadyDone(_) => return Ok(Claim::AlreadyDone),
+        };
+        let max = self.stage(&cell.stage)?.max_attempts;
+        let failure = self
+            .failure(store, &cell.key)?
+            .filter(|f| f.source_version == cell.source_version);
+        let attempts = failure.as_ref().map_or(0, |f| f.attempts);
+        if attempts >= max {
+            store.release(&lease)?;
+            return Ok(Claim::GaveUp { attempts });
         }
-        Ok(out)
+        let c = &store.inner.metrics.c;
+        add(&c.pipeline_cells_ready, 1);
+        if attempts > 0 {
+            add(&c.pipeline_cells_retried, 1);
+        }
+        if cell.stale.is_some() {
+            add(&c.pipeline_cells_invalidated, 1);
+        }
+        let cell = ReadyCell {
+            attempts,
+            last_error: failure.map(|f| f.error),
+            ..cell.clone()
+        };
+        Ok(Claim::Granted { lease, cell })
     }
 
     /// Completes a cell: stages `output` and commits it under the cell key at the attempt's
@@ -776,6 +859,21 @@ impl Pipeline {
         }
     }
 
+    /// Whether another worker holds a live lease on the cell key.
+    fn held_by_other(&self, store: &Store, key: &str, worker: &str) -> Result<bool> {
+        let now = store.inner.options.clock.now_ms();
+        let txn = store.inner.db.begin_read().db("begin a read transaction")?;
+        let claims = txn.open_table(CLAIMS).db("open the claims")?;
+        let held = match claims.get(key).db("read the claims")? {
+            Some(v) => {
+                let c = ClaimRecord::decode(v.value())?;
+                c.is_live(now) && c.worker != worker
+            }
+            None => false,
+        };
+        Ok(held)
+    }
+
     /// The cell's recorded failure, if any.
     fn failure(&self, store: &Store, key: &str) -> Result<Option<Failure>> {
         let txn = store.inner.db.begin_read().db("begin a read transaction")?;
@@ -813,33 +911,34 @@ impl Pipeline {
         let mut report = WorkReport::default();
         // Workers start at different places in the ready list so they rarely race for a cell.
         let spread = blake3::hash(worker.as_bytes()).as_bytes()[0] as usize;
+        let mut idle = 0u32;
         loop {
             let (ready, running) = self.ready_and_running(store, usize::MAX)?;
             if ready.is_empty() {
                 if opts.wait_for_running && running > 0 {
-                    std::thread::sleep(opts.poll);
+                    // Back off while waiting: every poll is a full scan.
+                    idle = (idle + 1).min(10);
+                    std::thread::sleep(opts.poll * idle);
                     continue;
                 }
                 return Ok(report);
             }
+            idle = 0;
             let start = spread % ready.len();
             for cell in ready[start..].iter().chain(&ready[..start]) {
-                let lease = match self.claim(store, cell, worker, opts.ttl)? {
-                    ClaimOutcome::Granted { lease, .. } => lease,
-                    ClaimOutcome::Held { .. } | ClaimOutcome::AlreadyDone(_) => continue,
-                };
-                // Another worker may have failed the cell since the scan: take the count now.
-                let max = self.stage(&cell.stage)?.max_attempts;
-                let attempts = self
-                    .failure(store, &cell.key)?
-                    .filter(|f| f.source_version == cell.source_version)
-                    .map_or(0, |f| f.attempts);
-                if attempts >= max {
-                    store.release(&lease)?;
+                // Cheap checks first (memory, one read): skip cells another worker completed or
+                // holds since the scan, without a round trip through the commit leader.
+                if store.is_done(&cell.key, cell.source_version)?
+                    || self.held_by_other(store, &cell.key, worker)?
+                {
                     continue;
                 }
+                let (lease, cell) = match self.claim(store, cell, worker, opts.ttl)? {
+                    Claim::Granted { lease, cell } => (lease, cell),
+                    _ => continue,
+                };
                 report.runs += 1;
-                report.retried += (attempts > 0) as u64;
+                report.retried += (cell.attempts > 0) as u64;
                 report.invalidated += cell.stale.is_some() as u64;
                 let attempt = Attempt {
                     unit: cell.unit.clone(),
@@ -848,7 +947,7 @@ impl Pipeline {
                     worker: worker.to_string(),
                     token: Some(lease.token),
                 };
-                match stage_fn(cell) {
+                match stage_fn(&cell) {
                     Ok(output) => match self.complete(store, &attempt, &output)?.outcome {
                         Outcome::Committed { .. } => report.completed += 1,
                         Outcome::Duplicate { .. } => report.duplicates += 1,

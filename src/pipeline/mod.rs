@@ -46,8 +46,8 @@ mod engine;
 pub use cell::{CellKey, CellState, CellView, Failure, StaleReason};
 pub use def::{PipelineDef, PipelineDefBuilder, PipelineError, StageDef};
 pub use engine::{
-    Attempt, Explain, FailOutcome, Input, Pipeline, ReadyCell, StageStatus, Status, WorkOptions,
-    WorkReport,
+    set_source_version, set_source_versions, Attempt, Claim, Explain, FailOutcome, Input, Pipeline,
+    ReadyCell, StageStatus, Status, WorkOptions, WorkReport,
 };
 
 use crate::claim::{ClaimRecord, CLAIMS};
