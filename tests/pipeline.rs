@@ -864,6 +864,73 @@ fn cli_status_dot_is_valid_graphviz() {
     assert!(err.contains("blocked on transform"));
     let (code, _, _) = run(&["pipeline", "set-version", lake_s, "u1", "0"]);
     assert_eq!(code, Some(4), "a source version never goes back");
+    // By hand: a new unit, claimed, completed under its token, the retry a duplicate.
+    let (code, _, err) = run(&["pipeline", "set-version", lake_s, "u4", "1"]);
+    assert_eq!(code, Some(0), "{err}");
+    let (code, text, _) = run(&[
+        "pipeline",
+        "ready",
+        lake_s,
+        "--pipeline",
+        def_s,
+        "--claim",
+        "--worker",
+        "cli-w",
+        "--json",
+    ]);
+    assert_eq!(code, Some(0));
+    let claimed: Vec<serde_json::Value> = text
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let mine = claimed
+        .iter()
+        .find(|v| v["unit"] == "u4" && v["stage"] == "ingest")
+        .expect("u4 ingest is ready and claimed");
+    let token = mine["token"].as_u64().unwrap().to_string();
+    let out_file = dir.path().join("out.bin");
+    std::fs::write(&out_file, b"u4 ingested").unwrap();
+    let out_s = out_file.to_str().unwrap();
+    let complete = |token: &str| {
+        run(&[
+            "pipeline",
+            "complete",
+            lake_s,
+            "--pipeline",
+            def_s,
+            "u4",
+            "ingest",
+            out_s,
+            "--token",
+            token,
+            "--json",
+        ])
+    };
+    let (code, text, err) = complete(&token);
+    assert_eq!(code, Some(0), "{err}");
+    let v: serde_json::Value = serde_json::from_str(text.trim()).unwrap();
+    assert_eq!(v["outcome"], "committed");
+    let (code, text, _) = complete(&token);
+    assert_eq!(code, Some(0));
+    assert!(text.contains("\"outcome\":\"duplicate\""), "{text}");
+    let (code, text, _) = run(&["pipeline", "explain", lake_s, "--pipeline", def_s, "u4"]);
+    assert_eq!(code, Some(0));
+    assert!(text.contains("ingest: done at source version 1"), "{text}");
+    assert!(text.contains("transform: ready"), "{text}");
+    let (code, text, _) = run(&[
+        "pipeline",
+        "fail",
+        lake_s,
+        "--pipeline",
+        def_s,
+        "u4",
+        "transform",
+        "--error",
+        "oops",
+        "--json",
+    ]);
+    assert_eq!(code, Some(0));
+    assert!(text.contains("\"attempts\":1"), "{text}");
     let bad_def = dir.path().join("bad.toml");
     std::fs::write(
         &bad_def,

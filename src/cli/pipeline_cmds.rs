@@ -297,7 +297,9 @@ fn ready(a: ReadyArgs, wait: Duration) -> Result<u8, CliError> {
         if a.claim {
             let worker = a.worker.as_deref().unwrap_or_default();
             match p.claim(&store, &c, worker, a.ttl)? {
-                Claim::Granted { lease, .. } => {
+                Claim::Granted { lease, cell } => {
+                    // The count as of the grant: another worker may have failed it since.
+                    v["attempts"] = json!(cell.attempts);
                     v["token"] = json!(lease.token);
                     v["expires_at_ms"] = json!(lease.expires_at_ms);
                     note = format!(" claimed, token {}", lease.token);
