@@ -724,6 +724,81 @@ mod tests {
         }
     }
 
+    proptest::proptest! {
+        /// Text made of the format's own tokens: parsing never panics, and whatever parses
+        /// survives a round trip through `to_text`.
+        #[test]
+        fn token_soup_never_panics_and_round_trips(parts in proptest::collection::vec(
+            proptest::sample::select(vec![
+                "[stage.a]", "[stage.b]", "[stage.c]", "[stage.]", "[x]", "\n", " ", "#", "=",
+                "code_version", "upstream", "max_attempts", "1", "0", "7", "[", "]", "\"a\"",
+                "\"b\"", "\"c\"", ",", "\"", "é", "\t", "-", "99999999999999999999",
+            ]),
+            0..60,
+        )) {
+            let text: String = parts.concat();
+            if let Ok(def) = PipelineDef::parse(&text) {
+                proptest::prop_assert_eq!(PipelineDef::parse(&def.to_text()), Ok(def));
+            }
+        }
+    }
+
+    proptest::proptest! {
+        /// Random DAGs round-trip through the file format; adding one back edge makes a cycle,
+        /// and the reported path is a real cycle of the graph.
+        #[test]
+        fn random_dags_round_trip_and_back_edges_are_named(
+            n in 1usize..12,
+            edges in proptest::collection::vec((0usize..12, 0usize..12), 0..30),
+            back in (0usize..12, 0usize..12),
+        ) {
+            let name = |i: usize| format!("s{i}");
+            let mut ups: Vec<Vec<String>> = vec![Vec::new(); n];
+            for (a, b) in edges {
+                let (a, b) = (a % n, b % n);
+                if a < b && !ups[b].contains(&name(a)) {
+                    ups[b].push(name(a));
+                }
+            }
+            let stages = |ups: &Vec<Vec<String>>| -> Vec<StageDef> {
+                (0..n).map(|i| StageDef {
+                    name: name(i),
+                    code_version: i as u64,
+                    upstream: ups[i].clone(),
+                    max_attempts: 1 + i as u32,
+                }).collect()
+            };
+            let def = PipelineDef::new(stages(&ups)).unwrap();
+            proptest::prop_assert_eq!(PipelineDef::parse(&def.to_text()), Ok(def.clone()));
+            let order: Vec<&str> = def.topo_order().map(|s| s.name.as_str()).collect();
+            for s in def.stages() {
+                let at = order.iter().position(|x| *x == s.name).unwrap();
+                for u in &s.upstream {
+                    proptest::prop_assert!(order.iter().position(|x| x == u).unwrap() < at);
+                }
+            }
+            // A back edge from a stage to one it (transitively) feeds, or to itself.
+            let (a, b) = (back.0 % n, back.1 % n);
+            let reachable = a == b || def.downstream_closure(&name(a)).contains(&name(b).as_str());
+            if reachable {
+                let mut ups2 = ups.clone();
+                ups2[a].push(name(b));
+                match PipelineDef::new(stages(&ups2)) {
+                    Err(PipelineError::Cycle(c)) => {
+                        proptest::prop_assert_eq!(c.first(), c.last());
+                        for w in c.windows(2) {
+                            // Each stage on the path feeds the next: the next lists it upstream.
+                            let next = ups2[w[1][1..].parse::<usize>().unwrap()].clone();
+                            proptest::prop_assert!(next.contains(&w[0]), "{:?}", c);
+                        }
+                    }
+                    Err(PipelineError::DuplicateUpstream { .. }) => {}
+                    other => proptest::prop_assert!(false, "expected a cycle, got {:?}", other),
+                }
+            }
+        }
+    }
+
     #[test]
     fn arbitrary_bytes_never_panic() {
         let samples = [

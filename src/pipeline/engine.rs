@@ -552,6 +552,7 @@ impl Pipeline {
             };
             let claim = l.claims.get(&key).filter(|c| c.is_live(l.now_ms));
             let blocked = s.upstream.iter().find_map(|u| {
+                // invariant: topological order evaluates every upstream stage before this one.
                 let e = &out[index[u.as_str()]];
                 (e.done.is_none()).then(|| (u.clone(), e.view.state.name()))
             });
