@@ -148,6 +148,9 @@ fn failure_cells_in_log(store: &Store) -> Vec<String> {
 }
 
 fn assert_replays(store: &Store) {
+    // The engine's own replay (I7) still reproduces the manifest, cells included.
+    let report = oncelake::replay(&store.snapshot().unwrap()).unwrap();
+    assert!(report.is_clean(), "{:?}", report.problems);
     let stored = pipeline::recorded_state(store).unwrap();
     let replayed = pipeline::replay_state(&store.snapshot().unwrap()).unwrap();
     assert_eq!(
@@ -220,6 +223,13 @@ fn seed_scenario_retries_only_the_failed_stage() {
     let again = p.work(&store, "w2", |_| panic!("nothing may run")).unwrap();
     assert_eq!(again.runs, 0);
     assert_replays(&store);
+    // Cell states are store state: they survive a reopen unchanged.
+    let before = pipeline::recorded_state(&store).unwrap();
+    let explained = p.cells(&store).unwrap();
+    drop(store);
+    let store = open(&dir);
+    assert_eq!(pipeline::recorded_state(&store).unwrap(), before);
+    assert_eq!(p.cells(&store).unwrap(), explained);
 }
 
 #[test]
@@ -953,4 +963,78 @@ fn cli_status_dot_is_valid_graphviz() {
     ]);
     assert_eq!(code, Some(2));
     assert!(err.contains("cycle: a -> a"), "{err}");
+}
+
+/// A crash at any file operation of a failure record leaves it wholly recorded (log and table)
+/// or wholly absent, and an acknowledged one always survives (I3 for extension records).
+#[test]
+fn a_crash_while_recording_a_failure_never_tears_it() {
+    let p = Pipeline::new(seed_def());
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("lake");
+    let db = path.join(oncelake::DB_FILE);
+    let template = dir.path().join("template.redb");
+    {
+        let store = Store::open(&path).unwrap();
+        p.set_source_version(&store, "u", 1, b"in").unwrap();
+        p.record_definition(&store).unwrap();
+    }
+    // A failure record touches only the database file: each crash point starts from a copy of it.
+    std::fs::copy(&db, &template).unwrap();
+    let att = Attempt {
+        unit: "u".into(),
+        stage: "ingest".into(),
+        source_version: 1,
+        worker: "w".into(),
+        token: None,
+    };
+    let mut n = 1;
+    loop {
+        std::fs::copy(&template, &db).unwrap();
+        let plan = oncelake::fault::FaultPlan::new();
+        let acked = {
+            let store = Store::open_with(
+                &path,
+                Options {
+                    faults: Some(plan.clone()),
+                    ..Options::default()
+                },
+            )
+            .unwrap();
+            plan.crash_at(plan.ops() + n);
+            matches!(
+                p.fail(&store, &att, "crash test"),
+                Ok(FailOutcome::Recorded { .. })
+            )
+        };
+        let crashed = plan.crashed();
+        let store = Store::open(&path).unwrap();
+        let stored = pipeline::recorded_state(&store).unwrap();
+        assert_eq!(
+            stored,
+            pipeline::replay_state(&store.snapshot().unwrap()).unwrap(),
+            "crash at op {n}"
+        );
+        assert!(
+            oncelake::replay(&store.snapshot().unwrap())
+                .unwrap()
+                .is_clean(),
+            "crash at op {n}"
+        );
+        if acked {
+            assert_eq!(
+                stored.failures.len(),
+                1,
+                "acknowledged failure lost (op {n})"
+            );
+        }
+        assert!(stored.failures.len() <= 1);
+        if !crashed {
+            assert!(acked);
+            assert!(n > 1, "the sweep must have crashed at least once");
+            break;
+        }
+        n += 1;
+        assert!(n < 200, "the failure record never completed");
+    }
 }
