@@ -41,6 +41,7 @@ pub mod log;
 mod manifest;
 pub mod metrics;
 mod object;
+pub mod pipeline;
 mod replay;
 mod snapshot;
 mod stage;

@@ -169,6 +169,16 @@ counters! {
     groups,
     /// Write groups that failed to reach the disk.
     sync_failures,
+    /// Pipeline cells found ready and claimed for a run.
+    pipeline_cells_ready,
+    /// Pipeline cells completed (their output committed; duplicates not counted).
+    pipeline_cells_completed,
+    /// Pipeline cell failures recorded.
+    pipeline_cells_failed,
+    /// Pipeline cell runs that retry an earlier failure of the same cell.
+    pipeline_cells_retried,
+    /// Pipeline cell runs that redo an invalidated (stale) completion.
+    pipeline_cells_invalidated,
 }
 
 /// The engine's metrics. Read them with [`crate::Store::metrics`].

@@ -3,6 +3,7 @@
 mod common;
 mod error;
 mod maint_cmds;
+mod pipeline_cmds;
 mod store_cmds;
 
 use clap::{Parser, Subcommand};
@@ -50,6 +51,8 @@ pub(crate) enum Command {
     Gc(maint_cmds::GcArgs),
     /// Check every referenced object and replay the log; exit 7 if anything is wrong.
     Verify(maint_cmds::VerifyArgs),
+    /// Pipelines: ready cells, completions, failures, explanations, the DAG's status.
+    Pipeline(pipeline_cmds::PipelineArgs),
 }
 
 pub(crate) fn main() -> ExitCode {
@@ -81,5 +84,6 @@ fn run(cli: Cli) -> Result<u8, CliError> {
         Command::Log(a) => store_cmds::log(a, wait),
         Command::Gc(a) => maint_cmds::gc(a, wait),
         Command::Verify(a) => maint_cmds::verify(a, wait),
+        Command::Pipeline(a) => pipeline_cmds::run(a, wait),
     }
 }

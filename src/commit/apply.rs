@@ -16,7 +16,7 @@ use crate::manifest::{EntryValue, HISTORY, MANIFEST};
 use crate::metrics::add;
 use crate::stage::Staged;
 use crate::store::{Durability, Inner, META, META_HISTORY_FROM, META_NEXT_SEQ, META_NEXT_TOKEN};
-use redb::{ReadableTable, Table};
+use redb::{ReadableTable, Table, TableDefinition};
 use std::sync::atomic::Ordering;
 
 /// One request in the write queue.
@@ -45,6 +45,28 @@ pub(crate) enum Op {
     Prune {
         cutoff_ms: u64,
     },
+    /// A higher layer's state change (pipelines): one `RecordBody::Extension` log record plus
+    /// `EXTENSIONS[key] = seq ++ data`, in the same transaction. With a fence `(unit, token)` it is
+    /// rejected like a fenced commit when `token` is older than the unit's newest lease, and it
+    /// ends that lease when it is the current one (as a commit under a lease does).
+    Extension {
+        tag: u16,
+        key: String,
+        data: Vec<u8>,
+        fence: Option<(String, u64)>,
+    },
+}
+
+/// Extension state kept by key: `seq (8 bytes LE) ++ data`. Written only by [`Op::Extension`].
+pub(crate) const EXTENSIONS: TableDefinition<&str, &[u8]> = TableDefinition::new("extensions");
+
+/// The answer to an [`Op::Extension`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ExtensionOutcome {
+    /// Logged and stored at this seq.
+    Written { seq: u64 },
+    /// The fence token is older than the unit's newest lease; nothing was written.
+    Fenced { token: u64, newest_token: u64 },
 }
 
 /// The answer to one [`Op`].
@@ -59,6 +81,7 @@ pub(crate) enum Done {
     Pruned {
         rows: u64,
     },
+    Extension(ExtensionOutcome),
 }
 
 impl Weighted for Op {
@@ -82,6 +105,9 @@ struct Writer<'t> {
     history: Table<'t, (&'static str, u64), &'static [u8]>,
     log: Table<'t, u64, &'static [u8]>,
     claims: Table<'t, &'static str, &'static [u8]>,
+    /// Opened on the first [`Op::Extension`] of the group only, so plain commits pay nothing.
+    extensions: Option<Table<'t, &'static str, &'static [u8]>>,
+    txn: &'t redb::WriteTransaction,
     next_seq: u64,
     next_token: u64,
     now_ms: u64,
@@ -185,6 +211,8 @@ fn write_group(inner: &Inner, ops: Vec<Op>) -> Result<GroupResult> {
             history: txn.open_table(HISTORY).db("open the history")?,
             log: txn.open_table(LOG).db("open the log")?,
             claims: txn.open_table(CLAIMS).db("open the claims")?,
+            extensions: None,
+            txn: &txn,
             next_seq,
             next_token,
             now_ms,
@@ -289,7 +317,48 @@ impl Writer<'_> {
             Op::Release { lease } => Done::Release(self.release(lease)?),
             Op::Flush => Done::Flushed,
             Op::Prune { cutoff_ms } => self.prune(cutoff_ms)?,
+            Op::Extension {
+                tag,
+                key,
+                data,
+                fence,
+            } => Done::Extension(self.extension(tag, &key, data, fence)?),
         })
+    }
+
+    fn extension(
+        &mut self,
+        tag: u16,
+        key: &str,
+        data: Vec<u8>,
+        fence: Option<(String, u64)>,
+    ) -> Result<ExtensionOutcome> {
+        if let Some((unit, token)) = &fence {
+            let newest = self.claim_record(unit)?.map_or(0, |r| r.token);
+            if *token < newest {
+                return Ok(ExtensionOutcome::Fenced {
+                    token: *token,
+                    newest_token: newest,
+                });
+            }
+            self.end_lease_on_commit(unit, *token)?;
+        }
+        let mut value = Vec::with_capacity(8 + data.len());
+        value.extend_from_slice(&self.next_seq.to_le_bytes());
+        value.extend_from_slice(&data);
+        if self.extensions.is_none() {
+            self.extensions = Some(
+                self.txn
+                    .open_table(EXTENSIONS)
+                    .db("open the extensions table")?,
+            );
+        }
+        if let Some(t) = self.extensions.as_mut() {
+            t.insert(key, value.as_slice())
+                .db("write the extensions table")?;
+        }
+        let seq = self.append(RecordBody::Extension { tag, data })?;
+        Ok(ExtensionOutcome::Written { seq })
     }
 
     fn current(&self, unit: &str) -> Result<Option<EntryValue>> {

@@ -1,0 +1,523 @@
+//! `oncelake pipeline ...`: drive and inspect a pipeline by hand or from scripts.
+//!
+//! The units a pipeline runs over are those given a source version with `pipeline set-version`
+//! (stored as `.pipeline/source/<unit>` entries); the definition comes from `--pipeline FILE`.
+
+use super::store_cmds::outcome_code;
+use super::{open_store, parse_duration, print_json, CliError};
+use oncelake::pipeline::{
+    set_source_version, Attempt, CellState, CellView, Claim, Explain, FailOutcome, Pipeline,
+    PipelineDef,
+};
+use oncelake::{Outcome, Store};
+use serde_json::{json, Value};
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+const EXAMPLES: &str = "\
+Examples:
+  oncelake pipeline set-version ./lake orders/day=1 7 input.csv
+  oncelake pipeline status ./lake --pipeline etl.toml
+  oncelake pipeline status ./lake --pipeline etl.toml --dot | dot -Tpng -o etl.png
+  oncelake pipeline ready ./lake --pipeline etl.toml --claim --worker w1 --json
+  oncelake pipeline complete ./lake --pipeline etl.toml orders/day=1 transform out.bin --token 12
+  oncelake pipeline fail ./lake --pipeline etl.toml orders/day=1 transform --error 'timeout' --token 12
+  oncelake pipeline explain ./lake --pipeline etl.toml orders/day=1
+
+The pipeline file:
+  [stage.ingest]
+  code_version = 1
+  [stage.transform]
+  code_version = 3
+  upstream = [\"ingest\"]
+  max_attempts = 5      # optional, default 3";
+
+/// Pipelines: a DAG of stages with exactly-once cells per (unit, stage).
+#[derive(clap::Args, Debug)]
+#[command(after_help = EXAMPLES)]
+pub(crate) struct PipelineArgs {
+    #[command(subcommand)]
+    pub command: PipelineCommand,
+}
+
+#[derive(clap::Subcommand, Debug)]
+pub(crate) enum PipelineCommand {
+    /// Record a unit's current source version (and input bytes); a newer one re-runs its cells.
+    SetVersion(SetVersionArgs),
+    /// Cell counts per stage, or the DAG in Graphviz dot (--dot).
+    Status(StatusArgs),
+    /// List ready cells; with --claim, claim them for --worker.
+    Ready(ReadyArgs),
+    /// Complete a cell with an output file.
+    Complete(CompleteArgs),
+    /// Record a failed run of a cell.
+    Fail(FailArgs),
+    /// Say why each cell of a unit is in its state.
+    Explain(ExplainArgs),
+}
+
+#[derive(clap::Args, Debug)]
+pub(crate) struct SetVersionArgs {
+    /// The store.
+    pub store: PathBuf,
+    /// Unit key.
+    pub unit: String,
+    /// The unit's current source version.
+    pub version: u64,
+    /// The unit's input (a file or - for standard input); empty if omitted.
+    pub file: Option<String>,
+    /// Print the result as a JSON line.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(clap::Args, Debug)]
+pub(crate) struct DefArg {
+    /// The pipeline definition file.
+    #[arg(long = "pipeline", value_name = "FILE")]
+    pub pipeline: PathBuf,
+}
+
+#[derive(clap::Args, Debug)]
+pub(crate) struct StatusArgs {
+    /// The store.
+    pub store: PathBuf,
+    #[command(flatten)]
+    pub def: DefArg,
+    /// Print the DAG in Graphviz dot, stages labelled and coloured by their cell states.
+    #[arg(long, conflicts_with = "json")]
+    pub dot: bool,
+    /// One JSON object per stage.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(clap::Args, Debug)]
+pub(crate) struct ReadyArgs {
+    /// The store.
+    pub store: PathBuf,
+    #[command(flatten)]
+    pub def: DefArg,
+    /// At most this many cells.
+    #[arg(long, default_value_t = 100)]
+    pub limit: usize,
+    /// Claim the listed cells (coordinator mode); prints each lease's token.
+    #[arg(long, requires = "worker")]
+    pub claim: bool,
+    /// The claiming worker.
+    #[arg(long)]
+    pub worker: Option<String>,
+    /// Lease length for --claim.
+    #[arg(long, default_value = "5m", value_parser = parse_duration)]
+    pub ttl: Duration,
+    /// One JSON object per cell.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(clap::Args, Debug)]
+pub(crate) struct CompleteArgs {
+    /// The store.
+    pub store: PathBuf,
+    #[command(flatten)]
+    pub def: DefArg,
+    /// Unit key.
+    pub unit: String,
+    /// Stage name.
+    pub stage: String,
+    /// The output file, or - for standard input.
+    pub file: String,
+    /// The source version computed (default: the unit's current one).
+    #[arg(long)]
+    pub version: Option<u64>,
+    /// Fencing token of the claim this run was made under.
+    #[arg(long)]
+    pub token: Option<u64>,
+    /// Print the result as a JSON line.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(clap::Args, Debug)]
+pub(crate) struct FailArgs {
+    /// The store.
+    pub store: PathBuf,
+    #[command(flatten)]
+    pub def: DefArg,
+    /// Unit key.
+    pub unit: String,
+    /// Stage name.
+    pub stage: String,
+    /// What went wrong (kept as the failure's reason).
+    #[arg(long)]
+    pub error: String,
+    /// The source version of the failed run (default: the unit's current one).
+    #[arg(long)]
+    pub version: Option<u64>,
+    /// Fencing token of the claim this run was made under.
+    #[arg(long)]
+    pub token: Option<u64>,
+    /// Who ran it.
+    #[arg(long, default_value = "cli")]
+    pub worker: String,
+    /// Print the result as a JSON line.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(clap::Args, Debug)]
+pub(crate) struct ExplainArgs {
+    /// The store.
+    pub store: PathBuf,
+    #[command(flatten)]
+    pub def: DefArg,
+    /// Unit key.
+    pub unit: String,
+    /// One JSON object per cell.
+    #[arg(long)]
+    pub json: bool,
+}
+
+pub(crate) fn run(a: PipelineArgs, wait: Duration) -> Result<u8, CliError> {
+    match a.command {
+        PipelineCommand::SetVersion(a) => set_version(a, wait),
+        PipelineCommand::Status(a) => status(a, wait),
+        PipelineCommand::Ready(a) => ready(a, wait),
+        PipelineCommand::Complete(a) => complete(a, wait),
+        PipelineCommand::Fail(a) => fail(a, wait),
+        PipelineCommand::Explain(a) => explain(a, wait),
+    }
+}
+
+fn load_def(path: &Path) -> Result<Pipeline, CliError> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| CliError::io(format!("read pipeline file {}", path.display()), e))?;
+    let def = PipelineDef::parse(&text)
+        .map_err(|e| CliError::Usage(format!("{}: {e}", path.display())))?;
+    Ok(Pipeline::new(def))
+}
+
+fn read_input(file: &str) -> Result<Vec<u8>, CliError> {
+    let mut buf = Vec::new();
+    if file == "-" {
+        std::io::stdin()
+            .lock()
+            .read_to_end(&mut buf)
+            .map_err(|e| CliError::io("read standard input", e))?;
+    } else {
+        let path = Path::new(file);
+        if !path.is_file() {
+            return Err(CliError::Usage(format!(
+                "{file} is not a readable file; pass a file path or - for standard input"
+            )));
+        }
+        buf = std::fs::read(path).map_err(|e| CliError::io(format!("read {file}"), e))?;
+    }
+    Ok(buf)
+}
+
+fn set_version(a: SetVersionArgs, wait: Duration) -> Result<u8, CliError> {
+    let input = match &a.file {
+        Some(f) => read_input(f)?,
+        None => Vec::new(),
+    };
+    let store = open_store(&a.store, wait, false)?;
+    let u = set_source_version(&store, &a.unit, a.version, &input)?;
+    if a.json {
+        print_json(&json!({
+            "unit": a.unit,
+            "source_version": a.version,
+            "outcome": u.outcome.name(),
+            "seq": u.outcome.seq(),
+        }));
+    } else {
+        match u.outcome {
+            Outcome::Committed { seq, .. } => {
+                println!("{} is at source version {} (seq {seq})", a.unit, a.version)
+            }
+            Outcome::Duplicate { .. } => {
+                println!("{} is already at source version {}", a.unit, a.version)
+            }
+            Outcome::Stale { current_version } => eprintln!(
+                "stale: {} is already at source version {current_version}; versions never go back",
+                a.unit
+            ),
+            Outcome::Conflict { .. } => eprintln!(
+                "conflict: {} @ {} was recorded with a different input; bump the version",
+                a.unit, a.version
+            ),
+            _ => eprintln!("{}: {}", a.unit, u.outcome.name()),
+        }
+    }
+    Ok(outcome_code(&u.outcome))
+}
+
+fn status(a: StatusArgs, wait: Duration) -> Result<u8, CliError> {
+    let p = load_def(&a.def.pipeline)?;
+    let store = open_store(&a.store, wait, false)?;
+    let st = p.status(&store)?;
+    if a.dot {
+        print!("{}", p.to_dot(&st));
+    } else if a.json {
+        for s in &st.stages {
+            print_json(&json!({
+                "stage": s.stage, "code_version": s.code_version, "done": s.done,
+                "ready": s.ready, "running": s.running, "blocked": s.blocked,
+                "failed": s.failed, "stale": s.stale,
+            }));
+        }
+    } else {
+        println!("{} units", st.units);
+        println!(
+            "{:<24} {:>5} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8}",
+            "stage", "code", "done", "ready", "running", "blocked", "failed", "stale"
+        );
+        for s in &st.stages {
+            println!(
+                "{:<24} {:>5} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8}",
+                s.stage, s.code_version, s.done, s.ready, s.running, s.blocked, s.failed, s.stale
+            );
+        }
+    }
+    Ok(0)
+}
+
+fn ready(a: ReadyArgs, wait: Duration) -> Result<u8, CliError> {
+    let p = load_def(&a.def.pipeline)?;
+    let store = open_store(&a.store, wait, false)?;
+    let cells = p.ready(&store, a.limit)?;
+    for c in cells {
+        let mut v = json!({
+            "unit": c.unit, "stage": c.stage, "source_version": c.source_version,
+            "attempts": c.attempts, "cell": c.key,
+            "stale": c.stale.as_ref().map(|s| s.to_string()),
+        });
+        let mut note = String::new();
+        if a.claim {
+            let worker = a.worker.as_deref().unwrap_or_default();
+            match p.claim(&store, &c, worker, a.ttl)? {
+                Claim::Granted { lease, cell } => {
+                    // The count as of the grant: another worker may have failed it since.
+                    v["attempts"] = json!(cell.attempts);
+                    v["token"] = json!(lease.token);
+                    v["expires_at_ms"] = json!(lease.expires_at_ms);
+                    note = format!(" claimed, token {}", lease.token);
+                }
+                // Someone else got there between the listing and the claim.
+                _ => continue,
+            }
+        }
+        if a.json {
+            print_json(&v);
+        } else {
+            let retry = if c.attempts > 0 {
+                format!(" (retry after {} failure(s))", c.attempts)
+            } else {
+                String::new()
+            };
+            let stale = c
+                .stale
+                .map(|s| format!(" (stale: {s})"))
+                .unwrap_or_default();
+            println!(
+                "{} {} @ {}{retry}{stale}{note}",
+                c.unit, c.stage, c.source_version
+            );
+        }
+    }
+    Ok(0)
+}
+
+/// The unit's explanation, refusing a unit without a source version.
+fn explained(p: &Pipeline, store: &Store, unit: &str) -> Result<Explain, CliError> {
+    let e = p.explain(store, unit)?;
+    if e.source_version.is_none() {
+        return Err(CliError::Usage(format!(
+            "unit {unit:?} has no source version; record one with `oncelake pipeline set-version STORE {unit} VERSION`"
+        )));
+    }
+    Ok(e)
+}
+
+fn cell_of<'e>(e: &'e Explain, stage: &str) -> Result<&'e CellView, CliError> {
+    e.cells.iter().find(|c| c.stage == stage).ok_or_else(|| {
+        CliError::Usage(format!(
+            "the pipeline has no stage {stage:?}; its stages are {}",
+            e.cells
+                .iter()
+                .map(|c| c.stage.as_str())
+                .collect::<Vec<_>>()
+                .join(", ")
+        ))
+    })
+}
+
+fn complete(a: CompleteArgs, wait: Duration) -> Result<u8, CliError> {
+    let p = load_def(&a.def.pipeline)?;
+    let output = read_input(&a.file)?;
+    let store = open_store(&a.store, wait, false)?;
+    p.record_definition(&store)?;
+    let e = explained(&p, &store, &a.unit)?;
+    let cell = cell_of(&e, &a.stage)?;
+    if let CellState::Blocked { upstream, .. } = &cell.state {
+        return Err(CliError::Usage(format!(
+            "cell {} {} is blocked on {upstream}; complete {upstream} for this unit first",
+            a.unit, a.stage
+        )));
+    }
+    let attempt = Attempt {
+        unit: a.unit.clone(),
+        stage: a.stage.clone(),
+        source_version: a.version.or(e.source_version).unwrap_or_default(),
+        worker: "cli".into(),
+        token: a.token,
+    };
+    let u = p.complete(&store, &attempt, &output)?;
+    if a.json {
+        print_json(&json!({
+            "unit": a.unit, "stage": a.stage, "source_version": attempt.source_version,
+            "cell": u.unit, "outcome": u.outcome.name(), "seq": u.outcome.seq(),
+            "object": u.object.to_hex(),
+        }));
+    } else {
+        let line = format!(
+            "{} {} @ {}: {}",
+            a.unit,
+            a.stage,
+            attempt.source_version,
+            u.outcome.name()
+        );
+        if u.outcome.is_success() {
+            println!("{line}");
+        } else {
+            eprintln!("{line}; nothing changed");
+        }
+    }
+    Ok(outcome_code(&u.outcome))
+}
+
+fn fail(a: FailArgs, wait: Duration) -> Result<u8, CliError> {
+    let p = load_def(&a.def.pipeline)?;
+    let store = open_store(&a.store, wait, false)?;
+    p.record_definition(&store)?;
+    let e = explained(&p, &store, &a.unit)?;
+    cell_of(&e, &a.stage)?;
+    let attempt = Attempt {
+        unit: a.unit.clone(),
+        stage: a.stage.clone(),
+        source_version: a.version.or(e.source_version).unwrap_or_default(),
+        worker: a.worker.clone(),
+        token: a.token,
+    };
+    match p.fail(&store, &attempt, &a.error)? {
+        FailOutcome::Recorded {
+            seq,
+            attempts,
+            gave_up,
+        } => {
+            if a.json {
+                print_json(&json!({
+                    "unit": a.unit, "stage": a.stage, "outcome": "recorded", "seq": seq,
+                    "attempts": attempts, "gave_up": gave_up,
+                }));
+            } else {
+                println!(
+                    "{} {}: failure {attempts} recorded at seq {seq}{}",
+                    a.unit,
+                    a.stage,
+                    if gave_up {
+                        "; no attempts left, the cell stays failed until its source or code version changes"
+                    } else {
+                        "; it will be retried"
+                    }
+                );
+            }
+            Ok(0)
+        }
+        FailOutcome::Fenced {
+            token,
+            newest_token,
+        } => {
+            if a.json {
+                print_json(&json!({
+                    "unit": a.unit, "stage": a.stage, "outcome": "fenced",
+                    "token": token, "newest_token": newest_token,
+                }));
+            } else {
+                eprintln!("fenced: token {token} is older than the cell's newest lease token {newest_token}; another worker took over");
+            }
+            Ok(5)
+        }
+    }
+}
+
+fn cell_json(c: &CellView) -> Value {
+    let mut v = json!({
+        "stage": c.stage, "state": c.state.name(), "cell": c.key,
+        "stale": c.stale.as_ref().map(|s| s.to_string()),
+        "why": c.to_string(),
+    });
+    match &c.state {
+        CellState::Done {
+            source_version,
+            code_version,
+            seq,
+            object,
+        } => {
+            v["source_version"] = json!(source_version);
+            v["code_version"] = json!(code_version);
+            v["seq"] = json!(seq);
+            v["object"] = json!(object.to_hex());
+        }
+        CellState::Running {
+            worker,
+            token,
+            expires_at_ms,
+            ..
+        } => {
+            v["worker"] = json!(worker);
+            v["token"] = json!(token);
+            v["expires_at_ms"] = json!(expires_at_ms);
+        }
+        CellState::Ready {
+            attempts,
+            last_error,
+        } => {
+            v["attempts"] = json!(attempts);
+            v["last_error"] = json!(last_error);
+        }
+        CellState::Blocked { upstream, .. } => v["blocked_on"] = json!(upstream),
+        CellState::Failed {
+            attempts,
+            last_error,
+        } => {
+            v["attempts"] = json!(attempts);
+            v["last_error"] = json!(last_error);
+        }
+    }
+    v
+}
+
+fn explain(a: ExplainArgs, wait: Duration) -> Result<u8, CliError> {
+    let p = load_def(&a.def.pipeline)?;
+    let store = open_store(&a.store, wait, false)?;
+    let e = explained(&p, &store, &a.unit)?;
+    if a.json {
+        for c in &e.cells {
+            let mut v = cell_json(c);
+            v["unit"] = json!(e.unit);
+            print_json(&v);
+        }
+    } else {
+        println!(
+            "{} at source version {}",
+            e.unit,
+            e.source_version.unwrap_or_default()
+        );
+        for c in &e.cells {
+            println!("  {c}");
+        }
+    }
+    Ok(0)
+}

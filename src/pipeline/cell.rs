@@ -1,0 +1,491 @@
+//! Cells: one (unit, stage) pair. How a cell is named in the manifest, the failure record it may
+//! carry, and the states [`crate::pipeline::Pipeline::explain`] reports.
+//!
+//! # Where cell state lives
+//!
+//! - **completed**: a manifest entry under the cell key
+//!   `.pipeline/cell/<stage>/<unit>/<code version>-<lineage>`, committed at the unit's source
+//!   version through the ordinary commit path, so the commit rules (duplicate, conflict, stale,
+//!   fenced) apply to cells unchanged. The lineage hashes the code versions of the stage and of
+//!   everything upstream of it, so a changed code version gives this stage and everything
+//!   downstream *new* cell keys: they are pending again, nothing else is.
+//! - **running**: a claim (lease with fencing token) on the cell key.
+//! - **failed**: an extension record ([`TAG_CELL_FAILED`]) in the log, kept by cell key in the
+//!   extensions table: source version, attempts, last error.
+//! - **source version**: a manifest entry under `.pipeline/source/<unit>`.
+//!
+//! Stage names never contain `/` and the suffix never does, so the encoding is unambiguous even
+//! for units that contain `/`.
+
+use crate::error::{Error, Result};
+use crate::key::MAX_KEY_LEN;
+use crate::object::ObjectId;
+
+/// Prefix of every cell key in the manifest.
+pub const CELL_PREFIX: &str = ".pipeline/cell/";
+/// Prefix of the entries that hold units' current source versions.
+pub const SOURCE_PREFIX: &str = ".pipeline/source/";
+/// Log extension tag of a cell failure.
+pub const TAG_CELL_FAILED: u16 = 0x5001;
+/// Log extension tag of a recorded (changed) pipeline definition.
+pub const TAG_DEFINITION: u16 = 0x5002;
+/// The extensions-table key of the recorded definition.
+pub(crate) const DEFINITION_KEY: &str = ".pipeline/definition";
+/// The longest unit key a pipeline runs over: what is left of [`MAX_KEY_LEN`] after the cell
+/// key's prefix, the longest stage name and the suffix.
+pub const MAX_PIPELINE_UNIT_LEN: usize = MAX_KEY_LEN - CELL_PREFIX.len() - 64 - 2 - (20 + 1 + 16);
+/// Longer error messages are cut to this many bytes in failure records.
+pub const MAX_ERROR_LEN: usize = 4096;
+
+/// A cell key, decoded.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct CellKey {
+    /// The stage.
+    pub stage: String,
+    /// The unit.
+    pub unit: String,
+    /// The stage's code version the cell was computed with.
+    pub code_version: u64,
+    /// The stage's lineage (see [`crate::pipeline::PipelineDef::lineage`]).
+    pub lineage: String,
+}
+
+impl CellKey {
+    /// The manifest key.
+    pub fn encode(&self) -> String {
+        format!(
+            "{CELL_PREFIX}{}/{}/{}-{}",
+            self.stage, self.unit, self.code_version, self.lineage
+        )
+    }
+
+    /// Decodes a manifest key; `None` if it is not a well-formed cell key.
+    pub fn parse(key: &str) -> Option<CellKey> {
+        let rest = key.strip_prefix(CELL_PREFIX)?;
+        let (stage, rest) = rest.split_once('/')?;
+        let (unit, suffix) = rest.rsplit_once('/')?;
+        let (cv, lineage) = suffix.split_once('-')?;
+        if stage.is_empty()
+            || unit.is_empty()
+            || cv.is_empty()
+            || !cv.bytes().all(|b| b.is_ascii_digit())
+            || lineage.len() != 16
+            || !lineage.bytes().all(|b| b.is_ascii_hexdigit())
+        {
+            return None;
+        }
+        Some(CellKey {
+            stage: stage.to_string(),
+            unit: unit.to_string(),
+            code_version: cv.parse().ok()?,
+            lineage: lineage.to_string(),
+        })
+    }
+}
+
+/// The manifest key holding `unit`'s current source version.
+pub fn source_key(unit: &str) -> String {
+    format!("{SOURCE_PREFIX}{unit}")
+}
+
+/// Checks that `unit` can be run through a pipeline (unit key rules, and short enough for its
+/// cell keys).
+pub fn validate_pipeline_unit(unit: &str) -> Result<()> {
+    crate::key::validate_key(unit)?;
+    if unit.len() > MAX_PIPELINE_UNIT_LEN {
+        return Err(Error::InvalidRequest(format!(
+            "unit key of {} bytes is too long for a pipeline: cell keys add a prefix and suffix, \
+             so pipeline units are at most {MAX_PIPELINE_UNIT_LEN} bytes",
+            unit.len()
+        )));
+    }
+    Ok(())
+}
+
+/// A cell's recorded failure: the content of a [`TAG_CELL_FAILED`] log record.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Failure {
+    /// The cell key.
+    pub cell: String,
+    /// The source version the failed run was for.
+    pub source_version: u64,
+    /// Failed runs of this cell at this source version, this one included.
+    pub attempts: u32,
+    /// The fencing token of the run's lease, if it held one.
+    pub token: Option<u64>,
+    /// Who ran it.
+    pub worker: String,
+    /// The error the stage returned.
+    pub error: String,
+}
+
+impl Failure {
+    /// The record payload.
+    pub fn encode(&self) -> Vec<u8> {
+        let mut v = Vec::with_capacity(48 + self.cell.len() + self.error.len());
+        v.push(1);
+        put_str(&mut v, &self.cell);
+        v.extend_from_slice(&self.source_version.to_le_bytes());
+        v.extend_from_slice(&self.attempts.to_le_bytes());
+        match self.token {
+            Some(t) => {
+                v.push(1);
+                v.extend_from_slice(&t.to_le_bytes());
+            }
+            None => v.push(0),
+        }
+        put_str(&mut v, &self.worker);
+        put_str(&mut v, &self.error);
+        v
+    }
+
+    /// Decodes a payload; malformed input is an error, never a panic.
+    pub fn decode(b: &[u8]) -> Result<Failure> {
+        let mut r = Reader(b);
+        let format = r.u8()?;
+        if format != 1 {
+            return Err(bad(format!(
+                "cell failure format {format} is not supported"
+            )));
+        }
+        let cell = r.string()?;
+        let source_version = r.u64()?;
+        let attempts = r.u32()?;
+        let token = match r.u8()? {
+            0 => None,
+            1 => Some(r.u64()?),
+            t => return Err(bad(format!("token flag {t} is neither 0 nor 1"))),
+        };
+        let worker = r.string()?;
+        let error = r.string()?;
+        if !r.0.is_empty() {
+            return Err(bad(format!("{} trailing bytes", r.0.len())));
+        }
+        Ok(Failure {
+            cell,
+            source_version,
+            attempts,
+            token,
+            worker,
+            error,
+        })
+    }
+}
+
+/// A recorded pipeline definition: the content of a [`TAG_DEFINITION`] log record.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DefinitionRecord {
+    /// The definition, in the file format.
+    pub text: String,
+    /// What changed since the previous one and which stages that invalidates.
+    pub reason: String,
+}
+
+impl DefinitionRecord {
+    /// The record payload.
+    pub fn encode(&self) -> Vec<u8> {
+        let mut v = Vec::with_capacity(9 + self.text.len() + self.reason.len());
+        v.push(1);
+        put_str(&mut v, &self.text);
+        put_str(&mut v, &self.reason);
+        v
+    }
+
+    /// Decodes a payload; malformed input is an error, never a panic.
+    pub fn decode(b: &[u8]) -> Result<DefinitionRecord> {
+        let mut r = Reader(b);
+        let format = r.u8()?;
+        if format != 1 {
+            return Err(bad(format!("definition format {format} is not supported")));
+        }
+        let text = r.string()?;
+        let reason = r.string()?;
+        if !r.0.is_empty() {
+            return Err(bad(format!("{} trailing bytes", r.0.len())));
+        }
+        Ok(DefinitionRecord { text, reason })
+    }
+}
+
+/// Cuts `s` to at most `max` bytes at a character boundary.
+pub(crate) fn truncate(s: &str, max: usize) -> String {
+    if s.len() <= max {
+        return s.to_string();
+    }
+    let mut end = max;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    s[..end].to_string()
+}
+
+/// Why a cell's earlier completion no longer counts.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum StaleReason {
+    /// It was completed for an older source version of the unit.
+    NewerSource {
+        /// The version it was completed for.
+        completed: u64,
+        /// The unit's current version.
+        current: u64,
+    },
+    /// It was completed with another code version of this stage.
+    CodeChanged {
+        /// The code version it was completed with.
+        from: u64,
+        /// The stage's code version now.
+        to: u64,
+    },
+    /// Same code version, but an upstream stage's code changed, so its inputs are re-run.
+    UpstreamRerun,
+}
+
+impl std::fmt::Display for StaleReason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            StaleReason::NewerSource { completed, current } => write!(
+                f,
+                "newer source version: completed for {completed}, the unit is now at {current}"
+            ),
+            StaleReason::CodeChanged { from, to } => {
+                write!(f, "code version changed from {from} to {to}")
+            }
+            StaleReason::UpstreamRerun => {
+                write!(
+                    f,
+                    "upstream re-run: an upstream stage's code version changed"
+                )
+            }
+        }
+    }
+}
+
+/// A cell's state, as [`crate::pipeline::Pipeline::explain`] reports it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum CellState {
+    /// Completed for the unit's current source version with the stage's current lineage.
+    Done {
+        /// The source version.
+        source_version: u64,
+        /// The code version.
+        code_version: u64,
+        /// The commit that completed it.
+        seq: u64,
+        /// The output object.
+        object: ObjectId,
+    },
+    /// A worker holds a live lease on it.
+    Running {
+        /// Who.
+        worker: String,
+        /// The lease's fencing token.
+        token: u64,
+        /// The source version the worker is computing.
+        source_version: u64,
+        /// When the lease may be taken over, ms since the Unix epoch.
+        expires_at_ms: u64,
+    },
+    /// Every upstream cell is done; it may run now.
+    Ready {
+        /// Earlier failed runs at this source version (0 on a first run).
+        attempts: u32,
+        /// The last of their errors.
+        last_error: Option<String>,
+    },
+    /// An upstream cell is not done yet.
+    Blocked {
+        /// The first upstream stage (in the order listed) whose cell is not done.
+        upstream: String,
+        /// That cell's state, in a word (ready, running, blocked, failed).
+        upstream_state: &'static str,
+    },
+    /// It failed `max_attempts` times at this source version and is not retried until the source
+    /// version or a code version changes.
+    Failed {
+        /// Failed runs.
+        attempts: u32,
+        /// The last error.
+        last_error: String,
+    },
+}
+
+impl CellState {
+    /// The state in a word: done, running, ready, blocked, failed.
+    pub fn name(&self) -> &'static str {
+        match self {
+            CellState::Done { .. } => "done",
+            CellState::Running { .. } => "running",
+            CellState::Ready { .. } => "ready",
+            CellState::Blocked { .. } => "blocked",
+            CellState::Failed { .. } => "failed",
+        }
+    }
+}
+
+/// One cell of a unit, explained.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CellView {
+    /// The stage.
+    pub stage: String,
+    /// The cell key under the stage's current lineage.
+    pub key: String,
+    /// Its state.
+    pub state: CellState,
+    /// Set when the cell was completed before but that completion no longer counts.
+    pub stale: Option<StaleReason>,
+}
+
+impl std::fmt::Display for CellView {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}: ", self.stage)?;
+        match &self.state {
+            CellState::Done {
+                source_version,
+                code_version,
+                seq,
+                ..
+            } => write!(
+                f,
+                "done at source version {source_version}, code version {code_version}, seq {seq}"
+            )?,
+            CellState::Running {
+                worker,
+                token,
+                expires_at_ms,
+                source_version,
+            } => write!(
+                f,
+                "running by {worker} (token {token}, source version {source_version}) until {expires_at_ms} ms"
+            )?,
+            CellState::Ready {
+                attempts: 0,
+                ..
+            } => write!(f, "ready: every upstream cell is done")?,
+            CellState::Ready {
+                attempts,
+                last_error,
+            } => write!(
+                f,
+                "ready to retry after {attempts} failed attempt(s), last error: {}",
+                last_error.as_deref().unwrap_or("")
+            )?,
+            CellState::Blocked {
+                upstream,
+                upstream_state,
+            } => write!(f, "blocked on {upstream} ({upstream_state})")?,
+            CellState::Failed {
+                attempts,
+                last_error,
+            } => write!(
+                f,
+                "failed after {attempts} attempt(s), last error: {last_error}"
+            )?,
+        }
+        if let Some(s) = &self.stale {
+            write!(f, "; stale: {s}")?;
+        }
+        Ok(())
+    }
+}
+
+fn bad(detail: String) -> Error {
+    Error::BadRecord(detail)
+}
+
+fn put_str(v: &mut Vec<u8>, s: &str) {
+    v.extend_from_slice(&(s.len() as u32).to_le_bytes());
+    v.extend_from_slice(s.as_bytes());
+}
+
+struct Reader<'a>(&'a [u8]);
+
+impl<'a> Reader<'a> {
+    fn take(&mut self, n: usize) -> Result<&'a [u8]> {
+        if self.0.len() < n {
+            return Err(bad(format!(
+                "cell failure truncated: wanted {n} bytes, {} left",
+                self.0.len()
+            )));
+        }
+        let (a, b) = self.0.split_at(n);
+        self.0 = b;
+        Ok(a)
+    }
+    fn u8(&mut self) -> Result<u8> {
+        Ok(self.take(1)?[0])
+    }
+    fn u32(&mut self) -> Result<u32> {
+        let mut a = [0u8; 4];
+        a.copy_from_slice(self.take(4)?);
+        Ok(u32::from_le_bytes(a))
+    }
+    fn u64(&mut self) -> Result<u64> {
+        let mut a = [0u8; 8];
+        a.copy_from_slice(self.take(8)?);
+        Ok(u64::from_le_bytes(a))
+    }
+    fn string(&mut self) -> Result<String> {
+        let n = self.u32()? as usize;
+        let b = self.take(n)?;
+        String::from_utf8(b.to_vec()).map_err(|_| bad("a string is not UTF-8".into()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cell_keys_round_trip_and_are_unambiguous() {
+        let k = CellKey {
+            stage: "store_b".into(),
+            unit: "orders/customer=4/2/x".into(),
+            code_version: 12,
+            lineage: "0123456789abcdef".into(),
+        };
+        let s = k.encode();
+        assert_eq!(
+            s,
+            ".pipeline/cell/store_b/orders/customer=4/2/x/12-0123456789abcdef"
+        );
+        assert_eq!(CellKey::parse(&s), Some(k));
+        for bad in [
+            ".pipeline/cell/a//1-0123456789abcdef",
+            ".pipeline/cell/a/u/x-0123456789abcdef",
+            ".pipeline/cell/a/u/1-0123",
+            ".pipeline/cell//u/1-0123456789abcdef",
+            ".pipeline/source/u",
+            "u",
+        ] {
+            assert_eq!(CellKey::parse(bad), None, "{bad}");
+        }
+        let long = "u".repeat(MAX_PIPELINE_UNIT_LEN);
+        let k = CellKey {
+            stage: "s".repeat(64),
+            unit: long.clone(),
+            code_version: u64::MAX,
+            lineage: "0123456789abcdef".into(),
+        };
+        assert!(crate::key::validate_key(&k.encode()).is_ok());
+        assert!(validate_pipeline_unit(&long).is_ok());
+        assert!(validate_pipeline_unit(&format!("{long}u")).is_err());
+    }
+
+    #[test]
+    fn failures_round_trip_and_reject_garbage() {
+        let f = Failure {
+            cell: "c".into(),
+            source_version: 3,
+            attempts: 2,
+            token: Some(9),
+            worker: "w".into(),
+            error: "boom ✗".into(),
+        };
+        let b = f.encode();
+        assert_eq!(Failure::decode(&b).unwrap(), f);
+        for n in 0..b.len() {
+            assert!(Failure::decode(&b[..n]).is_err());
+        }
+        assert_eq!(truncate("ééé", 3), "é");
+    }
+}

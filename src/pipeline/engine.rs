@@ -1,0 +1,1000 @@
+//! The pipeline engine: which cells are ready, claiming and running them, recording completions
+//! and failures through the store's commit path, explaining a unit, counting states per stage.
+
+use super::cell::{
+    source_key, truncate, validate_pipeline_unit, CellKey, CellState, CellView, Failure,
+    StaleReason, CELL_PREFIX, DEFINITION_KEY, MAX_ERROR_LEN, SOURCE_PREFIX, TAG_CELL_FAILED,
+    TAG_DEFINITION,
+};
+use super::def::PipelineDef;
+use crate::claim::{validate_worker, ClaimOutcome, ClaimRecord, Lease, CLAIMS};
+use crate::commit::apply::{Done, ExtensionOutcome, Op, EXTENSIONS};
+use crate::commit::{Batch, Outcome, UnitOutcome};
+use crate::error::{DbContext, Error, Result};
+use crate::manifest::{Entry, EntryValue, MANIFEST};
+use crate::metrics::add;
+use crate::store::Store;
+use redb::{ReadOnlyTable, ReadableDatabase};
+use std::collections::{BTreeMap, HashMap};
+use std::time::Duration;
+
+/// A pipeline definition bound to the engine: the operations on its cells.
+#[derive(Clone, Debug)]
+pub struct Pipeline {
+    def: PipelineDef,
+}
+
+/// An input of a ready cell: the unit's source entry (`stage: None`) or an upstream cell's
+/// completed entry.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Input {
+    /// The upstream stage, or `None` for the unit's source.
+    pub stage: Option<String>,
+    /// The entry (its object holds the bytes).
+    pub entry: Entry,
+}
+
+/// A cell that may run now.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ReadyCell {
+    /// The unit.
+    pub unit: String,
+    /// The stage.
+    pub stage: String,
+    /// The cell key (under the stage's current lineage).
+    pub key: String,
+    /// The unit's current source version: the version to compute and complete.
+    pub source_version: u64,
+    /// Earlier failed runs at this source version.
+    pub attempts: u32,
+    /// The last of their errors.
+    pub last_error: Option<String>,
+    /// Set when this run redoes an invalidated completion.
+    pub stale: Option<StaleReason>,
+    /// The source (for a stage without upstream stages) or the upstream cells' outputs.
+    pub inputs: Vec<Input>,
+}
+
+impl ReadyCell {
+    /// Reads the bytes of the input from `stage` (`None`: the unit's source), checking size and
+    /// CRC32.
+    pub fn read_input(&self, store: &Store, stage: Option<&str>) -> Result<Vec<u8>> {
+        let input = self
+            .inputs
+            .iter()
+            .find(|i| i.stage.as_deref() == stage)
+            .ok_or_else(|| {
+                Error::InvalidRequest(format!(
+                    "stage {:?} has no input {:?}; read one of its upstream stages",
+                    self.stage, stage
+                ))
+            })?;
+        store.snapshot()?.read_object(&input.entry)
+    }
+}
+
+/// The answer to [`Pipeline::claim`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Claim {
+    /// The cell is yours: run it, then complete or fail it with the lease's token.
+    Granted {
+        /// The lease on the cell key.
+        lease: Lease,
+        /// The cell, with its attempt count as of the grant.
+        cell: ReadyCell,
+    },
+    /// Another worker holds a live lease.
+    Held {
+        /// Who.
+        worker: String,
+        /// Until when (ms since the Unix epoch).
+        expires_at_ms: u64,
+    },
+    /// The cell was completed meanwhile.
+    AlreadyDone,
+    /// The cell used up its attempts meanwhile; the lease was given back.
+    GaveUp {
+        /// Failed runs.
+        attempts: u32,
+    },
+}
+
+/// One run of a cell, as [`Pipeline::complete`] and [`Pipeline::fail`] record it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Attempt {
+    /// The unit.
+    pub unit: String,
+    /// The stage.
+    pub stage: String,
+    /// The source version computed.
+    pub source_version: u64,
+    /// Who ran it.
+    pub worker: String,
+    /// The fencing token of the worker's lease on the cell, if it claimed it.
+    pub token: Option<u64>,
+}
+
+/// The answer to [`Pipeline::fail`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum FailOutcome {
+    /// The failure is in the log at `seq`.
+    Recorded {
+        /// Its seq.
+        seq: u64,
+        /// Failed runs at this source version so far.
+        attempts: u32,
+        /// True when that reaches the stage's `max_attempts`: the cell is not retried.
+        gave_up: bool,
+    },
+    /// The run's lease was taken over; the newer holder decides.
+    Fenced {
+        /// The token carried.
+        token: u64,
+        /// The newest token granted.
+        newest_token: u64,
+    },
+}
+
+/// A unit's cells, explained.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Explain {
+    /// The unit.
+    pub unit: String,
+    /// Its current source version; `None` if none was ever set (then no cell can run).
+    pub source_version: Option<u64>,
+    /// One per stage, upstream stages first.
+    pub cells: Vec<CellView>,
+}
+
+/// Cell counts of one stage.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct StageStatus {
+    /// The stage.
+    pub stage: String,
+    /// Its code version.
+    pub code_version: u64,
+    /// Cells done.
+    pub done: u64,
+    /// Cells ready.
+    pub ready: u64,
+    /// Cells running.
+    pub running: u64,
+    /// Cells blocked on an upstream cell.
+    pub blocked: u64,
+    /// Cells that used up their attempts.
+    pub failed: u64,
+    /// Cells (not done) whose earlier completion was invalidated; also counted in their state.
+    pub stale: u64,
+}
+
+/// Cell counts of a whole pipeline.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Status {
+    /// Units with a source version.
+    pub units: u64,
+    /// Per stage, upstream stages first.
+    pub stages: Vec<StageStatus>,
+}
+
+/// How [`Pipeline::work_with`] runs.
+#[derive(Clone, Debug)]
+pub struct WorkOptions {
+    /// Lease length per cell; a run longer than this may be taken over (and then fenced).
+    pub ttl: Duration,
+    /// When nothing is ready but other workers hold leases, wait for them (polling) instead of
+    /// returning, so cells they unblock are picked up. Off by default.
+    pub wait_for_running: bool,
+    /// How long to sleep between polls while waiting.
+    pub poll: Duration,
+}
+
+impl Default for WorkOptions {
+    fn default() -> Self {
+        WorkOptions {
+            ttl: Duration::from_secs(60),
+            wait_for_running: false,
+            poll: Duration::from_millis(5),
+        }
+    }
+}
+
+/// What a [`Pipeline::work`] loop did.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct WorkReport {
+    /// Stage closures run.
+    pub runs: u64,
+    /// Runs whose output was committed (exactly once per cell and source version).
+    pub completed: u64,
+    /// Runs whose output was already committed identically (a collapsed retry).
+    pub duplicates: u64,
+    /// Runs that failed (the closure returned an error).
+    pub failed: u64,
+    /// Runs whose result was rejected (fenced, stale or conflict) because the lease was lost or
+    /// the source moved on.
+    pub rejected: u64,
+    /// Runs that retried an earlier failure.
+    pub retried: u64,
+    /// Runs that redid an invalidated completion.
+    pub invalidated: u64,
+}
+
+/// What the tables say about the pipeline, read in one transaction.
+struct Loaded {
+    now_ms: u64,
+    sources: BTreeMap<String, EntryValue>,
+    /// (stage, unit) → every completion of the cell, under any lineage.
+    cells: HashMap<(String, String), Vec<(CellKey, EntryValue)>>,
+    failures: HashMap<String, Failure>,
+    claims: HashMap<String, ClaimRecord>,
+}
+
+/// One stage's evaluated cell of a unit, with its done entry.
+struct Evaluated {
+    view: CellView,
+    done: Option<Entry>,
+}
+
+pub(crate) fn scan_prefix(
+    table: &ReadOnlyTable<&'static str, &'static [u8]>,
+    prefix: &str,
+    mut f: impl FnMut(&str, &[u8]) -> Result<()>,
+) -> Result<()> {
+    for row in table.range::<&str>(prefix..).db("scan a table")? {
+        let (k, v) = row.db("scan a table")?;
+        let k = k.value();
+        if !k.starts_with(prefix) {
+            break;
+        }
+        f(k, v.value())?;
+    }
+    Ok(())
+}
+
+/// The extensions table, or `None` in a store that never wrote one.
+pub(crate) fn open_extensions(
+    txn: &redb::ReadTransaction,
+) -> Result<Option<ReadOnlyTable<&'static str, &'static [u8]>>> {
+    match txn.open_table(EXTENSIONS) {
+        Ok(t) => Ok(Some(t)),
+        Err(redb::TableError::TableDoesNotExist(_)) => Ok(None),
+        Err(e) => Err(Error::db("open the extensions table", e)),
+    }
+}
+
+/// Splits an extensions-table value into its seq and data.
+pub(crate) fn split_extension(v: &[u8]) -> Result<(u64, &[u8])> {
+    if v.len() < 8 {
+        return Err(Error::Corrupt {
+            path: "extensions".into(),
+            detail: "extension value shorter than its seq".into(),
+        });
+    }
+    let (seq, data) = v.split_at(8);
+    let mut a = [0u8; 8];
+    a.copy_from_slice(seq);
+    Ok((u64::from_le_bytes(a), data))
+}
+
+fn submit_extension(
+    store: &Store,
+    tag: u16,
+    key: String,
+    data: Vec<u8>,
+    fence: Option<(String, u64)>,
+) -> Result<ExtensionOutcome> {
+    match store.submit(Op::Extension {
+        tag,
+        key,
+        data,
+        fence,
+    })? {
+        Done::Extension(o) => Ok(o),
+        other => unreachable!(
+            "invariant: an extension op is answered by an extension outcome, got {other:?}"
+        ),
+    }
+}
+
+/// Records `unit`'s current source version (and its input bytes, readable by the stages without
+/// upstream stages) as the manifest entry `.pipeline/source/<unit>`. A newer version invalidates
+/// every cell of the unit. The commit rules apply: an older version is stale, the same version
+/// with other bytes a conflict, the same bytes a duplicate.
+pub fn set_source_version(
+    store: &Store,
+    unit: &str,
+    source_version: u64,
+    input: &[u8],
+) -> Result<UnitOutcome> {
+    validate_pipeline_unit(unit)?;
+    let staged = store.stage_bytes(input)?;
+    let mut r = store.commit(Batch::new().put(source_key(unit), source_version, &staged))?;
+    Ok(r.units.remove(0))
+}
+
+/// Records many units' source versions in one commit (per-unit outcomes, as
+/// [`crate::Batch::partial`]): the bulk form of [`set_source_version`], e.g. for a source
+/// listing. Identical inputs are staged once.
+pub fn set_source_versions(
+    store: &Store,
+    units: &[(&str, u64, &[u8])],
+) -> Result<crate::commit::CommitReport> {
+    let mut staged: HashMap<&[u8], crate::stage::Staged> = HashMap::new();
+    let mut batch = Batch::new().partial();
+    for &(unit, version, input) in units {
+        validate_pipeline_unit(unit)?;
+        if !staged.contains_key(input) {
+            staged.insert(input, store.stage_bytes(input)?);
+        }
+        batch = batch.put(source_key(unit), version, &staged[input]);
+    }
+    store.commit(batch)
+}
+
+impl Pipeline {
+    /// Binds a validated definition.
+    pub fn new(def: PipelineDef) -> Pipeline {
+        Pipeline { def }
+    }
+
+    /// The definition.
+    pub fn def(&self) -> &PipelineDef {
+        &self.def
+    }
+
+    /// The cell key of (`unit`, `stage`) under the stage's current code version and lineage.
+    pub fn cell_key(&self, unit: &str, stage: &str) -> Result<String> {
+        let s = self.stage(stage)?;
+        Ok(CellKey {
+            stage: s.name.clone(),
+            unit: unit.to_string(),
+            code_version: s.code_version,
+            lineage: self.def.lineage(stage).unwrap_or_default().to_string(),
+        }
+        .encode())
+    }
+
+    fn stage(&self, stage: &str) -> Result<&super::def::StageDef> {
+        self.def.stage(stage).ok_or_else(|| {
+            Error::InvalidRequest(format!(
+                "the pipeline has no stage {stage:?}; its stages are {}",
+                self.def
+                    .stages()
+                    .iter()
+                    .map(|s| s.name.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ))
+        })
+    }
+
+    /// Records `unit`'s current source version; see [`set_source_version`].
+    pub fn set_source_version(
+        &self,
+        store: &Store,
+        unit: &str,
+        source_version: u64,
+        input: &[u8],
+    ) -> Result<UnitOutcome> {
+        set_source_version(store, unit, source_version, input)
+    }
+
+    /// Records the definition in the log if it differs from the last one recorded, with the
+    /// stages it invalidates as the reason. Returns the record's seq if it wrote one.
+    pub fn record_definition(&self, store: &Store) -> Result<Option<u64>> {
+        let text = self.def.to_text();
+        let old = {
+            let txn = store.inner.db.begin_read().db("begin a read transaction")?;
+            match open_extensions(&txn)? {
+                None => None,
+                Some(t) => match t.get(DEFINITION_KEY).db("read the extensions table")? {
+                    None => None,
+                    Some(v) => {
+                        let (_, data) = split_extension(v.value())?;
+                        Some(super::cell::DefinitionRecord::decode(data)?.text)
+                    }
+                },
+            }
+        };
+        if old.as_deref() == Some(text.as_str()) {
+            return Ok(None);
+        }
+        let reason = match old.as_deref().map(PipelineDef::parse) {
+            None => "first definition".to_string(),
+            Some(Err(_)) => "the previous definition no longer parses".to_string(),
+            Some(Ok(prev)) => self.changes_since(&prev),
+        };
+        let data = super::cell::DefinitionRecord { text, reason }.encode();
+        match submit_extension(store, TAG_DEFINITION, DEFINITION_KEY.into(), data, None)? {
+            ExtensionOutcome::Written { seq } => Ok(Some(seq)),
+            ExtensionOutcome::Fenced { .. } => {
+                unreachable!("invariant: an unfenced extension is never fenced")
+            }
+        }
+    }
+
+    /// Describes how this definition differs from `prev`: changed code versions and the stages
+    /// they invalidate.
+    fn changes_since(&self, prev: &PipelineDef) -> String {
+        let mut parts = Vec::new();
+        let mut invalid = Vec::new();
+        for s in self.def.topo_order() {
+            match prev.stage(&s.name) {
+                None => parts.push(format!("stage {} added", s.name)),
+                Some(p) if p.code_version != s.code_version => parts.push(format!(
+                    "code version of {} {} -> {}",
+                    s.name, p.code_version, s.code_version
+                )),
+                Some(p) if p.upstream != s.upstream => {
+                    parts.push(format!("upstream of {} changed", s.name))
+                }
+                _ => {}
+            }
+            if prev.lineage(&s.name) != self.def.lineage(&s.name) {
+                invalid.push(s.name.as_str());
+            }
+        }
+        for p in prev.stages() {
+            if self.def.stage(&p.name).is_none() {
+                parts.push(format!("stage {} removed", p.name));
+            }
+        }
+        if parts.is_empty() {
+            parts.push("settings changed".into());
+        }
+        if !invalid.is_empty() {
+            parts.push(format!("invalidates {}", invalid.join(", ")));
+        }
+        parts.join("; ")
+    }
+
+    /// Reads what the tables say, for every unit or for one.
+    fn load(&self, store: &Store, unit: Option<&str>) -> Result<Loaded> {
+        let now_ms = store.inner.options.clock.now_ms();
+        let txn = store.inner.db.begin_read().db("begin a read transaction")?;
+        let manifest = txn.open_table(MANIFEST).db("open the manifest")?;
+        let claims = txn.open_table(CLAIMS).db("open the claims")?;
+        let ext = open_extensions(&txn)?;
+        let mut l = Loaded {
+            now_ms,
+            sources: BTreeMap::new(),
+            cells: HashMap::new(),
+            failures: HashMap::new(),
+            claims: HashMap::new(),
+        };
+        let source_prefix = match unit {
+            Some(u) => source_key(u),
+            None => SOURCE_PREFIX.to_string(),
+        };
+        scan_prefix(&manifest, &source_prefix, |k, v| {
+            let u = &k[SOURCE_PREFIX.len()..];
+            if unit.is_none_or(|want| want == u) {
+                l.sources.insert(u.to_string(), EntryValue::decode(v)?);
+            }
+            Ok(())
+        })?;
+        let cell_prefixes: Vec<String> = match unit {
+            None => vec![CELL_PREFIX.to_string()],
+            Some(u) => self
+                .def
+                .stages()
+                .iter()
+                .map(|s| format!("{CELL_PREFIX}{}/{u}/", s.name))
+                .collect(),
+        };
+        let wanted = |ck: &CellKey| unit.is_none_or(|u| u == ck.unit);
+        for prefix in &cell_prefixes {
+            scan_prefix(&manifest, prefix, |k, v| {
+                if let Some(ck) = CellKey::parse(k).filter(&wanted) {
+                    let value = EntryValue::decode(v)?;
+                    l.cells
+                        .entry((ck.stage.clone(), ck.unit.clone()))
+                        .or_default()
+                        .push((ck, value));
+                }
+                Ok(())
+            })?;
+            scan_prefix(&claims, prefix, |k, v| {
+                if CellKey::parse(k).filter(&wanted).is_some() {
+                    l.claims.insert(k.to_string(), ClaimRecord::decode(v)?);
+                }
+                Ok(())
+            })?;
+            if let Some(ext) = &ext {
+                scan_prefix(ext, prefix, |k, v| {
+                    if CellKey::parse(k).filter(&wanted).is_some() {
+                        let (_, data) = split_extension(v)?;
+                        l.failures.insert(k.to_string(), Failure::decode(data)?);
+                    }
+                    Ok(())
+                })?;
+            }
+        }
+        Ok(l)
+    }
+
+    /// Evaluates every cell of `unit` (upstream first) against its current source version.
+    fn evaluate(&self, l: &Loaded, unit: &str, source: &EntryValue) -> Vec<Evaluated> {
+        let version = source.source_version;
+        let mut out: Vec<Evaluated> = Vec::with_capacity(self.def.stages().len());
+        let mut index: HashMap<&str, usize> = HashMap::new();
+        for s in self.def.topo_order() {
+            let lineage = self.def.lineage(&s.name).unwrap_or_default();
+            let key = CellKey {
+                stage: s.name.clone(),
+                unit: unit.to_string(),
+                code_version: s.code_version,
+                lineage: lineage.to_string(),
+            }
+            .encode();
+            let completions = l.cells.get(&(s.name.clone(), unit.to_string()));
+            let current = completions
+                .and_then(|c| c.iter().find(|(ck, _)| ck.lineage == lineage))
+                .map(|(_, v)| *v);
+            let done = current.filter(|v| v.source_version >= version);
+            let stale = match (current, done) {
+                (_, Some(_)) => None,
+                (Some(v), None) => Some(StaleReason::NewerSource {
+                    completed: v.source_version,
+                    current: version,
+                }),
+                (None, None) => completions
+                    .and_then(|c| c.iter().max_by_key(|(_, v)| v.seq))
+                    .map(|(ck, _)| {
+                        if ck.code_version != s.code_version {
+                            StaleReason::CodeChanged {
+                                from: ck.code_version,
+                                to: s.code_version,
+                            }
+                        } else {
+                            StaleReason::UpstreamRerun
+                        }
+                    }),
+            };
+            let claim = l.claims.get(&key).filter(|c| c.is_live(l.now_ms));
+            let blocked = s.upstream.iter().find_map(|u| {
+                // invariant: topological order evaluates every upstream stage before this one.
+                let e = &out[index[u.as_str()]];
+                (e.done.is_none()).then(|| (u.clone(), e.view.state.name()))
+            });
+            let failure = l.failures.get(&key).filter(|f| f.source_version == version);
+            let state = if let Some(v) = done {
+                CellState::Done {
+                    source_version: v.source_version,
+                    code_version: s.code_version,
+                    seq: v.seq,
+                    object: v.object.id,
+                }
+            } else if let Some(c) = claim {
+                CellState::Running {
+                    worker: c.worker.clone(),
+                    token: c.token,
+                    source_version: c.source_version,
+                    expires_at_ms: c.expires_at_ms,
+                }
+            } else if let Some((upstream, upstream_state)) = blocked {
+                CellState::Blocked {
+                    upstream,
+                    upstream_state,
+                }
+            } else {
+                match failure {
+                    Some(f) if f.attempts >= s.max_attempts => CellState::Failed {
+                        attempts: f.attempts,
+                        last_error: f.error.clone(),
+                    },
+                    Some(f) => CellState::Ready {
+                        attempts: f.attempts,
+                        last_error: Some(f.error.clone()),
+                    },
+                    None => CellState::Ready {
+                        attempts: 0,
+                        last_error: None,
+                    },
+                }
+            };
+            index.insert(s.name.as_str(), out.len());
+            out.push(Evaluated {
+                done: done.map(|v| v.into_entry(&key)),
+                view: CellView {
+                    stage: s.name.clone(),
+                    key,
+                    state,
+                    stale,
+                },
+            });
+        }
+        out
+    }
+
+    fn ready_cell(
+        &self,
+        unit: &str,
+        source: &EntryValue,
+        cells: &[Evaluated],
+        i: usize,
+    ) -> ReadyCell {
+        let e = &cells[i];
+        let (attempts, last_error) = match &e.view.state {
+            CellState::Ready {
+                attempts,
+                last_error,
+            } => (*attempts, last_error.clone()),
+            _ => (0, None),
+        };
+        let stage = self.def.stage(&e.view.stage);
+        let inputs = match stage {
+            Some(s) if !s.upstream.is_empty() => s
+                .upstream
+                .iter()
+                .filter_map(|u| {
+                    cells
+                        .iter()
+                        .find(|c| &c.view.stage == u)
+                        .and_then(|c| c.done.clone())
+                        .map(|entry| Input {
+                            stage: Some(u.clone()),
+                            entry,
+                        })
+                })
+                .collect(),
+            _ => vec![Input {
+                stage: None,
+                entry: source.into_entry(&source_key(unit)),
+            }],
+        };
+        ReadyCell {
+            unit: unit.to_string(),
+            stage: e.view.stage.clone(),
+            key: e.view.key.clone(),
+            source_version: source.source_version,
+            attempts,
+            last_error,
+            stale: e.view.stale.clone(),
+            inputs,
+        }
+    }
+
+    /// Why each cell of `unit` is in its state.
+    pub fn explain(&self, store: &Store, unit: &str) -> Result<Explain> {
+        validate_pipeline_unit(unit)?;
+        let l = self.load(store, Some(unit))?;
+        let Some(source) = l.sources.get(unit) else {
+            return Ok(Explain {
+                unit: unit.to_string(),
+                source_version: None,
+                cells: Vec::new(),
+            });
+        };
+        Ok(Explain {
+            unit: unit.to_string(),
+            source_version: Some(source.source_version),
+            cells: self
+                .evaluate(&l, unit, source)
+                .into_iter()
+                .map(|e| e.view)
+                .collect(),
+        })
+    }
+
+    /// Every unit's cells, explained, in unit order.
+    pub fn cells(&self, store: &Store) -> Result<Vec<Explain>> {
+        let l = self.load(store, None)?;
+        Ok(l.sources
+            .iter()
+            .map(|(unit, source)| Explain {
+                unit: unit.clone(),
+                source_version: Some(source.source_version),
+                cells: self
+                    .evaluate(&l, unit, source)
+                    .into_iter()
+                    .map(|e| e.view)
+                    .collect(),
+            })
+            .collect())
+    }
+
+    /// Cell counts per stage.
+    pub fn status(&self, store: &Store) -> Result<Status> {
+        let l = self.load(store, None)?;
+        let mut stages: Vec<StageStatus> = self
+            .def
+            .topo_order()
+            .map(|s| StageStatus {
+                stage: s.name.clone(),
+                code_version: s.code_version,
+                ..StageStatus::default()
+            })
+            .collect();
+        for (unit, source) in &l.sources {
+            for (st, e) in stages.iter_mut().zip(self.evaluate(&l, unit, source)) {
+                match e.view.state {
+                    CellState::Done { .. } => st.done += 1,
+                    CellState::Running { .. } => st.running += 1,
+                    CellState::Ready { .. } => st.ready += 1,
+                    CellState::Blocked { .. } => st.blocked += 1,
+                    CellState::Failed { .. } => st.failed += 1,
+                }
+                st.stale += e.view.stale.is_some() as u64;
+            }
+        }
+        Ok(Status {
+            units: l.sources.len() as u64,
+            stages,
+        })
+    }
+
+    /// Up to `limit` ready cells, in unit order then stage order. Also says how many cells are
+    /// running.
+    pub fn ready(&self, store: &Store, limit: usize) -> Result<Vec<ReadyCell>> {
+        Ok(self.ready_and_running(store, limit)?.0)
+    }
+
+    fn ready_and_running(&self, store: &Store, limit: usize) -> Result<(Vec<ReadyCell>, u64)> {
+        let l = self.load(store, None)?;
+        let mut ready = Vec::new();
+        let mut running = 0;
+        for (unit, source) in &l.sources {
+            let cells = self.evaluate(&l, unit, source);
+            for i in 0..cells.len() {
+                match cells[i].view.state {
+                    CellState::Ready { .. } if ready.len() < limit => {
+                        ready.push(self.ready_cell(unit, source, &cells, i))
+                    }
+                    CellState::Running { .. } => running += 1,
+                    _ => {}
+                }
+            }
+        }
+        Ok((ready, running))
+    }
+
+    /// Claims a ready cell for `worker` (a lease on its cell key; SPEC R9 applies unchanged). On
+    /// a grant it re-reads the cell's failures — another worker may have failed it since the cell
+    /// was listed — and returns the cell with the fresh attempt count, or gives the lease back if
+    /// the attempts are used up.
+    pub fn claim(
+        &self,
+        store: &Store,
+        cell: &ReadyCell,
+        worker: &str,
+        ttl: Duration,
+    ) -> Result<Claim> {
+        let lease = match store.claim(&cell.key, cell.source_version, worker, ttl)? {
+            ClaimOutcome::Granted { lease, .. } => lease,
+            ClaimOutcome::Held {
+                worker,
+                expires_at_ms,
+            } => {
+                return Ok(Claim::Held {
+                    worker,
+                    expires_at_ms,
+                })
+            }
+            ClaimOutcome::AlreadyDone(_) => return Ok(Claim::AlreadyDone),
+        };
+        let max = self.stage(&cell.stage)?.max_attempts;
+        let failure = self
+            .failure(store, &cell.key)?
+            .filter(|f| f.source_version == cell.source_version);
+        let attempts = failure.as_ref().map_or(0, |f| f.attempts);
+        if attempts >= max {
+            store.release(&lease)?;
+            return Ok(Claim::GaveUp { attempts });
+        }
+        let c = &store.inner.metrics.c;
+        add(&c.pipeline_cells_ready, 1);
+        if attempts > 0 {
+            add(&c.pipeline_cells_retried, 1);
+        }
+        if cell.stale.is_some() {
+            add(&c.pipeline_cells_invalidated, 1);
+        }
+        let cell = ReadyCell {
+            attempts,
+            last_error: failure.map(|f| f.error),
+            ..cell.clone()
+        };
+        Ok(Claim::Granted { lease, cell })
+    }
+
+    /// Completes a cell: stages `output` and commits it under the cell key at the attempt's
+    /// source version, fenced by its token if it has one. Exactly once per (unit, stage, source
+    /// version, lineage): a repeat with the same bytes is a duplicate, with other bytes a
+    /// conflict, under a lost lease fenced, for an older version stale.
+    pub fn complete(&self, store: &Store, attempt: &Attempt, output: &[u8]) -> Result<UnitOutcome> {
+        validate_pipeline_unit(&attempt.unit)?;
+        let key = self.cell_key(&attempt.unit, &attempt.stage)?;
+        let staged = store.stage_bytes(output)?;
+        let batch = match attempt.token {
+            Some(t) => Batch::new().put_fenced(key, attempt.source_version, &staged, t),
+            None => Batch::new().put(key, attempt.source_version, &staged),
+        };
+        let mut r = store.commit(batch)?;
+        let out = r.units.remove(0);
+        if matches!(out.outcome, Outcome::Committed { .. }) {
+            add(&store.inner.metrics.c.pipeline_cells_completed, 1);
+        }
+        Ok(out)
+    }
+
+    /// Records a failed run of a cell: a log record with the error as its reason, and the cell's
+    /// attempt count (per source version) raised by one. Fenced like a commit when the attempt
+    /// carries a token; it ends the attempt's lease so the cell can be retried at once.
+    pub fn fail(&self, store: &Store, attempt: &Attempt, error: &str) -> Result<FailOutcome> {
+        validate_pipeline_unit(&attempt.unit)?;
+        validate_worker(&attempt.worker)?;
+        let key = self.cell_key(&attempt.unit, &attempt.stage)?;
+        let max = self.stage(&attempt.stage)?.max_attempts;
+        // Under a live lease only its holder can record a failure (others are fenced), so this
+        // read-then-write cannot lose a count; without a token, failures are advisory.
+        let prev = self.failure(store, &key)?;
+        let attempts = match prev {
+            Some(f) if f.source_version == attempt.source_version => f.attempts.saturating_add(1),
+            _ => 1,
+        };
+        let f = Failure {
+            cell: key.clone(),
+            source_version: attempt.source_version,
+            attempts,
+            token: attempt.token,
+            worker: attempt.worker.clone(),
+            error: truncate(error, MAX_ERROR_LEN),
+        };
+        let fence = attempt.token.map(|t| (key.clone(), t));
+        match submit_extension(store, TAG_CELL_FAILED, key, f.encode(), fence)? {
+            ExtensionOutcome::Written { seq } => {
+                add(&store.inner.metrics.c.pipeline_cells_failed, 1);
+                Ok(FailOutcome::Recorded {
+                    seq,
+                    attempts,
+                    gave_up: attempts >= max,
+                })
+            }
+            ExtensionOutcome::Fenced {
+                token,
+                newest_token,
+            } => Ok(FailOutcome::Fenced {
+                token,
+                newest_token,
+            }),
+        }
+    }
+
+    /// Whether another worker holds a live lease on the cell key.
+    fn held_by_other(&self, store: &Store, key: &str, worker: &str) -> Result<bool> {
+        let now = store.inner.options.clock.now_ms();
+        let txn = store.inner.db.begin_read().db("begin a read transaction")?;
+        let claims = txn.open_table(CLAIMS).db("open the claims")?;
+        let held = match claims.get(key).db("read the claims")? {
+            Some(v) => {
+                let c = ClaimRecord::decode(v.value())?;
+                c.is_live(now) && c.worker != worker
+            }
+            None => false,
+        };
+        Ok(held)
+    }
+
+    /// The cell's recorded failure, if any.
+    fn failure(&self, store: &Store, key: &str) -> Result<Option<Failure>> {
+        let txn = store.inner.db.begin_read().db("begin a read transaction")?;
+        let Some(ext) = open_extensions(&txn)? else {
+            return Ok(None);
+        };
+        let v = ext.get(key).db("read the extensions table")?;
+        v.map(|v| split_extension(v.value()).and_then(|(_, d)| Failure::decode(d)))
+            .transpose()
+    }
+
+    /// Runs ready cells until none is ready: claims each, runs `stage_fn` on it, completes it with
+    /// the output or records the error as a failure. Failed cells are retried (by this or a later
+    /// call) until their stage's `max_attempts`.
+    pub fn work<F>(&self, store: &Store, worker: &str, stage_fn: F) -> Result<WorkReport>
+    where
+        F: FnMut(&ReadyCell) -> std::result::Result<Vec<u8>, String>,
+    {
+        self.work_with(store, worker, &WorkOptions::default(), stage_fn)
+    }
+
+    /// [`Pipeline::work`] with options.
+    pub fn work_with<F>(
+        &self,
+        store: &Store,
+        worker: &str,
+        opts: &WorkOptions,
+        mut stage_fn: F,
+    ) -> Result<WorkReport>
+    where
+        F: FnMut(&ReadyCell) -> std::result::Result<Vec<u8>, String>,
+    {
+        validate_worker(worker)?;
+        self.record_definition(store)?;
+        let mut report = WorkReport::default();
+        // Workers start at different places in the ready list so they rarely race for a cell.
+        let spread = blake3::hash(worker.as_bytes()).as_bytes()[0] as usize;
+        let mut idle = 0u32;
+        loop {
+            let (ready, running) = self.ready_and_running(store, usize::MAX)?;
+            if ready.is_empty() {
+                if opts.wait_for_running && running > 0 {
+                    // Back off while waiting: every poll is a full scan.
+                    idle = (idle + 1).min(10);
+                    std::thread::sleep(opts.poll * idle);
+                    continue;
+                }
+                return Ok(report);
+            }
+            idle = 0;
+            let start = spread % ready.len();
+            for cell in ready[start..].iter().chain(&ready[..start]) {
+                // Cheap checks first (memory, one read): skip cells another worker completed or
+                // holds since the scan, without a round trip through the commit leader.
+                if store.is_done(&cell.key, cell.source_version)?
+                    || self.held_by_other(store, &cell.key, worker)?
+                {
+                    continue;
+                }
+                let (lease, cell) = match self.claim(store, cell, worker, opts.ttl)? {
+                    Claim::Granted { lease, cell } => (lease, cell),
+                    _ => continue,
+                };
+                report.runs += 1;
+                report.retried += (cell.attempts > 0) as u64;
+                report.invalidated += cell.stale.is_some() as u64;
+                let attempt = Attempt {
+                    unit: cell.unit.clone(),
+                    stage: cell.stage.clone(),
+                    source_version: cell.source_version,
+                    worker: worker.to_string(),
+                    token: Some(lease.token),
+                };
+                match stage_fn(&cell) {
+                    Ok(output) => match self.complete(store, &attempt, &output)?.outcome {
+                        Outcome::Committed { .. } => report.completed += 1,
+                        Outcome::Duplicate { .. } => report.duplicates += 1,
+                        _ => report.rejected += 1,
+                    },
+                    Err(e) => match self.fail(store, &attempt, &e)? {
+                        FailOutcome::Recorded { .. } => report.failed += 1,
+                        FailOutcome::Fenced { .. } => report.rejected += 1,
+                    },
+                }
+            }
+        }
+    }
+
+    /// The pipeline as a Graphviz `dot` digraph, each stage labelled with its cell counts and
+    /// coloured by the most urgent state it has (failed, running, ready, blocked, all done).
+    pub fn to_dot(&self, status: &Status) -> String {
+        let mut out = String::from(
+            "digraph pipeline {\n  rankdir=LR;\n  node [shape=box, style=\"rounded,filled\", fontname=\"Helvetica\"];\n",
+        );
+        for st in &status.stages {
+            let colour = if st.failed > 0 {
+                "salmon"
+            } else if st.running > 0 {
+                "lightblue"
+            } else if st.ready > 0 {
+                "khaki"
+            } else if st.blocked > 0 {
+                "lightgrey"
+            } else if st.done > 0 {
+                "palegreen"
+            } else {
+                "white"
+            };
+            out.push_str(&format!(
+                "  \"{}\" [label=\"{} (code v{})\\ndone {} | ready {} | running {}\\nblocked {} | failed {} | stale {}\", fillcolor=\"{colour}\"];\n",
+                st.stage, st.stage, st.code_version, st.done, st.ready, st.running, st.blocked,
+                st.failed, st.stale
+            ));
+        }
+        for s in self.def.topo_order() {
+            for u in &s.upstream {
+                out.push_str(&format!("  \"{u}\" -> \"{}\";\n", s.name));
+            }
+        }
+        out.push_str("}\n");
+        out
+    }
+}
