@@ -181,6 +181,10 @@ pub struct SimReport {
     pub redundant: u64,
     /// Attempts that crashed mid-write (their work was lost).
     pub crashed_attempts: u64,
+    /// Attempts that found the unit already done and did not compute.
+    pub already_done: u64,
+    /// Attempts that found the unit held by another worker and did not compute.
+    pub busy: u64,
     /// Entries in the manifest at the end.
     pub entries: u64,
     /// Wasted share of all work: (redundant + crashed) / (computations + crashed).
@@ -248,6 +252,8 @@ pub fn simulate(cfg: &SimConfig, progress: Progress<'_>) -> Result<SimReport> {
         keys: (0..cfg.units).map(unit_key).collect(),
         crashed: AtomicU64::new(0),
         crash_seq: AtomicU64::new(0),
+        already_done: AtomicU64::new(0),
+        busy: AtomicU64::new(0),
     };
 
     let overlapped = cfg.overlapped_units();
@@ -305,6 +311,8 @@ pub fn simulate(cfg: &SimConfig, progress: Progress<'_>) -> Result<SimReport> {
         computations: m.computations,
         redundant: m.redundant_computations,
         crashed_attempts: crashed,
+        already_done: sim.already_done.load(Ordering::Relaxed),
+        busy: sim.busy.load(Ordering::Relaxed),
         entries,
         wasted_fraction: if work == 0 {
             0.0
@@ -423,6 +431,8 @@ struct Sim<'a> {
     keys: Vec<String>,
     crashed: AtomicU64,
     crash_seq: AtomicU64,
+    already_done: AtomicU64,
+    busy: AtomicU64,
 }
 
 impl Sim<'_> {
@@ -496,6 +506,7 @@ impl Sim<'_> {
                     r.meet(abort);
                 }
                 if done? {
+                    self.already_done.fetch_add(1, Ordering::Relaxed);
                     return Ok(());
                 }
                 if crash {
@@ -514,11 +525,17 @@ impl Sim<'_> {
                 if crash {
                     // A worker that dies mid-write: granted, computes, writes part, vanishes —
                     // without releasing its lease (a dead process cannot).
-                    if let crate::ClaimOutcome::Granted { .. } =
-                        self.store.claim(unit, VERSION, worker, TTL)?
-                    {
-                        return self.crash(unit, compute(unit, VERSION, size));
-                    }
+                    match self.store.claim(unit, VERSION, worker, TTL)? {
+                        crate::ClaimOutcome::Granted { .. } => {
+                            return self.crash(unit, compute(unit, VERSION, size))
+                        }
+                        crate::ClaimOutcome::Held { .. } => {
+                            self.busy.fetch_add(1, Ordering::Relaxed)
+                        }
+                        crate::ClaimOutcome::AlreadyDone(_) => {
+                            self.already_done.fetch_add(1, Ordering::Relaxed)
+                        }
+                    };
                     return Ok(());
                 }
                 let outcome = self
@@ -527,10 +544,18 @@ impl Sim<'_> {
                         Ok::<_, Infallible>(compute(unit, VERSION, size))
                     })
                     .map_err(engine)?;
-                debug_assert!(
-                    !matches!(&outcome, RunOutcome::Processed(u) if !u.outcome.is_success()),
-                    "a simulated worker's commit was rejected: {outcome:?}"
-                );
+                match outcome {
+                    RunOutcome::Processed(u) => debug_assert!(
+                        u.outcome.is_success(),
+                        "a simulated worker's commit was rejected: {u:?}"
+                    ),
+                    RunOutcome::AlreadyDone(_) => {
+                        self.already_done.fetch_add(1, Ordering::Relaxed);
+                    }
+                    RunOutcome::BusyElsewhere { .. } => {
+                        self.busy.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
             }
         }
         Ok(())

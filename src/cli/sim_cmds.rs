@@ -40,7 +40,8 @@ pub(crate) struct SimulateArgs {
     /// Seed choosing the overlapped units and the crashing attempts.
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
-    /// Keep the stores in this (missing or empty) directory instead of a removed temporary one.
+    /// Keep the stores in this (missing or empty) directory instead of a temporary one that is
+    /// removed afterwards (in /dev/shm where available).
     #[arg(long)]
     pub store: Option<PathBuf>,
     /// One JSON object per mode.
@@ -174,13 +175,20 @@ fn run_modes(a: &SimulateArgs, modes: &[SimMode], root: &Path) -> Result<Vec<Sim
     Ok(reports)
 }
 
-/// A fresh directory under the system's temporary directory.
+/// A fresh directory for throwaway stores: in memory (`/dev/shm`) where the system has it, else
+/// under the temporary directory. The simulation measures coordination and the commit path; on a
+/// disk shared with other writers, the metadata journal of its 100,000 small files would dominate.
 fn temp_root() -> PathBuf {
     let nanos = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.subsec_nanos())
         .unwrap_or(0);
-    std::env::temp_dir().join(format!("oncelake-sim-{}-{nanos}", std::process::id()))
+    let name = format!("oncelake-sim-{}-{nanos}", std::process::id());
+    let shm = Path::new("/dev/shm");
+    if shm.is_dir() && std::fs::create_dir(shm.join(&name)).is_ok() {
+        return shm.join(name);
+    }
+    std::env::temp_dir().join(name)
 }
 
 fn report_json(r: &SimReport, a: &SimulateArgs) -> serde_json::Value {
@@ -195,6 +203,8 @@ fn report_json(r: &SimReport, a: &SimulateArgs) -> serde_json::Value {
         "computations": r.computations,
         "redundant": r.redundant,
         "crashed_attempts": r.crashed_attempts,
+        "already_done": r.already_done,
+        "busy": r.busy,
         "entries": r.entries,
         "wasted_fraction": r.wasted_fraction,
         "duplicates_collapsed": r.duplicates_collapsed,
@@ -228,6 +238,11 @@ fn print_table(reports: &[SimReport]) {
             "crashed attempts",
             Box::new(|r| r.crashed_attempts.to_string()),
         ),
+        (
+            "found already done",
+            Box::new(|r| r.already_done.to_string()),
+        ),
+        ("found busy", Box::new(|r| r.busy.to_string())),
         ("manifest entries", Box::new(|r| r.entries.to_string())),
         (
             "wasted compute",
