@@ -142,6 +142,6 @@ mod tests {
         };
         assert_eq!(ClaimRecord::decode(&r.encode()).unwrap(), r);
         assert!(ClaimRecord::decode(&r.encode()[..20]).is_err());
-        assert!(r.is_live(0) == false);
+        assert!(!r.is_live(0));
     }
 }

@@ -205,11 +205,14 @@ fn claim_and_release_commands_follow_the_exit_codes() {
 
 // ---- A strict parser of the Prometheus text exposition format (0.0.4) ----
 
+/// One sample: metric name, labels, value.
+type Sample = (String, Vec<(String, String)>, f64);
+
 #[derive(Debug, Default)]
 struct Family {
     kind: String,
     help: bool,
-    samples: Vec<(String, Vec<(String, String)>, f64)>,
+    samples: Vec<Sample>,
 }
 
 fn valid_metric_name(n: &str) -> bool {
@@ -230,7 +233,7 @@ fn parse_value(v: &str) -> f64 {
 }
 
 /// Parses `name{l="v",...} value`, strictly.
-fn parse_sample(line: &str) -> (String, Vec<(String, String)>, f64) {
+fn parse_sample(line: &str) -> Sample {
     let (name_labels, value) = line
         .rsplit_once(' ')
         .unwrap_or_else(|| panic!("no value in {line:?}"));

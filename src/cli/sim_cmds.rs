@@ -222,7 +222,8 @@ fn report_json(r: &SimReport, a: &SimulateArgs) -> serde_json::Value {
 }
 
 fn print_table(reports: &[SimReport]) {
-    let rows: Vec<(&str, Box<dyn Fn(&SimReport) -> String>)> = vec![
+    type Cell = Box<dyn Fn(&SimReport) -> String>;
+    let rows: Vec<(&str, Cell)> = vec![
         ("workers", Box::new(|r| r.workers.to_string())),
         ("units", Box::new(|r| r.units.to_string())),
         (
