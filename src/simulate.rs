@@ -201,6 +201,10 @@ pub struct SimReport {
     pub claims_taken_over: u64,
     /// Commits rejected because of an outdated fencing token (engine counter).
     pub fenced_rejections: u64,
+    /// Commit groups (one redb write transaction each) the engine wrote.
+    pub commit_groups: u64,
+    /// Mean operations (commits, claims) per commit group.
+    pub mean_group_ops: f64,
     /// Rounds the scheduler needed (1 without crashes).
     pub rounds: u32,
     /// Abandoned staging files and unreferenced objects removed at the end.
@@ -325,6 +329,8 @@ pub fn simulate(cfg: &SimConfig, progress: Progress<'_>) -> Result<SimReport> {
         claims_already_done: m.claims_already_done,
         claims_taken_over: m.claims_taken_over,
         fenced_rejections: m.fenced_rejections,
+        commit_groups: m.groups,
+        mean_group_ops: m.group_units.mean(),
         rounds,
         orphans_collected: collected,
         orphans_left: left,

@@ -213,6 +213,8 @@ fn report_json(r: &SimReport, a: &SimulateArgs) -> serde_json::Value {
         "claims_already_done": r.claims_already_done,
         "claims_taken_over": r.claims_taken_over,
         "fenced_rejections": r.fenced_rejections,
+        "commit_groups": r.commit_groups,
+        "mean_group_ops": r.mean_group_ops,
         "rounds": r.rounds,
         "orphans_collected": r.orphans_collected,
         "orphans_left": r.orphans_left,
@@ -266,6 +268,11 @@ fn print_table(reports: &[SimReport]) {
         (
             "fenced rejections",
             Box::new(|r| r.fenced_rejections.to_string()),
+        ),
+        ("commit groups", Box::new(|r| r.commit_groups.to_string())),
+        (
+            "ops per group (mean)",
+            Box::new(|r| format!("{:.1}", r.mean_group_ops)),
         ),
         ("rounds", Box::new(|r| r.rounds.to_string())),
         (
