@@ -215,8 +215,9 @@ impl Store {
     /// If the work returns an error, or its output cannot be staged, the lease is released so that
     /// another worker can retry at once. If the process dies instead, the lease simply expires after
     /// `ttl` and another worker takes the unit over with a higher token; a late commit of the dead
-    /// holder would then be fenced. Pick a `ttl` longer than the work takes, or renew the lease
-    /// ([`Store::renew`]) from inside long work.
+    /// holder would then be fenced. A panic in the work is treated like a crash: the in-process
+    /// guard is freed while unwinding, the lease is left to expire. Pick a `ttl` longer than the
+    /// work takes, or renew the lease ([`Store::renew`]) from inside long work.
     ///
     /// ```
     /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
