@@ -18,6 +18,11 @@ use std::sync::Arc;
 
 const BUF: usize = 256 * 1024;
 
+thread_local! {
+    /// The staging buffer of this thread, reused across objects.
+    static BUFFER: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
 /// Objects that staging holds on to; GC consults it under its lock.
 #[derive(Debug, Default)]
 pub(crate) struct PinSet {
@@ -148,30 +153,42 @@ impl Stager {
             .create_new(tmp)
             .ctx(|| format!("create staging file {}", tmp.display()))?;
         let meta = {
-            let mut buffered = std::io::BufWriter::with_capacity(BUF, &mut file);
             let mut tee = Tee {
-                out: &mut buffered,
+                out: &mut file,
                 hash: blake3::Hasher::new(),
                 crc: crc32fast::Hasher::new(),
                 size: 0,
             };
-            let mut buf = vec![0u8; BUF];
-            loop {
-                let n = match reader.read(&mut buf) {
-                    Ok(0) => break,
-                    Ok(n) => n,
-                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-                    Err(e) => return Err(Error::io("read the object's input", e)),
-                };
-                tee.write_all(&buf[..n])
+            // One reused buffer per thread: allocating (and zeroing) 256 KiB per object cost more
+            // than staging a small object itself.
+            let mut buf = BUFFER.with(|b| b.take());
+            buf.resize(BUF, 0);
+            let mut eof = false;
+            while !eof {
+                // Fill the buffer before writing, so that writes stay large whatever chunks the
+                // reader (a pipe, a socket) hands out.
+                let mut filled = 0;
+                while filled < buf.len() {
+                    match reader.read(&mut buf[filled..]) {
+                        Ok(0) => {
+                            eof = true;
+                            break;
+                        }
+                        Ok(n) => filled += n,
+                        Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                        Err(e) => return Err(Error::io("read the object's input", e)),
+                    }
+                }
+                tee.write_all(&buf[..filled])
                     .ctx(|| format!("write staging file {}", tmp.display()))?;
             }
+            BUFFER.with(|b| b.replace(buf));
             let meta = ObjectMeta {
                 id: ObjectId(*tee.hash.finalize().as_bytes()),
                 size: tee.size,
                 crc32: tee.crc.clone().finalize(),
             };
-            buffered
+            tee.out
                 .flush()
                 .ctx(|| format!("write staging file {}", tmp.display()))?;
             meta

@@ -4,6 +4,7 @@ mod common;
 mod error;
 mod maint_cmds;
 mod pipeline_cmds;
+mod sim_cmds;
 mod store_cmds;
 
 use clap::{Parser, Subcommand};
@@ -20,6 +21,9 @@ Examples:
   oncelake log ./lake --since 10
   oncelake gc ./lake --dry-run
   oncelake verify ./lake --deep
+  oncelake claim ./lake orders/date=2026-11-29 7 --worker w1 --ttl 30s
+  oncelake stats ./lake --prometheus
+  oncelake simulate --mode both --json
 
 Exit codes: 0 ok (committed or duplicate), 1 I/O or internal failure, 2 usage or bad input,
 3 conflict, 4 stale, 5 fenced, 6 store locked or busy, 7 verify found problems.";
@@ -53,6 +57,14 @@ pub(crate) enum Command {
     Verify(maint_cmds::VerifyArgs),
     /// Pipelines: ready cells, completions, failures, explanations, the DAG's status.
     Pipeline(pipeline_cmds::PipelineArgs),
+    /// Run the worked example: workers, overlapping units, optional crashes; print what it measured.
+    Simulate(sim_cmds::SimulateArgs),
+    /// Show the store's metrics (table, --json or --prometheus).
+    Stats(sim_cmds::StatsArgs),
+    /// Claim a unit for a worker (coordinator mode by hand); exit 6 if another worker holds it.
+    Claim(sim_cmds::ClaimArgs),
+    /// Give back a lease by its fencing token; exit 5 if it is no longer the live lease.
+    Release(sim_cmds::ReleaseArgs),
 }
 
 pub(crate) fn main() -> ExitCode {
@@ -85,5 +97,9 @@ fn run(cli: Cli) -> Result<u8, CliError> {
         Command::Gc(a) => maint_cmds::gc(a, wait),
         Command::Verify(a) => maint_cmds::verify(a, wait),
         Command::Pipeline(a) => pipeline_cmds::run(a, wait),
+        Command::Simulate(a) => sim_cmds::simulate_cmd(a),
+        Command::Stats(a) => sim_cmds::stats(a, wait),
+        Command::Claim(a) => sim_cmds::claim(a, wait),
+        Command::Release(a) => sim_cmds::release(a, wait),
     }
 }

@@ -1,0 +1,453 @@
+//! The coordination commands: `simulate` (the worked example, SPEC R18), `stats` (R16) and the
+//! coordinator mode by hand, `claim` and `release` (R9).
+
+use super::{open_store, parse_duration, print_json, CliError};
+use oncelake::simulate::{simulate, SimConfig, SimMode, SimReport};
+use oncelake::{ClaimOutcome, Lease, MetricsSnapshot};
+use serde_json::json;
+use std::io::IsTerminal;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// Which modes `simulate` runs.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum ModeArg {
+    /// No claims: duplicates collapse at commit.
+    Optimistic,
+    /// Claims through run_once: no redundant work.
+    Coordinated,
+    /// Optimistic, then coordinated, side by side.
+    Both,
+}
+
+#[derive(clap::Args, Debug)]
+pub(crate) struct SimulateArgs {
+    /// Worker threads.
+    #[arg(long, default_value_t = 10)]
+    pub workers: usize,
+    /// Logical units (partitions).
+    #[arg(long, default_value_t = 100_000)]
+    pub units: u64,
+    /// Fraction of units handed to two workers at once (rebalancing), e.g. 0.02 for 2%.
+    #[arg(long, default_value_t = 0.02)]
+    pub overlap: f64,
+    /// Optimistic (no claims), coordinated (claims) or both.
+    #[arg(long, value_enum, default_value = "both")]
+    pub mode: ModeArg,
+    /// Probability that an attempt crashes mid-write (0 to <1), e.g. 0.01.
+    #[arg(long, default_value_t = 0.0)]
+    pub crash_rate: f64,
+    /// Seed choosing the overlapped units and the crashing attempts.
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// Keep the stores in this (missing or empty) directory instead of a temporary one that is
+    /// removed afterwards (in /dev/shm where available).
+    #[arg(long)]
+    pub store: Option<PathBuf>,
+    /// One JSON object per mode.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(clap::Args, Debug)]
+pub(crate) struct StatsArgs {
+    /// The store.
+    pub store: PathBuf,
+    /// One JSON object.
+    #[arg(long, conflicts_with = "prometheus")]
+    pub json: bool,
+    /// The Prometheus text exposition format.
+    #[arg(long)]
+    pub prometheus: bool,
+}
+
+#[derive(clap::Args, Debug)]
+pub(crate) struct ClaimArgs {
+    /// The store.
+    pub store: PathBuf,
+    /// Unit key.
+    pub unit: String,
+    /// Source version the worker will produce.
+    pub version: u64,
+    /// The worker's name (1..=256 bytes).
+    #[arg(long)]
+    pub worker: String,
+    /// How long the lease lasts before another worker may take it over (e.g. 30s, 5m).
+    #[arg(long, default_value = "30s", value_parser = parse_duration)]
+    pub ttl: Duration,
+    /// Print the result as a JSON line.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(clap::Args, Debug)]
+pub(crate) struct ReleaseArgs {
+    /// The store.
+    pub store: PathBuf,
+    /// Unit key.
+    pub unit: String,
+    /// The worker that holds the lease.
+    #[arg(long)]
+    pub worker: String,
+    /// The lease's fencing token (printed by `claim`).
+    #[arg(long)]
+    pub token: u64,
+    /// Print the result as a JSON line.
+    #[arg(long)]
+    pub json: bool,
+}
+
+pub(crate) fn simulate_cmd(a: SimulateArgs) -> Result<u8, CliError> {
+    let modes: &[SimMode] = match a.mode {
+        ModeArg::Optimistic => &[SimMode::Optimistic],
+        ModeArg::Coordinated => &[SimMode::Coordinated],
+        ModeArg::Both => &[SimMode::Optimistic, SimMode::Coordinated],
+    };
+    let (root, temporary) = match &a.store {
+        Some(dir) => {
+            let empty = std::fs::read_dir(dir)
+                .map(|mut d| d.next().is_none())
+                .unwrap_or(true);
+            if !empty {
+                return Err(CliError::Usage(format!(
+                    "{} is not empty; give --store a missing or empty directory",
+                    dir.display()
+                )));
+            }
+            (dir.clone(), false)
+        }
+        None => (temp_root(), true),
+    };
+    let result = run_modes(&a, modes, &root);
+    if temporary {
+        let _ = std::fs::remove_dir_all(&root);
+    }
+    let reports = result?;
+    if !a.json {
+        print_table(&reports);
+    }
+    let ok = reports
+        .iter()
+        .all(|r| r.entries == r.units && r.orphans_left == 0 && r.replay_clean);
+    Ok(if ok { 0 } else { 1 })
+}
+
+fn run_modes(a: &SimulateArgs, modes: &[SimMode], root: &Path) -> Result<Vec<SimReport>, CliError> {
+    let mut reports = Vec::new();
+    for &mode in modes {
+        let cfg = SimConfig {
+            workers: a.workers,
+            units: a.units,
+            overlap: a.overlap,
+            mode,
+            crash_rate: a.crash_rate,
+            seed: a.seed,
+            ..SimConfig::new(root.join(mode.name()))
+        };
+        let bar = std::io::stderr().is_terminal().then(|| {
+            let bar = indicatif::ProgressBar::new(a.units);
+            bar.set_style(
+                indicatif::ProgressStyle::with_template(
+                    "{prefix:>12} [{bar:40}] {pos}/{len} attempts ({per_sec}, {eta})",
+                )
+                .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar())
+                .progress_chars("=> "),
+            );
+            bar.set_prefix(mode.name());
+            bar
+        });
+        let progress = |done: u64, total: u64| {
+            if let Some(bar) = &bar {
+                bar.set_length(total);
+                bar.set_position(done);
+            }
+        };
+        let report = simulate(&cfg, &progress);
+        if let Some(bar) = bar {
+            bar.finish_and_clear();
+        }
+        let report = report?;
+        if a.json {
+            print_json(&report_json(&report, a));
+        }
+        reports.push(report);
+    }
+    Ok(reports)
+}
+
+/// A fresh directory for throwaway stores: in memory (`/dev/shm`) where the system has it, else
+/// under the temporary directory. The simulation measures coordination and the commit path; on a
+/// disk shared with other writers, the metadata journal of its 100,000 small files would dominate.
+fn temp_root() -> PathBuf {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.subsec_nanos())
+        .unwrap_or(0);
+    let name = format!("oncelake-sim-{}-{nanos}", std::process::id());
+    let shm = Path::new("/dev/shm");
+    if shm.is_dir() && std::fs::create_dir(shm.join(&name)).is_ok() {
+        return shm.join(name);
+    }
+    std::env::temp_dir().join(name)
+}
+
+fn report_json(r: &SimReport, a: &SimulateArgs) -> serde_json::Value {
+    json!({
+        "mode": r.mode.name(),
+        "workers": r.workers,
+        "units": r.units,
+        "overlap": a.overlap,
+        "crash_rate": a.crash_rate,
+        "seed": a.seed,
+        "overlapped_units": r.overlapped,
+        "computations": r.computations,
+        "redundant": r.redundant,
+        "crashed_attempts": r.crashed_attempts,
+        "already_done": r.already_done,
+        "busy": r.busy,
+        "entries": r.entries,
+        "wasted_fraction": r.wasted_fraction,
+        "duplicates_collapsed": r.duplicates_collapsed,
+        "claims_granted": r.claims_granted,
+        "claims_held": r.claims_held,
+        "claims_already_done": r.claims_already_done,
+        "claims_taken_over": r.claims_taken_over,
+        "fenced_rejections": r.fenced_rejections,
+        "commit_groups": r.commit_groups,
+        "mean_group_ops": r.mean_group_ops,
+        "rounds": r.rounds,
+        "orphans_collected": r.orphans_collected,
+        "orphans_left": r.orphans_left,
+        "replay_clean": r.replay_clean,
+        "elapsed_ms": r.elapsed.as_secs_f64() * 1000.0,
+    })
+}
+
+fn print_table(reports: &[SimReport]) {
+    type Cell = Box<dyn Fn(&SimReport) -> String>;
+    let rows: Vec<(&str, Cell)> = vec![
+        ("workers", Box::new(|r| r.workers.to_string())),
+        ("units", Box::new(|r| r.units.to_string())),
+        (
+            "handed to two workers",
+            Box::new(|r| r.overlapped.to_string()),
+        ),
+        ("computations", Box::new(|r| r.computations.to_string())),
+        (
+            "redundant computations",
+            Box::new(|r| r.redundant.to_string()),
+        ),
+        (
+            "crashed attempts",
+            Box::new(|r| r.crashed_attempts.to_string()),
+        ),
+        (
+            "found already done",
+            Box::new(|r| r.already_done.to_string()),
+        ),
+        ("found busy", Box::new(|r| r.busy.to_string())),
+        ("manifest entries", Box::new(|r| r.entries.to_string())),
+        (
+            "wasted compute",
+            Box::new(|r| format!("{:.2}%", r.wasted_fraction * 100.0)),
+        ),
+        (
+            "duplicates collapsed",
+            Box::new(|r| r.duplicates_collapsed.to_string()),
+        ),
+        ("claims granted", Box::new(|r| r.claims_granted.to_string())),
+        ("claims held", Box::new(|r| r.claims_held.to_string())),
+        (
+            "claims already done",
+            Box::new(|r| r.claims_already_done.to_string()),
+        ),
+        (
+            "claims taken over",
+            Box::new(|r| r.claims_taken_over.to_string()),
+        ),
+        (
+            "fenced rejections",
+            Box::new(|r| r.fenced_rejections.to_string()),
+        ),
+        ("commit groups", Box::new(|r| r.commit_groups.to_string())),
+        (
+            "ops per group (mean)",
+            Box::new(|r| format!("{:.1}", r.mean_group_ops)),
+        ),
+        ("rounds", Box::new(|r| r.rounds.to_string())),
+        (
+            "orphans collected",
+            Box::new(|r| r.orphans_collected.to_string()),
+        ),
+        ("orphans left", Box::new(|r| r.orphans_left.to_string())),
+        (
+            "log replays to manifest",
+            Box::new(|r| if r.replay_clean { "yes" } else { "NO" }.into()),
+        ),
+        (
+            "elapsed",
+            Box::new(|r| format!("{:.2} s", r.elapsed.as_secs_f64())),
+        ),
+    ];
+    print!("{:<26}", "");
+    for r in reports {
+        print!("{:>14}", r.mode.name());
+    }
+    println!();
+    for (name, cell) in &rows {
+        print!("{name:<26}");
+        for r in reports {
+            print!("{:>14}", cell(r));
+        }
+        println!();
+    }
+}
+
+pub(crate) fn stats(a: StatsArgs, wait: Duration) -> Result<u8, CliError> {
+    let store = open_store(&a.store, wait, false)?;
+    let snap = store.snapshot()?;
+    let units = snap.iter()?.count() as u64;
+    let last_seq = snap.seq();
+    drop(snap);
+    let m = store.metrics();
+    if a.prometheus {
+        print!("{}", m.to_prometheus());
+        println!("# HELP oncelake_units units with a current entry");
+        println!("# TYPE oncelake_units gauge");
+        println!("oncelake_units {units}");
+        println!("# HELP oncelake_last_seq newest commit log sequence number");
+        println!("# TYPE oncelake_last_seq gauge");
+        println!("oncelake_last_seq {last_seq}");
+    } else if a.json {
+        let mut v =
+            json!({"store": a.store.display().to_string(), "units": units, "last_seq": last_seq});
+        if let Some(o) = v.as_object_mut() {
+            for (name, n) in m.counters() {
+                o.insert(name.into(), json!(n));
+            }
+            o.insert("group_units".into(), histogram_json(&m.group_units));
+            o.insert(
+                "commit_latency_us".into(),
+                histogram_json(&m.commit_latency_us),
+            );
+        }
+        print_json(&v);
+    } else {
+        print_stats_table(&a.store, units, last_seq, &m);
+    }
+    Ok(0)
+}
+
+fn histogram_json(h: &oncelake::metrics::HistogramSnapshot) -> serde_json::Value {
+    json!({"count": h.count, "sum": h.sum, "mean": h.mean(),
+           "p50": h.quantile(0.5), "p99": h.quantile(0.99)})
+}
+
+fn print_stats_table(store: &Path, units: u64, last_seq: u64, m: &MetricsSnapshot) {
+    println!("store      {}", store.display());
+    println!("units      {units}");
+    println!("last seq   {last_seq}");
+    println!();
+    println!("counters since this process opened the store:");
+    for (name, n) in m.counters() {
+        println!("  {name:<24} {n}");
+    }
+    for (name, h) in [
+        ("group units", &m.group_units),
+        ("commit latency us", &m.commit_latency_us),
+    ] {
+        println!(
+            "  {name:<24} count {} mean {:.1} p50 ≤{} p99 ≤{}",
+            h.count,
+            h.mean(),
+            h.quantile(0.5),
+            h.quantile(0.99)
+        );
+    }
+}
+
+pub(crate) fn claim(a: ClaimArgs, wait: Duration) -> Result<u8, CliError> {
+    oncelake::validate_key(&a.unit)?;
+    let store = open_store(&a.store, wait, false)?;
+    match store.claim(&a.unit, a.version, &a.worker, a.ttl)? {
+        ClaimOutcome::Granted { lease, took_over } => {
+            if a.json {
+                print_json(&json!({
+                    "unit": lease.unit, "outcome": "granted", "worker": lease.worker,
+                    "token": lease.token, "source_version": lease.source_version,
+                    "expires_at_ms": lease.expires_at_ms, "took_over": took_over,
+                }));
+            } else {
+                println!(
+                    "granted {} @ {} to {} with token {} until {} ms{}; commit with `oncelake put ... --token {}`",
+                    lease.unit,
+                    lease.source_version,
+                    lease.worker,
+                    lease.token,
+                    lease.expires_at_ms,
+                    if took_over { " (took over an expired lease)" } else { "" },
+                    lease.token
+                );
+            }
+            Ok(0)
+        }
+        ClaimOutcome::Held {
+            worker,
+            expires_at_ms,
+        } => {
+            if a.json {
+                print_json(&json!({"unit": a.unit, "outcome": "held", "worker": worker,
+                                   "expires_at_ms": expires_at_ms}));
+            } else {
+                eprintln!(
+                    "busy: {} is held by {worker} until {expires_at_ms} ms; try again after that",
+                    a.unit
+                );
+            }
+            Ok(6)
+        }
+        ClaimOutcome::AlreadyDone(entry) => {
+            if a.json {
+                let mut v = super::store_cmds::entry_json(&entry);
+                if let Some(o) = v.as_object_mut() {
+                    o.insert("outcome".into(), json!("already_done"));
+                }
+                print_json(&v);
+            } else {
+                println!(
+                    "already done: {} is committed at version {} (seq {}); nothing to do",
+                    entry.unit, entry.source_version, entry.seq
+                );
+            }
+            Ok(0)
+        }
+    }
+}
+
+pub(crate) fn release(a: ReleaseArgs, wait: Duration) -> Result<u8, CliError> {
+    oncelake::validate_key(&a.unit)?;
+    let store = open_store(&a.store, wait, false)?;
+    // The token identifies the lease; the rest of it does not matter to a release.
+    let lease = Lease {
+        unit: a.unit.clone(),
+        worker: a.worker.clone(),
+        token: a.token,
+        source_version: 0,
+        expires_at_ms: 0,
+    };
+    let released = store.release(&lease)?;
+    if a.json {
+        print_json(
+            &json!({"unit": a.unit, "worker": a.worker, "token": a.token,
+                           "outcome": if released { "released" } else { "fenced" }}),
+        );
+    } else if released {
+        println!("released {} (token {})", a.unit, a.token);
+    } else {
+        eprintln!(
+            "fenced: token {} is not the unit's live lease (it expired and was taken over, was released, or ended with a commit); nothing changed",
+            a.token
+        );
+    }
+    Ok(if released { 0 } else { 5 })
+}

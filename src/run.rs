@@ -1,0 +1,359 @@
+//! Running a unit's work exactly once (SPEC R11, R10): [`Store::run_once`] claims the unit, runs
+//! the work, stages its output and commits it with the lease's fencing token; it is the seed 001
+//! `process_batch` without its check-then-act race. [`Store::run_optimistic`] is the coordinator-free
+//! counterpart (SPEC R10): it always computes and lets the commit rules collapse duplicates.
+//!
+//! Both count `computations` (work closures run) and `redundant_computations` (work whose output did
+//! not become the unit's entry: a duplicate, or rejected as fenced, stale or conflicting).
+//!
+//! # Why an in-process guard besides the claim
+//!
+//! A claim by the *same* worker name for the same version while its lease is live is an extension
+//! that keeps the token (a worker asking again for its own work), so two threads that share a worker
+//! name would both be granted. A process-wide guard keyed by (store, unit) therefore admits one
+//! running work closure per unit at a time; a thread that is granted while another thread of this
+//! process is still running the unit answers "busy" instead of running the work again, and a thread
+//! that enters after the other committed re-checks the manifest and answers "already done". Claims
+//! still arbitrate between processes and between different worker names.
+
+use crate::claim::{ClaimOutcome, Lease};
+use crate::commit::{Batch, Outcome, UnitOutcome};
+use crate::error::Error;
+use crate::manifest::Entry;
+use crate::metrics::add;
+use crate::stage::Staged;
+use crate::store::Store;
+use parking_lot::Mutex;
+use std::collections::HashMap;
+use std::io::Read;
+use std::sync::{Arc, LazyLock};
+use std::time::Duration;
+
+/// What [`Store::run_once`] (or [`Store::run_optimistic`]) did.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum RunOutcome {
+    /// The work ran and its output was committed; the outcome says how. `Committed` means this run
+    /// produced the unit's entry. Anything else means the work was redundant: `Duplicate` (someone
+    /// committed identical output first), `Fenced` (the lease was taken over while the work ran, so
+    /// the newer holder's output wins), `Stale` or `Conflict`.
+    Processed(UnitOutcome),
+    /// The unit was already committed at (or above) the version; the work did not run.
+    AlreadyDone(Entry),
+    /// Another worker holds a live lease on the unit (or another thread of this process is running
+    /// it); the work did not run. Try again after `until_ms` if the unit is still not done.
+    BusyElsewhere {
+        /// Who holds the unit.
+        worker: String,
+        /// When that lease may be taken over, ms since the Unix epoch.
+        until_ms: u64,
+    },
+}
+
+impl RunOutcome {
+    /// A short snake_case name: `processed`, `already_done` or `busy`.
+    pub fn name(&self) -> &'static str {
+        match self {
+            RunOutcome::Processed(_) => "processed",
+            RunOutcome::AlreadyDone(_) => "already_done",
+            RunOutcome::BusyElsewhere { .. } => "busy",
+        }
+    }
+
+    /// Whether this call ran the work and its output became the unit's entry.
+    pub fn committed_here(&self) -> bool {
+        matches!(
+            self,
+            RunOutcome::Processed(UnitOutcome {
+                outcome: Outcome::Committed { .. },
+                ..
+            })
+        )
+    }
+}
+
+/// Why a run failed: the work itself, or the engine.
+#[derive(Debug)]
+pub enum RunError<E> {
+    /// The work closure returned an error. Its lease was released, so another worker may retry.
+    Work(E),
+    /// Claiming, staging or committing failed.
+    Engine(Error),
+}
+
+impl<E: std::fmt::Display> std::fmt::Display for RunError<E> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            RunError::Work(e) => write!(f, "the unit's work failed (its lease was released): {e}"),
+            RunError::Engine(e) => e.fmt(f),
+        }
+    }
+}
+
+impl<E: std::error::Error + 'static> std::error::Error for RunError<E> {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            RunError::Work(e) => Some(e),
+            RunError::Engine(e) => Some(e),
+        }
+    }
+}
+
+impl<E> From<Error> for RunError<E> {
+    fn from(e: Error) -> Self {
+        RunError::Engine(e)
+    }
+}
+
+/// What a work closure may return: bytes, a reader (streamed into staging), or an object it staged
+/// itself.
+pub trait WorkOutput {
+    /// Stages the output in `store`.
+    fn stage_into(self, store: &Store) -> crate::Result<Staged>;
+}
+
+impl WorkOutput for Vec<u8> {
+    fn stage_into(self, store: &Store) -> crate::Result<Staged> {
+        store.stage_bytes(&self)
+    }
+}
+
+impl WorkOutput for &[u8] {
+    fn stage_into(self, store: &Store) -> crate::Result<Staged> {
+        store.stage_bytes(self)
+    }
+}
+
+impl WorkOutput for String {
+    fn stage_into(self, store: &Store) -> crate::Result<Staged> {
+        store.stage_bytes(self.as_bytes())
+    }
+}
+
+impl WorkOutput for bytes::Bytes {
+    fn stage_into(self, store: &Store) -> crate::Result<Staged> {
+        store.stage_bytes(&self)
+    }
+}
+
+impl WorkOutput for std::fs::File {
+    fn stage_into(self, store: &Store) -> crate::Result<Staged> {
+        store.stage_reader(self)
+    }
+}
+
+impl WorkOutput for Staged {
+    fn stage_into(self, _store: &Store) -> crate::Result<Staged> {
+        Ok(self)
+    }
+}
+
+/// Wraps any reader as work output: it is streamed into staging with constant memory.
+#[derive(Debug)]
+pub struct Reader<R>(pub R);
+
+impl<R: Read> WorkOutput for Reader<R> {
+    fn stage_into(self, store: &Store) -> crate::Result<Staged> {
+        store.stage_reader(self.0)
+    }
+}
+
+/// Who runs a unit in this process right now: the holder's worker name, token and lease expiry.
+#[derive(Clone, Debug)]
+struct Running {
+    worker: String,
+    token: u64,
+    until_ms: u64,
+}
+
+/// Units whose work runs in this process, keyed by (store identity, unit). The store identity is
+/// the address of its shared state, which cannot be reused while a guard exists because the guard
+/// borrows the store.
+type RunningMap = HashMap<(usize, String), Running>;
+static RUNNING: LazyLock<Mutex<RunningMap>> = LazyLock::new(|| Mutex::new(HashMap::new()));
+
+/// Membership in [`RUNNING`]; leaving (also by unwinding from a panicking work closure) frees it.
+struct RunGuard<'s> {
+    key: (usize, String),
+    _store: &'s Store,
+}
+
+impl<'s> RunGuard<'s> {
+    /// Enters the unit, or returns who is already running it.
+    fn enter(store: &'s Store, unit: &str, lease: &Lease) -> Result<Self, Running> {
+        let key = (Arc::as_ptr(&store.inner) as usize, unit.to_string());
+        let mut running = RUNNING.lock();
+        if let Some(r) = running.get(&key) {
+            return Err(r.clone());
+        }
+        running.insert(
+            key.clone(),
+            Running {
+                worker: lease.worker.clone(),
+                token: lease.token,
+                until_ms: lease.expires_at_ms,
+            },
+        );
+        Ok(RunGuard { key, _store: store })
+    }
+}
+
+impl Drop for RunGuard<'_> {
+    fn drop(&mut self) {
+        RUNNING.lock().remove(&self.key);
+    }
+}
+
+impl Store {
+    /// Runs `work` for `unit` at `source_version` at most once: claims the unit for `worker` for
+    /// `ttl`, runs the work, stages its output and commits it carrying the lease's fencing token.
+    ///
+    /// - Already committed at this version or newer: [`RunOutcome::AlreadyDone`], work not run.
+    /// - Another worker holds a live lease, or another thread of this process is running the unit:
+    ///   [`RunOutcome::BusyElsewhere`], work not run.
+    /// - Otherwise the work runs once and [`RunOutcome::Processed`] carries the commit outcome.
+    ///
+    /// If the work returns an error, or its output cannot be staged, the lease is released so that
+    /// another worker can retry at once. If the process dies instead, the lease simply expires after
+    /// `ttl` and another worker takes the unit over with a higher token; a late commit of the dead
+    /// holder would then be fenced. A panic in the work is treated like a crash: the in-process
+    /// guard is freed while unwinding, the lease is left to expire. Pick a `ttl` longer than the
+    /// work takes, or renew the lease ([`Store::renew`]) from inside long work.
+    ///
+    /// ```
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// use oncelake::{RunOutcome, Store};
+    /// use std::time::Duration;
+    /// let dir = tempfile::tempdir()?;
+    /// let store = Store::open(dir.path().join("lake"))?;
+    /// let ttl = Duration::from_secs(30);
+    /// let first = store.run_once("orders/day=1", 1, "w1", ttl, || {
+    ///     Ok::<_, std::io::Error>(b"rows".to_vec())
+    /// })?;
+    /// assert!(first.committed_here());
+    /// // A retry does not run the work again.
+    /// let again = store.run_once("orders/day=1", 1, "w2", ttl, || -> Result<Vec<u8>, std::io::Error> {
+    ///     unreachable!("already done")
+    /// })?;
+    /// assert!(matches!(again, RunOutcome::AlreadyDone(_)));
+    /// # Ok(()) }
+    /// ```
+    pub fn run_once<O, E, F>(
+        &self,
+        unit: &str,
+        source_version: u64,
+        worker: &str,
+        ttl: Duration,
+        work: F,
+    ) -> Result<RunOutcome, RunError<E>>
+    where
+        F: FnOnce() -> Result<O, E>,
+        O: WorkOutput,
+    {
+        // The in-memory dedup index answers the common "done already" case without a write.
+        if let Some(entry) = self.done_entry(unit, source_version)? {
+            return Ok(RunOutcome::AlreadyDone(entry));
+        }
+        let lease = match self.claim(unit, source_version, worker, ttl)? {
+            ClaimOutcome::Granted { lease, .. } => lease,
+            ClaimOutcome::Held {
+                worker,
+                expires_at_ms,
+            } => {
+                return Ok(RunOutcome::BusyElsewhere {
+                    worker,
+                    until_ms: expires_at_ms,
+                })
+            }
+            ClaimOutcome::AlreadyDone(entry) => return Ok(RunOutcome::AlreadyDone(entry)),
+        };
+        let _guard = match RunGuard::enter(self, unit, &lease) {
+            Ok(g) => g,
+            Err(running) => {
+                // Another thread of this process runs the unit. If it holds the very same lease
+                // (same worker name: an extension), the lease is its, not ours to give back. If we
+                // took over its expired lease, ours is newer and would fence it; give ours back so
+                // that its commit is only fenced if someone else really takes over.
+                if running.token != lease.token {
+                    let _ = self.release(&lease);
+                }
+                return Ok(RunOutcome::BusyElsewhere {
+                    worker: running.worker,
+                    until_ms: running.until_ms,
+                });
+            }
+        };
+        // A thread that ran the unit may have committed between our claim and our guard.
+        if let Some(entry) = self.done_entry(unit, source_version)? {
+            let _ = self.release(&lease);
+            return Ok(RunOutcome::AlreadyDone(entry));
+        }
+        add(&self.inner.metrics.c.computations, 1);
+        let staged = match work() {
+            Ok(out) => match out.stage_into(self) {
+                Ok(s) => s,
+                Err(e) => {
+                    let _ = self.release(&lease);
+                    return Err(RunError::Engine(e));
+                }
+            },
+            Err(e) => {
+                let _ = self.release(&lease);
+                return Err(RunError::Work(e));
+            }
+        };
+        let batch = Batch::new().put_fenced(unit, source_version, &staged, lease.token);
+        let mut report = match self.commit(batch) {
+            Ok(r) => r,
+            Err(e) => {
+                let _ = self.release(&lease);
+                return Err(RunError::Engine(e));
+            }
+        };
+        let outcome = report.units.remove(0);
+        if !matches!(outcome.outcome, Outcome::Committed { .. }) {
+            // A committed entry ended the lease in the same transaction; any other outcome leaves
+            // it live, and the unit no longer needs it.
+            add(&self.inner.metrics.c.redundant_computations, 1);
+            let _ = self.release(&lease);
+        }
+        Ok(RunOutcome::Processed(outcome))
+    }
+
+    /// Optimistic mode (SPEC R10): runs `work` for `unit` at `source_version` without a claim,
+    /// stages its output and commits it; a concurrent or repeated run of the same deterministic work
+    /// collapses into a `Duplicate` at commit (counted as a redundant computation).
+    ///
+    /// It does not check first whether the unit is done: that check is the caller's (a check before
+    /// the work cannot stop two workers that both check before either commits — which is exactly
+    /// the redundant work this mode accepts). Returns [`RunOutcome::Processed`] or an error.
+    pub fn run_optimistic<O, E, F>(
+        &self,
+        unit: &str,
+        source_version: u64,
+        work: F,
+    ) -> Result<RunOutcome, RunError<E>>
+    where
+        F: FnOnce() -> Result<O, E>,
+        O: WorkOutput,
+    {
+        crate::key::validate_key(unit)?;
+        add(&self.inner.metrics.c.computations, 1);
+        let staged = work().map_err(RunError::Work)?.stage_into(self)?;
+        let mut report = self.commit(Batch::new().put(unit, source_version, &staged))?;
+        let outcome = report.units.remove(0);
+        if !matches!(outcome.outcome, Outcome::Committed { .. }) {
+            add(&self.inner.metrics.c.redundant_computations, 1);
+        }
+        Ok(RunOutcome::Processed(outcome))
+    }
+
+    /// The unit's entry if it is committed at `source_version` or newer.
+    fn done_entry(&self, unit: &str, source_version: u64) -> crate::Result<Option<Entry>> {
+        if !self.is_done(unit, source_version)? {
+            return Ok(None);
+        }
+        Ok(self
+            .get(unit)?
+            .filter(|e| e.source_version >= source_version))
+    }
+}
