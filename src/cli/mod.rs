@@ -1,7 +1,11 @@
 //! Argument parsing and dispatch. One file per command family; shared helpers in `common`.
 
+mod bench_dedup;
+mod bench_fixtures;
+mod bench_reconcile;
 mod common;
 mod error;
+mod reconcile_cmd;
 mod store_cmds;
 
 use clap::{Parser, Subcommand};
@@ -16,6 +20,8 @@ Examples:
   oncelake get ./lake orders/date=2026-11-29 -o out.parquet
   oncelake ls ./lake --prefix orders/ --json
   oncelake log ./lake --since 10
+  oncelake reconcile ./lake --source listing.csv --json
+  oncelake bench dedup --units 10000,100000
 
 Exit codes: 0 ok (committed or duplicate), 1 I/O or internal failure, 2 usage or bad input,
 3 conflict, 4 stale, 5 fenced, 6 store locked or busy, 7 verify found problems.";
@@ -43,6 +49,20 @@ pub(crate) enum Command {
     Ls(store_cmds::LsArgs),
     /// Show the commit log.
     Log(store_cmds::LogArgs),
+    /// Plan what must be (re)processed, from the source's listing of (unit, version).
+    Reconcile(reconcile_cmd::ReconcileArgs),
+    /// Built-in benchmarks, with their baselines in the same run.
+    #[command(subcommand)]
+    Bench(BenchCommand),
+}
+
+/// `oncelake bench ...` (the lead merges this with `bench commit`).
+#[derive(Subcommand, Debug)]
+pub(crate) enum BenchCommand {
+    /// Dedup decision (P2) via the in-memory index vs a plain redb point lookup; open time (P6).
+    Dedup(bench_dedup::DedupArgs),
+    /// Full and incremental reconcile (P3) vs one redb lookup per listed unit.
+    Reconcile(bench_reconcile::ReconcileBenchArgs),
 }
 
 pub(crate) fn main() -> ExitCode {
@@ -72,5 +92,8 @@ fn run(cli: Cli) -> Result<u8, CliError> {
         Command::Get(a) => store_cmds::get(a, wait),
         Command::Ls(a) => store_cmds::ls(a, wait),
         Command::Log(a) => store_cmds::log(a, wait),
+        Command::Reconcile(a) => reconcile_cmd::reconcile(a, wait),
+        Command::Bench(BenchCommand::Dedup(a)) => bench_dedup::run(a),
+        Command::Bench(BenchCommand::Reconcile(a)) => bench_reconcile::run(a),
     }
 }

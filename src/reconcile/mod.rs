@@ -16,7 +16,7 @@
 //!   one merge pass walks it beside the manifest (which redb keeps in the same order), streaming both
 //!   sides: memory does not grow with either. A listing out of order is refused at the first line
 //!   out of order ([`ListingError::Unsorted`]), never mis-merged; reconcile it with the incremental
-//!   form or sort it first.
+//!   form or sort it first. [`check_sorted_listing`] checks a listing without touching the store.
 //!
 //! A unit listed twice with two versions is an error naming both lines; a unit listed twice with
 //! the same version is counted in [`Summary::duplicate_lines`] and planned once. Reconcile only
@@ -321,9 +321,11 @@ impl ManifestCursor {
 /// of `snap`, in one pass and constant memory. Produces missing, behind, up-to-date (if asked) and
 /// unknown units in key order.
 ///
-/// An out-of-order row stops the pass with [`ListingError::Unsorted`] naming the line: the items
-/// already passed to `sink` are correct for the listing up to that line, but the plan is
-/// incomplete. A unit listed twice is adjacent in a sorted listing: with two versions it is
+/// An out-of-order row stops the pass with [`ListingError::Unsorted`] naming the line. The plan
+/// items already passed to `sink` must then be discarded: the listed units among them were
+/// classified correctly, but a unit reported [`Action::Unknown`] may appear later in the listing.
+/// Run [`check_sorted_listing`] first when the listing can be read twice and plan lines cannot be
+/// taken back. A unit listed twice is adjacent in a sorted listing: with two versions it is
 /// [`ListingError::Duplicate`], with the same version it is counted and planned once.
 ///
 /// ```
@@ -362,40 +364,13 @@ where
     // The manifest's current head: its key lives in `head`, its version in `head_version`.
     let mut head = String::with_capacity(256);
     let mut head_version = cursor.next(&mut head)?;
-    // The previous listing row, to check the order and find repeated units.
-    let mut prev = String::with_capacity(256);
-    let mut prev_version = 0u64;
-    let mut prev_line = 0u64;
+    let mut order = OrderCheck::default();
 
     while let Some(row) = listing.next_row()? {
         summary.listed += 1;
-        if prev_line > 0 {
-            match row.unit.cmp(prev.as_str()) {
-                std::cmp::Ordering::Less => {
-                    return Err(ListingError::Unsorted {
-                        line: row.line,
-                        unit: row.unit.to_string(),
-                        previous_line: prev_line,
-                        previous: prev.clone(),
-                    }
-                    .into())
-                }
-                std::cmp::Ordering::Equal if row.version == prev_version => {
-                    summary.duplicate_lines += 1;
-                    continue;
-                }
-                std::cmp::Ordering::Equal => {
-                    return Err(ListingError::Duplicate {
-                        unit: row.unit.to_string(),
-                        first_line: prev_line,
-                        first_version: prev_version,
-                        line: row.line,
-                        version: row.version,
-                    }
-                    .into())
-                }
-                std::cmp::Ordering::Greater => {}
-            }
+        if !order.admit(&row)? {
+            summary.duplicate_lines += 1;
+            continue;
         }
         // Manifest units before this row are unknown to the source.
         let mut manifest = None;
@@ -418,10 +393,6 @@ where
         }
         let item = classify(&mut summary, row.version, manifest, row.unit);
         emit(&opts, item, &mut sink)?;
-        prev.clear();
-        prev.push_str(row.unit);
-        prev_version = row.version;
-        prev_line = row.line;
     }
     while let Some(v) = head_version {
         summary.manifest_units += 1;
@@ -430,6 +401,65 @@ where
         head_version = cursor.next(&mut head)?;
     }
     Ok(summary)
+}
+
+/// Checks that a full listing is in key order and that no unit is listed with two versions,
+/// remembering only the previous row.
+#[derive(Default)]
+struct OrderCheck {
+    prev: String,
+    prev_version: u64,
+    prev_line: u64,
+}
+
+impl OrderCheck {
+    /// `Ok(true)` for a new unit in order, `Ok(false)` for an exact repeat of the previous row.
+    fn admit(&mut self, row: &Row<'_>) -> Result<bool, ListingError> {
+        if self.prev_line > 0 {
+            match row.unit.cmp(self.prev.as_str()) {
+                std::cmp::Ordering::Less => {
+                    return Err(ListingError::Unsorted {
+                        line: row.line,
+                        unit: row.unit.to_string(),
+                        previous_line: self.prev_line,
+                        previous: self.prev.clone(),
+                    })
+                }
+                std::cmp::Ordering::Equal if row.version == self.prev_version => {
+                    return Ok(false)
+                }
+                std::cmp::Ordering::Equal => {
+                    return Err(ListingError::Duplicate {
+                        unit: row.unit.to_string(),
+                        first_line: self.prev_line,
+                        first_version: self.prev_version,
+                        line: row.line,
+                        version: row.version,
+                    })
+                }
+                std::cmp::Ordering::Greater => {}
+            }
+        }
+        self.prev.clear();
+        self.prev.push_str(row.unit);
+        self.prev_version = row.version;
+        self.prev_line = row.line;
+        Ok(true)
+    }
+}
+
+/// Checks a full listing without reading the store: every line parses, units are in key order,
+/// and no unit has two versions. Returns the number of rows. Callers that cannot take back plan
+/// lines already written (the CLI reading a file) run this first, so that a bad listing produces
+/// no plan at all.
+pub fn check_sorted_listing(mut listing: impl ListingSource) -> Result<u64, ListingError> {
+    let mut order = OrderCheck::default();
+    let mut rows = 0;
+    while let Some(row) = listing.next_row()? {
+        order.admit(&row)?;
+        rows += 1;
+    }
+    Ok(rows)
 }
 
 fn unknown(unit: &str, manifest: u64) -> PlanItem<'_> {
