@@ -37,6 +37,49 @@ pub(crate) struct DedupArgs {
     pub queries: usize,
 }
 
+#[derive(clap::Args, Debug)]
+pub(crate) struct OpenArgs {
+    /// The store to open.
+    pub store: PathBuf,
+}
+
+/// `oncelake bench open STORE` (hidden): opens a store in a fresh process and prints the open time
+/// and the process's peak RSS, so `bench dedup` can measure P6 without its own allocations in the
+/// figure.
+pub(crate) fn open_only(a: OpenArgs) -> Result<u8, CliError> {
+    let start = Instant::now();
+    let store = fx::open_bench_store(&a.store)?;
+    let open = start.elapsed();
+    print_json(&json!({
+        "open_ms": open.as_secs_f64() * 1e3,
+        "peak_rss_bytes": fx::peak_rss_bytes(),
+        "rss_bytes": fx::rss_bytes(),
+    }));
+    drop(store);
+    Ok(0)
+}
+
+/// Runs `bench open` on `store` in a child process: (open ms, peak RSS bytes).
+fn open_in_child(store: &Path) -> Result<(f64, Option<u64>), CliError> {
+    let exe = std::env::current_exe().map_err(|e| CliError::io("find this executable", e))?;
+    let out = std::process::Command::new(exe)
+        .arg("bench")
+        .arg("open")
+        .arg(store)
+        .output()
+        .map_err(|e| CliError::io("run `oncelake bench open`", e))?;
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).map_err(|_| {
+        CliError::Usage(format!(
+            "`oncelake bench open` failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        ))
+    })?;
+    Ok((
+        v["open_ms"].as_f64().unwrap_or(f64::NAN),
+        v["peak_rss_bytes"].as_u64(),
+    ))
+}
+
 /// A fresh work directory for one size; removed on drop unless kept.
 pub(crate) struct WorkDir {
     pub path: PathBuf,
@@ -46,10 +89,7 @@ pub(crate) struct WorkDir {
 impl WorkDir {
     pub(crate) fn new(args: &SizeArgs, bench: &str, n: u64) -> Result<WorkDir, CliError> {
         let base = args.dir.clone().unwrap_or_else(std::env::temp_dir);
-        let path = base.join(format!(
-            "oncelake-bench-{bench}-{}-{n}",
-            std::process::id()
-        ));
+        let path = base.join(format!("oncelake-bench-{bench}-{}-{n}", std::process::id()));
         std::fs::create_dir_all(&path)
             .map_err(|e| CliError::io(format!("create {}", path.display()), e))?;
         Ok(WorkDir {
@@ -99,7 +139,14 @@ pub(crate) fn run(a: DedupArgs) -> Result<u8, CliError> {
         );
         println!(
             "{:>9}  {:>12}  {:>12}  {:>6}  {:>14}  {:>8}  {:>12}  {:>9}",
-            "units", "lookup/s", "redb get/s", "ratio", "snapshot get/s", "open ms", "open RSS MiB", "B/unit"
+            "units",
+            "lookup/s",
+            "redb get/s",
+            "ratio",
+            "snapshot get/s",
+            "open ms",
+            "open +RSS MiB",
+            "B/unit"
         );
     }
     for &n in &a.size.units {
@@ -111,15 +158,17 @@ pub(crate) fn run(a: DedupArgs) -> Result<u8, CliError> {
         let (store, build) = build_store(&store_dir, n)?;
         drop(store);
 
-        // P6: open the store again; the dedup index is built from the manifest at open.
-        let rss_before = fx::rss_bytes();
-        let start = Instant::now();
-        let store = fx::open_bench_store(&store_dir)?;
-        let open = start.elapsed();
-        let open_rss = match (rss_before, fx::rss_bytes()) {
-            (Some(b), Some(a)) => Some(a.saturating_sub(b)),
+        // P6: open the store in a fresh process (the dedup index is built from the manifest at
+        // open); the same for an empty store gives the process's own footprint.
+        let (open_ms, peak) = open_in_child(&store_dir)?;
+        let empty_dir = work.path.join("empty");
+        drop(fx::open_bench_store(&empty_dir)?);
+        let (_, empty_peak) = open_in_child(&empty_dir)?;
+        let open_rss = match (peak, empty_peak) {
+            (Some(p), Some(e)) => Some(p.saturating_sub(e)),
             _ => None,
         };
+        let store = fx::open_bench_store(&store_dir)?;
 
         status("building the plain redb baseline");
         let db = fx::build_baseline(&work.path.join("baseline.redb"), n).map_err(redb_err)?;
@@ -172,7 +221,9 @@ pub(crate) fn run(a: DedupArgs) -> Result<u8, CliError> {
                 "snapshot_get_per_s": snap_get.round(),
                 "lookup_ns": (1e9 / lookup).round(),
                 "redb_get_ns": (1e9 / redb_get).round(),
-                "open_ms": (open.as_secs_f64() * 1e4).round() / 10.0,
+                "open_ms": (open_ms * 10.0).round() / 10.0,
+                "open_peak_rss_bytes": peak,
+                "empty_open_peak_rss_bytes": empty_peak,
                 "open_rss_bytes": open_rss,
                 "open_rss_bytes_per_unit": per_unit.map(|b| b.round()),
                 "build_s": (build.as_secs_f64() * 100.0).round() / 100.0,
@@ -185,8 +236,11 @@ pub(crate) fn run(a: DedupArgs) -> Result<u8, CliError> {
                 redb_get,
                 ratio,
                 snap_get,
-                open.as_secs_f64() * 1e3,
-                open_rss.map_or("?".into(), |b| format!("{:.1}", b as f64 / (1 << 20) as f64)),
+                open_ms,
+                open_rss.map_or("?".into(), |b| format!(
+                    "{:.1}",
+                    b as f64 / (1 << 20) as f64
+                )),
                 per_unit.map_or("?".into(), |b| format!("{b:.0}")),
             );
         }

@@ -6,7 +6,7 @@
 use oncelake::{Batch, Durability, Options, Store};
 use redb::{ReadableDatabase, TableDefinition};
 use std::path::Path;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// Units per commit while filling a bench store: large batches make a 1M-unit store in seconds.
 pub const FILL_BATCH: u64 = 10_000;
@@ -233,19 +233,10 @@ pub fn rss_bytes() -> Option<u64> {
     Some(kb * 1024)
 }
 
-/// Runs `f` `rounds` times and returns the per-round durations, sorted (fastest first).
-pub fn timed<T>(
-    rounds: usize,
-    mut f: impl FnMut() -> T,
-) -> (Vec<Duration>, Option<T>) {
-    let mut times = Vec::with_capacity(rounds);
-    let mut last = None;
-    for _ in 0..rounds.max(1) {
-        let start = Instant::now();
-        let out = f();
-        times.push(start.elapsed());
-        last = Some(out);
-    }
-    times.sort();
-    (times, last)
+/// The peak resident set size of this process (VmHWM), from /proc (Linux); `None` elsewhere.
+pub fn peak_rss_bytes() -> Option<u64> {
+    let s = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = s.lines().find(|l| l.starts_with("VmHWM:"))?;
+    let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kb * 1024)
 }

@@ -63,6 +63,9 @@ pub(crate) enum BenchCommand {
     Dedup(bench_dedup::DedupArgs),
     /// Full and incremental reconcile (P3) vs one redb lookup per listed unit.
     Reconcile(bench_reconcile::ReconcileBenchArgs),
+    /// Open a store and print the open time and peak memory (used by `bench dedup`).
+    #[command(hide = true)]
+    Open(bench_dedup::OpenArgs),
 }
 
 pub(crate) fn main() -> ExitCode {
@@ -95,5 +98,6 @@ fn run(cli: Cli) -> Result<u8, CliError> {
         Command::Reconcile(a) => reconcile_cmd::reconcile(a, wait),
         Command::Bench(BenchCommand::Dedup(a)) => bench_dedup::run(a),
         Command::Bench(BenchCommand::Reconcile(a)) => bench_reconcile::run(a),
+        Command::Bench(BenchCommand::Open(a)) => bench_dedup::open_only(a),
     }
 }

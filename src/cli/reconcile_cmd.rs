@@ -2,8 +2,8 @@
 
 use super::{open_store, print_json, CliError};
 use oncelake::reconcile::{
-    check_sorted_listing, reconcile_changes, reconcile_full, ListingError, ListingFormat, ListingReader, ListingSource,
-    PlanItem, ReconcileError, ReconcileOptions, Row, Summary,
+    check_sorted_listing, reconcile_changes, reconcile_full, ListingError, ListingFormat,
+    ListingReader, ListingSource, PlanItem, ReconcileError, ReconcileOptions, Row, Summary,
 };
 use serde_json::json;
 use std::io::{BufRead, BufReader, IsTerminal, Write};
@@ -66,7 +66,7 @@ struct Progress<L> {
 impl<L: ListingSource> ListingSource for Progress<L> {
     fn next_row(&mut self) -> Result<Option<Row<'_>>, ListingError> {
         self.rows += 1;
-        if self.rows % 65_536 == 0 {
+        if self.rows.is_multiple_of(65_536) {
             self.bar.set_position(self.rows);
         }
         self.inner.next_row()
@@ -104,8 +104,11 @@ pub(crate) fn reconcile(a: ReconcileArgs, wait: Duration) -> Result<u8, CliError
     if !a.changes_only && a.source.as_os_str() != "-" {
         let f = std::fs::File::open(&a.source)
             .map_err(|e| CliError::io(format!("read {}", a.source.display()), e))?;
-        check_sorted_listing(ListingReader::new(BufReader::with_capacity(1 << 16, f), format))
-            .map_err(|e| bad_listing(&a.source, format, &e, false))?;
+        check_sorted_listing(ListingReader::new(
+            BufReader::with_capacity(1 << 16, f),
+            format,
+        ))
+        .map_err(|e| bad_listing(&a.source, format, &e, false))?;
     }
     let store = open_store(&a.store, wait, false)?;
 
