@@ -215,6 +215,9 @@ pub fn reconcile_workload(n: u64) -> ReconcileWorkload {
         let j = rng.below(i as u64 + 1) as usize;
         changes.swap(i, j);
     }
+    // Allocate the shuffled keys afresh, in their new order, as a caller that just received the
+    // changes would hold them (otherwise every key read is a cache miss the bench put there).
+    let changes = changes.iter().map(|(u, v)| (u.clone(), *v)).collect();
     ReconcileWorkload {
         listing,
         csv,
@@ -239,4 +242,13 @@ pub fn peak_rss_bytes() -> Option<u64> {
     let line = s.lines().find(|l| l.starts_with("VmHWM:"))?;
     let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
     Some(kb * 1024)
+}
+
+/// Pushes the CPU caches' contents out by writing one byte per cache line of `buf` (make it larger
+/// than the last-level cache), so the next measurement starts cold.
+pub fn evict_caches(buf: &mut [u8]) {
+    for i in (0..buf.len()).step_by(64) {
+        buf[i] = buf[i].wrapping_add(1);
+    }
+    std::hint::black_box(buf);
 }
