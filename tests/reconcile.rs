@@ -674,3 +674,33 @@ fn full_reconcile_memory_is_independent_of_listing_size() {
         peaks[1]
     );
 }
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 512, ..ProptestConfig::default() })]
+
+    /// The line parser never panics, and whatever it accepts is a valid key.
+    #[test]
+    fn parse_line_never_panics(line in "\\PC{0,60}|[{}\":,\\\\u0-9a-f ]{0,60}") {
+        for format in [ListingFormat::Csv, ListingFormat::JsonLines] {
+            if let Ok((unit, _)) = oncelake::reconcile::parse_line(format, &line) {
+                prop_assert!(oncelake::validate_key(&unit).is_ok());
+            }
+        }
+    }
+
+    /// Any valid key and version written in either syntax parses back to itself.
+    #[test]
+    fn listing_lines_round_trip(unit in "\\PC{1,40}", version in any::<u64>(), escape in any::<bool>()) {
+        prop_assume!(oncelake::validate_key(&unit).is_ok());
+        let csv = csv_line(&unit, version);
+        prop_assert_eq!(
+            oncelake::reconcile::parse_line(ListingFormat::Csv, &csv).unwrap(),
+            (unit.clone(), version)
+        );
+        let json = json_line(&unit, version, escape);
+        prop_assert_eq!(
+            oncelake::reconcile::parse_line(ListingFormat::JsonLines, &json).unwrap(),
+            (unit, version)
+        );
+    }
+}
