@@ -216,7 +216,8 @@ fn summary_json(s: &Summary, changes_only: bool, format: ListingFormat) -> serde
         "behind": s.behind,
         "up_to_date": s.up_to_date,
         "manifest_ahead": s.manifest_ahead,
-        "unknown": s.unknown,
+        // The incremental form cannot see units the source dropped: say "not checked", not 0.
+        "unknown": if changes_only { None } else { Some(s.unknown) },
         "duplicate_lines": s.duplicate_lines,
         "to_process": s.to_process(),
     })
