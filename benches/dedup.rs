@@ -31,6 +31,11 @@ fn dedup(c: &mut Criterion) {
             b.iter(|| fixtures::run_lookups(&store, q).expect("lookup"))
         });
         group.bench_with_input(
+            BenchmarkId::new("store_lookup_many", n),
+            &queries,
+            |b, q| b.iter(|| fixtures::run_lookup_many(&store, q).expect("lookup_many")),
+        );
+        group.bench_with_input(
             BenchmarkId::new("redb_get_baseline", n),
             &queries,
             |b, q| b.iter(|| fixtures::run_redb_gets(&db, q).expect("get")),

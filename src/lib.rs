@@ -30,6 +30,7 @@
 pub mod claim;
 pub mod clock;
 pub mod commit;
+mod dedup;
 mod error;
 pub mod fault;
 mod feed;

@@ -704,3 +704,27 @@ proptest! {
         );
     }
 }
+
+#[test]
+fn lookup_many_answers_like_lookup() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = open(&dir.path().join("s"));
+    fill(
+        &store,
+        &(0..600).map(|i| (format!("u{i:04}"), i % 7)).collect(),
+    );
+    store.put("u0003", 9, b"newer").unwrap();
+    // Present and absent units, repeats, more than one chunk of 256.
+    let units: Vec<String> = (0..1500)
+        .map(|i| format!("u{:04}", (i * 7) % 900))
+        .collect();
+    let mut out = Vec::new();
+    store.lookup_many(&units, &mut out).unwrap();
+    assert_eq!(out.len(), units.len());
+    for (u, got) in units.iter().zip(&out) {
+        assert_eq!(*got, store.lookup(u).unwrap(), "{u}");
+    }
+    assert!(out.iter().any(Option::is_some) && out.iter().any(Option::is_none));
+    store.lookup_many(&Vec::<String>::new(), &mut out).unwrap();
+    assert!(out.is_empty());
+}

@@ -138,11 +138,12 @@ pub(crate) fn run(a: DedupArgs) -> Result<u8, CliError> {
             a.queries, a.size.rounds
         );
         println!(
-            "{:>9}  {:>12}  {:>12}  {:>6}  {:>14}  {:>8}  {:>12}  {:>9}",
+            "{:>9}  {:>12}  {:>12}  {:>6}  {:>14}  {:>14}  {:>8}  {:>12}  {:>9}",
             "units",
             "lookup/s",
             "redb get/s",
             "ratio",
+            "lookup_many/s",
             "snapshot get/s",
             "open ms",
             "open +RSS MiB",
@@ -176,6 +177,7 @@ pub(crate) fn run(a: DedupArgs) -> Result<u8, CliError> {
         // Warm both sides (page cache, redb's cache) before timing.
         let warm = &queries[..queries.len() / 10];
         fx::run_lookups(&store, warm)?;
+        fx::run_lookup_many(&store, warm)?;
         fx::run_redb_gets(&db, warm).map_err(redb_err)?;
         fx::run_snapshot_gets(&store, warm)?;
 
@@ -183,6 +185,7 @@ pub(crate) fn run(a: DedupArgs) -> Result<u8, CliError> {
         let mut t_lookup = Vec::new();
         let mut t_redb = Vec::new();
         let mut t_snap = Vec::new();
+        let mut t_many = Vec::new();
         let mut agree = true;
         for _ in 0..a.size.rounds.max(1) {
             let s = Instant::now();
@@ -194,7 +197,10 @@ pub(crate) fn run(a: DedupArgs) -> Result<u8, CliError> {
             let s = Instant::now();
             let z = fx::run_snapshot_gets(&store, &queries)?;
             t_snap.push(s.elapsed());
-            agree &= x == y && y == z && x == queries.len() as u64;
+            let s = Instant::now();
+            let m = fx::run_lookup_many(&store, &queries)?;
+            t_many.push(s.elapsed());
+            agree &= x == y && y == z && z == m && x == queries.len() as u64;
         }
         if !agree {
             return Err(CliError::Usage(
@@ -207,6 +213,7 @@ pub(crate) fn run(a: DedupArgs) -> Result<u8, CliError> {
         let lookup = per_sec(q, best(&t_lookup));
         let redb_get = per_sec(q, best(&t_redb));
         let snap_get = per_sec(q, best(&t_snap));
+        let many = per_sec(q, best(&t_many));
         let ratio = lookup / redb_get;
         let per_unit = open_rss.map(|b| b as f64 / n as f64);
         if a.size.json {
@@ -219,6 +226,8 @@ pub(crate) fn run(a: DedupArgs) -> Result<u8, CliError> {
                 "redb_get_per_s": redb_get.round(),
                 "ratio_vs_redb": (ratio * 100.0).round() / 100.0,
                 "snapshot_get_per_s": snap_get.round(),
+                "lookup_many_per_s": many.round(),
+                "lookup_many_ratio_vs_redb": (many / redb_get * 100.0).round() / 100.0,
                 "lookup_ns": (1e9 / lookup).round(),
                 "redb_get_ns": (1e9 / redb_get).round(),
                 "open_ms": (open_ms * 10.0).round() / 10.0,
@@ -230,11 +239,12 @@ pub(crate) fn run(a: DedupArgs) -> Result<u8, CliError> {
             }));
         } else {
             println!(
-                "{:>9}  {:>12.0}  {:>12.0}  {:>5.1}x  {:>14.0}  {:>8.1}  {:>12}  {:>9}",
+                "{:>9}  {:>12.0}  {:>12.0}  {:>5.1}x  {:>14.0}  {:>14.0}  {:>8.1}  {:>12}  {:>9}",
                 n,
                 lookup,
                 redb_get,
                 ratio,
+                many,
                 snap_get,
                 open_ms,
                 open_rss.map_or("?".into(), |b| format!(

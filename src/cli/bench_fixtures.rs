@@ -126,6 +126,27 @@ pub fn run_lookups(store: &Store, queries: &[(String, u64)]) -> oncelake::Result
     Ok(done)
 }
 
+/// The same decision through [`Store::lookup_many`], 256 queries a call.
+pub fn run_lookup_many(store: &Store, queries: &[(String, u64)]) -> oncelake::Result<u64> {
+    let mut done = 0u64;
+    let mut units: Vec<&str> = Vec::with_capacity(256);
+    let mut out = Vec::with_capacity(256);
+    for chunk in queries.chunks(256) {
+        units.clear();
+        units.extend(chunk.iter().map(|(u, _)| u.as_str()));
+        store.lookup_many(&units, &mut out)?;
+        for (c, (_, version)) in out.iter().zip(chunk) {
+            if let Some(c) = c {
+                if c.source_version >= *version {
+                    std::hint::black_box(&c.object);
+                    done += 1;
+                }
+            }
+        }
+    }
+    Ok(done)
+}
+
 /// The same decision through a plain redb point lookup in one read transaction.
 pub fn run_redb_gets(db: &redb::Database, queries: &[(String, u64)]) -> Result<u64, redb::Error> {
     let txn = db.begin_read()?;

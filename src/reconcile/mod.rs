@@ -205,8 +205,8 @@ where
 /// Incremental reconcile: plans the units in `changes` (in any order) by looking each one up in
 /// the store's in-memory dedup index (in batches, under one lock acquisition each). Cost is
 /// proportional to the number of changes; memory holds one entry per distinct changed unit (to
-/// detect a unit listed twice). Units the source dropped
-/// cannot be seen this way; use [`reconcile_full`] for them.
+/// detect a unit listed twice). Units the source dropped cannot be seen this way; use
+/// [`reconcile_full`] for them.
 ///
 /// ```
 /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
