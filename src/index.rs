@@ -78,7 +78,13 @@ impl DedupIndex {
     }
 
     pub(crate) fn get(&self, unit: &str) -> Lookup {
-        match self.map.get(&key_hash(unit)) {
+        self.get_by_hash(key_hash(unit))
+    }
+
+    /// [`DedupIndex::get`] for a hash computed with [`key_hash`]: reconcile hashes a batch of
+    /// changes first and then probes them in a tight loop, so the cache misses overlap.
+    pub(crate) fn get_by_hash(&self, hash: u64) -> Lookup {
+        match self.map.get(&hash) {
             None => Lookup::Absent,
             Some(Cell::One(s)) => Lookup::Present(*s),
             Some(Cell::Ambiguous) => Lookup::Ambiguous,

@@ -30,11 +30,13 @@
 pub mod claim;
 pub mod clock;
 pub mod commit;
+mod dedup;
 mod error;
 pub mod fault;
 #[doc(hidden)]
 pub mod fuzzing;
 pub mod gc;
+mod feed;
 mod index;
 mod key;
 pub mod log;
@@ -42,6 +44,7 @@ mod manifest;
 pub mod metrics;
 mod object;
 pub mod pipeline;
+pub mod reconcile;
 mod replay;
 mod run;
 pub mod simulate;

@@ -69,6 +69,15 @@ impl Snapshot {
         self.seq
     }
 
+    /// The current manifest table, when this view is of the newest seq (reconcile walks it
+    /// directly to avoid decoding whole entries).
+    pub(crate) fn current_manifest(&self) -> Option<&ReadOnlyTable<&'static str, &'static [u8]>> {
+        match self.at {
+            None => Some(&self.manifest),
+            Some(_) => None,
+        }
+    }
+
     /// The oldest seq that can still be read as of.
     pub fn history_from(&self) -> u64 {
         self.history_from

@@ -1,10 +1,14 @@
 //! Argument parsing and dispatch. One file per command family; shared helpers in `common`.
 
+mod bench_dedup;
+mod bench_fixtures;
+mod bench_reconcile;
 mod common;
 mod error;
 mod maint_cmds;
 mod pipeline_cmds;
 mod sim_cmds;
+mod reconcile_cmd;
 mod store_cmds;
 
 use clap::{Parser, Subcommand};
@@ -24,6 +28,8 @@ Examples:
   oncelake claim ./lake orders/date=2026-11-29 7 --worker w1 --ttl 30s
   oncelake stats ./lake --prometheus
   oncelake simulate --mode both --json
+  oncelake reconcile ./lake --source listing.csv --json
+  oncelake bench dedup --units 10000,100000
 
 Exit codes: 0 ok (committed or duplicate), 1 I/O or internal failure, 2 usage or bad input,
 3 conflict, 4 stale, 5 fenced, 6 store locked or busy, 7 verify found problems.";
@@ -65,6 +71,23 @@ pub(crate) enum Command {
     Claim(sim_cmds::ClaimArgs),
     /// Give back a lease by its fencing token; exit 5 if it is no longer the live lease.
     Release(sim_cmds::ReleaseArgs),
+    /// Plan what must be (re)processed, from the source's listing of (unit, version).
+    Reconcile(reconcile_cmd::ReconcileArgs),
+    /// Built-in benchmarks, with their baselines in the same run.
+    #[command(subcommand)]
+    Bench(BenchCommand),
+}
+
+/// `oncelake bench ...` (the lead merges this with `bench commit`).
+#[derive(Subcommand, Debug)]
+pub(crate) enum BenchCommand {
+    /// Dedup decision (P2) via the in-memory index vs a plain redb point lookup; open time (P6).
+    Dedup(bench_dedup::DedupArgs),
+    /// Full and incremental reconcile (P3) vs one redb lookup per listed unit.
+    Reconcile(bench_reconcile::ReconcileBenchArgs),
+    /// Open a store and print the open time and peak memory (used by `bench dedup`).
+    #[command(hide = true)]
+    Open(bench_dedup::OpenArgs),
 }
 
 pub(crate) fn main() -> ExitCode {
@@ -101,5 +124,9 @@ fn run(cli: Cli) -> Result<u8, CliError> {
         Command::Stats(a) => sim_cmds::stats(a, wait),
         Command::Claim(a) => sim_cmds::claim(a, wait),
         Command::Release(a) => sim_cmds::release(a, wait),
+        Command::Reconcile(a) => reconcile_cmd::reconcile(a, wait),
+        Command::Bench(BenchCommand::Dedup(a)) => bench_dedup::run(a),
+        Command::Bench(BenchCommand::Reconcile(a)) => bench_reconcile::run(a),
+        Command::Bench(BenchCommand::Open(a)) => bench_dedup::open_only(a),
     }
 }

@@ -1,0 +1,250 @@
+//! `oncelake reconcile`: plan what must be (re)processed from a source listing (SPEC R12, R17).
+
+use super::{open_store, print_json, CliError};
+use oncelake::reconcile::{
+    check_sorted_listing, reconcile_changes, reconcile_full, ListingError, ListingFormat,
+    ListingReader, ListingSource, PlanItem, ReconcileError, ReconcileOptions, Row, Summary,
+};
+use serde_json::json;
+use std::io::{BufRead, BufReader, IsTerminal, Write};
+use std::path::PathBuf;
+use std::time::Duration;
+
+pub(crate) const EXAMPLES: &str = "\
+Examples:
+  # Full listing (sorted by unit, byte order): also reports units the source no longer has
+  LC_ALL=C sort -t, -k1,1 source.csv > sorted.csv
+  oncelake reconcile ./lake --source sorted.csv
+  # Only what changed at the source (any order)
+  oncelake reconcile ./lake --source changes.jsonl --changes-only --json
+
+Listing formats: CSV lines `unit,version` (optional header `unit,version`), or JSON lines
+{\"unit\": \"...\", \"version\": N}. Chosen by --format, else by extension (.csv, .jsonl, .ndjson,
+.json), else by the first line. Output: one line per unit to process (missing, behind, unknown;
+up_to_date with --list-up-to-date), then a summary line. Exit 0 when the plan is complete (even
+with work to do), 2 for a bad listing (the error names the line). The store is never modified.";
+
+#[derive(clap::ValueEnum, Clone, Copy, Debug)]
+pub(crate) enum FormatArg {
+    /// `unit,version` lines.
+    Csv,
+    /// `{"unit": "...", "version": N}` lines.
+    Jsonl,
+}
+
+#[derive(clap::Args, Debug)]
+#[command(after_help = EXAMPLES)]
+pub(crate) struct ReconcileArgs {
+    /// The store.
+    pub store: PathBuf,
+    /// The source's listing of (unit, version), or - for standard input.
+    #[arg(long)]
+    pub source: PathBuf,
+    /// The listing holds only the units that changed (any order): look each one up instead of
+    /// merging a full, sorted listing. Units unknown to the source are not reported.
+    #[arg(long)]
+    pub changes_only: bool,
+    /// The listing's format (default: by extension, else by its first line).
+    #[arg(long, value_enum)]
+    pub format: Option<FormatArg>,
+    /// Also list units that are up to date (they are always counted).
+    #[arg(long)]
+    pub list_up_to_date: bool,
+    /// One JSON object per line: `unit, action, source_version, manifest_version`, then
+    /// `{"summary": {...}}`.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Counts rows as they stream by and ticks a spinner (only when stderr is a terminal).
+struct Progress<L> {
+    inner: L,
+    rows: u64,
+    bar: indicatif::ProgressBar,
+}
+
+impl<L: ListingSource> ListingSource for Progress<L> {
+    fn next_row(&mut self) -> Result<Option<Row<'_>>, ListingError> {
+        self.rows += 1;
+        if self.rows.is_multiple_of(65_536) {
+            self.bar.set_position(self.rows);
+        }
+        self.inner.next_row()
+    }
+}
+
+pub(crate) fn reconcile(a: ReconcileArgs, wait: Duration) -> Result<u8, CliError> {
+    let input: Box<dyn BufRead> = if a.source.as_os_str() == "-" {
+        Box::new(BufReader::with_capacity(1 << 16, std::io::stdin()))
+    } else {
+        let f = std::fs::File::open(&a.source).map_err(|e| {
+            CliError::Usage(format!(
+                "cannot read the listing {}: {e}; pass a readable file or - for standard input",
+                a.source.display()
+            ))
+        })?;
+        Box::new(BufReader::with_capacity(1 << 16, f))
+    };
+    let mut input = input;
+    let format = match a.format {
+        Some(FormatArg::Csv) => ListingFormat::Csv,
+        Some(FormatArg::Jsonl) => ListingFormat::JsonLines,
+        None => match ListingFormat::from_path(&a.source) {
+            Some(f) => f,
+            None => {
+                let head = input
+                    .fill_buf()
+                    .map_err(|e| CliError::io(format!("read {}", a.source.display()), e))?;
+                ListingFormat::sniff(head)
+            }
+        },
+    };
+    // A listing file can be read twice: check it fully before planning, so that a bad listing
+    // prints no plan lines at all (standard input is checked as it streams).
+    if !a.changes_only && a.source.as_os_str() != "-" {
+        let f = std::fs::File::open(&a.source)
+            .map_err(|e| CliError::io(format!("read {}", a.source.display()), e))?;
+        check_sorted_listing(ListingReader::new(
+            BufReader::with_capacity(1 << 16, f),
+            format,
+        ))
+        .map_err(|e| bad_listing(&a.source, format, &e, false))?;
+    }
+    let store = open_store(&a.store, wait, false)?;
+
+    let bar = if std::io::stderr().is_terminal() {
+        let bar = indicatif::ProgressBar::new_spinner();
+        bar.set_style(
+            indicatif::ProgressStyle::with_template("{spinner} {pos} rows read ({per_sec})")
+                .unwrap_or_else(|_| indicatif::ProgressStyle::default_spinner()),
+        );
+        bar.enable_steady_tick(Duration::from_millis(200));
+        bar
+    } else {
+        indicatif::ProgressBar::hidden()
+    };
+    let listing = Progress {
+        inner: ListingReader::new(input, format),
+        rows: 0,
+        bar: bar.clone(),
+    };
+    let opts = ReconcileOptions {
+        list_up_to_date: a.list_up_to_date,
+    };
+    let stdout = std::io::stdout();
+    let mut out = std::io::BufWriter::with_capacity(1 << 16, stdout.lock());
+    let json = a.json;
+    let sink = |item: PlanItem<'_>| write_item(&mut out, item, json);
+    let result = if a.changes_only {
+        reconcile_changes(&store, listing, opts, sink)
+    } else {
+        let snap = store.snapshot()?;
+        reconcile_full(&snap, listing, opts, sink)
+    };
+    bar.finish_and_clear();
+    let summary = match result {
+        Ok(s) => s,
+        Err(ReconcileError::Listing(e)) => {
+            let _ = out.flush();
+            return Err(bad_listing(&a.source, format, &e, true));
+        }
+        Err(ReconcileError::Output(e)) if e.kind() == std::io::ErrorKind::BrokenPipe => {
+            return Ok(0); // a closed pipe (`| head`) is not an error
+        }
+        Err(ReconcileError::Output(e)) => return Err(CliError::io("write the plan", e)),
+        Err(ReconcileError::Store(e)) => return Err(e.into()),
+        Err(e) => return Err(CliError::Usage(e.to_string())),
+    };
+    if out.flush().is_err() {
+        return Ok(0);
+    }
+    drop(out);
+    if json {
+        print_json(&json!({ "summary": summary_json(&summary, a.changes_only, format) }));
+    } else {
+        println!("{}", summary_text(&summary, a.changes_only));
+    }
+    Ok(0)
+}
+
+fn bad_listing(
+    source: &std::path::Path,
+    format: ListingFormat,
+    e: &ListingError,
+    printed: bool,
+) -> CliError {
+    CliError::Usage(format!(
+        "bad listing {} ({} format): {e}{}",
+        source.display(),
+        format.name(),
+        if printed {
+            ". Discard the plan lines printed above: the plan is incomplete (no summary line)"
+        } else {
+            ". No plan was made"
+        }
+    ))
+}
+
+fn write_item(out: &mut impl Write, item: PlanItem<'_>, json: bool) -> std::io::Result<()> {
+    if json {
+        let v = json!({
+            "unit": item.unit,
+            "action": item.action.name(),
+            "source_version": item.source_version,
+            "manifest_version": item.manifest_version,
+        });
+        writeln!(out, "{v}")
+    } else {
+        let v = |x: Option<u64>| x.map_or_else(|| "-".to_string(), |v| v.to_string());
+        writeln!(
+            out,
+            "{}\t{}\t{}\t{}",
+            item.action.name(),
+            item.unit,
+            v(item.source_version),
+            v(item.manifest_version)
+        )
+    }
+}
+
+fn summary_json(s: &Summary, changes_only: bool, format: ListingFormat) -> serde_json::Value {
+    json!({
+        "form": if changes_only { "incremental" } else { "full" },
+        "format": format.name(),
+        "listed": s.listed,
+        "missing": s.missing,
+        "behind": s.behind,
+        "up_to_date": s.up_to_date,
+        "manifest_ahead": s.manifest_ahead,
+        // The incremental form cannot see units the source dropped: say "not checked", not 0.
+        "unknown": if changes_only { None } else { Some(s.unknown) },
+        "duplicate_lines": s.duplicate_lines,
+        "to_process": s.to_process(),
+    })
+}
+
+fn summary_text(s: &Summary, changes_only: bool) -> String {
+    let unknown = if changes_only {
+        "unknown not checked (--changes-only)".to_string()
+    } else {
+        format!("{} unknown to the source", s.unknown)
+    };
+    format!(
+        "summary: {} to process ({} missing, {} behind), {} up to date{}, {unknown}; {} rows listed{}",
+        s.to_process(),
+        s.missing,
+        s.behind,
+        s.up_to_date,
+        if s.manifest_ahead > 0 {
+            format!(" (of which {} newer in the manifest than in the source)", s.manifest_ahead)
+        } else {
+            String::new()
+        },
+        s.listed,
+        if s.duplicate_lines > 0 {
+            format!(", {} repeated lines ignored", s.duplicate_lines)
+        } else {
+            String::new()
+        }
+    )
+}
