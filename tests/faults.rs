@@ -429,6 +429,8 @@ fn check_after_reopen(path: &Path, clock: &ManualClock, model: &Model, label: &s
 enum Fault {
     Crash,
     Fail,
+    /// A crash that also loses every write not yet synced.
+    PowerCut,
 }
 
 /// A scratch directory, in memory when the machine has /dev/shm: the fault plan simulates the
@@ -457,6 +459,10 @@ fn run_once(n: u64, fault: Fault, repairs: &AtomicU64) -> bool {
     match fault {
         Fault::Crash => plan.crash_at(n),
         Fault::Fail => plan.fail_at(n),
+        Fault::PowerCut => {
+            plan.crash_at(n);
+            plan.lose_unsynced_writes(true);
+        }
     }
     let mut model = Model {
         clean: true,
@@ -467,6 +473,10 @@ fn run_once(n: u64, fault: Fault, repairs: &AtomicU64) -> bool {
     }
     let reached = plan.ops() >= n;
     let label = format!("{fault:?} at op {n}");
+    if let Fault::PowerCut = fault {
+        plan.apply_power_loss(&path.join(oncelake::DB_FILE))
+            .unwrap_or_else(|e| panic!("{label}: applying the power loss: {e}"));
+    }
     if check_after_reopen(&path, &clock, &model, &label) {
         repairs.fetch_add(1, Ordering::Relaxed);
     }
@@ -517,6 +527,15 @@ fn fail_at_every_operation() {
     let (points, repairs) = sweep(Fault::Fail);
     eprintln!(
         "failure sweep: {points} failure points, all passed; {repairs} reopens needed redb repair"
+    );
+    assert!(points > 50, "the workload has {points} operations");
+}
+
+#[test]
+fn power_cut_at_every_operation() {
+    let (points, repairs) = sweep(Fault::PowerCut);
+    eprintln!(
+        "power-cut sweep: {points} crash points losing unsynced writes, all passed; {repairs} reopens needed redb repair"
     );
     assert!(points > 50, "the workload has {points} operations");
 }
