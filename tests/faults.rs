@@ -539,3 +539,50 @@ fn power_cut_at_every_operation() {
     );
     assert!(points > 50, "the workload has {points} operations");
 }
+
+/// A failed directory sync after publishing leaves a link that may not survive a power cut; the
+/// next publisher of the same content must make it durable before committing on it (I2).
+#[test]
+fn restaging_after_a_failed_directory_sync_makes_the_entry_durable() {
+    let dir = scratch();
+    let path = dir.path().join("lake");
+    let clock = ManualClock::new(T0);
+    drop(Store::open_with(&path, real_options(&clock)).unwrap());
+    let plan = FaultPlan::new();
+    plan.lose_unsynced_writes(true);
+    let store = Store::open_with(&path, faulty_options(&plan, &clock)).unwrap();
+
+    // Staging a small object: create, write, fsync, chmod, link, directory sync, remove.
+    plan.fail_at(plan.ops() + 6);
+    let err = store.stage_bytes(b"payload").unwrap_err();
+    assert!(err.to_string().contains("injected failure"), "{err}");
+    assert!(
+        store.failure().is_none(),
+        "a staging error does not fail the store"
+    );
+
+    let again = store.stage_bytes(b"payload").unwrap();
+    assert_eq!(
+        store
+            .commit(Batch::new().put("u", 1, &again))
+            .unwrap()
+            .units[0]
+            .outcome
+            .name(),
+        "committed"
+    );
+    drop(again);
+    drop(store);
+    plan.apply_power_loss(&path.join(oncelake::DB_FILE))
+        .unwrap();
+
+    let store = Store::open_with(&path, real_options(&clock)).unwrap();
+    let e = store
+        .get("u")
+        .unwrap()
+        .expect("the acknowledged commit survives");
+    assert_eq!(
+        store.snapshot().unwrap().read_object(&e).unwrap(),
+        b"payload"
+    );
+}
