@@ -10,12 +10,19 @@
 //!   are kept, which a real power cut might lose; the sweep therefore checks every acknowledged
 //!   commit, and a later sweep could add a lost-writes model.)
 //! * `fail_syncs(true)`: every sync fails until turned off.
+//! * `lose_unsynced_writes(true)`: the pessimistic power cut. The plan then remembers what was
+//!   made durable, and [`FaultPlan::apply_power_loss`] (called after the store is dropped) throws
+//!   away everything that was not: the database file goes back to its image at its last
+//!   successful sync, files written but never synced are emptied, and links whose directory was
+//!   not synced afterwards disappear.
 
 use crate::vfs::{Vfs, VfsFile};
+use parking_lot::Mutex;
 use redb::{backends::FileBackend, BackendError, StorageBackend};
+use std::collections::HashSet;
 use std::io::{self, Write};
 use std::ops::Bound;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::SeqCst};
 use std::sync::Arc;
 
@@ -27,6 +34,19 @@ pub struct FaultPlan {
     crash_at: AtomicU64,
     crashed: AtomicBool,
     fail_syncs: AtomicBool,
+    lose_unsynced: AtomicBool,
+    durable: Mutex<Durable>,
+}
+
+/// What the lost-writes model knows about durability.
+#[derive(Debug, Default)]
+struct Durable {
+    /// The database file as of its last successful sync (or as opened).
+    db_image: Option<Vec<u8>>,
+    /// Files created through the Vfs whose data was never synced.
+    unsynced_files: HashSet<PathBuf>,
+    /// Links made through the Vfs: (from, to), and whether `to`'s directory was synced since.
+    links: Vec<(PathBuf, PathBuf, bool)>,
 }
 
 impl FaultPlan {
@@ -46,6 +66,36 @@ impl FaultPlan {
     pub fn fail_syncs(&self, on: bool) {
         self.fail_syncs.store(on, SeqCst);
     }
+    /// Models a power cut that loses every write not yet synced (see the module docs). Turn it
+    /// on before the store is opened.
+    pub fn lose_unsynced_writes(&self, on: bool) {
+        self.lose_unsynced.store(on, SeqCst);
+    }
+
+    /// Throws away, on the real file system, everything that was not made durable: call it after
+    /// the store is dropped and before it is reopened. `db_file` is the store's database file.
+    pub fn apply_power_loss(&self, db_file: &Path) -> io::Result<()> {
+        let d = std::mem::take(&mut *self.durable.lock());
+        for (from, to, dir_synced) in &d.links {
+            if !dir_synced {
+                ignore_missing(std::fs::remove_file(to))?;
+            } else if d.unsynced_files.contains(from) {
+                empty_file(to)?;
+            }
+        }
+        for f in &d.unsynced_files {
+            empty_file(f)?;
+        }
+        if let Some(image) = d.db_image {
+            std::fs::write(db_file, image)?;
+        }
+        Ok(())
+    }
+
+    fn modelling(&self) -> bool {
+        self.lose_unsynced.load(SeqCst)
+    }
+
     /// How many operations have been attempted.
     pub fn ops(&self) -> u64 {
         self.ops.load(SeqCst)
@@ -80,6 +130,29 @@ impl FaultPlan {
     }
 }
 
+fn ignore_missing(r: io::Result<()>) -> io::Result<()> {
+    match r {
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
+        other => other,
+    }
+}
+
+/// Empties a file that may be read-only (as published objects are).
+fn empty_file(path: &Path) -> io::Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    let perm = match std::fs::metadata(path) {
+        Ok(m) => m.permissions(),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(e),
+    };
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o644))?;
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(path)?
+        .set_len(0)?;
+    std::fs::set_permissions(path, perm)
+}
+
 /// A [`Vfs`] that consults a [`FaultPlan`] before each operation.
 #[derive(Debug)]
 pub struct FaultyVfs {
@@ -97,6 +170,7 @@ impl FaultyVfs {
 struct FaultyFile {
     inner: Box<dyn VfsFile>,
     plan: Arc<FaultPlan>,
+    path: PathBuf,
 }
 
 impl Write for FaultyFile {
@@ -112,21 +186,42 @@ impl Write for FaultyFile {
 impl VfsFile for FaultyFile {
     fn sync(&mut self) -> io::Result<()> {
         self.plan.check("fsync", true)?;
-        self.inner.sync()
+        self.inner.sync()?;
+        if self.plan.modelling() {
+            self.plan.durable.lock().unsynced_files.remove(&self.path);
+        }
+        Ok(())
     }
 }
 
 impl Vfs for FaultyVfs {
     fn create_new(&self, path: &Path) -> io::Result<Box<dyn VfsFile>> {
         self.plan.check("create", false)?;
+        let inner = self.inner.create_new(path)?;
+        if self.plan.modelling() {
+            self.plan
+                .durable
+                .lock()
+                .unsynced_files
+                .insert(path.to_path_buf());
+        }
         Ok(Box::new(FaultyFile {
-            inner: self.inner.create_new(path)?,
+            inner,
             plan: self.plan.clone(),
+            path: path.to_path_buf(),
         }))
     }
     fn link_no_replace(&self, from: &Path, to: &Path) -> io::Result<bool> {
         self.plan.check("link", false)?;
-        self.inner.link_no_replace(from, to)
+        let linked = self.inner.link_no_replace(from, to)?;
+        if linked && self.plan.modelling() {
+            self.plan
+                .durable
+                .lock()
+                .links
+                .push((from.to_path_buf(), to.to_path_buf(), false));
+        }
+        Ok(linked)
     }
     fn remove(&self, path: &Path) -> io::Result<()> {
         self.plan.check("remove", false)?;
@@ -134,7 +229,15 @@ impl Vfs for FaultyVfs {
     }
     fn sync_dir(&self, path: &Path) -> io::Result<()> {
         self.plan.check("directory sync", true)?;
-        self.inner.sync_dir(path)
+        self.inner.sync_dir(path)?;
+        if self.plan.modelling() {
+            for (_, to, synced) in self.plan.durable.lock().links.iter_mut() {
+                if to.parent() == Some(path) {
+                    *synced = true;
+                }
+            }
+        }
+        Ok(())
     }
     fn set_read_only(&self, path: &Path) -> io::Result<()> {
         self.plan.check("chmod", false)?;
@@ -156,7 +259,18 @@ pub(crate) struct FaultyBackend {
 
 impl FaultyBackend {
     pub(crate) fn new(inner: FileBackend, plan: Arc<FaultPlan>) -> Self {
-        FaultyBackend { inner, plan }
+        let b = FaultyBackend { inner, plan };
+        if b.plan.modelling() {
+            // What is on disk when the store opens is durable.
+            b.plan.durable.lock().db_image = b.image().ok();
+        }
+        b
+    }
+
+    fn image(&self) -> io::Result<Vec<u8>> {
+        let mut buf = vec![0u8; self.inner.len()? as usize];
+        self.inner.read(0, &mut buf)?;
+        Ok(buf)
     }
 }
 
@@ -173,7 +287,12 @@ impl StorageBackend for FaultyBackend {
     }
     fn sync_data(&self) -> io::Result<()> {
         self.plan.check("database sync", true)?;
-        self.inner.sync_data()
+        self.inner.sync_data()?;
+        if self.plan.modelling() {
+            let image = self.image()?;
+            self.plan.durable.lock().db_image = Some(image);
+        }
+        Ok(())
     }
     fn write(&self, offset: u64, data: &[u8]) -> io::Result<()> {
         self.plan.check("database write", false)?;

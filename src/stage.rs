@@ -84,6 +84,10 @@ pub(crate) struct Stager {
     /// (a restarted container often gets the same pid), whose crash may have left staging files
     /// with the names this opening would otherwise reuse.
     session: u64,
+    /// Per object, the publishers that linked it (or may be about to) and have not yet made its
+    /// directory entry durable, plus any whose directory sync failed. Someone who finds such an
+    /// object "already there" syncs the directory itself before relying on it.
+    unsynced: Mutex<HashMap<ObjectId, usize>>,
     counter: AtomicU64,
 }
 
@@ -120,7 +124,19 @@ impl Stager {
                 .duration_since(std::time::UNIX_EPOCH)
                 .map(|d| d.as_nanos() as u64)
                 .unwrap_or(0),
+            unsynced: Mutex::new(HashMap::new()),
             counter: AtomicU64::new(0),
+        }
+    }
+
+    /// One publisher of `id` is done with it (its directory entry is durable or was not created).
+    fn settle(&self, id: ObjectId) {
+        let mut u = self.unsynced.lock();
+        if let Some(n) = u.get_mut(&id) {
+            *n -= 1;
+            if *n == 0 {
+                u.remove(&id);
+            }
         }
     }
 
@@ -219,24 +235,47 @@ impl Stager {
             .parent()
             .expect("invariant: object paths have a fan-out parent")
             .to_path_buf();
-        let linked = match self.vfs.link_no_replace(tmp, &dst) {
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                self.vfs
-                    .create_dir_all(&fanout)
-                    .ctx(|| format!("create {}", fanout.display()))?;
-                self.vfs
-                    .sync_dir(&self.objects)
-                    .ctx(|| format!("fsync {}", self.objects.display()))?;
-                self.vfs.link_no_replace(tmp, &dst)
+        *self.unsynced.lock().entry(meta.id).or_insert(0) += 1;
+        let link = || -> Result<bool> {
+            match self.vfs.link_no_replace(tmp, &dst) {
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                    self.vfs
+                        .create_dir_all(&fanout)
+                        .ctx(|| format!("create {}", fanout.display()))?;
+                    self.vfs
+                        .sync_dir(&self.objects)
+                        .ctx(|| format!("fsync {}", self.objects.display()))?;
+                    self.vfs.link_no_replace(tmp, &dst)
+                }
+                other => other,
             }
-            other => other,
-        }
-        .ctx(|| format!("publish object {}", dst.display()))?;
+            .ctx(|| format!("publish object {}", dst.display()))
+        };
+        let linked = match link() {
+            Ok(l) => l,
+            Err(e) => {
+                self.settle(meta.id);
+                return Err(e);
+            }
+        };
+        // A failed directory sync below returns without settling: the mark stays, and whoever
+        // publishes this object later syncs the directory again.
         if linked {
             self.vfs
                 .sync_dir(&fanout)
                 .ctx(|| format!("fsync {}", fanout.display()))?;
+            self.settle(meta.id);
         } else {
+            // Found already there. If another publisher linked it and its directory sync has
+            // not (successfully) completed, a commit of ours could become durable before the
+            // entry does: make the entry durable ourselves first.
+            let others = self.unsynced.lock().get(&meta.id).is_some_and(|&n| n > 1);
+            if others {
+                self.vfs
+                    .sync_dir(&fanout)
+                    .ctx(|| format!("fsync {}", fanout.display()))?;
+            }
+            self.settle(meta.id);
             // Identical content is already published: a no-op, provided the file is what its name
             // says. A size mismatch means someone damaged it; refuse rather than reference it.
             let len = std::fs::metadata(&dst)

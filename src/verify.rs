@@ -9,7 +9,7 @@ use crate::log::{Record, RecordBody, LOG};
 use crate::manifest::{EntryValue, HISTORY, MANIFEST};
 use crate::object::{ObjectId, ObjectMeta};
 use crate::replay::{replay, ReplayReport};
-use crate::store::{Store, META, META_NEXT_SEQ};
+use crate::store::{Store, META, META_HISTORY_FROM, META_NEXT_SEQ};
 use redb::{ReadableDatabase, ReadableTable};
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::path::{Path, PathBuf};
@@ -78,6 +78,9 @@ pub struct VerifyReport {
     pub orphaned: Vec<OrphanFile>,
     /// The log replayed against the manifest.
     pub replay: ReplayReport,
+    /// Deep only: kept history rows that disagree with the log, and commits at or after the
+    /// history horizon whose history rows are missing.
+    pub history_problems: Vec<String>,
 }
 
 impl VerifyReport {
@@ -89,12 +92,19 @@ impl VerifyReport {
 
     /// No data is lost or damaged (orphans, which only waste space, are allowed).
     pub fn is_intact(&self) -> bool {
-        self.missing.is_empty() && self.corrupt.is_empty() && self.replay.is_clean()
+        self.missing.is_empty()
+            && self.corrupt.is_empty()
+            && self.replay.is_clean()
+            && self.history_problems.is_empty()
     }
 
     /// How many problems were found.
     pub fn problem_count(&self) -> usize {
-        self.missing.len() + self.corrupt.len() + self.orphaned.len() + self.replay.problems.len()
+        self.missing.len()
+            + self.corrupt.len()
+            + self.orphaned.len()
+            + self.replay.problems.len()
+            + self.history_problems.len()
     }
 
     /// Every unit that references a missing or corrupt object.
@@ -259,7 +269,98 @@ impl Store {
         self.drop_vanished_references(&mut report)?;
 
         report.replay = replay(&self.snapshot()?)?;
+        if options.deep {
+            report.history_problems = self.check_history_against_log()?;
+        }
         Ok(report)
+    }
+
+    /// Every kept history row must be what the log's commit record at its seq says, and every
+    /// commit at or after the history horizon must have its rows (older ones may be pruned).
+    fn check_history_against_log(&self) -> Result<Vec<String>> {
+        let mut problems = Vec::new();
+        let txn = self.inner.db.begin_read().db("begin a read transaction")?;
+        let from = {
+            let meta = txn.open_table(META).db("open the meta table")?;
+            let v = meta
+                .get(META_HISTORY_FROM)
+                .db("read the history horizon")?
+                .map(|g| g.value());
+            v.unwrap_or(0)
+        };
+        let history = txn.open_table(HISTORY).db("open the history")?;
+        let log = txn.open_table(LOG).db("open the log")?;
+        let entry_value = |e: &crate::log::LogEntry, rec: &Record| EntryValue {
+            source_version: e.source_version,
+            revision: e.revision,
+            object: e.object,
+            seq: rec.seq,
+            committed_at_ms: rec.time_ms,
+        };
+        // Log -> history, from the horizon on.
+        for row in log.range(from..).db("scan the commit log")? {
+            let (_, v) = row.db("scan the commit log")?;
+            let Ok(rec) = Record::decode(v.value()) else {
+                continue; // replay reports undecodable records
+            };
+            let RecordBody::Commit { entries } = &rec.body else {
+                continue;
+            };
+            for e in entries {
+                match history
+                    .get((e.unit.as_str(), rec.seq))
+                    .db("read the history")?
+                {
+                    None => problems.push(format!(
+                        "log seq {} commits unit {:?} but the history has no row for it",
+                        rec.seq, e.unit
+                    )),
+                    Some(g) => {
+                        let stored = EntryValue::decode(g.value())?;
+                        if stored != entry_value(e, &rec) {
+                            problems.push(format!(
+                                "history row ({:?}, {}) is {stored:?}, the log says {:?}",
+                                e.unit,
+                                rec.seq,
+                                entry_value(e, &rec)
+                            ));
+                        }
+                    }
+                }
+            }
+        }
+        // History -> log, every kept row.
+        for row in history.iter().db("scan the history")? {
+            let (k, v) = row.db("scan the history")?;
+            let (unit, seq) = k.value();
+            let rec = match log.get(seq).db("read the commit log")? {
+                Some(g) => Record::decode(g.value()).ok(),
+                None => None,
+            };
+            let logged = rec.as_ref().and_then(|rec| match &rec.body {
+                RecordBody::Commit { entries } => entries
+                    .iter()
+                    .find(|e| e.unit == unit)
+                    .map(|e| entry_value(e, rec)),
+                _ => None,
+            });
+            match logged {
+                None => problems.push(format!(
+                    "history row ({unit:?}, {seq}) has no commit of that unit in the log"
+                )),
+                // Rows at or after the horizon were compared in the first pass.
+                Some(want) if seq < from => {
+                    let stored = EntryValue::decode(v.value())?;
+                    if stored != want {
+                        problems.push(format!(
+                            "history row ({unit:?}, {seq}) is {stored:?}, the log says {want:?}"
+                        ));
+                    }
+                }
+                Some(_) => {}
+            }
+        }
+        Ok(problems)
     }
 
     /// A GC running alongside may prune a history row after our snapshot and then, rightly,

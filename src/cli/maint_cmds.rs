@@ -213,6 +213,7 @@ fn verify_json(r: &VerifyReport) -> serde_json::Value {
             "path": o.path.display().to_string(), "bytes": o.bytes, "stray": o.stray,
         })).collect::<Vec<_>>(),
         "log_problems": r.replay.problems,
+        "history_problems": r.history_problems,
         "affected_units": r.affected_units(),
     })
 }
@@ -271,6 +272,9 @@ fn print_verify_text(r: &VerifyReport) {
     }
     for p in &r.replay.problems {
         println!("LOG      {p}");
+    }
+    for p in &r.history_problems {
+        println!("HISTORY  {p}");
     }
     if r.is_clean() {
         println!("ok: no problems found");
