@@ -14,6 +14,9 @@
 //! Ownership: every pushed node carries one `Arc` reference owned by the queue (made with
 //! `Arc::into_raw`); the leader reclaims it with `Arc::from_raw` when it takes the node into its
 //! group, so each reference is reclaimed exactly once and a node outlives every raw pointer to it.
+//!
+//! The items are `pub` only so that the loom build can re-export them (`loom_support`); the module
+//! itself is private to the crate.
 
 use crate::sync::{Arc, AtomicPtr, AtomicU8, Condvar, Mutex, Ordering, UnsafeCell};
 use std::ptr;
@@ -23,16 +26,26 @@ const LEADER: u8 = 1;
 const DONE: u8 = 2;
 
 /// How many times a waiter looks at its state before it yields, and yields before it parks.
+/// Under loom every look is a scheduling point, so one of each keeps both the spinning and the
+/// parking path in the model without multiplying its state space.
+#[cfg(not(loom))]
 const SPINS: u32 = 64;
+#[cfg(not(loom))]
 const YIELDS: u32 = 16;
+#[cfg(loom)]
+const SPINS: u32 = 1;
+#[cfg(loom)]
+const YIELDS: u32 = 1;
 
 /// What a request weighs against the group bound (units, bytes: whatever the caller counts).
-pub(crate) trait Weighted {
+pub trait Weighted {
+    /// The request's weight.
     fn weight(&self) -> usize;
 }
 
 /// The response every member gets if the leader's processing panicked: nobody may wait forever.
-pub(crate) trait LeaderPanicked {
+pub trait LeaderPanicked {
+    /// The response for a request whose leader panicked.
     fn leader_panicked() -> Self;
 }
 
@@ -92,7 +105,7 @@ impl<Req, Resp> Node<Req, Resp> {
 }
 
 /// The queue itself: one atomic pointer to the newest pending node.
-pub(crate) struct WriteQueue<Req, Resp> {
+pub struct WriteQueue<Req, Resp> {
     newest: AtomicPtr<Node<Req, Resp>>,
     max_weight: usize,
 }
@@ -104,7 +117,7 @@ unsafe impl<Req: Send, Resp: Send> Sync for WriteQueue<Req, Resp> {}
 
 impl<Req: Weighted + Send, Resp: LeaderPanicked + Send> WriteQueue<Req, Resp> {
     /// A queue whose groups weigh at most `max_weight` (a single heavier request still forms a group).
-    pub(crate) fn new(max_weight: usize) -> Self {
+    pub fn new(max_weight: usize) -> Self {
         WriteQueue {
             newest: AtomicPtr::new(ptr::null_mut()),
             max_weight: max_weight.max(1),
@@ -114,7 +127,7 @@ impl<Req: Weighted + Send, Resp: LeaderPanicked + Send> WriteQueue<Req, Resp> {
     /// Enqueues `req` and returns its response. `process` is called by whichever thread leads the
     /// group that contains `req`, with the group's requests oldest first, and must return one
     /// response per request in the same order.
-    pub(crate) fn submit<F>(&self, req: Req, process: F) -> Resp
+    pub fn submit<F>(&self, req: Req, process: F) -> Resp
     where
         F: Fn(Vec<Req>) -> Vec<Resp>,
     {
@@ -240,8 +253,17 @@ impl<Req: Weighted + Send, Resp: LeaderPanicked + Send> WriteQueue<Req, Resp> {
             unsafe { (*last).newer.with_mut(|n| *n) }
         };
         if !next.is_null() {
-            // SAFETY: `next` is pending, so the queue's reference keeps it alive.
-            unsafe { (*next).set_state(LEADER) };
+            // Hold a reference of our own while we publish LEADER and notify: once `next` sees
+            // LEADER it may lead, reclaim the queue's reference and return, dropping the node
+            // while we are still inside `set_state` (taking its park mutex). A bare pointer here
+            // would be a use-after-free.
+            // SAFETY: `next` is pending, so the queue's reference keeps it alive until it sees
+            // LEADER, which happens only in the `set_state` below, after the increment.
+            let next = unsafe {
+                Arc::increment_strong_count(next);
+                Arc::from_raw(next)
+            };
+            next.set_state(LEADER);
         }
 
         for (node, resp) in group.iter().zip(resps) {
