@@ -61,6 +61,21 @@ struct Node<Req, Resp> {
     newer: UnsafeCell<*const Node<Req, Resp>>,
     park: Mutex<()>,
     wake: Condvar,
+    /// Loom only: how many threads are inside [`Node::set_state`] on this node. Dropping a node
+    /// while one is would be a use-after-free; the `Drop` check below lets loom find it.
+    #[cfg(loom)]
+    publishing: loom::sync::atomic::AtomicUsize,
+}
+
+#[cfg(loom)]
+impl<Req, Resp> Drop for Node<Req, Resp> {
+    fn drop(&mut self) {
+        assert_eq!(
+            self.publishing.load(Ordering::SeqCst),
+            0,
+            "use after free: a node was dropped while another thread was still publishing its state"
+        );
+    }
 }
 
 // SAFETY: the raw pointers inside a node are only dereferenced under the protocol described in the
@@ -72,10 +87,17 @@ unsafe impl<Req: Send, Resp: Send> Sync for Node<Req, Resp> {}
 
 impl<Req, Resp> Node<Req, Resp> {
     fn set_state(&self, state: u8) {
+        #[cfg(loom)]
+        self.publishing.fetch_add(1, Ordering::SeqCst);
         self.state.store(state, Ordering::Release);
-        // Taking the mutex orders the store before a parked waiter's re-check, so no wake-up is lost.
-        let _guard = self.park.lock();
-        self.wake.notify_all();
+        {
+            // Taking the mutex orders the store before a parked waiter's re-check, so no wake-up
+            // is lost.
+            let _guard = self.park.lock();
+            self.wake.notify_all();
+        }
+        #[cfg(loom)]
+        self.publishing.fetch_sub(1, Ordering::SeqCst);
     }
 
     fn await_change(&self) -> u8 {
@@ -139,6 +161,8 @@ impl<Req: Weighted + Send, Resp: LeaderPanicked + Send> WriteQueue<Req, Resp> {
             newer: UnsafeCell::new(ptr::null()),
             park: Mutex::new(()),
             wake: Condvar::new(),
+            #[cfg(loom)]
+            publishing: loom::sync::atomic::AtomicUsize::new(0),
         });
         let me = Arc::into_raw(node.clone());
 
