@@ -267,7 +267,10 @@ fn same_unit_same_version_exactly_one_wins() {
             panic!("an accepted commit carries its seq: {heard:?}");
         };
         let cur = state.expect("the winner's entry is current");
-        assert_eq!((cur.object, cur.seq, cur.source_version), (winner_obj, winner_seq, 7));
+        assert_eq!(
+            (cur.object, cur.seq, cur.source_version),
+            (winner_obj, winner_seq, 7)
+        );
         for &(_, obj, h) in &heard {
             match h {
                 Heard::Decided(Decision::Accept { revision: 0 }, Some(_)) => {}
@@ -275,9 +278,19 @@ fn same_unit_same_version_exactly_one_wins() {
                     assert_eq!(obj, winner_obj, "a duplicate must carry the winner's bytes");
                     assert_eq!(seq, winner_seq, "a duplicate names the winner's seq");
                 }
-                Heard::Decided(Decision::Conflict { winner_seq: s, winner }, None) => {
+                Heard::Decided(
+                    Decision::Conflict {
+                        winner_seq: s,
+                        winner,
+                    },
+                    None,
+                ) => {
                     assert_ne!(obj, winner_obj, "a conflict must carry other bytes");
-                    assert_eq!((s, winner), (winner_seq, winner_obj), "a conflict names the winner");
+                    assert_eq!(
+                        (s, winner),
+                        (winner_seq, winner_obj),
+                        "a conflict names the winner"
+                    );
                 }
                 other => panic!("unexpected outcome {other:?} in {heard:?}"),
             }
@@ -293,7 +306,10 @@ fn same_unit_different_versions_never_go_backwards() {
     loom::model(|| {
         let (heard, state) = run_commits(&[(2, b"new"), (1, b"old")]);
         let cur = state.expect("something is committed");
-        assert_eq!(cur.source_version, 2, "the newer version must end current: {heard:?}");
+        assert_eq!(
+            cur.source_version, 2,
+            "the newer version must end current: {heard:?}"
+        );
         let new_seq = match heard[0].2 {
             Heard::Decided(Decision::Accept { .. }, Some(seq)) => seq,
             other => panic!("the newer version is always accepted, got {other:?}"),
@@ -301,10 +317,39 @@ fn same_unit_different_versions_never_go_backwards() {
         assert_eq!(cur.seq, new_seq);
         match heard[1].2 {
             Heard::Decided(Decision::Accept { .. }, Some(seq)) => {
-                assert!(seq < new_seq, "the old version was committed after the new one")
+                assert!(
+                    seq < new_seq,
+                    "the old version was committed after the new one"
+                )
             }
             Heard::Decided(Decision::Stale { current_version: 2 }, None) => {}
             other => panic!("unexpected outcome for the old version: {other:?}"),
         }
+    });
+}
+
+/// (a'') The largest model: three writers, one of which submits twice, with a heavy request, so
+/// that bounded groups, hand-off to a waiting writer, and a fresh leader after the stack drains
+/// all meet in one run.
+#[test]
+fn three_writers_four_requests_mixed_weights() {
+    loom::model(|| {
+        let queue = Arc::new(WriteQueue::<Req, Resp>::new(MAX_WEIGHT));
+        let ledger = Arc::new(Ledger(UnsafeCell::new(Vec::new())));
+        let spawn = |id: usize, weight: usize| {
+            let (queue, ledger) = (queue.clone(), ledger.clone());
+            thread::spawn(move || {
+                let resp = queue.submit(Req { id, weight }, |reqs| record(&ledger, reqs));
+                [(id, resp)]
+            })
+        };
+        let handles = [spawn(2, 2), spawn(3, 1)];
+        let a = queue.submit(Req { id: 0, weight: 1 }, |reqs| record(&ledger, reqs));
+        let b = queue.submit(Req { id: 1, weight: 1 }, |reqs| record(&ledger, reqs));
+        let mut answers = vec![(0, a), (1, b)];
+        for h in handles {
+            answers.extend(h.join().unwrap());
+        }
+        check_ledger(&ledger, &answers, 4);
     });
 }

@@ -238,11 +238,22 @@ impl<Req: Weighted + Send, Resp: LeaderPanicked + Send> WriteQueue<Req, Resp> {
             weight += req.weight();
             reqs.push(req);
             group.push(node);
-            if p == newest || weight >= self.max_weight {
+            if p == newest {
                 break;
             }
             // SAFETY: `newer` was set by `link_newer` above for every node older than `newest`.
-            p = unsafe { (*p).newer.with_mut(|n| *n) };
+            let next = unsafe { (*p).newer.with_mut(|n| *n) };
+            // Stop *before* a request that would take the group over its bound, so that the
+            // bound holds for every group of two or more requests (a lone heavy one still goes).
+            // SAFETY: `next` is pending (alive, its request still in it) and only the leader,
+            // which is us, touches a pending node's request.
+            let next_weight =
+                unsafe { (*next).req.with_mut(|r| (*r).as_ref().map(|r| r.weight())) }
+                    .expect("invariant: a pending node still holds its request");
+            if weight.saturating_add(next_weight) > self.max_weight {
+                break;
+            }
+            p = next;
         }
         let last = p;
 
