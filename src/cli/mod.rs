@@ -1,5 +1,7 @@
 //! Argument parsing and dispatch. One file per command family; shared helpers in `common`.
 
+mod bench;
+mod bench_commit;
 mod common;
 mod error;
 mod store_cmds;
@@ -43,6 +45,8 @@ pub(crate) enum Command {
     Ls(store_cmds::LsArgs),
     /// Show the commit log.
     Log(store_cmds::LogArgs),
+    /// Built-in benchmarks, with their baselines side by side in the same run.
+    Bench(bench::BenchArgs),
 }
 
 pub(crate) fn main() -> ExitCode {
@@ -72,5 +76,6 @@ fn run(cli: Cli) -> Result<u8, CliError> {
         Command::Get(a) => store_cmds::get(a, wait),
         Command::Ls(a) => store_cmds::ls(a, wait),
         Command::Log(a) => store_cmds::log(a, wait),
+        Command::Bench(a) => bench::run(a),
     }
 }
