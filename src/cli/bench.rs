@@ -77,6 +77,12 @@ fn commit(a: CommitBenchArgs) -> Result<u8, CliError> {
     let scratch = a.dir.clone().unwrap_or_else(std::env::temp_dir);
     let bar = indicatif::ProgressBar::new((a.threads.len() * systems.len()) as u64);
     bar.set_draw_target(indicatif::ProgressDrawTarget::stderr());
+    let probe = |when: &str| {
+        workload::fsync_probe(&scratch, 50)
+            .map_err(|e| CliError::Usage(format!("{e} (pass --dir to bench another directory)")))
+            .map(|d| (when.to_string(), d))
+    };
+    let mut probes = vec![probe("before")?];
     let mut results: Vec<Measurement> = Vec::new();
     for &threads in &a.threads {
         for &system in &systems {
@@ -93,10 +99,11 @@ fn commit(a: CommitBenchArgs) -> Result<u8, CliError> {
         }
     }
     bar.finish_and_clear();
+    probes.push(probe("after")?);
     if a.json {
-        print_jsons(&results);
+        print_jsons(&results, &probes);
     } else {
-        print_table(&results, &a.threads);
+        print_table(&results, &a.threads, &probes);
     }
     Ok(0)
 }
@@ -113,7 +120,15 @@ fn ratio(results: &[Measurement], threads: usize, base: System) -> Option<f64> {
     Some(ours.units_per_sec() / theirs.units_per_sec().max(1e-9))
 }
 
-fn print_jsons(results: &[Measurement]) {
+fn print_jsons(results: &[Measurement], probes: &[(String, Duration)]) {
+    for (when, d) in probes {
+        print_json(&json!({
+            "bench": "commit",
+            "probe": "fdatasync_4k",
+            "when": when,
+            "p50_us": d.as_micros() as u64,
+        }));
+    }
     for m in results {
         print_json(&json!({
             "bench": "commit",
@@ -127,6 +142,7 @@ fn print_jsons(results: &[Measurement]) {
             "max_us": m.max_us,
             "mean_group_units": m.mean_group,
             "groups": m.groups,
+            "us_per_group": us_per_group(m),
         }));
     }
     let mut threads: Vec<usize> = results.iter().map(|m| m.threads).collect();
@@ -141,14 +157,29 @@ fn print_jsons(results: &[Measurement]) {
     }
 }
 
-fn print_table(results: &[Measurement], threads: &[usize]) {
+/// Wall time per commit group: how long one redb transaction plus its sync took, on average.
+fn us_per_group(m: &Measurement) -> Option<f64> {
+    m.groups
+        .filter(|&g| g > 0)
+        .map(|g| m.elapsed.as_secs_f64() * 1e6 / g as f64)
+}
+
+fn print_table(results: &[Measurement], threads: &[usize], probes: &[(String, Duration)]) {
+    let probes: Vec<String> = probes
+        .iter()
+        .map(|(when, d)| format!("{} µs {when}", d.as_micros()))
+        .collect();
     println!(
-        "{:<20} {:>7} {:>9} {:>12} {:>9} {:>9} {:>10}",
-        "system", "threads", "units", "units/s", "p50 µs", "p99 µs", "mean group"
+        "durable commits, 1 unit each, objects pre-staged; disk fdatasync(4 KiB) p50: {}",
+        probes.join(", ")
+    );
+    println!(
+        "{:<20} {:>7} {:>9} {:>12} {:>9} {:>9} {:>10} {:>10}",
+        "system", "threads", "units", "units/s", "p50 µs", "p99 µs", "mean group", "µs/group"
     );
     for m in results {
         println!(
-            "{:<20} {:>7} {:>9} {:>12.0} {:>9} {:>9} {:>10}",
+            "{:<20} {:>7} {:>9} {:>12.0} {:>9} {:>9} {:>10} {:>10}",
             m.system.name(),
             m.threads,
             m.units,
@@ -157,6 +188,9 @@ fn print_table(results: &[Measurement], threads: &[usize]) {
             m.p99_us,
             m.mean_group
                 .map(|g| format!("{g:.1}"))
+                .unwrap_or_else(|| "-".into()),
+            us_per_group(m)
+                .map(|g| format!("{g:.0}"))
                 .unwrap_or_else(|| "-".into())
         );
     }

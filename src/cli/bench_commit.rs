@@ -320,3 +320,27 @@ fn sqlite_commits(dir: &Path, plan: Plan) -> Result<Measurement, String> {
     )?;
     Ok(finish(System::SqliteSeed001, plan, timings))
 }
+
+/// The disk's sync latency right now: the median of `n` 4 KiB writes, each followed by
+/// `fdatasync`, in a file under `scratch`. The disk here swings from fast to slow when other
+/// processes write, so the bench prints this next to its figures.
+pub fn fsync_probe(scratch: &Path, n: usize) -> Result<Duration, String> {
+    use std::io::Write;
+    let path = scratch.join(format!("fsync-probe-{}", std::process::id()));
+    let run = || -> std::io::Result<Duration> {
+        let mut f = std::fs::File::create(&path)?;
+        let block = [0x5au8; 4096];
+        let mut times = Vec::with_capacity(n.max(1));
+        for _ in 0..n.max(1) {
+            let t0 = Instant::now();
+            f.write_all(&block)?;
+            f.sync_data()?;
+            times.push(t0.elapsed());
+        }
+        times.sort_unstable();
+        Ok(times[times.len() / 2])
+    };
+    let r = run().map_err(|e| format!("fsync probe in {}: {e}", scratch.display()));
+    let _ = std::fs::remove_file(&path);
+    r
+}
