@@ -1,1 +1,51 @@
-fn main() {}
+//! SPEC P1 under criterion: durable commits of one pre-staged unit each at 1, 4, 16 and 64
+//! threads, for oncelake and its two baselines (one redb transaction per commit; the seed 001
+//! pattern on SQLite). The workload is the very code `oncelake bench commit` runs.
+//!
+//! `cargo bench --bench commit` (one criterion element = one committed unit; one iteration
+//! commits `8 × threads` units, so that every writer commits several times per iteration; each
+//! sample runs in a fresh store whose setup is not timed).
+
+use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
+use std::time::Duration;
+
+#[allow(dead_code)]
+#[path = "../src/cli/bench_commit.rs"]
+mod workload;
+
+use workload::{Plan, System};
+
+fn commit(c: &mut Criterion) {
+    let scratch = std::env::temp_dir();
+    let mut group = c.benchmark_group("commit");
+    group
+        .sample_size(10)
+        .warm_up_time(Duration::from_secs(1))
+        .measurement_time(Duration::from_secs(3));
+    for threads in [1usize, 4, 16, 64] {
+        let units_per_iter = 8 * threads;
+        group.throughput(Throughput::Elements(units_per_iter as u64));
+        for system in System::ALL {
+            group.bench_with_input(
+                BenchmarkId::new(system.name(), threads),
+                &threads,
+                |b, &threads| {
+                    b.iter_custom(|iters| {
+                        let plan = Plan {
+                            threads,
+                            max_units: iters.max(1) as usize * units_per_iter,
+                            max_time: Duration::MAX,
+                        };
+                        workload::measure(system, plan, &scratch)
+                            .unwrap_or_else(|e| panic!("{}: {e}", system.name()))
+                            .elapsed
+                    })
+                },
+            );
+        }
+    }
+    group.finish();
+}
+
+criterion_group!(benches, commit);
+criterion_main!(benches);

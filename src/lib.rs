@@ -33,10 +33,10 @@ pub mod commit;
 mod dedup;
 mod error;
 pub mod fault;
+mod feed;
 #[doc(hidden)]
 pub mod fuzzing;
 pub mod gc;
-mod feed;
 mod index;
 mod key;
 pub mod log;

@@ -1,5 +1,7 @@
 //! Argument parsing and dispatch. One file per command family; shared helpers in `common`.
 
+mod bench;
+mod bench_commit;
 mod bench_dedup;
 mod bench_fixtures;
 mod bench_reconcile;
@@ -7,8 +9,8 @@ mod common;
 mod error;
 mod maint_cmds;
 mod pipeline_cmds;
-mod sim_cmds;
 mod reconcile_cmd;
+mod sim_cmds;
 mod store_cmds;
 
 use clap::{Parser, Subcommand};
@@ -78,9 +80,13 @@ pub(crate) enum Command {
     Bench(BenchCommand),
 }
 
-/// `oncelake bench ...` (the lead merges this with `bench commit`).
+/// `oncelake bench <kind>`: each kind runs its baselines side by side in the same run.
 #[derive(Subcommand, Debug)]
 pub(crate) enum BenchCommand {
+    /// Durable commits of one unit each, objects pre-staged (P1), against one redb transaction
+    /// per commit (b1) and the seed 001 pattern on SQLite (b2), at several thread counts.
+    #[command(after_help = "Example:\n  oncelake bench commit --threads 1,4,16,64 --json")]
+    Commit(bench::CommitBenchArgs),
     /// Dedup decision (P2) via the in-memory index vs a plain redb point lookup; open time (P6).
     Dedup(bench_dedup::DedupArgs),
     /// Full and incremental reconcile (P3) vs one redb lookup per listed unit.
@@ -128,5 +134,6 @@ fn run(cli: Cli) -> Result<u8, CliError> {
         Command::Bench(BenchCommand::Dedup(a)) => bench_dedup::run(a),
         Command::Bench(BenchCommand::Reconcile(a)) => bench_reconcile::run(a),
         Command::Bench(BenchCommand::Open(a)) => bench_dedup::open_only(a),
+        Command::Bench(BenchCommand::Commit(a)) => bench::commit(a),
     }
 }

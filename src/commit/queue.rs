@@ -14,6 +14,9 @@
 //! Ownership: every pushed node carries one `Arc` reference owned by the queue (made with
 //! `Arc::into_raw`); the leader reclaims it with `Arc::from_raw` when it takes the node into its
 //! group, so each reference is reclaimed exactly once and a node outlives every raw pointer to it.
+//!
+//! The items are `pub` only so that the loom build can re-export them (`loom_support`); the module
+//! itself is private to the crate.
 
 use crate::sync::{Arc, AtomicPtr, AtomicU8, Condvar, Mutex, Ordering, UnsafeCell};
 use std::ptr;
@@ -23,16 +26,26 @@ const LEADER: u8 = 1;
 const DONE: u8 = 2;
 
 /// How many times a waiter looks at its state before it yields, and yields before it parks.
+/// Under loom every look is a scheduling point, so one of each keeps both the spinning and the
+/// parking path in the model without multiplying its state space.
+#[cfg(not(loom))]
 const SPINS: u32 = 64;
+#[cfg(not(loom))]
 const YIELDS: u32 = 16;
+#[cfg(loom)]
+const SPINS: u32 = 1;
+#[cfg(loom)]
+const YIELDS: u32 = 1;
 
 /// What a request weighs against the group bound (units, bytes: whatever the caller counts).
-pub(crate) trait Weighted {
+pub trait Weighted {
+    /// The request's weight.
     fn weight(&self) -> usize;
 }
 
 /// The response every member gets if the leader's processing panicked: nobody may wait forever.
-pub(crate) trait LeaderPanicked {
+pub trait LeaderPanicked {
+    /// The response for a request whose leader panicked.
     fn leader_panicked() -> Self;
 }
 
@@ -48,6 +61,21 @@ struct Node<Req, Resp> {
     newer: UnsafeCell<*const Node<Req, Resp>>,
     park: Mutex<()>,
     wake: Condvar,
+    /// Loom only: how many threads are inside [`Node::set_state`] on this node. Dropping a node
+    /// while one is would be a use-after-free; the `Drop` check below lets loom find it.
+    #[cfg(loom)]
+    publishing: loom::sync::atomic::AtomicUsize,
+}
+
+#[cfg(loom)]
+impl<Req, Resp> Drop for Node<Req, Resp> {
+    fn drop(&mut self) {
+        assert_eq!(
+            self.publishing.load(Ordering::SeqCst),
+            0,
+            "use after free: a node was dropped while another thread was still publishing its state"
+        );
+    }
 }
 
 // SAFETY: the raw pointers inside a node are only dereferenced under the protocol described in the
@@ -59,10 +87,17 @@ unsafe impl<Req: Send, Resp: Send> Sync for Node<Req, Resp> {}
 
 impl<Req, Resp> Node<Req, Resp> {
     fn set_state(&self, state: u8) {
+        #[cfg(loom)]
+        self.publishing.fetch_add(1, Ordering::SeqCst);
         self.state.store(state, Ordering::Release);
-        // Taking the mutex orders the store before a parked waiter's re-check, so no wake-up is lost.
-        let _guard = self.park.lock();
-        self.wake.notify_all();
+        {
+            // Taking the mutex orders the store before a parked waiter's re-check, so no wake-up
+            // is lost.
+            let _guard = self.park.lock();
+            self.wake.notify_all();
+        }
+        #[cfg(loom)]
+        self.publishing.fetch_sub(1, Ordering::SeqCst);
     }
 
     fn await_change(&self) -> u8 {
@@ -92,7 +127,7 @@ impl<Req, Resp> Node<Req, Resp> {
 }
 
 /// The queue itself: one atomic pointer to the newest pending node.
-pub(crate) struct WriteQueue<Req, Resp> {
+pub struct WriteQueue<Req, Resp> {
     newest: AtomicPtr<Node<Req, Resp>>,
     max_weight: usize,
 }
@@ -104,7 +139,7 @@ unsafe impl<Req: Send, Resp: Send> Sync for WriteQueue<Req, Resp> {}
 
 impl<Req: Weighted + Send, Resp: LeaderPanicked + Send> WriteQueue<Req, Resp> {
     /// A queue whose groups weigh at most `max_weight` (a single heavier request still forms a group).
-    pub(crate) fn new(max_weight: usize) -> Self {
+    pub fn new(max_weight: usize) -> Self {
         WriteQueue {
             newest: AtomicPtr::new(ptr::null_mut()),
             max_weight: max_weight.max(1),
@@ -114,7 +149,7 @@ impl<Req: Weighted + Send, Resp: LeaderPanicked + Send> WriteQueue<Req, Resp> {
     /// Enqueues `req` and returns its response. `process` is called by whichever thread leads the
     /// group that contains `req`, with the group's requests oldest first, and must return one
     /// response per request in the same order.
-    pub(crate) fn submit<F>(&self, req: Req, process: F) -> Resp
+    pub fn submit<F>(&self, req: Req, process: F) -> Resp
     where
         F: Fn(Vec<Req>) -> Vec<Resp>,
     {
@@ -126,6 +161,8 @@ impl<Req: Weighted + Send, Resp: LeaderPanicked + Send> WriteQueue<Req, Resp> {
             newer: UnsafeCell::new(ptr::null()),
             park: Mutex::new(()),
             wake: Condvar::new(),
+            #[cfg(loom)]
+            publishing: loom::sync::atomic::AtomicUsize::new(0),
         });
         let me = Arc::into_raw(node.clone());
 
@@ -201,11 +238,22 @@ impl<Req: Weighted + Send, Resp: LeaderPanicked + Send> WriteQueue<Req, Resp> {
             weight += req.weight();
             reqs.push(req);
             group.push(node);
-            if p == newest || weight >= self.max_weight {
+            if p == newest {
                 break;
             }
             // SAFETY: `newer` was set by `link_newer` above for every node older than `newest`.
-            p = unsafe { (*p).newer.with_mut(|n| *n) };
+            let next = unsafe { (*p).newer.with_mut(|n| *n) };
+            // Stop *before* a request that would take the group over its bound, so that the
+            // bound holds for every group of two or more requests (a lone heavy one still goes).
+            // SAFETY: `next` is pending (alive, its request still in it) and only the leader,
+            // which is us, touches a pending node's request.
+            let next_weight =
+                unsafe { (*next).req.with_mut(|r| (*r).as_ref().map(|r| r.weight())) }
+                    .expect("invariant: a pending node still holds its request");
+            if weight.saturating_add(next_weight) > self.max_weight {
+                break;
+            }
+            p = next;
         }
         let last = p;
 
@@ -240,8 +288,17 @@ impl<Req: Weighted + Send, Resp: LeaderPanicked + Send> WriteQueue<Req, Resp> {
             unsafe { (*last).newer.with_mut(|n| *n) }
         };
         if !next.is_null() {
-            // SAFETY: `next` is pending, so the queue's reference keeps it alive.
-            unsafe { (*next).set_state(LEADER) };
+            // Hold a reference of our own while we publish LEADER and notify: once `next` sees
+            // LEADER it may lead, reclaim the queue's reference and return, dropping the node
+            // while we are still inside `set_state` (taking its park mutex). A bare pointer here
+            // would be a use-after-free.
+            // SAFETY: `next` is pending, so the queue's reference keeps it alive until it sees
+            // LEADER, which happens only in the `set_state` below, after the increment.
+            let next = unsafe {
+                Arc::increment_strong_count(next);
+                Arc::from_raw(next)
+            };
+            next.set_state(LEADER);
         }
 
         for (node, resp) in group.iter().zip(resps) {

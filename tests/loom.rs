@@ -1,0 +1,355 @@
+//! Model checks of the group-commit queue (SPEC R6) under loom.
+//!
+//! Run with:
+//! `RUSTFLAGS="--cfg loom" LOOM_MAX_PREEMPTIONS=2 CARGO_TARGET_DIR=target-loom cargo test --release --test loom`
+//!
+//! Loom runs every interleaving of the threads (up to the preemption bound) on the queue's real
+//! code, which takes its atomics, mutexes and condition variables from `src/sync.rs`. The leader's
+//! processing writes to a `loom::cell::UnsafeCell`, so loom also proves that no two leaders ever
+//! process at once and that each leader sees everything the previous one did (happens-before via
+//! the hand-off). A writer that waits forever is reported by loom as a deadlock; a node whose
+//! queue reference is reclaimed twice or never is a double free or a leak, which loom reports too.
+#![cfg(loom)]
+
+use loom::cell::UnsafeCell;
+use loom::sync::Arc;
+use loom::thread;
+use oncelake::commit::rules::{decide, Current, Decision, Incoming, Intent};
+use oncelake::loom_support::{LeaderPanicked, Weighted, WriteQueue};
+use oncelake::ObjectId;
+
+/// A request of weight `weight`, named by `id`.
+struct Req {
+    id: usize,
+    weight: usize,
+}
+
+impl Weighted for Req {
+    fn weight(&self) -> usize {
+        self.weight
+    }
+}
+
+/// The answer: which request it was decided for and in which group (index into the ledger).
+#[derive(Debug, PartialEq, Eq, Clone, Copy)]
+enum Resp {
+    Decided { id: usize, group: usize },
+    Panicked,
+}
+
+impl LeaderPanicked for Resp {
+    fn leader_panicked() -> Self {
+        Resp::Panicked
+    }
+}
+
+/// What the leaders did, group by group. Only a leader touches it, inside `process`.
+struct Ledger(UnsafeCell<Vec<Vec<(usize, usize)>>>);
+
+// SAFETY: loom checks every access to the inner cell for races; that is the point of the model.
+unsafe impl Sync for Ledger {}
+// SAFETY: as above.
+unsafe impl Send for Ledger {}
+
+const MAX_WEIGHT: usize = 2;
+
+/// The leader's processing in model (a): record the group, answer each request with its own id.
+fn record(ledger: &Ledger, reqs: Vec<Req>) -> Vec<Resp> {
+    ledger.0.with_mut(|groups| {
+        // SAFETY: loom verifies that this access does not race with any other.
+        let groups = unsafe { &mut *groups };
+        let weight: usize = reqs.iter().map(|r| r.weight).sum();
+        assert!(
+            reqs.len() == 1 || weight <= MAX_WEIGHT,
+            "a group of {} requests weighs {weight} > {MAX_WEIGHT}",
+            reqs.len()
+        );
+        let g = groups.len();
+        groups.push(reqs.iter().map(|r| (r.id, r.weight)).collect());
+        reqs.iter()
+            .map(|r| Resp::Decided { id: r.id, group: g })
+            .collect()
+    })
+}
+
+/// Checks what every model (a) run must satisfy once all writers returned.
+fn check_ledger(ledger: &Ledger, answers: &[(usize, Resp)], n: usize) {
+    ledger.0.with(|groups| {
+        // SAFETY: all writers have been joined; loom checks the join ordered their writes.
+        let groups = unsafe { &*groups };
+        let mut decided: Vec<usize> = groups.iter().flatten().map(|&(id, _)| id).collect();
+        decided.sort_unstable();
+        assert_eq!(
+            decided,
+            (0..n).collect::<Vec<_>>(),
+            "every request must be decided exactly once (groups: {groups:?})"
+        );
+        for &(id, resp) in answers {
+            match resp {
+                Resp::Decided { id: got, group } => {
+                    assert_eq!(got, id, "writer {id} got another writer's response");
+                    assert!(
+                        groups[group].iter().any(|&(r, _)| r == id),
+                        "writer {id} was told group {group}, which does not hold it: {groups:?}"
+                    );
+                }
+                Resp::Panicked => panic!("writer {id} got a panic response; no leader panicked"),
+            }
+        }
+    });
+}
+
+/// (a) Three writers enqueue at once through a queue whose groups weigh at most 2, so a leader
+/// must sometimes leave a request behind and hand leadership on. Every request is decided exactly
+/// once, by exactly one group, each writer gets its own response, and nobody waits forever.
+#[test]
+fn three_writers_bounded_groups_every_request_decided_once() {
+    loom::model(|| {
+        let queue = Arc::new(WriteQueue::<Req, Resp>::new(MAX_WEIGHT));
+        let ledger = Arc::new(Ledger(UnsafeCell::new(Vec::new())));
+        let spawn = |id: usize| {
+            let (queue, ledger) = (queue.clone(), ledger.clone());
+            thread::spawn(move || {
+                let resp = queue.submit(Req { id, weight: 1 }, |reqs| record(&ledger, reqs));
+                (id, resp)
+            })
+        };
+        let handles = [spawn(1), spawn(2)];
+        let mine = queue.submit(Req { id: 0, weight: 1 }, |reqs| record(&ledger, reqs));
+        let mut answers = vec![(0, mine)];
+        answers.extend(handles.into_iter().map(|h| h.join().unwrap()));
+        check_ledger(&ledger, &answers, 3);
+    });
+}
+
+/// (a') A heavy request (weight 2, the whole bound) among light ones: it forms a group by itself
+/// and the requests around it are handed on. Two writers each submit twice, so a writer that has
+/// just led (or been answered) enqueues again while the other is still in the protocol.
+#[test]
+fn two_writers_resubmitting_with_a_heavy_request() {
+    loom::model(|| {
+        let queue = Arc::new(WriteQueue::<Req, Resp>::new(MAX_WEIGHT));
+        let ledger = Arc::new(Ledger(UnsafeCell::new(Vec::new())));
+        let other = {
+            let (queue, ledger) = (queue.clone(), ledger.clone());
+            thread::spawn(move || {
+                let a = queue.submit(Req { id: 2, weight: 2 }, |reqs| record(&ledger, reqs));
+                let b = queue.submit(Req { id: 3, weight: 1 }, |reqs| record(&ledger, reqs));
+                [(2, a), (3, b)]
+            })
+        };
+        let a = queue.submit(Req { id: 0, weight: 1 }, |reqs| record(&ledger, reqs));
+        let b = queue.submit(Req { id: 1, weight: 1 }, |reqs| record(&ledger, reqs));
+        let mut answers = vec![(0, a), (1, b)];
+        answers.extend(other.join().unwrap());
+        check_ledger(&ledger, &answers, 4);
+    });
+}
+
+/// The R3 model state of one unit, kept by the leaders.
+struct UnitModel(UnsafeCell<(Option<Current>, u64)>);
+
+// SAFETY: loom checks every access to the inner cell for races.
+unsafe impl Sync for UnitModel {}
+// SAFETY: as above.
+unsafe impl Send for UnitModel {}
+
+/// A commit of the single unit of model (b).
+struct Commit {
+    writer: usize,
+    version: u64,
+    object: ObjectId,
+}
+
+impl Weighted for Commit {
+    fn weight(&self) -> usize {
+        1
+    }
+}
+
+/// What a writer of model (b) hears back: the R3 decision and, when accepted, its seq.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Heard {
+    Decided(Decision, Option<u64>),
+    Panicked,
+}
+
+impl LeaderPanicked for Heard {
+    fn leader_panicked() -> Self {
+        Heard::Panicked
+    }
+}
+
+/// The leader's processing in model (b): the R3 rules, in log order, against the shared state.
+fn apply_rules(model: &UnitModel, reqs: Vec<Commit>) -> Vec<Heard> {
+    model.0.with_mut(|state| {
+        // SAFETY: loom verifies that this access does not race with any other.
+        let (current, next_seq) = unsafe { &mut *state };
+        reqs.iter()
+            .map(|c| {
+                let inc = Incoming {
+                    source_version: c.version,
+                    object: c.object,
+                    token: None,
+                    intent: Intent::Put,
+                };
+                let d = decide(current.as_ref(), None, &inc, || None);
+                let seq = match d {
+                    Decision::Accept { revision } => {
+                        let seq = *next_seq;
+                        *next_seq += 1;
+                        *current = Some(Current {
+                            source_version: c.version,
+                            revision,
+                            object: c.object,
+                            seq,
+                        });
+                        Some(seq)
+                    }
+                    _ => None,
+                };
+                Heard::Decided(d, seq)
+            })
+            .collect()
+    })
+}
+
+/// Runs writers `commits` (the first one on the model's main thread) through one queue applying
+/// the R3 rules and returns what each heard, plus the final unit state.
+fn run_commits(commits: &[(u64, &'static [u8])]) -> (Vec<(u64, ObjectId, Heard)>, Option<Current>) {
+    let queue = Arc::new(WriteQueue::<Commit, Heard>::new(MAX_WEIGHT));
+    let model = Arc::new(UnitModel(UnsafeCell::new((None, 1))));
+    let submit = |queue: &WriteQueue<Commit, Heard>, model: &UnitModel, writer, (v, o)| {
+        let object = ObjectId::of(o);
+        let heard = queue.submit(
+            Commit {
+                writer,
+                version: v,
+                object,
+            },
+            |reqs| {
+                for r in &reqs {
+                    assert!(r.writer < 3, "a request from nowhere");
+                }
+                apply_rules(model, reqs)
+            },
+        );
+        (v, object, heard)
+    };
+    let handles: Vec<_> = commits[1..]
+        .iter()
+        .enumerate()
+        .map(|(i, &c)| {
+            let (queue, model) = (queue.clone(), model.clone());
+            thread::spawn(move || submit(&queue, &model, i + 1, c))
+        })
+        .collect();
+    let mut heard = vec![submit(&queue, &model, 0, commits[0])];
+    heard.extend(handles.into_iter().map(|h| h.join().unwrap()));
+    // SAFETY: every writer has been joined.
+    let state = model.0.with(|s| unsafe { (*s).0 });
+    (heard, state)
+}
+
+/// (b) Three writers commit the same unit at the same version, two with identical content and one
+/// with different content: exactly one is committed, the identical one is a duplicate that names
+/// the winner's seq, the different one a conflict that names the winner, in every interleaving.
+#[test]
+fn same_unit_same_version_exactly_one_wins() {
+    loom::model(|| {
+        let (heard, state) = run_commits(&[(7, b"a"), (7, b"a"), (7, b"b")]);
+        let winners: Vec<_> = heard
+            .iter()
+            .filter(|(_, _, h)| matches!(h, Heard::Decided(Decision::Accept { .. }, _)))
+            .collect();
+        assert_eq!(winners.len(), 1, "exactly one writer must win: {heard:?}");
+        let &(_, winner_obj, Heard::Decided(_, Some(winner_seq))) = winners[0] else {
+            panic!("an accepted commit carries its seq: {heard:?}");
+        };
+        let cur = state.expect("the winner's entry is current");
+        assert_eq!(
+            (cur.object, cur.seq, cur.source_version),
+            (winner_obj, winner_seq, 7)
+        );
+        for &(_, obj, h) in &heard {
+            match h {
+                Heard::Decided(Decision::Accept { revision: 0 }, Some(_)) => {}
+                Heard::Decided(Decision::Duplicate { seq }, None) => {
+                    assert_eq!(obj, winner_obj, "a duplicate must carry the winner's bytes");
+                    assert_eq!(seq, winner_seq, "a duplicate names the winner's seq");
+                }
+                Heard::Decided(
+                    Decision::Conflict {
+                        winner_seq: s,
+                        winner,
+                    },
+                    None,
+                ) => {
+                    assert_ne!(obj, winner_obj, "a conflict must carry other bytes");
+                    assert_eq!(
+                        (s, winner),
+                        (winner_seq, winner_obj),
+                        "a conflict names the winner"
+                    );
+                }
+                other => panic!("unexpected outcome {other:?} in {heard:?}"),
+            }
+        }
+    });
+}
+
+/// (b') Two writers of the same unit with different versions: whatever the order, the newer
+/// version ends current (I5); the older one either committed first (with the smaller seq) or was
+/// rejected as stale, naming the newer version.
+#[test]
+fn same_unit_different_versions_never_go_backwards() {
+    loom::model(|| {
+        let (heard, state) = run_commits(&[(2, b"new"), (1, b"old")]);
+        let cur = state.expect("something is committed");
+        assert_eq!(
+            cur.source_version, 2,
+            "the newer version must end current: {heard:?}"
+        );
+        let new_seq = match heard[0].2 {
+            Heard::Decided(Decision::Accept { .. }, Some(seq)) => seq,
+            other => panic!("the newer version is always accepted, got {other:?}"),
+        };
+        assert_eq!(cur.seq, new_seq);
+        match heard[1].2 {
+            Heard::Decided(Decision::Accept { .. }, Some(seq)) => {
+                assert!(
+                    seq < new_seq,
+                    "the old version was committed after the new one"
+                )
+            }
+            Heard::Decided(Decision::Stale { current_version: 2 }, None) => {}
+            other => panic!("unexpected outcome for the old version: {other:?}"),
+        }
+    });
+}
+
+/// (a'') The largest model: three writers, one of which submits twice, with a heavy request, so
+/// that bounded groups, hand-off to a waiting writer, and a fresh leader after the stack drains
+/// all meet in one run.
+#[test]
+fn three_writers_four_requests_mixed_weights() {
+    loom::model(|| {
+        let queue = Arc::new(WriteQueue::<Req, Resp>::new(MAX_WEIGHT));
+        let ledger = Arc::new(Ledger(UnsafeCell::new(Vec::new())));
+        let spawn = |id: usize, weight: usize| {
+            let (queue, ledger) = (queue.clone(), ledger.clone());
+            thread::spawn(move || {
+                let resp = queue.submit(Req { id, weight }, |reqs| record(&ledger, reqs));
+                [(id, resp)]
+            })
+        };
+        let handles = [spawn(2, 2), spawn(3, 1)];
+        let a = queue.submit(Req { id: 0, weight: 1 }, |reqs| record(&ledger, reqs));
+        let b = queue.submit(Req { id: 1, weight: 1 }, |reqs| record(&ledger, reqs));
+        let mut answers = vec![(0, a), (1, b)];
+        for h in handles {
+            answers.extend(h.join().unwrap());
+        }
+        check_ledger(&ledger, &answers, 4);
+    });
+}
