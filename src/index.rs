@@ -10,11 +10,11 @@
 
 use crate::manifest::EntryValue;
 use crate::object::ObjectId;
-use std::collections::HashMap;
+use std::collections::HashSet;
 use std::hash::{BuildHasherDefault, Hasher};
 
 /// What the index knows about a unit.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub(crate) struct Slot {
     pub source_version: u64,
     pub seq: u64,
@@ -44,20 +44,128 @@ impl Hasher for PassThrough {
     }
 }
 
-#[derive(Clone, Copy)]
-enum Cell {
-    One(Slot),
-    Ambiguous,
-}
-
+/// Open addressing with linear probing over two parallel arrays: the probe walks `hashes` (eight
+/// per cache line), and only a hit touches `slots`. Capacity is not a power of two (the hash is
+/// mapped onto it by a multiply), so memory follows the unit count instead of doubling at powers
+/// of two: about 56 bytes a unit divided by the load factor.
 #[derive(Default)]
 pub(crate) struct DedupIndex {
-    map: HashMap<u64, Cell, BuildHasherDefault<PassThrough>>,
+    /// Key hash per position; [`EMPTY`] marks a free one.
+    hashes: Vec<u64>,
+    slots: Vec<Slot>,
+    len: usize,
+    /// Key hashes shared by two or more units: their lookups go to redb. Almost always empty.
+    ambiguous: HashSet<u64, BuildHasherDefault<PassThrough>>,
+}
+
+const EMPTY: u64 = 0;
+/// The load factor a freshly loaded index starts at, and the one that makes it grow.
+const LOAD_AT_OPEN: f64 = 0.70;
+const LOAD_MAX: f64 = 0.80;
+
+impl DedupIndex {
+    pub(crate) fn with_capacity(n: usize) -> Self {
+        let cap = ((n as f64 / LOAD_AT_OPEN) as usize).max(16);
+        DedupIndex {
+            hashes: vec![EMPTY; cap],
+            slots: vec![Slot::default(); cap],
+            len: 0,
+            ambiguous: HashSet::default(),
+        }
+    }
+
+    /// The position where `h` is, or the free one where it would go.
+    fn find(&self, h: u64) -> usize {
+        let cap = self.hashes.len();
+        let mut i = ((h as u128 * cap as u128) >> 64) as usize;
+        loop {
+            let k = self.hashes[i];
+            if k == h || k == EMPTY {
+                return i;
+            }
+            i += 1;
+            if i == cap {
+                i = 0;
+            }
+        }
+    }
+
+    pub(crate) fn get(&self, unit: &str) -> Lookup {
+        self.get_by_hash(key_hash(unit))
+    }
+
+    /// [`DedupIndex::get`] for a hash computed with [`key_hash`]: reconcile hashes a batch of
+    /// changes first and then probes them in a tight loop, so the cache misses overlap.
+    pub(crate) fn get_by_hash(&self, hash: u64) -> Lookup {
+        let h = nonzero(hash);
+        if self.hashes.is_empty() {
+            return Lookup::Absent;
+        }
+        if !self.ambiguous.is_empty() && self.ambiguous.contains(&h) {
+            return Lookup::Ambiguous;
+        }
+        let i = self.find(h);
+        if self.hashes[i] == EMPTY {
+            Lookup::Absent
+        } else {
+            Lookup::Present(self.slots[i])
+        }
+    }
+
+    /// Records a unit's new current entry. `new_unit` says whether the unit had no entry before,
+    /// which is what tells a key-hash collision from an update.
+    pub(crate) fn upsert(&mut self, unit: &str, new_unit: bool, v: &EntryValue) {
+        let slot = Slot {
+            source_version: v.source_version,
+            seq: v.seq,
+            object: v.object.id,
+        };
+        let h = nonzero(key_hash(unit));
+        if self.ambiguous.contains(&h) {
+            return;
+        }
+        if (self.len + 1) as f64 > self.hashes.len() as f64 * LOAD_MAX {
+            self.grow();
+        }
+        let i = self.find(h);
+        if self.hashes[i] == EMPTY {
+            self.hashes[i] = h;
+            self.slots[i] = slot;
+            self.len += 1;
+        } else if new_unit {
+            // Another unit already owns this hash: from now on only redb can tell them apart.
+            self.ambiguous.insert(h);
+        } else {
+            self.slots[i] = slot;
+        }
+    }
+
+    fn grow(&mut self) {
+        let cap = (self.hashes.len() * 3 / 2).max(16);
+        let old = std::mem::replace(self, DedupIndex::default());
+        self.hashes = vec![EMPTY; cap];
+        self.slots = vec![Slot::default(); cap];
+        self.ambiguous = old.ambiguous;
+        for (h, s) in old.hashes.into_iter().zip(old.slots) {
+            if h != EMPTY {
+                let i = self.find(h);
+                self.hashes[i] = h;
+                self.slots[i] = s;
+                self.len += 1;
+            }
+        }
+    }
+
+    /// Units indexed (ambiguous hashes count once).
+    #[cfg(test)]
+    pub(crate) fn len(&self) -> usize {
+        self.len
+    }
 }
 
 /// A fixed-key 64-bit hash of a unit key (the same in every process, so it is reproducible).
 pub(crate) fn key_hash(unit: &str) -> u64 {
-    // FNV-1a folded through a final avalanche: fast on short keys, and well mixed for hashbrown.
+    // FNV-1a folded through a final avalanche: fast on short keys, and well mixed for the probe.
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;
     for &b in unit.as_bytes() {
         h ^= b as u64;
@@ -70,49 +178,13 @@ pub(crate) fn key_hash(unit: &str) -> u64 {
     h ^ (h >> 33)
 }
 
-impl DedupIndex {
-    pub(crate) fn with_capacity(n: usize) -> Self {
-        DedupIndex {
-            map: HashMap::with_capacity_and_hasher(n, Default::default()),
-        }
-    }
-
-    pub(crate) fn get(&self, unit: &str) -> Lookup {
-        self.get_by_hash(key_hash(unit))
-    }
-
-    /// [`DedupIndex::get`] for a hash computed with [`key_hash`]: reconcile hashes a batch of
-    /// changes first and then probes them in a tight loop, so the cache misses overlap.
-    pub(crate) fn get_by_hash(&self, hash: u64) -> Lookup {
-        match self.map.get(&hash) {
-            None => Lookup::Absent,
-            Some(Cell::One(s)) => Lookup::Present(*s),
-            Some(Cell::Ambiguous) => Lookup::Ambiguous,
-        }
-    }
-
-    /// Records a unit's new current entry. `new_unit` says whether the unit had no entry before,
-    /// which is what tells a key-hash collision from an update.
-    pub(crate) fn upsert(&mut self, unit: &str, new_unit: bool, v: &EntryValue) {
-        let slot = Slot {
-            source_version: v.source_version,
-            seq: v.seq,
-            object: v.object.id,
-        };
-        let h = key_hash(unit);
-        match self.map.get_mut(&h) {
-            None => {
-                self.map.insert(h, Cell::One(slot));
-            }
-            Some(cell @ Cell::One(_)) => {
-                *cell = if new_unit {
-                    Cell::Ambiguous
-                } else {
-                    Cell::One(slot)
-                };
-            }
-            Some(Cell::Ambiguous) => {}
-        }
+/// 0 marks a free position, so the one key hash that is 0 is folded onto 1 (which at worst makes
+/// two units ambiguous: still exact).
+fn nonzero(h: u64) -> u64 {
+    if h == EMPTY {
+        1
+    } else {
+        h
     }
 }
 
@@ -146,5 +218,37 @@ mod tests {
         idx.upsert("a", true, &ev(3));
         assert!(matches!(idx.get("a"), Lookup::Ambiguous));
         assert!(matches!(idx.get("b"), Lookup::Absent));
+    }
+
+    #[test]
+    fn the_index_agrees_with_a_model_across_growth() {
+        let mut idx = DedupIndex::with_capacity(0);
+        let mut model = std::collections::BTreeMap::new();
+        for round in 0..3u64 {
+            for i in 0..5_000u64 {
+                let unit = format!("unit/{i}");
+                let new_unit = !model.contains_key(&unit);
+                let v = ev(round * 10_000 + i);
+                idx.upsert(&unit, new_unit, &v);
+                model.insert(unit, v);
+            }
+        }
+        assert_eq!(idx.len(), model.len());
+        for (unit, v) in &model {
+            match idx.get(unit) {
+                Lookup::Present(s) => {
+                    assert_eq!((s.source_version, s.seq), (v.source_version, v.seq))
+                }
+                Lookup::Ambiguous => {} // a real 64-bit collision: exact via redb
+                Lookup::Absent => panic!("{unit} lost"),
+            }
+        }
+        for i in 5_000..6_000u64 {
+            assert!(matches!(idx.get(&format!("unit/{i}")), Lookup::Absent));
+        }
+        assert!(
+            idx.hashes.len() < 2 * model.len(),
+            "no power-of-two overshoot"
+        );
     }
 }

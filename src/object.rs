@@ -4,7 +4,7 @@ use std::fmt;
 use std::str::FromStr;
 
 /// The content hash (BLAKE3) that names an object. Identical bytes are one object.
-#[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[derive(Clone, Copy, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct ObjectId(pub [u8; 32]);
 
 impl ObjectId {
