@@ -29,6 +29,7 @@
 
 pub mod claim;
 pub mod clock;
+mod codec;
 pub mod commit;
 mod dedup;
 mod error;

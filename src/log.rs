@@ -10,6 +10,7 @@
 //! The CRC covers everything before it. A record decodes without the rest of the store, so the log
 //! alone can rebuild the manifest (`verify --deep`) or feed a change stream.
 
+use crate::codec::{put_str, put_u32, put_u64, Reader};
 use crate::error::{Error, Result};
 use crate::object::{ObjectId, ObjectMeta};
 use redb::TableDefinition;
@@ -178,14 +179,14 @@ impl Record {
                 "crc32 mismatch (stored {stored:08x}, computed {actual:08x})"
             )));
         }
-        let mut r = Reader(&bytes[HEADER..crc_at]);
+        let mut r = Reader::new(&bytes[HEADER..crc_at], "log record");
         let seq = r.u64()?;
         let time_ms = r.u64()?;
         let body = match kind {
             1 => {
                 let n = r.u32()? as usize;
                 // Each entry takes at least 59 bytes: bound the allocation by the input.
-                if n > r.0.len() / 59 {
+                if n > r.remaining() / 59 {
                     return Err(bad(format!("{n} entries cannot fit the payload")));
                 }
                 let mut entries = Vec::with_capacity(n);
@@ -226,67 +227,20 @@ impl Record {
                 }
             }
             4 => {
-                let tag = u16::from_le_bytes(r.take(2)?.try_into().expect("2 bytes"));
+                let tag = r.u16()?;
                 let n = r.u32()? as usize;
                 let data = r.take(n)?.to_vec();
                 RecordBody::Extension { tag, data }
             }
             k => return Err(bad(format!("unknown record kind {k}"))),
         };
-        if !r.0.is_empty() {
-            return Err(bad(format!("{} trailing bytes", r.0.len())));
-        }
+        r.finish()?;
         Ok(Record { seq, time_ms, body })
     }
 }
 
 fn bad(detail: String) -> Error {
     Error::BadRecord(detail)
-}
-
-fn put_u64(v: &mut Vec<u8>, x: u64) {
-    v.extend_from_slice(&x.to_le_bytes());
-}
-fn put_u32(v: &mut Vec<u8>, x: u32) {
-    v.extend_from_slice(&x.to_le_bytes());
-}
-fn put_str(v: &mut Vec<u8>, s: &str) {
-    put_u32(v, s.len() as u32);
-    v.extend_from_slice(s.as_bytes());
-}
-
-struct Reader<'a>(&'a [u8]);
-
-impl<'a> Reader<'a> {
-    fn take(&mut self, n: usize) -> Result<&'a [u8]> {
-        if self.0.len() < n {
-            return Err(bad(format!(
-                "truncated: wanted {n} bytes, {} left",
-                self.0.len()
-            )));
-        }
-        let (a, b) = self.0.split_at(n);
-        self.0 = b;
-        Ok(a)
-    }
-    fn u8(&mut self) -> Result<u8> {
-        Ok(self.take(1)?[0])
-    }
-    fn u32(&mut self) -> Result<u32> {
-        Ok(u32::from_le_bytes(
-            self.take(4)?.try_into().expect("4 bytes"),
-        ))
-    }
-    fn u64(&mut self) -> Result<u64> {
-        Ok(u64::from_le_bytes(
-            self.take(8)?.try_into().expect("8 bytes"),
-        ))
-    }
-    fn string(&mut self) -> Result<String> {
-        let n = self.u32()? as usize;
-        let b = self.take(n)?;
-        String::from_utf8(b.to_vec()).map_err(|_| bad("a string is not UTF-8".into()))
-    }
 }
 
 #[cfg(test)]

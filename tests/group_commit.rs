@@ -162,27 +162,9 @@ impl Model {
             .any(|(d, _)| !matches!(d, Decision::Accept { .. } | Decision::Duplicate { .. }));
         decisions
             .into_iter()
-            .map(|(d, cur)| match d {
-                Decision::Accept { revision } => match (rejected, seq) {
-                    (false, Some(seq)) => Outcome::Committed {
-                        seq,
-                        revision,
-                        superseded: cur.map(|c| c.source_version),
-                    },
-                    _ => Outcome::Aborted,
-                },
-                Decision::Duplicate { seq } => Outcome::Duplicate { seq },
-                Decision::Conflict { winner_seq, winner } => {
-                    Outcome::Conflict { winner_seq, winner }
-                }
-                Decision::Stale { current_version } => Outcome::Stale { current_version },
-                Decision::Fenced {
-                    token,
-                    newest_token,
-                } => Outcome::Fenced {
-                    token,
-                    newest_token,
-                },
+            .map(|(d, cur)| {
+                let applied = if rejected { None } else { seq };
+                Outcome::from_decision(d, applied, cur.map(|c| c.source_version))
             })
             .collect()
     }

@@ -457,57 +457,36 @@ impl Writer<'_> {
         let mut units = Vec::with_capacity(decided.len());
         let mut logged = Vec::new();
         for (item, (d, current)) in batch.items.iter().zip(&decided) {
-            let outcome = match *d {
-                Decision::Accept { revision } => match seq {
-                    Some(seq) => {
-                        let meta = item.staged.meta();
-                        let value = EntryValue {
-                            source_version: item.source_version,
-                            revision,
-                            object: meta,
-                            seq,
-                            committed_at_ms: self.now_ms,
-                        };
-                        let bytes = value.encode();
-                        self.manifest
-                            .insert(item.unit.as_str(), bytes.as_slice())
-                            .db("write the manifest")?;
-                        self.history
-                            .insert((item.unit.as_str(), seq), bytes.as_slice())
-                            .db("write the history")?;
-                        self.index
-                            .push((item.unit.clone(), current.is_none(), value));
-                        logged.push(LogEntry {
-                            unit: item.unit.clone(),
-                            source_version: item.source_version,
-                            revision,
-                            object: meta,
-                            token: item.token,
-                        });
-                        if let Some(token) = item.token {
-                            self.end_lease_on_commit(&item.unit, token)?;
-                        }
-                        Outcome::Committed {
-                            seq,
-                            revision,
-                            superseded: current.map(|c| c.source_version),
-                        }
-                    }
-                    None => Outcome::Aborted,
-                },
-                Decision::Duplicate { seq } => Outcome::Duplicate { seq },
-                Decision::Conflict { winner_seq, winner } => {
-                    Outcome::Conflict { winner_seq, winner }
+            if let (Decision::Accept { revision }, Some(seq)) = (*d, seq) {
+                let meta = item.staged.meta();
+                let value = EntryValue {
+                    source_version: item.source_version,
+                    revision,
+                    object: meta,
+                    seq,
+                    committed_at_ms: self.now_ms,
+                };
+                let bytes = value.encode();
+                self.manifest
+                    .insert(item.unit.as_str(), bytes.as_slice())
+                    .db("write the manifest")?;
+                self.history
+                    .insert((item.unit.as_str(), seq), bytes.as_slice())
+                    .db("write the history")?;
+                self.index
+                    .push((item.unit.clone(), current.is_none(), value));
+                logged.push(LogEntry {
+                    unit: item.unit.clone(),
+                    source_version: item.source_version,
+                    revision,
+                    object: meta,
+                    token: item.token,
+                });
+                if let Some(token) = item.token {
+                    self.end_lease_on_commit(&item.unit, token)?;
                 }
-                Decision::Stale { current_version } => Outcome::Stale { current_version },
-                Decision::Fenced {
-                    token,
-                    newest_token,
-                } => Outcome::Fenced {
-                    token,
-                    newest_token,
-                },
-            };
+            }
+            let outcome = Outcome::from_decision(*d, seq, current.map(|c| c.source_version));
             units.push(UnitOutcome {
                 unit: item.unit.clone(),
                 source_version: item.source_version,

@@ -187,6 +187,32 @@ pub enum Outcome {
 }
 
 impl Outcome {
+    /// What a unit decided `d` reports: `applied` is the seq of the commit when it applies and
+    /// `None` when it writes nothing (then an acceptable unit was [`Outcome::Aborted`]);
+    /// `superseded` is the version the unit had before.
+    pub fn from_decision(d: Decision, applied: Option<u64>, superseded: Option<u64>) -> Outcome {
+        match d {
+            Decision::Accept { revision } => match applied {
+                Some(seq) => Outcome::Committed {
+                    seq,
+                    revision,
+                    superseded,
+                },
+                None => Outcome::Aborted,
+            },
+            Decision::Duplicate { seq } => Outcome::Duplicate { seq },
+            Decision::Conflict { winner_seq, winner } => Outcome::Conflict { winner_seq, winner },
+            Decision::Stale { current_version } => Outcome::Stale { current_version },
+            Decision::Fenced {
+                token,
+                newest_token,
+            } => Outcome::Fenced {
+                token,
+                newest_token,
+            },
+        }
+    }
+
     /// Committed or duplicate: the unit has the requested output.
     pub fn is_success(&self) -> bool {
         matches!(self, Outcome::Committed { .. } | Outcome::Duplicate { .. })

@@ -17,6 +17,7 @@
 //! Stage names never contain `/` and the suffix never does, so the encoding is unambiguous even
 //! for units that contain `/`.
 
+use crate::codec::{put_str, Reader};
 use crate::error::{Error, Result};
 use crate::key::MAX_KEY_LEN;
 use crate::object::ObjectId;
@@ -141,7 +142,7 @@ impl Failure {
 
     /// Decodes a payload; malformed input is an error, never a panic.
     pub fn decode(b: &[u8]) -> Result<Failure> {
-        let mut r = Reader(b);
+        let mut r = Reader::new(b, "pipeline record");
         let format = r.u8()?;
         if format != 1 {
             return Err(bad(format!(
@@ -158,9 +159,7 @@ impl Failure {
         };
         let worker = r.string()?;
         let error = r.string()?;
-        if !r.0.is_empty() {
-            return Err(bad(format!("{} trailing bytes", r.0.len())));
-        }
+        r.finish()?;
         Ok(Failure {
             cell,
             source_version,
@@ -193,16 +192,14 @@ impl DefinitionRecord {
 
     /// Decodes a payload; malformed input is an error, never a panic.
     pub fn decode(b: &[u8]) -> Result<DefinitionRecord> {
-        let mut r = Reader(b);
+        let mut r = Reader::new(b, "pipeline record");
         let format = r.u8()?;
         if format != 1 {
             return Err(bad(format!("definition format {format} is not supported")));
         }
         let text = r.string()?;
         let reason = r.string()?;
-        if !r.0.is_empty() {
-            return Err(bad(format!("{} trailing bytes", r.0.len())));
-        }
+        r.finish()?;
         Ok(DefinitionRecord { text, reason })
     }
 }
@@ -390,45 +387,6 @@ impl std::fmt::Display for CellView {
 
 fn bad(detail: String) -> Error {
     Error::BadRecord(detail)
-}
-
-fn put_str(v: &mut Vec<u8>, s: &str) {
-    v.extend_from_slice(&(s.len() as u32).to_le_bytes());
-    v.extend_from_slice(s.as_bytes());
-}
-
-struct Reader<'a>(&'a [u8]);
-
-impl<'a> Reader<'a> {
-    fn take(&mut self, n: usize) -> Result<&'a [u8]> {
-        if self.0.len() < n {
-            return Err(bad(format!(
-                "cell failure truncated: wanted {n} bytes, {} left",
-                self.0.len()
-            )));
-        }
-        let (a, b) = self.0.split_at(n);
-        self.0 = b;
-        Ok(a)
-    }
-    fn u8(&mut self) -> Result<u8> {
-        Ok(self.take(1)?[0])
-    }
-    fn u32(&mut self) -> Result<u32> {
-        let mut a = [0u8; 4];
-        a.copy_from_slice(self.take(4)?);
-        Ok(u32::from_le_bytes(a))
-    }
-    fn u64(&mut self) -> Result<u64> {
-        let mut a = [0u8; 8];
-        a.copy_from_slice(self.take(8)?);
-        Ok(u64::from_le_bytes(a))
-    }
-    fn string(&mut self) -> Result<String> {
-        let n = self.u32()? as usize;
-        let b = self.take(n)?;
-        String::from_utf8(b.to_vec()).map_err(|_| bad("a string is not UTF-8".into()))
-    }
 }
 
 #[cfg(test)]
