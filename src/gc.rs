@@ -138,7 +138,13 @@ impl ObjectListing {
 }
 
 /// Lists `objects/`: two-hex-digit fan-out directories holding files named by their full hash.
-pub(crate) fn list_objects(objects: &Path) -> Result<ObjectListing> {
+/// Only the objects for which `wanted` says yes are listed (and stat'ed for their size): the
+/// callers want the unreferenced ones, and a stat per referenced object was most of the listing's
+/// cost. The file type comes from the directory entry (no stat on file systems that record it).
+pub(crate) fn list_objects(
+    objects: &Path,
+    wanted: impl Fn(&ObjectId) -> bool,
+) -> Result<ObjectListing> {
     let mut out = ObjectListing {
         objects: Vec::new(),
         strays: Vec::new(),
@@ -157,24 +163,33 @@ pub(crate) fn list_objects(objects: &Path) -> Result<ObjectListing> {
         for f in std::fs::read_dir(&dpath).ctx(|| format!("list {}", dpath.display()))? {
             let f = f.ctx(|| format!("list {}", dpath.display()))?;
             let path = f.path();
-            let meta = match f.metadata() {
-                Ok(m) => m,
+            let is_file = match f.file_type() {
+                Ok(t) => t.is_file(),
                 // Removed since the listing (by a concurrent GC): nothing to report.
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
                 Err(e) => return Err(Error::io(format!("stat {}", path.display()), e)),
             };
             let name = f.file_name().to_string_lossy().into_owned();
             let id = ObjectId::from_str(&name).ok().filter(|_| {
-                meta.is_file() && name.len() == 64 && name.starts_with(&fanout) && fanout.len() == 2
+                is_file && name.len() == 64 && name.starts_with(&fanout) && fanout.len() == 2
             });
+            // Only the canonical (lower-case) spelling is an object the engine wrote.
+            let id = id.filter(|id| id.to_hex() == name);
+            if id.is_some_and(|id| !wanted(&id)) {
+                continue;
+            }
+            let len = match f.metadata() {
+                Ok(m) => m.len(),
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+                Err(e) => return Err(Error::io(format!("stat {}", path.display()), e)),
+            };
             match id {
-                // Only the canonical (lower-case) spelling is an object the engine wrote.
-                Some(id) if id.to_hex() == name => out.objects.push(ObjectFile {
+                Some(id) => out.objects.push(ObjectFile {
                     id,
                     path,
-                    bytes: meta.len(),
+                    bytes: len,
                 }),
-                _ => out.strays.push((path, meta.len())),
+                None => out.strays.push((path, len)),
             }
         }
     }
@@ -289,13 +304,9 @@ impl Store {
         report.objects_referenced = referenced.len() as u64;
 
         // (2) Candidates: object files that S1 does not reference.
-        let listing = list_objects(&self.inner.stager.objects)?;
+        let listing = list_objects(&self.inner.stager.objects, |id| !referenced.contains(id))?;
         report.stray_files = listing.strays.len() as u64;
-        let candidates: Vec<&ObjectFile> = listing
-            .objects
-            .iter()
-            .filter(|o| !referenced.contains(&o.id))
-            .collect();
+        let candidates: Vec<&ObjectFile> = listing.objects.iter().collect();
         if candidates.is_empty() {
             return Ok(report);
         }

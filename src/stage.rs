@@ -212,9 +212,11 @@ impl Stager {
         file.sync()
             .ctx(|| format!("fsync staging file {}", tmp.display()))?;
         drop(file);
-        self.vfs
-            .set_read_only(tmp)
-            .ctx(|| format!("make {} read-only", tmp.display()))?;
+        if !self.vfs.creates_read_only() {
+            self.vfs
+                .set_read_only(tmp)
+                .ctx(|| format!("make {} read-only", tmp.display()))?;
+        }
         self.publish(tmp, meta)
     }
 

@@ -307,6 +307,46 @@ impl Store {
         }
     }
 
+    /// Claims every `(unit, source_version)` of `units` for `worker`, for `ttl`, in one write
+    /// transaction: the outcomes (in the order of `units`) are exactly those of as many
+    /// [`Store::claim`] calls in a row, a unit named twice included (the second is an extension of
+    /// the first). Every key is checked before anything is written; a bad one fails the whole call.
+    ///
+    /// ```
+    /// # fn main() -> oncelake::Result<()> {
+    /// use std::time::Duration;
+    /// let dir = tempfile::tempdir().unwrap();
+    /// let store = oncelake::Store::open(dir.path().join("lake"))?;
+    /// let ttl = Duration::from_secs(30);
+    /// let got = store.claim_many(&[("a", 1), ("b", 1)], "w1", ttl)?;
+    /// assert!(got.iter().all(|c| matches!(c, oncelake::ClaimOutcome::Granted { .. })));
+    /// # Ok(()) }
+    /// ```
+    pub fn claim_many(
+        &self,
+        units: &[(&str, u64)],
+        worker: &str,
+        ttl: Duration,
+    ) -> Result<Vec<ClaimOutcome>> {
+        validate_worker(worker)?;
+        for (unit, _) in units {
+            validate_key(unit)?;
+        }
+        if units.is_empty() {
+            return Ok(Vec::new());
+        }
+        match self.submit(Op::ClaimMany {
+            units: units.iter().map(|(u, v)| (u.to_string(), *v)).collect(),
+            worker: worker.to_string(),
+            ttl_ms: ttl.as_millis() as u64,
+        })? {
+            Done::ClaimMany(c) => Ok(c),
+            other => unreachable!(
+                "invariant: a batched claim is answered by its claim outcomes, got {other:?}"
+            ),
+        }
+    }
+
     /// Extends a lease that is still yours.
     pub fn renew(&self, lease: &Lease, ttl: Duration) -> Result<RenewOutcome> {
         match self.submit(Op::Renew {

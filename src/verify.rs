@@ -230,10 +230,9 @@ impl Store {
 
         // Orphans: like GC, re-check under the pin lock against the commits since the snapshot,
         // so an object staged or committed meanwhile is not reported.
-        let listing = list_objects(&self.inner.stager.objects)?;
+        let listing = list_objects(&self.inner.stager.objects, |id| !expected.contains_key(id))?;
         let mut unreferenced: Vec<(ObjectId, PathBuf, u64)> = listing
             .objects()
-            .filter(|(id, _, _)| !expected.contains_key(id))
             .map(|(id, p, b)| (id, p.to_path_buf(), b))
             .collect();
         if !unreferenced.is_empty() {

@@ -15,7 +15,8 @@ pub trait VfsFile: Write + Send {
 
 /// File operations the engine performs on its object and staging directories.
 pub trait Vfs: Send + Sync + Debug {
-    /// Creates a new file, failing if it exists.
+    /// Creates a new file, failing if it exists. The returned handle is writable even when the
+    /// implementation creates the file read-only (see [`Vfs::creates_read_only`]).
     fn create_new(&self, path: &Path) -> io::Result<Box<dyn VfsFile>>;
     /// Publishes `from` at `to` atomically without replacing anything: `Ok(true)` when linked,
     /// `Ok(false)` when `to` already exists.
@@ -26,6 +27,11 @@ pub trait Vfs: Send + Sync + Debug {
     fn sync_dir(&self, path: &Path) -> io::Result<()>;
     /// Makes a file read-only for everyone.
     fn set_read_only(&self, path: &Path) -> io::Result<()>;
+    /// Whether [`Vfs::create_new`] creates files read-only for everyone already, so that the
+    /// stager may skip [`Vfs::set_read_only`] after writing. Off unless an implementation says so.
+    fn creates_read_only(&self) -> bool {
+        false
+    }
     /// Creates a directory (and parents) if missing.
     fn create_dir_all(&self, path: &Path) -> io::Result<()>;
 }
@@ -53,8 +59,13 @@ impl VfsFile for RealFile {
 
 impl Vfs for RealVfs {
     fn create_new(&self, path: &Path) -> io::Result<Box<dyn VfsFile>> {
-        let f = OpenOptions::new().write(true).create_new(true).open(path)?;
-        Ok(Box::new(RealFile(f)))
+        let mut options = OpenOptions::new();
+        options.write(true).create_new(true);
+        // Created read-only (0444; the umask can only remove bits): the open handle still writes,
+        // and the stager is spared a stat and a chmod per object.
+        #[cfg(unix)]
+        std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o444);
+        Ok(Box::new(RealFile(options.open(path)?)))
     }
 
     fn link_no_replace(&self, from: &Path, to: &Path) -> io::Result<bool> {
@@ -81,5 +92,9 @@ impl Vfs for RealVfs {
 
     fn create_dir_all(&self, path: &Path) -> io::Result<()> {
         std::fs::create_dir_all(path)
+    }
+
+    fn creates_read_only(&self) -> bool {
+        cfg!(unix)
     }
 }

@@ -422,3 +422,102 @@ fn run_once_whose_lease_is_taken_over_mid_work_is_fenced_and_counted_redundant()
     let m = store.metrics();
     assert_eq!((m.computations, m.redundant_computations), (1, 1));
 }
+
+/// `claim_many` against its model: the same script of claims, commits and clock moves, run once
+/// with batched claims and once with single claims, gives equal outcomes (leases, tokens and
+/// expiries included), one `ClaimGranted` log record per grant, and tokens that rise.
+#[test]
+fn claim_many_answers_exactly_as_that_many_single_claims() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = ManualClock::new(T0);
+    let batched = open_relaxed(&dir.path().join("batched"), &clock);
+    let single = open_relaxed(&dir.path().join("single"), &clock);
+    let mut rng = Rng(7);
+    let workers = ["w0", "w1", "w2"];
+    let mut grants = 0u64;
+    let mut highest_token = 0u64;
+    for step in 0..200 {
+        let n = 1 + rng.below(12) as usize;
+        // Few units, so batches repeat units, hit held, extended and done ones.
+        let units: Vec<(String, u64)> = (0..n)
+            .map(|_| (format!("u{}", rng.below(16)), 1 + rng.below(2)))
+            .collect();
+        let refs: Vec<(&str, u64)> = units.iter().map(|(u, v)| (u.as_str(), *v)).collect();
+        let worker = workers[rng.below(3) as usize];
+        let seq_before = batched.last_seq().unwrap();
+        let got = batched.claim_many(&refs, worker, TTL).unwrap();
+        let want: Vec<ClaimOutcome> = refs
+            .iter()
+            .map(|(u, v)| single.claim(u, *v, worker, TTL).unwrap())
+            .collect();
+        assert_eq!(got, want, "step {step}: {refs:?} by {worker}");
+        // One log record per grant (held and already-done answers write nothing).
+        let step_grants = got
+            .iter()
+            .filter(|c| matches!(c, ClaimOutcome::Granted { .. }))
+            .count() as u64;
+        let snap = batched.snapshot().unwrap();
+        let logged = snap
+            .changes_since(seq_before)
+            .unwrap()
+            .map(|r| r.unwrap())
+            .filter(|r| matches!(r.body, oncelake::log::RecordBody::ClaimGranted(_)))
+            .count() as u64;
+        assert_eq!(logged, step_grants, "step {step}");
+        grants += step_grants;
+        // Tokens rise: a new grant gets a token above every earlier one; an extension keeps its own.
+        for c in &got {
+            if let ClaimOutcome::Granted { lease, .. } = c {
+                assert!(lease.token >= 1);
+                highest_token = highest_token.max(lease.token);
+            }
+        }
+        // Some granted units get committed (ending their lease); time sometimes passes.
+        for c in &got {
+            if let ClaimOutcome::Granted { lease, .. } = c {
+                if rng.below(3) == 0 {
+                    let body = format!("{}@{}", lease.unit, lease.source_version);
+                    let a = commit_fenced(&batched, lease, body.as_bytes());
+                    let b = commit_fenced(&single, lease, body.as_bytes());
+                    assert_eq!(a, b);
+                }
+            }
+        }
+        if rng.below(4) == 0 {
+            clock.advance_ms(rng.below(40_000));
+        }
+    }
+    let m = batched.metrics();
+    assert_eq!(m.claims_granted, grants);
+    assert_eq!(m, {
+        let mut s = single.metrics();
+        // Only the grouping and latency differ: one group per batch instead of one per claim.
+        s.groups = m.groups;
+        s.group_units = m.group_units.clone();
+        s.commit_latency_us = m.commit_latency_us.clone();
+        s
+    });
+    assert!(highest_token >= 2, "the script granted fresh tokens");
+}
+
+#[test]
+fn claim_many_checks_every_key_before_writing() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = ManualClock::new(T0);
+    let store = open_relaxed(&dir.path().join("s"), &clock);
+    let before = store.last_seq().unwrap();
+    assert!(store.claim_many(&[("ok", 1), ("", 1)], "w", TTL).is_err());
+    assert!(store.claim_many(&[("ok", 1)], "", TTL).is_err());
+    assert_eq!(store.last_seq().unwrap(), before, "nothing was written");
+    assert_eq!(store.claim_many(&[], "w", TTL).unwrap(), vec![]);
+    // A fresh token per distinct unit, rising in the batch's order.
+    let got = store
+        .claim_many(&[("a", 1), ("b", 1), ("a", 1)], "w", TTL)
+        .unwrap();
+    let tokens: Vec<u64> = got.into_iter().map(|c| granted(c).0.token).collect();
+    assert!(tokens[0] < tokens[1], "{tokens:?}");
+    assert_eq!(
+        tokens[2], tokens[0],
+        "asking again for its own unit extends its lease"
+    );
+}

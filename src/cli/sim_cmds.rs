@@ -40,6 +40,9 @@ pub(crate) struct SimulateArgs {
     /// Seed choosing the overlapped units and the crashing attempts.
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
+    /// Tasks a worker takes at once (checked or claimed together, committed in one batch).
+    #[arg(long, default_value_t = oncelake::simulate::DEFAULT_CHUNK)]
+    pub chunk: usize,
     /// Keep the stores in this (missing or empty) directory instead of a temporary one that is
     /// removed afterwards (in /dev/shm where available).
     #[arg(long)]
@@ -142,6 +145,7 @@ fn run_modes(a: &SimulateArgs, modes: &[SimMode], root: &Path) -> Result<Vec<Sim
             mode,
             crash_rate: a.crash_rate,
             seed: a.seed,
+            chunk: a.chunk,
             ..SimConfig::new(root.join(mode.name()))
         };
         let bar = std::io::stderr().is_terminal().then(|| {
@@ -196,6 +200,7 @@ fn report_json(r: &SimReport, a: &SimulateArgs) -> serde_json::Value {
         "mode": r.mode.name(),
         "workers": r.workers,
         "units": r.units,
+        "chunk": r.chunk,
         "overlap": a.overlap,
         "crash_rate": a.crash_rate,
         "seed": a.seed,

@@ -29,6 +29,13 @@ pub(crate) enum Op {
         worker: String,
         ttl_ms: u64,
     },
+    /// Claims for many units by one worker, decided one after the other in one transaction
+    /// exactly as that many [`Op::Claim`]s in a row would be.
+    ClaimMany {
+        units: Vec<(String, u64)>,
+        worker: String,
+        ttl_ms: u64,
+    },
     Renew {
         lease: Lease,
         ttl_ms: u64,
@@ -74,6 +81,8 @@ pub(crate) enum ExtensionOutcome {
 pub(crate) enum Done {
     Commit(CommitReport),
     Claim(ClaimOutcome),
+    /// One outcome per unit of an [`Op::ClaimMany`], in its order.
+    ClaimMany(Vec<ClaimOutcome>),
     Renew(RenewOutcome),
     Release(bool),
     Flushed,
@@ -88,6 +97,8 @@ impl Weighted for Op {
     fn weight(&self) -> usize {
         match self {
             Op::Commit(b) => b.len(),
+            // A batched claim writes one claim record (and log record) per unit.
+            Op::ClaimMany { units, .. } => units.len().max(1),
             _ => 1,
         }
     }
@@ -261,6 +272,7 @@ fn record_metrics(inner: &Inner, dones: &[Done], units: usize) {
             .iter()
             .map(|d| match d {
                 Done::Commit(r) => r.units.len() as u64,
+                Done::ClaimMany(c) => c.len() as u64,
                 _ => 1,
             })
             .sum(),
@@ -287,19 +299,27 @@ fn record_metrics(inner: &Inner, dones: &[Done], units: usize) {
                     add(&c.commits_aborted, 1);
                 }
             }
-            Done::Claim(ClaimOutcome::Granted { took_over, .. }) => {
-                add(&c.claims_granted, 1);
-                if *took_over {
-                    add(&c.claims_taken_over, 1);
-                    add(&c.claims_expired, 1);
-                }
-            }
-            Done::Claim(ClaimOutcome::Held { .. }) => add(&c.claims_held, 1),
-            Done::Claim(ClaimOutcome::AlreadyDone(_)) => add(&c.claims_already_done, 1),
+            Done::Claim(outcome) => record_claim(c, outcome),
+            Done::ClaimMany(outcomes) => outcomes.iter().for_each(|o| record_claim(c, o)),
             Done::Renew(RenewOutcome::Renewed(_)) => add(&c.claims_renewed, 1),
             Done::Release(true) => add(&c.claims_released, 1),
             _ => {}
         }
+    }
+}
+
+/// The counters of one claim's outcome; a batched claim counts each of its units this way.
+fn record_claim(c: &crate::metrics::Counters, outcome: &ClaimOutcome) {
+    match outcome {
+        ClaimOutcome::Granted { took_over, .. } => {
+            add(&c.claims_granted, 1);
+            if *took_over {
+                add(&c.claims_taken_over, 1);
+                add(&c.claims_expired, 1);
+            }
+        }
+        ClaimOutcome::Held { .. } => add(&c.claims_held, 1),
+        ClaimOutcome::AlreadyDone(_) => add(&c.claims_already_done, 1),
     }
 }
 
@@ -313,6 +333,17 @@ impl Writer<'_> {
                 worker,
                 ttl_ms,
             } => Done::Claim(self.claim(unit, source_version, worker, ttl_ms)?),
+            Op::ClaimMany {
+                units,
+                worker,
+                ttl_ms,
+            } => {
+                let mut outcomes = Vec::with_capacity(units.len());
+                for (unit, source_version) in units {
+                    outcomes.push(self.claim(unit, source_version, worker.clone(), ttl_ms)?);
+                }
+                Done::ClaimMany(outcomes)
+            }
             Op::Renew { lease, ttl_ms } => Done::Renew(self.renew(lease, ttl_ms)?),
             Op::Release { lease } => Done::Release(self.release(lease)?),
             Op::Flush => Done::Flushed,
