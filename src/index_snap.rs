@@ -36,7 +36,7 @@ use crate::object::ObjectMeta;
 use redb::ReadTransaction;
 use std::collections::{HashMap, HashSet};
 use std::fs::File;
-use std::io::{BufWriter, Read, Write};
+use std::io::{Read, Write};
 use std::path::Path;
 
 /// The snapshot's file name in the store directory.
@@ -165,7 +165,8 @@ pub(crate) fn write(
     let tmp = dir.join(TMP_FILE);
     let file = File::create(&tmp).ctx(|| format!("create {}", tmp.display()))?;
     let mut w = CrcWriter {
-        inner: BufWriter::with_capacity(CHUNK, file),
+        file,
+        buf: Vec::with_capacity(CHUNK + 64),
         crc: crc32fast::Hasher::new(),
     };
     let io = |e| Error::io(format!("write {}", tmp.display()), e);
@@ -181,12 +182,10 @@ pub(crate) fn write(
     for h in &ambiguous {
         w.put(&h.to_le_bytes()).map_err(io)?;
     }
+    w.drain().map_err(io)?;
     let crc = w.crc.finalize();
-    w.inner.write_all(&crc.to_le_bytes()).map_err(io)?;
-    let file = w
-        .inner
-        .into_inner()
-        .map_err(|e| Error::io(format!("write {}", tmp.display()), e.into_error()))?;
+    let mut file = w.file;
+    file.write_all(&crc.to_le_bytes()).map_err(io)?;
     file.sync_all().ctx(|| format!("fsync {}", tmp.display()))?;
     drop(file);
     let path = dir.join(SNAP_FILE);
@@ -196,15 +195,27 @@ pub(crate) fn write(
         .ctx(|| format!("fsync {}", dir.display()))
 }
 
-struct CrcWriter<W: Write> {
-    inner: W,
+/// Buffers whole chunks, so the CRC and the write each see large slices.
+struct CrcWriter {
+    file: File,
+    buf: Vec<u8>,
     crc: crc32fast::Hasher,
 }
 
-impl<W: Write> CrcWriter<W> {
+impl CrcWriter {
     fn put(&mut self, b: &[u8]) -> std::io::Result<()> {
-        self.crc.update(b);
-        self.inner.write_all(b)
+        self.buf.extend_from_slice(b);
+        if self.buf.len() >= CHUNK {
+            self.drain()?;
+        }
+        Ok(())
+    }
+
+    fn drain(&mut self) -> std::io::Result<()> {
+        self.crc.update(&self.buf);
+        self.file.write_all(&self.buf)?;
+        self.buf.clear();
+        Ok(())
     }
 }
 
@@ -293,7 +304,8 @@ pub(crate) fn load(
     Ok(loaded)
 }
 
-/// Reads the arrays sequentially, in chunks, checking the CRC and the table's shape.
+/// Reads the arrays sequentially, in large chunks (each CRC'd once, parsed record by record),
+/// checking the CRC and the table's shape.
 fn read_body(
     file: &mut File,
     header_bytes: &[u8; HEADER_LEN],
@@ -302,35 +314,27 @@ fn read_body(
     let cap = h.cap as usize;
     let mut crc = crc32fast::Hasher::new();
     crc.update(header_bytes);
-    let mut r = ChunkReader {
-        file,
-        buf: vec![0u8; CHUNK],
-        pos: 0,
-        end: 0,
-        crc,
-    };
+    let mut buf = vec![0u8; CHUNK];
     let mut hashes = Vec::with_capacity(cap);
-    for _ in 0..cap {
-        hashes.push(u64::from_le_bytes(r.take::<8>()?));
-    }
+    read_region(file, &mut buf, &mut crc, cap, 8, |r| {
+        hashes.push(u64::from_le_bytes(arr(r)))
+    })?;
     let mut slots = Vec::with_capacity(cap);
-    for _ in 0..cap {
-        let source_version = u64::from_le_bytes(r.take::<8>()?);
-        let seq = u64::from_le_bytes(r.take::<8>()?);
-        let object = ObjectId(r.take::<32>()?);
+    read_region(file, &mut buf, &mut crc, cap, SLOT_LEN, |r| {
         slots.push(Slot {
-            source_version,
-            seq,
-            object,
-        });
-    }
-    let mut ambiguous = Vec::with_capacity(h.ambiguous.min(1 << 20) as usize);
-    for _ in 0..h.ambiguous {
-        ambiguous.push(u64::from_le_bytes(r.take::<8>()?));
-    }
-    let computed = r.crc.clone().finalize();
-    let stored = u32::from_le_bytes(r.take::<4>()?);
-    if computed != stored {
+            source_version: u64::from_le_bytes(arr(&r[0..8])),
+            seq: u64::from_le_bytes(arr(&r[8..16])),
+            object: ObjectId(arr(&r[16..48])),
+        })
+    })?;
+    let mut ambiguous = Vec::new();
+    read_region(file, &mut buf, &mut crc, h.ambiguous as usize, 8, |r| {
+        ambiguous.push(u64::from_le_bytes(arr(r)))
+    })?;
+    let mut stored = [0u8; 4];
+    file.read_exact(&mut stored)
+        .map_err(|_| "truncated".to_string())?;
+    if crc.finalize() != u32::from_le_bytes(stored) {
         return Err("checksum mismatch (corrupt)".into());
     }
     let occupied = hashes.iter().filter(|&&x| x != EMPTY).count();
@@ -340,6 +344,32 @@ fn read_body(
     Ok(DedupIndex::from_raw_parts(
         hashes, slots, occupied, ambiguous,
     ))
+}
+
+/// Reads `count` records of `rec_len` bytes, whole chunks at a time, adding them to `crc` and
+/// handing each record to `each`.
+fn read_region(
+    file: &mut File,
+    buf: &mut [u8],
+    crc: &mut crc32fast::Hasher,
+    count: usize,
+    rec_len: usize,
+    mut each: impl FnMut(&[u8]),
+) -> std::result::Result<(), Fallback> {
+    let per_chunk = buf.len() / rec_len;
+    let mut left = count;
+    while left > 0 {
+        let n = left.min(per_chunk);
+        let chunk = &mut buf[..n * rec_len];
+        file.read_exact(chunk)
+            .map_err(|_| "truncated".to_string())?;
+        crc.update(chunk);
+        for r in chunk.chunks_exact(rec_len) {
+            each(r);
+        }
+        left -= n;
+    }
+    Ok(())
 }
 
 /// Whether every hash sits in the run of occupied positions that starts at its home, i.e. where
@@ -364,42 +394,6 @@ fn probe_ok(hashes: &[u64]) -> bool {
         }
     }
     true
-}
-
-struct ChunkReader<'f> {
-    file: &'f mut File,
-    buf: Vec<u8>,
-    pos: usize,
-    end: usize,
-    crc: crc32fast::Hasher,
-}
-
-impl ChunkReader<'_> {
-    /// The next `N` bytes; everything taken before the trailing CRC is added to the running CRC
-    /// (the caller reads the CRC's own bytes after finalising).
-    fn take<const N: usize>(&mut self) -> std::result::Result<[u8; N], Fallback> {
-        let mut out = [0u8; N];
-        let mut got = 0;
-        while got < N {
-            if self.pos == self.end {
-                let n = self
-                    .file
-                    .read(&mut self.buf)
-                    .map_err(|e| format!("read: {e}"))?;
-                if n == 0 {
-                    return Err("truncated".into());
-                }
-                self.pos = 0;
-                self.end = n;
-            }
-            let k = (N - got).min(self.end - self.pos);
-            out[got..got + k].copy_from_slice(&self.buf[self.pos..self.pos + k]);
-            self.crc.update(&self.buf[self.pos..self.pos + k]);
-            self.pos += k;
-            got += k;
-        }
-        Ok(out)
-    }
 }
 
 /// Replays the commit records after `from` (through `to`) into `index`, exactly as the commit

@@ -24,7 +24,7 @@ use redb::{ReadableDatabase, ReadableTable, ReadableTableMetadata, TableDefiniti
 use std::fs::{File, OpenOptions};
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::AtomicU64;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -121,6 +121,9 @@ pub(crate) struct Inner {
     store_id: u64,
     /// How opening built the dedup index.
     open_report: OpenReport,
+    /// Set when a commit leader panicked: its transaction may be durable without its index
+    /// update, so the index must not be persisted (the next open replays or scans instead).
+    index_suspect: AtomicBool,
     _lock: File,
 }
 
@@ -180,6 +183,7 @@ impl Store {
                 dir,
                 store_id,
                 open_report,
+                index_suspect: AtomicBool::new(false),
                 _lock: lock,
             }),
         })
@@ -373,6 +377,9 @@ impl Store {
         let start = Instant::now();
         let inner = &self.inner;
         let r = inner.queue.submit(op, |ops| apply::apply_group(inner, ops));
+        if matches!(r, Err(Error::LeaderPanicked)) {
+            inner.index_suspect.store(true, Ordering::SeqCst);
+        }
         inner
             .metrics
             .commit_latency_us
@@ -408,7 +415,9 @@ impl Drop for Inner {
                 return;
             }
         }
-        if self.options.faults.as_ref().is_some_and(|p| p.crashed()) {
+        if self.index_suspect.load(Ordering::SeqCst)
+            || self.options.faults.as_ref().is_some_and(|p| p.crashed())
+        {
             return;
         }
         // Best effort: a missing or stale snapshot only costs the next open a scan or a replay.
