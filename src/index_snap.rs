@@ -34,6 +34,7 @@ use crate::object::ObjectId;
 #[cfg(test)]
 use crate::object::ObjectMeta;
 use redb::ReadTransaction;
+use std::collections::hash_map::Entry;
 use std::collections::{HashMap, HashSet};
 use std::fs::File;
 use std::io::{Read, Write};
@@ -448,11 +449,11 @@ fn catch_up(txn: &ReadTransaction, index: &mut DedupIndex, from: u64, to: u64) -
                     Lookup::Absent | Lookup::Ambiguous => true,
                     Lookup::Present(slot) if slot.seq > from => true,
                     Lookup::Present(slot) => {
-                        if !listed.contains_key(&slot.seq) {
-                            let units = units_of(&log, slot.seq)?;
-                            listed.insert(slot.seq, units);
-                        }
-                        !listed[&slot.seq].contains(&e.unit)
+                        let units = match listed.entry(slot.seq) {
+                            Entry::Occupied(o) => o.into_mut(),
+                            Entry::Vacant(v) => v.insert(units_of(&log, slot.seq)?),
+                        };
+                        !units.contains(&e.unit)
                     }
                 }
             };
