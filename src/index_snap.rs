@@ -63,6 +63,10 @@ pub struct OpenReport {
     pub replayed_records: u64,
     /// Why the snapshot was not used, when it was not.
     pub fallback: Option<String>,
+    /// Key hashes the index marks ambiguous (shared by two units, or so it believes): 0 unless
+    /// real 64-bit key-hash collisions exist. A replay that mistook an update for a new unit
+    /// would show up here, while lookups stay exact.
+    pub ambiguous: u64,
 }
 
 /// The snapshot's header.

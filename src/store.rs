@@ -758,6 +758,7 @@ fn load(
                 snapshot_seq: Some(l.snapshot_seq),
                 replayed_records: l.replayed_records,
                 fallback: None,
+                ambiguous: l.index.ambiguous_len() as u64,
             };
             return Ok((l.index, report));
         }
@@ -771,6 +772,7 @@ fn load(
     }
     let report = OpenReport {
         fallback: Some(fallback),
+        ambiguous: index.ambiguous_len() as u64,
         ..OpenReport::default()
     };
     Ok((index, report))
