@@ -58,7 +58,7 @@ pub(crate) struct DedupIndex {
     ambiguous: HashSet<u64, BuildHasherDefault<PassThrough>>,
 }
 
-const EMPTY: u64 = 0;
+pub(crate) const EMPTY: u64 = 0;
 /// The load factor a freshly loaded index starts at, and the one that makes it grow.
 const LOAD_AT_OPEN: f64 = 0.70;
 const LOAD_MAX: f64 = 0.80;
@@ -77,7 +77,7 @@ impl DedupIndex {
     /// The position where `h` is, or the free one where it would go.
     fn find(&self, h: u64) -> usize {
         let cap = self.hashes.len();
-        let mut i = ((h as u128 * cap as u128) >> 64) as usize;
+        let mut i = home(h, cap);
         loop {
             let k = self.hashes[i];
             if k == h || k == EMPTY {
@@ -157,10 +157,42 @@ impl DedupIndex {
     }
 
     /// Units indexed (ambiguous hashes count once).
-    #[cfg(test)]
     pub(crate) fn len(&self) -> usize {
         self.len
     }
+
+    /// The raw table, for the persisted snapshot (`index.snap`): key hash per position,
+    /// slot per position, and the ambiguous hashes.
+    pub(crate) fn raw_parts(&self) -> (&[u64], &[Slot], impl Iterator<Item = u64> + '_) {
+        (&self.hashes, &self.slots, self.ambiguous.iter().copied())
+    }
+
+    /// Rebuilds an index from [`DedupIndex::raw_parts`]. The caller has checked that the table
+    /// has a free position and that every hash sits where [`DedupIndex::find`] looks for it
+    /// (see `index_snap::probe_ok`).
+    pub(crate) fn from_raw_parts(
+        hashes: Vec<u64>,
+        slots: Vec<Slot>,
+        len: usize,
+        ambiguous: impl IntoIterator<Item = u64>,
+    ) -> Self {
+        DedupIndex {
+            hashes,
+            slots,
+            len,
+            ambiguous: ambiguous.into_iter().collect(),
+        }
+    }
+
+    /// How many key hashes are ambiguous.
+    pub(crate) fn ambiguous_len(&self) -> usize {
+        self.ambiguous.len()
+    }
+}
+
+/// The position [`DedupIndex::find`] starts probing at for `h` in a table of `cap` positions.
+pub(crate) fn home(h: u64, cap: usize) -> usize {
+    ((h as u128 * cap as u128) >> 64) as usize
 }
 
 /// A fixed-key 64-bit hash of a unit key (the same in every process, so it is reproducible).

@@ -39,6 +39,7 @@ mod feed;
 pub mod fuzzing;
 pub mod gc;
 mod index;
+mod index_snap;
 mod key;
 pub mod log;
 mod manifest;
@@ -61,6 +62,8 @@ pub use clock::{Clock, ManualClock, SystemClock};
 pub use commit::{Atomicity, Batch, CommitReport, Intent, Outcome, UnitOutcome};
 pub use error::{Error, Result};
 pub use gc::{GcOptions, GcReport};
+#[doc(hidden)]
+pub use index_snap::OpenReport;
 pub use key::{validate_key, MAX_KEY_LEN};
 pub use manifest::Entry;
 pub use metrics::MetricsSnapshot;

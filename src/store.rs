@@ -10,6 +10,7 @@ use crate::commit::{Batch, CommitReport, UnitOutcome};
 use crate::error::{DbContext, Error, IoContext, Result};
 use crate::fault::{FaultPlan, FaultyBackend};
 use crate::index::{DedupIndex, Lookup};
+use crate::index_snap::OpenReport;
 use crate::key::validate_key;
 use crate::log::LOG;
 use crate::manifest::{Entry, EntryValue, HISTORY, MANIFEST};
@@ -23,7 +24,7 @@ use redb::{ReadableDatabase, ReadableTable, ReadableTableMetadata, TableDefiniti
 use std::fs::{File, OpenOptions};
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::AtomicU64;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -41,6 +42,9 @@ pub(crate) const META_FORMAT: &str = "format";
 pub(crate) const META_NEXT_SEQ: &str = "next_seq";
 pub(crate) const META_NEXT_TOKEN: &str = "next_token";
 pub(crate) const META_HISTORY_FROM: &str = "history_from";
+/// A random identity stamped at creation (or on the first open by a build that knows it), so a
+/// persisted index snapshot from another store is never used.
+pub(crate) const META_STORE_ID: &str = "store_id";
 
 /// When a commit is acknowledged.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
@@ -113,6 +117,13 @@ pub(crate) struct Inner {
     pub(crate) options: Options,
     pub(crate) metrics: Metrics,
     pub(crate) last_durable_ms: AtomicU64,
+    /// This store's identity (META `store_id`).
+    store_id: u64,
+    /// How opening built the dedup index.
+    open_report: OpenReport,
+    /// Set when a commit leader panicked: its transaction may be durable without its index
+    /// update, so the index must not be persisted (the next open replays or scans instead).
+    index_suspect: AtomicBool,
     _lock: File,
 }
 
@@ -155,7 +166,8 @@ impl Store {
         if fresh {
             write_marker(&dir)?;
         }
-        let (index, _) = load(&db, &db_path)?;
+        let store_id = ensure_store_id(&db)?;
+        let (index, open_report) = load(&db, &db_path, &dir, store_id)?;
         let now = options.clock.now_ms();
         let stager = Stager::new(&dir, options.vfs.clone());
         Ok(Store {
@@ -169,6 +181,9 @@ impl Store {
                 options,
                 db,
                 dir,
+                store_id,
+                open_report,
+                index_suspect: AtomicBool::new(false),
                 _lock: lock,
             }),
         })
@@ -402,11 +417,21 @@ impl Store {
         let start = Instant::now();
         let inner = &self.inner;
         let r = inner.queue.submit(op, |ops| apply::apply_group(inner, ops));
+        if matches!(r, Err(Error::LeaderPanicked)) {
+            inner.index_suspect.store(true, Ordering::SeqCst);
+        }
         inner
             .metrics
             .commit_latency_us
             .record(start.elapsed().as_micros() as u64);
         r
+    }
+
+    /// How opening built the dedup index: from the persisted snapshot (and how much log it
+    /// replayed) or from a full manifest scan, and why.
+    #[doc(hidden)]
+    pub fn open_report(&self) -> OpenReport {
+        self.inner.open_report.clone()
     }
 
     /// The path of an object in this store.
@@ -417,15 +442,62 @@ impl Store {
 
 impl Drop for Inner {
     fn drop(&mut self) {
+        if self.failed.lock().is_some() {
+            // The durable state is unknown: neither sync nor persist an index that may not match.
+            return;
+        }
         // Relaxed mode: make the acknowledged tail durable on a clean close.
-        if matches!(self.options.durability, Durability::Relaxed { .. })
-            && self.failed.lock().is_none()
-        {
-            if let Ok(mut txn) = self.db.begin_write() {
-                let _ = txn.set_durability(redb::Durability::Immediate);
-                let _ = txn.commit();
+        if matches!(self.options.durability, Durability::Relaxed { .. }) {
+            let synced = self.db.begin_write().is_ok_and(|mut txn| {
+                txn.set_durability(redb::Durability::Immediate).is_ok() && txn.commit().is_ok()
+            });
+            if !synced {
+                return;
             }
         }
+        if self.index_suspect.load(Ordering::SeqCst)
+            || self.options.faults.as_ref().is_some_and(|p| p.crashed())
+        {
+            return;
+        }
+        // Best effort: a missing or stale snapshot only costs the next open a scan or a replay.
+        let _ = self.persist_index();
+    }
+}
+
+impl Inner {
+    /// Writes the dedup index as `index.snap`, unless the one on disk already reflects the last
+    /// seq. Called on a clean close only, when no commit can run (the last handle is gone), so the
+    /// index reflects exactly the durable seq read here.
+    fn persist_index(&self) -> Result<()> {
+        let txn = self.db.begin_read().db("begin a read transaction")?;
+        let seq = txn
+            .open_table(META)
+            .db("open the meta table")?
+            .get(META_NEXT_SEQ)
+            .db("read the seq")?
+            .map_or(1, |g| g.value())
+            .saturating_sub(1);
+        let unchanged = self.open_report.snapshot_seq == Some(seq)
+            && self.open_report.replayed_records == 0
+            && self.dir.join(crate::index_snap::SNAP_FILE).exists();
+        if unchanged {
+            return Ok(());
+        }
+        let Some(crc) = crate::index_snap::record_crc(&txn, seq)? else {
+            return Ok(());
+        };
+        let index = self.index.read();
+        let units = txn
+            .open_table(MANIFEST)
+            .db("open the manifest")?
+            .len()
+            .db("count the manifest")?;
+        // A cheap cross-check before persisting: without collisions, one slot per unit.
+        if index.ambiguous_len() == 0 && index.len() as u64 != units {
+            return Ok(());
+        }
+        crate::index_snap::write(&self.dir, self.store_id, seq, crc, &index)
     }
 }
 
@@ -649,6 +721,8 @@ fn open_db(path: &Path, options: &Options, fresh: bool) -> Result<redb::Database
                 .db("initialise the tokens")?;
             meta.insert(META_HISTORY_FROM, 0)
                 .db("initialise the history")?;
+            meta.insert(META_STORE_ID, new_store_id())
+                .db("stamp the store id")?;
             txn.open_table(MANIFEST).db("create the manifest")?;
             txn.open_table(HISTORY).db("create the history")?;
             txn.open_table(LOG).db("create the log")?;
@@ -659,8 +733,46 @@ fn open_db(path: &Path, options: &Options, fresh: bool) -> Result<redb::Database
     Ok(db)
 }
 
-/// Reads what must be in memory: the dedup index. Returns it and the unit count.
-fn load(db: &redb::Database, path: &Path) -> Result<(DedupIndex, u64)> {
+/// The store's identity, stamped now if the store predates it (only ever on a store this open
+/// accepted: every refusal happens before).
+fn ensure_store_id(db: &redb::Database) -> Result<u64> {
+    {
+        let txn = db.begin_read().db("begin a read transaction")?;
+        let meta = txn.open_table(META).db("open the meta table")?;
+        if let Some(id) = meta.get(META_STORE_ID).db("read the store id")? {
+            return Ok(id.value());
+        }
+    }
+    let id = new_store_id();
+    let txn = db.begin_write().db("begin a write transaction")?;
+    txn.open_table(META)
+        .db("open the meta table")?
+        .insert(META_STORE_ID, id)
+        .db("stamp the store id")?;
+    txn.commit().db("stamp the store id")?;
+    Ok(id)
+}
+
+/// A random 64-bit identity (std's per-process random hash keys, plus time and pid).
+fn new_store_id() -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
+    h.write_u128(nanos);
+    h.write_u32(std::process::id());
+    h.finish() | 1
+}
+
+/// Reads what must be in memory: the dedup index, from the persisted snapshot when it checks
+/// out (see `index_snap`), else from a full manifest scan.
+fn load(
+    db: &redb::Database,
+    path: &Path,
+    dir: &Path,
+    store_id: u64,
+) -> Result<(DedupIndex, OpenReport)> {
     let format = read_format(db)?;
     if format > FORMAT_VERSION as u64 {
         return Err(Error::NewerFormat {
@@ -672,11 +784,36 @@ fn load(db: &redb::Database, path: &Path) -> Result<(DedupIndex, u64)> {
     let txn = db.begin_read().db("begin a read transaction")?;
     let manifest = txn.open_table(MANIFEST).db("open the manifest")?;
     let n = manifest.len().db("count the manifest")?;
+    let last_seq = txn
+        .open_table(META)
+        .db("open the meta table")?
+        .get(META_NEXT_SEQ)
+        .db("read the seq")?
+        .map_or(1, |g| g.value())
+        .saturating_sub(1);
+    let fallback = match crate::index_snap::load(dir, &txn, store_id, last_seq, n) {
+        Ok(l) => {
+            let report = OpenReport {
+                index_from_snapshot: true,
+                snapshot_seq: Some(l.snapshot_seq),
+                replayed_records: l.replayed_records,
+                fallback: None,
+                ambiguous: l.index.ambiguous_len() as u64,
+            };
+            return Ok((l.index, report));
+        }
+        Err(why) => why,
+    };
     let mut index = DedupIndex::with_capacity(n as usize);
     for row in manifest.iter().db("scan the manifest")? {
         let (k, v) = row.db("scan the manifest")?;
         let value = EntryValue::decode(v.value())?;
         index.upsert(k.value(), true, &value);
     }
-    Ok((index, n))
+    let report = OpenReport {
+        fallback: Some(fallback),
+        ambiguous: index.ambiguous_len() as u64,
+        ..OpenReport::default()
+    };
+    Ok((index, report))
 }

@@ -1,0 +1,538 @@
+//! The persisted dedup index (`index.snap`, like Bitcask's hint files): opening a large store
+//! loads the index with one sequential read instead of scanning the whole manifest (SPEC P6).
+//!
+//! A clean close writes the index as it stands, with the seq it reflects. Opening uses it only if
+//! everything about it checks out, and then catches up by replaying the commit log records after
+//! that seq; anything off falls back to the full manifest scan. The snapshot is never deleted: it
+//! stays a valid base after a crash (the replay catches up), and is rewritten on the next clean
+//! close.
+//!
+//! File layout (little-endian):
+//!
+//! ```text
+//! magic "OLIDXSNP" (8) | version u32 | store id u64 | seq u64 | crc32 of the log record at seq u32
+//! | capacity u64 | units u64 | ambiguous u64
+//! | key hash u64 × capacity | (source version u64, seq u64, object [32]) × capacity
+//! | ambiguous hash u64 × ambiguous | crc32 of everything before u32
+//! ```
+//!
+//! Invariants the loader holds (an index entry that disagrees with the manifest is a correctness
+//! bug, since commits and reconcile trust the index):
+//! - the file is whole (length, CRC), of this store (store id), and of this database history:
+//!   its seq is at most the store's last seq and the log record at that seq still has the
+//!   recorded CRC (a restored or replaced database fails this);
+//! - the table is well formed: a free position exists (probes end) and every hash sits in the
+//!   probe run that starts at its home position (lookups find it);
+//! - after the catch-up, an index with no ambiguous hash holds exactly as many units as the
+//!   manifest.
+
+use crate::error::{Error, IoContext, Result};
+use crate::index::{home, DedupIndex, Lookup, Slot, EMPTY};
+use crate::log::{Record, RecordBody, LOG};
+use crate::manifest::EntryValue;
+use crate::object::ObjectId;
+#[cfg(test)]
+use crate::object::ObjectMeta;
+use redb::ReadTransaction;
+use std::collections::hash_map::Entry;
+use std::collections::{HashMap, HashSet};
+use std::fs::File;
+use std::io::{Read, Write};
+use std::path::Path;
+
+/// The snapshot's file name in the store directory.
+pub(crate) const SNAP_FILE: &str = "index.snap";
+const TMP_FILE: &str = "index.snap.tmp";
+const MAGIC: [u8; 8] = *b"OLIDXSNP";
+const VERSION: u32 = 1;
+const HEADER_LEN: usize = 8 + 4 + 8 + 8 + 4 + 8 + 8 + 8;
+const SLOT_LEN: usize = 8 + 8 + 32;
+/// Bytes read (and CRC'd) at a time: large enough to be sequential, small enough not to matter
+/// to P6's memory budget.
+const CHUNK: usize = 1 << 20;
+
+/// How opening built the dedup index (diagnostics and tests).
+#[doc(hidden)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct OpenReport {
+    /// Whether the index came from `index.snap` (else from a full manifest scan).
+    pub index_from_snapshot: bool,
+    /// The seq the snapshot reflected, when it was used.
+    pub snapshot_seq: Option<u64>,
+    /// Log records replayed on top of the snapshot.
+    pub replayed_records: u64,
+    /// Why the snapshot was not used, when it was not.
+    pub fallback: Option<String>,
+    /// Key hashes the index marks ambiguous (shared by two units, or so it believes): 0 unless
+    /// real 64-bit key-hash collisions exist. A replay that mistook an update for a new unit
+    /// would show up here, while lookups stay exact.
+    pub ambiguous: u64,
+}
+
+/// The snapshot's header.
+#[derive(Clone, Copy, Debug)]
+struct Header {
+    store_id: u64,
+    seq: u64,
+    record_crc: u32,
+    cap: u64,
+    len: u64,
+    ambiguous: u64,
+}
+
+impl Header {
+    fn encode(&self) -> [u8; HEADER_LEN] {
+        let mut b = [0u8; HEADER_LEN];
+        b[0..8].copy_from_slice(&MAGIC);
+        b[8..12].copy_from_slice(&VERSION.to_le_bytes());
+        b[12..20].copy_from_slice(&self.store_id.to_le_bytes());
+        b[20..28].copy_from_slice(&self.seq.to_le_bytes());
+        b[28..32].copy_from_slice(&self.record_crc.to_le_bytes());
+        b[32..40].copy_from_slice(&self.cap.to_le_bytes());
+        b[40..48].copy_from_slice(&self.len.to_le_bytes());
+        b[48..56].copy_from_slice(&self.ambiguous.to_le_bytes());
+        b
+    }
+
+    fn decode(b: &[u8; HEADER_LEN]) -> std::result::Result<Header, String> {
+        if b[0..8] != MAGIC {
+            return Err("bad magic".into());
+        }
+        let version = u32::from_le_bytes(arr(&b[8..12]));
+        if version != VERSION {
+            return Err(format!("snapshot format {version}, expected {VERSION}"));
+        }
+        Ok(Header {
+            store_id: u64::from_le_bytes(arr(&b[12..20])),
+            seq: u64::from_le_bytes(arr(&b[20..28])),
+            record_crc: u32::from_le_bytes(arr(&b[28..32])),
+            cap: u64::from_le_bytes(arr(&b[32..40])),
+            len: u64::from_le_bytes(arr(&b[40..48])),
+            ambiguous: u64::from_le_bytes(arr(&b[48..56])),
+        })
+    }
+
+    /// The file length this header implies, or `None` if it overflows.
+    fn file_len(&self) -> Option<u64> {
+        let per_pos = (8 + SLOT_LEN) as u64;
+        self.cap
+            .checked_mul(per_pos)?
+            .checked_add(self.ambiguous.checked_mul(8)?)?
+            .checked_add(HEADER_LEN as u64 + 4)
+    }
+}
+
+fn arr<const N: usize>(b: &[u8]) -> [u8; N] {
+    b.try_into()
+        .expect("invariant: callers slice exactly N bytes")
+}
+
+/// The CRC32 of the log record at `seq` (0 for seq 0, which has no record), or `None` if the
+/// log has no record there.
+pub(crate) fn record_crc(txn: &ReadTransaction, seq: u64) -> Result<Option<u32>> {
+    if seq == 0 {
+        return Ok(Some(0));
+    }
+    let log = txn
+        .open_table(LOG)
+        .map_err(|e| Error::db("open the log", e))?;
+    let crc = log
+        .get(seq)
+        .map_err(|e| Error::db("read the log", e))?
+        // The frame ends with its own CRC, and a CRC over data followed by its CRC is a
+        // constant: hash everything but the trailing CRC (which is the record's CRC32).
+        .map(|g| {
+            let b = g.value();
+            crc32fast::hash(&b[..b.len().saturating_sub(4)])
+        });
+    Ok(crc)
+}
+
+/// Writes `index` (reflecting `seq`, whose log record has CRC `record_crc`) as the store's
+/// snapshot: temp file, fsync, rename, fsync the directory.
+pub(crate) fn write(
+    dir: &Path,
+    store_id: u64,
+    seq: u64,
+    record_crc: u32,
+    index: &DedupIndex,
+) -> Result<()> {
+    let (hashes, slots, ambiguous) = index.raw_parts();
+    let ambiguous: Vec<u64> = ambiguous.collect();
+    let header = Header {
+        store_id,
+        seq,
+        record_crc,
+        cap: hashes.len() as u64,
+        len: index.len() as u64,
+        ambiguous: ambiguous.len() as u64,
+    };
+    let tmp = dir.join(TMP_FILE);
+    let file = File::create(&tmp).ctx(|| format!("create {}", tmp.display()))?;
+    let mut w = CrcWriter {
+        file,
+        buf: Vec::with_capacity(CHUNK + 64),
+        crc: crc32fast::Hasher::new(),
+    };
+    let io = |e| Error::io(format!("write {}", tmp.display()), e);
+    w.put(&header.encode()).map_err(io)?;
+    for h in hashes {
+        w.put(&h.to_le_bytes()).map_err(io)?;
+    }
+    for s in slots {
+        w.put(&s.source_version.to_le_bytes()).map_err(io)?;
+        w.put(&s.seq.to_le_bytes()).map_err(io)?;
+        w.put(&s.object.0).map_err(io)?;
+    }
+    for h in &ambiguous {
+        w.put(&h.to_le_bytes()).map_err(io)?;
+    }
+    w.drain().map_err(io)?;
+    let crc = w.crc.finalize();
+    let mut file = w.file;
+    file.write_all(&crc.to_le_bytes()).map_err(io)?;
+    file.sync_all().ctx(|| format!("fsync {}", tmp.display()))?;
+    drop(file);
+    let path = dir.join(SNAP_FILE);
+    std::fs::rename(&tmp, &path).ctx(|| format!("rename to {}", path.display()))?;
+    File::open(dir)
+        .and_then(|d| d.sync_all())
+        .ctx(|| format!("fsync {}", dir.display()))
+}
+
+/// Buffers whole chunks, so the CRC and the write each see large slices.
+struct CrcWriter {
+    file: File,
+    buf: Vec<u8>,
+    crc: crc32fast::Hasher,
+}
+
+impl CrcWriter {
+    fn put(&mut self, b: &[u8]) -> std::io::Result<()> {
+        self.buf.extend_from_slice(b);
+        if self.buf.len() >= CHUNK {
+            self.drain()?;
+        }
+        Ok(())
+    }
+
+    fn drain(&mut self) -> std::io::Result<()> {
+        self.crc.update(&self.buf);
+        self.file.write_all(&self.buf)?;
+        self.buf.clear();
+        Ok(())
+    }
+}
+
+/// An index loaded from the snapshot and caught up with the log.
+pub(crate) struct Loaded {
+    pub(crate) index: DedupIndex,
+    pub(crate) snapshot_seq: u64,
+    pub(crate) replayed_records: u64,
+}
+
+/// Why the snapshot was not used (the caller falls back to the full scan).
+pub(crate) type Fallback = String;
+
+/// Loads the snapshot in `dir` if it belongs to this store and database history, and catches it
+/// up to `last_seq` (as of `txn`, whose manifest holds `units` units).
+pub(crate) fn load(
+    dir: &Path,
+    txn: &ReadTransaction,
+    store_id: u64,
+    last_seq: u64,
+    units: u64,
+) -> std::result::Result<Loaded, Fallback> {
+    let path = dir.join(SNAP_FILE);
+    let mut file = match File::open(&path) {
+        Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Err("no snapshot".into()),
+        Err(e) => return Err(format!("open {}: {e}", path.display())),
+    };
+    let actual_len = file
+        .metadata()
+        .map_err(|e| format!("stat {}: {e}", path.display()))?
+        .len();
+    let mut hb = [0u8; HEADER_LEN];
+    file.read_exact(&mut hb)
+        .map_err(|_| "shorter than its header".to_string())?;
+    let header = Header::decode(&hb)?;
+    if header.store_id != store_id {
+        return Err("it belongs to another store".into());
+    }
+    if header.seq > last_seq {
+        return Err(format!(
+            "it reflects seq {} but the store ends at {last_seq} (database restored?)",
+            header.seq
+        ));
+    }
+    match record_crc(txn, header.seq) {
+        Ok(Some(crc)) if crc == header.record_crc => {}
+        Ok(_) => {
+            return Err(format!(
+                "the log record at seq {} differs from the one it reflects (database replaced?)",
+                header.seq
+            ))
+        }
+        Err(e) => return Err(e.to_string()),
+    }
+    if header.file_len() != Some(actual_len) {
+        return Err(format!(
+            "{actual_len} bytes, its header implies {:?} (truncated?)",
+            header.file_len()
+        ));
+    }
+    if header.cap == 0 || header.len >= header.cap || header.len > units {
+        return Err("its table is malformed".into());
+    }
+    let index = read_body(&mut file, &hb, &header)?;
+    let mut loaded = Loaded {
+        index,
+        snapshot_seq: header.seq,
+        replayed_records: 0,
+    };
+    if last_seq > header.seq {
+        loaded.replayed_records = catch_up(txn, &mut loaded.index, header.seq, last_seq)
+            .map_err(|e| format!("catching up with the log: {e}"))?;
+    }
+    let len = loaded.index.len() as u64;
+    let exact = if loaded.index.ambiguous_len() == 0 {
+        len == units
+    } else {
+        len <= units
+    };
+    if !exact {
+        return Err(format!(
+            "after catching up it holds {len} units, the manifest {units}"
+        ));
+    }
+    Ok(loaded)
+}
+
+/// Reads the arrays sequentially, in large chunks (each CRC'd once, parsed record by record),
+/// checking the CRC and the table's shape.
+fn read_body(
+    file: &mut File,
+    header_bytes: &[u8; HEADER_LEN],
+    h: &Header,
+) -> std::result::Result<DedupIndex, Fallback> {
+    let cap = h.cap as usize;
+    let mut crc = crc32fast::Hasher::new();
+    crc.update(header_bytes);
+    let mut buf = vec![0u8; CHUNK];
+    let mut hashes = Vec::with_capacity(cap);
+    read_region(file, &mut buf, &mut crc, cap, 8, |r| {
+        hashes.push(u64::from_le_bytes(arr(r)))
+    })?;
+    let mut slots = Vec::with_capacity(cap);
+    read_region(file, &mut buf, &mut crc, cap, SLOT_LEN, |r| {
+        slots.push(Slot {
+            source_version: u64::from_le_bytes(arr(&r[0..8])),
+            seq: u64::from_le_bytes(arr(&r[8..16])),
+            object: ObjectId(arr(&r[16..48])),
+        })
+    })?;
+    let mut ambiguous = Vec::new();
+    read_region(file, &mut buf, &mut crc, h.ambiguous as usize, 8, |r| {
+        ambiguous.push(u64::from_le_bytes(arr(r)))
+    })?;
+    let mut stored = [0u8; 4];
+    file.read_exact(&mut stored)
+        .map_err(|_| "truncated".to_string())?;
+    if crc.finalize() != u32::from_le_bytes(stored) {
+        return Err("checksum mismatch (corrupt)".into());
+    }
+    let occupied = hashes.iter().filter(|&&x| x != EMPTY).count();
+    if occupied as u64 != h.len || !probe_ok(&hashes) || ambiguous.contains(&EMPTY) {
+        return Err("its table is malformed".into());
+    }
+    Ok(DedupIndex::from_raw_parts(
+        hashes, slots, occupied, ambiguous,
+    ))
+}
+
+/// Reads `count` records of `rec_len` bytes, whole chunks at a time, adding them to `crc` and
+/// handing each record to `each`.
+fn read_region(
+    file: &mut File,
+    buf: &mut [u8],
+    crc: &mut crc32fast::Hasher,
+    count: usize,
+    rec_len: usize,
+    mut each: impl FnMut(&[u8]),
+) -> std::result::Result<(), Fallback> {
+    let per_chunk = buf.len() / rec_len;
+    let mut left = count;
+    while left > 0 {
+        let n = left.min(per_chunk);
+        let chunk = &mut buf[..n * rec_len];
+        file.read_exact(chunk)
+            .map_err(|_| "truncated".to_string())?;
+        crc.update(chunk);
+        for r in chunk.chunks_exact(rec_len) {
+            each(r);
+        }
+        left -= n;
+    }
+    Ok(())
+}
+
+/// Whether every hash sits in the run of occupied positions that starts at its home, i.e. where
+/// a lookup probes for it (the table must have a free position).
+fn probe_ok(hashes: &[u64]) -> bool {
+    let cap = hashes.len();
+    let Some(free) = hashes.iter().position(|&x| x == EMPTY) else {
+        return false;
+    };
+    // Walk the positions after `free` once round, in "unrolled" coordinates free+1 ..= free+cap.
+    let mut run_start = free + 1;
+    for p in free + 1..=free + cap {
+        let x = hashes[p % cap];
+        if x == EMPTY {
+            run_start = p + 1;
+            continue;
+        }
+        let hm = home(x, cap);
+        let hm = if hm > free { hm } else { hm + cap };
+        if hm < run_start || hm > p {
+            return false;
+        }
+    }
+    true
+}
+
+/// Replays the commit records after `from` (through `to`) into `index`, exactly as the commit
+/// leader would have applied them, and returns how many records it read.
+///
+/// The leader tells the index whether a unit is *new* (had no manifest entry before), which is
+/// what tells a key-hash collision from an update. The log does not say so, so it is derived:
+/// units are never removed from the manifest, so unit U is new at seq s iff it was not in the
+/// manifest as of `from` and no replayed record before s lists it. (HISTORY cannot answer this:
+/// GC prunes superseded rows.) "Not in the manifest as of `from`" is read off the index itself,
+/// which is exact as of `from`:
+/// - U listed by an earlier replayed record: not new;
+/// - hash absent: no unit with U's hash existed, so U is new;
+/// - hash ambiguous: redb answers for it anyway, nothing to decide;
+/// - present with a slot written by the replay (seq > `from`): that slot belongs to another unit
+///   V of the replay (had U existed with that hash, V's arrival would have made it ambiguous),
+///   so U is new and now collides;
+/// - present with a slot from the snapshot (seq q ≤ `from`): the slot is the current entry of the
+///   one unit W with that hash, so the log record at q lists W. U is W (not new) iff that record
+///   lists U; if it does not, U did not exist (else U and W would have collided), so U is new.
+fn catch_up(txn: &ReadTransaction, index: &mut DedupIndex, from: u64, to: u64) -> Result<u64> {
+    let log = txn
+        .open_table(LOG)
+        .map_err(|e| Error::db("open the log", e))?;
+    let mut seen: HashSet<String> = HashSet::new();
+    // Units listed by the snapshot-era records consulted so far, by seq.
+    let mut listed: HashMap<u64, HashSet<String>> = HashMap::new();
+    let mut records = 0u64;
+    let mut expect = from + 1;
+    for row in log
+        .range(from + 1..=to)
+        .map_err(|e| Error::db("scan the commit log", e))?
+    {
+        let (k, v) = row.map_err(|e| Error::db("scan the commit log", e))?;
+        let rec = Record::decode(v.value())?;
+        if k.value() != expect || rec.seq != expect {
+            return Err(Error::Corrupt {
+                path: "commit log".into(),
+                detail: format!("expected log record {expect}, found {}", k.value()),
+            });
+        }
+        expect += 1;
+        records += 1;
+        let RecordBody::Commit { entries } = rec.body else {
+            continue;
+        };
+        for e in entries {
+            let new_unit = if seen.contains(&e.unit) {
+                false
+            } else {
+                match index.get(&e.unit) {
+                    Lookup::Absent | Lookup::Ambiguous => true,
+                    Lookup::Present(slot) if slot.seq > from => true,
+                    Lookup::Present(slot) => {
+                        let units = match listed.entry(slot.seq) {
+                            Entry::Occupied(o) => o.into_mut(),
+                            Entry::Vacant(v) => v.insert(units_of(&log, slot.seq)?),
+                        };
+                        !units.contains(&e.unit)
+                    }
+                }
+            };
+            let value = EntryValue {
+                source_version: e.source_version,
+                revision: e.revision,
+                object: e.object,
+                seq: rec.seq,
+                committed_at_ms: rec.time_ms,
+            };
+            index.upsert(&e.unit, new_unit, &value);
+            seen.insert(e.unit);
+        }
+    }
+    if expect != to + 1 {
+        return Err(Error::Corrupt {
+            path: "commit log".into(),
+            detail: format!("the log ends at {} before the store's seq {to}", expect - 1),
+        });
+    }
+    Ok(records)
+}
+
+/// The units a commit record lists.
+fn units_of(log: &redb::ReadOnlyTable<u64, &[u8]>, seq: u64) -> Result<HashSet<String>> {
+    let bytes = log
+        .get(seq)
+        .map_err(|e| Error::db("read the log", e))?
+        .ok_or_else(|| Error::Corrupt {
+            path: "commit log".into(),
+            detail: format!("the index names seq {seq}, which the log lacks"),
+        })?;
+    match Record::decode(bytes.value())?.body {
+        RecordBody::Commit { entries } => Ok(entries.into_iter().map(|e| e.unit).collect()),
+        _ => Err(Error::Corrupt {
+            path: "commit log".into(),
+            detail: format!("the index names seq {seq}, which is not a commit"),
+        }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn probe_check_accepts_a_real_table_and_rejects_a_misplaced_hash() {
+        let mut idx = DedupIndex::with_capacity(100);
+        for i in 0..60u64 {
+            let v = EntryValue {
+                source_version: i,
+                revision: 0,
+                object: ObjectMeta {
+                    id: ObjectId::of(&i.to_le_bytes()),
+                    size: 1,
+                    crc32: 0,
+                },
+                seq: i,
+                committed_at_ms: 0,
+            };
+            idx.upsert(&format!("u{i}"), true, &v);
+        }
+        let (hashes, _, _) = idx.raw_parts();
+        let mut hashes = hashes.to_vec();
+        assert!(probe_ok(&hashes));
+        // Move an occupied hash to a free position far from its home.
+        let i = hashes.iter().position(|&x| x != EMPTY).unwrap();
+        let x = hashes[i];
+        let cap = hashes.len();
+        let j = (0..cap)
+            .map(|d| (home(x, cap) + cap / 2 + d) % cap)
+            .find(|&j| hashes[j] == EMPTY)
+            .unwrap();
+        hashes[i] = EMPTY;
+        hashes[j] = x;
+        assert!(!probe_ok(&hashes));
+    }
+}
