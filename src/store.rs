@@ -465,6 +465,23 @@ impl Drop for Inner {
     }
 }
 
+/// Below this many units a snapshot is a few MB at most: rewrite it on every close that changed
+/// anything, so the next open replays nothing.
+const SMALL_INDEX_UNITS: usize = 65_536;
+
+/// Whether a clean close should rewrite `index.snap`. Rewriting costs ~80 bytes a unit (80 MB at
+/// 1M units); replaying costs a little per log record. So a large index's snapshot is kept while
+/// the tail the next open must replay stays within 1/16 of the units: a short session (one
+/// `oncelake put` on a big store) does not rewrite 80 MB, and an open replays at most that tail.
+fn needs_rewrite(units: usize, snapshot_seq: Option<u64>, seq: u64) -> bool {
+    match snapshot_seq {
+        None => true,
+        Some(snap) if snap == seq => false,
+        Some(_) if units < SMALL_INDEX_UNITS => true,
+        Some(snap) => seq.saturating_sub(snap) > units as u64 / 16,
+    }
+}
+
 impl Inner {
     /// Writes the dedup index as `index.snap`, unless the one on disk already reflects the last
     /// seq. Called on a clean close only, when no commit can run (the last handle is gone), so the
@@ -478,10 +495,9 @@ impl Inner {
             .db("read the seq")?
             .map_or(1, |g| g.value())
             .saturating_sub(1);
-        let unchanged = self.open_report.snapshot_seq == Some(seq)
-            && self.open_report.replayed_records == 0
-            && self.dir.join(crate::index_snap::SNAP_FILE).exists();
-        if unchanged {
+        let keep = self.dir.join(crate::index_snap::SNAP_FILE).exists()
+            && !needs_rewrite(self.index.read().len(), self.open_report.snapshot_seq, seq);
+        if keep {
             return Ok(());
         }
         let Some(crc) = crate::index_snap::record_crc(&txn, seq)? else {
@@ -816,4 +832,24 @@ fn load(
         ..OpenReport::default()
     };
     Ok((index, report))
+}
+
+#[cfg(test)]
+mod rewrite_tests {
+    use super::needs_rewrite;
+
+    #[test]
+    fn a_large_index_is_rewritten_only_when_the_tail_grows() {
+        assert!(needs_rewrite(10, None, 5), "no snapshot used: write one");
+        assert!(!needs_rewrite(10, Some(5), 5), "unchanged: keep");
+        assert!(needs_rewrite(10, Some(4), 5), "small index: always rewrite");
+        assert!(
+            !needs_rewrite(1_000_000, Some(100), 100 + 62_500),
+            "tail within 1/16: keep"
+        );
+        assert!(
+            needs_rewrite(1_000_000, Some(100), 100 + 62_501),
+            "tail beyond 1/16: rewrite"
+        );
+    }
 }
