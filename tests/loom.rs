@@ -1,7 +1,7 @@
 //! Model checks of the group-commit queue (SPEC R6) under loom.
 //!
 //! Run with:
-//! `RUSTFLAGS="--cfg loom" LOOM_MAX_PREEMPTIONS=2 CARGO_TARGET_DIR=target-loom cargo test --release --test loom`
+//! `RUSTFLAGS="--cfg loom" LOOM_MAX_PREEMPTIONS=2 CARGO_TARGET_DIR=target-loom cargo test --no-default-features --test loom`
 //!
 //! Loom runs every interleaving of the threads (up to the preemption bound) on the queue's real
 //! code, which takes its atomics, mutexes and condition variables from `src/sync.rs`. The leader's
