@@ -142,7 +142,7 @@ impl DedupIndex {
 
     fn grow(&mut self) {
         let cap = (self.hashes.len() * 3 / 2).max(16);
-        let old = std::mem::replace(self, DedupIndex::default());
+        let old = std::mem::take(self);
         self.hashes = vec![EMPTY; cap];
         self.slots = vec![Slot::default(); cap];
         self.ambiguous = old.ambiguous;
