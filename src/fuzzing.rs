@@ -175,3 +175,366 @@ pub fn commit_rules(data: &[u8]) {
         }
     }
 }
+
+/// `listing_line`: the reconcile listing parser (SPEC R19). For every line of the input (lossily
+/// decoded) and both formats, [`parse_line`](crate::reconcile::parse_line) never panics and
+/// whatever it accepts is a valid key that survives [`write_listing_line`] and parsing back. The
+/// whole input, as raw bytes, then goes through the streaming [`ListingReader`] and
+/// [`check_sorted_listing`] in both formats: see [`check_listing_rows`].
+///
+/// [`ListingReader`]: crate::reconcile::ListingReader
+/// [`check_sorted_listing`]: crate::reconcile::check_sorted_listing
+pub fn listing_line(data: &[u8]) {
+    use crate::reconcile::ListingFormat;
+    let text = String::from_utf8_lossy(data);
+    for line in text.split('\n') {
+        for format in [ListingFormat::Csv, ListingFormat::JsonLines] {
+            if let Ok((unit, version)) = crate::reconcile::parse_line(format, line) {
+                if let Err(e) = check_listing_pair(format, &unit, version) {
+                    panic!("{format:?} line {line:?} parsed to ({unit:?}, {version}): {e}");
+                }
+            }
+        }
+    }
+    for format in [ListingFormat::Csv, ListingFormat::JsonLines] {
+        if let Err(e) = check_listing_rows(format, data) {
+            panic!("{format:?} listing reader: {e}");
+        }
+    }
+}
+
+/// A listing line in `format` that [`parse_line`](crate::reconcile::parse_line) reads back as
+/// `(unit, version)`. With `quoted`, a CSV unit is always written as a quoted field; otherwise only
+/// when it must be (it starts with a quote). JSON escapes only `"`, `\` and control characters.
+pub fn write_listing_line(
+    format: crate::reconcile::ListingFormat,
+    unit: &str,
+    version: u64,
+    quoted: bool,
+) -> String {
+    use crate::reconcile::ListingFormat;
+    match format {
+        // The version is the text after the last comma, so commas in the unit need no quoting.
+        ListingFormat::Csv if quoted || unit.starts_with('"') => {
+            format!("\"{}\",{version}", unit.replace('"', "\"\""))
+        }
+        ListingFormat::Csv => format!("{unit},{version}"),
+        ListingFormat::JsonLines => {
+            let mut out = String::from("{\"unit\": \"");
+            for c in unit.chars() {
+                match c {
+                    '"' => out.push_str("\\\""),
+                    '\\' => out.push_str("\\\\"),
+                    c if (c as u32) < 0x20 => out.push_str(&format!("\\u{:04x}", c as u32)),
+                    c => out.push(c),
+                }
+            }
+            out.push_str(&format!("\", \"version\": {version}}}"));
+            out
+        }
+    }
+}
+
+/// The property of one accepted listing line: the unit is a valid key and both spellings of the
+/// pair written by [`write_listing_line`] parse back to the same pair.
+pub fn check_listing_pair(
+    format: crate::reconcile::ListingFormat,
+    unit: &str,
+    version: u64,
+) -> Result<(), String> {
+    if let Err(e) = crate::validate_key(unit) {
+        return Err(format!("an accepted unit breaks the key rules: {e}"));
+    }
+    for quoted in [false, true] {
+        let line = write_listing_line(format, unit, version, quoted);
+        match crate::reconcile::parse_line(format, &line) {
+            Ok((u, v)) if u == unit && v == version => {}
+            Ok(other) => return Err(format!("re-serialised as {line:?}, parses to {other:?}")),
+            Err(e) => return Err(format!("re-serialised as {line:?}, refused: {e}")),
+        }
+    }
+    Ok(())
+}
+
+/// The streaming reader over a whole listing, against a model that splits the lines itself: it
+/// terminates, every row comes from a later line than the one before and equals what
+/// [`parse_line`](crate::reconcile::parse_line) makes of that line (without its `\r`, and without
+/// a byte order mark on line 1), every error names a line that exists, and
+/// [`check_sorted_listing`](crate::reconcile::check_sorted_listing) accepts the listing exactly
+/// when the rows are sorted without a unit listed at two versions.
+pub fn check_listing_rows(
+    format: crate::reconcile::ListingFormat,
+    data: &[u8],
+) -> Result<(), String> {
+    use crate::reconcile::{check_sorted_listing, ListingReader};
+    let sorted = check_sorted_listing(ListingReader::new(data, format));
+    check_listing_source(format, data, ListingReader::new(data, format), sorted)
+}
+
+/// [`check_listing_rows`] with the rows read from `reader` and the verdict of
+/// `check_sorted_listing` given, so a test can show that a wrong reader is caught.
+pub fn check_listing_source(
+    format: crate::reconcile::ListingFormat,
+    data: &[u8],
+    mut reader: impl crate::reconcile::ListingSource,
+    sorted: Result<u64, crate::reconcile::ListingError>,
+) -> Result<(), String> {
+    use crate::reconcile::parse_line;
+    let lines: Vec<&[u8]> = {
+        let mut v: Vec<&[u8]> = data.split(|&b| b == b'\n').collect();
+        if v.last().is_some_and(|l| l.is_empty()) {
+            v.pop(); // the text after a final newline is no line
+        }
+        v
+    };
+    let n_lines = lines.len() as u64;
+    let mut rows: Vec<(String, u64, u64)> = Vec::new();
+    let mut failed = false;
+    loop {
+        if rows.len() as u64 > n_lines {
+            return Err(format!("more rows than the {n_lines} lines"));
+        }
+        match reader.next_row() {
+            Ok(None) => break,
+            Ok(Some(row)) => {
+                if row.line == 0 || row.line > n_lines {
+                    return Err(format!("row on line {} of {n_lines}", row.line));
+                }
+                if let Some(prev) = rows.last() {
+                    if row.line <= prev.2 {
+                        return Err(format!("row on line {} after line {}", row.line, prev.2));
+                    }
+                }
+                let mut raw = lines[(row.line - 1) as usize];
+                raw = raw.strip_suffix(b"\r").unwrap_or(raw);
+                if row.line == 1 {
+                    raw = raw.strip_prefix(b"\xEF\xBB\xBF".as_slice()).unwrap_or(raw);
+                }
+                let model = std::str::from_utf8(raw)
+                    .map_err(|e| e.to_string())
+                    .and_then(|t| parse_line(format, t).map_err(|e| e.to_string()));
+                if model.as_ref() != Ok(&(row.unit.to_string(), row.version)) {
+                    return Err(format!(
+                        "line {} read as ({:?}, {}), but parse_line says {model:?}",
+                        row.line, row.unit, row.version
+                    ));
+                }
+                rows.push((row.unit.to_string(), row.version, row.line));
+            }
+            Err(e) => {
+                if e.line() == 0 || e.line() > n_lines {
+                    return Err(format!("error names line {} of {n_lines}: {e}", e.line()));
+                }
+                failed = true;
+                break;
+            }
+        }
+    }
+    let in_order = rows
+        .windows(2)
+        .all(|w| w[0].0 < w[1].0 || (w[0].0 == w[1].0 && w[0].1 == w[1].1));
+    match sorted {
+        Ok(n) if !failed && in_order && n == rows.len() as u64 => Ok(()),
+        Ok(n) => Err(format!(
+            "check_sorted_listing accepted {n} rows; the reader gave {} (failed: {failed}, sorted: {in_order})",
+            rows.len()
+        )),
+        Err(e) if e.line() == 0 || e.line() > n_lines => {
+            Err(format!("check_sorted_listing names line {} of {n_lines}: {e}", e.line()))
+        }
+        Err(_) if failed || !in_order => Ok(()),
+        Err(e) => Err(format!("check_sorted_listing refused sorted rows: {e}")),
+    }
+}
+
+/// `pipeline_def`: [`PipelineDef::parse`](crate::pipeline::PipelineDef::parse) never panics on any
+/// (lossily decoded) input; a syntax error names an existing line; whatever parses is a DAG
+/// ([`check_pipeline_dag`]) and reads back from [`to_text`](crate::pipeline::PipelineDef::to_text)
+/// to an equal definition.
+pub fn pipeline_def(data: &[u8]) {
+    use crate::pipeline::{PipelineDef, PipelineError};
+    let text = String::from_utf8_lossy(data);
+    let def = match PipelineDef::parse(&text) {
+        Ok(def) => def,
+        Err(PipelineError::Syntax { line, msg }) => {
+            let n = text.lines().count();
+            assert!(
+                (1..=n).contains(&line),
+                "syntax error names line {line} of {n}: {msg}"
+            );
+            return;
+        }
+        Err(_) => return,
+    };
+    let topo: Vec<&str> = def.topo_order().map(|s| s.name.as_str()).collect();
+    if let Err(e) = check_pipeline_dag(def.stages(), &topo) {
+        panic!("parsed definition is not a valid DAG: {e}\n{text}");
+    }
+    for s in def.stages() {
+        let mut want: Vec<&str> = def
+            .stages()
+            .iter()
+            .filter(|d| d.upstream.contains(&s.name))
+            .map(|d| d.name.as_str())
+            .collect();
+        let mut got = def.downstream(&s.name);
+        want.sort_unstable();
+        got.sort_unstable();
+        assert_eq!(
+            got, want,
+            "downstream of {:?} disagrees with upstream lists",
+            s.name
+        );
+    }
+    let written = def.to_text();
+    match PipelineDef::parse(&written) {
+        Ok(back) => assert!(back == def, "to_text does not read back equal:\n{written}"),
+        Err(e) => panic!("to_text does not parse: {e}\n{written}"),
+    }
+}
+
+/// The DAG property of a validated pipeline: at least one stage, valid unique names, every
+/// upstream a defined stage listed once, and `topo` lists every stage once, each after all of its
+/// upstream stages (so no cycle).
+pub fn check_pipeline_dag(
+    stages: &[crate::pipeline::StageDef],
+    topo: &[&str],
+) -> Result<(), String> {
+    use std::collections::HashMap;
+    if stages.is_empty() {
+        return Err("no stages".into());
+    }
+    let mut pos: HashMap<&str, usize> = HashMap::new();
+    for s in stages {
+        crate::pipeline::def::validate_stage_name(&s.name).map_err(|e| e.to_string())?;
+        if pos.insert(s.name.as_str(), usize::MAX).is_some() {
+            return Err(format!("stage {:?} defined twice", s.name));
+        }
+    }
+    if topo.len() != stages.len() {
+        return Err(format!(
+            "topological order has {} of {} stages",
+            topo.len(),
+            stages.len()
+        ));
+    }
+    for (i, name) in topo.iter().enumerate() {
+        match pos.get_mut(name) {
+            Some(p) if *p == usize::MAX => *p = i,
+            Some(_) => return Err(format!("{name:?} twice in the topological order")),
+            None => return Err(format!("{name:?} in the topological order is no stage")),
+        }
+    }
+    for s in stages {
+        for (j, up) in s.upstream.iter().enumerate() {
+            let Some(&u) = pos.get(up.as_str()) else {
+                return Err(format!("{:?} lists unknown upstream {up:?}", s.name));
+            };
+            if s.upstream[..j].contains(up) {
+                return Err(format!("{:?} lists {up:?} twice", s.name));
+            }
+            if u >= pos[s.name.as_str()] {
+                return Err(format!(
+                    "{:?} is not ordered after its upstream {up:?} (cycle)",
+                    s.name
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::pipeline::StageDef;
+    use crate::reconcile::ListingFormat::{Csv, JsonLines};
+
+    fn stage(name: &str, upstream: &[&str]) -> StageDef {
+        StageDef {
+            name: name.into(),
+            code_version: 1,
+            upstream: upstream.iter().map(|s| s.to_string()).collect(),
+            max_attempts: 3,
+        }
+    }
+
+    /// The listing checks can fail: an invalid key, a pair the writer cannot express, a reader
+    /// model that disagrees.
+    #[test]
+    fn listing_checks_can_fail() {
+        for f in [Csv, JsonLines] {
+            assert!(check_listing_pair(f, "a,\"b\"\\c", 7).is_ok());
+            assert!(check_listing_pair(f, "\"lead", u64::MAX).is_ok());
+            // A control character is no key, so an accepted line with one must fail the check.
+            assert!(check_listing_pair(f, "a\nb", 1).is_err());
+            assert!(check_listing_pair(f, "", 1).is_err());
+        }
+        // A CSV unit with a leading space re-serialises fine, but a unit the reader would
+        // strip (a BOM) does too: the single-line property holds for it.
+        assert!(check_listing_pair(Csv, "\u{feff}a", 1).is_ok());
+        assert!(check_listing_rows(Csv, b"a,1\nb,2\n").is_ok());
+        assert!(check_listing_rows(JsonLines, b"{\"unit\":\"b\",\"version\":1}\na").is_ok());
+        assert!(
+            check_listing_rows(Csv, b"b,1\na,2\n").is_ok(),
+            "unsorted is refused, not a bug"
+        );
+    }
+
+    /// The reader check can fail: rows that disagree with the lines, name lines that do not
+    /// exist, or a sortedness verdict that contradicts the rows are all caught.
+    #[test]
+    fn listing_reader_check_can_fail() {
+        use crate::reconcile::{ListingError, Pairs};
+        let data = b"a,1\nb,2\n";
+        let ok = check_listing_source(Csv, data, Pairs::new([("a", 1), ("b", 2)]), Ok(2));
+        assert!(ok.is_ok(), "{ok:?}");
+        let wrong_unit = check_listing_source(Csv, data, Pairs::new([("a", 1), ("c", 2)]), Ok(2));
+        assert!(wrong_unit.is_err());
+        let wrong_version = check_listing_source(Csv, data, Pairs::new([("a", 2)]), Ok(1));
+        assert!(wrong_version.is_err());
+        let past_the_end =
+            check_listing_source(Csv, b"a,1", Pairs::new([("a", 1), ("a", 1)]), Ok(2));
+        assert!(past_the_end.is_err());
+        let bad_line = ListingError::BadVersion {
+            line: 3,
+            text: "x".into(),
+        };
+        let err_line = check_listing_source(Csv, data, Pairs::new([("a", 1)]), Err(bad_line));
+        assert!(err_line.is_err(), "line 3 of 2");
+        let unsorted =
+            check_listing_source(Csv, b"b,1\na,2\n", Pairs::new([("b", 1), ("a", 2)]), Ok(2));
+        assert!(unsorted.is_err(), "accepting unsorted rows is caught");
+    }
+
+    /// The DAG check can fail: cycles, unknown or repeated upstreams, duplicate stages and bad
+    /// orders are all caught.
+    #[test]
+    fn pipeline_dag_check_can_fail() {
+        let good = [stage("a", &[]), stage("b", &["a"])];
+        assert!(check_pipeline_dag(&good, &["a", "b"]).is_ok());
+        assert!(check_pipeline_dag(&good, &["b", "a"]).is_err(), "order");
+        assert!(check_pipeline_dag(&good, &["a"]).is_err(), "missing");
+        assert!(check_pipeline_dag(&good, &["a", "a"]).is_err(), "repeated");
+        let cycle = [stage("a", &["b"]), stage("b", &["a"])];
+        assert!(check_pipeline_dag(&cycle, &["a", "b"]).is_err());
+        assert!(check_pipeline_dag(&cycle, &["b", "a"]).is_err());
+        assert!(check_pipeline_dag(&[stage("a", &["a"])], &["a"]).is_err());
+        assert!(check_pipeline_dag(&[stage("a", &["x"])], &["a"]).is_err());
+        let twice = [stage("a", &[]), stage("b", &["a", "a"])];
+        assert!(check_pipeline_dag(&twice, &["a", "b"]).is_err());
+        let dup = [stage("a", &[]), stage("a", &[])];
+        assert!(check_pipeline_dag(&dup, &["a", "a"]).is_err());
+        assert!(check_pipeline_dag(&[stage("a b", &[])], &["a b"]).is_err());
+        assert!(check_pipeline_dag(&[], &[]).is_err());
+    }
+
+    #[test]
+    fn pipeline_target_accepts_good_and_bad_input() {
+        pipeline_def(
+            b"[stage.a]\ncode_version = 1\n[stage.b]\ncode_version = 2\nupstream = [\"a\"]\n",
+        );
+        pipeline_def(b"[stage.a]\ncode_version = 1\nupstream = [\"a\"]\n");
+        listing_line(b"\xef\xbb\xbfunit,version\r\n\"x,\"\"y\",1\r\n");
+    }
+}
