@@ -121,7 +121,7 @@ pub(crate) fn simulate_cmd(a: SimulateArgs) -> Result<u8, CliError> {
         }
         None => (temp_root(), true),
     };
-    let result = run_modes(&a, modes, &root);
+    let result = run_modes(&a, modes, &root, temporary);
     if temporary {
         let _ = std::fs::remove_dir_all(&root);
     }
@@ -135,8 +135,16 @@ pub(crate) fn simulate_cmd(a: SimulateArgs) -> Result<u8, CliError> {
     Ok(if ok { 0 } else { 1 })
 }
 
-fn run_modes(a: &SimulateArgs, modes: &[SimMode], root: &Path) -> Result<Vec<SimReport>, CliError> {
+fn run_modes(
+    a: &SimulateArgs,
+    modes: &[SimMode],
+    root: &Path,
+    temporary: bool,
+) -> Result<Vec<SimReport>, CliError> {
     let mut reports = Vec::new();
+    // A finished mode's throwaway store (100,000 objects) is removed while the next mode runs:
+    // the removal is a second or two of unlinking that need not wait for the end.
+    let mut removals = Vec::new();
     for &mode in modes {
         let cfg = SimConfig {
             workers: a.workers,
@@ -175,6 +183,15 @@ fn run_modes(a: &SimulateArgs, modes: &[SimMode], root: &Path) -> Result<Vec<Sim
             print_json(&report_json(&report, a));
         }
         reports.push(report);
+        if temporary {
+            let dir = cfg.store_dir.clone();
+            removals.push(std::thread::spawn(move || {
+                let _ = std::fs::remove_dir_all(dir);
+            }));
+        }
+    }
+    for r in removals {
+        let _ = r.join();
     }
     Ok(reports)
 }
