@@ -468,6 +468,24 @@ fn unsorted_full_listings_are_sorted_but_a_unit_with_two_versions_is_refused() {
             "{e}"
         );
     }
+    // A listing of exactly one run stays in memory; one row more spills two runs.
+    let pairs = |n: u64| Pairs::new((0..n).rev().map(|i| (format!("k{i:03}"), i)));
+    let config = SortConfig {
+        run_rows: 40,
+        ..SortConfig::new(tmp.path())
+    };
+    assert_eq!(
+        SortedListing::sort(pairs(40), &config)
+            .unwrap()
+            .spilled_runs(),
+        0
+    );
+    let sorted = SortedListing::sort(pairs(41), &config).unwrap();
+    assert_eq!(sorted.spilled_runs(), 2);
+    assert!(!sorted.was_sorted());
+    drop(sorted);
+    let in_order = Pairs::new((0..41u64).map(|i| (format!("k{i:03}"), i)));
+    assert!(SortedListing::sort(in_order, &config).unwrap().was_sorted());
     // A bad line is reported with its line, before any plan item.
     let bad = "u09,1\nu01,1\nu05,x\nu02,1\n";
     let err = reconcile_full_unsorted(

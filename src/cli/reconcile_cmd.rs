@@ -166,6 +166,7 @@ pub(crate) fn reconcile(a: ReconcileArgs, wait: Duration) -> Result<u8, CliError
                 sorted.rows(),
                 match sorted.spilled_runs() {
                     0 => "in memory".to_string(),
+                    1 => format!("1 run spilled to {}", dir.display()),
                     n => format!("{n} runs spilled to {}", dir.display()),
                 }
             );

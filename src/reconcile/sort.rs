@@ -227,7 +227,8 @@ impl SortedListing {
                 };
                 was_sorted = prev.as_bytes() <= row.unit.as_bytes();
             }
-            run.push(&row);
+            // Spill a full run only when another row comes, so that a listing of exactly one
+            // run is never written to disk.
             if run.rows.len() >= run_rows || run.units.len() >= config.run_bytes {
                 if let Some(last) = run.rows.last() {
                     tail.clear();
@@ -237,6 +238,7 @@ impl SortedListing {
                 spilled.push(spill(&run, config).map_err(|e| io_error(e, &config.dir, rows))?);
                 run.clear();
             }
+            run.push(&row);
         }
         let state = if spilled.is_empty() {
             run.sort();
