@@ -455,7 +455,8 @@ impl ManifestCursor {
 /// items already passed to `sink` must then be discarded: the listed units among them were
 /// classified correctly, but a unit reported [`Action::Unknown`] may appear later in the listing.
 /// Run [`check_sorted_listing`] first when the listing can be read twice and plan lines cannot be
-/// taken back. A unit listed twice is adjacent in a sorted listing: with two versions it is
+/// taken back, or use [`reconcile_full_unsorted`] for a listing in any order. A unit listed twice
+/// is adjacent in a sorted listing: with two versions it is
 /// [`ListingError::Duplicate`], with the same version it is counted and planned once.
 ///
 /// ```
