@@ -3,8 +3,9 @@
 //! of `oncelake reconcile` and `oncelake log --since`.
 
 use oncelake::reconcile::{
-    check_sorted_listing, reconcile_full, Action, ListingError, ListingFormat, ListingReader,
-    ListingSource, Pairs, Plan, PlannedUnit, ReconcileError, ReconcileOptions, Row,
+    check_sorted_listing, reconcile_full, reconcile_full_unsorted, Action, ListingError,
+    ListingFormat, ListingReader, ListingSource, Pairs, Plan, PlannedUnit, ReconcileError,
+    ReconcileOptions, Row, SortConfig, SortedListing,
 };
 use oncelake::{Batch, Durability, Options, Store};
 use proptest::prelude::*;
@@ -140,6 +141,17 @@ fn state(store: &Store) -> (u64, Vec<oncelake::Entry>) {
     (store.last_seq().unwrap(), entries)
 }
 
+/// A deterministic Fisher-Yates shuffle (xorshift).
+fn shuffle<T>(v: &mut [T], seed: u64) {
+    let mut x = seed | 1;
+    for i in (1..v.len()).rev() {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        v.swap(i, (x % (i as u64 + 1)) as usize);
+    }
+}
+
 fn sorted(mut v: Vec<PlannedUnit>) -> Vec<PlannedUnit> {
     v.sort();
     v
@@ -199,14 +211,44 @@ proptest! {
             prop_assert_eq!(plan2.summary, plan.summary);
         }
 
+        // Shuffled, the same listing is sorted (in many spilled runs) and gives the same plan.
+        let mut shuffled = rows.clone();
+        shuffle(&mut shuffled, shuffle_seed.rotate_left(7));
+        let tmp = tempfile::tempdir().unwrap();
+        let small = SortConfig { run_rows: 7, ..SortConfig::new(tmp.path()) };
+        for (format, config) in [
+            (ListingFormat::Csv, &small),
+            (ListingFormat::JsonLines, &small),
+            (ListingFormat::Csv, &SortConfig::new(tmp.path())),
+        ] {
+            let text = render(&shuffled, format, escape, escape);
+            let mut units = Vec::new();
+            let summary = reconcile_full_unsorted(
+                &snap, ListingReader::new(text.as_bytes(), format), opts, config,
+                |i| { units.push(PlannedUnit::from(i)); Ok(()) },
+            ).unwrap();
+            prop_assert_eq!(&units, &expected, "shuffled {:?}, {} rows a run", format, config.run_rows);
+            prop_assert_eq!(summary, plan.summary);
+        }
+        let sorted_rows = SortedListing::sort(Pairs::new(shuffled.iter().cloned()), &small).unwrap();
+        prop_assert_eq!(sorted_rows.spilled_runs(), shuffled.len().div_ceil(7));
+        // The rows keep their original lines (positions in the shuffled listing).
+        let mut sorted_rows = sorted_rows;
+        let mut prev: Option<(String, u64)> = None;
+        while let Some(row) = sorted_rows.next_row().unwrap() {
+            prop_assert_eq!(&shuffled[row.line as usize - 1], &(row.unit.to_string(), row.version));
+            if let Some((u, l)) = &prev {
+                prop_assert!((u.as_str(), *l) < (row.unit, row.line));
+            }
+            prev = Some((row.unit.to_string(), row.line));
+        }
+        drop(sorted_rows);
+        prop_assert_eq!(std::fs::read_dir(tmp.path()).unwrap().count(), 0, "temporary runs left behind");
+
         // Incremental: a shuffled subset of the listing as changes.
         let mut changes: Vec<(String, u64)> = listing.iter().zip(&change_mask)
             .filter(|(_, m)| **m).map(|((k, v), _)| (k.clone(), *v)).collect();
-        let mut x = shuffle_seed | 1;
-        for i in (1..changes.len()).rev() {
-            x ^= x << 13; x ^= x >> 7; x ^= x << 17;
-            changes.swap(i, (x % (i as u64 + 1)) as usize);
-        }
+        shuffle(&mut changes, shuffle_seed);
         let inc = Plan::changes(&store, Pairs::new(changes.iter().cloned()), opts).unwrap();
         let changed: BTreeMap<String, u64> = changes.iter().cloned().collect();
         let want: Vec<PlannedUnit> = model_full(&manifest, &changed, list_up_to_date)
@@ -363,6 +405,129 @@ fn bad_listings_name_the_line_and_leave_the_store_alone() {
         err.to_string().contains("line 2") && err.to_string().contains("UTF-8"),
         "{err}"
     );
+}
+
+#[test]
+fn unsorted_full_listings_are_sorted_but_a_unit_with_two_versions_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = open(&dir.path().join("s"));
+    fill(&store, &(0..20).map(|i| (format!("u{i:02}"), 3)).collect());
+    let before = state(&store);
+    let tmp = tempfile::tempdir().unwrap();
+    // u07 on line 4 with version 2, again on line 37 with version 5, far apart and out of order.
+    let mut lines: Vec<String> = (0..40).rev().map(|i| format!("u{:02},4", i + 40)).collect();
+    lines[3] = "u07,2".into();
+    lines[36] = "u07,5".into();
+    let text = lines.join("\n") + "\n";
+    for run_rows in [1, 3, 7, 1000] {
+        let config = SortConfig {
+            run_rows,
+            ..SortConfig::new(tmp.path())
+        };
+        let snap = store.snapshot().unwrap();
+        let mut printed = 0;
+        let err = reconcile_full_unsorted(
+            &snap,
+            ListingReader::new(text.as_bytes(), ListingFormat::Csv),
+            ReconcileOptions::default(),
+            &config,
+            |_| {
+                printed += 1;
+                Ok(())
+            },
+        )
+        .unwrap_err();
+        match err {
+            ReconcileError::Listing(ListingError::Duplicate {
+                ref unit,
+                first_line: 4,
+                first_version: 2,
+                line: 37,
+                version: 5,
+            }) if unit == "u07" => {}
+            other => {
+                panic!("{run_rows} rows a run: expected a duplicate on lines 4 and 37, got {other}")
+            }
+        }
+        if run_rows >= 40 {
+            assert_eq!(printed, 0, "one run: refused before any plan item");
+        }
+        // The constant-memory primitive still refuses the unsorted listing.
+        let e = reconcile_full(
+            &snap,
+            ListingReader::new(text.as_bytes(), ListingFormat::Csv),
+            ReconcileOptions::default(),
+            |_| Ok(()),
+        )
+        .unwrap_err();
+        assert!(
+            matches!(
+                e,
+                ReconcileError::Listing(ListingError::Unsorted { line: 2, .. })
+            ),
+            "{e}"
+        );
+    }
+    // A listing of exactly one run stays in memory; one row more spills two runs.
+    let pairs = |n: u64| Pairs::new((0..n).rev().map(|i| (format!("k{i:03}"), i)));
+    let config = SortConfig {
+        run_rows: 40,
+        ..SortConfig::new(tmp.path())
+    };
+    assert_eq!(
+        SortedListing::sort(pairs(40), &config)
+            .unwrap()
+            .spilled_runs(),
+        0
+    );
+    let sorted = SortedListing::sort(pairs(41), &config).unwrap();
+    assert_eq!(sorted.spilled_runs(), 2);
+    assert!(!sorted.was_sorted());
+    drop(sorted);
+    let in_order = Pairs::new((0..41u64).map(|i| (format!("k{i:03}"), i)));
+    assert!(SortedListing::sort(in_order, &config).unwrap().was_sorted());
+    // A bad line is reported with its line, before any plan item.
+    let bad = "u09,1\nu01,1\nu05,x\nu02,1\n";
+    let err = reconcile_full_unsorted(
+        &store.snapshot().unwrap(),
+        ListingReader::new(bad.as_bytes(), ListingFormat::Csv),
+        ReconcileOptions::default(),
+        &SortConfig {
+            run_rows: 1,
+            ..SortConfig::new(tmp.path())
+        },
+        |_| panic!("a plan item before the listing was read"),
+    )
+    .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            ReconcileError::Listing(ListingError::BadVersion { line: 3, .. })
+        ),
+        "{err}"
+    );
+    // Exact repeats are planned once; nothing is left in the temporary directory.
+    let plan: Vec<(String, u64)> = vec![("u05".into(), 9), ("u01".into(), 9), ("u05".into(), 9)];
+    let mut units = Vec::new();
+    let summary = reconcile_full_unsorted(
+        &store.snapshot().unwrap(),
+        Pairs::new(plan),
+        ReconcileOptions::default(),
+        &SortConfig {
+            run_rows: 1,
+            ..SortConfig::new(tmp.path())
+        },
+        |i| {
+            units.push((i.unit.to_string(), i.action));
+            Ok(())
+        },
+    )
+    .unwrap();
+    assert_eq!(summary.duplicate_lines, 1);
+    assert_eq!(summary.behind, 2);
+    assert_eq!(units.iter().filter(|u| u.1 == Action::Behind).count(), 2);
+    assert_eq!(std::fs::read_dir(tmp.path()).unwrap().count(), 0);
+    assert_eq!(state(&store), before);
 }
 
 #[test]
@@ -542,7 +707,6 @@ fn cli_reconcile_plans_and_exits_by_the_contract() {
     let before = cli(&["log", &store, "--json"]).1;
     for (name, text, line) in [
         ("bad.csv", "a,1\nb;2\n", "line 2"),
-        ("unsorted.csv", "b,1\na,2\n", "line 2"),
         ("dup.csv", "a,1\na,2\n", "line 1 and 2 on line 2"),
         (
             "bad.jsonl",
@@ -558,6 +722,67 @@ fn cli_reconcile_plans_and_exits_by_the_contract() {
         assert!(err.contains(line), "{name}: {err}");
     }
     assert_eq!(cli(&["log", &store, "--json"]).1, before);
+
+    // An unsorted full listing, from a file or from standard input, is sorted, with a note.
+    let unsorted = "d,5\nc,4\nb,1\na,2\n";
+    let want = ["behind\ta\t2\t1", "missing\tb\t1\t-"];
+    let p = dir.path().join("unsorted.csv");
+    std::fs::write(&p, unsorted).unwrap();
+    let tmp = dir.path().join("tmp");
+    std::fs::create_dir(&tmp).unwrap();
+    let (code, out, err) = cli(&[
+        "reconcile",
+        &store,
+        "--source",
+        p.to_str().unwrap(),
+        "--tmp",
+        tmp.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 0, "{err}");
+    assert!(err.contains("not sorted"), "{err}");
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(&lines[..2], want, "{out}");
+    assert!(lines[2].starts_with("summary: 2 to process"), "{out}");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_oncelake"))
+        .args(["reconcile", &store, "--source", "-", "--json"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    {
+        use std::io::Write as _;
+        let mut stdin = child.stdin.take().unwrap();
+        stdin.write_all(unsorted.as_bytes()).unwrap();
+    }
+    let o = child.wait_with_output().unwrap();
+    let (out, err) = (
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr),
+    );
+    assert_eq!(o.status.code(), Some(0), "{err}");
+    assert!(err.contains("not sorted"), "{err}");
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(lines.len(), 3, "{out}");
+    assert!(
+        lines[0].contains("\"unit\":\"a\"") && lines[0].contains("behind"),
+        "{out}"
+    );
+    assert!(
+        lines[1].contains("\"unit\":\"b\"") && lines[1].contains("missing"),
+        "{out}"
+    );
+    assert!(
+        lines[2].contains("\"to_process\":2") && lines[2].contains("\"unknown\":0"),
+        "{out}"
+    );
+    // Unsorted with a unit listed twice (not adjacent): refused, nothing printed.
+    let p = dir.path().join("unsorted-dup.csv");
+    std::fs::write(&p, "d,5\na,1\nc,4\na,2\n").unwrap();
+    let (code, out, err) = cli(&["reconcile", &store, "--source", p.to_str().unwrap()]);
+    assert_eq!(code, 2, "{err}");
+    assert!(out.is_empty(), "{out}");
+    assert!(err.contains("line 2 and 2 on line 4"), "{err}");
 
     // A missing listing file and a bad --format value are usage errors.
     let (code, _, err) = cli(&["reconcile", &store, "--source", "/nonexistent/x.csv"]);

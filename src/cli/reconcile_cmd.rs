@@ -3,7 +3,8 @@
 use super::{open_store, print_json, CliError};
 use oncelake::reconcile::{
     check_sorted_listing, reconcile_changes, reconcile_full, ListingError, ListingFormat,
-    ListingReader, ListingSource, PlanItem, ReconcileError, ReconcileOptions, Row, Summary,
+    ListingReader, ListingSource, PlanItem, ReconcileError, ReconcileOptions, Row, SortConfig,
+    SortedListing, Summary,
 };
 use serde_json::json;
 use std::io::{BufRead, BufReader, IsTerminal, Write};
@@ -12,9 +13,10 @@ use std::time::Duration;
 
 pub(crate) const EXAMPLES: &str = "\
 Examples:
-  # Full listing (sorted by unit, byte order): also reports units the source no longer has
-  LC_ALL=C sort -t, -k1,1 source.csv > sorted.csv
-  oncelake reconcile ./lake --source sorted.csv
+  # Full listing: also reports units the source no longer has. Sorted by unit (byte order) it
+  # is merged in one pass; otherwise it is sorted first (external sort, temporary files in --tmp)
+  oncelake reconcile ./lake --source listing.csv
+  producer | oncelake reconcile ./lake --source - --tmp /var/tmp
   # Only what changed at the source (any order)
   oncelake reconcile ./lake --source changes.jsonl --changes-only --json
 
@@ -54,6 +56,10 @@ pub(crate) struct ReconcileArgs {
     /// `{"summary": {...}}`.
     #[arg(long)]
     pub json: bool,
+    /// Where a full listing that is not sorted (or comes from standard input) is sorted, in
+    /// temporary files removed afterwards (default: the system's temporary directory).
+    #[arg(long, value_name = "DIR")]
+    pub tmp: Option<PathBuf>,
 }
 
 /// Counts rows as they stream by and ticks a spinner (only when stderr is a terminal).
@@ -100,15 +106,22 @@ pub(crate) fn reconcile(a: ReconcileArgs, wait: Duration) -> Result<u8, CliError
         },
     };
     // A listing file can be read twice: check it fully before planning, so that a bad listing
-    // prints no plan lines at all (standard input is checked as it streams).
-    if !a.changes_only && a.source.as_os_str() != "-" {
+    // prints no plan lines at all. A full listing out of order, and standard input (which cannot
+    // be read twice), go through the external sort, which reads the whole listing before the
+    // merge prints anything.
+    let is_stdin = a.source.as_os_str() == "-";
+    let mut sort = !a.changes_only && is_stdin;
+    if !a.changes_only && !is_stdin {
         let f = std::fs::File::open(&a.source)
             .map_err(|e| CliError::io(format!("read {}", a.source.display()), e))?;
-        check_sorted_listing(ListingReader::new(
+        match check_sorted_listing(ListingReader::new(
             BufReader::with_capacity(1 << 16, f),
             format,
-        ))
-        .map_err(|e| bad_listing(&a.source, format, &e, false))?;
+        )) {
+            Ok(_) => {}
+            Err(ListingError::Unsorted { .. }) => sort = true,
+            Err(e) => return Err(bad_listing(&a.source, format, &e, false)),
+        }
     }
     let store = open_store(&a.store, wait, false)?;
 
@@ -137,6 +150,29 @@ pub(crate) fn reconcile(a: ReconcileArgs, wait: Duration) -> Result<u8, CliError
     let sink = |item: PlanItem<'_>| write_item(&mut out, item, json);
     let result = if a.changes_only {
         reconcile_changes(&store, listing, opts, sink)
+    } else if sort {
+        let dir = a.tmp.clone().unwrap_or_else(std::env::temp_dir);
+        let sorted = match SortedListing::sort(listing, &SortConfig::new(&dir)) {
+            Ok(s) => s,
+            Err(e) => {
+                bar.finish_and_clear();
+                return Err(bad_listing(&a.source, format, &e, false));
+            }
+        };
+        if !sorted.was_sorted() {
+            eprintln!(
+                "note: the listing {} is not sorted by unit; sorted it first ({} rows, {}) before the merge",
+                a.source.display(),
+                sorted.rows(),
+                match sorted.spilled_runs() {
+                    0 => "in memory".to_string(),
+                    1 => format!("1 run spilled to {}", dir.display()),
+                    n => format!("{n} runs spilled to {}", dir.display()),
+                }
+            );
+        }
+        let snap = store.snapshot()?;
+        reconcile_full(&snap, sorted, opts, sink)
     } else {
         let snap = store.snapshot()?;
         reconcile_full(&snap, listing, opts, sink)

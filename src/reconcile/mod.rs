@@ -15,8 +15,10 @@
 //! - **full** ([`reconcile_full`]): the input is the complete listing, sorted by unit in byte order;
 //!   one merge pass walks it beside the manifest (which redb keeps in the same order), streaming both
 //!   sides: memory does not grow with either. A listing out of order is refused at the first line
-//!   out of order ([`ListingError::Unsorted`]), never mis-merged; reconcile it with the incremental
-//!   form or sort it first. [`check_sorted_listing`] checks a listing without touching the store.
+//!   out of order ([`ListingError::Unsorted`]), never mis-merged. [`reconcile_full_unsorted`] takes
+//!   a listing in any order: it sorts it first by an external merge sort ([`SortedListing`]:
+//!   bounded memory, runs spilled to temporary files) and then merges. [`check_sorted_listing`]
+//!   checks a listing without touching the store.
 //!
 //! A unit listed twice with two versions is an error naming both lines; a unit listed twice with
 //! the same version is counted in [`Summary::duplicate_lines`] and planned once. Reconcile only
@@ -24,11 +26,13 @@
 //! [`PlanItem`] at a time, in listing order (full form: key order); [`Plan`] collects it.
 
 mod listing;
+mod sort;
 
 pub use listing::{
     parse_line, parse_listing_line, ListingError, ListingFormat, ListingReader, ListingSource,
     Pairs, Row,
 };
+pub use sort::{SortConfig, SortedListing};
 
 use crate::error::{DbContext, Error};
 use crate::index::{key_hash, Lookup, PassThrough};
@@ -451,7 +455,8 @@ impl ManifestCursor {
 /// items already passed to `sink` must then be discarded: the listed units among them were
 /// classified correctly, but a unit reported [`Action::Unknown`] may appear later in the listing.
 /// Run [`check_sorted_listing`] first when the listing can be read twice and plan lines cannot be
-/// taken back. A unit listed twice is adjacent in a sorted listing: with two versions it is
+/// taken back, or use [`reconcile_full_unsorted`] for a listing in any order. A unit listed twice
+/// is adjacent in a sorted listing: with two versions it is
 /// [`ListingError::Duplicate`], with the same version it is counted and planned once.
 ///
 /// ```
@@ -527,6 +532,45 @@ where
         head_version = cursor.next(&mut head)?;
     }
     Ok(summary)
+}
+
+/// Full reconcile of a complete listing in any order: sorts it with [`SortedListing`] (runs of
+/// `sort.run_rows` rows in memory, spilled to anonymous temporary files in `sort.dir`, merged
+/// k-way), then runs [`reconcile_full`]. Errors of the listing's lines come out before any plan
+/// item; a unit listed with two versions is [`ListingError::Duplicate`] naming both original
+/// lines (before any plan item if the listing fit in one run). Use [`reconcile_full`] directly
+/// for a listing known to be sorted: it needs no sort and constant memory.
+///
+/// ```
+/// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// use oncelake::reconcile::{reconcile_full_unsorted, Action, Pairs, ReconcileOptions, SortConfig};
+/// let dir = tempfile::tempdir()?;
+/// let store = oncelake::Store::open(dir.path().join("lake"))?;
+/// store.put("a", 1, b"x")?;
+/// let mut plan = Vec::new();
+/// reconcile_full_unsorted(
+///     &store.snapshot()?,
+///     Pairs::new([("b", 1), ("a", 2)]),
+///     ReconcileOptions::default(),
+///     &SortConfig::new(std::env::temp_dir()),
+///     |item| Ok(plan.push((item.unit.to_string(), item.action))),
+/// )?;
+/// assert_eq!(plan, [("a".into(), Action::Behind), ("b".into(), Action::Missing)]);
+/// # Ok(()) }
+/// ```
+pub fn reconcile_full_unsorted<L, F>(
+    snap: &Snapshot,
+    listing: L,
+    opts: ReconcileOptions,
+    sort: &SortConfig,
+    sink: F,
+) -> Result<Summary, ReconcileError>
+where
+    L: ListingSource,
+    F: FnMut(PlanItem<'_>) -> std::io::Result<()>,
+{
+    let sorted = SortedListing::sort(listing, sort)?;
+    reconcile_full(snap, sorted, opts, sink)
 }
 
 /// Checks that a full listing is in key order and that no unit is listed with two versions,
