@@ -22,7 +22,7 @@ use crate::log::{Record, RecordBody, LOG};
 use crate::manifest::{EntryValue, HISTORY, MANIFEST};
 use crate::metrics::add;
 use crate::object::ObjectId;
-use crate::store::{Store, META, META_HISTORY_FROM, META_NEXT_SEQ};
+use crate::store::{seq_and_horizon, Store};
 use redb::{ReadTransaction, ReadableDatabase, ReadableTable};
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
@@ -219,22 +219,6 @@ fn referenced_objects(
         set.insert(EntryValue::decode(v.value())?.object.id);
     }
     Ok(set)
-}
-
-/// The newest seq and the history horizon as of `txn`.
-fn seq_and_horizon(txn: &ReadTransaction) -> Result<(u64, u64)> {
-    let meta = txn.open_table(META).db("open the meta table")?;
-    let next = meta
-        .get(META_NEXT_SEQ)
-        .db("read the seq")?
-        .map(|g| g.value())
-        .unwrap_or(1);
-    let from = meta
-        .get(META_HISTORY_FROM)
-        .db("read the history horizon")?
-        .map(|g| g.value())
-        .unwrap_or(0);
-    Ok((next.saturating_sub(1), from))
 }
 
 impl Store {

@@ -7,7 +7,7 @@
 use crate::error::{DbContext, Error, IoContext, Result};
 use crate::log::{Record, LOG};
 use crate::manifest::{Entry, EntryValue, HISTORY, MANIFEST};
-use crate::store::{Store, META, META_HISTORY_FROM, META_NEXT_SEQ};
+use crate::store::{seq_and_horizon, Store};
 use redb::{ReadOnlyTable, ReadableDatabase};
 use std::fs::File;
 use std::io::Read;
@@ -32,18 +32,7 @@ pub type Entries = Box<dyn Iterator<Item = Result<Entry>>>;
 impl Snapshot {
     pub(crate) fn new(store: &Store, at: Option<u64>) -> Result<Snapshot> {
         let txn = store.inner.db.begin_read().db("begin a read transaction")?;
-        let meta = txn.open_table(META).db("open the meta table")?;
-        let next_seq = meta
-            .get(META_NEXT_SEQ)
-            .db("read the seq")?
-            .map(|g| g.value())
-            .unwrap_or(1);
-        let history_from = meta
-            .get(META_HISTORY_FROM)
-            .db("read the history horizon")?
-            .map(|g| g.value())
-            .unwrap_or(0);
-        let newest = next_seq - 1;
+        let (newest, history_from) = seq_and_horizon(&txn)?;
         if let Some(asked) = at {
             if asked > newest || asked < history_from {
                 return Err(Error::SeqOutOfRange {

@@ -46,6 +46,21 @@ pub(crate) const META_HISTORY_FROM: &str = "history_from";
 /// persisted index snapshot from another store is never used.
 pub(crate) const META_STORE_ID: &str = "store_id";
 
+/// The newest committed seq (0 for an empty log) and the oldest seq still readable
+/// (`history_from`), as of `txn`.
+pub(crate) fn seq_and_horizon(txn: &redb::ReadTransaction) -> Result<(u64, u64)> {
+    let meta = txn.open_table(META).db("open the meta table")?;
+    let next = meta
+        .get(META_NEXT_SEQ)
+        .db("read the seq")?
+        .map_or(1, |g| g.value());
+    let from = meta
+        .get(META_HISTORY_FROM)
+        .db("read the history horizon")?
+        .map_or(0, |g| g.value());
+    Ok((next.saturating_sub(1), from))
+}
+
 /// When a commit is acknowledged.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub enum Durability {
@@ -488,13 +503,7 @@ impl Inner {
     /// index reflects exactly the durable seq read here.
     fn persist_index(&self) -> Result<()> {
         let txn = self.db.begin_read().db("begin a read transaction")?;
-        let seq = txn
-            .open_table(META)
-            .db("open the meta table")?
-            .get(META_NEXT_SEQ)
-            .db("read the seq")?
-            .map_or(1, |g| g.value())
-            .saturating_sub(1);
+        let (seq, _) = seq_and_horizon(&txn)?;
         let keep = self.dir.join(crate::index_snap::SNAP_FILE).exists()
             && !needs_rewrite(self.index.read().len(), self.open_report.snapshot_seq, seq);
         if keep {
@@ -800,13 +809,7 @@ fn load(
     let txn = db.begin_read().db("begin a read transaction")?;
     let manifest = txn.open_table(MANIFEST).db("open the manifest")?;
     let n = manifest.len().db("count the manifest")?;
-    let last_seq = txn
-        .open_table(META)
-        .db("open the meta table")?
-        .get(META_NEXT_SEQ)
-        .db("read the seq")?
-        .map_or(1, |g| g.value())
-        .saturating_sub(1);
+    let (last_seq, _) = seq_and_horizon(&txn)?;
     let fallback = match crate::index_snap::load(dir, &txn, store_id, last_seq, n) {
         Ok(l) => {
             let report = OpenReport {

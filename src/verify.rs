@@ -9,7 +9,7 @@ use crate::log::{Record, RecordBody, LOG};
 use crate::manifest::{EntryValue, HISTORY, MANIFEST};
 use crate::object::{ObjectId, ObjectMeta};
 use crate::replay::{replay, ReplayReport};
-use crate::store::{Store, META, META_HISTORY_FROM, META_NEXT_SEQ};
+use crate::store::{seq_and_horizon, Store, META, META_HISTORY_FROM};
 use redb::{ReadableDatabase, ReadableTable};
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::path::{Path, PathBuf};
@@ -142,7 +142,7 @@ impl Store {
             ..VerifyReport::default()
         };
         let txn = self.inner.db.begin_read().db("begin a read transaction")?;
-        let s1_seq = read_seq(&txn)?;
+        let s1_seq = seq_and_horizon(&txn)?.0;
         report.seq = s1_seq;
         let mut expected: BTreeMap<ObjectId, Expected> = BTreeMap::new();
         let mut note = |id: ObjectMeta, r: UnitRef| {
@@ -238,7 +238,7 @@ impl Store {
         if !unreferenced.is_empty() {
             let pins = self.inner.stager.pins.lock();
             let txn2 = self.inner.db.begin_read().db("begin a read transaction")?;
-            let s2_seq = read_seq(&txn2)?;
+            let s2_seq = seq_and_horizon(&txn2)?.0;
             let mut later = HashSet::new();
             if s2_seq > s1_seq {
                 let log = txn2.open_table(LOG).db("open the log")?;
@@ -401,16 +401,6 @@ impl Store {
         }
         Ok(())
     }
-}
-
-fn read_seq(txn: &redb::ReadTransaction) -> Result<u64> {
-    let meta = txn.open_table(META).db("open the meta table")?;
-    Ok(meta
-        .get(META_NEXT_SEQ)
-        .db("read the seq")?
-        .map(|g| g.value())
-        .unwrap_or(1)
-        .saturating_sub(1))
 }
 
 enum FileProblem {

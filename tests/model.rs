@@ -51,6 +51,17 @@ struct M {
     seq: u64,
 }
 
+impl M {
+    fn of(e: &oncelake::Entry) -> M {
+        M {
+            version: e.source_version,
+            revision: e.revision,
+            object: e.object.id,
+            seq: e.seq,
+        }
+    }
+}
+
 #[derive(Default)]
 struct Model {
     current: BTreeMap<String, M>,
@@ -151,17 +162,7 @@ fn check_history(store: &Store, past: &BTreeMap<u64, BTreeMap<String, M>>) {
             .iter()
             .unwrap()
             .map(|e| e.unwrap())
-            .map(|e| {
-                (
-                    e.unit.clone(),
-                    M {
-                        version: e.source_version,
-                        revision: e.revision,
-                        object: e.object.id,
-                        seq: e.seq,
-                    },
-                )
-            })
+            .map(|e| (e.unit.clone(), M::of(&e)))
             .collect();
         assert_eq!(&got, state, "as of seq {seq}");
         for (unit, m) in state {
@@ -179,20 +180,7 @@ fn check_invariants(store: &Store, model: &Model, previous: &BTreeMap<String, M>
     assert_eq!(snap.seq(), model.seq);
     let entries: Vec<_> = snap.iter().unwrap().map(|e| e.unwrap()).collect();
     // I1: exactly one current entry per acknowledged unit, and nothing else.
-    let got: BTreeMap<String, M> = entries
-        .iter()
-        .map(|e| {
-            (
-                e.unit.clone(),
-                M {
-                    version: e.source_version,
-                    revision: e.revision,
-                    object: e.object.id,
-                    seq: e.seq,
-                },
-            )
-        })
-        .collect();
+    let got: BTreeMap<String, M> = entries.iter().map(|e| (e.unit.clone(), M::of(e))).collect();
     assert_eq!(got.len(), entries.len(), "two entries for one unit");
     assert_eq!(got, model.current, "manifest differs from the model");
     for e in &entries {
