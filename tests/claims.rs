@@ -521,3 +521,25 @@ fn claim_many_checks_every_key_before_writing() {
         "asking again for its own unit extends its lease"
     );
 }
+
+#[test]
+fn expiry_is_counted_whoever_reclaims_and_takeover_only_for_another_worker() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = ManualClock::new(1_000_000);
+    let store = open(dir.path(), &clock);
+    let ttl = Duration::from_secs(10);
+    granted(store.claim("a", 1, "w1", ttl).unwrap());
+    granted(store.claim("b", 1, "w1", ttl).unwrap());
+    let released = granted(store.claim("c", 1, "w1", ttl).unwrap()).0;
+    assert!(store.release(&released).unwrap());
+    clock.advance_ms(11_000);
+    // Same worker back on its own expired lease: expired, not a takeover.
+    assert!(!granted(store.claim("a", 1, "w1", ttl).unwrap()).1);
+    // Another worker: expired and taken over.
+    assert!(granted(store.claim("b", 1, "w2", ttl).unwrap()).1);
+    // A released lease never expires.
+    assert!(!granted(store.claim("c", 1, "w2", ttl).unwrap()).1);
+    let m = store.metrics();
+    assert_eq!((m.claims_expired, m.claims_taken_over), (2, 1));
+    assert_eq!(m.claims_granted, 6);
+}

@@ -126,6 +126,8 @@ struct Writer<'t> {
     history_from: Option<u64>,
     /// Index updates to publish once the transaction is durable: (unit, was new, value).
     index: Vec<(String, bool, EntryValue)>,
+    /// Leases found expired (not released) when their unit was claimed again, by anyone.
+    expired_leases: u64,
 }
 
 /// Applies a group; called by the queue's leader with the group's operations, oldest first.
@@ -146,7 +148,7 @@ pub(crate) fn apply_group(inner: &Inner, ops: Vec<Op>) -> Vec<Result<Done>> {
     // could delete an object the commit is about to make visible (I8).
     let pins = pins_of(&ops);
     let result = match write_group(inner, ops) {
-        Ok((dones, index)) => {
+        Ok((dones, index, expired_leases)) => {
             {
                 let mut idx = inner.index.write();
                 for (unit, new_unit, v) in &index {
@@ -154,6 +156,7 @@ pub(crate) fn apply_group(inner: &Inner, ops: Vec<Op>) -> Vec<Result<Done>> {
                 }
             }
             record_metrics(inner, &dones, index.len());
+            add(&inner.metrics.c.claims_expired, expired_leases);
             dones.into_iter().map(Ok).collect()
         }
         Err(e) => {
@@ -186,7 +189,8 @@ fn pins_of(ops: &[Op]) -> Vec<Staged> {
         .collect()
 }
 
-type GroupResult = (Vec<Done>, Vec<(String, bool, EntryValue)>);
+/// The group's answers, its index updates, and the expired leases it met.
+type GroupResult = (Vec<Done>, Vec<(String, bool, EntryValue)>, u64);
 
 fn write_group(inner: &Inner, ops: Vec<Op>) -> Result<GroupResult> {
     let now_ms = inner.options.clock.now_ms();
@@ -229,6 +233,7 @@ fn write_group(inner: &Inner, ops: Vec<Op>) -> Result<GroupResult> {
             now_ms,
             history_from: None,
             index: Vec::new(),
+            expired_leases: 0,
         };
         let mut dones = Vec::with_capacity(ops.len());
         for op in ops {
@@ -255,7 +260,7 @@ fn write_group(inner: &Inner, ops: Vec<Op>) -> Result<GroupResult> {
             }
         }
         let index = std::mem::take(&mut w.index);
-        (dones, index)
+        (dones, index, w.expired_leases)
     };
     txn.commit().db("commit the group")?;
     if durable {
@@ -315,7 +320,6 @@ fn record_claim(c: &crate::metrics::Counters, outcome: &ClaimOutcome) {
             add(&c.claims_granted, 1);
             if *took_over {
                 add(&c.claims_taken_over, 1);
-                add(&c.claims_expired, 1);
             }
         }
         ClaimOutcome::Held { .. } => add(&c.claims_held, 1),
@@ -580,14 +584,13 @@ impl Writer<'_> {
         let mut took_over = false;
         if let Some(rec) = &existing {
             if rec.is_live(self.now_ms) {
-                if rec.worker != worker || rec.source_version != source_version {
-                    if rec.worker != worker {
-                        return Ok(ClaimOutcome::Held {
-                            worker: rec.worker.clone(),
-                            expires_at_ms: rec.expires_at_ms,
-                        });
-                    }
-                } else {
+                if rec.worker != worker {
+                    return Ok(ClaimOutcome::Held {
+                        worker: rec.worker.clone(),
+                        expires_at_ms: rec.expires_at_ms,
+                    });
+                }
+                if rec.source_version == source_version {
                     // The holder asks again for the same work: extend, keep the token.
                     let rec = ClaimRecord {
                         expires_at_ms: self.now_ms.saturating_add(ttl_ms),
@@ -599,7 +602,9 @@ impl Writer<'_> {
                         took_over: false,
                     });
                 }
+                // The holder moved on to another version: a fresh grant supersedes its own lease.
             } else if !rec.released {
+                self.expired_leases += 1;
                 took_over = rec.worker != worker;
             }
         }

@@ -513,6 +513,19 @@ impl Pipeline {
     }
 
     /// Evaluates every cell of `unit` (upstream first) against its current source version.
+    /// The explanation of one unit's cells from already loaded state.
+    fn explain_loaded(&self, l: &Loaded, unit: &str, source: &EntryValue) -> Explain {
+        Explain {
+            unit: unit.to_string(),
+            source_version: Some(source.source_version),
+            cells: self
+                .evaluate(l, unit, source)
+                .into_iter()
+                .map(|e| e.view)
+                .collect(),
+        }
+    }
+
     fn evaluate(&self, l: &Loaded, unit: &str, source: &EntryValue) -> Vec<Evaluated> {
         let version = source.source_version;
         let mut out: Vec<Evaluated> = Vec::with_capacity(self.def.stages().len());
@@ -665,15 +678,7 @@ impl Pipeline {
                 cells: Vec::new(),
             });
         };
-        Ok(Explain {
-            unit: unit.to_string(),
-            source_version: Some(source.source_version),
-            cells: self
-                .evaluate(&l, unit, source)
-                .into_iter()
-                .map(|e| e.view)
-                .collect(),
-        })
+        Ok(self.explain_loaded(&l, unit, source))
     }
 
     /// Every unit's cells, explained, in unit order.
@@ -681,15 +686,7 @@ impl Pipeline {
         let l = self.load(store, None)?;
         Ok(l.sources
             .iter()
-            .map(|(unit, source)| Explain {
-                unit: unit.clone(),
-                source_version: Some(source.source_version),
-                cells: self
-                    .evaluate(&l, unit, source)
-                    .into_iter()
-                    .map(|e| e.view)
-                    .collect(),
-            })
+            .map(|(unit, source)| self.explain_loaded(&l, unit, source))
             .collect())
     }
 
