@@ -247,6 +247,18 @@ impl Vfs for FaultyVfs {
         self.plan.check("mkdir", false)?;
         self.inner.create_dir_all(path)
     }
+    fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
+        self.plan.check("rename", false)?;
+        self.inner.rename(from, to)
+    }
+    // Reads change nothing on disk, so they are neither counted nor failed: the operation
+    // indices of the crash sweeps stay those of the writes.
+    fn metadata(&self, path: &Path) -> io::Result<std::fs::Metadata> {
+        self.inner.metadata(path)
+    }
+    fn read(&self, path: &Path) -> io::Result<Vec<u8>> {
+        self.inner.read(path)
+    }
 }
 
 /// A redb backend over the real file that consults a [`FaultPlan`] before every write,

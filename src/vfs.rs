@@ -34,6 +34,13 @@ pub trait Vfs: Send + Sync + Debug {
     }
     /// Creates a directory (and parents) if missing.
     fn create_dir_all(&self, path: &Path) -> io::Result<()>;
+    /// Renames `from` to `to` atomically, replacing `to` if it exists (`rename(2)`). Durable only
+    /// once the directory of `to` is synced.
+    fn rename(&self, from: &Path, to: &Path) -> io::Result<()>;
+    /// The metadata of a file (following links), as `std::fs::metadata` gives it.
+    fn metadata(&self, path: &Path) -> io::Result<std::fs::Metadata>;
+    /// Reads a whole (small) file: markers, the index snapshot.
+    fn read(&self, path: &Path) -> io::Result<Vec<u8>>;
 }
 
 /// The real file system.
@@ -96,5 +103,17 @@ impl Vfs for RealVfs {
 
     fn creates_read_only(&self) -> bool {
         cfg!(unix)
+    }
+
+    fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
+        std::fs::rename(from, to)
+    }
+
+    fn metadata(&self, path: &Path) -> io::Result<std::fs::Metadata> {
+        std::fs::metadata(path)
+    }
+
+    fn read(&self, path: &Path) -> io::Result<Vec<u8>> {
+        std::fs::read(path)
     }
 }

@@ -54,6 +54,15 @@ impl Vfs for NoSyncVfs {
     fn create_dir_all(&self, path: &Path) -> std::io::Result<()> {
         RealVfs.create_dir_all(path)
     }
+    fn rename(&self, from: &Path, to: &Path) -> std::io::Result<()> {
+        RealVfs.rename(from, to)
+    }
+    fn metadata(&self, path: &Path) -> std::io::Result<std::fs::Metadata> {
+        RealVfs.metadata(path)
+    }
+    fn read(&self, path: &Path) -> std::io::Result<Vec<u8>> {
+        RealVfs.read(path)
+    }
 }
 
 fn open(dir: &tempfile::TempDir) -> Store {
