@@ -21,8 +21,29 @@ const MAGIC: [u8; 2] = *b"OL";
 /// The newest record format this build writes and reads.
 pub const RECORD_FORMAT: u8 = 1;
 const HEADER: usize = 8;
-/// Refuse absurd payloads before allocating for them.
-const MAX_PAYLOAD: usize = 64 << 20;
+/// The largest payload a record may carry. The decoder refuses anything longer (before
+/// allocating for it), so the writers refuse, before anything is written, every commit or
+/// extension whose record would be longer: every record in the log can be read back.
+pub const MAX_RECORD_PAYLOAD: usize = 64 << 20;
+const MAX_PAYLOAD: usize = MAX_RECORD_PAYLOAD;
+/// seq and time_ms, in front of every body.
+const PAYLOAD_PREFIX: usize = 8 + 8;
+
+/// The payload length of the commit record of entries with these keys, each carrying a token or
+/// not: exactly what [`Record::encode`] writes for them.
+pub(crate) fn commit_payload_len<'a>(entries: impl Iterator<Item = (&'a str, bool)>) -> usize {
+    // str (len u32 + bytes) | source_version u64 | revision u32 | blake3 32 | size u64 | crc32 u32
+    // | token flag u8 [| token u64]
+    const FIXED: usize = 4 + 8 + 4 + 32 + 8 + 4 + 1;
+    entries.fold(PAYLOAD_PREFIX + 4, |n, (unit, token)| {
+        n + FIXED + unit.len() + if token { 8 } else { 0 }
+    })
+}
+
+/// The payload length of an extension record carrying `data_len` bytes.
+pub(crate) fn extension_payload_len(data_len: usize) -> usize {
+    PAYLOAD_PREFIX + 2 + 4 + data_len
+}
 
 /// One entry made visible by a commit.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -135,6 +156,13 @@ impl Record {
                 p.extend_from_slice(data);
             }
         }
+        // The writers refuse oversized commits and extensions up front (`Batch::validate`,
+        // `Op::check_record_size`); a record the decoder would refuse must never reach the log.
+        assert!(
+            p.len() <= MAX_PAYLOAD,
+            "invariant: a {}-byte record payload passed the up-front size checks (limit {MAX_PAYLOAD})",
+            p.len()
+        );
         let mut out = Vec::with_capacity(HEADER + p.len() + 4);
         out.extend_from_slice(&MAGIC);
         out.push(RECORD_FORMAT);
@@ -265,6 +293,39 @@ mod tests {
                 }],
             },
         }
+    }
+
+    #[test]
+    fn the_size_checks_compute_exactly_the_encoded_payload() {
+        let entry = |unit: &str, token| LogEntry {
+            unit: unit.into(),
+            source_version: 1,
+            revision: 0,
+            object: ObjectMeta {
+                id: ObjectId::of(b"x"),
+                size: 1,
+                crc32: 0,
+            },
+            token,
+        };
+        let entries = vec![entry("a", None), entry("bb/ccc", Some(7)), entry("", None)];
+        let expected =
+            commit_payload_len(entries.iter().map(|e| (e.unit.as_str(), e.token.is_some())));
+        let rec = Record {
+            seq: 1,
+            time_ms: 2,
+            body: RecordBody::Commit { entries },
+        };
+        assert_eq!(rec.encode().len(), HEADER + expected + 4);
+        let ext = Record {
+            seq: 1,
+            time_ms: 2,
+            body: RecordBody::Extension {
+                tag: 3,
+                data: vec![0; 1000],
+            },
+        };
+        assert_eq!(ext.encode().len(), HEADER + extension_payload_len(1000) + 4);
     }
 
     #[test]

@@ -429,6 +429,7 @@ impl Store {
 
     pub(crate) fn submit(&self, op: Op) -> Result<Done> {
         self.check_writable()?;
+        op.check_record_size()?;
         let start = Instant::now();
         let inner = &self.inner;
         let r = inner.queue.submit(op, |ops| apply::apply_group(inner, ops));

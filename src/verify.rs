@@ -10,7 +10,7 @@ use crate::manifest::{EntryValue, HISTORY, MANIFEST};
 use crate::object::{ObjectId, ObjectMeta};
 use crate::replay::{replay, ReplayReport};
 use crate::store::{seq_and_horizon, Store, META, META_HISTORY_FROM};
-use redb::{ReadableDatabase, ReadableTable};
+use redb::{ReadableDatabase, ReadableTable, ReadableTableMetadata};
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::path::{Path, PathBuf};
 
@@ -276,6 +276,12 @@ impl Store {
 
     /// Every kept history row must be what the log's commit record at its seq says, and every
     /// commit at or after the history horizon must have its rows (older ones may be pruned).
+    ///
+    /// One pass over the log compares every commit entry with its history row and counts the
+    /// rows it found; history keys are unique and a commit names each unit once, so the rows are
+    /// all accounted for exactly when that count equals the number of history rows. Only then
+    /// (a damaged store) does a second pass look up each row's record to name the strays:
+    /// decoding a record per row would cost O(rows × record size), quadratic for one big batch.
     fn check_history_against_log(&self) -> Result<Vec<String>> {
         let mut problems = Vec::new();
         let txn = self.inner.db.begin_read().db("begin a read transaction")?;
@@ -289,15 +295,8 @@ impl Store {
         };
         let history = txn.open_table(HISTORY).db("open the history")?;
         let log = txn.open_table(LOG).db("open the log")?;
-        let entry_value = |e: &crate::log::LogEntry, rec: &Record| EntryValue {
-            source_version: e.source_version,
-            revision: e.revision,
-            object: e.object,
-            seq: rec.seq,
-            committed_at_ms: rec.time_ms,
-        };
-        // Log -> history, from the horizon on.
-        for row in log.range(from..).db("scan the commit log")? {
+        let mut matched = 0u64;
+        for row in log.iter().db("scan the commit log")? {
             let (_, v) = row.db("scan the commit log")?;
             let Ok(rec) = Record::decode(v.value()) else {
                 continue; // replay reports undecodable records
@@ -306,58 +305,30 @@ impl Store {
                 continue;
             };
             for e in entries {
-                match history
-                    .get((e.unit.as_str(), rec.seq))
-                    .db("read the history")?
-                {
-                    None => problems.push(format!(
+                let key = (e.unit.as_str(), rec.seq);
+                match history.get(key).db("read the history")? {
+                    None if rec.seq >= from => problems.push(format!(
                         "log seq {} commits unit {:?} but the history has no row for it",
                         rec.seq, e.unit
                     )),
+                    None => {} // pruned
                     Some(g) => {
+                        matched += 1;
                         let stored = EntryValue::decode(g.value())?;
-                        if stored != entry_value(e, &rec) {
+                        let want = history_entry(e, &rec);
+                        if stored != want {
                             problems.push(format!(
-                                "history row ({:?}, {}) is {stored:?}, the log says {:?}",
-                                e.unit,
-                                rec.seq,
-                                entry_value(e, &rec)
+                                "history row ({:?}, {}) is {stored:?}, the log says {want:?}",
+                                e.unit, rec.seq
                             ));
                         }
                     }
                 }
             }
         }
-        // History -> log, every kept row.
-        for row in history.iter().db("scan the history")? {
-            let (k, v) = row.db("scan the history")?;
-            let (unit, seq) = k.value();
-            let rec = match log.get(seq).db("read the commit log")? {
-                Some(g) => Record::decode(g.value()).ok(),
-                None => None,
-            };
-            let logged = rec.as_ref().and_then(|rec| match &rec.body {
-                RecordBody::Commit { entries } => entries
-                    .iter()
-                    .find(|e| e.unit == unit)
-                    .map(|e| entry_value(e, rec)),
-                _ => None,
-            });
-            match logged {
-                None => problems.push(format!(
-                    "history row ({unit:?}, {seq}) has no commit of that unit in the log"
-                )),
-                // Rows at or after the horizon were compared in the first pass.
-                Some(want) if seq < from => {
-                    let stored = EntryValue::decode(v.value())?;
-                    if stored != want {
-                        problems.push(format!(
-                            "history row ({unit:?}, {seq}) is {stored:?}, the log says {want:?}"
-                        ));
-                    }
-                }
-                Some(_) => {}
-            }
+        let rows = history.len().db("count the history")?;
+        if rows != matched {
+            problems.extend(history_rows_without_commit(&history, &log)?);
         }
         Ok(problems)
     }
@@ -457,4 +428,42 @@ fn check_object_file(
         }
     }
     Ok(len)
+}
+
+/// The history entry a logged commit entry stands for.
+fn history_entry(e: &crate::log::LogEntry, rec: &Record) -> EntryValue {
+    EntryValue {
+        source_version: e.source_version,
+        revision: e.revision,
+        object: e.object,
+        seq: rec.seq,
+        committed_at_ms: rec.time_ms,
+    }
+}
+
+/// The history rows whose seq has no commit of their unit in the log. Decodes one record per
+/// row: only called when the counts of [`Store::check_history_against_log`] disagree.
+fn history_rows_without_commit(
+    history: &impl ReadableTable<(&'static str, u64), &'static [u8]>,
+    log: &impl ReadableTable<u64, &'static [u8]>,
+) -> Result<Vec<String>> {
+    let mut problems = Vec::new();
+    for row in history.iter().db("scan the history")? {
+        let (k, _) = row.db("scan the history")?;
+        let (unit, seq) = k.value();
+        let rec = match log.get(seq).db("read the commit log")? {
+            Some(g) => Record::decode(g.value()).ok(),
+            None => None,
+        };
+        let logged = rec.as_ref().is_some_and(|rec| match &rec.body {
+            RecordBody::Commit { entries } => entries.iter().any(|e| e.unit == unit),
+            _ => false,
+        });
+        if !logged {
+            problems.push(format!(
+                "history row ({unit:?}, {seq}) has no commit of that unit in the log"
+            ));
+        }
+    }
+    Ok(problems)
 }

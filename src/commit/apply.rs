@@ -93,6 +93,26 @@ pub(crate) enum Done {
     Extension(ExtensionOutcome),
 }
 
+impl Op {
+    /// Refuses, before it reaches the queue, an extension whose log record would exceed
+    /// [`crate::log::MAX_RECORD_PAYLOAD`] (commits are checked by `Batch::validate`).
+    pub(crate) fn check_record_size(&self) -> Result<()> {
+        match self {
+            Op::Extension { data, .. }
+                if crate::log::extension_payload_len(data.len())
+                    > crate::log::MAX_RECORD_PAYLOAD =>
+            {
+                Err(Error::InvalidRequest(format!(
+                    "an extension record of {} bytes is over the log's limit of {} bytes",
+                    data.len(),
+                    crate::log::MAX_RECORD_PAYLOAD
+                )))
+            }
+            _ => Ok(()),
+        }
+    }
+}
+
 impl Weighted for Op {
     fn weight(&self) -> usize {
         match self {
