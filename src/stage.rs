@@ -445,3 +445,35 @@ impl Stager {
         Ok(Staged { meta, pin })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn staging_names_tell_their_owner() {
+        assert_eq!(parse_staging_name("4242-ff01-7.part"), Some((4242, 0xff01)));
+        for foreign in [
+            "4242-0.part",
+            "4242-ff01-7.tmp",
+            "sim-crash-3.part",
+            "4242-ff01-7-1.part",
+            "-ff01-7.part",
+            "4242-xyz-7.part",
+            "4242-ff01-.part",
+            "99999999999-ff01-7.part",
+        ] {
+            assert_eq!(parse_staging_name(foreign), None, "{foreign}");
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let stager = Stager::new(dir.path(), Arc::new(crate::vfs::RealVfs));
+        let ours = format!("{}-{:x}-0.part", std::process::id(), stager.session);
+        assert_eq!(stager.staging_owner(&ours), StagingOwner::This);
+        let earlier = format!("{}-{:x}-0.part", std::process::id(), stager.session - 1);
+        assert_eq!(stager.staging_owner(&earlier), StagingOwner::Gone);
+        assert_eq!(stager.staging_owner("notes.txt"), StagingOwner::Unknown);
+        // Two openings in one process never share a session.
+        let again = Stager::new(dir.path(), Arc::new(crate::vfs::RealVfs));
+        assert!(again.session > stager.session);
+    }
+}
