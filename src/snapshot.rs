@@ -72,6 +72,9 @@ impl Drop for ReaderPin {
 }
 
 /// A consistent view of the manifest as of one seq.
+///
+/// While it is open it pins what it can read: GC keeps the history rows it reads, and their
+/// objects, whatever the retention. Dropping it releases the pin.
 pub struct Snapshot {
     manifest: ReadOnlyTable<&'static str, &'static [u8]>,
     history: ReadOnlyTable<(&'static str, u64), &'static [u8]>,
