@@ -1,20 +1,23 @@
-//! Garbage collection (SPEC R14): removes staging files left behind by crashes, prunes history
-//! rows older than the retention window, and removes objects that nothing kept references —
-//! without ever removing an object that a kept entry references or that an in-flight commit is
-//! about to reference (I8), also while writers run.
+//! Garbage collection (SPEC R14): removes staging files left behind by writers that are gone,
+//! prunes history rows older than the retention window, and removes objects that nothing kept
+//! references — without ever removing an object that a kept entry references, that an in-flight
+//! commit is about to reference, or that an open snapshot can read (I8), also while writers run,
+//! and without making commits wait for its unlinks.
 //!
-//! The race with writers is closed by three facts (the full argument is in DESIGN.md):
+//! The race with writers is closed by four facts (the full argument is in DESIGN.md):
 //!
 //! 1. Staging *pins* an object before it publishes it, and a [`crate::Staged`] handle (and every
 //!    clone a [`crate::Batch`] holds) keeps the pin until it is dropped — after the commit that
 //!    used it has returned, and therefore after that commit is visible to new snapshots.
-//! 2. Publishing takes the pin lock, and GC holds it from just before its second snapshot until
-//!    its last deletion: no pin can appear or disappear while GC decides and deletes.
-//! 3. GC deletes only objects that are referenced neither by the kept history as of its first
+//! 2. GC decides under the pin lock: from just before its second snapshot until it has marked
+//!    the objects it will delete as *doomed*, no pin can appear or disappear. It unlinks them
+//!    after releasing the lock, so the commit leader (which drops pins) never waits for an unlink.
+//! 3. GC dooms only objects that are referenced neither by the kept history as of its first
 //!    snapshot, nor by any commit logged between its first and its second snapshot, nor pinned.
+//! 4. Pinning a doomed object waits until GC has unlinked it; the stager then links a new copy.
 //!
-//! A commit that is not in the second snapshot had not become visible when GC took the pin
-//! lock, so its writer had not returned, so its objects were pinned: GC skips them.
+//! Open snapshots pin their seqs ([`crate::snapshot`]): the prune keeps every row a pinned view
+//! reads, so the kept history references every object such a view can read.
 
 use crate::commit::apply::{Done, Op};
 use crate::error::{DbContext, Error, IoContext, Result};
@@ -22,6 +25,7 @@ use crate::log::{Record, RecordBody, LOG};
 use crate::manifest::{EntryValue, HISTORY, MANIFEST};
 use crate::metrics::add;
 use crate::object::ObjectId;
+use crate::stage::{PinSet, StagingOwner};
 use crate::store::{seq_and_horizon, Store};
 use redb::{ReadTransaction, ReadableDatabase, ReadableTable};
 use std::collections::HashSet;
@@ -34,8 +38,10 @@ use std::time::{Duration, SystemTime};
 pub struct GcOptions {
     /// Report what would be removed, and remove nothing.
     pub dry_run: bool,
-    /// Staging files younger than this are left alone (a writer of another process generation
-    /// may still be using them; files of this process that are being written are never removed).
+    /// Staging files whose writer cannot be told (not named by this engine's stager) are left
+    /// alone until they are this old. Files of writers that are gone (any other opening of the
+    /// store: only one holds its lock) are removed whatever their age, and files this opening is
+    /// writing never.
     pub grace: Duration,
     /// History rows superseded less than this long ago are kept, and with them their objects and
     /// reads as of their seqs ([`Store::snapshot_at`]).
@@ -62,6 +68,9 @@ pub struct GcReport {
     pub staging_files: u64,
     /// Their bytes.
     pub staging_bytes: u64,
+    /// Staging files whose writer cannot be told, left because they are younger than the grace
+    /// period.
+    pub staging_files_young: u64,
     /// Unreferenced objects removed.
     pub objects: u64,
     /// Their bytes.
@@ -89,8 +98,14 @@ pub(crate) struct PrunePlan {
 }
 
 /// Plans a prune: every row of a unit, other than its newest (current) one, whose successor was
-/// committed before `cutoff_ms`. One ordered pass over the history.
-pub(crate) fn plan_prune<T>(history: &T, cutoff_ms: u64) -> Result<PrunePlan>
+/// committed before `cutoff_ms` — and, when snapshots are open, at or before `keep_for_seq`, the
+/// lowest seq one of them reads as of (a view as of `s` reads a row exactly while `s` is below
+/// its successor's seq). One ordered pass over the history.
+pub(crate) fn plan_prune<T>(
+    history: &T,
+    cutoff_ms: u64,
+    keep_for_seq: Option<u64>,
+) -> Result<PrunePlan>
 where
     T: ReadableTable<(&'static str, u64), &'static [u8]>,
 {
@@ -100,7 +115,7 @@ where
         let (k, v) = row.db("scan the history")?;
         let (unit, seq) = k.value();
         if let Some((prev_unit, prev_seq)) = prev.take() {
-            if prev_unit == unit {
+            if prev_unit == unit && keep_for_seq.is_none_or(|pinned| seq <= pinned) {
                 let successor = EntryValue::decode(v.value())?;
                 if successor.committed_at_ms < cutoff_ms {
                     plan.rows.push((prev_unit, prev_seq));
@@ -221,11 +236,41 @@ fn referenced_objects(
     Ok(set)
 }
 
+/// A staging file and what GC may do with it.
+pub(crate) struct StagingFile {
+    pub(crate) path: PathBuf,
+    pub(crate) bytes: u64,
+    /// Its writer is gone: removable now. Otherwise its writer cannot be told (see
+    /// [`StagingOwner::Unknown`]) and only the grace period makes it removable.
+    pub(crate) owner_gone: bool,
+    /// How long ago it was last written (zero when the clock went back).
+    pub(crate) age: Duration,
+}
+
+/// Objects a GC marked doomed and has not unlinked yet: dropping it (also on an error or a panic
+/// between two unlinks) lets waiting publishers go on.
+struct Doomed<'a> {
+    pins: &'a PinSet,
+    ids: Vec<ObjectId>,
+    /// `ids[done..]` are still doomed.
+    done: usize,
+}
+
+impl Drop for Doomed<'_> {
+    fn drop(&mut self) {
+        for id in &self.ids[self.done..] {
+            self.pins.undoom(id);
+        }
+    }
+}
+
 impl Store {
-    /// Collects garbage (SPEC R14): staging files older than `grace`, history rows superseded
-    /// more than `retain` ago, and objects no kept entry references. Safe while other threads
-    /// stage and commit: it never removes an object a kept entry references or an in-flight
-    /// commit is about to reference (I8).
+    /// Collects garbage (SPEC R14): staging files of writers that are gone (and files whose
+    /// writer cannot be told, once older than `grace`), history rows superseded more than
+    /// `retain` ago, and objects no kept entry references. Safe while other threads stage, commit
+    /// and read: it never removes an object a kept entry references, an in-flight commit is about
+    /// to reference or an open [`crate::Snapshot`] can read (I8), and commits never wait for its
+    /// unlinks.
     ///
     /// ```
     /// # fn main() -> oncelake::Result<()> {
@@ -250,32 +295,7 @@ impl Store {
             ..GcReport::default()
         };
         self.gc_staging(&options, &mut report)?;
-
-        // History: prune through the commit leader, so the prune serialises with commits.
-        let cutoff_ms = self
-            .inner
-            .options
-            .clock
-            .now_ms()
-            .saturating_sub(options.retain.as_millis() as u64);
-        let mut skip_rows = HashSet::new();
-        if options.dry_run {
-            let txn = self.inner.db.begin_read().db("begin a read transaction")?;
-            let history = txn.open_table(HISTORY).db("open the history")?;
-            let plan = plan_prune(&history, cutoff_ms)?;
-            report.history_rows_pruned = plan.rows.len() as u64;
-            report.history_from = plan.horizon.max(seq_and_horizon(&txn)?.1);
-            skip_rows = plan.rows.into_iter().collect();
-        } else {
-            match self.submit(Op::Prune { cutoff_ms })? {
-                Done::Pruned { rows, .. } => report.history_rows_pruned = rows,
-                other => {
-                    unreachable!(
-                        "invariant: a prune op is answered by a prune report, got {other:?}"
-                    )
-                }
-            }
-        }
+        let skip_rows = self.prune_history(&options, &mut report)?;
 
         // (1) S1: everything the kept history references.
         let s1 = self.inner.db.begin_read().db("begin a read transaction")?;
@@ -290,13 +310,79 @@ impl Store {
         // (2) Candidates: object files that S1 does not reference.
         let listing = list_objects(&self.inner.stager.objects, |id| !referenced.contains(id))?;
         report.stray_files = listing.strays.len() as u64;
-        let candidates: Vec<&ObjectFile> = listing.objects.iter().collect();
-        if candidates.is_empty() {
+        if listing.objects.is_empty() {
             return Ok(report);
         }
 
-        // (3) Under the pin lock: S2, the commits between S1 and S2, then the deletions.
-        let pins = self.inner.stager.pins.lock();
+        // (3) Decide under the pin lock; (4) unlink outside it.
+        let doomed =
+            self.decide_deletions(&options, &listing, s1_seq, &mut referenced, &mut report)?;
+        if !options.dry_run {
+            self.unlink_doomed(doomed, &mut report)?;
+        }
+        // Removals are not synced: an orphan that a crash brings back is removed by the next run.
+        Ok(report)
+    }
+
+    /// How many stagers wait for a GC to unlink a doomed copy of the object they publish (tests
+    /// use it to see a publisher parked behind an unlink).
+    #[doc(hidden)]
+    pub fn publishers_waiting_for_gc(&self) -> usize {
+        self.inner.stager.pins.waiting()
+    }
+
+    /// Prunes the history (through the commit leader, so the prune serialises with commits),
+    /// keeping every row an open snapshot reads. A dry run only plans, and returns the rows the
+    /// prune would remove (their objects count as unreferenced).
+    fn prune_history(
+        &self,
+        options: &GcOptions,
+        report: &mut GcReport,
+    ) -> Result<HashSet<(String, u64)>> {
+        let cutoff_ms = self
+            .inner
+            .options
+            .clock
+            .now_ms()
+            .saturating_sub(u64::try_from(options.retain.as_millis()).unwrap_or(u64::MAX));
+        let readers = &self.inner.readers;
+        if options.dry_run {
+            let txn = self.inner.db.begin_read().db("begin a read transaction")?;
+            let history = txn.open_table(HISTORY).db("open the history")?;
+            let plan = plan_prune(&history, cutoff_ms, readers.min_pinned())?;
+            report.history_rows_pruned = plan.rows.len() as u64;
+            report.history_from = plan.horizon.max(seq_and_horizon(&txn)?.1);
+            return Ok(plan.rows.into_iter().collect());
+        }
+        // No snapshot may register between reading the lowest pin and the prune being durable:
+        // one that did could begin its read before the prune and read a row it removes.
+        let gate = readers.exclusive();
+        let keep_for_seq = readers.min_pinned();
+        let done = self.submit(Op::Prune {
+            cutoff_ms,
+            keep_for_seq,
+        })?;
+        drop(gate);
+        match done {
+            Done::Pruned { rows, .. } => report.history_rows_pruned = rows,
+            other => {
+                unreachable!("invariant: a prune op is answered by a prune report, got {other:?}")
+            }
+        }
+        Ok(HashSet::new())
+    }
+
+    /// Under the pin lock: S2, the commits between S1 and S2, and the pins decide which
+    /// candidates go; those are marked doomed (a dry run only counts them).
+    fn decide_deletions<'l>(
+        &self,
+        options: &GcOptions,
+        listing: &'l ObjectListing,
+        s1_seq: u64,
+        referenced: &mut HashSet<ObjectId>,
+        report: &mut GcReport,
+    ) -> Result<Vec<&'l ObjectFile>> {
+        let mut pins = self.inner.stager.pins.lock();
         // A commit whose write failed drops its pins only after the failed state is set, and a
         // failed write may still surface after a reopen: decide nothing on this store's view then.
         if !options.dry_run {
@@ -314,45 +400,67 @@ impl Store {
             }
         }
         drop(s2);
-        let vfs = &self.inner.stager.vfs;
-        for o in candidates {
+        let mut doomed = Vec::new();
+        for o in &listing.objects {
             if referenced.contains(&o.id) {
                 continue;
             }
-            if pins.contains_key(&o.id) {
+            if pins.is_pinned(&o.id) {
                 report.objects_pinned += 1;
                 continue;
             }
-            if !options.dry_run {
-                match vfs.remove(&o.path) {
-                    Ok(()) => {}
-                    // Another GC got there first.
-                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
-                    Err(e) => {
-                        return Err(Error::io(format!("remove {}", o.path.display()), e));
-                    }
-                }
-                add(&self.inner.metrics.c.orphans_collected, 1);
-                add(&self.inner.metrics.c.bytes_collected, o.bytes);
+            if options.dry_run {
+                report.objects += 1;
+                report.object_bytes += o.bytes;
+            } else if pins.doom(o.id) {
+                doomed.push(o);
             }
+            // Otherwise a concurrent GC doomed it and will unlink it.
+        }
+        Ok(doomed)
+    }
+
+    /// Unlinks the doomed objects, without the pin lock: each is undoomed right after its unlink,
+    /// so a publisher of the same content waits for that one unlink only.
+    fn unlink_doomed(&self, doomed: Vec<&ObjectFile>, report: &mut GcReport) -> Result<()> {
+        let pins = &self.inner.stager.pins;
+        let mut guard = Doomed {
+            pins,
+            ids: doomed.iter().map(|o| o.id).collect(),
+            done: 0,
+        };
+        let vfs = &self.inner.stager.vfs;
+        for o in doomed {
+            let removed = vfs.remove(&o.path);
+            guard.done += 1;
+            pins.undoom(&o.id);
+            match removed {
+                Ok(()) => {}
+                // Removed by someone else meanwhile (not by another GC: that one skips it).
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+                Err(e) => return Err(Error::io(format!("remove {}", o.path.display()), e)),
+            }
+            add(&self.inner.metrics.c.orphans_collected, 1);
+            add(&self.inner.metrics.c.bytes_collected, o.bytes);
             report.objects += 1;
             report.object_bytes += o.bytes;
         }
-        drop(pins);
-        // Removals are not synced: an orphan that a crash brings back is removed by the next run.
-        Ok(report)
+        Ok(())
     }
 
-    /// Removes staging files at least `grace` old that no writer of this process is writing.
-    fn gc_staging(&self, options: &GcOptions, report: &mut GcReport) -> Result<()> {
+    /// The staging files no writer of this opening is writing, with what GC may do with each.
+    /// Listing reads only: it goes straight to the file system, not through the `Vfs` seam (which
+    /// is there for the operations that change what is on disk or make it durable).
+    pub(crate) fn staging_files(&self) -> Result<Vec<StagingFile>> {
         let stager = &self.inner.stager;
         let dir = &stager.staging;
         let entries = match std::fs::read_dir(dir) {
             Ok(e) => e,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
             Err(e) => return Err(Error::io(format!("list {}", dir.display()), e)),
         };
         let now = SystemTime::now();
+        let mut out = Vec::new();
         for entry in entries {
             let entry = entry.ctx(|| format!("list {}", dir.display()))?;
             let path = entry.path();
@@ -364,33 +472,49 @@ impl Store {
             if !meta.is_file() {
                 continue;
             }
+            let owner_gone = match stager.staging_owner(&entry.file_name().to_string_lossy()) {
+                // Written by this opening: in use exactly while it is in flight. A writer puts
+                // its name there before creating the file and takes it out after removing it,
+                // and never reuses a name, so one listed but not in flight is a leftover.
+                StagingOwner::This if stager.in_flight.lock().contains(&path) => continue,
+                StagingOwner::This | StagingOwner::Gone => true,
+                StagingOwner::Unknown => false,
+            };
             // A clock set back makes a file look young: it is then kept, never removed early.
             let age = meta
                 .modified()
                 .ok()
                 .and_then(|m| now.duration_since(m).ok())
                 .unwrap_or(Duration::ZERO);
-            if age < options.grace {
-                continue;
-            }
-            // Holding the in-flight lock while removing: a writer cannot start on this very name
-            // between the check and the removal.
-            let in_flight = stager.in_flight.lock();
-            if in_flight.contains(&path) {
+            out.push(StagingFile {
+                path,
+                bytes: meta.len(),
+                owner_gone,
+                age,
+            });
+        }
+        Ok(out)
+    }
+
+    /// Removes the staging files of writers that are gone, and those whose writer cannot be told
+    /// once they are at least `grace` old.
+    fn gc_staging(&self, options: &GcOptions, report: &mut GcReport) -> Result<()> {
+        for f in self.staging_files()? {
+            if !f.owner_gone && f.age < options.grace {
+                report.staging_files_young += 1;
                 continue;
             }
             if !options.dry_run {
-                match stager.vfs.remove(&path) {
+                match self.inner.stager.vfs.remove(&f.path) {
                     Ok(()) => {}
                     Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
-                    Err(e) => return Err(Error::io(format!("remove {}", path.display()), e)),
+                    Err(e) => return Err(Error::io(format!("remove {}", f.path.display()), e)),
                 }
                 add(&self.inner.metrics.c.orphans_collected, 1);
-                add(&self.inner.metrics.c.bytes_collected, meta.len());
+                add(&self.inner.metrics.c.bytes_collected, f.bytes);
             }
-            drop(in_flight);
             report.staging_files += 1;
-            report.staging_bytes += meta.len();
+            report.staging_bytes += f.bytes;
         }
         Ok(())
     }

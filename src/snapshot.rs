@@ -3,17 +3,78 @@
 //!
 //! A snapshot is a redb read transaction: it sees every commit up to its seq and nothing of any
 //! later one, so no reader ever sees part of a commit (I4).
+//!
+//! An open snapshot also *pins* its seq in the store's [`ReaderPins`]: GC prunes no history row
+//! that a view as of a pinned seq reads, whatever the retention, so (I8) it keeps every object
+//! such a view can read. Dropping the snapshot releases the pin. The argument is in DESIGN.md.
 
 use crate::error::{DbContext, Error, IoContext, Result};
 use crate::log::{Record, LOG};
 use crate::manifest::{Entry, EntryValue, HISTORY, MANIFEST};
 use crate::store::{seq_and_horizon, Store};
+use parking_lot::{Mutex, RwLock, RwLockWriteGuard};
 use redb::{ReadOnlyTable, ReadableDatabase};
+use std::collections::BTreeMap;
 use std::fs::File;
 use std::io::Read;
 use std::path::PathBuf;
+use std::sync::Arc;
+
+/// The seqs that open snapshots read as of, shared by a store's snapshots and its GC.
+#[derive(Debug, Default)]
+pub(crate) struct ReaderPins {
+    /// Taken shared by a snapshot from before its read transaction begins until its seq is
+    /// registered, and exclusively by GC from reading the lowest pin until its prune is durable:
+    /// so a snapshot either is registered when GC reads the pins, or begins its read transaction
+    /// after the prune committed (and then sees the new horizon).
+    gate: RwLock<()>,
+    /// Open snapshots per seq.
+    seqs: Mutex<BTreeMap<u64, usize>>,
+}
+
+impl ReaderPins {
+    /// Holds off new snapshots while a prune is decided and written; then `min_pinned` stays
+    /// valid until the guard is dropped (pins can only be released meanwhile, never added).
+    pub(crate) fn exclusive(&self) -> RwLockWriteGuard<'_, ()> {
+        self.gate.write()
+    }
+
+    /// The lowest seq an open snapshot reads as of, if any snapshot is open.
+    pub(crate) fn min_pinned(&self) -> Option<u64> {
+        self.seqs.lock().keys().next().copied()
+    }
+
+    fn register(self: &Arc<Self>, seq: u64) -> ReaderPin {
+        *self.seqs.lock().entry(seq).or_insert(0) += 1;
+        ReaderPin {
+            seq,
+            pins: self.clone(),
+        }
+    }
+}
+
+/// One open snapshot's pin; released on drop.
+struct ReaderPin {
+    seq: u64,
+    pins: Arc<ReaderPins>,
+}
+
+impl Drop for ReaderPin {
+    fn drop(&mut self) {
+        let mut seqs = self.pins.seqs.lock();
+        if let Some(n) = seqs.get_mut(&self.seq) {
+            *n -= 1;
+            if *n == 0 {
+                seqs.remove(&self.seq);
+            }
+        }
+    }
+}
 
 /// A consistent view of the manifest as of one seq.
+///
+/// While it is open it pins what it can read: GC keeps the history rows it reads, and their
+/// objects, whatever the retention. Dropping it releases the pin.
 pub struct Snapshot {
     manifest: ReadOnlyTable<&'static str, &'static [u8]>,
     history: ReadOnlyTable<(&'static str, u64), &'static [u8]>,
@@ -24,6 +85,8 @@ pub struct Snapshot {
     at: Option<u64>,
     history_from: u64,
     store: Store,
+    /// Keeps GC from pruning the rows (and deleting the objects) this view reads.
+    _pin: ReaderPin,
 }
 
 /// Entries in key order.
@@ -31,6 +94,9 @@ pub type Entries = Box<dyn Iterator<Item = Result<Entry>>>;
 
 impl Snapshot {
     pub(crate) fn new(store: &Store, at: Option<u64>) -> Result<Snapshot> {
+        let readers = &store.inner.readers;
+        // Shared: many snapshots open at once; only a prune in progress holds them off.
+        let _gate = readers.gate.read();
         let txn = store.inner.db.begin_read().db("begin a read transaction")?;
         let (newest, history_from) = seq_and_horizon(&txn)?;
         if let Some(asked) = at {
@@ -42,14 +108,16 @@ impl Snapshot {
                 });
             }
         }
+        let seq = at.unwrap_or(newest);
         Ok(Snapshot {
             manifest: txn.open_table(MANIFEST).db("open the manifest")?,
             history: txn.open_table(HISTORY).db("open the history")?,
             log: txn.open_table(LOG).db("open the log")?,
-            seq: at.unwrap_or(newest),
+            seq,
             at: at.filter(|&a| a < newest),
             history_from,
             store: store.clone(),
+            _pin: readers.register(seq),
         })
     }
 

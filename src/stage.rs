@@ -4,16 +4,23 @@
 //! A staged object is *pinned* from before it is published until every handle to it is dropped.
 //! Garbage collection never removes a pinned object, which closes the race in which identical
 //! content is staged again (the publish is then a no-op on an old, unreferenced file) while GC is
-//! about to delete that file.
+//! about to delete that file. GC decides what to delete under the pin lock and marks those
+//! objects *doomed*; it unlinks them after releasing the lock. Publishing an object that is doomed
+//! waits until GC has unlinked it (and then links a fresh copy), so a doomed file is never
+//! mistaken for a published one.
+//!
+//! Staging files are named `<pid>-<session>-<n>.part`: the process and the opening of the store
+//! that wrote them. Only one opening holds a store at a time (its lock), so a staging file of any
+//! other opening belongs to a writer that is gone (see [`StagingOwner`]).
 
 use crate::error::{Error, IoContext, Result};
 use crate::object::{ObjectId, ObjectMeta};
 use crate::vfs::Vfs;
-use parking_lot::{Mutex, MutexGuard};
+use parking_lot::{Condvar, Mutex, MutexGuard};
 use std::collections::{HashMap, HashSet};
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
 const BUF: usize = 256 * 1024;
@@ -23,23 +30,86 @@ thread_local! {
     static BUFFER: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
-/// Objects that staging holds on to; GC consults it under its lock.
+/// Objects that staging holds on to, and objects GC is about to unlink; GC decides under its lock.
 #[derive(Debug, Default)]
 pub(crate) struct PinSet {
-    pins: Mutex<HashMap<ObjectId, usize>>,
+    state: Mutex<PinState>,
+    /// Signalled whenever GC has unlinked (or given up on) a doomed object.
+    undoomed: Condvar,
+}
+
+/// What the pin lock protects.
+#[derive(Debug, Default)]
+pub(crate) struct PinState {
+    /// Pinned objects and how many handles pin each.
+    pins: HashMap<ObjectId, usize>,
+    /// Objects a GC decided to delete and has not unlinked yet.
+    doomed: HashSet<ObjectId>,
+    /// Publishers waiting for a doomed object to be unlinked (for tests and reports).
+    waiting: usize,
+}
+
+impl PinState {
+    /// Whether a handle pins `id`.
+    pub(crate) fn is_pinned(&self, id: &ObjectId) -> bool {
+        self.pins.contains_key(id)
+    }
+
+    /// Marks `id` for deletion; `false` if another GC already did. The caller must unlink it
+    /// and then call [`PinSet::undoom`], whatever the outcome of the unlink.
+    pub(crate) fn doom(&mut self, id: ObjectId) -> bool {
+        debug_assert!(!self.is_pinned(&id), "a pinned object is never doomed");
+        self.doomed.insert(id)
+    }
 }
 
 impl PinSet {
-    pub(crate) fn lock(&self) -> MutexGuard<'_, HashMap<ObjectId, usize>> {
-        self.pins.lock()
+    pub(crate) fn lock(&self) -> MutexGuard<'_, PinState> {
+        self.state.lock()
+    }
+
+    /// Pins `id`, first waiting until no GC is about to unlink it: a publisher that found a doomed
+    /// file "already there" would otherwise reference a file that is about to vanish.
+    fn pin(self: &Arc<Self>, id: ObjectId) -> Pin {
+        let mut state = self.state.lock();
+        if state.doomed.contains(&id) {
+            state.waiting += 1;
+            while state.doomed.contains(&id) {
+                self.undoomed.wait(&mut state);
+            }
+            state.waiting -= 1;
+        }
+        *state.pins.entry(id).or_insert(0) += 1;
+        Pin {
+            id,
+            set: self.clone(),
+        }
+    }
+
+    /// GC is done with a doomed object (unlinked, already gone, or failed): publishers of the same
+    /// content may go on.
+    pub(crate) fn undoom(&self, id: &ObjectId) {
+        let mut state = self.state.lock();
+        state.doomed.remove(id);
+        if state.waiting > 0 {
+            self.undoomed.notify_all();
+        }
+    }
+
+    /// How many publishers wait for GC to unlink a doomed copy of their object.
+    pub(crate) fn waiting(&self) -> usize {
+        self.state.lock().waiting
     }
 }
 
 /// A durable, published object, ready to be committed. Cloning it keeps the pin.
+///
+/// A handle belongs to the store (the opening of it) that staged it: only that store's GC knows
+/// its pin, so committing it into another store is refused.
 #[derive(Clone, Debug)]
 pub struct Staged {
     meta: ObjectMeta,
-    _pin: Arc<Pin>,
+    pin: Arc<Pin>,
 }
 
 impl Staged {
@@ -61,14 +131,61 @@ struct Pin {
 
 impl Drop for Pin {
     fn drop(&mut self) {
-        let mut pins = self.set.lock();
-        if let Some(n) = pins.get_mut(&self.id) {
+        let mut state = self.set.lock();
+        if let Some(n) = state.pins.get_mut(&self.id) {
             *n -= 1;
             if *n == 0 {
-                pins.remove(&self.id);
+                state.pins.remove(&self.id);
             }
         }
     }
+}
+
+/// Who wrote a staging file, read off its name.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum StagingOwner {
+    /// Named by this opening of the store: in use exactly while it is in the in-flight set.
+    This,
+    /// Named by another opening (of this or another process). Only one opening holds the store's
+    /// lock at a time and this one holds it now, so that writer is gone: the file is garbage.
+    Gone,
+    /// Not a name the stager makes (another build, someone else): its writer cannot be told.
+    Unknown,
+}
+
+/// Every opening in this process gets a session number above the previous one's, so that two
+/// openings never share staging names even when the clock does not move or moves back.
+static LAST_SESSION: AtomicU64 = AtomicU64::new(0);
+
+fn new_session() -> u64 {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos() as u64)
+        .unwrap_or(0);
+    let prev = LAST_SESSION
+        .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |last| {
+            Some(now.max(last.wrapping_add(1)))
+        })
+        .unwrap_or(0);
+    now.max(prev.wrapping_add(1))
+}
+
+/// The `(pid, session)` in a staging file name `<pid>-<session hex>-<n>.part`.
+fn parse_staging_name(name: &str) -> Option<(u32, u64)> {
+    let mut parts = name.strip_suffix(".part")?.split('-');
+    let pid = parts.next()?;
+    let session = parts.next()?;
+    let n = parts.next()?;
+    let digits = |s: &str, hex: bool| {
+        !s.is_empty()
+            && s.bytes()
+                .all(|b| b.is_ascii_digit() || hex && b.is_ascii_hexdigit())
+    };
+    if parts.next().is_some() || !digits(pid, false) || !digits(session, true) || !digits(n, false)
+    {
+        return None;
+    }
+    Some((pid.parse().ok()?, u64::from_str_radix(session, 16).ok()?))
 }
 
 /// The staging half of a store: owns `staging/` and publishes into `objects/`.
@@ -88,6 +205,11 @@ pub(crate) struct Stager {
     /// directory entry durable, plus any whose directory sync failed. Someone who finds such an
     /// object "already there" syncs the directory itself before relying on it.
     unsynced: Mutex<HashMap<ObjectId, usize>>,
+    /// Per fan-out directory (by the first byte of the hash): whether a directory sync that began
+    /// during this opening succeeded. Such a sync made every entry linked before this opening
+    /// durable; without one, whether an entry an earlier opening linked is durable is unknown
+    /// (that opening may have crashed between its link and its sync).
+    fanout_synced: Vec<AtomicBool>,
     counter: AtomicU64,
 }
 
@@ -120,13 +242,43 @@ impl Stager {
             vfs,
             pins: Arc::new(PinSet::default()),
             in_flight: Mutex::new(HashSet::new()),
-            session: std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map(|d| d.as_nanos() as u64)
-                .unwrap_or(0),
+            session: new_session(),
             unsynced: Mutex::new(HashMap::new()),
+            fanout_synced: (0..256).map(|_| AtomicBool::new(false)).collect(),
             counter: AtomicU64::new(0),
         }
+    }
+
+    /// Who wrote the staging file called `name` (see [`StagingOwner`]).
+    pub(crate) fn staging_owner(&self, name: &str) -> StagingOwner {
+        match parse_staging_name(name) {
+            Some(owner) if owner == (std::process::id(), self.session) => StagingOwner::This,
+            Some(_) => StagingOwner::Gone,
+            None => StagingOwner::Unknown,
+        }
+    }
+
+    /// Refuses a handle that another store (or another opening of this one) staged: this store's
+    /// GC does not see its pin, and the object may not even exist here.
+    pub(crate) fn check_handle(&self, unit: &str, staged: &Staged) -> Result<()> {
+        if Arc::ptr_eq(&staged.pin.set, &self.pins) {
+            return Ok(());
+        }
+        Err(Error::InvalidRequest(format!(
+            "the object {} for unit {unit:?} was staged by another store (or an earlier opening \
+             of this one); stage it with this store before committing it here. Nothing was \
+             committed",
+            staged.meta.id
+        )))
+    }
+
+    /// Syncs the fan-out directory `fanout` of `id`, and remembers that it succeeded.
+    fn sync_fanout(&self, id: &ObjectId, fanout: &Path) -> Result<()> {
+        self.vfs
+            .sync_dir(fanout)
+            .ctx(|| format!("fsync {}", fanout.display()))?;
+        self.fanout_synced[id.0[0] as usize].store(true, Ordering::SeqCst);
+        Ok(())
     }
 
     /// One publisher of `id` is done with it (its directory entry is durable or was not created).
@@ -220,18 +372,13 @@ impl Stager {
         self.publish(tmp, meta)
     }
 
-    /// Pins the object, then links it into place. The pin comes first so that GC, which deletes
-    /// only unpinned objects and does so under the pin lock, cannot remove an existing copy
-    /// between our "already there" and our commit.
+    /// Pins the object, then links it into place. The pin comes first so that GC, which decides
+    /// under the pin lock and deletes only objects unpinned at that moment, cannot remove an
+    /// existing copy between our "already there" and our commit. If a GC has already decided to
+    /// delete the existing copy (it is doomed), pinning waits until that copy is unlinked, and
+    /// the link below then publishes ours.
     fn publish(&self, tmp: &Path, meta: ObjectMeta) -> Result<Staged> {
-        let pin = {
-            let mut pins = self.pins.lock();
-            *pins.entry(meta.id).or_insert(0) += 1;
-            Arc::new(Pin {
-                id: meta.id,
-                set: self.pins.clone(),
-            })
-        };
+        let pin = Arc::new(self.pins.pin(meta.id));
         let dst = self.object_path(&meta.id);
         let fanout = dst
             .parent()
@@ -263,24 +410,26 @@ impl Stager {
         // A failed directory sync below returns without settling: the mark stays, and whoever
         // publishes this object later syncs the directory again.
         if linked {
-            self.vfs
-                .sync_dir(&fanout)
-                .ctx(|| format!("fsync {}", fanout.display()))?;
+            self.sync_fanout(&meta.id, &fanout)?;
             self.settle(meta.id);
         } else {
-            // Found already there. If another publisher linked it and its directory sync has
-            // not (successfully) completed, a commit of ours could become durable before the
-            // entry does: make the entry durable ourselves first.
+            // Found already there. Unless its directory entry is known to be durable, a commit
+            // of ours could become durable before the entry does: make it durable first. It is
+            // not known when another publisher of this opening linked it and has not (yet, or
+            // successfully) synced, nor when an earlier opening linked it and no sync of the
+            // directory has succeeded since this opening began (that opening may have crashed
+            // before its sync, and what it knew is gone with it).
             let others = self.unsynced.lock().get(&meta.id).is_some_and(|&n| n > 1);
-            if others {
-                self.vfs
-                    .sync_dir(&fanout)
-                    .ctx(|| format!("fsync {}", fanout.display()))?;
+            let unknown = !self.fanout_synced[meta.id.0[0] as usize].load(Ordering::SeqCst);
+            if others || unknown {
+                self.sync_fanout(&meta.id, &fanout)?;
             }
             self.settle(meta.id);
             // Identical content is already published: a no-op, provided the file is what its name
             // says. A size mismatch means someone damaged it; refuse rather than reference it.
-            let len = std::fs::metadata(&dst)
+            let len = self
+                .vfs
+                .metadata(&dst)
                 .ctx(|| format!("stat {}", dst.display()))?
                 .len();
             if len != meta.size {
@@ -293,6 +442,38 @@ impl Stager {
                 });
             }
         }
-        Ok(Staged { meta, _pin: pin })
+        Ok(Staged { meta, pin })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn staging_names_tell_their_owner() {
+        assert_eq!(parse_staging_name("4242-ff01-7.part"), Some((4242, 0xff01)));
+        for foreign in [
+            "4242-0.part",
+            "4242-ff01-7.tmp",
+            "sim-crash-3.part",
+            "4242-ff01-7-1.part",
+            "-ff01-7.part",
+            "4242-xyz-7.part",
+            "4242-ff01-.part",
+            "99999999999-ff01-7.part",
+        ] {
+            assert_eq!(parse_staging_name(foreign), None, "{foreign}");
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let stager = Stager::new(dir.path(), Arc::new(crate::vfs::RealVfs));
+        let ours = format!("{}-{:x}-0.part", std::process::id(), stager.session);
+        assert_eq!(stager.staging_owner(&ours), StagingOwner::This);
+        let earlier = format!("{}-{:x}-0.part", std::process::id(), stager.session - 1);
+        assert_eq!(stager.staging_owner(&earlier), StagingOwner::Gone);
+        assert_eq!(stager.staging_owner("notes.txt"), StagingOwner::Unknown);
+        // Two openings in one process never share a session.
+        let again = Stager::new(dir.path(), Arc::new(crate::vfs::RealVfs));
+        assert!(again.session > stager.session);
     }
 }

@@ -16,7 +16,7 @@ use crate::log::LOG;
 use crate::manifest::{Entry, EntryValue, HISTORY, MANIFEST};
 use crate::metrics::{Metrics, MetricsSnapshot};
 use crate::object::ObjectId;
-use crate::snapshot::Snapshot;
+use crate::snapshot::{ReaderPins, Snapshot};
 use crate::stage::{Staged, Stager};
 use crate::vfs::{RealVfs, Vfs};
 use parking_lot::{Mutex, RwLock};
@@ -126,6 +126,8 @@ pub(crate) struct Inner {
     pub(crate) dir: PathBuf,
     pub(crate) db: redb::Database,
     pub(crate) stager: Stager,
+    /// The seqs open snapshots read as of; GC keeps what they can read.
+    pub(crate) readers: Arc<ReaderPins>,
     pub(crate) queue: WriteQueue<Op, Result<Done>>,
     pub(crate) index: RwLock<DedupIndex>,
     pub(crate) failed: Mutex<Option<String>>,
@@ -188,6 +190,7 @@ impl Store {
         Ok(Store {
             inner: Arc::new(Inner {
                 stager,
+                readers: Arc::default(),
                 queue: WriteQueue::new(options.max_group_units),
                 index: RwLock::new(index),
                 failed: Mutex::new(None),
@@ -233,9 +236,13 @@ impl Store {
     /// Commits a batch through the group-commit path and reports every unit's outcome.
     ///
     /// `Err` means the commit could not be decided or made durable (I/O, failed store, bad
-    /// request); rejections by the commit rules are outcomes in the report.
+    /// request, a handle staged by another store); rejections by the commit rules are outcomes in
+    /// the report.
     pub fn commit(&self, batch: Batch) -> Result<CommitReport> {
         batch.validate()?;
+        for item in &batch.items {
+            self.inner.stager.check_handle(&item.unit, &item.staged)?;
+        }
         match self.submit(Op::Commit(batch))? {
             Done::Commit(r) => Ok(r),
             other => {

@@ -1,10 +1,12 @@
 //! Integrity check (SPEC R15): re-reads every object a kept entry references and checks its size
 //! and CRC32 (and, deep, its BLAKE3 content hash against its name), replays the commit log
-//! against the manifest (I7), and lists missing, corrupt and orphaned objects together with the
-//! units they affect.
+//! against the manifest (I7), and lists missing and corrupt objects together with the units they
+//! affect, and files in `objects/` that are not objects: those are problems. Space that normal
+//! operation leaves for GC — objects nothing references (rejected puts among them) and staging
+//! files no live writer uses — is reported apart, as reclaimable.
 
 use crate::error::{DbContext, Result};
-use crate::gc::list_objects;
+use crate::gc::{list_objects, ObjectListing};
 use crate::log::{Record, RecordBody, LOG};
 use crate::manifest::{EntryValue, HISTORY, MANIFEST};
 use crate::object::{ObjectId, ObjectMeta};
@@ -45,16 +47,62 @@ pub struct ObjectProblem {
     pub units: Vec<UnitRef>,
 }
 
-/// A file in `objects/` that no kept entry references.
+/// A file in `objects/` that is not an object the engine wrote (not named by a content hash, or
+/// in the wrong fan-out directory). A problem: someone put it there, and GC leaves it alone.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct OrphanFile {
+pub struct StrayFile {
     /// Its path.
     pub path: PathBuf,
     /// Its size.
     pub bytes: u64,
-    /// True when the file is not even named like an object (a stray file someone put there);
-    /// GC leaves those alone.
-    pub stray: bool,
+}
+
+/// An object that no kept entry references and no in-flight commit is about to: the output of a
+/// rejected put (conflict, stale, fenced, busy, a lost race), a handle dropped without a commit,
+/// or an object of history that retention let go. `oncelake gc` removes it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ReclaimableObject {
+    /// Its path.
+    pub path: PathBuf,
+    /// Its size.
+    pub bytes: u64,
+}
+
+/// A staging file that no writer of this opening is writing.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ReclaimableStaging {
+    /// Its path.
+    pub path: PathBuf,
+    /// Its size.
+    pub bytes: u64,
+    /// Its writer is gone (a put killed mid-write, a crashed process): the next GC removes it.
+    /// Otherwise its writer cannot be told from its name, and GC removes it once it is older
+    /// than the grace period.
+    pub owner_gone: bool,
+}
+
+/// Space that normal operation leaves for GC to reclaim. Nothing in it is lost or damaged data.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Reclaimable {
+    /// Unreferenced objects.
+    pub objects: Vec<ReclaimableObject>,
+    /// Staging files no live writer uses.
+    pub staging: Vec<ReclaimableStaging>,
+}
+
+impl Reclaimable {
+    /// Bytes of the unreferenced objects.
+    pub fn object_bytes(&self) -> u64 {
+        self.objects.iter().map(|o| o.bytes).sum()
+    }
+    /// Bytes of the staging files.
+    pub fn staging_bytes(&self) -> u64 {
+        self.staging.iter().map(|f| f.bytes).sum()
+    }
+    /// Whether there is nothing to reclaim.
+    pub fn is_empty(&self) -> bool {
+        self.objects.is_empty() && self.staging.is_empty()
+    }
 }
 
 /// What [`Store::verify`] found.
@@ -74,8 +122,11 @@ pub struct VerifyReport {
     pub missing: Vec<ObjectProblem>,
     /// Referenced objects with the wrong size, CRC32 or (deep) hash.
     pub corrupt: Vec<ObjectProblem>,
-    /// Files in `objects/` nothing references (objects staged for an in-flight commit excluded).
-    pub orphaned: Vec<OrphanFile>,
+    /// Files in `objects/` that are not objects (problems).
+    pub strays: Vec<StrayFile>,
+    /// Space GC can reclaim (not problems): unreferenced objects (objects staged for an
+    /// in-flight commit excluded) and staging files no live writer uses.
+    pub reclaimable: Reclaimable,
     /// The log replayed against the manifest.
     pub replay: ReplayReport,
     /// Deep only: kept history rows that disagree with the log, and commits at or after the
@@ -84,13 +135,19 @@ pub struct VerifyReport {
 }
 
 impl VerifyReport {
-    /// Nothing is wrong: no missing, corrupt or orphaned object, and the log reproduces the
-    /// manifest.
+    /// Nothing at all to report: no problem and nothing to reclaim.
     pub fn is_clean(&self) -> bool {
-        self.is_intact() && self.orphaned.is_empty()
+        self.is_ok() && self.reclaimable.is_empty()
     }
 
-    /// No data is lost or damaged (orphans, which only waste space, are allowed).
+    /// No problem: nothing missing, corrupt or stray, and the log reproduces the manifest.
+    /// Reclaimable space is allowed (normal operation leaves it for GC). The CLI exits 0 exactly
+    /// then.
+    pub fn is_ok(&self) -> bool {
+        self.is_intact() && self.strays.is_empty()
+    }
+
+    /// No data is lost or damaged (strays and reclaimable space only take room).
     pub fn is_intact(&self) -> bool {
         self.missing.is_empty()
             && self.corrupt.is_empty()
@@ -98,11 +155,11 @@ impl VerifyReport {
             && self.history_problems.is_empty()
     }
 
-    /// How many problems were found.
+    /// How many problems were found (reclaimable space is not a problem).
     pub fn problem_count(&self) -> usize {
         self.missing.len()
             + self.corrupt.len()
-            + self.orphaned.len()
+            + self.strays.len()
             + self.replay.problems.len()
             + self.history_problems.len()
     }
@@ -228,41 +285,21 @@ impl Store {
             progress(i as u64 + 1, total);
         }
 
-        // Orphans: like GC, re-check under the pin lock against the commits since the snapshot,
-        // so an object staged or committed meanwhile is not reported.
         let listing = list_objects(&self.inner.stager.objects, |id| !expected.contains_key(id))?;
-        let mut unreferenced: Vec<(ObjectId, PathBuf, u64)> = listing
-            .objects()
-            .map(|(id, p, b)| (id, p.to_path_buf(), b))
-            .collect();
-        if !unreferenced.is_empty() {
-            let pins = self.inner.stager.pins.lock();
-            let txn2 = self.inner.db.begin_read().db("begin a read transaction")?;
-            let s2_seq = seq_and_horizon(&txn2)?.0;
-            let mut later = HashSet::new();
-            if s2_seq > s1_seq {
-                let log = txn2.open_table(LOG).db("open the log")?;
-                for row in log.range(s1_seq + 1..=s2_seq).db("scan the commit log")? {
-                    let (_, v) = row.db("scan the commit log")?;
-                    if let RecordBody::Commit { entries } = Record::decode(v.value())?.body {
-                        later.extend(entries.iter().map(|e| e.object.id));
-                    }
-                }
-            }
-            unreferenced.retain(|(id, _, _)| !later.contains(id) && !pins.contains_key(id));
-        }
-        report.orphaned = unreferenced
+        report.reclaimable.objects = self.unreferenced_objects(&listing, s1_seq)?;
+        report.strays = listing
+            .strays
             .into_iter()
-            .map(|(_, path, bytes)| OrphanFile {
-                path,
-                bytes,
-                stray: false,
+            .map(|(path, bytes)| StrayFile { path, bytes })
+            .collect();
+        report.reclaimable.staging = self
+            .staging_files()?
+            .into_iter()
+            .map(|f| ReclaimableStaging {
+                path: f.path,
+                bytes: f.bytes,
+                owner_gone: f.owner_gone,
             })
-            .chain(listing.strays.into_iter().map(|(path, bytes)| OrphanFile {
-                path,
-                bytes,
-                stray: true,
-            }))
             .collect();
         drop(txn);
         self.drop_vanished_references(&mut report)?;
@@ -272,6 +309,41 @@ impl Store {
             report.history_problems = self.check_history_against_log()?;
         }
         Ok(report)
+    }
+
+    /// The listed objects that are still unreferenced: like GC, re-check under the pin lock
+    /// against the commits since the snapshot at `s1_seq`, so that an object staged or committed
+    /// meanwhile is not reported.
+    fn unreferenced_objects(
+        &self,
+        listing: &ObjectListing,
+        s1_seq: u64,
+    ) -> Result<Vec<ReclaimableObject>> {
+        let mut unreferenced: Vec<(ObjectId, &Path, u64)> = listing.objects().collect();
+        if unreferenced.is_empty() {
+            return Ok(Vec::new());
+        }
+        let pins = self.inner.stager.pins.lock();
+        let txn2 = self.inner.db.begin_read().db("begin a read transaction")?;
+        let s2_seq = seq_and_horizon(&txn2)?.0;
+        let mut later = HashSet::new();
+        if s2_seq > s1_seq {
+            let log = txn2.open_table(LOG).db("open the log")?;
+            for row in log.range(s1_seq + 1..=s2_seq).db("scan the commit log")? {
+                let (_, v) = row.db("scan the commit log")?;
+                if let RecordBody::Commit { entries } = Record::decode(v.value())?.body {
+                    later.extend(entries.iter().map(|e| e.object.id));
+                }
+            }
+        }
+        unreferenced.retain(|(id, _, _)| !later.contains(id) && !pins.is_pinned(id));
+        Ok(unreferenced
+            .into_iter()
+            .map(|(_, path, bytes)| ReclaimableObject {
+                path: path.to_path_buf(),
+                bytes,
+            })
+            .collect())
     }
 
     /// Every kept history row must be what the log's commit record at its seq says, and every

@@ -29,8 +29,18 @@ fn gc_and_verify_report_counts_and_exit_codes() {
         drop(store.stage_bytes(b"orphan!").unwrap());
     }
     let (code, out) = oncelake(&["verify", lake, "--json"]);
-    assert_eq!(code, 7, "an orphan is a problem");
-    assert_eq!(json(&out)["orphaned"].as_array().unwrap().len(), 1);
+    assert_eq!(
+        code, 0,
+        "an orphan is reclaimable space, not a problem: {out}"
+    );
+    let v = json(&out);
+    assert_eq!(
+        (v["ok"].as_bool(), v["problems"].as_u64()),
+        (Some(true), Some(0))
+    );
+    assert_eq!(v["reclaimable"]["objects"], 1);
+    assert_eq!(v["reclaimable"]["object_bytes"], 7);
+    assert_eq!(v["strays"].as_array().unwrap().len(), 0);
 
     let (code, out) = oncelake(&["gc", lake, "--dry-run", "--json"]);
     assert_eq!(code, 0);
@@ -70,4 +80,105 @@ fn gc_and_verify_report_counts_and_exit_codes() {
 
     let (code, _) = oncelake(&["gc", lake, "--grace", "soon"]);
     assert_eq!(code, 2, "a bad duration is a usage error");
+}
+
+/// A `put` killed mid-write leaves its staging file: verify reports it as reclaimable (exit 0),
+/// and `gc` with its default hour of grace removes it at once (its writer is gone).
+#[test]
+fn a_killed_put_leaves_reclaimable_staging_that_gc_removes_at_once() {
+    use std::io::Write;
+    let dir = tempfile::tempdir().unwrap();
+    let lake = dir.path().join("lake");
+    let lake_s = lake.to_str().unwrap();
+    let (code, _) = oncelake(&["init", lake_s]);
+    assert_eq!(code, 0);
+    let staging = lake.join("staging");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_oncelake"))
+        .args(["put", lake_s, "big/unit", "1", "-"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    // More than one staging buffer (256 KiB), so part of it reaches the file; stdin stays open.
+    stdin.write_all(&vec![7u8; 1 << 20]).unwrap();
+    stdin.flush().unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+    let part = loop {
+        let written = std::fs::read_dir(&staging)
+            .unwrap()
+            .filter_map(|e| e.ok())
+            .find(|e| e.metadata().is_ok_and(|m| m.len() > 0));
+        if let Some(e) = written {
+            break e.path();
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the put never wrote its staging file"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    };
+    child.kill().unwrap();
+    child.wait().unwrap();
+    drop(stdin);
+    let size = std::fs::metadata(&part).unwrap().len();
+    assert!(part.exists() && size > 0);
+
+    let (code, out) = oncelake(&["verify", lake_s, "--json"]);
+    assert_eq!(
+        code, 0,
+        "a dead writer's staging file is not a problem: {out}"
+    );
+    let v = json(&out);
+    assert_eq!(v["ok"], true);
+    assert_eq!(v["reclaimable"]["staging_files"], 1, "{v}");
+    assert_eq!(v["reclaimable"]["staging_bytes"], size);
+    let f = &v["reclaimable"]["files"][0];
+    assert_eq!(
+        (f["kind"].as_str(), f["owner_gone"].as_bool()),
+        (Some("staging"), Some(true)),
+        "{v}"
+    );
+    let (code, out) = oncelake(&["verify", lake_s]);
+    assert_eq!(code, 0);
+    assert!(
+        out.contains("reclaimable:") && out.contains("ok: no problems found"),
+        "{out}"
+    );
+
+    // Default grace (1h): the file is seconds old, and still goes.
+    let (code, out) = oncelake(&["gc", lake_s, "--json"]);
+    assert_eq!(code, 0);
+    let g = json(&out);
+    assert_eq!(
+        (g["staging_files"].as_u64(), g["staging_bytes"].as_u64()),
+        (Some(1), Some(size)),
+        "{g}"
+    );
+    assert!(!part.exists());
+    let (code, out) = oncelake(&["verify", lake_s, "--json"]);
+    assert_eq!(code, 0);
+    assert_eq!(json(&out)["reclaimable"]["staging_files"], 0);
+}
+
+/// Strays in objects/ stay problems: exit 7, listed under `strays`.
+#[test]
+fn a_stray_file_in_objects_is_a_problem() {
+    let dir = tempfile::tempdir().unwrap();
+    let lake = dir.path().join("lake");
+    let lake_s = lake.to_str().unwrap();
+    drop(oncelake::Store::open(&lake).unwrap());
+    std::fs::write(lake.join("objects").join("notes.txt"), b"hello").unwrap();
+    let (code, out) = oncelake(&["verify", lake_s, "--json"]);
+    assert_eq!(code, 7, "{out}");
+    let v = json(&out);
+    assert_eq!(
+        (v["ok"].as_bool(), v["problems"].as_u64()),
+        (Some(false), Some(1))
+    );
+    assert_eq!(v["strays"][0]["bytes"], 5);
+    let (code, out) = oncelake(&["verify", lake_s]);
+    assert_eq!(code, 7);
+    assert!(out.contains("STRAY"), "{out}");
 }

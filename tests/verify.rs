@@ -62,7 +62,7 @@ fn a_flipped_byte_is_corrupt_and_names_the_unit() {
     );
     assert_eq!(r.corrupt[0].units[0].unit, "a");
     assert!(r.corrupt[0].units[0].current);
-    assert!(r.missing.is_empty() && r.orphaned.is_empty());
+    assert!(r.missing.is_empty() && r.strays.is_empty() && r.reclaimable.is_empty());
     assert_eq!(r.affected_units().into_iter().collect::<Vec<_>>(), ["a"]);
 }
 
@@ -102,7 +102,7 @@ fn a_deleted_object_is_missing_also_from_the_history() {
 }
 
 #[test]
-fn stray_files_and_orphans_are_listed() {
+fn stray_files_are_problems_and_orphans_are_reclaimable() {
     let (_d, store) = store();
     let objects = store.path().join("objects");
     std::fs::write(objects.join("README.txt"), b"someone's notes").unwrap();
@@ -112,13 +112,82 @@ fn stray_files_and_orphans_are_listed() {
     std::fs::write(objects.join("00").join(id.to_hex()), b"misplaced").unwrap();
     drop(store.stage_bytes(b"staged, never committed").unwrap());
     let r = store.verify(shallow()).unwrap();
-    assert!(r.is_intact(), "orphans lose no data: {r:?}");
-    assert!(!r.is_clean());
-    let strays: Vec<_> = r.orphaned.iter().filter(|o| o.stray).collect();
-    let orphans: Vec<_> = r.orphaned.iter().filter(|o| !o.stray).collect();
-    assert_eq!(strays.len(), 3, "{r:?}");
-    assert_eq!(orphans.len(), 1, "{r:?}");
-    assert_eq!(orphans[0].bytes, "staged, never committed".len() as u64);
+    assert!(r.is_intact(), "strays lose no data: {r:?}");
+    assert!(!r.is_ok(), "but they are problems");
+    assert_eq!(r.strays.len(), 3, "{r:?}");
+    assert_eq!(r.problem_count(), 3);
+    assert_eq!(r.reclaimable.objects.len(), 1, "{r:?}");
+    assert_eq!(
+        r.reclaimable.object_bytes(),
+        "staged, never committed".len() as u64
+    );
+}
+
+/// Every kind of rejected put leaves its object unreferenced: space for GC, not a problem.
+#[test]
+fn objects_of_rejected_puts_are_reclaimable_not_problems() {
+    use std::time::Duration;
+    let (_d, store) = store();
+    let mut rejected = std::collections::BTreeMap::new();
+    // Conflict: same version, other bytes.
+    let out = store.put("a", 1, b"other alpha").unwrap();
+    assert_eq!(out.outcome.name(), "conflict");
+    rejected.insert(oncelake::ObjectId::of(b"other alpha"), 11u64);
+    // Stale: an older version than the committed one.
+    store.put("b", 5, b"beta v5").unwrap();
+    let out = store.put("b", 4, b"beta v4").unwrap();
+    assert_eq!(out.outcome.name(), "stale");
+    rejected.insert(oncelake::ObjectId::of(b"beta v4"), 7);
+    // Fenced: a superseded token.
+    let ttl = Duration::from_secs(60);
+    let first = match store.claim("f", 1, "w1", ttl).unwrap() {
+        oncelake::ClaimOutcome::Granted { lease, .. } => lease,
+        other => panic!("{other:?}"),
+    };
+    assert!(store.release(&first).unwrap());
+    assert!(matches!(
+        store.claim("f", 1, "w2", ttl).unwrap(),
+        oncelake::ClaimOutcome::Granted { .. }
+    ));
+    let late = store.stage_bytes(b"fenced output").unwrap();
+    let r = store
+        .commit(Batch::new().put_fenced("f", 1, &late, first.token))
+        .unwrap();
+    assert!(!r.applied(), "{r:?}");
+    drop(late);
+    rejected.insert(oncelake::ObjectId::of(b"fenced output"), 13);
+    // A lost race: two writers staged the same unit and version; the one decided second loses.
+    let (x, y) = (
+        store.stage_bytes(b"race winner").unwrap(),
+        store.stage_bytes(b"race loser").unwrap(),
+    );
+    assert!(store
+        .commit(Batch::new().put("r", 1, &x))
+        .unwrap()
+        .applied());
+    let lost = store.commit(Batch::new().put("r", 1, &y)).unwrap();
+    assert!(!lost.applied());
+    drop((x, y));
+    rejected.insert(oncelake::ObjectId::of(b"race loser"), 10);
+
+    let r = store.verify(deep()).unwrap();
+    assert!(r.is_ok(), "{r:?}");
+    assert!(!r.is_clean(), "there is something to reclaim");
+    let mut got = std::collections::BTreeMap::new();
+    for o in &r.reclaimable.objects {
+        let name = o.path.file_name().unwrap().to_str().unwrap();
+        got.insert(name.parse::<oncelake::ObjectId>().unwrap(), o.bytes);
+    }
+    assert_eq!(got, rejected);
+    assert_eq!(r.reclaimable.object_bytes(), rejected.values().sum::<u64>());
+    let gc = store
+        .gc(oncelake::GcOptions {
+            grace: Duration::ZERO,
+            ..oncelake::GcOptions::default()
+        })
+        .unwrap();
+    assert_eq!(gc.objects, rejected.len() as u64);
+    assert!(store.verify(deep()).unwrap().is_clean());
 }
 
 #[test]

@@ -2,7 +2,7 @@
 
 use super::{open_store, parse_duration, print_json, CliError};
 use oncelake::gc::{GcOptions, GcReport};
-use oncelake::verify::{ObjectProblem, VerifyOptions, VerifyReport};
+use oncelake::verify::{ObjectProblem, Reclaimable, VerifyOptions, VerifyReport};
 use serde_json::json;
 use std::io::IsTerminal;
 use std::path::PathBuf;
@@ -16,14 +16,15 @@ const VERIFY_PROBLEMS: u8 = 7;
 Examples:
   oncelake gc ./lake --dry-run           # what would be removed, with the defaults
   oncelake gc ./lake --retain 30d        # keep 30 days of history readable with --at
-  oncelake gc ./lake --grace 0 --json    # also remove staging files left just now")]
+  oncelake gc ./lake --grace 0 --json    # also remove unknown staging files left just now")]
 pub(crate) struct GcArgs {
     /// The store.
     pub store: PathBuf,
     /// Report what would be removed without removing anything.
     #[arg(long)]
     pub dry_run: bool,
-    /// Leave staging files younger than this (e.g. 30m, 1h; 0 = none).
+    /// Leave staging files whose writer cannot be told younger than this (e.g. 30m, 1h; 0 =
+    /// none). Staging files of writers that are gone (a killed put) are removed whatever their age.
     #[arg(long, default_value = "1h", value_parser = parse_duration)]
     pub grace: Duration,
     /// Keep history (and its objects) superseded less than this long ago (e.g. 7d; 0 = none).
@@ -40,7 +41,9 @@ Examples:
   oncelake verify ./lake                 # sizes and CRC32 of every referenced object, log replay
   oncelake verify ./lake --deep --json   # also BLAKE3 of every object against its name
 
-Exit code 7 when anything is missing, corrupt or orphaned, or the log disagrees with the manifest.")]
+Exit code 7 when a referenced object is missing or corrupt, a file in objects/ is not an object,
+or the log disagrees with the manifest. Unreferenced objects (rejected puts) and staging files of
+writers that are gone are reported as reclaimable by `oncelake gc`, with exit code 0.")]
 pub(crate) struct VerifyArgs {
     /// The store.
     pub store: PathBuf,
@@ -128,6 +131,12 @@ pub(crate) fn gc(a: GcArgs, wait: Duration) -> Result<u8, CliError> {
                 String::new()
             }
         );
+        if report.staging_files_young > 0 {
+            println!(
+                "left {} whose writer cannot be told, younger than --grace",
+                plural(report.staging_files_young, "staging file", "staging files")
+            );
+        }
         if report.stray_files > 0 {
             eprintln!(
                 "note: {} in objects/ not named like objects were left alone; `oncelake verify {}` lists them",
@@ -144,6 +153,7 @@ fn gc_json(r: &GcReport) -> serde_json::Value {
         "dry_run": r.dry_run,
         "staging_files": r.staging_files,
         "staging_bytes": r.staging_bytes,
+        "staging_files_young": r.staging_files_young,
         "objects": r.objects,
         "object_bytes": r.object_bytes,
         "history_rows_pruned": r.history_rows_pruned,
@@ -180,11 +190,7 @@ pub(crate) fn verify(a: VerifyArgs, wait: Duration) -> Result<u8, CliError> {
     } else {
         print_verify_text(&report);
     }
-    Ok(if report.is_clean() {
-        0
-    } else {
-        VERIFY_PROBLEMS
-    })
+    Ok(if report.is_ok() { 0 } else { VERIFY_PROBLEMS })
 }
 
 fn problem_json(p: &ObjectProblem) -> serde_json::Value {
@@ -200,7 +206,8 @@ fn problem_json(p: &ObjectProblem) -> serde_json::Value {
 
 fn verify_json(r: &VerifyReport) -> serde_json::Value {
     json!({
-        "ok": r.is_clean(),
+        "ok": r.is_ok(),
+        "problems": r.problem_count(),
         "deep": r.deep,
         "seq": r.seq,
         "entries_checked": r.entries_checked,
@@ -209,12 +216,29 @@ fn verify_json(r: &VerifyReport) -> serde_json::Value {
         "log_records": r.replay.records,
         "missing": r.missing.iter().map(problem_json).collect::<Vec<_>>(),
         "corrupt": r.corrupt.iter().map(problem_json).collect::<Vec<_>>(),
-        "orphaned": r.orphaned.iter().map(|o| json!({
-            "path": o.path.display().to_string(), "bytes": o.bytes, "stray": o.stray,
+        "strays": r.strays.iter().map(|o| json!({
+            "path": o.path.display().to_string(), "bytes": o.bytes,
         })).collect::<Vec<_>>(),
+        "reclaimable": reclaimable_json(&r.reclaimable),
         "log_problems": r.replay.problems,
         "history_problems": r.history_problems,
         "affected_units": r.affected_units(),
+    })
+}
+
+/// Counts and bytes under the names `gc` reports them with, then the files.
+fn reclaimable_json(r: &Reclaimable) -> serde_json::Value {
+    json!({
+        "objects": r.objects.len(),
+        "object_bytes": r.object_bytes(),
+        "staging_files": r.staging.len(),
+        "staging_bytes": r.staging_bytes(),
+        "files": r.objects.iter().map(|o| json!({
+            "path": o.path.display().to_string(), "bytes": o.bytes, "kind": "object",
+        })).chain(r.staging.iter().map(|f| json!({
+            "path": f.path.display().to_string(), "bytes": f.bytes, "kind": "staging",
+            "owner_gone": f.owner_gone,
+        }))).collect::<Vec<_>>(),
     })
 }
 
@@ -258,16 +282,11 @@ fn print_verify_text(r: &VerifyReport) {
             units_text(p)
         );
     }
-    for o in &r.orphaned {
+    for o in &r.strays {
         println!(
-            "ORPHAN   {} ({}){}",
+            "STRAY    {} ({}) — not an object; remove it by hand if it is not yours",
             o.path.display(),
-            bytes(o.bytes),
-            if o.stray {
-                " — not an object; remove it by hand if it is not yours"
-            } else {
-                " — unreferenced; `oncelake gc` removes it"
-            }
+            bytes(o.bytes)
         );
     }
     for p in &r.replay.problems {
@@ -276,7 +295,8 @@ fn print_verify_text(r: &VerifyReport) {
     for p in &r.history_problems {
         println!("HISTORY  {p}");
     }
-    if r.is_clean() {
+    print_reclaimable_text(&r.reclaimable);
+    if r.is_ok() {
         println!("ok: no problems found");
     } else {
         let affected = r.affected_units();
@@ -297,5 +317,30 @@ fn print_verify_text(r: &VerifyReport) {
                 "restore the affected objects from a backup, or re-run the work for the affected units and commit a correction"
             );
         }
+    }
+}
+
+/// One summary line (not a problem), and which files wait for the grace period.
+fn print_reclaimable_text(r: &Reclaimable) {
+    if r.is_empty() {
+        return;
+    }
+    println!(
+        "reclaimable: {} ({}) and {} ({}); `oncelake gc` removes them",
+        plural(
+            r.objects.len() as u64,
+            "unreferenced object",
+            "unreferenced objects"
+        ),
+        bytes(r.object_bytes()),
+        plural(r.staging.len() as u64, "staging file", "staging files"),
+        bytes(r.staging_bytes()),
+    );
+    let unknown = r.staging.iter().filter(|f| !f.owner_gone).count() as u64;
+    if unknown > 0 {
+        println!(
+            "  of the staging files, {} cannot be told from their names; gc removes those after --grace",
+            plural(unknown, "has a writer that", "have writers that")
+        );
     }
 }

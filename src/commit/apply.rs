@@ -48,9 +48,11 @@ pub(crate) enum Op {
     /// Garbage collection's history pruning (SPEC R14): delete the HISTORY rows superseded before
     /// `cutoff_ms` and advance the `history_from` horizon past them. Runs in the leader so it
     /// serialises with commits, and is always synced: GC deletes objects on the strength of it, so
-    /// it must not be lost in a crash while the deletions survive.
+    /// it must not be lost in a crash while the deletions survive. Rows whose successor is newer
+    /// than `keep_for_seq` are kept: an open snapshot reads as of that seq.
     Prune {
         cutoff_ms: u64,
+        keep_for_seq: Option<u64>,
     },
     /// A higher layer's state change (pipelines): one `RecordBody::Extension` log record plus
     /// `EXTENSIONS[key] = seq ++ data`, in the same transaction. With a fence `(unit, token)` it is
@@ -371,7 +373,10 @@ impl Writer<'_> {
             Op::Renew { lease, ttl_ms } => Done::Renew(self.renew(lease, ttl_ms)?),
             Op::Release { lease } => Done::Release(self.release(lease)?),
             Op::Flush => Done::Flushed,
-            Op::Prune { cutoff_ms } => self.prune(cutoff_ms)?,
+            Op::Prune {
+                cutoff_ms,
+                keep_for_seq,
+            } => self.prune(cutoff_ms, keep_for_seq)?,
             Op::Extension {
                 tag,
                 key,
@@ -561,8 +566,8 @@ impl Writer<'_> {
 
     /// Deletes the history rows superseded before `cutoff_ms` (see [`crate::gc::plan_prune`]) and
     /// moves the horizon so that no read as of a seq whose view lost a row is served.
-    fn prune(&mut self, cutoff_ms: u64) -> Result<Done> {
-        let plan = crate::gc::plan_prune(&self.history, cutoff_ms)?;
+    fn prune(&mut self, cutoff_ms: u64, keep_for_seq: Option<u64>) -> Result<Done> {
+        let plan = crate::gc::plan_prune(&self.history, cutoff_ms, keep_for_seq)?;
         for (unit, seq) in &plan.rows {
             self.history
                 .remove((unit.as_str(), *seq))
