@@ -9,7 +9,7 @@
 use crate::claim::{ClaimOutcome, ClaimRecord, Lease, ReleaseOutcome, RenewOutcome, CLAIMS};
 use crate::commit::queue::{LeaderPanicked, Weighted};
 use crate::commit::rules::{self, Decision, Incoming, LeaseCheck, LeaseStatus};
-use crate::commit::{Atomicity, Batch, CommitReport, Outcome, UnitOutcome};
+use crate::commit::{Atomicity, Batch, BatchItem, CommitReport, Outcome, UnitOutcome};
 use crate::error::{DbContext, Error, Result};
 use crate::log::{ClaimChange, LogEntry, Record, RecordBody, LOG};
 use crate::manifest::{EntryValue, HISTORY, MANIFEST};
@@ -137,6 +137,13 @@ struct Writer<'t> {
     index: Vec<(String, bool, EntryValue)>,
     /// Leases found expired (not released) when their unit was claimed again, by anyone.
     expired_leases: u64,
+}
+
+/// One item of a batch, decided.
+struct Decided {
+    decision: Decision,
+    current: Option<EntryValue>,
+    claim: Option<ClaimRecord>,
 }
 
 /// Applies a group; called by the queue's leader with the group's operations, oldest first.
@@ -482,91 +489,83 @@ impl Writer<'_> {
         Ok(None)
     }
 
-    fn commit(&mut self, batch: Batch) -> Result<CommitReport> {
-        let mut decided = Vec::with_capacity(batch.items.len());
-        for item in &batch.items {
-            let current = self.current(&item.unit)?;
-            // Every commit reads the unit's newest lease: with a token it must be that lease's,
-            // without one the lease must not be live.
-            let claim = self.claim_record(&item.unit)?;
-            let lease = claim.as_ref().map(|r| r.state(self.now_ms));
-            let inc = Incoming {
-                source_version: item.source_version,
-                object: item.staged.id(),
-                token: item.token,
-                intent: item.intent,
-            };
-            let mut lookup_err = None;
-            let cur = current.map(|c| rules::Current {
-                source_version: c.source_version,
-                revision: c.revision,
-                object: c.object.id,
-                seq: c.seq,
-            });
-            let d = rules::decide(cur.as_ref(), lease.as_ref(), &inc, || {
-                self.earlier_identical(&item.unit, &inc)
-                    .unwrap_or_else(|e| {
-                        lookup_err = Some(e);
-                        None
-                    })
-            });
-            if let Some(e) = lookup_err {
-                return Err(e);
-            }
-            decided.push((d, current, claim));
+    /// Decides one item of a batch against the transaction's state: its decision, the unit's
+    /// current entry and its newest lease record (read for every commit: with a token it must be
+    /// that lease's, without one the lease must not be live).
+    fn decide_item(&self, item: &BatchItem) -> Result<Decided> {
+        let current = self.current(&item.unit)?;
+        let claim = self.claim_record(&item.unit)?;
+        let lease = claim.as_ref().map(|r| r.state(self.now_ms));
+        let inc = Incoming {
+            source_version: item.source_version,
+            object: item.staged.id(),
+            token: item.token,
+            intent: item.intent,
+        };
+        let mut lookup_err = None;
+        let cur = current.map(|c| rules::Current {
+            source_version: c.source_version,
+            revision: c.revision,
+            object: c.object.id,
+            seq: c.seq,
+        });
+        let decision = rules::decide(cur.as_ref(), lease.as_ref(), &inc, || {
+            self.earlier_identical(&item.unit, &inc)
+                .unwrap_or_else(|e| {
+                    lookup_err = Some(e);
+                    None
+                })
+        });
+        match lookup_err {
+            Some(e) => Err(e),
+            None => Ok(Decided {
+                decision,
+                current,
+                claim,
+            }),
         }
+    }
 
-        let rejected = decided
+    fn commit(&mut self, batch: Batch) -> Result<CommitReport> {
+        let decided = batch
+            .items
             .iter()
-            .any(|(d, _, _)| !matches!(d, Decision::Accept { .. } | Decision::Duplicate { .. }));
+            .map(|item| self.decide_item(item))
+            .collect::<Result<Vec<_>>>()?;
+        let rejected = decided.iter().any(|d| {
+            !matches!(
+                d.decision,
+                Decision::Accept { .. } | Decision::Duplicate { .. }
+            )
+        });
         let applies = !(rejected && batch.atomicity == Atomicity::AllOrNothing);
         let any_accept = decided
             .iter()
-            .any(|(d, _, _)| matches!(d, Decision::Accept { .. }));
+            .any(|d| matches!(d.decision, Decision::Accept { .. }));
         let seq = (applies && any_accept).then_some(self.next_seq);
 
         let mut units = Vec::with_capacity(decided.len());
         let mut logged = Vec::new();
-        for (item, (d, current, claim)) in batch.items.iter().zip(decided) {
-            if let (Decision::Accept { revision }, Some(seq)) = (d, seq) {
-                let meta = item.staged.meta();
-                let value = EntryValue {
-                    source_version: item.source_version,
-                    revision,
-                    object: meta,
-                    seq,
-                    committed_at_ms: self.now_ms,
-                };
-                let bytes = value.encode();
-                self.manifest
-                    .insert(item.unit.as_str(), bytes.as_slice())
-                    .db("write the manifest")?;
-                self.history
-                    .insert((item.unit.as_str(), seq), bytes.as_slice())
-                    .db("write the history")?;
-                self.index
-                    .push((item.unit.clone(), current.is_none(), value));
-                logged.push(LogEntry {
-                    unit: item.unit.clone(),
-                    source_version: item.source_version,
-                    revision,
-                    object: meta,
-                    token: item.token,
-                });
-                // Accepted means the token was the newest lease's, or there was no token and no
-                // live lease: either way that lease is over, and no earlier token commits after.
-                self.end_lease(&item.unit, claim.clone())?;
-            }
-            let outcome = Outcome::from_decision(d, seq, current.map(|c| c.source_version));
-            let holder = match outcome {
-                Outcome::Busy { .. } => claim.map(|r| r.worker),
+        for (item, d) in batch.items.iter().zip(decided) {
+            let holder = match d.decision {
+                Decision::Busy { .. } => d.claim.as_ref().map(|r| r.worker.clone()),
                 _ => None,
             };
+            if let (Decision::Accept { revision }, Some(seq)) = (d.decision, seq) {
+                logged.push(self.write_entry(item, revision, seq, d.current.is_none())?);
+                // Accepted means the token was the newest lease's, or there was no token and no
+                // live lease: either way that lease is over, and no earlier token commits after.
+                self.end_lease(&item.unit, d.claim)?;
+            }
             units.push(UnitOutcome {
                 unit: item.unit.clone(),
                 source_version: item.source_version,
                 object: item.staged.id(),
-                outcome,
+                outcome: Outcome::from_decision(
+                    d.decision,
+                    seq,
+                    d.current.map(|c| c.source_version),
+                ),
                 holder,
             });
         }
@@ -578,6 +577,39 @@ impl Writer<'_> {
             );
         }
         Ok(CommitReport { seq, units })
+    }
+
+    /// Writes an accepted item's manifest and history rows at `seq`; returns its log entry.
+    fn write_entry(
+        &mut self,
+        item: &BatchItem,
+        revision: u32,
+        seq: u64,
+        new_unit: bool,
+    ) -> Result<LogEntry> {
+        let meta = item.staged.meta();
+        let value = EntryValue {
+            source_version: item.source_version,
+            revision,
+            object: meta,
+            seq,
+            committed_at_ms: self.now_ms,
+        };
+        let bytes = value.encode();
+        self.manifest
+            .insert(item.unit.as_str(), bytes.as_slice())
+            .db("write the manifest")?;
+        self.history
+            .insert((item.unit.as_str(), seq), bytes.as_slice())
+            .db("write the history")?;
+        self.index.push((item.unit.clone(), new_unit, value));
+        Ok(LogEntry {
+            unit: item.unit.clone(),
+            source_version: item.source_version,
+            revision,
+            object: meta,
+            token: item.token,
+        })
     }
 
     /// Deletes the history rows superseded before `cutoff_ms` (see [`crate::gc::plan_prune`]) and
