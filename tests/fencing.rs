@@ -647,3 +647,156 @@ fn cli_pipeline_complete_without_a_token_is_busy_and_fail_refuses_a_blocked_cell
     assert_eq!(code(&again), Some(0), "{}", stderr(&again));
     assert_eq!(json(&again)["outcome"], "duplicate");
 }
+
+/// I6 and the busy row from the commit log alone: replaying the claim records in log order, every
+/// entry that carries a token carries its unit's newest token of a lease that has not ended, and
+/// every entry without one was committed when no lease on its unit was live (by the record's own
+/// time). Any applied commit ends its unit's lease. Returns the entries committed with a token.
+fn check_fencing_in_log(store: &Store) -> usize {
+    use oncelake::log::RecordBody;
+    let snap = store.snapshot().unwrap();
+    // unit -> (token, expires, ended)
+    let mut leases: std::collections::HashMap<String, (u64, u64, bool)> = Default::default();
+    let mut fenced_entries = 0;
+    for rec in snap.changes_since(0).unwrap() {
+        let rec = rec.unwrap();
+        match rec.body {
+            RecordBody::ClaimGranted(c) => {
+                leases.insert(c.unit, (c.token, c.expires_at_ms, false));
+            }
+            RecordBody::ClaimReleased(c) => {
+                let l = leases
+                    .get_mut(&c.unit)
+                    .expect("a release of a granted lease");
+                assert!(l.0 == c.token && !l.2, "seq {}: bad release", rec.seq);
+                l.2 = true;
+            }
+            RecordBody::Commit { entries } => {
+                for e in entries {
+                    let l = leases.get_mut(&e.unit);
+                    match (e.token, l.as_deref()) {
+                        (Some(t), Some(&(newest, _, ended))) => {
+                            assert!(
+                                t == newest && !ended,
+                                "I6: seq {} committed {} with token {t}; newest {newest}, ended {ended}",
+                                rec.seq,
+                                e.unit
+                            );
+                            fenced_entries += 1;
+                        }
+                        (Some(t), None) => panic!(
+                            "I6: seq {} committed {} with token {t}, never issued for it",
+                            rec.seq, e.unit
+                        ),
+                        (None, Some(&(_, expires, ended))) => assert!(
+                            ended || rec.time_ms >= expires,
+                            "seq {} committed {} without a token under a live lease",
+                            rec.seq,
+                            e.unit
+                        ),
+                        (None, None) => {}
+                    }
+                    if let Some(l) = l {
+                        l.2 = true;
+                    }
+                }
+            }
+            RecordBody::Extension { .. } => {}
+        }
+    }
+    fenced_entries
+}
+
+/// Honest and hostile workers at once, through the group commit: holders commit under their
+/// tokens while others commit without one, with forged, foreign, superseded and released tokens,
+/// release each other's leases and move the clock. Whatever the interleaving, the log shows only
+/// valid tokens and no token-less commit under a live lease, and every answer is one the rule
+/// allows.
+#[test]
+fn hostile_workers_never_get_a_commit_past_the_rule() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = ManualClock::new(T0);
+    let store = open(&dir.path().join("s"), &clock);
+    let units = ["a", "b", "c", "d"];
+    std::thread::scope(|s| {
+        for w in 0..6u64 {
+            let (store, clock) = (&store, &clock);
+            s.spawn(move || {
+                let worker = format!("w{w}");
+                let mut rng = w.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+                let mut next = move |n: u64| {
+                    rng ^= rng << 13;
+                    rng ^= rng >> 7;
+                    rng ^= rng << 17;
+                    rng % n
+                };
+                let mut mine: Vec<Lease> = Vec::new();
+                let mut seen: Vec<Lease> = Vec::new();
+                for i in 0..120u64 {
+                    let unit = units[next(4) as usize];
+                    let version = 1 + next(6);
+                    let body = format!("{unit}-{version}-{worker}-{i}");
+                    match next(8) {
+                        0 | 1 => {
+                            let ttl = Duration::from_millis(1 + next(3_000));
+                            if let ClaimOutcome::Granted { lease, .. } =
+                                store.claim(unit, version, &worker, ttl).unwrap()
+                            {
+                                mine.push(lease.clone());
+                                seen.push(lease);
+                            }
+                        }
+                        2 if !mine.is_empty() => {
+                            let l = mine.swap_remove(next(mine.len() as u64) as usize);
+                            let o = put(
+                                store,
+                                &l.unit,
+                                l.source_version,
+                                body.as_bytes(),
+                                Some(l.token),
+                            );
+                            assert!(!matches!(o, Outcome::Busy { .. }), "{o:?}");
+                        }
+                        3 => {
+                            let o = put(store, unit, version, body.as_bytes(), None);
+                            assert!(!matches!(o, Outcome::Fenced { .. }), "{o:?}");
+                        }
+                        4 if !seen.is_empty() => {
+                            // Someone else's (or an old) token on any unit.
+                            let l = &seen[next(seen.len() as u64) as usize];
+                            put(store, unit, version, body.as_bytes(), Some(l.token));
+                        }
+                        5 => {
+                            let forged = 1 + next(10_000);
+                            put(store, unit, version, body.as_bytes(), Some(forged));
+                        }
+                        6 if !seen.is_empty() => {
+                            let l = seen[next(seen.len() as u64) as usize].clone();
+                            let by = if next(2) == 0 {
+                                worker.clone()
+                            } else {
+                                l.worker.clone()
+                            };
+                            let r = store
+                                .release(&Lease {
+                                    worker: by.clone(),
+                                    ..l.clone()
+                                })
+                                .unwrap();
+                            if r.is_released() {
+                                assert_eq!(by, l.worker, "only the holder releases");
+                            }
+                        }
+                        _ => clock.advance_ms(next(1_000)),
+                    }
+                }
+            });
+        }
+    });
+    let with_token = check_fencing_in_log(&store);
+    let m = store.metrics();
+    assert!(
+        with_token > 0 && m.fenced_rejections > 0 && m.busy_rejections > 0,
+        "the run must exercise every row: {with_token} token commits, {m:?}"
+    );
+}
