@@ -1,9 +1,12 @@
 //! Coordinator mode (SPEC R9): time-limited leases on units, each with a fencing token that rises
-//! on every grant. Claims are durable (a redb table, changed only by the commit leader, every
-//! change a log record). Safety never depends on clocks: a commit carrying a token older than the
-//! unit's newest is fenced whatever any clock says; clocks only decide when a lease may be taken
-//! over.
+//! on every grant. Tokens come from one counter for the whole store, and the claims table keeps
+//! each unit's newest lease (also after it ended), so "this token was issued for this unit, is its
+//! newest and its lease has not ended" is one exact comparison against that record (see
+//! [`crate::commit::rules`]). Claims are durable (a redb table, changed only by the commit leader).
+//! Safety never depends on clocks: whether a token commits never looks at one; clocks only decide
+//! when a lease may be taken over and whether a commit without a token is busy.
 
+use crate::commit::rules::{LeaseState, LeaseStatus};
 use crate::error::{Error, Result};
 use crate::manifest::Entry;
 use redb::TableDefinition;
@@ -58,6 +61,32 @@ pub enum RenewOutcome {
     },
 }
 
+/// The answer to a release.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ReleaseOutcome {
+    /// The lease ended: its token no longer commits, and the unit may be claimed at once.
+    Released,
+    /// Refused, nothing changed: the token is the unit's live lease, but another worker holds it.
+    NotHolder {
+        /// The worker holding the lease.
+        holder: String,
+    },
+    /// Refused, nothing changed: the token is not a lease of the unit that can still end — it was
+    /// superseded, already ended (released, or by a commit), or never issued for the unit.
+    /// [`crate::FenceReason::of`] on the two tokens says which.
+    Lost {
+        /// The token of the unit's newest lease (0 if the unit was never claimed).
+        newest_token: u64,
+    },
+}
+
+impl ReleaseOutcome {
+    /// Whether the lease was released.
+    pub fn is_released(&self) -> bool {
+        matches!(self, ReleaseOutcome::Released)
+    }
+}
+
 /// The stored state of a unit's newest lease.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct ClaimRecord {
@@ -104,6 +133,21 @@ impl ClaimRecord {
 
     pub(crate) fn is_live(&self, now_ms: u64) -> bool {
         !self.released && now_ms < self.expires_at_ms
+    }
+
+    /// The lease as the commit rules see it at `now_ms`.
+    pub(crate) fn state(&self, now_ms: u64) -> LeaseState {
+        LeaseState {
+            token: self.token,
+            status: if self.released {
+                LeaseStatus::Ended
+            } else if self.is_live(now_ms) {
+                LeaseStatus::Live
+            } else {
+                LeaseStatus::Expired
+            },
+            expires_at_ms: self.expires_at_ms,
+        }
     }
 
     pub(crate) fn lease(&self, unit: &str) -> Lease {

@@ -5,7 +5,7 @@
 //!
 //! Not a public API: hidden from the docs, no stability promise.
 
-use crate::commit::rules::{decide, Current, Decision, Incoming, Intent};
+use crate::commit::rules::{decide, Current, Decision, Incoming, Intent, LeaseState, LeaseStatus};
 use crate::log::Record;
 use crate::object::ObjectId;
 
@@ -35,23 +35,73 @@ struct ModelEntry {
     seq: u64,
 }
 
-/// A unit of the model: every accepted entry (oldest first) and the newest token granted.
+/// A unit of the model: every accepted entry (oldest first), every token issued for it (oldest
+/// first), and the state of the newest one's lease.
 #[derive(Default, Clone)]
 struct ModelUnit {
     history: Vec<ModelEntry>,
-    newest_token: Option<u64>,
+    issued: Vec<u64>,
+    /// The newest lease ended (released, or by an applied commit).
+    ended: bool,
+    /// The newest lease expired by the clock (without ending).
+    expired: bool,
+    /// Tokens that may never commit again: superseded by a later grant, or of an ended lease.
+    dead: Vec<u64>,
 }
 
-/// The R3 table written out directly: what the commit rules must decide.
-fn expected(unit: &ModelUnit, inc: &Incoming) -> Decision {
-    if let (Some(t), Some(n)) = (inc.token, unit.newest_token) {
-        if t < n {
-            return Decision::Fenced {
-                token: t,
-                newest_token: n,
-            };
+impl ModelUnit {
+    fn newest(&self) -> Option<u64> {
+        self.issued.last().copied()
+    }
+
+    fn lease(&self) -> Option<LeaseState> {
+        self.newest().map(|token| LeaseState {
+            token,
+            status: if self.ended {
+                LeaseStatus::Ended
+            } else if self.expired {
+                LeaseStatus::Expired
+            } else {
+                LeaseStatus::Live
+            },
+            expires_at_ms: token * 1_000,
+        })
+    }
+
+    fn end_lease(&mut self) {
+        if let Some(t) = self.newest() {
+            self.ended = true;
+            self.dead.push(t);
         }
     }
+}
+
+/// The R3 table written out directly, lease rows first: what the commit rules must decide.
+fn expected(unit: &ModelUnit, inc: &Incoming) -> Decision {
+    let newest = unit.newest();
+    let by_versions = expected_by_versions(unit, inc);
+    match inc.token {
+        Some(t) => {
+            let issued_here = unit.issued.contains(&t);
+            let valid = issued_here && newest == Some(t) && !unit.ended;
+            let retry_of_ended = issued_here && newest == Some(t) && unit.ended;
+            if valid || (retry_of_ended && matches!(by_versions, Decision::Duplicate { .. })) {
+                return by_versions;
+            }
+            Decision::Fenced {
+                token: t,
+                newest_token: newest.unwrap_or(0),
+            }
+        }
+        None if newest.is_some() && !unit.ended && !unit.expired => Decision::Busy {
+            expires_at_ms: newest.unwrap_or(0) * 1_000,
+        },
+        None => by_versions,
+    }
+}
+
+/// The version rows of the R3 table.
+fn expected_by_versions(unit: &ModelUnit, inc: &Incoming) -> Decision {
     let Some(cur) = unit.history.last() else {
         return Decision::Accept { revision: 0 };
     };
@@ -86,14 +136,43 @@ fn expected(unit: &ModelUnit, inc: &Incoming) -> Decision {
     }
 }
 
+/// The token an operation carries, from byte 1 (bits 5-7) and byte 2.
+fn fuzz_token(units: &[ModelUnit], me: usize, op: &[u8], next_token: u64) -> Option<u64> {
+    if op[1] & 0x20 == 0 {
+        return None;
+    }
+    let p = u64::from(op[2]);
+    Some(match op[1] >> 6 {
+        // Near the counter: recent grants of any unit, or not issued yet.
+        0 => (next_token + 2).saturating_sub(p & 7),
+        // This unit's newest (or one of its earlier ones).
+        1 => {
+            let mine = &units[me].issued;
+            let back = (p as usize) % 3;
+            mine.len()
+                .checked_sub(1 + back)
+                .map_or(next_token, |i| mine[i])
+        }
+        // Another unit's newest: a foreign token.
+        2 => units[(me + 1 + (p as usize) % 3) % units.len()]
+            .newest()
+            .unwrap_or(p),
+        // Forged: any number at all.
+        _ => p.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> (p & 63),
+    })
+}
+
 /// `commit_rules`: a sequence of operations decoded from the bytes (3 bytes each) is applied
-/// through [`decide`] against a model of the units, checking each decision against the R3 table
-/// and, after applying it, that no unit's version goes backwards (I5), that revisions count
-/// corrections, and that outdated tokens never get through (I6).
+/// through [`decide`] against a model of the units and their leases, checking each decision against
+/// the R3 table and, after applying it, that no unit's version goes backwards (I5), that revisions
+/// count corrections, and that only a token issued for the unit, its newest and of a lease that has
+/// not ended gets through (I6, R9).
 ///
-/// Byte 0: unit (bits 0-1), kind (bits 2-3: 0-1 put, 2 correction, 3 claim grant).
-/// Byte 1: source version (bits 0-2), content (bits 3-4), carries a token (bit 5).
-/// Byte 2: the token carried, relative to the next token to be granted.
+/// Byte 0: unit (bits 0-1), kind (bits 2-4: 0, 1, 6, 7 put; 2 correction; 3 claim grant;
+/// 4 the newest lease expires; 5 the newest lease is released).
+/// Byte 1: source version (bits 0-2), content (bits 3-4), carries a token (bit 5), where the token
+/// comes from (bits 6-7: near the counter, this unit's, another unit's, forged).
+/// Byte 2: the token's parameter.
 pub fn commit_rules(data: &[u8]) {
     let mut units: Vec<ModelUnit> = vec![ModelUnit::default(); 4];
     let mut next_seq = 1u64;
@@ -106,14 +185,30 @@ pub fn commit_rules(data: &[u8]) {
         ObjectId([0; 32]),
     ];
     for op in data.chunks_exact(3) {
-        let unit = &mut units[(op[0] & 3) as usize];
-        let kind = (op[0] >> 2) & 3;
-        if kind == 3 {
-            unit.newest_token = Some(next_token);
-            next_token += 1;
-            continue;
+        let me = (op[0] & 3) as usize;
+        let kind = (op[0] >> 2) & 7;
+        match kind {
+            3 => {
+                let unit = &mut units[me];
+                if let Some(old) = unit.newest() {
+                    unit.dead.push(old);
+                }
+                unit.issued.push(next_token);
+                (unit.ended, unit.expired) = (false, false);
+                next_token += 1;
+                continue;
+            }
+            4 => {
+                units[me].expired = true;
+                continue;
+            }
+            5 => {
+                units[me].end_lease();
+                continue;
+            }
+            _ => {}
         }
-        let token = (op[1] & 0x20 != 0).then(|| next_token.saturating_sub(u64::from(op[2] & 7)));
+        let token = fuzz_token(&units, me, op, next_token);
         let inc = Incoming {
             source_version: u64::from(op[1] & 7),
             object: contents[((op[1] >> 3) & 3) as usize],
@@ -124,56 +219,77 @@ pub fn commit_rules(data: &[u8]) {
                 Intent::Put
             },
         };
-        let current = unit.history.last().map(|e| Current {
-            source_version: e.version,
-            revision: e.revision,
-            object: e.object,
-            seq: e.seq,
-        });
-        let lookup = || {
-            unit.history
-                .iter()
-                .rev()
-                .take_while(|e| e.version >= inc.source_version)
-                .find(|e| e.version == inc.source_version && e.object == inc.object)
-                .map(|e| e.seq)
-        };
-        let got = decide(current.as_ref(), unit.newest_token, &inc, lookup);
-        let want = expected(unit, &inc);
-        assert_eq!(got, want, "decide disagrees with the R3 table for {inc:?}");
-        // Determinism: the same inputs decide the same way.
-        assert_eq!(
-            got,
-            decide(current.as_ref(), unit.newest_token, &inc, lookup),
-            "decide is not deterministic"
+        let unit = &mut units[me];
+        next_seq = decide_one(unit, &inc, next_seq);
+    }
+}
+
+/// Decides `inc` for `unit` through [`decide`], checks it against the model and the invariants,
+/// and applies it to the model. Returns the next seq.
+fn decide_one(unit: &mut ModelUnit, inc: &Incoming, next_seq: u64) -> u64 {
+    let current = unit.history.last().map(|e| Current {
+        source_version: e.version,
+        revision: e.revision,
+        object: e.object,
+        seq: e.seq,
+    });
+    let lease = unit.lease();
+    let lookup = || {
+        unit.history
+            .iter()
+            .rev()
+            .take_while(|e| e.version >= inc.source_version)
+            .find(|e| e.version == inc.source_version && e.object == inc.object)
+            .map(|e| e.seq)
+    };
+    let got = decide(current.as_ref(), lease.as_ref(), inc, lookup);
+    let want = expected(unit, inc);
+    assert_eq!(got, want, "decide disagrees with the R3 table for {inc:?}");
+    // Determinism: the same inputs decide the same way.
+    assert_eq!(
+        got,
+        decide(current.as_ref(), lease.as_ref(), inc, lookup),
+        "decide is not deterministic"
+    );
+    let Decision::Accept { revision } = got else {
+        return next_seq;
+    };
+    if let Some(t) = inc.token {
+        assert!(
+            unit.issued.contains(&t) && !unit.dead.contains(&t),
+            "I6: token {t} was accepted although it was not issued for the unit or is dead"
         );
-        if let Decision::Accept { revision } = got {
-            if let (Some(t), Some(n)) = (inc.token, unit.newest_token) {
-                assert!(t >= n, "I6: token {t} older than {n} was accepted");
-            }
-            if let Some(cur) = unit.history.last() {
-                assert!(
-                    inc.source_version >= cur.version,
-                    "I5: version went back from {} to {}",
-                    cur.version,
-                    inc.source_version
-                );
-                if inc.source_version == cur.version {
-                    assert_eq!(revision, cur.revision + 1, "a correction adds one revision");
-                    assert_eq!(inc.intent, Intent::Correct, "only a correction replaces");
-                } else {
-                    assert_eq!(revision, 0, "a new version starts at revision 0");
-                }
-            }
-            unit.history.push(ModelEntry {
-                version: inc.source_version,
-                object: inc.object,
-                revision,
-                seq: next_seq,
-            });
-            next_seq += 1;
+    } else {
+        assert!(
+            unit.ended || unit.expired || unit.issued.is_empty(),
+            "a commit without a token was accepted under a live lease"
+        );
+    }
+    if let Some(cur) = unit.history.last() {
+        assert!(
+            inc.source_version >= cur.version,
+            "I5: version went back from {} to {}",
+            cur.version,
+            inc.source_version
+        );
+        if inc.source_version == cur.version {
+            assert_eq!(revision, cur.revision + 1, "a correction adds one revision");
+            assert_eq!(inc.intent, Intent::Correct, "only a correction replaces");
+        } else {
+            assert_eq!(revision, 0, "a new version starts at revision 0");
         }
     }
+    unit.history.push(ModelEntry {
+        version: inc.source_version,
+        object: inc.object,
+        revision,
+        seq: next_seq,
+    });
+    // An applied commit ends the unit's lease: no earlier token commits after it.
+    if !unit.ended {
+        unit.end_lease();
+    }
+    next_seq + 1
 }
 
 /// `listing_line`: the reconcile listing parser (SPEC R19). For every line of the input (lossily

@@ -57,9 +57,9 @@ pub(crate) mod sync;
 pub mod verify;
 pub mod vfs;
 
-pub use claim::{ClaimOutcome, Lease, RenewOutcome};
+pub use claim::{ClaimOutcome, Lease, ReleaseOutcome, RenewOutcome};
 pub use clock::{Clock, ManualClock, SystemClock};
-pub use commit::{Atomicity, Batch, CommitReport, Intent, Outcome, UnitOutcome};
+pub use commit::{Atomicity, Batch, CommitReport, FenceReason, Intent, Outcome, UnitOutcome};
 pub use error::{Error, Result};
 pub use gc::{GcOptions, GcReport};
 #[doc(hidden)]

@@ -135,8 +135,10 @@ counters! {
     conflicts,
     /// Entries older than the committed version.
     stale_rejections,
-    /// Entries carrying an outdated fencing token.
+    /// Entries (and pipeline failures) carrying a fencing token not valid for their unit.
     fenced_rejections,
+    /// Entries (and pipeline failures) without a token on a unit whose lease is live.
+    busy_rejections,
     /// All-or-nothing commits aborted because of a rejected unit.
     commits_aborted,
     /// Leases granted (new or taken over).

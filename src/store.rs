@@ -2,7 +2,7 @@
 //! and `staging/` (SPEC R1). Opening validates before it touches anything; writes go through the
 //! group-commit queue; reads go through snapshots.
 
-use crate::claim::{validate_worker, ClaimOutcome, Lease, RenewOutcome, CLAIMS};
+use crate::claim::{validate_worker, ClaimOutcome, Lease, ReleaseOutcome, RenewOutcome, CLAIMS};
 use crate::clock::{Clock, SystemClock};
 use crate::commit::apply::{self, Done, Op};
 use crate::commit::queue::WriteQueue;
@@ -397,13 +397,19 @@ impl Store {
         }
     }
 
-    /// Gives a lease back; `Ok(false)` if it was no longer yours.
-    pub fn release(&self, lease: &Lease) -> Result<bool> {
+    /// Gives a lease back. Only its holder can: `lease.worker` and `lease.token` must be those of
+    /// the unit's live (or expired, not yet ended) lease; anything else is refused and changes
+    /// nothing. After a release the token never commits.
+    pub fn release(&self, lease: &Lease) -> Result<ReleaseOutcome> {
+        validate_key(&lease.unit)?;
+        validate_worker(&lease.worker)?;
         match self.submit(Op::Release {
             lease: lease.clone(),
         })? {
             Done::Release(r) => Ok(r),
-            other => unreachable!("invariant: a release op is answered by a bool, got {other:?}"),
+            other => unreachable!(
+                "invariant: a release op is answered by a release outcome, got {other:?}"
+            ),
         }
     }
 

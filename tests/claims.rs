@@ -149,8 +149,11 @@ fn release_lets_another_worker_in_and_fences_the_releaser() {
     let clock = ManualClock::new(T0);
     let store = open(&dir.path().join("s"), &clock);
     let (first, _) = granted(store.claim("u", 1, "w1", TTL).unwrap());
-    assert!(store.release(&first).unwrap());
-    assert!(!store.release(&first).unwrap(), "a lease is released once");
+    assert!(store.release(&first).unwrap().is_released());
+    assert!(
+        !store.release(&first).unwrap().is_released(),
+        "a lease is released once"
+    );
     let (second, took_over) = granted(store.claim("u", 1, "w2", TTL).unwrap());
     assert!(!took_over, "a released lease is not a takeover");
     assert!(second.token > first.token);
@@ -531,7 +534,7 @@ fn expiry_is_counted_whoever_reclaims_and_takeover_only_for_another_worker() {
     granted(store.claim("a", 1, "w1", ttl).unwrap());
     granted(store.claim("b", 1, "w1", ttl).unwrap());
     let released = granted(store.claim("c", 1, "w1", ttl).unwrap()).0;
-    assert!(store.release(&released).unwrap());
+    assert!(store.release(&released).unwrap().is_released());
     clock.advance_ms(11_000);
     // Same worker back on its own expired lease: expired, not a takeover.
     assert!(!granted(store.claim("a", 1, "w1", ttl).unwrap()).1);

@@ -3,13 +3,13 @@
 //! The units a pipeline runs over are those given a source version with `pipeline set-version`
 //! (stored as `.pipeline/source/<unit>` entries); the definition comes from `--pipeline FILE`.
 
-use super::store_cmds::outcome_code;
+use super::store_cmds::{add_outcome_detail, outcome_code};
 use super::{open_store, parse_duration, print_json, CliError};
 use oncelake::pipeline::{
     set_source_version, Attempt, CellState, CellView, Claim, Explain, FailOutcome, Pipeline,
     PipelineDef,
 };
-use oncelake::{Outcome, Store};
+use oncelake::{FenceReason, Outcome, Store};
 use serde_json::{json, Value};
 use std::io::Read;
 use std::path::{Path, PathBuf};
@@ -353,19 +353,25 @@ fn cell_of<'e>(e: &'e Explain, stage: &str) -> Result<&'e CellView, CliError> {
     })
 }
 
+/// A blocked cell cannot have run (its inputs are not there): neither its completion nor its
+/// failure can be recorded.
+fn refuse_blocked(cell: &CellView, unit: &str, what: &str) -> Result<(), CliError> {
+    match &cell.state {
+        CellState::Blocked { upstream, .. } => Err(CliError::Usage(format!(
+            "cell {unit} {} is blocked on {upstream}, so it cannot be {what}; complete {upstream} for this unit first",
+            cell.stage
+        ))),
+        _ => Ok(()),
+    }
+}
+
 fn complete(a: CompleteArgs, wait: Duration) -> Result<u8, CliError> {
     let p = load_def(&a.def.pipeline)?;
     let output = read_input(&a.file)?;
     let store = open_store(&a.store, wait, false)?;
     p.record_definition(&store)?;
     let e = explained(&p, &store, &a.unit)?;
-    let cell = cell_of(&e, &a.stage)?;
-    if let CellState::Blocked { upstream, .. } = &cell.state {
-        return Err(CliError::Usage(format!(
-            "cell {} {} is blocked on {upstream}; complete {upstream} for this unit first",
-            a.unit, a.stage
-        )));
-    }
+    refuse_blocked(cell_of(&e, &a.stage)?, &a.unit, "completed")?;
     let attempt = Attempt {
         unit: a.unit.clone(),
         stage: a.stage.clone(),
@@ -375,11 +381,13 @@ fn complete(a: CompleteArgs, wait: Duration) -> Result<u8, CliError> {
     };
     let u = p.complete(&store, &attempt, &output)?;
     if a.json {
-        print_json(&json!({
+        let mut v = json!({
             "unit": a.unit, "stage": a.stage, "source_version": attempt.source_version,
             "cell": u.unit, "outcome": u.outcome.name(), "seq": u.outcome.seq(),
             "object": u.object.to_hex(),
-        }));
+        });
+        add_outcome_detail(&mut v, &u);
+        print_json(&v);
     } else {
         let line = format!(
             "{} {} @ {}: {}",
@@ -388,10 +396,20 @@ fn complete(a: CompleteArgs, wait: Duration) -> Result<u8, CliError> {
             attempt.source_version,
             u.outcome.name()
         );
-        if u.outcome.is_success() {
-            println!("{line}");
-        } else {
-            eprintln!("{line}; nothing changed");
+        match u.outcome {
+            o if o.is_success() => println!("{line}"),
+            Outcome::Fenced {
+                token,
+                newest_token,
+            } => eprintln!(
+                "{line}: token {token} {}; nothing changed",
+                FenceReason::of(token, newest_token)
+            ),
+            Outcome::Busy { expires_at_ms } => eprintln!(
+                "{line}: the cell is claimed by {} until {expires_at_ms} ms since the epoch; pass that lease's --token or retry after it ends. Nothing changed",
+                u.holder.as_deref().unwrap_or("another worker")
+            ),
+            _ => eprintln!("{line}; nothing changed"),
         }
     }
     Ok(outcome_code(&u.outcome))
@@ -402,7 +420,7 @@ fn fail(a: FailArgs, wait: Duration) -> Result<u8, CliError> {
     let store = open_store(&a.store, wait, false)?;
     p.record_definition(&store)?;
     let e = explained(&p, &store, &a.unit)?;
-    cell_of(&e, &a.stage)?;
+    refuse_blocked(cell_of(&e, &a.stage)?, &a.unit, "failed")?;
     let attempt = Attempt {
         unit: a.unit.clone(),
         stage: a.stage.clone(),
@@ -445,9 +463,31 @@ fn fail(a: FailArgs, wait: Duration) -> Result<u8, CliError> {
                     "token": token, "newest_token": newest_token,
                 }));
             } else {
-                eprintln!("fenced: token {token} is older than the cell's newest lease token {newest_token}; another worker took over");
+                eprintln!(
+                    "fenced: token {token} cannot record a failure of {} {}: {} (the cell's newest lease token is {newest_token}); nothing changed",
+                    a.unit,
+                    a.stage,
+                    FenceReason::of(token, newest_token)
+                );
             }
             Ok(5)
+        }
+        FailOutcome::Busy {
+            worker,
+            expires_at_ms,
+        } => {
+            if a.json {
+                print_json(&json!({
+                    "unit": a.unit, "stage": a.stage, "outcome": "busy",
+                    "holder": worker, "expires_at_ms": expires_at_ms,
+                }));
+            } else {
+                eprintln!(
+                    "busy: {} {} is claimed by {worker} until {expires_at_ms} ms since the epoch; pass that lease's --token or retry after it ends. Nothing changed",
+                    a.unit, a.stage
+                );
+            }
+            Ok(6)
         }
     }
 }

@@ -3,7 +3,7 @@
 
 use super::{open_store, parse_duration, print_json, CliError};
 use oncelake::simulate::{simulate, SimConfig, SimMode, SimReport};
-use oncelake::{ClaimOutcome, Lease, MetricsSnapshot};
+use oncelake::{ClaimOutcome, Lease, MetricsSnapshot, ReleaseOutcome};
 use serde_json::json;
 use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
@@ -449,7 +449,7 @@ pub(crate) fn claim(a: ClaimArgs, wait: Duration) -> Result<u8, CliError> {
 pub(crate) fn release(a: ReleaseArgs, wait: Duration) -> Result<u8, CliError> {
     oncelake::validate_key(&a.unit)?;
     let store = open_store(&a.store, wait, false)?;
-    // The token identifies the lease; the rest of it does not matter to a release.
+    // The worker and the token identify the lease; only its holder may give it back.
     let lease = Lease {
         unit: a.unit.clone(),
         worker: a.worker.clone(),
@@ -457,19 +457,37 @@ pub(crate) fn release(a: ReleaseArgs, wait: Duration) -> Result<u8, CliError> {
         source_version: 0,
         expires_at_ms: 0,
     };
-    let released = store.release(&lease)?;
+    let outcome = store.release(&lease)?;
+    let (name, code) = match &outcome {
+        ReleaseOutcome::Released => ("released", 0),
+        ReleaseOutcome::NotHolder { .. } => ("not_holder", 5),
+        ReleaseOutcome::Lost { .. } => ("fenced", 5),
+    };
     if a.json {
-        print_json(
-            &json!({"unit": a.unit, "worker": a.worker, "token": a.token,
-                           "outcome": if released { "released" } else { "fenced" }}),
-        );
-    } else if released {
-        println!("released {} (token {})", a.unit, a.token);
+        let mut v = json!({"unit": a.unit, "worker": a.worker, "token": a.token, "outcome": name});
+        match &outcome {
+            ReleaseOutcome::NotHolder { holder } => v["holder"] = json!(holder),
+            ReleaseOutcome::Lost { newest_token } => {
+                v["newest_token"] = json!(newest_token);
+                v["reason"] = json!(oncelake::FenceReason::of(a.token, *newest_token).to_string());
+            }
+            ReleaseOutcome::Released => {}
+        }
+        print_json(&v);
     } else {
-        eprintln!(
-            "fenced: token {} is not the unit's live lease (it expired and was taken over, was released, or ended with a commit); nothing changed",
-            a.token
-        );
+        match &outcome {
+            ReleaseOutcome::Released => println!("released {} (token {})", a.unit, a.token),
+            ReleaseOutcome::NotHolder { holder } => eprintln!(
+                "refused: the lease with token {} on {} is held by {holder}, not {}; only its holder can release it. Nothing changed",
+                a.token, a.unit, a.worker
+            ),
+            ReleaseOutcome::Lost { newest_token } => eprintln!(
+                "fenced: token {} is not a lease of {} that can be released: {} (its newest lease token is {newest_token}); nothing changed",
+                a.token,
+                a.unit,
+                oncelake::FenceReason::of(a.token, *newest_token)
+            ),
+        }
     }
-    Ok(if released { 0 } else { 5 })
+    Ok(code)
 }

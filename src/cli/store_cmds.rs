@@ -130,7 +130,7 @@ pub(crate) fn put(a: PutArgs, wait: Duration) -> Result<u8, CliError> {
             "size": meta.size,
             "crc32": format!("{:08x}", meta.crc32),
         });
-        add_outcome_detail(&mut v, &u.outcome);
+        add_outcome_detail(&mut v, u);
         print_json(&v);
     } else {
         match u.outcome {
@@ -151,7 +151,14 @@ pub(crate) fn put(a: PutArgs, wait: Duration) -> Result<u8, CliError> {
                 u.unit, u.source_version
             ),
             Outcome::Fenced { token, newest_token } => eprintln!(
-                "fenced: token {token} is older than the unit's newest lease token {newest_token}; another worker took over — drop this output"
+                "fenced: token {token} cannot commit {}: {} (the unit's newest lease token is {newest_token}); nothing changed — drop this output, or claim the unit again",
+                u.unit,
+                oncelake::FenceReason::of(token, newest_token)
+            ),
+            Outcome::Busy { expires_at_ms } => eprintln!(
+                "busy: {} is claimed by {} until {expires_at_ms} ms since the epoch; nothing changed — commit with that lease's --token, or retry after the lease ends",
+                u.unit,
+                u.holder.as_deref().unwrap_or("another worker")
             ),
             Outcome::Aborted => eprintln!("aborted: nothing changed"),
         }
@@ -166,12 +173,16 @@ pub(crate) fn outcome_code(o: &Outcome) -> u8 {
         Outcome::Conflict { .. } | Outcome::Aborted => 3,
         Outcome::Stale { .. } => 4,
         Outcome::Fenced { .. } => 5,
+        Outcome::Busy { .. } => 6,
     }
 }
 
-fn add_outcome_detail(v: &mut serde_json::Value, o: &Outcome) {
-    let m = v.as_object_mut().expect("a JSON object");
-    match *o {
+/// The outcome-specific fields of a unit's JSON line.
+pub(crate) fn add_outcome_detail(v: &mut serde_json::Value, u: &oncelake::UnitOutcome) {
+    let m = v
+        .as_object_mut()
+        .expect("invariant: outcome details go into a JSON object");
+    match u.outcome {
         Outcome::Committed {
             revision,
             superseded,
@@ -193,6 +204,14 @@ fn add_outcome_detail(v: &mut serde_json::Value, o: &Outcome) {
         } => {
             m.insert("token".into(), json!(token));
             m.insert("newest_token".into(), json!(newest_token));
+            m.insert(
+                "reason".into(),
+                json!(oncelake::FenceReason::of(token, newest_token).to_string()),
+            );
+        }
+        Outcome::Busy { expires_at_ms } => {
+            m.insert("holder".into(), json!(u.holder));
+            m.insert("expires_at_ms".into(), json!(expires_at_ms));
         }
         Outcome::Duplicate { .. } | Outcome::Aborted => {}
     }

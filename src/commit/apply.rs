@@ -6,10 +6,10 @@
 //! before it in the same group: two writers of the same unit in one group are decided exactly as
 //! if they had committed one after the other. The order of the commit log is the tie-breaker.
 
-use crate::claim::{ClaimOutcome, ClaimRecord, Lease, RenewOutcome, CLAIMS};
+use crate::claim::{ClaimOutcome, ClaimRecord, Lease, ReleaseOutcome, RenewOutcome, CLAIMS};
 use crate::commit::queue::{LeaderPanicked, Weighted};
-use crate::commit::rules::{self, Decision, Incoming};
-use crate::commit::{Atomicity, Batch, CommitReport, Outcome, UnitOutcome};
+use crate::commit::rules::{self, Decision, Incoming, LeaseCheck, LeaseStatus};
+use crate::commit::{Atomicity, Batch, BatchItem, CommitReport, Outcome, UnitOutcome};
 use crate::error::{DbContext, Error, Result};
 use crate::log::{ClaimChange, LogEntry, Record, RecordBody, LOG};
 use crate::manifest::{EntryValue, HISTORY, MANIFEST};
@@ -55,27 +55,36 @@ pub(crate) enum Op {
         keep_for_seq: Option<u64>,
     },
     /// A higher layer's state change (pipelines): one `RecordBody::Extension` log record plus
-    /// `EXTENSIONS[key] = seq ++ data`, in the same transaction. With a fence `(unit, token)` it is
-    /// rejected like a fenced commit when `token` is older than the unit's newest lease, and it
-    /// ends that lease when it is the current one (as a commit under a lease does).
+    /// `EXTENSIONS[key] = seq ++ data`, in the same transaction. With a [`Fence`] it obeys the
+    /// lease rules of a commit of `fence.unit` (fenced, busy) and, when written, ends that unit's
+    /// lease as a commit does.
     Extension {
         tag: u16,
         key: String,
         data: Vec<u8>,
-        fence: Option<(String, u64)>,
+        fence: Option<Fence>,
     },
+}
+
+/// The unit whose lease an [`Op::Extension`] is written under, and the token it carries.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Fence {
+    pub unit: String,
+    pub token: Option<u64>,
 }
 
 /// Extension state kept by key: `seq (8 bytes LE) ++ data`. Written only by [`Op::Extension`].
 pub(crate) const EXTENSIONS: TableDefinition<&str, &[u8]> = TableDefinition::new("extensions");
 
 /// The answer to an [`Op::Extension`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum ExtensionOutcome {
     /// Logged and stored at this seq.
     Written { seq: u64 },
-    /// The fence token is older than the unit's newest lease; nothing was written.
+    /// The fence's token is not valid for its unit; nothing was written.
     Fenced { token: u64, newest_token: u64 },
+    /// The fence carries no token and `worker` holds a live lease on its unit; nothing was written.
+    Busy { worker: String, expires_at_ms: u64 },
 }
 
 /// The answer to one [`Op`].
@@ -86,7 +95,7 @@ pub(crate) enum Done {
     /// One outcome per unit of an [`Op::ClaimMany`], in its order.
     ClaimMany(Vec<ClaimOutcome>),
     Renew(RenewOutcome),
-    Release(bool),
+    Release(ReleaseOutcome),
     Flushed,
     /// History rows removed by a prune.
     Pruned {
@@ -150,6 +159,13 @@ struct Writer<'t> {
     index: Vec<(String, bool, EntryValue)>,
     /// Leases found expired (not released) when their unit was claimed again, by anyone.
     expired_leases: u64,
+}
+
+/// One item of a batch, decided.
+struct Decided {
+    decision: Decision,
+    current: Option<EntryValue>,
+    claim: Option<ClaimRecord>,
 }
 
 /// Applies a group; called by the queue's leader with the group's operations, oldest first.
@@ -318,6 +334,7 @@ fn record_metrics(inner: &Inner, dones: &[Done], units: usize) {
                         Outcome::Conflict { .. } => add(&c.conflicts, 1),
                         Outcome::Stale { .. } => add(&c.stale_rejections, 1),
                         Outcome::Fenced { .. } => add(&c.fenced_rejections, 1),
+                        Outcome::Busy { .. } => add(&c.busy_rejections, 1),
                         Outcome::Aborted => aborted = true,
                         Outcome::Committed { .. } => {}
                     }
@@ -329,7 +346,9 @@ fn record_metrics(inner: &Inner, dones: &[Done], units: usize) {
             Done::Claim(outcome) => record_claim(c, outcome),
             Done::ClaimMany(outcomes) => outcomes.iter().for_each(|o| record_claim(c, o)),
             Done::Renew(RenewOutcome::Renewed(_)) => add(&c.claims_renewed, 1),
-            Done::Release(true) => add(&c.claims_released, 1),
+            Done::Release(ReleaseOutcome::Released) => add(&c.claims_released, 1),
+            Done::Extension(ExtensionOutcome::Fenced { .. }) => add(&c.fenced_rejections, 1),
+            Done::Extension(ExtensionOutcome::Busy { .. }) => add(&c.busy_rejections, 1),
             _ => {}
         }
     }
@@ -391,17 +410,41 @@ impl Writer<'_> {
         tag: u16,
         key: &str,
         data: Vec<u8>,
-        fence: Option<(String, u64)>,
+        fence: Option<Fence>,
     ) -> Result<ExtensionOutcome> {
-        if let Some((unit, token)) = &fence {
-            let newest = self.claim_record(unit)?.map_or(0, |r| r.token);
-            if *token < newest {
-                return Ok(ExtensionOutcome::Fenced {
-                    token: *token,
-                    newest_token: newest,
-                });
+        if let Some(fence) = &fence {
+            let claim = self.claim_record(&fence.unit)?;
+            let lease = claim.as_ref().map(|r| r.state(self.now_ms));
+            // The lease rules of a commit; an extension has no version to be a duplicate of, so
+            // an ended lease's token is simply fenced.
+            match rules::lease_check(lease.as_ref(), fence.token) {
+                LeaseCheck::Pass => {}
+                LeaseCheck::Reject(Decision::Busy { expires_at_ms }) => {
+                    return Ok(ExtensionOutcome::Busy {
+                        worker: claim.map(|r| r.worker).unwrap_or_default(),
+                        expires_at_ms,
+                    })
+                }
+                LeaseCheck::Reject(Decision::Fenced {
+                    token,
+                    newest_token,
+                }) => {
+                    return Ok(ExtensionOutcome::Fenced {
+                        token,
+                        newest_token,
+                    })
+                }
+                LeaseCheck::Reject(other) => unreachable!(
+                    "invariant: the lease check rejects only as fenced or busy, got {other:?}"
+                ),
+                LeaseCheck::RetryOnly { token } => {
+                    return Ok(ExtensionOutcome::Fenced {
+                        token,
+                        newest_token: token,
+                    })
+                }
             }
-            self.end_lease_on_commit(unit, *token)?;
+            self.end_lease(&fence.unit, claim)?;
         }
         let mut value = Vec::with_capacity(8 + data.len());
         value.extend_from_slice(&self.next_seq.to_le_bytes());
@@ -471,87 +514,84 @@ impl Writer<'_> {
         Ok(None)
     }
 
-    fn commit(&mut self, batch: Batch) -> Result<CommitReport> {
-        let mut decided = Vec::with_capacity(batch.items.len());
-        for item in &batch.items {
-            let current = self.current(&item.unit)?;
-            let newest_token = match item.token {
-                Some(_) => self.claim_record(&item.unit)?.map(|r| r.token),
-                None => None,
-            };
-            let inc = Incoming {
-                source_version: item.source_version,
-                object: item.staged.id(),
-                token: item.token,
-                intent: item.intent,
-            };
-            let mut lookup_err = None;
-            let cur = current.map(|c| rules::Current {
-                source_version: c.source_version,
-                revision: c.revision,
-                object: c.object.id,
-                seq: c.seq,
-            });
-            let d = rules::decide(cur.as_ref(), newest_token, &inc, || {
-                self.earlier_identical(&item.unit, &inc)
-                    .unwrap_or_else(|e| {
-                        lookup_err = Some(e);
-                        None
-                    })
-            });
-            if let Some(e) = lookup_err {
-                return Err(e);
-            }
-            decided.push((d, current));
+    /// Decides one item of a batch against the transaction's state: its decision, the unit's
+    /// current entry and its newest lease record (read for every commit: with a token it must be
+    /// that lease's, without one the lease must not be live).
+    fn decide_item(&self, item: &BatchItem) -> Result<Decided> {
+        let current = self.current(&item.unit)?;
+        let claim = self.claim_record(&item.unit)?;
+        let lease = claim.as_ref().map(|r| r.state(self.now_ms));
+        let inc = Incoming {
+            source_version: item.source_version,
+            object: item.staged.id(),
+            token: item.token,
+            intent: item.intent,
+        };
+        let mut lookup_err = None;
+        let cur = current.map(|c| rules::Current {
+            source_version: c.source_version,
+            revision: c.revision,
+            object: c.object.id,
+            seq: c.seq,
+        });
+        let decision = rules::decide(cur.as_ref(), lease.as_ref(), &inc, || {
+            self.earlier_identical(&item.unit, &inc)
+                .unwrap_or_else(|e| {
+                    lookup_err = Some(e);
+                    None
+                })
+        });
+        match lookup_err {
+            Some(e) => Err(e),
+            None => Ok(Decided {
+                decision,
+                current,
+                claim,
+            }),
         }
+    }
 
-        let rejected = decided
+    fn commit(&mut self, batch: Batch) -> Result<CommitReport> {
+        let decided = batch
+            .items
             .iter()
-            .any(|(d, _)| !matches!(d, Decision::Accept { .. } | Decision::Duplicate { .. }));
+            .map(|item| self.decide_item(item))
+            .collect::<Result<Vec<_>>>()?;
+        let rejected = decided.iter().any(|d| {
+            !matches!(
+                d.decision,
+                Decision::Accept { .. } | Decision::Duplicate { .. }
+            )
+        });
         let applies = !(rejected && batch.atomicity == Atomicity::AllOrNothing);
         let any_accept = decided
             .iter()
-            .any(|(d, _)| matches!(d, Decision::Accept { .. }));
+            .any(|d| matches!(d.decision, Decision::Accept { .. }));
         let seq = (applies && any_accept).then_some(self.next_seq);
 
         let mut units = Vec::with_capacity(decided.len());
         let mut logged = Vec::new();
-        for (item, (d, current)) in batch.items.iter().zip(&decided) {
-            if let (Decision::Accept { revision }, Some(seq)) = (*d, seq) {
-                let meta = item.staged.meta();
-                let value = EntryValue {
-                    source_version: item.source_version,
-                    revision,
-                    object: meta,
-                    seq,
-                    committed_at_ms: self.now_ms,
-                };
-                let bytes = value.encode();
-                self.manifest
-                    .insert(item.unit.as_str(), bytes.as_slice())
-                    .db("write the manifest")?;
-                self.history
-                    .insert((item.unit.as_str(), seq), bytes.as_slice())
-                    .db("write the history")?;
-                self.index
-                    .push((item.unit.clone(), current.is_none(), value));
-                logged.push(LogEntry {
-                    unit: item.unit.clone(),
-                    source_version: item.source_version,
-                    revision,
-                    object: meta,
-                    token: item.token,
-                });
-                if let Some(token) = item.token {
-                    self.end_lease_on_commit(&item.unit, token)?;
-                }
+        for (item, d) in batch.items.iter().zip(decided) {
+            let holder = match d.decision {
+                Decision::Busy { .. } => d.claim.as_ref().map(|r| r.worker.clone()),
+                _ => None,
+            };
+            if let (Decision::Accept { revision }, Some(seq)) = (d.decision, seq) {
+                logged.push(self.write_entry(item, revision, seq, d.current.is_none())?);
+                // Accepted means the token was the newest lease's, or there was no token and no
+                // live lease: either way that lease is over, and no earlier token commits after.
+                self.end_lease(&item.unit, d.claim)?;
             }
-            let outcome = Outcome::from_decision(*d, seq, current.map(|c| c.source_version));
             units.push(UnitOutcome {
                 unit: item.unit.clone(),
                 source_version: item.source_version,
                 object: item.staged.id(),
-                outcome,
+                outcome: Outcome::from_decision(
+                    d.decision,
+                    seq,
+                    d.current.map(|c| c.source_version),
+                ),
+                holder,
             });
         }
         if let Some(seq) = seq {
@@ -562,6 +602,39 @@ impl Writer<'_> {
             );
         }
         Ok(CommitReport { seq, units })
+    }
+
+    /// Writes an accepted item's manifest and history rows at `seq`; returns its log entry.
+    fn write_entry(
+        &mut self,
+        item: &BatchItem,
+        revision: u32,
+        seq: u64,
+        new_unit: bool,
+    ) -> Result<LogEntry> {
+        let meta = item.staged.meta();
+        let value = EntryValue {
+            source_version: item.source_version,
+            revision,
+            object: meta,
+            seq,
+            committed_at_ms: self.now_ms,
+        };
+        let bytes = value.encode();
+        self.manifest
+            .insert(item.unit.as_str(), bytes.as_slice())
+            .db("write the manifest")?;
+        self.history
+            .insert((item.unit.as_str(), seq), bytes.as_slice())
+            .db("write the history")?;
+        self.index.push((item.unit.clone(), new_unit, value));
+        Ok(LogEntry {
+            unit: item.unit.clone(),
+            source_version: item.source_version,
+            revision,
+            object: meta,
+            token: item.token,
+        })
     }
 
     /// Deletes the history rows superseded before `cutoff_ms` (see [`crate::gc::plan_prune`]) and
@@ -580,16 +653,20 @@ impl Writer<'_> {
         })
     }
 
-    /// A commit made under the unit's current lease ends that lease: the work is done.
-    fn end_lease_on_commit(&mut self, unit: &str, token: u64) -> Result<()> {
-        if let Some(mut rec) = self.claim_record(unit)? {
-            if rec.token == token && !rec.released {
-                rec.released = true;
-                self.claims
-                    .insert(unit, rec.encode().as_slice())
-                    .db("write the claims")?;
-            }
+    /// An applied commit (or fenced extension) of `unit` ends the unit's newest lease, `claim` as
+    /// read for the decision: the work is done, and no earlier token may commit after it. The
+    /// record stays, marked ended, so that its token keeps being recognised and fenced.
+    fn end_lease(&mut self, unit: &str, claim: Option<ClaimRecord>) -> Result<()> {
+        let Some(mut rec) = claim.filter(|r| !r.released) else {
+            return Ok(());
+        };
+        if rec.state(self.now_ms).status == LeaseStatus::Expired {
+            self.expired_leases += 1;
         }
+        rec.released = true;
+        self.claims
+            .insert(unit, rec.encode().as_slice())
+            .db("write the claims")?;
         Ok(())
     }
 
@@ -689,17 +766,25 @@ impl Writer<'_> {
         }
     }
 
-    fn release(&mut self, lease: Lease) -> Result<bool> {
+    /// Only the holder ends its lease: the token must be the unit's newest and not ended, and the
+    /// worker its holder's.
+    fn release(&mut self, lease: Lease) -> Result<ReleaseOutcome> {
         match self.claim_record(&lease.unit)? {
             Some(rec) if rec.token == lease.token && !rec.released => {
+                if rec.worker != lease.worker {
+                    return Ok(ReleaseOutcome::NotHolder { holder: rec.worker });
+                }
                 let rec = ClaimRecord {
                     released: true,
                     ..rec
                 };
                 self.write_claim(&lease.unit, &rec, false)?;
-                Ok(true)
+                Ok(ReleaseOutcome::Released)
             }
-            _ => Ok(false),
+            Some(rec) => Ok(ReleaseOutcome::Lost {
+                newest_token: rec.token,
+            }),
+            None => Ok(ReleaseOutcome::Lost { newest_token: 0 }),
         }
     }
 }

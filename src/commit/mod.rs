@@ -10,13 +10,14 @@ use crate::error::{Error, Result};
 use crate::key::validate_key;
 use crate::object::ObjectId;
 use crate::stage::Staged;
-pub use rules::{Decision, Intent};
+pub use rules::{Decision, FenceReason, Intent};
 use std::collections::HashSet;
 
 /// How a multi-unit commit treats rejected units (SPEC R4).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum Atomicity {
-    /// All or nothing: any conflict, stale or fenced unit aborts the whole commit. The default.
+    /// All or nothing: any conflict, stale, fenced or busy unit aborts the whole commit. The
+    /// default.
     #[default]
     AllOrNothing,
     /// Apply every acceptable unit and report the others.
@@ -195,12 +196,20 @@ pub enum Outcome {
         /// The committed version.
         current_version: u64,
     },
-    /// Carried a fencing token older than the unit's newest.
+    /// Carried a fencing token that is not valid for the unit: not issued for it, not its newest,
+    /// or of a lease that has ended. [`FenceReason::of`] says which.
     Fenced {
         /// The token carried.
         token: u64,
-        /// The newest token granted.
+        /// The token of the unit's newest lease (0 if the unit was never claimed).
         newest_token: u64,
+    },
+    /// Carried no fencing token while a lease on the unit is live: the lease's holder (named in
+    /// [`UnitOutcome::holder`]) decides what is committed. Retry after the lease ends, or claim
+    /// the unit and commit with the token.
+    Busy {
+        /// When the live lease may be taken over, ms since the Unix epoch.
+        expires_at_ms: u64,
     },
     /// Acceptable by itself, but not applied because another unit of the all-or-nothing commit
     /// was rejected.
@@ -231,6 +240,7 @@ impl Outcome {
                 token,
                 newest_token,
             },
+            Decision::Busy { expires_at_ms } => Outcome::Busy { expires_at_ms },
         }
     }
 
@@ -247,6 +257,7 @@ impl Outcome {
             Outcome::Conflict { .. } => "conflict",
             Outcome::Stale { .. } => "stale",
             Outcome::Fenced { .. } => "fenced",
+            Outcome::Busy { .. } => "busy",
             Outcome::Aborted => "aborted",
         }
     }
@@ -271,6 +282,8 @@ pub struct UnitOutcome {
     pub object: ObjectId,
     /// What happened.
     pub outcome: Outcome,
+    /// For a [`Outcome::Busy`] unit: the worker holding the live lease. `None` otherwise.
+    pub holder: Option<String>,
 }
 
 /// The result of a commit: its seq (if anything was written) and every unit's outcome, in the

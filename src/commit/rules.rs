@@ -1,5 +1,13 @@
 //! The per-unit commit rules of SPEC R3 as a pure function, so that the commit leader, the model
 //! tests and the fuzzers all use the very same decision.
+//!
+//! Two checks run in order. First the **lease check** (SPEC R3's fenced and busy rows, R9): a
+//! commit carrying a fencing token passes only if the token is the unit's newest and its lease has
+//! not ended; a commit without a token passes only if no lease on the unit is live. Then the
+//! **version rows** of R3 decide between accept, duplicate, conflict and stale. The lease check
+//! looks at the clock only through [`LeaseStatus::Live`] versus [`LeaseStatus::Expired`], and that
+//! difference matters only to a commit *without* a token: whether a token passes never depends on
+//! a clock.
 
 use crate::object::ObjectId;
 
@@ -37,13 +45,84 @@ pub enum Decision {
         /// The version that is committed.
         current_version: u64,
     },
-    /// The writer's fencing token is older than the newest one granted for the unit.
+    /// The writer's fencing token is not valid for the unit: not issued for it, not its newest, or
+    /// its lease has ended (see [`FenceReason`]).
     Fenced {
         /// The token the writer carried.
         token: u64,
-        /// The newest token granted.
+        /// The token of the unit's newest lease (0 if the unit was never claimed).
         newest_token: u64,
     },
+    /// No token, but a lease on the unit is live: its holder decides what is committed.
+    Busy {
+        /// When the live lease may be taken over, ms since the Unix epoch.
+        expires_at_ms: u64,
+    },
+}
+
+/// Why a token was fenced, derived from the token and the unit's newest one. Tokens come from one
+/// counter for the whole store, so a token above the unit's newest was never issued for the unit.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FenceReason {
+    /// Older than the unit's newest lease: a later grant (a takeover, or a new claim after this
+    /// lease ended) superseded it — or it belongs to another unit.
+    Superseded,
+    /// The unit's newest token, but its lease ended: released by its holder, or ended by a commit
+    /// of the unit (its own, or one without a token after it expired).
+    Ended,
+    /// Newer than the unit's newest lease (or the unit was never claimed): never issued for this
+    /// unit — another unit's token, or one never issued at all.
+    NotIssued,
+}
+
+impl FenceReason {
+    /// The reason for fencing `token` on a unit whose newest lease has `newest_token`.
+    pub fn of(token: u64, newest_token: u64) -> FenceReason {
+        use std::cmp::Ordering::*;
+        match token.cmp(&newest_token) {
+            Less => FenceReason::Superseded,
+            Equal => FenceReason::Ended,
+            Greater => FenceReason::NotIssued,
+        }
+    }
+}
+
+impl std::fmt::Display for FenceReason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            FenceReason::Superseded => {
+                "it is older than the unit's newest lease (the lease was taken over or claimed again, or the token belongs to another unit)"
+            }
+            FenceReason::Ended => {
+                "its lease has ended (released, or ended by a commit of the unit)"
+            }
+            FenceReason::NotIssued => "it was never issued for this unit",
+        })
+    }
+}
+
+/// Whether the unit's newest lease still holds off other writers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LeaseStatus {
+    /// Not ended and, by the leader's clock, not expired.
+    Live,
+    /// Not ended, but expired by the leader's clock: it may be taken over, and a commit without a
+    /// token is no longer busy. Its token still commits while it is the newest.
+    Expired,
+    /// Released by its holder, or ended by a commit of the unit.
+    Ended,
+}
+
+/// The unit's newest lease, as the rules need it. The store keeps exactly this per unit (the claims
+/// table keeps the newest lease, also after it ended).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LeaseState {
+    /// Its fencing token: the newest granted for the unit.
+    pub token: u64,
+    /// Live, expired or ended.
+    pub status: LeaseStatus,
+    /// When it expires (or expired), ms since the Unix epoch.
+    pub expires_at_ms: u64,
 }
 
 /// The committed side of a decision: the unit's current entry.
@@ -72,23 +151,73 @@ pub struct Incoming {
     pub intent: Intent,
 }
 
-/// Decides one unit. `newest_token` is the newest fencing token ever granted for the unit;
+/// What the lease check lets through.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LeaseCheck {
+    /// Decide by the version rows.
+    Pass,
+    /// Rejected by the lease check.
+    Reject(Decision),
+    /// The newest token of an ended lease: it may not change anything, but an exact retry of
+    /// what is committed is answered as the duplicate it is (it changes nothing).
+    RetryOnly {
+        /// The token carried (the unit's newest).
+        token: u64,
+    },
+}
+
+/// The lease check (SPEC R3's fenced and busy rows, R9). Tokens are unique across the store and
+/// `lease` is the unit's newest lease, so "issued for this unit and its newest" is exactly
+/// `token == lease.token`. [`decide`] runs it first; pipeline records that are not commits use it
+/// alone.
+pub fn lease_check(lease: Option<&LeaseState>, token: Option<u64>) -> LeaseCheck {
+    match (token, lease) {
+        (Some(t), Some(l)) if t == l.token => match l.status {
+            LeaseStatus::Live | LeaseStatus::Expired => LeaseCheck::Pass,
+            LeaseStatus::Ended => LeaseCheck::RetryOnly { token: t },
+        },
+        (Some(t), l) => LeaseCheck::Reject(Decision::Fenced {
+            token: t,
+            newest_token: l.map_or(0, |l| l.token),
+        }),
+        (None, Some(l)) if l.status == LeaseStatus::Live => LeaseCheck::Reject(Decision::Busy {
+            expires_at_ms: l.expires_at_ms,
+        }),
+        (None, _) => LeaseCheck::Pass,
+    }
+}
+
+/// Decides one unit. `lease` is the unit's newest lease, if it was ever claimed;
 /// `earlier_identical` looks up, only when needed, the seq of an older entry of this unit with the
 /// same version and hash (a late retry of output that a correction has since replaced).
+///
+/// A commit that this accepts and that applies ends the unit's lease (the caller records that):
+/// after it, no earlier token commits.
 pub fn decide(
     current: Option<&Current>,
-    newest_token: Option<u64>,
+    lease: Option<&LeaseState>,
     incoming: &Incoming,
     earlier_identical: impl FnOnce() -> Option<u64>,
 ) -> Decision {
-    if let (Some(token), Some(newest)) = (incoming.token, newest_token) {
-        if token < newest {
-            return Decision::Fenced {
+    match lease_check(lease, incoming.token) {
+        LeaseCheck::Pass => versions(current, incoming, earlier_identical),
+        LeaseCheck::Reject(d) => d,
+        LeaseCheck::RetryOnly { token } => match versions(current, incoming, earlier_identical) {
+            d @ Decision::Duplicate { .. } => d,
+            _ => Decision::Fenced {
                 token,
-                newest_token: newest,
-            };
-        }
+                newest_token: token,
+            },
+        },
     }
+}
+
+/// The version rows of R3.
+fn versions(
+    current: Option<&Current>,
+    incoming: &Incoming,
+    earlier_identical: impl FnOnce() -> Option<u64>,
+) -> Decision {
     let Some(cur) = current else {
         return Decision::Accept { revision: 0 };
     };
@@ -170,8 +299,14 @@ mod tests {
             decide(Some(&c), None, &inc(4, b"a", None, Intent::Put), none),
             Decision::Stale { current_version: 5 }
         );
+        let l8 = lease(8, LeaseStatus::Live);
         assert_eq!(
-            decide(Some(&c), Some(8), &inc(6, b"a", Some(7), Intent::Put), none),
+            decide(
+                Some(&c),
+                Some(&l8),
+                &inc(6, b"a", Some(7), Intent::Put),
+                none
+            ),
             Decision::Fenced {
                 token: 7,
                 newest_token: 8
@@ -179,9 +314,125 @@ mod tests {
         );
         // The newest token itself passes.
         assert_eq!(
-            decide(Some(&c), Some(8), &inc(6, b"a", Some(8), Intent::Put), none),
+            decide(
+                Some(&c),
+                Some(&l8),
+                &inc(6, b"a", Some(8), Intent::Put),
+                none
+            ),
             Decision::Accept { revision: 0 }
         );
+        assert_eq!(
+            decide(Some(&c), Some(&l8), &inc(6, b"a", None, Intent::Put), none),
+            Decision::Busy { expires_at_ms: 100 }
+        );
+    }
+
+    fn lease(token: u64, status: LeaseStatus) -> LeaseState {
+        LeaseState {
+            token,
+            status,
+            expires_at_ms: 100,
+        }
+    }
+
+    /// Only the newest token of a lease that has not ended passes, whatever the numbers and
+    /// whatever the clock says about the lease.
+    #[test]
+    fn tokens_pass_only_when_issued_for_the_unit_newest_and_not_ended() {
+        let none = || None;
+        let put = |token| inc(6, b"a", token, Intent::Put);
+        for status in [LeaseStatus::Live, LeaseStatus::Expired, LeaseStatus::Ended] {
+            let l = lease(8, status);
+            for forged in [0, 1, 7, 9, 12_345, u64::MAX] {
+                assert_eq!(
+                    decide(None, Some(&l), &put(Some(forged)), none),
+                    Decision::Fenced {
+                        token: forged,
+                        newest_token: 8
+                    },
+                    "token {forged} against {l:?}"
+                );
+            }
+        }
+        // A unit never claimed accepts no token at all.
+        assert_eq!(
+            decide(None, None, &put(Some(1)), none),
+            Decision::Fenced {
+                token: 1,
+                newest_token: 0
+            }
+        );
+        // An expired lease whose token is still the newest commits: clocks never decide safety.
+        assert_eq!(
+            decide(
+                None,
+                Some(&lease(8, LeaseStatus::Expired)),
+                &put(Some(8)),
+                none
+            ),
+            Decision::Accept { revision: 0 }
+        );
+        // An ended lease's token changes nothing...
+        let ended = lease(8, LeaseStatus::Ended);
+        assert_eq!(
+            decide(None, Some(&ended), &put(Some(8)), none),
+            Decision::Fenced {
+                token: 8,
+                newest_token: 8
+            }
+        );
+        // ...but an exact retry of what is committed is the duplicate it is.
+        let c = cur(6, b"a", 0, 10);
+        assert_eq!(
+            decide(Some(&c), Some(&ended), &put(Some(8)), none),
+            Decision::Duplicate { seq: 10 }
+        );
+        assert_eq!(
+            decide(
+                Some(&c),
+                Some(&ended),
+                &inc(6, b"a", Some(8), Intent::Correct),
+                none
+            ),
+            Decision::Duplicate { seq: 10 }
+        );
+        assert_eq!(
+            decide(
+                Some(&c),
+                Some(&ended),
+                &inc(6, b"b", Some(8), Intent::Correct),
+                none
+            ),
+            Decision::Fenced {
+                token: 8,
+                newest_token: 8
+            }
+        );
+    }
+
+    #[test]
+    fn a_commit_without_a_token_waits_only_for_a_live_lease() {
+        let none = || None;
+        let put = inc(1, b"a", None, Intent::Put);
+        assert_eq!(
+            decide(None, Some(&lease(3, LeaseStatus::Live)), &put, none),
+            Decision::Busy { expires_at_ms: 100 }
+        );
+        for status in [LeaseStatus::Expired, LeaseStatus::Ended] {
+            assert_eq!(
+                decide(None, Some(&lease(3, status)), &put, none),
+                Decision::Accept { revision: 0 }
+            );
+        }
+    }
+
+    #[test]
+    fn fence_reasons_follow_from_the_numbers() {
+        assert_eq!(FenceReason::of(3, 8), FenceReason::Superseded);
+        assert_eq!(FenceReason::of(8, 8), FenceReason::Ended);
+        assert_eq!(FenceReason::of(9, 8), FenceReason::NotIssued);
+        assert_eq!(FenceReason::of(1, 0), FenceReason::NotIssued);
     }
 
     #[test]

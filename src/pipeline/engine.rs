@@ -8,7 +8,7 @@ use super::cell::{
 };
 use super::def::PipelineDef;
 use crate::claim::{validate_worker, ClaimOutcome, ClaimRecord, Lease, CLAIMS};
-use crate::commit::apply::{Done, ExtensionOutcome, Op, EXTENSIONS};
+use crate::commit::apply::{Done, ExtensionOutcome, Fence, Op, EXTENSIONS};
 use crate::commit::{Batch, Outcome, UnitOutcome};
 use crate::error::{DbContext, Error, Result};
 use crate::manifest::{Entry, EntryValue, MANIFEST};
@@ -126,12 +126,21 @@ pub enum FailOutcome {
         /// True when that reaches the stage's `max_attempts`: the cell is not retried.
         gave_up: bool,
     },
-    /// The run's lease was taken over; the newer holder decides.
+    /// The attempt's token is not valid for the cell (its lease was taken over or ended, or the
+    /// token was never issued for it); nothing was recorded.
     Fenced {
         /// The token carried.
         token: u64,
-        /// The newest token granted.
+        /// The token of the cell's newest lease (0 if it was never claimed).
         newest_token: u64,
+    },
+    /// The attempt carries no token while another run holds a live lease on the cell; nothing was
+    /// recorded.
+    Busy {
+        /// The worker holding the lease.
+        worker: String,
+        /// When its lease may be taken over, ms since the Unix epoch.
+        expires_at_ms: u64,
     },
 }
 
@@ -280,7 +289,7 @@ fn submit_extension(
     tag: u16,
     key: String,
     data: Vec<u8>,
-    fence: Option<(String, u64)>,
+    fence: Option<Fence>,
 ) -> Result<ExtensionOutcome> {
     match store.submit(Op::Extension {
         tag,
@@ -406,8 +415,8 @@ impl Pipeline {
         let data = super::cell::DefinitionRecord { text, reason }.encode();
         match submit_extension(store, TAG_DEFINITION, DEFINITION_KEY.into(), data, None)? {
             ExtensionOutcome::Written { seq } => Ok(Some(seq)),
-            ExtensionOutcome::Fenced { .. } => {
-                unreachable!("invariant: an unfenced extension is never fenced")
+            ExtensionOutcome::Fenced { .. } | ExtensionOutcome::Busy { .. } => {
+                unreachable!("invariant: an extension without a fence is never fenced or busy")
             }
         }
     }
@@ -795,9 +804,10 @@ impl Pipeline {
     }
 
     /// Completes a cell: stages `output` and commits it under the cell key at the attempt's
-    /// source version, fenced by its token if it has one. Exactly once per (unit, stage, source
-    /// version, lineage): a repeat with the same bytes is a duplicate, with other bytes a
-    /// conflict, under a lost lease fenced, for an older version stale.
+    /// source version, under the commit rules' lease check: with a token it must be the cell's
+    /// newest lease's (else fenced), without one no lease on the cell may be live (else busy).
+    /// Exactly once per (unit, stage, source version, lineage): a repeat with the same bytes is a
+    /// duplicate, with other bytes a conflict, for an older version stale.
     pub fn complete(&self, store: &Store, attempt: &Attempt, output: &[u8]) -> Result<UnitOutcome> {
         validate_pipeline_unit(&attempt.unit)?;
         let key = self.cell_key(&attempt.unit, &attempt.stage)?;
@@ -815,15 +825,16 @@ impl Pipeline {
     }
 
     /// Records a failed run of a cell: a log record with the error as its reason, and the cell's
-    /// attempt count (per source version) raised by one. Fenced like a commit when the attempt
-    /// carries a token; it ends the attempt's lease so the cell can be retried at once.
+    /// attempt count (per source version) raised by one. It obeys the lease rules of a commit of
+    /// the cell (fenced, busy) and ends the cell's lease so the cell can be retried at once.
     pub fn fail(&self, store: &Store, attempt: &Attempt, error: &str) -> Result<FailOutcome> {
         validate_pipeline_unit(&attempt.unit)?;
         validate_worker(&attempt.worker)?;
         let key = self.cell_key(&attempt.unit, &attempt.stage)?;
         let max = self.stage(&attempt.stage)?.max_attempts;
-        // Under a live lease only its holder can record a failure (others are fenced), so this
-        // read-then-write cannot lose a count; without a token, failures are advisory.
+        // Under a lease only its holder's token records a failure (others are fenced or busy),
+        // so this read-then-write cannot lose a count to another worker; without any lease,
+        // concurrent token-less failures may count once.
         let prev = self.failure(store, &key)?;
         let attempts = match prev {
             Some(f) if f.source_version == attempt.source_version => f.attempts.saturating_add(1),
@@ -837,7 +848,10 @@ impl Pipeline {
             worker: attempt.worker.clone(),
             error: truncate(error, MAX_ERROR_LEN),
         };
-        let fence = attempt.token.map(|t| (key.clone(), t));
+        let fence = Some(Fence {
+            unit: key.clone(),
+            token: attempt.token,
+        });
         match submit_extension(store, TAG_CELL_FAILED, key, f.encode(), fence)? {
             ExtensionOutcome::Written { seq } => {
                 add(&store.inner.metrics.c.pipeline_cells_failed, 1);
@@ -853,6 +867,13 @@ impl Pipeline {
             } => Ok(FailOutcome::Fenced {
                 token,
                 newest_token,
+            }),
+            ExtensionOutcome::Busy {
+                worker,
+                expires_at_ms,
+            } => Ok(FailOutcome::Busy {
+                worker,
+                expires_at_ms,
             }),
         }
     }
@@ -953,7 +974,9 @@ impl Pipeline {
                     },
                     Err(e) => match self.fail(store, &attempt, &e)? {
                         FailOutcome::Recorded { .. } => report.failed += 1,
-                        FailOutcome::Fenced { .. } => report.rejected += 1,
+                        FailOutcome::Fenced { .. } | FailOutcome::Busy { .. } => {
+                            report.rejected += 1
+                        }
                     },
                 }
             }
