@@ -144,7 +144,10 @@ fn objects_of_rejected_puts_are_reclaimable_not_problems() {
         oncelake::ClaimOutcome::Granted { lease, .. } => lease,
         other => panic!("{other:?}"),
     };
-    assert!(store.release(&first).unwrap());
+    assert_eq!(
+        store.release(&first).unwrap(),
+        oncelake::ReleaseOutcome::Released
+    );
     assert!(matches!(
         store.claim("f", 1, "w2", ttl).unwrap(),
         oncelake::ClaimOutcome::Granted { .. }
@@ -156,6 +159,10 @@ fn objects_of_rejected_puts_are_reclaimable_not_problems() {
     assert!(!r.applied(), "{r:?}");
     drop(late);
     rejected.insert(oncelake::ObjectId::of(b"fenced output"), 13);
+    // Busy: no token while w2's lease is live.
+    let out = store.put("f", 1, b"busy output").unwrap();
+    assert_eq!(out.outcome.name(), "busy");
+    rejected.insert(oncelake::ObjectId::of(b"busy output"), 11);
     // A lost race: two writers staged the same unit and version; the one decided second loses.
     let (x, y) = (
         store.stage_bytes(b"race winner").unwrap(),
