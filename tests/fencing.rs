@@ -264,6 +264,36 @@ fn release_needs_the_holders_worker_and_token_and_a_released_token_never_commits
 /// R4: busy and fenced units abort an all-or-nothing batch with every unit's reason; the partial
 /// mode applies what it can and reports the rest per unit.
 #[test]
+fn only_the_holder_renews_its_lease() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = ManualClock::new(T0);
+    let store = open(&dir.path().join("s"), &clock);
+    let lease = granted(store.claim("u", 1, "w1", TTL).unwrap());
+    let by_w2 = Lease {
+        worker: "w2".into(),
+        ..lease.clone()
+    };
+    assert!(matches!(
+        store.renew(&by_w2, TTL * 10).unwrap(),
+        oncelake::RenewOutcome::Lost { newest_token } if newest_token == lease.token
+    ));
+    // Nothing changed: the lease still ends when w1's claim said, so w2 takes it over then.
+    clock.advance_ms(TTL.as_millis() as u64 + 1);
+    assert!(matches!(
+        store.claim("u", 1, "w2", TTL).unwrap(),
+        ClaimOutcome::Granted {
+            took_over: true,
+            ..
+        }
+    ));
+    let renewed = store.renew(&lease, TTL).unwrap();
+    assert!(
+        matches!(renewed, oncelake::RenewOutcome::Lost { .. }),
+        "{renewed:?}"
+    );
+}
+
+#[test]
 fn busy_and_fenced_units_abort_an_all_or_nothing_batch_and_are_reported_per_unit() {
     let dir = tempfile::tempdir().unwrap();
     let clock = ManualClock::new(T0);

@@ -749,9 +749,13 @@ impl Writer<'_> {
         Ok(())
     }
 
+    /// Only the holder extends its lease: the token must be the unit's newest and not ended, and
+    /// the worker its holder's (anyone else is told the lease is not theirs: `Lost`).
     fn renew(&mut self, lease: Lease, ttl_ms: u64) -> Result<RenewOutcome> {
         match self.claim_record(&lease.unit)? {
-            Some(rec) if rec.token == lease.token && !rec.released => {
+            Some(rec)
+                if rec.token == lease.token && !rec.released && rec.worker == lease.worker =>
+            {
                 let rec = ClaimRecord {
                     expires_at_ms: self.now_ms.saturating_add(ttl_ms),
                     ..rec
