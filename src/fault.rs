@@ -637,9 +637,6 @@ impl Vfs for FaultyVfs {
         self.plan.check_read("open for reading")?;
         self.inner.open_read(path)
     }
-    fn creates_read_only(&self) -> bool {
-        self.inner.creates_read_only()
-    }
 }
 
 /// A redb backend over the real file that consults a [`FaultPlan`] before every write,
