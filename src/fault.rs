@@ -47,6 +47,8 @@ pub struct FaultPlan {
     ops: AtomicU64,
     fail_at: AtomicU64,
     crash_at: AtomicU64,
+    /// Database syncs to let pass before the one that is the crash point (0: none planned).
+    crash_at_db_sync: AtomicU64,
     crashed: AtomicBool,
     fail_syncs: AtomicBool,
     fail_reads: AtomicBool,
@@ -175,6 +177,12 @@ impl FaultPlan {
     /// Crashes at operation `n` (1-based): it and all later operations fail.
     pub fn crash_at(&self, n: u64) {
         self.crash_at.store(n, SeqCst);
+    }
+    /// Crashes at the `n`-th database sync from now (1: the next): its writes have reached the
+    /// page cache, the sync does not complete. With the seeded cut this is where an
+    /// unacknowledged commit most often survives whole.
+    pub fn crash_at_db_sync(&self, n: u64) {
+        self.crash_at_db_sync.store(n, SeqCst);
     }
     /// Crashes now: every later operation fails, as after the power was cut.
     pub fn crash_now(&self) {
@@ -688,6 +696,14 @@ impl StorageBackend for FaultyBackend {
     }
     fn sync_data(&self) -> io::Result<()> {
         self.plan.check("database sync", true)?;
+        let planned = self.plan.crash_at_db_sync.load(SeqCst);
+        if planned > 0 {
+            self.plan.crash_at_db_sync.store(planned - 1, SeqCst);
+            if planned == 1 {
+                self.plan.crashed.store(true, SeqCst);
+                return Err(io::Error::other("injected crash at a database sync"));
+            }
+        }
         self.inner.sync_data()?;
         if self.plan.modelling() {
             let mut d = self.plan.durable.lock();

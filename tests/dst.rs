@@ -349,6 +349,8 @@ struct Counts {
     hostile: u64,
     crashes: u64,
     in_flight_applied: u64,
+    /// Reopens that loaded the dedup index from `index.snap`.
+    index_snap_loads: u64,
     db_torn: u64,
     files_torn: u64,
     entries_undone: u64,
@@ -427,7 +429,7 @@ impl Sim {
             trace: 0xcbf2_9ce4_8422_2325,
             log: Vec::new(),
         };
-        sim.open();
+        sim.open(false);
         sim
     }
 
@@ -459,19 +461,61 @@ impl Sim {
             .expect("the store is open between steps")
     }
 
-    fn open(&mut self) {
-        self.counts.ops += self.plan.ops();
-        self.plan = FaultPlan::new();
-        self.plan.lose_unsynced_writes(true);
-        let options = Options {
-            vfs: Arc::new(FaultyVfs::new(Arc::new(RealVfs), self.plan.clone())),
-            faults: Some(self.plan.clone()),
-            clock: Arc::new(self.clock.clone()),
-            ..Options::default()
-        };
-        let store = Store::open_with(&self.path, options)
-            .unwrap_or_else(|e| panic!("reopening after a crash failed: {e}"));
-        self.store = Some(store);
+    /// Opens the store with a fresh fault plan; with `may_crash`, the open itself (redb's
+    /// repair, the index load) may be cut by a power loss, and is then retried on what it left.
+    fn open(&mut self, may_crash: bool) {
+        loop {
+            self.counts.ops += self.plan.ops();
+            self.plan = FaultPlan::new();
+            self.plan.lose_unsynced_writes(true);
+            if may_crash && self.rng.chance(25) {
+                self.plan.crash_at(1 + self.rng.below(12));
+            }
+            let options = Options {
+                vfs: Arc::new(FaultyVfs::new(Arc::new(RealVfs), self.plan.clone())),
+                faults: Some(self.plan.clone()),
+                clock: Arc::new(self.clock.clone()),
+                ..Options::default()
+            };
+            match Store::open_with(&self.path, options) {
+                Ok(store) if !self.plan.crashed() => {
+                    self.store = Some(store);
+                    return;
+                }
+                Ok(store) => drop(store),
+                Err(e) if self.plan.crashed() => self.note(format!("open cut: {e}")),
+                Err(e) => panic!("reopening after a crash failed: {e}"),
+            }
+            self.counts.crashes += 1;
+            let loss = self
+                .plan
+                .apply_power_loss_seeded(&self.path.join(oncelake::DB_FILE), self.rng.next())
+                .unwrap_or_else(|e| panic!("applying the power loss: {e}"));
+            self.note(format!("power cut while opening: {loss:?}"));
+        }
+    }
+
+    /// A restart: a clean close (which writes `index.snap` through the seam, possibly cut by a
+    /// crash), a power cut, and a reopen that loads the index snapshot if it checks out.
+    fn restart(&mut self) {
+        self.held.clear();
+        for w in &mut self.writers {
+            if let WriterState::Claimed(l) = std::mem::replace(&mut w.state, WriterState::Idle) {
+                self.old_leases.push(l);
+            }
+        }
+        if self.rng.chance(30) {
+            self.plan.crash_at(self.plan.ops() + 1 + self.rng.below(10));
+        }
+        self.store = None;
+        let loss = self
+            .plan
+            .apply_power_loss_seeded(&self.path.join(oncelake::DB_FILE), self.rng.next())
+            .unwrap_or_else(|e| panic!("applying the power loss: {e}"));
+        self.open(true);
+        let report = self.store().open_report();
+        self.counts.index_snap_loads += report.index_from_snapshot as u64;
+        self.note(format!("restart: {loss:?}; {report:?}"));
     }
 
     fn run(&mut self, steps: usize) {
@@ -497,7 +541,8 @@ impl Sim {
         self.clock.advance_ms(self.rng.below(1500));
         let roll = self.rng.below(100);
         match roll {
-            0..=54 => self.writer_step(),
+            0..=52 => self.writer_step(),
+            53..=54 => self.restart(),
             55..=61 => self.gc(),
             62..=69 => self.take_snapshot(),
             70..=74 => self.reread_held(),
@@ -707,6 +752,13 @@ impl Sim {
             .iter()
             .map(|i| self.model.expect(i, now_before))
             .collect();
+        match self.rng.below(100) {
+            // Crash inside this commit: at one of its writes or its sync ...
+            0..=4 => self.plan.crash_at(self.plan.ops() + 1 + self.rng.below(8)),
+            // ... or exactly at its sync, when all its writes are in the page cache.
+            5..=9 => self.plan.crash_at_db_sync(1 + self.rng.below(2)),
+            _ => {}
+        }
         let r = self.store().commit(batch);
         drop(items);
         match r {
@@ -1253,7 +1305,7 @@ impl Sim {
         self.counts.files_torn += loss.files_torn as u64;
         self.counts.entries_undone += loss.entries_undone as u64;
         self.note(format!("power cut {loss:?}; in flight {inflight:?}"));
-        self.open();
+        self.open(true);
         let seq = self
             .store()
             .last_seq()
@@ -1310,8 +1362,9 @@ impl Sim {
         self.plan
             .apply_power_loss_seeded(&self.path.join(oncelake::DB_FILE), self.seed)
             .unwrap();
-        self.open();
+        self.open(false);
         let report = self.store().open_report();
+        self.counts.index_snap_loads += report.index_from_snapshot as u64;
         self.note(format!("clean reopen: {report:?}"));
         self.check();
     }
@@ -1414,6 +1467,7 @@ fn summary(total: &mut Counts, c: &Counts) {
     total.hostile += c.hostile;
     total.crashes += c.crashes;
     total.in_flight_applied += c.in_flight_applied;
+    total.index_snap_loads += c.index_snap_loads;
     total.db_torn += c.db_torn;
     total.files_torn += c.files_torn;
     total.entries_undone += c.entries_undone;
