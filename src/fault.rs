@@ -153,7 +153,7 @@ impl Rng {
         }
     }
     fn chance(&mut self, one_in: u64) -> bool {
-        self.next() % one_in == 0
+        self.next().is_multiple_of(one_in)
     }
     /// How much of `n` unsynced units survive: none, all, or a uniform part, a third each.
     fn portion(&mut self, n: u64) -> u64 {

@@ -529,7 +529,7 @@ impl Sim {
             }
             self.check();
         }
-        if OVERSIZED_BATCHES_HANDLED && self.seed % 8 == 0 {
+        if OVERSIZED_BATCHES_HANDLED && self.seed.is_multiple_of(8) {
             self.step += 1;
             self.oversized_batch();
         }
