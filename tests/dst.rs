@@ -471,16 +471,31 @@ impl Sim {
             if may_crash && self.rng.chance(25) {
                 self.plan.crash_at(1 + self.rng.below(12));
             }
+            // Reads through the seam failing while opening: the index snapshot is then not
+            // used (a full scan instead), or the open fails cleanly and is retried.
+            let failing_reads = may_crash && self.rng.chance(10);
+            self.plan.fail_reads(failing_reads);
             let options = Options {
                 vfs: Arc::new(FaultyVfs::new(Arc::new(RealVfs), self.plan.clone())),
                 faults: Some(self.plan.clone()),
                 clock: Arc::new(self.clock.clone()),
                 ..Options::default()
             };
-            match Store::open_with(&self.path, options) {
+            let opened = Store::open_with(&self.path, options);
+            self.plan.fail_reads(false);
+            match opened {
                 Ok(store) if !self.plan.crashed() => {
+                    if failing_reads {
+                        let report = store.open_report();
+                        assert!(!report.index_from_snapshot, "{report:?}");
+                    }
                     self.store = Some(store);
                     return;
+                }
+                Err(e) if failing_reads && !self.plan.crashed() => {
+                    assert!(e.to_string().contains("injected"), "{e}");
+                    self.note(format!("open refused while reads fail: {e}"));
+                    continue;
                 }
                 Ok(store) => drop(store),
                 Err(e) if self.plan.crashed() => self.note(format!("open cut: {e}")),
