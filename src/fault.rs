@@ -487,6 +487,32 @@ impl FaultyVfs {
     pub fn new(inner: Arc<dyn Vfs>, plan: Arc<FaultPlan>) -> Self {
         FaultyVfs { inner, plan }
     }
+
+    /// A create (counted, and recorded by the power-loss model) done by `create`.
+    fn create_with(
+        &self,
+        path: &Path,
+        create: impl FnOnce(&Path) -> io::Result<Box<dyn VfsFile>>,
+    ) -> io::Result<Box<dyn VfsFile>> {
+        self.plan.check("create", false)?;
+        let inner = create(path)?;
+        let mut id = 0;
+        if self.plan.modelling() {
+            let mut d = self.plan.durable.lock();
+            d.next_file += 1;
+            id = d.next_file;
+            d.files.insert(id, FileData::default());
+            d.names.insert(path.to_path_buf(), id);
+            drop(d);
+            self.plan
+                .record_entry(path.parent(), EntryKind::Create(path.to_path_buf()));
+        }
+        Ok(Box::new(FaultyFile {
+            inner,
+            plan: self.plan.clone(),
+            id,
+        }))
+    }
 }
 
 struct FaultyFile {
@@ -526,24 +552,10 @@ impl VfsFile for FaultyFile {
 
 impl Vfs for FaultyVfs {
     fn create_new(&self, path: &Path) -> io::Result<Box<dyn VfsFile>> {
-        self.plan.check("create", false)?;
-        let inner = self.inner.create_new(path)?;
-        let mut id = 0;
-        if self.plan.modelling() {
-            let mut d = self.plan.durable.lock();
-            d.next_file += 1;
-            id = d.next_file;
-            d.files.insert(id, FileData::default());
-            d.names.insert(path.to_path_buf(), id);
-            drop(d);
-            self.plan
-                .record_entry(path.parent(), EntryKind::Create(path.to_path_buf()));
-        }
-        Ok(Box::new(FaultyFile {
-            inner,
-            plan: self.plan.clone(),
-            id,
-        }))
+        self.create_with(path, |p| self.inner.create_new(p))
+    }
+    fn create_new_writable(&self, path: &Path) -> io::Result<Box<dyn VfsFile>> {
+        self.create_with(path, |p| self.inner.create_new_writable(p))
     }
     fn link_no_replace(&self, from: &Path, to: &Path) -> io::Result<bool> {
         self.plan.check("link", false)?;

@@ -179,7 +179,7 @@ pub(crate) fn write(
         _ => {}
     }
     let file = vfs
-        .create_new(&tmp)
+        .create_new_writable(&tmp)
         .ctx(|| format!("create {}", tmp.display()))?;
     let mut w = CrcWriter {
         file,

@@ -20,6 +20,12 @@ pub trait Vfs: Send + Sync + Debug {
     /// Creates a new file, failing if it exists. The returned handle is writable even when the
     /// implementation creates the file read-only (see [`Vfs::creates_read_only`]).
     fn create_new(&self, path: &Path) -> io::Result<Box<dyn VfsFile>>;
+    /// Creates a new file, failing if it exists, that stays writable for its owner once closed:
+    /// the index snapshot, which is replaced by rename but which tools may rewrite in place. The
+    /// default is [`Vfs::create_new`].
+    fn create_new_writable(&self, path: &Path) -> io::Result<Box<dyn VfsFile>> {
+        self.create_new(path)
+    }
     /// Publishes `from` at `to` atomically without replacing anything: `Ok(true)` when linked,
     /// `Ok(false)` when `to` already exists.
     fn link_no_replace(&self, from: &Path, to: &Path) -> io::Result<bool>;
@@ -80,6 +86,11 @@ impl Vfs for RealVfs {
         #[cfg(unix)]
         std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o444);
         Ok(Box::new(RealFile(options.open(path)?)))
+    }
+
+    fn create_new_writable(&self, path: &Path) -> io::Result<Box<dyn VfsFile>> {
+        let file = OpenOptions::new().write(true).create_new(true).open(path)?;
+        Ok(Box::new(RealFile(file)))
     }
 
     fn link_no_replace(&self, from: &Path, to: &Path) -> io::Result<bool> {

@@ -1540,3 +1540,62 @@ fn a_seed_replays_exactly() {
     let (a, b) = (run(), run());
     assert_eq!(a, b, "seed {seed:#x} did not replay exactly");
 }
+
+/// `index.snap` goes through the seam: a clean close counts its operations, a crash armed at the
+/// close's first operation leaves no snapshot (the old `std::fs` path wrote one anyway), and the
+/// file stays writable for its owner (tools and tests rewrite it in place).
+#[test]
+fn the_index_snapshot_is_written_through_the_seam() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = scratch();
+    let path = dir.path().join("lake");
+    let open = |plan: &Arc<FaultPlan>| {
+        let options = Options {
+            vfs: Arc::new(FaultyVfs::new(Arc::new(RealVfs), plan.clone())),
+            faults: Some(plan.clone()),
+            ..Options::default()
+        };
+        Store::open_with(&path, options).unwrap()
+    };
+    let snap = path.join("index.snap");
+
+    let plan = FaultPlan::new();
+    let store = open(&plan);
+    store.put("a", 1, b"a1").unwrap();
+    plan.crash_at(plan.ops() + 1);
+    drop(store);
+    assert!(
+        !snap.exists(),
+        "a crash at the close's first operation wrote a snapshot"
+    );
+
+    let plan = FaultPlan::new();
+    let store = open(&plan);
+    store.put("b", 1, b"b1").unwrap();
+    let before = plan.ops();
+    drop(store);
+    assert!(
+        plan.ops() >= before + 5,
+        "remove, create, write, fsync, rename, directory sync: {} operations",
+        plan.ops() - before
+    );
+    let mode = std::fs::metadata(&snap).unwrap().permissions().mode();
+    assert_ne!(mode & 0o200, 0, "index.snap is read-only: {mode:o}");
+
+    let plan2 = FaultPlan::new();
+    plan2.fail_reads(true);
+    let store = open(&plan2);
+    let r = store.open_report();
+    assert!(
+        !r.index_from_snapshot,
+        "a failing read still used the snapshot: {r:?}"
+    );
+    assert!(store.get("a").unwrap().is_some() && store.get("b").unwrap().is_some());
+    drop(store);
+    let store = open(&FaultPlan::new());
+    assert!(
+        store.open_report().index_from_snapshot,
+        "{:?}",
+        store.open_report()
+    );
+}
