@@ -33,10 +33,10 @@ use crate::manifest::EntryValue;
 use crate::object::ObjectId;
 #[cfg(test)]
 use crate::object::ObjectMeta;
+use crate::vfs::{Vfs, VfsFile};
 use redb::ReadTransaction;
 use std::collections::hash_map::Entry;
 use std::collections::{HashMap, HashSet};
-use std::fs::File;
 use std::io::{Read, Write};
 use std::path::Path;
 
@@ -149,8 +149,10 @@ pub(crate) fn record_crc(txn: &ReadTransaction, seq: u64) -> Result<Option<u32>>
 }
 
 /// Writes `index` (reflecting `seq`, whose log record has CRC `record_crc`) as the store's
-/// snapshot: temp file, fsync, rename, fsync the directory.
+/// snapshot: temp file, fsync, rename, fsync the directory — every step through the seam, so the
+/// power-loss model sees (and may tear or drop) each of them.
 pub(crate) fn write(
+    vfs: &dyn Vfs,
     dir: &Path,
     store_id: u64,
     seq: u64,
@@ -168,7 +170,17 @@ pub(crate) fn write(
         ambiguous: ambiguous.len() as u64,
     };
     let tmp = dir.join(TMP_FILE);
-    let file = File::create(&tmp).ctx(|| format!("create {}", tmp.display()))?;
+    // A crash during an earlier write may have left the temp file behind; the seam only creates
+    // new files.
+    match vfs.remove(&tmp) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+            return Err(Error::io(format!("remove {}", tmp.display()), e))
+        }
+        _ => {}
+    }
+    let file = vfs
+        .create_new_writable(&tmp)
+        .ctx(|| format!("create {}", tmp.display()))?;
     let mut w = CrcWriter {
         file,
         buf: Vec::with_capacity(CHUNK + 64),
@@ -191,18 +203,18 @@ pub(crate) fn write(
     let crc = w.crc.finalize();
     let mut file = w.file;
     file.write_all(&crc.to_le_bytes()).map_err(io)?;
-    file.sync_all().ctx(|| format!("fsync {}", tmp.display()))?;
+    file.flush().map_err(io)?;
+    file.sync().ctx(|| format!("fsync {}", tmp.display()))?;
     drop(file);
     let path = dir.join(SNAP_FILE);
-    std::fs::rename(&tmp, &path).ctx(|| format!("rename to {}", path.display()))?;
-    File::open(dir)
-        .and_then(|d| d.sync_all())
-        .ctx(|| format!("fsync {}", dir.display()))
+    vfs.rename(&tmp, &path)
+        .ctx(|| format!("rename to {}", path.display()))?;
+    vfs.sync_dir(dir).ctx(|| format!("fsync {}", dir.display()))
 }
 
 /// Buffers whole chunks, so the CRC and the write each see large slices.
 struct CrcWriter {
-    file: File,
+    file: Box<dyn VfsFile>,
     buf: Vec<u8>,
     crc: crc32fast::Hasher,
 }
@@ -237,6 +249,7 @@ pub(crate) type Fallback = String;
 /// Loads the snapshot in `dir` if it belongs to this store and database history, and catches it
 /// up to `last_seq` (as of `txn`, whose manifest holds `units` units).
 pub(crate) fn load(
+    vfs: &dyn Vfs,
     dir: &Path,
     txn: &ReadTransaction,
     store_id: u64,
@@ -244,15 +257,18 @@ pub(crate) fn load(
     units: u64,
 ) -> std::result::Result<Loaded, Fallback> {
     let path = dir.join(SNAP_FILE);
-    let mut file = match File::open(&path) {
+    let actual_len = match vfs.metadata(&path) {
+        Ok(m) => m.len(),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Err("no snapshot".into()),
+        Err(e) => return Err(format!("stat {}: {e}", path.display())),
+    };
+    // Streamed, not read whole: a 10M-unit snapshot is most of a gigabyte (P6's memory budget).
+    // A file replaced between the stat and the open fails the length or CRC check below.
+    let mut file = match vfs.open_read(&path) {
         Ok(f) => f,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Err("no snapshot".into()),
         Err(e) => return Err(format!("open {}: {e}", path.display())),
     };
-    let actual_len = file
-        .metadata()
-        .map_err(|e| format!("stat {}: {e}", path.display()))?
-        .len();
     let mut hb = [0u8; HEADER_LEN];
     file.read_exact(&mut hb)
         .map_err(|_| "shorter than its header".to_string())?;
@@ -285,7 +301,7 @@ pub(crate) fn load(
     if header.cap == 0 || header.len >= header.cap || header.len > units {
         return Err("its table is malformed".into());
     }
-    let index = read_body(&mut file, &hb, &header)?;
+    let index = read_body(&mut *file, &hb, &header)?;
     let mut loaded = Loaded {
         index,
         snapshot_seq: header.seq,
@@ -312,7 +328,7 @@ pub(crate) fn load(
 /// Reads the arrays sequentially, in large chunks (each CRC'd once, parsed record by record),
 /// checking the CRC and the table's shape.
 fn read_body(
-    file: &mut File,
+    file: &mut dyn Read,
     header_bytes: &[u8; HEADER_LEN],
     h: &Header,
 ) -> std::result::Result<DedupIndex, Fallback> {
@@ -354,7 +370,7 @@ fn read_body(
 /// Reads `count` records of `rec_len` bytes, whole chunks at a time, adding them to `crc` and
 /// handing each record to `each`.
 fn read_region(
-    file: &mut File,
+    file: &mut dyn Read,
     buf: &mut [u8],
     crc: &mut crc32fast::Hasher,
     count: usize,

@@ -184,7 +184,7 @@ impl Store {
             write_marker(&dir)?;
         }
         let store_id = ensure_store_id(&db)?;
-        let (index, open_report) = load(&db, &db_path, &dir, store_id)?;
+        let (index, open_report) = load(&db, &db_path, &dir, options.vfs.as_ref(), store_id)?;
         let now = options.clock.now_ms();
         let stager = Stager::new(&dir, options.vfs.clone());
         Ok(Store {
@@ -518,7 +518,10 @@ impl Inner {
     fn persist_index(&self) -> Result<()> {
         let txn = self.db.begin_read().db("begin a read transaction")?;
         let (seq, _) = seq_and_horizon(&txn)?;
-        let keep = self.dir.join(crate::index_snap::SNAP_FILE).exists()
+        let vfs = self.options.vfs.as_ref();
+        let keep = vfs
+            .metadata(&self.dir.join(crate::index_snap::SNAP_FILE))
+            .is_ok()
             && !needs_rewrite(self.index.read().len(), self.open_report.snapshot_seq, seq);
         if keep {
             return Ok(());
@@ -536,7 +539,7 @@ impl Inner {
         if index.ambiguous_len() == 0 && index.len() as u64 != units {
             return Ok(());
         }
-        crate::index_snap::write(&self.dir, self.store_id, seq, crc, &index)
+        crate::index_snap::write(vfs, &self.dir, self.store_id, seq, crc, &index)
     }
 }
 
@@ -810,6 +813,7 @@ fn load(
     db: &redb::Database,
     path: &Path,
     dir: &Path,
+    vfs: &dyn Vfs,
     store_id: u64,
 ) -> Result<(DedupIndex, OpenReport)> {
     let format = read_format(db)?;
@@ -824,7 +828,7 @@ fn load(
     let manifest = txn.open_table(MANIFEST).db("open the manifest")?;
     let n = manifest.len().db("count the manifest")?;
     let (last_seq, _) = seq_and_horizon(&txn)?;
-    let fallback = match crate::index_snap::load(dir, &txn, store_id, last_seq, n) {
+    let fallback = match crate::index_snap::load(vfs, dir, &txn, store_id, last_seq, n) {
         Ok(l) => {
             let report = OpenReport {
                 index_from_snapshot: true,

@@ -1,10 +1,12 @@
 //! The narrow seam under every file operation the engine makes outside redb: create, write,
-//! fsync, link, remove, directory sync. Production uses [`RealVfs`]; the fault-injection tests
-//! put an implementation here that fails or "crashes" at the N-th operation.
+//! fsync, link, rename, remove, directory sync, and the reads of the engine's own small files.
+//! Production uses [`RealVfs`]; the fault-injection tests and the deterministic simulation put
+//! [`crate::fault::FaultyVfs`] here, which fails or "crashes" at the N-th operation and models
+//! what a power cut keeps of everything that went through it.
 
 use std::fmt::Debug;
 use std::fs::{File, OpenOptions};
-use std::io::{self, Write};
+use std::io::{self, Read, Write};
 use std::path::Path;
 
 /// A file being written through the seam.
@@ -18,6 +20,12 @@ pub trait Vfs: Send + Sync + Debug {
     /// Creates a new file, failing if it exists. The returned handle is writable even when the
     /// implementation creates the file read-only (see [`Vfs::creates_read_only`]).
     fn create_new(&self, path: &Path) -> io::Result<Box<dyn VfsFile>>;
+    /// Creates a new file, failing if it exists, that stays writable for its owner once closed:
+    /// the index snapshot, which is replaced by rename but which tools may rewrite in place. The
+    /// default is [`Vfs::create_new`].
+    fn create_new_writable(&self, path: &Path) -> io::Result<Box<dyn VfsFile>> {
+        self.create_new(path)
+    }
     /// Publishes `from` at `to` atomically without replacing anything: `Ok(true)` when linked,
     /// `Ok(false)` when `to` already exists.
     fn link_no_replace(&self, from: &Path, to: &Path) -> io::Result<bool>;
@@ -41,6 +49,11 @@ pub trait Vfs: Send + Sync + Debug {
     fn metadata(&self, path: &Path) -> io::Result<std::fs::Metadata>;
     /// Reads a whole (small) file: markers, the index snapshot.
     fn read(&self, path: &Path) -> io::Result<Vec<u8>>;
+    /// Opens a file for a streaming read (the index snapshot, which can be most of a gigabyte and
+    /// must not be held twice in memory). The default reads the whole file with [`Vfs::read`].
+    fn open_read(&self, path: &Path) -> io::Result<Box<dyn Read + Send>> {
+        Ok(Box::new(io::Cursor::new(self.read(path)?)))
+    }
 }
 
 /// The real file system.
@@ -73,6 +86,11 @@ impl Vfs for RealVfs {
         #[cfg(unix)]
         std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o444);
         Ok(Box::new(RealFile(options.open(path)?)))
+    }
+
+    fn create_new_writable(&self, path: &Path) -> io::Result<Box<dyn VfsFile>> {
+        let file = OpenOptions::new().write(true).create_new(true).open(path)?;
+        Ok(Box::new(RealFile(file)))
     }
 
     fn link_no_replace(&self, from: &Path, to: &Path) -> io::Result<bool> {
@@ -115,5 +133,9 @@ impl Vfs for RealVfs {
 
     fn read(&self, path: &Path) -> io::Result<Vec<u8>> {
         std::fs::read(path)
+    }
+
+    fn open_read(&self, path: &Path) -> io::Result<Box<dyn Read + Send>> {
+        Ok(Box::new(File::open(path)?))
     }
 }
