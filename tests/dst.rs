@@ -50,15 +50,15 @@ use std::time::{Duration, Instant};
 /// and not released; a token-less commit on a live lease is busy; an accepted token-less commit
 /// fences every earlier token; `release` needs the holder's worker. Off: today's rule (a token
 /// below the unit's newest is fenced, nothing else is).
-const STRICT_FENCING: bool = false;
+const STRICT_FENCING: bool = true;
 /// Issue 10 item 5: a `Staged` handle of another store is refused with an error.
-const FOREIGN_HANDLES_REFUSED: bool = false;
+const FOREIGN_HANDLES_REFUSED: bool = true;
 /// Issue 10 item 4: a batch whose log record would exceed the log's limit is refused up front
 /// (an error, nothing written) or split so that every record reads back.
-const OVERSIZED_BATCHES_HANDLED: bool = false;
+const OVERSIZED_BATCHES_HANDLED: bool = true;
 /// Issue 10 item 3 (branch `gc`): an open snapshot pins what it can read, whatever the
 /// retention. Off: held snapshots are dropped before a GC that may prune history.
-const SNAPSHOTS_PIN_OBJECTS: bool = false;
+const SNAPSHOTS_PIN_OBJECTS: bool = true;
 
 // ---------------------------------------------------------------------------------------------
 
@@ -1417,11 +1417,9 @@ impl Sim {
     }
 }
 
-/// Whether `release` released: today it answers `bool`, on the `fence` branch a
-/// `ReleaseOutcome` (`Released`, `NotHolder`, `Lost`). Read from the debug form so this file
-/// compiles with both until they are merged.
-fn was_released(got: &impl std::fmt::Debug) -> bool {
-    matches!(format!("{got:?}").as_str(), "true" | "Released")
+/// Whether `release` released (rather than refusing: `NotHolder`, `Lost`).
+fn was_released(got: &oncelake::ReleaseOutcome) -> bool {
+    matches!(got, oncelake::ReleaseOutcome::Released)
 }
 
 /// The view holds exactly `want` (I1, I4, I5), and every object reads back with the model's
