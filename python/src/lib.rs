@@ -4,6 +4,7 @@
 //! releases the GIL while the engine stages, commits and reads, so that Python threads share
 //! commit groups.
 
+mod bench;
 mod convert;
 mod data;
 mod pipeline;
@@ -22,6 +23,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<snapshot::PySnapshot>()?;
     m.add_class::<pipeline::PyPipeline>()?;
     m.add_class::<pipeline::PyCell>()?;
+    m.add_function(wrap_pyfunction!(bench::_rust_commit_bench, m)?)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())
 }

@@ -127,8 +127,9 @@ impl PyRun {
         };
         let Some(run) = run else { return Ok(false) };
         if exc_type.is_some_and(|t| !t.is_none()) {
-            // The body failed: give the lease back so another worker may retry at once.
-            py.detach(|| run.abandon()).py(py)?;
+            // The body failed: give the lease back so another worker may retry at once. The body's
+            // exception is what the caller must see; if the release fails, the lease just expires.
+            let _ = py.detach(|| run.abandon());
             return Ok(false);
         }
         let outcome = self.finish(py, run, output)?;
@@ -189,16 +190,19 @@ impl PyRun {
             Some(s) => crate::store::seconds("ttl", s)?,
             None => self.ttl,
         };
-        let mut st = self.state()?;
-        let Some(run) = st.run.as_mut() else {
+        // The run is taken out while the engine renews without the GIL: holding the state lock
+        // across that would deadlock against a thread that holds the GIL and waits for the lock.
+        let Some(mut run) = self.state()?.run.take() else {
             return Err(PyValueError::new_err(
                 "renew() works inside the with-block of run_once",
             ));
         };
-        // The state lock is held without the GIL; no other code path takes the GIL under it.
-        match py.detach(|| run.renew(ttl)).py(py)? {
+        let renewed = py.detach(|| run.renew(ttl));
+        let lease = run.lease().clone();
+        self.state()?.run = Some(run);
+        match renewed.py(py)? {
             RenewOutcome::Renewed(l) => convert::lease(py, &l, false),
-            RenewOutcome::Lost { newest_token } => Err(lost(py, run.lease(), newest_token)),
+            RenewOutcome::Lost { newest_token } => Err(lost(py, &lease, newest_token)),
         }
     }
 

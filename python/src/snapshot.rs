@@ -6,14 +6,16 @@ use oncelake::Snapshot;
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyList, PyTuple};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 /// A consistent read-only view of the store as of one seq: it sees every commit up to ``seq``
 /// and nothing of any later one. Use it as a context manager or call ``close()``; while it is
 /// open, garbage collection keeps every object it can read.
 #[pyclass(module = "oncelake", name = "Snapshot", frozen)]
 pub struct PySnapshot {
-    snap: Mutex<Option<Snapshot>>,
+    // Shared, not borrowed under the lock: a read releases the GIL, and a lock held across that
+    // would deadlock against another thread that holds the GIL and waits for the lock.
+    snap: Mutex<Option<Arc<Snapshot>>>,
     store: oncelake::Store,
 }
 
@@ -33,18 +35,19 @@ impl PySnapshot {
 
     pub(crate) fn open(py: Python<'_>, store: &oncelake::Store, at: Option<u64>) -> PyResult<Self> {
         Ok(PySnapshot {
-            snap: Mutex::new(Some(Self::take(py, store, at)?)),
+            snap: Mutex::new(Some(Arc::new(Self::take(py, store, at)?))),
             store: store.clone(),
         })
     }
 
     fn with<T>(&self, f: impl FnOnce(&Snapshot) -> PyResult<T>) -> PyResult<T> {
-        let guard = self
+        let snap = self
             .snap
             .lock()
-            .map_err(|_| PyValueError::new_err("snapshot lock poisoned"))?;
-        match &*guard {
-            Some(s) => f(s),
+            .map_err(|_| PyValueError::new_err("snapshot lock poisoned"))?
+            .clone();
+        match snap {
+            Some(s) => f(&s),
             None => Err(PyValueError::new_err(
                 "the snapshot is closed; take a new one with store.snapshot()",
             )),

@@ -82,3 +82,28 @@ def test_python_threads_share_commit_groups(tmp_path):
         assert s["units_committed"] == 320 and s["units"] == 320
         # With the GIL held during commits, every group would carry exactly one unit.
         assert s["groups"] < 320 and s["group_units"]["sum"] == 320, s["group_units"]
+
+
+def test_one_snapshot_and_one_store_shared_by_threads(tmp_path):
+    with oncelake.Store(tmp_path / "lake") as store:
+        model = {f"u{i}": f"bytes {i}".encode() for i in range(20)}
+        store.commit([(u, 1, b) for u, b in model.items()])
+        errors = []
+        with store.snapshot() as snap:
+            store.put("later", 1, b"not in the snapshot")
+
+            def read(t):
+                try:
+                    for i in range(200):
+                        u = f"u{(i + t) % 20}"
+                        assert snap.get(u) == model[u] and store.get(u) == model[u]
+                        assert snap.get("later") is None
+                except Exception as e:  # reported below, with the thread's failure
+                    errors.append(e)
+
+            ts = [threading.Thread(target=read, args=(t,)) for t in range(8)]
+            for t in ts:
+                t.start()
+            for t in ts:
+                t.join()
+        assert errors == []
