@@ -184,6 +184,9 @@ def test_a_run_whose_lease_was_taken_over_is_fenced_on_leaving(store):
     with pytest.raises(oncelake.Fenced) as f:
         with store.run_once("u", 1, worker="slow", ttl=0) as run:
             taker = store.claim("u", 1, worker="fast", ttl=30)
+            with pytest.raises(oncelake.Fenced) as lost:
+                run.renew(30)
+            assert lost.value.newest_token == taker.token
             run.output = b"slow output"
     assert f.value.newest_token == taker.token
     assert store.entry("u") is None
