@@ -172,14 +172,16 @@ type RunningMap = HashMap<(usize, String), Running>;
 static RUNNING: LazyLock<Mutex<RunningMap>> = LazyLock::new(|| Mutex::new(HashMap::new()));
 
 /// Membership in [`RUNNING`]; leaving (also by unwinding from a panicking work closure) frees it.
-struct RunGuard<'s> {
+/// It holds a handle to the store so that the store's identity cannot be reused while it exists.
+#[derive(Debug)]
+struct RunGuard {
     key: (usize, String),
-    _store: &'s Store,
+    _store: Store,
 }
 
-impl<'s> RunGuard<'s> {
+impl RunGuard {
     /// Enters the unit, or returns who is already running it.
-    fn enter(store: &'s Store, unit: &str, lease: &Lease) -> Result<Self, Running> {
+    fn enter(store: &Store, unit: &str, lease: &Lease) -> Result<Self, Running> {
         let key = (Arc::as_ptr(&store.inner) as usize, unit.to_string());
         let mut running = RUNNING.lock();
         if let Some(r) = running.get(&key) {
@@ -193,11 +195,14 @@ impl<'s> RunGuard<'s> {
                 until_ms: lease.expires_at_ms,
             },
         );
-        Ok(RunGuard { key, _store: store })
+        Ok(RunGuard {
+            key,
+            _store: store.clone(),
+        })
     }
 }
 
-impl Drop for RunGuard<'_> {
+impl Drop for RunGuard {
     fn drop(&mut self) {
         RUNNING.lock().remove(&self.key);
     }
@@ -355,5 +360,192 @@ impl Store {
         Ok(self
             .get(unit)?
             .filter(|e| e.source_version >= source_version))
+    }
+}
+
+/// What [`Store::begin_run`] found: the unit is yours to compute, or there is nothing to do.
+#[derive(Debug)]
+pub enum Begin {
+    /// The unit is claimed for you: compute its output and [`Run::commit`] it.
+    Claimed(Run),
+    /// The unit was already committed at (or above) the version; do not compute it.
+    AlreadyDone(Entry),
+    /// Another worker holds a live lease on the unit (or another handle of this process is running
+    /// it); do not compute it. Try again after `until_ms` if the unit is still not done.
+    Busy {
+        /// Who holds the unit.
+        worker: String,
+        /// When that lease may be taken over, ms since the Unix epoch.
+        until_ms: u64,
+    },
+}
+
+/// A unit claimed by [`Store::begin_run`]: the handle form of [`Store::run_once`], for callers
+/// that cannot pass the work as a closure (a context manager in another language, work split
+/// across callbacks). It holds the lease and this process's "running" slot for the unit.
+///
+/// End it with [`Run::commit`] (stage the output and commit it under the lease) or
+/// [`Run::abandon`] (give the lease back, record nothing). Dropping it without either gives the
+/// lease back too, except while the thread is panicking: a panic is treated like a crash, exactly
+/// as in [`Store::run_once`], and the lease is left to expire.
+#[derive(Debug)]
+pub struct Run {
+    store: Store,
+    lease: Lease,
+    /// `None` once the run was committed or abandoned.
+    guard: Option<RunGuard>,
+}
+
+impl Run {
+    /// The unit being computed.
+    pub fn unit(&self) -> &str {
+        &self.lease.unit
+    }
+
+    /// The source version being computed.
+    pub fn source_version(&self) -> u64 {
+        self.lease.source_version
+    }
+
+    /// The lease: its fencing token and its expiry.
+    pub fn lease(&self) -> &Lease {
+        &self.lease
+    }
+
+    /// Extends the lease from inside long work. On [`RenewOutcome::Lost`] the unit was taken over
+    /// (the lease had expired): stop working, the commit would be fenced.
+    pub fn renew(&mut self, ttl: Duration) -> crate::Result<crate::RenewOutcome> {
+        let outcome = self.store.renew(&self.lease, ttl)?;
+        if let crate::RenewOutcome::Renewed(lease) = &outcome {
+            self.lease = lease.clone();
+        }
+        Ok(outcome)
+    }
+
+    /// Stages `output` and commits it for the unit, carrying the lease's fencing token.
+    ///
+    /// `Committed` means this run produced the unit's entry (the commit ended the lease). Any other
+    /// outcome means the work was redundant (counted in `redundant_computations`) and the lease is
+    /// given back: `Duplicate`, `Fenced` (the lease was taken over meanwhile), `Stale` or
+    /// `Conflict`. If staging or the commit fails, the lease is given back and the error returned.
+    pub fn commit(mut self, output: impl WorkOutput) -> crate::Result<UnitOutcome> {
+        let staged = match output.stage_into(&self.store) {
+            Ok(s) => s,
+            Err(e) => {
+                self.give_back();
+                return Err(e);
+            }
+        };
+        let lease = &self.lease;
+        let batch =
+            Batch::new().put_fenced(&lease.unit, lease.source_version, &staged, lease.token);
+        let mut report = match self.store.commit(batch) {
+            Ok(r) => r,
+            Err(e) => {
+                self.give_back();
+                return Err(e);
+            }
+        };
+        let outcome = report.units.remove(0);
+        if matches!(outcome.outcome, Outcome::Committed { .. }) {
+            // The committed entry ended the lease in the same transaction.
+            self.guard = None;
+        } else {
+            add(&self.store.inner.metrics.c.redundant_computations, 1);
+            self.give_back();
+        }
+        Ok(outcome)
+    }
+
+    /// Gives the lease back without recording anything, so that another worker may compute the
+    /// unit at once. `Ok(false)` if the lease was no longer this run's (taken over meanwhile).
+    pub fn abandon(mut self) -> crate::Result<bool> {
+        self.guard = None;
+        let released = self.store.release(&self.lease)?;
+        Ok(released == crate::ReleaseOutcome::Released)
+    }
+
+    /// Releases the lease (errors ignored: the lease then simply expires) and leaves the slot.
+    fn give_back(&mut self) {
+        self.guard = None;
+        let _ = self.store.release(&self.lease);
+    }
+}
+
+impl Drop for Run {
+    fn drop(&mut self) {
+        if self.guard.is_some() && !std::thread::panicking() {
+            self.give_back();
+        }
+    }
+}
+
+impl Store {
+    /// Begins running `unit` at `source_version` at most once, as [`Store::run_once`] does, but
+    /// returns a handle instead of calling a closure: already committed at this version or newer
+    /// gives [`Begin::AlreadyDone`]; a live lease of another worker, or another run of this unit
+    /// in this process, gives [`Begin::Busy`]; otherwise the unit is claimed for `worker` for `ttl`
+    /// and [`Begin::Claimed`] carries the [`Run`] (counted as a computation).
+    ///
+    /// ```
+    /// # fn main() -> oncelake::Result<()> {
+    /// use oncelake::{Begin, Store};
+    /// use std::time::Duration;
+    /// let dir = tempfile::tempdir().unwrap();
+    /// let store = Store::open(dir.path().join("lake"))?;
+    /// let ttl = Duration::from_secs(30);
+    /// let Begin::Claimed(run) = store.begin_run("orders/day=1", 1, "w1", ttl)? else { panic!() };
+    /// assert!(matches!(store.begin_run("orders/day=1", 1, "w2", ttl)?, Begin::Busy { .. }));
+    /// assert_eq!(run.commit(b"rows".to_vec())?.outcome.name(), "committed");
+    /// assert!(matches!(store.begin_run("orders/day=1", 1, "w2", ttl)?, Begin::AlreadyDone(_)));
+    /// # Ok(()) }
+    /// ```
+    pub fn begin_run(
+        &self,
+        unit: &str,
+        source_version: u64,
+        worker: &str,
+        ttl: Duration,
+    ) -> crate::Result<Begin> {
+        if let Some(entry) = self.done_entry(unit, source_version)? {
+            return Ok(Begin::AlreadyDone(entry));
+        }
+        let lease = match self.claim(unit, source_version, worker, ttl)? {
+            ClaimOutcome::Granted { lease, .. } => lease,
+            ClaimOutcome::Held {
+                worker,
+                expires_at_ms,
+            } => {
+                return Ok(Begin::Busy {
+                    worker,
+                    until_ms: expires_at_ms,
+                })
+            }
+            ClaimOutcome::AlreadyDone(entry) => return Ok(Begin::AlreadyDone(entry)),
+        };
+        let guard = match RunGuard::enter(self, unit, &lease) {
+            Ok(g) => g,
+            Err(running) => {
+                // As in run_once: give back a lease that is ours and newer than the running one's.
+                if running.token != lease.token {
+                    let _ = self.release(&lease);
+                }
+                return Ok(Begin::Busy {
+                    worker: running.worker,
+                    until_ms: running.until_ms,
+                });
+            }
+        };
+        if let Some(entry) = self.done_entry(unit, source_version)? {
+            drop(guard);
+            let _ = self.release(&lease);
+            return Ok(Begin::AlreadyDone(entry));
+        }
+        add(&self.inner.metrics.c.computations, 1);
+        Ok(Begin::Claimed(Run {
+            store: self.clone(),
+            lease,
+            guard: Some(guard),
+        }))
     }
 }

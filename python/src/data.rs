@@ -1,0 +1,165 @@
+//! What a caller may hand over as an object's bytes — `bytes`/`bytearray`/`memoryview`, a path
+//! (`str` or `os.PathLike`), a binary file object, or an already staged object — and staging it
+//! with the GIL released. A file object is streamed: the engine asks for one buffer at a time and
+//! takes the GIL only for each `read()` call, so memory does not grow with the object.
+
+use crate::convert::{engine_err, o};
+use oncelake::Staged;
+use pyo3::exceptions::{PyFileNotFoundError, PyTypeError};
+use pyo3::prelude::*;
+use pyo3::pybacked::PyBackedBytes;
+use pyo3::types::{PyByteArray, PyBytes, PyMemoryView, PyString};
+use std::io::Read;
+use std::path::PathBuf;
+
+/// An object staged in a store (durable, published under its content hash) and not yet
+/// committed. Pass it to `Store.commit` or as `run.output`; it is protected from garbage
+/// collection while this handle lives.
+#[pyclass(module = "oncelake", name = "Staged", frozen)]
+pub struct PyStaged {
+    pub(crate) staged: Staged,
+}
+
+#[pymethods]
+impl PyStaged {
+    /// The BLAKE3 content hash, hex.
+    #[getter]
+    fn object(&self) -> String {
+        self.staged.id().to_hex()
+    }
+
+    /// The size in bytes.
+    #[getter]
+    fn size(&self) -> u64 {
+        self.staged.meta().size
+    }
+
+    /// The CRC32 of the bytes, 8 hex digits.
+    #[getter]
+    fn crc32(&self) -> String {
+        format!("{:08x}", self.staged.meta().crc32)
+    }
+
+    fn __repr__(&self) -> String {
+        format!("Staged(object={:?}, size={})", self.object(), self.size())
+    }
+}
+
+/// An object's bytes, as handed over.
+pub(crate) enum Data {
+    Bytes(PyBackedBytes),
+    Path(PathBuf),
+    Reader(PyReader),
+    Staged(Staged),
+}
+
+impl Data {
+    /// Classifies `obj`; anything else is a `TypeError` that says what is accepted.
+    pub(crate) fn extract(obj: &Bound<'_, PyAny>) -> PyResult<Data> {
+        if let Ok(s) = obj.cast::<PyStaged>() {
+            return Ok(Data::Staged(s.get().staged.clone()));
+        }
+        if obj.is_instance_of::<PyBytes>() || obj.is_instance_of::<PyByteArray>() {
+            return Ok(Data::Bytes(obj.extract()?));
+        }
+        if obj.is_instance_of::<PyMemoryView>() {
+            let copy = obj
+                .py()
+                .import("builtins")?
+                .getattr("bytes")?
+                .call1((obj,))?;
+            return Ok(Data::Bytes(copy.extract()?));
+        }
+        if obj.is_instance_of::<PyString>() || obj.hasattr("__fspath__")? {
+            return Ok(Data::Path(obj.extract()?));
+        }
+        if obj.hasattr("read")? {
+            return Ok(Data::Reader(PyReader {
+                file: obj.clone().unbind(),
+                error: None,
+            }));
+        }
+        Err(PyTypeError::new_err(format!(
+            "an object's data must be bytes, a path (str or os.PathLike), a binary file object or a Staged, not {}",
+            obj.get_type().name()?
+        )))
+    }
+
+    /// Stages the data in `store`, with the GIL released.
+    pub(crate) fn stage(self, py: Python<'_>, store: &oncelake::Store) -> PyResult<Staged> {
+        match self {
+            Data::Staged(s) => Ok(s),
+            Data::Bytes(b) => py
+                .detach(|| store.stage_bytes(&b))
+                .map_err(|e| engine_err(py, e)),
+            Data::Path(p) => {
+                if !p.is_file() {
+                    return Err(PyFileNotFoundError::new_err((
+                        2,
+                        format!("{} is not a readable file; pass a file path, bytes or a binary file object", p.display()),
+                        o(py, p.display().to_string()).unbind(),
+                    )));
+                }
+                py.detach(|| store.stage_file(&p))
+                    .map_err(|e| engine_err(py, e))
+            }
+            Data::Reader(mut r) => {
+                let staged = py.detach(|| store.stage_reader(&mut r));
+                // A failed read() is the caller's exception, not an engine error.
+                if let Some(e) = r.error.take() {
+                    return Err(e);
+                }
+                staged.map_err(|e| engine_err(py, e))
+            }
+        }
+    }
+}
+
+/// A Python binary file object as a `std::io::Read`: each `read` takes the GIL for one
+/// `file.read(n)` call. An exception raised by it is kept and re-raised after staging.
+pub(crate) struct PyReader {
+    file: Py<PyAny>,
+    error: Option<PyErr>,
+}
+
+impl Read for PyReader {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        Python::attach(|py| {
+            let result = self
+                .file
+                .bind(py)
+                .call_method1("read", (buf.len(),))
+                .and_then(|chunk| copy_chunk(&chunk, buf));
+            result.map_err(|e| {
+                self.error = Some(e);
+                std::io::Error::other("the file object's read() failed")
+            })
+        })
+    }
+}
+
+/// Copies one `read()` result into `buf`.
+fn copy_chunk(chunk: &Bound<'_, PyAny>, buf: &mut [u8]) -> PyResult<usize> {
+    let bytes: &[u8] = if let Ok(b) = chunk.cast::<PyBytes>() {
+        b.as_bytes()
+    } else if chunk.is_none() {
+        // A non-blocking stream with nothing available now: not the end, and waiting is not ours.
+        return Err(PyTypeError::new_err(
+            "the file object's read() returned None (a non-blocking stream with no data yet); pass a blocking binary file object",
+        ));
+    } else {
+        return Err(PyTypeError::new_err(format!(
+            "the file object's read() returned {}, not bytes; open the file in binary mode ('rb')",
+            chunk.get_type().name()?
+        )));
+    };
+    if bytes.len() > buf.len() {
+        return Err(PyTypeError::new_err(format!(
+            "the file object's read({}) returned {} bytes, more than asked",
+            buf.len(),
+            bytes.len()
+        )));
+    }
+    buf[..bytes.len()].copy_from_slice(bytes);
+    Ok(bytes.len())
+}

@@ -1,0 +1,571 @@
+//! `oncelake.Store`: an open store, as a context manager.
+
+use crate::convert::{self, engine_err, kw, make, o, Py2};
+use crate::data::{Data, PyStaged};
+use crate::pipeline::PyPipeline;
+use crate::run::PyRun;
+use crate::snapshot::{self, PySnapshot};
+use oncelake::reconcile::{Pairs, Plan, ReconcileError, ReconcileOptions, SortConfig};
+use oncelake::{Batch, ClaimOutcome, Durability, Options, RenewOutcome};
+use pyo3::exceptions::PyValueError;
+use pyo3::prelude::*;
+use pyo3::types::{PyDict, PyList, PyTuple};
+use std::path::PathBuf;
+use std::sync::RwLock;
+use std::time::Duration;
+
+/// A duration in seconds from Python, checked.
+pub(crate) fn seconds(name: &str, s: f64) -> PyResult<Duration> {
+    Duration::try_from_secs_f64(s).map_err(|_| {
+        PyValueError::new_err(format!(
+            "{name} must be a non-negative number of seconds, got {s}"
+        ))
+    })
+}
+
+/// An oncelake store: exactly-once results per unit of work.
+///
+/// ``Store(path)`` opens the store in ``path``, creating it if the directory is missing or empty.
+/// Use it as a context manager (``with oncelake.Store(path) as store:``) or call ``close()``.
+/// One process opens a store at a time: another process gets ``Locked`` (``lock_wait`` seconds
+/// waits for it). Threads share one ``Store``: the GIL is released while the engine stages,
+/// commits and reads, so concurrent commits from many threads share commit groups.
+///
+/// Data arguments (``put``, ``commit``, ``run.output``) take ``bytes``, a path (``str`` or
+/// ``os.PathLike``) or a binary file object (streamed, never read whole into memory).
+#[pyclass(module = "oncelake", name = "Store", frozen)]
+pub struct PyStore {
+    // Seam for SPEC R20: when `oncelake serve` exists, opening a store that a server holds should
+    // connect to it here and route every method below through the engine's `Client`, so that the
+    // Python API is the same in both cases. Today a held store raises `Locked`.
+    inner: RwLock<Option<oncelake::Store>>,
+    path: PathBuf,
+}
+
+impl PyStore {
+    /// The open engine store (a cheap handle), or an error once closed.
+    pub(crate) fn store(&self) -> PyResult<oncelake::Store> {
+        match &*self
+            .inner
+            .read()
+            .map_err(|_| PyValueError::new_err("store lock poisoned"))?
+        {
+            Some(s) => Ok(s.clone()),
+            None => Err(PyValueError::new_err(format!(
+                "the store {} is closed; open it again with oncelake.Store(path)",
+                self.path.display()
+            ))),
+        }
+    }
+}
+
+#[pymethods]
+impl PyStore {
+    /// Opens (or creates) the store in ``path``.
+    ///
+    /// ``lock_wait``: seconds to wait while another process has the store open (default: fail at
+    /// once with ``Locked``). ``relaxed``: ``None`` for durable commits (acknowledged after fsync,
+    /// the default), or the longest delay in seconds between synced groups (a crash may lose that
+    /// much acknowledged work, never part of a commit).
+    #[new]
+    #[pyo3(signature = (path, *, lock_wait = 0.0, relaxed = None))]
+    fn new(py: Python<'_>, path: PathBuf, lock_wait: f64, relaxed: Option<f64>) -> PyResult<Self> {
+        let options = Options {
+            lock_wait: seconds("lock_wait", lock_wait)?,
+            durability: match relaxed {
+                None => Durability::Durable,
+                Some(s) => Durability::Relaxed {
+                    max_delay: seconds("relaxed", s)?,
+                },
+            },
+            ..Options::default()
+        };
+        let store = py
+            .detach(|| oncelake::Store::open_with(&path, options))
+            .py(py)?;
+        Ok(PyStore {
+            inner: RwLock::new(Some(store)),
+            path,
+        })
+    }
+
+    /// The store's directory.
+    #[getter]
+    fn path(&self) -> String {
+        self.path.display().to_string()
+    }
+
+    /// Closes the store: the process lock is let go once runs and snapshots still open are gone.
+    fn close(&self, py: Python<'_>) -> PyResult<()> {
+        let taken = self
+            .inner
+            .write()
+            .map_err(|_| PyValueError::new_err("store lock poisoned"))?
+            .take();
+        // Dropping the last handle syncs a relaxed store; do it without the GIL.
+        py.detach(move || drop(taken));
+        Ok(())
+    }
+
+    /// Whether ``close()`` was called.
+    #[getter]
+    fn closed(&self) -> bool {
+        self.inner.read().map(|s| s.is_none()).unwrap_or(true)
+    }
+
+    fn __enter__(slf: Py<Self>) -> Py<Self> {
+        slf
+    }
+
+    #[pyo3(signature = (*_exc))]
+    fn __exit__(&self, py: Python<'_>, _exc: &Bound<'_, PyTuple>) -> PyResult<bool> {
+        self.close(py)?;
+        Ok(false)
+    }
+
+    fn __repr__(&self) -> String {
+        format!(
+            "oncelake.Store({:?}{})",
+            self.path.display().to_string(),
+            if self.closed() { ", closed" } else { "" }
+        )
+    }
+
+    /// Stages ``data`` (durable, published under its content hash) without committing it.
+    fn stage(&self, py: Python<'_>, data: &Bound<'_, PyAny>) -> PyResult<PyStaged> {
+        let store = self.store()?;
+        Ok(PyStaged {
+            staged: Data::extract(data)?.stage(py, &store)?,
+        })
+    }
+
+    /// Stages ``data`` and commits it as the output of ``unit`` at ``version``.
+    ///
+    /// Returns ``Committed`` or ``Duplicate`` (an identical retry); raises ``Conflict``, ``Stale``
+    /// or ``Fenced``. ``token``: the fencing token of your lease (``claim``), if you hold one.
+    #[pyo3(signature = (unit, version, data, *, token = None))]
+    fn put<'py>(
+        &self,
+        py: Python<'py>,
+        unit: &str,
+        version: u64,
+        data: &Bound<'py, PyAny>,
+        token: Option<u64>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        oncelake::validate_key(unit).py(py)?;
+        self.commit_one(py, unit, version, data, token, oncelake::Intent::Put)
+    }
+
+    /// Commits ``data`` as a deliberate correction of ``unit`` at ``version`` (revision + 1; the
+    /// old entry stays in the history). Returns ``Committed``.
+    fn correct<'py>(
+        &self,
+        py: Python<'py>,
+        unit: &str,
+        version: u64,
+        data: &Bound<'py, PyAny>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        oncelake::validate_key(unit).py(py)?;
+        self.commit_one(py, unit, version, data, None, oncelake::Intent::Correct)
+    }
+
+    /// Commits many units in one atomic commit.
+    ///
+    /// ``items``: an iterable of ``(unit, version, data)`` or ``(unit, version, data, token)``;
+    /// ``data`` as for ``put``, or a ``Staged``. All or nothing by default: any rejected unit
+    /// raises its exception (``Conflict``, ``Stale``, ``Fenced``) with ``outcomes`` listing every
+    /// unit, and nothing is applied. ``partial=True`` applies what is acceptable and returns, per
+    /// unit in order, ``Committed``, ``Duplicate`` or the rejection's exception instance.
+    #[pyo3(signature = (items, *, partial = false))]
+    fn commit<'py>(
+        &self,
+        py: Python<'py>,
+        items: &Bound<'py, PyAny>,
+        partial: bool,
+    ) -> PyResult<Bound<'py, PyList>> {
+        let store = self.store()?;
+        let mut batch = Batch::new();
+        let mut metas = Vec::new();
+        for item in items.try_iter()? {
+            let item = item?;
+            let t = item.cast::<PyTuple>().map_err(|_| {
+                PyValueError::new_err("each commit item is a tuple (unit, version, data) or (unit, version, data, token)")
+            })?;
+            let (unit, version, data, token): (String, u64, Bound<'_, PyAny>, Option<u64>) =
+                match t.len() {
+                    3 => {
+                        let (u, v, d) = t.extract()?;
+                        (u, v, d, None)
+                    }
+                    4 => t.extract()?,
+                    n => {
+                        return Err(PyValueError::new_err(format!(
+                            "a commit item has 3 or 4 fields, not {n}"
+                        )))
+                    }
+                };
+            oncelake::validate_key(&unit).py(py)?;
+            let staged = Data::extract(&data)?.stage(py, &store)?;
+            metas.push(staged.meta());
+            batch = batch.item(unit, version, &staged, token, oncelake::Intent::Put);
+        }
+        if partial {
+            batch = batch.partial();
+        }
+        let report = py.detach(|| store.commit(batch)).py(py)?;
+        let values = PyList::empty(py);
+        let mut first_rejection = None;
+        for (u, meta) in report.units.iter().zip(metas) {
+            match convert::outcome(py, u, meta) {
+                Ok(v) => values.append(v)?,
+                Err(e) => {
+                    let exc = e.value(py).clone().into_any();
+                    if first_rejection.is_none() && u.outcome != oncelake::Outcome::Aborted {
+                        first_rejection = Some(e);
+                    }
+                    values.append(exc)?;
+                }
+            }
+        }
+        match first_rejection {
+            Some(e) if !partial => {
+                e.value(py).setattr("outcomes", &values)?;
+                e.value(py)
+                    .getattr("facts")?
+                    .set_item("outcomes", &values)?;
+                Err(e)
+            }
+            _ => Ok(values),
+        }
+    }
+
+    /// Claims ``unit`` to produce ``version`` for ``worker`` for ``ttl`` seconds (coordinator
+    /// mode). Returns the ``Lease`` (commit with ``put(..., token=lease.token)``); raises
+    /// ``Busy`` (another worker holds a live lease) or ``AlreadyDone``.
+    #[pyo3(signature = (unit, version, *, worker, ttl))]
+    fn claim<'py>(
+        &self,
+        py: Python<'py>,
+        unit: &str,
+        version: u64,
+        worker: &str,
+        ttl: f64,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let store = self.store()?;
+        let ttl = seconds("ttl", ttl)?;
+        match py
+            .detach(|| store.claim(unit, version, worker, ttl))
+            .py(py)?
+        {
+            ClaimOutcome::Granted { lease, took_over } => convert::lease(py, &lease, took_over),
+            ClaimOutcome::Held {
+                worker,
+                expires_at_ms,
+            } => Err(convert::busy(py, unit, &worker, expires_at_ms)),
+            ClaimOutcome::AlreadyDone(e) => Err(convert::already_done(py, unit, &e)),
+        }
+    }
+
+    /// Extends a lease that is still yours by ``ttl`` seconds and returns the new ``Lease``;
+    /// raises ``Fenced`` when it was taken over or released (stop working on the unit).
+    fn renew<'py>(
+        &self,
+        py: Python<'py>,
+        lease: &Bound<'py, PyAny>,
+        ttl: f64,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let store = self.store()?;
+        let l = convert::lease_from(lease)?;
+        let ttl = seconds("ttl", ttl)?;
+        match py.detach(|| store.renew(&l, ttl)).py(py)? {
+            RenewOutcome::Renewed(new) => convert::lease(py, &new, false),
+            RenewOutcome::Lost { newest_token } => Err(lost(py, &l, newest_token)),
+        }
+    }
+
+    /// Gives a lease back; ``False`` if it was no longer yours.
+    fn release(&self, py: Python<'_>, lease: &Bound<'_, PyAny>) -> PyResult<bool> {
+        let store = self.store()?;
+        let l = convert::lease_from(lease)?;
+        py.detach(|| store.release(&l)).py(py)
+    }
+
+    /// Runs ``unit`` at ``version`` at most once, as a context manager::
+    ///
+    ///     with store.run_once("orders/day=1", 7, worker="w1", ttl=30) as run:
+    ///         run.output = compute()          # bytes, a path or a binary file object
+    ///
+    /// Entering claims the unit and raises ``AlreadyDone`` or ``Busy`` when there is nothing to
+    /// do; leaving commits ``run.output`` under the lease (``run.outcome`` is then ``Committed``
+    /// or ``Duplicate``; ``Fenced`` is raised if the lease was taken over); an exception in the
+    /// body gives the lease back and records nothing.
+    #[pyo3(signature = (unit, version, *, worker, ttl))]
+    fn run_once(&self, unit: String, version: u64, worker: String, ttl: f64) -> PyResult<PyRun> {
+        Ok(PyRun::new(
+            self.store()?,
+            unit,
+            version,
+            worker,
+            seconds("ttl", ttl)?,
+        ))
+    }
+
+    /// The dedup fast path: the unit's current ``Lookup`` (version, object, seq) from memory, or
+    /// ``None``.
+    fn lookup<'py>(&self, py: Python<'py>, unit: &str) -> PyResult<Option<Bound<'py, PyAny>>> {
+        let store = self.store()?;
+        let Some(c) = store.lookup(unit).py(py)? else {
+            return Ok(None);
+        };
+        let args = kw(
+            py,
+            &[
+                ("source_version", o(py, c.source_version)),
+                ("object", o(py, c.object.to_hex())),
+                ("seq", o(py, c.seq)),
+            ],
+        )?;
+        make(py, "Lookup", args).map(Some)
+    }
+
+    /// Whether ``unit`` is committed at ``version`` or newer.
+    fn is_done(&self, py: Python<'_>, unit: &str, version: u64) -> PyResult<bool> {
+        self.store()?.is_done(unit, version).py(py)
+    }
+
+    /// A consistent read-only view as of the newest commit, or as of ``at`` (a seq within the kept
+    /// history). Use it as a context manager or call ``close()``.
+    #[pyo3(signature = (at = None))]
+    fn snapshot(&self, py: Python<'_>, at: Option<u64>) -> PyResult<PySnapshot> {
+        PySnapshot::open(py, &self.store()?, at)
+    }
+
+    /// The unit's ``Entry`` (now, or as of seq ``at``), or ``None``.
+    #[pyo3(signature = (unit, *, at = None))]
+    fn entry<'py>(
+        &self,
+        py: Python<'py>,
+        unit: &str,
+        at: Option<u64>,
+    ) -> PyResult<Option<Bound<'py, PyAny>>> {
+        snapshot::entry_of(py, &PySnapshot::take(py, &self.store()?, at)?, unit)
+    }
+
+    /// The unit's object bytes (now, or as of seq ``at``), or ``None``. For large objects read
+    /// the file at ``snapshot().object_path(entry)`` instead.
+    #[pyo3(signature = (unit, *, at = None))]
+    fn get<'py>(
+        &self,
+        py: Python<'py>,
+        unit: &str,
+        at: Option<u64>,
+    ) -> PyResult<Option<Bound<'py, PyAny>>> {
+        snapshot::read_of(py, &PySnapshot::take(py, &self.store()?, at)?, unit)
+    }
+
+    /// The entries whose unit starts with ``prefix``, in key order (now, or as of seq ``at``).
+    #[pyo3(signature = (prefix = "", *, at = None))]
+    fn ls<'py>(
+        &self,
+        py: Python<'py>,
+        prefix: &str,
+        at: Option<u64>,
+    ) -> PyResult<Bound<'py, PyList>> {
+        snapshot::ls_of(py, &PySnapshot::take(py, &self.store()?, at)?, prefix)
+    }
+
+    /// The commit-log ``Record``s after ``seq``, oldest first (the change feed).
+    fn changes_since<'py>(&self, py: Python<'py>, seq: u64) -> PyResult<Bound<'py, PyList>> {
+        snapshot::changes_of(py, &PySnapshot::take(py, &self.store()?, None)?, seq)
+    }
+
+    /// The newest seq (0 for an empty log).
+    #[getter]
+    fn last_seq(&self, py: Python<'_>) -> PyResult<u64> {
+        let store = self.store()?;
+        py.detach(|| store.last_seq()).py(py)
+    }
+
+    /// Makes everything acknowledged so far durable (useful with ``relaxed=``).
+    fn flush(&self, py: Python<'_>) -> PyResult<()> {
+        let store = self.store()?;
+        py.detach(|| store.flush()).py(py)
+    }
+
+    /// Plans what must be (re)processed, given the source's versions.
+    ///
+    /// ``source``: an iterable of ``(unit, version)``. Incremental by default: only the listed
+    /// units are planned (missing, behind, up_to_date). ``full=True``: the listing is the whole
+    /// source (any order), and manifest units it does not list are planned as ``unknown``.
+    /// ``list_up_to_date``: also list units with nothing to do (they are always counted).
+    #[pyo3(signature = (source, *, full = false, list_up_to_date = false))]
+    fn reconcile<'py>(
+        &self,
+        py: Python<'py>,
+        source: &Bound<'py, PyAny>,
+        full: bool,
+        list_up_to_date: bool,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let store = self.store()?;
+        let mut pairs: Vec<(String, u64)> = Vec::new();
+        for item in source.try_iter()? {
+            pairs.push(item?.extract().map_err(|_| {
+                PyValueError::new_err(
+                    "each source row is a (unit, version) pair with an int version >= 0",
+                )
+            })?);
+        }
+        let opts = ReconcileOptions { list_up_to_date };
+        let listing = Pairs::new(pairs.iter().map(|(u, v)| (u.as_str(), *v)));
+        let plan = py.detach(|| -> Result<Plan, ReconcileError> {
+            if full {
+                let snap = store.snapshot()?;
+                let mut units = Vec::new();
+                let summary = oncelake::reconcile::reconcile_full_unsorted(
+                    &snap,
+                    listing,
+                    opts,
+                    &SortConfig::new(std::env::temp_dir()),
+                    |i| {
+                        units.push(i.into());
+                        Ok(())
+                    },
+                )?;
+                Ok(Plan { units, summary })
+            } else {
+                Plan::changes(&store, listing, opts)
+            }
+        });
+        let plan = plan.map_err(|e| match e {
+            ReconcileError::Store(e) => engine_err(py, e),
+            other => match kw(py, &[]) {
+                Ok(f) => convert::error(py, "invalid_input", other.to_string(), f),
+                Err(err) => err,
+            },
+        })?;
+        plan_value(py, &plan)
+    }
+
+    /// The engine's counters and histograms, with ``units`` and ``last_seq`` (as ``oncelake stats
+    /// --json`` prints them). Counters count since this process opened the store.
+    fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let store = self.store()?;
+        let (units, last_seq) = py
+            .detach(|| -> oncelake::Result<(u64, u64)> {
+                let snap = store.snapshot()?;
+                let mut n = 0;
+                for e in snap.iter()? {
+                    e?;
+                    n += 1;
+                }
+                Ok((n, snap.seq()))
+            })
+            .py(py)?;
+        let m = store.metrics();
+        let d = PyDict::new(py);
+        d.set_item("store", self.path())?;
+        d.set_item("units", units)?;
+        d.set_item("last_seq", last_seq)?;
+        for (name, n) in m.counters() {
+            d.set_item(name, n)?;
+        }
+        for (name, h) in [
+            ("group_units", &m.group_units),
+            ("commit_latency_us", &m.commit_latency_us),
+        ] {
+            let hd = kw(
+                py,
+                &[
+                    ("count", o(py, h.count)),
+                    ("sum", o(py, h.sum)),
+                    ("mean", o(py, h.mean())),
+                    ("p50", o(py, h.quantile(0.5))),
+                    ("p99", o(py, h.quantile(0.99))),
+                ],
+            )?;
+            d.set_item(name, hd)?;
+        }
+        Ok(d)
+    }
+
+    /// The counters in the Prometheus text format.
+    fn prometheus(&self) -> PyResult<String> {
+        Ok(self.store()?.metrics().to_prometheus())
+    }
+
+    /// A pipeline over this store, from its TOML definition (``[stage.NAME]`` tables with
+    /// ``code_version``, ``upstream``, ``max_attempts``), as ``oncelake pipeline`` reads it.
+    fn pipeline(&self, py: Python<'_>, definition: &str) -> PyResult<PyPipeline> {
+        PyPipeline::new(py, self.store()?, definition)
+    }
+}
+
+impl PyStore {
+    fn commit_one<'py>(
+        &self,
+        py: Python<'py>,
+        unit: &str,
+        version: u64,
+        data: &Bound<'py, PyAny>,
+        token: Option<u64>,
+        intent: oncelake::Intent,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let store = self.store()?;
+        let staged = Data::extract(data)?.stage(py, &store)?;
+        let batch = Batch::new().item(unit.to_string(), version, &staged, token, intent);
+        let report = py.detach(|| store.commit(batch)).py(py)?;
+        convert::outcome(py, &report.units[0], staged.meta())
+    }
+}
+
+/// The `Fenced` exception for a lease that was lost before a renewal.
+pub(crate) fn lost(py: Python<'_>, l: &oncelake::Lease, newest_token: u64) -> PyErr {
+    match kw(py, &[("unit", o(py, l.unit.as_str())), ("outcome", o(py, "fenced")), ("token", o(py, l.token)), ("newest_token", o(py, newest_token))]) {
+        Ok(f) => convert::error(
+            py,
+            "fenced",
+            format!("fenced: the lease on {} (token {}) was taken over or released (newest token {newest_token}); stop working on the unit", l.unit, l.token),
+            f,
+        ),
+        Err(e) => e,
+    }
+}
+
+fn plan_value<'py>(py: Python<'py>, plan: &Plan) -> PyResult<Bound<'py, PyAny>> {
+    let units = PyList::empty(py);
+    for u in &plan.units {
+        let args = kw(
+            py,
+            &[
+                ("unit", o(py, u.unit.as_str())),
+                ("action", o(py, u.action.name())),
+                ("source_version", o(py, u.source_version)),
+                ("manifest_version", o(py, u.manifest_version)),
+            ],
+        )?;
+        units.append(make(py, "PlannedUnit", args)?)?;
+    }
+    let s = &plan.summary;
+    let summary = kw(
+        py,
+        &[
+            ("listed", o(py, s.listed)),
+            ("missing", o(py, s.missing)),
+            ("behind", o(py, s.behind)),
+            ("up_to_date", o(py, s.up_to_date)),
+            ("manifest_ahead", o(py, s.manifest_ahead)),
+            ("unknown", o(py, s.unknown)),
+            ("duplicate_lines", o(py, s.duplicate_lines)),
+            ("manifest_units", o(py, s.manifest_units)),
+            ("to_process", o(py, s.to_process())),
+        ],
+    )?;
+    make(
+        py,
+        "Plan",
+        kw(
+            py,
+            &[("units", units.into_any()), ("summary", summary.into_any())],
+        )?,
+    )
+}
