@@ -8,7 +8,7 @@ use crate::error::{DbContext, Error, IoContext, Result};
 use crate::log::{Record, LOG};
 use crate::manifest::{Entry, EntryValue, HISTORY, MANIFEST};
 use crate::store::{seq_and_horizon, Store};
-use redb::{ReadOnlyTable, ReadableDatabase};
+use redb::ReadOnlyTable;
 use std::fs::File;
 use std::io::Read;
 use std::path::PathBuf;
@@ -31,6 +31,10 @@ pub type Entries = Box<dyn Iterator<Item = Result<Entry>>>;
 
 impl Snapshot {
     pub(crate) fn new(store: &Store, at: Option<u64>) -> Result<Snapshot> {
+        crate::error::contain(|| Self::begin(store, at))
+    }
+
+    fn begin(store: &Store, at: Option<u64>) -> Result<Snapshot> {
         let txn = store.inner.db.begin_read().db("begin a read transaction")?;
         let (newest, history_from) = seq_and_horizon(&txn)?;
         if let Some(asked) = at {
@@ -74,27 +78,62 @@ impl Snapshot {
 
     /// The unit's entry as of this view.
     pub fn get(&self, unit: &str) -> Result<Option<Entry>> {
-        match self.at {
-            None => self
-                .manifest
-                .get(unit)
-                .db("read the manifest")?
-                .map(|g| EntryValue::decode(g.value()).map(|v| v.into_entry(unit)))
-                .transpose(),
-            Some(at) => {
-                let mut rows = self
-                    .history
-                    .range((unit, 0)..=(unit, at))
-                    .db("read the history")?;
-                match rows.next_back() {
-                    None => Ok(None),
-                    Some(row) => {
-                        let (_, v) = row.db("read the history")?;
-                        Ok(Some(EntryValue::decode(v.value())?.into_entry(unit)))
+        crate::error::contain(|| match self.at {
+            None => self.get_current(unit),
+            Some(at) => self.get_as_of(unit, at),
+        })
+    }
+
+    fn get_current(&self, unit: &str) -> Result<Option<Entry>> {
+        match self.manifest.get(unit).db("read the manifest")? {
+            Some(g) => Ok(Some(EntryValue::decode(unit, g.value())?.into_entry(unit))),
+            None => {
+                // A row whose key was damaged is no longer found by its key; it sits next to
+                // where the key would be, so its neighbours must check out before "absent" is
+                // believed (SPEC I9).
+                let before = self.manifest.range::<&str>(..unit).db("read the manifest")?;
+                let after = self.manifest.range::<&str>(unit..).db("read the manifest")?;
+                for row in before.rev().take(1).chain(after.take(1)) {
+                    let (k, v) = row.db("read the manifest")?;
+                    EntryValue::decode(k.value(), v.value())?;
+                    if k.value() == unit {
+                        return Err(crate::error::Error::corrupt_record(
+                            "manifest",
+                            unit,
+                            "its row is found by a scan but not by its key",
+                        ));
                     }
                 }
+                Ok(None)
             }
         }
+    }
+
+    fn get_as_of(&self, unit: &str, at: u64) -> Result<Option<Entry>> {
+        let mut rows = self
+            .history
+            .range((unit, 0)..=(unit, at))
+            .db("read the history")?;
+        let found = match rows.next_back() {
+            None => None,
+            Some(row) => {
+                let (k, v) = row.db("read the history")?;
+                let (_, seq) = k.value();
+                Some(EntryValue::decode_history(unit, seq, v.value())?.into_entry(unit))
+            }
+        };
+        // As for the manifest: a damaged key next to the answer could hide a newer row.
+        let next = self
+            .history
+            .range((unit, at.saturating_add(1))..)
+            .db("read the history")?;
+        let prev = self.history.range(..(unit, 0)).db("read the history")?;
+        for row in next.take(1).chain(prev.rev().take(1)) {
+            let (k, v) = row.db("read the history")?;
+            let (u, seq) = k.value();
+            EntryValue::decode_history(u, seq, v.value())?;
+        }
+        Ok(found)
     }
 
     /// Every entry, in key order.
@@ -114,6 +153,11 @@ impl Snapshot {
 
     /// The entries with `start <= key < end` (no end: to the last key), in key order.
     pub fn range(&self, start: &str, end: Option<&str>) -> Result<Entries> {
+        let entries = crate::error::contain(|| self.range_uncontained(start, end))?;
+        Ok(Box::new(crate::error::Contained::new(entries)))
+    }
+
+    fn range_uncontained(&self, start: &str, end: Option<&str>) -> Result<Entries> {
         let end = end.map(str::to_string);
         let before_end = move |unit: &str| end.as_deref().is_none_or(|e| unit < e);
         match self.at {
@@ -125,7 +169,7 @@ impl Snapshot {
                 Ok(Box::new(
                     rows.map(|row| {
                         let (k, v) = row.db("scan the manifest")?;
-                        Ok(EntryValue::decode(v.value())?.into_entry(k.value()))
+                        Ok(EntryValue::decode(k.value(), v.value())?.into_entry(k.value()))
                     })
                     .take_while(move |e: &Result<Entry>| match e {
                         Ok(e) => before_end(&e.unit),
@@ -204,15 +248,24 @@ impl Snapshot {
     /// The log records after `seq`, oldest first, streaming.
     pub fn changes_since(&self, seq: u64) -> Result<impl Iterator<Item = Result<Record>>> {
         let upto = self.seq;
-        let rows = self
-            .log
-            .range(seq.saturating_add(1)..)
-            .db("scan the commit log")?;
-        Ok(rows
-            .map(|row| {
-                let (_, v) = row.db("scan the commit log")?;
-                Record::decode(v.value())
-            })
+        let rows = crate::error::contain(|| {
+            self.log
+                .range(seq.saturating_add(1)..)
+                .db("scan the commit log")
+        })?;
+        let records = rows.map(|row| {
+            let (k, v) = row.db("scan the commit log")?;
+            let rec = Record::decode(v.value())?;
+            if rec.seq != k.value() {
+                return Err(Error::corrupt_record(
+                    "log",
+                    &format!("seq {}", k.value()),
+                    format!("its row holds the record of seq {}", rec.seq),
+                ));
+            }
+            Ok(rec)
+        });
+        Ok(crate::error::Contained::new(records)
             .take_while(move |r| r.as_ref().map_or(true, |r| r.seq <= upto)))
     }
 }
@@ -263,7 +316,7 @@ impl Iterator for AsOf {
                 _ => None,
             };
             if seq <= self.at {
-                match EntryValue::decode(v.value()) {
+                match EntryValue::decode_history(unit, seq, v.value()) {
                     Ok(v) => self.pending = Some(v.into_entry(unit)),
                     Err(e) => return Some(Err(e)),
                 }

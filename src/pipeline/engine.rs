@@ -14,7 +14,7 @@ use crate::error::{DbContext, Error, Result};
 use crate::manifest::{Entry, EntryValue, MANIFEST};
 use crate::metrics::add;
 use crate::store::Store;
-use redb::{ReadOnlyTable, ReadableDatabase};
+use redb::ReadOnlyTable;
 use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 
@@ -261,18 +261,20 @@ pub(crate) fn open_extensions(
     }
 }
 
-/// Splits an extensions-table value into its seq and data.
-pub(crate) fn split_extension(v: &[u8]) -> Result<(u64, &[u8])> {
-    if v.len() < 8 {
-        return Err(Error::Corrupt {
-            path: "extensions".into(),
-            detail: "extension value shorter than its seq".into(),
-        });
-    }
-    let (seq, data) = v.split_at(8);
-    let mut a = [0u8; 8];
-    a.copy_from_slice(seq);
-    Ok((u64::from_le_bytes(a), data))
+/// Splits `key`'s extensions-table value into its seq and data, checking its seal.
+pub(crate) fn split_extension<'a>(key: &str, v: &'a [u8]) -> Result<(u64, &'a [u8])> {
+    use crate::commit::apply::EXTENSIONS_TABLE;
+    split_extension_payload(key, crate::codec::unseal(EXTENSIONS_TABLE, key.as_bytes(), key, v)?)
+}
+
+/// Splits an unsealed extensions payload (a checked seal's content, or a format-1 value).
+pub(crate) fn split_extension_payload<'a>(key: &str, v: &'a [u8]) -> Result<(u64, &'a [u8])> {
+    use crate::commit::apply::EXTENSIONS_TABLE;
+    let mut r = crate::codec::Reader::new(v, "extension record");
+    let seq = r
+        .u64()
+        .map_err(|e| Error::corrupt_record(EXTENSIONS_TABLE, key, e.to_string()))?;
+    Ok((seq, r.take(r.remaining())?))
 }
 
 fn submit_extension(
@@ -389,7 +391,7 @@ impl Pipeline {
                 Some(t) => match t.get(DEFINITION_KEY).db("read the extensions table")? {
                     None => None,
                     Some(v) => {
-                        let (_, data) = split_extension(v.value())?;
+                        let (_, data) = split_extension(DEFINITION_KEY, v.value())?;
                         Some(super::cell::DefinitionRecord::decode(data)?.text)
                     }
                 },
@@ -468,7 +470,7 @@ impl Pipeline {
         scan_prefix(&manifest, &source_prefix, |k, v| {
             let u = &k[SOURCE_PREFIX.len()..];
             if unit.is_none_or(|want| want == u) {
-                l.sources.insert(u.to_string(), EntryValue::decode(v)?);
+                l.sources.insert(u.to_string(), EntryValue::decode(k, v)?);
             }
             Ok(())
         })?;
@@ -485,7 +487,7 @@ impl Pipeline {
         for prefix in &cell_prefixes {
             scan_prefix(&manifest, prefix, |k, v| {
                 if let Some(ck) = CellKey::parse(k).filter(&wanted) {
-                    let value = EntryValue::decode(v)?;
+                    let value = EntryValue::decode(k, v)?;
                     l.cells
                         .entry((ck.stage.clone(), ck.unit.clone()))
                         .or_default()
@@ -495,14 +497,14 @@ impl Pipeline {
             })?;
             scan_prefix(&claims, prefix, |k, v| {
                 if CellKey::parse(k).filter(&wanted).is_some() {
-                    l.claims.insert(k.to_string(), ClaimRecord::decode(v)?);
+                    l.claims.insert(k.to_string(), ClaimRecord::decode(k, v)?);
                 }
                 Ok(())
             })?;
             if let Some(ext) = &ext {
                 scan_prefix(ext, prefix, |k, v| {
                     if CellKey::parse(k).filter(&wanted).is_some() {
-                        let (_, data) = split_extension(v)?;
+                        let (_, data) = split_extension(k, v)?;
                         l.failures.insert(k.to_string(), Failure::decode(data)?);
                     }
                     Ok(())
@@ -864,7 +866,7 @@ impl Pipeline {
         let claims = txn.open_table(CLAIMS).db("open the claims")?;
         let held = match claims.get(key).db("read the claims")? {
             Some(v) => {
-                let c = ClaimRecord::decode(v.value())?;
+                let c = ClaimRecord::decode(key, v.value())?;
                 c.is_live(now) && c.worker != worker
             }
             None => false,
@@ -879,7 +881,7 @@ impl Pipeline {
             return Ok(None);
         };
         let v = ext.get(key).db("read the extensions table")?;
-        v.map(|v| split_extension(v.value()).and_then(|(_, d)| Failure::decode(d)))
+        v.map(|v| split_extension(key, v.value()).and_then(|(_, d)| Failure::decode(d)))
             .transpose()
     }
 
