@@ -91,9 +91,8 @@ impl ClaimRecord {
     pub(crate) fn decode_payload(unit: &str, b: &[u8]) -> Result<Self> {
         let corrupt = |detail: String| Error::corrupt_record(CLAIMS_TABLE, unit, detail);
         let mut r = Reader::new(b, "claim record");
-        let mut fixed = || -> Result<(u64, u64, u64, u8)> {
-            Ok((r.u64()?, r.u64()?, r.u64()?, r.u8()?))
-        };
+        let mut fixed =
+            || -> Result<(u64, u64, u64, u8)> { Ok((r.u64()?, r.u64()?, r.u64()?, r.u8()?)) };
         let (token, source_version, expires_at_ms, released) =
             fixed().map_err(|e| corrupt(e.to_string()))?;
         let worker = r.take(r.remaining()).map_err(|e| corrupt(e.to_string()))?;
@@ -151,7 +150,10 @@ mod tests {
         };
         assert_eq!(ClaimRecord::decode("u", &r.encode("u")).unwrap(), r);
         assert!(ClaimRecord::decode("u", &r.encode("u")[..20]).is_err());
-        assert!(ClaimRecord::decode("v", &r.encode("u")).is_err(), "another key");
+        assert!(
+            ClaimRecord::decode("v", &r.encode("u")).is_err(),
+            "another key"
+        );
         assert!(!r.is_live(0), "a released lease is never live");
     }
 }

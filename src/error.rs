@@ -184,7 +184,9 @@ pub(crate) fn contain<T>(f: impl FnOnce() -> Result<T>) -> Result<T> {
         Err(payload) => match guard::take_redb_panic() {
             Some(msg) => Err(Error::Corrupt {
                 path: PathBuf::from(crate::store::DB_FILE),
-                detail: format!("redb could not read a damaged page ({msg}); nothing was answered from it"),
+                detail: format!(
+                    "redb could not read a damaged page ({msg}); nothing was answered from it"
+                ),
             }),
             None => std::panic::resume_unwind(payload),
         },

@@ -168,10 +168,19 @@ mod tests {
         };
         assert_eq!(EntryValue::decode("u", &v.encode("u")).unwrap(), v);
         assert!(EntryValue::decode("u", &v.encode("u")[..10]).is_err());
-        assert!(EntryValue::decode("v", &v.encode("u")).is_err(), "another key");
+        assert!(
+            EntryValue::decode("v", &v.encode("u")).is_err(),
+            "another key"
+        );
         let h = v.encode_history("u");
         assert_eq!(EntryValue::decode_history("u", 99, &h).unwrap(), v);
-        assert!(EntryValue::decode_history("u", 98, &h).is_err(), "another seq");
-        assert!(EntryValue::decode("u", &h).is_err(), "a history value in the manifest");
+        assert!(
+            EntryValue::decode_history("u", 98, &h).is_err(),
+            "another seq"
+        );
+        assert!(
+            EntryValue::decode("u", &h).is_err(),
+            "a history value in the manifest"
+        );
     }
 }

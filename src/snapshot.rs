@@ -85,28 +85,8 @@ impl Snapshot {
     }
 
     fn get_current(&self, unit: &str) -> Result<Option<Entry>> {
-        match self.manifest.get(unit).db("read the manifest")? {
-            Some(g) => Ok(Some(EntryValue::decode(unit, g.value())?.into_entry(unit))),
-            None => {
-                // A row whose key was damaged is no longer found by its key; it sits next to
-                // where the key would be, so its neighbours must check out before "absent" is
-                // believed (SPEC I9).
-                let before = self.manifest.range::<&str>(..unit).db("read the manifest")?;
-                let after = self.manifest.range::<&str>(unit..).db("read the manifest")?;
-                for row in before.rev().take(1).chain(after.take(1)) {
-                    let (k, v) = row.db("read the manifest")?;
-                    EntryValue::decode(k.value(), v.value())?;
-                    if k.value() == unit {
-                        return Err(crate::error::Error::corrupt_record(
-                            "manifest",
-                            unit,
-                            "its row is found by a scan but not by its key",
-                        ));
-                    }
-                }
-                Ok(None)
-            }
-        }
+        let v = crate::codec::get_sealed(&self.manifest, "manifest", unit, EntryValue::decode)?;
+        Ok(v.map(|v| v.into_entry(unit)))
     }
 
     fn get_as_of(&self, unit: &str, at: u64) -> Result<Option<Entry>> {
@@ -315,11 +295,12 @@ impl Iterator for AsOf {
                 Some(p) if p.unit != unit => self.pending.take(),
                 _ => None,
             };
-            if seq <= self.at {
-                match EntryValue::decode_history(unit, seq, v.value()) {
-                    Ok(v) => self.pending = Some(v.into_entry(unit)),
-                    Err(e) => return Some(Err(e)),
-                }
+            // Every row is checked, also those after `at`: a row whose seq was damaged into a
+            // later one must not silently drop out of the view (SPEC I9).
+            match EntryValue::decode_history(unit, seq, v.value()) {
+                Ok(v) if seq <= self.at => self.pending = Some(v.into_entry(unit)),
+                Ok(_) => {}
+                Err(e) => return Some(Err(e)),
             }
             if let Some(e) = out {
                 return Some(Ok(e));

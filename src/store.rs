@@ -4,14 +4,13 @@
 
 mod open;
 
-use open::{open_read_only, open_read_write};
 use crate::claim::{validate_worker, ClaimOutcome, Lease, RenewOutcome};
 use crate::clock::{Clock, SystemClock};
+use crate::codec::{seal, unseal};
 use crate::commit::apply::{self, Done, Op};
 use crate::commit::queue::WriteQueue;
 use crate::commit::{Batch, CommitReport, UnitOutcome};
 use crate::error::{DbContext, Error, IoContext, Result};
-use crate::codec::{seal, unseal};
 use crate::fault::FaultPlan;
 use crate::index::{DedupIndex, Lookup};
 use crate::index_snap::OpenReport;
@@ -22,6 +21,7 @@ use crate::object::ObjectId;
 use crate::snapshot::Snapshot;
 use crate::stage::{Staged, Stager};
 use crate::vfs::{RealVfs, Vfs};
+use open::{open_read_only, open_read_write};
 use parking_lot::{Mutex, RwLock};
 use redb::{ReadableDatabase, ReadableTable, ReadableTableMetadata, TableDefinition};
 use std::fs::File;
@@ -521,9 +521,13 @@ impl Store {
             let n = ops.len();
             match crate::error::contain(|| Ok(apply::apply_group(inner, ops))) {
                 Ok(dones) => dones,
-                // redb panicked on a damaged page: nothing of the group was committed.
+                // redb panicked on a damaged page. Whether the group's transaction reached the
+                // disk is unknown if it panicked while committing: fail the store (writes are
+                // refused until a reopen, which reads what is durable) and persist no index.
                 Err(e) => {
                     let detail = e.to_string();
+                    inner.index_suspect.store(true, Ordering::SeqCst);
+                    inner.failed.lock().get_or_insert_with(|| detail.clone());
                     (0..n)
                         .map(|_| {
                             Err(Error::Corrupt {
@@ -648,7 +652,10 @@ fn new_store_id() -> u64 {
 /// when it checks out (see `index_snap`), else from a full manifest scan.
 fn load_state(db: &Db, dir: &Path, _vfs: &dyn Vfs) -> Result<(u64, DedupIndex, OpenReport)> {
     let txn = db.begin_read().db("begin a read transaction")?;
-    let store_id = meta_get(&txn.open_table(META).db("open the meta table")?, META_STORE_ID)?;
+    let store_id = meta_get(
+        &txn.open_table(META).db("open the meta table")?,
+        META_STORE_ID,
+    )?;
     let manifest = txn.open_table(MANIFEST).db("open the manifest")?;
     let n = manifest.len().db("count the manifest")?;
     let (last_seq, _) = seq_and_horizon(&txn)?;

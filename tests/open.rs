@@ -70,7 +70,10 @@ fn many_threads_opening_a_missing_directory_end_with_one_store() {
             .map(|h| h.join().unwrap())
             .filter(|&c| c)
             .count();
-        assert_eq!(created, 1, "round {round}: exactly one open creates the store");
+        assert_eq!(
+            created, 1,
+            "round {round}: exactly one open creates the store"
+        );
         let store = Store::open(&lake).unwrap();
         assert_eq!(current(&store).len(), THREADS, "round {round}: data kept");
         let want: Vec<u64> = (1..=THREADS as u64).collect();
@@ -119,7 +122,10 @@ fn many_processes_initialising_and_writing_a_missing_directory_end_with_one_stor
             let v: serde_json::Value = serde_json::from_slice(&init.stdout).unwrap();
             created += v["created"].as_bool().unwrap() as usize;
         }
-        assert_eq!(created, 1, "round {round}: exactly one init creates the store");
+        assert_eq!(
+            created, 1,
+            "round {round}: exactly one init creates the store"
+        );
         let store = Store::open(&lake).unwrap();
         assert_eq!(current(&store).len(), PROCS, "round {round}");
         let want: Vec<u64> = (1..=PROCS as u64).collect();
@@ -166,7 +172,10 @@ fn a_creation_crashed_at_any_operation_is_completed_by_the_next_open() {
         let plan = FaultPlan::new();
         plan.crash_at(n);
         let r = Store::open_with(&lake, faulty(&plan));
-        assert!(r.is_err(), "a crash at operation {n} of {total} fails the open");
+        assert!(
+            r.is_err(),
+            "a crash at operation {n} of {total} fails the open"
+        );
         drop(r);
         let had_marker = lake.join(MARKER_FILE).exists();
         let store =
@@ -315,7 +324,10 @@ fn downgrade_to_format_1(dir: &Path) {
     }
     txn.commit().unwrap();
     let r = db.begin_read().unwrap();
-    assert!(r.open_table(META_V2).is_err(), "the sealed meta table is gone");
+    assert!(
+        r.open_table(META_V2).is_err(),
+        "the sealed meta table is gone"
+    );
     drop(r);
     drop(db);
     let marker = dir.join(MARKER_FILE);
@@ -371,7 +383,9 @@ fn answers(store: &Store) -> Answers {
 fn populated_format_1(dir: &Path) {
     let store = Store::open(dir).unwrap();
     for i in 0..20 {
-        store.put(&format!("u{i:02}"), i, format!("v{i}").as_bytes()).unwrap();
+        store
+            .put(&format!("u{i:02}"), i, format!("v{i}").as_bytes())
+            .unwrap();
     }
     store.correct("u03", 3, b"fixed").unwrap();
     store.put("u04", 9, b"newer").unwrap();
@@ -453,7 +467,9 @@ fn copy_dir(from: &Path, to: &Path) {
 fn populated(dir: &Path) -> Model {
     let store = Store::open(dir).unwrap();
     for i in 0..10 {
-        store.put(&format!("u{i}"), i, format!("v{i}").as_bytes()).unwrap();
+        store
+            .put(&format!("u{i}"), i, format!("v{i}").as_bytes())
+            .unwrap();
     }
     current(&store)
 }
@@ -513,10 +529,16 @@ fn a_store_on_a_read_only_mount_can_be_listed_read_and_verified() {
         .output()
         .unwrap();
     assert!(remount.status.success(), "{remount:?}");
-    assert!(std::fs::write(mnt.join("probe"), b"x").is_err(), "the mount is read-only");
+    assert!(
+        std::fs::write(mnt.join("probe"), b"x").is_err(),
+        "the mount is read-only"
+    );
 
     let err = Store::open(&lake).unwrap_err();
-    assert!(matches!(err, Error::Io { .. }), "a read-write open fails: {err}");
+    assert!(
+        matches!(err, Error::Io { .. }),
+        "a read-write open fails: {err}"
+    );
     let store = Store::open_read_only(&lake).unwrap();
     assert_eq!(current(&store), model);
     drop(store);
@@ -534,7 +556,10 @@ fn a_store_on_a_read_only_mount_can_be_listed_read_and_verified() {
     let ls = ok(&["ls", s(&lake), "--json"]);
     assert_eq!(ls.lines().count(), model.len(), "{ls}");
     assert_eq!(ok(&["get", s(&lake), "u7"]), "v7");
-    assert_eq!(ok(&["log", s(&lake), "--json"]).lines().count(), model.len());
+    assert_eq!(
+        ok(&["log", s(&lake), "--json"]).lines().count(),
+        model.len()
+    );
     ok(&["verify", s(&lake)]);
     let put = oncelake(&["put", s(&lake), "u1", "50", "-"]);
     assert_ne!(put.status.code(), Some(0));

@@ -68,8 +68,7 @@ pub(crate) enum Op {
 
 /// Extension state kept by key: `seq (8 bytes LE) ++ data`, sealed (`codec::seal`). Written
 /// only by [`Op::Extension`]; decoded by `pipeline::split_extension`.
-pub(crate) const EXTENSIONS: TableDefinition<&str, &[u8]> =
-    TableDefinition::new(EXTENSIONS_TABLE);
+pub(crate) const EXTENSIONS: TableDefinition<&str, &[u8]> = TableDefinition::new(EXTENSIONS_TABLE);
 pub(crate) const EXTENSIONS_TABLE: &str = "extensions";
 
 /// The sealed `EXTENSIONS` value of `key`.
@@ -397,19 +396,11 @@ impl Writer<'_> {
     }
 
     fn current(&self, unit: &str) -> Result<Option<EntryValue>> {
-        self.manifest
-            .get(unit)
-            .db("read the manifest")?
-            .map(|g| EntryValue::decode(unit, g.value()))
-            .transpose()
+        crate::codec::get_sealed(&self.manifest, "manifest", unit, EntryValue::decode)
     }
 
     fn claim_record(&self, unit: &str) -> Result<Option<ClaimRecord>> {
-        self.claims
-            .get(unit)
-            .db("read the claims")?
-            .map(|g| ClaimRecord::decode(unit, g.value()))
-            .transpose()
+        crate::codec::get_sealed(&self.claims, "claims", unit, ClaimRecord::decode)
     }
 
     fn append(&mut self, body: RecordBody) -> Result<u64> {

@@ -264,7 +264,10 @@ pub(crate) fn open_extensions(
 /// Splits `key`'s extensions-table value into its seq and data, checking its seal.
 pub(crate) fn split_extension<'a>(key: &str, v: &'a [u8]) -> Result<(u64, &'a [u8])> {
     use crate::commit::apply::EXTENSIONS_TABLE;
-    split_extension_payload(key, crate::codec::unseal(EXTENSIONS_TABLE, key.as_bytes(), key, v)?)
+    split_extension_payload(
+        key,
+        crate::codec::unseal(EXTENSIONS_TABLE, key.as_bytes(), key, v)?,
+    )
 }
 
 /// Splits an unsealed extensions payload (a checked seal's content, or a format-1 value).
@@ -388,13 +391,13 @@ impl Pipeline {
             let txn = store.inner.db.begin_read().db("begin a read transaction")?;
             match open_extensions(&txn)? {
                 None => None,
-                Some(t) => match t.get(DEFINITION_KEY).db("read the extensions table")? {
-                    None => None,
-                    Some(v) => {
-                        let (_, data) = split_extension(DEFINITION_KEY, v.value())?;
-                        Some(super::cell::DefinitionRecord::decode(data)?.text)
-                    }
-                },
+                Some(t) => {
+                    let text = |k: &str, v: &[u8]| {
+                        let (_, data) = split_extension(k, v)?;
+                        Ok(super::cell::DefinitionRecord::decode(data)?.text)
+                    };
+                    crate::codec::get_sealed(&t, "extensions", DEFINITION_KEY, text)?
+                }
             }
         };
         if old.as_deref() == Some(text.as_str()) {
@@ -864,11 +867,8 @@ impl Pipeline {
         let now = store.inner.options.clock.now_ms();
         let txn = store.inner.db.begin_read().db("begin a read transaction")?;
         let claims = txn.open_table(CLAIMS).db("open the claims")?;
-        let held = match claims.get(key).db("read the claims")? {
-            Some(v) => {
-                let c = ClaimRecord::decode(key, v.value())?;
-                c.is_live(now) && c.worker != worker
-            }
+        let held = match crate::codec::get_sealed(&claims, "claims", key, ClaimRecord::decode)? {
+            Some(c) => c.is_live(now) && c.worker != worker,
             None => false,
         };
         Ok(held)
@@ -880,9 +880,9 @@ impl Pipeline {
         let Some(ext) = open_extensions(&txn)? else {
             return Ok(None);
         };
-        let v = ext.get(key).db("read the extensions table")?;
-        v.map(|v| split_extension(key, v.value()).and_then(|(_, d)| Failure::decode(d)))
-            .transpose()
+        let failure =
+            |k: &str, v: &[u8]| split_extension(k, v).and_then(|(_, d)| Failure::decode(d));
+        crate::codec::get_sealed(&ext, "extensions", key, failure)
     }
 
     /// Runs ready cells until none is ready: claims each, runs `stage_fn` on it, completes it with

@@ -133,10 +133,11 @@ pub fn recorded_state(store: &Store) -> Result<RecordedState> {
                 .insert(k.to_string(), (seq, Failure::decode(data)?));
             Ok(())
         })?;
-        if let Some(v) = ext.get(DEFINITION_KEY).db("read the extensions table")? {
-            let (seq, data) = engine::split_extension(DEFINITION_KEY, v.value())?;
-            st.definition = Some((seq, DefinitionRecord::decode(data)?.text));
-        }
+        let definition = |k: &str, v: &[u8]| {
+            let (seq, data) = engine::split_extension(k, v)?;
+            Ok((seq, DefinitionRecord::decode(data)?.text))
+        };
+        st.definition = crate::codec::get_sealed(&ext, "extensions", DEFINITION_KEY, definition)?;
     }
     Ok(st)
 }

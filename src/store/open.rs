@@ -29,9 +29,9 @@
 //! descriptor to `flock`) and the database file (redb's own I/O, under the fault backend).
 
 use super::{
-    meta_get, meta_put, new_store_id, Db, Options, DB_FILE, FORMAT_VERSION, LOCK_FILE,
-    MARKER_FILE, META, META_FORMAT, META_HISTORY_FROM, META_NEXT_SEQ, META_NEXT_TOKEN,
-    META_STORE_ID, META_V1, REDB_MAGIC,
+    meta_get, meta_put, new_store_id, Db, Options, DB_FILE, FORMAT_VERSION, LOCK_FILE, MARKER_FILE,
+    META, META_FORMAT, META_HISTORY_FROM, META_NEXT_SEQ, META_NEXT_TOKEN, META_STORE_ID, META_V1,
+    REDB_MAGIC,
 };
 use crate::claim::{ClaimRecord, CLAIMS};
 use crate::commit::apply::EXTENSIONS;
@@ -440,17 +440,15 @@ fn open_db(path: &Path, options: &Options, create: bool) -> Result<redb::Databas
         .ctx(|| format!("open {}", path.display()))?;
     let mut b = redb::Builder::new();
     b.set_cache_size(options.cache_bytes);
-    let backend = redb::backends::FileBackend::new(file)
-        .map_err(|e| corrupt(path, e.to_string()))?;
+    let backend =
+        redb::backends::FileBackend::new(file).map_err(|e| corrupt(path, e.to_string()))?;
     let opened = match &options.faults {
         Some(plan) => b.create_with_backend(FaultyBackend::new(backend, plan.clone())),
         None => b.create_with_backend(backend),
     };
     match opened {
         Ok(db) => Ok(db),
-        Err(redb::DatabaseError::DatabaseAlreadyOpen) => {
-            Err(locked(path.parent().unwrap_or(path)))
-        }
+        Err(redb::DatabaseError::DatabaseAlreadyOpen) => Err(locked(path.parent().unwrap_or(path))),
         Err(redb::DatabaseError::Storage(redb::StorageError::Io(e))) => {
             Err(Error::io(format!("open {}", path.display()), e))
         }
@@ -501,7 +499,10 @@ fn upgrade(db: &redb::Database) -> Result<()> {
             let v = v.ok_or_else(|| Error::corrupt_record("meta", key, "it is missing"))?;
             meta_put(&mut meta, key, v)?;
         }
-        let id = old.iter().find(|(k, _)| k == META_STORE_ID).map(|(_, v)| *v);
+        let id = old
+            .iter()
+            .find(|(k, _)| k == META_STORE_ID)
+            .map(|(_, v)| *v);
         meta_put(&mut meta, META_STORE_ID, id.unwrap_or_else(new_store_id))?;
         meta_put(&mut meta, META_FORMAT, FORMAT_VERSION as u64)?;
         reseal_by_unit(&txn, MANIFEST, |unit, v| {
