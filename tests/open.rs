@@ -268,7 +268,7 @@ const HISTORY: redb::TableDefinition<(&str, u64), &[u8]> = redb::TableDefinition
 
 /// Rewrites a (closed) format-2 store the way format 1 stored it: values without their 4-byte
 /// seal, plain u64 meta values in the `meta` table, a marker saying format 1.
-fn downgrade_to_format_1(dir: &Path) {
+fn downgrade_to_format_1(dir: &Path, keep_store_id: bool) {
     use redb::{ReadableDatabase, ReadableTable};
     let db = redb::Database::create(dir.join(DB_FILE)).unwrap();
     let txn = db.begin_write().unwrap();
@@ -318,6 +318,9 @@ fn downgrade_to_format_1(dir: &Path) {
         txn.delete_table(META_V2).unwrap();
         let mut old = txn.open_table(META_V1).unwrap();
         for (k, v) in meta {
+            if k == "store_id" && !keep_store_id {
+                continue; // as in a store written before store ids
+            }
             let v = if k == "format" { 1 } else { v };
             old.insert(k.as_str(), v).unwrap();
         }
@@ -393,7 +396,7 @@ fn populated_format_1(dir: &Path) {
         .claim("claimed", 3, "w1", Duration::from_secs(3600))
         .unwrap();
     drop(store);
-    downgrade_to_format_1(dir);
+    downgrade_to_format_1(dir, true);
 }
 
 #[test]
@@ -447,6 +450,28 @@ fn a_format_1_store_is_upgraded_in_place_and_answers_the_same() {
         drop(store);
         std::fs::remove_dir_all(&dir).unwrap();
     }
+}
+
+#[test]
+fn a_format_1_store_without_a_store_id_gets_one_and_its_index_snapshot_is_used() {
+    let tmp = tempfile::tempdir().unwrap();
+    let lake = tmp.path().join("lake");
+    let store = Store::open(&lake).unwrap();
+    for i in 0..30 {
+        store.put(&format!("u{i}"), 1, b"x").unwrap();
+    }
+    let model = current(&store);
+    drop(store);
+    std::fs::remove_file(lake.join("index.snap")).unwrap();
+    downgrade_to_format_1(&lake, false);
+    let store = Store::open(&lake).unwrap();
+    assert_eq!(store.open_report().fallback.as_deref(), Some("no snapshot"));
+    assert_eq!(current(&store), model);
+    drop(store);
+    // The identity stamped by the upgrade is the one the snapshot written at close carries.
+    let store = Store::open(&lake).unwrap();
+    assert!(store.open_report().index_from_snapshot);
+    assert_eq!(current(&store), model);
 }
 
 fn copy_dir(from: &Path, to: &Path) {

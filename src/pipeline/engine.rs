@@ -452,8 +452,13 @@ impl Pipeline {
         parts.join("; ")
     }
 
-    /// Reads what the tables say, for every unit or for one.
+    /// Reads what the tables say, for every unit or for one (a redb panic on a damaged page is
+    /// reported as `Corrupt`).
     fn load(&self, store: &Store, unit: Option<&str>) -> Result<Loaded> {
+        crate::error::contain(|| self.load_uncontained(store, unit))
+    }
+
+    fn load_uncontained(&self, store: &Store, unit: Option<&str>) -> Result<Loaded> {
         let now_ms = store.inner.options.clock.now_ms();
         let txn = store.inner.db.begin_read().db("begin a read transaction")?;
         let manifest = txn.open_table(MANIFEST).db("open the manifest")?;

@@ -95,6 +95,10 @@ pub struct RecordedState {
 
 /// The pipeline state as the store's tables hold it now.
 pub fn recorded_state(store: &Store) -> Result<RecordedState> {
+    crate::error::contain(|| recorded_state_uncontained(store))
+}
+
+fn recorded_state_uncontained(store: &Store) -> Result<RecordedState> {
     let txn = store.inner.db.begin_read().db("begin a read transaction")?;
     let manifest = txn.open_table(MANIFEST).db("open the manifest")?;
     let claims = txn.open_table(CLAIMS).db("open the claims")?;
