@@ -212,7 +212,8 @@ fn deep_verify_checks_the_history_against_the_log() {
     let b_seq = store.get("b").unwrap().unwrap().seq;
     let path = store.path().to_path_buf();
     drop(store);
-    let edit = |f: &dyn Fn(&mut redb::Table<(&str, u64), &[u8]>)| {
+    type HistoryTable<'t> = redb::Table<'t, (&'static str, u64), &'static [u8]>;
+    let edit = |f: &dyn Fn(&mut HistoryTable)| {
         let db = redb::Database::open(path.join(oncelake::DB_FILE)).unwrap();
         let txn = db.begin_write().unwrap();
         f(&mut txn.open_table(HISTORY).unwrap());
