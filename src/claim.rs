@@ -6,12 +6,14 @@
 //! Safety never depends on clocks: whether a token commits never looks at one; clocks only decide
 //! when a lease may be taken over and whether a commit without a token is busy.
 
+use crate::codec::{put_u64, seal, unseal, Reader};
 use crate::commit::rules::{LeaseState, LeaseStatus};
 use crate::error::{Error, Result};
 use crate::manifest::Entry;
 use redb::TableDefinition;
 
-pub(crate) const CLAIMS: TableDefinition<&str, &[u8]> = TableDefinition::new("claims");
+pub(crate) const CLAIMS: TableDefinition<&str, &[u8]> = TableDefinition::new(CLAIMS_TABLE);
+const CLAIMS_TABLE: &str = "claims";
 
 /// A granted lease: the right to work on `unit` at `source_version` until `expires_at_ms`.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -98,36 +100,42 @@ pub(crate) struct ClaimRecord {
 }
 
 impl ClaimRecord {
-    pub(crate) fn encode(&self) -> Vec<u8> {
-        let mut v = Vec::with_capacity(29 + self.worker.len());
-        v.extend_from_slice(&self.token.to_le_bytes());
-        v.extend_from_slice(&self.source_version.to_le_bytes());
-        v.extend_from_slice(&self.expires_at_ms.to_le_bytes());
+    /// The sealed value of `unit`'s row in `CLAIMS`.
+    pub(crate) fn encode(&self, unit: &str) -> Vec<u8> {
+        let mut v = Vec::with_capacity(29 + self.worker.len() + crate::codec::SEAL_LEN);
+        put_u64(&mut v, self.token);
+        put_u64(&mut v, self.source_version);
+        put_u64(&mut v, self.expires_at_ms);
         v.push(self.released as u8);
         v.extend_from_slice(self.worker.as_bytes());
-        v
+        seal(CLAIMS_TABLE, unit.as_bytes(), v)
     }
 
-    pub(crate) fn decode(b: &[u8]) -> Result<Self> {
-        let corrupt = |detail: &str| Error::Corrupt {
-            path: "claims".into(),
-            detail: detail.to_string(),
-        };
-        if b.len() < 25 {
-            return Err(corrupt("claim record too short"));
-        }
-        let u64_at = |i: usize| u64::from_le_bytes(b[i..i + 8].try_into().expect("8 bytes"));
+    /// Decodes `unit`'s `CLAIMS` value, checking its seal.
+    pub(crate) fn decode(unit: &str, b: &[u8]) -> Result<Self> {
+        Self::decode_payload(unit, unseal(CLAIMS_TABLE, unit.as_bytes(), unit, b)?)
+    }
+
+    /// Decodes an unsealed payload (a checked seal's content, or a format-1 value).
+    pub(crate) fn decode_payload(unit: &str, b: &[u8]) -> Result<Self> {
+        let corrupt = |detail: String| Error::corrupt_record(CLAIMS_TABLE, unit, detail);
+        let mut r = Reader::new(b, "claim record");
+        let mut fixed =
+            || -> Result<(u64, u64, u64, u8)> { Ok((r.u64()?, r.u64()?, r.u64()?, r.u8()?)) };
+        let (token, source_version, expires_at_ms, released) =
+            fixed().map_err(|e| corrupt(e.to_string()))?;
+        let worker = r.take(r.remaining()).map_err(|e| corrupt(e.to_string()))?;
         Ok(ClaimRecord {
-            token: u64_at(0),
-            source_version: u64_at(8),
-            expires_at_ms: u64_at(16),
-            released: match b[24] {
+            token,
+            source_version,
+            expires_at_ms,
+            released: match released {
                 0 => false,
                 1 => true,
-                _ => return Err(corrupt("claim released flag is neither 0 nor 1")),
+                _ => return Err(corrupt("the released flag is neither 0 nor 1".into())),
             },
-            worker: String::from_utf8(b[25..].to_vec())
-                .map_err(|_| corrupt("claim worker is not UTF-8"))?,
+            worker: String::from_utf8(worker.to_vec())
+                .map_err(|_| corrupt("the worker is not UTF-8".into()))?,
         })
     }
 
@@ -184,8 +192,12 @@ mod tests {
             expires_at_ms: 77,
             released: true,
         };
-        assert_eq!(ClaimRecord::decode(&r.encode()).unwrap(), r);
-        assert!(ClaimRecord::decode(&r.encode()[..20]).is_err());
+        assert_eq!(ClaimRecord::decode("u", &r.encode("u")).unwrap(), r);
+        assert!(ClaimRecord::decode("u", &r.encode("u")[..20]).is_err());
+        assert!(
+            ClaimRecord::decode("v", &r.encode("u")).is_err(),
+            "another key"
+        );
         assert!(!r.is_live(0), "a released lease is never live");
     }
 }

@@ -34,12 +34,23 @@ pub enum Error {
         supported: u32,
     },
     /// A store file is damaged.
-    #[error("store {path} is corrupt: {detail}; nothing was changed — restore it from a backup or run `oncelake verify` on a copy")]
+    ///
+    /// Also every record read back from the database that fails its checksum, or that redb
+    /// cannot read: the engine refuses to answer from it rather than answer wrongly (SPEC I9).
+    #[error("{path} is corrupt: {detail}; nothing was changed — run `oncelake verify` (on a copy) to see what is affected, and restore the store from a backup")]
     Corrupt {
-        /// The damaged file or directory.
+        /// The damaged file or directory (the database file for a damaged record).
         path: PathBuf,
         /// What is wrong with it.
         detail: String,
+    },
+    /// The store was opened read-only (explicitly, or because its media cannot be written).
+    #[error("store {path} is open read-only ({why}); reads work, writes do not — open it on writable media to change it")]
+    ReadOnly {
+        /// The store directory.
+        path: PathBuf,
+        /// Why it is read-only.
+        why: String,
     },
     /// Another process holds the store's lock.
     #[error("store {path} is locked by another process; wait for it to finish (the CLI waits up to --wait)")]
@@ -110,6 +121,20 @@ impl Error {
         }
     }
 
+    pub(crate) fn corrupt_record(
+        table: &'static str,
+        unit: &str,
+        detail: impl Into<String>,
+    ) -> Self {
+        Error::Corrupt {
+            path: PathBuf::from(crate::store::DB_FILE),
+            detail: format!(
+                "the {table} record of {unit:?} is damaged ({}); nothing was answered from it",
+                detail.into()
+            ),
+        }
+    }
+
     pub(crate) fn db(context: &'static str, e: impl std::fmt::Display) -> Self {
         Error::Database {
             context,
@@ -137,5 +162,124 @@ pub(crate) trait DbContext<T> {
 impl<T, E: std::fmt::Display> DbContext<T> for std::result::Result<T, E> {
     fn db(self, context: &'static str) -> Result<T> {
         self.map_err(|e| Error::db(context, e))
+    }
+}
+
+/// Runs `f`, turning a panic raised inside redb (which it does on some damaged pages) into
+/// [`Error::Corrupt`] on the database file, printed by nobody (SPEC I9). A panic raised anywhere
+/// else is a bug, not damage: it is printed by the previous panic hook and keeps unwinding.
+///
+/// How the printing is kept quiet: the first call installs, once per process, a panic hook that
+/// wraps the one it finds. While the panicking thread is inside `contain` and the panic comes
+/// from redb's source, the hook only remembers the message (for the error); in every other case
+/// it hands the panic to the previous hook, so the application's own hook and the default
+/// backtrace printing are untouched outside guarded redb calls.
+pub(crate) fn contain<T>(f: impl FnOnce() -> Result<T>) -> Result<T> {
+    guard::install_hook();
+    let depth = guard::Depth::enter();
+    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f));
+    drop(depth);
+    match r {
+        Ok(r) => r,
+        Err(payload) => match guard::take_redb_panic() {
+            Some(msg) => Err(Error::Corrupt {
+                path: PathBuf::from(crate::store::DB_FILE),
+                detail: format!(
+                    "redb could not read a damaged page ({msg}); nothing was answered from it"
+                ),
+            }),
+            None => std::panic::resume_unwind(payload),
+        },
+    }
+}
+
+/// Wraps a fallible iterator so that every step runs under [`contain`]; after a contained panic
+/// it yields the error once and then ends (redb's iterator state is not trusted after it).
+pub(crate) struct Contained<I> {
+    inner: Option<I>,
+}
+
+impl<I> Contained<I> {
+    pub(crate) fn new(inner: I) -> Self {
+        Contained { inner: Some(inner) }
+    }
+}
+
+impl<T, I: Iterator<Item = Result<T>>> Iterator for Contained<I> {
+    type Item = Result<T>;
+    fn next(&mut self) -> Option<Result<T>> {
+        let it = self.inner.as_mut()?;
+        match contain(|| Ok(it.next())) {
+            Ok(item) => item,
+            Err(e) => {
+                self.inner = None;
+                Some(Err(e))
+            }
+        }
+    }
+}
+
+mod guard {
+    use std::cell::{Cell, RefCell};
+    use std::sync::Once;
+
+    thread_local! {
+        static DEPTH: Cell<u32> = const { Cell::new(0) };
+        static REDB_PANIC: RefCell<Option<String>> = const { RefCell::new(None) };
+    }
+
+    /// Marks the current thread as inside [`super::contain`] while alive.
+    pub(super) struct Depth;
+
+    impl Depth {
+        pub(super) fn enter() -> Depth {
+            DEPTH.with(|d| d.set(d.get() + 1));
+            Depth
+        }
+    }
+
+    impl Drop for Depth {
+        fn drop(&mut self) {
+            DEPTH.with(|d| d.set(d.get().saturating_sub(1)));
+        }
+    }
+
+    /// The message of a redb panic the hook swallowed on this thread, if any.
+    pub(super) fn take_redb_panic() -> Option<String> {
+        REDB_PANIC.with(|p| p.borrow_mut().take())
+    }
+
+    fn from_redb(info: &std::panic::PanicHookInfo<'_>) -> bool {
+        info.location().is_some_and(|l| {
+            let f = l.file().replace('\\', "/");
+            f.contains("/redb-") || f.contains("/redb/")
+        })
+    }
+
+    pub(super) fn install_hook() {
+        static ONCE: Once = Once::new();
+        ONCE.call_once(|| {
+            let previous = std::panic::take_hook();
+            std::panic::set_hook(Box::new(move |info| {
+                let guarded = DEPTH.try_with(|d| d.get() > 0).unwrap_or(false);
+                if guarded && from_redb(info) {
+                    let msg = match info.payload().downcast_ref::<&str>() {
+                        Some(s) => s.to_string(),
+                        None => info
+                            .payload()
+                            .downcast_ref::<String>()
+                            .cloned()
+                            .unwrap_or_else(|| "a panic".into()),
+                    };
+                    let at = info
+                        .location()
+                        .map(|l| format!(" at {}:{}", l.file(), l.line()))
+                        .unwrap_or_default();
+                    let _ = REDB_PANIC.try_with(|p| *p.borrow_mut() = Some(format!("{msg}{at}")));
+                    return;
+                }
+                previous(info)
+            }));
+        });
     }
 }

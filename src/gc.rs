@@ -27,7 +27,7 @@ use crate::metrics::add;
 use crate::object::ObjectId;
 use crate::stage::{PinSet, StagingOwner};
 use crate::store::{seq_and_horizon, Store};
-use redb::{ReadTransaction, ReadableDatabase, ReadableTable};
+use redb::{ReadTransaction, ReadableTable};
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
@@ -116,7 +116,7 @@ where
         let (unit, seq) = k.value();
         if let Some((prev_unit, prev_seq)) = prev.take() {
             if prev_unit == unit && keep_for_seq.is_none_or(|pinned| seq <= pinned) {
-                let successor = EntryValue::decode(v.value())?;
+                let successor = EntryValue::decode_history(unit, seq, v.value())?;
                 if successor.committed_at_ms < cutoff_ms {
                     plan.rows.push((prev_unit, prev_seq));
                     plan.horizon = plan.horizon.max(seq);
@@ -219,19 +219,17 @@ fn referenced_objects(
     let mut set = HashSet::new();
     let manifest = txn.open_table(MANIFEST).db("open the manifest")?;
     for row in manifest.iter().db("scan the manifest")? {
-        let (_, v) = row.db("scan the manifest")?;
-        set.insert(EntryValue::decode(v.value())?.object.id);
+        let (k, v) = row.db("scan the manifest")?;
+        set.insert(EntryValue::decode(k.value(), v.value())?.object.id);
     }
     let history = txn.open_table(HISTORY).db("open the history")?;
     for row in history.iter().db("scan the history")? {
         let (k, v) = row.db("scan the history")?;
-        if !skip_rows.is_empty() {
-            let (unit, seq) = k.value();
-            if skip_rows.contains(&(unit.to_string(), seq)) {
-                continue;
-            }
+        let (unit, seq) = k.value();
+        if !skip_rows.is_empty() && skip_rows.contains(&(unit.to_string(), seq)) {
+            continue;
         }
-        set.insert(EntryValue::decode(v.value())?.object.id);
+        set.insert(EntryValue::decode_history(unit, seq, v.value())?.object.id);
     }
     Ok(set)
 }

@@ -4,6 +4,7 @@
 //! lives in `HISTORY` under (unit, seq), which serves reads as of an older seq (SPEC R7) and tells
 //! garbage collection what the retention window still references.
 
+use crate::codec::{put_u32, put_u64, seal, unseal, Reader};
 use crate::error::{Error, Result};
 use crate::object::{ObjectId, ObjectMeta};
 use redb::TableDefinition;
@@ -29,9 +30,12 @@ pub struct Entry {
     pub committed_at_ms: u64,
 }
 
+/// The payload of an entry value, before its seal.
 pub(crate) const ENTRY_LEN: usize = 8 + 4 + 32 + 8 + 4 + 8 + 8;
+const MANIFEST_TABLE: &str = "manifest";
+const HISTORY_TABLE: &str = "history";
 
-/// The part of an entry stored as a manifest value (the unit is the key).
+/// The part of an entry stored as a manifest or history value (the unit is the key).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct EntryValue {
     pub source_version: u64,
@@ -41,38 +45,83 @@ pub(crate) struct EntryValue {
     pub committed_at_ms: u64,
 }
 
+/// The key of a history row as its seal covers it: the unit, then the seq.
+fn history_key(unit: &str, seq: u64) -> Vec<u8> {
+    let mut k = Vec::with_capacity(unit.len() + 8);
+    k.extend_from_slice(unit.as_bytes());
+    put_u64(&mut k, seq);
+    k
+}
+
 impl EntryValue {
-    pub(crate) fn encode(&self) -> [u8; ENTRY_LEN] {
-        let mut b = [0u8; ENTRY_LEN];
-        b[0..8].copy_from_slice(&self.source_version.to_le_bytes());
-        b[8..12].copy_from_slice(&self.revision.to_le_bytes());
-        b[12..44].copy_from_slice(&self.object.id.0);
-        b[44..52].copy_from_slice(&self.object.size.to_le_bytes());
-        b[52..56].copy_from_slice(&self.object.crc32.to_le_bytes());
-        b[56..64].copy_from_slice(&self.seq.to_le_bytes());
-        b[64..72].copy_from_slice(&self.committed_at_ms.to_le_bytes());
+    fn payload(&self) -> Vec<u8> {
+        let mut b = Vec::with_capacity(ENTRY_LEN + crate::codec::SEAL_LEN);
+        put_u64(&mut b, self.source_version);
+        put_u32(&mut b, self.revision);
+        b.extend_from_slice(&self.object.id.0);
+        put_u64(&mut b, self.object.size);
+        put_u32(&mut b, self.object.crc32);
+        put_u64(&mut b, self.seq);
+        put_u64(&mut b, self.committed_at_ms);
         b
     }
 
-    pub(crate) fn decode(b: &[u8]) -> Result<Self> {
-        if b.len() != ENTRY_LEN {
-            return Err(Error::Corrupt {
-                path: "manifest".into(),
-                detail: format!("manifest value has {} bytes, expected {ENTRY_LEN}", b.len()),
-            });
+    /// The sealed value of `unit`'s row in `MANIFEST`.
+    pub(crate) fn encode(&self, unit: &str) -> Vec<u8> {
+        seal(MANIFEST_TABLE, unit.as_bytes(), self.payload())
+    }
+
+    /// The sealed value of the `(unit, seq)` row in `HISTORY` (`seq` is the entry's own seq).
+    pub(crate) fn encode_history(&self, unit: &str) -> Vec<u8> {
+        seal(HISTORY_TABLE, &history_key(unit, self.seq), self.payload())
+    }
+
+    /// Decodes `unit`'s `MANIFEST` value, checking its seal.
+    pub(crate) fn decode(unit: &str, b: &[u8]) -> Result<Self> {
+        let payload = unseal(MANIFEST_TABLE, unit.as_bytes(), unit, b)?;
+        Self::decode_payload(MANIFEST_TABLE, unit, payload)
+    }
+
+    /// Decodes the `(unit, seq)` `HISTORY` value, checking its seal and that it is the entry of
+    /// that seq.
+    pub(crate) fn decode_history(unit: &str, seq: u64, b: &[u8]) -> Result<Self> {
+        let payload = unseal(HISTORY_TABLE, &history_key(unit, seq), unit, b)?;
+        let v = Self::decode_payload(HISTORY_TABLE, unit, payload)?;
+        if v.seq != seq {
+            return Err(Error::corrupt_record(
+                HISTORY_TABLE,
+                unit,
+                format!("the row of seq {seq} holds the entry of seq {}", v.seq),
+            ));
         }
-        let u64_at = |i: usize| u64::from_le_bytes(b[i..i + 8].try_into().expect("8 bytes"));
-        let u32_at = |i: usize| u32::from_le_bytes(b[i..i + 4].try_into().expect("4 bytes"));
+        Ok(v)
+    }
+
+    /// Decodes an unsealed payload (a checked seal's content, or a format-1 value).
+    pub(crate) fn decode_payload(table: &'static str, unit: &str, b: &[u8]) -> Result<Self> {
+        if b.len() != ENTRY_LEN {
+            return Err(Error::corrupt_record(
+                table,
+                unit,
+                format!("the value has {} bytes, expected {ENTRY_LEN}", b.len()),
+            ));
+        }
+        let mut r = Reader::new(b, "manifest entry");
+        let bad = |e: Error| Error::corrupt_record(table, unit, e.to_string());
+        let source_version = r.u64().map_err(bad)?;
+        let revision = r.u32().map_err(bad)?;
+        let mut id = [0u8; 32];
+        id.copy_from_slice(r.take(32).map_err(bad)?);
         Ok(EntryValue {
-            source_version: u64_at(0),
-            revision: u32_at(8),
+            source_version,
+            revision,
             object: ObjectMeta {
-                id: ObjectId(b[12..44].try_into().expect("32 bytes")),
-                size: u64_at(44),
-                crc32: u32_at(52),
+                id: ObjectId(id),
+                size: r.u64().map_err(bad)?,
+                crc32: r.u32().map_err(bad)?,
             },
-            seq: u64_at(56),
-            committed_at_ms: u64_at(64),
+            seq: r.u64().map_err(bad)?,
+            committed_at_ms: r.u64().map_err(bad)?,
         })
     }
 
@@ -117,7 +166,21 @@ mod tests {
             seq: 99,
             committed_at_ms: 1_700_000_000_000,
         };
-        assert_eq!(EntryValue::decode(&v.encode()).unwrap(), v);
-        assert!(EntryValue::decode(&v.encode()[..10]).is_err());
+        assert_eq!(EntryValue::decode("u", &v.encode("u")).unwrap(), v);
+        assert!(EntryValue::decode("u", &v.encode("u")[..10]).is_err());
+        assert!(
+            EntryValue::decode("v", &v.encode("u")).is_err(),
+            "another key"
+        );
+        let h = v.encode_history("u");
+        assert_eq!(EntryValue::decode_history("u", 99, &h).unwrap(), v);
+        assert!(
+            EntryValue::decode_history("u", 98, &h).is_err(),
+            "another seq"
+        );
+        assert!(
+            EntryValue::decode("u", &h).is_err(),
+            "a history value in the manifest"
+        );
     }
 }

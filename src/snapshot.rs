@@ -13,7 +13,7 @@ use crate::log::{Record, LOG};
 use crate::manifest::{Entry, EntryValue, HISTORY, MANIFEST};
 use crate::store::{seq_and_horizon, Store};
 use parking_lot::{Mutex, RwLock, RwLockWriteGuard};
-use redb::{ReadOnlyTable, ReadableDatabase};
+use redb::ReadOnlyTable;
 use std::collections::BTreeMap;
 use std::fs::File;
 use std::io::Read;
@@ -94,6 +94,10 @@ pub type Entries = Box<dyn Iterator<Item = Result<Entry>>>;
 
 impl Snapshot {
     pub(crate) fn new(store: &Store, at: Option<u64>) -> Result<Snapshot> {
+        crate::error::contain(|| Self::begin(store, at))
+    }
+
+    fn begin(store: &Store, at: Option<u64>) -> Result<Snapshot> {
         let readers = &store.inner.readers;
         // Shared: many snapshots open at once; only a prune in progress holds them off.
         let _gate = readers.gate.read();
@@ -142,27 +146,42 @@ impl Snapshot {
 
     /// The unit's entry as of this view.
     pub fn get(&self, unit: &str) -> Result<Option<Entry>> {
-        match self.at {
-            None => self
-                .manifest
-                .get(unit)
-                .db("read the manifest")?
-                .map(|g| EntryValue::decode(g.value()).map(|v| v.into_entry(unit)))
-                .transpose(),
-            Some(at) => {
-                let mut rows = self
-                    .history
-                    .range((unit, 0)..=(unit, at))
-                    .db("read the history")?;
-                match rows.next_back() {
-                    None => Ok(None),
-                    Some(row) => {
-                        let (_, v) = row.db("read the history")?;
-                        Ok(Some(EntryValue::decode(v.value())?.into_entry(unit)))
-                    }
-                }
+        crate::error::contain(|| match self.at {
+            None => self.get_current(unit),
+            Some(at) => self.get_as_of(unit, at),
+        })
+    }
+
+    fn get_current(&self, unit: &str) -> Result<Option<Entry>> {
+        let v = crate::codec::get_sealed(&self.manifest, "manifest", unit, EntryValue::decode)?;
+        Ok(v.map(|v| v.into_entry(unit)))
+    }
+
+    fn get_as_of(&self, unit: &str, at: u64) -> Result<Option<Entry>> {
+        let mut rows = self
+            .history
+            .range((unit, 0)..=(unit, at))
+            .db("read the history")?;
+        let found = match rows.next_back() {
+            None => None,
+            Some(row) => {
+                let (k, v) = row.db("read the history")?;
+                let (_, seq) = k.value();
+                Some(EntryValue::decode_history(unit, seq, v.value())?.into_entry(unit))
             }
+        };
+        // As for the manifest: a damaged key next to the answer could hide a newer row.
+        let next = self
+            .history
+            .range((unit, at.saturating_add(1))..)
+            .db("read the history")?;
+        let prev = self.history.range(..(unit, 0)).db("read the history")?;
+        for row in next.take(1).chain(prev.rev().take(1)) {
+            let (k, v) = row.db("read the history")?;
+            let (u, seq) = k.value();
+            EntryValue::decode_history(u, seq, v.value())?;
         }
+        Ok(found)
     }
 
     /// Every entry, in key order.
@@ -182,6 +201,11 @@ impl Snapshot {
 
     /// The entries with `start <= key < end` (no end: to the last key), in key order.
     pub fn range(&self, start: &str, end: Option<&str>) -> Result<Entries> {
+        let entries = crate::error::contain(|| self.range_uncontained(start, end))?;
+        Ok(Box::new(crate::error::Contained::new(entries)))
+    }
+
+    fn range_uncontained(&self, start: &str, end: Option<&str>) -> Result<Entries> {
         let end = end.map(str::to_string);
         let before_end = move |unit: &str| end.as_deref().is_none_or(|e| unit < e);
         match self.at {
@@ -193,7 +217,7 @@ impl Snapshot {
                 Ok(Box::new(
                     rows.map(|row| {
                         let (k, v) = row.db("scan the manifest")?;
-                        Ok(EntryValue::decode(v.value())?.into_entry(k.value()))
+                        Ok(EntryValue::decode(k.value(), v.value())?.into_entry(k.value()))
                     })
                     .take_while(move |e: &Result<Entry>| match e {
                         Ok(e) => before_end(&e.unit),
@@ -272,15 +296,24 @@ impl Snapshot {
     /// The log records after `seq`, oldest first, streaming.
     pub fn changes_since(&self, seq: u64) -> Result<impl Iterator<Item = Result<Record>>> {
         let upto = self.seq;
-        let rows = self
-            .log
-            .range(seq.saturating_add(1)..)
-            .db("scan the commit log")?;
-        Ok(rows
-            .map(|row| {
-                let (_, v) = row.db("scan the commit log")?;
-                Record::decode(v.value())
-            })
+        let rows = crate::error::contain(|| {
+            self.log
+                .range(seq.saturating_add(1)..)
+                .db("scan the commit log")
+        })?;
+        let records = rows.map(|row| {
+            let (k, v) = row.db("scan the commit log")?;
+            let rec = Record::decode(v.value())?;
+            if rec.seq != k.value() {
+                return Err(Error::corrupt_record(
+                    "log",
+                    &format!("seq {}", k.value()),
+                    format!("its row holds the record of seq {}", rec.seq),
+                ));
+            }
+            Ok(rec)
+        });
+        Ok(crate::error::Contained::new(records)
             .take_while(move |r| r.as_ref().map_or(true, |r| r.seq <= upto)))
     }
 }
@@ -330,11 +363,12 @@ impl Iterator for AsOf {
                 Some(p) if p.unit != unit => self.pending.take(),
                 _ => None,
             };
-            if seq <= self.at {
-                match EntryValue::decode(v.value()) {
-                    Ok(v) => self.pending = Some(v.into_entry(unit)),
-                    Err(e) => return Some(Err(e)),
-                }
+            // Every row is checked, also those after `at`: a row whose seq was damaged into a
+            // later one must not silently drop out of the view (SPEC I9).
+            match EntryValue::decode_history(unit, seq, v.value()) {
+                Ok(v) if seq <= self.at => self.pending = Some(v.into_entry(unit)),
+                Ok(_) => {}
+                Err(e) => return Some(Err(e)),
             }
             if let Some(e) = out {
                 return Some(Ok(e));

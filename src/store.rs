@@ -1,35 +1,40 @@
 //! The store: one directory holding the redb file (manifest, commit log, claims), `objects/`
 //! and `staging/` (SPEC R1). Opening validates before it touches anything; writes go through the
-//! group-commit queue; reads go through snapshots.
+//! group-commit queue; reads go through snapshots. Opening is in `open`.
 
-use crate::claim::{validate_worker, ClaimOutcome, Lease, ReleaseOutcome, RenewOutcome, CLAIMS};
+mod open;
+
+use crate::claim::{validate_worker, ClaimOutcome, Lease, ReleaseOutcome, RenewOutcome};
 use crate::clock::{Clock, SystemClock};
+use crate::codec::{seal, unseal};
 use crate::commit::apply::{self, Done, Op};
 use crate::commit::queue::WriteQueue;
 use crate::commit::{Batch, CommitReport, UnitOutcome};
 use crate::error::{DbContext, Error, IoContext, Result};
-use crate::fault::{FaultPlan, FaultyBackend};
+use crate::fault::FaultPlan;
 use crate::index::{DedupIndex, Lookup};
 use crate::index_snap::OpenReport;
 use crate::key::validate_key;
-use crate::log::LOG;
-use crate::manifest::{Entry, EntryValue, HISTORY, MANIFEST};
+use crate::manifest::{Entry, EntryValue, MANIFEST};
 use crate::metrics::{Metrics, MetricsSnapshot};
 use crate::object::ObjectId;
 use crate::snapshot::{ReaderPins, Snapshot};
 use crate::stage::{Staged, Stager};
 use crate::vfs::{RealVfs, Vfs};
+use open::{open_read_only, open_read_write};
 use parking_lot::{Mutex, RwLock};
 use redb::{ReadableDatabase, ReadableTable, ReadableTableMetadata, TableDefinition};
-use std::fs::{File, OpenOptions};
-use std::io::{Read, Write};
+use std::fs::File;
+use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-/// The newest store format this build reads and writes.
-pub const FORMAT_VERSION: u32 = 1;
+/// The newest store format this build reads and writes. Format 2 seals every redb value with a
+/// checksum over its table, key and value (`codec::seal`); a format-1 store is upgraded in place
+/// on its first read-write open (see `upgrade`).
+pub const FORMAT_VERSION: u32 = 2;
 /// The file that marks a directory as an oncelake store and stamps its format.
 pub const MARKER_FILE: &str = "ONCELAKE";
 /// The redb database inside a store.
@@ -37,7 +42,11 @@ pub const DB_FILE: &str = "oncelake.redb";
 const LOCK_FILE: &str = "LOCK";
 const REDB_MAGIC: [u8; 9] = [b'r', b'e', b'd', b'b', 0x1A, 0x0A, 0xA9, 0x0D, 0x0A];
 
-pub(crate) const META: TableDefinition<&str, u64> = TableDefinition::new("meta");
+/// The store's counters and stamps, each value a sealed u64 (format 2).
+pub(crate) const META: TableDefinition<&str, &[u8]> = TableDefinition::new("store_meta");
+/// Format 1's meta table (plain u64 values); only read by the upgrade, which deletes it.
+const META_V1: TableDefinition<&str, u64> = TableDefinition::new("meta");
+const META_TABLE: &str = "meta";
 pub(crate) const META_FORMAT: &str = "format";
 pub(crate) const META_NEXT_SEQ: &str = "next_seq";
 pub(crate) const META_NEXT_TOKEN: &str = "next_token";
@@ -46,18 +55,36 @@ pub(crate) const META_HISTORY_FROM: &str = "history_from";
 /// persisted index snapshot from another store is never used.
 pub(crate) const META_STORE_ID: &str = "store_id";
 
+/// Reads the meta value `key`; every one is stamped at creation, so a missing one means the
+/// table is damaged (a damaged key no longer finds its row), never a default.
+pub(crate) fn meta_get(
+    meta: &impl ReadableTable<&'static str, &'static [u8]>,
+    key: &str,
+) -> Result<u64> {
+    let guard = meta
+        .get(key)
+        .db("read the meta table")?
+        .ok_or_else(|| Error::corrupt_record(META_TABLE, key, "it is missing"))?;
+    let payload = unseal(META_TABLE, key.as_bytes(), key, guard.value())?;
+    let mut r = crate::codec::Reader::new(payload, "meta value");
+    let v = r.u64().and_then(|v| r.finish().map(|()| v));
+    v.map_err(|e| Error::corrupt_record(META_TABLE, key, e.to_string()))
+}
+
+/// Writes the meta value `key`, sealed.
+pub(crate) fn meta_put(meta: &mut redb::Table<&str, &[u8]>, key: &str, value: u64) -> Result<()> {
+    let sealed = seal(META_TABLE, key.as_bytes(), value.to_le_bytes().to_vec());
+    meta.insert(key, sealed.as_slice())
+        .db("write the meta table")?;
+    Ok(())
+}
+
 /// The newest committed seq (0 for an empty log) and the oldest seq still readable
 /// (`history_from`), as of `txn`.
 pub(crate) fn seq_and_horizon(txn: &redb::ReadTransaction) -> Result<(u64, u64)> {
     let meta = txn.open_table(META).db("open the meta table")?;
-    let next = meta
-        .get(META_NEXT_SEQ)
-        .db("read the seq")?
-        .map_or(1, |g| g.value());
-    let from = meta
-        .get(META_HISTORY_FROM)
-        .db("read the history horizon")?
-        .map_or(0, |g| g.value());
+    let next = meta_get(&meta, META_NEXT_SEQ)?;
+    let from = meta_get(&meta, META_HISTORY_FROM)?;
     Ok((next.saturating_sub(1), from))
 }
 
@@ -95,6 +122,11 @@ pub struct Options {
     /// redb's page cache, bytes. The default (64 MiB) keeps a 1,000,000-unit store within P6's
     /// 200 bytes a unit; a larger cache speeds up commits on stores much bigger than it.
     pub cache_bytes: usize,
+    /// Open for reading only: nothing in the directory is written (not even redb's header),
+    /// other readers may share the store, and every write is refused with
+    /// [`Error::ReadOnly`]. For stores on read-only media. The store must exist, be of the
+    /// current format and not need crash recovery.
+    pub read_only: bool,
 }
 
 impl Default for Options {
@@ -107,6 +139,7 @@ impl Default for Options {
             vfs: Arc::new(RealVfs),
             faults: None,
             cache_bytes: 64 << 20,
+            read_only: false,
         }
     }
 }
@@ -122,9 +155,40 @@ pub struct Committed {
     pub seq: u64,
 }
 
+/// The database, writable or opened read-only. Reads go through [`ReadableDatabase`] (deref);
+/// writes through [`Db::begin_write`].
+pub(crate) enum Db {
+    /// Opened read-write (the normal case).
+    Write(redb::Database),
+    /// Opened with [`Options::read_only`]: never written.
+    Read(redb::ReadOnlyDatabase),
+}
+
+impl std::ops::Deref for Db {
+    type Target = dyn ReadableDatabase;
+    fn deref(&self) -> &Self::Target {
+        match self {
+            Db::Write(db) => db,
+            Db::Read(db) => db,
+        }
+    }
+}
+
+impl Db {
+    /// Begins a write transaction; refused on a read-only open.
+    pub(crate) fn begin_write(&self) -> Result<redb::WriteTransaction> {
+        match self {
+            Db::Write(db) => db.begin_write().db("begin a write transaction"),
+            Db::Read(_) => Err(Error::InvalidRequest(
+                "the store is open read-only; writes are refused".into(),
+            )),
+        }
+    }
+}
+
 pub(crate) struct Inner {
     pub(crate) dir: PathBuf,
-    pub(crate) db: redb::Database,
+    pub(crate) db: Db,
     pub(crate) stager: Stager,
     /// The seqs open snapshots read as of; GC keeps what they can read.
     pub(crate) readers: Arc<ReaderPins>,
@@ -136,6 +200,8 @@ pub(crate) struct Inner {
     pub(crate) last_durable_ms: AtomicU64,
     /// This store's identity (META `store_id`).
     store_id: u64,
+    /// Whether this open created the store (or completed an interrupted creation).
+    created: bool,
     /// How opening built the dedup index.
     open_report: OpenReport,
     /// Set when a commit leader panicked: its transaction may be durable without its index
@@ -168,23 +234,20 @@ impl Store {
     }
 
     /// [`Store::open`] with options.
+    ///
+    /// Safe under any concurrency: whether to create is decided under the store's lock, so any
+    /// number of threads and processes opening the same missing or empty directory end with one
+    /// store; a creation interrupted at any point is completed by the next open.
     pub fn open_with(dir: impl AsRef<Path>, options: Options) -> Result<Store> {
         let dir = dir.as_ref().to_path_buf();
-        let fresh = prepare_dir(&dir)?;
-        let lock = acquire_lock(&dir, options.lock_wait)?;
-        if fresh {
-            init_layout(&dir, options.vfs.as_ref())?;
-        }
-        let db_path = dir.join(DB_FILE);
-        if !fresh {
-            validate_db_file(&db_path)?;
-        }
-        let db = open_db(&db_path, &options, fresh)?;
-        if fresh {
-            write_marker(&dir)?;
-        }
-        let store_id = ensure_store_id(&db)?;
-        let (index, open_report) = load(&db, &db_path, &dir, options.vfs.as_ref(), store_id)?;
+        let (db, lock, created) = if options.read_only {
+            let (db, lock) = crate::error::contain(|| open_read_only(&dir, &options))?;
+            (db, lock, false)
+        } else {
+            crate::error::contain(|| open_read_write(&dir, &options))?
+        };
+        let (store_id, index, open_report) =
+            crate::error::contain(|| load_state(&db, &dir, options.vfs.as_ref()))?;
         let now = options.clock.now_ms();
         let stager = Stager::new(&dir, options.vfs.clone());
         Ok(Store {
@@ -200,11 +263,27 @@ impl Store {
                 db,
                 dir,
                 store_id,
+                created,
                 open_report,
                 index_suspect: AtomicBool::new(false),
                 _lock: lock,
             }),
         })
+    }
+
+    /// Opens the store in `dir` for reading only (see [`Options::read_only`]).
+    pub fn open_read_only(dir: impl AsRef<Path>) -> Result<Store> {
+        let options = Options {
+            read_only: true,
+            ..Options::default()
+        };
+        Self::open_with(dir, options)
+    }
+
+    /// Whether this open created the store (or completed a creation that was interrupted),
+    /// rather than finding it complete.
+    pub fn created(&self) -> bool {
+        self.inner.created
     }
 
     /// The store's directory.
@@ -434,6 +513,13 @@ impl Store {
     }
 
     pub(crate) fn check_writable(&self) -> Result<()> {
+        if self.inner.options.read_only {
+            return Err(Error::ReadOnly {
+                path: self.inner.dir.clone(),
+                why: "it was opened read-only, explicitly or because its media cannot be written"
+                    .into(),
+            });
+        }
         match self.failure() {
             Some(cause) => Err(Error::Failed { cause }),
             None => Ok(()),
@@ -445,7 +531,28 @@ impl Store {
         op.check_record_size()?;
         let start = Instant::now();
         let inner = &self.inner;
-        let r = inner.queue.submit(op, |ops| apply::apply_group(inner, ops));
+        let r = inner.queue.submit(op, |ops| {
+            let n = ops.len();
+            match crate::error::contain(|| Ok(apply::apply_group(inner, ops))) {
+                Ok(dones) => dones,
+                // redb panicked on a damaged page. Whether the group's transaction reached the
+                // disk is unknown if it panicked while committing: fail the store (writes are
+                // refused until a reopen, which reads what is durable) and persist no index.
+                Err(e) => {
+                    let detail = e.to_string();
+                    inner.index_suspect.store(true, Ordering::SeqCst);
+                    inner.failed.lock().get_or_insert_with(|| detail.clone());
+                    (0..n)
+                        .map(|_| {
+                            Err(Error::Corrupt {
+                                path: inner.dir.join(DB_FILE),
+                                detail: detail.clone(),
+                            })
+                        })
+                        .collect()
+                }
+            }
+        });
         if matches!(r, Err(Error::LeaderPanicked)) {
             inner.index_suspect.store(true, Ordering::SeqCst);
         }
@@ -471,6 +578,9 @@ impl Store {
 
 impl Drop for Inner {
     fn drop(&mut self) {
+        if self.options.read_only {
+            return;
+        }
         if self.failed.lock().is_some() {
             // The durable state is unknown: neither sync nor persist an index that may not match.
             return;
@@ -543,258 +653,6 @@ impl Inner {
     }
 }
 
-/// Decides whether `dir` is a new store (missing or empty) or an existing one, and refuses
-/// anything else. Creates nothing but a missing directory.
-fn prepare_dir(dir: &Path) -> Result<bool> {
-    match std::fs::metadata(dir) {
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            std::fs::create_dir_all(dir).ctx(|| format!("create {}", dir.display()))?;
-            return Ok(true);
-        }
-        Err(e) => return Err(Error::io(format!("stat {}", dir.display()), e)),
-        Ok(m) if !m.is_dir() => {
-            return Err(Error::NotAStore {
-                path: dir.to_path_buf(),
-                marker: MARKER_FILE,
-            })
-        }
-        Ok(_) => {}
-    }
-    let marker = dir.join(MARKER_FILE);
-    match std::fs::read_to_string(&marker) {
-        Ok(text) => {
-            let found = parse_marker(&text).ok_or_else(|| Error::Corrupt {
-                path: marker.clone(),
-                detail: "the store marker is unreadable".into(),
-            })?;
-            if found > FORMAT_VERSION {
-                return Err(Error::NewerFormat {
-                    path: dir.to_path_buf(),
-                    found,
-                    supported: FORMAT_VERSION,
-                });
-            }
-            Ok(false)
-        }
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            let mut entries = std::fs::read_dir(dir).ctx(|| format!("list {}", dir.display()))?;
-            if entries.next().is_none() {
-                Ok(true)
-            } else {
-                Err(Error::NotAStore {
-                    path: dir.to_path_buf(),
-                    marker: MARKER_FILE,
-                })
-            }
-        }
-        Err(e) => Err(Error::io(format!("read {}", marker.display()), e)),
-    }
-}
-
-fn marker_text(format: u32) -> String {
-    format!("oncelake store\nformat {format}\n")
-}
-
-fn parse_marker(text: &str) -> Option<u32> {
-    let mut lines = text.lines();
-    if lines.next()? != "oncelake store" {
-        return None;
-    }
-    lines.next()?.strip_prefix("format ")?.trim().parse().ok()
-}
-
-/// Takes the store's process lock, waiting up to `wait` for another holder to let go.
-fn acquire_lock(dir: &Path, wait: Duration) -> Result<File> {
-    let path = dir.join(LOCK_FILE);
-    let file = OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create(true)
-        .truncate(false)
-        .open(&path)
-        .ctx(|| format!("open lock file {}", path.display()))?;
-    let deadline = Instant::now() + wait;
-    loop {
-        match file.try_lock() {
-            Ok(()) => return Ok(file),
-            Err(std::fs::TryLockError::WouldBlock) => {
-                if Instant::now() >= deadline {
-                    return Err(Error::Locked {
-                        path: dir.to_path_buf(),
-                    });
-                }
-                std::thread::sleep(Duration::from_millis(20));
-            }
-            Err(std::fs::TryLockError::Error(e)) => {
-                return Err(Error::io(format!("lock {}", path.display()), e))
-            }
-        }
-    }
-}
-
-fn init_layout(dir: &Path, vfs: &dyn Vfs) -> Result<()> {
-    let objects = dir.join("objects");
-    for i in 0..=255u8 {
-        let d = objects.join(format!("{i:02x}"));
-        vfs.create_dir_all(&d)
-            .ctx(|| format!("create {}", d.display()))?;
-    }
-    let staging = dir.join("staging");
-    vfs.create_dir_all(&staging)
-        .ctx(|| format!("create {}", staging.display()))?;
-    vfs.sync_dir(&objects)
-        .ctx(|| format!("fsync {}", objects.display()))?;
-    vfs.sync_dir(dir).ctx(|| format!("fsync {}", dir.display()))
-}
-
-fn write_marker(dir: &Path) -> Result<()> {
-    let tmp = dir.join(format!("{MARKER_FILE}.tmp"));
-    let marker = dir.join(MARKER_FILE);
-    let mut f = File::create(&tmp).ctx(|| format!("create {}", tmp.display()))?;
-    f.write_all(marker_text(FORMAT_VERSION).as_bytes())
-        .ctx(|| format!("write {}", tmp.display()))?;
-    f.sync_all().ctx(|| format!("fsync {}", tmp.display()))?;
-    std::fs::rename(&tmp, &marker).ctx(|| format!("rename to {}", marker.display()))?;
-    File::open(dir)
-        .and_then(|d| d.sync_all())
-        .ctx(|| format!("fsync {}", dir.display()))
-}
-
-/// Checks what can be checked of the database file without letting redb touch it: that it is
-/// there, carries redb's magic number, and opens read-only (which refuses rather than repairs).
-fn validate_db_file(path: &Path) -> Result<()> {
-    let corrupt = |detail: String| Error::Corrupt {
-        path: path.to_path_buf(),
-        detail,
-    };
-    let mut f = match File::open(path) {
-        Ok(f) => f,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            return Err(corrupt("the database file is missing".into()))
-        }
-        Err(e) => return Err(Error::io(format!("open {}", path.display()), e)),
-    };
-    let mut magic = [0u8; 9];
-    if f.read_exact(&mut magic).is_err() || magic != REDB_MAGIC {
-        return Err(corrupt(
-            "it is not a redb database (bad magic number)".into(),
-        ));
-    }
-    drop(f);
-    let ro = std::panic::catch_unwind(|| redb::Builder::new().open_read_only(path));
-    match ro {
-        Ok(Ok(db)) => {
-            let format = read_format(&db).map_err(|e| corrupt(e.to_string()))?;
-            if format > FORMAT_VERSION as u64 {
-                return Err(Error::NewerFormat {
-                    path: path.parent().unwrap_or(path).to_path_buf(),
-                    found: format as u32,
-                    supported: FORMAT_VERSION,
-                });
-            }
-            Ok(())
-        }
-        // Needs crash recovery: legitimate after a crash, and the read-write open will do it.
-        Ok(Err(redb::DatabaseError::RepairAborted)) => Ok(()),
-        Ok(Err(redb::DatabaseError::DatabaseAlreadyOpen)) => Err(Error::Locked {
-            path: path.parent().unwrap_or(path).to_path_buf(),
-        }),
-        Ok(Err(e)) => Err(corrupt(e.to_string())),
-        Err(_) => Err(corrupt("redb could not read it".into())),
-    }
-}
-
-fn read_format(db: &impl ReadableDatabase) -> Result<u64> {
-    let txn = db.begin_read().db("begin a read transaction")?;
-    let meta = txn.open_table(META).db("open the meta table")?;
-    let format = meta
-        .get(META_FORMAT)
-        .db("read the format version")?
-        .map(|g| g.value())
-        .ok_or_else(|| Error::db("read the format version", "no format version stamped"))?;
-    Ok(format)
-}
-
-fn open_db(path: &Path, options: &Options, fresh: bool) -> Result<redb::Database> {
-    let file = OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create(fresh)
-        .truncate(false)
-        .open(path)
-        .ctx(|| format!("open {}", path.display()))?;
-    let opened = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        let mut b = redb::Builder::new();
-        b.set_cache_size(options.cache_bytes);
-        let backend = redb::backends::FileBackend::new(file)?;
-        match &options.faults {
-            Some(plan) => b.create_with_backend(FaultyBackend::new(backend, plan.clone())),
-            None => b.create_with_backend(backend),
-        }
-    }));
-    let db = match opened {
-        Ok(Ok(db)) => db,
-        Ok(Err(redb::DatabaseError::DatabaseAlreadyOpen)) => {
-            return Err(Error::Locked {
-                path: path.parent().unwrap_or(path).to_path_buf(),
-            })
-        }
-        Ok(Err(e)) => {
-            return Err(Error::Corrupt {
-                path: path.to_path_buf(),
-                detail: e.to_string(),
-            })
-        }
-        Err(_) => {
-            return Err(Error::Corrupt {
-                path: path.to_path_buf(),
-                detail: "redb could not open it".into(),
-            })
-        }
-    };
-    if fresh {
-        let txn = db.begin_write().db("begin the initial transaction")?;
-        {
-            let mut meta = txn.open_table(META).db("create the meta table")?;
-            meta.insert(META_FORMAT, FORMAT_VERSION as u64)
-                .db("stamp the format version")?;
-            meta.insert(META_NEXT_SEQ, 1).db("initialise the seq")?;
-            meta.insert(META_NEXT_TOKEN, 1)
-                .db("initialise the tokens")?;
-            meta.insert(META_HISTORY_FROM, 0)
-                .db("initialise the history")?;
-            meta.insert(META_STORE_ID, new_store_id())
-                .db("stamp the store id")?;
-            txn.open_table(MANIFEST).db("create the manifest")?;
-            txn.open_table(HISTORY).db("create the history")?;
-            txn.open_table(LOG).db("create the log")?;
-            txn.open_table(CLAIMS).db("create the claims")?;
-        }
-        txn.commit().db("create the store")?;
-    }
-    Ok(db)
-}
-
-/// The store's identity, stamped now if the store predates it (only ever on a store this open
-/// accepted: every refusal happens before).
-fn ensure_store_id(db: &redb::Database) -> Result<u64> {
-    {
-        let txn = db.begin_read().db("begin a read transaction")?;
-        let meta = txn.open_table(META).db("open the meta table")?;
-        if let Some(id) = meta.get(META_STORE_ID).db("read the store id")? {
-            return Ok(id.value());
-        }
-    }
-    let id = new_store_id();
-    let txn = db.begin_write().db("begin a write transaction")?;
-    txn.open_table(META)
-        .db("open the meta table")?
-        .insert(META_STORE_ID, id)
-        .db("stamp the store id")?;
-    txn.commit().db("stamp the store id")?;
-    Ok(id)
-}
-
 /// A random 64-bit identity (std's per-process random hash keys, plus time and pid).
 fn new_store_id() -> u64 {
     use std::hash::{BuildHasher, Hasher};
@@ -807,24 +665,14 @@ fn new_store_id() -> u64 {
     h.finish() | 1
 }
 
-/// Reads what must be in memory: the dedup index, from the persisted snapshot when it checks
-/// out (see `index_snap`), else from a full manifest scan.
-fn load(
-    db: &redb::Database,
-    path: &Path,
-    dir: &Path,
-    vfs: &dyn Vfs,
-    store_id: u64,
-) -> Result<(DedupIndex, OpenReport)> {
-    let format = read_format(db)?;
-    if format > FORMAT_VERSION as u64 {
-        return Err(Error::NewerFormat {
-            path: path.parent().unwrap_or(path).to_path_buf(),
-            found: format as u32,
-            supported: FORMAT_VERSION,
-        });
-    }
+/// Reads what must be in memory: the store id, and the dedup index, from the persisted snapshot
+/// when it checks out (see `index_snap`), else from a full manifest scan.
+fn load_state(db: &Db, dir: &Path, vfs: &dyn Vfs) -> Result<(u64, DedupIndex, OpenReport)> {
     let txn = db.begin_read().db("begin a read transaction")?;
+    let store_id = meta_get(
+        &txn.open_table(META).db("open the meta table")?,
+        META_STORE_ID,
+    )?;
     let manifest = txn.open_table(MANIFEST).db("open the manifest")?;
     let n = manifest.len().db("count the manifest")?;
     let (last_seq, _) = seq_and_horizon(&txn)?;
@@ -837,14 +685,14 @@ fn load(
                 fallback: None,
                 ambiguous: l.index.ambiguous_len() as u64,
             };
-            return Ok((l.index, report));
+            return Ok((store_id, l.index, report));
         }
         Err(why) => why,
     };
     let mut index = DedupIndex::with_capacity(n as usize);
     for row in manifest.iter().db("scan the manifest")? {
         let (k, v) = row.db("scan the manifest")?;
-        let value = EntryValue::decode(v.value())?;
+        let value = EntryValue::decode(k.value(), v.value())?;
         index.upsert(k.value(), true, &value);
     }
     let report = OpenReport {
@@ -852,7 +700,7 @@ fn load(
         ambiguous: index.ambiguous_len() as u64,
         ..OpenReport::default()
     };
-    Ok((index, report))
+    Ok((store_id, index, report))
 }
 
 #[cfg(test)]

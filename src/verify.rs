@@ -12,7 +12,7 @@ use crate::manifest::{EntryValue, HISTORY, MANIFEST};
 use crate::object::{ObjectId, ObjectMeta};
 use crate::replay::{replay, ReplayReport};
 use crate::store::{seq_and_horizon, Store, META, META_HISTORY_FROM};
-use redb::{ReadableDatabase, ReadableTable, ReadableTableMetadata};
+use redb::{ReadableTable, ReadableTableMetadata};
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::path::{Path, PathBuf};
 
@@ -194,6 +194,14 @@ impl Store {
         options: VerifyOptions,
         progress: &mut dyn FnMut(u64, u64),
     ) -> Result<VerifyReport> {
+        crate::error::contain(|| self.verify_uncontained(options, progress))
+    }
+
+    fn verify_uncontained(
+        &self,
+        options: VerifyOptions,
+        progress: &mut dyn FnMut(u64, u64),
+    ) -> Result<VerifyReport> {
         let mut report = VerifyReport {
             deep: options.deep,
             ..VerifyReport::default()
@@ -221,7 +229,7 @@ impl Store {
             let manifest = txn.open_table(MANIFEST).db("open the manifest")?;
             for row in manifest.iter().db("scan the manifest")? {
                 let (k, v) = row.db("scan the manifest")?;
-                let v = EntryValue::decode(v.value())?;
+                let v = EntryValue::decode(k.value(), v.value())?;
                 current_seq.insert((k.value().to_string(), v.seq));
                 note(
                     v.object,
@@ -240,7 +248,7 @@ impl Store {
                 if current_seq.contains(&(unit.to_string(), seq)) {
                     continue; // the current entry, already counted
                 }
-                let v = EntryValue::decode(v.value())?;
+                let v = EntryValue::decode_history(unit, seq, v.value())?;
                 note(
                     v.object,
                     UnitRef {
@@ -359,11 +367,7 @@ impl Store {
         let txn = self.inner.db.begin_read().db("begin a read transaction")?;
         let from = {
             let meta = txn.open_table(META).db("open the meta table")?;
-            let v = meta
-                .get(META_HISTORY_FROM)
-                .db("read the history horizon")?
-                .map(|g| g.value());
-            v.unwrap_or(0)
+            crate::store::meta_get(&meta, META_HISTORY_FROM)?
         };
         let history = txn.open_table(HISTORY).db("open the history")?;
         let log = txn.open_table(LOG).db("open the log")?;
@@ -386,7 +390,7 @@ impl Store {
                     None => {} // pruned
                     Some(g) => {
                         matched += 1;
-                        let stored = EntryValue::decode(g.value())?;
+                        let stored = EntryValue::decode_history(&e.unit, rec.seq, g.value())?;
                         let want = history_entry(e, &rec);
                         if stored != want {
                             problems.push(format!(
@@ -425,7 +429,7 @@ impl Store {
             }
             Ok(
                 match manifest.get(u.unit.as_str()).db("read the manifest")? {
-                    Some(v) => EntryValue::decode(v.value())?.seq == u.seq,
+                    Some(v) => EntryValue::decode(&u.unit, v.value())?.seq == u.seq,
                     None => false,
                 },
             )

@@ -132,11 +132,18 @@ fn a_missing_database_file_is_refused_unchanged() {
     assert!(matches!(err, Error::Corrupt { .. }), "{err}");
 }
 
+/// Replaces the marker (it is created read-only).
+fn rewrite_marker(store: &Path, text: &str) {
+    let marker = store.join(oncelake::MARKER_FILE);
+    std::fs::remove_file(&marker).unwrap();
+    std::fs::write(&marker, text).unwrap();
+}
+
 #[test]
 fn a_store_of_a_newer_format_is_refused_unchanged() {
     let (_d, path) = populated();
     let err = assert_refused_unchanged(&path, |p| {
-        std::fs::write(p.join(oncelake::MARKER_FILE), "oncelake store\nformat 99\n").unwrap();
+        rewrite_marker(p, "oncelake store\nformat 99\n");
     });
     assert!(matches!(err, Error::NewerFormat { found: 99, .. }), "{err}");
     assert!(err.to_string().contains("upgrade oncelake"), "{err}");
@@ -146,7 +153,7 @@ fn a_store_of_a_newer_format_is_refused_unchanged() {
 fn a_damaged_marker_is_refused_unchanged() {
     let (_d, path) = populated();
     let err = assert_refused_unchanged(&path, |p| {
-        std::fs::write(p.join(oncelake::MARKER_FILE), "hello\n").unwrap();
+        rewrite_marker(p, "hello\n");
     });
     assert!(matches!(err, Error::Corrupt { .. }), "{err}");
 }

@@ -369,33 +369,3 @@ fn random_commits_and_reopens_keep_the_index_exact() {
     assert!(store.open_report().index_from_snapshot);
     assert_exact(&store, &model, universe);
 }
-
-#[test]
-fn a_store_created_before_store_ids_gets_one_on_open() {
-    let tmp = tempfile::tempdir().unwrap();
-    let dir = tmp.path().join("lake");
-    let (mut model, mut rng) = (Model::new(), Rng(23));
-    fill(&dir, &mut model, &mut rng, 10, 80);
-    std::fs::remove_file(dir.join(SNAP)).unwrap();
-    // Remove the identity, as in a store written by an older build.
-    {
-        let meta: redb::TableDefinition<&str, u64> = redb::TableDefinition::new("meta");
-        let db = redb::Database::open(dir.join(oncelake::DB_FILE)).unwrap();
-        let txn = db.begin_write().unwrap();
-        assert!(txn
-            .open_table(meta)
-            .unwrap()
-            .remove("store_id")
-            .unwrap()
-            .is_some());
-        txn.commit().unwrap();
-    }
-    let store = open(&dir);
-    assert_eq!(store.open_report().fallback.as_deref(), Some("no snapshot"));
-    assert_exact(&store, &model, 80);
-    drop(store);
-    // The identity stamped on that open is the one the snapshot carries.
-    let store = open(&dir);
-    assert!(store.open_report().index_from_snapshot);
-    assert_exact(&store, &model, 80);
-}

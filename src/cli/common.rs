@@ -18,7 +18,27 @@ pub(crate) fn open_store(path: &Path, wait: Duration, create: bool) -> Result<St
         lock_wait: wait,
         ..Options::default()
     };
-    Ok(Store::open_with(path, options)?)
+    match Store::open_with(path, options.clone()) {
+        // A store on read-only media (or in a directory this user cannot write): open it
+        // read-only, so reads work and writes are refused with a clear error.
+        Err(oncelake::Error::Io { source, .. }) if !create && cannot_write(&source) => {
+            Ok(Store::open_with(
+                path,
+                Options {
+                    read_only: true,
+                    ..options
+                },
+            )?)
+        }
+        other => Ok(other?),
+    }
+}
+
+fn cannot_write(e: &std::io::Error) -> bool {
+    matches!(
+        e.kind(),
+        std::io::ErrorKind::ReadOnlyFilesystem | std::io::ErrorKind::PermissionDenied
+    )
 }
 
 /// Parses `30s`, `5m`, `1h`, `7d`, `250ms`, or a bare number of seconds.

@@ -80,17 +80,18 @@ pub(crate) struct LogArgs {
 }
 
 pub(crate) fn init(a: InitArgs, wait: Duration) -> Result<u8, CliError> {
-    if a.store.join(oncelake::MARKER_FILE).exists() {
-        return Err(CliError::Usage(format!(
-            "{} is already an oncelake store; nothing was changed",
-            a.store.display()
-        )));
-    }
+    // Idempotent: creates the store, completes an interrupted creation, or finds it there.
     let store = open_store(&a.store, wait, true)?;
+    let created = store.created();
     if a.json {
-        print_json(&json!({"store": store.path().display().to_string(), "created": true}));
-    } else {
+        print_json(&json!({"store": store.path().display().to_string(), "created": created}));
+    } else if created {
         println!("created oncelake store {}", store.path().display());
+    } else {
+        println!(
+            "{} is already an oncelake store; nothing was changed",
+            store.path().display()
+        );
     }
     Ok(0)
 }

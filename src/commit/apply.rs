@@ -15,7 +15,9 @@ use crate::log::{ClaimChange, LogEntry, Record, RecordBody, LOG};
 use crate::manifest::{EntryValue, HISTORY, MANIFEST};
 use crate::metrics::add;
 use crate::stage::Staged;
-use crate::store::{Durability, Inner, META, META_HISTORY_FROM, META_NEXT_SEQ, META_NEXT_TOKEN};
+use crate::store::{
+    meta_get, meta_put, Durability, Inner, META, META_HISTORY_FROM, META_NEXT_SEQ, META_NEXT_TOKEN,
+};
 use redb::{ReadableTable, Table, TableDefinition};
 use std::sync::atomic::Ordering;
 
@@ -73,8 +75,18 @@ pub(crate) struct Fence {
     pub token: Option<u64>,
 }
 
-/// Extension state kept by key: `seq (8 bytes LE) ++ data`. Written only by [`Op::Extension`].
-pub(crate) const EXTENSIONS: TableDefinition<&str, &[u8]> = TableDefinition::new("extensions");
+/// Extension state kept by key: `seq (8 bytes LE) ++ data`, sealed (`codec::seal`). Written
+/// only by [`Op::Extension`]; decoded by `pipeline::split_extension`.
+pub(crate) const EXTENSIONS: TableDefinition<&str, &[u8]> = TableDefinition::new(EXTENSIONS_TABLE);
+pub(crate) const EXTENSIONS_TABLE: &str = "extensions";
+
+/// The sealed `EXTENSIONS` value of `key`.
+pub(crate) fn encode_extension(key: &str, seq: u64, data: &[u8]) -> Vec<u8> {
+    let mut value = Vec::with_capacity(8 + data.len() + crate::codec::SEAL_LEN);
+    crate::codec::put_u64(&mut value, seq);
+    value.extend_from_slice(data);
+    crate::codec::seal(EXTENSIONS_TABLE, key.as_bytes(), value)
+}
 
 /// The answer to an [`Op::Extension`].
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -251,14 +263,10 @@ fn write_group(inner: &Inner, ops: Vec<Op>) -> Result<GroupResult> {
     .db("set the durability")?;
     let dones = {
         let mut meta = txn.open_table(META).db("open the meta table")?;
-        let get = |k: &str| -> Result<u64> {
-            Ok(meta
-                .get(k)
-                .db("read the meta table")?
-                .map(|g| g.value())
-                .unwrap_or(1))
-        };
-        let (next_seq, next_token) = (get(META_NEXT_SEQ)?, get(META_NEXT_TOKEN)?);
+        let (next_seq, next_token) = (
+            meta_get(&meta, META_NEXT_SEQ)?,
+            meta_get(&meta, META_NEXT_TOKEN)?,
+        );
         let mut w = Writer {
             manifest: txn.open_table(MANIFEST).db("open the manifest")?,
             history: txn.open_table(HISTORY).db("open the history")?,
@@ -278,23 +286,16 @@ fn write_group(inner: &Inner, ops: Vec<Op>) -> Result<GroupResult> {
             dones.push(w.apply(op)?);
         }
         if w.next_seq != next_seq {
-            meta.insert(META_NEXT_SEQ, w.next_seq)
-                .db("advance the seq")?;
+            meta_put(&mut meta, META_NEXT_SEQ, w.next_seq)?;
         }
         if w.next_token != next_token {
-            meta.insert(META_NEXT_TOKEN, w.next_token)
-                .db("advance the tokens")?;
+            meta_put(&mut meta, META_NEXT_TOKEN, w.next_token)?;
         }
         if let Some(h) = w.history_from {
             // The horizon only rises: a prune never makes readable again what was refused.
-            let stored = meta
-                .get(META_HISTORY_FROM)
-                .db("read the history horizon")?
-                .map(|g| g.value())
-                .unwrap_or(0);
+            let stored = meta_get(&meta, META_HISTORY_FROM)?;
             if h > stored {
-                meta.insert(META_HISTORY_FROM, h)
-                    .db("advance the history horizon")?;
+                meta_put(&mut meta, META_HISTORY_FROM, h)?;
             }
         }
         let index = std::mem::take(&mut w.index);
@@ -446,9 +447,7 @@ impl Writer<'_> {
             }
             self.end_lease(&fence.unit, claim)?;
         }
-        let mut value = Vec::with_capacity(8 + data.len());
-        value.extend_from_slice(&self.next_seq.to_le_bytes());
-        value.extend_from_slice(&data);
+        let value = encode_extension(key, self.next_seq, &data);
         if self.extensions.is_none() {
             self.extensions = Some(
                 self.txn
@@ -465,19 +464,11 @@ impl Writer<'_> {
     }
 
     fn current(&self, unit: &str) -> Result<Option<EntryValue>> {
-        self.manifest
-            .get(unit)
-            .db("read the manifest")?
-            .map(|g| EntryValue::decode(g.value()))
-            .transpose()
+        crate::codec::get_sealed(&self.manifest, "manifest", unit, EntryValue::decode)
     }
 
     fn claim_record(&self, unit: &str) -> Result<Option<ClaimRecord>> {
-        self.claims
-            .get(unit)
-            .db("read the claims")?
-            .map(|g| ClaimRecord::decode(g.value()))
-            .transpose()
+        crate::codec::get_sealed(&self.claims, "claims", unit, ClaimRecord::decode)
     }
 
     fn append(&mut self, body: RecordBody) -> Result<u64> {
@@ -503,7 +494,7 @@ impl Writer<'_> {
             .rev()
         {
             let (k, v) = row.db("read the history")?;
-            let v = EntryValue::decode(v.value())?;
+            let v = EntryValue::decode_history(unit, k.value().1, v.value())?;
             if v.source_version < inc.source_version {
                 break;
             }
@@ -620,12 +611,14 @@ impl Writer<'_> {
             seq,
             committed_at_ms: self.now_ms,
         };
-        let bytes = value.encode();
         self.manifest
-            .insert(item.unit.as_str(), bytes.as_slice())
+            .insert(item.unit.as_str(), value.encode(&item.unit).as_slice())
             .db("write the manifest")?;
         self.history
-            .insert((item.unit.as_str(), seq), bytes.as_slice())
+            .insert(
+                (item.unit.as_str(), seq),
+                value.encode_history(&item.unit).as_slice(),
+            )
             .db("write the history")?;
         self.index.push((item.unit.clone(), new_unit, value));
         Ok(LogEntry {
@@ -665,7 +658,7 @@ impl Writer<'_> {
         }
         rec.released = true;
         self.claims
-            .insert(unit, rec.encode().as_slice())
+            .insert(unit, rec.encode(unit).as_slice())
             .db("write the claims")?;
         Ok(())
     }
@@ -732,7 +725,7 @@ impl Writer<'_> {
 
     fn write_claim(&mut self, unit: &str, rec: &ClaimRecord, granted: bool) -> Result<()> {
         self.claims
-            .insert(unit, rec.encode().as_slice())
+            .insert(unit, rec.encode(unit).as_slice())
             .db("write the claims")?;
         let change = ClaimChange {
             unit: unit.to_string(),

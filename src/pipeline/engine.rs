@@ -14,7 +14,7 @@ use crate::error::{DbContext, Error, Result};
 use crate::manifest::{Entry, EntryValue, MANIFEST};
 use crate::metrics::add;
 use crate::store::Store;
-use redb::{ReadOnlyTable, ReadableDatabase};
+use redb::ReadOnlyTable;
 use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 
@@ -270,18 +270,23 @@ pub(crate) fn open_extensions(
     }
 }
 
-/// Splits an extensions-table value into its seq and data.
-pub(crate) fn split_extension(v: &[u8]) -> Result<(u64, &[u8])> {
-    if v.len() < 8 {
-        return Err(Error::Corrupt {
-            path: "extensions".into(),
-            detail: "extension value shorter than its seq".into(),
-        });
-    }
-    let (seq, data) = v.split_at(8);
-    let mut a = [0u8; 8];
-    a.copy_from_slice(seq);
-    Ok((u64::from_le_bytes(a), data))
+/// Splits `key`'s extensions-table value into its seq and data, checking its seal.
+pub(crate) fn split_extension<'a>(key: &str, v: &'a [u8]) -> Result<(u64, &'a [u8])> {
+    use crate::commit::apply::EXTENSIONS_TABLE;
+    split_extension_payload(
+        key,
+        crate::codec::unseal(EXTENSIONS_TABLE, key.as_bytes(), key, v)?,
+    )
+}
+
+/// Splits an unsealed extensions payload (a checked seal's content, or a format-1 value).
+pub(crate) fn split_extension_payload<'a>(key: &str, v: &'a [u8]) -> Result<(u64, &'a [u8])> {
+    use crate::commit::apply::EXTENSIONS_TABLE;
+    let mut r = crate::codec::Reader::new(v, "extension record");
+    let seq = r
+        .u64()
+        .map_err(|e| Error::corrupt_record(EXTENSIONS_TABLE, key, e.to_string()))?;
+    Ok((seq, r.take(r.remaining())?))
 }
 
 fn submit_extension(
@@ -395,13 +400,13 @@ impl Pipeline {
             let txn = store.inner.db.begin_read().db("begin a read transaction")?;
             match open_extensions(&txn)? {
                 None => None,
-                Some(t) => match t.get(DEFINITION_KEY).db("read the extensions table")? {
-                    None => None,
-                    Some(v) => {
-                        let (_, data) = split_extension(v.value())?;
-                        Some(super::cell::DefinitionRecord::decode(data)?.text)
-                    }
-                },
+                Some(t) => {
+                    let text = |k: &str, v: &[u8]| {
+                        let (_, data) = split_extension(k, v)?;
+                        Ok(super::cell::DefinitionRecord::decode(data)?.text)
+                    };
+                    crate::codec::get_sealed(&t, "extensions", DEFINITION_KEY, text)?
+                }
             }
         };
         if old.as_deref() == Some(text.as_str()) {
@@ -456,8 +461,13 @@ impl Pipeline {
         parts.join("; ")
     }
 
-    /// Reads what the tables say, for every unit or for one.
+    /// Reads what the tables say, for every unit or for one (a redb panic on a damaged page is
+    /// reported as `Corrupt`).
     fn load(&self, store: &Store, unit: Option<&str>) -> Result<Loaded> {
+        crate::error::contain(|| self.load_uncontained(store, unit))
+    }
+
+    fn load_uncontained(&self, store: &Store, unit: Option<&str>) -> Result<Loaded> {
         let now_ms = store.inner.options.clock.now_ms();
         let txn = store.inner.db.begin_read().db("begin a read transaction")?;
         let manifest = txn.open_table(MANIFEST).db("open the manifest")?;
@@ -477,7 +487,7 @@ impl Pipeline {
         scan_prefix(&manifest, &source_prefix, |k, v| {
             let u = &k[SOURCE_PREFIX.len()..];
             if unit.is_none_or(|want| want == u) {
-                l.sources.insert(u.to_string(), EntryValue::decode(v)?);
+                l.sources.insert(u.to_string(), EntryValue::decode(k, v)?);
             }
             Ok(())
         })?;
@@ -494,7 +504,7 @@ impl Pipeline {
         for prefix in &cell_prefixes {
             scan_prefix(&manifest, prefix, |k, v| {
                 if let Some(ck) = CellKey::parse(k).filter(&wanted) {
-                    let value = EntryValue::decode(v)?;
+                    let value = EntryValue::decode(k, v)?;
                     l.cells
                         .entry((ck.stage.clone(), ck.unit.clone()))
                         .or_default()
@@ -504,14 +514,14 @@ impl Pipeline {
             })?;
             scan_prefix(&claims, prefix, |k, v| {
                 if CellKey::parse(k).filter(&wanted).is_some() {
-                    l.claims.insert(k.to_string(), ClaimRecord::decode(v)?);
+                    l.claims.insert(k.to_string(), ClaimRecord::decode(k, v)?);
                 }
                 Ok(())
             })?;
             if let Some(ext) = &ext {
                 scan_prefix(ext, prefix, |k, v| {
                     if CellKey::parse(k).filter(&wanted).is_some() {
-                        let (_, data) = split_extension(v)?;
+                        let (_, data) = split_extension(k, v)?;
                         l.failures.insert(k.to_string(), Failure::decode(data)?);
                     }
                     Ok(())
@@ -883,11 +893,8 @@ impl Pipeline {
         let now = store.inner.options.clock.now_ms();
         let txn = store.inner.db.begin_read().db("begin a read transaction")?;
         let claims = txn.open_table(CLAIMS).db("open the claims")?;
-        let held = match claims.get(key).db("read the claims")? {
-            Some(v) => {
-                let c = ClaimRecord::decode(v.value())?;
-                c.is_live(now) && c.worker != worker
-            }
+        let held = match crate::codec::get_sealed(&claims, "claims", key, ClaimRecord::decode)? {
+            Some(c) => c.is_live(now) && c.worker != worker,
             None => false,
         };
         Ok(held)
@@ -899,9 +906,9 @@ impl Pipeline {
         let Some(ext) = open_extensions(&txn)? else {
             return Ok(None);
         };
-        let v = ext.get(key).db("read the extensions table")?;
-        v.map(|v| split_extension(v.value()).and_then(|(_, d)| Failure::decode(d)))
-            .transpose()
+        let failure =
+            |k: &str, v: &[u8]| split_extension(k, v).and_then(|(_, d)| Failure::decode(d));
+        crate::codec::get_sealed(&ext, "extensions", key, failure)
     }
 
     /// Runs ready cells until none is ready: claims each, runs `stage_fn` on it, completes it with

@@ -42,6 +42,7 @@
 pub mod cell;
 pub mod def;
 mod engine;
+pub(crate) use engine::split_extension_payload;
 
 pub use cell::{CellKey, CellState, CellView, Failure, StaleReason};
 pub use def::{PipelineDef, PipelineDefBuilder, PipelineError, StageDef};
@@ -60,7 +61,6 @@ use crate::store::Store;
 use cell::{
     DefinitionRecord, CELL_PREFIX, DEFINITION_KEY, SOURCE_PREFIX, TAG_CELL_FAILED, TAG_DEFINITION,
 };
-use redb::ReadableDatabase;
 use std::collections::BTreeMap;
 
 /// A lease on a cell, as recorded.
@@ -95,12 +95,16 @@ pub struct RecordedState {
 
 /// The pipeline state as the store's tables hold it now.
 pub fn recorded_state(store: &Store) -> Result<RecordedState> {
+    crate::error::contain(|| recorded_state_uncontained(store))
+}
+
+fn recorded_state_uncontained(store: &Store) -> Result<RecordedState> {
     let txn = store.inner.db.begin_read().db("begin a read transaction")?;
     let manifest = txn.open_table(MANIFEST).db("open the manifest")?;
     let claims = txn.open_table(CLAIMS).db("open the claims")?;
     let mut st = RecordedState::default();
     engine::scan_prefix(&manifest, SOURCE_PREFIX, |k, v| {
-        let v = EntryValue::decode(v)?;
+        let v = EntryValue::decode(k, v)?;
         st.sources.insert(
             k[SOURCE_PREFIX.len()..].to_string(),
             (v.source_version, v.object.id, v.seq),
@@ -108,13 +112,13 @@ pub fn recorded_state(store: &Store) -> Result<RecordedState> {
         Ok(())
     })?;
     engine::scan_prefix(&manifest, CELL_PREFIX, |k, v| {
-        let v = EntryValue::decode(v)?;
+        let v = EntryValue::decode(k, v)?;
         st.completions
             .insert(k.to_string(), (v.source_version, v.object.id, v.seq));
         Ok(())
     })?;
     engine::scan_prefix(&claims, CELL_PREFIX, |k, v| {
-        let c = ClaimRecord::decode(v)?;
+        let c = ClaimRecord::decode(k, v)?;
         st.claims.insert(
             k.to_string(),
             RecordedClaim {
@@ -128,15 +132,16 @@ pub fn recorded_state(store: &Store) -> Result<RecordedState> {
     })?;
     if let Some(ext) = engine::open_extensions(&txn)? {
         engine::scan_prefix(&ext, CELL_PREFIX, |k, v| {
-            let (seq, data) = engine::split_extension(v)?;
+            let (seq, data) = engine::split_extension(k, v)?;
             st.failures
                 .insert(k.to_string(), (seq, Failure::decode(data)?));
             Ok(())
         })?;
-        if let Some(v) = ext.get(DEFINITION_KEY).db("read the extensions table")? {
-            let (seq, data) = engine::split_extension(v.value())?;
-            st.definition = Some((seq, DefinitionRecord::decode(data)?.text));
-        }
+        let definition = |k: &str, v: &[u8]| {
+            let (seq, data) = engine::split_extension(k, v)?;
+            Ok((seq, DefinitionRecord::decode(data)?.text))
+        };
+        st.definition = crate::codec::get_sealed(&ext, "extensions", DEFINITION_KEY, definition)?;
     }
     Ok(st)
 }

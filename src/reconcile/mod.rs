@@ -36,7 +36,7 @@ pub use sort::{SortConfig, SortedListing};
 
 use crate::error::{DbContext, Error};
 use crate::index::{key_hash, Lookup, PassThrough};
-use crate::manifest::{EntryValue, ENTRY_LEN};
+use crate::manifest::EntryValue;
 use crate::snapshot::Snapshot;
 use crate::store::Store;
 use std::collections::hash_map::Entry as MapEntry;
@@ -422,16 +422,11 @@ impl ManifestCursor {
                 None => Ok(None),
                 Some(row) => {
                     let (k, v) = row.db("scan the manifest for reconcile")?;
-                    let v = v.value();
-                    if v.len() != ENTRY_LEN {
-                        // Let the full decoder name the damage.
-                        EntryValue::decode(v)?;
-                    }
+                    // The full decode checks the record's seal (SPEC I9).
+                    let version = EntryValue::decode(k.value(), v.value())?.source_version;
                     key.clear();
                     key.push_str(k.value());
-                    let mut version = [0u8; 8];
-                    version.copy_from_slice(&v[..8]);
-                    Ok(Some(u64::from_le_bytes(version)))
+                    Ok(Some(version))
                 }
             },
             ManifestCursor::Entries(entries) => match entries.next() {

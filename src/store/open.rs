@@ -1,0 +1,592 @@
+//! Opening a store (SPEC R1): creating it, completing an interrupted creation, upgrading an older
+//! format, and opening read-only.
+//!
+//! The protocol, and why it holds:
+//!
+//! * **Decided under the lock.** A lockless look at the directory only refuses what can never be
+//!   a store (other files, a newer format) — without writing anything, not even `LOCK`. Whether
+//!   to create is decided only after `LOCK` is held, from what the directory then holds. Only
+//!   a lock holder creates anything, so that decision cannot be overtaken: N threads or processes
+//!   opening the same missing directory end with one store, created by the first one to get the
+//!   lock; the others find it complete.
+//! * **Never re-initialised.** The initial transaction (format, seq, tokens, horizon, store id)
+//!   runs only when the database holds no metadata at all; an existing database is only ever
+//!   completed (marker) or upgraded.
+//! * **Crash-safe and idempotent creation.** Creation writes, in order: `LOCK`, the layout
+//!   (`objects/00..ff`, `staging/`, each `create_dir_all`, then directory syncs), the database
+//!   with its initial transaction, then the marker (`ONCELAKE.tmp`, fsync, rename, directory
+//!   fsync). Nothing can commit data before the marker exists (open returns only after it is
+//!   written), so a directory without a marker holding only those leftovers is an unfinished
+//!   creation, and the next open completes it — each step again, idempotently; a database file
+//!   redb cannot open there holds no data and is recreated. Anything else without a marker is
+//!   refused untouched.
+//! * **Upgrades in one transaction.** A format-1 store has its values re-encoded with their
+//!   checksums and its meta table moved, in one redb transaction: a crash leaves it wholly
+//!   format 1 or wholly format 2. The marker is rewritten afterwards; a marker older than the
+//!   database is accepted (the database's stamp decides) and rewritten.
+//!
+//! Every file operation of creation goes through the [`Vfs`] seam except `LOCK` (it needs a file
+//! descriptor to `flock`) and the database file (redb's own I/O, under the fault backend).
+
+use super::{
+    meta_get, meta_put, new_store_id, Db, Options, DB_FILE, FORMAT_VERSION, LOCK_FILE, MARKER_FILE,
+    META, META_FORMAT, META_HISTORY_FROM, META_NEXT_SEQ, META_NEXT_TOKEN, META_STORE_ID, META_V1,
+    REDB_MAGIC,
+};
+use crate::claim::{ClaimRecord, CLAIMS};
+use crate::commit::apply::EXTENSIONS;
+use crate::error::{DbContext, Error, IoContext, Result};
+use crate::fault::FaultyBackend;
+use crate::log::LOG;
+use crate::manifest::{EntryValue, HISTORY, MANIFEST};
+use crate::vfs::Vfs;
+use redb::{ReadableDatabase, ReadableTable, TableDefinition};
+use std::fs::{File, OpenOptions};
+use std::io::{Read, Write};
+use std::ops::Bound;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+const MARKER_TMP: &str = "ONCELAKE.tmp";
+/// Rows re-encoded per step of the upgrade (bounds the memory it holds at once).
+const UPGRADE_CHUNK: usize = 4096;
+
+/// What a directory holds, as far as opening it is concerned.
+#[derive(Debug)]
+enum DirState {
+    /// A store (its marker's format, not newer than this build's).
+    Store(u32),
+    /// Empty, or an unfinished creation: create (or complete) the store here.
+    Creatable,
+    /// Holds something else.
+    Foreign,
+}
+
+/// Opens (creating or completing if need be) the store for reading and writing.
+/// Also says whether it created (or completed) the store.
+pub(super) fn open_read_write(dir: &Path, options: &Options) -> Result<(Db, File, bool)> {
+    let vfs = options.vfs.as_ref();
+    ensure_dir(dir, vfs)?;
+    // Lockless: refuse what can never be a store without writing anything, not even LOCK.
+    if let DirState::Foreign = classify(dir, vfs)? {
+        return Err(not_a_store(dir));
+    }
+    let lock = acquire_lock(dir, options.lock_wait, false)?;
+    let (db, created) = match classify(dir, vfs)? {
+        DirState::Foreign => return Err(not_a_store(dir)),
+        DirState::Store(marker) => {
+            let path = dir.join(DB_FILE);
+            validate_db_file(&path)?;
+            let db = open_db(&path, options, false)?;
+            (finish(db, dir, vfs, Some(marker))?, false)
+        }
+        DirState::Creatable => (create(dir, options)?, true),
+    };
+    Ok((Db::Write(db), lock, created))
+}
+
+/// Opens an existing store of the current format without writing anything.
+pub(super) fn open_read_only(dir: &Path, options: &Options) -> Result<(Db, File)> {
+    let vfs = options.vfs.as_ref();
+    match classify(dir, vfs) {
+        Ok(DirState::Store(_)) => {}
+        Ok(_) => return Err(not_a_store(dir)),
+        Err(Error::Io { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => {
+            return Err(Error::io(
+                format!("open {} read-only: there is no store there", dir.display()),
+                source,
+            ))
+        }
+        Err(e) => return Err(e),
+    }
+    let lock = acquire_lock(dir, options.lock_wait, true)?;
+    let path = dir.join(DB_FILE);
+    check_magic(&path)?;
+    let mut b = redb::Builder::new();
+    b.set_cache_size(options.cache_bytes);
+    let db = match b.open_read_only(&path) {
+        Ok(db) => db,
+        Err(redb::DatabaseError::RepairAborted) => {
+            return Err(read_only(
+                dir,
+                "its database needs crash recovery, which writes it: open it once read-write on writable media",
+            ))
+        }
+        Err(redb::DatabaseError::DatabaseAlreadyOpen) => return Err(locked(dir)),
+        Err(e) => return Err(corrupt(&path, e.to_string())),
+    };
+    match read_format(&db)? {
+        Some(f) if f == FORMAT_VERSION => Ok((Db::Read(db), lock)),
+        Some(f) if f > FORMAT_VERSION => Err(newer(dir, f)),
+        Some(f) => Err(read_only(
+            dir,
+            &format!("it has format {f}, which is upgraded in place by the first read-write open (for example `oncelake ls` on writable media)"),
+        )),
+        None => Err(corrupt(&path, "no format version is stamped".into())),
+    }
+}
+
+fn not_a_store(dir: &Path) -> Error {
+    Error::NotAStore {
+        path: dir.to_path_buf(),
+        marker: MARKER_FILE,
+    }
+}
+
+fn locked(dir: &Path) -> Error {
+    Error::Locked {
+        path: dir.to_path_buf(),
+    }
+}
+
+fn newer(dir: &Path, found: u32) -> Error {
+    Error::NewerFormat {
+        path: dir.to_path_buf(),
+        found,
+        supported: FORMAT_VERSION,
+    }
+}
+
+fn corrupt(path: &Path, detail: String) -> Error {
+    Error::Corrupt {
+        path: path.to_path_buf(),
+        detail,
+    }
+}
+
+fn read_only(dir: &Path, why: &str) -> Error {
+    Error::ReadOnly {
+        path: dir.to_path_buf(),
+        why: why.to_string(),
+    }
+}
+
+/// Creates a missing store directory; refuses a path that is not a directory.
+fn ensure_dir(dir: &Path, vfs: &dyn Vfs) -> Result<()> {
+    match vfs.metadata(dir) {
+        Ok(m) if m.is_dir() => Ok(()),
+        Ok(_) => Err(not_a_store(dir)),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => vfs
+            .create_dir_all(dir)
+            .ctx(|| format!("create {}", dir.display())),
+        Err(e) => Err(Error::io(format!("stat {}", dir.display()), e)),
+    }
+}
+
+/// Looks at `dir`: a store (marker), something creation may have left (or nothing), or
+/// something else. Refuses a marker of a newer format or one that does not parse.
+fn classify(dir: &Path, vfs: &dyn Vfs) -> Result<DirState> {
+    let marker = dir.join(MARKER_FILE);
+    match vfs.read(&marker) {
+        Ok(bytes) => {
+            let text = String::from_utf8_lossy(&bytes);
+            let found = parse_marker(&text)
+                .ok_or_else(|| corrupt(&marker, "the store marker is unreadable".into()))?;
+            if found > FORMAT_VERSION {
+                return Err(newer(dir, found));
+            }
+            Ok(DirState::Store(found))
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            let entries = std::fs::read_dir(dir).ctx(|| format!("list {}", dir.display()))?;
+            for entry in entries {
+                let entry = entry.ctx(|| format!("list {}", dir.display()))?;
+                let name = entry.file_name();
+                if name == MARKER_FILE {
+                    // Another opener (holding the lock) just finished creating it.
+                    return classify(dir, vfs);
+                }
+                if !is_creation_leftover(&entry)? {
+                    return Ok(DirState::Foreign);
+                }
+            }
+            Ok(DirState::Creatable)
+        }
+        Err(e) => Err(Error::io(format!("read {}", marker.display()), e)),
+    }
+}
+
+/// Whether `entry` is something creation writes before the marker: `LOCK`, the database file,
+/// the marker's temp file, an empty `staging/`, or `objects/` holding only empty `00`..`ff`.
+fn is_creation_leftover(entry: &std::fs::DirEntry) -> Result<bool> {
+    let path = entry.path();
+    let kind = entry
+        .file_type()
+        .ctx(|| format!("stat {}", path.display()))?;
+    let name = entry.file_name();
+    let Some(name) = name.to_str() else {
+        return Ok(false);
+    };
+    let empty_dir = |p: &Path| -> Result<bool> {
+        Ok(std::fs::read_dir(p)
+            .ctx(|| format!("list {}", p.display()))?
+            .next()
+            .is_none())
+    };
+    Ok(match name {
+        LOCK_FILE | DB_FILE | MARKER_TMP => kind.is_file(),
+        "staging" => kind.is_dir() && empty_dir(&path)?,
+        "objects" if kind.is_dir() => {
+            for sub in std::fs::read_dir(&path).ctx(|| format!("list {}", path.display()))? {
+                let sub = sub.ctx(|| format!("list {}", path.display()))?;
+                let hex = sub.file_name().to_str().is_some_and(|n| {
+                    n.len() == 2 && n.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
+                });
+                let is_dir = sub.file_type().is_ok_and(|t| t.is_dir());
+                if !hex || !is_dir || !empty_dir(&sub.path())? {
+                    return Ok(false);
+                }
+            }
+            true
+        }
+        _ => false,
+    })
+}
+
+pub(super) fn marker_text(format: u32) -> String {
+    format!("oncelake store\nformat {format}\n")
+}
+
+fn parse_marker(text: &str) -> Option<u32> {
+    let mut lines = text.lines();
+    if lines.next()? != "oncelake store" {
+        return None;
+    }
+    lines.next()?.strip_prefix("format ")?.trim().parse().ok()
+}
+
+/// Takes the store's process lock (shared for a read-only open), waiting up to `wait` for
+/// another holder to let go.
+fn acquire_lock(dir: &Path, wait: Duration, shared: bool) -> Result<File> {
+    let path = dir.join(LOCK_FILE);
+    let mut how = OpenOptions::new();
+    if shared {
+        how.read(true);
+    } else {
+        how.read(true).write(true).create(true).truncate(false);
+    }
+    let file = how
+        .open(&path)
+        .ctx(|| format!("open lock file {}", path.display()))?;
+    let deadline = Instant::now() + wait;
+    loop {
+        let got = if shared {
+            file.try_lock_shared()
+        } else {
+            file.try_lock()
+        };
+        match got {
+            Ok(()) => return Ok(file),
+            Err(std::fs::TryLockError::WouldBlock) => {
+                if Instant::now() >= deadline {
+                    return Err(locked(dir));
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            Err(std::fs::TryLockError::Error(e)) => {
+                return Err(Error::io(format!("lock {}", path.display()), e))
+            }
+        }
+    }
+}
+
+/// Creates the store in a directory found empty or unfinished under the lock, or completes it.
+fn create(dir: &Path, options: &Options) -> Result<redb::Database> {
+    let vfs = options.vfs.as_ref();
+    init_layout(dir, vfs)?;
+    let path = dir.join(DB_FILE);
+    let db = match open_db(&path, options, true) {
+        Ok(db) => db,
+        // A creation cut while redb wrote its first pages: without a marker nothing was ever
+        // committed to it, so it is recreated.
+        Err(Error::Locked { .. }) => return Err(locked(dir)),
+        Err(_) if path.exists() => {
+            vfs.remove(&path)
+                .ctx(|| format!("remove the unfinished {}", path.display()))?;
+            open_db(&path, options, true)?
+        }
+        Err(e) => return Err(e),
+    };
+    if read_format(&db)?.is_none() {
+        initialise(&db)?;
+    }
+    finish(db, dir, vfs, None)
+}
+
+/// Checks the database's format, upgrades an older one, and (re)writes a marker that does not
+/// say the current format.
+fn finish(
+    db: redb::Database,
+    dir: &Path,
+    vfs: &dyn Vfs,
+    marker: Option<u32>,
+) -> Result<redb::Database> {
+    let format = read_format(&db)?
+        .ok_or_else(|| corrupt(&dir.join(DB_FILE), "no format version is stamped".into()))?;
+    if format > FORMAT_VERSION {
+        return Err(newer(dir, format));
+    }
+    if format < FORMAT_VERSION {
+        upgrade(&db)?;
+    }
+    if marker != Some(FORMAT_VERSION) {
+        write_marker(dir, vfs)?;
+    }
+    Ok(db)
+}
+
+fn init_layout(dir: &Path, vfs: &dyn Vfs) -> Result<()> {
+    let objects = dir.join("objects");
+    for i in 0..=255u8 {
+        let d = objects.join(format!("{i:02x}"));
+        vfs.create_dir_all(&d)
+            .ctx(|| format!("create {}", d.display()))?;
+    }
+    let staging = dir.join("staging");
+    vfs.create_dir_all(&staging)
+        .ctx(|| format!("create {}", staging.display()))?;
+    vfs.sync_dir(&objects)
+        .ctx(|| format!("fsync {}", objects.display()))?;
+    vfs.sync_dir(dir).ctx(|| format!("fsync {}", dir.display()))
+}
+
+/// Writes the marker atomically: temp file, fsync, rename over, directory fsync.
+fn write_marker(dir: &Path, vfs: &dyn Vfs) -> Result<()> {
+    let tmp = dir.join(MARKER_TMP);
+    let marker = dir.join(MARKER_FILE);
+    match vfs.remove(&tmp) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+            return Err(Error::io(format!("remove {}", tmp.display()), e))
+        }
+        _ => {}
+    }
+    let mut f = vfs
+        .create_new(&tmp)
+        .ctx(|| format!("create {}", tmp.display()))?;
+    f.write_all(marker_text(FORMAT_VERSION).as_bytes())
+        .ctx(|| format!("write {}", tmp.display()))?;
+    f.sync().ctx(|| format!("fsync {}", tmp.display()))?;
+    drop(f);
+    vfs.rename(&tmp, &marker)
+        .ctx(|| format!("rename to {}", marker.display()))?;
+    vfs.sync_dir(dir).ctx(|| format!("fsync {}", dir.display()))
+}
+
+fn check_magic(path: &Path) -> Result<()> {
+    let mut f = match File::open(path) {
+        Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            return Err(corrupt(path, "the database file is missing".into()))
+        }
+        Err(e) => return Err(Error::io(format!("open {}", path.display()), e)),
+    };
+    let mut magic = [0u8; 9];
+    if f.read_exact(&mut magic).is_err() || magic != REDB_MAGIC {
+        return Err(corrupt(
+            path,
+            "it is not a redb database (bad magic number)".into(),
+        ));
+    }
+    Ok(())
+}
+
+/// Checks what can be checked of the database file without letting redb touch it: that it is
+/// there, carries redb's magic number, and opens read-only (which refuses rather than repairs).
+fn validate_db_file(path: &Path) -> Result<()> {
+    check_magic(path)?;
+    let dir = path.parent().unwrap_or(path);
+    match redb::Builder::new().open_read_only(path) {
+        Ok(db) => match read_format(&db)? {
+            Some(f) if f > FORMAT_VERSION => Err(newer(dir, f)),
+            Some(_) => Ok(()),
+            None => Err(corrupt(path, "no format version is stamped".into())),
+        },
+        // Needs crash recovery: legitimate after a crash, and the read-write open will do it.
+        Err(redb::DatabaseError::RepairAborted) => Ok(()),
+        Err(redb::DatabaseError::DatabaseAlreadyOpen) => Err(locked(dir)),
+        Err(e) => Err(corrupt(path, e.to_string())),
+    }
+}
+
+/// The database's format: from the sealed meta table (format 2 on), from format 1's plain one,
+/// or `None` when it holds no metadata at all (a creation cut before its first transaction).
+pub(super) fn read_format(db: &dyn ReadableDatabase) -> Result<Option<u32>> {
+    let txn = db.begin_read().db("begin a read transaction")?;
+    let format = match txn.open_table(META) {
+        Ok(meta) => meta_get(&meta, META_FORMAT)?,
+        Err(redb::TableError::TableDoesNotExist(_)) => match txn.open_table(META_V1) {
+            Ok(meta) => meta
+                .get(META_FORMAT)
+                .db("read the format version")?
+                .map(|g| g.value())
+                .ok_or_else(|| Error::corrupt_record("meta", META_FORMAT, "it is missing"))?,
+            Err(redb::TableError::TableDoesNotExist(_)) => return Ok(None),
+            Err(e) => return Err(Error::db("open the meta table", e)),
+        },
+        Err(e) => return Err(Error::db("open the meta table", e)),
+    };
+    u32::try_from(format)
+        .map(Some)
+        .map_err(|_| Error::corrupt_record("meta", META_FORMAT, format!("format {format}")))
+}
+
+fn open_db(path: &Path, options: &Options, create: bool) -> Result<redb::Database> {
+    let file = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(create)
+        .truncate(false)
+        .open(path)
+        .ctx(|| format!("open {}", path.display()))?;
+    let mut b = redb::Builder::new();
+    b.set_cache_size(options.cache_bytes);
+    let backend =
+        redb::backends::FileBackend::new(file).map_err(|e| corrupt(path, e.to_string()))?;
+    let opened = match &options.faults {
+        Some(plan) => b.create_with_backend(FaultyBackend::new(backend, plan.clone())),
+        None => b.create_with_backend(backend),
+    };
+    match opened {
+        Ok(db) => Ok(db),
+        Err(redb::DatabaseError::DatabaseAlreadyOpen) => Err(locked(path.parent().unwrap_or(path))),
+        Err(redb::DatabaseError::Storage(redb::StorageError::Io(e))) => {
+            Err(Error::io(format!("open {}", path.display()), e))
+        }
+        Err(e) => Err(corrupt(path, e.to_string())),
+    }
+}
+
+/// The initial transaction: stamps the format and the counters, creates the tables.
+fn initialise(db: &redb::Database) -> Result<()> {
+    let txn = db.begin_write().db("begin the initial transaction")?;
+    {
+        let mut meta = txn.open_table(META).db("create the meta table")?;
+        meta_put(&mut meta, META_FORMAT, FORMAT_VERSION as u64)?;
+        meta_put(&mut meta, META_NEXT_SEQ, 1)?;
+        meta_put(&mut meta, META_NEXT_TOKEN, 1)?;
+        meta_put(&mut meta, META_HISTORY_FROM, 0)?;
+        meta_put(&mut meta, META_STORE_ID, new_store_id())?;
+        txn.open_table(MANIFEST).db("create the manifest")?;
+        txn.open_table(HISTORY).db("create the history")?;
+        txn.open_table(LOG).db("create the log")?;
+        txn.open_table(CLAIMS).db("create the claims")?;
+    }
+    txn.commit().db("create the store")
+}
+
+/// Format 1 → 2 in one transaction: every manifest, history, claim and extension value gets its
+/// seal, the meta values move to the sealed table (a store id is stamped if the store predates
+/// it). A value that does not decode stops the upgrade with nothing changed.
+fn upgrade(db: &redb::Database) -> Result<()> {
+    let mut txn = db.begin_write().db("begin the upgrade")?;
+    txn.set_durability(redb::Durability::Immediate)
+        .db("set the durability")?;
+    {
+        let old: Vec<(String, u64)> = {
+            let t = txn.open_table(META_V1).db("open the format-1 meta table")?;
+            let rows = t.iter().db("read the format-1 meta table")?;
+            rows.map(|r| {
+                let (k, v) = r.db("read the format-1 meta table")?;
+                Ok((k.value().to_string(), v.value()))
+            })
+            .collect::<Result<_>>()?
+        };
+        txn.delete_table(META_V1)
+            .db("remove the format-1 meta table")?;
+        let mut meta = txn.open_table(META).db("create the meta table")?;
+        for key in [META_NEXT_SEQ, META_NEXT_TOKEN, META_HISTORY_FROM] {
+            let v = old.iter().find(|(k, _)| k == key).map(|(_, v)| *v);
+            let v = v.ok_or_else(|| Error::corrupt_record("meta", key, "it is missing"))?;
+            meta_put(&mut meta, key, v)?;
+        }
+        let id = old
+            .iter()
+            .find(|(k, _)| k == META_STORE_ID)
+            .map(|(_, v)| *v);
+        meta_put(&mut meta, META_STORE_ID, id.unwrap_or_else(new_store_id))?;
+        meta_put(&mut meta, META_FORMAT, FORMAT_VERSION as u64)?;
+        reseal_by_unit(&txn, MANIFEST, |unit, v| {
+            Ok(EntryValue::decode_payload("manifest", unit, v)?.encode(unit))
+        })?;
+        reseal_by_unit(&txn, CLAIMS, |unit, v| {
+            Ok(ClaimRecord::decode_payload(unit, v)?.encode(unit))
+        })?;
+        reseal_by_unit(&txn, EXTENSIONS, |key, v| {
+            let (seq, data) = crate::pipeline::split_extension_payload(key, v)?;
+            Ok(crate::commit::apply::encode_extension(key, seq, data))
+        })?;
+        reseal_history(&txn)?;
+    }
+    txn.commit().db("commit the upgrade")
+}
+
+type Reseal<'a> = &'a dyn Fn(&str, &[u8]) -> Result<Vec<u8>>;
+
+/// Re-encodes every value of a unit-keyed table, a chunk at a time.
+fn reseal_by_unit(
+    txn: &redb::WriteTransaction,
+    def: TableDefinition<&str, &[u8]>,
+    f: impl Fn(&str, &[u8]) -> Result<Vec<u8>>,
+) -> Result<()> {
+    let f: Reseal = &f;
+    let mut t = txn.open_table(def).db("open a table to upgrade")?;
+    let mut after: Option<String> = None;
+    loop {
+        let chunk: Vec<(String, Vec<u8>)> = {
+            let lower = match &after {
+                Some(a) => Bound::Excluded(a.as_str()),
+                None => Bound::Unbounded,
+            };
+            let rows = t
+                .range::<&str>((lower, Bound::Unbounded))
+                .db("read a table to upgrade")?;
+            rows.take(UPGRADE_CHUNK)
+                .map(|r| {
+                    let (k, v) = r.db("read a table to upgrade")?;
+                    Ok((k.value().to_string(), f(k.value(), v.value())?))
+                })
+                .collect::<Result<_>>()?
+        };
+        let Some((last, _)) = chunk.last() else {
+            return Ok(());
+        };
+        after = Some(last.clone());
+        for (k, v) in &chunk {
+            t.insert(k.as_str(), v.as_slice())
+                .db("write an upgraded value")?;
+        }
+    }
+}
+
+/// Re-encodes every history value, a chunk at a time.
+fn reseal_history(txn: &redb::WriteTransaction) -> Result<()> {
+    let mut t = txn.open_table(HISTORY).db("open the history")?;
+    let mut after: Option<(String, u64)> = None;
+    loop {
+        let chunk: Vec<(String, u64, Vec<u8>)> = {
+            let lower = match &after {
+                Some((u, s)) => Bound::Excluded((u.as_str(), *s)),
+                None => Bound::Unbounded,
+            };
+            let rows = t
+                .range::<(&str, u64)>((lower, Bound::Unbounded))
+                .db("read the history")?;
+            rows.take(UPGRADE_CHUNK)
+                .map(|r| {
+                    let (k, v) = r.db("read the history")?;
+                    let (unit, seq) = k.value();
+                    let e = EntryValue::decode_payload("history", unit, v.value())?;
+                    Ok((unit.to_string(), seq, e.encode_history(unit)))
+                })
+                .collect::<Result<_>>()?
+        };
+        let Some((u, s, _)) = chunk.last() else {
+            return Ok(());
+        };
+        after = Some((u.clone(), *s));
+        for (u, s, v) in &chunk {
+            t.insert((u.as_str(), *s), v.as_slice())
+                .db("write an upgraded value")?;
+        }
+    }
+}

@@ -1,0 +1,397 @@
+//! SPEC I9: a damaged store never answers wrongly. Random overwrites of a copy of a populated
+//! store's database; after each, every read either gives exactly the undamaged store's answer or
+//! an error — never another answer — and no panic escapes, in the library and through the CLI.
+//!
+//! `ONCELAKE_CORRUPTION_ROUNDS` raises the number of rounds (default 300 in the library, 40
+//! through the CLI); the seed of each round is printed on failure.
+
+use oncelake::pipeline::{self, Attempt, Pipeline, PipelineDef, RecordedState};
+use oncelake::{ClaimOutcome, Options, Store, DB_FILE};
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+const UNITS: u64 = 150;
+const LONG: Duration = Duration::from_secs(86_400 * 365);
+
+/// xorshift64*: deterministic, dependency-free.
+struct Rng(u64);
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+}
+
+fn def() -> PipelineDef {
+    PipelineDef::builder()
+        .stage("a", 1, &[])
+        .stage("b", 1, &["a"])
+        .build()
+        .unwrap()
+}
+
+/// A store with current entries, corrections, newer versions (history), claims, and pipeline
+/// extension records (a definition and failures).
+fn populate(dir: &Path) {
+    let store = Store::open(dir).unwrap();
+    for i in 0..UNITS {
+        store
+            .put(&format!("unit/{i:04}"), 1, format!("v1 of {i}").as_bytes())
+            .unwrap();
+    }
+    for i in (0..UNITS).step_by(3) {
+        store
+            .put(&format!("unit/{i:04}"), 2, format!("v2 of {i}").as_bytes())
+            .unwrap();
+    }
+    for i in (0..UNITS).step_by(7) {
+        store
+            .correct(&format!("unit/{i:04}"), 2, format!("fix of {i}").as_bytes())
+            .unwrap();
+    }
+    for i in 0..10 {
+        store
+            .claim(&format!("claimed/{i}"), 5, &format!("w{i}"), LONG)
+            .unwrap();
+    }
+    let p = Pipeline::new(def());
+    p.record_definition(&store).unwrap();
+    for i in 0..5 {
+        let unit = format!("src{i}");
+        pipeline::set_source_version(&store, &unit, 3, b"input").unwrap();
+        let att = Attempt {
+            unit,
+            stage: "a".into(),
+            source_version: 3,
+            worker: "w".into(),
+            token: None,
+        };
+        p.fail(&store, &att, "disk full").unwrap();
+    }
+}
+
+/// What every read of the store answers, as text (so two answers compare whole).
+#[derive(Debug, PartialEq, Clone)]
+struct Answers {
+    current: Vec<String>,
+    gets: Vec<String>,
+    as_of: Vec<String>,
+    log: Vec<String>,
+    lookups: Vec<String>,
+    claims: Vec<String>,
+    pipeline: String,
+    stale_put: String,
+}
+
+fn entry_text(e: &oncelake::Entry) -> String {
+    format!(
+        "{} v{} r{} {} {} {:08x} seq{}",
+        e.unit,
+        e.source_version,
+        e.revision,
+        e.object.id.to_hex(),
+        e.object.size,
+        e.object.crc32,
+        e.seq
+    )
+}
+
+type R<T> = oncelake::Result<T>;
+
+fn read_all(store: &Store) -> R<Answers> {
+    let snap = store.snapshot()?;
+    let current = snap
+        .iter()?
+        .map(|e| e.map(|e| entry_text(&e)))
+        .collect::<R<Vec<_>>>()?;
+    let mut gets = Vec::new();
+    for i in (0..UNITS + 5).step_by(4) {
+        let unit = format!("unit/{i:04}");
+        gets.push(format!(
+            "{unit}: {:?}",
+            snap.get(&unit)?.map(|e| entry_text(&e))
+        ));
+    }
+    let mut as_of = Vec::new();
+    for at in [1, UNITS / 2, UNITS + 10, UNITS + 40, snap.seq() - 3] {
+        let old = store.snapshot_at(at)?;
+        for i in (0..UNITS).step_by(9) {
+            let unit = format!("unit/{i:04}");
+            as_of.push(format!(
+                "{at} {unit}: {:?}",
+                old.get(&unit)?.map(|e| entry_text(&e))
+            ));
+        }
+        let n = old.prefix("unit/")?.collect::<R<Vec<_>>>()?.len();
+        as_of.push(format!("{at}: {n} entries"));
+    }
+    let log = snap
+        .changes_since(0)?
+        .map(|r| r.map(|r| format!("{r:?}")))
+        .collect::<R<Vec<_>>>()?;
+    let mut lookups = Vec::new();
+    for i in (0..UNITS).step_by(5) {
+        let unit = format!("unit/{i:04}");
+        lookups.push(format!("{:?}", store.lookup(&unit)?));
+    }
+    let mut claims = Vec::new();
+    for i in 0..10 {
+        let c = store.claim(&format!("claimed/{i}"), 5, "intruder", LONG)?;
+        claims.push(match c {
+            ClaimOutcome::Held { worker, .. } => format!("held by {worker}"),
+            ClaimOutcome::Granted { lease, .. } => format!("granted {}", lease.token),
+            ClaimOutcome::AlreadyDone(e) => format!("done {}", entry_text(&e)),
+        });
+    }
+    let RecordedState {
+        sources,
+        completions,
+        failures,
+        claims: cell_claims,
+        definition,
+    } = pipeline::recorded_state(store)?;
+    let pipeline =
+        format!("{sources:?} {completions:?} {failures:?} {cell_claims:?} {definition:?}");
+    // A decision: version 1 of a unit at version 2 is stale, whatever the damage.
+    let stale = store.put("unit/0003", 1, b"late retry")?;
+    let stale_put = format!("{:?}", stale.outcome);
+    Ok(Answers {
+        current,
+        gets,
+        as_of,
+        log,
+        lookups,
+        claims,
+        pipeline,
+        stale_put,
+    })
+}
+
+#[derive(Default, Debug)]
+struct Tally {
+    rounds: u64,
+    /// Damage detected: the open or a read answered an error.
+    refused: u64,
+    harmless: u64,
+    wrong: Vec<String>,
+}
+
+fn rounds(default: u64) -> u64 {
+    std::env::var("ONCELAKE_CORRUPTION_ROUNDS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+/// Overwrites 1..=4 bytes at a random offset (half the time within bytes that are not zero, where
+/// the data is) with different values.
+fn damage(pristine: &[u8], rng: &mut Rng) -> (Vec<u8>, String) {
+    let mut bytes = pristine.to_vec();
+    let offset = loop {
+        let o = rng.below(bytes.len() as u64) as usize;
+        if rng.below(2) == 0 || bytes[o] != 0 {
+            break o;
+        }
+    };
+    let len = if rng.below(2) == 0 {
+        1
+    } else {
+        1 + rng.below(4) as usize
+    };
+    for b in &mut bytes[offset..(offset + len).min(pristine.len())] {
+        *b ^= 1 + rng.below(255) as u8;
+    }
+    (bytes, format!("{len} byte(s) at {offset}"))
+}
+
+struct Fixture {
+    _tmp: tempfile::TempDir,
+    pristine_dir: PathBuf,
+    work: PathBuf,
+    db: Vec<u8>,
+}
+
+fn fixture() -> Fixture {
+    let tmp = tempfile::tempdir().unwrap();
+    let pristine_dir = tmp.path().join("pristine");
+    populate(&pristine_dir);
+    let work = tmp.path().join("work");
+    copy_dir(&pristine_dir, &work);
+    let db = std::fs::read(pristine_dir.join(DB_FILE)).unwrap();
+    Fixture {
+        _tmp: tmp,
+        pristine_dir,
+        work,
+        db,
+    }
+}
+
+/// Restores the work copy's database (and index snapshot) to the pristine one with `bytes` as
+/// its database.
+fn reset(f: &Fixture, bytes: &[u8]) {
+    std::fs::write(f.work.join(DB_FILE), bytes).unwrap();
+    let snap = f.pristine_dir.join("index.snap");
+    let work_snap = f.work.join("index.snap");
+    let _ = std::fs::remove_file(&work_snap);
+    if snap.exists() {
+        std::fs::copy(&snap, &work_snap).unwrap();
+    }
+}
+
+#[test]
+fn random_damage_to_the_database_never_gives_a_wrong_answer() {
+    let f = fixture();
+    let want = {
+        reset(&f, &f.db);
+        read_all(&Store::open(&f.work).unwrap()).unwrap()
+    };
+    let mut tally = Tally::default();
+    for round in 0..rounds(300) {
+        let seed = 0x9E37_79B9_7F4A_7C15 ^ round.wrapping_mul(0x1000_0000_01B3);
+        let mut rng = Rng(seed | 1);
+        let (bytes, what) = damage(&f.db, &mut rng);
+        reset(&f, &bytes);
+        tally.rounds += 1;
+        let got = std::panic::catch_unwind(|| {
+            let store = Store::open_with(&f.work, Options::default())?;
+            read_all(&store)
+        });
+        match got {
+            Err(_) => panic!("round {round} (seed {seed:#x}, {what}): a panic escaped"),
+            Ok(Err(e)) if tally.refused < 3 => {
+                eprintln!("round {round}: refused: {e}");
+                tally.refused += 1;
+            }
+            Ok(Err(_)) => tally.refused += 1,
+            Ok(Ok(got)) if got == want => tally.harmless += 1,
+            Ok(Ok(got)) => tally.wrong.push(format!(
+                "round {round} (seed {seed:#x}, {what}): {}",
+                first_difference(&want, &got)
+            )),
+        }
+    }
+    eprintln!("{tally:?}");
+    assert!(tally.wrong.is_empty(), "wrong answers: {:#?}", tally.wrong);
+    assert!(
+        tally.refused > 0,
+        "some damage must have been detected: {tally:?}"
+    );
+}
+
+fn first_difference(want: &Answers, got: &Answers) -> String {
+    let w = format!("{want:#?}");
+    let g = format!("{got:#?}");
+    for (a, b) in w.lines().zip(g.lines()) {
+        if a != b {
+            return format!("expected {a:?}, got {b:?}");
+        }
+    }
+    "lengths differ".into()
+}
+
+fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for e in std::fs::read_dir(from).unwrap() {
+        let e = e.unwrap();
+        let target = to.join(e.file_name());
+        if e.file_type().unwrap().is_dir() {
+            copy_dir(&e.path(), &target);
+        } else {
+            std::fs::copy(e.path(), &target).unwrap();
+        }
+    }
+}
+
+#[test]
+fn through_the_cli_a_damaged_database_never_exits_0_with_wrong_output() {
+    let f = fixture();
+    let run = |args: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_oncelake"))
+            .args(args)
+            .output()
+            .unwrap()
+    };
+    let work = f.work.to_str().unwrap().to_string();
+    let commands: [Vec<&str>; 4] = [
+        vec!["ls", &work, "--json"],
+        vec!["get", &work, "unit/0042"],
+        vec!["log", &work, "--json"],
+        vec!["ls", &work, "--at", "100", "--json"],
+    ];
+    reset(&f, &f.db);
+    let want: Vec<Vec<u8>> = commands
+        .iter()
+        .map(|c| {
+            let out = run(c);
+            assert_eq!(out.status.code(), Some(0), "{c:?}");
+            out.stdout
+        })
+        .collect();
+    let (mut detected, mut harmless, mut wrong) = (0, 0, Vec::new());
+    for round in 0..rounds(40) {
+        let seed = 0x5851_F42D_4C95_7F2D ^ round.wrapping_mul(0x1000_0000_01B3);
+        let mut rng = Rng(seed | 1);
+        let (bytes, what) = damage(&f.db, &mut rng);
+        for (c, want) in commands.iter().zip(&want) {
+            reset(&f, &bytes);
+            let out = run(c);
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            assert!(
+                !stderr.contains("panicked") && !stderr.contains("stack backtrace"),
+                "round {round} (seed {seed:#x}, {what}) {c:?}: {stderr}"
+            );
+            match out.status.code() {
+                Some(0) if &out.stdout == want => harmless += 1,
+                Some(0) => wrong.push(format!("round {round} (seed {seed:#x}, {what}) {c:?}")),
+                _ => detected += 1,
+            }
+        }
+    }
+    eprintln!(
+        "cli: {detected} detected, {harmless} harmless, {} wrong",
+        wrong.len()
+    );
+    assert!(wrong.is_empty(), "exit 0 with wrong output: {wrong:#?}");
+}
+
+#[test]
+fn every_table_record_is_sealed_against_a_flipped_bit() {
+    // A targeted complement to the random loop: find each sealed value of a few kinds in the
+    // file and flip one bit of it; the read that uses it must fail, never answer.
+    let f = fixture();
+    let want = {
+        reset(&f, &f.db);
+        read_all(&Store::open(&f.work).unwrap()).unwrap()
+    };
+    let needles: BTreeMap<&str, Vec<u8>> = [
+        ("worker of a claim", b"w7".to_vec()),
+        ("pipeline failure", b"disk full".to_vec()),
+    ]
+    .into_iter()
+    .collect();
+    for (what, needle) in needles {
+        let positions: Vec<usize> =
+            f.db.windows(needle.len())
+                .enumerate()
+                .filter(|(_, w)| *w == needle.as_slice())
+                .map(|(i, _)| i)
+                .collect();
+        assert!(!positions.is_empty(), "{what} is in the file");
+        for p in positions {
+            let mut bytes = f.db.clone();
+            bytes[p] ^= 0x01;
+            reset(&f, &bytes);
+            let got = Store::open(&f.work).and_then(|s| read_all(&s));
+            if let Ok(got) = got {
+                assert_eq!(got, want, "{what} at {p}: damage gave another answer");
+            }
+        }
+    }
+}

@@ -1,0 +1,593 @@
+//! Opening a store (SPEC R1): concurrent first opens end with one store, an interrupted creation
+//! is completed by the next open, a format-1 store is upgraded in place (crash-safely), and a
+//! store on read-only media can be read.
+
+use oncelake::fault::{FaultPlan, FaultyVfs};
+use oncelake::vfs::RealVfs;
+use oncelake::{Error, Options, Store, DB_FILE, FORMAT_VERSION, MARKER_FILE};
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::sync::{Arc, Barrier};
+use std::time::Duration;
+
+fn waiting() -> Options {
+    Options {
+        lock_wait: Duration::from_secs(120),
+        ..Options::default()
+    }
+}
+
+/// Everything a reader can see: unit → (version, revision, object hex, seq).
+type Model = BTreeMap<String, (u64, u32, String, u64)>;
+
+fn current(store: &Store) -> Model {
+    let snap = store.snapshot().unwrap();
+    snap.iter()
+        .unwrap()
+        .map(|e| {
+            let e = e.unwrap();
+            (
+                e.unit.clone(),
+                (e.source_version, e.revision, e.object.id.to_hex(), e.seq),
+            )
+        })
+        .collect()
+}
+
+/// The log's seqs, in order: a re-initialised store restarts them (and overwrites records).
+fn log_seqs(store: &Store) -> Vec<u64> {
+    let snap = store.snapshot().unwrap();
+    snap.changes_since(0)
+        .unwrap()
+        .map(|r| r.unwrap().seq)
+        .collect()
+}
+
+#[test]
+fn many_threads_opening_a_missing_directory_end_with_one_store() {
+    const THREADS: usize = 6;
+    for round in 0..40 {
+        let tmp = tempfile::tempdir().unwrap();
+        let lake = tmp.path().join("lake");
+        let barrier = Arc::new(Barrier::new(THREADS));
+        let handles: Vec<_> = (0..THREADS)
+            .map(|t| {
+                let (lake, barrier) = (lake.clone(), barrier.clone());
+                std::thread::spawn(move || {
+                    barrier.wait();
+                    let store = Store::open_with(&lake, waiting())
+                        .unwrap_or_else(|e| panic!("round {round} thread {t}: {e}"));
+                    let created = store.created();
+                    let out = store.put(&format!("t{t}"), 1, b"x").unwrap();
+                    assert_eq!(out.outcome.name(), "committed", "round {round} thread {t}");
+                    created
+                })
+            })
+            .collect();
+        let created = handles
+            .into_iter()
+            .map(|h| h.join().unwrap())
+            .filter(|&c| c)
+            .count();
+        assert_eq!(
+            created, 1,
+            "round {round}: exactly one open creates the store"
+        );
+        let store = Store::open(&lake).unwrap();
+        assert_eq!(current(&store).len(), THREADS, "round {round}: data kept");
+        let want: Vec<u64> = (1..=THREADS as u64).collect();
+        assert_eq!(log_seqs(&store), want, "round {round}: seqs never restart");
+    }
+}
+
+fn oncelake(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_oncelake"))
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+fn s(p: &Path) -> &str {
+    p.to_str().unwrap()
+}
+
+#[test]
+fn many_processes_initialising_and_writing_a_missing_directory_end_with_one_store() {
+    const PROCS: usize = 4;
+    for round in 0..8 {
+        let tmp = tempfile::tempdir().unwrap();
+        let lake = tmp.path().join("lake");
+        let data = tmp.path().join("data");
+        std::fs::write(&data, b"rows").unwrap();
+        let barrier = Arc::new(Barrier::new(PROCS));
+        let handles: Vec<_> = (0..PROCS)
+            .map(|p| {
+                let (lake, data, barrier) = (lake.clone(), data.clone(), barrier.clone());
+                std::thread::spawn(move || {
+                    barrier.wait();
+                    let init = oncelake(&["--wait", "120s", "init", s(&lake), "--json"]);
+                    let unit = format!("p{p}");
+                    let put = oncelake(&["--wait", "120s", "put", s(&lake), &unit, "1", s(&data)]);
+                    (init, put)
+                })
+            })
+            .collect();
+        let mut created = 0;
+        for h in handles {
+            let (init, put) = h.join().unwrap();
+            let err = |o: &Output| String::from_utf8_lossy(&o.stderr).to_string();
+            assert_eq!(init.status.code(), Some(0), "round {round}: {}", err(&init));
+            assert_eq!(put.status.code(), Some(0), "round {round}: {}", err(&put));
+            let v: serde_json::Value = serde_json::from_slice(&init.stdout).unwrap();
+            created += v["created"].as_bool().unwrap() as usize;
+        }
+        assert_eq!(
+            created, 1,
+            "round {round}: exactly one init creates the store"
+        );
+        let store = Store::open(&lake).unwrap();
+        assert_eq!(current(&store).len(), PROCS, "round {round}");
+        let want: Vec<u64> = (1..=PROCS as u64).collect();
+        assert_eq!(log_seqs(&store), want, "round {round}");
+    }
+}
+
+fn faulty(plan: &Arc<FaultPlan>) -> Options {
+    Options {
+        vfs: Arc::new(FaultyVfs::new(Arc::new(RealVfs), plan.clone())),
+        faults: Some(plan.clone()),
+        ..Options::default()
+    }
+}
+
+/// Opens `dir` and checks it is a complete, working store with `units` units.
+///
+/// Every open here waits for the lock: another test of this binary spawning a process can hold
+/// a copy of a just-closed `LOCK` descriptor between its fork and its exec.
+fn reopen_works(dir: &Path, units: usize, what: &str) {
+    let store =
+        Store::open_with(dir, waiting()).unwrap_or_else(|e| panic!("{what}: reopen failed: {e}"));
+    assert_eq!(current(&store).len(), units, "{what}");
+    let out = store.put("after", 1, b"y").unwrap();
+    assert_eq!(out.outcome.name(), "committed", "{what}");
+    drop(store);
+    let store = Store::open_with(dir, waiting()).unwrap();
+    assert_eq!(current(&store).len(), units + 1, "{what}");
+}
+
+#[test]
+fn a_creation_crashed_at_any_operation_is_completed_by_the_next_open() {
+    let tmp = tempfile::tempdir().unwrap();
+    let plan = FaultPlan::new();
+    let store = Store::open_with(tmp.path().join("count"), faulty(&plan)).unwrap();
+    let total = plan.ops();
+    drop(store);
+    assert!(total > 256, "creation makes {total} file operations");
+    // Every index, except that of the 256 identical `objects/xx` mkdirs only every 15th is
+    // taken (each round costs a dozen fsyncs).
+    let sweep = (1..=total).filter(|n| !(6..=254).contains(n) || n % 15 == 0);
+    for n in sweep {
+        let lake = tmp.path().join(format!("lake{n}"));
+        let plan = FaultPlan::new();
+        plan.crash_at(n);
+        let r = Store::open_with(&lake, faulty(&plan));
+        assert!(
+            r.is_err(),
+            "a crash at operation {n} of {total} fails the open"
+        );
+        drop(r);
+        let had_marker = lake.join(MARKER_FILE).exists();
+        let store =
+            Store::open_with(&lake, waiting()).unwrap_or_else(|e| panic!("crash at {n}: {e}"));
+        assert_eq!(
+            store.created(),
+            !had_marker,
+            "crash at {n}: the open completed the creation unless the marker was in place"
+        );
+        drop(store);
+        reopen_works(&lake, 0, &format!("crash at {n}"));
+    }
+}
+
+#[test]
+fn a_leftover_of_a_killed_init_is_completed_by_init() {
+    let tmp = tempfile::tempdir().unwrap();
+    let lake = tmp.path().join("lake");
+    // What a killed `init` left in about half the rounds: LOCK and objects/, no marker.
+    std::fs::create_dir_all(lake.join("objects/00")).unwrap();
+    std::fs::create_dir_all(lake.join("objects/01")).unwrap();
+    std::fs::write(lake.join("LOCK"), b"").unwrap();
+    let out = oncelake(&["init", s(&lake), "--json"]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["created"], true);
+    let again = oncelake(&["init", s(&lake), "--json"]);
+    assert_eq!(again.status.code(), Some(0), "init is idempotent");
+    let v: serde_json::Value = serde_json::from_slice(&again.stdout).unwrap();
+    assert_eq!(v["created"], false);
+    reopen_works(&lake, 0, "leftover");
+}
+
+/// Every file under `dir`, with its bytes.
+fn tree(dir: &Path) -> BTreeMap<PathBuf, Vec<u8>> {
+    let mut out = BTreeMap::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).unwrap() {
+            let p = e.unwrap().path();
+            if p.is_dir() {
+                out.insert(p.clone(), Vec::new());
+                stack.push(p);
+            } else {
+                out.insert(p.clone(), std::fs::read(&p).unwrap());
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn a_directory_that_is_not_a_store_is_refused_untouched() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cases: [(&str, &[&str]); 4] = [
+        ("other-file", &["notes.txt"]),
+        ("leftover-plus-file", &["LOCK", "notes.txt"]),
+        ("object-file", &["LOCK", "objects/00/abc"]),
+        ("odd-dir", &["objects/zz/"]),
+    ];
+    for (name, files) in cases {
+        let dir = tmp.path().join(name);
+        for f in files {
+            let p = dir.join(f);
+            if f.ends_with('/') {
+                std::fs::create_dir_all(&p).unwrap();
+            } else {
+                std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+                std::fs::write(&p, b"mine").unwrap();
+            }
+        }
+        let before = tree(&dir);
+        let err = Store::open_with(&dir, waiting()).unwrap_err();
+        assert!(matches!(err, Error::NotAStore { .. }), "{name}: {err}");
+        assert_eq!(tree(&dir), before, "{name}: nothing was touched");
+    }
+}
+
+// ---- format 1 → 2 -------------------------------------------------------------------------
+
+const META_V2: redb::TableDefinition<&str, &[u8]> = redb::TableDefinition::new("store_meta");
+const META_V1: redb::TableDefinition<&str, u64> = redb::TableDefinition::new("meta");
+const UNIT_TABLES: [&str; 3] = ["manifest", "claims", "extensions"];
+const HISTORY: redb::TableDefinition<(&str, u64), &[u8]> = redb::TableDefinition::new("history");
+
+/// Rewrites a (closed) format-2 store the way format 1 stored it: values without their 4-byte
+/// seal, plain u64 meta values in the `meta` table, a marker saying format 1.
+fn downgrade_to_format_1(dir: &Path, keep_store_id: bool) {
+    use redb::{ReadableDatabase, ReadableTable};
+    let db = redb::Database::create(dir.join(DB_FILE)).unwrap();
+    let txn = db.begin_write().unwrap();
+    {
+        let strip = |v: &[u8]| v[..v.len() - 4].to_vec();
+        for name in UNIT_TABLES {
+            let def: redb::TableDefinition<&str, &[u8]> = redb::TableDefinition::new(name);
+            let mut t = txn.open_table(def).unwrap();
+            let rows: Vec<(String, Vec<u8>)> = t
+                .iter()
+                .unwrap()
+                .map(|r| {
+                    let (k, v) = r.unwrap();
+                    (k.value().to_string(), strip(v.value()))
+                })
+                .collect();
+            for (k, v) in rows {
+                t.insert(k.as_str(), v.as_slice()).unwrap();
+            }
+        }
+        let mut h = txn.open_table(HISTORY).unwrap();
+        let rows: Vec<((String, u64), Vec<u8>)> = h
+            .iter()
+            .unwrap()
+            .map(|r| {
+                let (k, v) = r.unwrap();
+                let (u, s) = k.value();
+                ((u.to_string(), s), strip(v.value()))
+            })
+            .collect();
+        for ((u, s), v) in rows {
+            h.insert((u.as_str(), s), v.as_slice()).unwrap();
+        }
+        let meta: Vec<(String, u64)> = {
+            let t = txn.open_table(META_V2).unwrap();
+            let rows = t.iter().unwrap();
+            rows.map(|r| {
+                let (k, v) = r.unwrap();
+                let v = v.value();
+                (
+                    k.value().to_string(),
+                    u64::from_le_bytes(v[..8].try_into().unwrap()),
+                )
+            })
+            .collect()
+        };
+        txn.delete_table(META_V2).unwrap();
+        let mut old = txn.open_table(META_V1).unwrap();
+        for (k, v) in meta {
+            if k == "store_id" && !keep_store_id {
+                continue; // as in a store written before store ids
+            }
+            let v = if k == "format" { 1 } else { v };
+            old.insert(k.as_str(), v).unwrap();
+        }
+    }
+    txn.commit().unwrap();
+    let r = db.begin_read().unwrap();
+    assert!(
+        r.open_table(META_V2).is_err(),
+        "the sealed meta table is gone"
+    );
+    drop(r);
+    drop(db);
+    let marker = dir.join(MARKER_FILE);
+    let mut perm = std::fs::metadata(&marker).unwrap().permissions();
+    #[allow(clippy::permissions_set_readonly_false)]
+    perm.set_readonly(false);
+    std::fs::set_permissions(&marker, perm).unwrap();
+    std::fs::write(&marker, "oncelake store\nformat 1\n").unwrap();
+}
+
+/// Everything the upgrade must keep: current entries, every as-of view, the log, claims.
+#[derive(Debug, PartialEq)]
+struct Answers {
+    current: Model,
+    as_of: Vec<Model>,
+    log: Vec<oncelake::log::Record>,
+    claim: String,
+}
+
+fn answers(store: &Store) -> Answers {
+    let snap = store.snapshot().unwrap();
+    let seq = snap.seq();
+    let as_of = (1..=seq)
+        .map(|s| {
+            let snap = store.snapshot_at(s).unwrap();
+            snap.iter()
+                .unwrap()
+                .map(|e| {
+                    let e = e.unwrap();
+                    (
+                        e.unit.clone(),
+                        (e.source_version, e.revision, e.object.id.to_hex(), e.seq),
+                    )
+                })
+                .collect()
+        })
+        .collect();
+    let claim = match store
+        .claim("claimed", 3, "other", Duration::from_secs(600))
+        .unwrap()
+    {
+        oncelake::ClaimOutcome::Held { worker, .. } => worker,
+        other => format!("{other:?}"),
+    };
+    Answers {
+        current: current(store),
+        as_of,
+        log: snap.changes_since(0).unwrap().map(|r| r.unwrap()).collect(),
+        claim,
+    }
+}
+
+fn populated_format_1(dir: &Path) {
+    let store = Store::open(dir).unwrap();
+    for i in 0..20 {
+        store
+            .put(&format!("u{i:02}"), i, format!("v{i}").as_bytes())
+            .unwrap();
+    }
+    store.correct("u03", 3, b"fixed").unwrap();
+    store.put("u04", 9, b"newer").unwrap();
+    store
+        .claim("claimed", 3, "w1", Duration::from_secs(3600))
+        .unwrap();
+    drop(store);
+    downgrade_to_format_1(dir, true);
+}
+
+#[test]
+fn a_format_1_store_is_upgraded_in_place_and_answers_the_same() {
+    let tmp = tempfile::tempdir().unwrap();
+    let reference = tmp.path().join("reference");
+    let lake = tmp.path().join("lake");
+    populated_format_1(&lake);
+    // The reference: the same history, kept in the current format (the claim answer adds no
+    // log record, so both stores stay equal).
+    copy_dir(&lake, &reference);
+    let store = Store::open(&lake).unwrap();
+    let upgraded = answers(&store);
+    drop(store);
+    let marker = std::fs::read_to_string(lake.join(MARKER_FILE)).unwrap();
+    assert_eq!(marker, format!("oncelake store\nformat {FORMAT_VERSION}\n"));
+    assert_eq!(upgraded.current.len(), 20);
+    assert_eq!(upgraded.claim, "w1");
+    assert_eq!(upgraded.current["u03"].1, 1, "the correction is kept");
+    assert_eq!(upgraded.current["u04"].0, 9);
+    // Reopening an upgraded store changes nothing more.
+    let store = Store::open(&lake).unwrap();
+    assert_eq!(answers(&store), upgraded);
+    assert!(store.verify(Default::default()).unwrap().is_clean());
+    drop(store);
+
+    // An upgrade crashed at any point completes on the next open with the same answers.
+    // (Operations after the open are those of the close.)
+    let plan = FaultPlan::new();
+    let counted = tmp.path().join("counted");
+    copy_dir(&reference, &counted);
+    let store = Store::open_with(&counted, faulty(&plan)).unwrap();
+    let in_open = plan.ops();
+    drop(store);
+    let total = plan.ops();
+    assert!(in_open > 0);
+    for n in 1..=total {
+        let dir = tmp.path().join(format!("crash{n}"));
+        copy_dir(&reference, &dir);
+        let plan = FaultPlan::new();
+        plan.crash_at(n);
+        let r = Store::open_with(&dir, faulty(&plan));
+        assert!(
+            r.is_err() || n > in_open,
+            "a crash at operation {n} of {in_open} fails the open"
+        );
+        drop(r);
+        let store =
+            Store::open_with(&dir, waiting()).unwrap_or_else(|e| panic!("crash at {n}: {e}"));
+        assert_eq!(answers(&store), upgraded, "crash at {n}");
+        drop(store);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}
+
+#[test]
+fn a_format_1_store_without_a_store_id_gets_one_and_its_index_snapshot_is_used() {
+    let tmp = tempfile::tempdir().unwrap();
+    let lake = tmp.path().join("lake");
+    let store = Store::open(&lake).unwrap();
+    for i in 0..30 {
+        store.put(&format!("u{i}"), 1, b"x").unwrap();
+    }
+    let model = current(&store);
+    drop(store);
+    std::fs::remove_file(lake.join("index.snap")).unwrap();
+    downgrade_to_format_1(&lake, false);
+    let store = Store::open(&lake).unwrap();
+    assert_eq!(store.open_report().fallback.as_deref(), Some("no snapshot"));
+    assert_eq!(current(&store), model);
+    drop(store);
+    // The identity stamped by the upgrade is the one the snapshot written at close carries.
+    let store = Store::open(&lake).unwrap();
+    assert!(store.open_report().index_from_snapshot);
+    assert_eq!(current(&store), model);
+}
+
+fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for e in std::fs::read_dir(from).unwrap() {
+        let e = e.unwrap();
+        let target = to.join(e.file_name());
+        if e.file_type().unwrap().is_dir() {
+            copy_dir(&e.path(), &target);
+        } else {
+            std::fs::copy(e.path(), &target).unwrap();
+        }
+    }
+}
+
+// ---- read-only ----------------------------------------------------------------------------
+
+fn populated(dir: &Path) -> Model {
+    let store = Store::open(dir).unwrap();
+    for i in 0..10 {
+        store
+            .put(&format!("u{i}"), i, format!("v{i}").as_bytes())
+            .unwrap();
+    }
+    current(&store)
+}
+
+#[test]
+fn a_read_only_open_reads_everything_and_writes_nothing() {
+    let tmp = tempfile::tempdir().unwrap();
+    let lake = tmp.path().join("lake");
+    let model = populated(&lake);
+    let before = tree(&lake);
+    let store = Store::open_read_only(&lake).unwrap();
+    let again = Store::open_read_only(&lake).unwrap();
+    assert_eq!(current(&store), model);
+    assert_eq!(current(&again), model, "readers share the store");
+    let e = store.get("u3").unwrap().unwrap();
+    assert_eq!(store.snapshot().unwrap().read_object(&e).unwrap(), b"v3");
+    assert!(store.verify(Default::default()).unwrap().is_clean());
+    let err = store.put("u1", 99, b"no").unwrap_err();
+    assert!(matches!(err, Error::ReadOnly { .. }), "{err}");
+    let err = store
+        .claim("u1", 99, "w", Duration::from_secs(1))
+        .unwrap_err();
+    assert!(matches!(err, Error::ReadOnly { .. }), "{err}");
+    drop((store, again));
+    assert_eq!(tree(&lake), before, "a read-only open writes nothing");
+}
+
+/// Mounts a tmpfs at `at` (root only); `false` when this sandbox does not allow it.
+fn mount_tmpfs(at: &Path) -> bool {
+    Command::new("mount")
+        .args(["-t", "tmpfs", "-o", "size=64m", "oncelake-test", s(at)])
+        .output()
+        .is_ok_and(|o| o.status.success())
+}
+
+struct Unmount(PathBuf);
+impl Drop for Unmount {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg(&self.0).output();
+    }
+}
+
+#[test]
+fn a_store_on_a_read_only_mount_can_be_listed_read_and_verified() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mnt = tmp.path().join("mnt");
+    std::fs::create_dir_all(&mnt).unwrap();
+    if !mount_tmpfs(&mnt) {
+        eprintln!("skipped: cannot mount a tmpfs here (not root?); the read-only open is tested by a_read_only_open_reads_everything_and_writes_nothing");
+        return;
+    }
+    let _unmount = Unmount(mnt.clone());
+    let lake = mnt.join("lake");
+    let model = populated(&lake);
+    let remount = Command::new("mount")
+        .args(["-o", "remount,ro", s(&mnt)])
+        .output()
+        .unwrap();
+    assert!(remount.status.success(), "{remount:?}");
+    assert!(
+        std::fs::write(mnt.join("probe"), b"x").is_err(),
+        "the mount is read-only"
+    );
+
+    let err = Store::open(&lake).unwrap_err();
+    assert!(
+        matches!(err, Error::Io { .. }),
+        "a read-write open fails: {err}"
+    );
+    let store = Store::open_read_only(&lake).unwrap();
+    assert_eq!(current(&store), model);
+    drop(store);
+
+    let ok = |args: &[&str]| {
+        let out = oncelake(args);
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let ls = ok(&["ls", s(&lake), "--json"]);
+    assert_eq!(ls.lines().count(), model.len(), "{ls}");
+    assert_eq!(ok(&["get", s(&lake), "u7"]), "v7");
+    assert_eq!(
+        ok(&["log", s(&lake), "--json"]).lines().count(),
+        model.len()
+    );
+    ok(&["verify", s(&lake)]);
+    let put = oncelake(&["put", s(&lake), "u1", "50", "-"]);
+    assert_ne!(put.status.code(), Some(0));
+    let msg = String::from_utf8_lossy(&put.stderr);
+    assert!(msg.contains("read-only"), "{msg}");
+}
