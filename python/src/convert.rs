@@ -268,6 +268,14 @@ pub(crate) fn outcome<'py>(
                 u.unit
             ))
         }
+        Outcome::Busy { expires_at_ms } => {
+            let worker = u.holder.clone().unwrap_or_default();
+            f.extend([("worker", o(py, worker.as_str())), ("expires_at_ms", o(py, expires_at_ms))]);
+            ("busy", format!(
+                "busy: {} is held by {worker} until {expires_at_ms} ms; commit under its lease's token, or after the lease ends",
+                u.unit
+            ))
+        }
         Outcome::Aborted => ("aborted", format!(
             "aborted: {} was acceptable but another unit of the all-or-nothing batch was rejected; nothing changed",
             u.unit

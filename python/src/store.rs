@@ -283,11 +283,13 @@ impl PyStore {
         }
     }
 
-    /// Gives a lease back; ``False`` if it was no longer yours.
+    /// Gives a lease back; ``False`` if it was no longer yours (another worker holds it, or it
+    /// was taken over, released or ended by a commit): nothing changed then.
     fn release(&self, py: Python<'_>, lease: &Bound<'_, PyAny>) -> PyResult<bool> {
         let store = self.store()?;
         let l = convert::lease_from(lease)?;
-        py.detach(|| store.release(&l)).py(py)
+        let outcome = py.detach(|| store.release(&l)).py(py)?;
+        Ok(outcome == oncelake::ReleaseOutcome::Released)
     }
 
     /// Runs ``unit`` at ``version`` at most once, as a context manager::
