@@ -98,7 +98,7 @@ pub(crate) fn gc(a: GcArgs, wait: Duration) -> Result<u8, CliError> {
         } else {
             "removed"
         };
-        println!(
+        outln!(
             "{verb} {} ({}) and {} ({}); {} {}; history readable from seq {}",
             plural(
                 report.objects,
@@ -116,7 +116,7 @@ pub(crate) fn gc(a: GcArgs, wait: Duration) -> Result<u8, CliError> {
             plural(report.history_rows_pruned, "history row", "history rows"),
             report.history_from,
         );
-        println!(
+        outln!(
             "kept {} referenced by entries{}",
             plural(report.objects_referenced, "object", "objects"),
             if report.objects_pinned > 0 {
@@ -129,7 +129,7 @@ pub(crate) fn gc(a: GcArgs, wait: Duration) -> Result<u8, CliError> {
             }
         );
         if report.stray_files > 0 {
-            eprintln!(
+            errln!(
                 "note: {} in objects/ not named like objects were left alone; `oncelake verify {}` lists them",
                 plural(report.stray_files, "file", "files"),
                 a.store.display()
@@ -233,7 +233,7 @@ fn units_text(p: &ObjectProblem) -> String {
 }
 
 fn print_verify_text(r: &VerifyReport) {
-    println!(
+    outln!(
         "checked {} in {} ({}){}; replayed {} against the manifest as of seq {}",
         plural(r.entries_checked, "entry", "entries"),
         plural(r.objects_checked, "object", "objects"),
@@ -243,7 +243,7 @@ fn print_verify_text(r: &VerifyReport) {
         r.seq,
     );
     for p in &r.missing {
-        println!(
+        outln!(
             "MISSING  {}: {}; affects {}",
             p.object,
             p.detail,
@@ -251,7 +251,7 @@ fn print_verify_text(r: &VerifyReport) {
         );
     }
     for p in &r.corrupt {
-        println!(
+        outln!(
             "CORRUPT  {}: {}; affects {}",
             p.object,
             p.detail,
@@ -259,7 +259,7 @@ fn print_verify_text(r: &VerifyReport) {
         );
     }
     for o in &r.orphaned {
-        println!(
+        outln!(
             "ORPHAN   {} ({}){}",
             o.path.display(),
             bytes(o.bytes),
@@ -271,16 +271,16 @@ fn print_verify_text(r: &VerifyReport) {
         );
     }
     for p in &r.replay.problems {
-        println!("LOG      {p}");
+        outln!("LOG      {p}");
     }
     for p in &r.history_problems {
-        println!("HISTORY  {p}");
+        outln!("HISTORY  {p}");
     }
     if r.is_clean() {
-        println!("ok: no problems found");
+        outln!("ok: no problems found");
     } else {
         let affected = r.affected_units();
-        eprintln!(
+        errln!(
             "verify found {}{}",
             plural(r.problem_count() as u64, "problem", "problems"),
             if affected.is_empty() {
@@ -293,7 +293,7 @@ fn print_verify_text(r: &VerifyReport) {
             }
         );
         if !r.missing.is_empty() || !r.corrupt.is_empty() {
-            eprintln!(
+            errln!(
                 "restore the affected objects from a backup, or re-run the work for the affected units and commit a correction"
             );
         }

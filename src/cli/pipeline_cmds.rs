@@ -234,20 +234,21 @@ fn set_version(a: SetVersionArgs, wait: Duration) -> Result<u8, CliError> {
     } else {
         match u.outcome {
             Outcome::Committed { seq, .. } => {
-                println!("{} is at source version {} (seq {seq})", a.unit, a.version)
+                outln!("{} is at source version {} (seq {seq})", a.unit, a.version)
             }
             Outcome::Duplicate { .. } => {
-                println!("{} is already at source version {}", a.unit, a.version)
+                outln!("{} is already at source version {}", a.unit, a.version)
             }
-            Outcome::Stale { current_version } => eprintln!(
+            Outcome::Stale { current_version } => errln!(
                 "stale: {} is already at source version {current_version}; versions never go back",
                 a.unit
             ),
-            Outcome::Conflict { .. } => eprintln!(
+            Outcome::Conflict { .. } => errln!(
                 "conflict: {} @ {} was recorded with a different input; bump the version",
-                a.unit, a.version
+                a.unit,
+                a.version
             ),
-            _ => eprintln!("{}: {}", a.unit, u.outcome.name()),
+            _ => errln!("{}: {}", a.unit, u.outcome.name()),
         }
     }
     Ok(outcome_code(&u.outcome))
@@ -258,7 +259,7 @@ fn status(a: StatusArgs, wait: Duration) -> Result<u8, CliError> {
     let store = open_store(&a.store, wait, false)?;
     let st = p.status(&store)?;
     if a.dot {
-        print!("{}", p.to_dot(&st));
+        out!("{}", p.to_dot(&st));
     } else if a.json {
         for s in &st.stages {
             print_json(&json!({
@@ -268,15 +269,29 @@ fn status(a: StatusArgs, wait: Duration) -> Result<u8, CliError> {
             }));
         }
     } else {
-        println!("{} units", st.units);
-        println!(
+        outln!("{} units", st.units);
+        outln!(
             "{:<24} {:>5} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8}",
-            "stage", "code", "done", "ready", "running", "blocked", "failed", "stale"
+            "stage",
+            "code",
+            "done",
+            "ready",
+            "running",
+            "blocked",
+            "failed",
+            "stale"
         );
         for s in &st.stages {
-            println!(
+            outln!(
                 "{:<24} {:>5} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8}",
-                s.stage, s.code_version, s.done, s.ready, s.running, s.blocked, s.failed, s.stale
+                s.stage,
+                s.code_version,
+                s.done,
+                s.ready,
+                s.running,
+                s.blocked,
+                s.failed,
+                s.stale
             );
         }
     }
@@ -320,9 +335,11 @@ fn ready(a: ReadyArgs, wait: Duration) -> Result<u8, CliError> {
                 .stale
                 .map(|s| format!(" (stale: {s})"))
                 .unwrap_or_default();
-            println!(
+            outln!(
                 "{} {} @ {}{retry}{stale}{note}",
-                c.unit, c.stage, c.source_version
+                c.unit,
+                c.stage,
+                c.source_version
             );
         }
     }
@@ -389,9 +406,9 @@ fn complete(a: CompleteArgs, wait: Duration) -> Result<u8, CliError> {
             u.outcome.name()
         );
         if u.outcome.is_success() {
-            println!("{line}");
+            outln!("{line}");
         } else {
-            eprintln!("{line}; nothing changed");
+            errln!("{line}; nothing changed");
         }
     }
     Ok(outcome_code(&u.outcome))
@@ -422,7 +439,7 @@ fn fail(a: FailArgs, wait: Duration) -> Result<u8, CliError> {
                     "attempts": attempts, "gave_up": gave_up,
                 }));
             } else {
-                println!(
+                outln!(
                     "{} {}: failure {attempts} recorded at seq {seq}{}",
                     a.unit,
                     a.stage,
@@ -445,7 +462,7 @@ fn fail(a: FailArgs, wait: Duration) -> Result<u8, CliError> {
                     "token": token, "newest_token": newest_token,
                 }));
             } else {
-                eprintln!("fenced: token {token} is older than the cell's newest lease token {newest_token}; another worker took over");
+                errln!("fenced: token {token} is older than the cell's newest lease token {newest_token}; another worker took over");
             }
             Ok(5)
         }
@@ -510,13 +527,13 @@ fn explain(a: ExplainArgs, wait: Duration) -> Result<u8, CliError> {
             print_json(&v);
         }
     } else {
-        println!(
+        outln!(
             "{} at source version {}",
             e.unit,
             e.source_version.unwrap_or_default()
         );
         for c in &e.cells {
-            println!("  {c}");
+            outln!("  {c}");
         }
     }
     Ok(0)
