@@ -215,7 +215,9 @@ fn a_closed_stdout_ends_every_command_quietly_with_the_code_of_what_it_did() {
     let listing = dir.path().join("listing.csv");
     std::fs::write(&listing, "u/0,1\nu/1,2\n").unwrap();
     let sim_store = dir.path().join("sim");
-    let cases: Vec<(Vec<&str>, Option<&[u8]>, i32)> = vec![
+    /// Arguments, standard input, expected exit code.
+    type Case<'a> = (Vec<&'a str>, Option<&'a [u8]>, i32);
+    let cases: Vec<Case> = vec![
         (vec!["ls", l], None, 0),
         (vec!["ls", l, "--json"], None, 0),
         (vec!["log", l], None, 0),
