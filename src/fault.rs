@@ -8,9 +8,10 @@
 //! * `crash_at(n)`: operation n and every later one fails without touching the disk, as if the
 //!   power had been cut just before it; [`FaultPlan::crash_now`] cuts it at once. Reopening the
 //!   store with the real file system then shows what a crash at that point leaves behind.
-//! * `fail_syncs(true)`: every sync fails until turned off; `fail_reads(true)`: every read
-//!   through the seam (`read`, `open_read`, `metadata`) fails until turned off. Reads are never
-//!   counted as operations, so the indices of the crash sweeps stay those of the writes.
+//! * `fail_syncs(true)`: every sync fails until turned off; `fail_reads(true)`: every streamed
+//!   read through the seam (`open_read`: the index snapshot) fails until turned off (`metadata`
+//!   and whole small files, `read`, fail only after a crash). Reads are never counted as
+//!   operations, so the indices of the crash sweeps stay those of the writes.
 //! * `lose_unsynced_writes(true)`: the power-loss model. The plan then records what was made
 //!   durable and what was not, and after the store is dropped one of two calls rewrites the real
 //!   file system into a state a power cut could have left:
@@ -274,6 +275,14 @@ impl FaultPlan {
         }
         if self.fail_reads.load(SeqCst) {
             return Err(io::Error::other(format!("injected read failure ({what})")));
+        }
+        Ok(())
+    }
+
+    /// Stats and small whole-file reads fail only after a crash.
+    fn check_stat(&self) -> io::Result<()> {
+        if self.crashed.load(SeqCst) {
+            return Err(io::Error::other("injected crash: stat after the cut"));
         }
         Ok(())
     }
@@ -645,12 +654,14 @@ impl Vfs for FaultyVfs {
         );
         Ok(())
     }
+    // `fail_reads` is about streamed reads (the index snapshot, which must fall back to a scan);
+    // a stat or a whole small file (the marker) fails only after the cut.
     fn metadata(&self, path: &Path) -> io::Result<std::fs::Metadata> {
-        self.plan.check_read("stat")?;
+        self.plan.check_stat()?;
         self.inner.metadata(path)
     }
     fn read(&self, path: &Path) -> io::Result<Vec<u8>> {
-        self.plan.check_read("read")?;
+        self.plan.check_stat()?;
         self.inner.read(path)
     }
     fn open_read(&self, path: &Path) -> io::Result<Box<dyn Read + Send>> {

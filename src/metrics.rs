@@ -155,10 +155,18 @@ counters! {
     claims_already_done,
     /// Leases found expired when the unit was asked for.
     claims_expired,
-    /// Work closures run by `run_once`.
+    /// Work closures run by `run_once` and `run_optimistic` (counted where they run, also when
+    /// the work then fails or its thread dies).
     computations,
-    /// Computations whose output was already committed (wasted work).
+    /// Computations whose output ran to a commit but did not become the unit's entry: collapsed as
+    /// a duplicate, or rejected because another worker's lease or commit won (wasted work).
     redundant_computations,
+    /// `run_once` / `run_optimistic` calls that found the unit already committed and did not run
+    /// the work.
+    runs_already_done,
+    /// `run_once` calls that found the unit held by another worker (or running in another thread)
+    /// and did not run the work.
+    runs_busy,
     /// Bytes written to staging.
     bytes_staged,
     /// Objects staged.

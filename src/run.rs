@@ -3,8 +3,11 @@
 //! `process_batch` without its check-then-act race. [`Store::run_optimistic`] is the coordinator-free
 //! counterpart (SPEC R10): it always computes and lets the commit rules collapse duplicates.
 //!
-//! Both count `computations` (work closures run) and `redundant_computations` (work whose output did
-//! not become the unit's entry: a duplicate, or rejected as fenced, stale or conflicting).
+//! Both count, where the work really runs, `computations` (work closures run) and
+//! `redundant_computations` (work whose output was committed but did not become the unit's entry:
+//! collapsed as a duplicate, or rejected as fenced, stale or conflicting because another worker's
+//! lease or commit won), and the calls that did not run the work: `runs_already_done` and
+//! `runs_busy`. `oncelake simulate` reads its figures from these counters.
 //!
 //! # Why an in-process guard besides the claim
 //!
@@ -256,20 +259,15 @@ impl Store {
     {
         // The in-memory dedup index answers the common "done already" case without a write.
         if let Some(entry) = self.done_entry(unit, source_version)? {
-            return Ok(RunOutcome::AlreadyDone(entry));
+            return Ok(self.already_done(entry));
         }
         let lease = match self.claim(unit, source_version, worker, ttl)? {
             ClaimOutcome::Granted { lease, .. } => lease,
             ClaimOutcome::Held {
                 worker,
                 expires_at_ms,
-            } => {
-                return Ok(RunOutcome::BusyElsewhere {
-                    worker,
-                    until_ms: expires_at_ms,
-                })
-            }
-            ClaimOutcome::AlreadyDone(entry) => return Ok(RunOutcome::AlreadyDone(entry)),
+            } => return Ok(self.busy(worker, expires_at_ms)),
+            ClaimOutcome::AlreadyDone(entry) => return Ok(self.already_done(entry)),
         };
         let _guard = match RunGuard::enter(self, unit, &lease) {
             Ok(g) => g,
@@ -281,16 +279,13 @@ impl Store {
                 if running.token != lease.token {
                     let _ = self.release(&lease);
                 }
-                return Ok(RunOutcome::BusyElsewhere {
-                    worker: running.worker,
-                    until_ms: running.until_ms,
-                });
+                return Ok(self.busy(running.worker, running.until_ms));
             }
         };
         // A thread that ran the unit may have committed between our claim and our guard.
         if let Some(entry) = self.done_entry(unit, source_version)? {
             let _ = self.release(&lease);
-            return Ok(RunOutcome::AlreadyDone(entry));
+            return Ok(self.already_done(entry));
         }
         add(&self.inner.metrics.c.computations, 1);
         let staged = match work() {
@@ -324,13 +319,15 @@ impl Store {
         Ok(RunOutcome::Processed(outcome))
     }
 
-    /// Optimistic mode (SPEC R10): runs `work` for `unit` at `source_version` without a claim,
-    /// stages its output and commits it; a concurrent or repeated run of the same deterministic work
-    /// collapses into a `Duplicate` at commit (counted as a redundant computation).
+    /// Optimistic mode (SPEC R10, the seed's "distributed idempotency check"): runs `work` for
+    /// `unit` at `source_version` without a claim, stages its output and commits it; a concurrent
+    /// or repeated run of the same deterministic work collapses into a `Duplicate` at commit
+    /// (counted as a redundant computation).
     ///
-    /// It does not check first whether the unit is done: that check is the caller's (a check before
-    /// the work cannot stop two workers that both check before either commits — which is exactly
-    /// the redundant work this mode accepts). Returns [`RunOutcome::Processed`] or an error.
+    /// A unit already committed at `source_version` or newer answers [`RunOutcome::AlreadyDone`]
+    /// without running the work (the in-memory dedup index, no write). That check cannot stop two
+    /// workers that both check before either commits — which is exactly the redundant work this
+    /// mode accepts. Otherwise returns [`RunOutcome::Processed`] or an error.
     pub fn run_optimistic<O, E, F>(
         &self,
         unit: &str,
@@ -342,6 +339,9 @@ impl Store {
         O: WorkOutput,
     {
         crate::key::validate_key(unit)?;
+        if let Some(entry) = self.done_entry(unit, source_version)? {
+            return Ok(self.already_done(entry));
+        }
         add(&self.inner.metrics.c.computations, 1);
         let staged = work().map_err(RunError::Work)?.stage_into(self)?;
         let mut report = self.commit(Batch::new().put(unit, source_version, &staged))?;
@@ -350,6 +350,18 @@ impl Store {
             add(&self.inner.metrics.c.redundant_computations, 1);
         }
         Ok(RunOutcome::Processed(outcome))
+    }
+
+    /// Counts and answers a run that found the unit done.
+    fn already_done(&self, entry: Entry) -> RunOutcome {
+        add(&self.inner.metrics.c.runs_already_done, 1);
+        RunOutcome::AlreadyDone(entry)
+    }
+
+    /// Counts and answers a run that found the unit held by `worker` until `until_ms`.
+    fn busy(&self, worker: String, until_ms: u64) -> RunOutcome {
+        add(&self.inner.metrics.c.runs_busy, 1);
+        RunOutcome::BusyElsewhere { worker, until_ms }
     }
 
     /// The unit's entry if it is committed at `source_version` or newer.

@@ -1,86 +1,81 @@
-//! The worked example of `seeds/000` run for real (SPEC R18): worker threads compute outputs for
-//! logical units, stage them and commit them into a store, while the scheduler hands a fraction of
-//! the units to two workers at once (rebalancing) and, optionally, workers crash mid-write.
+//! The worked example of `seeds/000` run for real (SPEC R18): worker threads run logical units
+//! through the engine's own [`Store::run_optimistic`] (optimistic mode, the seed's "distributed
+//! idempotency check") or [`Store::run_once`] (coordinated mode), while the scheduler hands a
+//! fraction of the units to two workers at once (rebalancing) and, optionally, workers crash in the
+//! middle of their work.
 //!
-//! Nothing here is computed from a formula. Every count in the [`SimReport`] is read back from the
-//! engine (its metrics, its manifest, its garbage collector) after the threads ran.
+//! Nothing here is computed from a formula, and the simulation counts nothing the engine can count:
+//! `computations`, `redundant_computations`, `runs_already_done`, `runs_busy`, the claim and commit
+//! counters are the engine's metrics ([`Store::metrics`]), counted in `run.rs` and the commit path
+//! where the work and the decisions really happen. The manifest entries, the orphans and the replay
+//! check are read back from the store. The only figure of the simulation's own is the number of
+//! crashes it injected.
 //!
-//! # Chunks
+//! # Schedule
 //!
-//! Workers take *chunks* of consecutive tasks from a shared queue ([`SimConfig::chunk`], 64 by
-//! default), as a real worker takes a batch of partitions, and go through the engine once per
-//! chunk rather than once per unit — the same engine path (staging, publish, group commit, one
-//! redb transaction per group, claims, fencing), with ~3,000 write transactions for the worked
-//! example instead of ~200,000:
+//! Each overlapped unit is queued twice, as two adjacent tasks, so that two workers pick it up
+//! one right after the other. What happens then depends on the [`Schedule`]:
 //!
-//! - **Optimistic mode** (SPEC R10, the seed's "distributed idempotency check"): the worker checks
-//!   [`Store::is_done`] for every unit of the chunk, computes and stages every unit found not done,
-//!   and commits them in one partial [`Batch`]; a unit computed twice collapses there as a
-//!   `Duplicate`. Computations and redundant computations are counted on the engine's counters
-//!   exactly as [`Store::run_optimistic`] counts them (redundant = the outcome is not `Committed`).
-//! - **Coordinated mode** (SPEC R9/R11): the worker claims the chunk's units not known done with one
-//!   [`Store::claim_many`], computes and stages only the granted ones, and commits them in one
-//!   partial batch, each unit fenced by its lease's token ([`Batch::put_fenced`]); a unit whose
-//!   output is not committed has its lease released. This is [`Store::run_once`] batched, counted
-//!   the same way; `run_once`'s in-process guard is not needed because no two threads share a
-//!   worker name and a chunk holds a unit at most once.
+//! - [`Schedule::Premise`] (the default) reproduces the seed's premise — "two workers both picking
+//!   up the same partition before either commits". The two tasks share a *rendezvous*, met inside
+//!   the work closure: a worker whose work starts waits there until the other worker of the unit
+//!   has either started its work too or got its answer without running it (already done, busy).
+//!   So neither commits before both have tried the unit. In optimistic mode both checks find the
+//!   unit not done, both work closures run and one output collapses as a duplicate at commit: the
+//!   engine counts 2 computations, 1 redundant. In coordinated mode the second worker's claim finds
+//!   the first worker's live lease: `run_once` answers busy and the work runs once, 0 redundant.
+//!   The worked example gives exactly 102,000 / 2,000 and 100,000 / 0.
+//! - [`Schedule::Natural`]: no rendezvous; real timing decides whether the second worker comes
+//!   while the first works (optimistic: redundant work; coordinated: busy) or after its commit
+//!   (already done). The report says what happened.
 //!
-//! # Overlap
-//!
-//! The seed's overlap is "two workers both picking up the same partition before either commits".
-//! The two copies of an overlapped unit go into the two chunks of a *pair* of adjacent chunks
-//! (spread evenly over the pairs), and the pair shares a *rendezvous*: each of its two workers,
-//! after its `is_done` checks (optimistic) or its `claim_many` (coordinated), waits there until
-//! the other has done the same. So both workers really hold the unit before either commits; what
-//! they then do — compute twice, or be stopped by the claim ("held") — is the engine's doing and is
-//! measured. In the worked example that gives exactly 2,000 duplicates (optimistic) or 2,000
-//! "held" answers (coordinated), and no "already done".
-//!
-//! No deadlock: a worker holds one chunk at a time and chunks are handed out in queue order. The
-//! second chunk of a pair only waits for the first, which was taken earlier and whose worker
-//! reaches the rendezvous without waiting on anything else. The first chunk waits for the
-//! second, which is the next chunk of the queue: once the first was taken, any worker not waiting
-//! takes the second next, and at most one worker (the holder of the newest first-of-a-pair) can be
-//! waiting for a chunk nobody has taken yet — so with two or more workers someone is free to take
-//! it. With one worker there is nobody to meet: the rendezvous is skipped and the two copies run
-//! one after the other (the second then finds the unit done). Overlap is only concurrent with at
-//! least two workers.
+//! No deadlock: a worker holds one task at a time and tasks are handed out in queue order. Only
+//! the first task of a pair can wait for a task nobody has taken yet (its partner, the next task
+//! of the queue), and at most one worker can be in that position at a time (the holder of the
+//! newest first task), so with two or more workers someone is free to take the partner. A worker
+//! holding the second task of a pair never waits: its partner was taken earlier and arrives
+//! without waiting on anything. With one worker the rendezvous is skipped (the second copy then
+//! finds the unit done).
 //!
 //! # Crashes
 //!
-//! With a crash rate, an attempt at a unit may "die" mid-write: the worker writes half of its
-//! output into a file in `staging/` and abandons it — and, in coordinated mode, the lease it was
-//! granted (not released, as a dead process cannot release). After a round, the scheduler
+//! With a crash rate, an attempt may "die" in the middle of its work: it writes half of its output
+//! into a file in `staging/` and unwinds out of the engine call without running the panic hook,
+//! as a killed worker would stop — in coordinated mode it leaves its lease behind (`run_once` never
+//! releases a lease on unwinding; a dead process cannot release). After a round, the scheduler
 //! re-offers every unit the manifest does not have (a reconcile), the simulated clock moves past
 //! the lease TTL so that abandoned leases expire and are taken over with a higher token, and the
-//! workers go again.
+//! workers go again. A crashed attempt counts as a computation (its work ran), not as redundant
+//! (it produced nothing).
 //!
 //! # The store
 //!
 //! The store is a real one in `store_dir` (the CLI puts it in `/dev/shm` where that exists, else
-//! the temp dir), opened with the default options — [`Durable`](crate::Durability::Durable) commits through the
-//! real file seam, fsync included — and a [`ManualClock`] (leases expire only when the scheduler
-//! moves time, so no live lease can expire under a slow thread and the counts are exact). With
-//! chunked commits there are so few transactions (≈ 2,000 for both modes) that relaxed durability
-//! measured no faster on tmpfs (coordinated, same load: 7.75 / 7.74 s wall with `Durable`,
-//! 7.90 / 7.19 s with `Relaxed`, CPU equal within noise), so the simulation keeps the default.
+//! the temp dir), opened with the default options but two: a [`ManualClock`] — leases expire only
+//! when the scheduler moves time, so no live lease can expire under a slow thread and the counts
+//! are exact — and relaxed durability (group commits synced at most 50 ms apart, and at the clean
+//! close). Every claim and every commit is its own operation on the group-commit path, ~2 per unit,
+//! so the simulation writes ~40,000 redb transactions per 20,000 units; without the per-group
+//! fsync that costs ~25% less CPU (measured on tmpfs: 9.6 s instead of 12.5 s of CPU for both
+//! modes at 20,000 units). No count depends on durability: the crashes are simulated, the
+//! process does not die.
 //!
 //! # Orphans
 //!
 //! At the end the real garbage collector ([`Store::gc`], SPEC R14) runs with no grace and no
-//! retention: it removes the abandoned staging files (the crashed attempts' files are named
-//! `sim-crash-<n>.part`, never a name the stager is writing, so GC treats them as abandoned) and
-//! any object no entry references; `orphans_collected` is what it reports. A dry-run GC afterwards
-//! must find nothing (`orphans_left`).
+//! retention: it removes the abandoned staging files (named `sim-crash-<n>.part`, never a name the
+//! stager is writing) and any object no entry references; `orphans_collected` is what it reports.
+//! A dry-run GC afterwards must find nothing (`orphans_left`).
 
-use crate::claim::ClaimOutcome;
 use crate::clock::{Clock, ManualClock, SystemClock};
-use crate::commit::{Batch, Outcome};
 use crate::error::{Error, IoContext, Result};
 use crate::gc::GcOptions;
-use crate::metrics::add;
+use crate::run::{RunError, RunOutcome};
 use crate::store::{Options, Store};
 use parking_lot::{Condvar, Mutex};
+use std::cell::Cell;
+use std::io::Write;
+use std::panic::AssertUnwindSafe;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -93,15 +88,14 @@ const VERSION: u64 = 1;
 const TTL: Duration = Duration::from_secs(30);
 /// More rounds than this means crashes never stop: give up rather than loop.
 const MAX_ROUNDS: u32 = 10_000;
-/// Tasks a worker takes from the queue at once, by default.
-pub const DEFAULT_CHUNK: usize = 64;
 
 /// Optimistic (no claims) or coordinated (claims, `run_once`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum SimMode {
-    /// Any worker computes any unit; duplicates collapse at commit (SPEC R10).
+    /// Any worker computes any unit; duplicates collapse at commit (SPEC R10), through
+    /// [`Store::run_optimistic`].
     Optimistic,
-    /// Workers claim units through `run_once` (SPEC R9, R11).
+    /// Workers claim units through [`Store::run_once`] (SPEC R9, R11).
     Coordinated,
 }
 
@@ -111,6 +105,40 @@ impl SimMode {
         match self {
             SimMode::Optimistic => "optimistic",
             SimMode::Coordinated => "coordinated",
+        }
+    }
+}
+
+/// When the two workers of an overlapped unit work on it: see the module doc.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Schedule {
+    /// The seed's premise: both workers of an overlapped unit try it before either commits (a
+    /// rendezvous inside the work).
+    Premise,
+    /// Real timing decides.
+    Natural,
+}
+
+impl Schedule {
+    /// `premise` or `natural`.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Schedule::Premise => "premise",
+            Schedule::Natural => "natural",
+        }
+    }
+
+    /// One sentence saying what the schedule does, for reports.
+    pub fn describe(&self) -> &'static str {
+        match self {
+            Schedule::Premise => {
+                "the seed's premise: both workers of each overlapped unit try it before either \
+                 commits (they meet inside the work)"
+            }
+            Schedule::Natural => {
+                "natural: the two workers of an overlapped unit take it one right after the other \
+                 and real timing decides what each finds"
+            }
         }
     }
 }
@@ -126,7 +154,9 @@ pub struct SimConfig {
     pub overlap: f64,
     /// Optimistic or coordinated.
     pub mode: SimMode,
-    /// Probability that an attempt crashes mid-write (0..1).
+    /// When the two workers of an overlapped unit work on it.
+    pub schedule: Schedule,
+    /// Probability that an attempt crashes in the middle of its work (0..1).
     pub crash_rate: f64,
     /// Seeds which units overlap and which attempts crash.
     pub seed: u64,
@@ -134,24 +164,22 @@ pub struct SimConfig {
     pub store_dir: PathBuf,
     /// Size of each unit's output, bytes.
     pub object_bytes: usize,
-    /// Tasks a worker takes from the queue at once (1..=4096): it checks or claims them together
-    /// and commits their outputs in one batch.
-    pub chunk: usize,
 }
 
 impl SimConfig {
-    /// The worked example: 10 workers, 100,000 units, 2% overlap, optimistic, no crashes.
+    /// The worked example: 10 workers, 100,000 units, 2% overlap, optimistic, the premise
+    /// schedule, no crashes.
     pub fn new(store_dir: impl Into<PathBuf>) -> Self {
         SimConfig {
             workers: 10,
             units: 100_000,
             overlap: 0.02,
             mode: SimMode::Optimistic,
+            schedule: Schedule::Premise,
             crash_rate: 0.0,
             seed: 1,
             store_dir: store_dir.into(),
             object_bytes: 256,
-            chunk: DEFAULT_CHUNK,
         }
     }
 
@@ -183,9 +211,6 @@ impl SimConfig {
                 self.crash_rate
             ));
         }
-        if self.chunk == 0 || self.chunk > 4096 {
-            return bad(format!("chunk is {}; use 1..=4096 tasks", self.chunk));
-        }
         if self.object_bytes < 2 {
             return bad("object_bytes must be at least 2".into());
         }
@@ -193,33 +218,35 @@ impl SimConfig {
     }
 }
 
-/// What a simulation measured, all read back from the engine.
+/// What a simulation measured, read back from the engine's metrics and store.
 #[derive(Clone, Debug, PartialEq)]
 pub struct SimReport {
     /// The mode simulated.
     pub mode: SimMode,
+    /// The schedule of the overlapped units.
+    pub schedule: Schedule,
     /// Worker threads.
     pub workers: usize,
     /// Logical units.
     pub units: u64,
-    /// Tasks a worker took from the queue at once.
-    pub chunk: usize,
-    /// Units the scheduler handed to two workers at once.
+    /// Units the scheduler handed to two workers.
     pub overlapped: u64,
-    /// Work closures that ran to completion (engine counter `computations`).
+    /// Work closures run (engine counter `computations`), crashed attempts included.
     pub computations: u64,
     /// Of those, the ones whose output did not become the entry (engine counter
     /// `redundant_computations`).
     pub redundant: u64,
-    /// Attempts that crashed mid-write (their work was lost).
+    /// Attempts the simulation made crash in the middle of their work (its own injection count).
     pub crashed_attempts: u64,
-    /// Attempts that found the unit already done and did not compute.
+    /// Runs that found the unit already done and did not compute (engine counter
+    /// `runs_already_done`).
     pub already_done: u64,
-    /// Attempts that found the unit held by another worker and did not compute.
+    /// Runs that found the unit held by another worker and did not compute (engine counter
+    /// `runs_busy`).
     pub busy: u64,
     /// Entries in the manifest at the end.
     pub entries: u64,
-    /// Wasted share of all work: (redundant + crashed) / (computations + crashed).
+    /// Wasted share of all work: (redundant + crashed) / computations.
     pub wasted_fraction: f64,
     /// Commits collapsed as duplicates (engine counter).
     pub duplicates_collapsed: u64,
@@ -268,9 +295,12 @@ pub fn simulate(cfg: &SimConfig, progress: Progress<'_>) -> Result<SimReport> {
     cfg.validate()?;
     let start = Instant::now();
     let clock = ManualClock::new(SystemClock.now_ms());
-    // Durable commits (the default) through the real file seam: see "The store" above.
     let options = Options {
         clock: Arc::new(clock.clone()),
+        // Per-unit commits: see "The store" above for why not `Durable`.
+        durability: crate::store::Durability::Relaxed {
+            max_delay: Duration::from_millis(50),
+        },
         ..Options::default()
     };
     if cfg.store_dir.join(crate::MARKER_FILE).exists() {
@@ -286,56 +316,10 @@ pub fn simulate(cfg: &SimConfig, progress: Progress<'_>) -> Result<SimReport> {
         keys: (0..cfg.units).map(unit_key).collect(),
         crashed: AtomicU64::new(0),
         crash_seq: AtomicU64::new(0),
-        already_done: AtomicU64::new(0),
-        busy: AtomicU64::new(0),
     };
-
     let overlapped = cfg.overlapped_units();
-    let mut chunks = first_round(cfg.units, overlapped, cfg.seed, cfg.chunk);
-    let (mut done_before, mut scheduled) = (0u64, cfg.units + overlapped);
-    let mut rounds = 0;
-    loop {
-        rounds += 1;
-        let finished = sim.round(rounds, &chunks, &|done| {
-            progress(done_before + done, scheduled)
-        })?;
-        done_before += finished;
-        // Reconcile: every unit the manifest does not have goes again. Without crashes this is
-        // empty; it also proves that every unit has its entry.
-        let missing: Vec<u32> = (0..cfg.units as u32)
-            .filter(|&u| !matches!(store.is_done(&sim.keys[u as usize], VERSION), Ok(true)))
-            .collect();
-        if missing.is_empty() {
-            break;
-        }
-        if rounds >= MAX_ROUNDS {
-            return Err(Error::InvalidRequest(format!(
-                "{} units still missing after {rounds} rounds; lower the crash rate",
-                missing.len()
-            )));
-        }
-        // Time passes: the leases abandoned by crashed workers expire and may be taken over.
-        clock.advance_ms(TTL.as_millis() as u64 + 1_000);
-        scheduled += missing.len() as u64;
-        chunks = retry_round(missing, cfg.chunk);
-    }
-    progress(done_before, scheduled);
-
-    // The real garbage collector, with no grace and no retention: every staging file not being
-    // written by this process and every object no entry references goes. Then a dry run must
-    // find nothing left.
-    let gc = store.gc(GcOptions {
-        dry_run: false,
-        grace: Duration::ZERO,
-        retain: Duration::ZERO,
-    })?;
-    let collected = gc.staging_files + gc.objects;
-    let after = store.gc(GcOptions {
-        dry_run: true,
-        grace: Duration::ZERO,
-        retain: Duration::ZERO,
-    })?;
-    let left = after.staging_files + after.objects + after.objects_pinned;
+    let rounds = sim.run_rounds(&clock, overlapped, progress)?;
+    let (collected, left) = collect_orphans(&store)?;
     let snap = store.snapshot()?;
     let entries = snap.iter()?.count() as u64;
     let replay_clean = crate::replay::replay(&snap)?.is_clean();
@@ -343,23 +327,22 @@ pub fn simulate(cfg: &SimConfig, progress: Progress<'_>) -> Result<SimReport> {
 
     let m = store.metrics();
     let crashed = sim.crashed.load(Ordering::Relaxed);
-    let work = m.computations + crashed;
     Ok(SimReport {
         mode: cfg.mode,
+        schedule: cfg.schedule,
         workers: cfg.workers,
         units: cfg.units,
-        chunk: cfg.chunk,
         overlapped,
         computations: m.computations,
         redundant: m.redundant_computations,
         crashed_attempts: crashed,
-        already_done: sim.already_done.load(Ordering::Relaxed),
-        busy: sim.busy.load(Ordering::Relaxed),
+        already_done: m.runs_already_done,
+        busy: m.runs_busy,
         entries,
-        wasted_fraction: if work == 0 {
+        wasted_fraction: if m.computations == 0 {
             0.0
         } else {
-            (m.redundant_computations + crashed) as f64 / work as f64
+            (m.redundant_computations + crashed) as f64 / m.computations as f64
         },
         duplicates_collapsed: m.duplicates_collapsed,
         claims_granted: m.claims_granted,
@@ -375,6 +358,26 @@ pub fn simulate(cfg: &SimConfig, progress: Progress<'_>) -> Result<SimReport> {
         replay_clean,
         elapsed: start.elapsed(),
     })
+}
+
+/// The real garbage collector, with no grace and no retention: every staging file not being
+/// written by this process and every object no entry references goes. Then a dry run must find
+/// nothing left. Returns (collected, left).
+fn collect_orphans(store: &Store) -> Result<(u64, u64)> {
+    let gc = store.gc(GcOptions {
+        dry_run: false,
+        grace: Duration::ZERO,
+        retain: Duration::ZERO,
+    })?;
+    let after = store.gc(GcOptions {
+        dry_run: true,
+        grace: Duration::ZERO,
+        retain: Duration::ZERO,
+    })?;
+    Ok((
+        gc.staging_files + gc.objects,
+        after.staging_files + after.objects + after.objects_pinned,
+    ))
 }
 
 /// The key of unit `i`: one partition per customer, as in the seed.
@@ -393,19 +396,16 @@ fn compute(unit: &str, version: u64, size: usize) -> Vec<u8> {
     out
 }
 
-/// What a worker takes from the scheduler's queue at once: consecutive tasks.
-struct Chunk {
-    /// The queue position of its first task; with the round, it fixes which attempts crash.
-    first_task: usize,
-    /// The units, each at most once.
-    units: Vec<u32>,
-    /// Shared by the two chunks of a pair that both hold the pair's overlapped units; the two
-    /// chunks are adjacent in the queue.
+/// One attempt at a unit, as the scheduler hands it to a worker.
+struct Task {
+    unit: u32,
+    /// Under the premise schedule, shared by the two adjacent tasks of an overlapped unit.
     pair: Option<Arc<Rendezvous>>,
 }
 
-/// Where the two workers holding a chunk pair meet: each arrives after its checks (optimistic) or
-/// its claims (coordinated), and neither goes on to commit before both have arrived.
+/// Where the two workers of an overlapped unit meet (premise schedule). Each arrives once: inside
+/// its work closure if the engine runs it (and then waits for the other), or right after the
+/// engine answered without running it.
 #[derive(Default)]
 struct Rendezvous {
     arrived: Mutex<u8>,
@@ -413,28 +413,55 @@ struct Rendezvous {
 }
 
 impl Rendezvous {
-    /// Waits for the other chunk's worker; gives up if the simulation is aborting.
-    fn meet(&self, abort: &AtomicBool) {
+    fn arrive(&self) -> parking_lot::MutexGuard<'_, u8> {
         let mut n = self.arrived.lock();
         *n += 1;
         if *n >= 2 {
             self.both.notify_all();
-            return;
         }
+        n
+    }
+
+    /// Arrives and waits for the other worker; gives up if the simulation is aborting.
+    fn arrive_and_wait(&self, abort: &AtomicBool) {
+        let mut n = self.arrive();
         while *n < 2 && !abort.load(Ordering::Relaxed) {
             self.both.wait_for(&mut n, Duration::from_millis(20));
         }
     }
 }
 
-/// The first round's queue, in chunks of at most `chunk` tasks: every unit once, and the
-/// `overlapped` units chosen by the seed twice — once in each chunk of a pair of adjacent chunks
-/// that share a rendezvous. The overlapped units are spread evenly over the pairs.
-///
-/// Why it fits: with `P = ⌈⌈(units + overlapped) / chunk⌉ / 2⌉` pairs, a pair gets at most
-/// `⌈overlapped / P⌉ ≤ chunk` overlapped units (as `overlapped ≤ units`), and the pairs have room
-/// for `2·chunk·P − 2·overlapped ≥ units − overlapped` single units, which is all of them.
-fn first_round(units: u64, overlapped: u64, seed: u64, chunk: usize) -> Vec<Chunk> {
+/// A task's side of its rendezvous, if it has one: arrives at most once.
+struct Arrival<'a> {
+    rendezvous: Option<&'a Rendezvous>,
+    done: Cell<bool>,
+    abort: &'a AtomicBool,
+}
+
+impl Arrival<'_> {
+    /// Called inside the work: the other worker must have tried the unit before this one goes on.
+    fn arrive_and_wait(&self) {
+        if let Some(r) = self.rendezvous.filter(|_| !self.done.replace(true)) {
+            r.arrive_and_wait(self.abort);
+        }
+    }
+
+    /// Called after the engine answered: a no-op if the work already arrived.
+    fn arrive(&self) {
+        if let Some(r) = self.rendezvous.filter(|_| !self.done.replace(true)) {
+            drop(r.arrive());
+        }
+    }
+}
+
+/// The payload a simulated crash unwinds with (through `resume_unwind`, so no panic hook runs and
+/// nothing is printed).
+struct SimulatedCrash;
+
+/// The first round's queue: every unit once, in order, and each of the `overlapped` units chosen
+/// by the seed a second time right after the first (the two adjacent tasks share a rendezvous
+/// when `rendezvous`).
+fn first_round(units: u64, overlapped: u64, seed: u64, rendezvous: bool) -> Vec<Task> {
     let mut order: Vec<u32> = (0..units as u32).collect();
     let mut twice = vec![false; units as usize];
     let mut state = seed;
@@ -444,50 +471,27 @@ fn first_round(units: u64, overlapped: u64, seed: u64, chunk: usize) -> Vec<Chun
         order.swap(i, j);
         twice[order[i] as usize] = true;
     }
-    let doubled: Vec<u32> = (0..units as u32).filter(|&u| twice[u as usize]).collect();
-    let mut singles = (0..units as u32).filter(|&u| !twice[u as usize]);
-    let tasks = (units + overlapped) as usize;
-    let pairs = tasks.div_ceil(chunk).div_ceil(2).max(1) as u128;
-    let mut out = Vec::with_capacity(2 * pairs as usize);
-    let mut next_task = 0;
-    for j in 0..pairs {
-        let share = |k: u128| (overlapped as u128 * k / pairs) as usize;
-        let both = &doubled[share(j)..share(j + 1)];
-        debug_assert!(
-            both.len() <= chunk,
-            "invariant: a pair's overlap fits a chunk"
-        );
-        let pair = (!both.is_empty()).then(|| Arc::new(Rendezvous::default()));
-        for _ in 0..2 {
-            let mut us = both.to_vec();
-            us.extend(singles.by_ref().take(chunk.saturating_sub(both.len())));
-            // Only a pair without overlap can come out empty (at the end): nothing to pair.
-            if us.is_empty() {
-                continue;
-            }
-            let len = us.len();
-            out.push(Chunk {
-                first_task: next_task,
-                units: us,
+    let mut out = Vec::with_capacity((units + overlapped) as usize);
+    for unit in 0..units as u32 {
+        if twice[unit as usize] {
+            let pair = rendezvous.then(|| Arc::new(Rendezvous::default()));
+            out.push(Task {
+                unit,
                 pair: pair.clone(),
             });
-            next_task += len;
+            out.push(Task { unit, pair });
+        } else {
+            out.push(Task { unit, pair: None });
         }
     }
-    debug_assert!(singles.next().is_none(), "invariant: every unit is queued");
     out
 }
 
-/// A retry round's queue: `units` in chunks, no overlap.
-fn retry_round(units: Vec<u32>, chunk: usize) -> Vec<Chunk> {
+/// A retry round's queue: `units` once each, no overlap.
+fn retry_round(units: Vec<u32>) -> Vec<Task> {
     units
-        .chunks(chunk)
-        .enumerate()
-        .map(|(i, us)| Chunk {
-            first_task: i * chunk,
-            units: us.to_vec(),
-            pair: None,
-        })
+        .into_iter()
+        .map(|unit| Task { unit, pair: None })
         .collect()
 }
 
@@ -512,13 +516,56 @@ struct Sim<'a> {
     keys: Vec<String>,
     crashed: AtomicU64,
     crash_seq: AtomicU64,
-    already_done: AtomicU64,
-    busy: AtomicU64,
 }
 
 impl Sim<'_> {
-    /// Runs one round of `chunks` on the worker threads; returns the attempts (tasks) finished.
-    fn round(&self, round: u32, chunks: &[Chunk], progress: &dyn Fn(u64)) -> Result<u64> {
+    /// Runs rounds until every unit has its entry; returns how many rounds it took.
+    fn run_rounds(
+        &self,
+        clock: &ManualClock,
+        overlapped: u64,
+        progress: Progress<'_>,
+    ) -> Result<u32> {
+        let cfg = self.cfg;
+        let rendezvous = cfg.schedule == Schedule::Premise && cfg.workers > 1;
+        let mut tasks = first_round(cfg.units, overlapped, cfg.seed, rendezvous);
+        let (mut done_before, mut scheduled) = (0u64, cfg.units + overlapped);
+        let mut rounds = 0;
+        loop {
+            rounds += 1;
+            let finished = self.round(rounds, &tasks, &|done| {
+                progress(done_before + done, scheduled)
+            })?;
+            done_before += finished;
+            // Reconcile: every unit the manifest does not have goes again. Without crashes this is
+            // empty; it also proves that every unit has its entry.
+            let missing: Vec<u32> = (0..cfg.units as u32)
+                .filter(|&u| {
+                    !matches!(
+                        self.store.is_done(&self.keys[u as usize], VERSION),
+                        Ok(true)
+                    )
+                })
+                .collect();
+            if missing.is_empty() {
+                progress(done_before, scheduled);
+                return Ok(rounds);
+            }
+            if rounds >= MAX_ROUNDS {
+                return Err(Error::InvalidRequest(format!(
+                    "{} units still missing after {rounds} rounds; lower the crash rate",
+                    missing.len()
+                )));
+            }
+            // Time passes: the leases abandoned by crashed workers expire and may be taken over.
+            clock.advance_ms(TTL.as_millis() as u64 + 1_000);
+            scheduled += missing.len() as u64;
+            tasks = retry_round(missing);
+        }
+    }
+
+    /// Runs one round of `tasks` on the worker threads; returns the attempts finished.
+    fn round(&self, round: u32, tasks: &[Task], progress: &dyn Fn(u64)) -> Result<u64> {
         let cursor = AtomicUsize::new(0);
         let finished = AtomicU64::new(0);
         let abort = AtomicBool::new(false);
@@ -530,23 +577,17 @@ impl Sim<'_> {
                         (&cursor, &finished, &abort, &first_error);
                     s.spawn(move || {
                         let worker = format!("worker-{w}");
-                        // One chunk at a time, taken in queue order: see "Overlap" in the module
+                        // One task at a time, taken in queue order: see "Schedule" in the module
                         // doc for why the rendezvous cannot deadlock.
                         while !abort.load(Ordering::Relaxed) {
                             let i = cursor.fetch_add(1, Ordering::Relaxed);
-                            let Some(chunk) = chunks.get(i) else { break };
-                            let r = match self.cfg.mode {
-                                SimMode::Optimistic => self.optimistic(round, chunk, abort),
-                                SimMode::Coordinated => {
-                                    self.coordinated(&worker, round, chunk, abort)
-                                }
-                            };
-                            if let Err(e) = r {
+                            let Some(task) = tasks.get(i) else { break };
+                            if let Err(e) = self.attempt(&worker, round, i, task, abort) {
                                 abort.store(true, Ordering::Relaxed);
                                 first_error.lock().get_or_insert(e);
                                 break;
                             }
-                            finished.fetch_add(chunk.units.len() as u64, Ordering::Relaxed);
+                            finished.fetch_add(1, Ordering::Relaxed);
                         }
                     })
                 })
@@ -563,175 +604,58 @@ impl Sim<'_> {
         }
     }
 
-    /// Meets the worker of the other chunk of the pair. With one worker there is nobody to meet:
-    /// the copies then run one after the other.
-    fn meet(&self, chunk: &Chunk, abort: &AtomicBool) {
-        if let (Some(r), true) = (&chunk.pair, self.cfg.workers > 1) {
-            r.meet(abort);
-        }
-    }
-
-    fn crashes(&self, round: u32, chunk: &Chunk, pos: usize) -> bool {
-        self.cfg.crash_rate > 0.0
-            && roll(self.cfg.seed, round, chunk.first_task + pos) < self.cfg.crash_rate
-    }
-
-    /// Optimistic mode: the seed's idempotency check for the whole chunk, then compute and stage
-    /// every unit found not done, then one partial commit; duplicates collapse there.
-    fn optimistic(&self, round: u32, chunk: &Chunk, abort: &AtomicBool) -> Result<()> {
-        let checked: Result<Vec<usize>> = (0..chunk.units.len())
-            .filter_map(
-                |pos| match self.store.is_done(self.key(chunk, pos), VERSION) {
-                    Ok(true) => {
-                        self.already_done.fetch_add(1, Ordering::Relaxed);
-                        None
-                    }
-                    Ok(false) => Some(Ok(pos)),
-                    Err(e) => Some(Err(e)),
-                },
-            )
-            .collect();
-        // Both workers of a pair hold the overlapped units, checked and found not done, before
-        // either commits: each computes them.
-        self.meet(chunk, abort);
-        let size = self.cfg.object_bytes;
-        let c = &self.store.inner.metrics.c;
-        let mut staged = Vec::new();
-        for pos in checked? {
-            let unit = self.key(chunk, pos);
-            let output = compute(unit, VERSION, size);
-            if self.crashes(round, chunk, pos) {
-                self.crash(unit, output)?;
-                continue;
-            }
-            add(&c.computations, 1);
-            staged.push((unit, self.store.stage_bytes(&output)?));
-        }
-        if staged.is_empty() {
-            return Ok(());
-        }
-        let batch = staged.iter().fold(Batch::new().partial(), |b, (unit, s)| {
-            b.put(*unit, VERSION, s)
-        });
-        for u in self.store.commit(batch)?.units {
-            // As `Store::run_optimistic` counts: work whose output did not become the entry.
-            if !matches!(u.outcome, Outcome::Committed { .. }) {
-                add(&c.redundant_computations, 1);
-            }
-        }
-        Ok(())
-    }
-
-    /// Coordinated mode: one batched claim for the chunk's units not known done, then compute and
-    /// stage the granted ones, then one partial commit, each unit fenced by its lease's token.
-    ///
-    /// This is `Store::run_once` per unit, batched; its in-process guard is not needed here, as no
-    /// two threads share a worker name and a chunk holds a unit at most once.
-    fn coordinated(
+    /// One worker's attempt at one task, through the engine's own `run_optimistic` or `run_once`.
+    fn attempt(
         &self,
         worker: &str,
         round: u32,
-        chunk: &Chunk,
+        pos: usize,
+        task: &Task,
         abort: &AtomicBool,
     ) -> Result<()> {
-        // The in-memory dedup index answers "done already" without a write, as in run_once.
-        let mut positions = Vec::with_capacity(chunk.units.len());
-        let mut wanted = Vec::with_capacity(chunk.units.len());
-        for pos in 0..chunk.units.len() {
-            if self.store.is_done(self.key(chunk, pos), VERSION)? {
-                self.already_done.fetch_add(1, Ordering::Relaxed);
-            } else {
-                positions.push(pos);
-                wanted.push((self.key(chunk, pos), VERSION));
-            }
-        }
-        let claims = match wanted.is_empty() {
-            true => Ok(Vec::new()),
-            false => self.store.claim_many(&wanted, worker, TTL),
+        let unit = self.keys[task.unit as usize].as_str();
+        let arrival = Arrival {
+            rendezvous: task.pair.as_deref(),
+            done: Cell::new(false),
+            abort,
         };
-        // Both workers of a pair have claimed before either commits: the second was told "held".
-        self.meet(chunk, abort);
-        let mut leases = Vec::with_capacity(wanted.len());
-        for (&pos, claim) in positions.iter().zip(claims?) {
-            match claim {
-                ClaimOutcome::Granted { lease, .. } => leases.push((pos, lease)),
-                ClaimOutcome::Held { .. } => {
-                    self.busy.fetch_add(1, Ordering::Relaxed);
-                }
-                ClaimOutcome::AlreadyDone(_) => {
-                    self.already_done.fetch_add(1, Ordering::Relaxed);
-                }
-            }
+        let crashes =
+            self.cfg.crash_rate > 0.0 && roll(self.cfg.seed, round, pos) < self.cfg.crash_rate;
+        let work = || self.work(unit, &arrival, crashes);
+        // A simulated crash unwinds out of the engine call, as a killed worker would stop there.
+        let ran = std::panic::catch_unwind(AssertUnwindSafe(|| match self.cfg.mode {
+            SimMode::Optimistic => self.store.run_optimistic(unit, VERSION, work),
+            SimMode::Coordinated => self.store.run_once(unit, VERSION, worker, TTL, work),
+        }));
+        // The engine answered without running the work (already done, busy): the other worker of
+        // the unit may go on.
+        arrival.arrive();
+        match ran {
+            Ok(Ok(
+                RunOutcome::Processed(_)
+                | RunOutcome::AlreadyDone(_)
+                | RunOutcome::BusyElsewhere { .. },
+            )) => Ok(()),
+            Ok(Err(RunError::Work(e) | RunError::Engine(e))) => Err(e),
+            Err(payload) if payload.is::<SimulatedCrash>() => Ok(()),
+            Err(payload) => std::panic::resume_unwind(payload),
         }
-        let size = self.cfg.object_bytes;
-        let c = &self.store.inner.metrics.c;
-        let mut staged = Vec::with_capacity(leases.len());
-        let mut held = leases.into_iter();
-        let mut failure = None;
-        for (pos, lease) in held.by_ref() {
-            let unit = self.key(chunk, pos);
-            let output = compute(unit, VERSION, size);
-            if self.crashes(round, chunk, pos) {
-                // A worker that dies mid-write keeps its lease: a dead process cannot release.
-                if let Err(e) = self.crash(unit, output) {
-                    failure = Some(e);
-                    break;
-                }
-                continue;
-            }
-            add(&c.computations, 1);
-            match self.store.stage_bytes(&output) {
-                Ok(s) => staged.push((lease, s)),
-                Err(e) => {
-                    let _ = self.store.release(&lease);
-                    failure = Some(e);
-                    break;
-                }
-            }
-        }
-        if let Some(e) = failure {
-            // The work of the rest of the chunk will not be committed: give its leases back so
-            // that another worker may retry at once, as run_once does when work fails.
-            for (_, lease) in held {
-                let _ = self.store.release(&lease);
-            }
-            for (lease, _) in &staged {
-                let _ = self.store.release(lease);
-            }
-            return Err(e);
-        }
-        if staged.is_empty() {
-            return Ok(());
-        }
-        let batch = staged.iter().fold(Batch::new().partial(), |b, (l, s)| {
-            b.put_fenced(l.unit.as_str(), VERSION, s, l.token)
-        });
-        let report = match self.store.commit(batch) {
-            Ok(r) => r,
-            Err(e) => {
-                for (lease, _) in &staged {
-                    let _ = self.store.release(lease);
-                }
-                return Err(e);
-            }
-        };
-        for ((lease, _), u) in staged.iter().zip(report.units) {
-            if !matches!(u.outcome, Outcome::Committed { .. }) {
-                // A committed entry ended its lease in the same transaction; any other outcome
-                // leaves it live, and the unit no longer needs it.
-                add(&c.redundant_computations, 1);
-                let _ = self.store.release(lease);
-            }
-        }
-        Ok(())
     }
 
-    fn key(&self, chunk: &Chunk, pos: usize) -> &str {
-        &self.keys[chunk.units[pos] as usize]
+    /// The unit's work: meet the other worker of the unit (premise schedule), compute, and maybe
+    /// crash half-way through writing the output.
+    fn work(&self, unit: &str, arrival: &Arrival<'_>, crashes: bool) -> Result<Vec<u8>> {
+        arrival.arrive_and_wait();
+        let output = compute(unit, VERSION, self.cfg.object_bytes);
+        if crashes {
+            self.crash(unit, &output)?;
+            std::panic::resume_unwind(Box::new(SimulatedCrash));
+        }
+        Ok(output)
     }
 
     /// Leaves half of `output` in a staging file, as a worker killed mid-write would.
-    fn crash(&self, unit: &str, output: Vec<u8>) -> Result<()> {
+    fn crash(&self, unit: &str, output: &[u8]) -> Result<()> {
         let n = self.crash_seq.fetch_add(1, Ordering::Relaxed);
         // Not a name the stager would use (those are `<pid>-<session>-<n>.part` and listed as in
         // flight while written), so GC sees what it is: an abandoned staging file.
@@ -740,12 +664,15 @@ impl Sim<'_> {
             .path()
             .join("staging")
             .join(format!("sim-crash-{n}.part"));
-        std::fs::write(&path, &output[..output.len() / 2]).ctx(|| {
-            format!(
-                "write the crashed attempt at {unit:?} to {}",
-                path.display()
-            )
-        })?;
+        let vfs = &self.store.inner.options.vfs;
+        vfs.create_new(&path)
+            .and_then(|mut f| f.write_all(&output[..output.len() / 2]))
+            .ctx(|| {
+                format!(
+                    "write the crashed attempt at {unit:?} to {}",
+                    path.display()
+                )
+            })?;
         self.crashed.fetch_add(1, Ordering::Relaxed);
         Ok(())
     }
@@ -756,67 +683,52 @@ mod tests {
     use super::*;
     use std::collections::HashMap;
 
-    /// Every unit queued once, the overlapped ones twice — in the two adjacent chunks of a pair
-    /// sharing a rendezvous — chunks within size, and task positions consecutive.
+    /// Every unit queued once, the overlapped ones twice in adjacent tasks sharing a rendezvous
+    /// (only under the premise schedule).
     #[test]
-    fn first_round_puts_each_overlapped_unit_in_both_chunks_of_a_pair() {
-        for (units, overlapped, chunk) in [
-            (1000, 37, 64),
-            (1000, 0, 64),
-            (1000, 1000, 64),
-            (1000, 999, 7),
-            (5, 5, 1),
-            (1, 1, 64),
-            (130, 2, 64),
+    fn first_round_queues_each_overlapped_unit_twice_in_adjacent_tasks() {
+        for (units, overlapped) in [
+            (1000, 37),
+            (1000, 0),
+            (1000, 1000),
+            (5, 5),
+            (1, 1),
+            (130, 2),
         ] {
-            let chunks = first_round(units, overlapped, 7, chunk);
-            let mut seen: HashMap<u32, Vec<usize>> = HashMap::new();
-            let mut next_task = 0;
-            for (i, c) in chunks.iter().enumerate() {
-                assert!(!c.units.is_empty() && c.units.len() <= chunk);
-                assert_eq!(c.first_task, next_task);
-                next_task += c.units.len();
-                for &u in &c.units {
-                    seen.entry(u).or_default().push(i);
+            for rendezvous in [true, false] {
+                let tasks = first_round(units, overlapped, 7, rendezvous);
+                assert_eq!(tasks.len() as u64, units + overlapped);
+                let mut seen: HashMap<u32, Vec<usize>> = HashMap::new();
+                for (i, t) in tasks.iter().enumerate() {
+                    seen.entry(t.unit).or_default().push(i);
                 }
-            }
-            assert_eq!(next_task as u64, units + overlapped);
-            assert_eq!(seen.len() as u64, units, "every unit queued");
-            let mut doubled = 0;
-            for (u, at) in &seen {
-                match at.as_slice() {
-                    [_] => {}
-                    [a, b] => {
-                        doubled += 1;
-                        assert_eq!(a + 1, *b, "unit {u}: chunks {a} and {b} are not adjacent");
-                        let (x, y) = (&chunks[*a].pair, &chunks[*b].pair);
-                        assert!(Arc::ptr_eq(x.as_ref().unwrap(), y.as_ref().unwrap()));
+                assert_eq!(seen.len() as u64, units, "every unit queued");
+                let mut doubled = 0;
+                for (u, at) in &seen {
+                    match at.as_slice() {
+                        [i] => assert!(tasks[*i].pair.is_none()),
+                        [a, b] => {
+                            doubled += 1;
+                            assert_eq!(a + 1, *b, "unit {u}: tasks {a} and {b} are not adjacent");
+                            match (&tasks[*a].pair, &tasks[*b].pair) {
+                                (Some(x), Some(y)) => assert!(rendezvous && Arc::ptr_eq(x, y)),
+                                (None, None) => assert!(!rendezvous),
+                                _ => panic!("unit {u}: one task of the pair has no rendezvous"),
+                            }
+                        }
+                        more => panic!("unit {u} queued {} times", more.len()),
                     }
-                    more => panic!("unit {u} queued {} times", more.len()),
                 }
+                assert_eq!(doubled, overlapped);
             }
-            assert_eq!(doubled, overlapped);
-            // A rendezvous joins exactly two chunks, and only chunks that share a unit.
-            let mut uses: HashMap<*const Rendezvous, usize> = HashMap::new();
-            for c in &chunks {
-                if let Some(r) = &c.pair {
-                    *uses.entry(Arc::as_ptr(r)).or_default() += 1;
-                }
-            }
-            assert!(
-                uses.values().all(|&n| n == 2),
-                "{units}/{overlapped}/{chunk}"
-            );
         }
     }
 
     #[test]
-    fn retry_rounds_chunk_the_missing_units() {
-        let chunks = retry_round((0..10).collect(), 4);
-        let sizes: Vec<usize> = chunks.iter().map(|c| c.units.len()).collect();
-        assert_eq!(sizes, [4, 4, 2]);
-        assert!(chunks.iter().all(|c| c.pair.is_none()));
-        assert_eq!(chunks[2].first_task, 8);
+    fn retry_rounds_queue_the_missing_units_once() {
+        let tasks = retry_round((0..10).collect());
+        assert_eq!(tasks.len(), 10);
+        assert!(tasks.iter().all(|t| t.pair.is_none()));
     }
 
     #[test]
@@ -840,10 +752,6 @@ mod tests {
             },
             SimConfig {
                 crash_rate: 1.0,
-                ..base.clone()
-            },
-            SimConfig {
-                chunk: 0,
                 ..base.clone()
             },
             SimConfig {

@@ -207,7 +207,24 @@ pub(crate) struct Inner {
     /// Set when a commit leader panicked: its transaction may be durable without its index
     /// update, so the index must not be persisted (the next open replays or scans instead).
     index_suspect: AtomicBool,
-    _lock: File,
+    /// Last field: dropped after the database is closed.
+    _lock: StoreLock,
+}
+
+/// The store's exclusive lock on `LOCK`, released explicitly when dropped.
+///
+/// Closing the descriptor is not enough: a `flock` belongs to the open file description, and a
+/// child process that another thread is spawning holds a copy of every descriptor between its
+/// fork and its exec. Closing ours would leave the store locked until that exec, so a reopen
+/// right after the drop could fail with `Locked`. Unlocking releases the description's lock
+/// whoever else holds a copy.
+struct StoreLock(File);
+
+impl Drop for StoreLock {
+    fn drop(&mut self) {
+        // Best effort: if it fails, closing the descriptor releases the lock as before.
+        let _ = self.0.unlock();
+    }
 }
 
 /// An open store. Cheap to clone; share it between threads.
@@ -248,6 +265,7 @@ impl Store {
         };
         let (store_id, index, open_report) =
             crate::error::contain(|| load_state(&db, &dir, options.vfs.as_ref()))?;
+        let lock = StoreLock(lock);
         let now = options.clock.now_ms();
         let stager = Stager::new(&dir, options.vfs.clone());
         Ok(Store {

@@ -1,7 +1,8 @@
 //! The script contract of the command line (SPEC R17): arguments, JSON fields, exit codes.
 
+use std::collections::BTreeMap;
 use std::io::Write;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 
 fn oncelake(args: &[&str], stdin: Option<&[u8]>) -> Output {
@@ -129,7 +130,7 @@ fn bad_input_exits_2_with_a_clear_message() {
         ),
         (
             vec!["put", s(&lake), "u", "1", "/no/such/file"],
-            "not a readable file",
+            "no such file",
         ),
         (vec!["get", s(&lake), "missing-unit"], "has no entry"),
         (vec!["ls", s(dir.path())], "not an oncelake store"),
@@ -174,4 +175,212 @@ fn help_has_examples() {
         text.contains("Examples:") && text.contains("Exit codes"),
         "{text}"
     );
+}
+
+/// Runs the binary with standard output a pipe whose read end is already closed, as
+/// `oncelake ... | head -0` does by the time the command writes.
+fn oncelake_into_closed_pipe(args: &[&str], stdin: Option<&[u8]>) -> Output {
+    let (reader, writer) = std::io::pipe().unwrap();
+    drop(reader);
+    let mut child = Command::new(env!("CARGO_BIN_EXE_oncelake"))
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::from(writer))
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut input = child.stdin.take().unwrap();
+    if let Some(data) = stdin {
+        let _ = input.write_all(data);
+    }
+    drop(input);
+    child.wait_with_output().unwrap()
+}
+
+/// Every command writing into a closed standard output ends quietly (no panic, nothing on
+/// stderr) with the exit code of what it did; a put's commit stands.
+#[test]
+fn a_closed_stdout_ends_every_command_quietly_with_the_code_of_what_it_did() {
+    let dir = tempfile::tempdir().unwrap();
+    let lake = dir.path().join("lake");
+    let l = s(&lake);
+    assert_eq!(oncelake(&["init", l], None).status.code(), Some(0));
+    for i in 0..30 {
+        let unit = format!("u/{i}");
+        let out = oncelake(&["put", l, &unit, "1", "-"], Some(unit.as_bytes()));
+        assert_eq!(out.status.code(), Some(0));
+    }
+    let listing = dir.path().join("listing.csv");
+    std::fs::write(&listing, "u/0,1\nu/1,2\n").unwrap();
+    let sim_store = dir.path().join("sim");
+    /// Arguments, standard input, expected exit code.
+    type Case<'a> = (Vec<&'a str>, Option<&'a [u8]>, i32);
+    let cases: Vec<Case> = vec![
+        (vec!["ls", l], None, 0),
+        (vec!["ls", l, "--json"], None, 0),
+        (vec!["log", l], None, 0),
+        (vec!["log", l, "--json"], None, 0),
+        (vec!["get", l, "u/3"], None, 0),
+        (vec!["stats", l], None, 0),
+        (vec!["stats", l, "--json"], None, 0),
+        (vec!["stats", l, "--prometheus"], None, 0),
+        (vec!["verify", l], None, 0),
+        (vec!["verify", l, "--deep", "--json"], None, 0),
+        (vec!["gc", l, "--dry-run"], None, 0),
+        (vec!["gc", l, "--json"], None, 0),
+        (vec!["reconcile", l, "--source", s(&listing)], None, 0),
+        (
+            vec!["claim", l, "c/1", "1", "--worker", "w", "--json"],
+            None,
+            0,
+        ),
+        (vec!["put", l, "new/1", "1", "-", "--json"], Some(b"new"), 0),
+        (vec!["put", l, "new/2", "1", "-"], Some(b"new 2"), 0),
+        (vec!["put", l, "new/1", "1", "-", "--json"], Some(b"new"), 0),
+        (
+            vec!["put", l, "new/1", "1", "-", "--json"],
+            Some(b"other"),
+            3,
+        ),
+        (vec!["put", l, "new/1", "0", "-", "--json"], Some(b"old"), 4),
+        (vec!["--help"], None, 0),
+        (
+            vec![
+                "simulate",
+                "--units",
+                "50",
+                "--workers",
+                "2",
+                "--json",
+                "--store",
+                s(&sim_store),
+            ],
+            None,
+            0,
+        ),
+    ];
+    for (args, input, code) in cases {
+        let out = oncelake_into_closed_pipe(&args, input);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(code), "{args:?}: {err}");
+        assert!(!err.contains("panicked"), "{args:?}: {err}");
+        if code == 0 {
+            assert!(err.is_empty(), "{args:?} is not quiet: {err}");
+        }
+    }
+    // The commits made with a closed stdout stand.
+    let ls = oncelake(&["ls", l, "--prefix", "new/", "--json"], None);
+    let units: Vec<String> = String::from_utf8_lossy(&ls.stdout)
+        .lines()
+        .map(|line| serde_json::from_str::<serde_json::Value>(line).unwrap()["unit"].to_string())
+        .collect();
+    assert_eq!(units, ["\"new/1\"", "\"new/2\""]);
+}
+
+/// Durations beyond what any flag means (and beyond what `Duration` holds) are usage errors.
+#[test]
+fn out_of_range_durations_are_usage_errors_not_panics() {
+    let dir = tempfile::tempdir().unwrap();
+    let lake = dir.path().join("lake");
+    let l = s(&lake);
+    oncelake(&["init", l], None);
+    let huge = "99999999999999999999999";
+    let huge_days = "99999999999999999999d";
+    for args in [
+        vec!["--wait", huge, "ls", l],
+        vec!["ls", l, "--wait", huge_days],
+        vec!["gc", l, "--grace", huge_days],
+        vec!["gc", l, "--retain", huge],
+        vec!["claim", l, "u", "1", "--worker", "w", "--ttl", huge_days],
+        vec!["gc", l, "--grace", "36501d"],
+    ] {
+        let out = oncelake(&args, None);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        assert!(err.contains("too long"), "{args:?}: {err}");
+        assert!(!err.contains("panicked"), "{args:?}: {err}");
+    }
+    // The longest accepted duration works.
+    let out = oncelake(&["gc", l, "--grace", "36500d", "--dry-run"], None);
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+}
+
+/// Every file of a store, by path, with its bytes.
+fn store_files(dir: &Path) -> BTreeMap<PathBuf, Vec<u8>> {
+    let mut files = BTreeMap::new();
+    let mut todo = vec![dir.to_path_buf()];
+    while let Some(d) = todo.pop() {
+        for e in std::fs::read_dir(&d).unwrap() {
+            let p = e.unwrap().path();
+            if p.is_dir() {
+                todo.push(p);
+            } else {
+                files.insert(p.clone(), std::fs::read(&p).unwrap());
+            }
+        }
+    }
+    files
+}
+
+/// An input the command refuses is refused before the store is opened: the store's files stay
+/// byte-identical.
+#[test]
+fn refused_inputs_leave_the_store_files_byte_identical() {
+    let dir = tempfile::tempdir().unwrap();
+    let lake = dir.path().join("lake");
+    let l = s(&lake);
+    oncelake(&["init", l], None);
+    for i in 0..5 {
+        let out = oncelake(&["put", l, &format!("u/{i}"), "1", "-"], Some(b"rows"));
+        assert_eq!(out.status.code(), Some(0));
+    }
+    let before = store_files(&lake);
+    let a_dir = dir.path().join("a-directory");
+    std::fs::create_dir(&a_dir).unwrap();
+    let missing = dir.path().join("missing");
+    let into_missing_dir = dir.path().join("no-such-dir").join("out");
+    let huge = "99999999999999999999d";
+    for (args, needle) in [
+        (vec!["put", l, "u/9", "1", s(&missing)], "no such file"),
+        (vec!["put", l, "u/9", "1", s(&a_dir)], "a directory"),
+        (vec!["put", l, "u/9", "1", "/dev/null"], "device"),
+        (vec!["put", l, "u/9", "1", "-", "--wait", huge], "too long"),
+        (vec!["get", l, "u/1", "-o", s(&a_dir)], "a directory"),
+        (
+            vec!["get", l, "u/1", "-o", s(&into_missing_dir)],
+            "does not exist",
+        ),
+        (vec!["reconcile", l, "--source", s(&missing)], "cannot read"),
+    ] {
+        let out = oncelake(&args, Some(b"ignored"));
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        assert!(err.contains(needle), "{args:?}: {err}");
+        assert!(
+            store_files(&lake) == before,
+            "{args:?} changed the store's files"
+        );
+    }
+}
+
+/// A pipe is a valid input (`put STORE UNIT V <(producer)` in a shell).
+#[cfg(unix)]
+#[test]
+fn put_reads_a_named_pipe() {
+    let dir = tempfile::tempdir().unwrap();
+    let lake = dir.path().join("lake");
+    let fifo = dir.path().join("fifo");
+    let made = Command::new("mkfifo").arg(&fifo).status();
+    if !made.is_ok_and(|s| s.success()) {
+        return; // no mkfifo on this system
+    }
+    oncelake(&["init", s(&lake)], None);
+    let writer = {
+        let fifo = fifo.clone();
+        std::thread::spawn(move || std::fs::write(fifo, b"from a pipe"))
+    };
+    let out = oncelake(&["put", s(&lake), "p/1", "1", s(&fifo), "--json"], None);
+    writer.join().unwrap().unwrap();
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    assert_eq!(json_line(&out)["size"], 11);
 }

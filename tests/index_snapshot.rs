@@ -293,6 +293,48 @@ fn a_snapshot_of_another_store_falls_back_to_the_scan() {
     );
 }
 
+/// Why `a_snapshot_ahead_of_a_restored_database_falls_back_to_the_scan` once failed with `Locked`:
+/// `a_crash_without_a_clean_close_is_caught_up` spawns a child process while other tests of this
+/// binary close and reopen their stores. Between fork and exec the child holds a copy of every
+/// descriptor of this process, the store's `LOCK` file included, and a `flock` belongs to the open
+/// file description, not to the descriptor: closing ours left the lock held by the child's copy
+/// until its exec, and a reopen without a lock wait failed. Closing a store must release its lock
+/// whoever else holds a copy of the descriptor. Here the child is held between fork and exec
+/// until the store was closed and reopened (no timing involved).
+#[cfg(unix)]
+#[test]
+fn closing_a_store_releases_its_lock_while_a_forked_child_holds_its_descriptors() {
+    use std::io::{Read, Write};
+    use std::os::unix::process::CommandExt;
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("lake");
+    let store = open(&dir);
+    store.put("u/1", 1, b"one").unwrap();
+    let (mut forked_r, mut forked_w) = std::io::pipe().unwrap();
+    let (mut go_r, mut go_w) = std::io::pipe().unwrap();
+    let mut cmd = Command::new("true");
+    // SAFETY: the closure runs in the forked child before exec and only writes to and reads from
+    // two pipes it owns (plain system calls: no allocation, no lock shared with other threads).
+    unsafe {
+        cmd.pre_exec(move || {
+            forked_w.write_all(b"f")?;
+            let mut b = [0u8; 1];
+            go_r.read_exact(&mut b)?;
+            Ok(())
+        });
+    }
+    let child = std::thread::spawn(move || cmd.status());
+    let mut b = [0u8; 1];
+    // From here until `go`, the child holds copies of this process's descriptors.
+    forked_r.read_exact(&mut b).unwrap();
+    drop(store);
+    let reopened = Store::open(&dir);
+    go_w.write_all(b"g").unwrap();
+    assert!(child.join().unwrap().unwrap().success());
+    let reopened = reopened.expect("a closed store is not locked by a forked child");
+    assert!(reopened.get("u/1").unwrap().is_some());
+}
+
 #[test]
 fn a_snapshot_ahead_of_a_restored_database_falls_back_to_the_scan() {
     falls_back(

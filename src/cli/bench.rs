@@ -147,16 +147,23 @@ fn print_table(results: &[Measurement], threads: &[usize], probes: &[(String, Du
         .iter()
         .map(|(when, d)| format!("{} µs {when}", d.as_micros()))
         .collect();
-    println!(
+    outln!(
         "durable commits, 1 unit each, objects pre-staged; disk fdatasync(4 KiB) p50: {}",
         probes.join(", ")
     );
-    println!(
+    outln!(
         "{:<20} {:>7} {:>9} {:>12} {:>9} {:>9} {:>10} {:>10}",
-        "system", "threads", "units", "units/s", "p50 µs", "p99 µs", "mean group", "µs/group"
+        "system",
+        "threads",
+        "units",
+        "units/s",
+        "p50 µs",
+        "p99 µs",
+        "mean group",
+        "µs/group"
     );
     for m in results {
-        println!(
+        outln!(
             "{:<20} {:>7} {:>9} {:>12.0} {:>9} {:>9} {:>10} {:>10}",
             m.system.name(),
             m.threads,
@@ -173,13 +180,15 @@ fn print_table(results: &[Measurement], threads: &[usize], probes: &[(String, Du
         );
     }
     let fmt = |r: Option<f64>| r.map(|r| format!("{r:.1}x")).unwrap_or_else(|| "-".into());
-    println!();
-    println!(
+    outln!();
+    outln!(
         "{:>7} {:>22} {:>22}",
-        "threads", "oncelake / redb (b1)", "oncelake / sqlite (b2)"
+        "threads",
+        "oncelake / redb (b1)",
+        "oncelake / sqlite (b2)"
     );
     for &t in threads {
-        println!(
+        outln!(
             "{:>7} {:>22} {:>22}",
             t,
             fmt(ratio(results, t, System::RedbTxnPerCommit)),

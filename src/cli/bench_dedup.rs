@@ -102,7 +102,7 @@ impl WorkDir {
 impl Drop for WorkDir {
     fn drop(&mut self) {
         if self.keep {
-            eprintln!("kept {}", self.path.display());
+            errln!("kept {}", self.path.display());
         } else {
             let _ = std::fs::remove_dir_all(&self.path);
         }
@@ -111,7 +111,7 @@ impl Drop for WorkDir {
 
 pub(crate) fn status(msg: &str) {
     if std::io::stderr().is_terminal() {
-        eprintln!("{msg}");
+        errln!("{msg}");
     }
 }
 
@@ -133,11 +133,11 @@ fn redb_err(e: redb::Error) -> CliError {
 
 pub(crate) fn run(a: DedupArgs) -> Result<u8, CliError> {
     if !a.size.json {
-        println!(
+        outln!(
             "dedup decision (P2): {} random queries per round, best of {}; baseline: plain redb point get (same keys, 72-byte values, one read txn)",
             a.queries, a.size.rounds
         );
-        println!(
+        outln!(
             "{:>9}  {:>12}  {:>12}  {:>6}  {:>14}  {:>14}  {:>8}  {:>12}  {:>9}",
             "units",
             "lookup/s",
@@ -238,7 +238,7 @@ pub(crate) fn run(a: DedupArgs) -> Result<u8, CliError> {
                 "build_s": (build.as_secs_f64() * 100.0).round() / 100.0,
             }));
         } else {
-            println!(
+            outln!(
                 "{:>9}  {:>12.0}  {:>12.0}  {:>5.1}x  {:>14.0}  {:>14.0}  {:>8.1}  {:>12}  {:>9}",
                 n,
                 lookup,

@@ -55,11 +55,11 @@ fn naive(snap: &oncelake::Snapshot, listing: &[(String, u64)]) -> oncelake::Resu
 pub(crate) fn run(a: ReconcileBenchArgs) -> Result<u8, CliError> {
     let rounds = a.size.rounds.max(1);
     if !a.size.json {
-        println!(
+        outln!(
             "reconcile (P3): listing of all units, 1% changed (0.8% behind, 0.2% new) + 0.1% dropped; best of {rounds} (incremental, caches flushed first: best of {}); baseline: one redb point get per listed unit",
             rounds * INCREMENTAL_REPEAT
         );
-        println!(
+        outln!(
             "{:>9}  {:>13}  {:>13}  {:>13}  {:>9}  {:>9}  {:>11}  {:>8}",
             "units",
             "full units/s",
@@ -171,7 +171,7 @@ pub(crate) fn run(a: ReconcileBenchArgs) -> Result<u8, CliError> {
                 "build_s": (build.as_secs_f64() * 100.0).round() / 100.0,
             }));
         } else {
-            println!(
+            outln!(
                 "{:>9}  {:>13.0}  {:>13.0}  {:>13.0}  {:>9.2}  {:>9}  {:>11.3}  {:>7.2}%",
                 n,
                 per_sec(n, full),

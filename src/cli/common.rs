@@ -1,9 +1,110 @@
-//! Helpers every command uses: opening a store, parsing durations, printing JSON lines.
+//! Helpers every command uses: opening a store, parsing durations, writing output.
+//!
+//! # Output
+//!
+//! Every command writes through [`write_out`] (the `outln!`/`out!` macros) and [`write_err`]
+//! (`errln!`), never `println!`, which panics when standard output is a closed pipe
+//! (`oncelake ls ./lake | head -1`). The rule: a closed standard output is not an error. The
+//! command does its work to the end — a put stays committed, a gc collects — stops writing, and
+//! exits with the code of what it did (0 committed or duplicate, 3 conflict, ...); commands whose
+//! only work is their output (`ls`, `log`) stop early, exit 0. Any other write failure (a full
+//! disk behind `> file`) is reported once at the end and turns an exit 0 into 1.
 
 use super::CliError;
 use oncelake::{Options, Store};
+use std::io::Write;
 use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Mutex;
 use std::time::Duration;
+
+/// Set once standard output turned out to be a closed pipe: nothing more is written to it.
+static STDOUT_CLOSED: AtomicBool = AtomicBool::new(false);
+/// The first failure writing standard output other than a closed pipe.
+static STDOUT_FAILED: Mutex<Option<std::io::Error>> = Mutex::new(None);
+
+/// Writes to standard output (with a newline if `newline`). Returns `false` once standard output
+/// is closed or failed, so that a listing can stop early; never panics.
+pub(crate) fn write_out(args: std::fmt::Arguments<'_>, newline: bool) -> bool {
+    if !stdout_open() {
+        return false;
+    }
+    let mut out = std::io::stdout().lock();
+    let r = out.write_fmt(args).and_then(|()| {
+        if newline {
+            out.write_all(b"\n")
+        } else {
+            Ok(())
+        }
+    });
+    match r {
+        Ok(()) => true,
+        Err(e) => {
+            note_stdout_error(e);
+            false
+        }
+    }
+}
+
+/// [`write_out`] for the macros, which are statements.
+pub(crate) fn write_out_unit(args: std::fmt::Arguments<'_>, newline: bool) {
+    let _ = write_out(args, newline);
+}
+
+/// Writes raw bytes to standard output (an object's content); like [`write_out`].
+pub(crate) fn write_out_bytes(bytes: &[u8]) -> bool {
+    if !stdout_open() {
+        return false;
+    }
+    let mut out = std::io::stdout().lock();
+    match out.write_all(bytes).and_then(|()| out.flush()) {
+        Ok(()) => true,
+        Err(e) => {
+            note_stdout_error(e);
+            false
+        }
+    }
+}
+
+/// Whether standard output still takes output.
+pub(crate) fn stdout_open() -> bool {
+    !STDOUT_CLOSED.load(Ordering::Relaxed)
+}
+
+fn note_stdout_error(e: std::io::Error) {
+    STDOUT_CLOSED.store(true, Ordering::Relaxed);
+    if e.kind() != std::io::ErrorKind::BrokenPipe {
+        let mut failed = STDOUT_FAILED.lock().unwrap_or_else(|p| p.into_inner());
+        failed.get_or_insert(e);
+    }
+}
+
+/// Flushes standard output at the end of a command and returns the failure to report, if any
+/// (a closed pipe is none).
+pub(crate) fn finish_stdout() -> Option<std::io::Error> {
+    if stdout_open() {
+        if let Err(e) = std::io::stdout().lock().flush() {
+            note_stdout_error(e);
+        }
+    }
+    STDOUT_FAILED
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .take()
+}
+
+/// Writes to standard error; a closed or failing standard error is ignored (there is nowhere
+/// left to say anything).
+pub(crate) fn write_err(args: std::fmt::Arguments<'_>, newline: bool) {
+    let mut err = std::io::stderr().lock();
+    let _ = err.write_fmt(args).and_then(|()| {
+        if newline {
+            err.write_all(b"\n")
+        } else {
+            Ok(())
+        }
+    });
+}
 
 /// Opens an existing store (or creates one if `create`), waiting up to `wait` for its lock.
 pub(crate) fn open_store(path: &Path, wait: Duration, create: bool) -> Result<Store, CliError> {
@@ -41,6 +142,48 @@ fn cannot_write(e: &std::io::Error) -> bool {
     )
 }
 
+/// Opens the input file argument of a command before any store is opened, so that a refused
+/// input leaves the store untouched: `-` is standard input (`None`, whatever it is); a path must
+/// be a regular file or a pipe (a FIFO, or `<(producer)` in a shell). A directory, a device
+/// (`/dev/null` included: for an empty output pass an empty file or `- < /dev/null`), a socket or
+/// a missing path is a usage error.
+pub(crate) fn open_input(arg: &str) -> Result<Option<std::fs::File>, CliError> {
+    if arg == "-" {
+        return Ok(None);
+    }
+    let hint = "pass a regular file, a pipe, or - for standard input";
+    let f = std::fs::File::open(arg).map_err(|e| match e.kind() {
+        std::io::ErrorKind::NotFound => CliError::Usage(format!("{arg}: no such file; {hint}")),
+        std::io::ErrorKind::PermissionDenied => {
+            CliError::Usage(format!("{arg}: permission denied; {hint}"))
+        }
+        _ => CliError::io(format!("open {arg}"), e),
+    })?;
+    let kind = f
+        .metadata()
+        .map_err(|e| CliError::io(format!("stat {arg}"), e))?
+        .file_type();
+    if kind.is_file() || is_pipe(&kind) {
+        return Ok(Some(f));
+    }
+    let what = if kind.is_dir() {
+        "a directory"
+    } else {
+        "a device or socket, not a file"
+    };
+    Err(CliError::Usage(format!("{arg} is {what}; {hint}")))
+}
+
+#[cfg(unix)]
+fn is_pipe(kind: &std::fs::FileType) -> bool {
+    std::os::unix::fs::FileTypeExt::is_fifo(kind)
+}
+
+#[cfg(not(unix))]
+fn is_pipe(_: &std::fs::FileType) -> bool {
+    false
+}
+
 /// Parses `30s`, `5m`, `1h`, `7d`, `250ms`, or a bare number of seconds.
 pub(crate) fn parse_duration(s: &str) -> Result<Duration, String> {
     let s = s.trim();
@@ -66,12 +209,21 @@ pub(crate) fn parse_duration(s: &str) -> Result<Duration, String> {
     if !secs.is_finite() || secs < 0.0 {
         return Err(format!("{s:?} is not a valid duration"));
     }
-    Ok(Duration::from_secs_f64(secs))
+    if secs > MAX_DURATION_SECS {
+        return Err(format!(
+            "{s:?} is too long; the longest duration accepted is 36500d (100 years)"
+        ));
+    }
+    Duration::try_from_secs_f64(secs).map_err(|e| format!("{s:?} is not a valid duration: {e}"))
 }
+
+/// The longest duration any flag accepts: 100 years. Longer means "never" in practice, and keeps
+/// every duration far from the limits of the millisecond clock arithmetic behind leases and GC.
+const MAX_DURATION_SECS: f64 = 36_500.0 * 86_400.0;
 
 /// Prints one JSON object per line.
 pub(crate) fn print_json(v: &serde_json::Value) {
-    println!("{v}");
+    write_out_unit(format_args!("{v}"), true)
 }
 
 #[cfg(test)]
@@ -92,5 +244,19 @@ mod tests {
         assert!(parse_duration("5 parsecs").is_err());
         assert!(parse_duration("").is_err());
         assert!(parse_duration("-3s").is_err());
+        // Out of range is an error, never a panic (Duration::from_secs_f64 panics).
+        for huge in [
+            "99999999999999999999999",
+            "99999999999999999999d",
+            "36501d",
+            "18446744073709551616s",
+        ] {
+            let e = parse_duration(huge).unwrap_err();
+            assert!(e.contains("too long") || e.contains("not"), "{huge}: {e}");
+        }
+        assert_eq!(
+            parse_duration("36500d").unwrap(),
+            Duration::from_secs(36_500 * 86_400)
+        );
     }
 }

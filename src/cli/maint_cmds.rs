@@ -101,7 +101,7 @@ pub(crate) fn gc(a: GcArgs, wait: Duration) -> Result<u8, CliError> {
         } else {
             "removed"
         };
-        println!(
+        outln!(
             "{verb} {} ({}) and {} ({}); {} {}; history readable from seq {}",
             plural(
                 report.objects,
@@ -119,7 +119,7 @@ pub(crate) fn gc(a: GcArgs, wait: Duration) -> Result<u8, CliError> {
             plural(report.history_rows_pruned, "history row", "history rows"),
             report.history_from,
         );
-        println!(
+        outln!(
             "kept {} referenced by entries{}",
             plural(report.objects_referenced, "object", "objects"),
             if report.objects_pinned > 0 {
@@ -132,13 +132,13 @@ pub(crate) fn gc(a: GcArgs, wait: Duration) -> Result<u8, CliError> {
             }
         );
         if report.staging_files_young > 0 {
-            println!(
+            outln!(
                 "left {} whose writer cannot be told, younger than --grace",
                 plural(report.staging_files_young, "staging file", "staging files")
             );
         }
         if report.stray_files > 0 {
-            eprintln!(
+            errln!(
                 "note: {} in objects/ not named like objects were left alone; `oncelake verify {}` lists them",
                 plural(report.stray_files, "file", "files"),
                 a.store.display()
@@ -257,7 +257,7 @@ fn units_text(p: &ObjectProblem) -> String {
 }
 
 fn print_verify_text(r: &VerifyReport) {
-    println!(
+    outln!(
         "checked {} in {} ({}){}; replayed {} against the manifest as of seq {}",
         plural(r.entries_checked, "entry", "entries"),
         plural(r.objects_checked, "object", "objects"),
@@ -267,7 +267,7 @@ fn print_verify_text(r: &VerifyReport) {
         r.seq,
     );
     for p in &r.missing {
-        println!(
+        outln!(
             "MISSING  {}: {}; affects {}",
             p.object,
             p.detail,
@@ -275,7 +275,7 @@ fn print_verify_text(r: &VerifyReport) {
         );
     }
     for p in &r.corrupt {
-        println!(
+        outln!(
             "CORRUPT  {}: {}; affects {}",
             p.object,
             p.detail,
@@ -283,24 +283,24 @@ fn print_verify_text(r: &VerifyReport) {
         );
     }
     for o in &r.strays {
-        println!(
+        outln!(
             "STRAY    {} ({}) — not an object; remove it by hand if it is not yours",
             o.path.display(),
             bytes(o.bytes)
         );
     }
     for p in &r.replay.problems {
-        println!("LOG      {p}");
+        outln!("LOG      {p}");
     }
     for p in &r.history_problems {
-        println!("HISTORY  {p}");
+        outln!("HISTORY  {p}");
     }
     print_reclaimable_text(&r.reclaimable);
     if r.is_ok() {
-        println!("ok: no problems found");
+        outln!("ok: no problems found");
     } else {
         let affected = r.affected_units();
-        eprintln!(
+        errln!(
             "verify found {}{}",
             plural(r.problem_count() as u64, "problem", "problems"),
             if affected.is_empty() {
@@ -313,7 +313,7 @@ fn print_verify_text(r: &VerifyReport) {
             }
         );
         if !r.missing.is_empty() || !r.corrupt.is_empty() {
-            eprintln!(
+            errln!(
                 "restore the affected objects from a backup, or re-run the work for the affected units and commit a correction"
             );
         }
@@ -325,7 +325,7 @@ fn print_reclaimable_text(r: &Reclaimable) {
     if r.is_empty() {
         return;
     }
-    println!(
+    outln!(
         "reclaimable: {} ({}) and {} ({}); `oncelake gc` removes them",
         plural(
             r.objects.len() as u64,
@@ -338,7 +338,7 @@ fn print_reclaimable_text(r: &Reclaimable) {
     );
     let unknown = r.staging.iter().filter(|f| !f.owner_gone).count() as u64;
     if unknown > 0 {
-        println!(
+        outln!(
             "  of the staging files, {} cannot be told from their names; gc removes those after --grace",
             plural(unknown, "has a writer that", "have writers that")
         );

@@ -1,5 +1,30 @@
 //! Argument parsing and dispatch. One file per command family; shared helpers in `common`.
 
+/// `println!` that never panics: see "Output" in `common`. After a closed standard output it
+/// writes nothing; loops check `stdout_open()` to stop early.
+macro_rules! outln {
+    () => {
+        $crate::cli::common::write_out_unit(format_args!(""), true)
+    };
+    ($($arg:tt)*) => {
+        $crate::cli::common::write_out_unit(format_args!($($arg)*), true)
+    };
+}
+
+/// `print!` that never panics: see "Output" in `common`.
+macro_rules! out {
+    ($($arg:tt)*) => {
+        $crate::cli::common::write_out_unit(format_args!($($arg)*), false)
+    };
+}
+
+/// `eprintln!` that never panics on a closed standard error.
+macro_rules! errln {
+    ($($arg:tt)*) => {
+        $crate::cli::common::write_err(format_args!($($arg)*), true)
+    };
+}
+
 mod bench;
 mod bench_commit;
 mod bench_dedup;
@@ -34,7 +59,9 @@ Examples:
   oncelake bench dedup --units 10000,100000
 
 Exit codes: 0 ok (committed or duplicate), 1 I/O or internal failure, 2 usage or bad input,
-3 conflict, 4 stale, 5 fenced, 6 store locked or busy, 7 verify found problems.";
+3 conflict, 4 stale, 5 fenced, 6 store locked or busy, 7 verify found problems.
+A closed standard output (`| head`) is not an error: the command finishes its work (a put stays
+committed), stops writing and exits with the code of what it did.";
 
 /// Exactly-once results per unit of work: stage objects, commit them atomically, inspect the store.
 #[derive(Parser, Debug)]
@@ -105,12 +132,23 @@ pub(crate) fn main() -> ExitCode {
             return ExitCode::from(code);
         }
     };
-    match run(cli) {
-        Ok(code) => ExitCode::from(code),
+    let code = match run(cli) {
+        Ok(code) => code,
         Err(e) => {
-            eprintln!("error: {e}");
-            ExitCode::from(e.exit_code())
+            errln!("error: {e}");
+            e.exit_code()
         }
+    };
+    // A closed standard output (`| head`) is not a failure; any other write failure is.
+    match finish_stdout() {
+        Some(e) => {
+            errln!(
+                "error: could not write standard output: {e}; the command's work itself is done \
+                 (a put stays committed: running it again reports a duplicate)"
+            );
+            ExitCode::from(if code == 0 { 1 } else { code })
+        }
+        None => ExitCode::from(code),
     }
 }
 

@@ -234,20 +234,21 @@ fn set_version(a: SetVersionArgs, wait: Duration) -> Result<u8, CliError> {
     } else {
         match u.outcome {
             Outcome::Committed { seq, .. } => {
-                println!("{} is at source version {} (seq {seq})", a.unit, a.version)
+                outln!("{} is at source version {} (seq {seq})", a.unit, a.version)
             }
             Outcome::Duplicate { .. } => {
-                println!("{} is already at source version {}", a.unit, a.version)
+                outln!("{} is already at source version {}", a.unit, a.version)
             }
-            Outcome::Stale { current_version } => eprintln!(
+            Outcome::Stale { current_version } => errln!(
                 "stale: {} is already at source version {current_version}; versions never go back",
                 a.unit
             ),
-            Outcome::Conflict { .. } => eprintln!(
+            Outcome::Conflict { .. } => errln!(
                 "conflict: {} @ {} was recorded with a different input; bump the version",
-                a.unit, a.version
+                a.unit,
+                a.version
             ),
-            _ => eprintln!("{}: {}", a.unit, u.outcome.name()),
+            _ => errln!("{}: {}", a.unit, u.outcome.name()),
         }
     }
     Ok(outcome_code(&u.outcome))
@@ -258,7 +259,7 @@ fn status(a: StatusArgs, wait: Duration) -> Result<u8, CliError> {
     let store = open_store(&a.store, wait, false)?;
     let st = p.status(&store)?;
     if a.dot {
-        print!("{}", p.to_dot(&st));
+        out!("{}", p.to_dot(&st));
     } else if a.json {
         for s in &st.stages {
             print_json(&json!({
@@ -268,15 +269,29 @@ fn status(a: StatusArgs, wait: Duration) -> Result<u8, CliError> {
             }));
         }
     } else {
-        println!("{} units", st.units);
-        println!(
+        outln!("{} units", st.units);
+        outln!(
             "{:<24} {:>5} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8}",
-            "stage", "code", "done", "ready", "running", "blocked", "failed", "stale"
+            "stage",
+            "code",
+            "done",
+            "ready",
+            "running",
+            "blocked",
+            "failed",
+            "stale"
         );
         for s in &st.stages {
-            println!(
+            outln!(
                 "{:<24} {:>5} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8}",
-                s.stage, s.code_version, s.done, s.ready, s.running, s.blocked, s.failed, s.stale
+                s.stage,
+                s.code_version,
+                s.done,
+                s.ready,
+                s.running,
+                s.blocked,
+                s.failed,
+                s.stale
             );
         }
     }
@@ -320,9 +335,11 @@ fn ready(a: ReadyArgs, wait: Duration) -> Result<u8, CliError> {
                 .stale
                 .map(|s| format!(" (stale: {s})"))
                 .unwrap_or_default();
-            println!(
+            outln!(
                 "{} {} @ {}{retry}{stale}{note}",
-                c.unit, c.stage, c.source_version
+                c.unit,
+                c.stage,
+                c.source_version
             );
         }
     }
@@ -397,19 +414,19 @@ fn complete(a: CompleteArgs, wait: Duration) -> Result<u8, CliError> {
             u.outcome.name()
         );
         match u.outcome {
-            o if o.is_success() => println!("{line}"),
+            o if o.is_success() => outln!("{line}"),
             Outcome::Fenced {
                 token,
                 newest_token,
-            } => eprintln!(
+            } => errln!(
                 "{line}: token {token} {}; nothing changed",
                 FenceReason::of(token, newest_token)
             ),
-            Outcome::Busy { expires_at_ms } => eprintln!(
+            Outcome::Busy { expires_at_ms } => errln!(
                 "{line}: the cell is claimed by {} until {expires_at_ms} ms since the epoch; pass that lease's --token or retry after it ends. Nothing changed",
                 u.holder.as_deref().unwrap_or("another worker")
             ),
-            _ => eprintln!("{line}; nothing changed"),
+            _ => errln!("{line}; nothing changed"),
         }
     }
     Ok(outcome_code(&u.outcome))
@@ -440,7 +457,7 @@ fn fail(a: FailArgs, wait: Duration) -> Result<u8, CliError> {
                     "attempts": attempts, "gave_up": gave_up,
                 }));
             } else {
-                println!(
+                outln!(
                     "{} {}: failure {attempts} recorded at seq {seq}{}",
                     a.unit,
                     a.stage,
@@ -463,7 +480,7 @@ fn fail(a: FailArgs, wait: Duration) -> Result<u8, CliError> {
                     "token": token, "newest_token": newest_token,
                 }));
             } else {
-                eprintln!(
+                errln!(
                     "fenced: token {token} cannot record a failure of {} {}: {} (the cell's newest lease token is {newest_token}); nothing changed",
                     a.unit,
                     a.stage,
@@ -482,7 +499,7 @@ fn fail(a: FailArgs, wait: Duration) -> Result<u8, CliError> {
                     "holder": worker, "expires_at_ms": expires_at_ms,
                 }));
             } else {
-                eprintln!(
+                errln!(
                     "busy: {} {} is claimed by {worker} until {expires_at_ms} ms since the epoch; pass that lease's --token or retry after it ends. Nothing changed",
                     a.unit, a.stage
                 );
@@ -550,13 +567,13 @@ fn explain(a: ExplainArgs, wait: Duration) -> Result<u8, CliError> {
             print_json(&v);
         }
     } else {
-        println!(
+        outln!(
             "{} at source version {}",
             e.unit,
             e.source_version.unwrap_or_default()
         );
         for c in &e.cells {
-            println!("  {c}");
+            outln!("  {c}");
         }
     }
     Ok(0)

@@ -160,7 +160,7 @@ pub(crate) fn reconcile(a: ReconcileArgs, wait: Duration) -> Result<u8, CliError
             }
         };
         if !sorted.was_sorted() {
-            eprintln!(
+            errln!(
                 "note: the listing {} is not sorted by unit; sorted it first ({} rows, {}) before the merge",
                 a.source.display(),
                 sorted.rows(),
@@ -198,7 +198,7 @@ pub(crate) fn reconcile(a: ReconcileArgs, wait: Duration) -> Result<u8, CliError
     if json {
         print_json(&json!({ "summary": summary_json(&summary, a.changes_only, format) }));
     } else {
-        println!("{}", summary_text(&summary, a.changes_only));
+        outln!("{}", summary_text(&summary, a.changes_only));
     }
     Ok(0)
 }

@@ -2,12 +2,21 @@
 //! coordinator mode by hand, `claim` and `release` (R9).
 
 use super::{open_store, parse_duration, print_json, CliError};
-use oncelake::simulate::{simulate, SimConfig, SimMode, SimReport};
+use oncelake::simulate::{simulate, Schedule, SimConfig, SimMode, SimReport};
 use oncelake::{ClaimOutcome, Lease, MetricsSnapshot, ReleaseOutcome};
 use serde_json::json;
 use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
+
+/// When the two workers of an overlapped unit work on it.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum ScheduleArg {
+    /// The seed's premise: both workers of each overlapped unit try it before either commits.
+    Premise,
+    /// Real timing decides; the report says what happened.
+    Natural,
+}
 
 /// Which modes `simulate` runs.
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
@@ -40,9 +49,10 @@ pub(crate) struct SimulateArgs {
     /// Seed choosing the overlapped units and the crashing attempts.
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
-    /// Tasks a worker takes at once (checked or claimed together, committed in one batch).
-    #[arg(long, default_value_t = oncelake::simulate::DEFAULT_CHUNK)]
-    pub chunk: usize,
+    /// When the two workers of an overlapped unit work on it: `premise` (the seed's premise, both
+    /// try it before either commits) or `natural` (real timing decides).
+    #[arg(long, value_enum, default_value = "premise")]
+    pub schedule: ScheduleArg,
     /// Keep the stores in this (missing or empty) directory instead of a temporary one that is
     /// removed afterwards (in /dev/shm where available).
     #[arg(long)]
@@ -153,7 +163,10 @@ fn run_modes(
             mode,
             crash_rate: a.crash_rate,
             seed: a.seed,
-            chunk: a.chunk,
+            schedule: match a.schedule {
+                ScheduleArg::Premise => Schedule::Premise,
+                ScheduleArg::Natural => Schedule::Natural,
+            },
             ..SimConfig::new(root.join(mode.name()))
         };
         let bar = std::io::stderr().is_terminal().then(|| {
@@ -217,7 +230,8 @@ fn report_json(r: &SimReport, a: &SimulateArgs) -> serde_json::Value {
         "mode": r.mode.name(),
         "workers": r.workers,
         "units": r.units,
-        "chunk": r.chunk,
+        "schedule": r.schedule.name(),
+        "schedule_note": r.schedule.describe(),
         "overlap": a.overlap,
         "crash_rate": a.crash_rate,
         "seed": a.seed,
@@ -311,17 +325,20 @@ fn print_table(reports: &[SimReport]) {
             Box::new(|r| format!("{:.2} s", r.elapsed.as_secs_f64())),
         ),
     ];
-    print!("{:<26}", "");
-    for r in reports {
-        print!("{:>14}", r.mode.name());
+    if let Some(r) = reports.first() {
+        outln!("schedule: {}", r.schedule.describe());
     }
-    println!();
+    out!("{:<26}", "");
+    for r in reports {
+        out!("{:>14}", r.mode.name());
+    }
+    outln!();
     for (name, cell) in &rows {
-        print!("{name:<26}");
+        out!("{name:<26}");
         for r in reports {
-            print!("{:>14}", cell(r));
+            out!("{:>14}", cell(r));
         }
-        println!();
+        outln!();
     }
 }
 
@@ -333,13 +350,13 @@ pub(crate) fn stats(a: StatsArgs, wait: Duration) -> Result<u8, CliError> {
     drop(snap);
     let m = store.metrics();
     if a.prometheus {
-        print!("{}", m.to_prometheus());
-        println!("# HELP oncelake_units units with a current entry");
-        println!("# TYPE oncelake_units gauge");
-        println!("oncelake_units {units}");
-        println!("# HELP oncelake_last_seq newest commit log sequence number");
-        println!("# TYPE oncelake_last_seq gauge");
-        println!("oncelake_last_seq {last_seq}");
+        out!("{}", m.to_prometheus());
+        outln!("# HELP oncelake_units units with a current entry");
+        outln!("# TYPE oncelake_units gauge");
+        outln!("oncelake_units {units}");
+        outln!("# HELP oncelake_last_seq newest commit log sequence number");
+        outln!("# TYPE oncelake_last_seq gauge");
+        outln!("oncelake_last_seq {last_seq}");
     } else if a.json {
         let mut v =
             json!({"store": a.store.display().to_string(), "units": units, "last_seq": last_seq});
@@ -366,19 +383,19 @@ fn histogram_json(h: &oncelake::metrics::HistogramSnapshot) -> serde_json::Value
 }
 
 fn print_stats_table(store: &Path, units: u64, last_seq: u64, m: &MetricsSnapshot) {
-    println!("store      {}", store.display());
-    println!("units      {units}");
-    println!("last seq   {last_seq}");
-    println!();
-    println!("counters since this process opened the store:");
+    outln!("store      {}", store.display());
+    outln!("units      {units}");
+    outln!("last seq   {last_seq}");
+    outln!();
+    outln!("counters since this process opened the store:");
     for (name, n) in m.counters() {
-        println!("  {name:<24} {n}");
+        outln!("  {name:<24} {n}");
     }
     for (name, h) in [
         ("group units", &m.group_units),
         ("commit latency us", &m.commit_latency_us),
     ] {
-        println!(
+        outln!(
             "  {name:<24} count {} mean {:.1} p50 ≤{} p99 ≤{}",
             h.count,
             h.mean(),
@@ -400,7 +417,7 @@ pub(crate) fn claim(a: ClaimArgs, wait: Duration) -> Result<u8, CliError> {
                     "expires_at_ms": lease.expires_at_ms, "took_over": took_over,
                 }));
             } else {
-                println!(
+                outln!(
                     "granted {} @ {} to {} with token {} until {} ms{}; commit with `oncelake put ... --token {}`",
                     lease.unit,
                     lease.source_version,
@@ -421,7 +438,7 @@ pub(crate) fn claim(a: ClaimArgs, wait: Duration) -> Result<u8, CliError> {
                 print_json(&json!({"unit": a.unit, "outcome": "held", "worker": worker,
                                    "expires_at_ms": expires_at_ms}));
             } else {
-                eprintln!(
+                errln!(
                     "busy: {} is held by {worker} until {expires_at_ms} ms; try again after that",
                     a.unit
                 );
@@ -436,9 +453,11 @@ pub(crate) fn claim(a: ClaimArgs, wait: Duration) -> Result<u8, CliError> {
                 }
                 print_json(&v);
             } else {
-                println!(
+                outln!(
                     "already done: {} is committed at version {} (seq {}); nothing to do",
-                    entry.unit, entry.source_version, entry.seq
+                    entry.unit,
+                    entry.source_version,
+                    entry.seq
                 );
             }
             Ok(0)
@@ -476,12 +495,12 @@ pub(crate) fn release(a: ReleaseArgs, wait: Duration) -> Result<u8, CliError> {
         print_json(&v);
     } else {
         match &outcome {
-            ReleaseOutcome::Released => println!("released {} (token {})", a.unit, a.token),
-            ReleaseOutcome::NotHolder { holder } => eprintln!(
+            ReleaseOutcome::Released => outln!("released {} (token {})", a.unit, a.token),
+            ReleaseOutcome::NotHolder { holder } => errln!(
                 "refused: the lease with token {} on {} is held by {holder}, not {}; only its holder can release it. Nothing changed",
                 a.token, a.unit, a.worker
             ),
-            ReleaseOutcome::Lost { newest_token } => eprintln!(
+            ReleaseOutcome::Lost { newest_token } => errln!(
                 "fenced: token {} is not a lease of {} that can be released: {} (its newest lease token is {newest_token}); nothing changed",
                 a.token,
                 a.unit,

@@ -1,10 +1,9 @@
 //! The store commands of the script contract: init, put, get, ls, log.
 
-use super::{open_store, print_json, CliError};
+use super::{open_input, open_store, print_json, stdout_open, write_out_bytes, CliError};
 use oncelake::log::RecordBody;
 use oncelake::{Batch, Entry, Outcome, Store};
 use serde_json::json;
-use std::io::Write;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -86,9 +85,9 @@ pub(crate) fn init(a: InitArgs, wait: Duration) -> Result<u8, CliError> {
     if a.json {
         print_json(&json!({"store": store.path().display().to_string(), "created": created}));
     } else if created {
-        println!("created oncelake store {}", store.path().display());
+        outln!("created oncelake store {}", store.path().display());
     } else {
-        println!(
+        outln!(
             "{} is already an oncelake store; nothing was changed",
             store.path().display()
         );
@@ -98,18 +97,12 @@ pub(crate) fn init(a: InitArgs, wait: Duration) -> Result<u8, CliError> {
 
 pub(crate) fn put(a: PutArgs, wait: Duration) -> Result<u8, CliError> {
     oncelake::validate_key(&a.unit)?;
+    // Before the store is opened: a refused input leaves the store's files untouched.
+    let input = open_input(&a.file)?;
     let store = open_store(&a.store, wait, false)?;
-    let staged = if a.file == "-" {
-        store.stage_reader(std::io::stdin().lock())?
-    } else {
-        let path = PathBuf::from(&a.file);
-        if !path.is_file() {
-            return Err(CliError::Usage(format!(
-                "{} is not a readable file; pass a file path or - for standard input",
-                a.file
-            )));
-        }
-        store.stage_file(&path)?
+    let staged = match input {
+        None => store.stage_reader(std::io::stdin().lock())?,
+        Some(file) => store.stage_reader(file)?,
     };
     let intent = if a.correct {
         oncelake::Intent::Correct
@@ -135,33 +128,33 @@ pub(crate) fn put(a: PutArgs, wait: Duration) -> Result<u8, CliError> {
         print_json(&v);
     } else {
         match u.outcome {
-            Outcome::Committed { seq, revision, .. } => println!(
+            Outcome::Committed { seq, revision, .. } => outln!(
                 "committed {} @ {} (revision {revision}) as seq {seq}: object {} ({} bytes)",
                 u.unit, u.source_version, meta.id, meta.size
             ),
-            Outcome::Duplicate { seq } => println!(
+            Outcome::Duplicate { seq } => outln!(
                 "duplicate: {} @ {} is already committed with identical content at seq {seq}; nothing changed",
                 u.unit, u.source_version
             ),
-            Outcome::Conflict { winner_seq, winner } => eprintln!(
+            Outcome::Conflict { winner_seq, winner } => errln!(
                 "conflict: {} @ {} was already committed with different content (object {winner}, seq {winner_seq}); the first commit wins. Use --correct to replace it deliberately.",
                 u.unit, u.source_version
             ),
-            Outcome::Stale { current_version } => eprintln!(
+            Outcome::Stale { current_version } => errln!(
                 "stale: {} is already at version {current_version}, newer than {}; nothing changed",
                 u.unit, u.source_version
             ),
-            Outcome::Fenced { token, newest_token } => eprintln!(
+            Outcome::Fenced { token, newest_token } => errln!(
                 "fenced: token {token} cannot commit {}: {} (the unit's newest lease token is {newest_token}); nothing changed — drop this output, or claim the unit again",
                 u.unit,
                 oncelake::FenceReason::of(token, newest_token)
             ),
-            Outcome::Busy { expires_at_ms } => eprintln!(
+            Outcome::Busy { expires_at_ms } => errln!(
                 "busy: {} is claimed by {} until {expires_at_ms} ms since the epoch; nothing changed — commit with that lease's --token, or retry after the lease ends",
                 u.unit,
                 u.holder.as_deref().unwrap_or("another worker")
             ),
-            Outcome::Aborted => eprintln!("aborted: nothing changed"),
+            Outcome::Aborted => errln!("aborted: nothing changed"),
         }
     }
     Ok(code)
@@ -227,6 +220,9 @@ fn snapshot(store: &Store, at: Option<u64>) -> Result<oncelake::Snapshot, CliErr
 
 pub(crate) fn get(a: GetArgs, wait: Duration) -> Result<u8, CliError> {
     oncelake::validate_key(&a.unit)?;
+    if let Some(path) = &a.output {
+        check_output_path(path)?;
+    }
     let store = open_store(&a.store, wait, false)?;
     let snap = snapshot(&store, a.at)?;
     let Some(entry) = snap.get(&a.unit)? else {
@@ -246,13 +242,34 @@ pub(crate) fn get(a: GetArgs, wait: Duration) -> Result<u8, CliError> {
                 .map_err(|e| CliError::io(format!("write {}", path.display()), e))?;
         }
         None => {
-            let mut out = std::io::stdout().lock();
-            out.write_all(&bytes)
-                .and_then(|_| out.flush())
-                .map_err(|e| CliError::io("write to standard output", e))?;
+            // A closed pipe (`| head -c 10`) is not an error; other failures are reported at exit.
+            let _ = write_out_bytes(&bytes);
         }
     }
     Ok(0)
+}
+
+/// Refuses, before the store is opened, an output path that cannot be written: a directory, or
+/// one whose directory is missing.
+fn check_output_path(path: &std::path::Path) -> Result<(), CliError> {
+    if path.is_dir() {
+        return Err(CliError::Usage(format!(
+            "{} is a directory; pass a file path to -o",
+            path.display()
+        )));
+    }
+    let parent = match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => std::path::Path::new("."),
+    };
+    if !parent.is_dir() {
+        return Err(CliError::Usage(format!(
+            "{}: directory {} does not exist; create it first or pass another -o path",
+            path.display(),
+            parent.display()
+        )));
+    }
+    Ok(())
 }
 
 pub(crate) fn entry_json(e: &Entry) -> serde_json::Value {
@@ -271,7 +288,6 @@ pub(crate) fn entry_json(e: &Entry) -> serde_json::Value {
 pub(crate) fn ls(a: LsArgs, wait: Duration) -> Result<u8, CliError> {
     let store = open_store(&a.store, wait, false)?;
     let snap = snapshot(&store, a.at)?;
-    let mut out = std::io::stdout().lock();
     let mut n = 0u64;
     for e in snap.prefix(&a.prefix)? {
         let e = e?;
@@ -284,12 +300,13 @@ pub(crate) fn ls(a: LsArgs, wait: Duration) -> Result<u8, CliError> {
                 e.unit, e.source_version, e.revision, e.seq, e.object.size, e.object.id
             )
         };
-        if writeln!(out, "{line}").is_err() {
+        outln!("{line}");
+        if !stdout_open() {
             return Ok(0); // a closed pipe (`| head`) is not an error
         }
     }
     if !a.json && n == 0 {
-        eprintln!(
+        errln!(
             "no entries{}",
             if a.prefix.is_empty() {
                 String::new()
@@ -304,7 +321,6 @@ pub(crate) fn ls(a: LsArgs, wait: Duration) -> Result<u8, CliError> {
 pub(crate) fn log(a: LogArgs, wait: Duration) -> Result<u8, CliError> {
     let store = open_store(&a.store, wait, false)?;
     let snap = store.snapshot()?;
-    let mut out = std::io::stdout().lock();
     for rec in snap.changes_since(a.since)? {
         let rec = rec?;
         let line = if a.json {
@@ -312,7 +328,8 @@ pub(crate) fn log(a: LogArgs, wait: Duration) -> Result<u8, CliError> {
         } else {
             record_text(&rec)
         };
-        if writeln!(out, "{line}").is_err() {
+        outln!("{line}");
+        if !stdout_open() {
             return Ok(0);
         }
     }

@@ -166,11 +166,35 @@ fn ensure_dir(dir: &Path, vfs: &dyn Vfs) -> Result<()> {
     match vfs.metadata(dir) {
         Ok(m) if m.is_dir() => Ok(()),
         Ok(_) => Err(not_a_store(dir)),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => vfs
-            .create_dir_all(dir)
-            .ctx(|| format!("create {}", dir.display())),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => create_durably(dir, vfs),
         Err(e) => Err(Error::io(format!("stat {}", dir.display()), e)),
     }
+}
+
+/// Creates `dir` and its missing ancestors, then syncs the parent of each one it created: a
+/// directory entry is durable only once its parent is synced, and a power cut must not take
+/// the whole store (database included) away after commits were acknowledged in it.
+fn create_durably(dir: &Path, vfs: &dyn Vfs) -> Result<()> {
+    let mut missing = Vec::new();
+    let mut p = dir;
+    while matches!(vfs.metadata(p), Err(ref e) if e.kind() == std::io::ErrorKind::NotFound) {
+        missing.push(p);
+        match p.parent() {
+            Some(parent) if !parent.as_os_str().is_empty() => p = parent,
+            _ => break,
+        }
+    }
+    vfs.create_dir_all(dir)
+        .ctx(|| format!("create {}", dir.display()))?;
+    for created in missing.iter().rev() {
+        let parent = match created.parent() {
+            Some(parent) if !parent.as_os_str().is_empty() => parent,
+            _ => Path::new("."),
+        };
+        vfs.sync_dir(parent)
+            .ctx(|| format!("fsync {}", parent.display()))?;
+    }
+    Ok(())
 }
 
 /// Looks at `dir`: a store (marker), something creation may have left (or nothing), or
