@@ -61,6 +61,7 @@ enum Op {
     },
     Renew {
         unit: usize,
+        worker: usize,
         tok: Tok,
         ttl_ms: u64,
     },
@@ -94,7 +95,8 @@ fn op() -> impl Strategy<Value = Op> {
             .prop_map(|(items, partial)| Op::Multi { items, partial }),
         4 => (u.clone(), 0..5u64, 0..WORKERS.len(), 1..60_000u64)
             .prop_map(|(unit, version, worker, ttl_ms)| Op::Claim { unit, version, worker, ttl_ms }),
-        1 => (u.clone(), tok(), 1..60_000u64).prop_map(|(unit, tok, ttl_ms)| Op::Renew { unit, tok, ttl_ms }),
+        1 => (u.clone(), 0..WORKERS.len(), tok(), 1..60_000u64)
+            .prop_map(|(unit, worker, tok, ttl_ms)| Op::Renew { unit, worker, tok, ttl_ms }),
         2 => (u, 0..WORKERS.len(), tok()).prop_map(|(unit, worker, tok)| Op::Release { unit, worker, tok }),
         2 => (0..40_000u64).prop_map(|ms| Op::Advance { ms }),
         1 => Just(Op::Reopen),
@@ -360,10 +362,11 @@ impl Model {
         out
     }
 
-    fn renew(&mut self, unit: &str, token: u64, ttl: u64) -> RenewOutcome {
+    /// Only the holder renews: its token, its lease not ended, its worker.
+    fn renew(&mut self, unit: &str, worker: &str, token: u64, ttl: u64) -> RenewOutcome {
         let now = self.now;
         match self.leases.get_mut(unit) {
-            Some(l) if l.token == token && !l.ended => {
+            Some(l) if l.token == token && !l.ended && l.worker == worker => {
                 l.expires = now + ttl;
                 self.seq += 1;
                 match granted(unit, l, false) {
@@ -618,12 +621,12 @@ proptest! {
                         .unwrap();
                     prop_assert!(same_claim(&got, &want), "claim: got {:?}, want {:?}", got, want);
                 }
-                Op::Renew { unit, tok, ttl_ms } => {
+                Op::Renew { unit, worker, tok, ttl_ms } => {
                     let token = model.token(unit, tok).unwrap_or(0);
-                    let want = model.renew(UNITS[unit], token, ttl_ms);
+                    let want = model.renew(UNITS[unit], WORKERS[worker], token, ttl_ms);
                     let lease = oncelake::Lease {
                         unit: UNITS[unit].to_string(),
-                        worker: "any".into(),
+                        worker: WORKERS[worker].into(),
                         token,
                         source_version: 0,
                         expires_at_ms: 0,
