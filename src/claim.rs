@@ -96,7 +96,11 @@ pub(crate) struct ClaimRecord {
     pub token: u64,
     pub source_version: u64,
     pub expires_at_ms: u64,
+    /// The lease ended: released by its holder, or by a commit of the unit (`by_commit`).
     pub released: bool,
+    /// With `released`: it ended because the unit was committed (an exact retry under its token
+    /// is a duplicate), not because its holder gave it up (its token is then fenced outright).
+    pub by_commit: bool,
 }
 
 impl ClaimRecord {
@@ -106,7 +110,12 @@ impl ClaimRecord {
         put_u64(&mut v, self.token);
         put_u64(&mut v, self.source_version);
         put_u64(&mut v, self.expires_at_ms);
-        v.push(self.released as u8);
+        // 0 live, 1 released by its holder, 2 ended by a commit.
+        v.push(match (self.released, self.by_commit) {
+            (false, _) => 0,
+            (true, false) => 1,
+            (true, true) => 2,
+        });
         v.extend_from_slice(self.worker.as_bytes());
         seal(CLAIMS_TABLE, unit.as_bytes(), v)
     }
@@ -131,9 +140,10 @@ impl ClaimRecord {
             expires_at_ms,
             released: match released {
                 0 => false,
-                1 => true,
-                _ => return Err(corrupt("the released flag is neither 0 nor 1".into())),
+                1 | 2 => true,
+                _ => return Err(corrupt("the lease state is neither 0, 1 nor 2".into())),
             },
+            by_commit: released == 2,
             worker: String::from_utf8(worker.to_vec())
                 .map_err(|_| corrupt("the worker is not UTF-8".into()))?,
         })
@@ -147,8 +157,10 @@ impl ClaimRecord {
     pub(crate) fn state(&self, now_ms: u64) -> LeaseState {
         LeaseState {
             token: self.token,
-            status: if self.released {
+            status: if self.released && self.by_commit {
                 LeaseStatus::Ended
+            } else if self.released {
+                LeaseStatus::Released
             } else if self.is_live(now_ms) {
                 LeaseStatus::Live
             } else {
@@ -191,6 +203,7 @@ mod tests {
             source_version: 3,
             expires_at_ms: 77,
             released: true,
+            by_commit: false,
         };
         assert_eq!(ClaimRecord::decode("u", &r.encode("u")).unwrap(), r);
         assert!(ClaimRecord::decode("u", &r.encode("u")[..20]).is_err());
@@ -199,5 +212,12 @@ mod tests {
             "another key"
         );
         assert!(!r.is_live(0), "a released lease is never live");
+        let ended = ClaimRecord {
+            by_commit: true,
+            ..r.clone()
+        };
+        assert_eq!(ClaimRecord::decode("u", &ended.encode("u")).unwrap(), ended);
+        assert_eq!(ended.state(0).status, LeaseStatus::Ended);
+        assert_eq!(r.state(0).status, LeaseStatus::Released);
     }
 }

@@ -43,6 +43,8 @@ struct ModelUnit {
     issued: Vec<u64>,
     /// The newest lease ended (released, or by an applied commit).
     ended: bool,
+    /// With `ended`: its holder released it (its token is fenced even for an exact retry).
+    released: bool,
     /// The newest lease expired by the clock (without ending).
     expired: bool,
     /// Tokens that may never commit again: superseded by a later grant, or of an ended lease.
@@ -57,7 +59,9 @@ impl ModelUnit {
     fn lease(&self) -> Option<LeaseState> {
         self.newest().map(|token| LeaseState {
             token,
-            status: if self.ended {
+            status: if self.ended && self.released {
+                LeaseStatus::Released
+            } else if self.ended {
                 LeaseStatus::Ended
             } else if self.expired {
                 LeaseStatus::Expired
@@ -84,7 +88,7 @@ fn expected(unit: &ModelUnit, inc: &Incoming) -> Decision {
         Some(t) => {
             let issued_here = unit.issued.contains(&t);
             let valid = issued_here && newest == Some(t) && !unit.ended;
-            let retry_of_ended = issued_here && newest == Some(t) && unit.ended;
+            let retry_of_ended = issued_here && newest == Some(t) && unit.ended && !unit.released;
             if valid || (retry_of_ended && matches!(by_versions, Decision::Duplicate { .. })) {
                 return by_versions;
             }
@@ -194,7 +198,7 @@ pub fn commit_rules(data: &[u8]) {
                     unit.dead.push(old);
                 }
                 unit.issued.push(next_token);
-                (unit.ended, unit.expired) = (false, false);
+                (unit.ended, unit.expired, unit.released) = (false, false, false);
                 next_token += 1;
                 continue;
             }
@@ -203,7 +207,11 @@ pub fn commit_rules(data: &[u8]) {
                 continue;
             }
             5 => {
-                units[me].end_lease();
+                // A release ends only a lease that has not ended (the engine answers `Lost`).
+                if !units[me].ended {
+                    units[me].end_lease();
+                    units[me].released = true;
+                }
                 continue;
             }
             _ => {}

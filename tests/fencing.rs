@@ -264,6 +264,51 @@ fn release_needs_the_holders_worker_and_token_and_a_released_token_never_commits
 /// R4: busy and fenced units abort an all-or-nothing batch with every unit's reason; the partial
 /// mode applies what it can and reports the rest per unit.
 #[test]
+fn a_released_token_is_fenced_even_for_an_exact_retry_but_a_committed_one_hears_duplicate() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = ManualClock::new(T0);
+    let store = open(&dir.path().join("s"), &clock);
+    // Released by its holder, then someone commits exactly what the holder would have.
+    let gave_up = granted(store.claim("r", 1, "w1", TTL).unwrap());
+    assert_eq!(store.release(&gave_up).unwrap(), ReleaseOutcome::Released);
+    assert!(matches!(
+        put(&store, "r", 1, b"same", None),
+        Outcome::Committed { .. }
+    ));
+    assert_eq!(
+        put(&store, "r", 1, b"same", Some(gave_up.token)),
+        fenced(gave_up.token, gave_up.token),
+        "a released token never gets through, not even as a duplicate"
+    );
+    // Ended by its own commit: a retry of that commit (a lost acknowledgement) is a duplicate,
+    // anything else is fenced.
+    let done = granted(store.claim("c", 1, "w1", TTL).unwrap());
+    let first = put(&store, "c", 1, b"out", Some(done.token));
+    let Outcome::Committed { seq, .. } = first else {
+        panic!("{first:?}")
+    };
+    assert_eq!(
+        put(&store, "c", 1, b"out", Some(done.token)),
+        Outcome::Duplicate { seq }
+    );
+    assert_eq!(
+        put(&store, "c", 2, b"newer", Some(done.token)),
+        fenced(done.token, done.token)
+    );
+    // Both survive a reopen (the claim record says how the lease ended).
+    drop(store);
+    let store = open(&dir.path().join("s"), &clock);
+    assert_eq!(
+        put(&store, "r", 1, b"same", Some(gave_up.token)),
+        fenced(gave_up.token, gave_up.token)
+    );
+    assert_eq!(
+        put(&store, "c", 1, b"out", Some(done.token)),
+        Outcome::Duplicate { seq }
+    );
+}
+
+#[test]
 fn only_the_holder_renews_its_lease() {
     let dir = tempfile::tempdir().unwrap();
     let clock = ManualClock::new(T0);

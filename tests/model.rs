@@ -137,6 +137,8 @@ struct ML {
     expires: u64,
     /// Released, or ended by an applied commit of the unit.
     ended: bool,
+    /// With `ended`: released by its holder (its token is fenced even for an exact retry).
+    released: bool,
 }
 
 #[derive(Default)]
@@ -235,8 +237,14 @@ impl Model {
                 if issued_here && newest && !ended {
                     return by_versions;
                 }
-                // The newest token of an ended lease may only hear that its output is there.
-                if issued_here && newest && matches!(by_versions, Err(Outcome::Duplicate { .. })) {
+                // The newest token of a lease ended by a commit may only hear that its output is
+                // there; a released one is fenced whatever it carries.
+                let released = lease.is_some_and(|l| l.released);
+                if issued_here
+                    && newest
+                    && !released
+                    && matches!(by_versions, Err(Outcome::Duplicate { .. }))
+                {
                     return by_versions;
                 }
                 Err(Outcome::Fenced {
@@ -356,6 +364,7 @@ impl Model {
             version,
             expires: now + ttl,
             ended: false,
+            released: false,
         };
         let out = granted(unit, &l, took_over);
         self.leases.insert(unit.to_string(), l);
@@ -389,6 +398,7 @@ impl Model {
                     };
                 }
                 l.ended = true;
+                l.released = true;
                 self.seq += 1;
                 ReleaseOutcome::Released
             }

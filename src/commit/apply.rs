@@ -657,6 +657,7 @@ impl Writer<'_> {
             self.expired_leases += 1;
         }
         rec.released = true;
+        rec.by_commit = true;
         self.claims
             .insert(unit, rec.encode(unit).as_slice())
             .db("write the claims")?;
@@ -715,6 +716,7 @@ impl Writer<'_> {
             source_version,
             expires_at_ms: self.now_ms.saturating_add(ttl_ms),
             released: false,
+            by_commit: false,
         };
         self.write_claim(&unit, &rec, true)?;
         Ok(ClaimOutcome::Granted {
@@ -773,6 +775,7 @@ impl Writer<'_> {
                 }
                 let rec = ClaimRecord {
                     released: true,
+                    by_commit: false,
                     ..rec
                 };
                 self.write_claim(&lease.unit, &rec, false)?;

@@ -109,8 +109,11 @@ pub enum LeaseStatus {
     /// Not ended, but expired by the leader's clock: it may be taken over, and a commit without a
     /// token is no longer busy. Its token still commits while it is the newest.
     Expired,
-    /// Released by its holder, or ended by a commit of the unit.
+    /// Ended by a commit of the unit: the work is done. Its token changes nothing any more, but
+    /// an exact retry of what is committed is answered as the duplicate it is.
     Ended,
+    /// Released by its holder, who gave the work up: its token is fenced, whatever it carries.
+    Released,
 }
 
 /// The unit's newest lease, as the rules need it. The store keeps exactly this per unit (the claims
@@ -175,6 +178,10 @@ pub fn lease_check(lease: Option<&LeaseState>, token: Option<u64>) -> LeaseCheck
         (Some(t), Some(l)) if t == l.token => match l.status {
             LeaseStatus::Live | LeaseStatus::Expired => LeaseCheck::Pass,
             LeaseStatus::Ended => LeaseCheck::RetryOnly { token: t },
+            LeaseStatus::Released => LeaseCheck::Reject(Decision::Fenced {
+                token: t,
+                newest_token: t,
+            }),
         },
         (Some(t), l) => LeaseCheck::Reject(Decision::Fenced {
             token: t,
@@ -342,7 +349,12 @@ mod tests {
     fn tokens_pass_only_when_issued_for_the_unit_newest_and_not_ended() {
         let none = || None;
         let put = |token| inc(6, b"a", token, Intent::Put);
-        for status in [LeaseStatus::Live, LeaseStatus::Expired, LeaseStatus::Ended] {
+        for status in [
+            LeaseStatus::Live,
+            LeaseStatus::Expired,
+            LeaseStatus::Ended,
+            LeaseStatus::Released,
+        ] {
             let l = lease(8, status);
             for forged in [0, 1, 7, 9, 12_345, u64::MAX] {
                 assert_eq!(
@@ -411,6 +423,26 @@ mod tests {
         );
     }
 
+    /// A released token is fenced even for an exact retry of what is committed: its holder gave
+    /// the work up, and R3 fences released tokens whatever they carry.
+    #[test]
+    fn a_released_token_is_fenced_even_for_an_exact_retry() {
+        let c = cur(6, b"a", 0, 10);
+        let released = lease(8, LeaseStatus::Released);
+        assert_eq!(
+            decide(
+                Some(&c),
+                Some(&released),
+                &inc(6, b"a", Some(8), Intent::Put),
+                || None
+            ),
+            Decision::Fenced {
+                token: 8,
+                newest_token: 8
+            }
+        );
+    }
+
     #[test]
     fn a_commit_without_a_token_waits_only_for_a_live_lease() {
         let none = || None;
@@ -419,7 +451,11 @@ mod tests {
             decide(None, Some(&lease(3, LeaseStatus::Live)), &put, none),
             Decision::Busy { expires_at_ms: 100 }
         );
-        for status in [LeaseStatus::Expired, LeaseStatus::Ended] {
+        for status in [
+            LeaseStatus::Expired,
+            LeaseStatus::Ended,
+            LeaseStatus::Released,
+        ] {
             assert_eq!(
                 decide(None, Some(&lease(3, status)), &put, none),
                 Decision::Accept { revision: 0 }
