@@ -133,7 +133,7 @@ pub(crate) struct Inner {
     pub(crate) metrics: Metrics,
     pub(crate) last_durable_ms: AtomicU64,
     /// This store's identity (META `store_id`).
-    store_id: u64,
+    pub(crate) store_id: u64,
     /// How opening built the dedup index.
     open_report: OpenReport,
     /// Set when a commit leader panicked: its transaction may be durable without its index
