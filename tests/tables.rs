@@ -382,7 +382,7 @@ fn bad_objects_stop_publish_naming_unit_and_seq_and_a_correction_continues() {
         matches!(&e, TableError::BadPartitions { seq, .. } if *seq == s),
         "{e}"
     );
-    assert!(e.to_string().contains("t/d=.../..."), "{e}");
+    assert!(e.to_string().contains("as d=.../NAME"), "{e}");
 }
 
 #[test]

@@ -100,7 +100,7 @@ pub enum TableError {
         reason: String,
     },
     /// A unit key under the table's prefix has no (or other) Hive-style partition segments.
-    #[error("table {table:?} cannot publish unit {unit:?} (seq {seq}): its partition segments are ({found}) but the table's partition columns are ({expected}); commit units under the prefix as {expected_example}")]
+    #[error("table {table:?} cannot publish unit {unit:?} (seq {seq}): its partition segments are ({found}) but the table's partition columns are ({expected}); commit units under the table's prefix as {}", key_shape(expected))]
     BadPartitions {
         /// The table.
         table: String,
@@ -108,13 +108,20 @@ pub enum TableError {
         unit: String,
         /// The commit that made its entry visible.
         seq: u64,
-        /// Its partition columns.
+        /// Its partition columns, comma-separated.
         found: String,
-        /// The table's partition columns.
+        /// The table's partition columns, comma-separated.
         expected: String,
-        /// How a unit key should look.
-        expected_example: String,
     },
+}
+
+/// `d, r` → `d=.../r=.../NAME`; no columns → `NAME` (no k=v segments).
+fn key_shape(columns: &str) -> String {
+    if columns.is_empty() {
+        return "NAME without k=v segments".into();
+    }
+    let segs: Vec<String> = columns.split(", ").map(|c| format!("{c}=...")).collect();
+    format!("{}/NAME", segs.join("/"))
 }
 
 /// The table API's result type.

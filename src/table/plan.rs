@@ -59,7 +59,8 @@ pub(crate) fn resolve_priors(
         let file = newest.get(*unit).and_then(|object| {
             let part = partition_of(&def.prefix, unit)?;
             let path = data_file(&part, unit, &object.id);
-            root.join(&path).exists().then(|| FileRef {
+            let linked = root.join(&path).exists();
+            linked.then_some(FileRef {
                 path,
                 partition: part.values,
                 size: object.size,

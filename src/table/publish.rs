@@ -292,23 +292,12 @@ impl Publisher<'_> {
         })?;
         if let Some(s) = &self.schema {
             if s.partition_columns != part.columns() {
-                let expected_example = if s.partition_columns.is_empty() {
-                    format!("{}NAME without k=v segments", self.def.prefix)
-                } else {
-                    let segs: Vec<String> = s
-                        .partition_columns
-                        .iter()
-                        .map(|c| format!("{c}=..."))
-                        .collect();
-                    format!("{}{}/...", self.def.prefix, segs.join("/"))
-                };
                 return Err(TableError::BadPartitions {
                     table: self.def.name.clone(),
                     unit: e.unit.clone(),
                     seq,
                     found: part.columns().join(", "),
                     expected: s.partition_columns.join(", "),
-                    expected_example,
                 });
             }
         }

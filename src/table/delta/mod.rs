@@ -239,7 +239,7 @@ impl FormatLog for DeltaLog {
             version: Some(version),
             seq: commit.seq,
         };
-        if version > 0 && version % CHECKPOINT_INTERVAL == 0 {
+        if version > 0 && version.is_multiple_of(CHECKPOINT_INTERVAL) {
             let txn =
                 json!({"appId": self.app_id, "version": commit.seq, "lastUpdated": commit.time_ms});
             checkpoint::write(self, version, txn)?;
