@@ -6,6 +6,7 @@ use parquet::file::metadata::ParquetMetaDataReader;
 use serde_json::{json, Value};
 use std::fs::File;
 use std::path::Path;
+use std::sync::Arc;
 
 /// The footer facts of one data file.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -13,15 +14,51 @@ pub(crate) struct Footer {
     /// Rows in the file (`stats.numRecords`).
     pub num_records: i64,
     /// The data columns as a Delta struct type's `fields` (partition columns not included).
-    pub fields: Vec<Value>,
+    pub fields: Arc<Vec<Value>>,
 }
 
 /// Bytes read from the end of a file in one go; a larger footer costs a second read.
 const TAIL: u64 = 64 << 10;
 
-/// Reads the footer of the `size`-byte Parquet file at `path`. `Err` says, in words a user can
-/// act on, why the file is not a Parquet file a Delta table can hold.
-pub(crate) fn read_footer(path: &Path, size: u64) -> Result<Footer, String> {
+/// Reads footers, converting each distinct Parquet schema to Delta's form once: the objects of
+/// one table almost always share one schema, and the conversion costs more than the read.
+#[derive(Default)]
+pub(crate) struct FooterReader {
+    last: Option<(parquet::schema::types::TypePtr, Arc<Vec<Value>>)>,
+}
+
+impl FooterReader {
+    /// Reads the footer of the `size`-byte Parquet file at `path`. `Err` says, in words a user
+    /// can act on, why the file is not a Parquet file a Delta table can hold.
+    pub(crate) fn read(&mut self, path: &Path, size: u64) -> Result<Footer, String> {
+        let meta = read_metadata(path, size)?;
+        let fm = meta.file_metadata();
+        let root = fm.schema_descr().root_schema_ptr();
+        let fields = match &self.last {
+            Some((t, fields)) if *t == root => fields.clone(),
+            _ => {
+                let fields = Arc::new(delta_fields(fm.schema_descr())?);
+                self.last = Some((root, fields.clone()));
+                fields
+            }
+        };
+        Ok(Footer {
+            num_records: fm.num_rows(),
+            fields,
+        })
+    }
+}
+
+fn delta_fields(descr: &parquet::schema::types::SchemaDescriptor) -> Result<Vec<Value>, String> {
+    let schema = parquet::arrow::parquet_to_arrow_schema(descr, None)
+        .map_err(|e| format!("the object's Parquet schema cannot be read: {e}"))?;
+    schema.fields().iter().map(|f| delta_field(f)).collect()
+}
+
+fn read_metadata(
+    path: &Path,
+    size: u64,
+) -> Result<parquet::file::metadata::ParquetMetaData, String> {
     if size < 12 {
         return Err(format!(
             "the object has {size} bytes, too few for a Parquet file"
@@ -46,20 +83,8 @@ pub(crate) fn read_footer(path: &Path, size: u64) -> Result<Footer, String> {
         tail = read_at(&file, size - len - 8, len as usize + 8)?;
     }
     let n = tail.len();
-    let meta = ParquetMetaDataReader::decode_metadata(&tail[n - 8 - len as usize..n - 8])
-        .map_err(|e| format!("the object's Parquet footer is unreadable: {e}"))?;
-    let fm = meta.file_metadata();
-    let schema = parquet::arrow::parquet_to_arrow_schema(fm.schema_descr(), None)
-        .map_err(|e| format!("the object's Parquet schema cannot be read: {e}"))?;
-    let fields = schema
-        .fields()
-        .iter()
-        .map(|f| delta_field(f))
-        .collect::<Result<_, _>>()?;
-    Ok(Footer {
-        num_records: fm.num_rows(),
-        fields,
-    })
+    ParquetMetaDataReader::decode_metadata(&tail[n - 8 - len as usize..n - 8])
+        .map_err(|e| format!("the object's Parquet footer is unreadable: {e}"))
 }
 
 fn read_at(file: &File, offset: u64, len: usize) -> Result<Vec<u8>, String> {
@@ -157,16 +182,15 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let p = dir.path().join("x");
         std::fs::write(&p, b"just some csv,1,2\n").unwrap();
-        let e = read_footer(&p, 18).unwrap_err();
+        let mut r = FooterReader::default();
+        let e = r.read(&p, 18).unwrap_err();
         assert!(e.contains("not a Parquet file"), "{e}");
         std::fs::write(&p, b"PAR1").unwrap();
-        assert!(read_footer(&p, 4).unwrap_err().contains("too few"));
+        assert!(r.read(&p, 4).unwrap_err().contains("too few"));
         let mut bad = b"PAR1xxxxxxxx".to_vec();
         bad.extend_from_slice(&1000u32.to_le_bytes());
         bad.extend_from_slice(b"PAR1");
         std::fs::write(&p, &bad).unwrap();
-        assert!(read_footer(&p, bad.len() as u64)
-            .unwrap_err()
-            .contains("larger"));
+        assert!(r.read(&p, bad.len() as u64).unwrap_err().contains("larger"));
     }
 }

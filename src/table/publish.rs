@@ -7,7 +7,7 @@
 //! a pure function of the store's log, and a version is created exclusively. A publish cut short
 //! anywhere resumes where the log says, and writes what an uninterrupted one would have.
 
-use super::footer::read_footer;
+use super::footer::{Footer, FooterReader};
 use super::layout::{data_file, partition_of, Partition};
 use super::plan::{resolve_priors, PriorFiles};
 use super::position::Position;
@@ -141,6 +141,42 @@ fn touching(snap: &Snapshot, def: &TableDef, seq: u64) -> TableResult<Touching> 
     Ok(out)
 }
 
+/// Reads the footers of every object in `commits` on a few threads: reading footers is most of
+/// a publish's work, and each is independent.
+fn prefetch(store: &Store, commits: &Touching) -> HashMap<crate::ObjectId, Result<Footer, String>> {
+    let mut seen = std::collections::HashSet::new();
+    let objects: Vec<(crate::ObjectId, u64)> = commits
+        .iter()
+        .flat_map(|(_, _, es)| es.iter())
+        .filter(|e| seen.insert(e.object.id))
+        .map(|e| (e.object.id, e.object.size))
+        .collect();
+    let threads = std::thread::available_parallelism()
+        .map_or(1, |n| n.get())
+        .clamp(1, 8);
+    if objects.len() < 64 || threads == 1 {
+        return HashMap::new(); // read as they come: not worth the threads
+    }
+    let chunk = objects.len().div_ceil(threads);
+    std::thread::scope(|s| {
+        let handles: Vec<_> = objects
+            .chunks(chunk)
+            .map(|part| {
+                s.spawn(move || {
+                    let mut r = FooterReader::default();
+                    part.iter()
+                        .map(|(id, size)| (*id, r.read(&store.object_path(id), *size)))
+                        .collect::<Vec<_>>()
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .flat_map(|h| h.join().unwrap_or_default())
+            .collect()
+    })
+}
+
 fn publish(store: &Store, def: &TableDef) -> TableResult<PublishReport> {
     let lock = table_lock(store.table_dir(&def.name));
     let _guard = lock.lock();
@@ -158,6 +194,8 @@ fn publish(store: &Store, def: &TableDef) -> TableResult<PublishReport> {
         def,
         snap: &snap,
         schema: log.schema().cloned(),
+        footers: FooterReader::default(),
+        prefetched: prefetch(store, &commits),
         report: PublishReport {
             table: def.name.clone(),
             app_id: format!("oncelake:{}:{}", store.inner.store_id, def.name),
@@ -192,6 +230,9 @@ struct Publisher<'a> {
     def: &'a TableDef,
     snap: &'a Snapshot,
     schema: Option<TableSchema>,
+    footers: FooterReader,
+    /// Footers read ahead, in parallel, for the objects this publish adds.
+    prefetched: HashMap<crate::ObjectId, Result<Footer, String>>,
     report: PublishReport,
 }
 
@@ -241,10 +282,14 @@ impl Publisher<'_> {
     fn place(&mut self, seq: u64, e: &LogEntry) -> TableResult<Option<FileAdd>> {
         let part = self.partition(seq, e)?;
         let path = self.store.object_path(&e.object.id);
-        let footer = read_footer(&path, e.object.size).and_then(|f| match &self.schema {
-            Some(s) if s.fields != f.fields => Err(format!(
+        let read = match self.prefetched.get(&e.object.id) {
+            Some(r) => r.clone(),
+            None => self.footers.read(&path, e.object.size),
+        };
+        let footer = read.and_then(|f| match &self.schema {
+            Some(s) if s.fields[..] != f.fields[..] => Err(format!(
                 "its Parquet schema {} differs from the table's {}",
-                Value::Array(f.fields.clone()),
+                Value::Array(f.fields.to_vec()),
                 Value::Array(s.fields.clone())
             )),
             _ => Ok(f),
@@ -267,7 +312,7 @@ impl Publisher<'_> {
         };
         if self.schema.is_none() {
             self.schema = Some(TableSchema {
-                fields: footer.fields,
+                fields: footer.fields.to_vec(),
                 partition_columns: part.columns(),
             });
         }
