@@ -66,7 +66,9 @@ pub(crate) fn run(a: BenchArgs) -> Result<u8, CliError> {
     std::fs::create_dir_all(&a.dir).map_err(|e| CliError::io("create the bench dir", e))?;
     // P8a: N unit changes (half new units, half new versions) published in one run.
     let s1 = open(&a.dir.join("publish"))?;
-    fill(&s1, a.changes, a.per_commit.max(1), (a.changes / 2).max(1))?;
+    let per_commit = a.per_commit.max(1);
+    // Half new units, half new versions; never one unit twice in a commit.
+    fill(&s1, a.changes, per_commit, (a.changes / 2).max(per_commit))?;
     s1.create_table("bench", "bench/", Default::default())?;
     let t = Instant::now();
     let r1 = s1.publish_table("bench")?;
