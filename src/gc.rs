@@ -303,6 +303,8 @@ impl Store {
         }
         let mut referenced = referenced_objects(&s1, &skip_rows)?;
         drop(s1);
+        // What a lake table has yet to publish stays, whatever the retention (SPEC R21).
+        referenced.extend(crate::table::check::unpublished_objects(self)?);
         report.objects_referenced = referenced.len() as u64;
 
         // (2) Candidates: object files that S1 does not reference.

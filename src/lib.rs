@@ -54,6 +54,7 @@ mod snapshot;
 mod stage;
 mod store;
 pub(crate) mod sync;
+pub mod table;
 pub mod verify;
 pub mod vfs;
 

@@ -199,7 +199,7 @@ pub(crate) struct Inner {
     pub(crate) metrics: Metrics,
     pub(crate) last_durable_ms: AtomicU64,
     /// This store's identity (META `store_id`).
-    store_id: u64,
+    pub(crate) store_id: u64,
     /// Whether this open created the store (or completed an interrupted creation).
     created: bool,
     /// How opening built the dedup index.

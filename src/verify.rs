@@ -132,6 +132,8 @@ pub struct VerifyReport {
     /// Deep only: kept history rows that disagree with the log, and commits at or after the
     /// history horizon whose history rows are missing.
     pub history_problems: Vec<String>,
+    /// The lake tables' data files: wrong or missing links, stray files.
+    pub tables: crate::table::TableCheck,
 }
 
 impl VerifyReport {
@@ -153,6 +155,7 @@ impl VerifyReport {
             && self.corrupt.is_empty()
             && self.replay.is_clean()
             && self.history_problems.is_empty()
+            && self.tables.problems.is_empty()
     }
 
     /// How many problems were found (reclaimable space is not a problem).
@@ -162,6 +165,7 @@ impl VerifyReport {
             + self.strays.len()
             + self.replay.problems.len()
             + self.history_problems.len()
+            + self.tables.problems.len()
     }
 
     /// Every unit that references a missing or corrupt object.
@@ -316,6 +320,7 @@ impl Store {
         if options.deep {
             report.history_problems = self.check_history_against_log()?;
         }
+        report.tables = crate::table::check::verify_tables(self, options.deep)?;
         Ok(report)
     }
 

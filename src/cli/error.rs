@@ -9,6 +9,9 @@ pub(crate) enum CliError {
     /// An engine error, mapped by kind.
     #[error(transparent)]
     Engine(#[from] oncelake::Error),
+    /// A lake-table error (SPEC R21) other than the store failing underneath.
+    #[error(transparent)]
+    Table(oncelake::table::TableError),
     /// Local I/O of the CLI itself (reading input, writing output): exit 1.
     #[error("{context}: {source}")]
     Io {
@@ -40,6 +43,19 @@ impl CliError {
                 E::Locked { .. } => 6,
                 _ => 1,
             },
+            CliError::Table(e) => match e {
+                oncelake::table::TableError::Damaged { .. } => 1,
+                _ => 2,
+            },
+        }
+    }
+}
+
+impl From<oncelake::table::TableError> for CliError {
+    fn from(e: oncelake::table::TableError) -> Self {
+        match e {
+            oncelake::table::TableError::Store(e) => CliError::Engine(e),
+            e => CliError::Table(e),
         }
     }
 }

@@ -37,6 +37,8 @@ mod pipeline_cmds;
 mod reconcile_cmd;
 mod sim_cmds;
 mod store_cmds;
+mod table_bench;
+mod table_cmds;
 
 use clap::{Parser, Subcommand};
 pub(crate) use common::*;
@@ -105,6 +107,8 @@ pub(crate) enum Command {
     /// Built-in benchmarks, with their baselines in the same run.
     #[command(subcommand)]
     Bench(BenchCommand),
+    /// Lake tables: publish a unit prefix as a Delta Lake table under STORE/tables/NAME.
+    Table(table_cmds::TableArgs),
 }
 
 /// `oncelake bench <kind>`: each kind runs its baselines side by side in the same run.
@@ -173,5 +177,6 @@ fn run(cli: Cli) -> Result<u8, CliError> {
         Command::Bench(BenchCommand::Reconcile(a)) => bench_reconcile::run(a),
         Command::Bench(BenchCommand::Open(a)) => bench_dedup::open_only(a),
         Command::Bench(BenchCommand::Commit(a)) => bench::commit(a),
+        Command::Table(a) => table_cmds::run(a, wait),
     }
 }

@@ -1,0 +1,114 @@
+//! `oncelake table bench` (P8): publish rate of N unit changes into a fresh Delta table, and a
+//! table grown to many versions (checkpointed every 100) whose open time a reader measures.
+
+use super::table_cmds::BenchArgs;
+use super::{print_json, CliError};
+use arrow_array::{ArrayRef, Int64Array, RecordBatch, StringArray};
+use oncelake::{Batch, Durability, Options, Store};
+use serde_json::json;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// A small Parquet file: `rows` rows of (id, unit).
+fn parquet_bytes(id: u64, unit: &str, rows: usize) -> Result<Vec<u8>, CliError> {
+    let ids: ArrayRef = Arc::new(Int64Array::from_iter_values(
+        (0..rows as i64).map(|r| id as i64 * 1000 + r),
+    ));
+    let units: ArrayRef = Arc::new(StringArray::from_iter_values((0..rows).map(|_| unit)));
+    let batch = RecordBatch::try_from_iter([("id", ids), ("unit", units)])
+        .map_err(|e| CliError::Usage(format!("building a bench batch: {e}")))?;
+    let mut w = parquet::arrow::ArrowWriter::try_new(Vec::new(), batch.schema(), None)
+        .map_err(|e| CliError::Usage(format!("writing a bench file: {e}")))?;
+    w.write(&batch)
+        .map_err(|e| CliError::Usage(format!("writing a bench file: {e}")))?;
+    w.into_inner()
+        .map_err(|e| CliError::Usage(format!("writing a bench file: {e}")))
+}
+
+fn open(dir: &Path) -> Result<Store, CliError> {
+    if dir.exists() {
+        return Err(CliError::Usage(format!(
+            "{} exists; give the bench a missing directory",
+            dir.display()
+        )));
+    }
+    let options = Options {
+        durability: Durability::Relaxed {
+            max_delay: Duration::from_millis(50),
+        },
+        ..Options::default()
+    };
+    Ok(Store::open_with(dir, options)?)
+}
+
+/// Commits `total` changes, `per_commit` units per commit, cycling over `units` unit keys so
+/// later changes are new versions (a remove and an add each).
+fn fill(store: &Store, total: u64, per_commit: u64, units: u64) -> Result<(), CliError> {
+    let mut i = 0u64;
+    while i < total {
+        let mut batch = Batch::new();
+        let n = per_commit.min(total - i);
+        for j in i..i + n {
+            let u = j % units;
+            let unit = format!("bench/part={}/u{u}", u % 16);
+            let staged = store.stage_bytes(&parquet_bytes(j, &unit, 4)?)?;
+            batch = batch.put(&unit, j, &staged);
+        }
+        store.commit(batch)?;
+        i += n;
+    }
+    store.flush()?;
+    Ok(())
+}
+
+pub(crate) fn run(a: BenchArgs) -> Result<u8, CliError> {
+    std::fs::create_dir_all(&a.dir).map_err(|e| CliError::io("create the bench dir", e))?;
+    // P8a: N unit changes (half new units, half new versions) published in one run.
+    let s1 = open(&a.dir.join("publish"))?;
+    let per_commit = a.per_commit.max(1);
+    // Half new units, half new versions; never one unit twice in a commit.
+    fill(&s1, a.changes, per_commit, (a.changes / 2).max(per_commit))?;
+    s1.create_table("bench", "bench/", Default::default())?;
+    let t = Instant::now();
+    let r1 = s1.publish_table("bench")?;
+    let publish_secs = t.elapsed().as_secs_f64();
+    // P8b: a table of `versions` versions (one change per commit; checkpoints every 100).
+    let s2 = open(&a.dir.join("versions"))?;
+    fill(&s2, a.versions, 1, 100)?;
+    s2.create_table("long", "bench/", Default::default())?;
+    let t = Instant::now();
+    let r2 = s2.publish_table("long")?;
+    let long_secs = t.elapsed().as_secs_f64();
+    let out = json!({
+        "changes": a.changes,
+        "per_commit": a.per_commit,
+        "publish_versions": r1.versions,
+        "publish_adds": r1.adds,
+        "publish_removes": r1.removes,
+        "publish_secs": publish_secs,
+        "changes_per_sec": a.changes as f64 / publish_secs,
+        "long_versions": r2.version.map_or(0, |v| v + 1),
+        "long_publish_secs": long_secs,
+        "long_table": s2.table_dir("long").display().to_string(),
+    });
+    if a.json {
+        print_json(&out);
+    } else {
+        println!(
+            "P8 publish: {} changes in {} versions ({} adds, {} removes) in {:.3} s = {:.0} changes/s",
+            a.changes, r1.versions, r1.adds, r1.removes, publish_secs, out["changes_per_sec"].as_f64().unwrap_or(0.0)
+        );
+        println!(
+            "P8 long table: {} versions published in {:.3} s at {}",
+            out["long_versions"],
+            long_secs,
+            out["long_table"].as_str().unwrap_or("")
+        );
+        println!(
+            "open it with: python tests/python/bench_open.py {}",
+            out["long_table"].as_str().unwrap_or("")
+        );
+    }
+    Ok(0)
+}

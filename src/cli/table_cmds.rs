@@ -1,0 +1,193 @@
+//! `oncelake table ...`: lake tables (SPEC R21) — create, list, publish, and the P8 benchmark.
+
+use super::{open_store, print_json, CliError};
+use oncelake::table::{position, PublishReport, TableDef, TableFormat};
+use oncelake::Store;
+use serde_json::json;
+use std::path::PathBuf;
+use std::time::Duration;
+
+const EXAMPLES: &str = "\
+Examples:
+  oncelake table create ./lake sales --prefix sales/
+  oncelake put ./lake sales/date=2026-11-29/region=eu 1 part.parquet
+  oncelake table publish ./lake sales --json
+  oncelake table ls ./lake
+  python -c \"import deltalake; print(deltalake.DeltaTable('./lake/tables/sales').to_pyarrow_table())\"";
+
+/// `oncelake table <command>`.
+#[derive(clap::Args, Debug)]
+#[command(after_help = EXAMPLES)]
+pub(crate) struct TableArgs {
+    #[command(subcommand)]
+    pub command: TableCommand,
+}
+
+#[derive(clap::Subcommand, Debug)]
+pub(crate) enum TableCommand {
+    /// Define a table publishing the units under a prefix (k=v key segments become partitions).
+    Create(CreateArgs),
+    /// List the tables and how far each is published.
+    Ls(LsArgs),
+    /// Publish the commits since each table's last version (one table version per commit).
+    Publish(PublishArgs),
+    /// P8: publish N unit changes into a fresh table, then grow one to many versions.
+    Bench(BenchArgs),
+}
+
+#[derive(clap::Args, Debug)]
+pub(crate) struct CreateArgs {
+    /// The store.
+    pub store: PathBuf,
+    /// Table name (directory STORE/tables/NAME): letters, digits, '_' and '-'.
+    pub name: String,
+    /// Unit-key prefix the table publishes (e.g. sales/); empty for every unit.
+    #[arg(long)]
+    pub prefix: String,
+    /// Table format.
+    #[arg(long, default_value = "delta")]
+    pub format: TableFormat,
+    /// Print the result as a JSON line.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(clap::Args, Debug)]
+pub(crate) struct LsArgs {
+    /// The store.
+    pub store: PathBuf,
+    /// One JSON line per table.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(clap::Args, Debug)]
+pub(crate) struct PublishArgs {
+    /// The store.
+    pub store: PathBuf,
+    /// The table (default: every table).
+    pub name: Option<String>,
+    /// One JSON line per table.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(clap::Args, Debug)]
+pub(crate) struct BenchArgs {
+    /// Directory for the benchmark's stores (created; must be missing or empty).
+    pub dir: PathBuf,
+    /// Unit changes to publish in one run.
+    #[arg(long, default_value_t = 100_000)]
+    pub changes: u64,
+    /// Units per store commit in the publish run.
+    #[arg(long, default_value_t = 1_000)]
+    pub per_commit: u64,
+    /// Versions of the second table (one unit change per commit).
+    #[arg(long, default_value_t = 10_000)]
+    pub versions: u64,
+    /// Print the result as a JSON line.
+    #[arg(long)]
+    pub json: bool,
+}
+
+pub(crate) fn run(a: TableArgs, wait: Duration) -> Result<u8, CliError> {
+    match a.command {
+        TableCommand::Create(a) => create(a, wait),
+        TableCommand::Ls(a) => ls(a, wait),
+        TableCommand::Publish(a) => publish(a, wait),
+        TableCommand::Bench(a) => super::table_bench::run(a),
+    }
+}
+
+fn def_json(store: &Store, d: &TableDef) -> Result<serde_json::Value, CliError> {
+    let dir = store.table_dir(&d.name);
+    let pos = position::published(&d.name, &dir)?;
+    Ok(json!({
+        "table": d.name,
+        "format": d.format.to_string(),
+        "prefix": d.prefix,
+        "path": dir.display().to_string(),
+        "version": pos.version,
+        "seq": pos.seq,
+    }))
+}
+
+fn create(a: CreateArgs, wait: Duration) -> Result<u8, CliError> {
+    let store = open_store(&a.store, wait, false)?;
+    let def = store.create_table(&a.name, &a.prefix, a.format)?;
+    if a.json {
+        print_json(&def_json(&store, &def)?);
+    } else {
+        println!(
+            "table {} ({}) publishes units under {:?} at {}",
+            def.name,
+            def.format,
+            def.prefix,
+            store.table_dir(&def.name).display()
+        );
+    }
+    Ok(0)
+}
+
+fn ls(a: LsArgs, wait: Duration) -> Result<u8, CliError> {
+    let store = open_store(&a.store, wait, false)?;
+    let defs = store.tables()?;
+    if defs.is_empty() && !a.json {
+        eprintln!("no tables; create one with `oncelake table create STORE NAME --prefix P`");
+    }
+    for d in &defs {
+        let j = def_json(&store, d)?;
+        if a.json {
+            print_json(&j);
+        } else {
+            let version = match j["version"].as_u64() {
+                Some(v) => format!("version {v} (seq {})", j["seq"]),
+                None => "not published yet".into(),
+            };
+            println!("{}\t{}\tprefix {:?}\t{version}", d.name, d.format, d.prefix);
+        }
+    }
+    Ok(0)
+}
+
+fn report_json(r: &PublishReport) -> serde_json::Value {
+    json!({
+        "table": r.table,
+        "app_id": r.app_id,
+        "versions": r.versions,
+        "adds": r.adds,
+        "removes": r.removes,
+        "skipped": r.skipped.iter().map(|(u, s)| json!({"unit": u, "seq": s})).collect::<Vec<_>>(),
+        "version": r.version,
+        "seq": r.seq,
+    })
+}
+
+fn publish(a: PublishArgs, wait: Duration) -> Result<u8, CliError> {
+    let store = open_store(&a.store, wait, false)?;
+    let reports = match &a.name {
+        Some(n) => vec![store.publish_table(n)?],
+        None => store.publish_tables()?,
+    };
+    if reports.is_empty() && !a.json {
+        eprintln!("no tables; create one with `oncelake table create STORE NAME --prefix P`");
+    }
+    for r in &reports {
+        if a.json {
+            print_json(&report_json(r));
+        } else {
+            let at = match r.version {
+                Some(v) => format!("at version {v} (seq {})", r.seq),
+                None => "nothing published yet (no Parquet unit under the prefix)".into(),
+            };
+            println!(
+                "{}: {} new versions, {} files added, {} removed; {at}",
+                r.table, r.versions, r.adds, r.removes
+            );
+            for (unit, seq) in &r.skipped {
+                println!("  left out unit {unit:?} seq {seq}: unpublishable and superseded");
+            }
+        }
+    }
+    Ok(0)
+}

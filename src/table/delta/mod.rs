@@ -1,0 +1,327 @@
+//! The Delta Lake format of a table: one commit file per published store commit, created
+//! exclusively (a synced temporary file linked without replacing), and a Parquet checkpoint every
+//! [`CHECKPOINT_INTERVAL`] versions.
+//!
+//! Every byte is a function of the store's log: times are commit times, the table id derives from
+//! the store id and the table name, JSON keys come in a fixed order. So a publish cut short and
+//! resumed writes byte for byte what an uninterrupted one writes, and a version file that
+//! already exists with the same bytes (two publishers racing) is accepted, with other bytes it is
+//! damage.
+
+mod checkpoint;
+
+use super::position::{commit_file, published, Position, DELTA_LOG};
+use super::publish::{FileRef, FormatLog, TableCommit, TableSchema};
+use super::registry::write_synced;
+use super::{io_err, TableDef, TableError, TableResult};
+use crate::store::Store;
+use crate::vfs::Vfs;
+use serde_json::{json, Map, Value};
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+/// A checkpoint is written at every version that is a multiple of this (delta-rs' default).
+pub(crate) const CHECKPOINT_INTERVAL: u64 = 100;
+
+/// A Delta table's log, as far as oncelake writes it.
+pub(crate) struct DeltaLog {
+    name: String,
+    log_dir: PathBuf,
+    app_id: String,
+    table_id: String,
+    vfs: Arc<dyn Vfs>,
+    position: Position,
+    schema: Option<TableSchema>,
+    /// The `protocol` and `metaData` actions of version 0.
+    header: Option<(Value, Value)>,
+    /// The live `add` actions by path, once a checkpoint needed them.
+    active: Option<BTreeMap<String, Value>>,
+}
+
+impl DeltaLog {
+    /// Opens the log of `def`, repairing what a cut-short publish may have left: a missing
+    /// checkpoint of the newest checkpoint version and a stale `_last_checkpoint`.
+    pub(crate) fn open(store: &Store, def: &TableDef) -> TableResult<DeltaLog> {
+        let dir = store.table_dir(&def.name);
+        let log_dir = dir.join(DELTA_LOG);
+        let id_hash = blake3::hash(format!("{}:{}", store.inner.store_id, def.name).as_bytes());
+        let mut log = DeltaLog {
+            name: def.name.clone(),
+            app_id: format!("oncelake:{}:{}", store.inner.store_id, def.name),
+            table_id: uuid_of(id_hash.as_bytes()),
+            vfs: store.inner.options.vfs.clone(),
+            position: published(&def.name, &dir)?,
+            schema: None,
+            header: None,
+            active: None,
+            log_dir,
+        };
+        log.remove_temporaries()?;
+        if log.position.version.is_some() {
+            log.read_header()?;
+            checkpoint::repair(&mut log)?;
+        }
+        Ok(log)
+    }
+
+    fn remove_temporaries(&self) -> TableResult<()> {
+        let rd = match std::fs::read_dir(&self.log_dir) {
+            Ok(rd) => rd,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+            Err(e) => return Err(io_err(format!("list {}", self.log_dir.display()), e)),
+        };
+        for ent in rd.flatten() {
+            let name = ent.file_name();
+            let name = name.to_string_lossy();
+            if name.starts_with(".oncelake-") && name.ends_with(".tmp") {
+                let _ = self.vfs.remove(&ent.path());
+            }
+        }
+        Ok(())
+    }
+
+    fn damaged(&self, path: &Path, detail: impl Into<String>) -> TableError {
+        TableError::Damaged {
+            name: self.name.clone(),
+            path: path.to_path_buf(),
+            detail: detail.into(),
+        }
+    }
+
+    /// Reads `protocol` and `metaData` from version 0 and the schema from them.
+    fn read_header(&mut self) -> TableResult<()> {
+        let path = self.log_dir.join(commit_file(0));
+        let text = std::fs::read_to_string(&path)
+            .map_err(|e| io_err(format!("read {}", path.display()), e))?;
+        let mut protocol = None;
+        let mut meta = None;
+        for line in text.lines() {
+            let v: Value = serde_json::from_str(line)
+                .map_err(|e| self.damaged(&path, format!("a line is not JSON: {e}")))?;
+            if let Some(p) = v.get("protocol") {
+                protocol = Some(p.clone());
+            }
+            if let Some(m) = v.get("metaData") {
+                meta = Some(m.clone());
+            }
+        }
+        let (Some(protocol), Some(meta)) = (protocol, meta) else {
+            return Err(self.damaged(&path, "version 0 has no protocol or metaData action"));
+        };
+        let schema = schema_of_meta(&meta)
+            .ok_or_else(|| self.damaged(&path, "the metaData action has no readable schema"))?;
+        self.schema = Some(schema);
+        self.header = Some((protocol, meta));
+        Ok(())
+    }
+
+    /// The lines of one version.
+    fn render(&self, version: u64, commit: &TableCommit, schema: &TableSchema) -> String {
+        let mut out = format!(
+            "{{\"txn\":{{\"appId\":\"{}\",\"version\":{},\"lastUpdated\":{}}}}}\n",
+            self.app_id, commit.seq, commit.time_ms
+        );
+        let info = json!({"commitInfo": {
+            "timestamp": commit.time_ms,
+            "operation": "WRITE",
+            "operationParameters": {"mode": "Append"},
+            "engineInfo": concat!("oncelake/", env!("CARGO_PKG_VERSION")),
+            "oncelakeSeq": commit.seq,
+            "isBlindAppend": commit.removes.is_empty(),
+        }});
+        push_line(&mut out, &info);
+        if version == 0 {
+            let (protocol, meta) = self.header_for(schema, commit.time_ms);
+            push_line(&mut out, &json!({ "protocol": protocol }));
+            push_line(&mut out, &json!({ "metaData": meta }));
+        }
+        for r in &commit.removes {
+            push_line(
+                &mut out,
+                &json!({"remove": remove_action(r, commit.time_ms)}),
+            );
+        }
+        for a in &commit.adds {
+            push_line(
+                &mut out,
+                &json!({"add": add_action(&a.file, a.num_records, commit.time_ms)}),
+            );
+        }
+        out
+    }
+
+    fn header_for(&self, schema: &TableSchema, time_ms: u64) -> (Value, Value) {
+        if let Some(h) = &self.header {
+            return h.clone();
+        }
+        let mut fields = schema.fields.clone();
+        for c in &schema.partition_columns {
+            fields.push(json!({"name": c, "type": "string", "nullable": true, "metadata": {}}));
+        }
+        let schema_string = json!({"type": "struct", "fields": fields}).to_string();
+        let protocol = json!({"minReaderVersion": 1, "minWriterVersion": 2});
+        let meta = json!({
+            "id": self.table_id,
+            "name": self.name,
+            "format": {"provider": "parquet", "options": {}},
+            "schemaString": schema_string,
+            "partitionColumns": schema.partition_columns,
+            "configuration": {},
+            "createdTime": time_ms,
+        });
+        (protocol, meta)
+    }
+
+    /// Creates `path` with `bytes` exclusively; an existing file with the same bytes is fine.
+    fn create_exclusive(&self, path: &Path, bytes: &[u8]) -> TableResult<()> {
+        let file = path.file_name().map(|n| n.to_string_lossy().into_owned());
+        let tmp = self.log_dir.join(format!(
+            ".oncelake-{}-{}.tmp",
+            file.unwrap_or_default(),
+            std::process::id()
+        ));
+        let _ = self.vfs.remove(&tmp);
+        write_synced(self.vfs.as_ref(), &tmp, bytes)?;
+        let linked = self.vfs.link_no_replace(&tmp, path);
+        let _ = self.vfs.remove(&tmp);
+        let linked = linked.map_err(|e| io_err(format!("publish {}", path.display()), e))?;
+        self.vfs
+            .sync_dir(&self.log_dir)
+            .map_err(|e| io_err(format!("sync {}", self.log_dir.display()), e))?;
+        if !linked {
+            let existing =
+                std::fs::read(path).map_err(|e| io_err(format!("read {}", path.display()), e))?;
+            if existing != bytes {
+                return Err(self.damaged(
+                    path,
+                    "the file exists with other content: another writer changed this table; \
+                     publish under a new table name",
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+impl FormatLog for DeltaLog {
+    fn position(&self) -> Position {
+        self.position
+    }
+
+    fn schema(&self) -> Option<&TableSchema> {
+        self.schema.as_ref()
+    }
+
+    fn append(&mut self, commit: &TableCommit, schema: &TableSchema) -> TableResult<()> {
+        let version = self.position.version.map_or(0, |v| v + 1);
+        if version == 0 {
+            self.vfs
+                .create_dir_all(&self.log_dir)
+                .map_err(|e| io_err(format!("create {}", self.log_dir.display()), e))?;
+        }
+        let text = self.render(version, commit, schema);
+        self.create_exclusive(&self.log_dir.join(commit_file(version)), text.as_bytes())?;
+        if version == 0 {
+            self.header = Some(self.header_for(schema, commit.time_ms));
+            self.schema = Some(schema.clone());
+        }
+        if let Some(active) = &mut self.active {
+            for r in &commit.removes {
+                active.remove(&super::layout::uri_path(&r.path));
+            }
+            for a in &commit.adds {
+                let add = add_action(&a.file, a.num_records, commit.time_ms);
+                active.insert(super::layout::uri_path(&a.file.path), add);
+            }
+        }
+        self.position = Position {
+            version: Some(version),
+            seq: commit.seq,
+        };
+        if version > 0 && version.is_multiple_of(CHECKPOINT_INTERVAL) {
+            let txn =
+                json!({"appId": self.app_id, "version": commit.seq, "lastUpdated": commit.time_ms});
+            checkpoint::write(self, version, txn)?;
+        }
+        Ok(())
+    }
+}
+
+fn push_line(out: &mut String, v: &Value) {
+    out.push_str(&v.to_string());
+    out.push('\n');
+}
+
+fn partition_values(r: &FileRef) -> Value {
+    let mut m = Map::new();
+    for (k, v) in &r.partition {
+        m.insert(k.clone(), Value::String(v.clone()));
+    }
+    Value::Object(m)
+}
+
+fn add_action(f: &FileRef, num_records: i64, time_ms: u64) -> Value {
+    json!({
+        "path": super::layout::uri_path(&f.path),
+        "partitionValues": partition_values(f),
+        "size": f.size,
+        "modificationTime": time_ms,
+        "dataChange": true,
+        "stats": json!({"numRecords": num_records}).to_string(),
+    })
+}
+
+fn remove_action(f: &FileRef, time_ms: u64) -> Value {
+    json!({
+        "path": super::layout::uri_path(&f.path),
+        "deletionTimestamp": time_ms,
+        "dataChange": true,
+        "extendedFileMetadata": true,
+        "partitionValues": partition_values(f),
+        "size": f.size,
+    })
+}
+
+/// The data fields and partition columns a `metaData` action declares.
+fn schema_of_meta(meta: &Value) -> Option<TableSchema> {
+    let partition_columns: Vec<String> = meta
+        .get("partitionColumns")?
+        .as_array()?
+        .iter()
+        .map(|c| c.as_str().map(str::to_string))
+        .collect::<Option<_>>()?;
+    let schema: Value = serde_json::from_str(meta.get("schemaString")?.as_str()?).ok()?;
+    let fields = schema
+        .get("fields")?
+        .as_array()?
+        .iter()
+        .filter(|f| {
+            f.get("name")
+                .and_then(Value::as_str)
+                .is_none_or(|n| !partition_columns.iter().any(|c| c == n))
+        })
+        .cloned()
+        .collect();
+    Some(TableSchema {
+        fields,
+        partition_columns,
+    })
+}
+
+/// A UUID-shaped (version 4 bits set) rendering of 16 bytes of a hash.
+fn uuid_of(h: &[u8; 32]) -> String {
+    let mut b = [0u8; 16];
+    b.copy_from_slice(&h[..16]);
+    b[6] = (b[6] & 0x0f) | 0x40;
+    b[8] = (b[8] & 0x3f) | 0x80;
+    let hex: String = b.iter().map(|x| format!("{x:02x}")).collect();
+    format!(
+        "{}-{}-{}-{}-{}",
+        &hex[..8],
+        &hex[8..12],
+        &hex[12..16],
+        &hex[16..20],
+        &hex[20..]
+    )
+}

@@ -1,0 +1,196 @@
+//! What a table needs from an object's Parquet footer: its row count and its schema, as Delta's
+//! `schemaString` type JSON. Reads only the footer (one positioned read of the file's tail).
+
+use arrow_schema::{DataType, Field, Fields, TimeUnit};
+use parquet::file::metadata::ParquetMetaDataReader;
+use serde_json::{json, Value};
+use std::fs::File;
+use std::path::Path;
+use std::sync::Arc;
+
+/// The footer facts of one data file.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Footer {
+    /// Rows in the file (`stats.numRecords`).
+    pub num_records: i64,
+    /// The data columns as a Delta struct type's `fields` (partition columns not included).
+    pub fields: Arc<Vec<Value>>,
+}
+
+/// Bytes read from the end of a file in one go; a larger footer costs a second read.
+const TAIL: u64 = 64 << 10;
+
+/// Reads footers, converting each distinct Parquet schema to Delta's form once: the objects of
+/// one table almost always share one schema, and the conversion costs more than the read.
+#[derive(Default)]
+pub(crate) struct FooterReader {
+    last: Option<(parquet::schema::types::TypePtr, Arc<Vec<Value>>)>,
+}
+
+impl FooterReader {
+    /// Reads the footer of the `size`-byte Parquet file at `path`. `Err` says, in words a user
+    /// can act on, why the file is not a Parquet file a Delta table can hold.
+    pub(crate) fn read(&mut self, path: &Path, size: u64) -> Result<Footer, String> {
+        let meta = read_metadata(path, size)?;
+        let fm = meta.file_metadata();
+        let root = fm.schema_descr().root_schema_ptr();
+        let fields = match &self.last {
+            Some((t, fields)) if *t == root => fields.clone(),
+            _ => {
+                let fields = Arc::new(delta_fields(fm.schema_descr())?);
+                self.last = Some((root, fields.clone()));
+                fields
+            }
+        };
+        Ok(Footer {
+            num_records: fm.num_rows(),
+            fields,
+        })
+    }
+}
+
+fn delta_fields(descr: &parquet::schema::types::SchemaDescriptor) -> Result<Vec<Value>, String> {
+    let schema = parquet::arrow::parquet_to_arrow_schema(descr, None)
+        .map_err(|e| format!("the object's Parquet schema cannot be read: {e}"))?;
+    schema.fields().iter().map(|f| delta_field(f)).collect()
+}
+
+fn read_metadata(
+    path: &Path,
+    size: u64,
+) -> Result<parquet::file::metadata::ParquetMetaData, String> {
+    if size < 12 {
+        return Err(format!(
+            "the object has {size} bytes, too few for a Parquet file"
+        ));
+    }
+    let file = File::open(path).map_err(|e| format!("cannot read the object: {e}"))?;
+    let want = size.min(TAIL);
+    let mut tail = read_at(&file, size - want, want as usize)?;
+    let n = tail.len();
+    if &tail[n - 4..] != b"PAR1" {
+        return Err(if &tail[n - 4..] == b"PARE" {
+            "the object is an encrypted Parquet file, which a table cannot publish".into()
+        } else {
+            "the object is not a Parquet file (no PAR1 footer)".into()
+        });
+    }
+    let len = u32::from_le_bytes([tail[n - 8], tail[n - 7], tail[n - 6], tail[n - 5]]) as u64;
+    if len + 12 > size {
+        return Err("the object's Parquet footer length is larger than the file".into());
+    }
+    if len + 8 > want {
+        tail = read_at(&file, size - len - 8, len as usize + 8)?;
+    }
+    let n = tail.len();
+    ParquetMetaDataReader::decode_metadata(&tail[n - 8 - len as usize..n - 8])
+        .map_err(|e| format!("the object's Parquet footer is unreadable: {e}"))
+}
+
+fn read_at(file: &File, offset: u64, len: usize) -> Result<Vec<u8>, String> {
+    let mut buf = vec![0u8; len];
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::FileExt;
+        file.read_exact_at(&mut buf, offset)
+            .map_err(|e| format!("cannot read the object: {e}"))?;
+    }
+    #[cfg(not(unix))]
+    {
+        use std::io::{Read, Seek, SeekFrom};
+        let mut f = file;
+        f.seek(SeekFrom::Start(offset))
+            .and_then(|_| f.read_exact(&mut buf))
+            .map_err(|e| format!("cannot read the object: {e}"))?;
+    }
+    Ok(buf)
+}
+
+/// A Delta struct field.
+fn delta_field(f: &Field) -> Result<Value, String> {
+    Ok(json!({
+        "name": f.name(),
+        "type": delta_type(f.name(), f.data_type())?,
+        "nullable": f.is_nullable(),
+        "metadata": {},
+    }))
+}
+
+/// The Delta (protocol reader 1 / writer 2) type of an Arrow type read from Parquet.
+fn delta_type(name: &str, t: &DataType) -> Result<Value, String> {
+    let prim = |s: &str| Ok(Value::String(s.into()));
+    match t {
+        DataType::Boolean => prim("boolean"),
+        DataType::Int8 => prim("byte"),
+        DataType::Int16 | DataType::UInt8 => prim("short"),
+        DataType::Int32 | DataType::UInt16 => prim("integer"),
+        DataType::Int64 | DataType::UInt32 => prim("long"),
+        DataType::Float32 => prim("float"),
+        DataType::Float64 => prim("double"),
+        DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View => prim("string"),
+        DataType::Binary | DataType::LargeBinary | DataType::BinaryView => prim("binary"),
+        DataType::FixedSizeBinary(_) => prim("binary"),
+        DataType::Date32 | DataType::Date64 => prim("date"),
+        DataType::Timestamp(TimeUnit::Microsecond, Some(_)) => prim("timestamp"),
+        DataType::Decimal128(p, s) | DataType::Decimal256(p, s) if *p <= 38 => {
+            Ok(Value::String(format!("decimal({p},{s})")))
+        }
+        DataType::Struct(fields) => struct_type(fields),
+        DataType::List(item) | DataType::LargeList(item) => Ok(json!({
+            "type": "array",
+            "elementType": delta_type(name, item.data_type())?,
+            "containsNull": item.is_nullable(),
+        })),
+        DataType::Map(entries, _) => {
+            let DataType::Struct(kv) = entries.data_type() else {
+                return Err(format!(
+                    "column {name:?} is a map without key/value entries"
+                ));
+            };
+            if kv.len() != 2 {
+                return Err(format!(
+                    "column {name:?} is a map without key/value entries"
+                ));
+            }
+            Ok(json!({
+                "type": "map",
+                "keyType": delta_type(name, kv[0].data_type())?,
+                "valueType": delta_type(name, kv[1].data_type())?,
+                "valueContainsNull": kv[1].is_nullable(),
+            }))
+        }
+        other => Err(format!(
+            "column {name:?} has type {other}, which a Delta table (reader 1, writer 2) cannot \
+             hold; write it as a supported type (timestamps in microseconds with a time zone)"
+        )),
+    }
+}
+
+fn struct_type(fields: &Fields) -> Result<Value, String> {
+    Ok(json!({
+        "type": "struct",
+        "fields": fields.iter().map(|f| delta_field(f)).collect::<Result<Vec<_>, _>>()?,
+    }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn non_parquet_bytes_are_refused_in_words() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("x");
+        std::fs::write(&p, b"just some csv,1,2\n").unwrap();
+        let mut r = FooterReader::default();
+        let e = r.read(&p, 18).unwrap_err();
+        assert!(e.contains("not a Parquet file"), "{e}");
+        std::fs::write(&p, b"PAR1").unwrap();
+        assert!(r.read(&p, 4).unwrap_err().contains("too few"));
+        let mut bad = b"PAR1xxxxxxxx".to_vec();
+        bad.extend_from_slice(&1000u32.to_le_bytes());
+        bad.extend_from_slice(b"PAR1");
+        std::fs::write(&p, &bad).unwrap();
+        assert!(r.read(&p, bad.len() as u64).unwrap_err().contains("larger"));
+    }
+}

@@ -1,0 +1,288 @@
+//! The table registry: one definition file per table, `tables/NAME/_oncelake_table`.
+//!
+//! A definition is written once (temporary file, fsync, no-replace link, directory fsync) and
+//! never changed, so a crash leaves either no table or a whole one. It holds only what the user
+//! chose (name, prefix, format); how far a table is published is read from the table's own log
+//! (see [`super::position`]), which is the truth readers see. The leading `_` hides the file
+//! from Delta readers and from Delta's VACUUM.
+
+use super::{io_err, TableError, TableResult, TABLES_DIR};
+use crate::store::Store;
+use std::fmt;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+/// The definition file inside a table's directory.
+pub const DEF_FILE: &str = "_oncelake_table";
+const DEF_HEADER: &str = "oncelake-table 1";
+
+/// The open table format a table is published in.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum TableFormat {
+    /// Delta Lake (protocol reader 1, writer 2).
+    #[default]
+    Delta,
+}
+
+impl fmt::Display for TableFormat {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            TableFormat::Delta => "delta",
+        })
+    }
+}
+
+impl std::str::FromStr for TableFormat {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "delta" => Ok(TableFormat::Delta),
+            other => Err(format!(
+                "unknown table format {other:?}; the supported format is delta"
+            )),
+        }
+    }
+}
+
+/// A table: which units it publishes, and how.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TableDef {
+    /// Its name (the directory under `tables/`).
+    pub name: String,
+    /// The unit-key prefix it publishes: empty (every unit) or ending in `/`.
+    pub prefix: String,
+    /// Its format.
+    pub format: TableFormat,
+}
+
+impl TableDef {
+    /// Whether a unit belongs to the table.
+    pub fn contains(&self, unit: &str) -> bool {
+        unit.starts_with(&self.prefix)
+    }
+
+    fn encode(&self) -> String {
+        format!(
+            "{DEF_HEADER}\nformat {}\nprefix {}\n",
+            self.format, self.prefix
+        )
+    }
+
+    fn decode(name: &str, text: &str) -> Option<TableDef> {
+        let mut lines = text.strip_suffix('\n')?.split('\n');
+        if lines.next()? != DEF_HEADER {
+            return None;
+        }
+        let format = lines.next()?.strip_prefix("format ")?.parse().ok()?;
+        let prefix = lines.next()?.strip_prefix("prefix ")?.to_string();
+        if lines.next().is_some() {
+            return None;
+        }
+        Some(TableDef {
+            name: name.to_string(),
+            prefix,
+            format,
+        })
+    }
+}
+
+/// Checks a table name: it becomes a directory name and part of the Delta `txn` appId.
+pub fn validate_name(name: &str) -> TableResult<()> {
+    let bad = |reason| TableError::InvalidName {
+        name: name.chars().take(140).collect(),
+        reason,
+    };
+    if name.is_empty() || name.len() > 128 {
+        return Err(bad("it must be 1..=128 characters"));
+    }
+    if !name.starts_with(|c: char| c.is_ascii_alphanumeric()) {
+        return Err(bad("it must start with a letter or digit"));
+    }
+    if !name
+        .chars()
+        .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
+    {
+        return Err(bad("it may only hold ASCII letters, digits, '_' and '-'"));
+    }
+    Ok(())
+}
+
+/// Normalises a prefix: empty stays empty (every unit); otherwise it must be a valid key start
+/// and is made to end in `/`, so `sales` does not also publish `salesforce/...`.
+pub fn normalize_prefix(prefix: &str) -> TableResult<String> {
+    let bad = |reason| TableError::InvalidPrefix {
+        prefix: prefix.chars().take(140).collect(),
+        reason,
+    };
+    if prefix.chars().any(char::is_control) {
+        return Err(bad("it may not hold control characters"));
+    }
+    if prefix.len() > crate::MAX_KEY_LEN {
+        return Err(bad("it is longer than a unit key may be"));
+    }
+    if prefix.is_empty() || prefix.ends_with('/') {
+        Ok(prefix.to_string())
+    } else {
+        Ok(format!("{prefix}/"))
+    }
+}
+
+impl Store {
+    /// The directory of table `name` (whether or not it exists).
+    pub fn table_dir(&self, name: &str) -> PathBuf {
+        self.path().join(TABLES_DIR).join(name)
+    }
+
+    /// Defines table `name` publishing the units under `prefix` in `format`. Creating the same
+    /// definition again is a no-op that returns it; another definition under the name is
+    /// [`TableError::Exists`]. Nothing is published until [`Store::publish_table`] (or an
+    /// [`crate::table::AutoPublisher`]) runs.
+    pub fn create_table(
+        &self,
+        name: &str,
+        prefix: &str,
+        format: TableFormat,
+    ) -> TableResult<TableDef> {
+        validate_name(name)?;
+        let def = TableDef {
+            name: name.to_string(),
+            prefix: normalize_prefix(prefix)?,
+            format,
+        };
+        let vfs = &self.inner.options.vfs;
+        let dir = self.table_dir(name);
+        vfs.create_dir_all(&dir)
+            .map_err(|e| io_err(format!("create {}", dir.display()), e))?;
+        let tmp = dir.join(format!(".{DEF_FILE}.{}.tmp", std::process::id()));
+        let _ = vfs.remove(&tmp);
+        write_synced(vfs.as_ref(), &tmp, def.encode().as_bytes())?;
+        let linked = vfs.link_no_replace(&tmp, &dir.join(DEF_FILE));
+        let _ = vfs.remove(&tmp);
+        let linked = linked.map_err(|e| io_err(format!("publish {}", dir.display()), e))?;
+        vfs.sync_dir(&dir)
+            .map_err(|e| io_err(format!("sync {}", dir.display()), e))?;
+        if let Some(parent) = dir.parent() {
+            vfs.sync_dir(parent)
+                .map_err(|e| io_err(format!("sync {}", parent.display()), e))?;
+        }
+        if !linked {
+            let existing = self.table(name)?;
+            if existing != def {
+                return Err(TableError::Exists {
+                    name: name.to_string(),
+                    existing: existing.prefix,
+                    format: existing.format,
+                });
+            }
+        }
+        Ok(def)
+    }
+
+    /// Every table of the store, by name. Directories under `tables/` without a definition
+    /// (a creation cut short before its definition was published) are not tables.
+    pub fn tables(&self) -> TableResult<Vec<TableDef>> {
+        let root = self.path().join(TABLES_DIR);
+        let rd = match std::fs::read_dir(&root) {
+            Ok(rd) => rd,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+            Err(e) => return Err(io_err(format!("list {}", root.display()), e)),
+        };
+        let mut out = Vec::new();
+        for ent in rd {
+            let ent = ent.map_err(|e| io_err(format!("list {}", root.display()), e))?;
+            let Some(name) = ent.file_name().to_str().map(str::to_string) else {
+                continue;
+            };
+            if validate_name(&name).is_ok() && ent.path().join(DEF_FILE).exists() {
+                out.push(self.table(&name)?);
+            }
+        }
+        out.sort_by(|a, b| a.name.cmp(&b.name));
+        Ok(out)
+    }
+
+    /// The definition of table `name`.
+    pub fn table(&self, name: &str) -> TableResult<TableDef> {
+        validate_name(name)?;
+        let path = self.table_dir(name).join(DEF_FILE);
+        let bytes = match self.inner.options.vfs.read(&path) {
+            Ok(b) => b,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                let known = self
+                    .tables()?
+                    .into_iter()
+                    .map(|t| t.name)
+                    .collect::<Vec<_>>();
+                return Err(TableError::NotFound {
+                    name: name.to_string(),
+                    known: if known.is_empty() {
+                        "none".into()
+                    } else {
+                        known.join(", ")
+                    },
+                });
+            }
+            Err(e) => return Err(io_err(format!("read {}", path.display()), e)),
+        };
+        std::str::from_utf8(&bytes)
+            .ok()
+            .and_then(|t| TableDef::decode(name, t))
+            .ok_or_else(|| TableError::Damaged {
+                name: name.to_string(),
+                path: path.clone(),
+                detail: "the table definition is unreadable".into(),
+            })
+    }
+}
+
+/// Writes a new file through the seam and makes it durable.
+pub(crate) fn write_synced(
+    vfs: &dyn crate::vfs::Vfs,
+    path: &Path,
+    bytes: &[u8],
+) -> TableResult<()> {
+    let ctx = || format!("write {}", path.display());
+    let mut f = vfs.create_new(path).map_err(|e| io_err(ctx(), e))?;
+    f.write_all(bytes).map_err(|e| io_err(ctx(), e))?;
+    f.sync().map_err(|e| io_err(ctx(), e))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn definitions_round_trip_and_reject_damage() {
+        let def = TableDef {
+            name: "sales".into(),
+            prefix: "sales/ eu/".into(),
+            format: TableFormat::Delta,
+        };
+        assert_eq!(TableDef::decode("sales", &def.encode()), Some(def.clone()));
+        assert_eq!(
+            TableDef::decode("sales", "oncelake-table 1\nformat delta\n"),
+            None
+        );
+        assert_eq!(
+            TableDef::decode("sales", "x\nformat delta\nprefix a/\n"),
+            None
+        );
+        assert_eq!(
+            TableDef::decode("sales", "oncelake-table 1\nformat iceberg\nprefix a/\n"),
+            None
+        );
+    }
+
+    #[test]
+    fn names_and_prefixes() {
+        assert!(validate_name("sales_2026-eu").is_ok());
+        for bad in ["", "_x", "-x", "a/b", "a.b", "..", &"x".repeat(129)] {
+            assert!(validate_name(bad).is_err(), "{bad:?}");
+        }
+        assert_eq!(normalize_prefix("sales").unwrap(), "sales/");
+        assert_eq!(normalize_prefix("sales/").unwrap(), "sales/");
+        assert_eq!(normalize_prefix("").unwrap(), "");
+        assert!(normalize_prefix("a\nb").is_err());
+    }
+}

@@ -1,0 +1,487 @@
+//! Lake tables (SPEC R21) in the engine: the registry, publishing against a model of the table,
+//! exactly-once across a crash at every file operation of a publish, bad data, GC and verify.
+//! The real clients (delta-rs, DuckDB) read the tables in `tests/python/test_tables.py`.
+
+use arrow_array::{ArrayRef, Int64Array, RecordBatch, StringArray};
+use oncelake::fault::{FaultPlan, FaultyVfs};
+use oncelake::gc::GcOptions;
+use oncelake::table::{position, AutoPublisher, TableError, TableFormat};
+use oncelake::vfs::RealVfs;
+use oncelake::{Options, Store, VerifyOptions};
+use serde_json::Value;
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// A Parquet file of `rows` rows (id, name).
+fn parquet(first_id: i64, rows: usize, name: &str) -> Vec<u8> {
+    let ids: ArrayRef = Arc::new(Int64Array::from_iter_values(
+        first_id..first_id + rows as i64,
+    ));
+    let names: ArrayRef = Arc::new(StringArray::from_iter_values((0..rows).map(|_| name)));
+    let batch = RecordBatch::try_from_iter([("id", ids), ("name", names)]).unwrap();
+    let mut w = parquet::arrow::ArrowWriter::try_new(Vec::new(), batch.schema(), None).unwrap();
+    w.write(&batch).unwrap();
+    w.into_inner().unwrap()
+}
+
+/// Every action of every version of a Delta log, by version.
+fn versions(table: &Path) -> BTreeMap<u64, Vec<Value>> {
+    let mut out = BTreeMap::new();
+    for ent in std::fs::read_dir(table.join("_delta_log")).unwrap() {
+        let name = ent.unwrap().file_name().into_string().unwrap();
+        if let Some(v) = name.strip_suffix(".json") {
+            let text = std::fs::read_to_string(table.join("_delta_log").join(&name)).unwrap();
+            let actions = text
+                .lines()
+                .map(|l| serde_json::from_str(l).unwrap())
+                .collect();
+            out.insert(v.parse().unwrap(), actions);
+        }
+    }
+    out
+}
+
+/// The live data files (path -> numRecords) after replaying `versions` up to `upto`.
+fn live_files(vs: &BTreeMap<u64, Vec<Value>>, upto: u64) -> BTreeMap<String, i64> {
+    let mut live = BTreeMap::new();
+    for (_, actions) in vs.range(..=upto) {
+        for a in actions {
+            if let Some(r) = a.get("remove") {
+                assert!(
+                    live.remove(r["path"].as_str().unwrap()).is_some(),
+                    "remove of a dead file"
+                );
+            }
+            if let Some(add) = a.get("add") {
+                let stats: Value = serde_json::from_str(add["stats"].as_str().unwrap()).unwrap();
+                let prev = live.insert(
+                    add["path"].as_str().unwrap().to_string(),
+                    stats["numRecords"].as_i64().unwrap(),
+                );
+                assert!(prev.is_none(), "duplicate add");
+            }
+        }
+    }
+    live
+}
+
+fn txn_version(actions: &[Value]) -> u64 {
+    actions[0]["txn"]["version"].as_u64().unwrap()
+}
+
+fn all_files(dir: &Path) -> BTreeMap<PathBuf, Vec<u8>> {
+    let mut out = BTreeMap::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for ent in std::fs::read_dir(&d).unwrap() {
+            let p = ent.unwrap().path();
+            if p.is_dir() {
+                stack.push(p);
+            } else {
+                out.insert(
+                    p.strip_prefix(dir).unwrap().to_path_buf(),
+                    std::fs::read(&p).unwrap(),
+                );
+            }
+        }
+    }
+    out
+}
+
+fn copy_dir(from: &Path, to: &Path) {
+    for (rel, bytes) in all_files(from) {
+        let p = to.join(rel);
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::fs::write(p, bytes).unwrap();
+    }
+}
+
+#[test]
+fn tables_are_defined_once_and_listed() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path().join("lake")).unwrap();
+    assert!(store.tables().unwrap().is_empty());
+    let d = store
+        .create_table("sales", "sales", TableFormat::Delta)
+        .unwrap();
+    assert_eq!(d.prefix, "sales/");
+    // The same definition again is a no-op; another under the name is refused.
+    assert_eq!(
+        store
+            .create_table("sales", "sales/", TableFormat::Delta)
+            .unwrap(),
+        d
+    );
+    assert!(matches!(
+        store.create_table("sales", "orders/", TableFormat::Delta),
+        Err(TableError::Exists { .. })
+    ));
+    assert!(matches!(
+        store.create_table("../x", "a/", TableFormat::Delta),
+        Err(TableError::InvalidName { .. })
+    ));
+    store.create_table("all", "", TableFormat::Delta).unwrap();
+    let names: Vec<String> = store
+        .tables()
+        .unwrap()
+        .into_iter()
+        .map(|t| t.name)
+        .collect();
+    assert_eq!(names, ["all", "sales"]);
+    let e = store.publish_table("nope").unwrap_err();
+    assert!(e.to_string().contains("all, sales"), "{e}");
+    drop(store);
+    let store = Store::open(dir.path().join("lake")).unwrap();
+    assert_eq!(store.table("sales").unwrap(), d);
+}
+
+/// The model: unit -> (its data file path, rows) after each store commit under the prefix.
+#[test]
+fn every_version_holds_exactly_the_committed_units() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path().join("lake")).unwrap();
+    store.create_table("t", "t/", TableFormat::Delta).unwrap();
+    let mut model: BTreeMap<String, i64> = BTreeMap::new();
+    let mut expected: Vec<(u64, BTreeMap<String, i64>)> = Vec::new();
+    let mut seq_of_unit = BTreeMap::new();
+    for i in 0..40u64 {
+        let unit = format!("t/d={}/r=x%2Fy/u{}", (i % 7) % 3, i % 7);
+        let rows = (i % 5 + 1) as usize;
+        let out = if i % 9 == 8 {
+            store.correct(&unit, seq_of_unit[&unit], &parquet(i as i64, rows, "c"))
+        } else {
+            store.put(&unit, i + 100, &parquet(i as i64, rows, "p"))
+        }
+        .unwrap();
+        let seq = out.outcome.seq().unwrap();
+        seq_of_unit.insert(
+            unit.clone(),
+            if i % 9 == 8 {
+                seq_of_unit[&unit]
+            } else {
+                i + 100
+            },
+        );
+        model.insert(unit, rows as i64);
+        expected.push((seq, model.clone()));
+        if i % 10 == 4 {
+            store
+                .put(&format!("other/{i}"), 1, b"not a table unit")
+                .unwrap();
+        }
+        if i % 13 == 0 {
+            store.publish_table("t").unwrap(); // publishing in several runs changes nothing
+        }
+    }
+    let r = store.publish_table("t").unwrap();
+    assert_eq!(r.version, Some(39));
+    let table = store.table_dir("t");
+    let vs = versions(&table);
+    assert_eq!(vs.len(), 40);
+    for (v, (seq, units)) in expected.iter().enumerate() {
+        let actions = &vs[&(v as u64)];
+        assert_eq!(txn_version(actions), *seq, "version {v} carries its seq");
+        let live = live_files(&vs, v as u64);
+        // One live file per unit, with the unit's row count, under its partition directory.
+        assert_eq!(live.len(), units.len(), "version {v}");
+        let mut counts: Vec<i64> = live.values().copied().collect();
+        let mut want: Vec<i64> = units.values().copied().collect();
+        counts.sort();
+        want.sort();
+        assert_eq!(counts, want, "version {v}");
+        for path in live.keys() {
+            assert!(path.starts_with("d="), "{path}");
+            assert!(
+                path.contains("/r=x%252Fy/"),
+                "the raw segment, URI-encoded: {path}"
+            );
+        }
+    }
+    let meta = &vs[&0][3]["metaData"];
+    assert_eq!(meta["partitionColumns"], serde_json::json!(["d", "r"]));
+    let first_add = vs[&0].iter().find_map(|a| a.get("add")).unwrap();
+    assert_eq!(first_add["partitionValues"]["r"], "x/y");
+    // The checkpoint is not due yet; the position is what the log says.
+    let pos = position::published("t", &table).unwrap();
+    assert_eq!((pos.version, pos.seq), (Some(39), expected[39].0));
+    assert_eq!(store.publish_table("t").unwrap().versions, 0);
+    assert!(store
+        .verify(VerifyOptions { deep: true })
+        .unwrap()
+        .is_clean());
+}
+
+/// A fresh store with `n` commits under `t/`, closed, its directory returned.
+fn store_with_commits(dir: &Path, n: u64) -> PathBuf {
+    let path = dir.join("base");
+    let store = Store::open(&path).unwrap();
+    store.create_table("t", "t/", TableFormat::Delta).unwrap();
+    for i in 0..n {
+        let unit = format!("t/p={}/u{}", i % 2, i % 3);
+        store.put(&unit, i + 1, &parquet(i as i64, 2, "x")).unwrap();
+    }
+    path
+}
+
+#[test]
+fn a_publish_cut_at_any_file_operation_resumes_to_the_same_bytes() {
+    let dir = tempfile::tempdir().unwrap();
+    let base = store_with_commits(dir.path(), 6);
+    let reference = dir.path().join("reference");
+    copy_dir(&base, &reference);
+    Store::open(&reference).unwrap().publish_table("t").unwrap();
+    let want = all_files(&reference.join("tables/t"));
+    let mut n = 1;
+    loop {
+        let victim = dir.path().join(format!("victim{n}"));
+        copy_dir(&base, &victim);
+        let plan = FaultPlan::new();
+        let options = Options {
+            vfs: Arc::new(FaultyVfs::new(Arc::new(RealVfs), plan.clone())),
+            ..Options::default()
+        };
+        let store = Store::open_with(&victim, options).unwrap();
+        plan.crash_at(plan.ops() + n);
+        let cut = store.publish_table("t").is_err();
+        drop(store);
+        let store = Store::open(&victim).unwrap();
+        let r = store.publish_table("t").unwrap();
+        assert_eq!(r.version, Some(5));
+        let mut got = all_files(&victim.join("tables/t"));
+        got.retain(|p, _| !p.to_string_lossy().contains(".tmp")); // a cut temporary file
+        assert_eq!(got, want, "cut at operation {n}");
+        std::fs::remove_dir_all(&victim).unwrap();
+        if !cut {
+            break;
+        }
+        n += 1;
+    }
+    assert!(n > 20, "the sweep covered {n} operations");
+}
+
+#[test]
+fn checkpoints_every_100_versions_and_a_lost_one_is_rewritten_identically() {
+    let dir = tempfile::tempdir().unwrap();
+    let base = store_with_commits(dir.path(), 205);
+    let store = Store::open(&base).unwrap();
+    store.publish_table("t").unwrap();
+    let log = store.table_dir("t").join("_delta_log");
+    let cp = log.join("00000000000000000200.checkpoint.parquet");
+    let cp100 = std::fs::read(log.join("00000000000000000100.checkpoint.parquet")).unwrap();
+    let bytes = std::fs::read(&cp).unwrap();
+    assert_eq!(
+        std::fs::read_to_string(log.join("_last_checkpoint")).unwrap(),
+        r#"{"version":200,"size":9}"#
+    );
+    // The checkpoint holds the live files of version 200 and the txn of its seq.
+    let rows = parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(
+        std::fs::File::open(&cp).unwrap(),
+    )
+    .unwrap()
+    .build()
+    .unwrap()
+    .map(|b| b.unwrap().num_rows())
+    .sum::<usize>();
+    assert_eq!(
+        rows,
+        3 + 6,
+        "protocol, metaData, txn and one file per unit (6 units)"
+    );
+    // Lost (a cut between the commit and its checkpoint): the next publish writes it again.
+    std::fs::remove_file(&cp).unwrap();
+    std::fs::remove_file(log.join("_last_checkpoint")).unwrap();
+    drop(store);
+    let store = Store::open(&base).unwrap();
+    store.publish_table("t").unwrap();
+    assert_eq!(std::fs::read(&cp).unwrap(), bytes);
+    // Rebuilt from checkpoint 100 and the commits after it, the same bytes as from memory.
+    assert_eq!(
+        std::fs::read(log.join("00000000000000000100.checkpoint.parquet")).unwrap(),
+        cp100
+    );
+    assert!(log.join("_last_checkpoint").exists());
+}
+
+#[test]
+fn bad_objects_stop_publish_naming_unit_and_seq_and_a_correction_continues() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path().join("lake")).unwrap();
+    store.create_table("t", "t/", TableFormat::Delta).unwrap();
+    store.put("t/d=1/a", 1, &parquet(0, 3, "a")).unwrap();
+    let bad = store
+        .put("t/d=1/b", 1, b"id,name\n1,b\n")
+        .unwrap()
+        .outcome
+        .seq()
+        .unwrap();
+    let e = store.publish_table("t").unwrap_err();
+    assert!(
+        matches!(&e, TableError::BadUnit { unit, seq, .. } if unit == "t/d=1/b" && *seq == bad),
+        "{e}"
+    );
+    assert!(e.to_string().contains("not a Parquet file"), "{e}");
+    let table = store.table_dir("t");
+    assert_eq!(versions(&table).len(), 1, "nothing of the bad commit");
+    assert!(
+        !table.join("d=1").read_dir().unwrap().any(|f| {
+            let f = f.unwrap().file_name().into_string().unwrap();
+            !f.starts_with(&store.get("t/d=1/a").unwrap().unwrap().object.id.to_hex())
+        }),
+        "no link of the bad commit"
+    );
+    // Again: still stopped, still nothing partial.
+    assert!(store.publish_table("t").is_err());
+    let fix = store
+        .correct("t/d=1/b", 1, &parquet(10, 1, "b"))
+        .unwrap()
+        .outcome
+        .seq()
+        .unwrap();
+    let r = store.publish_table("t").unwrap();
+    assert_eq!(r.skipped, vec![("t/d=1/b".to_string(), bad)]);
+    assert_eq!(r.seq, fix);
+    let vs = versions(&table);
+    assert_eq!(
+        live_files(&vs, 1).len(),
+        1,
+        "the bad version shows no rows of b"
+    );
+    assert_eq!(live_files(&vs, 2).values().sum::<i64>(), 4);
+    // A schema change and a unit without the partition segments are refused too.
+    let other = {
+        let b =
+            RecordBatch::try_from_iter([("x", Arc::new(Int64Array::from(vec![1])) as ArrayRef)])
+                .unwrap();
+        let mut w = parquet::arrow::ArrowWriter::try_new(Vec::new(), b.schema(), None).unwrap();
+        w.write(&b).unwrap();
+        w.into_inner().unwrap()
+    };
+    let s = store
+        .put("t/d=2/c", 1, &other)
+        .unwrap()
+        .outcome
+        .seq()
+        .unwrap();
+    let e = store.publish_table("t").unwrap_err();
+    assert!(
+        matches!(&e, TableError::BadUnit { seq, reason, .. } if *seq == s && reason.contains("schema")),
+        "{e}"
+    );
+    store.correct("t/d=2/c", 1, &parquet(20, 1, "c")).unwrap();
+    store.publish_table("t").unwrap();
+    let s = store
+        .put("t/flat", 1, &parquet(30, 1, "f"))
+        .unwrap()
+        .outcome
+        .seq()
+        .unwrap();
+    let e = store.publish_table("t").unwrap_err();
+    assert!(
+        matches!(&e, TableError::BadPartitions { seq, .. } if *seq == s),
+        "{e}"
+    );
+    assert!(e.to_string().contains("as d=.../NAME"), "{e}");
+}
+
+#[test]
+fn gc_keeps_what_tables_have_not_published_and_links_outlive_collected_objects() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path().join("lake")).unwrap();
+    store.create_table("t", "t/", TableFormat::Delta).unwrap();
+    let zero = GcOptions {
+        grace: Duration::ZERO,
+        retain: Duration::ZERO,
+        ..GcOptions::default()
+    };
+    let mut objects = BTreeSet::new();
+    for i in 0..6u64 {
+        let out = store
+            .put("t/d=1/u", i + 1, &parquet(i as i64, 1, "x"))
+            .unwrap();
+        objects.insert(out.object);
+    }
+    // Not published yet: GC with zero retention keeps every version's object.
+    store.gc(zero).unwrap();
+    for id in &objects {
+        assert!(
+            store.object_path(id).exists(),
+            "unpublished object {id} kept"
+        );
+    }
+    store.publish_table("t").unwrap();
+    let report = store.gc(zero).unwrap();
+    assert_eq!(report.objects, 5, "published and superseded: collected");
+    let table = store.table_dir("t");
+    let vs = versions(&table);
+    for v in 0..6 {
+        for path in live_files(&vs, v).keys() {
+            assert!(table.join(path).exists(), "version {v} still reads {path}");
+        }
+    }
+    let report = store.verify(VerifyOptions { deep: true }).unwrap();
+    assert!(report.is_clean(), "{report:?}");
+    assert_eq!(report.tables.links_checked, 6);
+    assert_eq!(report.tables.links_sole_copy, 5);
+}
+
+#[test]
+fn verify_finds_wrong_and_missing_links_and_stray_files() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path().join("lake")).unwrap();
+    store.create_table("t", "t/", TableFormat::Delta).unwrap();
+    store.put("t/d=1/a", 1, &parquet(0, 1, "a")).unwrap();
+    store.put("t/d=1/b", 1, &parquet(5, 1, "b")).unwrap();
+    store.publish_table("t").unwrap();
+    let table = store.table_dir("t");
+    assert!(store.verify(VerifyOptions::default()).unwrap().is_clean());
+    let mut files: Vec<PathBuf> = std::fs::read_dir(table.join("d=1"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    files.sort();
+    // A link replaced by other bytes; another removed; a stray file.
+    std::fs::remove_file(&files[0]).unwrap();
+    std::fs::write(&files[0], b"other bytes").unwrap();
+    std::fs::remove_file(&files[1]).unwrap();
+    std::fs::write(table.join("d=1/notes.txt"), b"hello").unwrap();
+    let r = store.verify(VerifyOptions::default()).unwrap();
+    assert_eq!(r.tables.problems.len(), 2, "{:?}", r.tables);
+    assert!(r
+        .tables
+        .problems
+        .iter()
+        .any(|p| p.path == files[0] && p.detail.contains("not object")));
+    assert!(r
+        .tables
+        .problems
+        .iter()
+        .any(|p| p.path == files[1] && p.detail.contains("missing")));
+    assert_eq!(r.tables.stray, vec![table.join("d=1/notes.txt")]);
+    assert!(!r.is_intact());
+}
+
+#[test]
+fn an_auto_publisher_keeps_tables_up_to_date() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path().join("lake")).unwrap();
+    store.create_table("t", "t/", TableFormat::Delta).unwrap();
+    let auto = AutoPublisher::start(store.clone(), Duration::from_millis(5));
+    let mut last = 0;
+    for i in 0..20u64 {
+        last = store
+            .put(&format!("t/u{}", i % 4), i + 1, &parquet(i as i64, 1, "a"))
+            .unwrap()
+            .outcome
+            .seq()
+            .unwrap();
+    }
+    assert_eq!(
+        auto.wait_published(last, Duration::from_secs(120)),
+        Ok(true)
+    );
+    let pos = position::published("t", &store.table_dir("t")).unwrap();
+    assert_eq!((pos.version, pos.seq), (Some(19), last));
+    drop(auto);
+}
