@@ -284,6 +284,12 @@ impl Store {
     /// # Ok(()) }
     /// ```
     pub fn gc(&self, options: GcOptions) -> Result<GcReport> {
+        // A redb panic on a damaged page is reported as `Corrupt` (SPEC I9); GC stops before
+        // deleting anything it decided from a damaged read.
+        crate::error::contain(|| self.gc_uncontained(options))
+    }
+
+    fn gc_uncontained(&self, options: GcOptions) -> Result<GcReport> {
         if !options.dry_run {
             // A failed store no longer knows its durable state: deleting on its view is unsafe.
             self.check_writable()?;

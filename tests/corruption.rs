@@ -88,6 +88,9 @@ struct Answers {
     claims: Vec<String>,
     pipeline: String,
     stale_put: String,
+    /// A full reconcile of every unit at version 2, and a GC dry run: both walk whole tables.
+    plan: Vec<String>,
+    gc_dry: String,
 }
 
 fn entry_text(e: &oncelake::Entry) -> String {
@@ -159,6 +162,30 @@ fn read_all(store: &Store) -> R<Answers> {
     } = pipeline::recorded_state(store)?;
     let pipeline =
         format!("{sources:?} {completions:?} {failures:?} {cell_claims:?} {definition:?}");
+    let listing = (0..UNITS + 3).map(|i| (format!("unit/{i:04}"), 2u64));
+    let mut plan = Vec::new();
+    oncelake::reconcile::reconcile_full(
+        &snap,
+        oncelake::reconcile::Pairs::new(listing),
+        oncelake::reconcile::ReconcileOptions {
+            list_up_to_date: true,
+        },
+        |item| {
+            plan.push(format!("{} {:?}", item.unit, item.action));
+            Ok(())
+        },
+    )
+    .map_err(|e| oncelake::Error::InvalidRequest(format!("reconcile: {e}")))?;
+    let gc = store.gc(oncelake::GcOptions {
+        dry_run: true,
+        ..oncelake::GcOptions::default()
+    })?;
+    // Not the count of unreferenced objects: the stale put below leaves one behind in
+    // `objects/`, which the rounds share.
+    let gc_dry = format!(
+        "{} referenced, {} rows, horizon {}",
+        gc.objects_referenced, gc.history_rows_pruned, gc.history_from
+    );
     // A decision: version 1 of a unit at version 2 is stale, whatever the damage.
     let stale = store.put("unit/0003", 1, b"late retry")?;
     let stale_put = format!("{:?}", stale.outcome);
@@ -171,6 +198,8 @@ fn read_all(store: &Store) -> R<Answers> {
         claims,
         pipeline,
         stale_put,
+        plan,
+        gc_dry,
     })
 }
 

@@ -405,6 +405,10 @@ enum ManifestCursor {
 
 impl ManifestCursor {
     fn open(snap: &Snapshot) -> Result<Self, Error> {
+        crate::error::contain(|| Self::open_uncontained(snap))
+    }
+
+    fn open_uncontained(snap: &Snapshot) -> Result<Self, Error> {
         Ok(match snap.current_manifest() {
             Some(table) => ManifestCursor::Table(
                 table
@@ -418,7 +422,8 @@ impl ManifestCursor {
     /// Loads the next entry's key into `key` and returns its version; `None` at the end.
     fn next(&mut self, key: &mut String) -> Result<Option<u64>, Error> {
         match self {
-            ManifestCursor::Table(rows) => match rows.next() {
+            // Every step under `contain`: a damaged page is `Corrupt`, not a panic (SPEC I9).
+            ManifestCursor::Table(rows) => crate::error::contain(|| match rows.next() {
                 None => Ok(None),
                 Some(row) => {
                     let (k, v) = row.db("scan the manifest for reconcile")?;
@@ -428,7 +433,7 @@ impl ManifestCursor {
                     key.push_str(k.value());
                     Ok(Some(version))
                 }
-            },
+            }),
             ManifestCursor::Entries(entries) => match entries.next() {
                 None => Ok(None),
                 Some(e) => {
