@@ -1,52 +1,70 @@
 //! The worked example of `seeds/000` run for real (SPEC R18): worker threads run logical units
-//! through the engine's own [`Store::run_optimistic`] (optimistic mode, the seed's "distributed
-//! idempotency check") or [`Store::run_once`] (coordinated mode), while the scheduler hands a
-//! fraction of the units to two workers at once (rebalancing) and, optionally, workers crash in the
-//! middle of their work.
+//! through the engine's own [`Store::run_optimistic_many`] (optimistic mode, the seed's
+//! "distributed idempotency check") or [`Store::run_once_many`] (coordinated mode) — the batched
+//! forms of [`Store::run_optimistic`] and [`Store::run_once`], which are the same code for a batch
+//! of one — while the scheduler hands a fraction of the units to two workers at once (rebalancing)
+//! and, optionally, workers crash in the middle of their work.
 //!
 //! Nothing here is computed from a formula, and the simulation counts nothing the engine can count:
 //! `computations`, `redundant_computations`, `runs_already_done`, `runs_busy`, the claim and commit
 //! counters are the engine's metrics ([`Store::metrics`]), counted in `run.rs` and the commit path
 //! where the work and the decisions really happen. The manifest entries, the orphans and the replay
-//! check are read back from the store. The only figure of the simulation's own is the number of
-//! crashes it injected.
+//! check are read back from the store. The only figures of the simulation's own are the crashes it
+//! injected and the attempts they lost.
+//!
+//! # Chunks
+//!
+//! A worker takes a *chunk* of tasks ([`SimConfig::chunk`], [`DEFAULT_CHUNK`]) from a shared queue
+//! and runs it through one batched engine call, as a real worker takes a batch of partitions: the
+//! dedup-index check of every unit, then (coordinated) one `claim_many` transaction, the work of
+//! every unit that runs, each output staged, and one partial commit of the chunk, each unit fenced
+//! by its own lease. That is two write transactions per chunk instead of two per unit.
 //!
 //! # Schedule
 //!
-//! Each overlapped unit is queued twice, as two adjacent tasks, so that two workers pick it up
-//! one right after the other. What happens then depends on the [`Schedule`]:
+//! Each overlapped unit is queued twice, once in each chunk of a *pair* of adjacent chunks (the
+//! pair's overlapped units first, the rest filled with single units), so two workers pick it up one
+//! right after the other. What happens then depends on the [`Schedule`]:
 //!
 //! - [`Schedule::Premise`] (the default) reproduces the seed's premise — "two workers both picking
-//!   up the same partition before either commits". The two tasks share a *rendezvous*, met inside
-//!   the work closure: a worker whose work starts waits there until the other worker of the unit
-//!   has either started its work too or got its answer without running it (already done, busy).
-//!   So neither commits before both have tried the unit. In optimistic mode both checks find the
-//!   unit not done, both work closures run and one output collapses as a duplicate at commit: the
-//!   engine counts 2 computations, 1 redundant. In coordinated mode the second worker's claim finds
-//!   the first worker's live lease: `run_once` answers busy and the work runs once, 0 redundant.
-//!   The worked example gives exactly 102,000 / 2,000 and 100,000 / 0.
-//! - [`Schedule::Natural`]: no rendezvous; real timing decides whether the second worker comes
-//!   while the first works (optimistic: redundant work; coordinated: busy) or after its commit
-//!   (already done). The report says what happened.
+//!   up the same partition before either commits". The two chunks of a pair share a `Meeting`. A
+//!   chunk's side is *decided* once its engine call has decided what to run: at its first work
+//!   (every dedup check, and in coordinated mode the claim, is done by then), or when the call
+//!   returns or unwinds without one. The work of an overlapped unit waits until the other side is
+//!   decided. So neither worker commits an overlapped unit before the other has checked or claimed
+//!   it. In optimistic mode both checks find the unit not done, both works run, and one output
+//!   collapses as a duplicate in the commit: the engine counts 2 computations, 1 redundant. In
+//!   coordinated mode the later claim meets the earlier claimer's live lease (held while its work
+//!   waits): `run_once_many` answers busy and the work runs once, 0 redundant. The worked example
+//!   gives exactly 102,000 / 2,000 and 100,000 / 0.
+//! - [`Schedule::Natural`]: no meeting; real timing decides whether the second chunk's check or
+//!   claim comes before the first chunk's commit (optimistic: redundant work; coordinated: busy) or
+//!   after it (already done). The report says what happened.
 //!
-//! No deadlock: a worker holds one task at a time and tasks are handed out in queue order. Only
-//! the first task of a pair can wait for a task nobody has taken yet (its partner, the next task
-//! of the queue), and at most one worker can be in that position at a time (the holder of the
-//! newest first task), so with two or more workers someone is free to take the partner. A worker
-//! holding the second task of a pair never waits: its partner was taken earlier and arrives
-//! without waiting on anything. With one worker the rendezvous is skipped (the second copy then
-//! finds the unit done).
+//! No deadlock: a work waits only for the other side of its own pair to be decided, and a side is
+//! decided without waiting on anything (checks and claims never wait; the first work decides before
+//! it waits). So a waiting worker waits either for a taken chunk, which gets decided, or for a
+//! chunk nobody has taken yet. Chunks are taken one
+//! at a time in queue order, and a pair's chunks are adjacent: the first chunk of a pair can wait for
+//! the next chunk of the queue, the second chunk's partner was taken earlier. At most one worker —
+//! the holder of the newest chunk taken — can wait for an untaken chunk, so with two or more workers
+//! someone is free to take it. With one worker the meeting is skipped (the second copy then finds
+//! the unit done).
 //!
 //! # Crashes
 //!
 //! With a crash rate, an attempt may "die" in the middle of its work: it writes half of its output
-//! into a file in `staging/` and unwinds out of the engine call without running the panic hook,
-//! as a killed worker would stop — in coordinated mode it leaves its lease behind (`run_once` never
-//! releases a lease on unwinding; a dead process cannot release). After a round, the scheduler
-//! re-offers every unit the manifest does not have (a reconcile), the simulated clock moves past
-//! the lease TTL so that abandoned leases expire and are taken over with a higher token, and the
-//! workers go again. A crashed attempt counts as a computation (its work ran), not as redundant
-//! (it produced nothing).
+//! into a file in `staging/` and unwinds out of the engine call without running the panic hook, as
+//! a killed worker would stop. A killed worker loses its whole chunk: nothing of it is committed,
+//! and in coordinated mode every lease the chunk was granted is left behind (the batch forms never
+//! release a lease on unwinding; a dead process cannot release). The simulation counts the crashes
+//! and the works that ran in crashed chunks (`crashed_attempts`, each a computation that produced
+//! nothing, not a redundant one). After a round, the scheduler re-offers every unit the manifest
+//! does not have (a reconcile) in chunks, the simulated clock moves past the lease TTL so that
+//! abandoned leases expire and are taken over with a higher token, and the workers go again. The
+//! outputs a crashed chunk had staged are the same bytes its retry commits (the work is
+//! deterministic), so the only orphans are the crash files. Since a crash loses a chunk, a per-attempt
+//! crash rate costs more the bigger the chunk.
 //!
 //! # The store
 //!
@@ -54,11 +72,7 @@
 //! the temp dir), opened with the default options but two: a [`ManualClock`] — leases expire only
 //! when the scheduler moves time, so no live lease can expire under a slow thread and the counts
 //! are exact — and relaxed durability (group commits synced at most 50 ms apart, and at the clean
-//! close). Every claim and every commit is its own operation on the group-commit path, ~2 per unit,
-//! so the simulation writes ~40,000 redb transactions per 20,000 units; without the per-group
-//! fsync that costs ~25% less CPU (measured on tmpfs: 9.6 s instead of 12.5 s of CPU for both
-//! modes at 20,000 units). No count depends on durability: the crashes are simulated, the
-//! process does not die.
+//! close). No count depends on durability: the crashes are simulated, the process does not die.
 //!
 //! # Orphans
 //!
@@ -115,8 +129,8 @@ impl SimMode {
 /// When the two workers of an overlapped unit work on it: see the module doc.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Schedule {
-    /// The seed's premise: both workers of an overlapped unit try it before either commits (a
-    /// rendezvous inside the work).
+    /// The seed's premise: both workers of an overlapped unit check or claim it before either
+    /// commits (their chunks meet inside the work).
     Premise,
     /// Real timing decides.
     Natural,
@@ -135,12 +149,12 @@ impl Schedule {
     pub fn describe(&self) -> &'static str {
         match self {
             Schedule::Premise => {
-                "the seed's premise: both workers of each overlapped unit try it before either \
-                 commits (they meet inside the work)"
+                "the seed's premise: both workers of each overlapped unit check or claim it \
+                 before either commits (their chunks meet inside the work)"
             }
             Schedule::Natural => {
-                "natural: the two workers of an overlapped unit take it one right after the other \
-                 and real timing decides what each finds"
+                "natural: the two workers of an overlapped unit take it in two adjacent chunks, \
+                 one right after the other, and real timing decides what each finds"
             }
         }
     }

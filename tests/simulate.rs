@@ -90,6 +90,23 @@ fn optimistic_mode_measures_the_overlap_as_redundant_work() {
     assert_eq!((r.claims_granted, r.rounds, r.orphans_left), (0, 1, 0));
     assert_eq!((r.busy, r.already_done), (0, 0), "both copies computed");
     assert!(r.replay_clean);
+    assert_batched(&r);
+}
+
+/// The workers go through the engine once per chunk, not once per unit: with 2,100 tasks in
+/// chunks of 128 that is at most ~40 claim and commit operations, so few commit groups. One
+/// engine call per unit cannot fit: each of the 4 workers has at most one operation in flight, so
+/// a group holds at most 4 and 2,100 commits need at least 525 groups (coordinated: 4,100
+/// operations, 1,025 groups).
+fn assert_batched(r: &SimReport) {
+    assert_eq!(r.chunk, oncelake::simulate::DEFAULT_CHUNK);
+    assert!(
+        r.commit_groups < 100,
+        "{:?}: {} commit groups for {} units",
+        r.mode,
+        r.commit_groups,
+        r.units
+    );
 }
 
 #[test]
@@ -108,6 +125,7 @@ fn coordinated_mode_does_no_redundant_work() {
     assert_eq!((r.fenced_rejections, r.claims_taken_over), (0, 0));
     assert_eq!(r.wasted_fraction, 0.0);
     assert!(r.replay_clean);
+    assert_batched(&r);
 }
 
 /// Under the premise schedule the overlap is real for any number of workers: both workers of
