@@ -3,7 +3,11 @@
 //! `process_batch` without its check-then-act race. [`Store::run_optimistic`] is the coordinator-free
 //! counterpart (SPEC R10): it always computes and lets the commit rules collapse duplicates.
 //!
-//! Both count, where the work really runs, `computations` (work closures run) and
+//! One coordination path: [`Store::run_once_many`] and [`Store::run_optimistic_many`] do the same
+//! for a batch of units with one claim transaction and one partial commit, and the single-unit
+//! forms are those batch forms called with one unit; [`Store::begin_run`] shares the claim half.
+//!
+//! All of them count, where the work really runs, `computations` (work closures run) and
 //! `redundant_computations` (work whose output was committed but did not become the unit's entry:
 //! collapsed as a duplicate, or rejected as fenced, stale or conflicting because another worker's
 //! lease or commit won), and the calls that did not run the work: `runs_already_done` and
@@ -762,7 +766,9 @@ impl Store {
     /// returns a handle instead of calling a closure: already committed at this version or newer
     /// gives [`Begin::AlreadyDone`]; a live lease of another worker, or another run of this unit
     /// in this process, gives [`Begin::Busy`]; otherwise the unit is claimed for `worker` for `ttl`
-    /// and [`Begin::Claimed`] carries the [`Run`] (counted as a computation).
+    /// and [`Begin::Claimed`] carries the [`Run`] (counted as a computation). The first half is
+    /// run_once's own code (index check, claim, in-process guard, re-check), so the answers that
+    /// do not run are counted in `runs_already_done` and `runs_busy` as run_once counts them.
     ///
     /// ```
     /// # fn main() -> oncelake::Result<()> {
