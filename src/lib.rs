@@ -70,7 +70,7 @@ pub use manifest::Entry;
 pub use metrics::MetricsSnapshot;
 pub use object::{ObjectId, ObjectMeta};
 pub use replay::{replay, ReplayReport};
-pub use run::{Begin, Reader, Run, RunError, RunOutcome, WorkOutput};
+pub use run::{Begin, Reader, Run, RunAnswers, RunError, RunOutcome, WorkOutput};
 pub use snapshot::{Entries, Snapshot};
 pub use stage::Staged;
 pub use store::{Committed, Durability, Options, Store, DB_FILE, FORMAT_VERSION, MARKER_FILE};

@@ -3,7 +3,11 @@
 //! `process_batch` without its check-then-act race. [`Store::run_optimistic`] is the coordinator-free
 //! counterpart (SPEC R10): it always computes and lets the commit rules collapse duplicates.
 //!
-//! Both count, where the work really runs, `computations` (work closures run) and
+//! One coordination path: [`Store::run_once_many`] and [`Store::run_optimistic_many`] do the same
+//! for a batch of units with one claim transaction and one partial commit, and the single-unit
+//! forms are those batch forms called with one unit; [`Store::begin_run`] shares the claim half.
+//!
+//! All of them count, where the work really runs, `computations` (work closures run) and
 //! `redundant_computations` (work whose output was committed but did not become the unit's entry:
 //! collapsed as a duplicate, or rejected as fenced, stale or conflicting because another worker's
 //! lease or commit won), and the calls that did not run the work: `runs_already_done` and
@@ -211,9 +215,53 @@ impl Drop for RunGuard {
     }
 }
 
+/// One answer per unit of a batched run ([`Store::run_once_many`], [`Store::run_optimistic_many`]),
+/// in the order of the units asked for.
+pub type RunAnswers<E> = Vec<Result<RunOutcome, RunError<E>>>;
+
+/// A unit of a batch that is claimed for this call and entered in this process's running map: its
+/// work may run. Dropping it leaves the map but keeps the lease (a crash); give it back with
+/// [`Store::give_back`].
+#[derive(Debug)]
+struct Holding {
+    /// Position in the batch.
+    index: usize,
+    lease: Lease,
+    guard: RunGuard,
+}
+
+/// A holding whose work ran and whose output is staged, waiting for the batch's commit.
+struct Produced {
+    holding: Holding,
+    staged: Staged,
+}
+
+/// Refuses a batch with a bad key or a unit listed twice, before anything is claimed or run.
+fn validate_units(units: &[(&str, u64)]) -> crate::Result<()> {
+    let mut seen = std::collections::HashSet::with_capacity(units.len());
+    for (unit, _) in units {
+        crate::key::validate_key(unit)?;
+        if !seen.insert(*unit) {
+            return Err(Error::InvalidRequest(format!(
+                "unit {unit:?} appears twice in one batched run; list each unit once"
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// Takes the answers once every unit has one.
+fn finish<E>(answers: Vec<Option<Result<RunOutcome, RunError<E>>>>) -> RunAnswers<E> {
+    answers
+        .into_iter()
+        .map(|a| a.expect("invariant: every unit of a batched run is answered"))
+        .collect()
+}
+
 impl Store {
     /// Runs `work` for `unit` at `source_version` at most once: claims the unit for `worker` for
     /// `ttl`, runs the work, stages its output and commits it carrying the lease's fencing token.
+    /// It is [`Store::run_once_many`] for a batch of one.
     ///
     /// - Already committed at this version or newer: [`RunOutcome::AlreadyDone`], work not run.
     /// - Another worker holds a live lease, or another thread of this process is running the unit:
@@ -257,72 +305,239 @@ impl Store {
         F: FnOnce() -> Result<O, E>,
         O: WorkOutput,
     {
-        // The in-memory dedup index answers the common "done already" case without a write.
-        if let Some(entry) = self.done_entry(unit, source_version)? {
-            return Ok(self.already_done(entry));
-        }
-        let lease = match self.claim(unit, source_version, worker, ttl)? {
-            ClaimOutcome::Granted { lease, .. } => lease,
-            ClaimOutcome::Held {
-                worker,
-                expires_at_ms,
-            } => return Ok(self.busy(worker, expires_at_ms)),
-            ClaimOutcome::AlreadyDone(entry) => return Ok(self.already_done(entry)),
-        };
-        let _guard = match RunGuard::enter(self, unit, &lease) {
-            Ok(g) => g,
-            Err(running) => {
-                // Another thread of this process runs the unit. If it holds the very same lease
-                // (same worker name: an extension), the lease is its, not ours to give back. If we
-                // took over its expired lease, ours is newer and would fence it; give ours back so
-                // that its commit is only fenced if someone else really takes over.
-                if running.token != lease.token {
-                    let _ = self.release(&lease);
-                }
-                return Ok(self.busy(running.worker, running.until_ms));
-            }
-        };
-        // A thread that ran the unit may have committed between our claim and our guard.
-        if let Some(entry) = self.done_entry(unit, source_version)? {
-            let _ = self.release(&lease);
-            return Ok(self.already_done(entry));
-        }
-        add(&self.inner.metrics.c.computations, 1);
-        let staged = match work() {
-            Ok(out) => match out.stage_into(self) {
-                Ok(s) => s,
+        let mut work = Some(work);
+        let mut answers = self.run_once_many(&[(unit, source_version)], worker, ttl, |_| {
+            let work = work
+                .take()
+                .expect("invariant: a batched run calls each unit's work at most once");
+            work()
+        })?;
+        answers
+            .pop()
+            .expect("invariant: a batched run answers every unit")
+    }
+
+    /// [`Store::run_once`] for many units at once, with two write transactions for the whole batch
+    /// instead of two per unit: one [`Store::claim_many`] for the units not already done, and one
+    /// partial commit ([`Batch::partial`]) of every output produced, each fenced by its own lease's
+    /// token. Each unit gets exactly the answer (and the same metrics) `run_once` would give it:
+    ///
+    /// - already committed at its version or newer → [`RunOutcome::AlreadyDone`];
+    /// - held by another worker's live lease, or run by another thread of this process →
+    ///   [`RunOutcome::BusyElsewhere`];
+    /// - otherwise `work(i)` runs (`i` is the unit's position in `units`; the works run one after the
+    ///   other in the order of `units`, after every claim was decided), its output is staged at once,
+    ///   and [`RunOutcome::Processed`] carries its own commit outcome (a fenced, stale or conflicting
+    ///   unit does not hold the others back);
+    /// - the work failed or its output could not be staged → `Err(RunError::Work | Engine)` for that
+    ///   unit, its lease released.
+    ///
+    /// The outer `Err` is for the batch as a whole: a bad key or a unit listed twice (refused before
+    /// anything is claimed), or a claim or commit the engine could not decide (then every lease this
+    /// call was granted is given back). A panic in a work is a crash of the whole batch: the
+    /// in-process guards are freed while unwinding, every lease of the batch is left to expire, and
+    /// outputs already staged are not committed.
+    ///
+    /// ```
+    /// # fn main() -> oncelake::Result<()> {
+    /// use oncelake::{RunOutcome, Store};
+    /// use std::time::Duration;
+    /// let dir = tempfile::tempdir().unwrap();
+    /// let store = Store::open(dir.path().join("lake"))?;
+    /// let ttl = Duration::from_secs(30);
+    /// store.put("b", 1, b"done before")?;
+    /// let units = [("a", 1), ("b", 1), ("c", 1)];
+    /// let answers = store.run_once_many(&units, "w1", ttl, |i| {
+    ///     Ok::<_, std::io::Error>(format!("output of {}", units[i].0).into_bytes())
+    /// })?;
+    /// assert!(answers[0].as_ref().is_ok_and(|a| a.committed_here()));
+    /// assert!(matches!(answers[1], Ok(RunOutcome::AlreadyDone(_))));
+    /// assert!(answers[2].as_ref().is_ok_and(|a| a.committed_here()));
+    /// # Ok(()) }
+    /// ```
+    pub fn run_once_many<O, E, F>(
+        &self,
+        units: &[(&str, u64)],
+        worker: &str,
+        ttl: Duration,
+        mut work: F,
+    ) -> crate::Result<RunAnswers<E>>
+    where
+        F: FnMut(usize) -> Result<O, E>,
+        O: WorkOutput,
+    {
+        validate_units(units)?;
+        let mut answers: Vec<Option<Result<RunOutcome, RunError<E>>>> =
+            units.iter().map(|_| None).collect();
+        let holdings = self.claim_phase(units, worker, ttl, &mut |i, outcome| {
+            answers[i] = Some(Ok(outcome));
+        })?;
+        let mut produced = Vec::with_capacity(holdings.len());
+        for holding in holdings {
+            add(&self.inner.metrics.c.computations, 1);
+            let i = holding.index;
+            match work(i)
+                .map_err(RunError::Work)
+                .and_then(|out| out.stage_into(self).map_err(RunError::Engine))
+            {
+                Ok(staged) => produced.push(Produced { holding, staged }),
                 Err(e) => {
-                    let _ = self.release(&lease);
-                    return Err(RunError::Engine(e));
+                    self.give_back(holding);
+                    answers[i] = Some(Err(e));
                 }
-            },
-            Err(e) => {
-                let _ = self.release(&lease);
-                return Err(RunError::Work(e));
             }
-        };
-        let batch = Batch::new().put_fenced(unit, source_version, &staged, lease.token);
-        let mut report = match self.commit(batch) {
+        }
+        self.commit_produced(units, produced, &mut |i, outcome| {
+            answers[i] = Some(Ok(outcome));
+        })?;
+        Ok(finish(answers))
+    }
+
+    /// The first half of a coordinated run, shared by [`Store::run_once_many`] (and so
+    /// [`Store::run_once`]) and [`Store::begin_run`]: the dedup-index check, one claim for the
+    /// units not done, the in-process guard and the re-check. Units that will not run are answered
+    /// through `answer` (and counted); the ones claimed for this call are returned, in the order of
+    /// `units`.
+    fn claim_phase(
+        &self,
+        units: &[(&str, u64)],
+        worker: &str,
+        ttl: Duration,
+        answer: &mut dyn FnMut(usize, RunOutcome),
+    ) -> crate::Result<Vec<Holding>> {
+        // The in-memory dedup index answers the common "done already" case without a write.
+        let mut to_claim = Vec::with_capacity(units.len());
+        for (i, &(unit, version)) in units.iter().enumerate() {
+            match self.done_entry(unit, version)? {
+                Some(entry) => answer(i, self.already_done(entry)),
+                None => to_claim.push(i),
+            }
+        }
+        if to_claim.is_empty() {
+            return Ok(Vec::new());
+        }
+        let asked: Vec<(&str, u64)> = to_claim.iter().map(|&i| units[i]).collect();
+        let claims = self.claim_many(&asked, worker, ttl)?;
+        let mut granted = Vec::with_capacity(claims.len());
+        for (&i, claim) in to_claim.iter().zip(claims) {
+            match claim {
+                ClaimOutcome::Granted { lease, .. } => granted.push((i, lease)),
+                ClaimOutcome::Held {
+                    worker,
+                    expires_at_ms,
+                } => answer(i, self.busy(worker, expires_at_ms)),
+                ClaimOutcome::AlreadyDone(entry) => answer(i, self.already_done(entry)),
+            }
+        }
+        self.enter_granted(units, granted, answer)
+    }
+
+    /// Enters every granted unit in this process's running map and re-checks that it is still not
+    /// done. On an error every lease not yet handed out is given back.
+    fn enter_granted(
+        &self,
+        units: &[(&str, u64)],
+        granted: Vec<(usize, Lease)>,
+        answer: &mut dyn FnMut(usize, RunOutcome),
+    ) -> crate::Result<Vec<Holding>> {
+        let mut holdings = Vec::with_capacity(granted.len());
+        let mut granted = granted.into_iter();
+        while let Some((i, lease)) = granted.next() {
+            let (unit, version) = units[i];
+            let guard = match RunGuard::enter(self, unit, &lease) {
+                Ok(g) => g,
+                Err(running) => {
+                    // Another thread of this process runs the unit. If it holds the very same
+                    // lease (same worker name: an extension), the lease is its, not ours to give
+                    // back. If we took over its expired lease, ours is newer and would fence it;
+                    // give ours back so that its commit is only fenced if someone else really
+                    // takes over.
+                    if running.token != lease.token {
+                        let _ = self.release(&lease);
+                    }
+                    answer(i, self.busy(running.worker, running.until_ms));
+                    continue;
+                }
+            };
+            let holding = Holding {
+                index: i,
+                lease,
+                guard,
+            };
+            // A thread that ran the unit may have committed between our claim and our guard.
+            match self.done_entry(unit, version) {
+                Ok(None) => holdings.push(holding),
+                Ok(Some(entry)) => {
+                    self.give_back(holding);
+                    answer(i, self.already_done(entry));
+                }
+                Err(e) => {
+                    self.give_back(holding);
+                    for h in holdings {
+                        self.give_back(h);
+                    }
+                    for (_, lease) in granted {
+                        let _ = self.release(&lease);
+                    }
+                    return Err(e);
+                }
+            }
+        }
+        Ok(holdings)
+    }
+
+    /// The second half of a coordinated run: one partial commit of every produced output, each
+    /// fenced by its lease's token. A unit whose output did not become its entry is a redundant
+    /// computation and its lease, which the commit did not end, is given back.
+    fn commit_produced(
+        &self,
+        units: &[(&str, u64)],
+        produced: Vec<Produced>,
+        answer: &mut dyn FnMut(usize, RunOutcome),
+    ) -> crate::Result<()> {
+        if produced.is_empty() {
+            return Ok(());
+        }
+        let mut batch = Batch::new().partial();
+        for p in &produced {
+            let (unit, version) = units[p.holding.index];
+            batch = batch.put_fenced(unit, version, &p.staged, p.holding.lease.token);
+        }
+        let report = match self.commit(batch) {
             Ok(r) => r,
             Err(e) => {
-                let _ = self.release(&lease);
-                return Err(RunError::Engine(e));
+                for p in produced {
+                    self.give_back(p.holding);
+                }
+                return Err(e);
             }
         };
-        let outcome = report.units.remove(0);
-        if !matches!(outcome.outcome, Outcome::Committed { .. }) {
-            // A committed entry ended the lease in the same transaction; any other outcome leaves
-            // it live, and the unit no longer needs it.
-            add(&self.inner.metrics.c.redundant_computations, 1);
-            let _ = self.release(&lease);
+        for (p, outcome) in produced.into_iter().zip(report.units) {
+            let i = p.holding.index;
+            if matches!(outcome.outcome, Outcome::Committed { .. }) {
+                // The committed entry ended the lease in the same transaction.
+                drop(p.holding.guard);
+            } else {
+                add(&self.inner.metrics.c.redundant_computations, 1);
+                self.give_back(p.holding);
+            }
+            answer(i, RunOutcome::Processed(outcome));
         }
-        Ok(RunOutcome::Processed(outcome))
+        Ok(())
+    }
+
+    /// Releases a holding's lease (errors ignored: the lease then simply expires), then leaves the
+    /// running map.
+    fn give_back(&self, holding: Holding) {
+        let _ = self.release(&holding.lease);
+        drop(holding.guard);
     }
 
     /// Optimistic mode (SPEC R10, the seed's "distributed idempotency check"): runs `work` for
     /// `unit` at `source_version` without a claim, stages its output and commits it; a concurrent
     /// or repeated run of the same deterministic work collapses into a `Duplicate` at commit
-    /// (counted as a redundant computation).
+    /// (counted as a redundant computation). It is [`Store::run_optimistic_many`] for a batch of
+    /// one.
     ///
     /// A unit already committed at `source_version` or newer answers [`RunOutcome::AlreadyDone`]
     /// without running the work (the in-memory dedup index, no write). That check cannot stop two
@@ -338,18 +553,72 @@ impl Store {
         F: FnOnce() -> Result<O, E>,
         O: WorkOutput,
     {
-        crate::key::validate_key(unit)?;
-        if let Some(entry) = self.done_entry(unit, source_version)? {
-            return Ok(self.already_done(entry));
+        let mut work = Some(work);
+        let mut answers = self.run_optimistic_many(&[(unit, source_version)], |_| {
+            let work = work
+                .take()
+                .expect("invariant: a batched run calls each unit's work at most once");
+            work()
+        })?;
+        answers
+            .pop()
+            .expect("invariant: a batched run answers every unit")
+    }
+
+    /// [`Store::run_optimistic`] for many units at once, with one write transaction for the batch:
+    /// every unit the in-memory dedup index says is done answers [`RunOutcome::AlreadyDone`]; for
+    /// the others `work(i)` runs (in the order of `units`, after every unit was checked) and its
+    /// output is staged; then one partial commit ([`Batch::partial`]) of all outputs gives each
+    /// unit its own [`RunOutcome::Processed`] outcome — a `Duplicate` where another worker's
+    /// identical output came first (a redundant computation). A unit whose work failed, or whose
+    /// output could not be staged, gets `Err(RunError::Work | Engine)`; the others go on.
+    ///
+    /// The outer `Err` is for the batch as a whole: a bad key or a unit listed twice (refused
+    /// before any work runs), or a commit the engine could not decide.
+    pub fn run_optimistic_many<O, E, F>(
+        &self,
+        units: &[(&str, u64)],
+        mut work: F,
+    ) -> crate::Result<RunAnswers<E>>
+    where
+        F: FnMut(usize) -> Result<O, E>,
+        O: WorkOutput,
+    {
+        validate_units(units)?;
+        let mut answers: Vec<Option<Result<RunOutcome, RunError<E>>>> =
+            units.iter().map(|_| None).collect();
+        let mut to_run = Vec::with_capacity(units.len());
+        for (i, &(unit, version)) in units.iter().enumerate() {
+            match self.done_entry(unit, version)? {
+                Some(entry) => answers[i] = Some(Ok(self.already_done(entry))),
+                None => to_run.push(i),
+            }
         }
-        add(&self.inner.metrics.c.computations, 1);
-        let staged = work().map_err(RunError::Work)?.stage_into(self)?;
-        let mut report = self.commit(Batch::new().put(unit, source_version, &staged))?;
-        let outcome = report.units.remove(0);
-        if !matches!(outcome.outcome, Outcome::Committed { .. }) {
-            add(&self.inner.metrics.c.redundant_computations, 1);
+        let mut produced: Vec<(usize, Staged)> = Vec::with_capacity(to_run.len());
+        for i in to_run {
+            add(&self.inner.metrics.c.computations, 1);
+            match work(i)
+                .map_err(RunError::Work)
+                .and_then(|out| out.stage_into(self).map_err(RunError::Engine))
+            {
+                Ok(staged) => produced.push((i, staged)),
+                Err(e) => answers[i] = Some(Err(e)),
+            }
         }
-        Ok(RunOutcome::Processed(outcome))
+        if !produced.is_empty() {
+            let mut batch = Batch::new().partial();
+            for (i, staged) in &produced {
+                batch = batch.put(units[*i].0, units[*i].1, staged);
+            }
+            let report = self.commit(batch)?;
+            for ((i, _), outcome) in produced.iter().zip(report.units) {
+                if !matches!(outcome.outcome, Outcome::Committed { .. }) {
+                    add(&self.inner.metrics.c.redundant_computations, 1);
+                }
+                answers[*i] = Some(Ok(RunOutcome::Processed(outcome)));
+            }
+        }
+        Ok(finish(answers))
     }
 
     /// Counts and answers a run that found the unit done.
@@ -497,7 +766,9 @@ impl Store {
     /// returns a handle instead of calling a closure: already committed at this version or newer
     /// gives [`Begin::AlreadyDone`]; a live lease of another worker, or another run of this unit
     /// in this process, gives [`Begin::Busy`]; otherwise the unit is claimed for `worker` for `ttl`
-    /// and [`Begin::Claimed`] carries the [`Run`] (counted as a computation).
+    /// and [`Begin::Claimed`] carries the [`Run`] (counted as a computation). The first half is
+    /// run_once's own code (index check, claim, in-process guard, re-check), so the answers that
+    /// do not run are counted in `runs_already_done` and `runs_busy` as run_once counts them.
     ///
     /// ```
     /// # fn main() -> oncelake::Result<()> {
@@ -519,40 +790,24 @@ impl Store {
         worker: &str,
         ttl: Duration,
     ) -> crate::Result<Begin> {
-        if let Some(entry) = self.done_entry(unit, source_version)? {
-            return Ok(Begin::AlreadyDone(entry));
-        }
-        let lease = match self.claim(unit, source_version, worker, ttl)? {
-            ClaimOutcome::Granted { lease, .. } => lease,
-            ClaimOutcome::Held {
-                worker,
-                expires_at_ms,
-            } => {
-                return Ok(Begin::Busy {
-                    worker,
-                    until_ms: expires_at_ms,
-                })
-            }
-            ClaimOutcome::AlreadyDone(entry) => return Ok(Begin::AlreadyDone(entry)),
-        };
-        let guard = match RunGuard::enter(self, unit, &lease) {
-            Ok(g) => g,
-            Err(running) => {
-                // As in run_once: give back a lease that is ours and newer than the running one's.
-                if running.token != lease.token {
-                    let _ = self.release(&lease);
+        validate_units(&[(unit, source_version)])?;
+        // The same first half as run_once: one coordination path.
+        let mut answer = None;
+        let mut holdings =
+            self.claim_phase(&[(unit, source_version)], worker, ttl, &mut |_, outcome| {
+                answer = Some(outcome);
+            })?;
+        let Some(Holding { lease, guard, .. }) = holdings.pop() else {
+            return Ok(match answer {
+                Some(RunOutcome::AlreadyDone(entry)) => Begin::AlreadyDone(entry),
+                Some(RunOutcome::BusyElsewhere { worker, until_ms }) => {
+                    Begin::Busy { worker, until_ms }
                 }
-                return Ok(Begin::Busy {
-                    worker: running.worker,
-                    until_ms: running.until_ms,
-                });
-            }
+                other => unreachable!(
+                    "invariant: a unit not claimed is answered done or busy, got {other:?}"
+                ),
+            });
         };
-        if let Some(entry) = self.done_entry(unit, source_version)? {
-            drop(guard);
-            let _ = self.release(&lease);
-            return Ok(Begin::AlreadyDone(entry));
-        }
         add(&self.inner.metrics.c.computations, 1);
         Ok(Begin::Claimed(Run {
             store: self.clone(),

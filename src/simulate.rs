@@ -1,52 +1,70 @@
 //! The worked example of `seeds/000` run for real (SPEC R18): worker threads run logical units
-//! through the engine's own [`Store::run_optimistic`] (optimistic mode, the seed's "distributed
-//! idempotency check") or [`Store::run_once`] (coordinated mode), while the scheduler hands a
-//! fraction of the units to two workers at once (rebalancing) and, optionally, workers crash in the
-//! middle of their work.
+//! through the engine's own [`Store::run_optimistic_many`] (optimistic mode, the seed's
+//! "distributed idempotency check") or [`Store::run_once_many`] (coordinated mode) — the batched
+//! forms of [`Store::run_optimistic`] and [`Store::run_once`], which are the same code for a batch
+//! of one — while the scheduler hands a fraction of the units to two workers at once (rebalancing)
+//! and, optionally, workers crash in the middle of their work.
 //!
 //! Nothing here is computed from a formula, and the simulation counts nothing the engine can count:
 //! `computations`, `redundant_computations`, `runs_already_done`, `runs_busy`, the claim and commit
 //! counters are the engine's metrics ([`Store::metrics`]), counted in `run.rs` and the commit path
 //! where the work and the decisions really happen. The manifest entries, the orphans and the replay
-//! check are read back from the store. The only figure of the simulation's own is the number of
-//! crashes it injected.
+//! check are read back from the store. The only figures of the simulation's own are the crashes it
+//! injected and the attempts they lost.
+//!
+//! # Chunks
+//!
+//! A worker takes a *chunk* of tasks ([`SimConfig::chunk`], [`DEFAULT_CHUNK`]) from a shared queue
+//! and runs it through one batched engine call, as a real worker takes a batch of partitions: the
+//! dedup-index check of every unit, then (coordinated) one `claim_many` transaction, the work of
+//! every unit that runs, each output staged, and one partial commit of the chunk, each unit fenced
+//! by its own lease. That is two write transactions per chunk instead of two per unit.
 //!
 //! # Schedule
 //!
-//! Each overlapped unit is queued twice, as two adjacent tasks, so that two workers pick it up
-//! one right after the other. What happens then depends on the [`Schedule`]:
+//! Each overlapped unit is queued twice, once in each chunk of a *pair* of adjacent chunks (the
+//! pair's overlapped units first, the rest filled with single units), so two workers pick it up one
+//! right after the other. What happens then depends on the [`Schedule`]:
 //!
 //! - [`Schedule::Premise`] (the default) reproduces the seed's premise — "two workers both picking
-//!   up the same partition before either commits". The two tasks share a *rendezvous*, met inside
-//!   the work closure: a worker whose work starts waits there until the other worker of the unit
-//!   has either started its work too or got its answer without running it (already done, busy).
-//!   So neither commits before both have tried the unit. In optimistic mode both checks find the
-//!   unit not done, both work closures run and one output collapses as a duplicate at commit: the
-//!   engine counts 2 computations, 1 redundant. In coordinated mode the second worker's claim finds
-//!   the first worker's live lease: `run_once` answers busy and the work runs once, 0 redundant.
-//!   The worked example gives exactly 102,000 / 2,000 and 100,000 / 0.
-//! - [`Schedule::Natural`]: no rendezvous; real timing decides whether the second worker comes
-//!   while the first works (optimistic: redundant work; coordinated: busy) or after its commit
-//!   (already done). The report says what happened.
+//!   up the same partition before either commits". The two chunks of a pair share a `Meeting`. A
+//!   chunk's side is *decided* once its engine call has decided what to run: at its first work
+//!   (every dedup check, and in coordinated mode the claim, is done by then), or when the call
+//!   returns or unwinds without one. The work of an overlapped unit waits until the other side is
+//!   decided. So neither worker commits an overlapped unit before the other has checked or claimed
+//!   it. In optimistic mode both checks find the unit not done, both works run, and one output
+//!   collapses as a duplicate in the commit: the engine counts 2 computations, 1 redundant. In
+//!   coordinated mode the later claim meets the earlier claimer's live lease (held while its work
+//!   waits): `run_once_many` answers busy and the work runs once, 0 redundant. The worked example
+//!   gives exactly 102,000 / 2,000 and 100,000 / 0.
+//! - [`Schedule::Natural`]: no meeting; real timing decides whether the second chunk's check or
+//!   claim comes before the first chunk's commit (optimistic: redundant work; coordinated: busy) or
+//!   after it (already done). The report says what happened.
 //!
-//! No deadlock: a worker holds one task at a time and tasks are handed out in queue order. Only
-//! the first task of a pair can wait for a task nobody has taken yet (its partner, the next task
-//! of the queue), and at most one worker can be in that position at a time (the holder of the
-//! newest first task), so with two or more workers someone is free to take the partner. A worker
-//! holding the second task of a pair never waits: its partner was taken earlier and arrives
-//! without waiting on anything. With one worker the rendezvous is skipped (the second copy then
-//! finds the unit done).
+//! No deadlock: a work waits only for the other side of its own pair to be decided, and a side is
+//! decided without waiting on anything (checks and claims never wait; the first work decides before
+//! it waits). So a waiting worker waits either for a taken chunk, which gets decided, or for a
+//! chunk nobody has taken yet. Chunks are taken one
+//! at a time in queue order, and a pair's chunks are adjacent: the first chunk of a pair can wait for
+//! the next chunk of the queue, the second chunk's partner was taken earlier. At most one worker —
+//! the holder of the newest chunk taken — can wait for an untaken chunk, so with two or more workers
+//! someone is free to take it. With one worker the meeting is skipped (the second copy then finds
+//! the unit done).
 //!
 //! # Crashes
 //!
 //! With a crash rate, an attempt may "die" in the middle of its work: it writes half of its output
-//! into a file in `staging/` and unwinds out of the engine call without running the panic hook,
-//! as a killed worker would stop — in coordinated mode it leaves its lease behind (`run_once` never
-//! releases a lease on unwinding; a dead process cannot release). After a round, the scheduler
-//! re-offers every unit the manifest does not have (a reconcile), the simulated clock moves past
-//! the lease TTL so that abandoned leases expire and are taken over with a higher token, and the
-//! workers go again. A crashed attempt counts as a computation (its work ran), not as redundant
-//! (it produced nothing).
+//! into a file in `staging/` and unwinds out of the engine call without running the panic hook, as
+//! a killed worker would stop. A killed worker loses its whole chunk: nothing of it is committed,
+//! and in coordinated mode every lease the chunk was granted is left behind (the batch forms never
+//! release a lease on unwinding; a dead process cannot release). The simulation counts the crashes
+//! and the works that ran in crashed chunks (`crashed_attempts`, each a computation that produced
+//! nothing, not a redundant one). After a round, the scheduler re-offers every unit the manifest
+//! does not have (a reconcile) in chunks, the simulated clock moves past the lease TTL so that
+//! abandoned leases expire and are taken over with a higher token, and the workers go again. The
+//! outputs a crashed chunk had staged are the same bytes its retry commits (the work is
+//! deterministic), so the only orphans are the crash files. Since a crash loses a chunk, a per-attempt
+//! crash rate costs more the bigger the chunk.
 //!
 //! # The store
 //!
@@ -54,11 +72,7 @@
 //! the temp dir), opened with the default options but two: a [`ManualClock`] — leases expire only
 //! when the scheduler moves time, so no live lease can expire under a slow thread and the counts
 //! are exact — and relaxed durability (group commits synced at most 50 ms apart, and at the clean
-//! close). Every claim and every commit is its own operation on the group-commit path, ~2 per unit,
-//! so the simulation writes ~40,000 redb transactions per 20,000 units; without the per-group
-//! fsync that costs ~25% less CPU (measured on tmpfs: 9.6 s instead of 12.5 s of CPU for both
-//! modes at 20,000 units). No count depends on durability: the crashes are simulated, the
-//! process does not die.
+//! close). No count depends on durability: the crashes are simulated, the process does not die.
 //!
 //! # Orphans
 //!
@@ -88,6 +102,9 @@ const VERSION: u64 = 1;
 const TTL: Duration = Duration::from_secs(30);
 /// More rounds than this means crashes never stop: give up rather than loop.
 const MAX_ROUNDS: u32 = 10_000;
+/// Tasks per chunk unless configured: big enough that a chunk's two write transactions are cheap
+/// next to its staging, small enough that 100,000 units still spread over 10 workers evenly.
+pub const DEFAULT_CHUNK: usize = 128;
 
 /// Optimistic (no claims) or coordinated (claims, `run_once`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -112,8 +129,8 @@ impl SimMode {
 /// When the two workers of an overlapped unit work on it: see the module doc.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Schedule {
-    /// The seed's premise: both workers of an overlapped unit try it before either commits (a
-    /// rendezvous inside the work).
+    /// The seed's premise: both workers of an overlapped unit check or claim it before either
+    /// commits (their chunks meet inside the work).
     Premise,
     /// Real timing decides.
     Natural,
@@ -132,12 +149,12 @@ impl Schedule {
     pub fn describe(&self) -> &'static str {
         match self {
             Schedule::Premise => {
-                "the seed's premise: both workers of each overlapped unit try it before either \
-                 commits (they meet inside the work)"
+                "the seed's premise: both workers of each overlapped unit check or claim it \
+                 before either commits (their chunks meet inside the work)"
             }
             Schedule::Natural => {
-                "natural: the two workers of an overlapped unit take it one right after the other \
-                 and real timing decides what each finds"
+                "natural: the two workers of an overlapped unit take it in two adjacent chunks, \
+                 one right after the other, and real timing decides what each finds"
             }
         }
     }
@@ -164,6 +181,9 @@ pub struct SimConfig {
     pub store_dir: PathBuf,
     /// Size of each unit's output, bytes.
     pub object_bytes: usize,
+    /// Tasks a worker takes at once and runs through one batched engine call
+    /// ([`Store::run_optimistic_many`] / [`Store::run_once_many`]).
+    pub chunk: usize,
 }
 
 impl SimConfig {
@@ -180,6 +200,7 @@ impl SimConfig {
             seed: 1,
             store_dir: store_dir.into(),
             object_bytes: 256,
+            chunk: DEFAULT_CHUNK,
         }
     }
 
@@ -211,6 +232,9 @@ impl SimConfig {
                 self.crash_rate
             ));
         }
+        if self.chunk == 0 || self.chunk > 4096 {
+            return bad(format!("chunk is {}; use 1..=4096 tasks", self.chunk));
+        }
         if self.object_bytes < 2 {
             return bad("object_bytes must be at least 2".into());
         }
@@ -227,6 +251,8 @@ pub struct SimReport {
     pub schedule: Schedule,
     /// Worker threads.
     pub workers: usize,
+    /// Tasks per chunk (one batched engine call each).
+    pub chunk: usize,
     /// Logical units.
     pub units: u64,
     /// Units the scheduler handed to two workers.
@@ -236,7 +262,11 @@ pub struct SimReport {
     /// Of those, the ones whose output did not become the entry (engine counter
     /// `redundant_computations`).
     pub redundant: u64,
-    /// Attempts the simulation made crash in the middle of their work (its own injection count).
+    /// Crashes the simulation injected (its own count): each killed a worker in the middle of one
+    /// unit's work and lost its whole chunk.
+    pub crashes: u64,
+    /// Attempts lost to those crashes (its own count): every work that ran in a crashed chunk, the
+    /// one that crashed included. Each is a computation that produced nothing.
     pub crashed_attempts: u64,
     /// Runs that found the unit already done and did not compute (engine counter
     /// `runs_already_done`).
@@ -331,10 +361,12 @@ pub fn simulate(cfg: &SimConfig, progress: Progress<'_>) -> Result<SimReport> {
         mode: cfg.mode,
         schedule: cfg.schedule,
         workers: cfg.workers,
+        chunk: cfg.chunk,
         units: cfg.units,
         overlapped,
         computations: m.computations,
         redundant: m.redundant_computations,
+        crashes: sim.crash_seq.load(Ordering::Relaxed),
         crashed_attempts: crashed,
         already_done: m.runs_already_done,
         busy: m.runs_busy,
@@ -396,61 +428,88 @@ fn compute(unit: &str, version: u64, size: usize) -> Vec<u8> {
     out
 }
 
-/// One attempt at a unit, as the scheduler hands it to a worker.
-struct Task {
-    unit: u32,
-    /// Under the premise schedule, shared by the two adjacent tasks of an overlapped unit.
-    pair: Option<Arc<Rendezvous>>,
+/// What a worker takes from the scheduler's queue at once: one batched engine call.
+struct Chunk {
+    /// The queue position of its first task; with the round, it fixes which attempts crash.
+    first_task: usize,
+    /// The units, each at most once. Under a pair, the pair's overlapped units come first.
+    units: Vec<u32>,
+    /// The overlapped units' [`Meeting`] and this chunk's side of it, shared by the two adjacent
+    /// chunks of a pair that both hold the pair's overlapped units.
+    pair: Option<(Arc<Meeting>, usize)>,
+    /// How many of `units` (from the front) are the pair's overlapped units.
+    shared: usize,
 }
 
-/// Where the two workers of an overlapped unit meet (premise schedule). Each arrives once: inside
-/// its work closure if the engine runs it (and then waits for the other), or right after the
-/// engine answered without running it.
+/// Where the two chunks of a pair meet (premise schedule). A side is *decided* once the engine
+/// call of its chunk has decided what to run — its dedup checks (optimistic) or its claims
+/// (coordinated) are done: at its first work, or when the call returns or unwinds without work.
+/// The work of an overlapped unit waits until the other side is decided.
 #[derive(Default)]
-struct Rendezvous {
-    arrived: Mutex<u8>,
-    both: Condvar,
+struct Meeting {
+    decided: Mutex<[bool; 2]>,
+    changed: Condvar,
 }
 
-impl Rendezvous {
-    fn arrive(&self) -> parking_lot::MutexGuard<'_, u8> {
-        let mut n = self.arrived.lock();
-        *n += 1;
-        if *n >= 2 {
-            self.both.notify_all();
-        }
-        n
+impl Meeting {
+    fn decide(&self, side: usize) {
+        self.decided.lock()[side] = true;
+        self.changed.notify_all();
     }
 
-    /// Arrives and waits for the other worker; gives up if the simulation is aborting.
-    fn arrive_and_wait(&self, abort: &AtomicBool) {
-        let mut n = self.arrive();
-        while *n < 2 && !abort.load(Ordering::Relaxed) {
-            self.both.wait_for(&mut n, Duration::from_millis(20));
+    /// Waits until `side` is decided; gives up if the simulation is aborting.
+    fn wait_for(&self, side: usize, abort: &AtomicBool) {
+        let mut decided = self.decided.lock();
+        while !decided[side] && !abort.load(Ordering::Relaxed) {
+            self.changed
+                .wait_for(&mut decided, Duration::from_millis(20));
         }
     }
 }
 
-/// A task's side of its rendezvous, if it has one: arrives at most once.
-struct Arrival<'a> {
-    rendezvous: Option<&'a Rendezvous>,
-    done: Cell<bool>,
+/// One chunk's engine call, seen from its works: announces the side decided once (at the first
+/// work, or on drop, also while unwinding), waits for the other side before an overlapped unit's
+/// work, and counts the works started (for the crash accounting).
+struct ChunkCall<'a> {
+    pair: Option<(&'a Meeting, usize)>,
     abort: &'a AtomicBool,
+    decided: Cell<bool>,
+    partner_decided: Cell<bool>,
+    started: Cell<u64>,
 }
 
-impl Arrival<'_> {
-    /// Called inside the work: the other worker must have tried the unit before this one goes on.
-    fn arrive_and_wait(&self) {
-        if let Some(r) = self.rendezvous.filter(|_| !self.done.replace(true)) {
-            r.arrive_and_wait(self.abort);
+impl<'a> ChunkCall<'a> {
+    fn new(chunk: &'a Chunk, abort: &'a AtomicBool) -> Self {
+        ChunkCall {
+            pair: chunk.pair.as_ref().map(|(m, side)| (m.as_ref(), *side)),
+            abort,
+            decided: Cell::new(false),
+            partner_decided: Cell::new(false),
+            started: Cell::new(0),
         }
     }
 
-    /// Called after the engine answered: a no-op if the work already arrived.
-    fn arrive(&self) {
-        if let Some(r) = self.rendezvous.filter(|_| !self.done.replace(true)) {
-            drop(r.arrive());
+    fn decide(&self) {
+        if let Some((m, side)) = self.pair.filter(|_| !self.decided.replace(true)) {
+            m.decide(side);
         }
+    }
+
+    /// A work starts: this side is decided; an overlapped unit's work waits for the other side.
+    fn work_starts(&self, overlapped: bool) {
+        self.started.set(self.started.get() + 1);
+        self.decide();
+        if let Some((m, side)) = self.pair.filter(|_| overlapped) {
+            if !self.partner_decided.replace(true) {
+                m.wait_for(1 - side, self.abort);
+            }
+        }
+    }
+}
+
+impl Drop for ChunkCall<'_> {
+    fn drop(&mut self) {
+        self.decide();
     }
 }
 
@@ -458,10 +517,14 @@ impl Arrival<'_> {
 /// nothing is printed).
 struct SimulatedCrash;
 
-/// The first round's queue: every unit once, in order, and each of the `overlapped` units chosen
-/// by the seed a second time right after the first (the two adjacent tasks share a rendezvous
-/// when `rendezvous`).
-fn first_round(units: u64, overlapped: u64, seed: u64, rendezvous: bool) -> Vec<Task> {
+/// The first round's queue, in chunks of at most `chunk` tasks: every unit once, and the
+/// `overlapped` units chosen by the seed twice — once in each chunk of a pair of adjacent chunks
+/// (sharing a [`Meeting`] when `meet`). The overlapped units are spread evenly over the pairs.
+///
+/// Why it fits: with `P = ⌈⌈(units + overlapped) / chunk⌉ / 2⌉` pairs, a pair gets at most
+/// `⌈overlapped / P⌉ ≤ chunk` overlapped units (as `overlapped ≤ units`), and the pairs have room
+/// for `2·chunk·P − 2·overlapped ≥ units − overlapped` single units, which is all of them.
+fn first_round(units: u64, overlapped: u64, seed: u64, chunk: usize, meet: bool) -> Vec<Chunk> {
     let mut order: Vec<u32> = (0..units as u32).collect();
     let mut twice = vec![false; units as usize];
     let mut state = seed;
@@ -471,27 +534,52 @@ fn first_round(units: u64, overlapped: u64, seed: u64, rendezvous: bool) -> Vec<
         order.swap(i, j);
         twice[order[i] as usize] = true;
     }
-    let mut out = Vec::with_capacity((units + overlapped) as usize);
-    for unit in 0..units as u32 {
-        if twice[unit as usize] {
-            let pair = rendezvous.then(|| Arc::new(Rendezvous::default()));
-            out.push(Task {
-                unit,
-                pair: pair.clone(),
+    let doubled: Vec<u32> = (0..units as u32).filter(|&u| twice[u as usize]).collect();
+    let mut singles = (0..units as u32).filter(|&u| !twice[u as usize]);
+    let tasks = (units + overlapped) as usize;
+    let pairs = tasks.div_ceil(chunk).div_ceil(2).max(1) as u128;
+    let mut out = Vec::with_capacity(2 * pairs as usize);
+    let mut next_task = 0;
+    for j in 0..pairs {
+        let share = |k: u128| (overlapped as u128 * k / pairs) as usize;
+        let both = &doubled[share(j)..share(j + 1)];
+        debug_assert!(
+            both.len() <= chunk,
+            "invariant: a pair's overlap fits a chunk"
+        );
+        let meeting = (meet && !both.is_empty()).then(|| Arc::new(Meeting::default()));
+        for side in 0..2 {
+            let mut us = both.to_vec();
+            us.extend(singles.by_ref().take(chunk.saturating_sub(both.len())));
+            // Only a pair without overlap can come out empty (at the end): nothing to pair.
+            if us.is_empty() {
+                continue;
+            }
+            let len = us.len();
+            out.push(Chunk {
+                first_task: next_task,
+                units: us,
+                pair: meeting.clone().map(|m| (m, side)),
+                shared: both.len(),
             });
-            out.push(Task { unit, pair });
-        } else {
-            out.push(Task { unit, pair: None });
+            next_task += len;
         }
     }
+    debug_assert!(singles.next().is_none(), "invariant: every unit is queued");
     out
 }
 
-/// A retry round's queue: `units` once each, no overlap.
-fn retry_round(units: Vec<u32>) -> Vec<Task> {
+/// A retry round's queue: `units` in chunks, no overlap.
+fn retry_round(units: Vec<u32>, chunk: usize) -> Vec<Chunk> {
     units
-        .into_iter()
-        .map(|unit| Task { unit, pair: None })
+        .chunks(chunk)
+        .enumerate()
+        .map(|(i, us)| Chunk {
+            first_task: i * chunk,
+            units: us.to_vec(),
+            pair: None,
+            shared: 0,
+        })
         .collect()
 }
 
@@ -527,13 +615,13 @@ impl Sim<'_> {
         progress: Progress<'_>,
     ) -> Result<u32> {
         let cfg = self.cfg;
-        let rendezvous = cfg.schedule == Schedule::Premise && cfg.workers > 1;
-        let mut tasks = first_round(cfg.units, overlapped, cfg.seed, rendezvous);
+        let meet = cfg.schedule == Schedule::Premise && cfg.workers > 1;
+        let mut chunks = first_round(cfg.units, overlapped, cfg.seed, cfg.chunk, meet);
         let (mut done_before, mut scheduled) = (0u64, cfg.units + overlapped);
         let mut rounds = 0;
         loop {
             rounds += 1;
-            let finished = self.round(rounds, &tasks, &|done| {
+            let finished = self.round(rounds, &chunks, &|done| {
                 progress(done_before + done, scheduled)
             })?;
             done_before += finished;
@@ -560,12 +648,12 @@ impl Sim<'_> {
             // Time passes: the leases abandoned by crashed workers expire and may be taken over.
             clock.advance_ms(TTL.as_millis() as u64 + 1_000);
             scheduled += missing.len() as u64;
-            tasks = retry_round(missing);
+            chunks = retry_round(missing, cfg.chunk);
         }
     }
 
-    /// Runs one round of `tasks` on the worker threads; returns the attempts finished.
-    fn round(&self, round: u32, tasks: &[Task], progress: &dyn Fn(u64)) -> Result<u64> {
+    /// Runs one round of `chunks` on the worker threads; returns the attempts (tasks) finished.
+    fn round(&self, round: u32, chunks: &[Chunk], progress: &dyn Fn(u64)) -> Result<u64> {
         let cursor = AtomicUsize::new(0);
         let finished = AtomicU64::new(0);
         let abort = AtomicBool::new(false);
@@ -577,17 +665,17 @@ impl Sim<'_> {
                         (&cursor, &finished, &abort, &first_error);
                     s.spawn(move || {
                         let worker = format!("worker-{w}");
-                        // One task at a time, taken in queue order: see "Schedule" in the module
-                        // doc for why the rendezvous cannot deadlock.
+                        // One chunk at a time, taken in queue order: see "Schedule" in the module
+                        // doc for why the meetings cannot deadlock.
                         while !abort.load(Ordering::Relaxed) {
                             let i = cursor.fetch_add(1, Ordering::Relaxed);
-                            let Some(task) = tasks.get(i) else { break };
-                            if let Err(e) = self.attempt(&worker, round, i, task, abort) {
+                            let Some(chunk) = chunks.get(i) else { break };
+                            if let Err(e) = self.run_chunk(&worker, round, chunk, abort) {
                                 abort.store(true, Ordering::Relaxed);
                                 first_error.lock().get_or_insert(e);
                                 break;
                             }
-                            finished.fetch_add(1, Ordering::Relaxed);
+                            finished.fetch_add(chunk.units.len() as u64, Ordering::Relaxed);
                         }
                     })
                 })
@@ -604,48 +692,60 @@ impl Sim<'_> {
         }
     }
 
-    /// One worker's attempt at one task, through the engine's own `run_optimistic` or `run_once`.
-    fn attempt(
-        &self,
-        worker: &str,
-        round: u32,
-        pos: usize,
-        task: &Task,
-        abort: &AtomicBool,
-    ) -> Result<()> {
-        let unit = self.keys[task.unit as usize].as_str();
-        let arrival = Arrival {
-            rendezvous: task.pair.as_deref(),
-            done: Cell::new(false),
-            abort,
+    /// One worker's attempt at one chunk, through one call of the engine's own
+    /// `run_optimistic_many` or `run_once_many`.
+    fn run_chunk(&self, worker: &str, round: u32, chunk: &Chunk, abort: &AtomicBool) -> Result<()> {
+        let units: Vec<(&str, u64)> = chunk
+            .units
+            .iter()
+            .map(|&u| (self.keys[u as usize].as_str(), VERSION))
+            .collect();
+        let call = ChunkCall::new(chunk, abort);
+        let work = |i: usize| {
+            let crashes = self.cfg.crash_rate > 0.0
+                && roll(self.cfg.seed, round, chunk.first_task + i) < self.cfg.crash_rate;
+            self.work(units[i].0, &call, i < chunk.shared, crashes)
         };
-        let crashes =
-            self.cfg.crash_rate > 0.0 && roll(self.cfg.seed, round, pos) < self.cfg.crash_rate;
-        let work = || self.work(unit, &arrival, crashes);
         // A simulated crash unwinds out of the engine call, as a killed worker would stop there.
         let ran = std::panic::catch_unwind(AssertUnwindSafe(|| match self.cfg.mode {
-            SimMode::Optimistic => self.store.run_optimistic(unit, VERSION, work),
-            SimMode::Coordinated => self.store.run_once(unit, VERSION, worker, TTL, work),
+            SimMode::Optimistic => self.store.run_optimistic_many(&units, work),
+            SimMode::Coordinated => self.store.run_once_many(&units, worker, TTL, work),
         }));
-        // The engine answered without running the work (already done, busy): the other worker of
-        // the unit may go on.
-        arrival.arrive();
-        match ran {
-            Ok(Ok(
-                RunOutcome::Processed(_)
-                | RunOutcome::AlreadyDone(_)
-                | RunOutcome::BusyElsewhere { .. },
-            )) => Ok(()),
-            Ok(Err(RunError::Work(e) | RunError::Engine(e))) => Err(e),
-            Err(payload) if payload.is::<SimulatedCrash>() => Ok(()),
+        // A chunk whose call answered every unit without work is decided now.
+        call.decide();
+        let answers = match ran {
+            Ok(answers) => answers?,
+            Err(payload) if payload.is::<SimulatedCrash>() => {
+                // Every work that ran in the chunk is lost with it.
+                self.crashed
+                    .fetch_add(call.started.get(), Ordering::Relaxed);
+                return Ok(());
+            }
             Err(payload) => std::panic::resume_unwind(payload),
+        };
+        for answer in answers {
+            match answer {
+                Ok(
+                    RunOutcome::Processed(_)
+                    | RunOutcome::AlreadyDone(_)
+                    | RunOutcome::BusyElsewhere { .. },
+                ) => {}
+                Err(RunError::Work(e) | RunError::Engine(e)) => return Err(e),
+            }
         }
+        Ok(())
     }
 
-    /// The unit's work: meet the other worker of the unit (premise schedule), compute, and maybe
-    /// crash half-way through writing the output.
-    fn work(&self, unit: &str, arrival: &Arrival<'_>, crashes: bool) -> Result<Vec<u8>> {
-        arrival.arrive_and_wait();
+    /// A unit's work: meet the other chunk of the pair (premise schedule, overlapped units),
+    /// compute, and maybe crash half-way through writing the output.
+    fn work(
+        &self,
+        unit: &str,
+        call: &ChunkCall<'_>,
+        overlapped: bool,
+        crashes: bool,
+    ) -> Result<Vec<u8>> {
+        call.work_starts(overlapped);
         let output = compute(unit, VERSION, self.cfg.object_bytes);
         if crashes {
             self.crash(unit, &output)?;
@@ -673,7 +773,6 @@ impl Sim<'_> {
                     path.display()
                 )
             })?;
-        self.crashed.fetch_add(1, Ordering::Relaxed);
         Ok(())
     }
 }
@@ -683,37 +782,53 @@ mod tests {
     use super::*;
     use std::collections::HashMap;
 
-    /// Every unit queued once, the overlapped ones twice in adjacent tasks sharing a rendezvous
-    /// (only under the premise schedule).
+    /// Every unit queued once, the overlapped ones twice: at the front of the two adjacent chunks
+    /// of a pair, which share a meeting (only when asked), on sides 0 and 1. No chunk is too big.
     #[test]
-    fn first_round_queues_each_overlapped_unit_twice_in_adjacent_tasks() {
-        for (units, overlapped) in [
-            (1000, 37),
-            (1000, 0),
-            (1000, 1000),
-            (5, 5),
-            (1, 1),
-            (130, 2),
+    fn first_round_queues_each_overlapped_unit_in_both_chunks_of_a_pair() {
+        for (units, overlapped, chunk) in [
+            (1000, 37, 64),
+            (1000, 0, 64),
+            (1000, 1000, 64),
+            (5, 5, 1),
+            (1, 1, 128),
+            (130, 2, 7),
+            (2000, 100, 16),
         ] {
-            for rendezvous in [true, false] {
-                let tasks = first_round(units, overlapped, 7, rendezvous);
-                assert_eq!(tasks.len() as u64, units + overlapped);
+            for meet in [true, false] {
+                let chunks = first_round(units, overlapped, 7, chunk, meet);
                 let mut seen: HashMap<u32, Vec<usize>> = HashMap::new();
-                for (i, t) in tasks.iter().enumerate() {
-                    seen.entry(t.unit).or_default().push(i);
+                let mut next_task = 0;
+                for (c, ch) in chunks.iter().enumerate() {
+                    assert!(!ch.units.is_empty() && ch.units.len() <= chunk);
+                    assert_eq!(ch.first_task, next_task);
+                    next_task += ch.units.len();
+                    for &u in &ch.units {
+                        seen.entry(u).or_default().push(c);
+                    }
                 }
+                assert_eq!(next_task as u64, units + overlapped);
                 assert_eq!(seen.len() as u64, units, "every unit queued");
                 let mut doubled = 0;
                 for (u, at) in &seen {
                     match at.as_slice() {
-                        [i] => assert!(tasks[*i].pair.is_none()),
+                        [c] => {
+                            let ch = &chunks[*c];
+                            let pos = ch.units.iter().position(|x| x == u).unwrap();
+                            assert!(pos >= ch.shared, "unit {u} single but in the shared part");
+                        }
                         [a, b] => {
                             doubled += 1;
-                            assert_eq!(a + 1, *b, "unit {u}: tasks {a} and {b} are not adjacent");
-                            match (&tasks[*a].pair, &tasks[*b].pair) {
-                                (Some(x), Some(y)) => assert!(rendezvous && Arc::ptr_eq(x, y)),
-                                (None, None) => assert!(!rendezvous),
-                                _ => panic!("unit {u}: one task of the pair has no rendezvous"),
+                            assert_eq!(a + 1, *b, "unit {u}: chunks {a} and {b} not adjacent");
+                            let (x, y) = (&chunks[*a], &chunks[*b]);
+                            assert_eq!(x.units[..x.shared], y.units[..y.shared]);
+                            assert!(x.units[..x.shared].contains(u));
+                            match (&x.pair, &y.pair) {
+                                (Some((m, 0)), Some((n, 1))) => {
+                                    assert!(meet && Arc::ptr_eq(m, n))
+                                }
+                                (None, None) => assert!(!meet),
+                                _ => panic!("unit {u}: the pair's meeting is wrong"),
                             }
                         }
                         more => panic!("unit {u} queued {} times", more.len()),
@@ -726,9 +841,11 @@ mod tests {
 
     #[test]
     fn retry_rounds_queue_the_missing_units_once() {
-        let tasks = retry_round((0..10).collect());
-        assert_eq!(tasks.len(), 10);
-        assert!(tasks.iter().all(|t| t.pair.is_none()));
+        let chunks = retry_round((0..10).collect(), 4);
+        assert_eq!(chunks.len(), 3);
+        assert!(chunks.iter().all(|c| c.pair.is_none() && c.shared == 0));
+        let all: Vec<u32> = chunks.iter().flat_map(|c| c.units.clone()).collect();
+        assert_eq!(all, (0..10).collect::<Vec<_>>());
     }
 
     #[test]
@@ -756,6 +873,10 @@ mod tests {
             },
             SimConfig {
                 units: 0,
+                ..base.clone()
+            },
+            SimConfig {
+                chunk: 0,
                 ..base.clone()
             },
         ] {

@@ -90,6 +90,23 @@ fn optimistic_mode_measures_the_overlap_as_redundant_work() {
     assert_eq!((r.claims_granted, r.rounds, r.orphans_left), (0, 1, 0));
     assert_eq!((r.busy, r.already_done), (0, 0), "both copies computed");
     assert!(r.replay_clean);
+    assert_batched(&r);
+}
+
+/// The workers go through the engine once per chunk, not once per unit: with 2,100 tasks in
+/// chunks of 128 that is at most ~40 claim and commit operations, so few commit groups. One
+/// engine call per unit cannot fit: each of the 4 workers has at most one operation in flight, so
+/// a group holds at most 4 and 2,100 commits need at least 525 groups (coordinated: 4,100
+/// operations, 1,025 groups).
+fn assert_batched(r: &SimReport) {
+    assert_eq!(r.chunk, oncelake::simulate::DEFAULT_CHUNK);
+    assert!(
+        r.commit_groups < 100,
+        "{:?}: {} commit groups for {} units",
+        r.mode,
+        r.commit_groups,
+        r.units
+    );
 }
 
 #[test]
@@ -108,6 +125,7 @@ fn coordinated_mode_does_no_redundant_work() {
     assert_eq!((r.fenced_rejections, r.claims_taken_over), (0, 0));
     assert_eq!(r.wasted_fraction, 0.0);
     assert!(r.replay_clean);
+    assert_batched(&r);
 }
 
 /// Under the premise schedule the overlap is real for any number of workers: both workers of
@@ -199,26 +217,42 @@ fn the_natural_schedule_accounts_for_every_second_copy() {
 fn crashes_leave_one_entry_per_unit_and_no_orphans() {
     let dir = scratch();
     for mode in [SimMode::Optimistic, SimMode::Coordinated] {
-        let r = run(dir.path(), mode, 0.05);
-        assert!(r.crashed_attempts > 0, "{mode:?}: no crash happened");
+        // Small chunks: a crash loses its worker's whole chunk.
+        let cfg = SimConfig {
+            chunk: 16,
+            ..config(dir.path(), mode, 0.05)
+        };
+        let r = simulate(&cfg, &|_, _| {}).unwrap();
+        check_store(&cfg.store_dir);
+        assert!(r.crashes > 0, "{mode:?}: no crash happened");
+        assert!(r.crashed_attempts >= r.crashes, "{mode:?}");
         assert!(r.rounds > 1, "{mode:?}: crashed units were not retried");
         assert_eq!(r.entries, UNITS);
         assert_eq!(r.orphans_left, 0);
-        // Every crash left one partial staging file, and nothing else is orphaned.
-        assert_eq!(r.orphans_collected, r.crashed_attempts);
+        // Every crash left one partial staging file; the outputs its chunk had already staged are
+        // the same bytes the retries commit, so nothing else is orphaned.
+        assert_eq!(r.orphans_collected, r.crashes);
         assert!(r.replay_clean);
-        // A crashed attempt ran its work (a computation) and produced nothing (not redundant).
+        // A lost attempt ran its work (a computation) and produced nothing (not redundant).
         assert_eq!(
             r.computations,
             UNITS + r.redundant + r.crashed_attempts,
             "{mode:?}"
         );
         if mode == SimMode::Coordinated {
-            // Every crash was granted a lease it abandoned; every unit was granted once more to
-            // the attempt that committed it. (A retry by the crashed worker's own name re-claims
-            // its expired lease without counting as a takeover by another worker.)
-            assert_eq!(r.claims_granted, UNITS + r.crashed_attempts);
-            assert!(r.claims_taken_over > 0 && r.claims_taken_over <= r.crashed_attempts);
+            // A crashed chunk abandoned the lease of every unit it was granted: the ones whose work
+            // ran (lost attempts) and at most the rest of its chunk. Every unit was granted once
+            // more to the attempt that committed it. (A retry by the crashed worker's own name
+            // re-claims its expired lease without counting as a takeover by another worker.)
+            let abandoned = r.claims_granted - UNITS;
+            assert!(
+                abandoned >= r.crashed_attempts
+                    && abandoned <= r.crashed_attempts + r.crashes * (cfg.chunk as u64 - 1),
+                "{abandoned} abandoned leases for {} crashes losing {} attempts",
+                r.crashes,
+                r.crashed_attempts
+            );
+            assert!(r.claims_taken_over > 0 && r.claims_taken_over <= abandoned);
             assert_eq!((r.fenced_rejections, r.redundant), (0, 0));
         }
     }

@@ -43,9 +43,13 @@ pub(crate) struct SimulateArgs {
     /// Optimistic (no claims), coordinated (claims) or both.
     #[arg(long, value_enum, default_value = "both")]
     pub mode: ModeArg,
-    /// Probability that an attempt crashes mid-write (0 to <1), e.g. 0.01.
+    /// Probability that an attempt crashes mid-write (0 to <1), e.g. 0.01; a crash loses the
+    /// worker's whole chunk.
     #[arg(long, default_value_t = 0.0)]
     pub crash_rate: f64,
+    /// Tasks a worker takes at once and runs through one batched engine call (1..=4096).
+    #[arg(long, default_value_t = oncelake::simulate::DEFAULT_CHUNK)]
+    pub chunk: usize,
     /// Seed choosing the overlapped units and the crashing attempts.
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
@@ -163,6 +167,7 @@ fn run_modes(
             mode,
             crash_rate: a.crash_rate,
             seed: a.seed,
+            chunk: a.chunk,
             schedule: match a.schedule {
                 ScheduleArg::Premise => Schedule::Premise,
                 ScheduleArg::Natural => Schedule::Natural,
@@ -229,6 +234,7 @@ fn report_json(r: &SimReport, a: &SimulateArgs) -> serde_json::Value {
     json!({
         "mode": r.mode.name(),
         "workers": r.workers,
+        "chunk": r.chunk,
         "units": r.units,
         "schedule": r.schedule.name(),
         "schedule_note": r.schedule.describe(),
@@ -238,6 +244,7 @@ fn report_json(r: &SimReport, a: &SimulateArgs) -> serde_json::Value {
         "overlapped_units": r.overlapped,
         "computations": r.computations,
         "redundant": r.redundant,
+        "crashes": r.crashes,
         "crashed_attempts": r.crashed_attempts,
         "already_done": r.already_done,
         "busy": r.busy,
@@ -263,6 +270,7 @@ fn print_table(reports: &[SimReport]) {
     type Cell = Box<dyn Fn(&SimReport) -> String>;
     let rows: Vec<(&str, Cell)> = vec![
         ("workers", Box::new(|r| r.workers.to_string())),
+        ("tasks per chunk", Box::new(|r| r.chunk.to_string())),
         ("units", Box::new(|r| r.units.to_string())),
         (
             "handed to two workers",
@@ -273,8 +281,9 @@ fn print_table(reports: &[SimReport]) {
             "redundant computations",
             Box::new(|r| r.redundant.to_string()),
         ),
+        ("crashes", Box::new(|r| r.crashes.to_string())),
         (
-            "crashed attempts",
+            "attempts lost to crashes",
             Box::new(|r| r.crashed_attempts.to_string()),
         ),
         (
