@@ -155,17 +155,17 @@ counters! {
     claims_already_done,
     /// Leases found expired when the unit was asked for.
     claims_expired,
-    /// Work closures run by `run_once` and `run_optimistic` (counted where they run, also when
-    /// the work then fails or its thread dies).
+    /// Work closures run by the run-once family (`run_once`, `run_optimistic`, their `_many`
+    /// batch forms and `begin_run` handles; counted where they run, also when the work then
+    /// fails or its thread dies).
     computations,
     /// Computations whose output ran to a commit but did not become the unit's entry: collapsed as
     /// a duplicate, or rejected because another worker's lease or commit won (wasted work).
     redundant_computations,
-    /// `run_once` / `run_optimistic` calls that found the unit already committed and did not run
-    /// the work.
+    /// Units the run-once family found already committed, so the work was not run.
     runs_already_done,
-    /// `run_once` calls that found the unit held by another worker (or running in another thread)
-    /// and did not run the work.
+    /// Units the coordinated run-once forms found held by another worker (or running in another
+    /// thread), so the work was not run.
     runs_busy,
     /// Bytes written to staging.
     bytes_staged,
