@@ -43,25 +43,6 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-// ---------------------------------------------------------------------------------------------
-// Rules that other branches are changing. The lead flips each once the branch is merged.
-
-/// SPEC R3/R9 fencing (branch `fence`): a token is valid for U only if issued for U, U's newest
-/// and not released; a token-less commit on a live lease is busy; an accepted token-less commit
-/// fences every earlier token; `release` needs the holder's worker. Off: today's rule (a token
-/// below the unit's newest is fenced, nothing else is).
-const STRICT_FENCING: bool = true;
-/// Issue 10 item 5: a `Staged` handle of another store is refused with an error.
-const FOREIGN_HANDLES_REFUSED: bool = true;
-/// Issue 10 item 4: a batch whose log record would exceed the log's limit is refused up front
-/// (an error, nothing written) or split so that every record reads back.
-const OVERSIZED_BATCHES_HANDLED: bool = true;
-/// Issue 10 item 3 (branch `gc`): an open snapshot pins what it can read, whatever the
-/// retention. Off: held snapshots are dropped before a GC that may prune history.
-const SNAPSHOTS_PIN_OBJECTS: bool = true;
-
-// ---------------------------------------------------------------------------------------------
-
 const T0: u64 = 1_700_000_000_000;
 const UNITS: usize = 10;
 const WRITERS: usize = 5;
@@ -174,18 +155,13 @@ impl Model {
     }
 
     fn fence(&self, unit: &str, token: Option<u64>, now: u64) -> Fence {
-        let claim = self.claims.get(unit);
-        if STRICT_FENCING {
-            return match (token, claim) {
-                (Some(t), Some(c)) if c.token == t && !c.released => Fence::Pass,
-                (Some(_), _) => Fence::Fenced,
-                (None, Some(c)) if c.live(now) => Fence::Busy,
-                (None, _) => Fence::Pass,
-            };
-        }
-        match (token, claim) {
-            (Some(t), Some(c)) if t < c.token => Fence::Fenced,
-            _ => Fence::Pass,
+        // SPEC R3/R9: a token passes only if issued for the unit, its newest and not ended; a
+        // token-less commit is busy while a lease is live.
+        match (token, self.claims.get(unit)) {
+            (Some(t), Some(c)) if c.token == t && !c.released => Fence::Pass,
+            (Some(_), _) => Fence::Fenced,
+            (None, Some(c)) if c.live(now) => Fence::Busy,
+            (None, _) => Fence::Pass,
         }
     }
 
@@ -232,7 +208,7 @@ impl Model {
         let r3 = self.r3(&item.unit, item.version, &item.content, item.intent);
         let (name, lenient) = match self.fence(&item.unit, item.token, now) {
             Fence::Pass => return r3,
-            Fence::Fenced => ("fenced", STRICT_FENCING),
+            Fence::Fenced => ("fenced", true),
             Fence::Busy => ("busy", true),
         };
         match r3 {
@@ -274,7 +250,7 @@ impl Model {
             if let Some(c) = self.claims.get_mut(&it.unit) {
                 match it.token {
                     Some(t) if c.token == t => c.released = true,
-                    None if STRICT_FENCING => c.released = true,
+                    None => c.released = true,
                     _ => {}
                 }
             }
@@ -544,7 +520,7 @@ impl Sim {
             }
             self.check();
         }
-        if OVERSIZED_BATCHES_HANDLED && self.seed.is_multiple_of(8) {
+        if self.seed.is_multiple_of(8) {
             self.step += 1;
             self.oversized_batch();
         }
@@ -992,9 +968,10 @@ impl Sim {
     }
 
     fn release_exp(&self, lease: &Lease) -> bool {
-        self.model.claims.get(&lease.unit).is_some_and(|c| {
-            c.token == lease.token && !c.released && (!STRICT_FENCING || c.worker == lease.worker)
-        })
+        self.model
+            .claims
+            .get(&lease.unit)
+            .is_some_and(|c| c.token == lease.token && !c.released && c.worker == lease.worker)
     }
 
     fn release(&mut self, lease: &Lease) {
@@ -1102,9 +1079,6 @@ impl Sim {
     }
 
     fn foreign_handle(&mut self) {
-        if !FOREIGN_HANDLES_REFUSED {
-            return;
-        }
         if self.other.is_none() {
             let d = scratch();
             let s = Store::open(d.path().join("other")).expect("open a second store");
@@ -1195,16 +1169,6 @@ impl Sim {
             .unwrap();
         let dry_run = self.rng.chance(10);
         let cutoff = self.now().saturating_sub(retain_ms);
-        let may_prune = !dry_run
-            && self
-                .model
-                .rows
-                .iter()
-                .any(|r| r.superseded_at.is_some_and(|t| t < cutoff));
-        if may_prune && !SNAPSHOTS_PIN_OBJECTS {
-            // Known gap (issue 10 item 3): GC does not yet respect open snapshots.
-            self.held.clear();
-        }
         if !dry_run {
             self.model.max_cutoff = self.model.max_cutoff.max(cutoff);
         }
@@ -1508,9 +1472,7 @@ fn simulate_the_engine_from_seeds() {
     } else {
         (FIXED_BASE, u64::MAX, Some(CI_BUDGET))
     };
-    eprintln!(
-        "dst: seeds from {base:#x}, {steps} steps each; gates: strict fencing {STRICT_FENCING}, foreign handles {FOREIGN_HANDLES_REFUSED}, oversized batches {OVERSIZED_BATCHES_HANDLED}, snapshot pins {SNAPSHOTS_PIN_OBJECTS}"
-    );
+    eprintln!("dst: seeds from {base:#x}, {steps} steps each");
     let start = Instant::now();
     let mut total = Counts::default();
     let mut seeds = 0u64;
