@@ -1,26 +1,10 @@
 //! Bad input gets a clear error and changes nothing (SPEC R1, R19).
 
-use oncelake::{Error, Store};
-use std::collections::BTreeMap;
-use std::path::Path;
+mod common;
 
-/// Every file below `dir` with its bytes: the "nothing changed" oracle.
-fn tree(dir: &Path) -> BTreeMap<String, Vec<u8>> {
-    let mut out = BTreeMap::new();
-    let mut stack = vec![dir.to_path_buf()];
-    while let Some(d) = stack.pop() {
-        for e in std::fs::read_dir(&d).unwrap() {
-            let p = e.unwrap().path();
-            if p.is_dir() {
-                out.insert(format!("{}/", p.display()), Vec::new());
-                stack.push(p);
-            } else {
-                out.insert(p.display().to_string(), std::fs::read(&p).unwrap());
-            }
-        }
-    }
-    out
-}
+use common::tree;
+use oncelake::{Error, Store};
+use std::path::Path;
 
 fn populated() -> (tempfile::TempDir, std::path::PathBuf) {
     let dir = tempfile::tempdir().unwrap();

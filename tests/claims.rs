@@ -1,44 +1,19 @@
 //! Coordinator mode (SPEC R9) and run_once (R11): takeover and fencing, renew, release, durability
 //! of claims, clocks that jump, and run_once under many threads.
 
+mod common;
+
+use common::{open_relaxed_with_clock as open_relaxed, open_with_clock as open, SplitMix64 as Rng};
 use oncelake::{
-    Batch, ClaimOutcome, Lease, ManualClock, Options, Outcome, RenewOutcome, RunError, RunOutcome,
-    Store,
+    Batch, ClaimOutcome, Lease, ManualClock, Outcome, RenewOutcome, RunError, RunOutcome, Store,
 };
 use std::collections::{BTreeMap, HashSet};
-use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Barrier};
 use std::time::Duration;
 
 const T0: u64 = 1_800_000_000_000;
 const TTL: Duration = Duration::from_secs(30);
-
-fn open(dir: &Path, clock: &ManualClock) -> Store {
-    Store::open_with(
-        dir,
-        Options {
-            clock: Arc::new(clock.clone()),
-            ..Options::default()
-        },
-    )
-    .unwrap()
-}
-
-/// Relaxed durability: the same decisions, without a disk sync per step.
-fn open_relaxed(dir: &Path, clock: &ManualClock) -> Store {
-    Store::open_with(
-        dir,
-        Options {
-            clock: Arc::new(clock.clone()),
-            durability: oncelake::Durability::Relaxed {
-                max_delay: Duration::from_secs(3600),
-            },
-            ..Options::default()
-        },
-    )
-    .unwrap()
-}
 
 fn granted(c: ClaimOutcome) -> (Lease, bool) {
     match c {
@@ -209,21 +184,6 @@ fn claims_survive_reopen() {
     clock.advance_ms(31_000);
     let (later, _) = granted(store.claim("w", 1, "w1", TTL).unwrap());
     assert!(later.token > lease.token);
-}
-
-/// A tiny deterministic RNG (splitmix64) so failures replay from the printed seed.
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
 }
 
 /// Clocks jumping back and forth only move *when* a lease may be taken over; they never let a

@@ -5,6 +5,9 @@
 //! `ONCELAKE_CORRUPTION_ROUNDS` raises the number of rounds (default 300 in the library, 40
 //! through the CLI); the seed of each round is printed on failure.
 
+mod common;
+
+use common::{copy_dir, XorShift64Star as Rng};
 use oncelake::pipeline::{self, Attempt, Pipeline, PipelineDef, RecordedState};
 use oncelake::{ClaimOutcome, Options, Store, DB_FILE};
 use std::collections::BTreeMap;
@@ -14,20 +17,6 @@ use std::time::Duration;
 
 const UNITS: u64 = 150;
 const LONG: Duration = Duration::from_secs(86_400 * 365);
-
-/// xorshift64*: deterministic, dependency-free.
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-}
 
 fn def() -> PipelineDef {
     PipelineDef::builder()
@@ -323,19 +312,6 @@ fn first_difference(want: &Answers, got: &Answers) -> String {
         }
     }
     "lengths differ".into()
-}
-
-fn copy_dir(from: &Path, to: &Path) {
-    std::fs::create_dir_all(to).unwrap();
-    for e in std::fs::read_dir(from).unwrap() {
-        let e = e.unwrap();
-        let target = to.join(e.file_name());
-        if e.file_type().unwrap().is_dir() {
-            copy_dir(&e.path(), &target);
-        } else {
-            std::fs::copy(e.path(), &target).unwrap();
-        }
-    }
 }
 
 #[test]

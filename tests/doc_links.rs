@@ -2,6 +2,8 @@
 //! heading of that file (GitHub's anchor rule: lower case, punctuation dropped, spaces to hyphens, `-1`, `-2`
 //! for repeats). Links to the web are not followed.
 
+mod common;
+
 use std::collections::BTreeSet;
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -13,23 +15,6 @@ const SKIPPED_DIRS: &[&str] = &["target", "node_modules", "corpus"];
 
 fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-}
-
-fn markdown_files(dir: &Path, files: &mut Vec<PathBuf>) {
-    let Ok(entries) = fs::read_dir(dir) else {
-        return;
-    };
-    for entry in entries.flatten() {
-        let path = entry.path();
-        let name = entry.file_name().to_string_lossy().into_owned();
-        if path.is_dir() {
-            if !name.starts_with('.') && !SKIPPED_DIRS.contains(&name.as_str()) {
-                markdown_files(&path, files);
-            }
-        } else if name.ends_with(".md") {
-            files.push(path);
-        }
-    }
 }
 
 /// The text outside fenced code blocks and inline code spans, line by line.
@@ -159,7 +144,8 @@ fn normalise(path: &str) -> String {
 fn every_relative_markdown_link_resolves() {
     let root = root();
     let mut files = Vec::new();
-    markdown_files(&root, &mut files);
+    let is_markdown = |p: &Path| p.extension().is_some_and(|e| e == "md");
+    common::files_below(&root, SKIPPED_DIRS, &is_markdown, &mut files);
     assert!(
         files.iter().any(|f| f.ends_with("DESIGN.md")),
         "the scan did not find DESIGN.md under {}",

@@ -29,6 +29,9 @@
 //! The scheduling is single-threaded, so a seed replays exactly (see
 //! `a_seed_replays_exactly`).
 
+mod common;
+
+use common::{scratch, SplitMix64 as Rng};
 use oncelake::fault::{FaultPlan, FaultyVfs, PowerLoss};
 use oncelake::gc::GcOptions;
 use oncelake::log::RecordBody;
@@ -39,7 +42,7 @@ use oncelake::{
     RenewOutcome, Snapshot, Staged, Store,
 };
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -50,33 +53,6 @@ const DEFAULT_STEPS: usize = 250;
 /// How long the default run (CI) keeps starting new seeds.
 const CI_BUDGET: Duration = Duration::from_secs(20);
 const FIXED_BASE: u64 = 0xD57_0000;
-
-/// SplitMix64 (the same generator as the fault model's).
-#[derive(Clone, Debug)]
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n.max(1)
-    }
-    fn chance(&mut self, percent: u64) -> bool {
-        self.below(100) < percent
-    }
-    fn pick<'a, T>(&mut self, v: &'a [T]) -> Option<&'a T> {
-        if v.is_empty() {
-            None
-        } else {
-            Some(&v[self.below(v.len() as u64) as usize])
-        }
-    }
-}
 
 // ---------------------------------------------------------------------------------------------
 // The model.
@@ -361,22 +337,9 @@ fn unit_name(i: u64) -> String {
     format!("t/u{i:02}")
 }
 
-fn scratch() -> tempfile::TempDir {
-    let shm = Path::new("/dev/shm");
-    if shm.is_dir() {
-        if let Ok(d) = tempfile::Builder::new()
-            .prefix("oncelake-dst")
-            .tempdir_in(shm)
-        {
-            return d;
-        }
-    }
-    tempfile::tempdir().unwrap()
-}
-
 impl Sim {
     fn new(seed: u64) -> Sim {
-        let dir = scratch();
+        let dir = scratch("oncelake-dst");
         let path = dir.path().join("lake");
         let mut sim = Sim {
             seed,
@@ -1080,7 +1043,7 @@ impl Sim {
 
     fn foreign_handle(&mut self) {
         if self.other.is_none() {
-            let d = scratch();
+            let d = scratch("oncelake-dst");
             let s = Store::open(d.path().join("other")).expect("open a second store");
             self.other = Some((d, s));
         }
@@ -1514,7 +1477,7 @@ fn a_seed_replays_exactly() {
 #[test]
 fn the_index_snapshot_is_written_through_the_seam() {
     use std::os::unix::fs::PermissionsExt;
-    let dir = scratch();
+    let dir = scratch("oncelake-dst");
     let path = dir.path().join("lake");
     let open = |plan: &Arc<FaultPlan>| {
         let options = Options {

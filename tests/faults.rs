@@ -10,6 +10,9 @@
 //!   (`fail_at(N)`: only operation N fails). After each run the store is dropped, reopened with
 //!   the real file system, and checked against a model of what was acknowledged.
 
+mod common;
+
+use common::scratch;
 use oncelake::fault::{FaultPlan, FaultyVfs};
 use oncelake::gc::GcOptions;
 use oncelake::verify::VerifyOptions;
@@ -501,24 +504,9 @@ enum Fault {
     RelaxedPowerCut,
 }
 
-/// A scratch directory, in memory when the machine has /dev/shm: the fault plan simulates the
-/// crash, so the runs need no real fsync, and hundreds of them then take seconds, not minutes.
-fn scratch() -> tempfile::TempDir {
-    let shm = Path::new("/dev/shm");
-    if shm.is_dir() {
-        if let Ok(d) = tempfile::Builder::new()
-            .prefix("oncelake-faults")
-            .tempdir_in(shm)
-        {
-            return d;
-        }
-    }
-    tempfile::tempdir().unwrap()
-}
-
 /// One run with the fault at operation `n`; returns whether the fault point was reached.
 fn run_once(n: u64, fault: Fault, repairs: &AtomicU64) -> bool {
-    let dir = scratch();
+    let dir = scratch("oncelake-faults");
     let path = dir.path().join("lake");
     let clock = ManualClock::new(T0);
     drop(Store::open_with(&path, real_options(&clock)).unwrap());
@@ -622,7 +610,7 @@ fn power_cut_at_every_operation() {
 /// next publisher of the same content must make it durable before committing on it (I2).
 #[test]
 fn restaging_after_a_failed_directory_sync_makes_the_entry_durable() {
-    let dir = scratch();
+    let dir = scratch("oncelake-faults");
     let path = dir.path().join("lake");
     let clock = ManualClock::new(T0);
     drop(Store::open_with(&path, real_options(&clock)).unwrap());

@@ -3,38 +3,18 @@
 //! under a live lease, releases by the wrong worker, pipeline completions and failures — through the
 //! library and through the command line.
 
+mod common;
+
+use common::{granted, open_relaxed_with_clock as open};
 use oncelake::pipeline::{Attempt, Claim, FailOutcome, Pipeline, PipelineDef};
 use oncelake::{
-    Batch, ClaimOutcome, FenceReason, Lease, ManualClock, Options, Outcome, ReleaseOutcome, Store,
+    Batch, ClaimOutcome, FenceReason, Lease, ManualClock, Outcome, ReleaseOutcome, Store,
 };
-use std::path::Path;
 use std::process::{Command, Output, Stdio};
-use std::sync::Arc;
 use std::time::Duration;
 
 const T0: u64 = 1_800_000_000_000;
 const TTL: Duration = Duration::from_secs(600);
-
-fn open(dir: &Path, clock: &ManualClock) -> Store {
-    Store::open_with(
-        dir,
-        Options {
-            clock: Arc::new(clock.clone()),
-            durability: oncelake::Durability::Relaxed {
-                max_delay: Duration::from_secs(3600),
-            },
-            ..Options::default()
-        },
-    )
-    .unwrap()
-}
-
-fn granted(c: ClaimOutcome) -> Lease {
-    match c {
-        ClaimOutcome::Granted { lease, .. } => lease,
-        other => panic!("expected a grant, got {other:?}"),
-    }
-}
 
 fn put(store: &Store, unit: &str, version: u64, bytes: &[u8], token: Option<u64>) -> Outcome {
     let staged = store.stage_bytes(bytes).unwrap();

@@ -3,11 +3,13 @@
 //! objects that GC just found unreferenced — while GC runs in a loop with no grace period and no
 //! history retention. No committed entry may ever lose its object.
 
+mod common;
+
+use common::scratch;
 use oncelake::gc::GcOptions;
 use oncelake::verify::VerifyOptions;
 use oncelake::{Batch, Options, Outcome, Store};
 use std::collections::BTreeMap;
-use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -24,22 +26,9 @@ fn payload(writer: usize, i: u64) -> Vec<u8> {
         .into_bytes()
 }
 
-fn scratch() -> tempfile::TempDir {
-    let shm = Path::new("/dev/shm");
-    if shm.is_dir() {
-        if let Ok(d) = tempfile::Builder::new()
-            .prefix("oncelake-gc")
-            .tempdir_in(shm)
-        {
-            return d;
-        }
-    }
-    tempfile::tempdir().unwrap()
-}
-
 #[test]
 fn gc_in_a_loop_never_removes_what_writers_commit() {
-    let dir = scratch();
+    let dir = scratch("oncelake-gc");
     let store = Store::open_with(dir.path().join("lake"), Options::default()).unwrap();
     let writers_done = AtomicBool::new(false);
     // unit -> (version, content) of its last acknowledged commit.

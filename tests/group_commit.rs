@@ -14,6 +14,9 @@
 //! * every log entry belongs to exactly one committed outcome (nothing unacknowledged, nothing
 //!   twice), the final manifest equals the model (one entry per unit), and `replay` is clean.
 
+mod common;
+
+use common::XorShift64Star as Rng;
 use oncelake::commit::rules::{decide, Current, Decision, Incoming, Intent};
 use oncelake::log::RecordBody;
 use oncelake::{replay, Batch, CommitReport, ObjectId, Options, Outcome, Staged, Store};
@@ -27,21 +30,6 @@ const UNITS: u64 = 200;
 const VERSIONS: u64 = 3;
 const GROUP_BOUND: usize = 8;
 const BATCH_UNITS: usize = 3;
-
-/// A small deterministic generator, so a failure can be rerun.
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        // xorshift64*
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-}
 
 fn unit(i: u64) -> String {
     format!("stress/u{i:03}")

@@ -3,7 +3,10 @@
 //! scan. After every open the index must answer exactly as the manifest: `lookup` equals
 //! `snapshot().get` for every unit, whichever path built it.
 
-use oncelake::{Batch, Committed, Durability, Options, Store};
+mod common;
+
+use common::{open_relaxed as open, XorShift64Star as Rng};
+use oncelake::{Batch, Committed, Store};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -14,33 +17,6 @@ const CHILD_ENV: &str = "ONCELAKE_SNAP_CHILD";
 
 /// The units the model knows, and the newest version of each it committed.
 type Model = BTreeMap<String, u64>;
-
-fn open(dir: &Path) -> Store {
-    Store::open_with(
-        dir,
-        Options {
-            durability: Durability::Relaxed {
-                max_delay: Duration::from_secs(3600),
-            },
-            ..Options::default()
-        },
-    )
-    .unwrap()
-}
-
-/// A small deterministic generator (xorshift64*), so failures reproduce.
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-}
 
 /// Commits one batch of `k` random units: new ones, updates (higher versions), corrections and
 /// stale writes (lower versions, rejected), recording accepted ones in the model.

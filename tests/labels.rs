@@ -6,6 +6,8 @@
 //! and every Markdown page; `docs/SPEC.md` defines a requirement by a paragraph starting `**Rn `, an invariant by
 //! a list item `- In `, a target by a table row `| Pn |` and a section by a heading `## N.`.
 
+mod common;
+
 use std::collections::BTreeSet;
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -24,7 +26,7 @@ const SCANNED_DIRS: &[&str] = &[
 /// Top-level files scanned.
 const SCANNED_FILES: &[&str] = &["DESIGN.md", "README.md", "BENCHMARKS.md", "CHANGELOG.md"];
 const SCANNED_EXTENSIONS: &[&str] = &["rs", "md", "py", "pyi", "toml"];
-/// Directory names never entered (build output, caches, virtual environments).
+/// Directory names never entered besides hidden ones (build output, caches, virtual environments).
 const SKIPPED_DIRS: &[&str] = &[
     "target",
     ".git",
@@ -118,30 +120,14 @@ fn scanned_files() -> Vec<PathBuf> {
         .filter(|p| p.is_file())
         .collect();
     for dir in SCANNED_DIRS {
-        collect(&root.join(dir), &mut files);
+        let keep = |p: &Path| {
+            p.extension()
+                .is_some_and(|e| SCANNED_EXTENSIONS.iter().any(|x| e == *x))
+        };
+        common::files_below(&root.join(dir), SKIPPED_DIRS, &keep, &mut files);
     }
     files.retain(|p| !p.ends_with("docs/SPEC.md"));
     files
-}
-
-fn collect(dir: &Path, files: &mut Vec<PathBuf>) {
-    let Ok(entries) = fs::read_dir(dir) else {
-        return;
-    };
-    for entry in entries.flatten() {
-        let path = entry.path();
-        let name = entry.file_name().to_string_lossy().into_owned();
-        if path.is_dir() {
-            if !SKIPPED_DIRS.contains(&name.as_str()) && !name.starts_with('.') {
-                collect(&path, files);
-            }
-        } else if path
-            .extension()
-            .is_some_and(|e| SCANNED_EXTENSIONS.iter().any(|x| e == *x))
-        {
-            files.push(path);
-        }
-    }
 }
 
 /// "path:line: label" for every cited label `defined` lacks.

@@ -5,15 +5,16 @@
 //! every step. The model decides R3 (lease rows included) and claims on its own, independently of
 //! the engine's rules; I6 is also checked from the commit log alone.
 
+mod common;
+
+use common::open_with_clock as open;
 use oncelake::log::RecordBody;
 use oncelake::{
-    Batch, ClaimOutcome, Intent, ManualClock, ObjectId, Options, Outcome, ReleaseOutcome,
-    RenewOutcome, Store,
+    Batch, ClaimOutcome, Intent, ManualClock, ObjectId, Outcome, ReleaseOutcome, RenewOutcome,
+    Store,
 };
 use proptest::prelude::*;
 use std::collections::{BTreeMap, HashMap};
-use std::path::Path;
-use std::sync::Arc;
 use std::time::Duration;
 
 const UNITS: [&str; 4] = ["a", "b/1", "b/2", "c"];
@@ -487,17 +488,6 @@ fn check_fencing_in_log(store: &Store) {
             RecordBody::Extension { .. } => {}
         }
     }
-}
-
-fn open(dir: &Path, clock: &ManualClock) -> Store {
-    Store::open_with(
-        dir,
-        Options {
-            clock: Arc::new(clock.clone()),
-            ..Options::default()
-        },
-    )
-    .unwrap()
 }
 
 /// Time travel (R7): every older seq still reads exactly as the model stood then.

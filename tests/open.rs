@@ -2,6 +2,9 @@
 //! is completed by the next open, a format-1 store is upgraded in place (crash-safely), and a
 //! store on read-only media can be read.
 
+mod common;
+
+use common::{copy_dir, tree};
 use oncelake::fault::{FaultPlan, FaultyVfs};
 use oncelake::vfs::RealVfs;
 use oncelake::{Error, Options, Store, DB_FILE, FORMAT_VERSION, MARKER_FILE};
@@ -212,24 +215,6 @@ fn a_leftover_of_a_killed_init_is_completed_by_init() {
     let v: serde_json::Value = serde_json::from_slice(&again.stdout).unwrap();
     assert_eq!(v["created"], false);
     reopen_works(&lake, 0, "leftover");
-}
-
-/// Every file under `dir`, with its bytes.
-fn tree(dir: &Path) -> BTreeMap<PathBuf, Vec<u8>> {
-    let mut out = BTreeMap::new();
-    let mut stack = vec![dir.to_path_buf()];
-    while let Some(d) = stack.pop() {
-        for e in std::fs::read_dir(&d).unwrap() {
-            let p = e.unwrap().path();
-            if p.is_dir() {
-                out.insert(p.clone(), Vec::new());
-                stack.push(p);
-            } else {
-                out.insert(p.clone(), std::fs::read(&p).unwrap());
-            }
-        }
-    }
-    out
 }
 
 #[test]
@@ -472,19 +457,6 @@ fn a_format_1_store_without_a_store_id_gets_one_and_its_index_snapshot_is_used()
     let store = Store::open(&lake).unwrap();
     assert!(store.open_report().index_from_snapshot);
     assert_eq!(current(&store), model);
-}
-
-fn copy_dir(from: &Path, to: &Path) {
-    std::fs::create_dir_all(to).unwrap();
-    for e in std::fs::read_dir(from).unwrap() {
-        let e = e.unwrap();
-        let target = to.join(e.file_name());
-        if e.file_type().unwrap().is_dir() {
-            copy_dir(&e.path(), &target);
-        } else {
-            std::fs::copy(e.path(), &target).unwrap();
-        }
-    }
 }
 
 // ---- read-only ----------------------------------------------------------------------------

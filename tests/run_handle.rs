@@ -3,37 +3,21 @@
 //! lease given back on every path that records nothing, and exactly one computation per unit under
 //! many threads.
 
-use oncelake::{Begin, ClaimOutcome, Lease, ManualClock, Options, Outcome, Run, Store};
+mod common;
+
+use common::{granted, open_with_clock as open};
+use oncelake::{Begin, ManualClock, Outcome, Run};
 use std::collections::BTreeMap;
-use std::path::Path;
 use std::sync::{Arc, Barrier, Mutex};
 use std::time::Duration;
 
 const T0: u64 = 1_800_000_000_000;
 const TTL: Duration = Duration::from_secs(30);
 
-fn open(dir: &Path, clock: &ManualClock) -> Store {
-    Store::open_with(
-        dir,
-        Options {
-            clock: Arc::new(clock.clone()),
-            ..Options::default()
-        },
-    )
-    .unwrap()
-}
-
 fn claimed(b: Begin) -> Run {
     match b {
         Begin::Claimed(run) => run,
         other => panic!("expected a claim, got {other:?}"),
-    }
-}
-
-fn granted(c: ClaimOutcome) -> Lease {
-    match c {
-        ClaimOutcome::Granted { lease, .. } => lease,
-        other => panic!("expected a grant, got {other:?}"),
     }
 }
 

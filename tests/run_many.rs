@@ -5,32 +5,16 @@
 //! crashes the whole batch; and threads racing over overlapping batches compute every unit at most
 //! once under a live lease (coordinated) and leave one entry per unit.
 
-use oncelake::{ClaimOutcome, Lease, ManualClock, Options, Outcome, RunError, RunOutcome, Store};
+mod common;
+
+use common::{granted, open_with_clock as open, SplitMix64};
+use oncelake::{ClaimOutcome, ManualClock, Outcome, RunError, RunOutcome};
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::Path;
-use std::sync::{Arc, Barrier, Mutex};
+use std::sync::{Barrier, Mutex};
 use std::time::Duration;
 
 const T0: u64 = 1_800_000_000_000;
 const TTL: Duration = Duration::from_secs(30);
-
-fn open(dir: &Path, clock: &ManualClock) -> Store {
-    Store::open_with(
-        dir,
-        Options {
-            clock: Arc::new(clock.clone()),
-            ..Options::default()
-        },
-    )
-    .unwrap()
-}
-
-fn granted(c: ClaimOutcome) -> Lease {
-    match c {
-        ClaimOutcome::Granted { lease, .. } => lease,
-        other => panic!("expected a grant, got {other:?}"),
-    }
-}
 
 /// What the model expects of one unit's answer.
 #[derive(Debug, PartialEq, Eq)]
@@ -323,17 +307,17 @@ fn racing_batches_compute_every_unit_once_under_a_live_lease() {
             s.spawn(move || {
                 // Threads 0 and 1 share a worker name: only the in-process guard keeps them apart.
                 let worker = format!("w{}", t.max(1));
-                let mut state = t as u64 + 1;
+                let mut rng = SplitMix64(t as u64 + 1);
                 barrier.wait();
                 for round in 0..6 {
                     // A random overlapping batch in a random order.
                     let mut picked: Vec<&str> = keys
                         .iter()
-                        .filter(|_| next(&mut state).is_multiple_of(3))
+                        .filter(|_| rng.next().is_multiple_of(3))
                         .map(String::as_str)
                         .collect();
                     for i in (1..picked.len()).rev() {
-                        picked.swap(i, (next(&mut state) % (i as u64 + 1)) as usize);
+                        picked.swap(i, (rng.next() % (i as u64 + 1)) as usize);
                     }
                     let units: Vec<(&str, u64)> = picked.iter().map(|u| (*u, 1)).collect();
                     asked.fetch_add(units.len() as u64, std::sync::atomic::Ordering::Relaxed);
@@ -413,12 +397,12 @@ fn racing_optimistic_batches_leave_one_entry_per_unit() {
         for t in 0..THREADS {
             let (store, keys, barrier, asked) = (&store, &keys, &barrier, &asked);
             s.spawn(move || {
-                let mut state = 100 + t as u64;
+                let mut rng = SplitMix64(100 + t as u64);
                 barrier.wait();
                 for _ in 0..4 {
                     let units: Vec<(&str, u64)> = keys
                         .iter()
-                        .filter(|_| next(&mut state).is_multiple_of(2))
+                        .filter(|_| rng.next().is_multiple_of(2))
                         .map(|k| (k.as_str(), 1))
                         .collect();
                     asked.fetch_add(units.len() as u64, std::sync::atomic::Ordering::Relaxed);
@@ -456,12 +440,4 @@ fn racing_optimistic_batches_leave_one_entry_per_unit() {
     assert_eq!(m.computations, entries + m.redundant_computations);
     assert_eq!(m.redundant_computations, m.duplicates_collapsed);
     assert_eq!(m.computations + m.runs_already_done, asked.into_inner());
-}
-
-fn next(state: &mut u64) -> u64 {
-    *state = state.wrapping_add(0x9E37_79B9_7F4A_7C15);
-    let mut z = *state;
-    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    z ^ (z >> 31)
 }

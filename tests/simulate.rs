@@ -2,6 +2,9 @@
 //! and the `simulate`, `stats`, `claim` and `release` commands (R16, R17).
 #![cfg(feature = "cli")]
 
+mod common;
+
+use common::scratch;
 use oncelake::simulate::{simulate, Schedule, SimConfig, SimMode, SimReport};
 use oncelake::{ManualClock, Options, Store};
 use std::collections::HashSet;
@@ -54,21 +57,6 @@ fn check_store(dir: &Path) {
     assert_eq!(objects, referenced.len());
 }
 
-/// A scratch directory, in memory when the system has one: the simulation creates thousands of
-/// small files, and a busy disk's metadata journal would make the test slow, not more thorough.
-fn scratch() -> tempfile::TempDir {
-    let shm = Path::new("/dev/shm");
-    if shm.is_dir() {
-        if let Ok(d) = tempfile::Builder::new()
-            .prefix("oncelake-test")
-            .tempdir_in(shm)
-        {
-            return d;
-        }
-    }
-    tempfile::tempdir().unwrap()
-}
-
 fn run(dir: &Path, mode: SimMode, crash_rate: f64) -> SimReport {
     let cfg = config(dir, mode, crash_rate);
     let r = simulate(&cfg, &|_, _| {}).unwrap();
@@ -78,7 +66,7 @@ fn run(dir: &Path, mode: SimMode, crash_rate: f64) -> SimReport {
 
 #[test]
 fn optimistic_mode_measures_the_overlap_as_redundant_work() {
-    let dir = scratch();
+    let dir = scratch("oncelake-test");
     let r = run(dir.path(), SimMode::Optimistic, 0.0);
     assert_eq!(r.schedule, Schedule::Premise);
     assert_eq!(r.overlapped, 100);
@@ -111,7 +99,7 @@ fn assert_batched(r: &SimReport) {
 
 #[test]
 fn coordinated_mode_does_no_redundant_work() {
-    let dir = scratch();
+    let dir = scratch("oncelake-test");
     let r = run(dir.path(), SimMode::Coordinated, 0.0);
     assert_eq!(r.computations, UNITS);
     assert_eq!(r.redundant, 0);
@@ -134,7 +122,7 @@ fn coordinated_mode_does_no_redundant_work() {
 /// the other instead.
 #[test]
 fn the_premise_schedule_overlaps_for_any_worker_count() {
-    let dir = scratch();
+    let dir = scratch("oncelake-test");
     for (i, (workers, overlap)) in [(2, 0.05), (3, 0.2), (10, 1.0), (16, 0.3)]
         .into_iter()
         .enumerate()
@@ -189,7 +177,7 @@ fn the_premise_schedule_overlaps_for_any_worker_count() {
 /// (coordinated, never redundant).
 #[test]
 fn the_natural_schedule_accounts_for_every_second_copy() {
-    let dir = scratch();
+    let dir = scratch("oncelake-test");
     for mode in [SimMode::Optimistic, SimMode::Coordinated] {
         let cfg = SimConfig {
             schedule: Schedule::Natural,
@@ -215,7 +203,7 @@ fn the_natural_schedule_accounts_for_every_second_copy() {
 
 #[test]
 fn crashes_leave_one_entry_per_unit_and_no_orphans() {
-    let dir = scratch();
+    let dir = scratch("oncelake-test");
     for mode in [SimMode::Optimistic, SimMode::Coordinated] {
         // Small chunks: a crash loses its worker's whole chunk.
         let cfg = SimConfig {

@@ -2,7 +2,10 @@
 //! exactly-once across a crash at every file operation of a publish, bad data, GC and verify.
 //! The real clients (delta-rs, DuckDB) read the tables in `tests/python/test_tables.py`.
 
+mod common;
+
 use arrow_array::{ArrayRef, Int64Array, RecordBatch, StringArray};
+use common::copy_dir;
 use oncelake::fault::{FaultPlan, FaultyVfs};
 use oncelake::gc::GcOptions;
 use oncelake::table::{position, AutoPublisher, TableError, TableFormat};
@@ -88,14 +91,6 @@ fn all_files(dir: &Path) -> BTreeMap<PathBuf, Vec<u8>> {
         }
     }
     out
-}
-
-fn copy_dir(from: &Path, to: &Path) {
-    for (rel, bytes) in all_files(from) {
-        let p = to.join(rel);
-        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
-        std::fs::write(p, bytes).unwrap();
-    }
 }
 
 #[test]

@@ -1,0 +1,184 @@
+//! Helpers shared by the integration tests, included with `mod common;`: the deterministic random generators
+//! (so that a failure replays from its printed seed), store set-up, and file-tree oracles.
+//!
+//! Each test file is its own crate and uses only a part of this module, hence the `dead_code` allowance.
+#![allow(dead_code)]
+
+use oncelake::{ClaimOutcome, Durability, Lease, ManualClock, Options, Store};
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// SplitMix64: small, and the same sequence on every platform for a seed (the fault model's generator).
+#[derive(Clone, Debug)]
+pub struct SplitMix64(pub u64);
+
+impl SplitMix64 {
+    pub fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    /// In `0..n` (0 when `n` is 0).
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.next() % n.max(1)
+    }
+
+    /// True `percent` times in 100.
+    pub fn chance(&mut self, percent: u64) -> bool {
+        self.below(100) < percent
+    }
+
+    /// One element of `v`, or `None` when it is empty.
+    pub fn pick<'a, T>(&mut self, v: &'a [T]) -> Option<&'a T> {
+        if v.is_empty() {
+            None
+        } else {
+            Some(&v[self.below(v.len() as u64) as usize])
+        }
+    }
+}
+
+/// xorshift64*: deterministic and dependency-free. The seed must not be 0 (the sequence would stay 0).
+#[derive(Clone, Debug)]
+pub struct XorShift64Star(pub u64);
+
+impl XorShift64Star {
+    pub fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+
+    /// In `0..n` (0 when `n` is 0).
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.next() % n.max(1)
+    }
+}
+
+/// Relaxed durability that never syncs on its own in a test's lifetime: the same decisions as a durable
+/// store, without a disk sync per commit (synced on `flush` and on a clean close).
+pub fn relaxed() -> Durability {
+    Durability::Relaxed {
+        max_delay: Duration::from_secs(3600),
+    }
+}
+
+/// Opens (or creates) a durable store at `dir` whose leases follow `clock`.
+pub fn open_with_clock(dir: &Path, clock: &ManualClock) -> Store {
+    Store::open_with(
+        dir,
+        Options {
+            clock: Arc::new(clock.clone()),
+            ..Options::default()
+        },
+    )
+    .unwrap()
+}
+
+/// Opens (or creates) a store at `dir` with [`relaxed`] durability whose leases follow `clock`.
+pub fn open_relaxed_with_clock(dir: &Path, clock: &ManualClock) -> Store {
+    Store::open_with(
+        dir,
+        Options {
+            clock: Arc::new(clock.clone()),
+            durability: relaxed(),
+            ..Options::default()
+        },
+    )
+    .unwrap()
+}
+
+/// Opens (or creates) a store at `dir` with [`relaxed`] durability and the wall clock.
+pub fn open_relaxed(dir: &Path) -> Store {
+    Store::open_with(
+        dir,
+        Options {
+            durability: relaxed(),
+            ..Options::default()
+        },
+    )
+    .unwrap()
+}
+
+/// The lease of a granted claim; any other answer fails the test.
+pub fn granted(c: ClaimOutcome) -> Lease {
+    match c {
+        ClaimOutcome::Granted { lease, .. } => lease,
+        other => panic!("expected a grant, got {other:?}"),
+    }
+}
+
+/// A scratch directory named `prefix…`, in memory when the machine has /dev/shm: tests that simulate their
+/// crashes need no real fsync, and thousands of small files then take seconds, not minutes.
+pub fn scratch(prefix: &str) -> tempfile::TempDir {
+    let shm = Path::new("/dev/shm");
+    if shm.is_dir() {
+        if let Ok(d) = tempfile::Builder::new().prefix(prefix).tempdir_in(shm) {
+            return d;
+        }
+    }
+    tempfile::tempdir().unwrap()
+}
+
+/// Copies the directory tree `from` to `to` (created if missing).
+pub fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for e in std::fs::read_dir(from).unwrap() {
+        let e = e.unwrap();
+        let target = to.join(e.file_name());
+        if e.file_type().unwrap().is_dir() {
+            copy_dir(&e.path(), &target);
+        } else {
+            std::fs::copy(e.path(), &target).unwrap();
+        }
+    }
+}
+
+/// Every file and directory below `dir` with its bytes (directories end in `/`, with no bytes): the
+/// "nothing changed" oracle.
+pub fn tree(dir: &Path) -> BTreeMap<String, Vec<u8>> {
+    let mut out = BTreeMap::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).unwrap() {
+            let p = e.unwrap().path();
+            if p.is_dir() {
+                out.insert(format!("{}/", p.display()), Vec::new());
+                stack.push(p);
+            } else {
+                out.insert(p.display().to_string(), std::fs::read(&p).unwrap());
+            }
+        }
+    }
+    out
+}
+
+/// Every file below `dir` whose path `keep` accepts, not entering hidden directories nor those named in
+/// `skipped` (build output, caches). A missing `dir` yields nothing.
+pub fn files_below(
+    dir: &Path,
+    skipped: &[&str],
+    keep: &dyn Fn(&Path) -> bool,
+    out: &mut Vec<PathBuf>,
+) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let path = entry.path();
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if path.is_dir() {
+            if !name.starts_with('.') && !skipped.contains(&name.as_str()) {
+                files_below(&path, skipped, keep, out);
+            }
+        } else if keep(&path) {
+            out.push(path);
+        }
+    }
+}
