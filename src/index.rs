@@ -2,7 +2,7 @@
 //! database lookup (SPEC P2).
 //!
 //! It maps a 64-bit hash of the unit key to the unit's current version, seq and object — 64 bytes
-//! a unit, well inside P6's 200. Keys are not stored, so two units whose key hashes collide are
+//! a unit, within P6's 100 bytes. Keys are not stored, so two units whose key hashes collide are
 //! detected instead: a *new* unit whose hash is already present (or two such units at load time)
 //! marks the slot ambiguous, and lookups of an ambiguous slot fall back to redb. The index is
 //! therefore exact, never probabilistic. Only the commit leader writes it, after its transaction
