@@ -81,7 +81,7 @@ fn fill(store: &Store, total: u64, per_commit: u64, units: u64) -> Result<(), Cl
         for part in staged.chunks(per_commit as usize) {
             let mut batch = Batch::new();
             for (j, obj) in part {
-                batch = batch.put(&unit_of(*j), *j, obj);
+                batch = batch.put(unit_of(*j), *j, obj);
             }
             store.commit(batch)?;
         }

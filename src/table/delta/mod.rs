@@ -367,6 +367,23 @@ fn schema_of_meta(meta: &Value) -> Option<TableSchema> {
     })
 }
 
+/// A UUID-shaped (version 4 bits set) rendering of 16 bytes of a hash.
+fn uuid_of(h: &[u8; 32]) -> String {
+    let mut b = [0u8; 16];
+    b.copy_from_slice(&h[..16]);
+    b[6] = (b[6] & 0x0f) | 0x40;
+    b[8] = (b[8] & 0x3f) | 0x80;
+    let hex: String = b.iter().map(|x| format!("{x:02x}")).collect();
+    format!(
+        "{}-{}-{}-{}-{}",
+        &hex[..8],
+        &hex[8..12],
+        &hex[12..16],
+        &hex[16..20],
+        &hex[20..]
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -402,21 +419,4 @@ mod tests {
             assert_eq!(got, want);
         }
     }
-}
-
-/// A UUID-shaped (version 4 bits set) rendering of 16 bytes of a hash.
-fn uuid_of(h: &[u8; 32]) -> String {
-    let mut b = [0u8; 16];
-    b.copy_from_slice(&h[..16]);
-    b[6] = (b[6] & 0x0f) | 0x40;
-    b[8] = (b[8] & 0x3f) | 0x80;
-    let hex: String = b.iter().map(|x| format!("{x:02x}")).collect();
-    format!(
-        "{}-{}-{}-{}-{}",
-        &hex[..8],
-        &hex[8..12],
-        &hex[12..16],
-        &hex[16..20],
-        &hex[20..]
-    )
 }
