@@ -422,7 +422,7 @@ fn checkpoint_tombstones_expire_after_a_week_the_same_whichever_way_they_are_bui
     commit_timed(&a, &clock, 0..=150, time_of);
     copy_dir(&a, &b);
     std::fs::create_dir_all(b.join("staging")).unwrap(); // copy_dir copies files only
-    // b: published to 150 first, so checkpoint 200 is built from checkpoint 100 on disk.
+                                                         // b: published to 150 first, so checkpoint 200 is built from checkpoint 100 on disk.
     Store::open(&b).unwrap().publish_table("t").unwrap();
     commit_timed(&a, &clock, 151..=200, time_of);
     commit_timed(&b, &clock, 151..=200, time_of);
@@ -454,8 +454,14 @@ fn checkpoint_tombstones_expire_after_a_week_the_same_whichever_way_they_are_bui
     let (_, at200, _) = checkpoint_state(&log_a.join(cp(200)));
     // Day-0 removes would be young enough at checkpoint 200's (earlier) time: expired stays
     // expired.
-    assert!(at200.values().all(|t| *t >= T0 + DAY), "expired stays expired");
-    assert!(at200.values().any(|t| *t < T0 + 2 * DAY), "day-1 removes kept");
+    assert!(
+        at200.values().all(|t| *t >= T0 + DAY),
+        "expired stays expired"
+    );
+    assert!(
+        at200.values().any(|t| *t < T0 + 2 * DAY),
+        "day-1 removes kept"
+    );
     // c: both checkpoints lost, 200 rebuilt by replaying every commit (expiring at 100).
     Store::open(&c).unwrap().publish_table("t").unwrap();
     let log_c = c.join("tables/t/_delta_log");
