@@ -256,6 +256,75 @@ fn a_publish_cut_at_any_file_operation_resumes_to_the_same_bytes() {
     assert!(n > 20, "the sweep covered {n} operations");
 }
 
+/// The add paths and the tombstones (path -> deletionTimestamp) of a checkpoint file, and its
+/// row count.
+fn checkpoint_state(path: &Path) -> (BTreeSet<String>, BTreeMap<String, u64>, usize) {
+    use arrow_array::cast::AsArray;
+    use arrow_array::types::Int64Type;
+    use arrow_array::Array;
+    let reader = parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(
+        std::fs::File::open(path).unwrap(),
+    )
+    .unwrap()
+    .build()
+    .unwrap();
+    let (mut adds, mut tombstones, mut rows) = (BTreeSet::new(), BTreeMap::new(), 0);
+    for batch in reader {
+        let batch = batch.unwrap();
+        rows += batch.num_rows();
+        let add = batch.column_by_name("add").unwrap().as_struct();
+        let add_path = add.column_by_name("path").unwrap().as_string::<i32>();
+        let rm = batch.column_by_name("remove").unwrap().as_struct();
+        let rm_path = rm.column_by_name("path").unwrap().as_string::<i32>();
+        let rm_time = rm
+            .column_by_name("deletionTimestamp")
+            .unwrap()
+            .as_primitive::<Int64Type>();
+        for i in 0..batch.num_rows() {
+            if add.is_valid(i) {
+                assert!(
+                    adds.insert(add_path.value(i).to_string()),
+                    "a path added twice"
+                );
+            }
+            if rm.is_valid(i) {
+                let prev = tombstones.insert(rm_path.value(i).to_string(), rm_time.value(i) as u64);
+                assert!(prev.is_none(), "a path removed twice");
+            }
+        }
+    }
+    (adds, tombstones, rows)
+}
+
+/// Delta's default `delta.deletedFileRetentionDuration`.
+const WEEK_MS: u64 = 7 * 24 * 3600 * 1000;
+
+/// What the checkpoint of version `c` must hold by the rule: the live files, and every removed
+/// file not added again whose deletion is at most a week older than the commit time of the
+/// checkpoint version, expiry applied at each checkpoint version up to `c`.
+fn model_checkpoint(
+    vs: &BTreeMap<u64, Vec<Value>>,
+    c: u64,
+) -> (BTreeSet<String>, BTreeMap<String, u64>) {
+    let mut tombstones = BTreeMap::new();
+    for (v, actions) in vs.range(..=c) {
+        for a in actions {
+            if let Some(r) = a.get("remove") {
+                let path = r["path"].as_str().unwrap().to_string();
+                tombstones.insert(path, r["deletionTimestamp"].as_u64().unwrap());
+            }
+            if let Some(add) = a.get("add") {
+                tombstones.remove(add["path"].as_str().unwrap());
+            }
+        }
+        if *v > 0 && v % 100 == 0 {
+            let time = actions[0]["txn"]["lastUpdated"].as_u64().unwrap();
+            tombstones.retain(|_, t| *t + WEEK_MS >= time);
+        }
+    }
+    (live_files(vs, c).into_keys().collect(), tombstones)
+}
+
 #[test]
 fn checkpoints_every_100_versions_and_a_lost_one_is_rewritten_identically() {
     let dir = tempfile::tempdir().unwrap();
@@ -266,23 +335,22 @@ fn checkpoints_every_100_versions_and_a_lost_one_is_rewritten_identically() {
     let cp = log.join("00000000000000000200.checkpoint.parquet");
     let cp100 = std::fs::read(log.join("00000000000000000100.checkpoint.parquet")).unwrap();
     let bytes = std::fs::read(&cp).unwrap();
+    // The checkpoint holds the live files of version 200, the removed ones as tombstones (all
+    // younger than a week) and the txn of its seq.
+    let vs = versions(&store.table_dir("t"));
+    let (adds, tombstones, rows) = checkpoint_state(&cp);
+    let (want_adds, want_tombstones) = model_checkpoint(&vs, 200);
+    assert_eq!(adds.len(), 6, "one file per unit (6 units)");
+    assert_eq!(
+        tombstones.len(),
+        195,
+        "every file removed in versions 1..=200"
+    );
+    assert_eq!((&adds, &tombstones), (&want_adds, &want_tombstones));
+    assert_eq!(rows, 3 + 6 + 195, "protocol, metaData, txn, adds, removes");
     assert_eq!(
         std::fs::read_to_string(log.join("_last_checkpoint")).unwrap(),
-        r#"{"version":200,"size":9}"#
-    );
-    // The checkpoint holds the live files of version 200 and the txn of its seq.
-    let rows = parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(
-        std::fs::File::open(&cp).unwrap(),
-    )
-    .unwrap()
-    .build()
-    .unwrap()
-    .map(|b| b.unwrap().num_rows())
-    .sum::<usize>();
-    assert_eq!(
-        rows,
-        3 + 6,
-        "protocol, metaData, txn and one file per unit (6 units)"
+        format!(r#"{{"version":200,"size":{rows}}}"#)
     );
     // Lost (a cut between the commit and its checkpoint): the next publish writes it again.
     std::fs::remove_file(&cp).unwrap();
@@ -297,6 +365,110 @@ fn checkpoints_every_100_versions_and_a_lost_one_is_rewritten_identically() {
         cp100
     );
     assert!(log.join("_last_checkpoint").exists());
+}
+
+/// Commits `range` under `t/` at the times `time_of(i)`: three partitions of changing units
+/// (new bytes each time) and one unit flipping between two contents, so a removed path is
+/// added again.
+fn commit_timed(
+    path: &Path,
+    clock: &oncelake::ManualClock,
+    range: std::ops::RangeInclusive<u64>,
+    time_of: impl Fn(u64) -> u64,
+) {
+    let options = Options {
+        clock: Arc::new(clock.clone()),
+        ..Options::default()
+    };
+    let store = Store::open_with(path, options).unwrap();
+    let _ = store.create_table("t", "t/", TableFormat::Delta);
+    for i in range {
+        clock.set_ms(time_of(i));
+        if i % 10 == 5 {
+            let flip = (i / 10) % 2;
+            store
+                .put("t/p=0/flip", i + 1, &parquet(flip as i64, 1, "f"))
+                .unwrap();
+        } else {
+            let unit = format!("t/p={}/u{}", i % 3, i % 4);
+            store.put(&unit, i + 1, &parquet(i as i64, 2, "x")).unwrap();
+        }
+    }
+}
+
+#[test]
+fn checkpoint_tombstones_expire_after_a_week_the_same_whichever_way_they_are_built() {
+    const T0: u64 = 1_700_000_000_000;
+    const DAY: u64 = 24 * 3600 * 1000;
+    // Versions 0..=59 on day 0, 60..=100 on day 8 (the first ones' removes expire at
+    // checkpoint 100), 101..=200 back on day 1 (a clock that went backwards).
+    let time_of = |i: u64| match i {
+        0..=59 => T0 + i,
+        60..=100 => T0 + 8 * DAY + i,
+        _ => T0 + DAY + i,
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let clock = oncelake::ManualClock::new(T0);
+    let (a, b, c) = (
+        dir.path().join("a"),
+        dir.path().join("b"),
+        dir.path().join("c"),
+    );
+    commit_timed(&a, &clock, 0..=150, time_of);
+    copy_dir(&a, &b);
+    std::fs::create_dir_all(b.join("staging")).unwrap(); // copy_dir copies files only
+                                                         // b: published to 150 first, so checkpoint 200 is built from checkpoint 100 on disk.
+    Store::open(&b).unwrap().publish_table("t").unwrap();
+    commit_timed(&a, &clock, 151..=200, time_of);
+    commit_timed(&b, &clock, 151..=200, time_of);
+    copy_dir(&a, &c);
+    std::fs::create_dir_all(c.join("staging")).unwrap();
+    // a: in one run, checkpoint 200 from memory.
+    Store::open(&a).unwrap().publish_table("t").unwrap();
+    Store::open(&b).unwrap().publish_table("t").unwrap();
+    let log_a = a.join("tables/t/_delta_log");
+    let cp = |v: u64| format!("{v:020}.checkpoint.parquet");
+    let vs = versions(&a.join("tables/t"));
+    for v in [100, 200] {
+        let (adds, tombstones, _) = checkpoint_state(&log_a.join(cp(v)));
+        assert_eq!(
+            (adds, tombstones),
+            model_checkpoint(&vs, v),
+            "checkpoint {v}"
+        );
+        let want = std::fs::read(log_a.join(cp(v))).unwrap();
+        let got = std::fs::read(b.join("tables/t/_delta_log").join(cp(v))).unwrap();
+        assert_eq!(got, want, "checkpoint {v}: resumed from disk vs in memory");
+    }
+    let (_, at100, _) = checkpoint_state(&log_a.join(cp(100)));
+    assert!(
+        at100.values().all(|t| *t >= T0 + 8 * DAY),
+        "day-0 removes expired"
+    );
+    assert!(!at100.is_empty());
+    let (_, at200, _) = checkpoint_state(&log_a.join(cp(200)));
+    // Day-0 removes would be young enough at checkpoint 200's (earlier) time: expired stays
+    // expired.
+    assert!(
+        at200.values().all(|t| *t >= T0 + DAY),
+        "expired stays expired"
+    );
+    assert!(
+        at200.values().any(|t| *t < T0 + 2 * DAY),
+        "day-1 removes kept"
+    );
+    // c: both checkpoints lost, 200 rebuilt by replaying every commit (expiring at 100).
+    Store::open(&c).unwrap().publish_table("t").unwrap();
+    let log_c = c.join("tables/t/_delta_log");
+    std::fs::remove_file(log_c.join(cp(100))).unwrap();
+    std::fs::remove_file(log_c.join(cp(200))).unwrap();
+    std::fs::remove_file(log_c.join("_last_checkpoint")).unwrap();
+    Store::open(&c).unwrap().publish_table("t").unwrap();
+    assert_eq!(
+        std::fs::read(log_c.join(cp(200))).unwrap(),
+        std::fs::read(log_a.join(cp(200))).unwrap(),
+        "checkpoint 200 replayed from version 0"
+    );
 }
 
 #[test]

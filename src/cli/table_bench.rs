@@ -43,20 +43,49 @@ fn open(dir: &Path) -> Result<Store, CliError> {
 }
 
 /// Commits `total` changes, `per_commit` units per commit, cycling over `units` unit keys so
-/// later changes are new versions (a remove and an add each).
+/// later changes are new versions (a remove and an add each). Objects are staged on 16 threads
+/// (their fsyncs overlap), 1,000 at a time.
 fn fill(store: &Store, total: u64, per_commit: u64, units: u64) -> Result<(), CliError> {
+    let unit_of = |j: u64| format!("bench/part={}/u{}", (j % units) % 16, j % units);
     let mut i = 0u64;
     while i < total {
-        let mut batch = Batch::new();
-        let n = per_commit.min(total - i);
-        for j in i..i + n {
-            let u = j % units;
-            let unit = format!("bench/part={}/u{u}", u % 16);
-            let staged = store.stage_bytes(&parquet_bytes(j, &unit, 4)?)?;
-            batch = batch.put(&unit, j, &staged);
+        let ahead = (1000 / per_commit).max(1) * per_commit;
+        let end = (i + ahead).min(total);
+        let staged: Vec<_> = std::thread::scope(|s| {
+            let handles: Vec<_> = (0..16u64)
+                .map(|t| {
+                    s.spawn(move || {
+                        (i + t..end)
+                            .step_by(16)
+                            .map(|j| {
+                                Ok((j, store.stage_bytes(&parquet_bytes(j, &unit_of(j), 4)?)?))
+                            })
+                            .collect::<Result<Vec<_>, CliError>>()
+                    })
+                })
+                .collect();
+            handles
+                .into_iter()
+                .map(|h| {
+                    h.join().unwrap_or_else(|_| {
+                        Err(CliError::Usage("a staging thread panicked".into()))
+                    })
+                })
+                .collect::<Result<Vec<_>, _>>()
+        })?
+        .into_iter()
+        .flatten()
+        .collect();
+        let mut staged: Vec<_> = staged;
+        staged.sort_by_key(|(j, _)| *j);
+        for part in staged.chunks(per_commit as usize) {
+            let mut batch = Batch::new();
+            for (j, obj) in part {
+                batch = batch.put(unit_of(*j), *j, obj);
+            }
+            store.commit(batch)?;
         }
-        store.commit(batch)?;
-        i += n;
+        i = end;
     }
     store.flush()?;
     Ok(())

@@ -5,6 +5,11 @@
 //! The log is the truth readers see, so the position is never kept anywhere else: a publish cut
 //! short at any point resumes from exactly what was made visible. This reads only lines oncelake
 //! writes itself, so the core needs no JSON library.
+//!
+//! Delta's own VACUUM (delta-rs) appends versions that hold nothing but a `commitInfo` action
+//! (`VACUUM START`, `VACUUM END`): they change no data, so the position skips back over them to
+//! oncelake's newest version for the seq, and the next version goes after them. Any other
+//! version without oncelake's txn means another writer changed the table's data: damage.
 
 use super::{io_err, TableError, TableResult};
 use std::path::{Path, PathBuf};
@@ -58,27 +63,73 @@ pub fn published(name: &str, table_dir: &Path) -> TableResult<Position> {
     let Some(version) = newest_version(&log_dir)? else {
         return Ok(Position::default());
     };
-    let path = log_dir.join(commit_file(version));
-    let seq = txn_seq_of(name, &path)?;
+    let (_, seq) = newest_oncelake_txn(name, &log_dir, version)?;
     Ok(Position {
         version: Some(version),
         seq,
     })
 }
 
+/// The newest version at or before `version` that carries oncelake's txn, and that txn's seq,
+/// stepping back over versions that hold only `commitInfo` (Delta's VACUUM writes those).
+pub fn newest_oncelake_txn(name: &str, log_dir: &Path, version: u64) -> TableResult<(u64, u64)> {
+    let mut v = version;
+    loop {
+        let path = log_dir.join(commit_file(v));
+        match read_commit(&path)? {
+            CommitKind::Oncelake(seq) => return Ok((v, seq)),
+            CommitKind::InfoOnly if v > 0 => v -= 1,
+            _ => return Err(damaged(name, path)),
+        }
+    }
+}
+
 /// The `txn` version (store seq) of one commit file written by oncelake.
 pub fn txn_seq_of(name: &str, path: &Path) -> TableResult<u64> {
+    match read_commit(path)? {
+        CommitKind::Oncelake(seq) => Ok(seq),
+        _ => Err(damaged(name, path.to_path_buf())),
+    }
+}
+
+/// What a commit file is, as far as the position cares.
+enum CommitKind {
+    /// oncelake's: its txn version.
+    Oncelake(u64),
+    /// Only `commitInfo` lines: no data changed (Delta's VACUUM START / END).
+    InfoOnly,
+    /// Anything else.
+    Foreign,
+}
+
+fn read_commit(path: &Path) -> TableResult<CommitKind> {
     let text = std::fs::read(path).map_err(|e| io_err(format!("read {}", path.display()), e))?;
-    let first = text.split(|&b| b == b'\n').next().unwrap_or_default();
-    parse_txn_version(first).ok_or_else(|| damaged(name, path.to_path_buf()))
+    let mut lines = text
+        .split(|&b| b == b'\n')
+        .filter(|l| !l.is_empty())
+        .peekable();
+    if let Some(seq) = lines.peek().and_then(|first| parse_txn_version(first)) {
+        return Ok(CommitKind::Oncelake(seq));
+    }
+    // Delta writes one action per line, so a line starting with this key is a commitInfo action.
+    let mut info_only = lines.peek().is_some();
+    for line in lines {
+        info_only &= line.starts_with(b"{\"commitInfo\":");
+    }
+    Ok(if info_only {
+        CommitKind::InfoOnly
+    } else {
+        CommitKind::Foreign
+    })
 }
 
 fn damaged(name: &str, path: PathBuf) -> TableError {
     TableError::Damaged {
         name: name.to_string(),
         path,
-        detail: "the newest log file does not start with oncelake's txn action; another writer \
-                 changed the table — publish it under a new table name"
+        detail: "the log file neither starts with oncelake's txn action nor holds only \
+                 commitInfo (as Delta's VACUUM writes); another writer changed the table's data — \
+                 publish it under a new table name"
             .into(),
     }
 }
@@ -107,5 +158,29 @@ mod tests {
         assert_eq!(version_of("00000000000000000012.checkpoint.parquet"), None);
         assert_eq!(version_of("_last_checkpoint"), None);
         assert_eq!(commit_file(7), "00000000000000000007.json");
+    }
+
+    #[test]
+    fn the_position_steps_back_over_vacuum_versions_only() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join(DELTA_LOG);
+        std::fs::create_dir_all(&log).unwrap();
+        let write = |v: u64, text: &str| std::fs::write(log.join(commit_file(v)), text).unwrap();
+        write(0, "{\"txn\":{\"appId\":\"oncelake:1:t\",\"version\":7,\"lastUpdated\":1}}\n{\"add\":{}}\n");
+        write(1, "{\"commitInfo\":{\"operation\":\"VACUUM START\"}}\n");
+        write(2, "{\"commitInfo\":{\"operation\":\"VACUUM END\"}}\n");
+        let pos = published("t", dir.path()).unwrap();
+        assert_eq!((pos.version, pos.seq), (Some(2), 7));
+        // A version that changes data without oncelake's txn is another writer's: damage.
+        write(3, "{\"commitInfo\":{}}\n{\"add\":{\"path\":\"x\"}}\n");
+        assert!(matches!(
+            published("t", dir.path()),
+            Err(TableError::Damaged { .. })
+        ));
+        write(3, "");
+        assert!(matches!(
+            published("t", dir.path()),
+            Err(TableError::Damaged { .. })
+        ));
     }
 }

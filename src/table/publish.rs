@@ -202,27 +202,43 @@ fn publish(store: &Store, def: &TableDef) -> TableResult<PublishReport> {
             ..PublishReport::default()
         },
     };
+    // Versions are built a chunk at a time, their data files linked with one sync per
+    // directory for the whole chunk, then appended one by one. A unit that cannot be published
+    // ends the chunk: the versions before it are published, nothing of it.
+    let mut chunk: Vec<TableCommit> = Vec::new();
+    let mut files = 0;
+    let mut stop = None;
     for (seq, time_ms, entries) in &commits {
-        let Some(commit) = p.build(*seq, *time_ms, entries, &mut priors)? else {
-            continue;
-        };
-        p.link(&commit)?;
-        let schema = p.schema.clone().ok_or_else(|| {
-            // build() returns a commit only once a schema is known.
-            TableError::Store(crate::Error::InvalidRequest(
-                "invariant: a table version is built only with a known schema".into(),
-            ))
-        })?;
-        log.append(&commit, &schema)?;
-        p.report.versions += 1;
-        p.report.adds += commit.adds.len() as u64;
-        p.report.removes += commit.removes.len() as u64;
+        match p.build(*seq, *time_ms, entries, &mut priors) {
+            Ok(Some(commit)) => {
+                files += commit.adds.len();
+                chunk.push(commit);
+            }
+            Ok(None) => {}
+            Err(e) => {
+                stop = Some(e);
+                break;
+            }
+        }
+        if files >= CHUNK_FILES {
+            p.publish_chunk(log.as_mut(), &mut chunk)?;
+            files = 0;
+        }
+    }
+    p.publish_chunk(log.as_mut(), &mut chunk)?;
+    if let Some(e) = stop {
+        return Err(e);
     }
     let end = log.position();
     p.report.version = end.version;
     p.report.seq = end.seq;
     Ok(p.report)
 }
+
+/// The most data files one chunk of versions links before its versions are appended: bounds
+/// the memory a publish holds and how long its first version waits, while a chunk's directories
+/// are synced once, not once per version.
+const CHUNK_FILES: usize = 1 << 16;
 
 /// The per-publish state: the schema (known once a version exists) and the report.
 struct Publisher<'a> {
@@ -336,7 +352,11 @@ impl Publisher<'_> {
             reason: "a partition segment does not URL-unquote to UTF-8".into(),
         })?;
         if let Some(s) = &self.schema {
-            if s.partition_columns != part.columns() {
+            if !s
+                .partition_columns
+                .iter()
+                .eq(part.values.iter().map(|(k, _)| k))
+            {
                 return Err(TableError::BadPartitions {
                     table: self.def.name.clone(),
                     unit: e.unit.clone(),
@@ -349,13 +369,37 @@ impl Publisher<'_> {
         Ok(part)
     }
 
-    /// Hard-links the added data files into the table and makes the links durable, before the
-    /// version that names them exists.
-    fn link(&self, commit: &TableCommit) -> TableResult<()> {
+    /// Links the data files of `chunk`, then appends its versions in order; empties it.
+    fn publish_chunk(
+        &mut self,
+        log: &mut dyn FormatLog,
+        chunk: &mut Vec<TableCommit>,
+    ) -> TableResult<()> {
+        self.link(chunk)?;
+        for commit in chunk.drain(..) {
+            let schema = self.schema.as_ref().ok_or_else(|| {
+                // build() returns a commit only once a schema is known.
+                TableError::Store(crate::Error::InvalidRequest(
+                    "invariant: a table version is built only with a known schema".into(),
+                ))
+            })?;
+            log.append(&commit, schema)?;
+            self.report.versions += 1;
+            self.report.adds += commit.adds.len() as u64;
+            self.report.removes += commit.removes.len() as u64;
+        }
+        Ok(())
+    }
+
+    /// Hard-links the data files the versions of `chunk` add into the table and makes the links
+    /// durable (each directory synced once), before any version that names them exists. A link
+    /// made ahead of its version is harmless: it is the file that version will name, and
+    /// [`resolve_priors`] looks only at entries the log already includes.
+    fn link(&self, chunk: &[TableCommit]) -> TableResult<()> {
         let root = self.store.table_dir(&self.def.name);
         let vfs = &self.store.inner.options.vfs;
         let mut dirs = BTreeSet::new();
-        for a in &commit.adds {
+        for a in chunk.iter().flat_map(|c| &c.adds) {
             let to = root.join(&a.file.path);
             let dir = to.parent().map_or(root.clone(), |p| p.to_path_buf());
             if !dirs.contains(&dir) {

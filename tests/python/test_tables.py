@@ -173,6 +173,63 @@ def test_checkpoints_keep_every_version_readable(tmp_path):
     assert duck_rows(lake.table) == lake.versions[-1]
 
 
+def replayed(table, upto):
+    """(live add paths, removed paths not added again) after the JSON versions 0..=upto."""
+    live, removed = set(), set()
+    for v in range(upto + 1):
+        for line in (table / "_delta_log" / f"{v:020}.json").read_text().splitlines():
+            action = json.loads(line)
+            if "remove" in action:
+                live.discard(action["remove"]["path"])
+                removed.add(action["remove"]["path"])
+            if "add" in action:
+                removed.discard(action["add"]["path"])
+                live.add(action["add"]["path"])
+    return live, removed
+
+
+def test_checkpoints_carry_remove_tombstones_for_delta_vacuum(tmp_path):
+    lake = Lake(tmp_path)
+    for i in range(103):
+        lake.put(f"sales/part={i % 3}/u{i % 5}", i + 1, [{"id": i, "name": f"n{i}"}])
+    lake.publish()
+    log = lake.table / "_delta_log"
+    cp = pq.read_table(log / "00000000000000000100.checkpoint.parquet").to_pylist()
+    adds = {r["add"]["path"] for r in cp if r["add"]}
+    removes = {r["remove"]["path"] for r in cp if r["remove"]}
+    live, removed = replayed(lake.table, 100)
+    assert (adds, removes) == (live, removed)
+    assert len(removes) == 101 - 15, "every superseded file of versions 0..=100 (15 units)"
+    # Readers at, before and after the checkpoint see exactly the committed rows.
+    for v in (99, 100, 102):
+        got = rows_of(DeltaTable(str(lake.table), version=v).to_pyarrow_table())
+        assert got == lake.versions[v], v
+        assert duck_rows(lake.table, v) == lake.versions[v], v
+    # Delta's own VACUUM (delta-rs' default mode goes by the tombstones) finds every superseded
+    # file, also those removed before the checkpoint it starts from.
+    dt = DeltaTable(str(lake.table))
+    _, removed_now = replayed(lake.table, 102)
+    stale = dt.vacuum(retention_hours=0, enforce_retention_duration=False, dry_run=True)
+    assert {Path(p).name for p in stale} == {Path(p).name for p in removed_now}
+    # Vacuumed for real: the table's links go, the store's objects stay.
+    dt.vacuum(retention_hours=0, enforce_retention_duration=False, dry_run=False)
+    assert not any((lake.table / p).exists() for p in removed_now)
+    assert rows_of(DeltaTable(str(lake.table)).to_pyarrow_table()) == lake.versions[-1]
+    assert duck_rows(lake.table) == lake.versions[-1]
+    assert ol("verify", lake.store, "--deep").returncode == 0
+    # VACUUM wrote two versions of commitInfo only (START, END); publishing goes on after them.
+    lake.versions += [lake.versions[-1]] * 2
+    assert DeltaTable(str(lake.table)).version() == len(lake.versions) - 1
+    last = lake.put("sales/part=0/u0", 1000, [{"id": 1000, "name": "after vacuum"}])
+    r = lake.publish()
+    assert (r["versions"], r["version"], r["seq"]) == (1, len(lake.versions) - 1, last), r
+    dt = DeltaTable(str(lake.table))
+    assert rows_of(dt.to_pyarrow_table()) == lake.versions[-1]
+    assert dt.transaction_version(r["app_id"]) == last
+    assert duck_rows(lake.table) == lake.versions[-1]
+    assert ol("verify", lake.store).returncode == 0
+
+
 def snapshot_tree(root):
     return {
         str(p.relative_to(root)): (p.read_bytes() if p.is_file() else None)

@@ -1,13 +1,22 @@
 //! Delta checkpoints: at every [`CHECKPOINT_INTERVAL`]-th version, the table's state (protocol,
-//! metaData, oncelake's txn, the live adds sorted by path) as one Parquet file
-//! `<version>.checkpoint.parquet`, and `_last_checkpoint` pointing at it, so a reader opens a
-//! table of any length from one file plus at most 99 commits.
+//! metaData, oncelake's txn, the live adds sorted by path, then the unexpired `remove`
+//! tombstones sorted by path) as one Parquet file `<version>.checkpoint.parquet`, and
+//! `_last_checkpoint` pointing at it, so a reader opens a table of any length from one file plus
+//! at most 99 commits.
+//!
+//! Tombstones are what Delta's VACUUM (delta-rs' default mode) deletes from: a file removed before
+//! a checkpoint and missing from it would never be vacuumed once readers start from that
+//! checkpoint. A tombstone expires [`TOMBSTONE_RETENTION_MS`] (Delta's default
+//! `delta.deletedFileRetentionDuration`, one week) before the checkpoint version's commit time;
+//! expiry is applied at every checkpoint version whichever way the state was built (in memory
+//! during a publish, or replayed from the previous checkpoint and the commits after it), so the
+//! bytes are the same either way, even if commit times went backwards.
 //!
 //! The rows are the same JSON actions the commit files hold, decoded into the checkpoint's Arrow
 //! schema; reading a checkpoint back (to resume) encodes its rows as JSON again.
 
 use super::{DeltaLog, CHECKPOINT_INTERVAL};
-use crate::table::position::commit_file;
+use crate::table::position::{commit_file, newest_oncelake_txn};
 use crate::table::{io_err, TableResult};
 use arrow_schema::{DataType, Field, Fields, Schema};
 use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
@@ -19,15 +28,69 @@ use std::sync::Arc;
 
 const LAST_CHECKPOINT: &str = "_last_checkpoint";
 
+/// How long a `remove` stays in checkpoints after its deletion time: Delta's default
+/// `delta.deletedFileRetentionDuration` (the table sets no other).
+pub(crate) const TOMBSTONE_RETENTION_MS: u64 = 7 * 24 * 3600 * 1000;
+
+/// The state a checkpoint holds besides its header: the live `add` actions and the unexpired
+/// `remove` tombstones, each by (URI) path. A path is in at most one of them.
+#[derive(Debug, Default)]
+pub(super) struct LiveState {
+    adds: BTreeMap<String, Value>,
+    tombstones: BTreeMap<String, Value>,
+}
+
+impl LiveState {
+    /// A version adds `action` (an `add` action's body) at `path`.
+    pub(super) fn add(&mut self, path: String, action: Value) {
+        self.tombstones.remove(&path);
+        self.adds.insert(path, action);
+    }
+
+    /// A version removes the file at `path`; `action` is the `remove` action's body.
+    pub(super) fn remove(&mut self, path: String, action: Value) {
+        self.adds.remove(&path);
+        self.tombstones.insert(path, action);
+    }
+
+    /// Drops the tombstones expired as of a checkpoint committed at `time_ms`.
+    fn expire(&mut self, time_ms: u64) {
+        let cutoff = time_ms.saturating_sub(TOMBSTONE_RETENTION_MS);
+        self.tombstones.retain(|_, r| {
+            r.get("deletionTimestamp")
+                .and_then(Value::as_u64)
+                .is_some_and(|t| t >= cutoff)
+        });
+    }
+
+    /// Applies one action line of a commit file or a checkpoint.
+    fn apply(&mut self, action: &Value) {
+        if let Some(r) = action.get("remove") {
+            if let Some(p) = r.get("path").and_then(Value::as_str) {
+                self.remove(p.to_string(), r.clone());
+            }
+        }
+        if let Some(add) = action.get("add") {
+            if let Some(p) = add.get("path").and_then(Value::as_str) {
+                self.add(p.to_string(), add.clone());
+            }
+        }
+    }
+}
+
 fn checkpoint_file(version: u64) -> String {
     format!("{version:020}.checkpoint.parquet")
 }
 
-/// Writes the checkpoint of `version` (just appended, its txn action `txn`) and points
-/// `_last_checkpoint` at it.
+/// Writes the checkpoint of `version` (just appended, its txn action `txn`, whose
+/// `lastUpdated` is the version's commit time) and points `_last_checkpoint` at it.
 pub(super) fn write(log: &mut DeltaLog, version: u64, txn: Value) -> TableResult<()> {
-    if log.active.is_none() {
-        log.active = Some(load_active(log, version)?);
+    if log.live.is_none() {
+        log.live = Some(load_live(log, version)?);
+    }
+    let time_ms = txn.get("lastUpdated").and_then(Value::as_u64).unwrap_or(0);
+    if let Some(live) = &mut log.live {
+        live.expire(time_ms);
     }
     let (protocol, meta) = log.header.clone().ok_or_else(|| {
         log.damaged(
@@ -43,16 +106,16 @@ pub(super) fn write(log: &mut DeltaLog, version: u64, txn: Value) -> TableResult
     ] {
         super::push_line(&mut lines, &v);
     }
-    let active = log
-        .active
-        .as_ref()
-        .map(|a| a.values())
-        .into_iter()
-        .flatten();
     let mut rows = 3u64;
-    for add in active {
-        super::push_line(&mut lines, &json!({ "add": add }));
-        rows += 1;
+    if let Some(live) = &log.live {
+        for add in live.adds.values() {
+            super::push_line(&mut lines, &json!({ "add": add }));
+            rows += 1;
+        }
+        for remove in live.tombstones.values() {
+            super::push_line(&mut lines, &json!({ "remove": remove }));
+            rows += 1;
+        }
     }
     let bytes = encode(log, lines.as_bytes())?;
     let path = log.log_dir.join(checkpoint_file(version));
@@ -93,8 +156,10 @@ fn open(path: &Path) -> TableResult<std::fs::File> {
     std::fs::File::open(path).map_err(|e| io_err(format!("open {}", path.display()), e))
 }
 
-/// The txn action (first line) of a version's commit file.
+/// The txn action (first line) of oncelake's newest version at or before `version` (a version
+/// Delta's VACUUM wrote carries none): the table's state as of `version`.
 fn txn_of(log: &DeltaLog, version: u64) -> TableResult<Value> {
+    let (version, _) = newest_oncelake_txn(&log.name, &log.log_dir, version)?;
     let path = log.log_dir.join(commit_file(version));
     let text = std::fs::read_to_string(&path)
         .map_err(|e| io_err(format!("read {}", path.display()), e))?;
@@ -132,19 +197,27 @@ fn write_last_checkpoint(log: &DeltaLog, version: u64, rows: u64) -> TableResult
         .map_err(|e| io_err(format!("sync {}", log.log_dir.display()), e))
 }
 
-/// The live adds as of `version`: the newest checkpoint at or before it, then the commits after.
-fn load_active(log: &DeltaLog, version: u64) -> TableResult<BTreeMap<String, Value>> {
-    let mut active = BTreeMap::new();
+/// The state as of `version`: the newest checkpoint before it, then the commits after, expiring
+/// tombstones at each checkpoint version on the way (as the checkpoints written did).
+fn load_live(log: &DeltaLog, version: u64) -> TableResult<LiveState> {
+    let mut live = LiveState::default();
     let mut from = 0;
     let mut c = version - version % CHECKPOINT_INTERVAL;
     while c > 0 {
         let path = log.log_dir.join(checkpoint_file(c));
         if path.exists() && c < version {
-            read_checkpoint_adds(log, &path, &mut active)?;
+            read_checkpoint(log, &path, &mut live)?;
             from = c + 1;
             break;
         }
         c -= CHECKPOINT_INTERVAL;
+    }
+    // The commit time of oncelake's newest version so far (a VACUUM version has none).
+    let mut time_ms = None;
+    if from > 0 {
+        time_ms = txn_of(log, from - 1)?
+            .get("lastUpdated")
+            .and_then(Value::as_u64);
     }
     for v in from..=version {
         let path = log.log_dir.join(commit_file(v));
@@ -153,28 +226,23 @@ fn load_active(log: &DeltaLog, version: u64) -> TableResult<BTreeMap<String, Val
         for line in text.lines() {
             let action: Value = serde_json::from_str(line)
                 .map_err(|e| log.damaged(&path, format!("a line is not JSON: {e}")))?;
-            apply(&mut active, action);
+            if let Some(t) = action
+                .get("txn")
+                .and_then(|t| t.get("lastUpdated")?.as_u64())
+            {
+                time_ms = Some(t);
+            }
+            live.apply(&action);
+        }
+        if v > 0 && v < version && v.is_multiple_of(CHECKPOINT_INTERVAL) {
+            let t = time_ms.ok_or_else(|| log.damaged(&path, "no version up to it has a txn"))?;
+            live.expire(t);
         }
     }
-    Ok(active)
+    Ok(live)
 }
 
-fn apply(active: &mut BTreeMap<String, Value>, action: Value) {
-    if let Some(r) = action.get("remove").and_then(|r| r.get("path")?.as_str()) {
-        active.remove(r);
-    }
-    if let Some(add) = action.get("add") {
-        if let Some(p) = add.get("path").and_then(Value::as_str) {
-            active.insert(p.to_string(), add.clone());
-        }
-    }
-}
-
-fn read_checkpoint_adds(
-    log: &DeltaLog,
-    path: &Path,
-    active: &mut BTreeMap<String, Value>,
-) -> TableResult<()> {
+fn read_checkpoint(log: &DeltaLog, path: &Path, live: &mut LiveState) -> TableResult<()> {
     let bad = |e: &dyn std::fmt::Display| log.damaged(path, format!("unreadable checkpoint: {e}"));
     let reader = ParquetRecordBatchReaderBuilder::try_new(open(path)?)
         .map_err(|e| bad(&e))?
@@ -188,7 +256,7 @@ fn read_checkpoint_adds(
         let out = w.into_inner();
         for line in out.split(|&b| b == b'\n').filter(|l| !l.is_empty()) {
             let action: Value = serde_json::from_slice(line).map_err(|e| bad(&e))?;
-            apply(active, action);
+            live.apply(&action);
         }
     }
     Ok(())

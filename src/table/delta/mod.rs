@@ -17,7 +17,6 @@ use super::{io_err, TableDef, TableError, TableResult};
 use crate::store::Store;
 use crate::vfs::Vfs;
 use serde_json::{json, Map, Value};
-use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -35,8 +34,8 @@ pub(crate) struct DeltaLog {
     schema: Option<TableSchema>,
     /// The `protocol` and `metaData` actions of version 0.
     header: Option<(Value, Value)>,
-    /// The live `add` actions by path, once a checkpoint needed them.
-    active: Option<BTreeMap<String, Value>>,
+    /// The live files and tombstones, once a checkpoint needed them.
+    live: Option<checkpoint::LiveState>,
 }
 
 impl DeltaLog {
@@ -54,7 +53,7 @@ impl DeltaLog {
             position: published(&def.name, &dir)?,
             schema: None,
             header: None,
-            active: None,
+            live: None,
             log_dir,
         };
         log.remove_temporaries()?;
@@ -136,17 +135,12 @@ impl DeltaLog {
             push_line(&mut out, &json!({ "protocol": protocol }));
             push_line(&mut out, &json!({ "metaData": meta }));
         }
+        out.reserve((commit.removes.len() + commit.adds.len()) * 256);
         for r in &commit.removes {
-            push_line(
-                &mut out,
-                &json!({"remove": remove_action(r, commit.time_ms)}),
-            );
+            push_remove_line(&mut out, r, commit.time_ms);
         }
         for a in &commit.adds {
-            push_line(
-                &mut out,
-                &json!({"add": add_action(&a.file, a.num_records, commit.time_ms)}),
-            );
+            push_add_line(&mut out, &a.file, a.num_records, commit.time_ms);
         }
         out
     }
@@ -226,13 +220,14 @@ impl FormatLog for DeltaLog {
             self.header = Some(self.header_for(schema, commit.time_ms));
             self.schema = Some(schema.clone());
         }
-        if let Some(active) = &mut self.active {
+        if let Some(live) = &mut self.live {
             for r in &commit.removes {
-                active.remove(&super::layout::uri_path(&r.path));
+                let remove = remove_action(r, commit.time_ms);
+                live.remove(super::layout::uri_path(&r.path), remove);
             }
             for a in &commit.adds {
                 let add = add_action(&a.file, a.num_records, commit.time_ms);
-                active.insert(super::layout::uri_path(&a.file.path), add);
+                live.add(super::layout::uri_path(&a.file.path), add);
             }
         }
         self.position = Position {
@@ -251,6 +246,69 @@ impl FormatLog for DeltaLog {
 fn push_line(out: &mut String, v: &Value) {
     out.push_str(&v.to_string());
     out.push('\n');
+}
+
+/// `{"add":{...}}` and a newline: the bytes `push_line` writes for [`add_action`], written
+/// directly (a version's add and remove lines are most of a publish's encoding work).
+fn push_add_line(out: &mut String, f: &FileRef, num_records: i64, time_ms: u64) {
+    use std::fmt::Write;
+    let _ = write!(
+        out,
+        "{{\"add\":{{\"dataChange\":true,\"modificationTime\":{time_ms},\"partitionValues\":"
+    );
+    push_partition_values(out, f);
+    out.push_str(",\"path\":");
+    push_json_str(out, &super::layout::uri_path(&f.path));
+    let _ = writeln!(
+        out,
+        ",\"size\":{},\"stats\":\"{{\\\"numRecords\\\":{num_records}}}\"}}}}",
+        f.size
+    );
+}
+
+/// `{"remove":{...}}` and a newline: the bytes `push_line` writes for [`remove_action`].
+fn push_remove_line(out: &mut String, f: &FileRef, time_ms: u64) {
+    use std::fmt::Write;
+    let _ = write!(
+        out,
+        "{{\"remove\":{{\"dataChange\":true,\"deletionTimestamp\":{time_ms},\
+         \"extendedFileMetadata\":true,\"partitionValues\":"
+    );
+    push_partition_values(out, f);
+    out.push_str(",\"path\":");
+    push_json_str(out, &super::layout::uri_path(&f.path));
+    let _ = writeln!(out, ",\"size\":{}}}}}", f.size);
+}
+
+/// The partition values as a JSON object with sorted keys (as serde_json writes a map; a
+/// repeated column keeps its last value).
+fn push_partition_values(out: &mut String, f: &FileRef) {
+    let sorted: std::collections::BTreeMap<&str, &str> = f
+        .partition
+        .iter()
+        .map(|(k, v)| (k.as_str(), v.as_str()))
+        .collect();
+    out.push('{');
+    for (i, (k, v)) in sorted.into_iter().enumerate() {
+        if i > 0 {
+            out.push(',');
+        }
+        push_json_str(out, k);
+        out.push(':');
+        push_json_str(out, v);
+    }
+    out.push('}');
+}
+
+/// A JSON string literal, escaped as serde_json escapes it.
+fn push_json_str(out: &mut String, s: &str) {
+    if s.bytes().all(|b| b >= 0x20 && b != b'"' && b != b'\\') {
+        out.push('"');
+        out.push_str(s);
+        out.push('"');
+    } else {
+        out.push_str(&Value::String(s.to_string()).to_string());
+    }
 }
 
 fn partition_values(r: &FileRef) -> Value {
@@ -324,4 +382,41 @@ fn uuid_of(h: &[u8; 32]) -> String {
         &hex[16..20],
         &hex[20..]
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn direct_action_lines_are_the_bytes_serde_json_writes() {
+        for partition in [
+            vec![],
+            vec![("d".to_string(), "2026-11-29".to_string())],
+            vec![
+                ("r".to_string(), "eu \"west\"\\\n\u{1}é".to_string()),
+                ("a b".to_string(), "x/y".to_string()),
+            ],
+            vec![
+                ("k".to_string(), "1".to_string()),
+                ("k".to_string(), "2".to_string()),
+            ],
+        ] {
+            let f = FileRef {
+                path: "r=eu west/a b=x%2Fy/00ff-1234.parquet".into(),
+                partition,
+                size: 1234,
+            };
+            let mut want = String::new();
+            push_line(
+                &mut want,
+                &json!({"add": add_action(&f, 42, 1_700_000_000_123)}),
+            );
+            push_line(&mut want, &json!({"remove": remove_action(&f, 7)}));
+            let mut got = String::new();
+            push_add_line(&mut got, &f, 42, 1_700_000_000_123);
+            push_remove_line(&mut got, &f, 7);
+            assert_eq!(got, want);
+        }
+    }
 }
