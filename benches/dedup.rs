@@ -3,9 +3,7 @@
 //!
 //! `cargo bench --bench dedup`; sizes from `ONCELAKE_BENCH_UNITS` (default 10000,100000,1000000).
 
-#[path = "../src/cli/bench_fixtures.rs"]
-mod fixtures;
-
+use oncelake_cli::bench_fixtures as fixtures;
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use std::time::Duration;
 

@@ -5,6 +5,8 @@
 //! `ONCELAKE_CORRUPTION_ROUNDS` raises the number of rounds (default 300 in the library, 40
 //! through the CLI); the seed of each round is printed on failure.
 
+mod bin;
+
 use oncelake::pipeline::{self, Attempt, Pipeline, PipelineDef, RecordedState};
 use oncelake::{ClaimOutcome, Options, Store, DB_FILE};
 use std::collections::BTreeMap;
@@ -342,7 +344,7 @@ fn copy_dir(from: &Path, to: &Path) {
 fn through_the_cli_a_damaged_database_never_exits_0_with_wrong_output() {
     let f = fixture();
     let run = |args: &[&str]| {
-        Command::new(env!("CARGO_BIN_EXE_oncelake"))
+        Command::new(bin::oncelake())
             .args(args)
             .output()
             .unwrap()

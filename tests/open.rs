@@ -2,6 +2,8 @@
 //! is completed by the next open, a format-1 store is upgraded in place (crash-safely), and a
 //! store on read-only media can be read.
 
+mod bin;
+
 use oncelake::fault::{FaultPlan, FaultyVfs};
 use oncelake::vfs::RealVfs;
 use oncelake::{Error, Options, Store, DB_FILE, FORMAT_VERSION, MARKER_FILE};
@@ -82,7 +84,7 @@ fn many_threads_opening_a_missing_directory_end_with_one_store() {
 }
 
 fn oncelake(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_oncelake"))
+    Command::new(bin::oncelake())
         .args(args)
         .output()
         .unwrap()

@@ -2,7 +2,7 @@
 //! lookup per listed unit as the same-run baseline.
 
 use super::bench_dedup::{build_store, per_sec, status, SizeArgs, WorkDir};
-use super::bench_fixtures as fx;
+use oncelake_cli::bench_fixtures as fx;
 use super::{print_json, CliError};
 use oncelake::reconcile::{
     reconcile_changes, reconcile_full, ListingFormat, ListingReader, Pairs, PlanItem,

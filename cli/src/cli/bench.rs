@@ -1,6 +1,6 @@
 //! `oncelake bench commit` (SPEC P1): durable commits against their baselines in the same run.
 
-use super::bench_commit::{self as workload, Measurement, Plan, System};
+use oncelake_cli::bench_commit::{self as workload, Measurement, Plan, System};
 use super::{print_json, CliError};
 use serde_json::json;
 use std::path::PathBuf;

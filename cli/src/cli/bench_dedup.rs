@@ -1,7 +1,7 @@
 //! `oncelake bench dedup`: the dedup decision (SPEC P2) and opening a large store (P6), with a
 //! plain redb point lookup as the same-run baseline.
 
-use super::bench_fixtures as fx;
+use oncelake_cli::bench_fixtures as fx;
 use super::{print_json, CliError};
 use serde_json::json;
 use std::io::IsTerminal;
