@@ -1,8 +1,8 @@
 //! `oncelake bench dedup`: the dedup decision (SPEC P2) and opening a large store (P6), with a
 //! plain redb point lookup as the same-run baseline.
 
-use oncelake_cli::bench_fixtures as fx;
 use super::{print_json, CliError};
+use oncelake_cli::bench_fixtures as fx;
 use serde_json::json;
 use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
@@ -133,130 +133,205 @@ fn redb_err(e: redb::Error) -> CliError {
 
 pub(crate) fn run(a: DedupArgs) -> Result<u8, CliError> {
     if !a.size.json {
-        outln!(
-            "dedup decision (P2): {} random queries per round, best of {}; baseline: plain redb point get (same keys, 72-byte values, one read txn)",
-            a.queries, a.size.rounds
-        );
-        outln!(
-            "{:>9}  {:>12}  {:>12}  {:>6}  {:>14}  {:>14}  {:>8}  {:>12}  {:>9}",
-            "units",
-            "lookup/s",
-            "redb get/s",
-            "ratio",
-            "lookup_many/s",
-            "snapshot get/s",
-            "open ms",
-            "open +RSS MiB",
-            "B/unit"
-        );
+        print_header(&a);
     }
     for &n in &a.size.units {
         if n == 0 {
             return Err(CliError::Usage("--units must be positive".into()));
         }
         let work = WorkDir::new(&a.size, "dedup", n)?;
-        let store_dir = work.path.join("store");
-        let (store, build) = build_store(&store_dir, n)?;
-        drop(store);
-
-        // P6: open the store in a fresh process (the dedup index is built from the manifest at
-        // open); the same for an empty store gives the process's own footprint.
-        let (open_ms, peak) = open_in_child(&store_dir)?;
-        let empty_dir = work.path.join("empty");
-        drop(fx::open_bench_store(&empty_dir)?);
-        let (_, empty_peak) = open_in_child(&empty_dir)?;
-        let open_rss = match (peak, empty_peak) {
-            (Some(p), Some(e)) => Some(p.saturating_sub(e)),
-            _ => None,
-        };
-        let store = fx::open_bench_store(&store_dir)?;
-
-        status("building the plain redb baseline");
-        let db = fx::build_baseline(&work.path.join("baseline.redb"), n).map_err(redb_err)?;
-        let queries = fx::dedup_queries(n, a.queries, n);
-        // Warm both sides (page cache, redb's cache) before timing.
-        let warm = &queries[..queries.len() / 10];
-        fx::run_lookups(&store, warm)?;
-        fx::run_lookup_many(&store, warm)?;
-        fx::run_redb_gets(&db, warm).map_err(redb_err)?;
-        fx::run_snapshot_gets(&store, warm)?;
-
-        status("timing");
-        let mut t_lookup = Vec::new();
-        let mut t_redb = Vec::new();
-        let mut t_snap = Vec::new();
-        let mut t_many = Vec::new();
-        let mut agree = true;
-        for _ in 0..a.size.rounds.max(1) {
-            let s = Instant::now();
-            let x = fx::run_lookups(&store, &queries)?;
-            t_lookup.push(s.elapsed());
-            let s = Instant::now();
-            let y = fx::run_redb_gets(&db, &queries).map_err(redb_err)?;
-            t_redb.push(s.elapsed());
-            let s = Instant::now();
-            let z = fx::run_snapshot_gets(&store, &queries)?;
-            t_snap.push(s.elapsed());
-            let s = Instant::now();
-            let m = fx::run_lookup_many(&store, &queries)?;
-            t_many.push(s.elapsed());
-            agree &= x == y && y == z && z == m && x == queries.len() as u64;
-        }
-        if !agree {
-            return Err(CliError::Usage(
-                "bench dedup: the three lookup paths disagreed; this is a bug, please report it"
-                    .into(),
-            ));
-        }
-        let best = |v: &Vec<Duration>| v.iter().min().copied().unwrap_or_default();
-        let q = queries.len() as u64;
-        let lookup = per_sec(q, best(&t_lookup));
-        let redb_get = per_sec(q, best(&t_redb));
-        let snap_get = per_sec(q, best(&t_snap));
-        let many = per_sec(q, best(&t_many));
-        let ratio = lookup / redb_get;
-        let per_unit = open_rss.map(|b| b as f64 / n as f64);
+        let row = measure_size(&a, n, &work)?;
         if a.size.json {
-            print_json(&json!({
-                "bench": "dedup",
-                "units": n,
-                "queries": q,
-                "rounds": a.size.rounds,
-                "lookup_per_s": lookup.round(),
-                "redb_get_per_s": redb_get.round(),
-                "ratio_vs_redb": (ratio * 100.0).round() / 100.0,
-                "snapshot_get_per_s": snap_get.round(),
-                "lookup_many_per_s": many.round(),
-                "lookup_many_ratio_vs_redb": (many / redb_get * 100.0).round() / 100.0,
-                "lookup_ns": (1e9 / lookup).round(),
-                "redb_get_ns": (1e9 / redb_get).round(),
-                "open_ms": (open_ms * 10.0).round() / 10.0,
-                "open_peak_rss_bytes": peak,
-                "empty_open_peak_rss_bytes": empty_peak,
-                "open_rss_bytes": open_rss,
-                "open_rss_bytes_per_unit": per_unit.map(|b| b.round()),
-                "build_s": (build.as_secs_f64() * 100.0).round() / 100.0,
-            }));
+            print_json_row(&a, &row);
         } else {
-            outln!(
-                "{:>9}  {:>12.0}  {:>12.0}  {:>5.1}x  {:>14.0}  {:>14.0}  {:>8.1}  {:>12}  {:>9}",
-                n,
-                lookup,
-                redb_get,
-                ratio,
-                many,
-                snap_get,
-                open_ms,
-                open_rss.map_or("?".into(), |b| format!(
-                    "{:.1}",
-                    b as f64 / (1 << 20) as f64
-                )),
-                per_unit.map_or("?".into(), |b| format!("{b:.0}")),
-            );
+            print_table_row(&row);
         }
-        drop(store);
-        drop(db);
+        // Removed (or reported as kept) after the row is printed.
         drop(work);
     }
     Ok(0)
+}
+
+fn print_header(a: &DedupArgs) {
+    outln!(
+        "dedup decision (P2): {} random queries per round, best of {}; baseline: plain redb point get (same keys, 72-byte values, one read txn)",
+        a.queries, a.size.rounds
+    );
+    outln!(
+        "{:>9}  {:>12}  {:>12}  {:>6}  {:>14}  {:>14}  {:>8}  {:>12}  {:>9}",
+        "units",
+        "lookup/s",
+        "redb get/s",
+        "ratio",
+        "lookup_many/s",
+        "snapshot get/s",
+        "open ms",
+        "open +RSS MiB",
+        "B/unit"
+    );
+}
+
+/// What one size measured.
+struct DedupRow {
+    units: u64,
+    queries: u64,
+    build: Duration,
+    open: OpenFootprint,
+    lookup: f64,
+    redb_get: f64,
+    snap_get: f64,
+    many: f64,
+}
+
+/// P6: opening the store in a fresh process, net of what an empty store's process takes.
+struct OpenFootprint {
+    ms: f64,
+    peak: Option<u64>,
+    empty_peak: Option<u64>,
+    rss: Option<u64>,
+}
+
+/// The best of `rounds` timings of each lookup path, as lookups per second.
+struct Rates {
+    lookup: f64,
+    redb_get: f64,
+    snap_get: f64,
+    many: f64,
+}
+
+/// Builds an `n`-unit store and its redb baseline in `work` and measures both.
+fn measure_size(a: &DedupArgs, n: u64, work: &WorkDir) -> Result<DedupRow, CliError> {
+    let store_dir = work.path.join("store");
+    let (store, build) = build_store(&store_dir, n)?;
+    drop(store);
+    let open = open_footprint(work, &store_dir)?;
+    let store = fx::open_bench_store(&store_dir)?;
+
+    status("building the plain redb baseline");
+    let db = fx::build_baseline(&work.path.join("baseline.redb"), n).map_err(redb_err)?;
+    let queries = fx::dedup_queries(n, a.queries, n);
+    // Warm both sides (page cache, redb's cache) before timing.
+    let warm = &queries[..queries.len() / 10];
+    fx::run_lookups(&store, warm)?;
+    fx::run_lookup_many(&store, warm)?;
+    fx::run_redb_gets(&db, warm).map_err(redb_err)?;
+    fx::run_snapshot_gets(&store, warm)?;
+
+    status("timing");
+    let rates = time_lookups(&store, &db, &queries, a.size.rounds)?;
+    Ok(DedupRow {
+        units: n,
+        queries: queries.len() as u64,
+        build,
+        open,
+        lookup: rates.lookup,
+        redb_get: rates.redb_get,
+        snap_get: rates.snap_get,
+        many: rates.many,
+    })
+}
+
+/// P6: the dedup index is built from the manifest at open, so the store is opened in a fresh
+/// process; the same for an empty store gives the process's own footprint.
+fn open_footprint(work: &WorkDir, store_dir: &Path) -> Result<OpenFootprint, CliError> {
+    let (ms, peak) = open_in_child(store_dir)?;
+    let empty_dir = work.path.join("empty");
+    drop(fx::open_bench_store(&empty_dir)?);
+    let (_, empty_peak) = open_in_child(&empty_dir)?;
+    let rss = match (peak, empty_peak) {
+        (Some(p), Some(e)) => Some(p.saturating_sub(e)),
+        _ => None,
+    };
+    Ok(OpenFootprint {
+        ms,
+        peak,
+        empty_peak,
+        rss,
+    })
+}
+
+/// Times the four lookup paths over `queries`, `rounds` times each, and checks that they agree.
+fn time_lookups(
+    store: &oncelake::Store,
+    db: &redb::Database,
+    queries: &[(String, u64)],
+    rounds: usize,
+) -> Result<Rates, CliError> {
+    let mut t_lookup = Vec::new();
+    let mut t_redb = Vec::new();
+    let mut t_snap = Vec::new();
+    let mut t_many = Vec::new();
+    let mut agree = true;
+    for _ in 0..rounds.max(1) {
+        let s = Instant::now();
+        let x = fx::run_lookups(store, queries)?;
+        t_lookup.push(s.elapsed());
+        let s = Instant::now();
+        let y = fx::run_redb_gets(db, queries).map_err(redb_err)?;
+        t_redb.push(s.elapsed());
+        let s = Instant::now();
+        let z = fx::run_snapshot_gets(store, queries)?;
+        t_snap.push(s.elapsed());
+        let s = Instant::now();
+        let m = fx::run_lookup_many(store, queries)?;
+        t_many.push(s.elapsed());
+        agree &= x == y && y == z && z == m && x == queries.len() as u64;
+    }
+    if !agree {
+        return Err(CliError::Usage(
+            "bench dedup: the three lookup paths disagreed; this is a bug, please report it".into(),
+        ));
+    }
+    let best = |v: &Vec<Duration>| v.iter().min().copied().unwrap_or_default();
+    let q = queries.len() as u64;
+    Ok(Rates {
+        lookup: per_sec(q, best(&t_lookup)),
+        redb_get: per_sec(q, best(&t_redb)),
+        snap_get: per_sec(q, best(&t_snap)),
+        many: per_sec(q, best(&t_many)),
+    })
+}
+
+fn print_json_row(a: &DedupArgs, r: &DedupRow) {
+    let ratio = r.lookup / r.redb_get;
+    let per_unit = r.open.rss.map(|b| b as f64 / r.units as f64);
+    print_json(&json!({
+        "bench": "dedup",
+        "units": r.units,
+        "queries": r.queries,
+        "rounds": a.size.rounds,
+        "lookup_per_s": r.lookup.round(),
+        "redb_get_per_s": r.redb_get.round(),
+        "ratio_vs_redb": (ratio * 100.0).round() / 100.0,
+        "snapshot_get_per_s": r.snap_get.round(),
+        "lookup_many_per_s": r.many.round(),
+        "lookup_many_ratio_vs_redb": (r.many / r.redb_get * 100.0).round() / 100.0,
+        "lookup_ns": (1e9 / r.lookup).round(),
+        "redb_get_ns": (1e9 / r.redb_get).round(),
+        "open_ms": (r.open.ms * 10.0).round() / 10.0,
+        "open_peak_rss_bytes": r.open.peak,
+        "empty_open_peak_rss_bytes": r.open.empty_peak,
+        "open_rss_bytes": r.open.rss,
+        "open_rss_bytes_per_unit": per_unit.map(|b| b.round()),
+        "build_s": (r.build.as_secs_f64() * 100.0).round() / 100.0,
+    }));
+}
+
+fn print_table_row(r: &DedupRow) {
+    let per_unit = r.open.rss.map(|b| b as f64 / r.units as f64);
+    outln!(
+        "{:>9}  {:>12.0}  {:>12.0}  {:>5.1}x  {:>14.0}  {:>14.0}  {:>8.1}  {:>12}  {:>9}",
+        r.units,
+        r.lookup,
+        r.redb_get,
+        r.lookup / r.redb_get,
+        r.many,
+        r.snap_get,
+        r.open.ms,
+        r.open.rss.map_or("?".into(), |b| format!(
+            "{:.1}",
+            b as f64 / (1 << 20) as f64
+        )),
+        per_unit.map_or("?".into(), |b| format!("{b:.0}")),
+    );
 }
