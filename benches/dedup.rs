@@ -3,8 +3,8 @@
 //!
 //! `cargo bench --bench dedup`; sizes from `ONCELAKE_BENCH_UNITS` (default 10000,100000,1000000).
 
-use oncelake_cli::bench_fixtures as fixtures;
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
+use oncelake_cli::bench_fixtures as fixtures;
 use std::time::Duration;
 
 fn sizes() -> Vec<u64> {

@@ -5,10 +5,7 @@ mod bin;
 use std::process::Command;
 
 fn oncelake(args: &[&str]) -> (i32, String) {
-    let out = Command::new(bin::oncelake())
-        .args(args)
-        .output()
-        .unwrap();
+    let out = Command::new(bin::oncelake()).args(args).output().unwrap();
     (
         out.status.code().unwrap_or(-1),
         String::from_utf8(out.stdout).unwrap(),

@@ -343,12 +343,7 @@ fn copy_dir(from: &Path, to: &Path) {
 #[test]
 fn through_the_cli_a_damaged_database_never_exits_0_with_wrong_output() {
     let f = fixture();
-    let run = |args: &[&str]| {
-        Command::new(bin::oncelake())
-            .args(args)
-            .output()
-            .unwrap()
-    };
+    let run = |args: &[&str]| Command::new(bin::oncelake()).args(args).output().unwrap();
     let work = f.work.to_str().unwrap().to_string();
     let commands: [Vec<&str>; 4] = [
         vec!["ls", &work, "--json"],

@@ -84,10 +84,7 @@ fn many_threads_opening_a_missing_directory_end_with_one_store() {
 }
 
 fn oncelake(args: &[&str]) -> Output {
-    Command::new(bin::oncelake())
-        .args(args)
-        .output()
-        .unwrap()
+    Command::new(bin::oncelake()).args(args).output().unwrap()
 }
 
 fn s(p: &Path) -> &str {

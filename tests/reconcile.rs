@@ -619,10 +619,7 @@ fn the_change_feed_streams_what_changed_after_a_seq() {
 // ---- the command line ----
 
 fn cli(args: &[&str]) -> (i32, String, String) {
-    let out = Command::new(bin::oncelake())
-        .args(args)
-        .output()
-        .unwrap();
+    let out = Command::new(bin::oncelake()).args(args).output().unwrap();
     (
         out.status.code().unwrap_or(-1),
         String::from_utf8_lossy(&out.stdout).into_owned(),

@@ -260,10 +260,7 @@ fn crashes_leave_one_entry_per_unit_and_no_orphans() {
 }
 
 fn oncelake(args: &[&str]) -> std::process::Output {
-    Command::new(bin::oncelake())
-        .args(args)
-        .output()
-        .unwrap()
+    Command::new(bin::oncelake()).args(args).output().unwrap()
 }
 
 #[test]

@@ -25,7 +25,9 @@ fn build() -> PathBuf {
         .parent()
         .and_then(Path::parent)
         .unwrap_or_else(|| panic!("{} is not in <target>/<profile>/deps", exe.display()));
-    let target_dir = profile_dir.parent().expect("a profile directory has a parent");
+    let target_dir = profile_dir
+        .parent()
+        .expect("a profile directory has a parent");
     let profile = match profile_dir.file_name().and_then(|n| n.to_str()) {
         Some("debug") => "dev",
         Some(name) => name,
@@ -34,7 +36,14 @@ fn build() -> PathBuf {
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
     let manifest = Path::new(env!("CARGO_MANIFEST_DIR")).join("Cargo.toml");
     let status = Command::new(&cargo)
-        .args(["build", "--quiet", "-p", "oncelake-cli", "--bin", "oncelake"])
+        .args([
+            "build",
+            "--quiet",
+            "-p",
+            "oncelake-cli",
+            "--bin",
+            "oncelake",
+        ])
         .arg("--profile")
         .arg(profile)
         .arg("--manifest-path")
@@ -49,6 +58,10 @@ fn build() -> PathBuf {
          fix the build, or point ONCELAKE_BIN at a built oncelake binary"
     );
     let bin = profile_dir.join(format!("oncelake{}", std::env::consts::EXE_SUFFIX));
-    assert!(bin.is_file(), "the build left no binary at {}", bin.display());
+    assert!(
+        bin.is_file(),
+        "the build left no binary at {}",
+        bin.display()
+    );
     bin
 }
