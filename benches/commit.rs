@@ -9,7 +9,7 @@
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use std::time::Duration;
 
-use oncelake_cli::bench_commit::{self as workload, Plan, System};
+use oncelake_bench::bench_commit::{self as workload, Plan, System};
 
 fn commit(c: &mut Criterion) {
     let scratch = std::env::temp_dir();

@@ -4,7 +4,7 @@
 //! `cargo bench --bench dedup`; sizes from `ONCELAKE_BENCH_UNITS` (default 10000,100000,1000000).
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
-use oncelake_cli::bench_fixtures as fixtures;
+use oncelake_bench::bench_fixtures as fixtures;
 use std::time::Duration;
 
 fn sizes() -> Vec<u64> {

@@ -8,7 +8,7 @@ use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Through
 use oncelake::reconcile::{
     reconcile_changes, reconcile_full, ListingFormat, ListingReader, Pairs, ReconcileOptions,
 };
-use oncelake_cli::bench_fixtures as fixtures;
+use oncelake_bench::bench_fixtures as fixtures;
 use std::time::Duration;
 
 fn sizes() -> Vec<u64> {

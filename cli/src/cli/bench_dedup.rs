@@ -2,7 +2,7 @@
 //! plain redb point lookup as the same-run baseline.
 
 use super::{print_json, CliError};
-use oncelake_cli::bench_fixtures as fx;
+use oncelake_bench::bench_fixtures as fx;
 use serde_json::json;
 use std::io::IsTerminal;
 use std::path::{Path, PathBuf};

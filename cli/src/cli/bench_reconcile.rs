@@ -7,7 +7,7 @@ use oncelake::reconcile::{
     reconcile_changes, reconcile_full, ListingFormat, ListingReader, Pairs, PlanItem,
     ReconcileError, ReconcileOptions, Summary,
 };
-use oncelake_cli::bench_fixtures as fx;
+use oncelake_bench::bench_fixtures as fx;
 use serde_json::json;
 use std::time::{Duration, Instant};
 

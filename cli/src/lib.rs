@@ -1,6 +1,0 @@
-//! The benchmark workloads and their baselines, shared by `oncelake bench` (the binary of this
-//! package) and the criterion benches in the repository's `benches/`, so that both measure
-//! exactly the same code. They use the engine, redb and SQLite only: no CLI crates.
-
-pub mod bench_commit;
-pub mod bench_fixtures;
