@@ -9,11 +9,7 @@
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use std::time::Duration;
 
-#[allow(dead_code)]
-#[path = "../src/cli/bench_commit.rs"]
-mod workload;
-
-use workload::{Plan, System};
+use oncelake_bench::bench_commit::{self as workload, Plan, System};
 
 fn commit(c: &mut Criterion) {
     let scratch = std::env::temp_dir();

@@ -4,13 +4,11 @@
 //! `cargo bench --bench reconcile`; sizes from `ONCELAKE_BENCH_UNITS` (default
 //! 10000,100000,1000000).
 
-#[path = "../src/cli/bench_fixtures.rs"]
-mod fixtures;
-
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use oncelake::reconcile::{
     reconcile_changes, reconcile_full, ListingFormat, ListingReader, Pairs, ReconcileOptions,
 };
+use oncelake_bench::bench_fixtures as fixtures;
 use std::time::Duration;
 
 fn sizes() -> Vec<u64> {

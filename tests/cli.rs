@@ -1,12 +1,14 @@
 //! The script contract of the command line (SPEC R17): arguments, JSON fields, exit codes.
 
+mod bin;
+
 use std::collections::BTreeMap;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 
 fn oncelake(args: &[&str], stdin: Option<&[u8]>) -> Output {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_oncelake"))
+    let mut child = Command::new(bin::oncelake())
         .args(args)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
@@ -182,7 +184,7 @@ fn help_has_examples() {
 fn oncelake_into_closed_pipe(args: &[&str], stdin: Option<&[u8]>) -> Output {
     let (reader, writer) = std::io::pipe().unwrap();
     drop(reader);
-    let mut child = Command::new(env!("CARGO_BIN_EXE_oncelake"))
+    let mut child = Command::new(bin::oncelake())
         .args(args)
         .stdin(Stdio::piped())
         .stdout(Stdio::from(writer))

@@ -1,12 +1,11 @@
 //! `oncelake gc` and `oncelake verify` as scripts use them: JSON fields and exit codes.
 
+mod bin;
+
 use std::process::Command;
 
 fn oncelake(args: &[&str]) -> (i32, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_oncelake"))
-        .args(args)
-        .output()
-        .unwrap();
+    let out = Command::new(bin::oncelake()).args(args).output().unwrap();
     (
         out.status.code().unwrap_or(-1),
         String::from_utf8(out.stdout).unwrap(),
@@ -93,7 +92,7 @@ fn a_killed_put_leaves_reclaimable_staging_that_gc_removes_at_once() {
     let (code, _) = oncelake(&["init", lake_s]);
     assert_eq!(code, 0);
     let staging = lake.join("staging");
-    let mut child = Command::new(env!("CARGO_BIN_EXE_oncelake"))
+    let mut child = Command::new(bin::oncelake())
         .args(["put", lake_s, "big/unit", "1", "-"])
         .stdin(std::process::Stdio::piped())
         .stdout(std::process::Stdio::null())

@@ -5,6 +5,7 @@
 //! `ONCELAKE_CORRUPTION_ROUNDS` raises the number of rounds (default 300 in the library, 40
 //! through the CLI); the seed of each round is printed on failure.
 
+mod bin;
 mod common;
 
 use common::{copy_dir, XorShift64Star as Rng};
@@ -317,12 +318,7 @@ fn first_difference(want: &Answers, got: &Answers) -> String {
 #[test]
 fn through_the_cli_a_damaged_database_never_exits_0_with_wrong_output() {
     let f = fixture();
-    let run = |args: &[&str]| {
-        Command::new(env!("CARGO_BIN_EXE_oncelake"))
-            .args(args)
-            .output()
-            .unwrap()
-    };
+    let run = |args: &[&str]| Command::new(bin::oncelake()).args(args).output().unwrap();
     let work = f.work.to_str().unwrap().to_string();
     let commands: [Vec<&str>; 4] = [
         vec!["ls", &work, "--json"],

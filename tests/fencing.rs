@@ -3,6 +3,7 @@
 //! under a live lease, releases by the wrong worker, pipeline completions and failures — through the
 //! library and through the command line.
 
+mod bin;
 mod common;
 
 use common::{granted, open_relaxed_with_clock as open};
@@ -459,7 +460,7 @@ fn pipeline_complete_and_fail_obey_the_lease_rules() {
 // ---- The command line ----
 
 fn oncelake(args: &[&str], stdin: Option<&[u8]>) -> Output {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_oncelake"))
+    let mut child = Command::new(bin::oncelake())
         .args(args)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())

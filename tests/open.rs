@@ -2,6 +2,7 @@
 //! is completed by the next open, a format-1 store is upgraded in place (crash-safely), and a
 //! store on read-only media can be read.
 
+mod bin;
 mod common;
 
 use common::{copy_dir, tree};
@@ -85,10 +86,7 @@ fn many_threads_opening_a_missing_directory_end_with_one_store() {
 }
 
 fn oncelake(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_oncelake"))
-        .args(args)
-        .output()
-        .unwrap()
+    Command::new(bin::oncelake()).args(args).output().unwrap()
 }
 
 fn s(p: &Path) -> &str {

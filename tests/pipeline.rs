@@ -1,6 +1,8 @@
 //! Pipelines (SPEC R13): exactly-once cells, retries of only what failed, transitive
 //! invalidation, explanations, concurrency, log replay, definition errors and the dot output.
 
+mod bin;
+
 use oncelake::log::RecordBody;
 use oncelake::pipeline::{
     self, cell, Attempt, CellState, Claim, FailOutcome, Pipeline, PipelineDef, PipelineError,
@@ -800,7 +802,6 @@ fn dot_checker_rejects_broken_graphs() {
     }
 }
 
-#[cfg(feature = "cli")]
 #[test]
 fn cli_status_dot_is_valid_graphviz() {
     let dir = tempfile::tempdir().unwrap();
@@ -826,7 +827,7 @@ fn cli_status_dot_is_valid_graphviz() {
         })
         .unwrap();
     }
-    let bin = env!("CARGO_BIN_EXE_oncelake");
+    let bin = bin::oncelake();
     let run = |args: &[&str]| {
         let out = std::process::Command::new(bin).args(args).output().unwrap();
         (

@@ -2,6 +2,8 @@
 //! stores, bad listings refused with the line named and the store untouched, and the CLI contract
 //! of `oncelake reconcile` and `oncelake log --since`.
 
+mod bin;
+
 use oncelake::reconcile::{
     check_sorted_listing, reconcile_full, reconcile_full_unsorted, Action, ListingError,
     ListingFormat, ListingReader, ListingSource, Pairs, Plan, PlannedUnit, ReconcileError,
@@ -617,10 +619,7 @@ fn the_change_feed_streams_what_changed_after_a_seq() {
 // ---- the command line ----
 
 fn cli(args: &[&str]) -> (i32, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_oncelake"))
-        .args(args)
-        .output()
-        .unwrap();
+    let out = Command::new(bin::oncelake()).args(args).output().unwrap();
     (
         out.status.code().unwrap_or(-1),
         String::from_utf8_lossy(&out.stdout).into_owned(),
@@ -743,7 +742,7 @@ fn cli_reconcile_plans_and_exits_by_the_contract() {
     let lines: Vec<&str> = out.lines().collect();
     assert_eq!(&lines[..2], want, "{out}");
     assert!(lines[2].starts_with("summary: 2 to process"), "{out}");
-    let mut child = Command::new(env!("CARGO_BIN_EXE_oncelake"))
+    let mut child = Command::new(bin::oncelake())
         .args(["reconcile", &store, "--source", "-", "--json"])
         .stdin(std::process::Stdio::piped())
         .stdout(std::process::Stdio::piped())

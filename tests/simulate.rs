@@ -1,6 +1,7 @@
 //! The worked example (SPEC R18) at a smaller scale, checked against the store it leaves behind,
 //! and the `simulate`, `stats`, `claim` and `release` commands (R16, R17).
-#![cfg(feature = "cli")]
+
+mod bin;
 
 mod common;
 
@@ -247,10 +248,7 @@ fn crashes_leave_one_entry_per_unit_and_no_orphans() {
 }
 
 fn oncelake(args: &[&str]) -> std::process::Output {
-    Command::new(env!("CARGO_BIN_EXE_oncelake"))
-        .args(args)
-        .output()
-        .unwrap()
+    Command::new(bin::oncelake()).args(args).output().unwrap()
 }
 
 #[test]

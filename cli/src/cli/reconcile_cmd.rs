@@ -80,105 +80,23 @@ impl<L: ListingSource> ListingSource for Progress<L> {
 }
 
 pub(crate) fn reconcile(a: ReconcileArgs, wait: Duration) -> Result<u8, CliError> {
-    let input: Box<dyn BufRead> = if a.source.as_os_str() == "-" {
-        Box::new(BufReader::with_capacity(1 << 16, std::io::stdin()))
-    } else {
-        let f = std::fs::File::open(&a.source).map_err(|e| {
-            CliError::Usage(format!(
-                "cannot read the listing {}: {e}; pass a readable file or - for standard input",
-                a.source.display()
-            ))
-        })?;
-        Box::new(BufReader::with_capacity(1 << 16, f))
-    };
-    let mut input = input;
-    let format = match a.format {
-        Some(FormatArg::Csv) => ListingFormat::Csv,
-        Some(FormatArg::Jsonl) => ListingFormat::JsonLines,
-        None => match ListingFormat::from_path(&a.source) {
-            Some(f) => f,
-            None => {
-                let head = input
-                    .fill_buf()
-                    .map_err(|e| CliError::io(format!("read {}", a.source.display()), e))?;
-                ListingFormat::sniff(head)
-            }
-        },
-    };
-    // A listing file can be read twice: check it fully before planning, so that a bad listing
-    // prints no plan lines at all. A full listing out of order, and standard input (which cannot
-    // be read twice), go through the external sort, which reads the whole listing before the
-    // merge prints anything.
-    let is_stdin = a.source.as_os_str() == "-";
-    let mut sort = !a.changes_only && is_stdin;
-    if !a.changes_only && !is_stdin {
-        let f = std::fs::File::open(&a.source)
-            .map_err(|e| CliError::io(format!("read {}", a.source.display()), e))?;
-        match check_sorted_listing(ListingReader::new(
-            BufReader::with_capacity(1 << 16, f),
-            format,
-        )) {
-            Ok(_) => {}
-            Err(ListingError::Unsorted { .. }) => sort = true,
-            Err(e) => return Err(bad_listing(&a.source, format, &e, false)),
-        }
-    }
+    let (input, format) = open_listing(&a)?;
+    let sort = needs_sort(&a, format)?;
     let store = open_store(&a.store, wait, false)?;
 
-    let bar = if std::io::stderr().is_terminal() {
-        let bar = indicatif::ProgressBar::new_spinner();
-        bar.set_style(
-            indicatif::ProgressStyle::with_template("{spinner} {pos} rows read ({per_sec})")
-                .unwrap_or_else(|_| indicatif::ProgressStyle::default_spinner()),
-        );
-        bar.enable_steady_tick(Duration::from_millis(200));
-        bar
-    } else {
-        indicatif::ProgressBar::hidden()
-    };
+    let bar = progress_bar();
     let listing = Progress {
         inner: ListingReader::new(input, format),
         rows: 0,
         bar: bar.clone(),
     };
-    let opts = ReconcileOptions {
-        list_up_to_date: a.list_up_to_date,
-    };
     let stdout = std::io::stdout();
     let mut out = std::io::BufWriter::with_capacity(1 << 16, stdout.lock());
     let json = a.json;
     let sink = |item: PlanItem<'_>| write_item(&mut out, item, json);
-    let result = if a.changes_only {
-        reconcile_changes(&store, listing, opts, sink)
-    } else if sort {
-        let dir = a.tmp.clone().unwrap_or_else(std::env::temp_dir);
-        let sorted = match SortedListing::sort(listing, &SortConfig::new(&dir)) {
-            Ok(s) => s,
-            Err(e) => {
-                bar.finish_and_clear();
-                return Err(bad_listing(&a.source, format, &e, false));
-            }
-        };
-        if !sorted.was_sorted() {
-            errln!(
-                "note: the listing {} is not sorted by unit; sorted it first ({} rows, {}) before the merge",
-                a.source.display(),
-                sorted.rows(),
-                match sorted.spilled_runs() {
-                    0 => "in memory".to_string(),
-                    1 => format!("1 run spilled to {}", dir.display()),
-                    n => format!("{n} runs spilled to {}", dir.display()),
-                }
-            );
-        }
-        let snap = store.snapshot()?;
-        reconcile_full(&snap, sorted, opts, sink)
-    } else {
-        let snap = store.snapshot()?;
-        reconcile_full(&snap, listing, opts, sink)
-    };
+    let result = plan(&a, &store, listing, sort, format, sink);
     bar.finish_and_clear();
-    let summary = match result {
+    let summary = match result? {
         Ok(s) => s,
         Err(ReconcileError::Listing(e)) => {
             let _ = out.flush();
@@ -201,6 +119,115 @@ pub(crate) fn reconcile(a: ReconcileArgs, wait: Duration) -> Result<u8, CliError
         outln!("{}", summary_text(&summary, a.changes_only));
     }
     Ok(0)
+}
+
+/// The listing's reader (standard input for `-`) and its format: the flag, else the file's
+/// extension, else its first line.
+fn open_listing(a: &ReconcileArgs) -> Result<(Box<dyn BufRead>, ListingFormat), CliError> {
+    let mut input: Box<dyn BufRead> = if a.source.as_os_str() == "-" {
+        Box::new(BufReader::with_capacity(1 << 16, std::io::stdin()))
+    } else {
+        let f = std::fs::File::open(&a.source).map_err(|e| {
+            CliError::Usage(format!(
+                "cannot read the listing {}: {e}; pass a readable file or - for standard input",
+                a.source.display()
+            ))
+        })?;
+        Box::new(BufReader::with_capacity(1 << 16, f))
+    };
+    let format = match a.format {
+        Some(FormatArg::Csv) => ListingFormat::Csv,
+        Some(FormatArg::Jsonl) => ListingFormat::JsonLines,
+        None => match ListingFormat::from_path(&a.source) {
+            Some(f) => f,
+            None => {
+                let head = input
+                    .fill_buf()
+                    .map_err(|e| CliError::io(format!("read {}", a.source.display()), e))?;
+                ListingFormat::sniff(head)
+            }
+        },
+    };
+    Ok((input, format))
+}
+
+/// Whether a full listing goes through the external sort. A listing file can be read twice:
+/// check it fully before planning, so that a bad listing prints no plan lines at all. A full
+/// listing out of order, and standard input (which cannot be read twice), go through the
+/// external sort, which reads the whole listing before the merge prints anything.
+fn needs_sort(a: &ReconcileArgs, format: ListingFormat) -> Result<bool, CliError> {
+    let is_stdin = a.source.as_os_str() == "-";
+    if a.changes_only || is_stdin {
+        return Ok(!a.changes_only && is_stdin);
+    }
+    let f = std::fs::File::open(&a.source)
+        .map_err(|e| CliError::io(format!("read {}", a.source.display()), e))?;
+    match check_sorted_listing(ListingReader::new(
+        BufReader::with_capacity(1 << 16, f),
+        format,
+    )) {
+        Ok(_) => Ok(false),
+        Err(ListingError::Unsorted { .. }) => Ok(true),
+        Err(e) => Err(bad_listing(&a.source, format, &e, false)),
+    }
+}
+
+/// A spinner with the rows read so far, only when standard error is a terminal.
+fn progress_bar() -> indicatif::ProgressBar {
+    if !std::io::stderr().is_terminal() {
+        return indicatif::ProgressBar::hidden();
+    }
+    let bar = indicatif::ProgressBar::new_spinner();
+    bar.set_style(
+        indicatif::ProgressStyle::with_template("{spinner} {pos} rows read ({per_sec})")
+            .unwrap_or_else(|_| indicatif::ProgressStyle::default_spinner()),
+    );
+    bar.enable_steady_tick(Duration::from_millis(200));
+    bar
+}
+
+/// Runs the plan in the form the arguments ask for, writing each item to `sink`. The outer
+/// error is one of the CLI (a listing the sort refused, the store); the inner one is the
+/// plan's, which the caller reports after flushing what was printed.
+fn plan<L, F>(
+    a: &ReconcileArgs,
+    store: &oncelake::Store,
+    listing: L,
+    sort: bool,
+    format: ListingFormat,
+    sink: F,
+) -> Result<Result<Summary, ReconcileError>, CliError>
+where
+    L: ListingSource,
+    F: FnMut(PlanItem<'_>) -> std::io::Result<()>,
+{
+    let opts = ReconcileOptions {
+        list_up_to_date: a.list_up_to_date,
+    };
+    if a.changes_only {
+        return Ok(reconcile_changes(store, listing, opts, sink));
+    }
+    if !sort {
+        let snap = store.snapshot()?;
+        return Ok(reconcile_full(&snap, listing, opts, sink));
+    }
+    let dir = a.tmp.clone().unwrap_or_else(std::env::temp_dir);
+    let sorted = SortedListing::sort(listing, &SortConfig::new(&dir))
+        .map_err(|e| bad_listing(&a.source, format, &e, false))?;
+    if !sorted.was_sorted() {
+        errln!(
+            "note: the listing {} is not sorted by unit; sorted it first ({} rows, {}) before the merge",
+            a.source.display(),
+            sorted.rows(),
+            match sorted.spilled_runs() {
+                0 => "in memory".to_string(),
+                1 => format!("1 run spilled to {}", dir.display()),
+                n => format!("{n} runs spilled to {}", dir.display()),
+            }
+        );
+    }
+    let snap = store.snapshot()?;
+    Ok(reconcile_full(&snap, sorted, opts, sink))
 }
 
 fn bad_listing(

@@ -266,9 +266,12 @@ fn report_json(r: &SimReport, a: &SimulateArgs) -> serde_json::Value {
     })
 }
 
-fn print_table(reports: &[SimReport]) {
-    type Cell = Box<dyn Fn(&SimReport) -> String>;
-    let rows: Vec<(&str, Cell)> = vec![
+/// One row of the report table: its label and how to render a mode's value.
+type Cell = Box<dyn Fn(&SimReport) -> String>;
+
+/// The rows of the report table, in the order printed.
+fn table_rows() -> Vec<(&'static str, Cell)> {
+    vec![
         ("workers", Box::new(|r| r.workers.to_string())),
         ("tasks per chunk", Box::new(|r| r.chunk.to_string())),
         ("units", Box::new(|r| r.units.to_string())),
@@ -333,7 +336,11 @@ fn print_table(reports: &[SimReport]) {
             "elapsed",
             Box::new(|r| format!("{:.2} s", r.elapsed.as_secs_f64())),
         ),
-    ];
+    ]
+}
+
+fn print_table(reports: &[SimReport]) {
+    let rows = table_rows();
     if let Some(r) = reports.first() {
         outln!("schedule: {}", r.schedule.describe());
     }

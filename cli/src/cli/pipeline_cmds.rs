@@ -445,7 +445,13 @@ fn fail(a: FailArgs, wait: Duration) -> Result<u8, CliError> {
         worker: a.worker.clone(),
         token: a.token,
     };
-    match p.fail(&store, &attempt, &a.error)? {
+    let outcome = p.fail(&store, &attempt, &a.error)?;
+    Ok(report_fail(&a, outcome))
+}
+
+/// Prints the outcome of `pipeline fail` and returns its exit code.
+fn report_fail(a: &FailArgs, outcome: FailOutcome) -> u8 {
+    match outcome {
         FailOutcome::Recorded {
             seq,
             attempts,
@@ -468,7 +474,7 @@ fn fail(a: FailArgs, wait: Duration) -> Result<u8, CliError> {
                     }
                 );
             }
-            Ok(0)
+            0
         }
         FailOutcome::Fenced {
             token,
@@ -487,7 +493,7 @@ fn fail(a: FailArgs, wait: Duration) -> Result<u8, CliError> {
                     FenceReason::of(token, newest_token)
                 );
             }
-            Ok(5)
+            5
         }
         FailOutcome::Busy {
             worker,
@@ -504,7 +510,7 @@ fn fail(a: FailArgs, wait: Duration) -> Result<u8, CliError> {
                     a.unit, a.stage
                 );
             }
-            Ok(6)
+            6
         }
     }
 }

@@ -26,9 +26,7 @@ macro_rules! errln {
 }
 
 mod bench;
-mod bench_commit;
 mod bench_dedup;
-mod bench_fixtures;
 mod bench_reconcile;
 mod common;
 mod error;

@@ -1,5 +1,5 @@
-//! The commit workload of SPEC P1, shared by `oncelake bench commit` and `benches/commit.rs`
-//! (which includes this file with `#[path]`), so that both measure exactly the same thing.
+//! The commit workload of SPEC P1, shared by `oncelake bench commit` and `benches/commit.rs`,
+//! so that both measure exactly the same thing.
 //!
 //! Every system commits distinct units, one per commit, durably, from `threads` threads:
 //!

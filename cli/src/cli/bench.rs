@@ -1,7 +1,7 @@
 //! `oncelake bench commit` (SPEC P1): durable commits against their baselines in the same run.
 
-use super::bench_commit::{self as workload, Measurement, Plan, System};
 use super::{print_json, CliError};
+use oncelake_bench::bench_commit::{self as workload, Measurement, Plan, System};
 use serde_json::json;
 use std::path::PathBuf;
 use std::time::Duration;

@@ -1,7 +1,6 @@
 //! Workloads shared by `oncelake bench dedup|reconcile` and the criterion benches
-//! (`benches/dedup.rs`, `benches/reconcile.rs` include this file by path), so both measure the
-//! same thing. Only the library and redb are used here: no CLI crates.
-#![allow(dead_code)] // each includer uses a different part
+//! (`benches/dedup.rs`, `benches/reconcile.rs`), so both measure the same thing. Only the library
+//! and redb are used here: no CLI crates.
 
 use oncelake::{Batch, Durability, Options, Store};
 use redb::{ReadableDatabase, TableDefinition};

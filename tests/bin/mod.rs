@@ -1,0 +1,67 @@
+//! The `oncelake` binary for the tests that run the command line. It belongs to the `cli/`
+//! workspace member, so Cargo gives these engine tests no `CARGO_BIN_EXE_oncelake`; instead the
+//! binary comes from `$ONCELAKE_BIN` if set, else it is built once per test process with the
+//! same Cargo, profile and target directory as the running test. The build cannot wait on the
+//! outer `cargo test`: Cargo releases the build-directory lock before it runs test binaries.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::OnceLock;
+
+/// The path of the `oncelake` binary (built on first use).
+pub fn oncelake() -> &'static Path {
+    static BIN: OnceLock<PathBuf> = OnceLock::new();
+    BIN.get_or_init(|| match std::env::var_os("ONCELAKE_BIN") {
+        Some(path) => PathBuf::from(path),
+        None => build(),
+    })
+}
+
+/// `cargo build -p oncelake-cli --bin oncelake` into the directory this test runs from:
+/// the test is `<target>/<profile dir>/deps/<test>`, the binary `<target>/<profile dir>/oncelake`.
+fn build() -> PathBuf {
+    let exe = std::env::current_exe().expect("the test binary's own path");
+    let profile_dir = exe
+        .parent()
+        .and_then(Path::parent)
+        .unwrap_or_else(|| panic!("{} is not in <target>/<profile>/deps", exe.display()));
+    let target_dir = profile_dir
+        .parent()
+        .expect("a profile directory has a parent");
+    let profile = match profile_dir.file_name().and_then(|n| n.to_str()) {
+        Some("debug") => "dev",
+        Some(name) => name,
+        None => panic!("no profile directory above {}", exe.display()),
+    };
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let manifest = Path::new(env!("CARGO_MANIFEST_DIR")).join("Cargo.toml");
+    let status = Command::new(&cargo)
+        .args([
+            "build",
+            "--quiet",
+            "-p",
+            "oncelake-cli",
+            "--bin",
+            "oncelake",
+        ])
+        .arg("--profile")
+        .arg(profile)
+        .arg("--manifest-path")
+        .arg(&manifest)
+        .arg("--target-dir")
+        .arg(target_dir)
+        .status()
+        .unwrap_or_else(|e| panic!("could not run {cargo:?} to build the oncelake binary: {e}"));
+    assert!(
+        status.success(),
+        "`cargo build -p oncelake-cli --bin oncelake --profile {profile}` failed ({status}); \
+         fix the build, or point ONCELAKE_BIN at a built oncelake binary"
+    );
+    let bin = profile_dir.join(format!("oncelake{}", std::env::consts::EXE_SUFFIX));
+    assert!(
+        bin.is_file(),
+        "the build left no binary at {}",
+        bin.display()
+    );
+    bin
+}
