@@ -127,7 +127,7 @@ impl Error {
         detail: impl Into<String>,
     ) -> Self {
         Error::Corrupt {
-            path: PathBuf::from(crate::store::DB_FILE),
+            path: PathBuf::from(crate::layout::DB_FILE),
             detail: format!(
                 "the {table} record of {unit:?} is damaged ({}); nothing was answered from it",
                 detail.into()
@@ -183,7 +183,7 @@ pub(crate) fn contain<T>(f: impl FnOnce() -> Result<T>) -> Result<T> {
         Ok(r) => r,
         Err(payload) => match guard::take_redb_panic() {
             Some(msg) => Err(Error::Corrupt {
-                path: PathBuf::from(crate::store::DB_FILE),
+                path: PathBuf::from(crate::layout::DB_FILE),
                 detail: format!(
                     "redb could not read a damaged page ({msg}); nothing was answered from it"
                 ),
