@@ -232,7 +232,7 @@ type GroupResult = (Vec<Done>, Vec<(String, bool, EntryValue)>, u64);
 
 fn write_group(inner: &Core, ops: Vec<Op>) -> Result<GroupResult> {
     let now_ms = inner.options.clock.now_ms();
-    let mut txn = inner.db.begin_write().db("begin a write transaction")?;
+    let mut txn = inner.db.begin_write()?;
     let durable = match inner.options.durability {
         Durability::Durable => true,
         Durability::Relaxed { max_delay } => {

@@ -123,7 +123,7 @@ pub enum ListingError {
         version: u64,
     },
     /// A full listing is not in key order, so it cannot be merged in one pass.
-    #[error("line {line}: unit {unit:?} comes after {previous:?} (line {previous_line}), but this one-pass merge needs a listing sorted by unit in byte order; use reconcile_full_unsorted, which sorts it first in bounded memory (the command line does so by itself), sort it (e.g. `LC_ALL=C sort -t, -k1,1` for CSV without a header), or reconcile it as changes only (--changes-only), which needs no order but does not report units unknown to the source")]
+    #[error("line {line}: unit {unit:?} comes after {previous:?} (line {previous_line}), but this one-pass merge needs a listing sorted by unit in byte order; use reconcile_full_unsorted, which sorts it first in bounded memory, sort it (e.g. `LC_ALL=C sort -t, -k1,1` for CSV without a header), or reconcile it as changes only (reconcile_changes), which needs no order but does not report units unknown to the source")]
     Unsorted {
         /// The line out of order.
         line: u64,

@@ -121,7 +121,7 @@ pub(super) fn open_read_only(dir: &Path, options: &Options) -> Result<(Db, File)
         Some(f) if f > FORMAT_VERSION => Err(newer(dir, f)),
         Some(f) => Err(read_only(
             dir,
-            &format!("it has format {f}, which is upgraded in place by the first read-write open (for example `oncelake ls` on writable media)"),
+            &format!("it has format {f}, which is upgraded in place by the first read-write open (on writable media)"),
         )),
         None => Err(corrupt(&path, "no format version is stamped".into())),
     }
