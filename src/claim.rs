@@ -7,23 +7,8 @@
 //! when a lease may be taken over and whether a commit without a token is busy.
 
 use crate::error::{Error, Result};
-use crate::schema::claim::ClaimRecord;
+pub use crate::schema::claim::Lease;
 use crate::schema::manifest::Entry;
-
-/// A granted lease: the right to work on `unit` at `source_version` until `expires_at_ms`.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Lease {
-    /// Unit key.
-    pub unit: String,
-    /// The worker holding it.
-    pub worker: String,
-    /// The fencing token: pass it to the commit ([`crate::Batch::put_fenced`]).
-    pub token: u64,
-    /// The source version the worker is producing.
-    pub source_version: u64,
-    /// When another worker may take the unit over, ms since the Unix epoch.
-    pub expires_at_ms: u64,
-}
 
 /// The answer to a claim.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -84,19 +69,6 @@ impl ReleaseOutcome {
     }
 }
 
-impl ClaimRecord {
-    /// The lease this record describes.
-    pub(crate) fn lease(&self, unit: &str) -> Lease {
-        Lease {
-            unit: unit.to_string(),
-            worker: self.worker.clone(),
-            token: self.token,
-            source_version: self.source_version,
-            expires_at_ms: self.expires_at_ms,
-        }
-    }
-}
-
 /// Checks a worker name: 1..=256 bytes, no control characters.
 pub(crate) fn validate_worker(worker: &str) -> Result<()> {
     if worker.is_empty() || worker.len() > 256 || worker.chars().any(char::is_control) {
@@ -105,36 +77,4 @@ pub(crate) fn validate_worker(worker: &str) -> Result<()> {
         )));
     }
     Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::commit::rules::LeaseStatus;
-
-    #[test]
-    fn claim_records_round_trip() {
-        let r = ClaimRecord {
-            worker: "w-1".into(),
-            token: 9,
-            source_version: 3,
-            expires_at_ms: 77,
-            released: true,
-            by_commit: false,
-        };
-        assert_eq!(ClaimRecord::decode("u", &r.encode("u")).unwrap(), r);
-        assert!(ClaimRecord::decode("u", &r.encode("u")[..20]).is_err());
-        assert!(
-            ClaimRecord::decode("v", &r.encode("u")).is_err(),
-            "another key"
-        );
-        assert!(!r.is_live(0), "a released lease is never live");
-        let ended = ClaimRecord {
-            by_commit: true,
-            ..r.clone()
-        };
-        assert_eq!(ClaimRecord::decode("u", &ended.encode("u")).unwrap(), ended);
-        assert_eq!(ended.state(0).status, LeaseStatus::Ended);
-        assert_eq!(r.state(0).status, LeaseStatus::Released);
-    }
 }

@@ -1,8 +1,25 @@
-//! The claims table's record: a unit's newest lease, kept also after it ended.
+//! Leases as stored and logged: the claims table's record (a unit's newest lease, kept also
+//! after it ended) and the [`Lease`] a grant hands out, which is also what a claim log record
+//! carries (`log::ClaimChange`).
 
 use super::codec::{put_u64, seal, unseal, Reader, SEAL_LEN};
 use super::CLAIMS_TABLE;
 use crate::error::{Error, Result};
+
+/// A granted lease: the right to work on `unit` at `source_version` until `expires_at_ms`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Lease {
+    /// Unit key.
+    pub unit: String,
+    /// The worker holding it.
+    pub worker: String,
+    /// The fencing token: pass it to the commit ([`crate::Batch::put_fenced`]).
+    pub token: u64,
+    /// The source version the worker is producing.
+    pub source_version: u64,
+    /// When another worker may take the unit over, ms since the Unix epoch.
+    pub expires_at_ms: u64,
+}
 
 /// The stored state of a unit's newest lease.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -66,5 +83,50 @@ impl ClaimRecord {
 
     pub(crate) fn is_live(&self, now_ms: u64) -> bool {
         !self.released && now_ms < self.expires_at_ms
+    }
+}
+
+impl ClaimRecord {
+    /// The lease this record describes.
+    pub(crate) fn lease(&self, unit: &str) -> Lease {
+        Lease {
+            unit: unit.to_string(),
+            worker: self.worker.clone(),
+            token: self.token,
+            source_version: self.source_version,
+            expires_at_ms: self.expires_at_ms,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::commit::rules::LeaseStatus;
+
+    #[test]
+    fn claim_records_round_trip() {
+        let r = ClaimRecord {
+            worker: "w-1".into(),
+            token: 9,
+            source_version: 3,
+            expires_at_ms: 77,
+            released: true,
+            by_commit: false,
+        };
+        assert_eq!(ClaimRecord::decode("u", &r.encode("u")).unwrap(), r);
+        assert!(ClaimRecord::decode("u", &r.encode("u")[..20]).is_err());
+        assert!(
+            ClaimRecord::decode("v", &r.encode("u")).is_err(),
+            "another key"
+        );
+        assert!(!r.is_live(0), "a released lease is never live");
+        let ended = ClaimRecord {
+            by_commit: true,
+            ..r.clone()
+        };
+        assert_eq!(ClaimRecord::decode("u", &ended.encode("u")).unwrap(), ended);
+        assert_eq!(ended.state(0).status, LeaseStatus::Ended);
+        assert_eq!(r.state(0).status, LeaseStatus::Released);
     }
 }

@@ -64,20 +64,9 @@ pub struct LogEntry {
     pub token: Option<u64>,
 }
 
-/// A claim-state change (coordinator mode).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct ClaimChange {
-    /// Unit key.
-    pub unit: String,
-    /// The claiming worker.
-    pub worker: String,
-    /// The lease's fencing token.
-    pub token: u64,
-    /// The source version the claim is for.
-    pub source_version: u64,
-    /// Lease expiry, ms since the Unix epoch (0 when released).
-    pub expires_at_ms: u64,
-}
+/// A claim-state change (coordinator mode): the lease granted or released. In a
+/// [`RecordBody::ClaimReleased`] record `expires_at_ms` is 0.
+pub type ClaimChange = super::claim::Lease;
 
 /// What a log record says happened.
 #[derive(Clone, Debug, PartialEq, Eq)]
