@@ -37,7 +37,7 @@ pub enum Error {
     ///
     /// Also every record read back from the database that fails its checksum, or that redb
     /// cannot read: the engine refuses to answer from it rather than answer wrongly (SPEC I9).
-    #[error("{path} is corrupt: {detail}; nothing was changed — run `oncelake verify` (on a copy) to see what is affected, and restore the store from a backup")]
+    #[error("{path} is corrupt: {detail}; nothing was changed — verify the store (`Store::verify`, on a copy) to see what is affected, and restore it from a backup")]
     Corrupt {
         /// The damaged file or directory (the database file for a damaged record).
         path: PathBuf,
@@ -53,7 +53,7 @@ pub enum Error {
         why: String,
     },
     /// Another process holds the store's lock.
-    #[error("store {path} is locked by another process; wait for it to finish (the CLI waits up to --wait)")]
+    #[error("store {path} is locked by another process; wait for it to finish (`Options::lock_wait` waits for it)")]
     Locked {
         /// The store directory.
         path: PathBuf,
@@ -74,12 +74,13 @@ pub enum Error {
         source: std::io::Error,
     },
     /// An error inside redb.
-    #[error("database error while {context}: {detail}")]
+    #[error("database error while {context}: {source}")]
     Database {
         /// What was being done.
         context: &'static str,
-        /// redb's own message.
-        detail: String,
+        /// redb's error.
+        #[source]
+        source: redb::Error,
     },
     /// A log record failed to decode.
     #[error("commit log record is invalid: {0}")]
@@ -95,7 +96,7 @@ pub enum Error {
         newest: u64,
     },
     /// An object referenced by the manifest is missing or unreadable.
-    #[error("object {object} is missing from the store (unit {unit:?}); run `oncelake verify` to see what else is affected")]
+    #[error("object {object} is missing from the store (unit {unit:?}); verify the store (`Store::verify`) to see what else is affected")]
     MissingObject {
         /// Hex content hash.
         object: String,
@@ -127,7 +128,7 @@ impl Error {
         detail: impl Into<String>,
     ) -> Self {
         Error::Corrupt {
-            path: PathBuf::from(crate::store::DB_FILE),
+            path: PathBuf::from(crate::layout::DB_FILE),
             detail: format!(
                 "the {table} record of {unit:?} is damaged ({}); nothing was answered from it",
                 detail.into()
@@ -135,10 +136,10 @@ impl Error {
         }
     }
 
-    pub(crate) fn db(context: &'static str, e: impl std::fmt::Display) -> Self {
+    pub(crate) fn db(context: &'static str, e: impl Into<redb::Error>) -> Self {
         Error::Database {
             context,
-            detail: e.to_string(),
+            source: e.into(),
         }
     }
 }
@@ -159,7 +160,7 @@ pub(crate) trait DbContext<T> {
     fn db(self, context: &'static str) -> Result<T>;
 }
 
-impl<T, E: std::fmt::Display> DbContext<T> for std::result::Result<T, E> {
+impl<T, E: Into<redb::Error>> DbContext<T> for std::result::Result<T, E> {
     fn db(self, context: &'static str) -> Result<T> {
         self.map_err(|e| Error::db(context, e))
     }
@@ -183,7 +184,7 @@ pub(crate) fn contain<T>(f: impl FnOnce() -> Result<T>) -> Result<T> {
         Ok(r) => r,
         Err(payload) => match guard::take_redb_panic() {
             Some(msg) => Err(Error::Corrupt {
-                path: PathBuf::from(crate::store::DB_FILE),
+                path: PathBuf::from(crate::layout::DB_FILE),
                 detail: format!(
                     "redb could not read a damaged page ({msg}); nothing was answered from it"
                 ),
@@ -281,5 +282,40 @@ mod guard {
                 previous(info)
             }));
         });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_database_error_keeps_redb_as_its_source() {
+        let e = Error::db(
+            "read a table",
+            redb::StorageError::Corrupted("bad page".into()),
+        );
+        let source = std::error::Error::source(&e).expect("redb's error is the source");
+        assert!(source.downcast_ref::<redb::Error>().is_some(), "{source:?}");
+        assert!(e.to_string().contains("bad page"), "{e}");
+    }
+
+    #[test]
+    fn library_messages_name_no_cli_commands_or_flags() {
+        let errors = [
+            Error::Corrupt {
+                path: "x".into(),
+                detail: "d".into(),
+            },
+            Error::Locked { path: "x".into() },
+            Error::MissingObject {
+                object: "o".into(),
+                unit: "u".into(),
+            },
+        ];
+        for e in errors {
+            let m = e.to_string();
+            assert!(!m.contains("--") && !m.contains("`oncelake "), "{m}");
+        }
     }
 }

@@ -1,7 +1,7 @@
 //! The change feed (SPEC R8) as a store method: the log records after a seq, streaming.
 
 use crate::error::Result;
-use crate::log::Record;
+use crate::schema::log::Record;
 use crate::store::Store;
 
 impl Store {

@@ -6,8 +6,8 @@
 //! Not a public API: hidden from the docs, no stability promise.
 
 use crate::commit::rules::{decide, Current, Decision, Incoming, Intent, LeaseState, LeaseStatus};
-use crate::log::Record;
 use crate::object::ObjectId;
+use crate::schema::log::Record;
 
 /// `log_record`: decoding arbitrary bytes never panics, and whatever decodes re-encodes to the
 /// very same bytes (the frame is canonical) and decodes again to the same record.

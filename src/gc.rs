@@ -20,14 +20,14 @@
 //! reads, so the kept history references every object such a view can read.
 
 use crate::commit::apply::{Done, Op};
-use crate::error::{DbContext, Error, IoContext, Result};
-use crate::log::{Record, RecordBody, LOG};
-use crate::manifest::{EntryValue, HISTORY, MANIFEST};
+use crate::error::{Error, IoContext, Result};
 use crate::metrics::add;
 use crate::object::ObjectId;
+use crate::schema::log::LogTable;
+use crate::schema::manifest::{plan_prune_as_of, referenced_objects};
+use crate::schema::meta::seq_and_horizon;
 use crate::stage::{PinSet, StagingOwner};
-use crate::store::{seq_and_horizon, Store};
-use redb::{ReadTransaction, ReadableTable};
+use crate::store::Store;
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
@@ -85,47 +85,6 @@ pub struct GcReport {
     pub objects_pinned: u64,
     /// Files in `objects/` that are not named like objects; left alone (`verify` lists them).
     pub stray_files: u64,
-}
-
-/// The history rows a prune removes, and the horizon that makes that safe.
-#[derive(Debug, Default)]
-pub(crate) struct PrunePlan {
-    /// (unit, seq) of every row to delete.
-    pub rows: Vec<(String, u64)>,
-    /// The lowest seq that reads may still ask for: every pruned row's successor has a seq at or
-    /// below it, so a view as of any seq from here on finds the successor (or a newer row).
-    pub horizon: u64,
-}
-
-/// Plans a prune: every row of a unit, other than its newest (current) one, whose successor was
-/// committed before `cutoff_ms` — and, when snapshots are open, at or before `keep_for_seq`, the
-/// lowest seq one of them reads as of (a view as of `s` reads a row exactly while `s` is below
-/// its successor's seq). One ordered pass over the history.
-pub(crate) fn plan_prune<T>(
-    history: &T,
-    cutoff_ms: u64,
-    keep_for_seq: Option<u64>,
-) -> Result<PrunePlan>
-where
-    T: ReadableTable<(&'static str, u64), &'static [u8]>,
-{
-    let mut plan = PrunePlan::default();
-    let mut prev: Option<(String, u64)> = None;
-    for row in history.iter().db("scan the history")? {
-        let (k, v) = row.db("scan the history")?;
-        let (unit, seq) = k.value();
-        if let Some((prev_unit, prev_seq)) = prev.take() {
-            if prev_unit == unit && keep_for_seq.is_none_or(|pinned| seq <= pinned) {
-                let successor = EntryValue::decode_history(unit, seq, v.value())?;
-                if successor.committed_at_ms < cutoff_ms {
-                    plan.rows.push((prev_unit, prev_seq));
-                    plan.horizon = plan.horizon.max(seq);
-                }
-            }
-        }
-        prev = Some((unit.to_string(), seq));
-    }
-    Ok(plan)
 }
 
 /// A file in `objects/` named like an object.
@@ -211,29 +170,6 @@ pub(crate) fn list_objects(
     Ok(out)
 }
 
-/// Adds every object a kept entry references, as of `txn`: the manifest and the history.
-fn referenced_objects(
-    txn: &ReadTransaction,
-    skip_rows: &HashSet<(String, u64)>,
-) -> Result<HashSet<ObjectId>> {
-    let mut set = HashSet::new();
-    let manifest = txn.open_table(MANIFEST).db("open the manifest")?;
-    for row in manifest.iter().db("scan the manifest")? {
-        let (k, v) = row.db("scan the manifest")?;
-        set.insert(EntryValue::decode(k.value(), v.value())?.object.id);
-    }
-    let history = txn.open_table(HISTORY).db("open the history")?;
-    for row in history.iter().db("scan the history")? {
-        let (k, v) = row.db("scan the history")?;
-        let (unit, seq) = k.value();
-        if !skip_rows.is_empty() && skip_rows.contains(&(unit.to_string(), seq)) {
-            continue;
-        }
-        set.insert(EntryValue::decode_history(unit, seq, v.value())?.object.id);
-    }
-    Ok(set)
-}
-
 /// A staging file and what GC may do with it.
 pub(crate) struct StagingFile {
     pub(crate) path: PathBuf,
@@ -302,7 +238,7 @@ impl Store {
         let skip_rows = self.prune_history(&options, &mut report)?;
 
         // (1) S1: everything the kept history references.
-        let s1 = self.inner.db.begin_read().db("begin a read transaction")?;
+        let s1 = self.core().begin_read()?;
         let (s1_seq, horizon) = seq_and_horizon(&s1)?;
         if !options.dry_run {
             report.history_from = horizon;
@@ -314,7 +250,7 @@ impl Store {
         report.objects_referenced = referenced.len() as u64;
 
         // (2) Candidates: object files that S1 does not reference.
-        let listing = list_objects(&self.inner.stager.objects, |id| !referenced.contains(id))?;
+        let listing = list_objects(&self.core().stager.objects, |id| !referenced.contains(id))?;
         report.stray_files = listing.strays.len() as u64;
         if listing.objects.is_empty() {
             return Ok(report);
@@ -334,7 +270,7 @@ impl Store {
     /// use it to see a publisher parked behind an unlink).
     #[doc(hidden)]
     pub fn publishers_waiting_for_gc(&self) -> usize {
-        self.inner.stager.pins.waiting()
+        self.core().stager.pins.waiting()
     }
 
     /// Prunes the history (through the commit leader, so the prune serialises with commits),
@@ -346,16 +282,13 @@ impl Store {
         report: &mut GcReport,
     ) -> Result<HashSet<(String, u64)>> {
         let cutoff_ms = self
-            .inner
-            .options
-            .clock
+            .core()
             .now_ms()
             .saturating_sub(u64::try_from(options.retain.as_millis()).unwrap_or(u64::MAX));
-        let readers = &self.inner.readers;
+        let readers = &self.core().readers;
         if options.dry_run {
-            let txn = self.inner.db.begin_read().db("begin a read transaction")?;
-            let history = txn.open_table(HISTORY).db("open the history")?;
-            let plan = plan_prune(&history, cutoff_ms, readers.min_pinned())?;
+            let txn = self.core().begin_read()?;
+            let plan = plan_prune_as_of(&txn, cutoff_ms, readers.min_pinned())?;
             report.history_rows_pruned = plan.rows.len() as u64;
             report.history_from = plan.horizon.max(seq_and_horizon(&txn)?.1);
             return Ok(plan.rows.into_iter().collect());
@@ -388,22 +321,16 @@ impl Store {
         referenced: &mut HashSet<ObjectId>,
         report: &mut GcReport,
     ) -> Result<Vec<&'l ObjectFile>> {
-        let mut pins = self.inner.stager.pins.lock();
+        let mut pins = self.core().stager.pins.lock();
         // A commit whose write failed drops its pins only after the failed state is set, and a
         // failed write may still surface after a reopen: decide nothing on this store's view then.
         if !options.dry_run {
             self.check_writable()?;
         }
-        let s2 = self.inner.db.begin_read().db("begin a read transaction")?;
+        let s2 = self.core().begin_read()?;
         let (s2_seq, _) = seq_and_horizon(&s2)?;
         if s2_seq > s1_seq {
-            let log = s2.open_table(LOG).db("open the log")?;
-            for row in log.range(s1_seq + 1..=s2_seq).db("scan the commit log")? {
-                let (_, v) = row.db("scan the commit log")?;
-                if let RecordBody::Commit { entries } = Record::decode(v.value())?.body {
-                    referenced.extend(entries.iter().map(|e| e.object.id));
-                }
-            }
+            referenced.extend(LogTable::open(&s2)?.objects_committed(s1_seq + 1..=s2_seq)?);
         }
         drop(s2);
         let mut doomed = Vec::new();
@@ -429,13 +356,13 @@ impl Store {
     /// Unlinks the doomed objects, without the pin lock: each is undoomed right after its unlink,
     /// so a publisher of the same content waits for that one unlink only.
     fn unlink_doomed(&self, doomed: Vec<&ObjectFile>, report: &mut GcReport) -> Result<()> {
-        let pins = &self.inner.stager.pins;
+        let pins = &self.core().stager.pins;
         let mut guard = Doomed {
             pins,
             ids: doomed.iter().map(|o| o.id).collect(),
             done: 0,
         };
-        let vfs = &self.inner.stager.vfs;
+        let vfs = &self.core().stager.vfs;
         for o in doomed {
             let removed = vfs.remove(&o.path);
             guard.done += 1;
@@ -446,8 +373,8 @@ impl Store {
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
                 Err(e) => return Err(Error::io(format!("remove {}", o.path.display()), e)),
             }
-            add(&self.inner.metrics.c.orphans_collected, 1);
-            add(&self.inner.metrics.c.bytes_collected, o.bytes);
+            add(&self.core().metrics.c.orphans_collected, 1);
+            add(&self.core().metrics.c.bytes_collected, o.bytes);
             report.objects += 1;
             report.object_bytes += o.bytes;
         }
@@ -458,7 +385,7 @@ impl Store {
     /// Listing reads only: it goes straight to the file system, not through the `Vfs` seam (which
     /// is there for the operations that change what is on disk or make it durable).
     pub(crate) fn staging_files(&self) -> Result<Vec<StagingFile>> {
-        let stager = &self.inner.stager;
+        let stager = &self.core().stager;
         let dir = &stager.staging;
         let entries = match std::fs::read_dir(dir) {
             Ok(e) => e,
@@ -511,13 +438,13 @@ impl Store {
                 continue;
             }
             if !options.dry_run {
-                match self.inner.stager.vfs.remove(&f.path) {
+                match self.core().stager.vfs.remove(&f.path) {
                     Ok(()) => {}
                     Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
                     Err(e) => return Err(Error::io(format!("remove {}", f.path.display()), e)),
                 }
-                add(&self.inner.metrics.c.orphans_collected, 1);
-                add(&self.inner.metrics.c.bytes_collected, f.bytes);
+                add(&self.core().metrics.c.orphans_collected, 1);
+                add(&self.core().metrics.c.bytes_collected, f.bytes);
             }
             report.staging_files += 1;
             report.staging_bytes += f.bytes;

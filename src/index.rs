@@ -8,8 +8,8 @@
 //! therefore exact, never probabilistic. Only the commit leader writes it, after its transaction
 //! is durable and before any writer of the group is woken.
 
-use crate::manifest::EntryValue;
 use crate::object::ObjectId;
+use crate::schema::manifest::EntryValue;
 use std::collections::HashSet;
 use std::hash::{BuildHasherDefault, Hasher};
 

@@ -28,11 +28,11 @@
 
 use crate::error::{Error, IoContext, Result};
 use crate::index::{home, DedupIndex, Lookup, Slot, EMPTY};
-use crate::log::{Record, RecordBody, LOG};
-use crate::manifest::EntryValue;
 use crate::object::ObjectId;
 #[cfg(test)]
 use crate::object::ObjectMeta;
+use crate::schema::log::{LogTable, RecordBody};
+use crate::schema::manifest::EntryValue;
 use crate::vfs::{Vfs, VfsFile};
 use redb::ReadTransaction;
 use std::collections::hash_map::Entry;
@@ -133,19 +133,7 @@ pub(crate) fn record_crc(txn: &ReadTransaction, seq: u64) -> Result<Option<u32>>
     if seq == 0 {
         return Ok(Some(0));
     }
-    let log = txn
-        .open_table(LOG)
-        .map_err(|e| Error::db("open the log", e))?;
-    let crc = log
-        .get(seq)
-        .map_err(|e| Error::db("read the log", e))?
-        // The frame ends with its own CRC, and a CRC over data followed by its CRC is a
-        // constant: hash everything but the trailing CRC (which is the record's CRC32).
-        .map(|g| {
-            let b = g.value();
-            crc32fast::hash(&b[..b.len().saturating_sub(4)])
-        });
-    Ok(crc)
+    LogTable::open(txn)?.record_crc(seq)
 }
 
 /// Writes `index` (reflecting `seq`, whose log record has CRC `record_crc`) as the store's
@@ -436,24 +424,19 @@ fn probe_ok(hashes: &[u64]) -> bool {
 ///   one unit W with that hash, so the log record at q lists W. U is W (not new) iff that record
 ///   lists U; if it does not, U did not exist (else U and W would have collided), so U is new.
 fn catch_up(txn: &ReadTransaction, index: &mut DedupIndex, from: u64, to: u64) -> Result<u64> {
-    let log = txn
-        .open_table(LOG)
-        .map_err(|e| Error::db("open the log", e))?;
+    let log = LogTable::open(txn)?;
     let mut seen: HashSet<String> = HashSet::new();
     // Units listed by the snapshot-era records consulted so far, by seq.
     let mut listed: HashMap<u64, HashSet<String>> = HashMap::new();
     let mut records = 0u64;
     let mut expect = from + 1;
-    for row in log
-        .range(from + 1..=to)
-        .map_err(|e| Error::db("scan the commit log", e))?
-    {
-        let (k, v) = row.map_err(|e| Error::db("scan the commit log", e))?;
-        let rec = Record::decode(v.value())?;
-        if k.value() != expect || rec.seq != expect {
+    for row in log.range(from + 1..=to)? {
+        let (key, rec) = row?;
+        let rec = rec?;
+        if key != expect || rec.seq != expect {
             return Err(Error::Corrupt {
                 path: "commit log".into(),
-                detail: format!("expected log record {expect}, found {}", k.value()),
+                detail: format!("expected log record {expect}, found {key}"),
             });
         }
         expect += 1;
@@ -498,15 +481,12 @@ fn catch_up(txn: &ReadTransaction, index: &mut DedupIndex, from: u64, to: u64) -
 }
 
 /// The units a commit record lists.
-fn units_of(log: &redb::ReadOnlyTable<u64, &[u8]>, seq: u64) -> Result<HashSet<String>> {
-    let bytes = log
-        .get(seq)
-        .map_err(|e| Error::db("read the log", e))?
-        .ok_or_else(|| Error::Corrupt {
-            path: "commit log".into(),
-            detail: format!("the index names seq {seq}, which the log lacks"),
-        })?;
-    match Record::decode(bytes.value())?.body {
+fn units_of(log: &LogTable, seq: u64) -> Result<HashSet<String>> {
+    let rec = log.get(seq)?.ok_or_else(|| Error::Corrupt {
+        path: "commit log".into(),
+        detail: format!("the index names seq {seq}, which the log lacks"),
+    })?;
+    match rec.body {
         RecordBody::Commit { entries } => Ok(entries.into_iter().map(|e| e.unit).collect()),
         _ => Err(Error::Corrupt {
             path: "commit log".into(),

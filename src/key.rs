@@ -24,20 +24,9 @@ pub fn validate_key(key: &str) -> Result<()> {
         return Ok(());
     };
     Err(Error::InvalidKey {
-        key: shorten(key),
+        key: crate::text::shorten(key, 80),
         reason,
     })
-}
-
-fn shorten(key: &str) -> String {
-    if key.len() <= 80 {
-        return key.to_string();
-    }
-    let mut end = 77;
-    while !key.is_char_boundary(end) {
-        end -= 1;
-    }
-    format!("{}...", &key[..end])
 }
 
 #[cfg(test)]

@@ -29,8 +29,8 @@
 
 pub mod claim;
 pub mod clock;
-mod codec;
 pub mod commit;
+mod core;
 mod dedup;
 mod error;
 pub mod fault;
@@ -41,20 +41,22 @@ pub mod gc;
 mod index;
 mod index_snap;
 mod key;
-pub mod log;
-mod manifest;
+mod layout;
+pub use schema::log;
 pub mod metrics;
 mod object;
 pub mod pipeline;
 pub mod reconcile;
 mod replay;
 mod run;
+mod schema;
 pub mod simulate;
 mod snapshot;
 mod stage;
 mod store;
 pub(crate) mod sync;
 pub mod table;
+mod text;
 pub mod verify;
 pub mod vfs;
 
@@ -66,11 +68,11 @@ pub use gc::{GcOptions, GcReport};
 #[doc(hidden)]
 pub use index_snap::OpenReport;
 pub use key::{validate_key, MAX_KEY_LEN};
-pub use manifest::Entry;
 pub use metrics::MetricsSnapshot;
 pub use object::{ObjectId, ObjectMeta};
 pub use replay::{replay, ReplayReport};
 pub use run::{Begin, Reader, Run, RunAnswers, RunError, RunOutcome, WorkOutput};
+pub use schema::manifest::Entry;
 pub use snapshot::{Entries, Snapshot};
 pub use stage::Staged;
 pub use store::{Committed, Durability, Options, Store, DB_FILE, FORMAT_VERSION, MARKER_FILE};

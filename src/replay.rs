@@ -2,8 +2,8 @@
 //! (invariant I7; `verify` runs it).
 
 use crate::error::Result;
-use crate::log::RecordBody;
-use crate::manifest::EntryValue;
+use crate::schema::log::RecordBody;
+use crate::schema::manifest::EntryValue;
 use crate::snapshot::Snapshot;
 use std::collections::BTreeMap;
 

@@ -26,8 +26,8 @@
 use crate::claim::{ClaimOutcome, Lease};
 use crate::commit::{Batch, Outcome, UnitOutcome};
 use crate::error::Error;
-use crate::manifest::Entry;
 use crate::metrics::add;
+use crate::schema::manifest::Entry;
 use crate::stage::Staged;
 use crate::store::Store;
 use parking_lot::Mutex;
@@ -189,7 +189,7 @@ struct RunGuard {
 impl RunGuard {
     /// Enters the unit, or returns who is already running it.
     fn enter(store: &Store, unit: &str, lease: &Lease) -> Result<Self, Running> {
-        let key = (Arc::as_ptr(&store.inner) as usize, unit.to_string());
+        let key = (Arc::as_ptr(store.core()) as usize, unit.to_string());
         let mut running = RUNNING.lock();
         if let Some(r) = running.get(&key) {
             return Err(r.clone());
@@ -374,7 +374,7 @@ impl Store {
         })?;
         let mut produced = Vec::with_capacity(holdings.len());
         for holding in holdings {
-            add(&self.inner.metrics.c.computations, 1);
+            add(&self.core().metrics.c.computations, 1);
             let i = holding.index;
             match work(i)
                 .map_err(RunError::Work)
@@ -518,7 +518,7 @@ impl Store {
                 // The committed entry ended the lease in the same transaction.
                 drop(p.holding.guard);
             } else {
-                add(&self.inner.metrics.c.redundant_computations, 1);
+                add(&self.core().metrics.c.redundant_computations, 1);
                 self.give_back(p.holding);
             }
             answer(i, RunOutcome::Processed(outcome));
@@ -596,7 +596,7 @@ impl Store {
         }
         let mut produced: Vec<(usize, Staged)> = Vec::with_capacity(to_run.len());
         for i in to_run {
-            add(&self.inner.metrics.c.computations, 1);
+            add(&self.core().metrics.c.computations, 1);
             match work(i)
                 .map_err(RunError::Work)
                 .and_then(|out| out.stage_into(self).map_err(RunError::Engine))
@@ -613,7 +613,7 @@ impl Store {
             let report = self.commit(batch)?;
             for ((i, _), outcome) in produced.iter().zip(report.units) {
                 if !matches!(outcome.outcome, Outcome::Committed { .. }) {
-                    add(&self.inner.metrics.c.redundant_computations, 1);
+                    add(&self.core().metrics.c.redundant_computations, 1);
                 }
                 answers[*i] = Some(Ok(RunOutcome::Processed(outcome)));
             }
@@ -623,13 +623,13 @@ impl Store {
 
     /// Counts and answers a run that found the unit done.
     fn already_done(&self, entry: Entry) -> RunOutcome {
-        add(&self.inner.metrics.c.runs_already_done, 1);
+        add(&self.core().metrics.c.runs_already_done, 1);
         RunOutcome::AlreadyDone(entry)
     }
 
     /// Counts and answers a run that found the unit held by `worker` until `until_ms`.
     fn busy(&self, worker: String, until_ms: u64) -> RunOutcome {
-        add(&self.inner.metrics.c.runs_busy, 1);
+        add(&self.core().metrics.c.runs_busy, 1);
         RunOutcome::BusyElsewhere { worker, until_ms }
     }
 
@@ -732,7 +732,7 @@ impl Run {
             // The committed entry ended the lease in the same transaction.
             self.guard = None;
         } else {
-            add(&self.store.inner.metrics.c.redundant_computations, 1);
+            add(&self.store.core().metrics.c.redundant_computations, 1);
             self.give_back();
         }
         Ok(outcome)
@@ -808,7 +808,7 @@ impl Store {
                 ),
             });
         };
-        add(&self.inner.metrics.c.computations, 1);
+        add(&self.core().metrics.c.computations, 1);
         Ok(Begin::Claimed(Run {
             store: self.clone(),
             lease,

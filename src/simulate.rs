@@ -764,7 +764,7 @@ impl Sim<'_> {
             .path()
             .join("staging")
             .join(format!("sim-crash-{n}.part"));
-        let vfs = &self.store.inner.options.vfs;
+        let vfs = &self.store.core().vfs();
         vfs.create_new(&path)
             .and_then(|mut f| f.write_all(&output[..output.len() / 2]))
             .ctx(|| {

@@ -4,72 +4,21 @@
 //! A snapshot is a redb read transaction: it sees every commit up to its seq and nothing of any
 //! later one, so no reader ever sees part of a commit (I4).
 //!
-//! An open snapshot also *pins* its seq in the store's [`ReaderPins`]: GC prunes no history row
+//! An open snapshot also *pins* its seq in the store's `ReaderPins` (`core`): GC prunes no history row
 //! that a view as of a pinned seq reads, whatever the retention, so (I8) it keeps every object
 //! such a view can read. Dropping the snapshot releases the pin. The argument is in DESIGN.md.
 
+use crate::core::{Core, ReaderPin};
 use crate::error::{DbContext, Error, IoContext, Result};
-use crate::log::{Record, LOG};
-use crate::manifest::{Entry, EntryValue, HISTORY, MANIFEST};
-use crate::store::{seq_and_horizon, Store};
-use parking_lot::{Mutex, RwLock, RwLockWriteGuard};
+use crate::schema::log::{LogTable, Record};
+use crate::schema::manifest::{Entry, EntryValue};
+use crate::schema::meta::seq_and_horizon;
+use crate::schema::{HISTORY, MANIFEST, MANIFEST_TABLE};
 use redb::ReadOnlyTable;
-use std::collections::BTreeMap;
 use std::fs::File;
 use std::io::Read;
 use std::path::PathBuf;
 use std::sync::Arc;
-
-/// The seqs that open snapshots read as of, shared by a store's snapshots and its GC.
-#[derive(Debug, Default)]
-pub(crate) struct ReaderPins {
-    /// Taken shared by a snapshot from before its read transaction begins until its seq is
-    /// registered, and exclusively by GC from reading the lowest pin until its prune is durable:
-    /// so a snapshot either is registered when GC reads the pins, or begins its read transaction
-    /// after the prune committed (and then sees the new horizon).
-    gate: RwLock<()>,
-    /// Open snapshots per seq.
-    seqs: Mutex<BTreeMap<u64, usize>>,
-}
-
-impl ReaderPins {
-    /// Holds off new snapshots while a prune is decided and written; then `min_pinned` stays
-    /// valid until the guard is dropped (pins can only be released meanwhile, never added).
-    pub(crate) fn exclusive(&self) -> RwLockWriteGuard<'_, ()> {
-        self.gate.write()
-    }
-
-    /// The lowest seq an open snapshot reads as of, if any snapshot is open.
-    pub(crate) fn min_pinned(&self) -> Option<u64> {
-        self.seqs.lock().keys().next().copied()
-    }
-
-    fn register(self: &Arc<Self>, seq: u64) -> ReaderPin {
-        *self.seqs.lock().entry(seq).or_insert(0) += 1;
-        ReaderPin {
-            seq,
-            pins: self.clone(),
-        }
-    }
-}
-
-/// One open snapshot's pin; released on drop.
-struct ReaderPin {
-    seq: u64,
-    pins: Arc<ReaderPins>,
-}
-
-impl Drop for ReaderPin {
-    fn drop(&mut self) {
-        let mut seqs = self.pins.seqs.lock();
-        if let Some(n) = seqs.get_mut(&self.seq) {
-            *n -= 1;
-            if *n == 0 {
-                seqs.remove(&self.seq);
-            }
-        }
-    }
-}
 
 /// A consistent view of the manifest as of one seq.
 ///
@@ -78,13 +27,13 @@ impl Drop for ReaderPin {
 pub struct Snapshot {
     manifest: ReadOnlyTable<&'static str, &'static [u8]>,
     history: ReadOnlyTable<(&'static str, u64), &'static [u8]>,
-    log: ReadOnlyTable<u64, &'static [u8]>,
+    log: LogTable,
     /// The newest seq this view contains.
     seq: u64,
     /// Set when the view is of an older seq: reads go to the history.
     at: Option<u64>,
     history_from: u64,
-    store: Store,
+    core: Arc<Core>,
     /// Keeps GC from pruning the rows (and deleting the objects) this view reads.
     _pin: ReaderPin,
 }
@@ -93,15 +42,15 @@ pub struct Snapshot {
 pub type Entries = Box<dyn Iterator<Item = Result<Entry>>>;
 
 impl Snapshot {
-    pub(crate) fn new(store: &Store, at: Option<u64>) -> Result<Snapshot> {
-        crate::error::contain(|| Self::begin(store, at))
+    pub(crate) fn new(core: &Arc<Core>, at: Option<u64>) -> Result<Snapshot> {
+        crate::error::contain(|| Self::begin(core, at))
     }
 
-    fn begin(store: &Store, at: Option<u64>) -> Result<Snapshot> {
-        let readers = &store.inner.readers;
+    fn begin(core: &Arc<Core>, at: Option<u64>) -> Result<Snapshot> {
+        let readers = &core.readers;
         // Shared: many snapshots open at once; only a prune in progress holds them off.
-        let _gate = readers.gate.read();
-        let txn = store.inner.db.begin_read().db("begin a read transaction")?;
+        let _gate = readers.shared();
+        let txn = core.begin_read()?;
         let (newest, history_from) = seq_and_horizon(&txn)?;
         if let Some(asked) = at {
             if asked > newest || asked < history_from {
@@ -116,11 +65,11 @@ impl Snapshot {
         Ok(Snapshot {
             manifest: txn.open_table(MANIFEST).db("open the manifest")?,
             history: txn.open_table(HISTORY).db("open the history")?,
-            log: txn.open_table(LOG).db("open the log")?,
+            log: LogTable::open(&txn)?,
             seq,
             at: at.filter(|&a| a < newest),
             history_from,
-            store: store.clone(),
+            core: core.clone(),
             _pin: readers.register(seq),
         })
     }
@@ -153,7 +102,12 @@ impl Snapshot {
     }
 
     fn get_current(&self, unit: &str) -> Result<Option<Entry>> {
-        let v = crate::codec::get_sealed(&self.manifest, "manifest", unit, EntryValue::decode)?;
+        let v = crate::schema::codec::get_sealed(
+            &self.manifest,
+            MANIFEST_TABLE,
+            unit,
+            EntryValue::decode,
+        )?;
         Ok(v.map(|v| v.into_entry(unit)))
     }
 
@@ -248,7 +202,7 @@ impl Snapshot {
 
     /// The path of the entry's object.
     pub fn object_path(&self, entry: &Entry) -> PathBuf {
-        self.store.object_path(&entry.object.id)
+        self.core.stager.object_path(&entry.object.id)
     }
 
     /// Opens the entry's object for streaming reads.
@@ -296,18 +250,14 @@ impl Snapshot {
     /// The log records after `seq`, oldest first, streaming.
     pub fn changes_since(&self, seq: u64) -> Result<impl Iterator<Item = Result<Record>>> {
         let upto = self.seq;
-        let rows = crate::error::contain(|| {
-            self.log
-                .range(seq.saturating_add(1)..)
-                .db("scan the commit log")
-        })?;
+        let rows = crate::error::contain(|| self.log.range(seq.saturating_add(1)..))?;
         let records = rows.map(|row| {
-            let (k, v) = row.db("scan the commit log")?;
-            let rec = Record::decode(v.value())?;
-            if rec.seq != k.value() {
+            let (key, rec) = row?;
+            let rec = rec?;
+            if rec.seq != key {
                 return Err(Error::corrupt_record(
                     "log",
-                    &format!("seq {}", k.value()),
+                    &format!("seq {key}"),
                     format!("its row holds the record of seq {}", rec.seq),
                 ));
             }

@@ -7,11 +7,13 @@
 
 use crate::error::{DbContext, Result};
 use crate::gc::{list_objects, ObjectListing};
-use crate::log::{Record, RecordBody, LOG};
-use crate::manifest::{EntryValue, HISTORY, MANIFEST};
 use crate::object::{ObjectId, ObjectMeta};
 use crate::replay::{replay, ReplayReport};
-use crate::store::{seq_and_horizon, Store, META, META_HISTORY_FROM};
+use crate::schema::log::{LogTable, Record, RecordBody};
+use crate::schema::manifest::EntryValue;
+use crate::schema::meta::{self, seq_and_horizon};
+use crate::schema::{HISTORY, MANIFEST, META};
+use crate::store::Store;
 use redb::{ReadableTable, ReadableTableMetadata};
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::path::{Path, PathBuf};
@@ -210,7 +212,7 @@ impl Store {
             deep: options.deep,
             ..VerifyReport::default()
         };
-        let txn = self.inner.db.begin_read().db("begin a read transaction")?;
+        let txn = self.core().begin_read()?;
         let s1_seq = seq_and_horizon(&txn)?.0;
         report.seq = s1_seq;
         let mut expected: BTreeMap<ObjectId, Expected> = BTreeMap::new();
@@ -297,7 +299,7 @@ impl Store {
             progress(i as u64 + 1, total);
         }
 
-        let listing = list_objects(&self.inner.stager.objects, |id| !expected.contains_key(id))?;
+        let listing = list_objects(&self.core().stager.objects, |id| !expected.contains_key(id))?;
         report.reclaimable.objects = self.unreferenced_objects(&listing, s1_seq)?;
         report.strays = listing
             .strays
@@ -336,18 +338,12 @@ impl Store {
         if unreferenced.is_empty() {
             return Ok(Vec::new());
         }
-        let pins = self.inner.stager.pins.lock();
-        let txn2 = self.inner.db.begin_read().db("begin a read transaction")?;
+        let pins = self.core().stager.pins.lock();
+        let txn2 = self.core().begin_read()?;
         let s2_seq = seq_and_horizon(&txn2)?.0;
         let mut later = HashSet::new();
         if s2_seq > s1_seq {
-            let log = txn2.open_table(LOG).db("open the log")?;
-            for row in log.range(s1_seq + 1..=s2_seq).db("scan the commit log")? {
-                let (_, v) = row.db("scan the commit log")?;
-                if let RecordBody::Commit { entries } = Record::decode(v.value())?.body {
-                    later.extend(entries.iter().map(|e| e.object.id));
-                }
-            }
+            later = LogTable::open(&txn2)?.objects_committed(s1_seq + 1..=s2_seq)?;
         }
         unreferenced.retain(|(id, _, _)| !later.contains(id) && !pins.is_pinned(id));
         Ok(unreferenced
@@ -369,17 +365,16 @@ impl Store {
     /// decoding a record per row would cost O(rows × record size), quadratic for one big batch.
     fn check_history_against_log(&self) -> Result<Vec<String>> {
         let mut problems = Vec::new();
-        let txn = self.inner.db.begin_read().db("begin a read transaction")?;
+        let txn = self.core().begin_read()?;
         let from = {
             let meta = txn.open_table(META).db("open the meta table")?;
-            crate::store::meta_get(&meta, META_HISTORY_FROM)?
+            meta::get(&meta, meta::HISTORY_FROM)?
         };
         let history = txn.open_table(HISTORY).db("open the history")?;
-        let log = txn.open_table(LOG).db("open the log")?;
+        let log = LogTable::open(&txn)?;
         let mut matched = 0u64;
-        for row in log.iter().db("scan the commit log")? {
-            let (_, v) = row.db("scan the commit log")?;
-            let Ok(rec) = Record::decode(v.value()) else {
+        for row in log.iter()? {
+            let Ok(rec) = row?.1 else {
                 continue; // replay reports undecodable records
             };
             let RecordBody::Commit { entries } = &rec.body else {
@@ -421,7 +416,7 @@ impl Store {
         if report.missing.is_empty() && report.corrupt.is_empty() {
             return Ok(());
         }
-        let txn = self.inner.db.begin_read().db("begin a read transaction")?;
+        let txn = self.core().begin_read()?;
         let manifest = txn.open_table(MANIFEST).db("open the manifest")?;
         let history = txn.open_table(HISTORY).db("open the history")?;
         let still_there = |u: &UnitRef| -> Result<bool> {
@@ -512,7 +507,7 @@ fn check_object_file(
 }
 
 /// The history entry a logged commit entry stands for.
-fn history_entry(e: &crate::log::LogEntry, rec: &Record) -> EntryValue {
+fn history_entry(e: &crate::schema::log::LogEntry, rec: &Record) -> EntryValue {
     EntryValue {
         source_version: e.source_version,
         revision: e.revision,
@@ -526,16 +521,13 @@ fn history_entry(e: &crate::log::LogEntry, rec: &Record) -> EntryValue {
 /// row: only called when the counts of [`Store::check_history_against_log`] disagree.
 fn history_rows_without_commit(
     history: &impl ReadableTable<(&'static str, u64), &'static [u8]>,
-    log: &impl ReadableTable<u64, &'static [u8]>,
+    log: &LogTable,
 ) -> Result<Vec<String>> {
     let mut problems = Vec::new();
     for row in history.iter().db("scan the history")? {
         let (k, _) = row.db("scan the history")?;
         let (unit, seq) = k.value();
-        let rec = match log.get(seq).db("read the commit log")? {
-            Some(g) => Record::decode(g.value()).ok(),
-            None => None,
-        };
+        let rec = log.get_decodable(seq)?;
         let logged = rec.as_ref().is_some_and(|rec| match &rec.body {
             RecordBody::Commit { entries } => entries.iter().any(|e| e.unit == unit),
             _ => false,

@@ -6,19 +6,20 @@
 //! before it in the same group: two writers of the same unit in one group are decided exactly as
 //! if they had committed one after the other. The order of the commit log is the tie-breaker.
 
-use crate::claim::{ClaimOutcome, ClaimRecord, Lease, ReleaseOutcome, RenewOutcome, CLAIMS};
+use crate::claim::{ClaimOutcome, Lease, ReleaseOutcome, RenewOutcome};
 use crate::commit::queue::{LeaderPanicked, Weighted};
 use crate::commit::rules::{self, Decision, Incoming, LeaseCheck, LeaseStatus};
 use crate::commit::{Atomicity, Batch, BatchItem, CommitReport, Outcome, UnitOutcome};
+use crate::core::{Core, Durability};
 use crate::error::{DbContext, Error, Result};
-use crate::log::{ClaimChange, LogEntry, Record, RecordBody, LOG};
-use crate::manifest::{EntryValue, HISTORY, MANIFEST};
 use crate::metrics::add;
+use crate::schema::claim::ClaimRecord;
+use crate::schema::log::{ClaimChange, LogEntry, Record, RecordBody};
+use crate::schema::manifest::EntryValue;
+use crate::schema::meta::{self, HISTORY_FROM, NEXT_SEQ, NEXT_TOKEN};
+use crate::schema::{extension, CLAIMS, CLAIMS_TABLE, EXTENSIONS, HISTORY, LOG, MANIFEST, META};
 use crate::stage::Staged;
-use crate::store::{
-    meta_get, meta_put, Durability, Inner, META, META_HISTORY_FROM, META_NEXT_SEQ, META_NEXT_TOKEN,
-};
-use redb::{ReadableTable, Table, TableDefinition};
+use redb::{ReadableTable, Table};
 use std::sync::atomic::Ordering;
 
 /// One request in the write queue.
@@ -75,19 +76,6 @@ pub(crate) struct Fence {
     pub token: Option<u64>,
 }
 
-/// Extension state kept by key: `seq (8 bytes LE) ++ data`, sealed (`codec::seal`). Written
-/// only by [`Op::Extension`]; decoded by `pipeline::split_extension`.
-pub(crate) const EXTENSIONS: TableDefinition<&str, &[u8]> = TableDefinition::new(EXTENSIONS_TABLE);
-pub(crate) const EXTENSIONS_TABLE: &str = "extensions";
-
-/// The sealed `EXTENSIONS` value of `key`.
-pub(crate) fn encode_extension(key: &str, seq: u64, data: &[u8]) -> Vec<u8> {
-    let mut value = Vec::with_capacity(8 + data.len() + crate::codec::SEAL_LEN);
-    crate::codec::put_u64(&mut value, seq);
-    value.extend_from_slice(data);
-    crate::codec::seal(EXTENSIONS_TABLE, key.as_bytes(), value)
-}
-
 /// The answer to an [`Op::Extension`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum ExtensionOutcome {
@@ -118,17 +106,17 @@ pub(crate) enum Done {
 
 impl Op {
     /// Refuses, before it reaches the queue, an extension whose log record would exceed
-    /// [`crate::log::MAX_RECORD_PAYLOAD`] (commits are checked by `Batch::validate`).
+    /// [`crate::schema::log::MAX_RECORD_PAYLOAD`] (commits are checked by `Batch::validate`).
     pub(crate) fn check_record_size(&self) -> Result<()> {
         match self {
             Op::Extension { data, .. }
-                if crate::log::extension_payload_len(data.len())
-                    > crate::log::MAX_RECORD_PAYLOAD =>
+                if crate::schema::log::extension_payload_len(data.len())
+                    > crate::schema::log::MAX_RECORD_PAYLOAD =>
             {
                 Err(Error::InvalidRequest(format!(
                     "an extension record of {} bytes is over the log's limit of {} bytes",
                     data.len(),
-                    crate::log::MAX_RECORD_PAYLOAD
+                    crate::schema::log::MAX_RECORD_PAYLOAD
                 )))
             }
             _ => Ok(()),
@@ -181,7 +169,7 @@ struct Decided {
 }
 
 /// Applies a group; called by the queue's leader with the group's operations, oldest first.
-pub(crate) fn apply_group(inner: &Inner, ops: Vec<Op>) -> Vec<Result<Done>> {
+pub(crate) fn apply_group(inner: &Core, ops: Vec<Op>) -> Vec<Result<Done>> {
     if let Some(cause) = inner.failed.lock().clone() {
         return ops
             .iter()
@@ -242,9 +230,9 @@ fn pins_of(ops: &[Op]) -> Vec<Staged> {
 /// The group's answers, its index updates, and the expired leases it met.
 type GroupResult = (Vec<Done>, Vec<(String, bool, EntryValue)>, u64);
 
-fn write_group(inner: &Inner, ops: Vec<Op>) -> Result<GroupResult> {
+fn write_group(inner: &Core, ops: Vec<Op>) -> Result<GroupResult> {
     let now_ms = inner.options.clock.now_ms();
-    let mut txn = inner.db.begin_write().db("begin a write transaction")?;
+    let mut txn = inner.db.begin_write()?;
     let durable = match inner.options.durability {
         Durability::Durable => true,
         Durability::Relaxed { max_delay } => {
@@ -263,10 +251,7 @@ fn write_group(inner: &Inner, ops: Vec<Op>) -> Result<GroupResult> {
     .db("set the durability")?;
     let dones = {
         let mut meta = txn.open_table(META).db("open the meta table")?;
-        let (next_seq, next_token) = (
-            meta_get(&meta, META_NEXT_SEQ)?,
-            meta_get(&meta, META_NEXT_TOKEN)?,
-        );
+        let (next_seq, next_token) = (meta::get(&meta, NEXT_SEQ)?, meta::get(&meta, NEXT_TOKEN)?);
         let mut w = Writer {
             manifest: txn.open_table(MANIFEST).db("open the manifest")?,
             history: txn.open_table(HISTORY).db("open the history")?,
@@ -286,16 +271,16 @@ fn write_group(inner: &Inner, ops: Vec<Op>) -> Result<GroupResult> {
             dones.push(w.apply(op)?);
         }
         if w.next_seq != next_seq {
-            meta_put(&mut meta, META_NEXT_SEQ, w.next_seq)?;
+            meta::put(&mut meta, NEXT_SEQ, w.next_seq)?;
         }
         if w.next_token != next_token {
-            meta_put(&mut meta, META_NEXT_TOKEN, w.next_token)?;
+            meta::put(&mut meta, NEXT_TOKEN, w.next_token)?;
         }
         if let Some(h) = w.history_from {
             // The horizon only rises: a prune never makes readable again what was refused.
-            let stored = meta_get(&meta, META_HISTORY_FROM)?;
+            let stored = meta::get(&meta, HISTORY_FROM)?;
             if h > stored {
-                meta_put(&mut meta, META_HISTORY_FROM, h)?;
+                meta::put(&mut meta, HISTORY_FROM, h)?;
             }
         }
         let index = std::mem::take(&mut w.index);
@@ -308,7 +293,7 @@ fn write_group(inner: &Inner, ops: Vec<Op>) -> Result<GroupResult> {
     Ok(dones)
 }
 
-fn record_metrics(inner: &Inner, dones: &[Done], units: usize) {
+fn record_metrics(inner: &Core, dones: &[Done], units: usize) {
     let c = &inner.metrics.c;
     add(&c.groups, 1);
     inner.metrics.group_units.record(
@@ -447,7 +432,7 @@ impl Writer<'_> {
             }
             self.end_lease(&fence.unit, claim)?;
         }
-        let value = encode_extension(key, self.next_seq, &data);
+        let value = extension::encode(key, self.next_seq, &data);
         if self.extensions.is_none() {
             self.extensions = Some(
                 self.txn
@@ -464,11 +449,11 @@ impl Writer<'_> {
     }
 
     fn current(&self, unit: &str) -> Result<Option<EntryValue>> {
-        crate::codec::get_sealed(&self.manifest, "manifest", unit, EntryValue::decode)
+        crate::schema::codec::get_sealed(&self.manifest, "manifest", unit, EntryValue::decode)
     }
 
     fn claim_record(&self, unit: &str) -> Result<Option<ClaimRecord>> {
-        crate::codec::get_sealed(&self.claims, "claims", unit, ClaimRecord::decode)
+        crate::schema::codec::get_sealed(&self.claims, CLAIMS_TABLE, unit, ClaimRecord::decode)
     }
 
     fn append(&mut self, body: RecordBody) -> Result<u64> {
@@ -630,10 +615,10 @@ impl Writer<'_> {
         })
     }
 
-    /// Deletes the history rows superseded before `cutoff_ms` (see [`crate::gc::plan_prune`]) and
+    /// Deletes the history rows superseded before `cutoff_ms` (see [`crate::schema::manifest::plan_prune`]) and
     /// moves the horizon so that no read as of a seq whose view lost a row is served.
     fn prune(&mut self, cutoff_ms: u64, keep_for_seq: Option<u64>) -> Result<Done> {
-        let plan = crate::gc::plan_prune(&self.history, cutoff_ms, keep_for_seq)?;
+        let plan = crate::schema::manifest::plan_prune(&self.history, cutoff_ms, keep_for_seq)?;
         for (unit, seq) in &plan.rows {
             self.history
                 .remove((unit.as_str(), *seq))

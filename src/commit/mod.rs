@@ -145,24 +145,24 @@ impl Batch {
         self.check_record_size()
     }
 
-    /// Refuses a batch whose commit-log record would exceed [`crate::log::MAX_RECORD_PAYLOAD`]:
+    /// Refuses a batch whose commit-log record would exceed [`crate::schema::log::MAX_RECORD_PAYLOAD`]:
     /// such a record could be written but never read back (by `changes_since`, replay or verify).
     fn check_record_size(&self) -> Result<()> {
         let entries = self
             .items
             .iter()
             .map(|i| (i.unit.as_str(), i.token.is_some()));
-        let len = crate::log::commit_payload_len(entries);
-        if len <= crate::log::MAX_RECORD_PAYLOAD {
+        let len = crate::schema::log::commit_payload_len(entries);
+        if len <= crate::schema::log::MAX_RECORD_PAYLOAD {
             return Ok(());
         }
         let per_unit = len / self.items.len();
-        let fits = crate::log::MAX_RECORD_PAYLOAD / per_unit.max(1);
+        let fits = crate::schema::log::MAX_RECORD_PAYLOAD / per_unit.max(1);
         Err(Error::InvalidRequest(format!(
             "a commit of {} units needs a {len}-byte log record, over the limit of {} bytes; \
              split it into commits of at most about {fits} units of this key length",
             self.items.len(),
-            crate::log::MAX_RECORD_PAYLOAD
+            crate::schema::log::MAX_RECORD_PAYLOAD
         )))
     }
 }

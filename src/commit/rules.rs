@@ -128,6 +128,25 @@ pub struct LeaseState {
     pub expires_at_ms: u64,
 }
 
+impl crate::schema::claim::ClaimRecord {
+    /// The lease as the commit rules see it at `now_ms`.
+    pub(crate) fn state(&self, now_ms: u64) -> LeaseState {
+        LeaseState {
+            token: self.token,
+            status: if self.released && self.by_commit {
+                LeaseStatus::Ended
+            } else if self.released {
+                LeaseStatus::Released
+            } else if self.is_live(now_ms) {
+                LeaseStatus::Live
+            } else {
+                LeaseStatus::Expired
+            },
+            expires_at_ms: self.expires_at_ms,
+        }
+    }
+}
+
 /// The committed side of a decision: the unit's current entry.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Current {

@@ -17,10 +17,10 @@
 //! Stage names never contain `/` and the suffix never does, so the encoding is unambiguous even
 //! for units that contain `/`.
 
-use crate::codec::{put_str, Reader};
 use crate::error::{Error, Result};
 use crate::key::MAX_KEY_LEN;
 use crate::object::ObjectId;
+use crate::schema::codec::{put_str, Reader};
 
 /// Prefix of every cell key in the manifest.
 pub const CELL_PREFIX: &str = ".pipeline/cell/";
@@ -204,18 +204,6 @@ impl DefinitionRecord {
     }
 }
 
-/// Cuts `s` to at most `max` bytes at a character boundary.
-pub(crate) fn truncate(s: &str, max: usize) -> String {
-    if s.len() <= max {
-        return s.to_string();
-    }
-    let mut end = max;
-    while !s.is_char_boundary(end) {
-        end -= 1;
-    }
-    s[..end].to_string()
-}
-
 /// Why a cell's earlier completion no longer counts.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum StaleReason {
@@ -392,6 +380,7 @@ fn bad(detail: String) -> Error {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::text::prefix as truncate;
 
     #[test]
     fn cell_keys_round_trip_and_are_unambiguous() {

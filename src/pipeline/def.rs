@@ -175,20 +175,9 @@ pub fn validate_stage_name(name: &str) -> Result<(), PipelineError> {
         return Ok(());
     };
     Err(PipelineError::InvalidName {
-        name: shorten(name),
+        name: crate::text::shorten(name, 80),
         reason,
     })
-}
-
-fn shorten(s: &str) -> String {
-    if s.len() <= 80 {
-        return s.to_string();
-    }
-    let mut end = 77;
-    while !s.is_char_boundary(end) {
-        end -= 1;
-    }
-    format!("{}...", &s[..end])
 }
 
 impl PipelineDef {
@@ -224,7 +213,7 @@ impl PipelineDef {
                 let Some(&u) = by_name.get(up) else {
                     return Err(PipelineError::UnknownUpstream {
                         stage: s.name.clone(),
-                        upstream: shorten(up),
+                        upstream: crate::text::shorten(up, 80),
                     });
                 };
                 if s.upstream[..j].contains(up) {

@@ -2,19 +2,18 @@
 //! and failures through the store's commit path, explaining a unit, counting states per stage.
 
 use super::cell::{
-    source_key, truncate, validate_pipeline_unit, CellKey, CellState, CellView, Failure,
-    StaleReason, CELL_PREFIX, DEFINITION_KEY, MAX_ERROR_LEN, SOURCE_PREFIX, TAG_CELL_FAILED,
-    TAG_DEFINITION,
+    source_key, validate_pipeline_unit, CellKey, CellState, CellView, Failure, StaleReason,
+    CELL_PREFIX, DEFINITION_KEY, MAX_ERROR_LEN, SOURCE_PREFIX, TAG_CELL_FAILED, TAG_DEFINITION,
 };
 use super::def::PipelineDef;
-use crate::claim::{validate_worker, ClaimOutcome, ClaimRecord, Lease, CLAIMS};
-use crate::commit::apply::{Done, ExtensionOutcome, Fence, Op, EXTENSIONS};
+use crate::claim::{validate_worker, ClaimOutcome, Lease};
+use crate::commit::apply::{Done, ExtensionOutcome, Fence, Op};
 use crate::commit::{Batch, Outcome, UnitOutcome};
-use crate::error::{DbContext, Error, Result};
-use crate::manifest::{Entry, EntryValue, MANIFEST};
+use crate::error::{Error, Result};
 use crate::metrics::add;
+use crate::schema::claim::ClaimRecord;
+use crate::schema::manifest::{Entry, EntryValue};
 use crate::store::Store;
-use redb::ReadOnlyTable;
 use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 
@@ -243,52 +242,6 @@ struct Evaluated {
     done: Option<Entry>,
 }
 
-pub(crate) fn scan_prefix(
-    table: &ReadOnlyTable<&'static str, &'static [u8]>,
-    prefix: &str,
-    mut f: impl FnMut(&str, &[u8]) -> Result<()>,
-) -> Result<()> {
-    for row in table.range::<&str>(prefix..).db("scan a table")? {
-        let (k, v) = row.db("scan a table")?;
-        let k = k.value();
-        if !k.starts_with(prefix) {
-            break;
-        }
-        f(k, v.value())?;
-    }
-    Ok(())
-}
-
-/// The extensions table, or `None` in a store that never wrote one.
-pub(crate) fn open_extensions(
-    txn: &redb::ReadTransaction,
-) -> Result<Option<ReadOnlyTable<&'static str, &'static [u8]>>> {
-    match txn.open_table(EXTENSIONS) {
-        Ok(t) => Ok(Some(t)),
-        Err(redb::TableError::TableDoesNotExist(_)) => Ok(None),
-        Err(e) => Err(Error::db("open the extensions table", e)),
-    }
-}
-
-/// Splits `key`'s extensions-table value into its seq and data, checking its seal.
-pub(crate) fn split_extension<'a>(key: &str, v: &'a [u8]) -> Result<(u64, &'a [u8])> {
-    use crate::commit::apply::EXTENSIONS_TABLE;
-    split_extension_payload(
-        key,
-        crate::codec::unseal(EXTENSIONS_TABLE, key.as_bytes(), key, v)?,
-    )
-}
-
-/// Splits an unsealed extensions payload (a checked seal's content, or a format-1 value).
-pub(crate) fn split_extension_payload<'a>(key: &str, v: &'a [u8]) -> Result<(u64, &'a [u8])> {
-    use crate::commit::apply::EXTENSIONS_TABLE;
-    let mut r = crate::codec::Reader::new(v, "extension record");
-    let seq = r
-        .u64()
-        .map_err(|e| Error::corrupt_record(EXTENSIONS_TABLE, key, e.to_string()))?;
-    Ok((seq, r.take(r.remaining())?))
-}
-
 fn submit_extension(
     store: &Store,
     tag: u16,
@@ -396,18 +349,9 @@ impl Pipeline {
     /// stages it invalidates as the reason. Returns the record's seq if it wrote one.
     pub fn record_definition(&self, store: &Store) -> Result<Option<u64>> {
         let text = self.def.to_text();
-        let old = {
-            let txn = store.inner.db.begin_read().db("begin a read transaction")?;
-            match open_extensions(&txn)? {
-                None => None,
-                Some(t) => {
-                    let text = |k: &str, v: &[u8]| {
-                        let (_, data) = split_extension(k, v)?;
-                        Ok(super::cell::DefinitionRecord::decode(data)?.text)
-                    };
-                    crate::codec::get_sealed(&t, "extensions", DEFINITION_KEY, text)?
-                }
-            }
+        let old = match store.core().tables()?.extension(DEFINITION_KEY)? {
+            Some((_, data)) => Some(super::cell::DefinitionRecord::decode(&data)?.text),
+            None => None,
         };
         if old.as_deref() == Some(text.as_str()) {
             return Ok(None);
@@ -468,11 +412,8 @@ impl Pipeline {
     }
 
     fn load_uncontained(&self, store: &Store, unit: Option<&str>) -> Result<Loaded> {
-        let now_ms = store.inner.options.clock.now_ms();
-        let txn = store.inner.db.begin_read().db("begin a read transaction")?;
-        let manifest = txn.open_table(MANIFEST).db("open the manifest")?;
-        let claims = txn.open_table(CLAIMS).db("open the claims")?;
-        let ext = open_extensions(&txn)?;
+        let now_ms = store.core().now_ms();
+        let tables = store.core().tables()?;
         let mut l = Loaded {
             now_ms,
             sources: BTreeMap::new(),
@@ -484,10 +425,10 @@ impl Pipeline {
             Some(u) => source_key(u),
             None => SOURCE_PREFIX.to_string(),
         };
-        scan_prefix(&manifest, &source_prefix, |k, v| {
+        tables.entries_with_prefix(&source_prefix, |k, v| {
             let u = &k[SOURCE_PREFIX.len()..];
             if unit.is_none_or(|want| want == u) {
-                l.sources.insert(u.to_string(), EntryValue::decode(k, v)?);
+                l.sources.insert(u.to_string(), v);
             }
             Ok(())
         })?;
@@ -502,9 +443,8 @@ impl Pipeline {
         };
         let wanted = |ck: &CellKey| unit.is_none_or(|u| u == ck.unit);
         for prefix in &cell_prefixes {
-            scan_prefix(&manifest, prefix, |k, v| {
+            tables.entries_with_prefix(prefix, |k, value| {
                 if let Some(ck) = CellKey::parse(k).filter(&wanted) {
-                    let value = EntryValue::decode(k, v)?;
                     l.cells
                         .entry((ck.stage.clone(), ck.unit.clone()))
                         .or_default()
@@ -512,21 +452,18 @@ impl Pipeline {
                 }
                 Ok(())
             })?;
-            scan_prefix(&claims, prefix, |k, v| {
+            tables.claims_with_prefix(prefix, |k, c| {
                 if CellKey::parse(k).filter(&wanted).is_some() {
-                    l.claims.insert(k.to_string(), ClaimRecord::decode(k, v)?);
+                    l.claims.insert(k.to_string(), c);
                 }
                 Ok(())
             })?;
-            if let Some(ext) = &ext {
-                scan_prefix(ext, prefix, |k, v| {
-                    if CellKey::parse(k).filter(&wanted).is_some() {
-                        let (_, data) = split_extension(k, v)?;
-                        l.failures.insert(k.to_string(), Failure::decode(data)?);
-                    }
-                    Ok(())
-                })?;
-            }
+            tables.extensions_with_prefix(prefix, |k, _, data| {
+                if CellKey::parse(k).filter(&wanted).is_some() {
+                    l.failures.insert(k.to_string(), Failure::decode(data)?);
+                }
+                Ok(())
+            })?;
         }
         Ok(l)
     }
@@ -797,7 +734,7 @@ impl Pipeline {
             store.release(&lease)?;
             return Ok(Claim::GaveUp { attempts });
         }
-        let c = &store.inner.metrics.c;
+        let c = &store.core().metrics.c;
         add(&c.pipeline_cells_ready, 1);
         if attempts > 0 {
             add(&c.pipeline_cells_retried, 1);
@@ -829,7 +766,7 @@ impl Pipeline {
         let mut r = store.commit(batch)?;
         let out = r.units.remove(0);
         if matches!(out.outcome, Outcome::Committed { .. }) {
-            add(&store.inner.metrics.c.pipeline_cells_completed, 1);
+            add(&store.core().metrics.c.pipeline_cells_completed, 1);
         }
         Ok(out)
     }
@@ -856,7 +793,7 @@ impl Pipeline {
             attempts,
             token: attempt.token,
             worker: attempt.worker.clone(),
-            error: truncate(error, MAX_ERROR_LEN),
+            error: crate::text::prefix(error, MAX_ERROR_LEN).to_string(),
         };
         let fence = Some(Fence {
             unit: key.clone(),
@@ -864,7 +801,7 @@ impl Pipeline {
         });
         match submit_extension(store, TAG_CELL_FAILED, key, f.encode(), fence)? {
             ExtensionOutcome::Written { seq } => {
-                add(&store.inner.metrics.c.pipeline_cells_failed, 1);
+                add(&store.core().metrics.c.pipeline_cells_failed, 1);
                 Ok(FailOutcome::Recorded {
                     seq,
                     attempts,
@@ -890,10 +827,8 @@ impl Pipeline {
 
     /// Whether another worker holds a live lease on the cell key.
     fn held_by_other(&self, store: &Store, key: &str, worker: &str) -> Result<bool> {
-        let now = store.inner.options.clock.now_ms();
-        let txn = store.inner.db.begin_read().db("begin a read transaction")?;
-        let claims = txn.open_table(CLAIMS).db("open the claims")?;
-        let held = match crate::codec::get_sealed(&claims, "claims", key, ClaimRecord::decode)? {
+        let now = store.core().now_ms();
+        let held = match store.core().tables()?.claim(key)? {
             Some(c) => c.is_live(now) && c.worker != worker,
             None => false,
         };
@@ -902,13 +837,10 @@ impl Pipeline {
 
     /// The cell's recorded failure, if any.
     fn failure(&self, store: &Store, key: &str) -> Result<Option<Failure>> {
-        let txn = store.inner.db.begin_read().db("begin a read transaction")?;
-        let Some(ext) = open_extensions(&txn)? else {
-            return Ok(None);
-        };
-        let failure =
-            |k: &str, v: &[u8]| split_extension(k, v).and_then(|(_, d)| Failure::decode(d));
-        crate::codec::get_sealed(&ext, "extensions", key, failure)
+        match store.core().tables()?.extension(key)? {
+            Some((_, data)) => Failure::decode(&data).map(Some),
+            None => Ok(None),
+        }
     }
 
     /// Runs ready cells until none is ready: claims each, runs `stage_fn` on it, completes it with

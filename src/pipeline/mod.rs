@@ -42,7 +42,6 @@
 pub mod cell;
 pub mod def;
 mod engine;
-pub(crate) use engine::split_extension_payload;
 
 pub use cell::{CellKey, CellState, CellView, Failure, StaleReason};
 pub use def::{PipelineDef, PipelineDefBuilder, PipelineError, StageDef};
@@ -51,11 +50,9 @@ pub use engine::{
     ReadyCell, StageStatus, Status, WorkOptions, WorkReport,
 };
 
-use crate::claim::{ClaimRecord, CLAIMS};
-use crate::error::{DbContext, Result};
-use crate::log::RecordBody;
-use crate::manifest::{EntryValue, MANIFEST};
+use crate::error::Result;
 use crate::object::ObjectId;
+use crate::schema::log::RecordBody;
 use crate::snapshot::Snapshot;
 use crate::store::Store;
 use cell::{
@@ -99,26 +96,21 @@ pub fn recorded_state(store: &Store) -> Result<RecordedState> {
 }
 
 fn recorded_state_uncontained(store: &Store) -> Result<RecordedState> {
-    let txn = store.inner.db.begin_read().db("begin a read transaction")?;
-    let manifest = txn.open_table(MANIFEST).db("open the manifest")?;
-    let claims = txn.open_table(CLAIMS).db("open the claims")?;
+    let tables = store.core().tables()?;
     let mut st = RecordedState::default();
-    engine::scan_prefix(&manifest, SOURCE_PREFIX, |k, v| {
-        let v = EntryValue::decode(k, v)?;
+    tables.entries_with_prefix(SOURCE_PREFIX, |k, v| {
         st.sources.insert(
             k[SOURCE_PREFIX.len()..].to_string(),
             (v.source_version, v.object.id, v.seq),
         );
         Ok(())
     })?;
-    engine::scan_prefix(&manifest, CELL_PREFIX, |k, v| {
-        let v = EntryValue::decode(k, v)?;
+    tables.entries_with_prefix(CELL_PREFIX, |k, v| {
         st.completions
             .insert(k.to_string(), (v.source_version, v.object.id, v.seq));
         Ok(())
     })?;
-    engine::scan_prefix(&claims, CELL_PREFIX, |k, v| {
-        let c = ClaimRecord::decode(k, v)?;
+    tables.claims_with_prefix(CELL_PREFIX, |k, c| {
         st.claims.insert(
             k.to_string(),
             RecordedClaim {
@@ -130,19 +122,15 @@ fn recorded_state_uncontained(store: &Store) -> Result<RecordedState> {
         );
         Ok(())
     })?;
-    if let Some(ext) = engine::open_extensions(&txn)? {
-        engine::scan_prefix(&ext, CELL_PREFIX, |k, v| {
-            let (seq, data) = engine::split_extension(k, v)?;
-            st.failures
-                .insert(k.to_string(), (seq, Failure::decode(data)?));
-            Ok(())
-        })?;
-        let definition = |k: &str, v: &[u8]| {
-            let (seq, data) = engine::split_extension(k, v)?;
-            Ok((seq, DefinitionRecord::decode(data)?.text))
-        };
-        st.definition = crate::codec::get_sealed(&ext, "extensions", DEFINITION_KEY, definition)?;
-    }
+    tables.extensions_with_prefix(CELL_PREFIX, |k, seq, data| {
+        st.failures
+            .insert(k.to_string(), (seq, Failure::decode(data)?));
+        Ok(())
+    })?;
+    st.definition = match tables.extension(DEFINITION_KEY)? {
+        Some((seq, data)) => Some((seq, DefinitionRecord::decode(&data)?.text)),
+        None => None,
+    };
     Ok(st)
 }
 

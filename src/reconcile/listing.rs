@@ -123,7 +123,7 @@ pub enum ListingError {
         version: u64,
     },
     /// A full listing is not in key order, so it cannot be merged in one pass.
-    #[error("line {line}: unit {unit:?} comes after {previous:?} (line {previous_line}), but this one-pass merge needs a listing sorted by unit in byte order; use reconcile_full_unsorted, which sorts it first in bounded memory (the command line does so by itself), sort it (e.g. `LC_ALL=C sort -t, -k1,1` for CSV without a header), or reconcile it as changes only (--changes-only), which needs no order but does not report units unknown to the source")]
+    #[error("line {line}: unit {unit:?} comes after {previous:?} (line {previous_line}), but this one-pass merge needs a listing sorted by unit in byte order; use reconcile_full_unsorted, which sorts it first in bounded memory, sort it (e.g. `LC_ALL=C sort -t, -k1,1` for CSV without a header), or reconcile it as changes only (reconcile_changes), which needs no order but does not report units unknown to the source")]
     Unsorted {
         /// The line out of order.
         line: u64,
@@ -255,22 +255,11 @@ fn malformed(format: ListingFormat, line: u64, reason: impl Into<String>) -> Lis
     }
 }
 
-fn shorten(s: &str) -> String {
-    if s.len() <= 40 {
-        return s.to_string();
-    }
-    let mut end = 37;
-    while !s.is_char_boundary(end) {
-        end -= 1;
-    }
-    format!("{}...", &s[..end])
-}
-
 /// A decimal u64 with only ASCII digits (no sign, no spaces inside).
 fn parse_version(text: &str, line: u64) -> Result<u64, ListingError> {
     let bad = || ListingError::BadVersion {
         line,
-        text: shorten(text),
+        text: crate::text::shorten(text, 40),
     };
     if text.is_empty() || !text.bytes().all(|b| b.is_ascii_digit()) {
         return Err(bad());
@@ -310,7 +299,10 @@ fn parse_csv(text: &str, unit: &mut String, line: u64) -> Result<u64, ListingErr
             malformed(
                 f,
                 line,
-                format!("{:?} has no comma between unit and version", shorten(text)),
+                format!(
+                    "{:?} has no comma between unit and version",
+                    crate::text::shorten(text, 40)
+                ),
             )
         })?;
         unit.push_str(u);
@@ -452,7 +444,7 @@ impl<'a> Json<'a> {
         if text.len() > 1 && text.starts_with('0') {
             return Err(ListingError::BadVersion {
                 line: self.line,
-                text: shorten(text),
+                text: crate::text::shorten(text, 40),
             });
         }
         parse_version(text, self.line)
@@ -487,7 +479,7 @@ fn parse_json(text: &str, unit: &mut String, line: u64) -> Result<u64, ListingEr
             other => {
                 return Err(p.err(format!(
                     "unexpected field {:?}; only \"unit\" and \"version\" are allowed",
-                    shorten(other)
+                    crate::text::shorten(other, 40)
                 )))
             }
         }

@@ -35,8 +35,8 @@ pub use listing::{
 pub use sort::{SortConfig, SortedListing};
 
 use crate::error::{DbContext, Error};
-use crate::index::{key_hash, Lookup, PassThrough};
-use crate::manifest::EntryValue;
+use crate::index::{key_hash, PassThrough};
+use crate::schema::manifest::EntryValue;
 use crate::snapshot::Snapshot;
 use crate::store::Store;
 use std::collections::hash_map::Entry as MapEntry;
@@ -316,30 +316,19 @@ impl ChangeBatch {
 }
 
 impl Store {
-    /// Fills `batch.manifest` from the dedup index, under one read lock; units whose key hash is
-    /// shared with another unit (ambiguous in the index) are read from a snapshot afterwards.
+    /// Fills `batch.manifest` from the dedup index (`Core::probe_many`: units whose key hash is
+    /// shared with another unit are read from the manifest afterwards).
     fn lookup_versions(&self, batch: &mut ChangeBatch) -> Result<(), Error> {
-        let mut ambiguous = Vec::new();
-        {
-            let index = self.inner.index.read();
-            for (i, row) in batch.rows.iter().enumerate() {
-                let v = match index.get_by_hash(row.2) {
-                    Lookup::Absent => None,
-                    Lookup::Present(slot) => Some(slot.source_version),
-                    Lookup::Ambiguous => {
-                        ambiguous.push(i);
-                        None
-                    }
-                };
-                batch.manifest.push(v);
-            }
-        }
-        if !ambiguous.is_empty() {
-            let snap = self.snapshot()?;
-            for i in ambiguous {
-                batch.manifest[i] = snap.get(batch.unit(i))?.map(|e| e.source_version);
-            }
-        }
+        let mut probed = Vec::new();
+        self.core().probe_many(
+            batch.rows.len(),
+            |i| batch.rows[i].2,
+            |i| batch.unit(i),
+            &mut probed,
+        )?;
+        batch
+            .manifest
+            .extend(probed.iter().map(|c| c.map(|c| c.source_version)));
         Ok(())
     }
 }

@@ -307,7 +307,7 @@ fn io_error(e: std::io::Error, dir: &Path, line: u64) -> ListingError {
         source: std::io::Error::new(
             e.kind(),
             format!(
-                "sorting the listing through temporary files in {}: {e}; free space there or choose another directory (--tmp)",
+                "sorting the listing through temporary files in {}: {e}; free space there or choose another directory (`SortConfig::new`)",
                 dir.display()
             ),
         ),

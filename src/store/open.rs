@@ -28,17 +28,18 @@
 //! Every file operation of creation goes through the [`Vfs`] seam except `LOCK` (it needs a file
 //! descriptor to `flock`) and the database file (redb's own I/O, under the fault backend).
 
-use super::{
-    meta_get, meta_put, new_store_id, Db, Options, DB_FILE, FORMAT_VERSION, LOCK_FILE, MARKER_FILE,
-    META, META_FORMAT, META_HISTORY_FROM, META_NEXT_SEQ, META_NEXT_TOKEN, META_STORE_ID, META_V1,
-    REDB_MAGIC,
-};
-use crate::claim::{ClaimRecord, CLAIMS};
-use crate::commit::apply::EXTENSIONS;
+use super::{new_store_id, FORMAT_VERSION, REDB_MAGIC};
+use crate::core::{Db, Options};
 use crate::error::{DbContext, Error, IoContext, Result};
 use crate::fault::FaultyBackend;
-use crate::log::LOG;
-use crate::manifest::{EntryValue, HISTORY, MANIFEST};
+use crate::layout::{DB_FILE, LOCK_FILE, MARKER_FILE};
+use crate::schema::claim::ClaimRecord;
+use crate::schema::manifest::EntryValue;
+use crate::schema::meta::{
+    self, FORMAT as META_FORMAT, HISTORY_FROM as META_HISTORY_FROM, NEXT_SEQ as META_NEXT_SEQ,
+    NEXT_TOKEN as META_NEXT_TOKEN, STORE_ID as META_STORE_ID,
+};
+use crate::schema::{extension, CLAIMS, EXTENSIONS, HISTORY, LOG, MANIFEST, META, META_V1};
 use crate::vfs::Vfs;
 use redb::{ReadableDatabase, ReadableTable, TableDefinition};
 use std::fs::{File, OpenOptions};
@@ -120,7 +121,7 @@ pub(super) fn open_read_only(dir: &Path, options: &Options) -> Result<(Db, File)
         Some(f) if f > FORMAT_VERSION => Err(newer(dir, f)),
         Some(f) => Err(read_only(
             dir,
-            &format!("it has format {f}, which is upgraded in place by the first read-write open (for example `oncelake ls` on writable media)"),
+            &format!("it has format {f}, which is upgraded in place by the first read-write open (on writable media)"),
         )),
         None => Err(corrupt(&path, "no format version is stamped".into())),
     }
@@ -437,7 +438,7 @@ fn validate_db_file(path: &Path) -> Result<()> {
 pub(super) fn read_format(db: &dyn ReadableDatabase) -> Result<Option<u32>> {
     let txn = db.begin_read().db("begin a read transaction")?;
     let format = match txn.open_table(META) {
-        Ok(meta) => meta_get(&meta, META_FORMAT)?,
+        Ok(meta) => meta::get(&meta, META_FORMAT)?,
         Err(redb::TableError::TableDoesNotExist(_)) => match txn.open_table(META_V1) {
             Ok(meta) => meta
                 .get(META_FORMAT)
@@ -485,11 +486,11 @@ fn initialise(db: &redb::Database) -> Result<()> {
     let txn = db.begin_write().db("begin the initial transaction")?;
     {
         let mut meta = txn.open_table(META).db("create the meta table")?;
-        meta_put(&mut meta, META_FORMAT, FORMAT_VERSION as u64)?;
-        meta_put(&mut meta, META_NEXT_SEQ, 1)?;
-        meta_put(&mut meta, META_NEXT_TOKEN, 1)?;
-        meta_put(&mut meta, META_HISTORY_FROM, 0)?;
-        meta_put(&mut meta, META_STORE_ID, new_store_id())?;
+        meta::put(&mut meta, META_FORMAT, FORMAT_VERSION as u64)?;
+        meta::put(&mut meta, META_NEXT_SEQ, 1)?;
+        meta::put(&mut meta, META_NEXT_TOKEN, 1)?;
+        meta::put(&mut meta, META_HISTORY_FROM, 0)?;
+        meta::put(&mut meta, META_STORE_ID, new_store_id())?;
         txn.open_table(MANIFEST).db("create the manifest")?;
         txn.open_table(HISTORY).db("create the history")?;
         txn.open_table(LOG).db("create the log")?;
@@ -521,14 +522,14 @@ fn upgrade(db: &redb::Database) -> Result<()> {
         for key in [META_NEXT_SEQ, META_NEXT_TOKEN, META_HISTORY_FROM] {
             let v = old.iter().find(|(k, _)| k == key).map(|(_, v)| *v);
             let v = v.ok_or_else(|| Error::corrupt_record("meta", key, "it is missing"))?;
-            meta_put(&mut meta, key, v)?;
+            meta::put(&mut meta, key, v)?;
         }
         let id = old
             .iter()
             .find(|(k, _)| k == META_STORE_ID)
             .map(|(_, v)| *v);
-        meta_put(&mut meta, META_STORE_ID, id.unwrap_or_else(new_store_id))?;
-        meta_put(&mut meta, META_FORMAT, FORMAT_VERSION as u64)?;
+        meta::put(&mut meta, META_STORE_ID, id.unwrap_or_else(new_store_id))?;
+        meta::put(&mut meta, META_FORMAT, FORMAT_VERSION as u64)?;
         reseal_by_unit(&txn, MANIFEST, |unit, v| {
             Ok(EntryValue::decode_payload("manifest", unit, v)?.encode(unit))
         })?;
@@ -536,8 +537,8 @@ fn upgrade(db: &redb::Database) -> Result<()> {
             Ok(ClaimRecord::decode_payload(unit, v)?.encode(unit))
         })?;
         reseal_by_unit(&txn, EXTENSIONS, |key, v| {
-            let (seq, data) = crate::pipeline::split_extension_payload(key, v)?;
-            Ok(crate::commit::apply::encode_extension(key, seq, data))
+            let (seq, data) = extension::decode_payload(key, v)?;
+            Ok(extension::encode(key, seq, data))
         })?;
         reseal_history(&txn)?;
     }

@@ -217,7 +217,7 @@ pub(crate) fn unpublished_objects(store: &Store) -> crate::Result<Vec<crate::Obj
             Err(_) => 0,
         };
         for rec in snap.changes_since(from)? {
-            if let crate::log::RecordBody::Commit { entries } = rec?.body {
+            if let crate::schema::log::RecordBody::Commit { entries } = rec?.body {
                 out.extend(
                     entries
                         .iter()

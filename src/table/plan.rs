@@ -11,7 +11,7 @@ use super::layout::{data_file, partition_of};
 use super::position::Position;
 use super::publish::FileRef;
 use super::{TableDef, TableResult};
-use crate::log::RecordBody;
+use crate::schema::log::RecordBody;
 use crate::snapshot::Snapshot;
 use crate::store::Store;
 use crate::ObjectMeta;

@@ -12,7 +12,7 @@ use super::layout::{data_file, partition_of, Partition};
 use super::plan::{resolve_priors, PriorFiles};
 use super::position::Position;
 use super::{io_err, TableDef, TableError, TableFormat, TableResult};
-use crate::log::{LogEntry, RecordBody};
+use crate::schema::log::{LogEntry, RecordBody};
 use crate::snapshot::Snapshot;
 use crate::store::Store;
 use parking_lot::Mutex;
@@ -198,7 +198,7 @@ fn publish(store: &Store, def: &TableDef) -> TableResult<PublishReport> {
         prefetched: prefetch(store, &commits),
         report: PublishReport {
             table: def.name.clone(),
-            app_id: format!("oncelake:{}:{}", store.inner.store_id, def.name),
+            app_id: format!("oncelake:{}:{}", store.core().store_id, def.name),
             ..PublishReport::default()
         },
     };
@@ -397,7 +397,7 @@ impl Publisher<'_> {
     /// [`resolve_priors`] looks only at entries the log already includes.
     fn link(&self, chunk: &[TableCommit]) -> TableResult<()> {
         let root = self.store.table_dir(&self.def.name);
-        let vfs = &self.store.inner.options.vfs;
+        let vfs = &self.store.core().vfs();
         let mut dirs = BTreeSet::new();
         for a in chunk.iter().flat_map(|c| &c.adds) {
             let to = root.join(&a.file.path);

@@ -150,7 +150,7 @@ impl Store {
             prefix: normalize_prefix(prefix)?,
             format,
         };
-        let vfs = &self.inner.options.vfs;
+        let vfs = &self.core().vfs();
         let dir = self.table_dir(name);
         vfs.create_dir_all(&dir)
             .map_err(|e| io_err(format!("create {}", dir.display()), e))?;
@@ -206,7 +206,7 @@ impl Store {
     pub fn table(&self, name: &str) -> TableResult<TableDef> {
         validate_name(name)?;
         let path = self.table_dir(name).join(DEF_FILE);
-        let bytes = match self.inner.options.vfs.read(&path) {
+        let bytes = match self.core().vfs().read(&path) {
             Ok(b) => b,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
                 let known = self

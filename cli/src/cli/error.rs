@@ -6,8 +6,8 @@ pub(crate) enum CliError {
     /// Bad arguments or input: exit 2.
     #[error("{0}")]
     Usage(String),
-    /// An engine error, mapped by kind.
-    #[error(transparent)]
+    /// An engine error, mapped by kind; its message gets the CLI's hint (see [`cli_hint`]).
+    #[error("{0}{hint}", hint = cli_hint(.0))]
     Engine(#[from] oncelake::Error),
     /// A lake-table error (SPEC R21) other than the store failing underneath.
     #[error(transparent)]
@@ -19,6 +19,17 @@ pub(crate) enum CliError {
         #[source]
         source: std::io::Error,
     },
+}
+
+/// The engine's messages speak library terms; the CLI adds how to do it from the command line.
+fn cli_hint(e: &oncelake::Error) -> &'static str {
+    match e {
+        oncelake::Error::Corrupt { .. } | oncelake::Error::MissingObject { .. } => {
+            " — with the CLI: `oncelake verify <store>`"
+        }
+        oncelake::Error::Locked { .. } => " — the CLI waits up to --wait",
+        _ => "",
+    }
 }
 
 impl CliError {

@@ -236,8 +236,16 @@ fn bad_listing(
     e: &ListingError,
     printed: bool,
 ) -> CliError {
+    // The engine speaks library terms; name the flags that do the same from here.
+    let hint = match e {
+        ListingError::Io { source, .. } if source.to_string().contains("temporary files") => {
+            " (choose the directory with --tmp)"
+        }
+        ListingError::Unsorted { .. } => " (with the CLI: --changes-only)",
+        _ => "",
+    };
     CliError::Usage(format!(
-        "bad listing {} ({} format): {e}{}",
+        "bad listing {} ({} format): {e}{hint}{}",
         source.display(),
         format.name(),
         if printed {

@@ -44,12 +44,12 @@ impl DeltaLog {
     pub(crate) fn open(store: &Store, def: &TableDef) -> TableResult<DeltaLog> {
         let dir = store.table_dir(&def.name);
         let log_dir = dir.join(DELTA_LOG);
-        let id_hash = blake3::hash(format!("{}:{}", store.inner.store_id, def.name).as_bytes());
+        let id_hash = blake3::hash(format!("{}:{}", store.core().store_id, def.name).as_bytes());
         let mut log = DeltaLog {
             name: def.name.clone(),
-            app_id: format!("oncelake:{}:{}", store.inner.store_id, def.name),
+            app_id: format!("oncelake:{}:{}", store.core().store_id, def.name),
             table_id: uuid_of(id_hash.as_bytes()),
-            vfs: store.inner.options.vfs.clone(),
+            vfs: store.core().vfs().clone(),
             position: published(&def.name, &dir)?,
             schema: None,
             header: None,

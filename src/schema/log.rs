@@ -9,13 +9,17 @@
 //!
 //! The CRC covers everything before it. A record decodes without the rest of the store, so the log
 //! alone can rebuild the manifest (`verify --deep`) or feed a change stream.
+//!
+//! [`LogTable`] is the one reader of the `LOG` table: the change feed, replay, verify, GC, the
+//! index catch-up on open and the pipelines all read records through it.
 
-use crate::codec::{put_str, put_u32, put_u64, Reader};
+use super::codec::{put_str, put_u32, put_u64, Reader};
+use crate::error::DbContext;
 use crate::error::{Error, Result};
 use crate::object::{ObjectId, ObjectMeta};
-use redb::TableDefinition;
-
-pub(crate) const LOG: TableDefinition<u64, &[u8]> = TableDefinition::new("log");
+use redb::ReadOnlyTable;
+use std::collections::HashSet;
+use std::ops::RangeBounds;
 
 const MAGIC: [u8; 2] = *b"OL";
 /// The newest record format this build writes and reads.
@@ -60,20 +64,9 @@ pub struct LogEntry {
     pub token: Option<u64>,
 }
 
-/// A claim-state change (coordinator mode).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct ClaimChange {
-    /// Unit key.
-    pub unit: String,
-    /// The claiming worker.
-    pub worker: String,
-    /// The lease's fencing token.
-    pub token: u64,
-    /// The source version the claim is for.
-    pub source_version: u64,
-    /// Lease expiry, ms since the Unix epoch (0 when released).
-    pub expires_at_ms: u64,
-}
+/// A claim-state change (coordinator mode): the lease granted or released. In a
+/// [`RecordBody::ClaimReleased`] record `expires_at_ms` is 0.
+pub type ClaimChange = super::claim::Lease;
 
 /// What a log record says happened.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -264,6 +257,81 @@ impl Record {
         };
         r.finish()?;
         Ok(Record { seq, time_ms, body })
+    }
+}
+
+/// The commit log as of one read transaction: the one place that reads and decodes `LOG` rows.
+pub(crate) struct LogTable(ReadOnlyTable<u64, &'static [u8]>);
+
+/// One row of a scan: its key, and its record or why it does not decode.
+pub(crate) type LogRow = (u64, Result<Record>);
+
+impl LogTable {
+    /// Opens the log as of `txn`.
+    pub(crate) fn open(txn: &redb::ReadTransaction) -> Result<LogTable> {
+        Ok(LogTable(txn.open_table(super::LOG).db("open the log")?))
+    }
+
+    /// The rows with keys in `range`, oldest first. A row redb cannot read is an `Err` item; a
+    /// row that does not decode is an `Ok` item with the decode error, for callers that report
+    /// and go on (verify) as well as those that stop (`?` on it).
+    pub(crate) fn range(
+        &self,
+        range: impl RangeBounds<u64>,
+    ) -> Result<impl Iterator<Item = Result<LogRow>>> {
+        let rows = self.0.range(range).db("scan the commit log")?;
+        Ok(rows.map(|row| {
+            let (k, v) = row.db("scan the commit log")?;
+            Ok((k.value(), Record::decode(v.value())))
+        }))
+    }
+
+    /// Every row, oldest first (see [`LogTable::range`]).
+    pub(crate) fn iter(&self) -> Result<impl Iterator<Item = Result<LogRow>>> {
+        self.range(..)
+    }
+
+    /// The record at `seq`, or `None` if the log has no row there.
+    pub(crate) fn get(&self, seq: u64) -> Result<Option<Record>> {
+        match self.0.get(seq).db("read the log")? {
+            Some(g) => Record::decode(g.value()).map(Some),
+            None => Ok(None),
+        }
+    }
+
+    /// The record at `seq` if it is there and decodes (verify's lookups, which report the rest).
+    pub(crate) fn get_decodable(&self, seq: u64) -> Result<Option<Record>> {
+        Ok(self
+            .0
+            .get(seq)
+            .db("read the commit log")?
+            .and_then(|g| Record::decode(g.value()).ok()))
+    }
+
+    /// The CRC32 of the record at `seq` (its frame's own trailing CRC), or `None` if the log has
+    /// no row there.
+    pub(crate) fn record_crc(&self, seq: u64) -> Result<Option<u32>> {
+        let crc = self.0.get(seq).db("read the log")?.map(|g| {
+            // A CRC over data followed by its CRC is a constant: hash everything but the
+            // trailing CRC (which is the record's CRC32).
+            let b = g.value();
+            crc32fast::hash(&b[..b.len().saturating_sub(4)])
+        });
+        Ok(crc)
+    }
+
+    /// The objects of every commit record with a seq in `range`.
+    pub(crate) fn objects_committed(
+        &self,
+        range: impl RangeBounds<u64>,
+    ) -> Result<HashSet<ObjectId>> {
+        let mut ids = HashSet::new();
+        for row in self.range(range)? {
+            if let RecordBody::Commit { entries } = row?.1?.body {
+                ids.extend(entries.iter().map(|e| e.object.id));
+            }
+        }
+        Ok(ids)
     }
 }
 

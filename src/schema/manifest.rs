@@ -1,16 +1,18 @@
-//! Manifest entries and their fixed-size encoding, plus the redb tables that hold them.
+//! Manifest entries and their fixed-size encoding in the `MANIFEST` and `HISTORY` tables, and
+//! the plan of a history prune (GC's, run by the commit leader), which lives with the history it
+//! prunes.
 //!
 //! The current entry of a unit lives in `MANIFEST` (unit → entry). Every entry ever committed also
 //! lives in `HISTORY` under (unit, seq), which serves reads as of an older seq (SPEC R7) and tells
 //! garbage collection what the retention window still references.
 
-use crate::codec::{put_u32, put_u64, seal, unseal, Reader};
-use crate::error::{Error, Result};
+use super::codec::{put_u32, put_u64, seal, unseal, Reader};
+use super::{HISTORY_TABLE, MANIFEST_TABLE};
+use crate::error::{DbContext, Error, Result};
+use crate::object::ObjectId as Id;
 use crate::object::{ObjectId, ObjectMeta};
-use redb::TableDefinition;
-
-pub(crate) const MANIFEST: TableDefinition<&str, &[u8]> = TableDefinition::new("manifest");
-pub(crate) const HISTORY: TableDefinition<(&str, u64), &[u8]> = TableDefinition::new("history");
+use redb::ReadableTable;
+use std::collections::HashSet;
 
 /// One committed output of a unit: what it was derived from and which object holds it.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -32,8 +34,6 @@ pub struct Entry {
 
 /// The payload of an entry value, before its seal.
 pub(crate) const ENTRY_LEN: usize = 8 + 4 + 32 + 8 + 4 + 8 + 8;
-const MANIFEST_TABLE: &str = "manifest";
-const HISTORY_TABLE: &str = "history";
 
 /// The part of an entry stored as a manifest or history value (the unit is the key).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -55,7 +55,7 @@ fn history_key(unit: &str, seq: u64) -> Vec<u8> {
 
 impl EntryValue {
     fn payload(&self) -> Vec<u8> {
-        let mut b = Vec::with_capacity(ENTRY_LEN + crate::codec::SEAL_LEN);
+        let mut b = Vec::with_capacity(ENTRY_LEN + super::codec::SEAL_LEN);
         put_u64(&mut b, self.source_version);
         put_u32(&mut b, self.revision);
         b.extend_from_slice(&self.object.id.0);
@@ -147,6 +147,80 @@ impl Entry {
             committed_at_ms: self.committed_at_ms,
         }
     }
+}
+
+/// The history rows a prune removes, and the horizon that makes that safe.
+#[derive(Debug, Default)]
+pub(crate) struct PrunePlan {
+    /// (unit, seq) of every row to delete.
+    pub rows: Vec<(String, u64)>,
+    /// The lowest seq that reads may still ask for: every pruned row's successor has a seq at or
+    /// below it, so a view as of any seq from here on finds the successor (or a newer row).
+    pub horizon: u64,
+}
+
+/// Plans a prune: every row of a unit, other than its newest (current) one, whose successor was
+/// committed before `cutoff_ms` — and, when snapshots are open, at or before `keep_for_seq`, the
+/// lowest seq one of them reads as of (a view as of `s` reads a row exactly while `s` is below
+/// its successor's seq). One ordered pass over the history.
+pub(crate) fn plan_prune<T>(
+    history: &T,
+    cutoff_ms: u64,
+    keep_for_seq: Option<u64>,
+) -> Result<PrunePlan>
+where
+    T: ReadableTable<(&'static str, u64), &'static [u8]>,
+{
+    let mut plan = PrunePlan::default();
+    let mut prev: Option<(String, u64)> = None;
+    for row in history.iter().db("scan the history")? {
+        let (k, v) = row.db("scan the history")?;
+        let (unit, seq) = k.value();
+        if let Some((prev_unit, prev_seq)) = prev.take() {
+            if prev_unit == unit && keep_for_seq.is_none_or(|pinned| seq <= pinned) {
+                let successor = EntryValue::decode_history(unit, seq, v.value())?;
+                if successor.committed_at_ms < cutoff_ms {
+                    plan.rows.push((prev_unit, prev_seq));
+                    plan.horizon = plan.horizon.max(seq);
+                }
+            }
+        }
+        prev = Some((unit.to_string(), seq));
+    }
+    Ok(plan)
+}
+
+/// [`plan_prune`] on the history as of `txn` (GC's dry run).
+pub(crate) fn plan_prune_as_of(
+    txn: &redb::ReadTransaction,
+    cutoff_ms: u64,
+    keep_for_seq: Option<u64>,
+) -> Result<PrunePlan> {
+    let history = txn.open_table(super::HISTORY).db("open the history")?;
+    plan_prune(&history, cutoff_ms, keep_for_seq)
+}
+
+/// Adds every object a kept entry references, as of `txn`: the manifest and the history.
+pub(crate) fn referenced_objects(
+    txn: &redb::ReadTransaction,
+    skip_rows: &HashSet<(String, u64)>,
+) -> Result<HashSet<Id>> {
+    let mut set = HashSet::new();
+    let manifest = txn.open_table(super::MANIFEST).db("open the manifest")?;
+    for row in manifest.iter().db("scan the manifest")? {
+        let (k, v) = row.db("scan the manifest")?;
+        set.insert(EntryValue::decode(k.value(), v.value())?.object.id);
+    }
+    let history = txn.open_table(super::HISTORY).db("open the history")?;
+    for row in history.iter().db("scan the history")? {
+        let (k, v) = row.db("scan the history")?;
+        let (unit, seq) = k.value();
+        if !skip_rows.is_empty() && skip_rows.contains(&(unit.to_string(), seq)) {
+            continue;
+        }
+        set.insert(EntryValue::decode_history(unit, seq, v.value())?.object.id);
+    }
+    Ok(set)
 }
 
 #[cfg(test)]

@@ -7,7 +7,7 @@
 //! and the key as well as the value, so a damaged value, a value under a damaged key and a value
 //! that ended up in the wrong table are all caught on read ([`unseal`]) and reported as
 //! [`Error::Corrupt`] instead of being believed (SPEC I9). Log records carry their own
-//! CRC frame (`log.rs`).
+//! CRC frame (`schema/log.rs`).
 
 use crate::error::{Error, Result};
 

@@ -1,0 +1,472 @@
+//! The engine's core, below [`crate::Store`]: the open database and the in-memory state derived
+//! from it ([`Core`]), how a store is opened (`Options`), the snapshot pins, and the small
+//! internal API the higher layers use instead of the tables (typed reads, batched index probes,
+//! the log reader).
+//!
+//! Layering (see `docs/layers.md`): the core uses the schema, the index and staging; the commit
+//! leader and snapshots use the core; the store uses those; nothing here names the store.
+
+use crate::clock::{Clock, SystemClock};
+use crate::error::{DbContext, Error, Result};
+use crate::fault::FaultPlan;
+use crate::index::{DedupIndex, Lookup};
+use crate::index_snap::OpenReport;
+use crate::metrics::Metrics;
+use crate::object::ObjectId;
+use crate::schema::manifest::EntryValue;
+use crate::schema::meta::{self, seq_and_horizon};
+use crate::schema::{Tables, MANIFEST, META};
+use crate::stage::Stager;
+use crate::vfs::{RealVfs, Vfs};
+use parking_lot::{Mutex, RwLock, RwLockWriteGuard};
+use redb::{ReadableDatabase, ReadableTable, ReadableTableMetadata};
+use std::collections::BTreeMap;
+use std::fs::File;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// When a commit is acknowledged.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum Durability {
+    /// Only after it is on disk (one sync per commit group). The default.
+    #[default]
+    Durable,
+    /// Groups are written without a sync; a synced group is written at least every `max_delay`
+    /// while commits arrive, and on [`Store::flush`] and close. A crash can lose the commits
+    /// acknowledged since the last synced group — at most `max_delay` of them, or all of those
+    /// since the last commit if commits stopped before the delay ran out — but never tears one.
+    Relaxed {
+        /// The longest time between two synced groups while commits keep coming.
+        max_delay: Duration,
+    },
+}
+
+/// How to open a store.
+#[derive(Clone, Debug)]
+pub struct Options {
+    /// When commits are acknowledged.
+    pub durability: Durability,
+    /// The most units one commit group (one redb transaction) may carry.
+    pub max_group_units: usize,
+    /// How long to wait for another process to release the store (0: fail at once).
+    pub lock_wait: Duration,
+    /// The clock for leases and timestamps.
+    pub clock: Arc<dyn Clock>,
+    /// File operations on objects and staging.
+    pub vfs: Arc<dyn Vfs>,
+    /// Fault injection for the database file (tests).
+    pub faults: Option<Arc<FaultPlan>>,
+    /// redb's page cache, bytes. The default (64 MiB) keeps a 1,000,000-unit store within P6's
+    /// 200 bytes a unit; a larger cache speeds up commits on stores much bigger than it.
+    pub cache_bytes: usize,
+    /// Open for reading only: nothing in the directory is written (not even redb's header),
+    /// other readers may share the store, and every write is refused with
+    /// [`Error::ReadOnly`]. For stores on read-only media. The store must exist, be of the
+    /// current format and not need crash recovery.
+    pub read_only: bool,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            durability: Durability::Durable,
+            max_group_units: 4096,
+            lock_wait: Duration::ZERO,
+            clock: Arc::new(SystemClock),
+            vfs: Arc::new(RealVfs),
+            faults: None,
+            cache_bytes: 64 << 20,
+            read_only: false,
+        }
+    }
+}
+
+/// What the dedup fast path knows about a unit's current entry.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Committed {
+    /// The committed source version.
+    pub source_version: u64,
+    /// Its object.
+    pub object: ObjectId,
+    /// The commit that made it visible.
+    pub seq: u64,
+}
+
+/// The database, writable or opened read-only. Reads go through [`ReadableDatabase`] (deref);
+/// writes through [`Db::begin_write`].
+pub(crate) enum Db {
+    /// Opened read-write (the normal case).
+    Write(redb::Database),
+    /// Opened with [`Options::read_only`]: never written.
+    Read(redb::ReadOnlyDatabase),
+}
+
+impl std::ops::Deref for Db {
+    type Target = dyn ReadableDatabase;
+    fn deref(&self) -> &Self::Target {
+        match self {
+            Db::Write(db) => db,
+            Db::Read(db) => db,
+        }
+    }
+}
+
+impl Db {
+    /// Begins a write transaction; refused on a read-only open.
+    pub(crate) fn begin_write(&self) -> Result<redb::WriteTransaction> {
+        match self {
+            Db::Write(db) => db.begin_write().db("begin a write transaction"),
+            Db::Read(_) => Err(Error::InvalidRequest(
+                "the store is open read-only; writes are refused".into(),
+            )),
+        }
+    }
+}
+
+/// The engine's state below [`crate::Store`]: the database, the dedup index, staging, the
+/// snapshot pins, the failed flag, options and metrics. The commit leader (`commit::apply`) works
+/// on it; higher layers reach it through `Store::core` and the small functions below.
+pub(crate) struct Core {
+    pub(crate) dir: PathBuf,
+    pub(crate) db: Db,
+    pub(crate) stager: Stager,
+    /// The seqs open snapshots read as of; GC keeps what they can read.
+    pub(crate) readers: Arc<ReaderPins>,
+    pub(crate) index: RwLock<DedupIndex>,
+    pub(crate) failed: Mutex<Option<String>>,
+    pub(crate) options: Options,
+    pub(crate) metrics: Metrics,
+    pub(crate) last_durable_ms: AtomicU64,
+    /// This store's identity (META `store_id`).
+    pub(crate) store_id: u64,
+    /// Whether this open created the store (or completed an interrupted creation).
+    pub(crate) created: bool,
+    /// How opening built the dedup index.
+    pub(crate) open_report: OpenReport,
+    /// Set when a commit leader panicked: its transaction may be durable without its index
+    /// update, so the index must not be persisted (the next open replays or scans instead).
+    pub(crate) index_suspect: AtomicBool,
+    /// Last field: dropped after the database is closed.
+    pub(crate) _lock: StoreLock,
+}
+
+/// The store's exclusive lock on `LOCK`, released explicitly when dropped.
+///
+/// Closing the descriptor is not enough: a `flock` belongs to the open file description, and a
+/// child process that another thread is spawning holds a copy of every descriptor between its
+/// fork and its exec. Closing ours would leave the store locked until that exec, so a reopen
+/// right after the drop could fail with `Locked`. Unlocking releases the description's lock
+/// whoever else holds a copy.
+pub(crate) struct StoreLock(pub(crate) File);
+
+impl Drop for StoreLock {
+    fn drop(&mut self) {
+        // Best effort: if it fails, closing the descriptor releases the lock as before.
+        let _ = self.0.unlock();
+    }
+}
+
+/// The seqs that open snapshots read as of, shared by a store's snapshots and its GC.
+#[derive(Debug, Default)]
+pub(crate) struct ReaderPins {
+    /// Taken shared by a snapshot from before its read transaction begins until its seq is
+    /// registered, and exclusively by GC from reading the lowest pin until its prune is durable:
+    /// so a snapshot either is registered when GC reads the pins, or begins its read transaction
+    /// after the prune committed (and then sees the new horizon).
+    gate: RwLock<()>,
+    /// Open snapshots per seq.
+    seqs: Mutex<BTreeMap<u64, usize>>,
+}
+
+impl ReaderPins {
+    /// Holds off new snapshots while a prune is decided and written; then `min_pinned` stays
+    /// valid until the guard is dropped (pins can only be released meanwhile, never added).
+    pub(crate) fn exclusive(&self) -> RwLockWriteGuard<'_, ()> {
+        self.gate.write()
+    }
+
+    /// The lowest seq an open snapshot reads as of, if any snapshot is open.
+    pub(crate) fn min_pinned(&self) -> Option<u64> {
+        self.seqs.lock().keys().next().copied()
+    }
+
+    /// Taken by a snapshot from before its read transaction begins until its seq is registered.
+    pub(crate) fn shared(&self) -> parking_lot::RwLockReadGuard<'_, ()> {
+        self.gate.read()
+    }
+
+    pub(crate) fn register(self: &Arc<Self>, seq: u64) -> ReaderPin {
+        *self.seqs.lock().entry(seq).or_insert(0) += 1;
+        ReaderPin {
+            seq,
+            pins: self.clone(),
+        }
+    }
+}
+
+/// One open snapshot's pin; released on drop.
+pub(crate) struct ReaderPin {
+    seq: u64,
+    pins: Arc<ReaderPins>,
+}
+
+impl Drop for ReaderPin {
+    fn drop(&mut self) {
+        let mut seqs = self.pins.seqs.lock();
+        if let Some(n) = seqs.get_mut(&self.seq) {
+            *n -= 1;
+            if *n == 0 {
+                seqs.remove(&self.seq);
+            }
+        }
+    }
+}
+
+impl Drop for Core {
+    fn drop(&mut self) {
+        if self.options.read_only {
+            return;
+        }
+        if self.failed.lock().is_some() {
+            // The durable state is unknown: neither sync nor persist an index that may not match.
+            return;
+        }
+        // Relaxed mode: make the acknowledged tail durable on a clean close.
+        if matches!(self.options.durability, Durability::Relaxed { .. }) {
+            let synced = self.db.begin_write().is_ok_and(|mut txn| {
+                txn.set_durability(redb::Durability::Immediate).is_ok() && txn.commit().is_ok()
+            });
+            if !synced {
+                return;
+            }
+        }
+        if self.index_suspect.load(Ordering::SeqCst)
+            || self.options.faults.as_ref().is_some_and(|p| p.crashed())
+        {
+            return;
+        }
+        // Best effort: a missing or stale snapshot only costs the next open a scan or a replay.
+        let _ = self.persist_index();
+    }
+}
+
+/// Index probes are hashed and run in chunks of this many under one read lock: long enough to
+/// overlap many cache misses, short enough not to hold up the commit leader, which needs the
+/// write lock to publish a group.
+const PROBE_CHUNK: usize = 256;
+
+impl Core {
+    /// Begins a read transaction.
+    pub(crate) fn begin_read(&self) -> Result<redb::ReadTransaction> {
+        self.db.begin_read().db("begin a read transaction")
+    }
+
+    /// Typed reads of the unit-keyed tables as of a new read transaction.
+    pub(crate) fn tables(&self) -> Result<Tables> {
+        Tables::open(&self.begin_read()?)
+    }
+
+    /// The clock's time, ms since the Unix epoch.
+    pub(crate) fn now_ms(&self) -> u64 {
+        self.options.clock.now_ms()
+    }
+
+    /// The store's file operations.
+    pub(crate) fn vfs(&self) -> &Arc<dyn Vfs> {
+        &self.options.vfs
+    }
+
+    /// The dedup fast path for one unit: the index, or the manifest when the unit's key hash is
+    /// ambiguous (see [`Core::probe_many`]).
+    pub(crate) fn probe(&self, unit: &str) -> Result<Option<Committed>> {
+        match self.index.read().get(unit) {
+            Lookup::Absent => return Ok(None),
+            Lookup::Present(s) => return Ok(Some(Committed::from_slot(s))),
+            Lookup::Ambiguous => {}
+        }
+        let mut out = vec![None];
+        self.resolve_ambiguous(&[0], |_| unit, &mut out)?;
+        Ok(out[0])
+    }
+
+    /// Probes the dedup index for `n` units, the i-th with key hash `hash(i)` and key `unit(i)`,
+    /// into `out` (cleared first). The hashes of a chunk are computed before its read lock is
+    /// taken, so the probes under it run in a tight loop with many cache misses in flight. Units
+    /// whose key hash another unit shares (ambiguous, rare) are read from the manifest afterwards:
+    /// the one fallback path of every batched probe.
+    pub(crate) fn probe_many<'a>(
+        &self,
+        n: usize,
+        hash: impl Fn(usize) -> u64,
+        unit: impl Fn(usize) -> &'a str,
+        out: &mut Vec<Option<Committed>>,
+    ) -> Result<()> {
+        out.clear();
+        out.reserve(n);
+        let mut hashes = [0u64; PROBE_CHUNK];
+        let mut ambiguous = Vec::new();
+        for start in (0..n).step_by(PROBE_CHUNK) {
+            let len = PROBE_CHUNK.min(n - start);
+            for (k, h) in hashes[..len].iter_mut().enumerate() {
+                *h = hash(start + k);
+            }
+            let index = self.index.read();
+            for (k, h) in hashes[..len].iter().enumerate() {
+                out.push(match index.get_by_hash(*h) {
+                    Lookup::Absent => None,
+                    Lookup::Present(s) => Some(Committed::from_slot(s)),
+                    Lookup::Ambiguous => {
+                        ambiguous.push(start + k);
+                        None
+                    }
+                });
+            }
+        }
+        self.resolve_ambiguous(&ambiguous, unit, out)
+    }
+
+    /// Answers the probes at `positions` from the manifest, as of one read transaction.
+    fn resolve_ambiguous<'a>(
+        &self,
+        positions: &[usize],
+        unit: impl Fn(usize) -> &'a str,
+        out: &mut [Option<Committed>],
+    ) -> Result<()> {
+        if positions.is_empty() {
+            return Ok(());
+        }
+        let tables = crate::error::contain(|| self.tables())?;
+        for &i in positions {
+            let u = unit(i);
+            out[i] = crate::error::contain(|| tables.entry(u))?.map(|v| Committed {
+                source_version: v.source_version,
+                object: v.object.id,
+                seq: v.seq,
+            });
+        }
+        Ok(())
+    }
+}
+
+impl Committed {
+    fn from_slot(s: crate::index::Slot) -> Committed {
+        Committed {
+            source_version: s.source_version,
+            object: s.object,
+            seq: s.seq,
+        }
+    }
+}
+
+/// Below this many units a snapshot is a few MB at most: rewrite it on every close that changed
+/// anything, so the next open replays nothing.
+const SMALL_INDEX_UNITS: usize = 65_536;
+
+/// Whether a clean close should rewrite `index.snap`. Rewriting costs ~80 bytes a unit (80 MB at
+/// 1M units); replaying costs a little per log record. So a large index's snapshot is kept while
+/// the tail the next open must replay stays within 1/16 of the units: a short session (one
+/// `oncelake put` on a big store) does not rewrite 80 MB, and an open replays at most that tail.
+fn needs_rewrite(units: usize, snapshot_seq: Option<u64>, seq: u64) -> bool {
+    match snapshot_seq {
+        None => true,
+        Some(snap) if snap == seq => false,
+        Some(_) if units < SMALL_INDEX_UNITS => true,
+        Some(snap) => seq.saturating_sub(snap) > units as u64 / 16,
+    }
+}
+
+impl Core {
+    /// Writes the dedup index as `index.snap`, unless the one on disk already reflects the last
+    /// seq. Called on a clean close only, when no commit can run (the last handle is gone), so the
+    /// index reflects exactly the durable seq read here.
+    fn persist_index(&self) -> Result<()> {
+        let txn = self.db.begin_read().db("begin a read transaction")?;
+        let (seq, _) = seq_and_horizon(&txn)?;
+        let vfs = self.options.vfs.as_ref();
+        let keep = vfs
+            .metadata(&self.dir.join(crate::index_snap::SNAP_FILE))
+            .is_ok()
+            && !needs_rewrite(self.index.read().len(), self.open_report.snapshot_seq, seq);
+        if keep {
+            return Ok(());
+        }
+        let Some(crc) = crate::index_snap::record_crc(&txn, seq)? else {
+            return Ok(());
+        };
+        let index = self.index.read();
+        let units = txn
+            .open_table(MANIFEST)
+            .db("open the manifest")?
+            .len()
+            .db("count the manifest")?;
+        // A cheap cross-check before persisting: without collisions, one slot per unit.
+        if index.ambiguous_len() == 0 && index.len() as u64 != units {
+            return Ok(());
+        }
+        crate::index_snap::write(vfs, &self.dir, self.store_id, seq, crc, &index)
+    }
+}
+
+/// Reads what must be in memory: the store id, and the dedup index, from the persisted snapshot
+/// when it checks out (see `index_snap`), else from a full manifest scan.
+pub(crate) fn load_state(
+    db: &Db,
+    dir: &Path,
+    vfs: &dyn Vfs,
+) -> Result<(u64, DedupIndex, OpenReport)> {
+    let txn = db.begin_read().db("begin a read transaction")?;
+    let store_id = meta::get(
+        &txn.open_table(META).db("open the meta table")?,
+        meta::STORE_ID,
+    )?;
+    let manifest = txn.open_table(MANIFEST).db("open the manifest")?;
+    let n = manifest.len().db("count the manifest")?;
+    let (last_seq, _) = seq_and_horizon(&txn)?;
+    let fallback = match crate::index_snap::load(vfs, dir, &txn, store_id, last_seq, n) {
+        Ok(l) => {
+            let report = OpenReport {
+                index_from_snapshot: true,
+                snapshot_seq: Some(l.snapshot_seq),
+                replayed_records: l.replayed_records,
+                fallback: None,
+                ambiguous: l.index.ambiguous_len() as u64,
+            };
+            return Ok((store_id, l.index, report));
+        }
+        Err(why) => why,
+    };
+    let mut index = DedupIndex::with_capacity(n as usize);
+    for row in manifest.iter().db("scan the manifest")? {
+        let (k, v) = row.db("scan the manifest")?;
+        let value = EntryValue::decode(k.value(), v.value())?;
+        index.upsert(k.value(), true, &value);
+    }
+    let report = OpenReport {
+        fallback: Some(fallback),
+        ambiguous: index.ambiguous_len() as u64,
+        ..OpenReport::default()
+    };
+    Ok((store_id, index, report))
+}
+
+#[cfg(test)]
+mod rewrite_tests {
+    use super::needs_rewrite;
+
+    #[test]
+    fn a_large_index_is_rewritten_only_when_the_tail_grows() {
+        assert!(needs_rewrite(10, None, 5), "no snapshot used: write one");
+        assert!(!needs_rewrite(10, Some(5), 5), "unchanged: keep");
+        assert!(needs_rewrite(10, Some(4), 5), "small index: always rewrite");
+        assert!(
+            !needs_rewrite(1_000_000, Some(100), 100 + 62_500),
+            "tail within 1/16: keep"
+        );
+        assert!(
+            needs_rewrite(1_000_000, Some(100), 100 + 62_501),
+            "tail beyond 1/16: rewrite"
+        );
+    }
+}

@@ -1,0 +1,51 @@
+//! The store's counters and stamps in `META`: each a sealed u64 under its key.
+
+use super::codec::{seal, unseal, Reader};
+use super::{META, META_TABLE};
+use crate::error::{DbContext, Error, Result};
+use redb::ReadableTable;
+
+/// The store format (see `store::FORMAT_VERSION`).
+pub(crate) const FORMAT: &str = "format";
+/// The seq the next log record gets: always the last log key + 1.
+pub(crate) const NEXT_SEQ: &str = "next_seq";
+/// The token the next granted lease gets.
+pub(crate) const NEXT_TOKEN: &str = "next_token";
+/// The oldest seq still readable (the history horizon; only rises).
+pub(crate) const HISTORY_FROM: &str = "history_from";
+/// A random identity stamped at creation (or on the first open by a build that knows it), so a
+/// persisted index snapshot from another store is never used.
+pub(crate) const STORE_ID: &str = "store_id";
+
+/// Reads the meta value `key`; every one is stamped at creation, so a missing one means the
+/// table is damaged (a damaged key no longer finds its row), never a default.
+pub(crate) fn get(
+    meta: &impl ReadableTable<&'static str, &'static [u8]>,
+    key: &str,
+) -> Result<u64> {
+    let guard = meta
+        .get(key)
+        .db("read the meta table")?
+        .ok_or_else(|| Error::corrupt_record(META_TABLE, key, "it is missing"))?;
+    let payload = unseal(META_TABLE, key.as_bytes(), key, guard.value())?;
+    let mut r = Reader::new(payload, "meta value");
+    let v = r.u64().and_then(|v| r.finish().map(|()| v));
+    v.map_err(|e| Error::corrupt_record(META_TABLE, key, e.to_string()))
+}
+
+/// Writes the meta value `key`, sealed.
+pub(crate) fn put(meta: &mut redb::Table<&str, &[u8]>, key: &str, value: u64) -> Result<()> {
+    let sealed = seal(META_TABLE, key.as_bytes(), value.to_le_bytes().to_vec());
+    meta.insert(key, sealed.as_slice())
+        .db("write the meta table")?;
+    Ok(())
+}
+
+/// The newest committed seq (0 for an empty log) and the oldest seq still readable
+/// (`history_from`), as of `txn`.
+pub(crate) fn seq_and_horizon(txn: &redb::ReadTransaction) -> Result<(u64, u64)> {
+    let meta = txn.open_table(META).db("open the meta table")?;
+    let next = get(&meta, NEXT_SEQ)?;
+    let from = get(&meta, HISTORY_FROM)?;
+    Ok((next.saturating_sub(1), from))
+}

@@ -1,0 +1,46 @@
+//! Cutting text for messages and stored records at a character boundary (never inside a UTF-8
+//! sequence, so the result is still a `str`).
+
+/// The longest prefix of `s` of at most `max` bytes that ends at a character boundary.
+pub(crate) fn prefix(s: &str, max: usize) -> &str {
+    if s.len() <= max {
+        return s;
+    }
+    let mut end = max;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    &s[..end]
+}
+
+/// `s` for display in a message: unchanged up to `max` bytes, else cut to fit `max` bytes with
+/// a trailing `...`.
+pub(crate) fn shorten(s: &str, max: usize) -> String {
+    if s.len() <= max {
+        return s.to_string();
+    }
+    format!("{}...", prefix(s, max.saturating_sub(3)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cuts_land_on_character_boundaries() {
+        assert_eq!(prefix("abc", 5), "abc");
+        assert_eq!(prefix("abcdef", 4), "abcd");
+        assert_eq!(prefix("aé", 2), "a", "é is two bytes");
+        assert_eq!(shorten("short", 80), "short");
+        let long = "é".repeat(50);
+        let s = shorten(&long, 80);
+        assert!(
+            s.len() <= 80 && s.ends_with("...") && s.starts_with("éé"),
+            "{s}"
+        );
+        assert_eq!(
+            shorten(&"x".repeat(81), 80),
+            format!("{}...", "x".repeat(77))
+        );
+    }
+}

@@ -1,0 +1,319 @@
+//! The engine's module layering (docs/layers.md), checked on the source: every `crate::…` path in
+//! `src/**/*.rs` (outside comments and unit-test modules) is a dependency of the file's top-level
+//! module on the module it names; names re-exported at the crate root (`pub use m::{…}` in
+//! `lib.rs`) count as their module. The test fails when a module uses one in a higher layer, when
+//! the graph has a cycle, or when a module is missing from the layer table.
+//!
+//! `cargo test --test layers -- --nocapture` prints the graph (one `module -> deps` line each).
+//! `ONCELAKE_LAYERS_SRC=<dir>` checks another tree's `src` instead (e.g. an older commit's, from
+//! `git archive <rev> src | tar -x -C /tmp/old`), to print its graph and cycles.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+
+/// The layers, lowest first: a module may use modules of its own layer or below, never above,
+/// and the graph must stay acyclic (so within a layer, too, uses go one way).
+const LAYERS: &[(&str, &[&str])] = &[
+    (
+        "foundation",
+        &[
+            "error", "layout", "text", "object", "key", "clock", "sync", "vfs", "fault", "metrics",
+        ],
+    ),
+    ("schema", &["schema"]),
+    ("state", &["index", "index_snap", "stage", "claim"]),
+    ("core", &["core"]),
+    ("leader and views", &["commit", "snapshot"]),
+    ("store", &["store"]),
+    (
+        "services",
+        &[
+            "feed",
+            "dedup",
+            "replay",
+            "table",
+            "gc",
+            "verify",
+            "reconcile",
+            "pipeline",
+            "run",
+        ],
+    ),
+    ("tools", &["simulate", "fuzzing"]),
+];
+
+/// Top-level modules outside the engine's layering: the binary's code.
+const OUTSIDE: &[&str] = &["cli", "main"];
+
+type Graph = BTreeMap<String, BTreeSet<String>>;
+
+fn src_dir() -> PathBuf {
+    match std::env::var_os("ONCELAKE_LAYERS_SRC") {
+        Some(d) => PathBuf::from(d),
+        None => Path::new(env!("CARGO_MANIFEST_DIR")).join("src"),
+    }
+}
+
+fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
+    for e in std::fs::read_dir(dir).expect("read src") {
+        let p = e.expect("dir entry").path();
+        if p.is_dir() {
+            rust_files(&p, out);
+        } else if p.extension().is_some_and(|x| x == "rs") {
+            out.push(p);
+        }
+    }
+}
+
+/// `text` without comments and with every string literal emptied (messages name crate paths in
+/// prose). Lifetimes are left alone: only the `'"'` char literal is recognised.
+fn strip_comments_and_strings(text: &str) -> String {
+    let b = text.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        if b[i..].starts_with(b"//") {
+            while i < b.len() && b[i] != b'\n' {
+                i += 1;
+            }
+        } else if b[i..].starts_with(b"/*") {
+            let end = text[i + 2..].find("*/").map_or(b.len(), |e| i + 2 + e + 2);
+            out.extend(b[i..end].iter().filter(|&&c| c == b'\n'));
+            i = end;
+        } else if b[i..].starts_with(b"'\"'") || b[i..].starts_with(b"'\\\"'") {
+            out.extend_from_slice(b"' '");
+            i += if b[i + 1] == b'"' { 3 } else { 4 };
+        } else if b[i] == b'"' {
+            out.extend_from_slice(b"\"\"");
+            i += 1;
+            while i < b.len() && b[i] != b'"' {
+                if b[i] == b'\\' {
+                    i += 1;
+                }
+                if i < b.len() && b[i] == b'\n' {
+                    out.push(b'\n');
+                }
+                i += 1;
+            }
+            i += 1;
+        } else {
+            out.push(b[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// The code of a file without comments, string literals and its `#[cfg(test)]` modules.
+fn code_of(text: &str) -> String {
+    let mut out = String::new();
+    let mut skip_depth: Option<usize> = None;
+    let mut depth = 0usize;
+    let mut pending_test = false;
+    for code in strip_comments_and_strings(text).lines() {
+        let trimmed = code.trim();
+        if trimmed.starts_with("#[cfg(test)]") {
+            pending_test = true;
+        } else if pending_test
+            && trimmed.starts_with("mod ")
+            && !trimmed.ends_with(';')
+            && skip_depth.is_none()
+        {
+            skip_depth = Some(depth);
+            pending_test = false;
+        } else if !trimmed.starts_with("#[") && !trimmed.is_empty() {
+            pending_test = false;
+        }
+        depth = (depth + code.matches('{').count()).saturating_sub(code.matches('}').count());
+        if let Some(d) = skip_depth {
+            if depth <= d && code.contains('}') {
+                skip_depth = None;
+            }
+            continue;
+        }
+        out.push_str(code);
+        out.push('\n');
+    }
+    out
+}
+
+/// The crate-root re-exports of `lib.rs`: name → the module it comes from.
+fn root_reexports(lib: &str) -> BTreeMap<String, String> {
+    let mut map = BTreeMap::new();
+    for stmt in code_of(lib).split(';') {
+        let s = stmt.trim();
+        let Some(path) = s.strip_prefix("pub use ") else {
+            continue;
+        };
+        let path = path.trim_start_matches("crate::");
+        let Some((module, rest)) = path.split_once("::") else {
+            continue;
+        };
+        let names = rest.trim_start_matches('{').trim_end_matches('}');
+        for name in names.split(',') {
+            let name = name.trim().rsplit("::").next().unwrap_or("").trim();
+            if !name.is_empty() {
+                map.insert(name.to_string(), module.to_string());
+            }
+        }
+    }
+    map
+}
+
+fn ident_at(s: &str) -> &str {
+    let end = s
+        .find(|c: char| !(c.is_alphanumeric() || c == '_'))
+        .unwrap_or(s.len());
+    &s[..end]
+}
+
+/// The module graph of the tree at `src`.
+fn graph(src: &Path) -> Graph {
+    let lib = std::fs::read_to_string(src.join("lib.rs")).expect("read lib.rs");
+    let reexports = root_reexports(&lib);
+    let mut files = Vec::new();
+    rust_files(src, &mut files);
+    let mut g = Graph::new();
+    for f in files {
+        let rel = f.strip_prefix(src).expect("under src");
+        let first = rel.components().next().expect("a component");
+        let module = first
+            .as_os_str()
+            .to_string_lossy()
+            .trim_end_matches(".rs")
+            .to_string();
+        if module == "lib" || OUTSIDE.contains(&module.as_str()) {
+            continue;
+        }
+        let code = code_of(&std::fs::read_to_string(&f).expect("read a source file"));
+        let deps = g.entry(module.clone()).or_default();
+        let mut add = |name: &str| {
+            let target = reexports
+                .get(name)
+                .cloned()
+                .unwrap_or_else(|| name.to_string());
+            if target != module && !target.is_empty() {
+                deps.insert(target);
+            }
+        };
+        for (i, _) in code.match_indices("crate::") {
+            let rest = &code[i + "crate::".len()..];
+            if let Some(group) = rest.strip_prefix('{') {
+                let group = &group[..group.find('}').unwrap_or(group.len())];
+                for item in group.split(',') {
+                    add(ident_at(item.trim()));
+                }
+            } else {
+                add(ident_at(rest));
+            }
+        }
+    }
+    g
+}
+
+fn layer_of(module: &str) -> Option<usize> {
+    LAYERS.iter().position(|(_, ms)| ms.contains(&module))
+}
+
+/// Every cycle's modules (strongly connected components of more than one module).
+fn cycles(g: &Graph) -> Vec<Vec<String>> {
+    // Kosaraju: order by finish time, then collect components on the reversed graph.
+    fn visit(n: &str, g: &Graph, seen: &mut BTreeSet<String>, order: &mut Vec<String>) {
+        if !seen.insert(n.to_string()) {
+            return;
+        }
+        for d in g.get(n).into_iter().flatten() {
+            visit(d, g, seen, order);
+        }
+        order.push(n.to_string());
+    }
+    let mut seen = BTreeSet::new();
+    let mut order = Vec::new();
+    for n in g.keys() {
+        visit(n, g, &mut seen, &mut order);
+    }
+    let mut rev = Graph::new();
+    for (n, ds) in g {
+        for d in ds {
+            rev.entry(d.clone()).or_default().insert(n.clone());
+        }
+    }
+    let mut assigned = BTreeSet::new();
+    let mut out = Vec::new();
+    for n in order.iter().rev() {
+        let mut comp = Vec::new();
+        visit(n, &rev, &mut assigned, &mut comp);
+        if comp.len() > 1 {
+            comp.sort();
+            out.push(comp);
+        }
+    }
+    out
+}
+
+fn print_graph(g: &Graph) {
+    for (m, ds) in g {
+        let ds: Vec<&str> = ds.iter().map(String::as_str).collect();
+        println!("{m} -> {}", ds.join(" "));
+    }
+}
+
+#[test]
+fn modules_use_only_their_layer_and_below_without_cycles() {
+    let g = graph(&src_dir());
+    print_graph(&g);
+    let mut problems = BTreeSet::new();
+    for (m, deps) in &g {
+        let Some(lm) = layer_of(m) else {
+            problems.insert(format!("module {m} is in no layer of tests/layers.rs"));
+            continue;
+        };
+        for d in deps {
+            match layer_of(d) {
+                Some(ld) if ld > lm => {
+                    problems.insert(format!(
+                        "{m} ({}) uses {d} ({}), a higher layer",
+                        LAYERS[lm].0, LAYERS[ld].0
+                    ));
+                }
+                Some(_) => {}
+                None if g.contains_key(d) => {
+                    problems.insert(format!("module {d} is in no layer of tests/layers.rs"));
+                }
+                None => {} // not a module of the crate (a macro's path, a re-exported name)
+            }
+        }
+    }
+    for c in cycles(&g) {
+        problems.insert(format!("import cycle among {}", c.join(", ")));
+    }
+    let problems: Vec<String> = problems.into_iter().collect();
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+}
+
+#[test]
+fn the_checker_sees_a_cycle_and_an_upward_use() {
+    let mut g = Graph::new();
+    g.entry("store".into()).or_default().insert("commit".into());
+    g.entry("commit".into()).or_default().insert("store".into());
+    g.entry("schema".into()).or_default().insert("error".into());
+    assert_eq!(
+        cycles(&g),
+        vec![vec!["commit".to_string(), "store".to_string()]]
+    );
+    assert!(
+        layer_of("commit") < layer_of("store"),
+        "an upward use is seen by layer"
+    );
+    let code = code_of(
+        "use crate::a::B; // crate::c\nlet s = \"crate::d\";\n#[cfg(test)]\nmod tests {\n use crate::e;\n}\nuse crate::f;\n",
+    );
+    assert!(
+        code.contains("crate::a") && code.contains("crate::f"),
+        "{code}"
+    );
+    assert!(
+        !code.contains("crate::c") && !code.contains("crate::d") && !code.contains("crate::e"),
+        "{code}"
+    );
+}
