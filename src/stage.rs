@@ -15,7 +15,7 @@
 
 use crate::error::{Error, IoContext, Result};
 use crate::object::{ObjectId, ObjectMeta};
-use crate::vfs::Vfs;
+use crate::vfs::{Vfs, VfsFile};
 use parking_lot::{Condvar, Mutex, MutexGuard};
 use std::collections::{HashMap, HashSet};
 use std::io::{Read, Write};
@@ -213,9 +213,42 @@ pub(crate) struct Stager {
     counter: AtomicU64,
 }
 
+/// Copies `reader` into `out` in buffer-sized writes: the buffer is filled before each write, so
+/// that writes stay large whatever chunks the reader (a pipe, a socket) hands out.
+fn copy_filled(
+    reader: &mut dyn Read,
+    out: &mut Tee<'_>,
+    buf: &mut [u8],
+    shown: &Path,
+) -> Result<()> {
+    let mut eof = false;
+    while !eof {
+        let mut filled = 0;
+        while filled < buf.len() {
+            match reader.read(&mut buf[filled..]) {
+                Ok(0) => {
+                    eof = true;
+                    break;
+                }
+                Ok(n) => filled += n,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(Error::io("read the object's input", e)),
+            }
+        }
+        out.write_all(&buf[..filled])
+            .ctx(|| format!("write staging file {}", shown.display()))?;
+    }
+    Ok(())
+}
+
+fn file_sync(file: &mut dyn VfsFile, shown: &Path) -> Result<()> {
+    file.sync()
+        .ctx(|| format!("fsync staging file {}", shown.display()))
+}
+
 /// Hashes, checksums and counts bytes while they are written.
 struct Tee<'a> {
-    out: &'a mut dyn Write,
+    out: &'a mut dyn VfsFile,
     hash: blake3::Hasher,
     crc: crc32fast::Hasher,
     size: u64,
@@ -299,7 +332,27 @@ impl Stager {
 
     /// Streams `reader` into a staging file, then publishes it. Memory use is one buffer,
     /// whatever the object's size.
+    ///
+    /// Where the system offers unnamed files (Linux `O_TMPFILE`), the staging file has no name
+    /// until it is published as the object: a crash leaves nothing to reclaim, and staging costs
+    /// no directory entry to create and remove. Elsewhere it is a named file in `staging/`.
     pub(crate) fn stage_reader(&self, reader: &mut dyn Read) -> Result<Staged> {
+        let unnamed = self.vfs.create_unnamed(&self.staging).ctx(|| {
+            format!(
+                "create an unnamed staging file in {}",
+                self.staging.display()
+            )
+        })?;
+        match unnamed {
+            Some(mut file) => {
+                let meta = self.write_durably(&mut *file, reader, &self.staging)?;
+                self.publish(meta, &mut |dst| file.link_no_replace(dst))
+            }
+            None => self.stage_named(reader),
+        }
+    }
+
+    fn stage_named(&self, reader: &mut dyn Read) -> Result<Staged> {
         let n = self.counter.fetch_add(1, Ordering::Relaxed);
         let tmp = self.staging.join(format!(
             "{}-{:x}-{n}.part",
@@ -320,56 +373,47 @@ impl Stager {
             .vfs
             .create_new(tmp)
             .ctx(|| format!("create staging file {}", tmp.display()))?;
-        let meta = {
-            let mut tee = Tee {
-                out: &mut file,
-                hash: blake3::Hasher::new(),
-                crc: crc32fast::Hasher::new(),
-                size: 0,
-            };
-            // One reused buffer per thread: allocating (and zeroing) 256 KiB per object cost more
-            // than staging a small object itself.
-            let mut buf = BUFFER.with(|b| b.take());
-            buf.resize(BUF, 0);
-            let mut eof = false;
-            while !eof {
-                // Fill the buffer before writing, so that writes stay large whatever chunks the
-                // reader (a pipe, a socket) hands out.
-                let mut filled = 0;
-                while filled < buf.len() {
-                    match reader.read(&mut buf[filled..]) {
-                        Ok(0) => {
-                            eof = true;
-                            break;
-                        }
-                        Ok(n) => filled += n,
-                        Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-                        Err(e) => return Err(Error::io("read the object's input", e)),
-                    }
-                }
-                tee.write_all(&buf[..filled])
-                    .ctx(|| format!("write staging file {}", tmp.display()))?;
-            }
-            BUFFER.with(|b| b.replace(buf));
-            let meta = ObjectMeta {
-                id: ObjectId(*tee.hash.finalize().as_bytes()),
-                size: tee.size,
-                crc32: tee.crc.clone().finalize(),
-            };
-            tee.out
-                .flush()
-                .ctx(|| format!("write staging file {}", tmp.display()))?;
-            meta
-        };
-        file.sync()
-            .ctx(|| format!("fsync staging file {}", tmp.display()))?;
+        let meta = self.write_durably(&mut *file, reader, tmp)?;
         drop(file);
         if !self.vfs.creates_read_only() {
             self.vfs
                 .set_read_only(tmp)
                 .ctx(|| format!("make {} read-only", tmp.display()))?;
         }
-        self.publish(tmp, meta)
+        self.publish(meta, &mut |dst| self.vfs.link_no_replace(tmp, dst))
+    }
+
+    /// Streams `reader` into `file` while hashing it, and makes the bytes durable. `shown` names
+    /// the file in errors.
+    fn write_durably(
+        &self,
+        file: &mut dyn VfsFile,
+        reader: &mut dyn Read,
+        shown: &Path,
+    ) -> Result<ObjectMeta> {
+        let mut tee = Tee {
+            out: file,
+            hash: blake3::Hasher::new(),
+            crc: crc32fast::Hasher::new(),
+            size: 0,
+        };
+        // One reused buffer per thread: allocating (and zeroing) 256 KiB per object cost more
+        // than staging a small object itself.
+        let mut buf = BUFFER.with(|b| b.take());
+        buf.resize(BUF, 0);
+        let copied = copy_filled(reader, &mut tee, &mut buf, shown);
+        BUFFER.with(|b| b.replace(buf));
+        copied?;
+        let meta = ObjectMeta {
+            id: ObjectId(*tee.hash.finalize().as_bytes()),
+            size: tee.size,
+            crc32: tee.crc.clone().finalize(),
+        };
+        tee.out
+            .flush()
+            .ctx(|| format!("write staging file {}", shown.display()))?;
+        file_sync(&mut *tee.out, shown)?;
+        Ok(meta)
     }
 
     /// Pins the object, then links it into place. The pin comes first so that GC, which decides
@@ -377,7 +421,12 @@ impl Stager {
     /// existing copy between our "already there" and our commit. If a GC has already decided to
     /// delete the existing copy (it is doomed), pinning waits until that copy is unlinked, and
     /// the link below then publishes ours.
-    fn publish(&self, tmp: &Path, meta: ObjectMeta) -> Result<Staged> {
+    /// `link` gives the staged bytes the name it is passed, without replacing anything.
+    fn publish(
+        &self,
+        meta: ObjectMeta,
+        link: &mut dyn FnMut(&Path) -> std::io::Result<bool>,
+    ) -> Result<Staged> {
         let pin = Arc::new(self.pins.pin(meta.id));
         let dst = self.object_path(&meta.id);
         let fanout = dst
@@ -385,8 +434,8 @@ impl Stager {
             .expect("invariant: object paths have a fan-out parent")
             .to_path_buf();
         *self.unsynced.lock().entry(meta.id).or_insert(0) += 1;
-        let link = || -> Result<bool> {
-            match self.vfs.link_no_replace(tmp, &dst) {
+        let mut link = || -> Result<bool> {
+            match link(&dst) {
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
                     self.vfs
                         .create_dir_all(&fanout)
@@ -394,7 +443,7 @@ impl Stager {
                     self.vfs
                         .sync_dir(&self.objects)
                         .ctx(|| format!("fsync {}", self.objects.display()))?;
-                    self.vfs.link_no_replace(tmp, &dst)
+                    link(&dst)
                 }
                 other => other,
             }

@@ -15,8 +15,25 @@ pub trait VfsFile: Write + Send {
     fn sync(&mut self) -> io::Result<()>;
 }
 
+/// A file without a name (Linux `O_TMPFILE`) being written, that gets its one name when it is
+/// published. A crash before that leaves nothing behind, and naming it costs no directory entry
+/// to create and remove in `staging/`.
+pub trait UnnamedFile: VfsFile {
+    /// Gives the file its name `to` atomically without replacing anything: `Ok(true)` when linked,
+    /// `Ok(false)` when `to` already exists (as [`Vfs::link_no_replace`]).
+    fn link_no_replace(&mut self, to: &Path) -> io::Result<bool>;
+}
+
 /// File operations the engine performs on its object and staging directories.
 pub trait Vfs: Send + Sync + Debug {
+    /// Creates a file without a name in directory `dir`, read-only once closed like
+    /// [`Vfs::create_new`]'s, where the system offers that; `Ok(None)` where it does not, and the
+    /// stager then writes a named staging file. The default offers none: the fault model sees
+    /// every staging file by name.
+    fn create_unnamed(&self, dir: &Path) -> io::Result<Option<Box<dyn UnnamedFile>>> {
+        let _ = dir;
+        Ok(None)
+    }
     /// Creates a new file, failing if it exists. The returned handle is writable even when the
     /// implementation creates the file read-only (see [`Vfs::creates_read_only`]).
     fn create_new(&self, path: &Path) -> io::Result<Box<dyn VfsFile>>;
@@ -77,7 +94,47 @@ impl VfsFile for RealFile {
     }
 }
 
+#[cfg(target_os = "linux")]
+impl UnnamedFile for RealFile {
+    fn link_no_replace(&mut self, to: &Path) -> io::Result<bool> {
+        use std::os::fd::AsRawFd;
+        // linkat(2) names an O_TMPFILE file through its /proc magic link with AT_SYMLINK_FOLLOW
+        // (AT_EMPTY_PATH would need CAP_DAC_READ_SEARCH).
+        let proc_path = format!("/proc/self/fd/{}", self.0.as_raw_fd());
+        let cwd = rustix::fs::CWD;
+        match rustix::fs::linkat(
+            cwd,
+            &proc_path,
+            cwd,
+            to,
+            rustix::fs::AtFlags::SYMLINK_FOLLOW,
+        ) {
+            Ok(()) => Ok(true),
+            Err(rustix::io::Errno::EXIST) => Ok(false),
+            Err(e) => Err(e.into()),
+        }
+    }
+}
+
 impl Vfs for RealVfs {
+    #[cfg(target_os = "linux")]
+    fn create_unnamed(&self, dir: &Path) -> io::Result<Option<Box<dyn UnnamedFile>>> {
+        use rustix::fs::{Mode, OFlags};
+        use rustix::io::Errno;
+        // Without /proc the file could never be named: take the named path instead.
+        static PROC_FD: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+        if !*PROC_FD.get_or_init(|| Path::new("/proc/self/fd").is_dir()) {
+            return Ok(None);
+        }
+        let flags = OFlags::WRONLY | OFlags::TMPFILE | OFlags::CLOEXEC;
+        match rustix::fs::openat(rustix::fs::CWD, dir, flags, Mode::from_raw_mode(0o444)) {
+            Ok(fd) => Ok(Some(Box::new(RealFile(File::from(fd))))),
+            // The kernel or the file system has no O_TMPFILE (EISDIR on kernels before 3.11).
+            Err(Errno::OPNOTSUPP | Errno::ISDIR | Errno::INVAL | Errno::NOSYS) => Ok(None),
+            Err(e) => Err(e.into()),
+        }
+    }
+
     fn create_new(&self, path: &Path) -> io::Result<Box<dyn VfsFile>> {
         let mut options = OpenOptions::new();
         options.write(true).create_new(true);

@@ -81,10 +81,33 @@ fn gc_and_verify_report_counts_and_exit_codes() {
     assert_eq!(code, 2, "a bad duration is a usage error");
 }
 
-/// A `put` killed mid-write leaves its staging file: verify reports it as reclaimable (exit 0),
-/// and `gc` with its default hour of grace removes it at once (its writer is gone).
+/// The staging file a running `put` (pid `pid`) writes into `staging`: a named `.part` file with
+/// bytes in it, or (Linux, `O_TMPFILE`) an open descriptor of the process on an unnamed file in
+/// that directory, which `/proc` shows as `staging/#<inode> (deleted)`.
+fn staging_in_progress(staging: &std::path::Path, pid: u32) -> Option<Option<std::path::PathBuf>> {
+    let named = std::fs::read_dir(staging)
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .find(|e| e.metadata().is_ok_and(|m| m.len() > 0));
+    if let Some(e) = named {
+        return Some(Some(e.path()));
+    }
+    let fds = std::fs::read_dir(format!("/proc/{pid}/fd")).ok()?;
+    let unnamed = fds.filter_map(|e| e.ok()).any(|e| {
+        std::fs::read_link(e.path()).is_ok_and(|target| {
+            target.starts_with(staging)
+                && target.to_string_lossy().ends_with("(deleted)")
+                && std::fs::metadata(e.path()).is_ok_and(|m| m.len() > 0)
+        })
+    });
+    unnamed.then_some(None)
+}
+
+/// A `put` killed mid-write commits nothing and leaves no problem: an unnamed staging file
+/// (`O_TMPFILE`) vanishes with the process; a named one is reported as reclaimable (exit 0) and
+/// `gc` with its default hour of grace removes it at once (its writer is gone).
 #[test]
-fn a_killed_put_leaves_reclaimable_staging_that_gc_removes_at_once() {
+fn a_killed_put_leaves_nothing_or_reclaimable_staging_that_gc_removes_at_once() {
     use std::io::Write;
     let dir = tempfile::tempdir().unwrap();
     let lake = dir.path().join("lake");
@@ -105,12 +128,8 @@ fn a_killed_put_leaves_reclaimable_staging_that_gc_removes_at_once() {
     stdin.flush().unwrap();
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
     let part = loop {
-        let written = std::fs::read_dir(&staging)
-            .unwrap()
-            .filter_map(|e| e.ok())
-            .find(|e| e.metadata().is_ok_and(|m| m.len() > 0));
-        if let Some(e) = written {
-            break e.path();
+        if let Some(part) = staging_in_progress(&staging, child.id()) {
+            break part;
         }
         assert!(
             std::time::Instant::now() < deadline,
@@ -121,9 +140,39 @@ fn a_killed_put_leaves_reclaimable_staging_that_gc_removes_at_once() {
     child.kill().unwrap();
     child.wait().unwrap();
     drop(stdin);
-    let size = std::fs::metadata(&part).unwrap().len();
-    assert!(part.exists() && size > 0);
+    let (code, out) = oncelake(&["ls", lake_s, "--json"]);
+    assert_eq!(code, 0, "{out}");
+    assert!(!out.contains("big/unit"), "a killed put committed: {out}");
+    match part {
+        Some(part) => reclaim_a_dead_writers_staging_file(lake_s, &part),
+        None => {
+            assert_eq!(std::fs::read_dir(&staging).unwrap().count(), 0);
+            let (code, out) = oncelake(&["verify", lake_s, "--json"]);
+            assert_eq!(code, 0, "{out}");
+            assert_eq!(json(&out)["reclaimable"]["staging_files"], 0, "{out}");
+        }
+    }
+}
 
+/// A staging file left by a writer that is gone (another process's name), as a `put` killed
+/// mid-write leaves it where staging files are named.
+#[test]
+fn a_dead_writers_staging_file_is_reclaimable_and_gc_removes_it_at_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let lake = dir.path().join("lake");
+    let lake_s = lake.to_str().unwrap();
+    let (code, _) = oncelake(&["init", lake_s]);
+    assert_eq!(code, 0);
+    let part = lake.join("staging").join("4242-18a2b3c4d5e6f708-0.part");
+    std::fs::write(&part, vec![7u8; 300_000]).unwrap();
+    reclaim_a_dead_writers_staging_file(lake_s, &part);
+}
+
+/// `part` is the only staging file, its writer is gone: verify says reclaimable (exit 0) and gc
+/// removes it although it is younger than the default grace.
+fn reclaim_a_dead_writers_staging_file(lake_s: &str, part: &std::path::Path) {
+    let size = std::fs::metadata(part).unwrap().len();
+    assert!(size > 0);
     let (code, out) = oncelake(&["verify", lake_s, "--json"]);
     assert_eq!(
         code, 0,
