@@ -40,6 +40,7 @@ pub mod fuzzing;
 pub mod gc;
 mod index;
 mod index_snap;
+pub mod invariants;
 mod key;
 pub mod log;
 mod manifest;

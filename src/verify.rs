@@ -134,6 +134,8 @@ pub struct VerifyReport {
     pub history_problems: Vec<String>,
     /// The lake tables' data files: wrong or missing links, stray files.
     pub tables: crate::table::TableCheck,
+    /// The whole-store invariant checks that do not hold (`crate::invariants::check_state`).
+    pub invariants: Vec<crate::invariants::Violation>,
 }
 
 impl VerifyReport {
@@ -156,6 +158,7 @@ impl VerifyReport {
             && self.replay.is_clean()
             && self.history_problems.is_empty()
             && self.tables.problems.is_empty()
+            && self.invariants.is_empty()
     }
 
     /// How many problems were found (reclaimable space is not a problem).
@@ -166,6 +169,7 @@ impl VerifyReport {
             + self.replay.problems.len()
             + self.history_problems.len()
             + self.tables.problems.len()
+            + self.invariants.len()
     }
 
     /// Every unit that references a missing or corrupt object.
@@ -213,6 +217,7 @@ impl Store {
         let txn = self.inner.db.begin_read().db("begin a read transaction")?;
         let s1_seq = seq_and_horizon(&txn)?.0;
         report.seq = s1_seq;
+        report.invariants = crate::invariants::check_state(&txn)?;
         let mut expected: BTreeMap<ObjectId, Expected> = BTreeMap::new();
         let mut note = |id: ObjectMeta, r: UnitRef| {
             let e = expected.entry(id.id).or_insert_with(|| Expected {

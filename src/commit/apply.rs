@@ -193,6 +193,8 @@ pub(crate) fn apply_group(inner: &Inner, ops: Vec<Op>) -> Vec<Result<Done>> {
             .collect();
     }
     let n = ops.len();
+    #[cfg(debug_assertions)]
+    crate::invariants::assert_group_bound(&ops, inner.options.max_group_units);
     // The batches are consumed while the group is decided, before its transaction is visible;
     // their staged objects must stay pinned until it is (or until the failed state is set), or GC
     // could delete an object the commit is about to make visible (I8).
@@ -267,6 +269,8 @@ fn write_group(inner: &Inner, ops: Vec<Op>) -> Result<GroupResult> {
             meta_get(&meta, META_NEXT_SEQ)?,
             meta_get(&meta, META_NEXT_TOKEN)?,
         );
+        #[cfg(debug_assertions)]
+        let before = crate::invariants::Counters::read(&meta)?;
         let mut w = Writer {
             manifest: txn.open_table(MANIFEST).db("open the manifest")?,
             history: txn.open_table(HISTORY).db("open the history")?,
@@ -298,6 +302,8 @@ fn write_group(inner: &Inner, ops: Vec<Op>) -> Result<GroupResult> {
                 meta_put(&mut meta, META_HISTORY_FROM, h)?;
             }
         }
+        #[cfg(debug_assertions)]
+        crate::invariants::assert_group(inner, &w.log, before, &meta)?;
         let index = std::mem::take(&mut w.index);
         (dones, index, w.expired_leases)
     };
@@ -568,6 +574,15 @@ impl Writer<'_> {
                 _ => None,
             };
             if let (Decision::Accept { revision }, Some(seq)) = (d.decision, seq) {
+                #[cfg(debug_assertions)]
+                crate::invariants::assert_accept(
+                    &item.unit,
+                    item.token,
+                    d.claim.as_ref(),
+                    self.now_ms,
+                    d.current.as_ref(),
+                    (item.source_version, revision),
+                );
                 logged.push(self.write_entry(item, revision, seq, d.current.is_none())?);
                 // Accepted means the token was the newest lease's, or there was no token and no
                 // live lease: either way that lease is over, and no earlier token commits after.
