@@ -776,9 +776,10 @@ fn check_entries(txn: &redb::ReadTransaction) -> Result<Vec<Violation>> {
 }
 
 impl crate::Store {
-    /// Runs every whole-store invariant check on one consistent view of the store and returns
-    /// what does not hold (empty when all do): the checks of `verify`'s invariant pass plus I7
-    /// (the log replayed against the manifest). For tests and tools; `verify` reports the same.
+    /// Runs every whole-store invariant check and returns what does not hold (empty when all
+    /// do): the checks of `verify`'s invariant pass, then I7 (the log replayed against the
+    /// manifest). Each of the two reads one consistent view, so commits running meanwhile cause
+    /// no false violation. For tests and tools; `verify` reports the same.
     pub fn check_invariants(&self) -> Result<Vec<Violation>> {
         let snap = self.snapshot()?;
         let mut out = {

@@ -393,3 +393,21 @@ fn assert_holds_panics_naming_the_rule() {
         seen: "x".into(),
     }]);
 }
+
+#[test]
+fn verify_reports_the_violations_as_problems() {
+    let (_d, store) = store();
+    let clean = store.verify(crate::VerifyOptions::default()).unwrap();
+    assert!(
+        clean.invariants.is_empty() && clean.is_intact(),
+        "{clean:?}"
+    );
+    // A claim whose token the counter would issue again.
+    after(&store, |t| {
+        meta_put(&mut t.open_table(META).unwrap(), META_NEXT_TOKEN, 1).unwrap()
+    });
+    let r = store.verify(crate::VerifyOptions::default()).unwrap();
+    assert_eq!(rules(&r.invariants), vec![Invariant::TokenBelowNext]);
+    assert!(!r.is_intact());
+    assert_eq!(r.problem_count(), clean.problem_count() + 1);
+}
