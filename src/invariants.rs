@@ -5,11 +5,11 @@
 //!
 //! - the commit leader runs the per-group checks on every group in debug builds and panics
 //!   ([`assert_holds`]): a violation there is an engine bug, caught where it happens;
-//! - `verify` runs the whole-store checks ([`check_state`]) and reports what they find as
+//! - `verify` runs the whole-store checks (`check_state`) and reports what they find as
 //!   problems (`VerifyReport::invariants`);
 //! - the fuzz targets' shared code (`crate::fuzzing`) and the model and simulation tests run the
 //!   same functions after every step ([`check_version_advance`], [`check_token_admitted`],
-//!   [`Store::check_invariants`]).
+//!   [`Store::check_invariants`](crate::Store::check_invariants)).
 //!
 //! The commit-log rules, which I1–I9 rest on:
 //!
