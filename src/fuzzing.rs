@@ -5,6 +5,7 @@
 //!
 //! Not a public API: hidden from the docs, no stability promise.
 
+use crate::commit::invariants::{assert_ok, check_token_admitted, check_version_advance};
 use crate::commit::rules::{decide, Current, Decision, Incoming, Intent, LeaseState, LeaseStatus};
 use crate::object::ObjectId;
 use crate::schema::log::Record;
@@ -47,8 +48,6 @@ struct ModelUnit {
     released: bool,
     /// The newest lease expired by the clock (without ending).
     expired: bool,
-    /// Tokens that may never commit again: superseded by a later grant, or of an ended lease.
-    dead: Vec<u64>,
 }
 
 impl ModelUnit {
@@ -73,9 +72,8 @@ impl ModelUnit {
     }
 
     fn end_lease(&mut self) {
-        if let Some(t) = self.newest() {
+        if self.newest().is_some() {
             self.ended = true;
-            self.dead.push(t);
         }
     }
 }
@@ -194,9 +192,6 @@ pub fn commit_rules(data: &[u8]) {
         match kind {
             3 => {
                 let unit = &mut units[me];
-                if let Some(old) = unit.newest() {
-                    unit.dead.push(old);
-                }
                 unit.issued.push(next_token);
                 (unit.ended, unit.expired, unit.released) = (false, false, false);
                 next_token += 1;
@@ -262,24 +257,14 @@ fn decide_one(unit: &mut ModelUnit, inc: &Incoming, next_seq: u64) -> u64 {
     let Decision::Accept { revision } = got else {
         return next_seq;
     };
-    if let Some(t) = inc.token {
-        assert!(
-            unit.issued.contains(&t) && !unit.dead.contains(&t),
-            "I6: token {t} was accepted although it was not issued for the unit or is dead"
-        );
-    } else {
-        assert!(
-            unit.ended || unit.expired || unit.issued.is_empty(),
-            "a commit without a token was accepted under a live lease"
-        );
-    }
+    assert_ok(check_token_admitted("u", inc.token, lease.as_ref()));
+    let prev = unit.history.last().map(|e| (e.version, e.revision));
+    assert_ok(check_version_advance(
+        "u",
+        prev,
+        (inc.source_version, revision),
+    ));
     if let Some(cur) = unit.history.last() {
-        assert!(
-            inc.source_version >= cur.version,
-            "I5: version went back from {} to {}",
-            cur.version,
-            inc.source_version
-        );
         if inc.source_version == cur.version {
             assert_eq!(revision, cur.revision + 1, "a correction adds one revision");
             assert_eq!(inc.intent, Intent::Correct, "only a correction replaces");

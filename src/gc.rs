@@ -4,7 +4,7 @@
 //! commit is about to reference, or that an open snapshot can read (I8), also while writers run,
 //! and without making commits wait for its unlinks.
 //!
-//! The race with writers is closed by four facts (the full argument is in DESIGN.md):
+//! The race with writers is closed by four facts (the full argument is in docs/gc-verify-faults.md):
 //!
 //! 1. Staging *pins* an object before it publishes it, and a [`crate::Staged`] handle (and every
 //!    clone a [`crate::Batch`] holds) keeps the pin until it is dropped — after the commit that

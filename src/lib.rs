@@ -42,6 +42,7 @@ mod index;
 mod index_snap;
 mod key;
 mod layout;
+pub use commit::invariants;
 pub use schema::log;
 pub mod metrics;
 mod object;

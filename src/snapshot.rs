@@ -6,7 +6,7 @@
 //!
 //! An open snapshot also *pins* its seq in the store's `ReaderPins` (`core`): GC prunes no history row
 //! that a view as of a pinned seq reads, whatever the retention, so (I8) it keeps every object
-//! such a view can read. Dropping the snapshot releases the pin. The argument is in DESIGN.md.
+//! such a view can read. Dropping the snapshot releases the pin. The argument is in docs/gc-verify-faults.md.
 
 use crate::core::{Core, ReaderPin};
 use crate::error::{DbContext, Error, IoContext, Result};

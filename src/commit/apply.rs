@@ -181,6 +181,8 @@ pub(crate) fn apply_group(inner: &Core, ops: Vec<Op>) -> Vec<Result<Done>> {
             .collect();
     }
     let n = ops.len();
+    #[cfg(debug_assertions)]
+    crate::commit::invariants::assert_group_bound(&ops, inner.options.max_group_units);
     // The batches are consumed while the group is decided, before its transaction is visible;
     // their staged objects must stay pinned until it is (or until the failed state is set), or GC
     // could delete an object the commit is about to make visible (I8).
@@ -252,6 +254,8 @@ fn write_group(inner: &Core, ops: Vec<Op>) -> Result<GroupResult> {
     let dones = {
         let mut meta = txn.open_table(META).db("open the meta table")?;
         let (next_seq, next_token) = (meta::get(&meta, NEXT_SEQ)?, meta::get(&meta, NEXT_TOKEN)?);
+        #[cfg(debug_assertions)]
+        let before = crate::commit::invariants::Counters::read(&meta)?;
         let mut w = Writer {
             manifest: txn.open_table(MANIFEST).db("open the manifest")?,
             history: txn.open_table(HISTORY).db("open the history")?,
@@ -283,6 +287,8 @@ fn write_group(inner: &Core, ops: Vec<Op>) -> Result<GroupResult> {
                 meta::put(&mut meta, HISTORY_FROM, h)?;
             }
         }
+        #[cfg(debug_assertions)]
+        crate::commit::invariants::assert_group(inner, &w.log, before, &meta)?;
         let index = std::mem::take(&mut w.index);
         (dones, index, w.expired_leases)
     };
@@ -553,6 +559,15 @@ impl Writer<'_> {
                 _ => None,
             };
             if let (Decision::Accept { revision }, Some(seq)) = (d.decision, seq) {
+                #[cfg(debug_assertions)]
+                crate::commit::invariants::assert_accept(
+                    &item.unit,
+                    item.token,
+                    d.claim.as_ref(),
+                    self.now_ms,
+                    d.current.as_ref(),
+                    (item.source_version, revision),
+                );
                 logged.push(self.write_entry(item, revision, seq, d.current.is_none())?);
                 // Accepted means the token was the newest lease's, or there was no token and no
                 // live lease: either way that lease is over, and no earlier token commits after.

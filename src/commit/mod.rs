@@ -3,6 +3,7 @@
 //! that applies a group in one redb transaction ([`apply`]).
 
 pub(crate) mod apply;
+pub mod invariants;
 pub(crate) mod queue;
 pub mod rules;
 

@@ -6,14 +6,39 @@
 //! transaction, hands leadership to the oldest request it did not take, and finally wakes every
 //! member of its group with that member's own response.
 //!
-//! States of a node: `WAITING` → `LEADER` (it must now lead a group that starts with itself) or
-//! `WAITING` → `DONE` (its response is ready). A node is decided exactly once because it is taken
-//! into exactly one group: groups are contiguous runs of the oldest pending nodes, each leader
-//! starts its group at itself, and the next leader is always the first node after the group.
+//! # States
 //!
-//! Ownership: every pushed node carries one `Arc` reference owned by the queue (made with
-//! `Arc::into_raw`); the leader reclaims it with `Arc::from_raw` when it takes the node into its
-//! group, so each reference is reclaimed exactly once and a node outlives every raw pointer to it.
+//! Each request lives in a [`Node`] whose [`State`] says who acts next; see the enum for what each
+//! state means and who moves a node out of it. The queue as a whole is *idle* when
+//! [`WriteQueue::newest`] is null and *busy* otherwise: then exactly one leader is at work (or
+//! about to be woken), and every other pending node waits.
+//!
+//! ```text
+//!   submit: push CAS ──▶ Waiting ──(found the stack empty: leads at once, state unchanged)──▶ own response
+//!                           │
+//!                           ├── hand_over: previous leader ──▶ Leader ──▶ lead a group from itself
+//!                           └── answer: its group's leader ──▶ Done   ──▶ take its response
+//! ```
+//!
+//! A node is decided exactly once because it is taken into exactly one group: groups are
+//! contiguous runs of the oldest pending nodes, each leader starts its group at itself, and the
+//! next leader is always the first node after the group.
+//!
+//! # The compare-and-swaps on `newest`
+//!
+//! - **push** (in [`WriteQueue::submit`]): `newest: old → me`, retried until it succeeds. With
+//!   `old == null` the queue goes idle → busy and the pusher is its leader; otherwise the pusher
+//!   stays `Waiting` behind `old`.
+//! - **close** (in [`WriteQueue::hand_over`]): `newest: last → null`, tried once by a leader after
+//!   its group is processed. Success: nobody arrived after the group, busy → idle. Failure: newer
+//!   nodes exist; the oldest of them goes `Waiting → Leader` and the queue stays busy.
+//!
+//! # Ownership
+//!
+//! Every pushed node carries one `Arc` reference owned by the queue (made with `Arc::into_raw`);
+//! the leader reclaims it with `Arc::from_raw` when it takes the node into its group, so each
+//! reference is reclaimed exactly once and a node outlives every raw pointer to it. Who may touch
+//! each field of a node, and when, is written on the field.
 //!
 //! The items are `pub` only so that the loom build can re-export them (`loom_support`); the module
 //! itself is private to the crate.
@@ -21,9 +46,38 @@
 use crate::sync::{Arc, AtomicPtr, AtomicU8, Condvar, Mutex, Ordering, UnsafeCell};
 use std::ptr;
 
-const WAITING: u8 = 0;
-const LEADER: u8 = 1;
-const DONE: u8 = 2;
+/// Where a node is in the protocol. Stored in [`Node::state`] as its `u8` discriminant; every
+/// change is a Release store by a leader ([`Node::set_state`]), observed by the node's owner with
+/// an Acquire load ([`Node::await_change`]). A node changes state at most once.
+#[repr(u8)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum State {
+    /// Pushed and not yet decided: its request is still in it, its response is not. Its owner
+    /// waits (spins, yields, then parks) for a leader to move it on — unless the push found the
+    /// stack empty, in which case the owner leads at once and its own node stays `Waiting`
+    /// (nobody else will ever look at it). Only a leader moves a node out of this state: to
+    /// `Leader` (hand-over) or to `Done` (answer).
+    Waiting = 0,
+    /// The previous leader processed its group without this node and handed leadership to it:
+    /// the node is the oldest pending one, its request still in it. Its owner must now lead a
+    /// group that starts with this node. Final: the new leader answers its own node by reading
+    /// its response directly, without a state change.
+    Leader = 1,
+    /// Its group's leader wrote the node's response and will not touch the node again except to
+    /// notify its waiter. Its owner takes the response and returns. Final.
+    Done = 2,
+}
+
+impl State {
+    fn of(byte: u8) -> State {
+        match byte {
+            0 => State::Waiting,
+            1 => State::Leader,
+            2 => State::Done,
+            other => unreachable!("invariant: a node's state byte is a State, got {other}"),
+        }
+    }
+}
 
 /// How many times a waiter looks at its state before it yields, and yields before it parks.
 /// Under loom every look is a scheduling point, so one of each keeps both the spinning and the
@@ -49,17 +103,28 @@ pub trait LeaderPanicked {
     fn leader_panicked() -> Self;
 }
 
+/// One writer's request on the queue. Who may read or write each field, and when:
 struct Node<Req, Resp> {
+    /// The node's [`State`] as a byte. Written only by a leader (Release, in
+    /// [`Node::set_state`]): `Waiting → Leader` by the previous leader, `Waiting → Done` by the
+    /// leader of the node's group. Read by the owner (Acquire, in [`Node::await_change`]).
     state: AtomicU8,
-    /// Taken by the leader of the node's group.
+    /// The request. Written by the owner before the push CAS publishes the node; from then on
+    /// read (for its weight) and taken only by the leader that considers the node for its group.
     req: UnsafeCell<Option<Req>>,
-    /// Written by the leader before it publishes `DONE`.
+    /// The response. Written by the leader of the node's group before it publishes `Done`; read
+    /// by the owner after it observed `Done`, or by that leader itself for its own node.
     resp: UnsafeCell<Option<Resp>>,
-    /// The next older node; written by the owner before the node is published by the CAS.
+    /// The next older pending node (null for the oldest). Written by the owner before the push
+    /// CAS publishes the node; read by leaders after an Acquire load of `newest` (link_newer).
     older: UnsafeCell<*const Node<Req, Resp>>,
-    /// The next newer node; written and read only by successive leaders.
+    /// The next newer pending node. Written and read only by the current leader: leadership
+    /// passes by `set_state(Leader)`, whose Release/Acquire pair orders one leader's writes before
+    /// the next one's reads.
     newer: UnsafeCell<*const Node<Req, Resp>>,
+    /// With `wake`: lets a waiter park. Any thread may lock it; a leader locks it to notify.
     park: Mutex<()>,
+    /// Notified by a leader after every state change, under `park`.
     wake: Condvar,
     /// Loom only: how many threads are inside [`Node::set_state`] on this node. Dropping a node
     /// while one is would be a use-after-free; the `Drop` check below lets loom find it.
@@ -86,10 +151,11 @@ unsafe impl<Req: Send, Resp: Send> Send for Node<Req, Resp> {}
 unsafe impl<Req: Send, Resp: Send> Sync for Node<Req, Resp> {}
 
 impl<Req, Resp> Node<Req, Resp> {
-    fn set_state(&self, state: u8) {
+    /// Moves the node out of `Waiting` (leaders only) and wakes its owner.
+    fn set_state(&self, state: State) {
         #[cfg(loom)]
         self.publishing.fetch_add(1, Ordering::SeqCst);
-        self.state.store(state, Ordering::Release);
+        self.state.store(state as u8, Ordering::Release);
         {
             // Taking the mutex orders the store before a parked waiter's re-check, so no wake-up
             // is lost.
@@ -100,36 +166,46 @@ impl<Req, Resp> Node<Req, Resp> {
         self.publishing.fetch_sub(1, Ordering::SeqCst);
     }
 
-    fn await_change(&self) -> u8 {
+    /// The owner's wait for its node to leave `Waiting`: spin, then yield, then park.
+    fn await_change(&self) -> State {
+        let look = || State::of(self.state.load(Ordering::Acquire));
         for _ in 0..SPINS {
-            let s = self.state.load(Ordering::Acquire);
-            if s != WAITING {
-                return s;
+            match look() {
+                State::Waiting => crate::sync::spin_hint(),
+                s => return s,
             }
-            crate::sync::spin_hint();
         }
         for _ in 0..YIELDS {
-            let s = self.state.load(Ordering::Acquire);
-            if s != WAITING {
-                return s;
+            match look() {
+                State::Waiting => crate::sync::yield_now(),
+                s => return s,
             }
-            crate::sync::yield_now();
         }
         let mut guard = self.park.lock();
         loop {
-            let s = self.state.load(Ordering::Acquire);
-            if s != WAITING {
-                return s;
+            match look() {
+                State::Waiting => guard = self.wake.wait(guard),
+                s => return s,
             }
-            guard = self.wake.wait(guard);
         }
     }
 }
 
 /// The queue itself: one atomic pointer to the newest pending node.
 pub struct WriteQueue<Req, Resp> {
+    /// The newest pending node, null when the queue is idle. Changed only by the two CASes of
+    /// the module documentation: *push* (any writer, AcqRel) and *close* (the leader, AcqRel);
+    /// read with Acquire by the leader to find the nodes pushed since it last looked.
     newest: AtomicPtr<Node<Req, Resp>>,
+    /// The group bound; fixed at creation.
     max_weight: usize,
+}
+
+/// The group a leader took: the nodes (their queue references reclaimed, oldest first) and their
+/// requests in the same order.
+struct Group<Req, Resp> {
+    nodes: Vec<Arc<Node<Req, Resp>>>,
+    reqs: Vec<Req>,
 }
 
 // SAFETY: the queue only holds pointers to nodes, which are `Send + Sync` for `Send` payloads.
@@ -154,7 +230,7 @@ impl<Req: Weighted + Send, Resp: LeaderPanicked + Send> WriteQueue<Req, Resp> {
         F: Fn(Vec<Req>) -> Vec<Resp>,
     {
         let node = Arc::new(Node {
-            state: AtomicU8::new(WAITING),
+            state: AtomicU8::new(State::Waiting as u8),
             req: UnsafeCell::new(Some(req)),
             resp: UnsafeCell::new(None),
             older: UnsafeCell::new(ptr::null()),
@@ -166,32 +242,38 @@ impl<Req: Weighted + Send, Resp: LeaderPanicked + Send> WriteQueue<Req, Resp> {
         });
         let me = Arc::into_raw(node.clone());
 
+        let older = self.push(&node, me);
+        if !older.is_null() && node.await_change() == State::Done {
+            return Self::take_response(&node);
+        }
+        // Either the stack was empty (we are the oldest pending node, still `Waiting`) or the
+        // previous leader handed leadership to us (`Leader`).
+        self.lead(me, &process);
+        Self::take_response(&node)
+    }
+
+    /// The *push* CAS: links `node` (raw pointer `me`) in as the newest pending node. Returns the
+    /// node it was pushed onto: null means the queue was idle and the caller now leads.
+    fn push(&self, node: &Node<Req, Resp>, me: *const Node<Req, Resp>) -> *const Node<Req, Resp> {
         let mut head = self.newest.load(Ordering::Relaxed);
         loop {
             // SAFETY: the node is not yet published, so this thread is its only accessor.
             unsafe { node.older.with_mut(|p| *p = head) };
+            // Transition: idle → busy (head null, we lead) or a new `Waiting` node behind head.
             match self.newest.compare_exchange_weak(
                 head,
                 me as *mut _,
                 Ordering::AcqRel,
                 Ordering::Relaxed,
             ) {
-                Ok(_) => break,
+                Ok(_) => return head,
                 Err(actual) => head = actual,
             }
         }
-
-        if !head.is_null() && node.await_change() == DONE {
-            return Self::take_response(&node);
-        }
-        // Either the stack was empty (we are the oldest pending node) or the previous leader
-        // handed leadership to us.
-        self.lead(me, &process);
-        Self::take_response(&node)
     }
 
     fn take_response(node: &Node<Req, Resp>) -> Resp {
-        // SAFETY: the leader wrote the response before publishing DONE (Release), and we observed
+        // SAFETY: the leader wrote the response before publishing Done (Release), and we observed
         // that state with Acquire (or we are the leader ourselves); nobody writes it afterwards.
         unsafe { node.resp.with_mut(|r| (*r).take()) }
             .expect("invariant: a decided node always carries a response")
@@ -216,15 +298,37 @@ impl<Req: Weighted + Send, Resp: LeaderPanicked + Send> WriteQueue<Req, Resp> {
         newest
     }
 
+    /// Leads the group that starts at `me`, the oldest pending node: take the group, process
+    /// it, hand leadership on, answer the members. Handing on comes *before* the answers so the
+    /// next group starts while this leader is still waking its members.
     fn lead<F>(&self, me: *const Node<Req, Resp>, process: &F)
     where
         F: Fn(Vec<Req>) -> Vec<Resp>,
     {
         let newest = self.link_newer(me);
+        let Group { nodes, reqs } = self.take_group(me, newest);
+        let last = Arc::as_ptr(
+            nodes
+                .last()
+                .expect("invariant: a group holds at least its leader"),
+        );
+        let resps = Self::process_group(reqs, process);
+        self.hand_over(last);
+        Self::answer(&nodes, resps, me);
+    }
 
-        // Take the group: the oldest nodes, starting with ourselves, within the weight bound.
-        let mut group: Vec<Arc<Node<Req, Resp>>> = Vec::new();
-        let mut reqs = Vec::new();
+    /// Takes the group: the oldest pending nodes from `me` towards `newest` (linked by
+    /// [`Self::link_newer`]), stopping *before* a request that would take it over its bound, so
+    /// that the bound holds for every group of two or more requests (a lone heavy one still goes).
+    fn take_group(
+        &self,
+        me: *const Node<Req, Resp>,
+        newest: *const Node<Req, Resp>,
+    ) -> Group<Req, Resp> {
+        let mut group = Group {
+            nodes: Vec::new(),
+            reqs: Vec::new(),
+        };
         let mut weight = 0usize;
         let mut p = me;
         loop {
@@ -236,27 +340,31 @@ impl<Req: Weighted + Send, Resp: LeaderPanicked + Send> WriteQueue<Req, Resp> {
             let req = unsafe { node.req.with_mut(|r| (*r).take()) }
                 .expect("invariant: a pending node still holds its request");
             weight += req.weight();
-            reqs.push(req);
-            group.push(node);
+            group.reqs.push(req);
+            group.nodes.push(node);
             if p == newest {
-                break;
+                return group;
             }
-            // SAFETY: `newer` was set by `link_newer` above for every node older than `newest`.
+            // SAFETY: `newer` was set by `link_newer` for every node older than `newest`.
             let next = unsafe { (*p).newer.with_mut(|n| *n) };
-            // Stop *before* a request that would take the group over its bound, so that the
-            // bound holds for every group of two or more requests (a lone heavy one still goes).
             // SAFETY: `next` is pending (alive, its request still in it) and only the leader,
             // which is us, touches a pending node's request.
             let next_weight =
                 unsafe { (*next).req.with_mut(|r| (*r).as_ref().map(|r| r.weight())) }
                     .expect("invariant: a pending node still holds its request");
             if weight.saturating_add(next_weight) > self.max_weight {
-                break;
+                return group;
             }
             p = next;
         }
-        let last = p;
+    }
 
+    /// Runs the caller's processing on the group's requests; if it panics, every member gets
+    /// [`LeaderPanicked::leader_panicked`] (nobody may wait forever).
+    fn process_group<F>(reqs: Vec<Req>, process: &F) -> Vec<Resp>
+    where
+        F: Fn(Vec<Req>) -> Vec<Resp>,
+    {
         let count = reqs.len();
         let resps = match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| process(reqs))) {
             Ok(r) => r,
@@ -267,9 +375,15 @@ impl<Req: Weighted + Send, Resp: LeaderPanicked + Send> WriteQueue<Req, Resp> {
             count,
             "invariant: the group processor returns one response per request"
         );
+        resps
+    }
 
-        // Hand leadership to the first node after the group, if there is one.
-        let next = if self
+    /// The *close* CAS, then the hand-over: if `last` (the group's newest node, still owned by
+    /// us) is still the newest pending node, the queue goes idle; otherwise the oldest node after
+    /// the group goes `Waiting → Leader`.
+    fn hand_over(&self, last: *const Node<Req, Resp>) {
+        // Transition: busy → idle, when nobody pushed after `last`.
+        let closed = self
             .newest
             .compare_exchange(
                 last as *mut _,
@@ -277,36 +391,42 @@ impl<Req: Weighted + Send, Resp: LeaderPanicked + Send> WriteQueue<Req, Resp> {
                 Ordering::AcqRel,
                 Ordering::Acquire,
             )
-            .is_ok()
-        {
-            ptr::null()
-        } else {
-            // New nodes arrived after `last` (or the bound cut the group short): link them and
-            // pick the oldest one.
-            self.link_newer(last);
-            // SAFETY: `last` is still owned by us (in `group`), and its `newer` link was just set.
-            unsafe { (*last).newer.with_mut(|n| *n) }
-        };
-        if !next.is_null() {
-            // Hold a reference of our own while we publish LEADER and notify: once `next` sees
-            // LEADER it may lead, reclaim the queue's reference and return, dropping the node
-            // while we are still inside `set_state` (taking its park mutex). A bare pointer here
-            // would be a use-after-free.
-            // SAFETY: `next` is pending, so the queue's reference keeps it alive until it sees
-            // LEADER, which happens only in the `set_state` below, after the increment.
-            let next = unsafe {
-                Arc::increment_strong_count(next);
-                Arc::from_raw(next)
-            };
-            next.set_state(LEADER);
+            .is_ok();
+        if closed {
+            return;
         }
+        // New nodes arrived after `last` (or the bound cut the group short): link them and pick
+        // the oldest one.
+        self.link_newer(last);
+        // SAFETY: `last` is still owned by us (in the group), and its `newer` link was just set.
+        let next = unsafe { (*last).newer.with_mut(|n| *n) };
+        if next.is_null() {
+            return;
+        }
+        // Hold a reference of our own while we publish Leader and notify: once `next` sees
+        // Leader it may lead, reclaim the queue's reference and return, dropping the node while
+        // we are still inside `set_state` (taking its park mutex). A bare pointer here would be
+        // a use-after-free.
+        // SAFETY: `next` is pending, so the queue's reference keeps it alive until it sees
+        // Leader, which happens only in the `set_state` below, after the increment.
+        let next = unsafe {
+            Arc::increment_strong_count(next);
+            Arc::from_raw(next)
+        };
+        // Transition: Waiting → Leader.
+        next.set_state(State::Leader);
+    }
 
-        for (node, resp) in group.iter().zip(resps) {
-            // SAFETY: the owner reads `resp` only after it observes DONE, which we publish after
+    /// Gives every member its response; every member but the leader (`me`, which reads its own
+    /// directly) goes `Waiting → Done`.
+    fn answer(nodes: &[Arc<Node<Req, Resp>>], resps: Vec<Resp>, me: *const Node<Req, Resp>) {
+        for (node, resp) in nodes.iter().zip(resps) {
+            // SAFETY: the owner reads `resp` only after it observes Done, which we publish after
             // this write (Release in `set_state`).
             unsafe { node.resp.with_mut(|r| *r = Some(resp)) };
             if !ptr::eq(Arc::as_ptr(node), me) {
-                node.set_state(DONE);
+                // Transition: Waiting → Done.
+                node.set_state(State::Done);
             }
         }
     }

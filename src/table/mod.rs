@@ -5,7 +5,8 @@
 //! how unit keys map to partitions and data files ([`layout`]), where a table's own log says it
 //! was published to ([`position`]) and how `verify` checks its links ([`check`]). The publisher
 //! that reads Parquet footers and writes Delta versions and checkpoints is behind the `tables`
-//! cargo feature (on with `cli`), so the default library tree carries no arrow-rs crates.
+//! cargo feature (off by default; the `oncelake` binary in `cli/` turns it on), so the default library
+//! tree carries no arrow-rs crates.
 
 pub mod check;
 pub mod layout;
