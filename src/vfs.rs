@@ -97,23 +97,42 @@ impl VfsFile for RealFile {
 #[cfg(target_os = "linux")]
 impl UnnamedFile for RealFile {
     fn link_no_replace(&mut self, to: &Path) -> io::Result<bool> {
-        use std::os::fd::AsRawFd;
-        // linkat(2) names an O_TMPFILE file through its /proc magic link with AT_SYMLINK_FOLLOW
-        // (AT_EMPTY_PATH would need CAP_DAC_READ_SEARCH).
-        let proc_path = format!("/proc/self/fd/{}", self.0.as_raw_fd());
-        let cwd = rustix::fs::CWD;
-        match rustix::fs::linkat(
-            cwd,
-            &proc_path,
-            cwd,
-            to,
-            rustix::fs::AtFlags::SYMLINK_FOLLOW,
-        ) {
+        use rustix::fs::{linkat, AtFlags, CWD};
+        use rustix::io::Errno;
+        use std::sync::atomic::{AtomicBool, Ordering};
+        // linkat(2) names an O_TMPFILE file by its descriptor with AT_EMPTY_PATH where the kernel
+        // allows that to this process (Linux 6.10+ for the file's opener, or CAP_DAC_READ_SEARCH),
+        // else through its /proc magic link with AT_SYMLINK_FOLLOW, which costs a walk of /proc.
+        static NO_EMPTY_PATH: AtomicBool = AtomicBool::new(false);
+        let by_fd = if NO_EMPTY_PATH.load(Ordering::Relaxed) {
+            None
+        } else {
+            match linkat(&self.0, "", CWD, to, AtFlags::EMPTY_PATH) {
+                Err(Errno::PERM | Errno::NOENT | Errno::INVAL) if !to_parent_missing(to) => {
+                    NO_EMPTY_PATH.store(true, Ordering::Relaxed);
+                    None
+                }
+                other => Some(other),
+            }
+        };
+        let linked = by_fd.unwrap_or_else(|| {
+            use std::os::fd::AsRawFd;
+            let proc_path = format!("/proc/self/fd/{}", self.0.as_raw_fd());
+            linkat(CWD, &proc_path, CWD, to, AtFlags::SYMLINK_FOLLOW)
+        });
+        match linked {
             Ok(()) => Ok(true),
-            Err(rustix::io::Errno::EXIST) => Ok(false),
+            Err(Errno::EXIST) => Ok(false),
             Err(e) => Err(e.into()),
         }
     }
+}
+
+/// Whether the directory `to` would be linked into is missing (then ENOENT is about `to`, not
+/// about the kernel refusing AT_EMPTY_PATH).
+#[cfg(target_os = "linux")]
+fn to_parent_missing(to: &Path) -> bool {
+    to.parent().is_some_and(|p| !p.is_dir())
 }
 
 impl Vfs for RealVfs {
@@ -194,5 +213,38 @@ impl Vfs for RealVfs {
 
     fn open_read(&self, path: &Path) -> io::Result<Box<dyn Read + Send>> {
         Ok(Box::new(File::open(path)?))
+    }
+}
+
+#[cfg(all(test, target_os = "linux"))]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::PermissionsExt;
+
+    /// An unnamed file is invisible until it is linked, gets its one name read-only with its
+    /// bytes, is never linked over an existing name, and reports a missing directory as such.
+    #[test]
+    fn an_unnamed_file_gets_exactly_one_name() {
+        let dir = tempfile::tempdir().unwrap();
+        let Some(mut file) = RealVfs.create_unnamed(dir.path()).unwrap() else {
+            eprintln!("no O_TMPFILE on this file system: the named path is used");
+            return;
+        };
+        file.write_all(b"object bytes").unwrap();
+        file.sync().unwrap();
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
+        let first = dir.path().join("first");
+        assert!(file.link_no_replace(&first).unwrap());
+        assert_eq!(std::fs::read(&first).unwrap(), b"object bytes");
+        let mode = std::fs::metadata(&first).unwrap().permissions().mode();
+        assert_eq!(mode & 0o222, 0, "published read-only: {mode:o}");
+        std::fs::write(dir.path().join("taken"), b"other").unwrap();
+        assert!(!file.link_no_replace(&dir.path().join("taken")).unwrap());
+        assert_eq!(std::fs::read(dir.path().join("taken")).unwrap(), b"other");
+        let missing = dir.path().join("no-such-dir").join("x");
+        let err = file.link_no_replace(&missing).unwrap_err();
+        assert_eq!(err.kind(), io::ErrorKind::NotFound, "{err}");
+        drop(file);
+        assert_eq!(std::fs::read(&first).unwrap(), b"object bytes");
     }
 }
