@@ -603,13 +603,18 @@ fn staging_files_of_writers_that_are_gone_are_removed_without_waiting() {
 /// A reader that hands out one chunk, then blocks until told to finish.
 struct SlowReader {
     first: Option<Vec<u8>>,
+    /// Told when the first part has been read (the stager has created its file by then).
+    started: std::sync::mpsc::Sender<()>,
     rest: std::sync::mpsc::Receiver<Vec<u8>>,
 }
 
 impl std::io::Read for SlowReader {
     fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
         let chunk = match self.first.take() {
-            Some(c) => c,
+            Some(c) => {
+                let _ = self.started.send(());
+                c
+            }
             None => self.rest.recv().unwrap_or_default(),
         };
         buf[..chunk.len()].copy_from_slice(&chunk);
@@ -617,33 +622,57 @@ impl std::io::Read for SlowReader {
     }
 }
 
+/// GC never removes a staging file being written, and verify does not call it reclaimable. Run
+/// on the real file system (where Linux offers unnamed `O_TMPFILE` staging files, nothing is
+/// in `staging/` to remove) and through the fault model's seam, which offers no unnamed files and
+/// so makes the stager write a named `.part` that stays in flight until it is published.
 #[test]
 fn a_staging_file_being_written_is_never_removed() {
-    let (_d, store, _c) = manual_store();
-    let staging = store.path().join("staging");
-    let (tx, rx) = std::sync::mpsc::channel();
-    let writer = {
-        let store = store.clone();
-        std::thread::spawn(move || {
-            store.stage_reader(SlowReader {
-                first: Some(b"first part".to_vec()),
-                rest: rx,
+    let plain = manual_store();
+    let dir = tempfile::tempdir().unwrap();
+    let named = Store::open_with(
+        dir.path().join("lake"),
+        Options {
+            vfs: Arc::new(oncelake::fault::FaultyVfs::new(
+                Arc::new(oncelake::vfs::RealVfs),
+                oncelake::fault::FaultPlan::new(),
+            )),
+            clock: Arc::new(ManualClock::new(1_000_000)),
+            ..Options::default()
+        },
+    )
+    .unwrap();
+    for (store, must_name) in [(&plain.1, false), (&named, true)] {
+        let staging = store.path().join("staging");
+        let (tx, rx) = std::sync::mpsc::channel();
+        let (started_tx, started) = std::sync::mpsc::channel();
+        let writer = {
+            let store = store.clone();
+            std::thread::spawn(move || {
+                store.stage_reader(SlowReader {
+                    first: Some(b"first part".to_vec()),
+                    started: started_tx,
+                    rest: rx,
+                })
             })
-        })
-    };
-    // The stager creates its file before it reads anything.
-    while std::fs::read_dir(&staging).unwrap().count() == 0 {
-        std::thread::yield_now();
+        };
+        // The stager creates its file before it reads anything.
+        started.recv().unwrap();
+        let in_staging = std::fs::read_dir(&staging).unwrap().count();
+        if must_name {
+            assert_eq!(in_staging, 1, "the named staging file is being written");
+        }
+        let r = store.gc(now_gc()).unwrap();
+        assert_eq!((r.staging_files, r.staging_files_young), (0, 0), "{r:?}");
+        assert_eq!(std::fs::read_dir(&staging).unwrap().count(), in_staging);
+        let v = store.verify(VerifyOptions::default()).unwrap();
+        assert!(v.reclaimable.staging.is_empty(), "{v:?}");
+        tx.send(b", second part".to_vec()).unwrap();
+        drop(tx);
+        let staged = writer.join().unwrap().unwrap();
+        assert_eq!(staged.meta().size, 23);
+        assert_eq!(std::fs::read_dir(&staging).unwrap().count(), 0);
     }
-    let r = store.gc(now_gc()).unwrap();
-    assert_eq!((r.staging_files, r.staging_files_young), (0, 0), "{r:?}");
-    let v = store.verify(VerifyOptions::default()).unwrap();
-    assert!(v.reclaimable.staging.is_empty(), "{v:?}");
-    tx.send(b", second part".to_vec()).unwrap();
-    drop(tx);
-    let staged = writer.join().unwrap().unwrap();
-    assert_eq!(staged.meta().size, 23);
-    assert_eq!(std::fs::read_dir(&staging).unwrap().count(), 0);
 }
 
 // ---------------------------------------------------------------------------------------------
