@@ -167,6 +167,21 @@ fn ident_at(s: &str) -> &str {
     &s[..end]
 }
 
+/// Whether `file` is the body of a `#[cfg(test)] mod NAME;` declared by its parent module
+/// (`x.rs` or `x/mod.rs` beside the directory `x/` holding `NAME.rs`): unit tests, which may use
+/// any layer, like the inline test modules `code_of` drops.
+fn is_unit_test_file(file: &Path) -> bool {
+    let (Some(dir), Some(stem)) = (file.parent(), file.file_stem()) else {
+        return false;
+    };
+    let declaration = format!("#[cfg(test)]\nmod {};", stem.to_string_lossy());
+    [dir.with_extension("rs"), dir.join("mod.rs")]
+        .iter()
+        .filter(|parent| parent.as_path() != file)
+        .filter_map(|parent| std::fs::read_to_string(parent).ok())
+        .any(|text| text.contains(&declaration))
+}
+
 /// The module graph of the tree at `src`.
 fn graph(src: &Path) -> Graph {
     let lib = std::fs::read_to_string(src.join("lib.rs")).expect("read lib.rs");
@@ -182,7 +197,7 @@ fn graph(src: &Path) -> Graph {
             .to_string_lossy()
             .trim_end_matches(".rs")
             .to_string();
-        if module == "lib" || OUTSIDE.contains(&module.as_str()) {
+        if module == "lib" || OUTSIDE.contains(&module.as_str()) || is_unit_test_file(&f) {
             continue;
         }
         let code = code_of(&std::fs::read_to_string(&f).expect("read a source file"));
