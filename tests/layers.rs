@@ -185,6 +185,11 @@ fn graph(src: &Path) -> Graph {
         if module == "lib" || OUTSIDE.contains(&module.as_str()) {
             continue;
         }
+        // A `tests.rs` file is a unit-test module kept in its own file (`#[cfg(test)] mod
+        // tests;`): like an inline `#[cfg(test)]` module, it is not part of the engine's graph.
+        if f.file_name().is_some_and(|n| n == "tests.rs") {
+            continue;
+        }
         let code = code_of(&std::fs::read_to_string(&f).expect("read a source file"));
         let deps = g.entry(module.clone()).or_default();
         let mut add = |name: &str| {
