@@ -202,6 +202,42 @@ pub(crate) fn load(
     file.read_exact(&mut hb)
         .map_err(|_| "shorter than its header".to_string())?;
     let header = SnapHeader::decode(&hb)?;
+    check_header(&header, txn, store_id, last_seq, actual_len, units)?;
+    let index = read_body(&mut *file, &hb, &header)?;
+    let mut loaded = Loaded {
+        index,
+        snapshot_seq: header.seq,
+        replayed_records: 0,
+    };
+    if last_seq > header.seq {
+        loaded.replayed_records = catch_up(txn, &mut loaded.index, header.seq, last_seq)
+            .map_err(|e| format!("catching up with the log: {e}"))?;
+    }
+    let len = loaded.index.len() as u64;
+    let exact = if loaded.index.ambiguous_len() == 0 {
+        len == units
+    } else {
+        len <= units
+    };
+    if !exact {
+        return Err(format!(
+            "after catching up it holds {len} units, the manifest {units}"
+        ));
+    }
+    Ok(loaded)
+}
+
+/// Whether the snapshot's header fits this store and database history (see the module docs):
+/// its store, a seq the log still holds with the recorded record CRC, the file's length, and a
+/// table with a free position and no more units than the manifest.
+fn check_header(
+    header: &SnapHeader,
+    txn: &ReadTransaction,
+    store_id: u64,
+    last_seq: u64,
+    actual_len: u64,
+    units: u64,
+) -> std::result::Result<(), Fallback> {
     if header.store_id != store_id {
         return Err("it belongs to another store".into());
     }
@@ -230,28 +266,7 @@ pub(crate) fn load(
     if header.cap == 0 || header.len >= header.cap || header.len > units {
         return Err("its table is malformed".into());
     }
-    let index = read_body(&mut *file, &hb, &header)?;
-    let mut loaded = Loaded {
-        index,
-        snapshot_seq: header.seq,
-        replayed_records: 0,
-    };
-    if last_seq > header.seq {
-        loaded.replayed_records = catch_up(txn, &mut loaded.index, header.seq, last_seq)
-            .map_err(|e| format!("catching up with the log: {e}"))?;
-    }
-    let len = loaded.index.len() as u64;
-    let exact = if loaded.index.ambiguous_len() == 0 {
-        len == units
-    } else {
-        len <= units
-    };
-    if !exact {
-        return Err(format!(
-            "after catching up it holds {len} units, the manifest {units}"
-        ));
-    }
-    Ok(loaded)
+    Ok(())
 }
 
 /// Reads the arrays sequentially, in large chunks (each CRC'd once, parsed record by record),
