@@ -7,14 +7,8 @@
 //! stays a valid base after a crash (the replay catches up), and is rewritten on the next clean
 //! close.
 //!
-//! File layout (little-endian):
-//!
-//! ```text
-//! magic "OLIDXSNP" (8) | version u32 | store id u64 | seq u64 | crc32 of the log record at seq u32
-//! | capacity u64 | units u64 | ambiguous u64
-//! | key hash u64 × capacity | (source version u64, seq u64, object [32]) × capacity
-//! | ambiguous hash u64 × ambiguous | crc32 of everything before u32
-//! ```
+//! The file's layout and the encoding of its records are the schema's
+//! (`crate::schema::index_snap`).
 //!
 //! Invariants the loader holds (an index entry that disagrees with the manifest is a correctness
 //! bug, since commits and reconcile trust the index):
@@ -28,9 +22,12 @@
 
 use crate::error::{Error, IoContext, Result};
 use crate::index::{home, DedupIndex, Lookup, Slot, EMPTY};
-use crate::object::ObjectId;
 #[cfg(test)]
-use crate::object::ObjectMeta;
+use crate::object::{ObjectId, ObjectMeta};
+use crate::schema::index_snap::{
+    decode_hash, decode_trailer, put_hash, put_trailer, SlotRecord, SnapHeader, HASH_LEN,
+    HEADER_LEN, SLOT_LEN, TRAILER_LEN,
+};
 use crate::schema::log::{LogTable, RecordBody};
 use crate::schema::manifest::EntryValue;
 use crate::vfs::{Vfs, VfsFile};
@@ -43,10 +40,6 @@ use std::path::Path;
 /// The snapshot's file name in the store directory.
 pub(crate) const SNAP_FILE: &str = "index.snap";
 const TMP_FILE: &str = "index.snap.tmp";
-const MAGIC: [u8; 8] = *b"OLIDXSNP";
-const VERSION: u32 = 1;
-const HEADER_LEN: usize = 8 + 4 + 8 + 8 + 4 + 8 + 8 + 8;
-const SLOT_LEN: usize = 8 + 8 + 32;
 /// Bytes read (and CRC'd) at a time: large enough to be sequential, small enough not to matter
 /// to P6's memory budget.
 const CHUNK: usize = 1 << 20;
@@ -67,64 +60,6 @@ pub struct OpenReport {
     /// real 64-bit key-hash collisions exist. A replay that mistook an update for a new unit
     /// would show up here, while lookups stay exact.
     pub ambiguous: u64,
-}
-
-/// The snapshot's header.
-#[derive(Clone, Copy, Debug)]
-struct Header {
-    store_id: u64,
-    seq: u64,
-    record_crc: u32,
-    cap: u64,
-    len: u64,
-    ambiguous: u64,
-}
-
-impl Header {
-    fn encode(&self) -> [u8; HEADER_LEN] {
-        let mut b = [0u8; HEADER_LEN];
-        b[0..8].copy_from_slice(&MAGIC);
-        b[8..12].copy_from_slice(&VERSION.to_le_bytes());
-        b[12..20].copy_from_slice(&self.store_id.to_le_bytes());
-        b[20..28].copy_from_slice(&self.seq.to_le_bytes());
-        b[28..32].copy_from_slice(&self.record_crc.to_le_bytes());
-        b[32..40].copy_from_slice(&self.cap.to_le_bytes());
-        b[40..48].copy_from_slice(&self.len.to_le_bytes());
-        b[48..56].copy_from_slice(&self.ambiguous.to_le_bytes());
-        b
-    }
-
-    fn decode(b: &[u8; HEADER_LEN]) -> std::result::Result<Header, String> {
-        if b[0..8] != MAGIC {
-            return Err("bad magic".into());
-        }
-        let version = u32::from_le_bytes(arr(&b[8..12]));
-        if version != VERSION {
-            return Err(format!("snapshot format {version}, expected {VERSION}"));
-        }
-        Ok(Header {
-            store_id: u64::from_le_bytes(arr(&b[12..20])),
-            seq: u64::from_le_bytes(arr(&b[20..28])),
-            record_crc: u32::from_le_bytes(arr(&b[28..32])),
-            cap: u64::from_le_bytes(arr(&b[32..40])),
-            len: u64::from_le_bytes(arr(&b[40..48])),
-            ambiguous: u64::from_le_bytes(arr(&b[48..56])),
-        })
-    }
-
-    /// The file length this header implies, or `None` if it overflows.
-    fn file_len(&self) -> Option<u64> {
-        let per_pos = (8 + SLOT_LEN) as u64;
-        self.cap
-            .checked_mul(per_pos)?
-            .checked_add(self.ambiguous.checked_mul(8)?)?
-            .checked_add(HEADER_LEN as u64 + 4)
-    }
-}
-
-fn arr<const N: usize>(b: &[u8]) -> [u8; N] {
-    b.try_into()
-        .expect("invariant: callers slice exactly N bytes")
 }
 
 /// The CRC32 of the log record at `seq` (0 for seq 0, which has no record), or `None` if the
@@ -149,7 +84,7 @@ pub(crate) fn write(
 ) -> Result<()> {
     let (hashes, slots, ambiguous) = index.raw_parts();
     let ambiguous: Vec<u64> = ambiguous.collect();
-    let header = Header {
+    let header = SnapHeader {
         store_id,
         seq,
         record_crc,
@@ -175,22 +110,27 @@ pub(crate) fn write(
         crc: crc32fast::Hasher::new(),
     };
     let io = |e| Error::io(format!("write {}", tmp.display()), e);
-    w.put(&header.encode()).map_err(io)?;
-    for h in hashes {
-        w.put(&h.to_le_bytes()).map_err(io)?;
+    w.put(|b| b.extend_from_slice(&header.encode()))
+        .map_err(io)?;
+    for &h in hashes {
+        w.put(|b| put_hash(b, h)).map_err(io)?;
     }
     for s in slots {
-        w.put(&s.source_version.to_le_bytes()).map_err(io)?;
-        w.put(&s.seq.to_le_bytes()).map_err(io)?;
-        w.put(&s.object.0).map_err(io)?;
+        let record = SlotRecord {
+            source_version: s.source_version,
+            seq: s.seq,
+            object: s.object,
+        };
+        w.put(|b| record.encode(b)).map_err(io)?;
     }
-    for h in &ambiguous {
-        w.put(&h.to_le_bytes()).map_err(io)?;
+    for &h in &ambiguous {
+        w.put(|b| put_hash(b, h)).map_err(io)?;
     }
     w.drain().map_err(io)?;
-    let crc = w.crc.finalize();
+    let mut trailer = Vec::with_capacity(TRAILER_LEN);
+    put_trailer(&mut trailer, w.crc.finalize());
     let mut file = w.file;
-    file.write_all(&crc.to_le_bytes()).map_err(io)?;
+    file.write_all(&trailer).map_err(io)?;
     file.flush().map_err(io)?;
     file.sync().ctx(|| format!("fsync {}", tmp.display()))?;
     drop(file);
@@ -208,8 +148,9 @@ struct CrcWriter {
 }
 
 impl CrcWriter {
-    fn put(&mut self, b: &[u8]) -> std::io::Result<()> {
-        self.buf.extend_from_slice(b);
+    /// Appends what `encode` writes, draining whole chunks.
+    fn put(&mut self, encode: impl FnOnce(&mut Vec<u8>)) -> std::io::Result<()> {
+        encode(&mut self.buf);
         if self.buf.len() >= CHUNK {
             self.drain()?;
         }
@@ -260,7 +201,43 @@ pub(crate) fn load(
     let mut hb = [0u8; HEADER_LEN];
     file.read_exact(&mut hb)
         .map_err(|_| "shorter than its header".to_string())?;
-    let header = Header::decode(&hb)?;
+    let header = SnapHeader::decode(&hb)?;
+    check_header(&header, txn, store_id, last_seq, actual_len, units)?;
+    let index = read_body(&mut *file, &hb, &header)?;
+    let mut loaded = Loaded {
+        index,
+        snapshot_seq: header.seq,
+        replayed_records: 0,
+    };
+    if last_seq > header.seq {
+        loaded.replayed_records = catch_up(txn, &mut loaded.index, header.seq, last_seq)
+            .map_err(|e| format!("catching up with the log: {e}"))?;
+    }
+    let len = loaded.index.len() as u64;
+    let exact = if loaded.index.ambiguous_len() == 0 {
+        len == units
+    } else {
+        len <= units
+    };
+    if !exact {
+        return Err(format!(
+            "after catching up it holds {len} units, the manifest {units}"
+        ));
+    }
+    Ok(loaded)
+}
+
+/// Whether the snapshot's header fits this store and database history (see the module docs):
+/// its store, a seq the log still holds with the recorded record CRC, the file's length, and a
+/// table with a free position and no more units than the manifest.
+fn check_header(
+    header: &SnapHeader,
+    txn: &ReadTransaction,
+    store_id: u64,
+    last_seq: u64,
+    actual_len: u64,
+    units: u64,
+) -> std::result::Result<(), Fallback> {
     if header.store_id != store_id {
         return Err("it belongs to another store".into());
     }
@@ -289,28 +266,7 @@ pub(crate) fn load(
     if header.cap == 0 || header.len >= header.cap || header.len > units {
         return Err("its table is malformed".into());
     }
-    let index = read_body(&mut *file, &hb, &header)?;
-    let mut loaded = Loaded {
-        index,
-        snapshot_seq: header.seq,
-        replayed_records: 0,
-    };
-    if last_seq > header.seq {
-        loaded.replayed_records = catch_up(txn, &mut loaded.index, header.seq, last_seq)
-            .map_err(|e| format!("catching up with the log: {e}"))?;
-    }
-    let len = loaded.index.len() as u64;
-    let exact = if loaded.index.ambiguous_len() == 0 {
-        len == units
-    } else {
-        len <= units
-    };
-    if !exact {
-        return Err(format!(
-            "after catching up it holds {len} units, the manifest {units}"
-        ));
-    }
-    Ok(loaded)
+    Ok(())
 }
 
 /// Reads the arrays sequentially, in large chunks (each CRC'd once, parsed record by record),
@@ -318,32 +274,44 @@ pub(crate) fn load(
 fn read_body(
     file: &mut dyn Read,
     header_bytes: &[u8; HEADER_LEN],
-    h: &Header,
+    h: &SnapHeader,
 ) -> std::result::Result<DedupIndex, Fallback> {
     let cap = h.cap as usize;
     let mut crc = crc32fast::Hasher::new();
     crc.update(header_bytes);
     let mut buf = vec![0u8; CHUNK];
     let mut hashes = Vec::with_capacity(cap);
-    read_region(file, &mut buf, &mut crc, cap, 8, |r| {
-        hashes.push(u64::from_le_bytes(arr(r)))
+    read_region(file, &mut buf, &mut crc, cap, HASH_LEN, |r| {
+        hashes.push(decode_hash(r)?);
+        Ok(())
     })?;
     let mut slots = Vec::with_capacity(cap);
     read_region(file, &mut buf, &mut crc, cap, SLOT_LEN, |r| {
+        let s = SlotRecord::decode(r)?;
         slots.push(Slot {
-            source_version: u64::from_le_bytes(arr(&r[0..8])),
-            seq: u64::from_le_bytes(arr(&r[8..16])),
-            object: ObjectId(arr(&r[16..48])),
-        })
+            source_version: s.source_version,
+            seq: s.seq,
+            object: s.object,
+        });
+        Ok(())
     })?;
     let mut ambiguous = Vec::new();
-    read_region(file, &mut buf, &mut crc, h.ambiguous as usize, 8, |r| {
-        ambiguous.push(u64::from_le_bytes(arr(r)))
-    })?;
-    let mut stored = [0u8; 4];
+    read_region(
+        file,
+        &mut buf,
+        &mut crc,
+        h.ambiguous as usize,
+        HASH_LEN,
+        |r| {
+            ambiguous.push(decode_hash(r)?);
+            Ok(())
+        },
+    )?;
+    let mut stored = [0u8; TRAILER_LEN];
     file.read_exact(&mut stored)
         .map_err(|_| "truncated".to_string())?;
-    if crc.finalize() != u32::from_le_bytes(stored) {
+    let stored = decode_trailer(&stored).map_err(|e| e.to_string())?;
+    if crc.finalize() != stored {
         return Err("checksum mismatch (corrupt)".into());
     }
     let occupied = hashes.iter().filter(|&&x| x != EMPTY).count();
@@ -356,14 +324,14 @@ fn read_body(
 }
 
 /// Reads `count` records of `rec_len` bytes, whole chunks at a time, adding them to `crc` and
-/// handing each record to `each`.
+/// handing each record to `each` (whose error, a record that does not decode, ends the read).
 fn read_region(
     file: &mut dyn Read,
     buf: &mut [u8],
     crc: &mut crc32fast::Hasher,
     count: usize,
     rec_len: usize,
-    mut each: impl FnMut(&[u8]),
+    mut each: impl FnMut(&[u8]) -> Result<()>,
 ) -> std::result::Result<(), Fallback> {
     let per_chunk = buf.len() / rec_len;
     let mut left = count;
@@ -374,7 +342,7 @@ fn read_region(
             .map_err(|_| "truncated".to_string())?;
         crc.update(chunk);
         for r in chunk.chunks_exact(rec_len) {
-            each(r);
+            each(r).map_err(|e| e.to_string())?;
         }
         left -= n;
     }
@@ -499,6 +467,26 @@ fn units_of(log: &LogTable, seq: u64) -> Result<HashSet<String>> {
 mod tests {
     use super::*;
 
+    /// `index.snap` as written for the table in the test below, field by field.
+    const GOLDEN: &str = concat!(
+        // magic, version 1
+        "4f4c494458534e5001000000",
+        // store id 7, seq 9, record crc
+        "07000000000000000900000000000000efbeadde",
+        // capacity 2, units 1, ambiguous 1
+        "020000000000000001000000000000000100000000000000",
+        // key hashes
+        "44443333222211110000000000000000",
+        // slot 0: source version, seq
+        "08070605040302012a00000000000000",
+        // slot 0: object
+        "abababababababababababababababababababababababababababababababab",
+        // slot 1: empty
+        "000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000",
+        // ambiguous hash, file crc
+        "8888777766665555793ea60b",
+    );
+
     #[test]
     fn probe_check_accepts_a_real_table_and_rejects_a_misplaced_hash() {
         let mut idx = DedupIndex::with_capacity(100);
@@ -530,5 +518,28 @@ mod tests {
         hashes[i] = EMPTY;
         hashes[j] = x;
         assert!(!probe_ok(&hashes));
+    }
+
+    /// The file `write` produces for a fixed two-position table with one ambiguous hash, byte
+    /// for byte: the format every existing `index.snap` is in (captured from the encoder that
+    /// wrote each field at a hand-written offset).
+    #[test]
+    fn the_file_format_is_byte_for_byte_the_established_one() {
+        let slot = Slot {
+            source_version: 0x0102_0304_0506_0708,
+            seq: 42,
+            object: ObjectId([0xab; 32]),
+        };
+        let index = DedupIndex::from_raw_parts(
+            vec![0x1111_2222_3333_4444, EMPTY],
+            vec![slot, Slot::default()],
+            1,
+            [0x5555_6666_7777_8888],
+        );
+        let dir = tempfile::tempdir().unwrap();
+        write(&crate::vfs::RealVfs, dir.path(), 7, 9, 0xdead_beef, &index).unwrap();
+        let bytes = std::fs::read(dir.path().join(SNAP_FILE)).unwrap();
+        let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+        assert_eq!(hex, GOLDEN);
     }
 }

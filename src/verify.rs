@@ -192,6 +192,71 @@ struct Expected {
     disagreements: Vec<String>,
 }
 
+/// Every object the manifest and the history reference, with the entries that reference it
+/// (entries that disagree on an object's size or checksum are noted on it); counts the entries
+/// in `report`.
+fn expected_objects(
+    txn: &redb::ReadTransaction,
+    report: &mut VerifyReport,
+) -> Result<BTreeMap<ObjectId, Expected>> {
+    let mut expected: BTreeMap<ObjectId, Expected> = BTreeMap::new();
+    let mut note = |id: ObjectMeta, r: UnitRef| {
+        let e = expected.entry(id.id).or_insert_with(|| Expected {
+            meta: id,
+            units: Vec::new(),
+            disagreements: Vec::new(),
+        });
+        if e.meta != id {
+            e.disagreements.push(format!(
+                "unit {:?} seq {} records {} bytes / crc32 {:08x}, another entry {} / {:08x}",
+                r.unit, r.seq, id.size, id.crc32, e.meta.size, e.meta.crc32
+            ));
+        }
+        e.units.push(r);
+    };
+    let mut current_seq: HashSet<(String, u64)> = HashSet::new();
+    {
+        let manifest = txn.open_table(MANIFEST).db("open the manifest")?;
+        for row in manifest.iter().db("scan the manifest")? {
+            let (k, v) = row.db("scan the manifest")?;
+            let v = EntryValue::decode(k.value(), v.value())?;
+            current_seq.insert((k.value().to_string(), v.seq));
+            note(
+                v.object,
+                UnitRef {
+                    unit: k.value().to_string(),
+                    seq: v.seq,
+                    current: true,
+                },
+            );
+            report.entries_checked += 1;
+        }
+        let history = txn.open_table(HISTORY).db("open the history")?;
+        for row in history.iter().db("scan the history")? {
+            let (k, v) = row.db("scan the history")?;
+            let (unit, seq) = k.value();
+            if current_seq.contains(&(unit.to_string(), seq)) {
+                continue; // the current entry, already counted
+            }
+            let v = EntryValue::decode_history(unit, seq, v.value())?;
+            note(
+                v.object,
+                UnitRef {
+                    unit: unit.to_string(),
+                    seq,
+                    current: false,
+                },
+            );
+            report.entries_checked += 1;
+        }
+    }
+    drop(current_seq);
+    for e in expected.values_mut() {
+        e.units.sort();
+    }
+    Ok(expected)
+}
+
 impl Store {
     /// Verifies the store (SPEC R15). Safe while writers run; the check is as of one snapshot.
     pub fn verify(&self, options: VerifyOptions) -> Result<VerifyReport> {
@@ -220,9 +285,25 @@ impl Store {
         let s1_seq = seq_and_horizon(&txn)?.0;
         report.seq = s1_seq;
         report.invariants = crate::commit::invariants::check_state(&txn)?;
-        let mut expected = expected_objects(&txn, &mut report)?;
-        self.check_objects(&mut expected, options.deep, &mut report, progress);
-        self.list_unexpected(&expected, s1_seq, &mut report)?;
+        let expected = expected_objects(&txn, &mut report)?;
+        self.check_objects(&expected, options.deep, &mut report, progress);
+
+        let listing = list_objects(&self.core().stager.objects, |id| !expected.contains_key(id))?;
+        report.reclaimable.objects = self.unreferenced_objects(&listing, s1_seq)?;
+        report.strays = listing
+            .strays
+            .into_iter()
+            .map(|(path, bytes)| StrayFile { path, bytes })
+            .collect();
+        report.reclaimable.staging = self
+            .staging_files()?
+            .into_iter()
+            .map(|f| ReclaimableStaging {
+                path: f.path,
+                bytes: f.bytes,
+                owner_gone: f.owner_gone,
+            })
+            .collect();
         drop(txn);
         self.drop_vanished_references(&mut report)?;
 
@@ -234,18 +315,17 @@ impl Store {
         Ok(report)
     }
 
-    /// Checks every expected object file (size and CRC32; `deep`: the whole content hash), and
-    /// reports entries that disagree on an object's size or CRC32.
+    /// Reads every expected object file (checksums only when `deep`), reporting missing and
+    /// corrupt ones with the entries that reference them.
     fn check_objects(
         &self,
-        expected: &mut BTreeMap<ObjectId, Expected>,
+        expected: &BTreeMap<ObjectId, Expected>,
         deep: bool,
         report: &mut VerifyReport,
         progress: &mut dyn FnMut(u64, u64),
     ) {
         let total = expected.len() as u64;
-        for (i, (id, exp)) in expected.iter_mut().enumerate() {
-            exp.units.sort();
+        for (i, (id, exp)) in expected.iter().enumerate() {
             let path = self.object_path(id);
             if !exp.disagreements.is_empty() {
                 report.corrupt.push(ObjectProblem {
@@ -273,33 +353,6 @@ impl Store {
             report.objects_checked += 1;
             progress(i as u64 + 1, total);
         }
-    }
-
-    /// Lists what `objects/` and `staging/` hold beyond the expected objects: reclaimable objects
-    /// and staging files, and strays (files that are no object of this store).
-    fn list_unexpected(
-        &self,
-        expected: &BTreeMap<ObjectId, Expected>,
-        s1_seq: u64,
-        report: &mut VerifyReport,
-    ) -> Result<()> {
-        let listing = list_objects(&self.core().stager.objects, |id| !expected.contains_key(id))?;
-        report.reclaimable.objects = self.unreferenced_objects(&listing, s1_seq)?;
-        report.strays = listing
-            .strays
-            .into_iter()
-            .map(|(path, bytes)| StrayFile { path, bytes })
-            .collect();
-        report.reclaimable.staging = self
-            .staging_files()?
-            .into_iter()
-            .map(|f| ReclaimableStaging {
-                path: f.path,
-                bytes: f.bytes,
-                owner_gone: f.owner_gone,
-            })
-            .collect();
-        Ok(())
     }
 
     /// The listed objects that are still unreferenced: like GC, re-check under the pin lock
@@ -529,65 +582,4 @@ impl Store {
         out.extend(check_replay(&crate::replay::replay(&snap)?.problems));
         Ok(out)
     }
-}
-
-/// Every object the manifest and the history reference as of `txn`, with the units that
-/// reference it; counts the entries in `report`.
-fn expected_objects(
-    txn: &redb::ReadTransaction,
-    report: &mut VerifyReport,
-) -> Result<BTreeMap<ObjectId, Expected>> {
-    let mut expected: BTreeMap<ObjectId, Expected> = BTreeMap::new();
-    let mut note = |id: ObjectMeta, r: UnitRef| {
-        let e = expected.entry(id.id).or_insert_with(|| Expected {
-            meta: id,
-            units: Vec::new(),
-            disagreements: Vec::new(),
-        });
-        if e.meta != id {
-            e.disagreements.push(format!(
-                "unit {:?} seq {} records {} bytes / crc32 {:08x}, another entry {} / {:08x}",
-                r.unit, r.seq, id.size, id.crc32, e.meta.size, e.meta.crc32
-            ));
-        }
-        e.units.push(r);
-    };
-    let mut current_seq: HashSet<(String, u64)> = HashSet::new();
-    {
-        let manifest = txn.open_table(MANIFEST).db("open the manifest")?;
-        for row in manifest.iter().db("scan the manifest")? {
-            let (k, v) = row.db("scan the manifest")?;
-            let v = EntryValue::decode(k.value(), v.value())?;
-            current_seq.insert((k.value().to_string(), v.seq));
-            note(
-                v.object,
-                UnitRef {
-                    unit: k.value().to_string(),
-                    seq: v.seq,
-                    current: true,
-                },
-            );
-            report.entries_checked += 1;
-        }
-        let history = txn.open_table(HISTORY).db("open the history")?;
-        for row in history.iter().db("scan the history")? {
-            let (k, v) = row.db("scan the history")?;
-            let (unit, seq) = k.value();
-            if current_seq.contains(&(unit.to_string(), seq)) {
-                continue; // the current entry, already counted
-            }
-            let v = EntryValue::decode_history(unit, seq, v.value())?;
-            note(
-                v.object,
-                UnitRef {
-                    unit: unit.to_string(),
-                    seq,
-                    current: false,
-                },
-            );
-            report.entries_checked += 1;
-        }
-    }
-    drop(current_seq);
-    Ok(expected)
 }

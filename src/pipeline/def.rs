@@ -410,33 +410,107 @@ fn syntax(line: usize, msg: impl Into<String>) -> PipelineError {
     }
 }
 
-/// The stages of a definition file, before validation.
-fn parse_stages(text: &str) -> Result<Vec<StageDef>, PipelineError> {
-    struct Partial {
-        name: String,
-        line: usize,
-        code_version: Option<u64>,
-        upstream: Option<Vec<String>>,
-        max_attempts: Option<u32>,
+/// A `[stage.NAME]` table while its keys are being read.
+struct PartialStage {
+    name: String,
+    line: usize,
+    code_version: Option<u64>,
+    upstream: Option<Vec<String>>,
+    max_attempts: Option<u32>,
+}
+
+impl PartialStage {
+    fn new(name: &str, line: usize) -> Self {
+        PartialStage {
+            name: name.to_string(),
+            line,
+            code_version: None,
+            upstream: None,
+            max_attempts: None,
+        }
     }
-    let finish = |p: Partial| -> Result<StageDef, PipelineError> {
+
+    /// Records one `key = value` line of this stage; a key given twice is an error.
+    fn set(&mut self, key: &str, value: &str, line: usize) -> Result<(), PipelineError> {
+        let dup = || syntax(line, format!("key {key:?} is given twice in this stage"));
+        match key {
+            "code_version" => {
+                if self.code_version.is_some() {
+                    return Err(dup());
+                }
+                self.code_version = Some(parse_uint(value, line, key)?);
+            }
+            "max_attempts" => {
+                if self.max_attempts.is_some() {
+                    return Err(dup());
+                }
+                let v = parse_uint(value, line, key)?;
+                self.max_attempts = Some(u32::try_from(v).map_err(|_| {
+                    syntax(
+                        line,
+                        format!("max_attempts must be 1..={MAX_ATTEMPTS_LIMIT}"),
+                    )
+                })?);
+            }
+            "upstream" => {
+                if self.upstream.is_some() {
+                    return Err(dup());
+                }
+                self.upstream = Some(parse_string_array(value, line)?);
+            }
+            _ => {
+                return Err(syntax(
+                    line,
+                    format!(
+                        "unknown key {key:?}; a stage has code_version, upstream and max_attempts"
+                    ),
+                ))
+            }
+        }
+        Ok(())
+    }
+
+    /// The stage with its defaults filled in; `code_version` has none.
+    fn finish(self) -> Result<StageDef, PipelineError> {
         Ok(StageDef {
-            code_version: p.code_version.ok_or_else(|| {
+            code_version: self.code_version.ok_or_else(|| {
                 syntax(
-                    p.line,
+                    self.line,
                     format!(
                         "stage {:?} has no code_version; add `code_version = 1`",
-                        p.name
+                        self.name
                     ),
                 )
             })?,
-            upstream: p.upstream.unwrap_or_default(),
-            max_attempts: p.max_attempts.unwrap_or(DEFAULT_MAX_ATTEMPTS),
-            name: p.name,
+            upstream: self.upstream.unwrap_or_default(),
+            max_attempts: self.max_attempts.unwrap_or(DEFAULT_MAX_ATTEMPTS),
+            name: self.name,
         })
-    };
+    }
+}
+
+/// The stage name of a `[stage.NAME]` header line (`rest` is the line after its `[`).
+fn parse_header(rest: &str, line: usize) -> Result<&str, PipelineError> {
+    let inner = rest.strip_suffix(']').ok_or_else(|| {
+        syntax(
+            line,
+            "a table header must end with `]`, e.g. [stage.ingest]",
+        )
+    })?;
+    let name = inner.trim().strip_prefix("stage.").ok_or_else(|| {
+        syntax(
+            line,
+            format!("unknown table [{inner}]; only [stage.NAME] tables are allowed"),
+        )
+    })?;
+    validate_stage_name(name)?;
+    Ok(name)
+}
+
+/// The stages of a definition file, before validation.
+fn parse_stages(text: &str) -> Result<Vec<StageDef>, PipelineError> {
     let mut stages = Vec::new();
-    let mut current: Option<Partial> = None;
+    let mut current: Option<PartialStage> = None;
     for (n, raw) in text.lines().enumerate() {
         let line = n + 1;
         let content = strip_comment(raw).trim();
@@ -444,29 +518,11 @@ fn parse_stages(text: &str) -> Result<Vec<StageDef>, PipelineError> {
             continue;
         }
         if let Some(rest) = content.strip_prefix('[') {
-            let inner = rest.strip_suffix(']').ok_or_else(|| {
-                syntax(
-                    line,
-                    "a table header must end with `]`, e.g. [stage.ingest]",
-                )
-            })?;
-            let name = inner.trim().strip_prefix("stage.").ok_or_else(|| {
-                syntax(
-                    line,
-                    format!("unknown table [{inner}]; only [stage.NAME] tables are allowed"),
-                )
-            })?;
-            validate_stage_name(name)?;
+            let name = parse_header(rest, line)?;
             if let Some(p) = current.take() {
-                stages.push(finish(p)?);
+                stages.push(p.finish()?);
             }
-            current = Some(Partial {
-                name: name.to_string(),
-                line,
-                code_version: None,
-                upstream: None,
-                max_attempts: None,
-            });
+            current = Some(PartialStage::new(name, line));
             continue;
         }
         let (key, value) = content.split_once('=').ok_or_else(|| {
@@ -482,44 +538,10 @@ fn parse_stages(text: &str) -> Result<Vec<StageDef>, PipelineError> {
                 format!("key {key:?} appears before any [stage.NAME] table"),
             ));
         };
-        let dup = || syntax(line, format!("key {key:?} is given twice in this stage"));
-        match key {
-            "code_version" => {
-                if p.code_version.is_some() {
-                    return Err(dup());
-                }
-                p.code_version = Some(parse_uint(value, line, key)?);
-            }
-            "max_attempts" => {
-                if p.max_attempts.is_some() {
-                    return Err(dup());
-                }
-                let v = parse_uint(value, line, key)?;
-                p.max_attempts = Some(u32::try_from(v).map_err(|_| {
-                    syntax(
-                        line,
-                        format!("max_attempts must be 1..={MAX_ATTEMPTS_LIMIT}"),
-                    )
-                })?);
-            }
-            "upstream" => {
-                if p.upstream.is_some() {
-                    return Err(dup());
-                }
-                p.upstream = Some(parse_string_array(value, line)?);
-            }
-            _ => {
-                return Err(syntax(
-                    line,
-                    format!(
-                        "unknown key {key:?}; a stage has code_version, upstream and max_attempts"
-                    ),
-                ))
-            }
-        }
+        p.set(key, value, line)?;
     }
     if let Some(p) = current.take() {
-        stages.push(finish(p)?);
+        stages.push(p.finish()?);
     }
     Ok(stages)
 }

@@ -5,7 +5,7 @@ use super::cell::{
     source_key, validate_pipeline_unit, CellKey, CellState, CellView, Failure, StaleReason,
     CELL_PREFIX, DEFINITION_KEY, MAX_ERROR_LEN, SOURCE_PREFIX, TAG_CELL_FAILED, TAG_DEFINITION,
 };
-use super::def::PipelineDef;
+use super::def::{PipelineDef, StageDef};
 use crate::claim::{validate_worker, ClaimOutcome, Lease};
 use crate::commit::apply::{Done, ExtensionOutcome, Fence, Op};
 use crate::commit::{Batch, Outcome, UnitOutcome};
@@ -234,6 +234,84 @@ struct Loaded {
     cells: HashMap<(String, String), Vec<(CellKey, EntryValue)>>,
     failures: HashMap<String, Failure>,
     claims: HashMap<String, ClaimRecord>,
+}
+
+/// Why a cell that is not done at the current source version is stale: its completion under the
+/// current lineage is for an older source, or (without one) its newest completion under any
+/// lineage was computed by other code or from a re-run upstream. `None` when the cell is done or
+/// was never completed.
+fn stale_reason(
+    s: &StageDef,
+    completions: Option<&Vec<(CellKey, EntryValue)>>,
+    current: Option<EntryValue>,
+    done: bool,
+    version: u64,
+) -> Option<StaleReason> {
+    match (current, done) {
+        (_, true) => None,
+        (Some(v), false) => Some(StaleReason::NewerSource {
+            completed: v.source_version,
+            current: version,
+        }),
+        (None, false) => completions
+            .and_then(|c| c.iter().max_by_key(|(_, v)| v.seq))
+            .map(|(ck, _)| {
+                if ck.code_version != s.code_version {
+                    StaleReason::CodeChanged {
+                        from: ck.code_version,
+                        to: s.code_version,
+                    }
+                } else {
+                    StaleReason::UpstreamRerun
+                }
+            }),
+    }
+}
+
+/// A cell's state, first match wins: done at the current source version, claimed by a live
+/// lease, blocked by an upstream cell that is not done, failed (attempts used up), else ready.
+fn cell_state(
+    s: &StageDef,
+    done: Option<EntryValue>,
+    claim: Option<&ClaimRecord>,
+    blocked: Option<(String, &'static str)>,
+    failure: Option<&Failure>,
+) -> CellState {
+    if let Some(v) = done {
+        CellState::Done {
+            source_version: v.source_version,
+            code_version: s.code_version,
+            seq: v.seq,
+            object: v.object.id,
+        }
+    } else if let Some(c) = claim {
+        CellState::Running {
+            worker: c.worker.clone(),
+            token: c.token,
+            source_version: c.source_version,
+            expires_at_ms: c.expires_at_ms,
+        }
+    } else if let Some((upstream, upstream_state)) = blocked {
+        CellState::Blocked {
+            upstream,
+            upstream_state,
+        }
+    } else {
+        match failure {
+            Some(f) if f.attempts >= s.max_attempts => CellState::Failed {
+                attempts: f.attempts,
+                last_error: f.error.clone(),
+            },
+            Some(f) => CellState::Ready {
+                attempts: f.attempts,
+                last_error: Some(f.error.clone()),
+            },
+            None => CellState::Ready {
+                attempts: 0,
+                last_error: None,
+            },
+        }
+    }
 }
 
 /// One stage's evaluated cell of a unit, with its done entry.
@@ -468,7 +546,6 @@ impl Pipeline {
         Ok(l)
     }
 
-    /// Evaluates every cell of `unit` (upstream first) against its current source version.
     /// The explanation of one unit's cells from already loaded state.
     fn explain_loaded(&self, l: &Loaded, unit: &str, source: &EntryValue) -> Explain {
         Explain {
@@ -482,6 +559,7 @@ impl Pipeline {
         }
     }
 
+    /// Evaluates every cell of `unit` (upstream first) against its current source version.
     fn evaluate(&self, l: &Loaded, unit: &str, source: &EntryValue) -> Vec<Evaluated> {
         let version = source.source_version;
         let mut out: Vec<Evaluated> = Vec::with_capacity(self.def.stages().len());
@@ -500,25 +578,7 @@ impl Pipeline {
                 .and_then(|c| c.iter().find(|(ck, _)| ck.lineage == lineage))
                 .map(|(_, v)| *v);
             let done = current.filter(|v| v.source_version >= version);
-            let stale = match (current, done) {
-                (_, Some(_)) => None,
-                (Some(v), None) => Some(StaleReason::NewerSource {
-                    completed: v.source_version,
-                    current: version,
-                }),
-                (None, None) => completions
-                    .and_then(|c| c.iter().max_by_key(|(_, v)| v.seq))
-                    .map(|(ck, _)| {
-                        if ck.code_version != s.code_version {
-                            StaleReason::CodeChanged {
-                                from: ck.code_version,
-                                to: s.code_version,
-                            }
-                        } else {
-                            StaleReason::UpstreamRerun
-                        }
-                    }),
-            };
+            let stale = stale_reason(s, completions, current, done.is_some(), version);
             let claim = l.claims.get(&key).filter(|c| c.is_live(l.now_ms));
             let blocked = s.upstream.iter().find_map(|u| {
                 // invariant: topological order evaluates every upstream stage before this one.
@@ -526,41 +586,7 @@ impl Pipeline {
                 (e.done.is_none()).then(|| (u.clone(), e.view.state.name()))
             });
             let failure = l.failures.get(&key).filter(|f| f.source_version == version);
-            let state = if let Some(v) = done {
-                CellState::Done {
-                    source_version: v.source_version,
-                    code_version: s.code_version,
-                    seq: v.seq,
-                    object: v.object.id,
-                }
-            } else if let Some(c) = claim {
-                CellState::Running {
-                    worker: c.worker.clone(),
-                    token: c.token,
-                    source_version: c.source_version,
-                    expires_at_ms: c.expires_at_ms,
-                }
-            } else if let Some((upstream, upstream_state)) = blocked {
-                CellState::Blocked {
-                    upstream,
-                    upstream_state,
-                }
-            } else {
-                match failure {
-                    Some(f) if f.attempts >= s.max_attempts => CellState::Failed {
-                        attempts: f.attempts,
-                        last_error: f.error.clone(),
-                    },
-                    Some(f) => CellState::Ready {
-                        attempts: f.attempts,
-                        last_error: Some(f.error.clone()),
-                    },
-                    None => CellState::Ready {
-                        attempts: 0,
-                        last_error: None,
-                    },
-                }
-            };
+            let state = cell_state(s, done, claim, blocked, failure);
             index.insert(s.name.as_str(), out.len());
             out.push(Evaluated {
                 done: done.map(|v| v.into_entry(&key)),

@@ -202,6 +202,30 @@ pub struct SortedListing {
     dir: PathBuf,
 }
 
+/// The merge of the spilled runs: a heap holding the first row of each.
+fn merge(mut runs: Vec<RunReader>, config: &SortConfig) -> Result<State, ListingError> {
+    let mut heap = BinaryHeap::with_capacity(runs.len());
+    for (i, r) in runs.iter_mut().enumerate() {
+        let mut unit = String::new();
+        if let Some((version, line)) = r
+            .next_into(&mut unit)
+            .map_err(|e| io_error(e, &config.dir, 0))?
+        {
+            heap.push(Head {
+                unit,
+                version,
+                line,
+                run: i,
+            });
+        }
+    }
+    Ok(State::Merge {
+        runs,
+        heap,
+        current: None,
+    })
+}
+
 impl SortedListing {
     /// Reads all of `listing` and prepares its rows in key order. Errors of the input (with their
     /// line) and of the temporary files come out here, before any row is yielded. A unit listed
@@ -250,27 +274,7 @@ impl SortedListing {
                 spilled.push(spill(&run, config).map_err(|e| io_error(e, &config.dir, rows))?);
             }
             drop(run);
-            let mut runs: Vec<RunReader> = spilled;
-            let mut heap = BinaryHeap::with_capacity(runs.len());
-            for (i, r) in runs.iter_mut().enumerate() {
-                let mut unit = String::new();
-                if let Some((version, line)) = r
-                    .next_into(&mut unit)
-                    .map_err(|e| io_error(e, &config.dir, 0))?
-                {
-                    heap.push(Head {
-                        unit,
-                        version,
-                        line,
-                        run: i,
-                    });
-                }
-            }
-            State::Merge {
-                runs,
-                heap,
-                current: None,
-            }
+            merge(spilled, config)?
         };
         let spilled = match &state {
             State::Memory { .. } => 0,

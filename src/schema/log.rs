@@ -167,8 +167,8 @@ impl Record {
         out
     }
 
-    /// Decodes one framed record. Every malformed input is an error, never a panic.
-    pub fn decode(bytes: &[u8]) -> Result<Record> {
+    /// Checks a record's frame (length, magic, format, CRC) and returns its kind and payload.
+    fn unframe(bytes: &[u8]) -> Result<(u8, &[u8])> {
         if bytes.len() < HEADER + 4 {
             return Err(bad(format!(
                 "{} bytes is shorter than a frame",
@@ -200,39 +200,50 @@ impl Record {
                 "crc32 mismatch (stored {stored:08x}, computed {actual:08x})"
             )));
         }
-        let mut r = Reader::new(&bytes[HEADER..crc_at], "log record");
+        Ok((kind, &bytes[HEADER..crc_at]))
+    }
+
+    /// The entries of a commit record's payload.
+    fn decode_entries(r: &mut Reader<'_>) -> Result<Vec<LogEntry>> {
+        let n = r.u32()? as usize;
+        // Each entry takes at least 59 bytes: bound the allocation by the input.
+        if n > r.remaining() / 59 {
+            return Err(bad(format!("{n} entries cannot fit the payload")));
+        }
+        let mut entries = Vec::with_capacity(n);
+        for _ in 0..n {
+            let unit = r.string()?;
+            let source_version = r.u64()?;
+            let revision = r.u32()?;
+            let id = ObjectId(r.take(32)?.try_into().expect("32 bytes"));
+            let size = r.u64()?;
+            let crc32 = r.u32()?;
+            let token = match r.u8()? {
+                0 => None,
+                1 => Some(r.u64()?),
+                t => return Err(bad(format!("token flag {t} is neither 0 nor 1"))),
+            };
+            entries.push(LogEntry {
+                unit,
+                source_version,
+                revision,
+                object: ObjectMeta { id, size, crc32 },
+                token,
+            });
+        }
+        Ok(entries)
+    }
+
+    /// Decodes one framed record. Every malformed input is an error, never a panic.
+    pub fn decode(bytes: &[u8]) -> Result<Record> {
+        let (kind, payload) = Self::unframe(bytes)?;
+        let mut r = Reader::new(payload, "log record");
         let seq = r.u64()?;
         let time_ms = r.u64()?;
         let body = match kind {
-            1 => {
-                let n = r.u32()? as usize;
-                // Each entry takes at least 59 bytes: bound the allocation by the input.
-                if n > r.remaining() / 59 {
-                    return Err(bad(format!("{n} entries cannot fit the payload")));
-                }
-                let mut entries = Vec::with_capacity(n);
-                for _ in 0..n {
-                    let unit = r.string()?;
-                    let source_version = r.u64()?;
-                    let revision = r.u32()?;
-                    let id = ObjectId(r.take(32)?.try_into().expect("32 bytes"));
-                    let size = r.u64()?;
-                    let crc32 = r.u32()?;
-                    let token = match r.u8()? {
-                        0 => None,
-                        1 => Some(r.u64()?),
-                        t => return Err(bad(format!("token flag {t} is neither 0 nor 1"))),
-                    };
-                    entries.push(LogEntry {
-                        unit,
-                        source_version,
-                        revision,
-                        object: ObjectMeta { id, size, crc32 },
-                        token,
-                    });
-                }
-                RecordBody::Commit { entries }
-            }
+            1 => RecordBody::Commit {
+                entries: Self::decode_entries(&mut r)?,
+            },
             2 | 3 => {
                 let c = ClaimChange {
                     unit: r.string()?,

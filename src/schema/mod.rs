@@ -10,6 +10,9 @@
 //! | `claims`       | unit             | the unit's newest lease ([`claim::ClaimRecord`]) | [`claim`] |
 //! | `extensions`   | key              | `seq ++ data` of a higher layer               | [`extension`] |
 //!
+//! The `index.snap` file (the persisted dedup index) is not a table, but its records are encoded
+//! here too, on the same codec ([`index_snap`]).
+//!
 //! Nothing above this module names a table or decodes a stored value by hand: the leader writes
 //! through the encoders here, and readers go through [`Tables`] (typed scans and point reads) or
 //! [`log::read_range`] (the one reader of the commit log). The encodings are unchanged from
@@ -18,6 +21,7 @@
 pub(crate) mod claim;
 pub(crate) mod codec;
 pub(crate) mod extension;
+pub(crate) mod index_snap;
 pub mod log;
 pub(crate) mod manifest;
 pub(crate) mod meta;
