@@ -437,6 +437,8 @@ fn fenced_commit(
 /// I6 and I5 for one unit the leader is about to apply: `token` against the unit's newest lease
 /// as the decision read it, and the move from its current entry `prev` to `next` (each
 /// `(source version, revision)`).
+// The leader calls this in debug builds only.
+#[cfg_attr(not(debug_assertions), allow(dead_code))]
 pub(crate) fn check_accept(
     unit: &str,
     token: Option<u64>,
@@ -455,6 +457,8 @@ pub(crate) fn check_accept(
 
 /// The leader's hook for [`check_accept`], on the rows its decision read: `claim` (the unit's
 /// lease record, seen at `now_ms`) and `current` (its entry). Panics on a violation.
+// The leader calls this in debug builds only.
+#[cfg_attr(not(debug_assertions), allow(dead_code))]
 pub(crate) fn assert_accept(
     unit: &str,
     token: Option<u64>,
@@ -469,6 +473,8 @@ pub(crate) fn assert_accept(
 }
 
 /// The leader's hook for [`check_group_bound`], on the group it took. Panics on a violation.
+// The leader calls this in debug builds only.
+#[cfg_attr(not(debug_assertions), allow(dead_code))]
 pub(crate) fn assert_group_bound<W: super::queue::Weighted>(group: &[W], max: usize) {
     let weights: Vec<usize> = group.iter().map(W::weight).collect();
     assert_ok(check_group_bound(&weights, max));
@@ -478,6 +484,8 @@ pub(crate) fn assert_group_bound<W: super::queue::Weighted>(group: &[W], max: us
 /// as read when the group began, the counters now in `meta`, objects looked up through the
 /// store's [`Vfs`](crate::vfs::Vfs) (a lookup that fails for another reason than "not found"
 /// cannot tell, and passes). Panics on a violation.
+// The leader calls this in debug builds only.
+#[cfg_attr(not(debug_assertions), allow(dead_code))]
 pub(crate) fn assert_group(
     inner: &crate::core::Core,
     log: &impl ReadableTable<u64, &'static [u8]>,
@@ -520,6 +528,8 @@ impl Counters {
 /// The per-group checks, run by the leader on its own write transaction before it commits,
 /// reading only what the group touched: the log records it appended (L1, L2, L7, and L6 for every
 /// entry they commit, through `object_size`) and the counters it moved (L2, L3, L4, L7).
+// The leader calls this in debug builds only.
+#[cfg_attr(not(debug_assertions), allow(dead_code))]
 pub(crate) fn check_group(
     log: &impl ReadableTable<u64, &'static [u8]>,
     before: Counters,
