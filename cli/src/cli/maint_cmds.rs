@@ -222,6 +222,9 @@ fn verify_json(r: &VerifyReport) -> serde_json::Value {
         "reclaimable": reclaimable_json(&r.reclaimable),
         "log_problems": r.replay.problems,
         "history_problems": r.history_problems,
+        "invariants": r.invariants.iter().map(|v| json!({
+            "rule": v.invariant.label(), "name": format!("{:?}", v.invariant), "seen": v.seen,
+        })).collect::<Vec<_>>(),
         "affected_units": r.affected_units(),
     })
 }
@@ -295,6 +298,9 @@ fn print_verify_text(r: &VerifyReport) {
     for p in &r.history_problems {
         outln!("HISTORY  {p}");
     }
+    for v in &r.invariants {
+        outln!("BROKEN   {v}");
+    }
     print_reclaimable_text(&r.reclaimable);
     if r.is_ok() {
         outln!("ok: no problems found");
@@ -342,5 +348,30 @@ fn print_reclaimable_text(r: &Reclaimable) {
             "  of the staging files, {} cannot be told from their names; gc removes those after --grace",
             plural(unknown, "has a writer that", "have writers that")
         );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use oncelake::invariants::{Invariant, Violation};
+
+    /// A broken invariant is a problem in both outputs: `ok` false, listed under `invariants`
+    /// with its label.
+    #[test]
+    fn verify_reports_a_broken_invariant_in_json() {
+        let mut report = VerifyReport::default();
+        assert_eq!(verify_json(&report)["invariants"], json!([]));
+        report.invariants.push(Violation {
+            invariant: Invariant::NoStaleToken,
+            seen: "seq 7 committed \"a\" with token 3; newest 4".into(),
+        });
+        let v = verify_json(&report);
+        assert_eq!(v["ok"], false, "{v}");
+        assert_eq!(v["invariants"][0]["rule"], "I6", "{v}");
+        assert_eq!(v["invariants"][0]["name"], "NoStaleToken", "{v}");
+        assert!(v["invariants"][0]["seen"]
+            .as_str()
+            .is_some_and(|s| s.contains("token 3")));
     }
 }
