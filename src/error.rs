@@ -23,6 +23,14 @@ pub enum Error {
         /// The file whose absence proves it.
         marker: &'static str,
     },
+    /// A store was to be created inside the directory tree of another store.
+    #[error("{path} is inside the oncelake store {outer}; a store cannot hold another store (its GC and verify would see the inner store's files as strays) — pick a directory outside {outer}")]
+    NestedStore {
+        /// The directory where the new store was to be created.
+        path: PathBuf,
+        /// The store that holds it.
+        outer: PathBuf,
+    },
     /// The store was written by a newer oncelake.
     #[error("store {path} has format version {found}, this oncelake understands up to {supported}; upgrade oncelake to open it (nothing was changed)")]
     NewerFormat {

@@ -68,7 +68,7 @@ pub use error::{Error, Result};
 pub use gc::{GcOptions, GcReport};
 #[doc(hidden)]
 pub use index_snap::OpenReport;
-pub use key::{validate_key, MAX_KEY_LEN};
+pub use key::{is_internal_key, validate_key, validate_user_key, INTERNAL_PREFIXES, MAX_KEY_LEN};
 pub use metrics::MetricsSnapshot;
 pub use object::{ObjectId, ObjectMeta};
 pub use replay::{replay, ReplayReport};

@@ -8,7 +8,7 @@ pub(crate) mod queue;
 pub mod rules;
 
 use crate::error::{Error, Result};
-use crate::key::validate_key;
+use crate::key::{validate_key, validate_user_key};
 use crate::object::ObjectId;
 use crate::stage::Staged;
 pub use rules::{Decision, FenceReason, Intent};
@@ -55,6 +55,8 @@ pub struct BatchItem {
 pub struct Batch {
     pub(crate) items: Vec<BatchItem>,
     pub(crate) atomicity: Atomicity,
+    /// Built by the engine itself (the pipeline engine): may write internal units.
+    pub(crate) internal: bool,
 }
 
 impl Batch {
@@ -110,6 +112,13 @@ impl Batch {
         self
     }
 
+    /// Marks a batch the engine builds for its own internal units (`.pipeline/...`): the only
+    /// batches that may write them (see [`crate::validate_user_key`]).
+    pub(crate) fn internal(mut self) -> Self {
+        self.internal = true;
+        self
+    }
+
     /// Switches to "apply what is acceptable" (SPEC R4 opt-in).
     pub fn partial(mut self) -> Self {
         self.atomicity = Atomicity::Partial;
@@ -135,7 +144,11 @@ impl Batch {
         }
         let mut seen = HashSet::with_capacity(self.items.len());
         for it in &self.items {
-            validate_key(&it.unit)?;
+            if self.internal {
+                validate_key(&it.unit)?;
+            } else {
+                validate_user_key(&it.unit)?;
+            }
             if !seen.insert(it.unit.as_str()) {
                 return Err(Error::InvalidRequest(format!(
                     "unit {:?} appears twice in one commit; commit one entry per unit",

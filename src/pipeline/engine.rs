@@ -352,7 +352,7 @@ pub fn set_source_version(
 ) -> Result<UnitOutcome> {
     validate_pipeline_unit(unit)?;
     let staged = store.stage_bytes(input)?;
-    let mut r = store.commit(Batch::new().put(source_key(unit), source_version, &staged))?;
+    let mut r = store.commit(Batch::new().internal().put(source_key(unit), source_version, &staged))?;
     Ok(r.units.remove(0))
 }
 
@@ -364,7 +364,7 @@ pub fn set_source_versions(
     units: &[(&str, u64, &[u8])],
 ) -> Result<crate::commit::CommitReport> {
     let mut staged: HashMap<&[u8], crate::stage::Staged> = HashMap::new();
-    let mut batch = Batch::new().partial();
+    let mut batch = Batch::new().internal().partial();
     for &(unit, version, input) in units {
         validate_pipeline_unit(unit)?;
         if !staged.contains_key(input) {
@@ -786,8 +786,12 @@ impl Pipeline {
         let key = self.cell_key(&attempt.unit, &attempt.stage)?;
         let staged = store.stage_bytes(output)?;
         let batch = match attempt.token {
-            Some(t) => Batch::new().put_fenced(key, attempt.source_version, &staged, t),
-            None => Batch::new().put(key, attempt.source_version, &staged),
+            Some(t) => Batch::new()
+                .internal()
+                .put_fenced(key, attempt.source_version, &staged, t),
+            None => Batch::new()
+                .internal()
+                .put(key, attempt.source_version, &staged),
         };
         let mut r = store.commit(batch)?;
         let out = r.units.remove(0);

@@ -67,6 +67,7 @@ enum DirState {
 /// Also says whether it created (or completed) the store.
 pub(super) fn open_read_write(dir: &Path, options: &Options) -> Result<(Db, File, bool)> {
     let vfs = options.vfs.as_ref();
+    refuse_nesting(dir, vfs)?;
     ensure_dir(dir, vfs)?;
     // Lockless: refuse what can never be a store without writing anything, not even LOCK.
     if let DirState::Foreign = classify(dir, vfs)? {
@@ -159,6 +160,24 @@ fn read_only(dir: &Path, why: &str) -> Error {
     Error::ReadOnly {
         path: dir.to_path_buf(),
         why: why.to_string(),
+    }
+}
+
+/// Refuses to create a store inside another store's directory tree, before anything is written
+/// (not even the missing directories): the outer store's GC and verify would take the inner
+/// store's files for strays. An existing store (its marker present) is opened wherever it is.
+fn refuse_nesting(dir: &Path, vfs: &dyn Vfs) -> Result<()> {
+    let has_marker = |d: &Path| vfs.metadata(&d.join(MARKER_FILE)).is_ok_and(|m| m.is_file());
+    if has_marker(dir) {
+        return Ok(());
+    }
+    let abs = std::path::absolute(dir).ctx(|| format!("resolve {}", dir.display()))?;
+    match abs.ancestors().skip(1).find(|a| has_marker(a)) {
+        Some(outer) => Err(Error::NestedStore {
+            path: dir.to_path_buf(),
+            outer: outer.to_path_buf(),
+        }),
+        None => Ok(()),
     }
 }
 

@@ -109,7 +109,7 @@ pub(crate) fn write_err(args: std::fmt::Arguments<'_>, newline: bool) {
 /// Opens an existing store (or creates one if `create`), waiting up to `wait` for its lock.
 pub(crate) fn open_store(path: &Path, wait: Duration, create: bool) -> Result<Store, CliError> {
     if !create && !path.join(oncelake::MARKER_FILE).exists() {
-        return Err(CliError::Usage(format!(
+        return Err(CliError::NotAStore(format!(
             "{} is not an oncelake store; create one with `oncelake init {}`",
             path.display(),
             path.display()
@@ -153,9 +153,9 @@ pub(crate) fn open_input(arg: &str) -> Result<Option<std::fs::File>, CliError> {
     }
     let hint = "pass a regular file, a pipe, or - for standard input";
     let f = std::fs::File::open(arg).map_err(|e| match e.kind() {
-        std::io::ErrorKind::NotFound => CliError::Usage(format!("{arg}: no such file; {hint}")),
+        std::io::ErrorKind::NotFound => CliError::Input(format!("{arg}: no such file; {hint}")),
         std::io::ErrorKind::PermissionDenied => {
-            CliError::Usage(format!("{arg}: permission denied; {hint}"))
+            CliError::Input(format!("{arg}: permission denied; {hint}"))
         }
         _ => CliError::io(format!("open {arg}"), e),
     })?;
@@ -171,7 +171,7 @@ pub(crate) fn open_input(arg: &str) -> Result<Option<std::fs::File>, CliError> {
     } else {
         "a device or socket, not a file"
     };
-    Err(CliError::Usage(format!("{arg} is {what}; {hint}")))
+    Err(CliError::Input(format!("{arg} is {what}; {hint}")))
 }
 
 #[cfg(unix)]
@@ -220,11 +220,6 @@ pub(crate) fn parse_duration(s: &str) -> Result<Duration, String> {
 /// The longest duration any flag accepts: 100 years. Longer means "never" in practice, and keeps
 /// every duration far from the limits of the millisecond clock arithmetic behind leases and GC.
 const MAX_DURATION_SECS: f64 = 36_500.0 * 86_400.0;
-
-/// Prints one JSON object per line.
-pub(crate) fn print_json(v: &serde_json::Value) {
-    write_out_unit(format_args!("{v}"), true)
-}
 
 #[cfg(test)]
 mod tests {

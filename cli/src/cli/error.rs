@@ -1,4 +1,38 @@
-//! The CLI's error type and its mapping onto the exit codes scripts rely on (SPEC R17).
+//! The CLI's error type, its stable error kinds, and the one table of exit codes scripts rely on
+//! (SPEC R17, docs/cli.md).
+
+/// The exit codes, one per kind of result: the same failure exits with the same code in every
+/// command. `docs/cli.md` has the same table; `tests/cli_contract.rs` checks them.
+pub(crate) mod exit {
+    /// Done: committed, a duplicate, granted, nothing to do.
+    pub(crate) const OK: u8 = 0;
+    /// An I/O or internal failure (the store or the machine, not the caller's input).
+    pub(crate) const FAILURE: u8 = 1;
+    /// Usage or bad input: arguments, a missing or unreadable input file, a bad key or listing.
+    pub(crate) const USAGE: u8 = 2;
+    /// Conflict: the same version was committed with other content (or the batch aborted).
+    pub(crate) const CONFLICT: u8 = 3;
+    /// Stale: a newer version is committed.
+    pub(crate) const STALE: u8 = 4;
+    /// Fenced: the token is not the unit's live lease (or not the caller's to release).
+    pub(crate) const FENCED: u8 = 5;
+    /// The store is locked by another process, or the unit is claimed by another worker.
+    pub(crate) const BUSY: u8 = 6;
+    /// `verify` found problems.
+    pub(crate) const VERIFY_PROBLEMS: u8 = 7;
+
+    /// Every code with its meaning, in the order documented.
+    pub(crate) const TABLE: &[(u8, &str)] = &[
+        (OK, "ok (committed, duplicate, granted, nothing to do)"),
+        (FAILURE, "I/O or internal failure"),
+        (USAGE, "usage or bad input"),
+        (CONFLICT, "conflict"),
+        (STALE, "stale"),
+        (FENCED, "fenced"),
+        (BUSY, "store locked or unit busy"),
+        (VERIFY_PROBLEMS, "verify found problems"),
+    ];
+}
 
 /// Everything a command can fail with.
 #[derive(Debug, thiserror::Error)]
@@ -6,6 +40,13 @@ pub(crate) enum CliError {
     /// Bad arguments or input: exit 2.
     #[error("{0}")]
     Usage(String),
+    /// A named input of the command (a put's file, a pipeline file, a listing) that is missing or
+    /// cannot be read: exit 2, like any other bad input.
+    #[error("{0}")]
+    Input(String),
+    /// The path given as a store is no store: exit 2.
+    #[error("{0}")]
+    NotAStore(String),
     /// An engine error, mapped by kind; its message gets the CLI's hint (see [`cli_hint`]).
     #[error("{0}{hint}", hint = cli_hint(.0))]
     Engine(#[from] oncelake::Error),
@@ -27,7 +68,9 @@ fn cli_hint(e: &oncelake::Error) -> &'static str {
         oncelake::Error::Corrupt { .. } | oncelake::Error::MissingObject { .. } => {
             " — with the CLI: `oncelake verify <store>`"
         }
-        oncelake::Error::Locked { .. } => " — the CLI waits up to --wait",
+        oncelake::Error::Locked { .. } => {
+            " — the CLI waits up to --wait (e.g. --wait 1m), then gives up"
+        }
         _ => "",
     }
 }
@@ -40,33 +83,110 @@ impl CliError {
         }
     }
 
+    /// The exit code (see [`exit`]).
     pub(crate) fn exit_code(&self) -> u8 {
         use oncelake::Error as E;
         match self {
-            CliError::Usage(_) => 2,
-            CliError::Io { .. } => 1,
+            CliError::Usage(_) | CliError::Input(_) | CliError::NotAStore(_) => exit::USAGE,
+            CliError::Io { .. } => exit::FAILURE,
             CliError::Engine(e) => match e {
                 E::InvalidKey { .. }
                 | E::InvalidRequest(_)
                 | E::NotAStore { .. }
+                | E::NestedStore { .. }
                 | E::NewerFormat { .. }
-                | E::SeqOutOfRange { .. } => 2,
-                E::Locked { .. } => 6,
-                _ => 1,
+                | E::SeqOutOfRange { .. } => exit::USAGE,
+                E::Locked { .. } => exit::BUSY,
+                _ => exit::FAILURE,
             },
             CliError::Table(e) => match e {
-                oncelake::table::TableError::Damaged { .. } => 1,
-                _ => 2,
+                oncelake::table::TableError::Damaged { .. } => exit::FAILURE,
+                _ => exit::USAGE,
             },
         }
     }
+
+    /// The stable `error` kind of the JSON error object (documented in docs/cli.md).
+    pub(crate) fn kind(&self) -> &'static str {
+        use oncelake::Error as E;
+        match self {
+            CliError::Usage(_) => "usage",
+            CliError::Input(_) => "bad_input",
+            CliError::NotAStore(_) => "not_a_store",
+            CliError::Io { .. } => "io",
+            CliError::Table(oncelake::table::TableError::Damaged { .. }) => "table_damaged",
+            CliError::Table(_) => "table",
+            CliError::Engine(e) => match e {
+                E::InvalidKey { .. } => "invalid_key",
+                E::InvalidRequest(_) => "invalid_request",
+                E::NotAStore { .. } => "not_a_store",
+                E::NestedStore { .. } => "nested_store",
+                E::NewerFormat { .. } => "newer_format",
+                E::SeqOutOfRange { .. } => "seq_out_of_range",
+                E::Locked { .. } => "locked",
+                E::ReadOnly { .. } => "read_only",
+                E::Corrupt { .. } | E::BadRecord(_) => "corrupt",
+                E::MissingObject { .. } => "missing_object",
+                E::Io { .. } | E::Database { .. } | E::Failed { .. } => "io",
+                _ => "internal",
+            },
+        }
+    }
+
+    /// The error as the JSON object written to standard error under `--json`.
+    pub(crate) fn to_json(&self) -> serde_json::Value {
+        serde_json::json!({
+            "error": self.kind(),
+            "message": self.to_string(),
+            "exit_code": self.exit_code(),
+        })
+    }
 }
+
+/// Every stable error kind, for docs/cli.md and its test.
+#[cfg(test)]
+pub(crate) const ERROR_KINDS: &[&str] = &[
+    "usage",
+    "bad_input",
+    "io",
+    "table",
+    "table_damaged",
+    "invalid_key",
+    "invalid_request",
+    "not_a_store",
+    "nested_store",
+    "newer_format",
+    "seq_out_of_range",
+    "locked",
+    "read_only",
+    "corrupt",
+    "missing_object",
+    "internal",
+];
 
 impl From<oncelake::table::TableError> for CliError {
     fn from(e: oncelake::table::TableError) -> Self {
         match e {
             oncelake::table::TableError::Store(e) => CliError::Engine(e),
             e => CliError::Table(e),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// docs/cli.md documents every exit code and every error kind, from the tables above.
+    #[test]
+    fn docs_list_every_exit_code_and_error_kind() {
+        let doc = include_str!("../../../docs/cli.md");
+        for (code, what) in exit::TABLE {
+            let row = format!("| {code} | {what} |");
+            assert!(doc.contains(&row), "docs/cli.md lacks the row {row:?}");
+        }
+        for kind in ERROR_KINDS {
+            assert!(doc.contains(&format!("`{kind}`")), "docs/cli.md lacks the error kind {kind}");
         }
     }
 }

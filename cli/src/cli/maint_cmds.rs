@@ -1,15 +1,11 @@
 //! Maintenance commands: gc and verify (SPEC R14, R15, R17).
 
-use super::{open_store, parse_duration, print_json, CliError};
+use super::{exit, open_store, parse_duration, print_json, CliError, Heartbeat, Output, Progress};
 use oncelake::gc::{GcOptions, GcReport};
 use oncelake::verify::{ObjectProblem, Reclaimable, VerifyOptions, VerifyReport};
 use serde_json::json;
-use std::io::IsTerminal;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
-
-/// Exit code when verify finds anything wrong.
-const VERIFY_PROBLEMS: u8 = 7;
 
 #[derive(clap::Args, Debug)]
 #[command(after_help = "\
@@ -77,75 +73,72 @@ fn plural(n: u64, one: &str, many: &str) -> String {
 
 pub(crate) fn gc(a: GcArgs, wait: Duration) -> Result<u8, CliError> {
     let store = open_store(&a.store, wait, false)?;
-    // GC reports no progress of its own: a spinner says it is alive, only to a person watching.
-    let spinner = std::io::stderr().is_terminal().then(|| {
-        let s = indicatif::ProgressBar::new_spinner();
-        s.set_message("collecting garbage");
-        s.enable_steady_tick(Duration::from_millis(120));
-        s
-    });
+    // GC reports no progress of its own: a heartbeat says it is alive.
+    let heartbeat = Heartbeat::start("gc");
     let report = store.gc(GcOptions {
         dry_run: a.dry_run,
         grace: a.grace,
         retain: a.retain,
     });
-    if let Some(s) = spinner {
-        s.finish_and_clear();
+    drop(heartbeat);
+    print_gc(&Output::new(a.json), &a.store, &report?);
+    Ok(exit::OK)
+}
+
+/// Prints the report of `gc`.
+pub(crate) fn print_gc(out: &Output, store: &Path, report: &GcReport) {
+    if out.json {
+        print_json(&gc_json(report));
+        return;
     }
-    let report = report?;
-    if a.json {
-        print_json(&gc_json(&report));
+    let verb = if report.dry_run {
+        "would remove"
     } else {
-        let verb = if report.dry_run {
-            "would remove"
+        "removed"
+    };
+    outln!(
+        "{verb} {} ({}) and {} ({}); {} {}; history readable from seq {}",
+        plural(
+            report.objects,
+            "unreferenced object",
+            "unreferenced objects"
+        ),
+        bytes(report.object_bytes),
+        plural(report.staging_files, "staging file", "staging files"),
+        bytes(report.staging_bytes),
+        if report.dry_run {
+            "would prune"
         } else {
-            "removed"
-        };
-        outln!(
-            "{verb} {} ({}) and {} ({}); {} {}; history readable from seq {}",
-            plural(
-                report.objects,
-                "unreferenced object",
-                "unreferenced objects"
-            ),
-            bytes(report.object_bytes),
-            plural(report.staging_files, "staging file", "staging files"),
-            bytes(report.staging_bytes),
-            if report.dry_run {
-                "would prune"
-            } else {
-                "pruned"
-            },
-            plural(report.history_rows_pruned, "history row", "history rows"),
-            report.history_from,
-        );
-        outln!(
-            "kept {} referenced by entries{}",
-            plural(report.objects_referenced, "object", "objects"),
-            if report.objects_pinned > 0 {
-                format!(
-                    ", and {} staged for commits in flight",
-                    plural(report.objects_pinned, "object", "objects")
-                )
-            } else {
-                String::new()
-            }
-        );
-        if report.staging_files_young > 0 {
-            outln!(
-                "left {} whose writer cannot be told, younger than --grace",
-                plural(report.staging_files_young, "staging file", "staging files")
-            );
+            "pruned"
+        },
+        plural(report.history_rows_pruned, "history row", "history rows"),
+        report.history_from,
+    );
+    outln!(
+        "kept {} referenced by entries{}",
+        plural(report.objects_referenced, "object", "objects"),
+        if report.objects_pinned > 0 {
+            format!(
+                ", and {} staged for commits in flight",
+                plural(report.objects_pinned, "object", "objects")
+            )
+        } else {
+            String::new()
         }
-        if report.stray_files > 0 {
-            errln!(
-                "note: {} in objects/ not named like objects were left alone; `oncelake verify {}` lists them",
-                plural(report.stray_files, "file", "files"),
-                a.store.display()
-            );
-        }
+    );
+    if report.staging_files_young > 0 {
+        outln!(
+            "left {} whose writer cannot be told, younger than --grace",
+            plural(report.staging_files_young, "staging file", "staging files")
+        );
     }
-    Ok(0)
+    if report.stray_files > 0 {
+        errln!(
+            "note: {} in objects/ not named like objects were left alone; `oncelake verify {}` lists them",
+            plural(report.stray_files, "file", "files"),
+            store.display()
+        );
+    }
 }
 
 fn gc_json(r: &GcReport) -> serde_json::Value {
@@ -167,30 +160,28 @@ fn gc_json(r: &GcReport) -> serde_json::Value {
 pub(crate) fn verify(a: VerifyArgs, wait: Duration) -> Result<u8, CliError> {
     let store = open_store(&a.store, wait, false)?;
     let options = VerifyOptions { deep: a.deep };
-    // The bar only when a person watches: never in pipes, files or CI logs.
-    let report = if std::io::stderr().is_terminal() {
-        let bar = indicatif::ProgressBar::new(0);
-        bar.set_style(
-            indicatif::ProgressStyle::with_template(
-                "verifying {bar:40} {pos}/{len} objects ({eta} left)",
-            )
-            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
-        );
-        let r = store.verify_with_progress(options, &mut |done, total| {
-            bar.set_length(total);
-            bar.set_position(done);
-        });
-        bar.finish_and_clear();
-        r?
+    let progress = Progress::new("verify", "objects", None);
+    let report = store.verify_with_progress(options, &mut |done, total| {
+        progress.set_total(total);
+        progress.update(done);
+    });
+    progress.finish();
+    let report = report?;
+    print_verify(&Output::new(a.json), &report);
+    Ok(if report.is_ok() {
+        exit::OK
     } else {
-        store.verify(options)?
-    };
-    if a.json {
-        print_json(&verify_json(&report));
+        exit::VERIFY_PROBLEMS
+    })
+}
+
+/// Prints the report of `verify`.
+pub(crate) fn print_verify(out: &Output, report: &VerifyReport) {
+    if out.json {
+        print_json(&verify_json(report));
     } else {
-        print_verify_text(&report);
+        print_verify_text(report);
     }
-    Ok(if report.is_ok() { 0 } else { VERIFY_PROBLEMS })
 }
 
 fn problem_json(p: &ObjectProblem) -> serde_json::Value {
@@ -198,7 +189,7 @@ fn problem_json(p: &ObjectProblem) -> serde_json::Value {
         "object": p.object.to_hex(),
         "path": p.path.display().to_string(),
         "detail": p.detail,
-        "units": p.units.iter().map(|u| json!({
+        "entries": p.units.iter().map(|u| json!({
             "unit": u.unit, "seq": u.seq, "current": u.current,
         })).collect::<Vec<_>>(),
     })
@@ -214,8 +205,8 @@ fn verify_json(r: &VerifyReport) -> serde_json::Value {
         "objects_checked": r.objects_checked,
         "bytes_checked": r.bytes_checked,
         "log_records": r.replay.records,
-        "missing": r.missing.iter().map(problem_json).collect::<Vec<_>>(),
-        "corrupt": r.corrupt.iter().map(problem_json).collect::<Vec<_>>(),
+        "missing_objects": r.missing.iter().map(problem_json).collect::<Vec<_>>(),
+        "corrupt_objects": r.corrupt.iter().map(problem_json).collect::<Vec<_>>(),
         "strays": r.strays.iter().map(|o| json!({
             "path": o.path.display().to_string(), "bytes": o.bytes,
         })).collect::<Vec<_>>(),

@@ -31,7 +31,9 @@ mod bench_reconcile;
 mod common;
 mod error;
 mod maint_cmds;
+mod output;
 mod pipeline_cmds;
+mod progress;
 mod reconcile_cmd;
 mod sim_cmds;
 mod store_cmds;
@@ -40,36 +42,57 @@ mod table_cmds;
 
 use clap::{Parser, Subcommand};
 pub(crate) use common::*;
-pub(crate) use error::CliError;
+pub(crate) use error::{exit, CliError};
+pub(crate) use output::{print_json, rfc3339, Output};
+pub(crate) use progress::{Heartbeat, Progress};
 use std::process::ExitCode;
 
+/// The examples of `oncelake --help`. They run as written when pasted in order into an empty
+/// directory (tests/cli_examples.rs runs them).
 const EXAMPLES: &str = "\
 Examples:
   oncelake init ./lake
   echo 'rows' | oncelake put ./lake orders/date=2026-11-29 7 -
   oncelake get ./lake orders/date=2026-11-29 -o out.parquet
   oncelake ls ./lake --prefix orders/ --json
-  oncelake log ./lake --since 10
+  oncelake log ./lake --since 0
+  oncelake claim ./lake orders/date=2026-11-30 1 --worker w1 --ttl 30s
+  printf 'orders/date=2026-11-29,7\\norders/date=2026-11-30,1\\n' > listing.csv
+  oncelake reconcile ./lake --source listing.csv --json
   oncelake gc ./lake --dry-run
   oncelake verify ./lake --deep
-  oncelake claim ./lake orders/date=2026-11-29 7 --worker w1 --ttl 30s
   oncelake stats ./lake --prometheus
-  oncelake simulate --mode both --json
-  oncelake reconcile ./lake --source listing.csv --json
-  oncelake bench dedup --units 10000,100000
+  oncelake simulate --units 2000 --mode both --json
+  oncelake bench commit --threads 1 --commits 200 --seconds 1 --systems oncelake";
 
-Exit codes: 0 ok (committed or duplicate), 1 I/O or internal failure, 2 usage or bad input,
-3 conflict, 4 stale, 5 fenced, 6 store locked or busy, 7 verify found problems.
-A closed standard output (`| head`) is not an error: the command finishes its work (a put stays
-committed), stops writing and exits with the code of what it did.";
+/// The text after `oncelake --help`: the examples, then the exit codes from their one table.
+fn after_help() -> String {
+    let codes: Vec<String> = exit::TABLE
+        .iter()
+        .map(|(code, what)| format!("  {code}  {what}"))
+        .collect();
+    format!(
+        "{EXAMPLES}\n\nExit codes (the same for the same failure in every command):\n{}\n\n\
+         Under --json, results are one JSON object per line on standard output and an error is one\n\
+         JSON object on standard error: {{\"error\": KIND, \"message\": ..., \"exit_code\": N}}.\n\
+         Times are RFC 3339 dates (UTC) for people, milliseconds since the epoch (`*_ms`) in JSON.\n\
+         A closed standard output (`| head`) is not an error: the command finishes its work (a put\n\
+         stays committed), stops writing and exits with the code of what it did. The whole contract:\n\
+         docs/cli.md.",
+        codes.join("\n")
+    )
+}
 
 /// Exactly-once results per unit of work: stage objects, commit them atomically, inspect the store.
 #[derive(Parser, Debug)]
-#[command(name = "oncelake", version, about, after_help = EXAMPLES)]
+#[command(name = "oncelake", version, about, after_help = after_help())]
 pub(crate) struct Cli {
     /// How long to wait for another process that holds the store (e.g. 10s, 2m; 0 = fail at once).
     #[arg(long, global = true, default_value = "10s", value_parser = parse_duration)]
     pub wait: std::time::Duration,
+    /// No progress output (bars, spinners, periodic lines) on standard error.
+    #[arg(long, short = 'q', global = true)]
+    pub quiet: bool,
     #[command(subcommand)]
     pub command: Command,
 }
@@ -114,7 +137,9 @@ pub(crate) enum Command {
 pub(crate) enum BenchCommand {
     /// Durable commits of one unit each, objects pre-staged (P1), against one redb transaction
     /// per commit (b1) and the seed 001 pattern on SQLite (b2), at several thread counts.
-    #[command(after_help = "Example:\n  oncelake bench commit --threads 1,4,16,64 --json")]
+    #[command(
+        after_help = "Example:\n  oncelake bench commit --threads 1,4 --commits 200 --seconds 1 --systems oncelake,redb --json"
+    )]
     Commit(bench::CommitBenchArgs),
     /// Dedup decision (P2) via the in-memory index vs a plain redb point lookup; open time (P6).
     Dedup(bench_dedup::DedupArgs),
@@ -126,31 +151,56 @@ pub(crate) enum BenchCommand {
 }
 
 pub(crate) fn main() -> ExitCode {
+    // Known before parsing, so that even a usage error is a JSON object under --json.
+    output::set_json_errors(std::env::args_os().any(|a| a == "--json"));
     let cli = match Cli::try_parse() {
         Ok(c) => c,
+        Err(e) if !e.use_stderr() => {
+            let _ = e.print(); // --help, --version
+            return ExitCode::from(exit::OK);
+        }
         Err(e) => {
-            let code = if e.use_stderr() { 2 } else { 0 };
-            let _ = e.print();
-            return ExitCode::from(code);
+            if output::json_errors() {
+                let message = e.render().to_string();
+                report(&CliError::Usage(message.trim().to_string()));
+            } else {
+                let _ = e.print();
+            }
+            return ExitCode::from(exit::USAGE);
         }
     };
+    progress::set_quiet(cli.quiet);
     let code = match run(cli) {
         Ok(code) => code,
         Err(e) => {
-            errln!("error: {e}");
+            report(&e);
             e.exit_code()
         }
     };
     // A closed standard output (`| head`) is not a failure; any other write failure is.
     match finish_stdout() {
         Some(e) => {
-            errln!(
-                "error: could not write standard output: {e}; the command's work itself is done \
-                 (a put stays committed: running it again reports a duplicate)"
-            );
-            ExitCode::from(if code == 0 { 1 } else { code })
+            report(&CliError::io(
+                "could not write standard output (the command's work itself is done: a put stays \
+                 committed, running it again reports a duplicate)",
+                e,
+            ));
+            ExitCode::from(if code == exit::OK {
+                exit::FAILURE
+            } else {
+                code
+            })
         }
         None => ExitCode::from(code),
+    }
+}
+
+/// Writes an error to standard error: a JSON object under --json, else `error: message`.
+fn report(e: &CliError) {
+    if output::json_errors() {
+        errln!("{}", e.to_json());
+    } else {
+        errln!("error: {e}");
     }
 }
 

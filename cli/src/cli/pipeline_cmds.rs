@@ -3,29 +3,35 @@
 //! The units a pipeline runs over are those given a source version with `pipeline set-version`
 //! (stored as `.pipeline/source/<unit>` entries); the definition comes from `--pipeline FILE`.
 
-use super::store_cmds::{add_outcome_detail, outcome_code};
-use super::{open_store, parse_duration, print_json, CliError};
+use super::store_cmds::{outcome_code, outcome_json, refusal_text};
+use super::{exit, open_store, parse_duration, print_json, rfc3339, CliError, Output};
 use oncelake::pipeline::{
     set_source_version, Attempt, CellState, CellView, Claim, Explain, FailOutcome, Pipeline,
-    PipelineDef,
+    PipelineDef, ReadyCell, Status,
 };
-use oncelake::{FenceReason, Outcome, Store};
+use oncelake::{FenceReason, Lease, Outcome, Store, UnitOutcome};
 use serde_json::{json, Value};
 use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+/// Runs as written when pasted in order after `oncelake init ./lake` (tests/cli_examples.rs).
 const EXAMPLES: &str = "\
 Examples:
+  printf '[stage.ingest]\\ncode_version = 1\\n[stage.transform]\\ncode_version = 3\\nupstream = [\"ingest\"]\\n' > etl.toml
+  echo 'a,b' > input.csv
   oncelake pipeline set-version ./lake orders/day=1 7 input.csv
   oncelake pipeline status ./lake --pipeline etl.toml
-  oncelake pipeline status ./lake --pipeline etl.toml --dot | dot -Tpng -o etl.png
+  oncelake pipeline status ./lake --pipeline etl.toml --dot > etl.dot   # Graphviz: dot -Tpng etl.dot
+  oncelake pipeline ready ./lake --pipeline etl.toml --json
+  echo 'ingested' > out.bin
+  oncelake pipeline complete ./lake --pipeline etl.toml orders/day=1 ingest out.bin
+  oncelake pipeline fail ./lake --pipeline etl.toml orders/day=1 transform --error 'timeout'
   oncelake pipeline ready ./lake --pipeline etl.toml --claim --worker w1 --json
-  oncelake pipeline complete ./lake --pipeline etl.toml orders/day=1 transform out.bin --token 12
-  oncelake pipeline fail ./lake --pipeline etl.toml orders/day=1 transform --error 'timeout' --token 12
   oncelake pipeline explain ./lake --pipeline etl.toml orders/day=1
 
-The pipeline file:
+A cell claimed with --claim is completed (or failed) with the token `ready --claim` printed:
+`pipeline complete ... --token T`. The pipeline file:
   [stage.ingest]
   code_version = 1
   [stage.transform]
@@ -191,8 +197,12 @@ pub(crate) fn run(a: PipelineArgs, wait: Duration) -> Result<u8, CliError> {
 }
 
 fn load_def(path: &Path) -> Result<Pipeline, CliError> {
-    let text = std::fs::read_to_string(path)
-        .map_err(|e| CliError::io(format!("read pipeline file {}", path.display()), e))?;
+    let text = std::fs::read_to_string(path).map_err(|e| {
+        CliError::Input(format!(
+            "cannot read the pipeline file {}: {e}; pass a TOML file of [stage.NAME] tables with --pipeline",
+            path.display()
+        ))
+    })?;
     let def = PipelineDef::parse(&text)
         .map_err(|e| CliError::Usage(format!("{}: {e}", path.display())))?;
     Ok(Pipeline::new(def))
@@ -208,7 +218,7 @@ fn read_input(file: &str) -> Result<Vec<u8>, CliError> {
     } else {
         let path = Path::new(file);
         if !path.is_file() {
-            return Err(CliError::Usage(format!(
+            return Err(CliError::Input(format!(
                 "{file} is not a readable file; pass a file path or - for standard input"
             )));
         }
@@ -224,43 +234,54 @@ fn set_version(a: SetVersionArgs, wait: Duration) -> Result<u8, CliError> {
     };
     let store = open_store(&a.store, wait, false)?;
     let u = set_source_version(&store, &a.unit, a.version, &input)?;
-    if a.json {
-        print_json(&json!({
-            "unit": a.unit,
-            "source_version": a.version,
-            "outcome": u.outcome.name(),
-            "seq": u.outcome.seq(),
-        }));
-    } else {
-        match u.outcome {
-            Outcome::Committed { seq, .. } => {
-                outln!("{} is at source version {} (seq {seq})", a.unit, a.version)
-            }
-            Outcome::Duplicate { .. } => {
-                outln!("{} is already at source version {}", a.unit, a.version)
-            }
-            Outcome::Stale { current_version } => errln!(
-                "stale: {} is already at source version {current_version}; versions never go back",
-                a.unit
-            ),
-            Outcome::Conflict { .. } => errln!(
-                "conflict: {} @ {} was recorded with a different input; bump the version",
-                a.unit,
-                a.version
-            ),
-            _ => errln!("{}: {}", a.unit, u.outcome.name()),
-        }
-    }
+    print_set_version(&Output::new(a.json), &a.unit, &u);
     Ok(outcome_code(&u.outcome))
+}
+
+/// Prints the outcome of `pipeline set-version`; under --json the fields of a put's outcome, with
+/// `unit` the unit and `cell` the internal unit that holds its source version.
+pub(crate) fn print_set_version(out: &Output, unit: &str, u: &UnitOutcome) {
+    if out.json {
+        let mut v = outcome_json(u, None);
+        v.insert("cell".into(), json!(u.unit));
+        v.insert("unit".into(), json!(unit));
+        print_json(&Value::Object(v));
+        return;
+    }
+    match u.outcome {
+        Outcome::Committed { seq, .. } => {
+            outln!("{unit} is at source version {} (seq {seq})", u.source_version)
+        }
+        Outcome::Duplicate { .. } => {
+            outln!("{unit} is already at source version {}", u.source_version)
+        }
+        Outcome::Stale { current_version } => errln!(
+            "stale: {unit} is already at source version {current_version}; versions never go back"
+        ),
+        Outcome::Conflict { .. } => errln!(
+            "conflict: {unit} @ {} was recorded with a different input; bump the version",
+            u.source_version
+        ),
+        _ => errln!("{}", refusal_text(u)),
+    }
 }
 
 fn status(a: StatusArgs, wait: Duration) -> Result<u8, CliError> {
     let p = load_def(&a.def.pipeline)?;
     let store = open_store(&a.store, wait, false)?;
     let st = p.status(&store)?;
+    let out = Output::new(a.json);
     if a.dot {
         out!("{}", p.to_dot(&st));
-    } else if a.json {
+    } else {
+        print_status(&out, &st);
+    }
+    Ok(exit::OK)
+}
+
+/// Prints `pipeline status`: cell counts per stage.
+pub(crate) fn print_status(out: &Output, st: &Status) {
+    if out.json {
         for s in &st.stages {
             print_json(&json!({
                 "stage": s.stage, "code_version": s.code_version, "done": s.done,
@@ -268,82 +289,95 @@ fn status(a: StatusArgs, wait: Duration) -> Result<u8, CliError> {
                 "failed": s.failed, "stale": s.stale,
             }));
         }
-    } else {
-        outln!("{} units", st.units);
+        return;
+    }
+    outln!("{} units", st.units);
+    outln!(
+        "{:<24} {:>5} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8}",
+        "stage",
+        "code",
+        "done",
+        "ready",
+        "running",
+        "blocked",
+        "failed",
+        "stale"
+    );
+    for s in &st.stages {
         outln!(
             "{:<24} {:>5} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8}",
-            "stage",
-            "code",
-            "done",
-            "ready",
-            "running",
-            "blocked",
-            "failed",
-            "stale"
+            s.stage,
+            s.code_version,
+            s.done,
+            s.ready,
+            s.running,
+            s.blocked,
+            s.failed,
+            s.stale
         );
-        for s in &st.stages {
-            outln!(
-                "{:<24} {:>5} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8}",
-                s.stage,
-                s.code_version,
-                s.done,
-                s.ready,
-                s.running,
-                s.blocked,
-                s.failed,
-                s.stale
-            );
-        }
     }
-    Ok(0)
 }
 
 fn ready(a: ReadyArgs, wait: Duration) -> Result<u8, CliError> {
     let p = load_def(&a.def.pipeline)?;
     let store = open_store(&a.store, wait, false)?;
     let cells = p.ready(&store, a.limit)?;
+    let out = Output::new(a.json);
     for c in cells {
-        let mut v = json!({
-            "unit": c.unit, "stage": c.stage, "source_version": c.source_version,
-            "attempts": c.attempts, "cell": c.key,
-            "stale": c.stale.as_ref().map(|s| s.to_string()),
-        });
-        let mut note = String::new();
-        if a.claim {
-            let worker = a.worker.as_deref().unwrap_or_default();
-            match p.claim(&store, &c, worker, a.ttl)? {
-                Claim::Granted { lease, cell } => {
-                    // The count as of the grant: another worker may have failed it since.
-                    v["attempts"] = json!(cell.attempts);
-                    v["token"] = json!(lease.token);
-                    v["expires_at_ms"] = json!(lease.expires_at_ms);
-                    note = format!(" claimed, token {}", lease.token);
-                }
-                // Someone else got there between the listing and the claim.
-                _ => continue,
-            }
+        if !a.claim {
+            print_ready(&out, &c, None);
+            continue;
         }
-        if a.json {
-            print_json(&v);
-        } else {
-            let retry = if c.attempts > 0 {
-                format!(" (retry after {} failure(s))", c.attempts)
-            } else {
-                String::new()
-            };
-            let stale = c
-                .stale
-                .map(|s| format!(" (stale: {s})"))
-                .unwrap_or_default();
-            outln!(
-                "{} {} @ {}{retry}{stale}{note}",
-                c.unit,
-                c.stage,
-                c.source_version
-            );
+        let worker = a.worker.as_deref().unwrap_or_default();
+        match p.claim(&store, &c, worker, a.ttl)? {
+            // The count as of the grant: another worker may have failed it since.
+            Claim::Granted { lease, cell } => print_ready(&out, &cell, Some(&lease)),
+            // Someone else got there between the listing and the claim.
+            _ => continue,
         }
     }
-    Ok(0)
+    Ok(exit::OK)
+}
+
+/// Prints one ready cell of `pipeline ready`, with its lease when it was claimed: `unit, stage,
+/// source_version, attempts, cell, stale_reason, worker, token, expires_at_ms`.
+pub(crate) fn print_ready(out: &Output, c: &ReadyCell, lease: Option<&Lease>) {
+    if out.json {
+        print_json(&json!({
+            "unit": c.unit, "stage": c.stage, "source_version": c.source_version,
+            "attempts": c.attempts, "cell": c.key,
+            "stale_reason": c.stale.as_ref().map(|s| s.to_string()),
+            "worker": lease.map(|l| &l.worker),
+            "token": lease.map(|l| l.token),
+            "expires_at_ms": lease.map(|l| l.expires_at_ms),
+        }));
+        return;
+    }
+    let retry = if c.attempts > 0 {
+        format!(" (retry after {} failure(s))", c.attempts)
+    } else {
+        String::new()
+    };
+    let stale = c
+        .stale
+        .as_ref()
+        .map(|s| format!(" (stale: {s})"))
+        .unwrap_or_default();
+    let note = lease
+        .map(|l| {
+            format!(
+                " claimed, token {} until {}",
+                l.token,
+                rfc3339(l.expires_at_ms)
+            )
+        })
+        .unwrap_or_default();
+    outln!(
+        "{} {} @ {}{retry}{stale}{note}",
+        c.unit,
+        c.stage,
+        c.source_version
+    );
 }
 
 /// The unit's explanation, refusing a unit without a source version.
@@ -397,39 +431,44 @@ fn complete(a: CompleteArgs, wait: Duration) -> Result<u8, CliError> {
         token: a.token,
     };
     let u = p.complete(&store, &attempt, &output)?;
-    if a.json {
-        let mut v = json!({
-            "unit": a.unit, "stage": a.stage, "source_version": attempt.source_version,
-            "cell": u.unit, "outcome": u.outcome.name(), "seq": u.outcome.seq(),
-            "object": u.object.to_hex(),
-        });
-        add_outcome_detail(&mut v, &u);
-        print_json(&v);
-    } else {
-        let line = format!(
-            "{} {} @ {}: {}",
-            a.unit,
-            a.stage,
-            attempt.source_version,
-            u.outcome.name()
-        );
-        match u.outcome {
-            o if o.is_success() => outln!("{line}"),
-            Outcome::Fenced {
-                token,
-                newest_token,
-            } => errln!(
-                "{line}: token {token} {}; nothing changed",
-                FenceReason::of(token, newest_token)
-            ),
-            Outcome::Busy { expires_at_ms } => errln!(
-                "{line}: the cell is claimed by {} until {expires_at_ms} ms since the epoch; pass that lease's --token or retry after it ends. Nothing changed",
-                u.holder.as_deref().unwrap_or("another worker")
-            ),
-            _ => errln!("{line}; nothing changed"),
-        }
-    }
+    print_complete(&Output::new(a.json), &attempt, &u);
     Ok(outcome_code(&u.outcome))
+}
+
+/// Prints the outcome of `pipeline complete`: the fields of a put's outcome, with `unit` the unit,
+/// `stage`, and `cell` the internal unit of the cell.
+pub(crate) fn print_complete(out: &Output, attempt: &Attempt, u: &UnitOutcome) {
+    if out.json {
+        let mut v = outcome_json(u, attempt.token);
+        v.insert("unit".into(), json!(attempt.unit));
+        v.insert("stage".into(), json!(attempt.stage));
+        v.insert("cell".into(), json!(u.unit));
+        print_json(&Value::Object(v));
+        return;
+    }
+    let line = format!(
+        "{} {} @ {}: {}",
+        attempt.unit,
+        attempt.stage,
+        attempt.source_version,
+        u.outcome.name()
+    );
+    match u.outcome {
+        o if o.is_success() => outln!("{line}"),
+        Outcome::Fenced {
+            token,
+            newest_token,
+        } => errln!(
+            "{line}: token {token} {}; nothing changed",
+            FenceReason::of(token, newest_token)
+        ),
+        Outcome::Busy { expires_at_ms } => errln!(
+            "{line}: the cell is claimed by {} until {}; pass that lease's --token or retry after it ends. Nothing changed",
+            u.holder.as_deref().unwrap_or("another worker"),
+            rfc3339(expires_at_ms)
+        ),
+        _ => errln!("{line}; nothing changed"),
+    }
 }
 
 fn fail(a: FailArgs, wait: Duration) -> Result<u8, CliError> {
@@ -446,23 +485,28 @@ fn fail(a: FailArgs, wait: Duration) -> Result<u8, CliError> {
         token: a.token,
     };
     let outcome = p.fail(&store, &attempt, &a.error)?;
-    Ok(report_fail(&a, outcome))
+    Ok(print_fail(&Output::new(a.json), &attempt, &outcome))
 }
 
-/// Prints the outcome of `pipeline fail` and returns its exit code.
-fn report_fail(a: &FailArgs, outcome: FailOutcome) -> u8 {
-    match outcome {
+/// Prints the outcome of `pipeline fail` and returns its exit code. Under --json the same fields
+/// whatever the outcome: `unit, stage, outcome, seq, attempts, gave_up, token, newest_token,
+/// reason, holder, expires_at_ms`.
+pub(crate) fn print_fail(out: &Output, a: &Attempt, outcome: &FailOutcome) -> u8 {
+    let mut v = json!({
+        "unit": a.unit, "stage": a.stage, "outcome": Value::Null, "seq": Value::Null,
+        "attempts": Value::Null, "gave_up": Value::Null, "token": a.token,
+        "newest_token": Value::Null, "reason": Value::Null, "holder": Value::Null,
+        "expires_at_ms": Value::Null,
+    });
+    let code = match *outcome {
         FailOutcome::Recorded {
             seq,
             attempts,
             gave_up,
         } => {
-            if a.json {
-                print_json(&json!({
-                    "unit": a.unit, "stage": a.stage, "outcome": "recorded", "seq": seq,
-                    "attempts": attempts, "gave_up": gave_up,
-                }));
-            } else {
+            (v["outcome"], v["seq"]) = (json!("recorded"), json!(seq));
+            (v["attempts"], v["gave_up"]) = (json!(attempts), json!(gave_up));
+            if !out.json {
                 outln!(
                     "{} {}: failure {attempts} recorded at seq {seq}{}",
                     a.unit,
@@ -474,52 +518,59 @@ fn report_fail(a: &FailArgs, outcome: FailOutcome) -> u8 {
                     }
                 );
             }
-            0
+            exit::OK
         }
         FailOutcome::Fenced {
             token,
             newest_token,
         } => {
-            if a.json {
-                print_json(&json!({
-                    "unit": a.unit, "stage": a.stage, "outcome": "fenced",
-                    "token": token, "newest_token": newest_token,
-                }));
-            } else {
+            let reason = FenceReason::of(token, newest_token);
+            (v["outcome"], v["token"]) = (json!("fenced"), json!(token));
+            v["newest_token"] = json!(newest_token);
+            v["reason"] = json!(reason.to_string());
+            if !out.json {
                 errln!(
-                    "fenced: token {token} cannot record a failure of {} {}: {} (the cell's newest lease token is {newest_token}); nothing changed",
+                    "fenced: token {token} cannot record a failure of {} {}: {reason} (the cell's newest lease token is {newest_token}); nothing changed",
                     a.unit,
                     a.stage,
-                    FenceReason::of(token, newest_token)
                 );
             }
-            5
+            exit::FENCED
         }
         FailOutcome::Busy {
-            worker,
+            ref worker,
             expires_at_ms,
         } => {
-            if a.json {
-                print_json(&json!({
-                    "unit": a.unit, "stage": a.stage, "outcome": "busy",
-                    "holder": worker, "expires_at_ms": expires_at_ms,
-                }));
-            } else {
+            (v["outcome"], v["holder"]) = (json!("busy"), json!(worker));
+            v["expires_at_ms"] = json!(expires_at_ms);
+            if !out.json {
                 errln!(
-                    "busy: {} {} is claimed by {worker} until {expires_at_ms} ms since the epoch; pass that lease's --token or retry after it ends. Nothing changed",
-                    a.unit, a.stage
+                    "busy: {} {} is claimed by {worker} until {}; pass that lease's --token or retry after it ends. Nothing changed",
+                    a.unit,
+                    a.stage,
+                    rfc3339(expires_at_ms)
                 );
             }
-            6
+            exit::BUSY
         }
+    };
+    if out.json {
+        print_json(&v);
     }
+    code
 }
 
-fn cell_json(c: &CellView) -> Value {
+/// A cell's JSON object under `pipeline explain`, the same fields whatever its state (`null`
+/// where one does not apply).
+fn cell_json(unit: &str, c: &CellView) -> Value {
     let mut v = json!({
-        "stage": c.stage, "state": c.state.name(), "cell": c.key,
-        "stale": c.stale.as_ref().map(|s| s.to_string()),
+        "unit": unit, "stage": c.stage, "state": c.state.name(), "cell": c.key,
+        "stale_reason": c.stale.as_ref().map(|s| s.to_string()),
         "why": c.to_string(),
+        "source_version": Value::Null, "code_version": Value::Null, "seq": Value::Null,
+        "object": Value::Null, "worker": Value::Null, "token": Value::Null,
+        "expires_at_ms": Value::Null, "attempts": Value::Null, "last_error": Value::Null,
+        "blocked_on": Value::Null,
     });
     match &c.state {
         CellState::Done {
@@ -550,7 +601,6 @@ fn cell_json(c: &CellView) -> Value {
             v["attempts"] = json!(attempts);
             v["last_error"] = json!(last_error);
         }
-        CellState::Blocked { upstream, .. } => v["blocked_on"] = json!(upstream),
         CellState::Failed {
             attempts,
             last_error,
@@ -558,6 +608,7 @@ fn cell_json(c: &CellView) -> Value {
             v["attempts"] = json!(attempts);
             v["last_error"] = json!(last_error);
         }
+        CellState::Blocked { upstream, .. } => v["blocked_on"] = json!(upstream),
     }
     v
 }
@@ -566,21 +617,24 @@ fn explain(a: ExplainArgs, wait: Duration) -> Result<u8, CliError> {
     let p = load_def(&a.def.pipeline)?;
     let store = open_store(&a.store, wait, false)?;
     let e = explained(&p, &store, &a.unit)?;
-    if a.json {
+    print_explain(&Output::new(a.json), &e);
+    Ok(exit::OK)
+}
+
+/// Prints `pipeline explain`: why each cell of a unit is in its state.
+pub(crate) fn print_explain(out: &Output, e: &Explain) {
+    if out.json {
         for c in &e.cells {
-            let mut v = cell_json(c);
-            v["unit"] = json!(e.unit);
-            print_json(&v);
+            print_json(&cell_json(&e.unit, c));
         }
-    } else {
-        outln!(
-            "{} at source version {}",
-            e.unit,
-            e.source_version.unwrap_or_default()
-        );
-        for c in &e.cells {
-            outln!("  {c}");
-        }
+        return;
     }
-    Ok(0)
+    outln!(
+        "{} at source version {}",
+        e.unit,
+        e.source_version.unwrap_or_default()
+    );
+    for c in &e.cells {
+        outln!("  {c}");
+    }
 }

@@ -1,13 +1,13 @@
 //! `oncelake reconcile`: plan what must be (re)processed from a source listing (SPEC R12, R17).
 
-use super::{open_store, print_json, CliError};
+use super::{exit, open_store, print_json, CliError, Output, Progress};
 use oncelake::reconcile::{
     check_sorted_listing, reconcile_changes, reconcile_full, ListingError, ListingFormat,
     ListingReader, ListingSource, PlanItem, ReconcileError, ReconcileOptions, Row, SortConfig,
     SortedListing, Summary,
 };
 use serde_json::json;
-use std::io::{BufRead, BufReader, IsTerminal, Write};
+use std::io::{BufRead, BufReader, Write};
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -52,7 +52,7 @@ pub(crate) struct ReconcileArgs {
     /// Also list units that are up to date (they are always counted).
     #[arg(long)]
     pub list_up_to_date: bool,
-    /// One JSON object per line: `unit, action, source_version, manifest_version`, then
+    /// One JSON object per line: `unit, action, source_version, current_version`, then
     /// `{"summary": {...}}`.
     #[arg(long)]
     pub json: bool,
@@ -62,18 +62,18 @@ pub(crate) struct ReconcileArgs {
     pub tmp: Option<PathBuf>,
 }
 
-/// Counts rows as they stream by and ticks a spinner (only when stderr is a terminal).
-struct Progress<L> {
+/// Counts rows as they stream by and reports them as progress.
+struct Counted<'p, L> {
     inner: L,
     rows: u64,
-    bar: indicatif::ProgressBar,
+    progress: &'p Progress,
 }
 
-impl<L: ListingSource> ListingSource for Progress<L> {
+impl<L: ListingSource> ListingSource for Counted<'_, L> {
     fn next_row(&mut self) -> Result<Option<Row<'_>>, ListingError> {
         self.rows += 1;
-        if self.rows.is_multiple_of(65_536) {
-            self.bar.set_position(self.rows);
+        if self.rows.is_multiple_of(4096) {
+            self.progress.update(self.rows);
         }
         self.inner.next_row()
     }
@@ -84,18 +84,18 @@ pub(crate) fn reconcile(a: ReconcileArgs, wait: Duration) -> Result<u8, CliError
     let sort = needs_sort(&a, format)?;
     let store = open_store(&a.store, wait, false)?;
 
-    let bar = progress_bar();
-    let listing = Progress {
+    let progress = Progress::new("reconcile", "rows read", None);
+    let listing = Counted {
         inner: ListingReader::new(input, format),
         rows: 0,
-        bar: bar.clone(),
+        progress: &progress,
     };
     let stdout = std::io::stdout();
     let mut out = std::io::BufWriter::with_capacity(1 << 16, stdout.lock());
-    let json = a.json;
-    let sink = |item: PlanItem<'_>| write_item(&mut out, item, json);
+    let output = Output::new(a.json);
+    let sink = |item: PlanItem<'_>| print_plan_item(&output, &mut out, item);
     let result = plan(&a, &store, listing, sort, format, sink);
-    bar.finish_and_clear();
+    progress.finish();
     let summary = match result? {
         Ok(s) => s,
         Err(ReconcileError::Listing(e)) => {
@@ -103,22 +103,32 @@ pub(crate) fn reconcile(a: ReconcileArgs, wait: Duration) -> Result<u8, CliError
             return Err(bad_listing(&a.source, format, &e, true));
         }
         Err(ReconcileError::Output(e)) if e.kind() == std::io::ErrorKind::BrokenPipe => {
-            return Ok(0); // a closed pipe (`| head`) is not an error
+            return Ok(exit::OK); // a closed pipe (`| head`) is not an error
         }
         Err(ReconcileError::Output(e)) => return Err(CliError::io("write the plan", e)),
         Err(ReconcileError::Store(e)) => return Err(e.into()),
         Err(e) => return Err(CliError::Usage(e.to_string())),
     };
     if out.flush().is_err() {
-        return Ok(0);
+        return Ok(exit::OK);
     }
     drop(out);
-    if json {
-        print_json(&json!({ "summary": summary_json(&summary, a.changes_only, format) }));
+    print_plan_summary(&output, &summary, a.changes_only, format);
+    Ok(exit::OK)
+}
+
+/// Prints the summary line that ends a complete plan.
+pub(crate) fn print_plan_summary(
+    out: &Output,
+    summary: &Summary,
+    changes_only: bool,
+    format: ListingFormat,
+) {
+    if out.json {
+        print_json(&json!({ "summary": summary_json(summary, changes_only, format) }));
     } else {
-        outln!("{}", summary_text(&summary, a.changes_only));
+        outln!("{}", summary_text(summary, changes_only));
     }
-    Ok(0)
 }
 
 /// The listing's reader (standard input for `-`) and its format: the flag, else the file's
@@ -128,7 +138,7 @@ fn open_listing(a: &ReconcileArgs) -> Result<(Box<dyn BufRead>, ListingFormat), 
         Box::new(BufReader::with_capacity(1 << 16, std::io::stdin()))
     } else {
         let f = std::fs::File::open(&a.source).map_err(|e| {
-            CliError::Usage(format!(
+            CliError::Input(format!(
                 "cannot read the listing {}: {e}; pass a readable file or - for standard input",
                 a.source.display()
             ))
@@ -170,20 +180,6 @@ fn needs_sort(a: &ReconcileArgs, format: ListingFormat) -> Result<bool, CliError
         Err(ListingError::Unsorted { .. }) => Ok(true),
         Err(e) => Err(bad_listing(&a.source, format, &e, false)),
     }
-}
-
-/// A spinner with the rows read so far, only when standard error is a terminal.
-fn progress_bar() -> indicatif::ProgressBar {
-    if !std::io::stderr().is_terminal() {
-        return indicatif::ProgressBar::hidden();
-    }
-    let bar = indicatif::ProgressBar::new_spinner();
-    bar.set_style(
-        indicatif::ProgressStyle::with_template("{spinner} {pos} rows read ({per_sec})")
-            .unwrap_or_else(|_| indicatif::ProgressStyle::default_spinner()),
-    );
-    bar.enable_steady_tick(Duration::from_millis(200));
-    bar
 }
 
 /// Runs the plan in the form the arguments ask for, writing each item to `sink`. The outer
@@ -256,13 +252,19 @@ fn bad_listing(
     ))
 }
 
-fn write_item(out: &mut impl Write, item: PlanItem<'_>, json: bool) -> std::io::Result<()> {
-    if json {
+/// Prints one unit of the plan: `unit, action, source_version, current_version` (the version the
+/// store holds).
+pub(crate) fn print_plan_item(
+    output: &Output,
+    out: &mut impl Write,
+    item: PlanItem<'_>,
+) -> std::io::Result<()> {
+    if output.json {
         let v = json!({
             "unit": item.unit,
             "action": item.action.name(),
             "source_version": item.source_version,
-            "manifest_version": item.manifest_version,
+            "current_version": item.manifest_version,
         });
         writeln!(out, "{v}")
     } else {

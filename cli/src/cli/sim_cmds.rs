@@ -1,11 +1,10 @@
 //! The coordination commands: `simulate` (the worked example, SPEC R18), `stats` (R16) and the
 //! coordinator mode by hand, `claim` and `release` (R9).
 
-use super::{open_store, parse_duration, print_json, CliError};
+use super::{exit, open_store, parse_duration, print_json, rfc3339, CliError, Output, Progress};
 use oncelake::simulate::{simulate, Schedule, SimConfig, SimMode, SimReport};
 use oncelake::{ClaimOutcome, Lease, MetricsSnapshot, ReleaseOutcome};
-use serde_json::json;
-use std::io::IsTerminal;
+use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -146,7 +145,7 @@ pub(crate) fn simulate_cmd(a: SimulateArgs) -> Result<u8, CliError> {
     let ok = reports
         .iter()
         .all(|r| r.entries == r.units && r.orphans_left == 0 && r.replay_clean);
-    Ok(if ok { 0 } else { 1 })
+    Ok(if ok { exit::OK } else { exit::FAILURE })
 }
 
 fn run_modes(
@@ -174,28 +173,17 @@ fn run_modes(
             },
             ..SimConfig::new(root.join(mode.name()))
         };
-        let bar = std::io::stderr().is_terminal().then(|| {
-            let bar = indicatif::ProgressBar::new(a.units);
-            bar.set_style(
-                indicatif::ProgressStyle::with_template(
-                    "{prefix:>12} [{bar:40}] {pos}/{len} attempts ({per_sec}, {eta})",
-                )
-                .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar())
-                .progress_chars("=> "),
-            );
-            bar.set_prefix(mode.name());
-            bar
-        });
+        let bar = Progress::new(
+            &format!("simulate {}", mode.name()),
+            "attempts",
+            Some(a.units),
+        );
         let progress = |done: u64, total: u64| {
-            if let Some(bar) = &bar {
-                bar.set_length(total);
-                bar.set_position(done);
-            }
+            bar.set_total(total);
+            bar.update(done);
         };
         let report = simulate(&cfg, &progress);
-        if let Some(bar) = bar {
-            bar.finish_and_clear();
-        }
+        bar.finish();
         let report = report?;
         if a.json {
             print_json(&report_json(&report, a));
@@ -248,7 +236,7 @@ fn report_json(r: &SimReport, a: &SimulateArgs) -> serde_json::Value {
         "crashed_attempts": r.crashed_attempts,
         "already_done": r.already_done,
         "busy": r.busy,
-        "entries": r.entries,
+        "manifest_entries": r.entries,
         "wasted_fraction": r.wasted_fraction,
         "duplicates_collapsed": r.duplicates_collapsed,
         "claims_granted": r.claims_granted,
@@ -365,32 +353,51 @@ pub(crate) fn stats(a: StatsArgs, wait: Duration) -> Result<u8, CliError> {
     let last_seq = snap.seq();
     drop(snap);
     let m = store.metrics();
+    let out = Output::new(a.json);
     if a.prometheus {
-        out!("{}", m.to_prometheus());
-        outln!("# HELP oncelake_units units with a current entry");
-        outln!("# TYPE oncelake_units gauge");
-        outln!("oncelake_units {units}");
-        outln!("# HELP oncelake_last_seq newest commit log sequence number");
-        outln!("# TYPE oncelake_last_seq gauge");
-        outln!("oncelake_last_seq {last_seq}");
-    } else if a.json {
-        let mut v =
-            json!({"store": a.store.display().to_string(), "units": units, "last_seq": last_seq});
-        if let Some(o) = v.as_object_mut() {
-            for (name, n) in m.counters() {
-                o.insert(name.into(), json!(n));
-            }
-            o.insert("group_units".into(), histogram_json(&m.group_units));
-            o.insert(
-                "commit_latency_us".into(),
-                histogram_json(&m.commit_latency_us),
-            );
-        }
-        print_json(&v);
+        print_prometheus(units, last_seq, &m);
     } else {
-        print_stats_table(&a.store, units, last_seq, &m);
+        print_stats(&out, &a.store, units, last_seq, &m);
     }
-    Ok(0)
+    Ok(exit::OK)
+}
+
+/// Prints `stats --prometheus`.
+pub(crate) fn print_prometheus(units: u64, last_seq: u64, m: &MetricsSnapshot) {
+    out!("{}", m.to_prometheus());
+    outln!("# HELP oncelake_units units with a current entry");
+    outln!("# TYPE oncelake_units gauge");
+    outln!("oncelake_units {units}");
+    outln!("# HELP oncelake_last_seq newest commit log sequence number");
+    outln!("# TYPE oncelake_last_seq gauge");
+    outln!("oncelake_last_seq {last_seq}");
+}
+
+/// Prints `stats`: a table, or one JSON object (`store, units, last_seq`, every counter by its
+/// metric name, the histograms as objects).
+pub(crate) fn print_stats(
+    out: &Output,
+    store: &Path,
+    units: u64,
+    last_seq: u64,
+    m: &MetricsSnapshot,
+) {
+    if !out.json {
+        print_stats_table(store, units, last_seq, m);
+        return;
+    }
+    let mut v = json!({"store": store.display().to_string(), "units": units, "last_seq": last_seq});
+    if let Some(o) = v.as_object_mut() {
+        for (name, n) in m.counters() {
+            o.insert(name.into(), json!(n));
+        }
+        o.insert("group_units".into(), histogram_json(&m.group_units));
+        o.insert(
+            "commit_latency_us".into(),
+            histogram_json(&m.commit_latency_us),
+        );
+    }
+    print_json(&v);
 }
 
 fn histogram_json(h: &oncelake::metrics::HistogramSnapshot) -> serde_json::Value {
@@ -424,51 +431,58 @@ fn print_stats_table(store: &Path, units: u64, last_seq: u64, m: &MetricsSnapsho
 pub(crate) fn claim(a: ClaimArgs, wait: Duration) -> Result<u8, CliError> {
     oncelake::validate_key(&a.unit)?;
     let store = open_store(&a.store, wait, false)?;
-    match store.claim(&a.unit, a.version, &a.worker, a.ttl)? {
+    let outcome = store.claim(&a.unit, a.version, &a.worker, a.ttl)?;
+    Ok(print_claim(&Output::new(a.json), &a.unit, a.version, &outcome))
+}
+
+/// Prints the outcome of `claim` and returns its exit code. Under --json the same fields whatever
+/// the outcome: `unit, source_version, outcome, worker, token, expires_at_ms, took_over, holder,
+/// seq, object` (the last two for a unit already done).
+pub(crate) fn print_claim(out: &Output, unit: &str, version: u64, outcome: &ClaimOutcome) -> u8 {
+    let mut v = json!({
+        "unit": unit, "source_version": version, "outcome": Value::Null, "worker": Value::Null,
+        "token": Value::Null, "expires_at_ms": Value::Null, "took_over": Value::Null,
+        "holder": Value::Null, "seq": Value::Null, "object": Value::Null,
+    });
+    let code = match outcome {
         ClaimOutcome::Granted { lease, took_over } => {
-            if a.json {
-                print_json(&json!({
-                    "unit": lease.unit, "outcome": "granted", "worker": lease.worker,
-                    "token": lease.token, "source_version": lease.source_version,
-                    "expires_at_ms": lease.expires_at_ms, "took_over": took_over,
-                }));
-            } else {
+            (v["outcome"], v["worker"]) = (json!("granted"), json!(lease.worker));
+            (v["token"], v["took_over"]) = (json!(lease.token), json!(took_over));
+            v["expires_at_ms"] = json!(lease.expires_at_ms);
+            v["source_version"] = json!(lease.source_version);
+            if !out.json {
                 outln!(
-                    "granted {} @ {} to {} with token {} until {} ms{}; commit with `oncelake put ... --token {}`",
+                    "granted {} @ {} to {} with token {} until {}{}; commit with `oncelake put ... --token {}`",
                     lease.unit,
                     lease.source_version,
                     lease.worker,
                     lease.token,
-                    lease.expires_at_ms,
-                    if took_over { " (took over an expired lease)" } else { "" },
+                    rfc3339(lease.expires_at_ms),
+                    if *took_over { " (took over an expired lease)" } else { "" },
                     lease.token
                 );
             }
-            Ok(0)
+            exit::OK
         }
         ClaimOutcome::Held {
             worker,
             expires_at_ms,
         } => {
-            if a.json {
-                print_json(&json!({"unit": a.unit, "outcome": "held", "worker": worker,
-                                   "expires_at_ms": expires_at_ms}));
-            } else {
+            (v["outcome"], v["holder"]) = (json!("held"), json!(worker));
+            v["expires_at_ms"] = json!(expires_at_ms);
+            if !out.json {
                 errln!(
-                    "busy: {} is held by {worker} until {expires_at_ms} ms; try again after that",
-                    a.unit
+                    "busy: {unit} is held by {worker} until {}; try again after that",
+                    rfc3339(*expires_at_ms)
                 );
             }
-            Ok(6)
+            exit::BUSY
         }
         ClaimOutcome::AlreadyDone(entry) => {
-            if a.json {
-                let mut v = super::store_cmds::entry_json(&entry);
-                if let Some(o) = v.as_object_mut() {
-                    o.insert("outcome".into(), json!("already_done"));
-                }
-                print_json(&v);
-            } else {
+            v["outcome"] = json!("already_done");
+            v["source_version"] = json!(entry.source_version);
+            (v["seq"], v["object"]) = (json!(entry.seq), json!(entry.object.id.to_hex()));
+            if !out.json {
                 outln!(
                     "already done: {} is committed at version {} (seq {}); nothing to do",
                     entry.unit,
@@ -476,9 +490,13 @@ pub(crate) fn claim(a: ClaimArgs, wait: Duration) -> Result<u8, CliError> {
                     entry.seq
                 );
             }
-            Ok(0)
+            exit::OK
         }
+    };
+    if out.json {
+        print_json(&v);
     }
+    code
 }
 
 pub(crate) fn release(a: ReleaseArgs, wait: Duration) -> Result<u8, CliError> {
@@ -493,36 +511,45 @@ pub(crate) fn release(a: ReleaseArgs, wait: Duration) -> Result<u8, CliError> {
         expires_at_ms: 0,
     };
     let outcome = store.release(&lease)?;
-    let (name, code) = match &outcome {
-        ReleaseOutcome::Released => ("released", 0),
-        ReleaseOutcome::NotHolder { .. } => ("not_holder", 5),
-        ReleaseOutcome::Lost { .. } => ("fenced", 5),
+    Ok(print_release(&Output::new(a.json), &lease, &outcome))
+}
+
+/// Prints the outcome of `release` and returns its exit code. Under --json the same fields
+/// whatever the outcome: `unit, worker, token, outcome, holder, newest_token, reason`.
+pub(crate) fn print_release(out: &Output, lease: &Lease, outcome: &ReleaseOutcome) -> u8 {
+    let (name, code) = match outcome {
+        ReleaseOutcome::Released => ("released", exit::OK),
+        ReleaseOutcome::NotHolder { .. } => ("not_holder", exit::FENCED),
+        ReleaseOutcome::Lost { .. } => ("fenced", exit::FENCED),
     };
-    if a.json {
-        let mut v = json!({"unit": a.unit, "worker": a.worker, "token": a.token, "outcome": name});
-        match &outcome {
+    if out.json {
+        let mut v = json!({"unit": lease.unit, "worker": lease.worker, "token": lease.token,
+                           "outcome": name, "holder": Value::Null, "newest_token": Value::Null,
+                           "reason": Value::Null});
+        match outcome {
             ReleaseOutcome::NotHolder { holder } => v["holder"] = json!(holder),
             ReleaseOutcome::Lost { newest_token } => {
                 v["newest_token"] = json!(newest_token);
-                v["reason"] = json!(oncelake::FenceReason::of(a.token, *newest_token).to_string());
+                v["reason"] =
+                    json!(oncelake::FenceReason::of(lease.token, *newest_token).to_string());
             }
             ReleaseOutcome::Released => {}
         }
         print_json(&v);
-    } else {
-        match &outcome {
-            ReleaseOutcome::Released => outln!("released {} (token {})", a.unit, a.token),
-            ReleaseOutcome::NotHolder { holder } => errln!(
-                "refused: the lease with token {} on {} is held by {holder}, not {}; only its holder can release it. Nothing changed",
-                a.token, a.unit, a.worker
-            ),
-            ReleaseOutcome::Lost { newest_token } => errln!(
-                "fenced: token {} is not a lease of {} that can be released: {} (its newest lease token is {newest_token}); nothing changed",
-                a.token,
-                a.unit,
-                oncelake::FenceReason::of(a.token, *newest_token)
-            ),
-        }
+        return code;
     }
-    Ok(code)
+    match outcome {
+        ReleaseOutcome::Released => outln!("released {} (token {})", lease.unit, lease.token),
+        ReleaseOutcome::NotHolder { holder } => errln!(
+            "refused: the lease with token {} on {} is held by {holder}, not {}; only its holder can release it. Nothing changed",
+            lease.token, lease.unit, lease.worker
+        ),
+        ReleaseOutcome::Lost { newest_token } => errln!(
+            "fenced: token {} is not a lease of {} that can be released: {} (its newest lease token is {newest_token}); nothing changed",
+            lease.token,
+            lease.unit,
+            oncelake::FenceReason::of(lease.token, *newest_token)
+        ),
+    }
+    code
 }

@@ -1,11 +1,18 @@
 //! The store commands of the script contract: init, put, get, ls, log.
 
-use super::{open_input, open_store, print_json, stdout_open, write_out_bytes, CliError};
-use oncelake::log::RecordBody;
-use oncelake::{Batch, Entry, Outcome, Store};
-use serde_json::json;
-use std::path::PathBuf;
+use super::progress::CountingReader;
+use super::{
+    exit, open_input, open_store, print_json, rfc3339, stdout_open, write_out_bytes, CliError,
+    Output, Progress,
+};
+use oncelake::log::{Record, RecordBody};
+use oncelake::{Batch, Entry, ObjectMeta, Outcome, Store, UnitOutcome};
+use serde_json::{json, Map, Value};
+use std::path::{Path, PathBuf};
 use std::time::Duration;
+
+/// How many entries or records a listing prints per call of its printer.
+const CHUNK: usize = 1024;
 
 #[derive(clap::Args, Debug)]
 pub(crate) struct InitArgs {
@@ -61,6 +68,10 @@ pub(crate) struct LsArgs {
     /// List as of this seq instead of the newest.
     #[arg(long)]
     pub at: Option<u64>,
+    /// Also list the engine's internal units (`.pipeline/...`), hidden otherwise unless --prefix
+    /// names them.
+    #[arg(long)]
+    pub all: bool,
     /// One JSON object per entry.
     #[arg(long)]
     pub json: bool,
@@ -81,29 +92,49 @@ pub(crate) struct LogArgs {
 pub(crate) fn init(a: InitArgs, wait: Duration) -> Result<u8, CliError> {
     // Idempotent: creates the store, completes an interrupted creation, or finds it there.
     let store = open_store(&a.store, wait, true)?;
-    let created = store.created();
-    if a.json {
-        print_json(&json!({"store": store.path().display().to_string(), "created": created}));
+    print_init(&Output::new(a.json), store.path(), store.created());
+    Ok(exit::OK)
+}
+
+/// Prints the result of `init`.
+pub(crate) fn print_init(out: &Output, path: &Path, created: bool) {
+    if out.json {
+        print_json(&json!({"store": path.display().to_string(), "created": created}));
     } else if created {
-        outln!("created oncelake store {}", store.path().display());
+        outln!("created oncelake store {}", path.display());
     } else {
         outln!(
             "{} is already an oncelake store; nothing was changed",
-            store.path().display()
+            path.display()
         );
     }
-    Ok(0)
 }
 
 pub(crate) fn put(a: PutArgs, wait: Duration) -> Result<u8, CliError> {
-    oncelake::validate_key(&a.unit)?;
+    oncelake::validate_user_key(&a.unit)?;
     // Before the store is opened: a refused input leaves the store's files untouched.
     let input = open_input(&a.file)?;
     let store = open_store(&a.store, wait, false)?;
+    let total = input
+        .as_ref()
+        .and_then(|f| f.metadata().ok())
+        .filter(|m| m.is_file())
+        .map(|m| m.len());
+    let progress = Progress::new("put", "bytes read", total);
     let staged = match input {
-        None => store.stage_reader(std::io::stdin().lock())?,
-        Some(file) => store.stage_reader(file)?,
+        None => store.stage_reader(CountingReader {
+            inner: std::io::stdin().lock(),
+            read: 0,
+            progress: &progress,
+        }),
+        Some(file) => store.stage_reader(CountingReader {
+            inner: file,
+            read: 0,
+            progress: &progress,
+        }),
     };
+    progress.finish();
+    let staged = staged?;
     let intent = if a.correct {
         oncelake::Intent::Correct
     } else {
@@ -112,70 +143,101 @@ pub(crate) fn put(a: PutArgs, wait: Duration) -> Result<u8, CliError> {
     let report =
         store.commit(Batch::new().item(a.unit.clone(), a.version, &staged, a.token, intent))?;
     let u = &report.units[0];
-    let meta = staged.meta();
-    let code = outcome_code(&u.outcome);
-    if a.json {
-        let mut v = json!({
-            "unit": u.unit,
-            "source_version": u.source_version,
-            "outcome": u.outcome.name(),
-            "seq": u.outcome.seq(),
-            "object": meta.id.to_hex(),
-            "size": meta.size,
-            "crc32": format!("{:08x}", meta.crc32),
-        });
-        add_outcome_detail(&mut v, u);
-        print_json(&v);
-    } else {
-        match u.outcome {
-            Outcome::Committed { seq, revision, .. } => outln!(
-                "committed {} @ {} (revision {revision}) as seq {seq}: object {} ({} bytes)",
-                u.unit, u.source_version, meta.id, meta.size
-            ),
-            Outcome::Duplicate { seq } => outln!(
-                "duplicate: {} @ {} is already committed with identical content at seq {seq}; nothing changed",
-                u.unit, u.source_version
-            ),
-            Outcome::Conflict { winner_seq, winner } => errln!(
-                "conflict: {} @ {} was already committed with different content (object {winner}, seq {winner_seq}); the first commit wins. Use --correct to replace it deliberately.",
-                u.unit, u.source_version
-            ),
-            Outcome::Stale { current_version } => errln!(
-                "stale: {} is already at version {current_version}, newer than {}; nothing changed",
-                u.unit, u.source_version
-            ),
-            Outcome::Fenced { token, newest_token } => errln!(
-                "fenced: token {token} cannot commit {}: {} (the unit's newest lease token is {newest_token}); nothing changed — drop this output, or claim the unit again",
-                u.unit,
-                oncelake::FenceReason::of(token, newest_token)
-            ),
-            Outcome::Busy { expires_at_ms } => errln!(
-                "busy: {} is claimed by {} until {expires_at_ms} ms since the epoch; nothing changed — commit with that lease's --token, or retry after the lease ends",
-                u.unit,
-                u.holder.as_deref().unwrap_or("another worker")
-            ),
-            Outcome::Aborted => errln!("aborted: nothing changed"),
+    print_put(&Output::new(a.json), u, &staged.meta(), a.token);
+    Ok(outcome_code(&u.outcome))
+}
+
+/// Prints the outcome of a `put`: on standard output when it committed (or was a duplicate), on
+/// standard error when it was refused; under --json always one line on standard output.
+pub(crate) fn print_put(out: &Output, u: &UnitOutcome, meta: &ObjectMeta, token: Option<u64>) {
+    if out.json {
+        let mut v = outcome_json(u, token);
+        v.insert("size".into(), json!(meta.size));
+        v.insert("crc32".into(), json!(format!("{:08x}", meta.crc32)));
+        print_json(&Value::Object(v));
+        return;
+    }
+    match u.outcome {
+        Outcome::Committed { seq, revision, .. } => outln!(
+            "committed {} @ {} (revision {revision}) as seq {seq}: object {} ({} bytes)",
+            u.unit,
+            u.source_version,
+            meta.id,
+            meta.size
+        ),
+        Outcome::Duplicate { seq } => outln!(
+            "duplicate: {} @ {} is already committed with identical content at seq {seq}; nothing changed",
+            u.unit, u.source_version
+        ),
+        _ => errln!("{}", refusal_text(u)),
+    }
+}
+
+/// Why a commit of a unit was refused, and what to do (for people).
+pub(crate) fn refusal_text(u: &UnitOutcome) -> String {
+    match u.outcome {
+        Outcome::Conflict { winner_seq, winner } => format!(
+            "conflict: {} @ {} was already committed with different content (object {winner}, seq {winner_seq}); the first commit wins. Use --correct to replace it deliberately.",
+            u.unit, u.source_version
+        ),
+        Outcome::Stale { current_version } => format!(
+            "stale: {} is already at version {current_version}, newer than {}; nothing changed",
+            u.unit, u.source_version
+        ),
+        Outcome::Fenced { token, newest_token } => format!(
+            "fenced: token {token} cannot commit {}: {} (the unit's newest lease token is {newest_token}); nothing changed — drop this output, or claim the unit again",
+            u.unit,
+            oncelake::FenceReason::of(token, newest_token)
+        ),
+        Outcome::Busy { expires_at_ms } => format!(
+            "busy: {} is claimed by {} until {}; nothing changed — commit with that lease's --token, or retry after the lease ends",
+            u.unit,
+            u.holder.as_deref().unwrap_or("another worker"),
+            rfc3339(expires_at_ms)
+        ),
+        Outcome::Aborted => "aborted: another unit of the batch was refused; nothing changed".into(),
+        Outcome::Committed { .. } | Outcome::Duplicate { .. } => {
+            format!("{} @ {}: {}", u.unit, u.source_version, u.outcome.name())
         }
     }
-    Ok(code)
 }
 
 /// The exit code of a unit outcome (SPEC R17).
 pub(crate) fn outcome_code(o: &Outcome) -> u8 {
     match o {
-        Outcome::Committed { .. } | Outcome::Duplicate { .. } => 0,
-        Outcome::Conflict { .. } | Outcome::Aborted => 3,
-        Outcome::Stale { .. } => 4,
-        Outcome::Fenced { .. } => 5,
-        Outcome::Busy { .. } => 6,
+        Outcome::Committed { .. } | Outcome::Duplicate { .. } => exit::OK,
+        Outcome::Conflict { .. } | Outcome::Aborted => exit::CONFLICT,
+        Outcome::Stale { .. } => exit::STALE,
+        Outcome::Fenced { .. } => exit::FENCED,
+        Outcome::Busy { .. } => exit::BUSY,
     }
 }
 
-/// The outcome-specific fields of a unit's JSON line.
-pub(crate) fn add_outcome_detail(v: &mut serde_json::Value, u: &oncelake::UnitOutcome) {
-    let m = v
-        .as_object_mut()
-        .expect("invariant: outcome details go into a JSON object");
+/// The fields of a unit's commit outcome, the same whatever the outcome (`null` where one does
+/// not apply): `unit, source_version, outcome, seq, object, revision, superseded_version,
+/// winner_seq, winner_object, current_version, token, newest_token, reason, holder,
+/// expires_at_ms`. `token` is the token the commit carried.
+pub(crate) fn outcome_json(u: &UnitOutcome, token: Option<u64>) -> Map<String, Value> {
+    let mut m = Map::new();
+    m.insert("unit".into(), json!(u.unit));
+    m.insert("source_version".into(), json!(u.source_version));
+    m.insert("outcome".into(), json!(u.outcome.name()));
+    m.insert("seq".into(), json!(u.outcome.seq()));
+    m.insert("object".into(), json!(u.object.to_hex()));
+    for k in [
+        "revision",
+        "superseded_version",
+        "winner_seq",
+        "winner_object",
+        "current_version",
+        "newest_token",
+        "reason",
+        "holder",
+        "expires_at_ms",
+    ] {
+        m.insert(k.into(), Value::Null);
+    }
+    m.insert("token".into(), json!(token));
     match u.outcome {
         Outcome::Committed {
             revision,
@@ -209,6 +271,7 @@ pub(crate) fn add_outcome_detail(v: &mut serde_json::Value, u: &oncelake::UnitOu
         }
         Outcome::Duplicate { .. } | Outcome::Aborted => {}
     }
+    m
 }
 
 fn snapshot(store: &Store, at: Option<u64>) -> Result<oncelake::Snapshot, CliError> {
@@ -246,7 +309,7 @@ pub(crate) fn get(a: GetArgs, wait: Duration) -> Result<u8, CliError> {
             let _ = write_out_bytes(&bytes);
         }
     }
-    Ok(0)
+    Ok(exit::OK)
 }
 
 /// Refuses, before the store is opened, an output path that cannot be written: a directory, or
@@ -272,8 +335,10 @@ fn check_output_path(path: &std::path::Path) -> Result<(), CliError> {
     Ok(())
 }
 
-pub(crate) fn entry_json(e: &Entry) -> serde_json::Value {
-    json!({
+/// An entry's JSON object: `unit, source_version, revision, object, size, crc32, seq,
+/// committed_at_ms`.
+pub(crate) fn entry_json(e: &Entry) -> Map<String, Value> {
+    let v = json!({
         "unit": e.unit,
         "source_version": e.source_version,
         "revision": e.revision,
@@ -282,95 +347,165 @@ pub(crate) fn entry_json(e: &Entry) -> serde_json::Value {
         "crc32": format!("{:08x}", e.object.crc32),
         "seq": e.seq,
         "committed_at_ms": e.committed_at_ms,
-    })
+    });
+    match v {
+        Value::Object(m) => m,
+        _ => unreachable!("invariant: json! of an object literal is an object"),
+    }
 }
 
 pub(crate) fn ls(a: LsArgs, wait: Duration) -> Result<u8, CliError> {
     let store = open_store(&a.store, wait, false)?;
     let snap = snapshot(&store, a.at)?;
-    let mut n = 0u64;
+    let out = Output::new(a.json);
+    // Internal units are the engine's; a listing for people shows them only when asked.
+    let show_internal = a.all || oncelake::is_internal_key(&a.prefix);
+    let (mut n, mut hidden) = (0u64, 0u64);
+    let mut chunk = Vec::with_capacity(CHUNK);
     for e in snap.prefix(&a.prefix)? {
         let e = e?;
+        if !show_internal && oncelake::is_internal_key(&e.unit) {
+            hidden += 1;
+            continue;
+        }
         n += 1;
-        let line = if a.json {
-            entry_json(&e).to_string()
-        } else {
-            format!(
-                "{}\tv{}\tr{}\tseq {}\t{} bytes\t{}",
-                e.unit, e.source_version, e.revision, e.seq, e.object.size, e.object.id
-            )
-        };
-        outln!("{line}");
-        if !stdout_open() {
-            return Ok(0); // a closed pipe (`| head`) is not an error
+        chunk.push(e);
+        if chunk.len() == CHUNK {
+            if !print_ls(&out, &chunk) {
+                return Ok(exit::OK); // a closed pipe (`| head`) is not an error
+            }
+            chunk.clear();
         }
     }
-    if !a.json && n == 0 {
+    if !print_ls(&out, &chunk) {
+        return Ok(exit::OK);
+    }
+    if !out.json && n == 0 {
         errln!(
-            "no entries{}",
+            "no entries{}{}",
             if a.prefix.is_empty() {
                 String::new()
             } else {
                 format!(" with prefix {:?}", a.prefix)
+            },
+            if hidden > 0 {
+                format!(" ({hidden} internal units hidden; --all lists them)")
+            } else {
+                String::new()
             }
         );
     }
-    Ok(0)
+    Ok(exit::OK)
+}
+
+/// Prints entries of `ls`, one per line; false once standard output is closed.
+pub(crate) fn print_ls(out: &Output, entries: &[Entry]) -> bool {
+    for e in entries {
+        if out.json {
+            print_json(&Value::Object(entry_json(e)));
+        } else {
+            outln!(
+                "{}\tv{}\tr{}\tseq {}\t{}\t{} bytes\t{}",
+                e.unit,
+                e.source_version,
+                e.revision,
+                e.seq,
+                rfc3339(e.committed_at_ms),
+                e.object.size,
+                e.object.id
+            );
+        }
+        if !stdout_open() {
+            return false;
+        }
+    }
+    stdout_open()
 }
 
 pub(crate) fn log(a: LogArgs, wait: Duration) -> Result<u8, CliError> {
     let store = open_store(&a.store, wait, false)?;
     let snap = store.snapshot()?;
+    let out = Output::new(a.json);
+    let mut chunk = Vec::with_capacity(CHUNK);
     for rec in snap.changes_since(a.since)? {
-        let rec = rec?;
-        let line = if a.json {
-            record_json(&rec).to_string()
-        } else {
-            record_text(&rec)
-        };
-        outln!("{line}");
-        if !stdout_open() {
-            return Ok(0);
+        chunk.push(rec?);
+        if chunk.len() == CHUNK {
+            if !print_log(&out, &chunk) {
+                return Ok(exit::OK);
+            }
+            chunk.clear();
         }
     }
-    Ok(0)
+    print_log(&out, &chunk);
+    Ok(exit::OK)
 }
 
-pub(crate) fn record_json(rec: &oncelake::log::Record) -> serde_json::Value {
-    let (kind, detail) = match &rec.body {
-        RecordBody::Commit { entries } => (
-            "commit",
-            json!({"entries": entries.iter().map(|e| json!({
-                "unit": e.unit,
-                "source_version": e.source_version,
-                "revision": e.revision,
-                "object": e.object.id.to_hex(),
-                "size": e.object.size,
-                "crc32": format!("{:08x}", e.object.crc32),
-                "token": e.token,
-            })).collect::<Vec<_>>()}),
-        ),
-        RecordBody::ClaimGranted(c) | RecordBody::ClaimReleased(c) => (
-            if matches!(rec.body, RecordBody::ClaimGranted(_)) {
+/// Prints commit-log records, one per line; false once standard output is closed.
+pub(crate) fn print_log(out: &Output, records: &[Record]) -> bool {
+    for rec in records {
+        if out.json {
+            print_json(&record_json(rec));
+        } else {
+            outln!("{}", record_text(rec));
+        }
+        if !stdout_open() {
+            return false;
+        }
+    }
+    stdout_open()
+}
+
+/// A log record's JSON object, the same fields for every kind (`null` where one does not apply):
+/// `seq, committed_at_ms, kind, entries` (commit), `unit, worker, token, source_version,
+/// expires_at_ms` (claim_granted, claim_released), `tag, bytes` (extension).
+pub(crate) fn record_json(rec: &Record) -> Value {
+    let mut v = json!({
+        "seq": rec.seq, "committed_at_ms": rec.time_ms, "kind": Value::Null,
+        "entries": Value::Null, "unit": Value::Null, "worker": Value::Null, "token": Value::Null,
+        "source_version": Value::Null, "expires_at_ms": Value::Null, "tag": Value::Null,
+        "bytes": Value::Null,
+    });
+    match &rec.body {
+        RecordBody::Commit { entries } => {
+            v["kind"] = json!("commit");
+            v["entries"] = entries
+                .iter()
+                .map(|e| {
+                    json!({
+                        "unit": e.unit,
+                        "source_version": e.source_version,
+                        "revision": e.revision,
+                        "object": e.object.id.to_hex(),
+                        "size": e.object.size,
+                        "crc32": format!("{:08x}", e.object.crc32),
+                        "token": e.token,
+                    })
+                })
+                .collect();
+        }
+        RecordBody::ClaimGranted(c) | RecordBody::ClaimReleased(c) => {
+            v["kind"] = json!(if matches!(rec.body, RecordBody::ClaimGranted(_)) {
                 "claim_granted"
             } else {
                 "claim_released"
-            },
-            json!({"unit": c.unit, "worker": c.worker, "token": c.token,
-                   "source_version": c.source_version, "expires_at_ms": c.expires_at_ms}),
-        ),
-        RecordBody::Extension { tag, data } => {
-            ("extension", json!({"tag": tag, "bytes": data.len()}))
+            });
+            v["unit"] = json!(c.unit);
+            v["worker"] = json!(c.worker);
+            v["token"] = json!(c.token);
+            v["source_version"] = json!(c.source_version);
+            v["expires_at_ms"] = json!(c.expires_at_ms);
         }
-    };
-    let mut v = json!({"seq": rec.seq, "time_ms": rec.time_ms, "kind": kind});
-    if let (Some(m), Some(d)) = (v.as_object_mut(), detail.as_object()) {
-        m.extend(d.clone());
+        RecordBody::Extension { tag, data } => {
+            v["kind"] = json!("extension");
+            v["tag"] = json!(tag);
+            v["bytes"] = json!(data.len());
+        }
     }
     v
 }
 
-fn record_text(rec: &oncelake::log::Record) -> String {
+fn record_text(rec: &Record) -> String {
+    let at = rfc3339(rec.time_ms);
     match &rec.body {
         RecordBody::Commit { entries } => {
             let units: Vec<String> = entries
@@ -389,22 +524,27 @@ fn record_text(rec: &oncelake::log::Record) -> String {
                 })
                 .collect();
             format!(
-                "seq {}\tcommit\t{} unit(s)\t{}",
+                "seq {}\t{at}\tcommit\t{} unit(s)\t{}",
                 rec.seq,
                 entries.len(),
                 units.join(", ")
             )
         }
         RecordBody::ClaimGranted(c) => format!(
-            "seq {}\tclaim\t{}@{} by {} (token {}, until {} ms)",
-            rec.seq, c.unit, c.source_version, c.worker, c.token, c.expires_at_ms
+            "seq {}\t{at}\tclaim\t{}@{} by {} (token {}, until {})",
+            rec.seq,
+            c.unit,
+            c.source_version,
+            c.worker,
+            c.token,
+            rfc3339(c.expires_at_ms)
         ),
         RecordBody::ClaimReleased(c) => format!(
-            "seq {}\trelease\t{} by {} (token {})",
+            "seq {}\t{at}\trelease\t{} by {} (token {})",
             rec.seq, c.unit, c.worker, c.token
         ),
         RecordBody::Extension { tag, data } => {
-            format!("seq {}\textension {tag}\t{} bytes", rec.seq, data.len())
+            format!("seq {}\t{at}\textension {tag}\t{} bytes", rec.seq, data.len())
         }
     }
 }

@@ -1,0 +1,537 @@
+//! The uniform command-line contract of docs/cli.md (SPEC R17, issue 13 point 6): one JSON field
+//! name per concept in every command (checked against the field table of docs/cli.md), the same
+//! fields whatever the outcome, errors as JSON objects under --json with stable kinds, one exit
+//! code per failure, dates in human output, progress on a non-terminal, internal units protected
+//! and hidden, and no store nested in another.
+
+mod bin;
+
+use serde_json::Value;
+use std::collections::{BTreeMap, BTreeSet};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+
+fn run_env(args: &[&str], stdin: Option<&[u8]>, env: &[(&str, &str)]) -> Output {
+    let mut cmd = Command::new(bin::oncelake());
+    cmd.args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .env_remove("ONCELAKE_PROGRESS_INTERVAL");
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let mut child = cmd.spawn().unwrap();
+    let mut input = child.stdin.take().unwrap();
+    if let Some(data) = stdin {
+        let _ = input.write_all(data);
+    }
+    drop(input);
+    child.wait_with_output().unwrap()
+}
+
+fn run(args: &[&str], stdin: Option<&[u8]>) -> Output {
+    run_env(args, stdin, &[])
+}
+
+fn s(p: &Path) -> &str {
+    p.to_str().unwrap()
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+/// The JSON lines of standard output, each parsed (a line that is not JSON fails the test).
+fn lines(out: &Output) -> Vec<Value> {
+    text(&out.stdout)
+        .lines()
+        .map(|l| {
+            serde_json::from_str(l).unwrap_or_else(|e| {
+                panic!("not a JSON line ({e}): {l}\nstderr: {}", text(&out.stderr))
+            })
+        })
+        .collect()
+}
+
+/// One field of the table: its JSON type and whether it may be null.
+#[derive(Debug)]
+struct Field {
+    ty: String,
+    nullable: bool,
+}
+
+/// The field table of docs/cli.md (section "JSON output"), plus the engine's counter names that
+/// `stats --json` prints as `uint` fields.
+fn field_table() -> BTreeMap<String, Field> {
+    let doc = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/cli.md"))
+        .unwrap();
+    let section = doc
+        .split("## JSON output")
+        .nth(1)
+        .and_then(|s| s.split("\n## ").next())
+        .expect("docs/cli.md has a section \"JSON output\"");
+    let mut table = BTreeMap::new();
+    for line in section.lines() {
+        let cells: Vec<&str> = line.split('|').map(str::trim).collect();
+        if cells.len() < 4 || !cells[1].starts_with('`') {
+            continue;
+        }
+        let name = cells[1].trim_matches('`').to_string();
+        let (ty, nullable) = match cells[2].strip_suffix('?') {
+            Some(t) => (t.to_string(), true),
+            None => (cells[2].to_string(), false),
+        };
+        assert!(
+            ["uint", "number", "string", "bool", "array", "object"].contains(&ty.as_str()),
+            "docs/cli.md: field {name} has an unknown type {ty}"
+        );
+        assert!(
+            table.insert(name.clone(), Field { ty, nullable }).is_none(),
+            "docs/cli.md lists {name} twice"
+        );
+    }
+    assert!(table.len() > 50, "the field table was not found");
+    let dir = tempfile::tempdir().unwrap();
+    let store = oncelake::Store::open(dir.path().join("lake")).unwrap();
+    for (name, _) in store.metrics().counters() {
+        table.entry(name.to_string()).or_insert(Field {
+            ty: "uint".into(),
+            nullable: false,
+        });
+    }
+    table
+}
+
+/// Checks every field of `v`, at any depth, against the table; returns the problems.
+fn check(v: &Value, table: &BTreeMap<String, Field>, at: &str, problems: &mut Vec<String>) {
+    match v {
+        Value::Object(m) => {
+            for (k, x) in m {
+                let ctx = format!("{at}.{k}");
+                match table.get(k) {
+                    None => problems.push(format!("{ctx}: field {k:?} is not in docs/cli.md")),
+                    Some(f) => {
+                        let ok = match x {
+                            Value::Null => f.nullable,
+                            Value::Number(n) => match f.ty.as_str() {
+                                "uint" => n.is_u64(),
+                                "number" => true,
+                                _ => false,
+                            },
+                            Value::String(_) => f.ty == "string",
+                            Value::Bool(_) => f.ty == "bool",
+                            Value::Array(_) => f.ty == "array",
+                            Value::Object(_) => f.ty == "object",
+                        };
+                        if !ok {
+                            problems.push(format!("{ctx}: {x} is not a {}{}", f.ty, if f.nullable { "?" } else { "" }));
+                        }
+                    }
+                }
+                check(x, table, &ctx, problems);
+            }
+        }
+        Value::Array(items) => {
+            for (i, x) in items.iter().enumerate() {
+                check(x, table, &format!("{at}[{i}]"), problems);
+            }
+        }
+        _ => {}
+    }
+}
+
+fn keys(v: &Value) -> BTreeSet<String> {
+    v.as_object().unwrap().keys().cloned().collect()
+}
+
+/// Runs one command and records its JSON lines under `label`, checking its exit code.
+struct Runs {
+    by_label: BTreeMap<String, Vec<Value>>,
+}
+
+impl Runs {
+    fn json(&mut self, label: &str, args: &[&str], stdin: Option<&[u8]>, code: i32) -> Vec<Value> {
+        let out = run(args, stdin);
+        assert_eq!(out.status.code(), Some(code), "{args:?}: {}", text(&out.stderr));
+        let ls = lines(&out);
+        assert!(!ls.is_empty() || label.starts_with("ls-empty"), "{args:?} printed no JSON");
+        self.by_label.entry(label.into()).or_default().extend(ls.clone());
+        ls
+    }
+}
+
+const ETL: &str = "[stage.ingest]\ncode_version = 1\n[stage.transform]\ncode_version = 3\nupstream = [\"ingest\"]\nmax_attempts = 2\n";
+
+/// Every command with --json, in every outcome it has: every field is in the table of
+/// docs/cli.md with its type, and the lines of one command have the same fields whatever the
+/// outcome. (Fails on the old code: `log` said `time_ms`, `put`'s fields varied by outcome.)
+#[test]
+fn every_json_output_uses_one_name_per_concept_and_the_same_fields_per_command() {
+    let table = field_table();
+    let dir = tempfile::tempdir().unwrap();
+    let lake = dir.path().join("lake");
+    let l = s(&lake);
+    let etl = dir.path().join("etl.toml");
+    std::fs::write(&etl, ETL).unwrap();
+    let p = s(&etl);
+    let listing = dir.path().join("listing.csv");
+    std::fs::write(&listing, "a/1,1\na/2,5\nz/9,1\n").unwrap();
+    let mut r = Runs { by_label: BTreeMap::new() };
+
+    r.json("init", &["init", l, "--json"], None, 0);
+    r.json("init", &["init", l, "--json"], None, 0);
+    // put: committed, duplicate, conflict, stale, busy, fenced, committed with a token.
+    r.json("put", &["put", l, "a/1", "1", "-", "--json"], Some(b"one"), 0);
+    r.json("put", &["put", l, "a/1", "1", "-", "--json"], Some(b"one"), 0);
+    r.json("put", &["put", l, "a/1", "1", "-", "--json"], Some(b"other"), 3);
+    r.json("put", &["put", l, "a/1", "0", "-", "--json"], Some(b"old"), 4);
+    let granted = r.json("claim", &["claim", l, "a/2", "5", "--worker", "w1", "--json"], None, 0);
+    let token = granted[0]["token"].as_u64().unwrap().to_string();
+    r.json("claim", &["claim", l, "a/2", "5", "--worker", "w2", "--json"], None, 6);
+    r.json("put", &["put", l, "a/2", "5", "-", "--json"], Some(b"two"), 6);
+    r.json("put", &["put", l, "a/2", "5", "-", "--token", "999", "--json"], Some(b"two"), 5);
+    r.json("put", &["put", l, "a/2", "5", "-", "--token", &token, "--json"], Some(b"two"), 0);
+    r.json("put", &["put", l, "a/1", "1", "-", "--correct", "--json"], Some(b"fixed"), 0);
+    r.json("claim", &["claim", l, "a/2", "5", "--worker", "w2", "--json"], None, 0);
+    // release: not the holder, released, then the same token again (fenced).
+    let g = r.json("claim", &["claim", l, "c/1", "1", "--worker", "w1", "--json"], None, 0);
+    let t = g[0]["token"].as_u64().unwrap().to_string();
+    r.json("release", &["release", l, "c/1", "--worker", "w9", "--token", &t, "--json"], None, 5);
+    r.json("release", &["release", l, "c/1", "--worker", "w1", "--token", &t, "--json"], None, 0);
+    r.json("release", &["release", l, "c/1", "--worker", "w1", "--token", &t, "--json"], None, 5);
+    // pipeline: set-version (committed, duplicate, stale), ready, claim, complete, fail, explain.
+    for (v, code) in [("3", 0), ("3", 0), ("2", 4)] {
+        r.json("set-version", &["pipeline", "set-version", l, "u/1", v, "-", "--json"], Some(b"in"), code);
+    }
+    r.json("set-version", &["pipeline", "set-version", l, "u/2", "1", "--json"], None, 0);
+    r.json("status", &["pipeline", "status", l, "--pipeline", p, "--json"], None, 0);
+    r.json("ready", &["pipeline", "ready", l, "--pipeline", p, "--json"], None, 0);
+    let claimed = r.json(
+        "ready",
+        &["pipeline", "ready", l, "--pipeline", p, "--claim", "--worker", "w1", "--json"],
+        None,
+        0,
+    );
+    let cell_token = claimed
+        .iter()
+        .find(|c| c["unit"] == "u/1")
+        .and_then(|c| c["token"].as_u64())
+        .unwrap()
+        .to_string();
+    let pp = ["pipeline", "complete", l, "--pipeline", p, "u/1", "ingest", "-"];
+    r.json("complete", &[&pp[..], &["--json"]].concat(), Some(b"x"), 6);
+    r.json("complete", &[&pp[..], &["--token", "999", "--json"]].concat(), Some(b"x"), 5);
+    r.json("complete", &[&pp[..], &["--token", &cell_token, "--json"]].concat(), Some(b"x"), 0);
+    r.json("complete", &[&pp[..], &["--token", &cell_token, "--json"]].concat(), Some(b"x"), 0);
+    let pf = ["pipeline", "fail", l, "--pipeline", p, "u/2", "ingest", "--error", "boom"];
+    r.json("fail", &[&pf[..], &["--json"]].concat(), None, 6);
+    r.json("fail", &[&pf[..], &["--token", "999", "--json"]].concat(), None, 5);
+    let u2 = claimed.iter().find(|c| c["unit"] == "u/2").unwrap()["token"].to_string();
+    r.json("fail", &[&pf[..], &["--token", &u2, "--json"]].concat(), None, 0);
+    r.json("explain", &["pipeline", "explain", l, "--pipeline", p, "u/1", "--json"], None, 0);
+    r.json("explain", &["pipeline", "explain", l, "--pipeline", p, "u/2", "--json"], None, 0);
+    // Reads, maintenance, tables.
+    r.json("ls", &["ls", l, "--json"], None, 0);
+    r.json("ls", &["ls", l, "--all", "--json"], None, 0);
+    r.json("log", &["log", l, "--json"], None, 0);
+    r.json("reconcile", &["reconcile", l, "--source", s(&listing), "--json"], None, 0);
+    r.json("reconcile-summary", &["reconcile", l, "--source", s(&listing), "--changes-only", "--json"], None, 0);
+    r.json("verify", &["verify", l, "--deep", "--json"], None, 0);
+    r.json("gc", &["gc", l, "--dry-run", "--json"], None, 0);
+    r.json("gc", &["gc", l, "--json"], None, 0);
+    r.json("stats", &["stats", l, "--json"], None, 0);
+    r.json("table", &["table", "create", l, "sales", "--prefix", "sales/", "--json"], None, 0);
+    r.json("table", &["table", "publish", l, "sales", "--json"], None, 0);
+    r.json("table", &["table", "ls", l, "--json"], None, 0);
+    r.json(
+        "simulate",
+        &["simulate", "--units", "200", "--workers", "2", "--mode", "both", "--json"],
+        None,
+        0,
+    );
+
+    // The log holds every kind of record.
+    let kinds: BTreeSet<String> = r.by_label["log"]
+        .iter()
+        .map(|v| v["kind"].as_str().unwrap().to_string())
+        .collect();
+    for k in ["commit", "claim_granted", "claim_released", "extension"] {
+        assert!(kinds.contains(k), "the log lacks a {k} record: {kinds:?}");
+    }
+    let mut problems = Vec::new();
+    for (label, vs) in &r.by_label {
+        for v in vs {
+            check(v, &table, label, &mut problems);
+        }
+    }
+    // The same fields whatever the outcome (the table and ls listings mix record kinds only
+    // within one command; reconcile ends with its summary line).
+    for label in ["put", "claim", "release", "set-version", "complete", "fail", "explain", "ready", "log", "ls", "init"] {
+        let vs = &r.by_label[label];
+        let first = keys(&vs[0]);
+        for v in vs {
+            if keys(v) != first {
+                problems.push(format!(
+                    "{label}: fields differ by outcome: {:?} vs {:?}",
+                    first,
+                    keys(v)
+                ));
+            }
+        }
+    }
+    let outcomes: BTreeSet<&str> = r.by_label["put"].iter().map(|v| v["outcome"].as_str().unwrap()).collect();
+    assert_eq!(
+        outcomes,
+        BTreeSet::from(["busy", "committed", "conflict", "duplicate", "fenced", "stale"]),
+        "every outcome of put was exercised"
+    );
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+}
+
+/// Errors under --json are one JSON object on standard error with a stable kind and the exit
+/// code; the same failure has the same exit code in every command (a missing put input, pipeline
+/// file and listing are all bad input, exit 2; the pipeline file was exit 1 before).
+#[test]
+fn errors_under_json_are_json_objects_with_stable_kinds_and_one_exit_code_per_failure() {
+    let dir = tempfile::tempdir().unwrap();
+    let lake = dir.path().join("lake");
+    let l = s(&lake);
+    assert_eq!(run(&["init", l], None).status.code(), Some(0));
+    let missing = dir.path().join("missing.file");
+    let m = s(&missing);
+    let nostore = dir.path().join("nostore");
+    let inner = lake.join("inner");
+    let cases: Vec<(Vec<&str>, &str, i32)> = vec![
+        (vec!["put", l, "u", "1", m], "bad_input", 2),
+        (vec!["pipeline", "status", l, "--pipeline", m], "bad_input", 2),
+        (vec!["pipeline", "ready", l, "--pipeline", m], "bad_input", 2),
+        (vec!["pipeline", "set-version", l, "u", "1", m], "bad_input", 2),
+        (vec!["reconcile", l, "--source", m], "bad_input", 2),
+        (vec!["ls", s(&nostore)], "not_a_store", 2),
+        (vec!["put", l, "bad\u{1}key", "1", "-"], "invalid_key", 2),
+        (vec!["put", l, ".pipeline/source/u", "1", "-"], "invalid_key", 2),
+        (vec!["ls", l, "--at", "99"], "seq_out_of_range", 2),
+        (vec!["put", l, "u", "notanumber", "-"], "usage", 2),
+        (vec!["frobnicate"], "usage", 2),
+        (vec!["get", l, "no/such/unit"], "usage", 2),
+        (vec!["init", s(&inner)], "nested_store", 2),
+    ];
+    for (args, kind, code) in cases {
+        // Human form first: a plain `error:` line, the same exit code.
+        let human = run(&args, Some(b"x"));
+        assert_eq!(human.status.code(), Some(code), "{args:?}: {}", text(&human.stderr));
+        assert!(text(&human.stderr).contains("error"), "{args:?}: {}", text(&human.stderr));
+        let mut jargs = args.clone();
+        jargs.push("--json");
+        let out = run(&jargs, Some(b"x"));
+        assert_eq!(out.status.code(), Some(code), "{jargs:?}: {}", text(&out.stderr));
+        assert!(out.stdout.is_empty(), "{jargs:?}: {}", text(&out.stdout));
+        let err = text(&out.stderr);
+        let v: Value = serde_json::from_str(err.trim())
+            .unwrap_or_else(|e| panic!("{jargs:?}: stderr is not one JSON object ({e}): {err}"));
+        assert_eq!(v["error"], kind, "{jargs:?}: {v}");
+        assert_eq!(v["exit_code"], code, "{jargs:?}: {v}");
+        assert!(v["message"].as_str().is_some_and(|m| m.len() > 10), "{jargs:?}: {v}");
+    }
+    // A locked store: exit 6, kind locked.
+    let store = oncelake::Store::open(&lake).unwrap();
+    let out = run(&["ls", l, "--wait", "0", "--json"], None);
+    assert_eq!(out.status.code(), Some(6));
+    let v: Value = serde_json::from_str(text(&out.stderr).trim()).unwrap();
+    assert_eq!(v["error"], "locked", "{v}");
+    drop(store);
+}
+
+/// `2026-11-30T08:15:00.123Z`-shaped dates.
+fn dates_in(s: &str) -> Vec<String> {
+    s.as_bytes()
+        .windows(24)
+        .filter(|w| {
+            w.iter().enumerate().all(|(j, &c)| match j {
+                4 | 7 => c == b'-',
+                10 => c == b'T',
+                13 | 16 => c == b':',
+                19 => c == b'.',
+                23 => c == b'Z',
+                _ => c.is_ascii_digit(),
+            })
+        })
+        .map(|w| String::from_utf8_lossy(w).into_owned())
+        .collect()
+}
+
+/// Human output shows times as RFC 3339 dates (UTC), never epoch milliseconds; JSON keeps the
+/// milliseconds. (Fails on the old code: `ls` and `log` showed no time, `claim` "until N ms".)
+#[test]
+fn human_output_shows_times_as_dates() {
+    let dir = tempfile::tempdir().unwrap();
+    let lake = dir.path().join("lake");
+    let l = s(&lake);
+    run(&["init", l], None);
+    assert_eq!(run(&["put", l, "a", "1", "-"], Some(b"x")).status.code(), Some(0));
+    let claim = run(&["claim", l, "b", "1", "--worker", "w1", "--ttl", "1h"], None);
+    let claim_text = text(&claim.stdout);
+    let held = run(&["claim", l, "b", "1", "--worker", "w2"], None);
+    let busy = run(&["put", l, "b", "1", "-"], Some(b"y"));
+    let ls = text(&run(&["ls", l], None).stdout);
+    let log = text(&run(&["log", l], None).stdout);
+    let entry = &lines(&run(&["ls", l, "--json"], None))[0];
+    let ms = entry["committed_at_ms"].as_u64().unwrap();
+    let now_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64;
+    assert!(ms <= now_ms && now_ms - ms < 3_600_000, "{ms}");
+    let ls_dates = dates_in(&ls);
+    assert_eq!(ls_dates.len(), 1, "{ls}");
+    assert!(dates_in(&log).len() >= 2, "{log}");
+    assert!(!ls.contains(&ms.to_string()), "{ls}");
+    for (what, out) in [
+        ("claim", claim_text),
+        ("held", text(&held.stderr)),
+        ("busy", text(&busy.stderr)),
+        ("log", log),
+    ] {
+        assert!(!dates_in(&out).is_empty(), "{what}: {out}");
+        assert!(!out.contains(" ms"), "{what} shows milliseconds: {out}");
+        let digits13 = out
+            .split(|c: char| !c.is_ascii_digit())
+            .any(|w| w.len() >= 13);
+        assert!(!digits13, "{what} shows an epoch number: {out}");
+    }
+}
+
+/// On a non-terminal standard error, long work prints plain progress lines (here every update:
+/// ONCELAKE_PROGRESS_INTERVAL=0), large puts included; --quiet prints none. (Fails on the old
+/// code: progress only on a terminal, none for put.)
+#[test]
+fn progress_is_a_plain_periodic_line_when_stderr_is_not_a_terminal() {
+    let dir = tempfile::tempdir().unwrap();
+    let lake = dir.path().join("lake");
+    let l = s(&lake);
+    run(&["init", l], None);
+    let big = vec![7u8; 4 << 20];
+    let every = [("ONCELAKE_PROGRESS_INTERVAL", "0")];
+    let put = run_env(&["put", l, "big", "1", "-"], Some(&big), &every);
+    assert_eq!(put.status.code(), Some(0), "{}", text(&put.stderr));
+    let err = text(&put.stderr);
+    assert!(err.contains("oncelake put: ") && err.contains("bytes read"), "{err}");
+    let file = dir.path().join("big.bin");
+    std::fs::write(&file, &big).unwrap();
+    let put = run_env(&["put", l, "big2", "1", s(&file)], None, &every);
+    let err = text(&put.stderr);
+    assert!(err.contains(&format!("/{} bytes read", big.len())), "a file's size is the total: {err}");
+    for args in [vec!["verify", l], vec!["gc", l, "--dry-run"]] {
+        let out = run_env(&args, None, &every);
+        assert_eq!(out.status.code(), Some(0));
+        let err = text(&out.stderr);
+        assert!(err.contains(&format!("oncelake {}: ", args[0])), "{args:?}: {err}");
+    }
+    let quiet = run_env(&["put", l, "big3", "1", "-", "--quiet"], Some(&big), &every);
+    assert_eq!(quiet.status.code(), Some(0));
+    assert!(quiet.stderr.is_empty(), "{}", text(&quiet.stderr));
+    // The default period: a short put prints nothing.
+    let short = run(&["put", l, "small", "1", "-"], Some(b"x"));
+    assert!(short.stderr.is_empty(), "{}", text(&short.stderr));
+}
+
+fn store_files(dir: &Path) -> BTreeMap<PathBuf, Vec<u8>> {
+    let mut files = BTreeMap::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).unwrap() {
+            let p = e.unwrap().path();
+            if p.is_dir() {
+                stack.push(p);
+            } else if p.file_name().is_some_and(|n| n != "LOCK") {
+                files.insert(p.clone(), std::fs::read(&p).unwrap());
+            }
+        }
+    }
+    files
+}
+
+/// A user cannot write an internal unit (`.pipeline/...`), by the CLI or the library, while the
+/// pipeline engine still can; `ls` hides internal units unless asked. (Fails on the old code: the
+/// put was committed and `ls` listed the pipeline's units.)
+#[test]
+fn internal_units_are_protected_from_user_writes_and_hidden_from_ls() {
+    let dir = tempfile::tempdir().unwrap();
+    let lake = dir.path().join("lake");
+    let l = s(&lake);
+    run(&["init", l], None);
+    let ok = run(&["pipeline", "set-version", l, "orders/1", "3", "-"], Some(b"in"));
+    assert_eq!(ok.status.code(), Some(0), "{}", text(&ok.stderr));
+    assert_eq!(run(&["put", l, "orders/1", "1", "-"], Some(b"out")).status.code(), Some(0));
+    let before = store_files(&lake);
+    for key in [".pipeline/source/orders/1", ".pipeline/cell/ingest/orders/1/1-0123456789abcdef", ".pipeline/definition"] {
+        for extra in [&[][..], &["--correct"][..]] {
+            let args = [&["put", l, key, "9", "-"][..], extra].concat();
+            let out = run(&args, Some(b"forged"));
+            assert_eq!(out.status.code(), Some(2), "{args:?}");
+            assert!(text(&out.stderr).contains("reserved for the pipeline engine"), "{}", text(&out.stderr));
+        }
+    }
+    assert_eq!(store_files(&lake), before, "a refused write changes no file");
+
+    // ls: only the user's unit; --all and a .pipeline/ prefix show the internal ones.
+    let units = |args: &[&str]| -> Vec<String> {
+        lines(&run(args, None)).iter().map(|v| v["unit"].as_str().unwrap().to_string()).collect()
+    };
+    assert_eq!(units(&["ls", l, "--json"]), ["orders/1"]);
+    let all = units(&["ls", l, "--all", "--json"]);
+    assert_eq!(all, [".pipeline/source/orders/1", "orders/1"]);
+    assert_eq!(units(&["ls", l, "--prefix", ".pipeline/", "--json"]), [".pipeline/source/orders/1"]);
+    assert!(!text(&run(&["ls", l], None).stdout).contains(".pipeline"));
+
+    // The library's boundary: a user batch is refused whole, the pipeline engine writes.
+    let store = oncelake::Store::open(&lake).unwrap();
+    let staged = store.stage_bytes(b"forged").unwrap();
+    let e = store
+        .commit(oncelake::Batch::new().put("fine", 1, &staged).put(".pipeline/source/x", 1, &staged))
+        .unwrap_err();
+    assert!(matches!(e, oncelake::Error::InvalidKey { .. }), "{e}");
+    assert!(store.put(".pipeline/definition", 1, b"x").is_err());
+    assert!(store.get("fine").unwrap().is_none(), "nothing of the refused batch was committed");
+    let u = oncelake::pipeline::set_source_version(&store, "orders/2", 1, b"in").unwrap();
+    assert_eq!(u.outcome.name(), "committed");
+    assert_eq!(
+        store.get(".pipeline/source/orders/2").unwrap().map(|e| e.source_version),
+        Some(1)
+    );
+}
+
+/// `init` refuses to create a store inside another one, and writes nothing; an existing store and
+/// a sibling directory are fine. (Fails on the old code: the inner store was created.)
+#[test]
+fn init_refuses_to_nest_a_store_inside_another() {
+    let dir = tempfile::tempdir().unwrap();
+    let lake = dir.path().join("lake");
+    assert_eq!(run(&["init", s(&lake)], None).status.code(), Some(0));
+    let before = store_files(&lake);
+    for inner in [lake.join("inner"), lake.join("objects").join("deep").join("er"), lake.join("staging")] {
+        let out = run(&["init", s(&inner)], None);
+        assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
+        let err = text(&out.stderr);
+        assert!(err.contains("inside the oncelake store") && err.contains("outside"), "{err}");
+        assert!(!inner.join(oncelake::MARKER_FILE).exists());
+    }
+    assert!(!lake.join("inner").exists(), "nothing was created");
+    assert_eq!(store_files(&lake), before);
+    // Relative paths are resolved too.
+    let out = Command::new(bin::oncelake())
+        .args(["init", "sub/lake2"])
+        .current_dir(&lake)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
+    assert!(!lake.join("sub").exists());
+    // The library refuses it the same way.
+    let e = oncelake::Store::open(lake.join("x")).unwrap_err();
+    assert!(matches!(e, oncelake::Error::NestedStore { .. }), "{e}");
+    // The store itself and a sibling still open / create.
+    assert_eq!(run(&["init", s(&lake)], None).status.code(), Some(0));
+    assert_eq!(run(&["init", s(&dir.path().join("lake2"))], None).status.code(), Some(0));
+}
