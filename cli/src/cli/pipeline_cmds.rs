@@ -18,11 +18,12 @@ use std::time::Duration;
 /// Runs as written when pasted in order after `oncelake init ./lake` (tests/cli_examples.rs).
 const EXAMPLES: &str = "\
 Examples:
-  printf '[stage.ingest]\\ncode_version = 1\\n[stage.transform]\\ncode_version = 3\\nupstream = [\"ingest\"]\\n' > etl.toml
+  printf '[stage.ingest]\\ncode_version = 1\\n' > etl.toml
+  printf '[stage.transform]\\ncode_version = 3\\nupstream = [\"ingest\"]\\n' >> etl.toml
   echo 'a,b' > input.csv
   oncelake pipeline set-version ./lake orders/day=1 7 input.csv
   oncelake pipeline status ./lake --pipeline etl.toml
-  oncelake pipeline status ./lake --pipeline etl.toml --dot > etl.dot   # Graphviz: dot -Tpng etl.dot
+  oncelake pipeline status ./lake --pipeline etl.toml --dot > etl.dot  # Graphviz
   oncelake pipeline ready ./lake --pipeline etl.toml --json
   echo 'ingested' > out.bin
   oncelake pipeline complete ./lake --pipeline etl.toml orders/day=1 ingest out.bin

@@ -13,11 +13,13 @@ use std::time::Duration;
 
 pub(crate) const EXAMPLES: &str = "\
 Examples:
+  printf 'orders/date=2026-11-29,7\\n' > listing.csv
   # Full listing: also reports units the source no longer has. Sorted by unit (byte order) it
   # is merged in one pass; otherwise it is sorted first (external sort, temporary files in --tmp)
   oncelake reconcile ./lake --source listing.csv
-  producer | oncelake reconcile ./lake --source - --tmp /var/tmp
+  cat listing.csv | oncelake reconcile ./lake --source - --tmp /tmp
   # Only what changed at the source (any order)
+  echo '{\"unit\": \"orders/date=2026-11-29\", \"version\": 8}' > changes.jsonl
   oncelake reconcile ./lake --source changes.jsonl --changes-only --json
 
 Listing formats: CSV lines `unit,version` (optional header `unit,version`), or JSON lines
