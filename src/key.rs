@@ -84,7 +84,11 @@ mod tests {
 
     #[test]
     fn internal_keys_are_refused_for_users_only() {
-        for k in [".pipeline/source/u", ".pipeline/cell/s/u/1-0123456789abcdef", ".pipeline/definition"] {
+        for k in [
+            ".pipeline/source/u",
+            ".pipeline/cell/s/u/1-0123456789abcdef",
+            ".pipeline/definition",
+        ] {
             assert!(validate_key(k).is_ok(), "{k}");
             let msg = validate_user_key(k).unwrap_err().to_string();
             assert!(msg.contains("reserved for the pipeline engine"), "{msg}");

@@ -65,8 +65,8 @@ struct Field {
 /// The field table of docs/cli.md (section "JSON output"), plus the engine's counter names that
 /// `stats --json` prints as `uint` fields.
 fn field_table() -> BTreeMap<String, Field> {
-    let doc = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/cli.md"))
-        .unwrap();
+    let doc =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/cli.md")).unwrap();
     let section = doc
         .split("## JSON output")
         .nth(1)
@@ -126,7 +126,11 @@ fn check(v: &Value, table: &BTreeMap<String, Field>, at: &str, problems: &mut Ve
                             Value::Object(_) => f.ty == "object",
                         };
                         if !ok {
-                            problems.push(format!("{ctx}: {x} is not a {}{}", f.ty, if f.nullable { "?" } else { "" }));
+                            problems.push(format!(
+                                "{ctx}: {x} is not a {}{}",
+                                f.ty,
+                                if f.nullable { "?" } else { "" }
+                            ));
                         }
                     }
                 }
@@ -154,10 +158,21 @@ struct Runs {
 impl Runs {
     fn json(&mut self, label: &str, args: &[&str], stdin: Option<&[u8]>, code: i32) -> Vec<Value> {
         let out = run(args, stdin);
-        assert_eq!(out.status.code(), Some(code), "{args:?}: {}", text(&out.stderr));
+        assert_eq!(
+            out.status.code(),
+            Some(code),
+            "{args:?}: {}",
+            text(&out.stderr)
+        );
         let ls = lines(&out);
-        assert!(!ls.is_empty() || label.starts_with("ls-empty"), "{args:?} printed no JSON");
-        self.by_label.entry(label.into()).or_default().extend(ls.clone());
+        assert!(
+            !ls.is_empty() || label.starts_with("ls-empty"),
+            "{args:?} printed no JSON"
+        );
+        self.by_label
+            .entry(label.into())
+            .or_default()
+            .extend(ls.clone());
         ls
     }
 }
@@ -178,39 +193,152 @@ fn every_json_output_uses_one_name_per_concept_and_the_same_fields_per_command()
     let p = s(&etl);
     let listing = dir.path().join("listing.csv");
     std::fs::write(&listing, "a/1,1\na/2,5\nz/9,1\n").unwrap();
-    let mut r = Runs { by_label: BTreeMap::new() };
+    let mut r = Runs {
+        by_label: BTreeMap::new(),
+    };
 
     r.json("init", &["init", l, "--json"], None, 0);
     r.json("init", &["init", l, "--json"], None, 0);
     // put: committed, duplicate, conflict, stale, busy, fenced, committed with a token.
-    r.json("put", &["put", l, "a/1", "1", "-", "--json"], Some(b"one"), 0);
-    r.json("put", &["put", l, "a/1", "1", "-", "--json"], Some(b"one"), 0);
-    r.json("put", &["put", l, "a/1", "1", "-", "--json"], Some(b"other"), 3);
-    r.json("put", &["put", l, "a/1", "0", "-", "--json"], Some(b"old"), 4);
-    let granted = r.json("claim", &["claim", l, "a/2", "5", "--worker", "w1", "--json"], None, 0);
+    r.json(
+        "put",
+        &["put", l, "a/1", "1", "-", "--json"],
+        Some(b"one"),
+        0,
+    );
+    r.json(
+        "put",
+        &["put", l, "a/1", "1", "-", "--json"],
+        Some(b"one"),
+        0,
+    );
+    r.json(
+        "put",
+        &["put", l, "a/1", "1", "-", "--json"],
+        Some(b"other"),
+        3,
+    );
+    r.json(
+        "put",
+        &["put", l, "a/1", "0", "-", "--json"],
+        Some(b"old"),
+        4,
+    );
+    let granted = r.json(
+        "claim",
+        &["claim", l, "a/2", "5", "--worker", "w1", "--json"],
+        None,
+        0,
+    );
     let token = granted[0]["token"].as_u64().unwrap().to_string();
-    r.json("claim", &["claim", l, "a/2", "5", "--worker", "w2", "--json"], None, 6);
-    r.json("put", &["put", l, "a/2", "5", "-", "--json"], Some(b"two"), 6);
-    r.json("put", &["put", l, "a/2", "5", "-", "--token", "999", "--json"], Some(b"two"), 5);
-    r.json("put", &["put", l, "a/2", "5", "-", "--token", &token, "--json"], Some(b"two"), 0);
-    r.json("put", &["put", l, "a/1", "1", "-", "--correct", "--json"], Some(b"fixed"), 0);
-    r.json("claim", &["claim", l, "a/2", "5", "--worker", "w2", "--json"], None, 0);
+    r.json(
+        "claim",
+        &["claim", l, "a/2", "5", "--worker", "w2", "--json"],
+        None,
+        6,
+    );
+    r.json(
+        "put",
+        &["put", l, "a/2", "5", "-", "--json"],
+        Some(b"two"),
+        6,
+    );
+    r.json(
+        "put",
+        &["put", l, "a/2", "5", "-", "--token", "999", "--json"],
+        Some(b"two"),
+        5,
+    );
+    r.json(
+        "put",
+        &["put", l, "a/2", "5", "-", "--token", &token, "--json"],
+        Some(b"two"),
+        0,
+    );
+    r.json(
+        "put",
+        &["put", l, "a/1", "1", "-", "--correct", "--json"],
+        Some(b"fixed"),
+        0,
+    );
+    r.json(
+        "claim",
+        &["claim", l, "a/2", "5", "--worker", "w2", "--json"],
+        None,
+        0,
+    );
     // release: not the holder, released, then the same token again (fenced).
-    let g = r.json("claim", &["claim", l, "c/1", "1", "--worker", "w1", "--json"], None, 0);
+    let g = r.json(
+        "claim",
+        &["claim", l, "c/1", "1", "--worker", "w1", "--json"],
+        None,
+        0,
+    );
     let t = g[0]["token"].as_u64().unwrap().to_string();
-    r.json("release", &["release", l, "c/1", "--worker", "w9", "--token", &t, "--json"], None, 5);
-    r.json("release", &["release", l, "c/1", "--worker", "w1", "--token", &t, "--json"], None, 0);
-    r.json("release", &["release", l, "c/1", "--worker", "w1", "--token", &t, "--json"], None, 5);
+    r.json(
+        "release",
+        &[
+            "release", l, "c/1", "--worker", "w9", "--token", &t, "--json",
+        ],
+        None,
+        5,
+    );
+    r.json(
+        "release",
+        &[
+            "release", l, "c/1", "--worker", "w1", "--token", &t, "--json",
+        ],
+        None,
+        0,
+    );
+    r.json(
+        "release",
+        &[
+            "release", l, "c/1", "--worker", "w1", "--token", &t, "--json",
+        ],
+        None,
+        5,
+    );
     // pipeline: set-version (committed, duplicate, stale), ready, claim, complete, fail, explain.
     for (v, code) in [("3", 0), ("3", 0), ("2", 4)] {
-        r.json("set-version", &["pipeline", "set-version", l, "u/1", v, "-", "--json"], Some(b"in"), code);
+        r.json(
+            "set-version",
+            &["pipeline", "set-version", l, "u/1", v, "-", "--json"],
+            Some(b"in"),
+            code,
+        );
     }
-    r.json("set-version", &["pipeline", "set-version", l, "u/2", "1", "--json"], None, 0);
-    r.json("status", &["pipeline", "status", l, "--pipeline", p, "--json"], None, 0);
-    r.json("ready", &["pipeline", "ready", l, "--pipeline", p, "--json"], None, 0);
+    r.json(
+        "set-version",
+        &["pipeline", "set-version", l, "u/2", "1", "--json"],
+        None,
+        0,
+    );
+    r.json(
+        "status",
+        &["pipeline", "status", l, "--pipeline", p, "--json"],
+        None,
+        0,
+    );
+    r.json(
+        "ready",
+        &["pipeline", "ready", l, "--pipeline", p, "--json"],
+        None,
+        0,
+    );
     let claimed = r.json(
         "ready",
-        &["pipeline", "ready", l, "--pipeline", p, "--claim", "--worker", "w1", "--json"],
+        &[
+            "pipeline",
+            "ready",
+            l,
+            "--pipeline",
+            p,
+            "--claim",
+            "--worker",
+            "w1",
+            "--json",
+        ],
         None,
         0,
     );
@@ -220,34 +348,126 @@ fn every_json_output_uses_one_name_per_concept_and_the_same_fields_per_command()
         .and_then(|c| c["token"].as_u64())
         .unwrap()
         .to_string();
-    let pp = ["pipeline", "complete", l, "--pipeline", p, "u/1", "ingest", "-"];
+    let pp = [
+        "pipeline",
+        "complete",
+        l,
+        "--pipeline",
+        p,
+        "u/1",
+        "ingest",
+        "-",
+    ];
     r.json("complete", &[&pp[..], &["--json"]].concat(), Some(b"x"), 6);
-    r.json("complete", &[&pp[..], &["--token", "999", "--json"]].concat(), Some(b"x"), 5);
-    r.json("complete", &[&pp[..], &["--token", &cell_token, "--json"]].concat(), Some(b"x"), 0);
-    r.json("complete", &[&pp[..], &["--token", &cell_token, "--json"]].concat(), Some(b"x"), 0);
-    let pf = ["pipeline", "fail", l, "--pipeline", p, "u/2", "ingest", "--error", "boom"];
+    r.json(
+        "complete",
+        &[&pp[..], &["--token", "999", "--json"]].concat(),
+        Some(b"x"),
+        5,
+    );
+    r.json(
+        "complete",
+        &[&pp[..], &["--token", &cell_token, "--json"]].concat(),
+        Some(b"x"),
+        0,
+    );
+    r.json(
+        "complete",
+        &[&pp[..], &["--token", &cell_token, "--json"]].concat(),
+        Some(b"x"),
+        0,
+    );
+    let pf = [
+        "pipeline",
+        "fail",
+        l,
+        "--pipeline",
+        p,
+        "u/2",
+        "ingest",
+        "--error",
+        "boom",
+    ];
     r.json("fail", &[&pf[..], &["--json"]].concat(), None, 6);
-    r.json("fail", &[&pf[..], &["--token", "999", "--json"]].concat(), None, 5);
+    r.json(
+        "fail",
+        &[&pf[..], &["--token", "999", "--json"]].concat(),
+        None,
+        5,
+    );
     let u2 = claimed.iter().find(|c| c["unit"] == "u/2").unwrap()["token"].to_string();
-    r.json("fail", &[&pf[..], &["--token", &u2, "--json"]].concat(), None, 0);
-    r.json("explain", &["pipeline", "explain", l, "--pipeline", p, "u/1", "--json"], None, 0);
-    r.json("explain", &["pipeline", "explain", l, "--pipeline", p, "u/2", "--json"], None, 0);
+    r.json(
+        "fail",
+        &[&pf[..], &["--token", &u2, "--json"]].concat(),
+        None,
+        0,
+    );
+    r.json(
+        "explain",
+        &["pipeline", "explain", l, "--pipeline", p, "u/1", "--json"],
+        None,
+        0,
+    );
+    r.json(
+        "explain",
+        &["pipeline", "explain", l, "--pipeline", p, "u/2", "--json"],
+        None,
+        0,
+    );
     // Reads, maintenance, tables.
     r.json("ls", &["ls", l, "--json"], None, 0);
     r.json("ls", &["ls", l, "--all", "--json"], None, 0);
     r.json("log", &["log", l, "--json"], None, 0);
-    r.json("reconcile", &["reconcile", l, "--source", s(&listing), "--json"], None, 0);
-    r.json("reconcile-summary", &["reconcile", l, "--source", s(&listing), "--changes-only", "--json"], None, 0);
+    r.json(
+        "reconcile",
+        &["reconcile", l, "--source", s(&listing), "--json"],
+        None,
+        0,
+    );
+    r.json(
+        "reconcile-summary",
+        &[
+            "reconcile",
+            l,
+            "--source",
+            s(&listing),
+            "--changes-only",
+            "--json",
+        ],
+        None,
+        0,
+    );
     r.json("verify", &["verify", l, "--deep", "--json"], None, 0);
     r.json("gc", &["gc", l, "--dry-run", "--json"], None, 0);
     r.json("gc", &["gc", l, "--json"], None, 0);
     r.json("stats", &["stats", l, "--json"], None, 0);
-    r.json("table", &["table", "create", l, "sales", "--prefix", "sales/", "--json"], None, 0);
-    r.json("table", &["table", "publish", l, "sales", "--json"], None, 0);
+    r.json(
+        "table",
+        &[
+            "table", "create", l, "sales", "--prefix", "sales/", "--json",
+        ],
+        None,
+        0,
+    );
+    r.json(
+        "table",
+        &["table", "publish", l, "sales", "--json"],
+        None,
+        0,
+    );
     r.json("table", &["table", "ls", l, "--json"], None, 0);
     r.json(
         "simulate",
-        &["simulate", "--units", "200", "--workers", "2", "--mode", "both", "--json"],
+        &[
+            "simulate",
+            "--units",
+            "200",
+            "--workers",
+            "2",
+            "--mode",
+            "both",
+            "--json",
+        ],
         None,
         0,
     );
@@ -268,7 +488,19 @@ fn every_json_output_uses_one_name_per_concept_and_the_same_fields_per_command()
     }
     // The same fields whatever the outcome (the table and ls listings mix record kinds only
     // within one command; reconcile ends with its summary line).
-    for label in ["put", "claim", "release", "set-version", "complete", "fail", "explain", "ready", "log", "ls", "init"] {
+    for label in [
+        "put",
+        "claim",
+        "release",
+        "set-version",
+        "complete",
+        "fail",
+        "explain",
+        "ready",
+        "log",
+        "ls",
+        "init",
+    ] {
         let vs = &r.by_label[label];
         let first = keys(&vs[0]);
         for v in vs {
@@ -281,10 +513,20 @@ fn every_json_output_uses_one_name_per_concept_and_the_same_fields_per_command()
             }
         }
     }
-    let outcomes: BTreeSet<&str> = r.by_label["put"].iter().map(|v| v["outcome"].as_str().unwrap()).collect();
+    let outcomes: BTreeSet<&str> = r.by_label["put"]
+        .iter()
+        .map(|v| v["outcome"].as_str().unwrap())
+        .collect();
     assert_eq!(
         outcomes,
-        BTreeSet::from(["busy", "committed", "conflict", "duplicate", "fenced", "stale"]),
+        BTreeSet::from([
+            "busy",
+            "committed",
+            "conflict",
+            "duplicate",
+            "fenced",
+            "stale"
+        ]),
         "every outcome of put was exercised"
     );
     assert!(problems.is_empty(), "{}", problems.join("\n"));
@@ -305,13 +547,29 @@ fn errors_under_json_are_json_objects_with_stable_kinds_and_one_exit_code_per_fa
     let inner = lake.join("inner");
     let cases: Vec<(Vec<&str>, &str, i32)> = vec![
         (vec!["put", l, "u", "1", m], "bad_input", 2),
-        (vec!["pipeline", "status", l, "--pipeline", m], "bad_input", 2),
-        (vec!["pipeline", "ready", l, "--pipeline", m], "bad_input", 2),
-        (vec!["pipeline", "set-version", l, "u", "1", m], "bad_input", 2),
+        (
+            vec!["pipeline", "status", l, "--pipeline", m],
+            "bad_input",
+            2,
+        ),
+        (
+            vec!["pipeline", "ready", l, "--pipeline", m],
+            "bad_input",
+            2,
+        ),
+        (
+            vec!["pipeline", "set-version", l, "u", "1", m],
+            "bad_input",
+            2,
+        ),
         (vec!["reconcile", l, "--source", m], "bad_input", 2),
         (vec!["ls", s(&nostore)], "not_a_store", 2),
         (vec!["put", l, "bad\u{1}key", "1", "-"], "invalid_key", 2),
-        (vec!["put", l, ".pipeline/source/u", "1", "-"], "invalid_key", 2),
+        (
+            vec!["put", l, ".pipeline/source/u", "1", "-"],
+            "invalid_key",
+            2,
+        ),
         (vec!["ls", l, "--at", "99"], "seq_out_of_range", 2),
         (vec!["put", l, "u", "notanumber", "-"], "usage", 2),
         (vec!["frobnicate"], "usage", 2),
@@ -321,19 +579,36 @@ fn errors_under_json_are_json_objects_with_stable_kinds_and_one_exit_code_per_fa
     for (args, kind, code) in cases {
         // Human form first: a plain `error:` line, the same exit code.
         let human = run(&args, Some(b"x"));
-        assert_eq!(human.status.code(), Some(code), "{args:?}: {}", text(&human.stderr));
-        assert!(text(&human.stderr).contains("error"), "{args:?}: {}", text(&human.stderr));
+        assert_eq!(
+            human.status.code(),
+            Some(code),
+            "{args:?}: {}",
+            text(&human.stderr)
+        );
+        assert!(
+            text(&human.stderr).contains("error"),
+            "{args:?}: {}",
+            text(&human.stderr)
+        );
         let mut jargs = args.clone();
         jargs.push("--json");
         let out = run(&jargs, Some(b"x"));
-        assert_eq!(out.status.code(), Some(code), "{jargs:?}: {}", text(&out.stderr));
+        assert_eq!(
+            out.status.code(),
+            Some(code),
+            "{jargs:?}: {}",
+            text(&out.stderr)
+        );
         assert!(out.stdout.is_empty(), "{jargs:?}: {}", text(&out.stdout));
         let err = text(&out.stderr);
         let v: Value = serde_json::from_str(err.trim())
             .unwrap_or_else(|e| panic!("{jargs:?}: stderr is not one JSON object ({e}): {err}"));
         assert_eq!(v["error"], kind, "{jargs:?}: {v}");
         assert_eq!(v["exit_code"], code, "{jargs:?}: {v}");
-        assert!(v["message"].as_str().is_some_and(|m| m.len() > 10), "{jargs:?}: {v}");
+        assert!(
+            v["message"].as_str().is_some_and(|m| m.len() > 10),
+            "{jargs:?}: {v}"
+        );
     }
     // A locked store: exit 6, kind locked.
     let store = oncelake::Store::open(&lake).unwrap();
@@ -370,8 +645,14 @@ fn human_output_shows_times_as_dates() {
     let lake = dir.path().join("lake");
     let l = s(&lake);
     run(&["init", l], None);
-    assert_eq!(run(&["put", l, "a", "1", "-"], Some(b"x")).status.code(), Some(0));
-    let claim = run(&["claim", l, "b", "1", "--worker", "w1", "--ttl", "1h"], None);
+    assert_eq!(
+        run(&["put", l, "a", "1", "-"], Some(b"x")).status.code(),
+        Some(0)
+    );
+    let claim = run(
+        &["claim", l, "b", "1", "--worker", "w1", "--ttl", "1h"],
+        None,
+    );
     let claim_text = text(&claim.stdout);
     let held = run(&["claim", l, "b", "1", "--worker", "w2"], None);
     let busy = run(&["put", l, "b", "1", "-"], Some(b"y"));
@@ -417,17 +698,26 @@ fn progress_is_a_plain_periodic_line_when_stderr_is_not_a_terminal() {
     let put = run_env(&["put", l, "big", "1", "-"], Some(&big), &every);
     assert_eq!(put.status.code(), Some(0), "{}", text(&put.stderr));
     let err = text(&put.stderr);
-    assert!(err.contains("oncelake put: ") && err.contains("bytes read"), "{err}");
+    assert!(
+        err.contains("oncelake put: ") && err.contains("bytes read"),
+        "{err}"
+    );
     let file = dir.path().join("big.bin");
     std::fs::write(&file, &big).unwrap();
     let put = run_env(&["put", l, "big2", "1", s(&file)], None, &every);
     let err = text(&put.stderr);
-    assert!(err.contains(&format!("/{} bytes read", big.len())), "a file's size is the total: {err}");
+    assert!(
+        err.contains(&format!("/{} bytes read", big.len())),
+        "a file's size is the total: {err}"
+    );
     for args in [vec!["verify", l], vec!["gc", l, "--dry-run"]] {
         let out = run_env(&args, None, &every);
         assert_eq!(out.status.code(), Some(0));
         let err = text(&out.stderr);
-        assert!(err.contains(&format!("oncelake {}: ", args[0])), "{args:?}: {err}");
+        assert!(
+            err.contains(&format!("oncelake {}: ", args[0])),
+            "{args:?}: {err}"
+        );
     }
     let quiet = run_env(&["put", l, "big3", "1", "-", "--quiet"], Some(&big), &every);
     assert_eq!(quiet.status.code(), Some(0));
@@ -462,43 +752,79 @@ fn internal_units_are_protected_from_user_writes_and_hidden_from_ls() {
     let lake = dir.path().join("lake");
     let l = s(&lake);
     run(&["init", l], None);
-    let ok = run(&["pipeline", "set-version", l, "orders/1", "3", "-"], Some(b"in"));
+    let ok = run(
+        &["pipeline", "set-version", l, "orders/1", "3", "-"],
+        Some(b"in"),
+    );
     assert_eq!(ok.status.code(), Some(0), "{}", text(&ok.stderr));
-    assert_eq!(run(&["put", l, "orders/1", "1", "-"], Some(b"out")).status.code(), Some(0));
+    assert_eq!(
+        run(&["put", l, "orders/1", "1", "-"], Some(b"out"))
+            .status
+            .code(),
+        Some(0)
+    );
     let before = store_files(&lake);
-    for key in [".pipeline/source/orders/1", ".pipeline/cell/ingest/orders/1/1-0123456789abcdef", ".pipeline/definition"] {
+    for key in [
+        ".pipeline/source/orders/1",
+        ".pipeline/cell/ingest/orders/1/1-0123456789abcdef",
+        ".pipeline/definition",
+    ] {
         for extra in [&[][..], &["--correct"][..]] {
             let args = [&["put", l, key, "9", "-"][..], extra].concat();
             let out = run(&args, Some(b"forged"));
             assert_eq!(out.status.code(), Some(2), "{args:?}");
-            assert!(text(&out.stderr).contains("reserved for the pipeline engine"), "{}", text(&out.stderr));
+            assert!(
+                text(&out.stderr).contains("reserved for the pipeline engine"),
+                "{}",
+                text(&out.stderr)
+            );
         }
     }
-    assert_eq!(store_files(&lake), before, "a refused write changes no file");
+    assert_eq!(
+        store_files(&lake),
+        before,
+        "a refused write changes no file"
+    );
 
     // ls: only the user's unit; --all and a .pipeline/ prefix show the internal ones.
     let units = |args: &[&str]| -> Vec<String> {
-        lines(&run(args, None)).iter().map(|v| v["unit"].as_str().unwrap().to_string()).collect()
+        lines(&run(args, None))
+            .iter()
+            .map(|v| v["unit"].as_str().unwrap().to_string())
+            .collect()
     };
     assert_eq!(units(&["ls", l, "--json"]), ["orders/1"]);
     let all = units(&["ls", l, "--all", "--json"]);
     assert_eq!(all, [".pipeline/source/orders/1", "orders/1"]);
-    assert_eq!(units(&["ls", l, "--prefix", ".pipeline/", "--json"]), [".pipeline/source/orders/1"]);
+    assert_eq!(
+        units(&["ls", l, "--prefix", ".pipeline/", "--json"]),
+        [".pipeline/source/orders/1"]
+    );
     assert!(!text(&run(&["ls", l], None).stdout).contains(".pipeline"));
 
     // The library's boundary: a user batch is refused whole, the pipeline engine writes.
     let store = oncelake::Store::open(&lake).unwrap();
     let staged = store.stage_bytes(b"forged").unwrap();
     let e = store
-        .commit(oncelake::Batch::new().put("fine", 1, &staged).put(".pipeline/source/x", 1, &staged))
+        .commit(oncelake::Batch::new().put("fine", 1, &staged).put(
+            ".pipeline/source/x",
+            1,
+            &staged,
+        ))
         .unwrap_err();
     assert!(matches!(e, oncelake::Error::InvalidKey { .. }), "{e}");
     assert!(store.put(".pipeline/definition", 1, b"x").is_err());
-    assert!(store.get("fine").unwrap().is_none(), "nothing of the refused batch was committed");
+    assert!(
+        store.get("fine").unwrap().is_none(),
+        "nothing of the refused batch was committed"
+    );
     let u = oncelake::pipeline::set_source_version(&store, "orders/2", 1, b"in").unwrap();
     assert_eq!(u.outcome.name(), "committed");
     assert_eq!(
-        store.get(".pipeline/source/orders/2").unwrap().map(|e| e.source_version),
+        store
+            .get(".pipeline/source/orders/2")
+            .unwrap()
+            .map(|e| e.source_version),
         Some(1)
     );
 }
@@ -511,11 +837,18 @@ fn init_refuses_to_nest_a_store_inside_another() {
     let lake = dir.path().join("lake");
     assert_eq!(run(&["init", s(&lake)], None).status.code(), Some(0));
     let before = store_files(&lake);
-    for inner in [lake.join("inner"), lake.join("objects").join("deep").join("er"), lake.join("staging")] {
+    for inner in [
+        lake.join("inner"),
+        lake.join("objects").join("deep").join("er"),
+        lake.join("staging"),
+    ] {
         let out = run(&["init", s(&inner)], None);
         assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
         let err = text(&out.stderr);
-        assert!(err.contains("inside the oncelake store") && err.contains("outside"), "{err}");
+        assert!(
+            err.contains("inside the oncelake store") && err.contains("outside"),
+            "{err}"
+        );
         assert!(!inner.join(oncelake::MARKER_FILE).exists());
     }
     assert!(!lake.join("inner").exists(), "nothing was created");
@@ -533,5 +866,10 @@ fn init_refuses_to_nest_a_store_inside_another() {
     assert!(matches!(e, oncelake::Error::NestedStore { .. }), "{e}");
     // The store itself and a sibling still open / create.
     assert_eq!(run(&["init", s(&lake)], None).status.code(), Some(0));
-    assert_eq!(run(&["init", s(&dir.path().join("lake2"))], None).status.code(), Some(0));
+    assert_eq!(
+        run(&["init", s(&dir.path().join("lake2"))], None)
+            .status
+            .code(),
+        Some(0)
+    );
 }

@@ -109,7 +109,10 @@ fn readme_shell_examples_run_as_written_in_order() {
     let failures = run_lines(dir.path(), "README.md", &lines);
     assert!(failures.is_empty(), "{}", failures.join("\n"));
     // What the examples said they would make is there.
-    assert_eq!(std::fs::read(dir.path().join("out.parquet")).unwrap(), b"rows\n");
+    assert_eq!(
+        std::fs::read(dir.path().join("out.parquet")).unwrap(),
+        b"rows\n"
+    );
     assert!(dir.path().join("lake/tables/sales").is_dir());
 }
 

@@ -682,13 +682,13 @@ fn cli_reconcile_plans_and_exits_by_the_contract() {
             "\"unit\":\"c\"",
             "\"action\":\"behind\"",
             "\"source_version\":9",
-            "\"manifest_version\":4",
+            "\"current_version\":4",
         ],
         [
             "\"unit\":\"a\"",
             "\"action\":\"up_to_date\"",
             "\"source_version\":1",
-            "\"manifest_version\":1",
+            "\"current_version\":1",
         ],
     ]) {
         for w in want {
@@ -817,7 +817,18 @@ fn cli_log_since_shows_only_later_records() {
         assert!(lines[0].contains(w), "{} lacks {w}", lines[0]);
     }
     let (_, out, _) = cli(&["log", &store, "--since", "1"]);
-    assert!(out.starts_with("seq 2\tcommit\t1 unit(s)\tc@4"), "{out}");
+    // seq, the commit's date (RFC 3339, UTC), kind, units.
+    let fields: Vec<&str> = out.lines().next().unwrap_or_default().split('\t').collect();
+    assert_eq!(fields.len(), 5, "{out}");
+    assert_eq!(
+        (fields[0], fields[2], fields[3], fields[4]),
+        ("seq 2", "commit", "1 unit(s)", "c@4"),
+        "{out}"
+    );
+    assert!(
+        fields[1].len() == 24 && fields[1].ends_with('Z') && fields[1].contains('T'),
+        "{out}"
+    );
     let (code, out, _) = cli(&["log", &store, "--since", "2"]);
     assert_eq!((code, out.as_str()), (0, ""));
     let (code, _, _) = cli(&["log", &store, "--since", "x"]);

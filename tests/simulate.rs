@@ -282,7 +282,7 @@ fn simulate_command_prints_one_json_line_per_mode() {
     assert_eq!(lines[1]["computations"], 400);
     assert_eq!(lines[1]["redundant"], 0);
     for l in &lines {
-        assert_eq!(l["entries"], 400);
+        assert_eq!(l["manifest_entries"], 400);
         assert_eq!(l["orphans_left"], 0);
     }
     assert!(store.join("optimistic").join("ONCELAKE").exists());

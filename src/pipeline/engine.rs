@@ -352,7 +352,11 @@ pub fn set_source_version(
 ) -> Result<UnitOutcome> {
     validate_pipeline_unit(unit)?;
     let staged = store.stage_bytes(input)?;
-    let mut r = store.commit(Batch::new().internal().put(source_key(unit), source_version, &staged))?;
+    let mut r = store.commit(Batch::new().internal().put(
+        source_key(unit),
+        source_version,
+        &staged,
+    ))?;
     Ok(r.units.remove(0))
 }
 

@@ -167,7 +167,10 @@ fn read_only(dir: &Path, why: &str) -> Error {
 /// (not even the missing directories): the outer store's GC and verify would take the inner
 /// store's files for strays. An existing store (its marker present) is opened wherever it is.
 fn refuse_nesting(dir: &Path, vfs: &dyn Vfs) -> Result<()> {
-    let has_marker = |d: &Path| vfs.metadata(&d.join(MARKER_FILE)).is_ok_and(|m| m.is_file());
+    let has_marker = |d: &Path| {
+        vfs.metadata(&d.join(MARKER_FILE))
+            .is_ok_and(|m| m.is_file())
+    };
     if has_marker(dir) {
         return Ok(());
     }

@@ -186,7 +186,10 @@ mod tests {
             assert!(doc.contains(&row), "docs/cli.md lacks the row {row:?}");
         }
         for kind in ERROR_KINDS {
-            assert!(doc.contains(&format!("`{kind}`")), "docs/cli.md lacks the error kind {kind}");
+            assert!(
+                doc.contains(&format!("`{kind}`")),
+                "docs/cli.md lacks the error kind {kind}"
+            );
         }
     }
 }

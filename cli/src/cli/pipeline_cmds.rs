@@ -251,7 +251,10 @@ pub(crate) fn print_set_version(out: &Output, unit: &str, u: &UnitOutcome) {
     }
     match u.outcome {
         Outcome::Committed { seq, .. } => {
-            outln!("{unit} is at source version {} (seq {seq})", u.source_version)
+            outln!(
+                "{unit} is at source version {} (seq {seq})",
+                u.source_version
+            )
         }
         Outcome::Duplicate { .. } => {
             outln!("{unit} is already at source version {}", u.source_version)

@@ -432,7 +432,12 @@ pub(crate) fn claim(a: ClaimArgs, wait: Duration) -> Result<u8, CliError> {
     oncelake::validate_key(&a.unit)?;
     let store = open_store(&a.store, wait, false)?;
     let outcome = store.claim(&a.unit, a.version, &a.worker, a.ttl)?;
-    Ok(print_claim(&Output::new(a.json), &a.unit, a.version, &outcome))
+    Ok(print_claim(
+        &Output::new(a.json),
+        &a.unit,
+        a.version,
+        &outcome,
+    ))
 }
 
 /// Prints the outcome of `claim` and returns its exit code. Under --json the same fields whatever

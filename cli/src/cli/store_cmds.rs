@@ -544,7 +544,11 @@ fn record_text(rec: &Record) -> String {
             rec.seq, c.unit, c.worker, c.token
         ),
         RecordBody::Extension { tag, data } => {
-            format!("seq {}\t{at}\textension {tag}\t{} bytes", rec.seq, data.len())
+            format!(
+                "seq {}\t{at}\textension {tag}\t{} bytes",
+                rec.seq,
+                data.len()
+            )
         }
     }
 }
