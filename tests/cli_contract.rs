@@ -727,7 +727,8 @@ fn progress_is_a_plain_periodic_line_when_stderr_is_not_a_terminal() {
     assert!(short.stderr.is_empty(), "{}", text(&short.stderr));
 }
 
-fn store_files(dir: &Path) -> BTreeMap<PathBuf, Vec<u8>> {
+/// Every file of a store but its lock, with its size and BLAKE3 hash.
+fn store_files(dir: &Path) -> BTreeMap<PathBuf, (u64, String)> {
     let mut files = BTreeMap::new();
     let mut stack = vec![dir.to_path_buf()];
     while let Some(d) = stack.pop() {
@@ -736,7 +737,9 @@ fn store_files(dir: &Path) -> BTreeMap<PathBuf, Vec<u8>> {
             if p.is_dir() {
                 stack.push(p);
             } else if p.file_name().is_some_and(|n| n != "LOCK") {
-                files.insert(p.clone(), std::fs::read(&p).unwrap());
+                let bytes = std::fs::read(&p).unwrap();
+                let hash = blake3::hash(&bytes).to_hex().to_string();
+                files.insert(p.clone(), (bytes.len() as u64, hash));
             }
         }
     }
