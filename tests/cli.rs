@@ -186,6 +186,8 @@ fn oncelake_into_closed_pipe(args: &[&str], stdin: Option<&[u8]>) -> Output {
     drop(reader);
     let mut child = Command::new(bin::oncelake())
         .args(args)
+        // Quiet means no error here: a progress line (a slow run on a loaded machine) is not one.
+        .env("ONCELAKE_PROGRESS_INTERVAL", "1h")
         .stdin(Stdio::piped())
         .stdout(Stdio::from(writer))
         .stderr(Stdio::piped())
