@@ -669,7 +669,30 @@ fn human_output_shows_times_as_dates() {
     assert_eq!(ls_dates.len(), 1, "{ls}");
     assert!(dates_in(&log).len() >= 2, "{log}");
     assert!(!ls.contains(&ms.to_string()), "{ls}");
+    // A running pipeline cell's lease end, in `pipeline explain`.
+    let etl = dir.path().join("etl.toml");
+    std::fs::write(&etl, ETL).unwrap();
+    let p = s(&etl);
+    run(&["pipeline", "set-version", l, "u", "1"], None);
+    let claimed = run(
+        &[
+            "pipeline",
+            "ready",
+            l,
+            "--pipeline",
+            p,
+            "--claim",
+            "--worker",
+            "w1",
+        ],
+        None,
+    );
+    let explain = run(&["pipeline", "explain", l, "--pipeline", p, "u"], None);
+    let explain_text = text(&explain.stdout);
+    assert!(explain_text.contains("running by w1"), "{explain_text}");
     for (what, out) in [
+        ("explain", explain_text),
+        ("ready --claim", text(&claimed.stdout)),
         ("claim", claim_text),
         ("held", text(&held.stderr)),
         ("busy", text(&busy.stderr)),

@@ -570,7 +570,7 @@ fn cell_json(unit: &str, c: &CellView) -> Value {
     let mut v = json!({
         "unit": unit, "stage": c.stage, "state": c.state.name(), "cell": c.key,
         "stale_reason": c.stale.as_ref().map(|s| s.to_string()),
-        "why": c.to_string(),
+        "why": cell_text(c),
         "source_version": Value::Null, "code_version": Value::Null, "seq": Value::Null,
         "object": Value::Null, "worker": Value::Null, "token": Value::Null,
         "expires_at_ms": Value::Null, "attempts": Value::Null, "last_error": Value::Null,
@@ -639,6 +639,27 @@ pub(crate) fn print_explain(out: &Output, e: &Explain) {
         e.source_version.unwrap_or_default()
     );
     for c in &e.cells {
-        outln!("  {c}");
+        outln!("  {}", cell_text(c));
+    }
+}
+
+/// A cell's state for people: the engine's wording, with a running cell's lease end as a date.
+fn cell_text(c: &CellView) -> String {
+    match &c.state {
+        CellState::Running {
+            worker,
+            token,
+            expires_at_ms,
+            source_version,
+        } => format!(
+            "{}: running by {worker} (token {token}, source version {source_version}) until {}{}",
+            c.stage,
+            rfc3339(*expires_at_ms),
+            c.stale
+                .as_ref()
+                .map(|s| format!("; stale: {s}"))
+                .unwrap_or_default()
+        ),
+        _ => c.to_string(),
     }
 }
