@@ -800,7 +800,8 @@ fn internal_units_are_protected_from_user_writes_and_hidden_from_ls() {
             let out = run(&args, Some(b"forged"));
             assert_eq!(out.status.code(), Some(2), "{args:?}");
             assert!(
-                text(&out.stderr).contains("reserved for the pipeline engine"),
+                text(&out.stderr).contains("reserved for the pipeline engine")
+                    && text(&out.stderr).contains("oncelake pipeline set-version"),
                 "{}",
                 text(&out.stderr)
             );

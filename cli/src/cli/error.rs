@@ -68,6 +68,9 @@ fn cli_hint(e: &oncelake::Error) -> &'static str {
         oncelake::Error::Corrupt { .. } | oncelake::Error::MissingObject { .. } => {
             " — with the CLI: `oncelake verify <store>`"
         }
+        oncelake::Error::InvalidKey { key, .. } if oncelake::is_internal_key(key) => {
+            " — with the CLI: `oncelake pipeline set-version` and `oncelake pipeline complete`"
+        }
         oncelake::Error::Locked { .. } => {
             " — the CLI waits up to --wait (e.g. --wait 1m), then gives up"
         }
