@@ -17,8 +17,8 @@ use crate::snapshot::Snapshot;
 use crate::store::Store;
 use parking_lot::Mutex;
 use serde_json::Value;
-use std::collections::{BTreeSet, HashMap};
-use std::path::PathBuf;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock};
 
 /// A data file of a table.
@@ -196,6 +196,7 @@ fn publish(store: &Store, def: &TableDef) -> TableResult<PublishReport> {
         schema: log.schema().cloned(),
         footers: FooterReader::default(),
         prefetched: prefetch(store, &commits),
+        same_schema: None,
         report: PublishReport {
             table: def.name.clone(),
             app_id: format!("oncelake:{}:{}", store.core().store_id, def.name),
@@ -249,6 +250,8 @@ struct Publisher<'a> {
     footers: FooterReader,
     /// Footers read ahead, in parallel, for the objects this publish adds.
     prefetched: HashMap<crate::ObjectId, Result<Footer, String>>,
+    /// Footer fields last found equal to the table's schema.
+    same_schema: Option<Arc<Vec<Value>>>,
     report: PublishReport,
 }
 
@@ -303,12 +306,24 @@ impl Publisher<'_> {
             None => self.footers.read(&path, e.object.size),
         };
         let footer = read.and_then(|f| match &self.schema {
+            // Footers of one reader with one schema share its fields: compared once.
+            _ if self
+                .same_schema
+                .as_ref()
+                .is_some_and(|a| Arc::ptr_eq(a, &f.fields)) =>
+            {
+                Ok(f)
+            }
             Some(s) if s.fields[..] != f.fields[..] => Err(format!(
                 "its Parquet schema {} differs from the table's {}",
                 Value::Array(f.fields.to_vec()),
                 Value::Array(s.fields.clone())
             )),
-            _ => Ok(f),
+            Some(_) => {
+                self.same_schema = Some(f.fields.clone());
+                Ok(f)
+            }
+            None => Ok(f),
         });
         let footer = match footer {
             Ok(f) => f,
@@ -394,34 +409,94 @@ impl Publisher<'_> {
     /// Hard-links the data files the versions of `chunk` add into the table and makes the links
     /// durable (each directory synced once), before any version that names them exists. A link
     /// made ahead of its version is harmless: it is the file that version will name, and
-    /// [`resolve_priors`] looks only at entries the log already includes.
+    /// [`resolve_priors`] looks only at entries the log already includes. The order of the links
+    /// among themselves does not matter (no version exists before all are synced), so the
+    /// directories are linked on several threads.
     fn link(&self, chunk: &[TableCommit]) -> TableResult<()> {
         let root = self.store.table_dir(&self.def.name);
-        let vfs = &self.store.core().vfs();
-        let mut dirs = BTreeSet::new();
+        let vfs = self.store.core().vfs();
+        let mut groups: BTreeMap<PathBuf, Vec<(PathBuf, PathBuf)>> = BTreeMap::new();
         for a in chunk.iter().flat_map(|c| &c.adds) {
             let to = root.join(&a.file.path);
             let dir = to.parent().map_or(root.clone(), |p| p.to_path_buf());
-            if !dirs.contains(&dir) {
-                vfs.create_dir_all(&dir)
-                    .map_err(|e| io_err(format!("create {}", dir.display()), e))?;
-                // A new partition directory is durable once each directory above it is synced.
-                let mut d = dir.as_path();
-                while d.starts_with(&root) && dirs.insert(d.to_path_buf()) {
-                    match d.parent() {
-                        Some(p) => d = p,
-                        None => break,
-                    }
+            groups
+                .entry(dir)
+                .or_default()
+                .push((self.store.object_path(&a.object), to));
+        }
+        let mut dirs = BTreeSet::new();
+        for dir in groups.keys() {
+            vfs.create_dir_all(dir)
+                .map_err(|e| io_err(format!("create {}", dir.display()), e))?;
+            // A new partition directory is durable once each directory above it is synced.
+            let mut d = dir.as_path();
+            while d.starts_with(&root) && dirs.insert(d.to_path_buf()) {
+                match d.parent() {
+                    Some(p) => d = p,
+                    None => break,
                 }
             }
-            let from = self.store.object_path(&a.object);
-            vfs.link_no_replace(&from, &to)
-                .map_err(|e| io_err(format!("link {} to {}", from.display(), to.display()), e))?;
         }
+        link_groups(vfs.as_ref(), groups.into_values().collect())?;
         for dir in &dirs {
             vfs.sync_dir(dir)
                 .map_err(|e| io_err(format!("sync {}", dir.display()), e))?;
         }
         Ok(())
     }
+}
+
+/// Below this many links a chunk is linked on the calling thread: threads cost more than they
+/// save.
+const PARALLEL_LINKS: usize = 512;
+
+/// Makes every `(object, data file)` link of `groups` (one group per directory). Links into one
+/// directory serialise in the kernel (it holds the directory's lock for the lookup and the
+/// insert), so each thread takes whole directories: the largest first, each to the thread with
+/// the fewest links so far.
+fn link_groups(
+    vfs: &dyn crate::vfs::Vfs,
+    mut groups: Vec<Vec<(PathBuf, PathBuf)>>,
+) -> TableResult<()> {
+    let total: usize = groups.iter().map(Vec::len).sum();
+    let threads = std::thread::available_parallelism()
+        .map_or(1, |n| n.get())
+        .clamp(1, 8)
+        .min(groups.len());
+    if threads <= 1 || total < PARALLEL_LINKS {
+        return groups
+            .iter()
+            .flatten()
+            .try_for_each(|(f, t)| link_one(vfs, f, t));
+    }
+    groups.sort_by_key(|g| std::cmp::Reverse(g.len()));
+    let mut shares: Vec<(usize, Vec<&[(PathBuf, PathBuf)]>)> = vec![(0, Vec::new()); threads];
+    for g in &groups {
+        if let Some(least) = shares.iter_mut().min_by_key(|(n, _)| *n) {
+            least.0 += g.len();
+            least.1.push(g);
+        }
+    }
+    std::thread::scope(|s| {
+        let handles: Vec<_> = shares
+            .iter()
+            .map(|(_, share)| {
+                s.spawn(move || {
+                    share
+                        .iter()
+                        .flat_map(|g| g.iter())
+                        .try_for_each(|(f, t)| link_one(vfs, f, t))
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .try_for_each(|h| h.join().unwrap_or_else(|p| std::panic::resume_unwind(p)))
+    })
+}
+
+fn link_one(vfs: &dyn crate::vfs::Vfs, from: &Path, to: &Path) -> TableResult<()> {
+    vfs.link_no_replace(from, to)
+        .map(drop)
+        .map_err(|e| io_err(format!("link {} to {}", from.display(), to.display()), e))
 }
