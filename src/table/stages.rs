@@ -314,3 +314,67 @@ fn link_one(vfs: &dyn Vfs, from: &Path, to: &Path) -> TableResult<()> {
         .map(drop)
         .map_err(|e| io_err(format!("link {} to {}", from.display(), to.display()), e))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::object::ObjectMeta;
+
+    fn commits(n: u64, per: u64) -> Vec<(u64, u64, Vec<LogEntry>)> {
+        (0..n)
+            .map(|c| {
+                let entries = (0..per)
+                    .map(|u| LogEntry {
+                        unit: format!("t/u{u}"),
+                        source_version: c,
+                        revision: 0,
+                        // Objects that do not exist: each footer is an error naming the read.
+                        object: ObjectMeta {
+                            id: ObjectId::of(format!("{c}/{u}").as_bytes()),
+                            size: 100,
+                            crc32: 0,
+                        },
+                        token: None,
+                    })
+                    .collect();
+                (c + 1, 0, entries)
+            })
+            .collect()
+    }
+
+    /// The model: commit i's footers are exactly its objects, however they were read.
+    fn check(feed: &FooterFeed<'_>, store: &Store, commits: &[(u64, u64, Vec<LogEntry>)]) {
+        for (i, (_, _, entries)) in commits.iter().enumerate() {
+            let got = feed.take(store, i);
+            let want: BTreeSet<ObjectId> = entries.iter().map(|e| e.object.id).collect();
+            assert_eq!(
+                got.keys().copied().collect::<BTreeSet<_>>(),
+                want,
+                "commit {i}"
+            );
+            assert!(got
+                .values()
+                .all(|r| r.as_ref().is_err_and(|e| e.contains("read"))));
+        }
+    }
+
+    #[test]
+    fn the_feed_delivers_each_commit_whether_or_not_a_reader_reached_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path()).unwrap();
+        let commits = commits(40, 7);
+        // Read ahead by threads, taken in order.
+        let feed = FooterFeed::new(&commits);
+        std::thread::scope(|s| {
+            feed.start(s, &store);
+            check(&feed, &store, &commits);
+        });
+        // Stopped before reading anything: the builder reads every commit itself.
+        let feed = FooterFeed::new(&commits);
+        std::thread::scope(|s| {
+            feed.stop();
+            feed.start(s, &store);
+            check(&feed, &store, &commits);
+        });
+    }
+}
