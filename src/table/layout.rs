@@ -69,9 +69,13 @@ pub fn object_of_file_name(name: &str) -> Option<ObjectId> {
 /// A relative path as a URI path (what Delta's `add.path` holds): every byte but unreserved
 /// characters, `=` and `/` percent-encoded.
 pub fn uri_path(path: &str) -> String {
+    let safe = |b: u8| b.is_ascii_alphanumeric() || b"-_.~=/".contains(&b);
+    if path.bytes().all(safe) {
+        return path.to_string(); // the usual case: one copy, no per-byte pushes
+    }
     let mut out = String::with_capacity(path.len());
     for b in path.bytes() {
-        if b.is_ascii_alphanumeric() || b"-_.~=/".contains(&b) {
+        if safe(b) {
             out.push(b as char);
         } else {
             out.push_str(&format!("%{b:02X}"));

@@ -23,6 +23,8 @@ mod footer;
 mod plan;
 #[cfg(feature = "tables")]
 mod publish;
+#[cfg(feature = "tables")]
+mod stages;
 
 #[cfg(feature = "tables")]
 pub use auto::AutoPublisher;

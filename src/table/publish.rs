@@ -7,11 +7,12 @@
 //! a pure function of the store's log, and a version is created exclusively. A publish cut short
 //! anywhere resumes where the log says, and writes what an uninterrupted one would have.
 
-use super::footer::{Footer, FooterReader};
+use super::footer::FooterReader;
 use super::layout::{data_file, partition_of, Partition};
 use super::plan::{resolve_priors, PriorFiles};
 use super::position::Position;
-use super::{io_err, TableDef, TableError, TableFormat, TableResult};
+use super::stages::{FooterFeed, Footers, Stages};
+use super::{TableDef, TableError, TableFormat, TableResult};
 use crate::schema::log::{LogEntry, RecordBody};
 use crate::snapshot::Snapshot;
 use crate::store::Store;
@@ -59,7 +60,7 @@ pub(crate) struct TableSchema {
 }
 
 /// A table format's log, as a publisher needs it.
-pub(crate) trait FormatLog {
+pub(crate) trait FormatLog: Send {
     /// Where the log says the table is published to.
     fn position(&self) -> Position;
     /// The schema the table was published with (`None` before its first version).
@@ -141,46 +142,10 @@ fn touching(snap: &Snapshot, def: &TableDef, seq: u64) -> TableResult<Touching> 
     Ok(out)
 }
 
-/// Reads the footers of every object in `commits` on a few threads: reading footers is most of
-/// a publish's work, and each is independent.
-fn prefetch(store: &Store, commits: &Touching) -> HashMap<crate::ObjectId, Result<Footer, String>> {
-    let mut seen = std::collections::HashSet::new();
-    let objects: Vec<(crate::ObjectId, u64)> = commits
-        .iter()
-        .flat_map(|(_, _, es)| es.iter())
-        .filter(|e| seen.insert(e.object.id))
-        .map(|e| (e.object.id, e.object.size))
-        .collect();
-    let threads = std::thread::available_parallelism()
-        .map_or(1, |n| n.get())
-        .clamp(1, 8);
-    if objects.len() < 64 || threads == 1 {
-        return HashMap::new(); // read as they come: not worth the threads
-    }
-    let chunk = objects.len().div_ceil(threads);
-    std::thread::scope(|s| {
-        let handles: Vec<_> = objects
-            .chunks(chunk)
-            .map(|part| {
-                s.spawn(move || {
-                    let mut r = FooterReader::default();
-                    part.iter()
-                        .map(|(id, size)| (*id, r.read(&store.object_path(id), *size)))
-                        .collect::<Vec<_>>()
-                })
-            })
-            .collect();
-        handles
-            .into_iter()
-            .flat_map(|h| h.join().unwrap_or_default())
-            .collect()
-    })
-}
-
 fn publish(store: &Store, def: &TableDef) -> TableResult<PublishReport> {
     let lock = table_lock(store.table_dir(&def.name));
     let _guard = lock.lock();
-    let mut log = open_format(store, def)?;
+    let log = open_format(store, def)?;
     let pos = log.position();
     let snap = store.snapshot()?;
     let commits = touching(&snap, def, pos.seq)?;
@@ -195,37 +160,26 @@ fn publish(store: &Store, def: &TableDef) -> TableResult<PublishReport> {
         snap: &snap,
         schema: log.schema().cloned(),
         footers: FooterReader::default(),
-        prefetched: prefetch(store, &commits),
+        same_schema: None,
         report: PublishReport {
             table: def.name.clone(),
             app_id: format!("oncelake:{}:{}", store.core().store_id, def.name),
             ..PublishReport::default()
         },
     };
-    // Versions are built a chunk at a time, their data files linked with one sync per
-    // directory for the whole chunk, then appended one by one. A unit that cannot be published
-    // ends the chunk: the versions before it are published, nothing of it.
-    let mut chunk: Vec<TableCommit> = Vec::new();
-    let mut files = 0;
-    let mut stop = None;
-    for (seq, time_ms, entries) in &commits {
-        match p.build(*seq, *time_ms, entries, &mut priors) {
-            Ok(Some(commit)) => {
-                files += commit.adds.len();
-                chunk.push(commit);
-            }
-            Ok(None) => {}
-            Err(e) => {
-                stop = Some(e);
-                break;
-            }
-        }
-        if files >= CHUNK_FILES {
-            p.publish_chunk(log.as_mut(), &mut chunk)?;
-            files = 0;
-        }
-    }
-    p.publish_chunk(log.as_mut(), &mut chunk)?;
+    let feed = FooterFeed::new(&commits);
+    let (log, appended, stop) = std::thread::scope(|s| {
+        feed.start(s, store);
+        let stages = Stages::start(s, store, def, log);
+        let stop = p.build_all(&commits, &feed, &mut priors, &stages);
+        feed.stop();
+        let (log, appended) = stages.finish();
+        (log, appended, stop)
+    });
+    let appended = appended?;
+    p.report.versions = appended.versions;
+    p.report.adds = appended.adds;
+    p.report.removes = appended.removes;
     if let Some(e) = stop {
         return Err(e);
     }
@@ -237,8 +191,11 @@ fn publish(store: &Store, def: &TableDef) -> TableResult<PublishReport> {
 
 /// The most data files one chunk of versions links before its versions are appended: bounds
 /// the memory a publish holds and how long its first version waits, while a chunk's directories
-/// are synced once, not once per version.
-const CHUNK_FILES: usize = 1 << 16;
+/// are synced once, not once per version. Chunks are linked while the next is built and the
+/// one before is appended, so a chunk is a fraction of a large publish. Debug builds (the test
+/// suite) use chunks of a few files, so every multi-version publish of a test crosses chunk
+/// boundaries and its cuts fall between chunks too.
+const CHUNK_FILES: usize = if cfg!(debug_assertions) { 4 } else { 1 << 14 };
 
 /// The per-publish state: the schema (known once a version exists) and the report.
 struct Publisher<'a> {
@@ -246,13 +203,62 @@ struct Publisher<'a> {
     def: &'a TableDef,
     snap: &'a Snapshot,
     schema: Option<TableSchema>,
+    /// Reads a footer the feed did not deliver.
     footers: FooterReader,
-    /// Footers read ahead, in parallel, for the objects this publish adds.
-    prefetched: HashMap<crate::ObjectId, Result<Footer, String>>,
+    /// Footer fields last found equal to the table's schema.
+    same_schema: Option<Arc<Vec<Value>>>,
     report: PublishReport,
 }
 
 impl Publisher<'_> {
+    /// Builds the versions of `commits` in order and hands them to `stages` a chunk at a time.
+    /// A unit that cannot be published ends the chunk it is in: the versions before it are
+    /// published, nothing of it; its error is returned. Stops early when a stage failed.
+    fn build_all(
+        &mut self,
+        commits: &Touching,
+        feed: &FooterFeed<'_>,
+        priors: &mut PriorFiles,
+        stages: &Stages<'_>,
+    ) -> Option<TableError> {
+        let mut chunk: Vec<TableCommit> = Vec::new();
+        let mut files = 0;
+        let mut stop = None;
+        for (i, (seq, time_ms, entries)) in commits.iter().enumerate() {
+            let footers = feed.take(self.store, i);
+            match self.build(*seq, *time_ms, entries, &footers, priors) {
+                Ok(Some(commit)) => {
+                    files += commit.adds.len();
+                    chunk.push(commit);
+                }
+                Ok(None) => {}
+                Err(e) => {
+                    stop = Some(e);
+                    break;
+                }
+            }
+            if files >= CHUNK_FILES {
+                if !self.send(stages, &mut chunk) {
+                    return stop;
+                }
+                files = 0;
+            }
+        }
+        self.send(stages, &mut chunk);
+        stop
+    }
+
+    /// Sends the built versions to the stages (empties `chunk`); `false` when a stage failed.
+    fn send(&self, stages: &Stages<'_>, chunk: &mut Vec<TableCommit>) -> bool {
+        match &self.schema {
+            // build() returns a version only once a schema is known.
+            Some(schema) if !chunk.is_empty() => {
+                stages.send((std::mem::take(chunk), schema.clone()))
+            }
+            _ => true,
+        }
+    }
+
     /// The next version from one store commit; `None` while nothing publishable has been seen
     /// (a table's first version needs a schema).
     fn build(
@@ -260,12 +266,13 @@ impl Publisher<'_> {
         seq: u64,
         time_ms: u64,
         entries: &[LogEntry],
+        footers: &Footers,
         priors: &mut PriorFiles,
     ) -> TableResult<Option<TableCommit>> {
         let mut order: Vec<&str> = Vec::new();
         let mut after: HashMap<&str, Option<FileAdd>> = HashMap::new();
         for e in entries {
-            let placed = self.place(seq, e)?;
+            let placed = self.place(seq, e, footers)?;
             if !after.contains_key(e.unit.as_str()) {
                 order.push(&e.unit);
             }
@@ -295,20 +302,33 @@ impl Publisher<'_> {
 
     /// What an entry becomes in the table: its data file, or nothing when its object cannot be
     /// published but a later entry of the unit supersedes it.
-    fn place(&mut self, seq: u64, e: &LogEntry) -> TableResult<Option<FileAdd>> {
+    fn place(&mut self, seq: u64, e: &LogEntry, footers: &Footers) -> TableResult<Option<FileAdd>> {
         let part = self.partition(seq, e)?;
-        let path = self.store.object_path(&e.object.id);
-        let read = match self.prefetched.get(&e.object.id) {
+        let read = match footers.get(&e.object.id) {
             Some(r) => r.clone(),
-            None => self.footers.read(&path, e.object.size),
+            None => self
+                .footers
+                .read(&self.store.object_path(&e.object.id), e.object.size),
         };
         let footer = read.and_then(|f| match &self.schema {
+            // Footers of one reader with one schema share its fields: compared once.
+            _ if self
+                .same_schema
+                .as_ref()
+                .is_some_and(|a| Arc::ptr_eq(a, &f.fields)) =>
+            {
+                Ok(f)
+            }
             Some(s) if s.fields[..] != f.fields[..] => Err(format!(
                 "its Parquet schema {} differs from the table's {}",
                 Value::Array(f.fields.to_vec()),
                 Value::Array(s.fields.clone())
             )),
-            _ => Ok(f),
+            Some(_) => {
+                self.same_schema = Some(f.fields.clone());
+                Ok(f)
+            }
+            None => Ok(f),
         });
         let footer = match footer {
             Ok(f) => f,
@@ -367,61 +387,5 @@ impl Publisher<'_> {
             }
         }
         Ok(part)
-    }
-
-    /// Links the data files of `chunk`, then appends its versions in order; empties it.
-    fn publish_chunk(
-        &mut self,
-        log: &mut dyn FormatLog,
-        chunk: &mut Vec<TableCommit>,
-    ) -> TableResult<()> {
-        self.link(chunk)?;
-        for commit in chunk.drain(..) {
-            let schema = self.schema.as_ref().ok_or_else(|| {
-                // build() returns a commit only once a schema is known.
-                TableError::Store(crate::Error::InvalidRequest(
-                    "invariant: a table version is built only with a known schema".into(),
-                ))
-            })?;
-            log.append(&commit, schema)?;
-            self.report.versions += 1;
-            self.report.adds += commit.adds.len() as u64;
-            self.report.removes += commit.removes.len() as u64;
-        }
-        Ok(())
-    }
-
-    /// Hard-links the data files the versions of `chunk` add into the table and makes the links
-    /// durable (each directory synced once), before any version that names them exists. A link
-    /// made ahead of its version is harmless: it is the file that version will name, and
-    /// [`resolve_priors`] looks only at entries the log already includes.
-    fn link(&self, chunk: &[TableCommit]) -> TableResult<()> {
-        let root = self.store.table_dir(&self.def.name);
-        let vfs = &self.store.core().vfs();
-        let mut dirs = BTreeSet::new();
-        for a in chunk.iter().flat_map(|c| &c.adds) {
-            let to = root.join(&a.file.path);
-            let dir = to.parent().map_or(root.clone(), |p| p.to_path_buf());
-            if !dirs.contains(&dir) {
-                vfs.create_dir_all(&dir)
-                    .map_err(|e| io_err(format!("create {}", dir.display()), e))?;
-                // A new partition directory is durable once each directory above it is synced.
-                let mut d = dir.as_path();
-                while d.starts_with(&root) && dirs.insert(d.to_path_buf()) {
-                    match d.parent() {
-                        Some(p) => d = p,
-                        None => break,
-                    }
-                }
-            }
-            let from = self.store.object_path(&a.object);
-            vfs.link_no_replace(&from, &to)
-                .map_err(|e| io_err(format!("link {} to {}", from.display(), to.display()), e))?;
-        }
-        for dir in &dirs {
-            vfs.sync_dir(dir)
-                .map_err(|e| io_err(format!("sync {}", dir.display()), e))?;
-        }
-        Ok(())
     }
 }
