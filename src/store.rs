@@ -78,6 +78,7 @@ impl Store {
         };
         let (store_id, index, open_report) =
             crate::error::contain(|| crate::core::load_state(&db, &dir, options.vfs.as_ref()))?;
+        let persisted = crate::error::contain(|| crate::schema::meta::stored_counters(&*db))?;
         let lock = StoreLock(lock);
         let now = options.clock.now_ms();
         let stager = Stager::new(&dir, options.vfs.clone());
@@ -87,7 +88,7 @@ impl Store {
             readers: Arc::default(),
             index: RwLock::new(index),
             failed: Mutex::new(None),
-            metrics: Default::default(),
+            metrics: crate::metrics::Metrics::from_persisted(&persisted),
             last_durable_ms: AtomicU64::new(now),
             options,
             db,

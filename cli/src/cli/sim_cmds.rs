@@ -365,6 +365,18 @@ pub(crate) fn stats(a: StatsArgs, wait: Duration) -> Result<u8, CliError> {
     let last_seq = snap.seq();
     drop(snap);
     let m = store.metrics();
+    print_stats(&a, units, last_seq, &m, None);
+    Ok(0)
+}
+
+/// Prints the metrics (also those of a server, with its own process-only counters in `server`).
+pub(crate) fn print_stats(
+    a: &StatsArgs,
+    units: u64,
+    last_seq: u64,
+    m: &MetricsSnapshot,
+    server: Option<(&str, &serde_json::Value)>,
+) {
     if a.prometheus {
         out!("{}", m.to_prometheus());
         outln!("# HELP oncelake_units units with a current entry");
@@ -373,6 +385,9 @@ pub(crate) fn stats(a: StatsArgs, wait: Duration) -> Result<u8, CliError> {
         outln!("# HELP oncelake_last_seq newest commit log sequence number");
         outln!("# TYPE oncelake_last_seq gauge");
         outln!("oncelake_last_seq {last_seq}");
+        if let Some((prom, _)) = server {
+            out!("{prom}");
+        }
     } else if a.json {
         let mut v =
             json!({"store": a.store.display().to_string(), "units": units, "last_seq": last_seq});
@@ -385,12 +400,23 @@ pub(crate) fn stats(a: StatsArgs, wait: Duration) -> Result<u8, CliError> {
                 "commit_latency_us".into(),
                 histogram_json(&m.commit_latency_us),
             );
+            o.insert("counted_since_seq".into(), json!(m.counted_since_seq));
+            let process_only: Vec<&str> = m
+                .counters()
+                .into_iter()
+                .map(|(n, _)| n)
+                .filter(|n| oncelake::metrics::scope_of(n) == oncelake::metrics::Scope::Process)
+                .chain(["group_units", "commit_latency_us"])
+                .collect();
+            o.insert("process_only".into(), json!(process_only));
+            if let Some((_, live)) = server {
+                o.insert("server".into(), live.clone());
+            }
         }
         print_json(&v);
     } else {
-        print_stats_table(&a.store, units, last_seq, &m);
+        print_stats_table(&a.store, units, last_seq, m, server.map(|s| s.1));
     }
-    Ok(0)
 }
 
 fn histogram_json(h: &oncelake::metrics::HistogramSnapshot) -> serde_json::Value {
@@ -398,14 +424,37 @@ fn histogram_json(h: &oncelake::metrics::HistogramSnapshot) -> serde_json::Value
            "p50": h.quantile(0.5), "p99": h.quantile(0.99)})
 }
 
-fn print_stats_table(store: &Path, units: u64, last_seq: u64, m: &MetricsSnapshot) {
+fn print_stats_table(
+    store: &Path,
+    units: u64,
+    last_seq: u64,
+    m: &MetricsSnapshot,
+    server: Option<&serde_json::Value>,
+) {
+    use oncelake::metrics::{scope_of, Scope};
     outln!("store      {}", store.display());
     outln!("units      {units}");
     outln!("last seq   {last_seq}");
     outln!();
-    outln!("counters since this process opened the store:");
+    let since = match m.counted_since_seq {
+        0 => String::new(),
+        s => format!(" since seq {s}"),
+    };
+    outln!("counters of the store (persisted with its commits{since}):");
     for (name, n) in m.counters() {
-        outln!("  {name:<24} {n}");
+        if scope_of(name) == Scope::Store {
+            outln!("  {name:<24} {n}");
+        }
+    }
+    outln!();
+    match server {
+        Some(_) => outln!("counters of the serving process only (since it opened the store):"),
+        None => outln!("counters of this process only (zero in a fresh process):"),
+    }
+    for (name, n) in m.counters() {
+        if scope_of(name) == Scope::Process {
+            outln!("  {name:<24} {n}");
+        }
     }
     for (name, h) in [
         ("group units", &m.group_units),
@@ -419,12 +468,25 @@ fn print_stats_table(store: &Path, units: u64, last_seq: u64, m: &MetricsSnapsho
             h.quantile(0.99)
         );
     }
+    if let Some(serde_json::Value::Object(live)) = server {
+        outln!();
+        outln!("the server's own counters (this server process only):");
+        for (name, v) in live {
+            outln!("  {name:<24} {v}");
+        }
+    }
 }
 
 pub(crate) fn claim(a: ClaimArgs, wait: Duration) -> Result<u8, CliError> {
     oncelake::validate_key(&a.unit)?;
     let store = open_store(&a.store, wait, false)?;
-    match store.claim(&a.unit, a.version, &a.worker, a.ttl)? {
+    let outcome = store.claim(&a.unit, a.version, &a.worker, a.ttl)?;
+    Ok(print_claim(&a, outcome))
+}
+
+/// Prints a claim's outcome (also through a server); returns its exit code.
+pub(crate) fn print_claim(a: &ClaimArgs, outcome: ClaimOutcome) -> u8 {
+    match outcome {
         ClaimOutcome::Granted { lease, took_over } => {
             if a.json {
                 print_json(&json!({
@@ -444,7 +506,7 @@ pub(crate) fn claim(a: ClaimArgs, wait: Duration) -> Result<u8, CliError> {
                     lease.token
                 );
             }
-            Ok(0)
+            0
         }
         ClaimOutcome::Held {
             worker,
@@ -459,7 +521,7 @@ pub(crate) fn claim(a: ClaimArgs, wait: Duration) -> Result<u8, CliError> {
                     a.unit
                 );
             }
-            Ok(6)
+            6
         }
         ClaimOutcome::AlreadyDone(entry) => {
             if a.json {
@@ -476,7 +538,7 @@ pub(crate) fn claim(a: ClaimArgs, wait: Duration) -> Result<u8, CliError> {
                     entry.seq
                 );
             }
-            Ok(0)
+            0
         }
     }
 }
@@ -493,14 +555,19 @@ pub(crate) fn release(a: ReleaseArgs, wait: Duration) -> Result<u8, CliError> {
         expires_at_ms: 0,
     };
     let outcome = store.release(&lease)?;
-    let (name, code) = match &outcome {
+    Ok(print_release(&a, &outcome))
+}
+
+/// Prints a release's outcome (also through a server); returns its exit code.
+pub(crate) fn print_release(a: &ReleaseArgs, outcome: &ReleaseOutcome) -> u8 {
+    let (name, code) = match outcome {
         ReleaseOutcome::Released => ("released", 0),
         ReleaseOutcome::NotHolder { .. } => ("not_holder", 5),
         ReleaseOutcome::Lost { .. } => ("fenced", 5),
     };
     if a.json {
         let mut v = json!({"unit": a.unit, "worker": a.worker, "token": a.token, "outcome": name});
-        match &outcome {
+        match outcome {
             ReleaseOutcome::NotHolder { holder } => v["holder"] = json!(holder),
             ReleaseOutcome::Lost { newest_token } => {
                 v["newest_token"] = json!(newest_token);
@@ -510,7 +577,7 @@ pub(crate) fn release(a: ReleaseArgs, wait: Duration) -> Result<u8, CliError> {
         }
         print_json(&v);
     } else {
-        match &outcome {
+        match outcome {
             ReleaseOutcome::Released => outln!("released {} (token {})", a.unit, a.token),
             ReleaseOutcome::NotHolder { holder } => errln!(
                 "refused: the lease with token {} on {} is held by {holder}, not {}; only its holder can release it. Nothing changed",
@@ -524,5 +591,5 @@ pub(crate) fn release(a: ReleaseArgs, wait: Duration) -> Result<u8, CliError> {
             ),
         }
     }
-    Ok(code)
+    code
 }

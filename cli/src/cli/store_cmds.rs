@@ -111,8 +111,11 @@ pub(crate) fn put(a: PutArgs, wait: Duration) -> Result<u8, CliError> {
     };
     let report =
         store.commit(Batch::new().item(a.unit.clone(), a.version, &staged, a.token, intent))?;
-    let u = &report.units[0];
-    let meta = staged.meta();
+    Ok(print_put(&a, &report.units[0], &staged.meta()))
+}
+
+/// Prints a put's outcome (also for a put through a server); returns its exit code.
+pub(crate) fn print_put(a: &PutArgs, u: &oncelake::UnitOutcome, meta: &oncelake::ObjectMeta) -> u8 {
     let code = outcome_code(&u.outcome);
     if a.json {
         let mut v = json!({
@@ -157,7 +160,7 @@ pub(crate) fn put(a: PutArgs, wait: Duration) -> Result<u8, CliError> {
             Outcome::Aborted => errln!("aborted: nothing changed"),
         }
     }
-    Ok(code)
+    code
 }
 
 /// The exit code of a unit outcome (SPEC R17).
@@ -226,12 +229,7 @@ pub(crate) fn get(a: GetArgs, wait: Duration) -> Result<u8, CliError> {
     let store = open_store(&a.store, wait, false)?;
     let snap = snapshot(&store, a.at)?;
     let Some(entry) = snap.get(&a.unit)? else {
-        return Err(CliError::Usage(format!(
-            "unit {:?} has no entry{}; list units with `oncelake ls {}`",
-            a.unit,
-            a.at.map(|s| format!(" as of seq {s}")).unwrap_or_default(),
-            a.store.display()
-        )));
+        return Err(no_entry(&a));
     };
     let bytes = snap.read_object(&entry)?;
     match &a.output {
@@ -249,9 +247,19 @@ pub(crate) fn get(a: GetArgs, wait: Duration) -> Result<u8, CliError> {
     Ok(0)
 }
 
+/// The error of a get whose unit has no entry.
+pub(crate) fn no_entry(a: &GetArgs) -> CliError {
+    CliError::Usage(format!(
+        "unit {:?} has no entry{}; list units with `oncelake ls {}`",
+        a.unit,
+        a.at.map(|s| format!(" as of seq {s}")).unwrap_or_default(),
+        a.store.display()
+    ))
+}
+
 /// Refuses, before the store is opened, an output path that cannot be written: a directory, or
 /// one whose directory is missing.
-fn check_output_path(path: &std::path::Path) -> Result<(), CliError> {
+pub(crate) fn check_output_path(path: &std::path::Path) -> Result<(), CliError> {
     if path.is_dir() {
         return Err(CliError::Usage(format!(
             "{} is a directory; pass a file path to -o",
@@ -290,21 +298,31 @@ pub(crate) fn ls(a: LsArgs, wait: Duration) -> Result<u8, CliError> {
     let snap = snapshot(&store, a.at)?;
     let mut n = 0u64;
     for e in snap.prefix(&a.prefix)? {
-        let e = e?;
         n += 1;
-        let line = if a.json {
-            entry_json(&e).to_string()
-        } else {
-            format!(
-                "{}\tv{}\tr{}\tseq {}\t{} bytes\t{}",
-                e.unit, e.source_version, e.revision, e.seq, e.object.size, e.object.id
-            )
-        };
-        outln!("{line}");
-        if !stdout_open() {
+        if !print_ls_entry(&a, &e?) {
             return Ok(0); // a closed pipe (`| head`) is not an error
         }
     }
+    print_ls_end(&a, n);
+    Ok(0)
+}
+
+/// Prints one entry of `ls`; `false` once standard output is closed.
+pub(crate) fn print_ls_entry(a: &LsArgs, e: &Entry) -> bool {
+    let line = if a.json {
+        entry_json(e).to_string()
+    } else {
+        format!(
+            "{}\tv{}\tr{}\tseq {}\t{} bytes\t{}",
+            e.unit, e.source_version, e.revision, e.seq, e.object.size, e.object.id
+        )
+    };
+    outln!("{line}");
+    stdout_open()
+}
+
+/// Ends an `ls` of `n` entries.
+pub(crate) fn print_ls_end(a: &LsArgs, n: u64) {
     if !a.json && n == 0 {
         errln!(
             "no entries{}",
@@ -315,25 +333,28 @@ pub(crate) fn ls(a: LsArgs, wait: Duration) -> Result<u8, CliError> {
             }
         );
     }
-    Ok(0)
 }
 
 pub(crate) fn log(a: LogArgs, wait: Duration) -> Result<u8, CliError> {
     let store = open_store(&a.store, wait, false)?;
     let snap = store.snapshot()?;
     for rec in snap.changes_since(a.since)? {
-        let rec = rec?;
-        let line = if a.json {
-            record_json(&rec).to_string()
-        } else {
-            record_text(&rec)
-        };
-        outln!("{line}");
-        if !stdout_open() {
+        if !print_record(&a, &rec?) {
             return Ok(0);
         }
     }
     Ok(0)
+}
+
+/// Prints one log record; `false` once standard output is closed.
+pub(crate) fn print_record(a: &LogArgs, rec: &oncelake::log::Record) -> bool {
+    let line = if a.json {
+        record_json(rec).to_string()
+    } else {
+        record_text(rec)
+    };
+    outln!("{line}");
+    stdout_open()
 }
 
 pub(crate) fn record_json(rec: &oncelake::log::Record) -> serde_json::Value {
