@@ -2,6 +2,7 @@
 //! and `staging/` (SPEC R1). Opening validates before it touches anything; writes go through the
 //! group-commit queue; reads go through snapshots. Opening is in `open`.
 
+mod lock_wait;
 mod open;
 
 use crate::claim::{validate_worker, ClaimOutcome, Lease, ReleaseOutcome, RenewOutcome};
