@@ -127,8 +127,10 @@ async fn serve_async(
         "write {}",
         dir.join(discovery::INFO_FILE).display()
     )))?;
+    // Installed before the ready line: a SIGTERM sent as soon as it is read must drain.
+    let shutdown = shutdown_signal().map_err(io("install the SIGTERM/SIGINT handlers"))?;
     ready(&address);
-    let result = accept_loop(listener, app.clone(), token, &opts).await;
+    let result = accept_loop(listener, app.clone(), token, &opts, shutdown).await;
     discovery::remove_files(&dir);
     // The last reference: dropping the store syncs the tail and writes the index snapshot.
     drop(app);
@@ -160,7 +162,7 @@ async fn listen(
 }
 
 /// Binds the socket owner-only: created under a umask of 077, so no other user can connect even
-/// for an instant.
+/// for an instant, then set to 0600.
 fn bind_unix(path: &Path) -> Result<tokio::net::UnixListener, ServeError> {
     // SAFETY: umask only swaps the process's file-creation mask; it cannot fail. Other threads
     // creating files in between also get 077, which is only stricter.
@@ -168,10 +170,15 @@ fn bind_unix(path: &Path) -> Result<tokio::net::UnixListener, ServeError> {
     let bound = tokio::net::UnixListener::bind(path);
     // SAFETY: as above, restoring the previous mask.
     unsafe { libc::umask(old) };
-    bound.map_err(|source| ServeError::Listen {
+    let l = bound.map_err(|source| ServeError::Listen {
         address: path.display().to_string(),
         source,
-    })
+    })?;
+    // 0600 as documented (connecting needs write permission only; nobody else had any).
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))
+        .map_err(io(format!("chmod 0600 {}", path.display())))?;
+    Ok(l)
 }
 
 async fn accept_loop(
@@ -179,6 +186,7 @@ async fn accept_loop(
     app: Arc<App>,
     token: Option<String>,
     opts: &ServeOptions,
+    shutdown: impl std::future::Future<Output = ()>,
 ) -> Result<(), ServeError> {
     let graceful = hyper_util::server::graceful::GracefulShutdown::new();
     let mut builder = hyper::server::conn::http1::Builder::new();
@@ -188,7 +196,7 @@ async fn accept_loop(
         .max_buf_size(64 << 10);
     let router = router(app.clone());
     let token: Option<Arc<str>> = token.map(Into::into);
-    let mut shutdown = Box::pin(shutdown_signal());
+    let mut shutdown = std::pin::pin!(shutdown);
     let mut expire = tokio::time::interval(Duration::from_secs(60));
     loop {
         tokio::select! {
@@ -227,18 +235,15 @@ async fn accept(listener: &Listener) -> std::io::Result<Io> {
     })
 }
 
-async fn shutdown_signal() {
+/// Registers the handlers now; the future completes at the first SIGTERM or SIGINT.
+fn shutdown_signal() -> std::io::Result<impl std::future::Future<Output = ()>> {
     use tokio::signal::unix::{signal, SignalKind};
-    let (Ok(mut term), Ok(mut int)) = (
-        signal(SignalKind::terminate()),
-        signal(SignalKind::interrupt()),
-    ) else {
-        // Without signal handlers the server runs until killed; SIGKILL loses no acknowledged
-        // commit anyway.
-        return std::future::pending().await;
-    };
-    tokio::select! {
-        _ = term.recv() => {}
-        _ = int.recv() => {}
-    }
+    let mut term = signal(SignalKind::terminate())?;
+    let mut int = signal(SignalKind::interrupt())?;
+    Ok(async move {
+        tokio::select! {
+            _ = term.recv() => {}
+            _ = int.recv() => {}
+        }
+    })
 }
