@@ -204,9 +204,25 @@ impl Client {
         Ok((r.staged, r.meta.to_meta().map_err(ClientError::Protocol)?))
     }
 
-    /// Commits a batch of staged handles (all-or-nothing unless `partial`).
+    /// Commits a batch of staged handles (all-or-nothing unless `partial`); the handles are
+    /// dropped afterwards.
     pub fn commit(&self, items: Vec<CommitItemW>, partial: bool) -> Result<CommitReport> {
-        let body = to_json(&CommitW { items, partial })?;
+        self.commit_with(items, partial, false)
+    }
+
+    /// [`Client::commit`], keeping the handles when `keep_staged` (to commit the same bytes
+    /// again as other units).
+    pub fn commit_with(
+        &self,
+        items: Vec<CommitItemW>,
+        partial: bool,
+        keep_staged: bool,
+    ) -> Result<CommitReport> {
+        let body = to_json(&CommitW {
+            items,
+            partial,
+            keep_staged,
+        })?;
         let r: CommitReportW = self.json("POST", "/v1/commit", Payload::Json(body))?;
         r.to_report().map_err(ClientError::Protocol)
     }

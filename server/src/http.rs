@@ -353,7 +353,7 @@ async fn commit(State(app): State<Arc<App>>, body: Body) -> ApiResult<Response> 
     let app2 = app.clone();
     let report = blocking(move || app2.store.commit(batch)).await?;
     app.note_seq(report.seq);
-    {
+    if !req.keep_staged {
         // A committed or rejected handle has done its job; dropping it unpins the object.
         let mut m = app.staged.lock().unwrap_or_else(|p| p.into_inner());
         for it in &req.items {

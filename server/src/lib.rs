@@ -6,6 +6,7 @@
 //! The engine crate stays free of tokio, hyper and axum: they are this crate's dependencies only.
 
 mod auth;
+pub mod bench;
 pub mod client;
 pub mod discovery;
 mod http;

@@ -332,6 +332,10 @@ pub struct CommitW {
     /// Apply what is acceptable instead of all-or-nothing.
     #[serde(default)]
     pub partial: bool,
+    /// Keep the staging handles after the commit, to commit the same bytes again as other
+    /// units (by default a commit drops the handles it names).
+    #[serde(default)]
+    pub keep_staged: bool,
 }
 
 /// A lease.

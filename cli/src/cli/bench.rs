@@ -27,10 +27,20 @@ pub(crate) struct CommitBenchArgs {
     /// Print one JSON object per line instead of a table.
     #[arg(long)]
     pub json: bool,
+    /// Commit through `oncelake serve` from --clients connections instead, beside in-process
+    /// threads of the same counts in the same run (P7).
+    #[arg(long)]
+    pub via_server: bool,
+    /// Client connection counts for --via-server, comma separated.
+    #[arg(long, value_delimiter = ',', default_value = "1,16,64")]
+    pub clients: Vec<usize>,
 }
 
 /// `oncelake bench commit`.
 pub(crate) fn commit(a: CommitBenchArgs) -> Result<u8, CliError> {
+    if a.via_server {
+        return super::serve::bench_via_server(&a.clients, a.commits, a.seconds, a.dir, a.json);
+    }
     let systems: Vec<System> = a
         .systems
         .iter()

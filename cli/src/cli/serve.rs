@@ -71,3 +71,77 @@ pub(crate) fn serve(a: ServeArgs, wait: Duration) -> Result<u8, CliError> {
         Err(ServeError::Io { context, source }) => Err(CliError::io(context, source)),
     }
 }
+
+/// `oncelake bench commit --via-server`: per client count, the in-process P1 workload with that
+/// many threads and the same workload from that many connections through a served store.
+pub(crate) fn bench_via_server(
+    clients: &[usize],
+    commits: usize,
+    seconds: Duration,
+    dir: Option<PathBuf>,
+    json: bool,
+) -> Result<u8, CliError> {
+    use oncelake_bench::bench_commit::{self as workload, Plan, System};
+    if clients.is_empty() || clients.contains(&0) || commits == 0 {
+        return Err(CliError::Usage(
+            "--clients needs positive counts (e.g. --clients 1,16,64) and --commits at least 1"
+                .into(),
+        ));
+    }
+    let scratch = dir.unwrap_or_else(std::env::temp_dir);
+    let exe = std::env::current_exe().map_err(|e| CliError::io("find the oncelake binary", e))?;
+    if !json {
+        outln!("durable commits, 1 unit each, objects pre-staged: in-process threads vs clients of `oncelake serve`");
+        outln!(
+            "{:>7} {:>14} {:>14} {:>8} {:>12} {:>12} {:>11}",
+            "clients",
+            "in-process u/s",
+            "via server u/s",
+            "ratio",
+            "server p50µs",
+            "server p99µs",
+            "mean group"
+        );
+    }
+    for &n in clients {
+        let plan = Plan {
+            threads: n,
+            max_units: commits,
+            max_time: seconds,
+        };
+        let local = workload::measure(System::Oncelake, plan, &scratch)
+            .map_err(|e| CliError::Usage(format!("bench in-process: {e}")))?;
+        let remote =
+            oncelake_server::bench::commits_via_server(&exe, &scratch, n, commits, seconds)
+                .map_err(|e| CliError::Usage(format!("bench via server: {e}")))?;
+        let ratio = remote.units_per_sec() / local.units_per_sec().max(1e-9);
+        let mean_group = remote.units as f64 / remote.groups.max(1) as f64;
+        if json {
+            super::print_json(&serde_json::json!({
+                "bench": "commit_via_server",
+                "clients": n,
+                "in_process_units_per_sec": local.units_per_sec(),
+                "in_process_mean_group_units": local.mean_group,
+                "via_server_units_per_sec": remote.units_per_sec(),
+                "via_server_units": remote.units,
+                "via_server_p50_us": remote.p50_us,
+                "via_server_p99_us": remote.p99_us,
+                "via_server_groups": remote.groups,
+                "via_server_mean_group_units": mean_group,
+                "ratio": ratio,
+            }));
+        } else {
+            outln!(
+                "{:>7} {:>14.0} {:>14.0} {:>7.0}% {:>12} {:>12} {:>11.1}",
+                n,
+                local.units_per_sec(),
+                remote.units_per_sec(),
+                ratio * 100.0,
+                remote.p50_us,
+                remote.p99_us,
+                mean_group
+            );
+        }
+    }
+    Ok(0)
+}
