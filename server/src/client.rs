@@ -79,6 +79,9 @@ pub enum ClientError {
     Protocol(String),
 }
 
+/// How long [`Client::for_store`] waits for the server's health answer.
+const HEALTH_TIMEOUT: Duration = Duration::from_secs(10);
+
 /// Result of client calls.
 pub type Result<T> = std::result::Result<T, ClientError>;
 
@@ -130,7 +133,8 @@ impl Client {
             token: info.token,
             timeout: None,
         };
-        match client.health() {
+        // A hung server must not hang every command: the probe has a timeout, the client none.
+        match client.clone().with_timeout(HEALTH_TIMEOUT).health() {
             Ok(_) => Ok(client),
             Err(ClientError::Connect { .. }) | Err(ClientError::ConnectionLost { .. }) => {
                 Err(not_served())

@@ -642,13 +642,7 @@ struct VerifyReq {
 async fn verify(State(app): State<Arc<App>>, body: Body) -> ApiResult<Response> {
     let r: VerifyReq = read_json(&app, body).await?;
     let app2 = app.clone();
-    let rep = blocking(move || {
-        app2.store.verify(oncelake::VerifyOptions {
-            deep: r.deep,
-            ..Default::default()
-        })
-    })
-    .await?;
+    let rep = blocking(move || app2.store.verify(oncelake::VerifyOptions { deep: r.deep })).await?;
     Ok(json(&crate::stats::verify_json(&rep)))
 }
 

@@ -616,7 +616,7 @@ pub fn to_hex(bytes: &[u8]) -> String {
 
 /// Parses lowercase or uppercase hex.
 pub fn from_hex(s: &str) -> Result<Vec<u8>, String> {
-    if s.len() % 2 != 0 {
+    if !s.len().is_multiple_of(2) {
         return Err("odd-length hex".into());
     }
     (0..s.len())
