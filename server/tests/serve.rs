@@ -514,3 +514,33 @@ fn sigterm_cleans_up_and_long_polls_wake_on_commit() {
         Err(ClientError::NotServed { .. })
     ));
 }
+
+/// An upload is streamed into staging, never held whole: a 96 MiB put leaves the server's peak
+/// resident memory far below the upload's size.
+#[test]
+fn a_large_upload_is_streamed_not_buffered() {
+    let (_dir, store) = new_store();
+    let server = Server::start(&store, &[]);
+    let peak_kib = || -> u64 {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", server.pid())).unwrap();
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix("VmHWM:"))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+            .unwrap()
+    };
+    let before = peak_kib();
+    let size: u64 = 96 << 20;
+    // A reader that produces the bytes as they are sent (the client holds none of them either).
+    let input = std::io::repeat(0x5a).take(size);
+    let client = Client::for_store(&store).unwrap();
+    let (u, meta) = client.put_reader("big", 1, None, false, input).unwrap();
+    assert_eq!(u.outcome.name(), "committed");
+    assert_eq!(meta.size, size);
+    let grown = peak_kib().saturating_sub(before);
+    assert!(
+        grown < 32 << 10,
+        "the server's peak memory grew by {grown} KiB for a {} KiB upload",
+        size >> 10
+    );
+}
