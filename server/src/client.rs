@@ -365,19 +365,20 @@ impl Client {
         Ok((records, r.seq))
     }
 
-    /// Runs GC on the server: its report as JSON (see docs/server.md).
+    /// Runs GC on the server (the server's defaults for `grace` and `retain` when `None`).
     pub fn gc(
         &self,
         dry_run: bool,
         grace: Option<Duration>,
         retain: Option<Duration>,
-    ) -> Result<serde_json::Value> {
+    ) -> Result<oncelake::GcReport> {
         let body = to_json(&serde_json::json!({
             "dry_run": dry_run,
             "grace_ms": grace.map(|d| d.as_millis() as u64),
             "retain_ms": retain.map(|d| d.as_millis() as u64),
         }))?;
-        self.json("POST", "/v1/gc", Payload::Json(body))
+        let r: wire::GcReportW = self.json("POST", "/v1/gc", Payload::Json(body))?;
+        Ok((&r).into())
     }
 
     /// Runs verify on the server: its summary as JSON (`ok`, counts, `problems`).

@@ -630,7 +630,7 @@ async fn gc(State(app): State<Arc<App>>, body: Body) -> ApiResult<Response> {
     }
     let app2 = app.clone();
     let rep = blocking(move || app2.store.gc(o)).await?;
-    Ok(json(&crate::stats::gc_json(&rep)))
+    Ok(json(&crate::wire::GcReportW::from(&rep)))
 }
 
 #[derive(Deserialize)]

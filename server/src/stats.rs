@@ -5,7 +5,7 @@
 //! `process`: this server process only) is in the output.
 
 use oncelake::metrics::{scope_of, HistogramSnapshot};
-use oncelake::{GcReport, MetricsSnapshot, Store, VerifyReport};
+use oncelake::{MetricsSnapshot, Store, VerifyReport};
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
@@ -116,23 +116,6 @@ pub(crate) fn prometheus(store: &Store) -> oncelake::Result<String> {
         m.to_prometheus(),
         m.counted_since_seq
     ))
-}
-
-/// A GC report as JSON.
-pub(crate) fn gc_json(r: &GcReport) -> Value {
-    json!({
-        "dry_run": r.dry_run,
-        "staging_files": r.staging_files,
-        "staging_bytes": r.staging_bytes,
-        "staging_files_young": r.staging_files_young,
-        "objects": r.objects,
-        "object_bytes": r.object_bytes,
-        "history_rows_pruned": r.history_rows_pruned,
-        "history_from": r.history_from,
-        "objects_referenced": r.objects_referenced,
-        "objects_pinned": r.objects_pinned,
-        "stray_files": r.stray_files,
-    })
 }
 
 /// A verify report as JSON: its counts and every problem as a line of text.

@@ -3,7 +3,7 @@
 //! them with the same code).
 
 use oncelake::{
-    ClaimOutcome, CommitReport, Committed, Entry, Lease, ObjectId, ObjectMeta, Outcome,
+    ClaimOutcome, CommitReport, Committed, Entry, GcReport, Lease, ObjectId, ObjectMeta, Outcome,
     ReleaseOutcome, RenewOutcome, UnitOutcome,
 };
 use serde::{Deserialize, Serialize};
@@ -623,4 +623,67 @@ pub fn from_hex(s: &str) -> Result<Vec<u8>, String> {
         .step_by(2)
         .map(|i| u8::from_str_radix(&s[i..i + 2], 16).map_err(|_| format!("bad hex at {i}")))
         .collect()
+}
+
+/// A GC report, field for field.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct GcReportW {
+    /// See [`GcReport`].
+    pub dry_run: bool,
+    /// See [`GcReport`].
+    pub staging_files: u64,
+    /// See [`GcReport`].
+    pub staging_bytes: u64,
+    /// See [`GcReport`].
+    pub staging_files_young: u64,
+    /// See [`GcReport`].
+    pub objects: u64,
+    /// See [`GcReport`].
+    pub object_bytes: u64,
+    /// See [`GcReport`].
+    pub history_rows_pruned: u64,
+    /// See [`GcReport`].
+    pub history_from: u64,
+    /// See [`GcReport`].
+    pub objects_referenced: u64,
+    /// See [`GcReport`].
+    pub objects_pinned: u64,
+    /// See [`GcReport`].
+    pub stray_files: u64,
+}
+
+impl From<&GcReport> for GcReportW {
+    fn from(r: &GcReport) -> Self {
+        GcReportW {
+            dry_run: r.dry_run,
+            staging_files: r.staging_files,
+            staging_bytes: r.staging_bytes,
+            staging_files_young: r.staging_files_young,
+            objects: r.objects,
+            object_bytes: r.object_bytes,
+            history_rows_pruned: r.history_rows_pruned,
+            history_from: r.history_from,
+            objects_referenced: r.objects_referenced,
+            objects_pinned: r.objects_pinned,
+            stray_files: r.stray_files,
+        }
+    }
+}
+
+impl From<&GcReportW> for GcReport {
+    fn from(r: &GcReportW) -> Self {
+        GcReport {
+            dry_run: r.dry_run,
+            staging_files: r.staging_files,
+            staging_bytes: r.staging_bytes,
+            staging_files_young: r.staging_files_young,
+            objects: r.objects,
+            object_bytes: r.object_bytes,
+            history_rows_pruned: r.history_rows_pruned,
+            history_from: r.history_from,
+            objects_referenced: r.objects_referenced,
+            objects_pinned: r.objects_pinned,
+            stray_files: r.stray_files,
+        }
+    }
 }

@@ -244,6 +244,21 @@ fn metrics_scrape_and_healthz() {
     let h = client.health().unwrap();
     assert_eq!(h["ok"], true);
     assert_eq!(h["seq"], 3);
+    // gc goes through the server, printed like in-process; verify does not yet (exit 6 at once).
+    let s = store.to_str().unwrap();
+    let out = oncelake(&["gc", s, "--dry-run", "--json"]);
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["dry_run"], true);
+    assert_eq!(
+        v["objects_referenced"], 1,
+        "three units, one object (the same bytes)"
+    );
+    let out = oncelake(&["verify", s]);
+    assert_eq!(out.status.code(), Some(6), "{out:?}");
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("does not go through `oncelake serve` yet")
+    );
 }
 
 /// The socket and the address file are owner-only; over TCP a request without the right token

@@ -92,9 +92,14 @@ pub(crate) fn gc(a: GcArgs, wait: Duration) -> Result<u8, CliError> {
     if let Some(s) = spinner {
         s.finish_and_clear();
     }
-    let report = report?;
+    print_gc(&a, &report?);
+    Ok(0)
+}
+
+/// Prints a GC report (also one from a server).
+pub(crate) fn print_gc(a: &GcArgs, report: &oncelake::GcReport) {
     if a.json {
-        print_json(&gc_json(&report));
+        print_json(&gc_json(report));
     } else {
         let verb = if report.dry_run {
             "would remove"
@@ -145,7 +150,6 @@ pub(crate) fn gc(a: GcArgs, wait: Duration) -> Result<u8, CliError> {
             );
         }
     }
-    Ok(0)
 }
 
 fn gc_json(r: &GcReport) -> serde_json::Value {

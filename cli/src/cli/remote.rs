@@ -75,6 +75,13 @@ pub(crate) fn route(cmd: &Command) -> Option<Result<u8, CliError>> {
                 .map(|o| print_release(a, &o))
                 .map_err(client_error)
         }
+        Command::Gc(a) => client
+            .gc(a.dry_run, Some(a.grace), Some(a.retain))
+            .map(|r| {
+                super::maint_cmds::print_gc(a, &r);
+                0
+            })
+            .map_err(client_error),
         _ => not_routed(store, &client),
     })
 }
