@@ -156,3 +156,154 @@ fn drive(
         groups: groups_of(&client)?.saturating_sub(groups_before),
     })
 }
+
+/// What seed 001's scenario through a server measured (SPEC P9).
+#[derive(Clone, Debug)]
+pub struct Seed001Run {
+    /// Worker connections (one thread each, each call its own connection, like a process).
+    pub workers: usize,
+    /// Distinct batches.
+    pub batches: u64,
+    /// Deliveries (each batch twice).
+    pub deliveries: u64,
+    /// Wall time until every delivery was handled.
+    pub elapsed: Duration,
+    /// Work runs (claims granted).
+    pub computations: u64,
+    /// Deliveries skipped because the batch was already committed.
+    pub already_done: u64,
+    /// Deliveries skipped because another worker held the batch's lease.
+    pub held: u64,
+    /// Batches committed more than once (must be 0).
+    pub written_twice: u64,
+    /// Batches with an entry at the end.
+    pub committed: u64,
+}
+
+impl Seed001Run {
+    /// Batches per second.
+    pub fn batches_per_sec(&self) -> f64 {
+        self.batches as f64 / self.elapsed.as_secs_f64().max(1e-9)
+    }
+}
+
+/// Seed 001's scenario through `exe serve`: `batches` batches, each delivered twice (the two
+/// deliveries next to each other in the queue, so they race), taken by `workers` workers; each
+/// delivery claims the batch, works 2–20 ms (a fixed pseudo-random time per batch), and commits
+/// its output fenced by the lease's token.
+pub fn seed001_via_server(
+    exe: &Path,
+    scratch: &Path,
+    workers: usize,
+    batches: usize,
+) -> Result<Seed001Run, String> {
+    let dir = scratch.join(format!("seed001-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let store = dir.join("lake");
+    drop(oncelake::Store::open(&store).map_err(|e| e.to_string())?);
+    let mut server = Command::new(exe)
+        .arg("serve")
+        .arg(&store)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .map_err(|e| format!("start {} serve: {e}", exe.display()))?;
+    let mut line = String::new();
+    if let Some(out) = server.stdout.take() {
+        let _ = std::io::BufReader::new(out).read_line(&mut line);
+    }
+    let run = if line.is_empty() {
+        Err("the server did not start".to_string())
+    } else {
+        seed001_drive(&store, workers.max(1), batches)
+    };
+    // SAFETY: kill(2) on our own child, not yet reaped (its pid cannot have been reused).
+    unsafe { libc::kill(server.id() as i32, libc::SIGTERM) };
+    let _ = server.wait();
+    let _ = std::fs::remove_dir_all(&dir);
+    run
+}
+
+fn seed001_drive(store: &Path, workers: usize, batches: usize) -> Result<Seed001Run, String> {
+    use oncelake::ClaimOutcome;
+    use std::sync::atomic::AtomicU64;
+    let deliveries: Vec<usize> = (0..batches).flat_map(|b| [b, b]).collect();
+    let next = AtomicUsize::new(0);
+    let (computations, already, held) = (AtomicU64::new(0), AtomicU64::new(0), AtomicU64::new(0));
+    let commits: Vec<AtomicU64> = (0..batches).map(|_| AtomicU64::new(0)).collect();
+    let start = Instant::now();
+    let results: Vec<Result<(), String>> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..workers)
+            .map(|w| {
+                let (deliveries, next, computations, already, held, commits) =
+                    (&deliveries, &next, &computations, &already, &held, &commits);
+                s.spawn(move || -> Result<(), String> {
+                    let client = Client::for_store(store).map_err(|e| e.to_string())?;
+                    let worker = format!("worker-{w}");
+                    loop {
+                        let i = next.fetch_add(1, Ordering::Relaxed);
+                        let Some(&b) = deliveries.get(i) else {
+                            return Ok(());
+                        };
+                        let unit = format!("seed001/batch={b:05}");
+                        let claim = client
+                            .claim(&unit, 1, &worker, Duration::from_secs(60))
+                            .map_err(|e| e.to_string())?;
+                        let lease = match claim {
+                            ClaimOutcome::Granted { lease, .. } => lease,
+                            ClaimOutcome::AlreadyDone(_) => {
+                                already.fetch_add(1, Ordering::Relaxed);
+                                continue;
+                            }
+                            ClaimOutcome::Held { .. } => {
+                                held.fetch_add(1, Ordering::Relaxed);
+                                continue;
+                            }
+                        };
+                        computations.fetch_add(1, Ordering::Relaxed);
+                        // 2–20 ms of work, fixed per batch.
+                        let work = 2 + (b as u64).wrapping_mul(2_654_435_761) % 19;
+                        std::thread::sleep(Duration::from_millis(work));
+                        let output = format!("output of batch {b}");
+                        let (u, _) = client
+                            .put_reader(&unit, 1, Some(lease.token), false, output.as_bytes())
+                            .map_err(|e| e.to_string())?;
+                        if matches!(u.outcome, oncelake::Outcome::Committed { .. }) {
+                            commits[b].fetch_add(1, Ordering::Relaxed);
+                        }
+                    }
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().unwrap_or_else(|_| Err("a worker panicked".into())))
+            .collect()
+    });
+    let elapsed = start.elapsed();
+    for r in results {
+        r?;
+    }
+    let client = Client::for_store(store).map_err(|e| e.to_string())?;
+    let mut committed = 0;
+    client
+        .ls("seed001/", None, |_| {
+            committed += 1;
+            true
+        })
+        .map_err(|e| e.to_string())?;
+    Ok(Seed001Run {
+        workers,
+        batches: batches as u64,
+        deliveries: deliveries.len() as u64,
+        elapsed,
+        computations: computations.into_inner(),
+        already_done: already.into_inner(),
+        held: held.into_inner(),
+        written_twice: commits
+            .iter()
+            .filter(|c| c.load(Ordering::Relaxed) > 1)
+            .count() as u64,
+        committed,
+    })
+}

@@ -145,3 +145,44 @@ pub(crate) fn bench_via_server(
     }
     Ok(0)
 }
+
+/// `oncelake bench commit --via-server --seed001`: seed 001's scenario through a server (P9).
+pub(crate) fn bench_seed001(dir: Option<PathBuf>, json: bool) -> Result<u8, CliError> {
+    let scratch = dir.unwrap_or_else(std::env::temp_dir);
+    let exe = std::env::current_exe().map_err(|e| CliError::io("find the oncelake binary", e))?;
+    let r = oncelake_server::bench::seed001_via_server(&exe, &scratch, 16, 2_000)
+        .map_err(|e| CliError::Usage(format!("bench seed001 via server: {e}")))?;
+    if json {
+        super::print_json(&serde_json::json!({
+            "bench": "seed001_via_server",
+            "workers": r.workers,
+            "batches": r.batches,
+            "deliveries": r.deliveries,
+            "seconds": r.elapsed.as_secs_f64(),
+            "batches_per_sec": r.batches_per_sec(),
+            "computations": r.computations,
+            "already_done": r.already_done,
+            "held": r.held,
+            "written_twice": r.written_twice,
+            "committed": r.committed,
+        }));
+    } else {
+        outln!(
+            "seed 001 through `oncelake serve`: {} workers, {} batches delivered twice: {:.0} batches/s ({:.1} s); {} computations, {} deliveries already done, {} held by another worker; {} batches written twice; {} committed",
+            r.workers,
+            r.batches,
+            r.batches_per_sec(),
+            r.elapsed.as_secs_f64(),
+            r.computations,
+            r.already_done,
+            r.held,
+            r.written_twice,
+            r.committed
+        );
+    }
+    Ok(if r.written_twice == 0 && r.committed == r.batches {
+        0
+    } else {
+        1
+    })
+}
