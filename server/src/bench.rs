@@ -224,55 +224,32 @@ pub fn seed001_via_server(
     run
 }
 
+/// The shared state of the seed 001 workers.
+struct Seed001State {
+    deliveries: Vec<usize>,
+    next: AtomicUsize,
+    computations: std::sync::atomic::AtomicU64,
+    already: std::sync::atomic::AtomicU64,
+    held: std::sync::atomic::AtomicU64,
+    /// Committed outcomes per batch.
+    commits: Vec<std::sync::atomic::AtomicU64>,
+}
+
 fn seed001_drive(store: &Path, workers: usize, batches: usize) -> Result<Seed001Run, String> {
-    use oncelake::ClaimOutcome;
-    use std::sync::atomic::AtomicU64;
-    let deliveries: Vec<usize> = (0..batches).flat_map(|b| [b, b]).collect();
-    let next = AtomicUsize::new(0);
-    let (computations, already, held) = (AtomicU64::new(0), AtomicU64::new(0), AtomicU64::new(0));
-    let commits: Vec<AtomicU64> = (0..batches).map(|_| AtomicU64::new(0)).collect();
+    let st = Seed001State {
+        deliveries: (0..batches).flat_map(|b| [b, b]).collect(),
+        next: AtomicUsize::new(0),
+        computations: Default::default(),
+        already: Default::default(),
+        held: Default::default(),
+        commits: (0..batches).map(|_| Default::default()).collect(),
+    };
     let start = Instant::now();
     let results: Vec<Result<(), String>> = std::thread::scope(|s| {
         let handles: Vec<_> = (0..workers)
             .map(|w| {
-                let (deliveries, next, computations, already, held, commits) =
-                    (&deliveries, &next, &computations, &already, &held, &commits);
-                s.spawn(move || -> Result<(), String> {
-                    let client = Client::for_store(store).map_err(|e| e.to_string())?;
-                    let worker = format!("worker-{w}");
-                    loop {
-                        let i = next.fetch_add(1, Ordering::Relaxed);
-                        let Some(&b) = deliveries.get(i) else {
-                            return Ok(());
-                        };
-                        let unit = format!("seed001/batch={b:05}");
-                        let claim = client
-                            .claim(&unit, 1, &worker, Duration::from_secs(60))
-                            .map_err(|e| e.to_string())?;
-                        let lease = match claim {
-                            ClaimOutcome::Granted { lease, .. } => lease,
-                            ClaimOutcome::AlreadyDone(_) => {
-                                already.fetch_add(1, Ordering::Relaxed);
-                                continue;
-                            }
-                            ClaimOutcome::Held { .. } => {
-                                held.fetch_add(1, Ordering::Relaxed);
-                                continue;
-                            }
-                        };
-                        computations.fetch_add(1, Ordering::Relaxed);
-                        // 2–20 ms of work, fixed per batch.
-                        let work = 2 + (b as u64).wrapping_mul(2_654_435_761) % 19;
-                        std::thread::sleep(Duration::from_millis(work));
-                        let output = format!("output of batch {b}");
-                        let (u, _) = client
-                            .put_reader(&unit, 1, Some(lease.token), false, output.as_bytes())
-                            .map_err(|e| e.to_string())?;
-                        if matches!(u.outcome, oncelake::Outcome::Committed { .. }) {
-                            commits[b].fetch_add(1, Ordering::Relaxed);
-                        }
-                    }
-                })
+                let st = &st;
+                s.spawn(move || seed001_worker(store, w, st))
             })
             .collect();
         handles
@@ -295,15 +272,55 @@ fn seed001_drive(store: &Path, workers: usize, batches: usize) -> Result<Seed001
     Ok(Seed001Run {
         workers,
         batches: batches as u64,
-        deliveries: deliveries.len() as u64,
+        deliveries: st.deliveries.len() as u64,
         elapsed,
-        computations: computations.into_inner(),
-        already_done: already.into_inner(),
-        held: held.into_inner(),
-        written_twice: commits
+        computations: st.computations.into_inner(),
+        already_done: st.already.into_inner(),
+        held: st.held.into_inner(),
+        written_twice: st
+            .commits
             .iter()
             .filter(|c| c.load(Ordering::Relaxed) > 1)
             .count() as u64,
         committed,
     })
+}
+
+/// One worker: takes deliveries until none is left; claim → work → fenced put.
+fn seed001_worker(store: &Path, w: usize, st: &Seed001State) -> Result<(), String> {
+    use oncelake::ClaimOutcome;
+    let client = Client::for_store(store).map_err(|e| e.to_string())?;
+    let worker = format!("worker-{w}");
+    loop {
+        let i = st.next.fetch_add(1, Ordering::Relaxed);
+        let Some(&b) = st.deliveries.get(i) else {
+            return Ok(());
+        };
+        let unit = format!("seed001/batch={b:05}");
+        let claim = client
+            .claim(&unit, 1, &worker, Duration::from_secs(60))
+            .map_err(|e| e.to_string())?;
+        let lease = match claim {
+            ClaimOutcome::Granted { lease, .. } => lease,
+            ClaimOutcome::AlreadyDone(_) => {
+                st.already.fetch_add(1, Ordering::Relaxed);
+                continue;
+            }
+            ClaimOutcome::Held { .. } => {
+                st.held.fetch_add(1, Ordering::Relaxed);
+                continue;
+            }
+        };
+        st.computations.fetch_add(1, Ordering::Relaxed);
+        // 2–20 ms of work, fixed per batch.
+        let work = 2 + (b as u64).wrapping_mul(2_654_435_761) % 19;
+        std::thread::sleep(Duration::from_millis(work));
+        let output = format!("output of batch {b}");
+        let (u, _) = client
+            .put_reader(&unit, 1, Some(lease.token), false, output.as_bytes())
+            .map_err(|e| e.to_string())?;
+        if matches!(u.outcome, oncelake::Outcome::Committed { .. }) {
+            st.commits[b].fetch_add(1, Ordering::Relaxed);
+        }
+    }
 }

@@ -23,58 +23,14 @@ pub(crate) fn route(cmd: &Command) -> Option<Result<u8, CliError>> {
         Err(e) => return Some(Err(client_error(e))),
     };
     Some(match cmd {
-        Command::Init(a) => {
-            if a.json {
-                super::print_json(
-                    &serde_json::json!({"store": a.store.display().to_string(), "created": false}),
-                );
-            } else {
-                outln!(
-                    "{} is already an oncelake store; nothing was changed",
-                    a.store.display()
-                );
-            }
-            Ok(0)
-        }
+        Command::Init(a) => Ok(init(a)),
         Command::Put(a) => put(&client, a),
         Command::Get(a) => get(&client, a),
         Command::Ls(a) => ls(&client, a),
         Command::Log(a) => log(&client, a),
-        Command::Stats(a) => client
-            .stats()
-            .map(|s| {
-                print_stats(
-                    a,
-                    s.units,
-                    s.seq,
-                    &s.metrics(),
-                    Some((&s.server_prometheus, &s.server)),
-                );
-                0
-            })
-            .map_err(client_error),
-        Command::Claim(a) => {
-            if let Err(e) = oncelake::validate_key(&a.unit) {
-                return Some(Err(e.into()));
-            }
-            client
-                .claim(&a.unit, a.version, &a.worker, a.ttl)
-                .map(|o| print_claim(a, o))
-                .map_err(client_error)
-        }
-        Command::Release(a) => {
-            let lease = oncelake::Lease {
-                unit: a.unit.clone(),
-                worker: a.worker.clone(),
-                token: a.token,
-                source_version: 0,
-                expires_at_ms: 0,
-            };
-            client
-                .release(&lease)
-                .map(|o| print_release(a, &o))
-                .map_err(client_error)
-        }
+        Command::Stats(a) => stats(&client, a),
+        Command::Claim(a) => claim(&client, a),
+        Command::Release(a) => release(&client, a),
         Command::Gc(a) => client
             .gc(a.dry_run, Some(a.grace), Some(a.retain))
             .map(|r| {
@@ -84,6 +40,52 @@ pub(crate) fn route(cmd: &Command) -> Option<Result<u8, CliError>> {
             .map_err(client_error),
         _ => not_routed(store, &client),
     })
+}
+
+/// `init` of a served store: it is one already, nothing changes (the in-process wording).
+fn init(a: &super::store_cmds::InitArgs) -> u8 {
+    if a.json {
+        super::print_json(
+            &serde_json::json!({"store": a.store.display().to_string(), "created": false}),
+        );
+    } else {
+        outln!(
+            "{} is already an oncelake store; nothing was changed",
+            a.store.display()
+        );
+    }
+    0
+}
+
+fn stats(client: &Client, a: &super::sim_cmds::StatsArgs) -> Result<u8, CliError> {
+    let s = client.stats().map_err(client_error)?;
+    let server = (s.server_prometheus.as_str(), &s.server);
+    print_stats(a, s.units, s.seq, &s.metrics(), Some(server));
+    Ok(0)
+}
+
+fn claim(client: &Client, a: &super::sim_cmds::ClaimArgs) -> Result<u8, CliError> {
+    oncelake::validate_key(&a.unit)?;
+    client
+        .claim(&a.unit, a.version, &a.worker, a.ttl)
+        .map(|o| print_claim(a, o))
+        .map_err(client_error)
+}
+
+fn release(client: &Client, a: &super::sim_cmds::ReleaseArgs) -> Result<u8, CliError> {
+    oncelake::validate_key(&a.unit)?;
+    // The worker and the token identify the lease, as in-process.
+    let lease = oncelake::Lease {
+        unit: a.unit.clone(),
+        worker: a.worker.clone(),
+        token: a.token,
+        source_version: 0,
+        expires_at_ms: 0,
+    };
+    client
+        .release(&lease)
+        .map(|o| print_release(a, &o))
+        .map_err(client_error)
 }
 
 /// The store a command works on, for the commands that open one.
