@@ -1,5 +1,14 @@
 //! Counters and histograms of what the engine did (SPEC R16). Cheap relaxed atomics on the hot
 //! path; a consistent-enough [`MetricsSnapshot`] for the API, `oncelake stats` and Prometheus.
+//!
+//! # Counters that never lie
+//!
+//! Every counter has a [`Scope`]. The [`Scope::Store`] counters are what the store itself
+//! decided: they are counted by the commit leader per group and added to a persisted row in the
+//! group's own transaction (`schema::meta::add_counters`), so they are exactly as durable as the
+//! commits they count, survive restarts and crashes, and a freshly opened store reports them
+//! from that row. The [`Scope::Process`] counters (staging, computations, GC, histograms...) are
+//! only known to the running process and start at zero in each one; every output labels them so.
 
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
@@ -102,12 +111,32 @@ macro_rules! counters {
             pub group_units: HistogramSnapshot,
             /// Commit latency in microseconds, from enqueue to outcome.
             pub commit_latency_us: HistogramSnapshot,
+            /// The seq the [`Scope::Store`] counters count from: 0 for a store whose counters
+            /// were persisted from its creation; for an older store, its seq when a build that
+            /// persists counters first committed to it.
+            pub counted_since_seq: u64,
         }
 
         impl MetricsSnapshot {
             /// Every counter as (snake_case name, value), in a stable order.
             pub fn counters(&self) -> Vec<(&'static str, u64)> {
                 vec![$((stringify!($name), self.$name),)*]
+            }
+
+            /// Sets the counter `name` (for a copy read from elsewhere, e.g. a server);
+            /// `false` when there is no such counter.
+            pub fn set_counter(&mut self, name: &str, v: u64) -> bool {
+                match name {
+                    $(stringify!($name) => { self.$name = v; true })*
+                    _ => false,
+                }
+            }
+        }
+
+        impl Counters {
+            /// Every counter by name.
+            pub(crate) fn fields(&self) -> Vec<(&'static str, &AtomicU64)> {
+                vec![$((stringify!($name), &self.$name),)*]
             }
         }
 
@@ -118,6 +147,7 @@ macro_rules! counters {
                     $($name: self.c.$name.load(Relaxed),)*
                     group_units: self.group_units.snapshot(),
                     commit_latency_us: self.commit_latency_us.snapshot(),
+                    counted_since_seq: self.counted_since_seq.load(Relaxed),
                 }
             }
         }
@@ -197,10 +227,133 @@ pub struct Metrics {
     pub(crate) c: Counters,
     pub(crate) group_units: Histogram,
     pub(crate) commit_latency_us: Histogram,
+    pub(crate) counted_since_seq: AtomicU64,
 }
 
 pub(crate) fn add(c: &AtomicU64, n: u64) {
     c.fetch_add(n, Relaxed);
+}
+
+/// Where a counter's value comes from (SPEC R16: counters only a running process can know are
+/// labelled as such).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Scope {
+    /// Decided by the store's commit leader and persisted in the same transaction as the
+    /// commits it counts: the store's whole history (since [`MetricsSnapshot::counted_since_seq`]),
+    /// whichever process reads it.
+    Store,
+    /// Known only to this process (staging, computations, GC, group sizes, latency): zero when a
+    /// process opens the store.
+    Process,
+}
+
+impl Scope {
+    /// `store` or `process`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Scope::Store => "store",
+            Scope::Process => "process",
+        }
+    }
+}
+
+/// The counters the commit leader counts per group, persisted with the group.
+const STORE_COUNTERS: &[&str] = &[
+    "commits",
+    "units_committed",
+    "duplicates_collapsed",
+    "conflicts",
+    "stale_rejections",
+    "fenced_rejections",
+    "busy_rejections",
+    "commits_aborted",
+    "claims_granted",
+    "claims_held",
+    "claims_taken_over",
+    "claims_renewed",
+    "claims_released",
+    "claims_already_done",
+    "claims_expired",
+    "groups",
+];
+
+/// The persisted row's entry holding the seq the store-scope counting began at (0 for a store
+/// created by a build that persists counters; later for an older store).
+pub(crate) const SINCE_SEQ: &str = "_since_seq";
+
+/// The scope of the counter `name`.
+pub fn scope_of(name: &str) -> Scope {
+    if STORE_COUNTERS.contains(&name) {
+        Scope::Store
+    } else {
+        Scope::Process
+    }
+}
+
+impl Counters {
+    /// Adds every counter of `delta` (a group's counts) to these.
+    pub(crate) fn absorb(&self, delta: &Counters) {
+        for ((_, mine), (_, d)) in self.fields().into_iter().zip(delta.fields()) {
+            add(mine, d.load(Relaxed));
+        }
+    }
+
+    /// The store-scope counters of `self` (a group's counts) that are not zero.
+    pub(crate) fn store_deltas(&self) -> Vec<(&'static str, u64)> {
+        self.fields()
+            .into_iter()
+            .filter(|(n, v)| scope_of(n) == Scope::Store && v.load(Relaxed) > 0)
+            .map(|(n, v)| (n, v.load(Relaxed)))
+            .collect()
+    }
+}
+
+impl Metrics {
+    /// Metrics of a store just opened: the persisted store-scope counters (name, value), the
+    /// process-scope ones at zero.
+    pub(crate) fn from_persisted(persisted: &[(String, u64)]) -> Metrics {
+        let m = Metrics::default();
+        for (name, v) in persisted {
+            if name == SINCE_SEQ {
+                m.counted_since_seq.store(*v, Relaxed);
+            }
+            if scope_of(name) != Scope::Store {
+                continue;
+            }
+            if let Some((_, c)) = m.c.fields().into_iter().find(|(n, _)| n == name) {
+                c.store(*v, Relaxed);
+            }
+        }
+        m
+    }
+}
+
+/// Encodes the persisted counters: per counter a name length (u8), the name, the value (u64 LE).
+pub(crate) fn encode_counters(counters: &[(String, u64)]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(counters.len() * 32);
+    for (name, v) in counters {
+        let n = &name.as_bytes()[..name.len().min(255)];
+        out.push(n.len() as u8);
+        out.extend_from_slice(n);
+        out.extend_from_slice(&v.to_le_bytes());
+    }
+    out
+}
+
+/// Decodes [`encode_counters`]; `None` when the bytes are not such a list.
+pub(crate) fn decode_counters(mut bytes: &[u8]) -> Option<Vec<(String, u64)>> {
+    let mut out = Vec::new();
+    while let Some((&len, rest)) = bytes.split_first() {
+        let len = len as usize;
+        if rest.len() < len + 8 {
+            return None;
+        }
+        let name = std::str::from_utf8(&rest[..len]).ok()?.to_string();
+        let v = u64::from_le_bytes(rest[len..len + 8].try_into().ok()?);
+        out.push((name, v));
+        bytes = &rest[len + 8..];
+    }
+    Some(out)
 }
 
 impl MetricsSnapshot {
@@ -209,9 +362,13 @@ impl MetricsSnapshot {
         use std::fmt::Write;
         let mut out = String::new();
         for (name, v) in self.counters() {
+            let scope = match scope_of(name) {
+                Scope::Store => "(persisted in the store: its whole history)",
+                Scope::Process => "(this process only: zero when a process opens the store)",
+            };
             let _ = writeln!(
                 out,
-                "# HELP oncelake_{name}_total {}",
+                "# HELP oncelake_{name}_total {} {scope}",
                 name.replace('_', " ")
             );
             let _ = writeln!(out, "# TYPE oncelake_{name}_total counter");
@@ -225,7 +382,7 @@ impl MetricsSnapshot {
                 &self.commit_latency_us,
             ),
         ] {
-            let _ = writeln!(out, "# HELP oncelake_{name} {help}");
+            let _ = writeln!(out, "# HELP oncelake_{name} {help} (this process only)");
             let _ = writeln!(out, "# TYPE oncelake_{name} histogram");
             let mut cum = 0;
             for &(le, n) in &h.buckets {
@@ -248,6 +405,32 @@ impl MetricsSnapshot {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn persisted_counters_round_trip_and_only_store_scope_loads() {
+        let rows = vec![
+            ("commits".to_string(), 7),
+            ("bytes_staged".to_string(), 99),
+            (SINCE_SEQ.to_string(), 3),
+            ("a_future_counter".to_string(), 5),
+        ];
+        let bytes = encode_counters(&rows);
+        assert_eq!(decode_counters(&bytes), Some(rows.clone()));
+        assert_eq!(decode_counters(&bytes[..bytes.len() - 1]), None);
+        let m = Metrics::from_persisted(&rows).snapshot();
+        assert_eq!(m.commits, 7);
+        // A process-scope counter is never loaded from the store.
+        assert_eq!(m.bytes_staged, 0);
+        assert_eq!(m.counted_since_seq, 3);
+        assert_eq!(scope_of("commits"), Scope::Store);
+        assert_eq!(scope_of("computations"), Scope::Process);
+        for name in STORE_COUNTERS {
+            assert!(
+                m.counters().iter().any(|(n, _)| n == name),
+                "{name} is not a counter"
+            );
+        }
+    }
 
     #[test]
     fn histogram_quantiles_bound_the_values() {

@@ -2,6 +2,7 @@
 //! and `staging/` (SPEC R1). Opening validates before it touches anything; writes go through the
 //! group-commit queue; reads go through snapshots. Opening is in `open`.
 
+mod lock_wait;
 mod open;
 
 use crate::claim::{validate_worker, ClaimOutcome, Lease, ReleaseOutcome, RenewOutcome};
@@ -78,6 +79,7 @@ impl Store {
         };
         let (store_id, index, open_report) =
             crate::error::contain(|| crate::core::load_state(&db, &dir, options.vfs.as_ref()))?;
+        let persisted = crate::error::contain(|| crate::schema::meta::stored_counters(&*db))?;
         let lock = StoreLock(lock);
         let now = options.clock.now_ms();
         let stager = Stager::new(&dir, options.vfs.clone());
@@ -87,7 +89,7 @@ impl Store {
             readers: Arc::default(),
             index: RwLock::new(index),
             failed: Mutex::new(None),
-            metrics: Default::default(),
+            metrics: crate::metrics::Metrics::from_persisted(&persisted),
             last_durable_ms: AtomicU64::new(now),
             options,
             db,

@@ -188,15 +188,15 @@ pub(crate) fn apply_group(inner: &Core, ops: Vec<Op>) -> Vec<Result<Done>> {
     // could delete an object the commit is about to make visible (I8).
     let pins = pins_of(&ops);
     let result = match write_group(inner, ops) {
-        Ok((dones, index, expired_leases)) => {
+        Ok((dones, index, counts)) => {
             {
                 let mut idx = inner.index.write();
                 for (unit, new_unit, v) in &index {
                     idx.upsert(unit, *new_unit, v);
                 }
             }
-            record_metrics(inner, &dones, index.len());
-            add(&inner.metrics.c.claims_expired, expired_leases);
+            inner.metrics.c.absorb(&counts);
+            inner.metrics.group_units.record(group_units(&dones));
             dones.into_iter().map(Ok).collect()
         }
         Err(e) => {
@@ -229,8 +229,12 @@ fn pins_of(ops: &[Op]) -> Vec<Staged> {
         .collect()
 }
 
-/// The group's answers, its index updates, and the expired leases it met.
-type GroupResult = (Vec<Done>, Vec<(String, bool, EntryValue)>, u64);
+/// The group's answers, its index updates, and its counts (persisted with it).
+type GroupResult = (
+    Vec<Done>,
+    Vec<(String, bool, EntryValue)>,
+    crate::metrics::Counters,
+);
 
 fn write_group(inner: &Core, ops: Vec<Op>) -> Result<GroupResult> {
     let now_ms = inner.options.clock.now_ms();
@@ -287,10 +291,15 @@ fn write_group(inner: &Core, ops: Vec<Op>) -> Result<GroupResult> {
                 meta::put(&mut meta, HISTORY_FROM, h)?;
             }
         }
+        // The group's counts go into its own transaction (SPEC R16: never lost, never ahead).
+        let counts = crate::metrics::Counters::default();
+        record_metrics(&counts, &dones, w.index.len());
+        add(&counts.claims_expired, w.expired_leases);
+        meta::add_counters(&mut meta, &counts, next_seq.saturating_sub(1))?;
         #[cfg(debug_assertions)]
         crate::commit::invariants::assert_group(inner, &w.log, before, &meta)?;
         let index = std::mem::take(&mut w.index);
-        (dones, index, w.expired_leases)
+        (dones, index, counts)
     };
     txn.commit().db("commit the group")?;
     if durable {
@@ -299,19 +308,21 @@ fn write_group(inner: &Core, ops: Vec<Op>) -> Result<GroupResult> {
     Ok(dones)
 }
 
-fn record_metrics(inner: &Core, dones: &[Done], units: usize) {
-    let c = &inner.metrics.c;
+/// Units (and claims) answered by a group.
+fn group_units(dones: &[Done]) -> u64 {
+    dones
+        .iter()
+        .map(|d| match d {
+            Done::Commit(r) => r.units.len() as u64,
+            Done::ClaimMany(c) => c.len() as u64,
+            _ => 1,
+        })
+        .sum()
+}
+
+/// Counts a group's answers into `c` (a fresh set, persisted with the group).
+fn record_metrics(c: &crate::metrics::Counters, dones: &[Done], units: usize) {
     add(&c.groups, 1);
-    inner.metrics.group_units.record(
-        dones
-            .iter()
-            .map(|d| match d {
-                Done::Commit(r) => r.units.len() as u64,
-                Done::ClaimMany(c) => c.len() as u64,
-                _ => 1,
-            })
-            .sum(),
-    );
     add(&c.units_committed, units as u64);
     for d in dones {
         match d {

@@ -49,3 +49,63 @@ pub(crate) fn seq_and_horizon(txn: &redb::ReadTransaction) -> Result<(u64, u64)>
     let from = get(&meta, HISTORY_FROM)?;
     Ok((next.saturating_sub(1), from))
 }
+
+/// The persisted store-scope counters (SPEC R16; see `crate::metrics`): a sealed list of
+/// (name, u64). Missing in a store no build that persists counters has committed to yet.
+pub(crate) const COUNTERS: &str = "counters";
+
+/// Reads the persisted counters; empty when the row is missing.
+pub(crate) fn read_counters(
+    meta: &impl ReadableTable<&'static str, &'static [u8]>,
+) -> Result<Vec<(String, u64)>> {
+    let Some(guard) = meta.get(COUNTERS).db("read the meta table")? else {
+        return Ok(Vec::new());
+    };
+    let payload = unseal(META_TABLE, COUNTERS.as_bytes(), COUNTERS, guard.value())?;
+    crate::metrics::decode_counters(payload)
+        .ok_or_else(|| Error::corrupt_record(META_TABLE, COUNTERS, "not a list of counters"))
+}
+
+/// Reads the persisted counters of a database (for opening a store); for a store without them
+/// yet, only where counting will begin (its newest seq).
+pub(crate) fn stored_counters(db: &dyn redb::ReadableDatabase) -> Result<Vec<(String, u64)>> {
+    let txn = db.begin_read().db("begin a read transaction")?;
+    let rows = read_counters(&txn.open_table(META).db("open the meta table")?)?;
+    if !rows.is_empty() {
+        return Ok(rows);
+    }
+    let (seq, _) = seq_and_horizon(&txn)?;
+    Ok(vec![(crate::metrics::SINCE_SEQ.to_string(), seq)])
+}
+
+/// Adds a commit group's store-scope counts to the persisted counters, in the group's own
+/// transaction, so they are exactly as durable as the commits they count. `seq_before` is the
+/// newest seq before the group: where counting begins if the row is new.
+pub(crate) fn add_counters(
+    meta: &mut redb::Table<&str, &[u8]>,
+    delta: &crate::metrics::Counters,
+    seq_before: u64,
+) -> Result<()> {
+    let deltas = delta.store_deltas();
+    if deltas.is_empty() {
+        return Ok(());
+    }
+    let mut rows = read_counters(meta)?;
+    if rows.is_empty() {
+        rows.push((crate::metrics::SINCE_SEQ.to_string(), seq_before));
+    }
+    for (name, d) in deltas {
+        match rows.iter_mut().find(|(n, _)| n == name) {
+            Some((_, v)) => *v = v.saturating_add(d),
+            None => rows.push((name.to_string(), d)),
+        }
+    }
+    let sealed = seal(
+        META_TABLE,
+        COUNTERS.as_bytes(),
+        crate::metrics::encode_counters(&rows),
+    );
+    meta.insert(COUNTERS, sealed.as_slice())
+        .db("write the meta table")?;
+    Ok(())
+}

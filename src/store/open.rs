@@ -315,25 +315,11 @@ fn acquire_lock(dir: &Path, wait: Duration, shared: bool) -> Result<File> {
     let file = how
         .open(&path)
         .ctx(|| format!("open lock file {}", path.display()))?;
-    let deadline = Instant::now() + wait;
-    loop {
-        let got = if shared {
-            file.try_lock_shared()
-        } else {
-            file.try_lock()
-        };
-        match got {
-            Ok(()) => return Ok(file),
-            Err(std::fs::TryLockError::WouldBlock) => {
-                if Instant::now() >= deadline {
-                    return Err(locked(dir));
-                }
-                std::thread::sleep(Duration::from_millis(20));
-            }
-            Err(std::fs::TryLockError::Error(e)) => {
-                return Err(Error::io(format!("lock {}", path.display()), e))
-            }
-        }
+    // Wakes when the holder lets go (see `lock_wait`), not on a polling timer.
+    match super::lock_wait::acquire(&file, &path, Instant::now() + wait, shared, &|| {}) {
+        Ok(Some(_)) => Ok(file),
+        Ok(None) => Err(locked(dir)),
+        Err(e) => Err(Error::io(format!("lock {}", path.display()), e)),
     }
 }
 

@@ -27,10 +27,27 @@ pub(crate) struct CommitBenchArgs {
     /// Print one JSON object per line instead of a table.
     #[arg(long)]
     pub json: bool,
+    /// Commit through `oncelake serve` from --clients connections instead, beside in-process
+    /// threads of the same counts in the same run (P7).
+    #[arg(long)]
+    pub via_server: bool,
+    /// Client connection counts for --via-server, comma separated.
+    #[arg(long, value_delimiter = ',', default_value = "1,16,64")]
+    pub clients: Vec<usize>,
+    /// With --via-server: run seed 001's scenario instead (16 workers, 2,000 batches each
+    /// delivered twice, 2–20 ms of work, claim → work → fenced put) (P9).
+    #[arg(long, requires = "via_server")]
+    pub seed001: bool,
 }
 
 /// `oncelake bench commit`.
 pub(crate) fn commit(a: CommitBenchArgs) -> Result<u8, CliError> {
+    if a.seed001 {
+        return super::serve::bench_seed001(a.dir, a.json);
+    }
+    if a.via_server {
+        return super::serve::bench_via_server(&a.clients, a.commits, a.seconds, a.dir, a.json);
+    }
     let systems: Vec<System> = a
         .systems
         .iter()

@@ -35,6 +35,8 @@ mod output;
 mod pipeline_cmds;
 mod progress;
 mod reconcile_cmd;
+mod remote;
+mod serve;
 mod sim_cmds;
 mod store_cmds;
 mod table_bench;
@@ -130,6 +132,12 @@ pub(crate) enum Command {
     Bench(BenchCommand),
     /// Lake tables: publish a unit prefix as a Delta Lake table under STORE/tables/NAME.
     Table(table_cmds::TableArgs),
+    /// Serve the store to other processes over HTTP (Unix socket, or loopback TCP with a token);
+    /// every command finds the server by itself.
+    #[command(
+        after_help = "Examples:\n  oncelake serve ./lake &\n  oncelake ls ./lake\n  curl --unix-socket ./lake/serve.sock http://localhost/metrics"
+    )]
+    Serve(serve::ServeArgs),
 }
 
 /// `oncelake bench <kind>`: each kind runs its baselines side by side in the same run.
@@ -207,6 +215,10 @@ fn report(e: &CliError) {
 /// Runs one command; returns the exit code for outcomes that are not errors (0, 3, 4, 5, 7).
 fn run(cli: Cli) -> Result<u8, CliError> {
     let wait = cli.wait;
+    // A store held by a live `oncelake serve` is used through it (SPEC R20).
+    if let Some(done) = remote::route(&cli.command) {
+        return done;
+    }
     match cli.command {
         Command::Init(a) => store_cmds::init(a, wait),
         Command::Put(a) => store_cmds::put(a, wait),
@@ -226,5 +238,6 @@ fn run(cli: Cli) -> Result<u8, CliError> {
         Command::Bench(BenchCommand::Open(a)) => bench_dedup::open_only(a),
         Command::Bench(BenchCommand::Commit(a)) => bench::commit(a),
         Command::Table(a) => table_cmds::run(a, wait),
+        Command::Serve(a) => serve::serve(a, wait),
     }
 }

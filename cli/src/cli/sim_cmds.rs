@@ -2,6 +2,7 @@
 //! coordinator mode by hand, `claim` and `release` (R9).
 
 use super::{exit, open_store, parse_duration, print_json, rfc3339, CliError, Output, Progress};
+use oncelake::metrics::{scope_of, Scope};
 use oncelake::simulate::{simulate, Schedule, SimConfig, SimMode, SimReport};
 use oncelake::{ClaimOutcome, Lease, MetricsSnapshot, ReleaseOutcome};
 use serde_json::{json, Value};
@@ -355,15 +356,20 @@ pub(crate) fn stats(a: StatsArgs, wait: Duration) -> Result<u8, CliError> {
     let m = store.metrics();
     let out = Output::new(a.json);
     if a.prometheus {
-        print_prometheus(units, last_seq, &m);
+        print_prometheus(units, last_seq, &m, None);
     } else {
-        print_stats(&out, &a.store, units, last_seq, &m);
+        print_stats(&out, &a.store, units, last_seq, &m, None);
     }
     Ok(exit::OK)
 }
 
-/// Prints `stats --prometheus`.
-pub(crate) fn print_prometheus(units: u64, last_seq: u64, m: &MetricsSnapshot) {
+/// Prints `stats --prometheus`; `server` is a serving process's own metrics in the same format.
+pub(crate) fn print_prometheus(
+    units: u64,
+    last_seq: u64,
+    m: &MetricsSnapshot,
+    server: Option<&str>,
+) {
     out!("{}", m.to_prometheus());
     outln!("# HELP oncelake_units units with a current entry");
     outln!("# TYPE oncelake_units gauge");
@@ -371,19 +377,24 @@ pub(crate) fn print_prometheus(units: u64, last_seq: u64, m: &MetricsSnapshot) {
     outln!("# HELP oncelake_last_seq newest commit log sequence number");
     outln!("# TYPE oncelake_last_seq gauge");
     outln!("oncelake_last_seq {last_seq}");
+    if let Some(prom) = server {
+        out!("{prom}");
+    }
 }
 
 /// Prints `stats`: a table, or one JSON object (`store, units, last_seq`, every counter by its
-/// metric name, the histograms as objects).
+/// metric name, the histograms as objects, `counted_since_seq`, the names of the counters only a
+/// running process knows in `process_only`, and a serving process's own counters in `server`).
 pub(crate) fn print_stats(
     out: &Output,
     store: &Path,
     units: u64,
     last_seq: u64,
     m: &MetricsSnapshot,
+    server: Option<&Value>,
 ) {
     if !out.json {
-        print_stats_table(store, units, last_seq, m);
+        print_stats_table(store, units, last_seq, m, server);
         return;
     }
     let mut v = json!({"store": store.display().to_string(), "units": units, "last_seq": last_seq});
@@ -396,6 +407,16 @@ pub(crate) fn print_stats(
             "commit_latency_us".into(),
             histogram_json(&m.commit_latency_us),
         );
+        o.insert("counted_since_seq".into(), json!(m.counted_since_seq));
+        let process_only: Vec<&str> = m
+            .counters()
+            .into_iter()
+            .map(|(n, _)| n)
+            .filter(|n| scope_of(n) == Scope::Process)
+            .chain(["group_units", "commit_latency_us"])
+            .collect();
+        o.insert("process_only".into(), json!(process_only));
+        o.insert("server".into(), server.cloned().unwrap_or(Value::Null));
     }
     print_json(&v);
 }
@@ -405,14 +426,36 @@ fn histogram_json(h: &oncelake::metrics::HistogramSnapshot) -> serde_json::Value
            "p50": h.quantile(0.5), "p99": h.quantile(0.99)})
 }
 
-fn print_stats_table(store: &Path, units: u64, last_seq: u64, m: &MetricsSnapshot) {
+fn print_stats_table(
+    store: &Path,
+    units: u64,
+    last_seq: u64,
+    m: &MetricsSnapshot,
+    server: Option<&Value>,
+) {
     outln!("store      {}", store.display());
     outln!("units      {units}");
     outln!("last seq   {last_seq}");
     outln!();
-    outln!("counters since this process opened the store:");
+    let since = match m.counted_since_seq {
+        0 => String::new(),
+        s => format!(" since seq {s}"),
+    };
+    outln!("counters of the store (persisted with its commits{since}):");
     for (name, n) in m.counters() {
-        outln!("  {name:<24} {n}");
+        if scope_of(name) == Scope::Store {
+            outln!("  {name:<24} {n}");
+        }
+    }
+    outln!();
+    match server {
+        Some(_) => outln!("counters of the serving process only (since it opened the store):"),
+        None => outln!("counters of this process only (zero in a fresh process):"),
+    }
+    for (name, n) in m.counters() {
+        if scope_of(name) == Scope::Process {
+            outln!("  {name:<24} {n}");
+        }
     }
     for (name, h) in [
         ("group units", &m.group_units),
@@ -425,6 +468,13 @@ fn print_stats_table(store: &Path, units: u64, last_seq: u64, m: &MetricsSnapsho
             h.quantile(0.5),
             h.quantile(0.99)
         );
+    }
+    if let Some(Value::Object(live)) = server {
+        outln!();
+        outln!("the server's own counters (this server process only):");
+        for (name, v) in live {
+            outln!("  {name:<24} {v}");
+        }
     }
 }
 

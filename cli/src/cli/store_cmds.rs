@@ -289,12 +289,7 @@ pub(crate) fn get(a: GetArgs, wait: Duration) -> Result<u8, CliError> {
     let store = open_store(&a.store, wait, false)?;
     let snap = snapshot(&store, a.at)?;
     let Some(entry) = snap.get(&a.unit)? else {
-        return Err(CliError::Usage(format!(
-            "unit {:?} has no entry{}; list units with `oncelake ls {}`",
-            a.unit,
-            a.at.map(|s| format!(" as of seq {s}")).unwrap_or_default(),
-            a.store.display()
-        )));
+        return Err(no_entry(&a));
     };
     let bytes = snap.read_object(&entry)?;
     match &a.output {
@@ -312,9 +307,19 @@ pub(crate) fn get(a: GetArgs, wait: Duration) -> Result<u8, CliError> {
     Ok(exit::OK)
 }
 
+/// The error of a `get` whose unit has no entry (in-process or through a server).
+pub(crate) fn no_entry(a: &GetArgs) -> CliError {
+    CliError::Usage(format!(
+        "unit {:?} has no entry{}; list units with `oncelake ls {}`",
+        a.unit,
+        a.at.map(|s| format!(" as of seq {s}")).unwrap_or_default(),
+        a.store.display()
+    ))
+}
+
 /// Refuses, before the store is opened, an output path that cannot be written: a directory, or
 /// one whose directory is missing.
-fn check_output_path(path: &std::path::Path) -> Result<(), CliError> {
+pub(crate) fn check_output_path(path: &std::path::Path) -> Result<(), CliError> {
     if path.is_dir() {
         return Err(CliError::Usage(format!(
             "{} is a directory; pass a file path to -o",
@@ -358,8 +363,7 @@ pub(crate) fn ls(a: LsArgs, wait: Duration) -> Result<u8, CliError> {
     let store = open_store(&a.store, wait, false)?;
     let snap = snapshot(&store, a.at)?;
     let out = Output::new(a.json);
-    // Internal units are the engine's; a listing for people shows them only when asked.
-    let show_internal = a.all || oncelake::is_internal_key(&a.prefix);
+    let show_internal = ls_shows_internal(&a);
     let (mut n, mut hidden) = (0u64, 0u64);
     let mut chunk = Vec::with_capacity(CHUNK);
     for e in snap.prefix(&a.prefix)? {
@@ -380,22 +384,35 @@ pub(crate) fn ls(a: LsArgs, wait: Duration) -> Result<u8, CliError> {
     if !print_ls(&out, &chunk) {
         return Ok(exit::OK);
     }
-    if !out.json && n == 0 {
-        errln!(
-            "no entries{}{}",
-            if a.prefix.is_empty() {
-                String::new()
-            } else {
-                format!(" with prefix {:?}", a.prefix)
-            },
-            if hidden > 0 {
-                format!(" ({hidden} internal units hidden; --all lists them)")
-            } else {
-                String::new()
-            }
-        );
-    }
+    print_ls_end(&out, &a.prefix, n, hidden);
     Ok(exit::OK)
+}
+
+/// Whether `ls` lists internal units: internal units are the engine's, so a listing for people
+/// shows them only when asked (`--all`, or a prefix that names them).
+pub(crate) fn ls_shows_internal(a: &LsArgs) -> bool {
+    a.all || oncelake::is_internal_key(&a.prefix)
+}
+
+/// Ends `ls`: says so on standard error when nothing was listed (and how many internal units
+/// were hidden).
+pub(crate) fn print_ls_end(out: &Output, prefix: &str, n: u64, hidden: u64) {
+    if out.json || n > 0 {
+        return;
+    }
+    errln!(
+        "no entries{}{}",
+        if prefix.is_empty() {
+            String::new()
+        } else {
+            format!(" with prefix {prefix:?}")
+        },
+        if hidden > 0 {
+            format!(" ({hidden} internal units hidden; --all lists them)")
+        } else {
+            String::new()
+        }
+    );
 }
 
 /// Prints entries of `ls`, one per line; false once standard output is closed.

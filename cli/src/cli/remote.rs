@@ -1,0 +1,238 @@
+//! Commands through a server (SPEC R20): when a live `oncelake serve` holds the store, a command
+//! goes through it with the same output and exit codes as in-process — the same printers are
+//! called with the engine's own types, which the client rebuilds from the answers. A socket or
+//! address file left by a killed server answers nothing: the command then runs in-process.
+
+use super::sim_cmds::{print_claim, print_prometheus, print_release, print_stats};
+use super::store_cmds::{
+    check_output_path, ls_shows_internal, no_entry, outcome_code, print_init, print_log, print_ls,
+    print_ls_end, print_put,
+};
+use super::{exit, open_input, write_out_bytes, CliError, Command, Output};
+use oncelake_server::{Client, ClientError};
+use std::io::Write;
+use std::path::Path;
+use std::time::Duration;
+
+/// Runs the command through the server of its store, if a server answers; `None` to run it
+/// in-process.
+pub(crate) fn route(cmd: &Command) -> Option<Result<u8, CliError>> {
+    let store = store_of(cmd)?;
+    let client = match Client::for_store(store) {
+        Ok(c) => c,
+        Err(ClientError::NotServed { .. }) => return None,
+        Err(e) => return Some(Err(client_error(e))),
+    };
+    Some(match cmd {
+        Command::Init(a) => Ok(init(a)),
+        Command::Put(a) => put(&client, a),
+        Command::Get(a) => get(&client, a),
+        Command::Ls(a) => ls(&client, a),
+        Command::Log(a) => log(&client, a),
+        Command::Stats(a) => stats(&client, a),
+        Command::Claim(a) => claim(&client, a),
+        Command::Release(a) => release(&client, a),
+        Command::Gc(a) => client
+            .gc(a.dry_run, Some(a.grace), Some(a.retain))
+            .map(|r| {
+                super::maint_cmds::print_gc(&Output::new(a.json), &a.store, &r);
+                exit::OK
+            })
+            .map_err(client_error),
+        _ => not_routed(store, &client),
+    })
+}
+
+/// `init` of a served store: it is one already, nothing changes (the in-process wording).
+fn init(a: &super::store_cmds::InitArgs) -> u8 {
+    print_init(&Output::new(a.json), &a.store, false);
+    exit::OK
+}
+
+fn stats(client: &Client, a: &super::sim_cmds::StatsArgs) -> Result<u8, CliError> {
+    let s = client.stats().map_err(client_error)?;
+    if a.prometheus {
+        print_prometheus(s.units, s.seq, &s.metrics(), Some(&s.server_prometheus));
+    } else {
+        let out = Output::new(a.json);
+        print_stats(
+            &out,
+            &a.store,
+            s.units,
+            s.seq,
+            &s.metrics(),
+            Some(&s.server),
+        );
+    }
+    Ok(exit::OK)
+}
+
+fn claim(client: &Client, a: &super::sim_cmds::ClaimArgs) -> Result<u8, CliError> {
+    // A lease on an internal unit would block the pipeline engine's own cells.
+    oncelake::validate_user_key(&a.unit)?;
+    client
+        .claim(&a.unit, a.version, &a.worker, a.ttl)
+        .map(|o| print_claim(&Output::new(a.json), &a.unit, a.version, &o))
+        .map_err(client_error)
+}
+
+fn release(client: &Client, a: &super::sim_cmds::ReleaseArgs) -> Result<u8, CliError> {
+    oncelake::validate_key(&a.unit)?;
+    // The worker and the token identify the lease, as in-process.
+    let lease = oncelake::Lease {
+        unit: a.unit.clone(),
+        worker: a.worker.clone(),
+        token: a.token,
+        source_version: 0,
+        expires_at_ms: 0,
+    };
+    client
+        .release(&lease)
+        .map(|o| print_release(&Output::new(a.json), &lease, &o))
+        .map_err(client_error)
+}
+
+/// The store a command works on, for the commands that open one.
+fn store_of(cmd: &Command) -> Option<&Path> {
+    Some(match cmd {
+        Command::Init(a) => &a.store,
+        Command::Put(a) => &a.store,
+        Command::Get(a) => &a.store,
+        Command::Ls(a) => &a.store,
+        Command::Log(a) => &a.store,
+        Command::Stats(a) => &a.store,
+        Command::Claim(a) => &a.store,
+        Command::Release(a) => &a.store,
+        Command::Gc(a) => &a.store,
+        Command::Verify(a) => &a.store,
+        Command::Reconcile(a) => &a.store,
+        _ => return None,
+    })
+}
+
+/// A command the server does not offer yet: say so at once instead of waiting for the lock.
+fn not_routed(store: &Path, client: &Client) -> Result<u8, CliError> {
+    errln!(
+        "this command does not go through `oncelake serve` yet, and the server at {} holds the store; \
+         stop the server (SIGTERM) and run the command again, or use the HTTP API (docs/server.md)",
+        client.address()
+    );
+    Err(CliError::Engine(oncelake::Error::Locked {
+        path: store.to_path_buf(),
+    }))
+}
+
+/// The CLI error of a client error, with the exit code of the same failure in-process.
+pub(crate) fn client_error(e: ClientError) -> CliError {
+    match e {
+        ClientError::BadRequest { message, .. } => CliError::Usage(message),
+        ClientError::Input(source) => CliError::io("read the input", source),
+        other => CliError::io("oncelake server", std::io::Error::other(other.to_string())),
+    }
+}
+
+fn put(client: &Client, a: &super::store_cmds::PutArgs) -> Result<u8, CliError> {
+    oncelake::validate_user_key(&a.unit)?;
+    let input = open_input(&a.file)?;
+    let sent = match input {
+        None => client.put_reader(
+            &a.unit,
+            a.version,
+            a.token,
+            a.correct,
+            std::io::stdin().lock(),
+        ),
+        Some(f) => client.put_reader(&a.unit, a.version, a.token, a.correct, f),
+    };
+    let (u, meta) = sent.map_err(client_error)?;
+    print_put(&Output::new(a.json), &u, &meta, a.token);
+    Ok(outcome_code(&u.outcome))
+}
+
+/// Standard output as a `Write` (a closed pipe is not an error: see `common`).
+struct Stdout;
+
+impl Write for Stdout {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let _ = write_out_bytes(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+fn get(client: &Client, a: &super::store_cmds::GetArgs) -> Result<u8, CliError> {
+    oncelake::validate_key(&a.unit)?;
+    let Some(path) = &a.output else {
+        return match client.read_object(&a.unit, a.at, &mut Stdout) {
+            Ok(Some(_)) => Ok(exit::OK),
+            Ok(None) => Err(no_entry(a)),
+            Err(e) => Err(client_error(e)),
+        };
+    };
+    check_output_path(path)?;
+    let tmp = path.with_extension("oncelake-tmp");
+    let mut f = std::fs::File::create(&tmp)
+        .map_err(|e| CliError::io(format!("write {}", tmp.display()), e))?;
+    let found = client.read_object(&a.unit, a.at, &mut f);
+    drop(f);
+    match found {
+        Ok(Some(_)) => std::fs::rename(&tmp, path)
+            .map(|()| 0)
+            .map_err(|e| CliError::io(format!("write {}", path.display()), e)),
+        other => {
+            let _ = std::fs::remove_file(&tmp);
+            match other {
+                Ok(_) => Err(no_entry(a)),
+                Err(e) => Err(client_error(e)),
+            }
+        }
+    }
+}
+
+fn ls(client: &Client, a: &super::store_cmds::LsArgs) -> Result<u8, CliError> {
+    let out = Output::new(a.json);
+    let show_internal = ls_shows_internal(a);
+    let (mut n, mut hidden, mut open) = (0u64, 0u64, true);
+    let mut chunk = Vec::with_capacity(LS_CHUNK);
+    client
+        .ls(&a.prefix, a.at, |e| {
+            if !show_internal && oncelake::is_internal_key(&e.unit) {
+                hidden += 1;
+                return true;
+            }
+            n += 1;
+            chunk.push(e);
+            if chunk.len() == LS_CHUNK {
+                open = print_ls(&out, &chunk);
+                chunk.clear();
+            }
+            open
+        })
+        .map_err(client_error)?;
+    if open && print_ls(&out, &chunk) {
+        print_ls_end(&out, &a.prefix, n, hidden);
+    }
+    Ok(exit::OK)
+}
+
+/// Entries printed at a time (a closed pipe stops the listing within one chunk).
+const LS_CHUNK: usize = 1024;
+
+fn log(client: &Client, a: &super::store_cmds::LogArgs) -> Result<u8, CliError> {
+    let out = Output::new(a.json);
+    let mut since = a.since;
+    loop {
+        let (records, _) = client
+            .changes_since(since, Duration::ZERO, 10_000)
+            .map_err(client_error)?;
+        let Some(last) = records.last().map(|r| r.seq) else {
+            return Ok(exit::OK);
+        };
+        if !print_log(&out, &records) {
+            return Ok(exit::OK);
+        }
+        since = last;
+    }
+}

@@ -1,0 +1,188 @@
+//! `oncelake serve STORE`: one process owns the store and serves it to the others (SPEC R20).
+
+use super::{parse_duration, CliError};
+use oncelake_server::{Client, ClientError, ServeError, ServeOptions};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+#[derive(clap::Args, Debug)]
+pub(crate) struct ServeArgs {
+    /// The store.
+    pub store: PathBuf,
+    /// Listen on TCP (e.g. 127.0.0.1:7070; port 0 picks a free one) instead of the store's Unix
+    /// socket; every request then needs the bearer token written to STORE/serve.json.
+    #[arg(long)]
+    pub listen: Option<SocketAddr>,
+    /// Allow a --listen address that is not loopback (the API has no TLS).
+    #[arg(long)]
+    pub allow_remote: bool,
+    /// The largest upload accepted, in bytes (larger ones get 413 and commit nothing).
+    #[arg(long, default_value_t = 64 << 30)]
+    pub max_upload: u64,
+    /// How long a client may stall while sending a request before it is dropped.
+    #[arg(long, default_value = "30s", value_parser = parse_duration)]
+    pub request_timeout: Duration,
+}
+
+pub(crate) fn serve(a: ServeArgs, wait: Duration) -> Result<u8, CliError> {
+    if !a.store.join(oncelake::MARKER_FILE).exists() {
+        return Err(CliError::Usage(format!(
+            "{} is not an oncelake store; create one with `oncelake init {}`",
+            a.store.display(),
+            a.store.display()
+        )));
+    }
+    match Client::for_store(&a.store) {
+        Err(ClientError::NotServed { .. }) => {}
+        Ok(c) => {
+            errln!(
+                "error: store {} is already served at {}; use that server (every command finds it by itself)",
+                a.store.display(),
+                c.address()
+            );
+            return Ok(6);
+        }
+        Err(e) => return Err(super::remote::client_error(e)),
+    }
+    let mut opts = ServeOptions {
+        listen: a.listen,
+        allow_remote: a.allow_remote,
+        lock_wait: wait,
+        header_timeout: a.request_timeout,
+        ..ServeOptions::default()
+    };
+    opts.limits.max_upload = a.max_upload;
+    opts.limits.body_idle = a.request_timeout;
+    let store = a.store.display().to_string();
+    let served = oncelake_server::serve(&a.store, opts, |address| {
+        outln!(
+            "serving {store} on {address} (pid {}); stop with SIGTERM or Ctrl-C",
+            std::process::id()
+        );
+    });
+    match served {
+        Ok(()) => Ok(0),
+        Err(ServeError::Store(e)) => Err(CliError::Engine(e)),
+        Err(e @ ServeError::NotLoopback(_)) => Err(CliError::Usage(e.to_string())),
+        Err(ServeError::Listen { address, source }) => {
+            Err(CliError::io(format!("listen on {address}"), source))
+        }
+        Err(ServeError::Io { context, source }) => Err(CliError::io(context, source)),
+    }
+}
+
+/// `oncelake bench commit --via-server`: per client count, the in-process P1 workload with that
+/// many threads and the same workload from that many connections through a served store.
+pub(crate) fn bench_via_server(
+    clients: &[usize],
+    commits: usize,
+    seconds: Duration,
+    dir: Option<PathBuf>,
+    json: bool,
+) -> Result<u8, CliError> {
+    use oncelake_bench::bench_commit::{self as workload, Plan, System};
+    if clients.is_empty() || clients.contains(&0) || commits == 0 {
+        return Err(CliError::Usage(
+            "--clients needs positive counts (e.g. --clients 1,16,64) and --commits at least 1"
+                .into(),
+        ));
+    }
+    let scratch = dir.unwrap_or_else(std::env::temp_dir);
+    let exe = std::env::current_exe().map_err(|e| CliError::io("find the oncelake binary", e))?;
+    if !json {
+        outln!("durable commits, 1 unit each, objects pre-staged: in-process threads vs clients of `oncelake serve`");
+        outln!(
+            "{:>7} {:>14} {:>14} {:>8} {:>12} {:>12} {:>11}",
+            "clients",
+            "in-process u/s",
+            "via server u/s",
+            "ratio",
+            "server p50µs",
+            "server p99µs",
+            "mean group"
+        );
+    }
+    for &n in clients {
+        let plan = Plan {
+            threads: n,
+            max_units: commits,
+            max_time: seconds,
+        };
+        let local = workload::measure(System::Oncelake, plan, &scratch)
+            .map_err(|e| CliError::Usage(format!("bench in-process: {e}")))?;
+        let remote =
+            oncelake_server::bench::commits_via_server(&exe, &scratch, n, commits, seconds)
+                .map_err(|e| CliError::Usage(format!("bench via server: {e}")))?;
+        let ratio = remote.units_per_sec() / local.units_per_sec().max(1e-9);
+        let mean_group = remote.units as f64 / remote.groups.max(1) as f64;
+        if json {
+            super::print_json(&serde_json::json!({
+                "bench": "commit_via_server",
+                "clients": n,
+                "in_process_units_per_sec": local.units_per_sec(),
+                "in_process_mean_group_units": local.mean_group,
+                "via_server_units_per_sec": remote.units_per_sec(),
+                "via_server_units": remote.units,
+                "via_server_p50_us": remote.p50_us,
+                "via_server_p99_us": remote.p99_us,
+                "via_server_groups": remote.groups,
+                "via_server_mean_group_units": mean_group,
+                "ratio": ratio,
+            }));
+        } else {
+            outln!(
+                "{:>7} {:>14.0} {:>14.0} {:>7.0}% {:>12} {:>12} {:>11.1}",
+                n,
+                local.units_per_sec(),
+                remote.units_per_sec(),
+                ratio * 100.0,
+                remote.p50_us,
+                remote.p99_us,
+                mean_group
+            );
+        }
+    }
+    Ok(0)
+}
+
+/// `oncelake bench commit --via-server --seed001`: seed 001's scenario through a server (P9).
+pub(crate) fn bench_seed001(dir: Option<PathBuf>, json: bool) -> Result<u8, CliError> {
+    let scratch = dir.unwrap_or_else(std::env::temp_dir);
+    let exe = std::env::current_exe().map_err(|e| CliError::io("find the oncelake binary", e))?;
+    let r = oncelake_server::bench::seed001_via_server(&exe, &scratch, 16, 2_000)
+        .map_err(|e| CliError::Usage(format!("bench seed001 via server: {e}")))?;
+    if json {
+        super::print_json(&serde_json::json!({
+            "bench": "seed001_via_server",
+            "workers": r.workers,
+            "batches": r.batches,
+            "deliveries": r.deliveries,
+            "seconds": r.elapsed.as_secs_f64(),
+            "batches_per_sec": r.batches_per_sec(),
+            "computations": r.computations,
+            "already_done": r.already_done,
+            "held": r.held,
+            "written_twice": r.written_twice,
+            "committed": r.committed,
+        }));
+    } else {
+        outln!(
+            "seed 001 through `oncelake serve`: {} workers, {} batches delivered twice: {:.0} batches/s ({:.1} s); {} computations, {} deliveries already done, {} held by another worker; {} batches written twice; {} committed",
+            r.workers,
+            r.batches,
+            r.batches_per_sec(),
+            r.elapsed.as_secs_f64(),
+            r.computations,
+            r.already_done,
+            r.held,
+            r.written_twice,
+            r.committed
+        );
+    }
+    Ok(if r.written_twice == 0 && r.committed == r.batches {
+        0
+    } else {
+        1
+    })
+}

@@ -1,0 +1,326 @@
+//! The workload of `oncelake bench commit --via-server` (SPEC P7): durable one-unit commits from
+//! N client connections through a real `oncelake serve` process, objects pre-staged (one per
+//! client, kept), measured like the in-process P1 workload it is printed beside.
+
+use crate::wire::CommitItemW;
+use crate::Client;
+use std::io::BufRead;
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Barrier, OnceLock};
+use std::time::{Duration, Instant};
+
+/// What one run through the server measured.
+#[derive(Clone, Debug)]
+pub struct ServerRun {
+    /// Client connections (one thread each).
+    pub clients: usize,
+    /// Units committed.
+    pub units: u64,
+    /// Wall time.
+    pub elapsed: Duration,
+    /// Median commit latency seen by a client, µs.
+    pub p50_us: u64,
+    /// 99th percentile, µs.
+    pub p99_us: u64,
+    /// Commit groups the server's store wrote during the run.
+    pub groups: u64,
+}
+
+impl ServerRun {
+    /// Units per second.
+    pub fn units_per_sec(&self) -> f64 {
+        self.units as f64 / self.elapsed.as_secs_f64().max(1e-9)
+    }
+}
+
+fn unit_key(i: usize) -> String {
+    format!("bench/orders/customer={:06}/date=2026-11-29", i)
+}
+
+/// Starts `exe serve` on a fresh store under `scratch`, commits up to `max_units` units (or for
+/// `max_time`) from `clients` connections, stops the server and removes the store.
+pub fn commits_via_server(
+    exe: &Path,
+    scratch: &Path,
+    clients: usize,
+    max_units: usize,
+    max_time: Duration,
+) -> Result<ServerRun, String> {
+    let clients = clients.max(1);
+    let dir = scratch.join(format!("serve-{clients}c-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let store = dir.join("lake");
+    drop(oncelake::Store::open(&store).map_err(|e| e.to_string())?);
+    let mut server = Command::new(exe)
+        .arg("serve")
+        .arg(&store)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .map_err(|e| format!("start {} serve: {e}", exe.display()))?;
+    let mut line = String::new();
+    if let Some(out) = server.stdout.take() {
+        let _ = std::io::BufReader::new(out).read_line(&mut line);
+    }
+    let run = if line.is_empty() {
+        Err("the server did not start".to_string())
+    } else {
+        drive(&store, clients, max_units, max_time)
+    };
+    // SAFETY: kill(2) on our own child, not yet reaped (its pid cannot have been reused).
+    unsafe { libc::kill(server.id() as i32, libc::SIGTERM) };
+    let _ = server.wait();
+    let _ = std::fs::remove_dir_all(&dir);
+    run
+}
+
+fn drive(
+    store: &Path,
+    clients: usize,
+    max_units: usize,
+    max_time: Duration,
+) -> Result<ServerRun, String> {
+    let client = Client::for_store(store).map_err(|e| e.to_string())?;
+    let groups_of = |c: &Client| -> Result<u64, String> {
+        Ok(c.stats().map_err(|e| e.to_string())?.counters["groups"])
+    };
+    let groups_before = groups_of(&client)?;
+    let next = AtomicUsize::new(0);
+    let line = Barrier::new(clients + 1);
+    let start: OnceLock<Instant> = OnceLock::new();
+    let results: Vec<Result<Vec<u32>, String>> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..clients)
+            .map(|t| {
+                let (client, next, line, start) = (&client, &next, &line, &start);
+                s.spawn(move || {
+                    let staged = client
+                        .stage_reader(format!("bench output of client {t}").as_bytes())
+                        .map(|(h, _)| h)
+                        .map_err(|e| e.to_string());
+                    line.wait();
+                    let staged = staged?;
+                    let start = start.wait();
+                    let mut lat = Vec::new();
+                    loop {
+                        let i = next.fetch_add(1, Ordering::Relaxed);
+                        if i >= max_units || start.elapsed() >= max_time {
+                            return Ok(lat);
+                        }
+                        let t0 = Instant::now();
+                        let item = CommitItemW {
+                            unit: unit_key(i),
+                            source_version: 1,
+                            staged,
+                            token: None,
+                            correct: false,
+                        };
+                        let r = client
+                            .commit_with(vec![item], false, true)
+                            .map_err(|e| e.to_string())?;
+                        if !r.applied() || r.seq.is_none() {
+                            return Err(format!("unit {i} was not committed: {:?}", r.units));
+                        }
+                        lat.push(t0.elapsed().as_micros().min(u32::MAX as u128) as u32);
+                    }
+                })
+            })
+            .collect();
+        line.wait();
+        let _ = start.set(Instant::now());
+        handles
+            .into_iter()
+            .map(|h| h.join().unwrap_or_else(|_| Err("a client panicked".into())))
+            .collect()
+    });
+    let elapsed = start.get().map(|s| s.elapsed()).unwrap_or_default();
+    let mut lat = Vec::new();
+    for r in results {
+        lat.extend(r?);
+    }
+    lat.sort_unstable();
+    let q = |q: f64| -> u64 {
+        if lat.is_empty() {
+            return 0;
+        }
+        let i = ((lat.len() as f64 * q).ceil() as usize).clamp(1, lat.len());
+        u64::from(lat[i - 1])
+    };
+    Ok(ServerRun {
+        clients,
+        units: lat.len() as u64,
+        elapsed,
+        p50_us: q(0.5),
+        p99_us: q(0.99),
+        groups: groups_of(&client)?.saturating_sub(groups_before),
+    })
+}
+
+/// What seed 001's scenario through a server measured (SPEC P9).
+#[derive(Clone, Debug)]
+pub struct Seed001Run {
+    /// Worker connections (one thread each, each call its own connection, like a process).
+    pub workers: usize,
+    /// Distinct batches.
+    pub batches: u64,
+    /// Deliveries (each batch twice).
+    pub deliveries: u64,
+    /// Wall time until every delivery was handled.
+    pub elapsed: Duration,
+    /// Work runs (claims granted).
+    pub computations: u64,
+    /// Deliveries skipped because the batch was already committed.
+    pub already_done: u64,
+    /// Deliveries skipped because another worker held the batch's lease.
+    pub held: u64,
+    /// Batches committed more than once (must be 0).
+    pub written_twice: u64,
+    /// Batches with an entry at the end.
+    pub committed: u64,
+}
+
+impl Seed001Run {
+    /// Batches per second.
+    pub fn batches_per_sec(&self) -> f64 {
+        self.batches as f64 / self.elapsed.as_secs_f64().max(1e-9)
+    }
+}
+
+/// Seed 001's scenario through `exe serve`: `batches` batches, each delivered twice (the two
+/// deliveries next to each other in the queue, so they race), taken by `workers` workers; each
+/// delivery claims the batch, works 2–20 ms (a fixed pseudo-random time per batch), and commits
+/// its output fenced by the lease's token.
+pub fn seed001_via_server(
+    exe: &Path,
+    scratch: &Path,
+    workers: usize,
+    batches: usize,
+) -> Result<Seed001Run, String> {
+    let dir = scratch.join(format!("seed001-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let store = dir.join("lake");
+    drop(oncelake::Store::open(&store).map_err(|e| e.to_string())?);
+    let mut server = Command::new(exe)
+        .arg("serve")
+        .arg(&store)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .map_err(|e| format!("start {} serve: {e}", exe.display()))?;
+    let mut line = String::new();
+    if let Some(out) = server.stdout.take() {
+        let _ = std::io::BufReader::new(out).read_line(&mut line);
+    }
+    let run = if line.is_empty() {
+        Err("the server did not start".to_string())
+    } else {
+        seed001_drive(&store, workers.max(1), batches)
+    };
+    // SAFETY: kill(2) on our own child, not yet reaped (its pid cannot have been reused).
+    unsafe { libc::kill(server.id() as i32, libc::SIGTERM) };
+    let _ = server.wait();
+    let _ = std::fs::remove_dir_all(&dir);
+    run
+}
+
+/// The shared state of the seed 001 workers.
+struct Seed001State {
+    deliveries: Vec<usize>,
+    next: AtomicUsize,
+    computations: std::sync::atomic::AtomicU64,
+    already: std::sync::atomic::AtomicU64,
+    held: std::sync::atomic::AtomicU64,
+    /// Committed outcomes per batch.
+    commits: Vec<std::sync::atomic::AtomicU64>,
+}
+
+fn seed001_drive(store: &Path, workers: usize, batches: usize) -> Result<Seed001Run, String> {
+    let st = Seed001State {
+        deliveries: (0..batches).flat_map(|b| [b, b]).collect(),
+        next: AtomicUsize::new(0),
+        computations: Default::default(),
+        already: Default::default(),
+        held: Default::default(),
+        commits: (0..batches).map(|_| Default::default()).collect(),
+    };
+    let start = Instant::now();
+    let results: Vec<Result<(), String>> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..workers)
+            .map(|w| {
+                let st = &st;
+                s.spawn(move || seed001_worker(store, w, st))
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().unwrap_or_else(|_| Err("a worker panicked".into())))
+            .collect()
+    });
+    let elapsed = start.elapsed();
+    for r in results {
+        r?;
+    }
+    let client = Client::for_store(store).map_err(|e| e.to_string())?;
+    let mut committed = 0;
+    client
+        .ls("seed001/", None, |_| {
+            committed += 1;
+            true
+        })
+        .map_err(|e| e.to_string())?;
+    Ok(Seed001Run {
+        workers,
+        batches: batches as u64,
+        deliveries: st.deliveries.len() as u64,
+        elapsed,
+        computations: st.computations.into_inner(),
+        already_done: st.already.into_inner(),
+        held: st.held.into_inner(),
+        written_twice: st
+            .commits
+            .iter()
+            .filter(|c| c.load(Ordering::Relaxed) > 1)
+            .count() as u64,
+        committed,
+    })
+}
+
+/// One worker: takes deliveries until none is left; claim → work → fenced put.
+fn seed001_worker(store: &Path, w: usize, st: &Seed001State) -> Result<(), String> {
+    use oncelake::ClaimOutcome;
+    let client = Client::for_store(store).map_err(|e| e.to_string())?;
+    let worker = format!("worker-{w}");
+    loop {
+        let i = st.next.fetch_add(1, Ordering::Relaxed);
+        let Some(&b) = st.deliveries.get(i) else {
+            return Ok(());
+        };
+        let unit = format!("seed001/batch={b:05}");
+        let claim = client
+            .claim(&unit, 1, &worker, Duration::from_secs(60))
+            .map_err(|e| e.to_string())?;
+        let lease = match claim {
+            ClaimOutcome::Granted { lease, .. } => lease,
+            ClaimOutcome::AlreadyDone(_) => {
+                st.already.fetch_add(1, Ordering::Relaxed);
+                continue;
+            }
+            ClaimOutcome::Held { .. } => {
+                st.held.fetch_add(1, Ordering::Relaxed);
+                continue;
+            }
+        };
+        st.computations.fetch_add(1, Ordering::Relaxed);
+        // 2–20 ms of work, fixed per batch.
+        let work = 2 + (b as u64).wrapping_mul(2_654_435_761) % 19;
+        std::thread::sleep(Duration::from_millis(work));
+        let output = format!("output of batch {b}");
+        let (u, _) = client
+            .put_reader(&unit, 1, Some(lease.token), false, output.as_bytes())
+            .map_err(|e| e.to_string())?;
+        if matches!(u.outcome, oncelake::Outcome::Committed { .. }) {
+            st.commits[b].fetch_add(1, Ordering::Relaxed);
+        }
+    }
+}

@@ -1,0 +1,758 @@
+//! The blocking client of `oncelake serve`: the store's operations over the HTTP API, answering
+//! with the engine's own types. One connection per call (a Unix socket connect costs
+//! microseconds); uploads are streamed with chunked transfer encoding, never held in memory.
+
+use crate::discovery::{self, Address};
+use crate::wire::{
+    self, ChangesW, ClaimReqW, ClaimW, CommitItemW, CommitReportW, CommitW, CommittedW, EntryW,
+    ErrorBody, LeaseW, PutW, ReleaseReqW, ReleaseW, RenewReqW, RenewW, StagedW,
+};
+use oncelake::log::Record;
+use oncelake::{
+    ClaimOutcome, CommitReport, Committed, Entry, Lease, ObjectMeta, ReleaseOutcome, RenewOutcome,
+    UnitOutcome,
+};
+use std::io::{BufRead, BufReader, Read, Write};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// What can go wrong talking to a server; each variant says what to do.
+#[derive(Debug, thiserror::Error)]
+pub enum ClientError {
+    /// No server answers for the store.
+    #[error("no server answers for store {store}; start one with `oncelake serve {store}` or open the store in-process")]
+    NotServed {
+        /// The store directory.
+        store: PathBuf,
+    },
+    /// The server could not be reached.
+    #[error("cannot reach the oncelake server at {address}: {source}; is `oncelake serve` still running? (if it was killed, start it again: it takes over cleanly)")]
+    Connect {
+        /// Where.
+        address: String,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The connection broke after the request was sent: its outcome is unknown.
+    #[error("the connection to the oncelake server broke during {during}: {source}; the outcome is unknown — look the unit up before retrying (a retried put of the same bytes is answered as a duplicate if it was committed)")]
+    ConnectionLost {
+        /// The request.
+        during: String,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The server refused the bearer token.
+    #[error("the server refused the request (401): {message}")]
+    Unauthorized {
+        /// The server's message.
+        message: String,
+    },
+    /// The request was too large.
+    #[error("the request is too large (413): {message}")]
+    TooLarge {
+        /// The server's message.
+        message: String,
+    },
+    /// The server found the request malformed, or the store refused it as invalid.
+    #[error("{message}")]
+    BadRequest {
+        /// Stable kind (`bad_request`, `invalid_key`, `invalid_request`, `seq_out_of_range`, ...).
+        kind: String,
+        /// The message.
+        message: String,
+    },
+    /// The store failed the operation on the server side (I/O, read-only, failed state, ...).
+    #[error("{message}")]
+    Store {
+        /// Stable kind (`io`, `read_only`, `failed`, `missing_object`, `corrupt`, ...).
+        kind: String,
+        /// HTTP status.
+        status: u16,
+        /// The message.
+        message: String,
+    },
+    /// Reading the local input of an upload failed; nothing was committed.
+    #[error("reading the upload's input failed: {0}; nothing was committed")]
+    Input(std::io::Error),
+    /// The server answered something this client does not understand.
+    #[error("unexpected answer from the oncelake server: {0}; are the client and server the same version?")]
+    Protocol(String),
+}
+
+/// How long [`Client::for_store`] waits for the server's health answer.
+const HEALTH_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Result of client calls.
+pub type Result<T> = std::result::Result<T, ClientError>;
+
+/// A connection target and credentials.
+#[derive(Clone, Debug)]
+pub struct Client {
+    address: Address,
+    token: Option<String>,
+    timeout: Option<Duration>,
+}
+
+/// A request body.
+enum Payload<'a> {
+    Empty,
+    Json(Vec<u8>),
+    Stream(&'a mut dyn Read),
+}
+
+impl Client {
+    /// A client of the server listening on a Unix socket.
+    pub fn unix(path: impl Into<PathBuf>) -> Client {
+        Client {
+            address: Address::Unix(path.into()),
+            token: None,
+            timeout: None,
+        }
+    }
+
+    /// A client of a server on TCP with its bearer token.
+    pub fn tcp(address: impl Into<String>, token: impl Into<String>) -> Client {
+        Client {
+            address: Address::Tcp(address.into()),
+            token: Some(token.into()),
+            timeout: None,
+        }
+    }
+
+    /// The client of the server that holds `store`, found through its `serve.json`, if one
+    /// answers its health check. A missing file or one left by a killed server (nothing
+    /// answers) is [`ClientError::NotServed`].
+    pub fn for_store(store: &Path) -> Result<Client> {
+        let not_served = || ClientError::NotServed {
+            store: store.to_path_buf(),
+        };
+        let info = discovery::read_info(store).ok_or_else(not_served)?;
+        let address = info.parsed().ok_or_else(not_served)?;
+        let client = Client {
+            address,
+            token: info.token,
+            timeout: None,
+        };
+        // A hung server must not hang every command: the probe has a timeout, the client none.
+        match client.clone().with_timeout(HEALTH_TIMEOUT).health() {
+            Ok(_) => Ok(client),
+            Err(ClientError::Connect { .. }) | Err(ClientError::ConnectionLost { .. }) => {
+                Err(not_served())
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Sets a read/write timeout on every call (none by default: a commit waits for its group).
+    pub fn with_timeout(mut self, timeout: Duration) -> Client {
+        self.timeout = Some(timeout);
+        self
+    }
+
+    /// The address, as `unix:PATH` or `tcp:HOST:PORT`.
+    pub fn address(&self) -> String {
+        match &self.address {
+            Address::Unix(p) => format!("unix:{}", p.display()),
+            Address::Tcp(a) => format!("tcp:{a}"),
+        }
+    }
+
+    /// `GET /healthz`.
+    pub fn health(&self) -> Result<serde_json::Value> {
+        self.json("GET", "/healthz", Payload::Empty)
+    }
+
+    /// `GET /metrics`: the Prometheus text.
+    pub fn metrics_text(&self) -> Result<String> {
+        let mut resp = self.request("GET", "/metrics", Payload::Empty)?;
+        let mut s = String::new();
+        resp.body
+            .read_to_string(&mut s)
+            .map_err(|e| lost("GET /metrics", e))?;
+        Ok(s)
+    }
+
+    /// `GET /v1/stats`: the engine's metrics (each counter with its scope), the unit count and
+    /// seq read from the store, and the server's own counters.
+    pub fn stats(&self) -> Result<crate::stats::StatsW> {
+        self.json("GET", "/v1/stats", Payload::Empty)
+    }
+
+    /// Streams `input` as the output of `unit` at `source_version` and commits it (one unit):
+    /// the unit's outcome and what staging computed.
+    pub fn put_reader(
+        &self,
+        unit: &str,
+        source_version: u64,
+        token: Option<u64>,
+        correct: bool,
+        mut input: impl Read,
+    ) -> Result<(UnitOutcome, ObjectMeta)> {
+        let mut q = format!("/v1/put?unit={}&version={source_version}", encode(unit));
+        if let Some(t) = token {
+            q.push_str(&format!("&token={t}"));
+        }
+        if correct {
+            q.push_str("&correct=true");
+        }
+        let r: PutW = self.json("PUT", &q, Payload::Stream(&mut input))?;
+        Ok((
+            r.unit.to_unit_outcome().map_err(ClientError::Protocol)?,
+            r.staged.to_meta().map_err(ClientError::Protocol)?,
+        ))
+    }
+
+    /// Streams `input` into the server's staging: a handle for [`Client::commit`].
+    pub fn stage_reader(&self, mut input: impl Read) -> Result<(u64, ObjectMeta)> {
+        let r: StagedW = self.json("POST", "/v1/stage", Payload::Stream(&mut input))?;
+        Ok((r.staged, r.meta.to_meta().map_err(ClientError::Protocol)?))
+    }
+
+    /// Commits a batch of staged handles (all-or-nothing unless `partial`); the handles are
+    /// dropped afterwards.
+    pub fn commit(&self, items: Vec<CommitItemW>, partial: bool) -> Result<CommitReport> {
+        self.commit_with(items, partial, false)
+    }
+
+    /// [`Client::commit`], keeping the handles when `keep_staged` (to commit the same bytes
+    /// again as other units).
+    pub fn commit_with(
+        &self,
+        items: Vec<CommitItemW>,
+        partial: bool,
+        keep_staged: bool,
+    ) -> Result<CommitReport> {
+        let body = to_json(&CommitW {
+            items,
+            partial,
+            keep_staged,
+        })?;
+        let r: CommitReportW = self.json("POST", "/v1/commit", Payload::Json(body))?;
+        r.to_report().map_err(ClientError::Protocol)
+    }
+
+    /// Claims `unit` for `worker` (coordinator mode).
+    pub fn claim(
+        &self,
+        unit: &str,
+        source_version: u64,
+        worker: &str,
+        ttl: Duration,
+    ) -> Result<ClaimOutcome> {
+        let body = to_json(&ClaimReqW {
+            unit: unit.into(),
+            source_version,
+            worker: worker.into(),
+            ttl_ms: ttl.as_millis() as u64,
+        })?;
+        let r: ClaimW = self.json("POST", "/v1/claim", Payload::Json(body))?;
+        r.to_outcome().map_err(ClientError::Protocol)
+    }
+
+    /// Renews a lease.
+    pub fn renew(&self, lease: &Lease, ttl: Duration) -> Result<RenewOutcome> {
+        let body = to_json(&RenewReqW {
+            lease: LeaseW::from(lease),
+            ttl_ms: ttl.as_millis() as u64,
+        })?;
+        let r: RenewW = self.json("POST", "/v1/renew", Payload::Json(body))?;
+        Ok((&r).into())
+    }
+
+    /// Releases a lease.
+    pub fn release(&self, lease: &Lease) -> Result<ReleaseOutcome> {
+        let body = to_json(&ReleaseReqW {
+            lease: LeaseW::from(lease),
+        })?;
+        let r: ReleaseW = self.json("POST", "/v1/release", Payload::Json(body))?;
+        Ok((&r).into())
+    }
+
+    /// The dedup fast path: the unit's committed version, if any.
+    pub fn lookup(&self, unit: &str) -> Result<Option<Committed>> {
+        #[derive(serde::Deserialize)]
+        struct R {
+            committed: Option<CommittedW>,
+        }
+        let r: R = self.json(
+            "GET",
+            &format!("/v1/lookup?unit={}", encode(unit)),
+            Payload::Empty,
+        )?;
+        r.committed
+            .map(|c| c.to_committed().map_err(ClientError::Protocol))
+            .transpose()
+    }
+
+    /// The unit's entry, newest or as of `at`.
+    pub fn get(&self, unit: &str, at: Option<u64>) -> Result<Option<Entry>> {
+        #[derive(serde::Deserialize)]
+        struct R {
+            entry: Option<EntryW>,
+        }
+        let r: R = self.json("GET", &unit_query("/v1/entry", unit, at), Payload::Empty)?;
+        r.entry
+            .map(|e| e.to_entry().map_err(ClientError::Protocol))
+            .transpose()
+    }
+
+    /// Copies the unit's object (newest or as of `at`) into `out`, streamed; its entry, or
+    /// `None` when the unit has none.
+    pub fn read_object(
+        &self,
+        unit: &str,
+        at: Option<u64>,
+        out: &mut dyn Write,
+    ) -> Result<Option<Entry>> {
+        let path = unit_query("/v1/object", unit, at);
+        let mut resp = match self.request("GET", &path, Payload::Empty) {
+            Err(ClientError::Store { status: 404, .. }) => return Ok(None),
+            other => other?,
+        };
+        let entry: EntryW = resp
+            .header("x-oncelake-entry")
+            .and_then(|h| serde_json::from_str(h).ok())
+            .ok_or_else(|| ClientError::Protocol("an object without its entry header".into()))?;
+        std::io::copy(&mut resp.body, out).map_err(|e| lost("GET /v1/object", e))?;
+        Ok(Some(entry.to_entry().map_err(ClientError::Protocol)?))
+    }
+
+    /// The entries under `prefix` (newest or as of `at`), streamed to `each` in key order until
+    /// it returns `false`.
+    pub fn ls(
+        &self,
+        prefix: &str,
+        at: Option<u64>,
+        mut each: impl FnMut(Entry) -> bool,
+    ) -> Result<()> {
+        let mut path = format!("/v1/ls?prefix={}", encode(prefix));
+        if let Some(at) = at {
+            path.push_str(&format!("&at={at}"));
+        }
+        let resp = self.request("GET", &path, Payload::Empty)?;
+        for line in BufReader::new(resp.body).lines() {
+            let line = line.map_err(|e| lost("GET /v1/ls", e))?;
+            let e: EntryW = serde_json::from_str(&line)
+                .map_err(|e| ClientError::Protocol(format!("an ls line: {e}")))?;
+            if !each(e.to_entry().map_err(ClientError::Protocol)?) {
+                break;
+            }
+        }
+        Ok(())
+    }
+
+    /// The log records after `since` (at most `limit`); with `wait`, waits up to that long for
+    /// the next commit when there is none yet (long-polling). Also the store's seq when read.
+    pub fn changes_since(
+        &self,
+        since: u64,
+        wait: Duration,
+        limit: usize,
+    ) -> Result<(Vec<Record>, u64)> {
+        let path = format!(
+            "/v1/changes?since={since}&wait_ms={}&limit={limit}",
+            wait.as_millis()
+        );
+        let r: ChangesW = self.json("GET", &path, Payload::Empty)?;
+        let records = r
+            .records
+            .iter()
+            .map(|rec| {
+                let bytes = wire::from_hex(&rec.record).map_err(ClientError::Protocol)?;
+                Record::decode(&bytes).map_err(|e| ClientError::Protocol(e.to_string()))
+            })
+            .collect::<Result<Vec<_>>>()?;
+        Ok((records, r.seq))
+    }
+
+    /// Runs GC on the server (the server's defaults for `grace` and `retain` when `None`).
+    pub fn gc(
+        &self,
+        dry_run: bool,
+        grace: Option<Duration>,
+        retain: Option<Duration>,
+    ) -> Result<oncelake::GcReport> {
+        let body = to_json(&serde_json::json!({
+            "dry_run": dry_run,
+            "grace_ms": grace.map(|d| d.as_millis() as u64),
+            "retain_ms": retain.map(|d| d.as_millis() as u64),
+        }))?;
+        let r: wire::GcReportW = self.json("POST", "/v1/gc", Payload::Json(body))?;
+        Ok((&r).into())
+    }
+
+    /// Runs verify on the server: its summary as JSON (`ok`, counts, `problems`).
+    pub fn verify(&self, deep: bool) -> Result<serde_json::Value> {
+        let body = to_json(&serde_json::json!({ "deep": deep }))?;
+        self.json("POST", "/v1/verify", Payload::Json(body))
+    }
+
+    fn json<T: for<'de> serde::Deserialize<'de>>(
+        &self,
+        method: &str,
+        path: &str,
+        payload: Payload<'_>,
+    ) -> Result<T> {
+        let during = format!("{method} {}", path.split('?').next().unwrap_or(path));
+        let resp = self.request(method, path, payload)?;
+        serde_json::from_reader(resp.body).map_err(|e| {
+            if e.is_io() {
+                lost(&during, std::io::Error::other(e.to_string()))
+            } else {
+                ClientError::Protocol(format!("{during}: {e}"))
+            }
+        })
+    }
+
+    fn connect(&self) -> Result<Box<dyn Conn>> {
+        let conn: Box<dyn Conn> = match &self.address {
+            Address::Unix(p) => Box::new(std::os::unix::net::UnixStream::connect(p).map_err(
+                |source| ClientError::Connect {
+                    address: self.address(),
+                    source,
+                },
+            )?),
+            Address::Tcp(a) => {
+                let s = std::net::TcpStream::connect(a.as_str()).map_err(|source| {
+                    ClientError::Connect {
+                        address: self.address(),
+                        source,
+                    }
+                })?;
+                let _ = s.set_nodelay(true);
+                Box::new(s)
+            }
+        };
+        conn.set_timeouts(self.timeout)
+            .map_err(|source| ClientError::Connect {
+                address: self.address(),
+                source,
+            })?;
+        Ok(conn)
+    }
+
+    /// Sends one request and reads the answer's head; an error status becomes its error.
+    fn request(&self, method: &str, path: &str, payload: Payload<'_>) -> Result<Response> {
+        let during = format!("{method} {}", path.split('?').next().unwrap_or(path));
+        let mut conn = self.connect()?;
+        let mut head =
+            format!("{method} {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n");
+        if let Some(t) = &self.token {
+            head.push_str(&format!("Authorization: Bearer {t}\r\n"));
+        }
+        let sent = match payload {
+            Payload::Empty => {
+                head.push_str("Content-Length: 0\r\n\r\n");
+                conn.write_all(head.as_bytes())
+            }
+            Payload::Json(body) => {
+                head.push_str(&format!(
+                    "Content-Type: application/json\r\nContent-Length: {}\r\n\r\n",
+                    body.len()
+                ));
+                conn.write_all(head.as_bytes())
+                    .and_then(|()| conn.write_all(&body))
+            }
+            Payload::Stream(input) => {
+                head.push_str("Transfer-Encoding: chunked\r\n\r\n");
+                let streamed = conn
+                    .write_all(head.as_bytes())
+                    .map_err(Sent::Conn)
+                    .and_then(|()| send_chunked(&mut conn, input));
+                match streamed {
+                    Err(Sent::Input(e)) => return Err(ClientError::Input(e)),
+                    Err(Sent::Conn(e)) => Err(e),
+                    Ok(()) => Ok(()),
+                }
+            }
+        };
+        let sent = sent.and_then(|()| conn.flush());
+        // A server may answer before reading the whole body (401, 413): read its answer even if
+        // sending failed, and report the send failure only when there is none.
+        match read_head(conn) {
+            Ok(resp) => check(resp, &during),
+            Err(e) => Err(lost(&during, sent.err().unwrap_or(e))),
+        }
+    }
+}
+
+/// Why a streamed upload stopped.
+enum Sent {
+    Input(std::io::Error),
+    Conn(std::io::Error),
+}
+
+impl From<std::io::Error> for Sent {
+    fn from(e: std::io::Error) -> Self {
+        Sent::Conn(e)
+    }
+}
+
+fn send_chunked(conn: &mut Box<dyn Conn>, input: &mut dyn Read) -> std::result::Result<(), Sent> {
+    let mut buf = vec![0u8; 256 << 10];
+    loop {
+        let n = match input.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(Sent::Input(e)),
+        };
+        conn.write_all(format!("{n:x}\r\n").as_bytes())?;
+        conn.write_all(&buf[..n])?;
+        conn.write_all(b"\r\n")?;
+    }
+    conn.write_all(b"0\r\n\r\n")?;
+    Ok(())
+}
+
+fn lost(during: &str, source: std::io::Error) -> ClientError {
+    ClientError::ConnectionLost {
+        during: during.to_string(),
+        source,
+    }
+}
+
+fn to_json<T: serde::Serialize>(v: &T) -> Result<Vec<u8>> {
+    serde_json::to_vec(v).map_err(|e| ClientError::Protocol(e.to_string()))
+}
+
+fn unit_query(base: &str, unit: &str, at: Option<u64>) -> String {
+    let mut q = format!("{base}?unit={}", encode(unit));
+    if let Some(at) = at {
+        q.push_str(&format!("&at={at}"));
+    }
+    q
+}
+
+/// Percent-encodes a query value (everything but unreserved characters).
+fn encode(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for b in s.bytes() {
+        if b.is_ascii_alphanumeric() || b"-._~".contains(&b) {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+/// A connection of either kind.
+trait Conn: Read + Write + Send {
+    fn set_timeouts(&self, t: Option<Duration>) -> std::io::Result<()>;
+}
+
+impl Conn for std::os::unix::net::UnixStream {
+    fn set_timeouts(&self, t: Option<Duration>) -> std::io::Result<()> {
+        self.set_read_timeout(t)?;
+        self.set_write_timeout(t)
+    }
+}
+
+impl Conn for std::net::TcpStream {
+    fn set_timeouts(&self, t: Option<Duration>) -> std::io::Result<()> {
+        self.set_read_timeout(t)?;
+        self.set_write_timeout(t)
+    }
+}
+
+impl Conn for Box<dyn Conn> {
+    fn set_timeouts(&self, t: Option<Duration>) -> std::io::Result<()> {
+        (**self).set_timeouts(t)
+    }
+}
+
+/// An answer: status, headers, and its body as a reader.
+struct Response {
+    status: u16,
+    headers: Vec<(String, String)>,
+    body: Box<dyn Read + Send>,
+}
+
+impl Response {
+    fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(n, _)| n.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
+    }
+}
+
+fn read_head(conn: Box<dyn Conn>) -> std::io::Result<Response> {
+    let mut r = BufReader::new(conn);
+    let mut line = String::new();
+    r.read_line(&mut line)?;
+    if line.is_empty() {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::UnexpectedEof,
+            "the server closed the connection without an answer",
+        ));
+    }
+    let status: u16 = line
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .ok_or_else(|| std::io::Error::other(format!("not an HTTP status line: {line:?}")))?;
+    let mut headers = Vec::new();
+    loop {
+        line.clear();
+        r.read_line(&mut line)?;
+        let l = line.trim_end();
+        if l.is_empty() {
+            break;
+        }
+        if let Some((n, v)) = l.split_once(':') {
+            headers.push((n.trim().to_string(), v.trim().to_string()));
+        }
+    }
+    let mut resp = Response {
+        status,
+        headers,
+        body: Box::new(std::io::empty()),
+    };
+    resp.body = if resp
+        .header("transfer-encoding")
+        .is_some_and(|v| v.eq_ignore_ascii_case("chunked"))
+    {
+        Box::new(Chunked {
+            inner: r,
+            left: 0,
+            done: false,
+        })
+    } else if let Some(n) = resp.header("content-length").and_then(|v| v.parse().ok()) {
+        Box::new(Exact {
+            inner: r.take(n),
+            want: n,
+        })
+    } else {
+        Box::new(r)
+    };
+    Ok(resp)
+}
+
+/// Turns an error status into its [`ClientError`].
+fn check(mut resp: Response, during: &str) -> Result<Response> {
+    if resp.status < 400 {
+        return Ok(resp);
+    }
+    let mut text = String::new();
+    let _ = resp.body.read_to_string(&mut text);
+    let (kind, message) = match serde_json::from_str::<ErrorBody>(&text) {
+        Ok(b) => (b.error, b.message),
+        Err(_) => (
+            "http".to_string(),
+            format!("{during}: HTTP {}: {text}", resp.status),
+        ),
+    };
+    Err(match resp.status {
+        401 => ClientError::Unauthorized { message },
+        413 => ClientError::TooLarge { message },
+        400 => ClientError::BadRequest { kind, message },
+        status => ClientError::Store {
+            kind,
+            status,
+            message,
+        },
+    })
+}
+
+/// A body of known length: ending early is an error, not a short body.
+struct Exact<R> {
+    inner: std::io::Take<R>,
+    want: u64,
+}
+
+impl<R: Read> Read for Exact<R> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let n = self.inner.read(buf)?;
+        if n == 0 && self.inner.limit() > 0 && !buf.is_empty() {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::UnexpectedEof,
+                format!(
+                    "the answer ended after {} of {} bytes",
+                    self.want - self.inner.limit(),
+                    self.want
+                ),
+            ));
+        }
+        Ok(n)
+    }
+}
+
+/// A chunked body; ending before the last chunk is an error.
+struct Chunked<R> {
+    inner: R,
+    left: u64,
+    done: bool,
+}
+
+impl<R: BufRead> Read for Chunked<R> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        if self.done || buf.is_empty() {
+            return Ok(0);
+        }
+        if self.left == 0 {
+            let mut line = String::new();
+            self.inner.read_line(&mut line)?;
+            let size = line.trim().split(';').next().unwrap_or("");
+            self.left = u64::from_str_radix(size, 16).map_err(|_| {
+                std::io::Error::new(
+                    std::io::ErrorKind::UnexpectedEof,
+                    format!("the answer broke off (chunk header {line:?})"),
+                )
+            })?;
+            if self.left == 0 {
+                self.done = true;
+                return Ok(0);
+            }
+        }
+        let want = buf.len().min(self.left as usize);
+        let n = self.inner.read(&mut buf[..want])?;
+        if n == 0 {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::UnexpectedEof,
+                "the answer broke off mid-chunk",
+            ));
+        }
+        self.left -= n as u64;
+        if self.left == 0 {
+            let mut crlf = [0u8; 2];
+            self.inner.read_exact(&mut crlf)?;
+        }
+        Ok(n)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn chunked_bodies_decode_and_a_cut_is_an_error() {
+        let whole = b"3\r\nabc\r\n2\r\nde\r\n0\r\n\r\n";
+        let mut out = String::new();
+        Chunked {
+            inner: &whole[..],
+            left: 0,
+            done: false,
+        }
+        .read_to_string(&mut out)
+        .unwrap();
+        assert_eq!(out, "abcde");
+        let cut = b"3\r\nabc\r\n2\r\nd";
+        let mut out = String::new();
+        let r = Chunked {
+            inner: &cut[..],
+            left: 0,
+            done: false,
+        }
+        .read_to_string(&mut out);
+        assert!(r.is_err(), "a cut body must not look complete: {out:?}");
+    }
+
+    #[test]
+    fn query_values_are_percent_encoded() {
+        assert_eq!(encode("a/b=c d&e"), "a%2Fb%3Dc%20d%26e");
+        assert_eq!(encode("é"), "%C3%A9");
+    }
+}

@@ -1,0 +1,805 @@
+//! The HTTP API's handlers: each turns a request into one call on the store, run on the blocking
+//! pool so that commits from many connections are in flight at once and share the engine's
+//! commit groups (the engine's queue does the grouping; the server adds no lock of its own).
+
+use crate::live::Live;
+use crate::wire::{
+    ChangesW, ClaimReqW, ClaimW, CommitReportW, CommitW, CommittedW, EntryW, ErrorBody, ObjectW,
+    PutW, RecordW, ReleaseReqW, ReleaseW, RenewReqW, RenewW, StagedW, UnitOutcomeW,
+};
+use axum::body::{Body, Bytes};
+use axum::extract::rejection::QueryRejection;
+use axum::extract::{Query, Request, State};
+use axum::http::{header, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post, put};
+use axum::Router;
+use http_body_util::BodyExt;
+use oncelake::{Batch, Intent, Staged, Store};
+use serde::{Deserialize, Serialize};
+use std::collections::HashMap;
+use std::io::Read;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// Limits that protect the server from a buggy or hostile client.
+#[derive(Clone, Debug)]
+pub struct Limits {
+    /// Largest JSON request body (413 beyond).
+    pub max_json: usize,
+    /// Largest upload (413 beyond; the staging is discarded).
+    pub max_upload: u64,
+    /// Longest wait for the next piece of a request body before it is abandoned (408).
+    pub body_idle: Duration,
+    /// Longest long-poll wait a client may ask for.
+    pub max_poll: Duration,
+    /// How long an uncommitted staging handle is kept after its upload.
+    pub staged_ttl: Duration,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            max_json: 16 << 20,
+            max_upload: 64 << 30,
+            body_idle: Duration::from_secs(30),
+            max_poll: Duration::from_secs(60),
+            staged_ttl: Duration::from_secs(600),
+        }
+    }
+}
+
+/// What every handler shares.
+pub(crate) struct App {
+    pub store: Store,
+    pub dir: PathBuf,
+    pub limits: Limits,
+    pub live: Live,
+    staged: Mutex<HashMap<u64, (Staged, Instant)>>,
+    next_staged: AtomicU64,
+    /// The newest seq this server has seen committed; long-polls wait on it.
+    pub seq: tokio::sync::watch::Sender<u64>,
+}
+
+impl App {
+    pub(crate) fn new(store: Store, dir: PathBuf, limits: Limits) -> oncelake::Result<App> {
+        let seq = store.last_seq()?;
+        Ok(App {
+            store,
+            dir,
+            limits,
+            live: Live::default(),
+            staged: Mutex::new(HashMap::new()),
+            next_staged: AtomicU64::new(1),
+            seq: tokio::sync::watch::channel(seq).0,
+        })
+    }
+
+    fn note_seq(&self, seq: Option<u64>) {
+        if let Some(s) = seq {
+            self.seq.send_if_modified(|cur| {
+                let newer = s > *cur;
+                if newer {
+                    *cur = s;
+                }
+                newer
+            });
+        }
+    }
+
+    /// Drops staging handles no commit named within the TTL (their objects become orphans
+    /// that GC collects).
+    pub(crate) fn expire_staged(&self) {
+        let ttl = self.limits.staged_ttl;
+        let mut m = self.staged.lock().unwrap_or_else(|p| p.into_inner());
+        m.retain(|_, (_, at)| at.elapsed() < ttl);
+        self.live.set_staged_handles(m.len() as u64);
+    }
+}
+
+/// The router of the whole API.
+pub(crate) fn router(app: Arc<App>) -> Router {
+    Router::new()
+        .route("/healthz", get(healthz))
+        .route("/metrics", get(metrics))
+        .route("/v1/stats", get(stats))
+        .route("/v1/put", put(put_unit))
+        .route("/v1/stage", post(stage).delete(unstage))
+        .route("/v1/commit", post(commit))
+        .route("/v1/claim", post(claim))
+        .route("/v1/renew", post(renew))
+        .route("/v1/release", post(release))
+        .route("/v1/lookup", get(lookup))
+        .route("/v1/entry", get(entry))
+        .route("/v1/object", get(object))
+        .route("/v1/ls", get(ls))
+        .route("/v1/changes", get(changes))
+        .route("/v1/gc", post(gc))
+        .route("/v1/verify", post(verify))
+        .fallback(not_found)
+        .with_state(app)
+}
+
+/// An error answer.
+pub(crate) struct ApiError {
+    pub status: StatusCode,
+    pub kind: &'static str,
+    pub message: String,
+}
+
+impl ApiError {
+    pub(crate) fn new(status: StatusCode, kind: &'static str, message: impl Into<String>) -> Self {
+        ApiError {
+            status,
+            kind,
+            message: message.into(),
+        }
+    }
+
+    fn bad(message: impl Into<String>) -> Self {
+        ApiError::new(StatusCode::BAD_REQUEST, "bad_request", message)
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let body = ErrorBody {
+            error: self.kind.to_string(),
+            message: self.message,
+        };
+        (self.status, axum::Json(body)).into_response()
+    }
+}
+
+impl From<oncelake::Error> for ApiError {
+    fn from(e: oncelake::Error) -> Self {
+        use oncelake::Error as E;
+        let (status, kind) = match &e {
+            E::InvalidKey { .. } => (StatusCode::BAD_REQUEST, "invalid_key"),
+            E::InvalidRequest(_) => (StatusCode::BAD_REQUEST, "invalid_request"),
+            E::SeqOutOfRange { .. } => (StatusCode::BAD_REQUEST, "seq_out_of_range"),
+            E::ReadOnly { .. } => (StatusCode::CONFLICT, "read_only"),
+            E::Failed { .. } => (StatusCode::SERVICE_UNAVAILABLE, "failed"),
+            E::MissingObject { .. } => (StatusCode::INTERNAL_SERVER_ERROR, "missing_object"),
+            E::Corrupt { .. } => (StatusCode::INTERNAL_SERVER_ERROR, "corrupt"),
+            _ => (StatusCode::INTERNAL_SERVER_ERROR, "io"),
+        };
+        ApiError::new(status, kind, e.to_string())
+    }
+}
+
+type ApiResult<T> = Result<T, ApiError>;
+
+fn json<T: Serialize>(v: &T) -> Response {
+    axum::Json(v).into_response()
+}
+
+/// Runs a store call on the blocking pool.
+async fn blocking<T: Send + 'static>(
+    f: impl FnOnce() -> oncelake::Result<T> + Send + 'static,
+) -> ApiResult<T> {
+    match tokio::task::spawn_blocking(f).await {
+        Ok(r) => r.map_err(ApiError::from),
+        Err(e) => Err(ApiError::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "internal",
+            format!("the store call did not finish ({e}); nothing is known to have changed"),
+        )),
+    }
+}
+
+fn query<T>(q: Result<Query<T>, QueryRejection>) -> ApiResult<T> {
+    q.map(|Query(v)| v)
+        .map_err(|e| ApiError::bad(format!("bad query string: {}", e.body_text())))
+}
+
+/// Reads a whole JSON body within the size limit and the idle timeout.
+async fn read_json<T: for<'de> Deserialize<'de>>(app: &App, body: Body) -> ApiResult<T> {
+    let limited = http_body_util::Limited::new(body, app.limits.max_json);
+    let collected = tokio::time::timeout(app.limits.body_idle, limited.collect())
+        .await
+        .map_err(|_| {
+            ApiError::new(
+                StatusCode::REQUEST_TIMEOUT,
+                "timeout",
+                "the request body did not arrive in time; send it at once",
+            )
+        })?;
+    let bytes = collected
+        .map_err(|e| {
+            if e.is::<http_body_util::LengthLimitError>() {
+                app.live.too_large();
+                ApiError::new(
+                    StatusCode::PAYLOAD_TOO_LARGE,
+                    "too_large",
+                    format!(
+                        "the JSON request body is larger than {} bytes; split the batch",
+                        app.limits.max_json
+                    ),
+                )
+            } else {
+                ApiError::bad(format!("could not read the request body: {e}"))
+            }
+        })?
+        .to_bytes();
+    serde_json::from_slice(&bytes).map_err(|e| {
+        app.live.bad_request();
+        ApiError::bad(format!("the request body is not the expected JSON: {e}"))
+    })
+}
+
+async fn healthz(State(app): State<Arc<App>>) -> Response {
+    let seq = *app.seq.borrow();
+    json(&serde_json::json!({
+        "ok": true,
+        "store": app.dir.display().to_string(),
+        "pid": std::process::id(),
+        "seq": seq,
+    }))
+}
+
+async fn metrics(State(app): State<Arc<App>>) -> Response {
+    let app2 = app.clone();
+    let text = match blocking(move || crate::stats::prometheus(&app2.store)).await {
+        Ok(t) => t,
+        Err(e) => return e.into_response(),
+    };
+    let text = format!("{text}{}", app.live.to_prometheus());
+    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], text).into_response()
+}
+
+async fn stats(State(app): State<Arc<App>>) -> ApiResult<Response> {
+    let app2 = app.clone();
+    let v = blocking(move || crate::stats::stats(&app2.store, &app2.live)).await?;
+    Ok(json(&v))
+}
+
+#[derive(Deserialize)]
+struct PutQ {
+    unit: String,
+    version: u64,
+    token: Option<u64>,
+    #[serde(default)]
+    correct: bool,
+}
+
+async fn put_unit(
+    State(app): State<Arc<App>>,
+    q: Result<Query<PutQ>, QueryRejection>,
+    body: Body,
+) -> ApiResult<Response> {
+    let q = query(q)?;
+    oncelake::validate_key(&q.unit).map_err(ApiError::from)?;
+    let staged = upload(&app, body).await?;
+    let intent = if q.correct {
+        Intent::Correct
+    } else {
+        Intent::Put
+    };
+    let batch = Batch::new().item(q.unit.clone(), q.version, &staged, q.token, intent);
+    let app2 = app.clone();
+    let report = blocking(move || app2.store.commit(batch)).await?;
+    app.note_seq(report.seq);
+    let unit = report.units.first().ok_or_else(|| {
+        ApiError::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "internal",
+            "the engine answered a one-unit commit without an outcome",
+        )
+    })?;
+    Ok(json(&PutW {
+        unit: UnitOutcomeW::from(unit),
+        staged: staged.meta().into(),
+    }))
+}
+
+async fn stage(State(app): State<Arc<App>>, body: Body) -> ApiResult<Response> {
+    let staged = upload(&app, body).await?;
+    let id = app.next_staged.fetch_add(1, Ordering::Relaxed);
+    let meta: ObjectW = staged.meta().into();
+    {
+        let mut m = app.staged.lock().unwrap_or_else(|p| p.into_inner());
+        m.insert(id, (staged, Instant::now()));
+        app.live.set_staged_handles(m.len() as u64);
+    }
+    Ok(json(&StagedW { staged: id, meta }))
+}
+
+#[derive(Deserialize)]
+struct IdQ {
+    id: u64,
+}
+
+async fn unstage(
+    State(app): State<Arc<App>>,
+    q: Result<Query<IdQ>, QueryRejection>,
+) -> ApiResult<Response> {
+    let q = query(q)?;
+    let mut m = app.staged.lock().unwrap_or_else(|p| p.into_inner());
+    let found = m.remove(&q.id).is_some();
+    app.live.set_staged_handles(m.len() as u64);
+    Ok(json(&serde_json::json!({ "dropped": found })))
+}
+
+async fn commit(State(app): State<Arc<App>>, body: Body) -> ApiResult<Response> {
+    let req: CommitW = read_json(&app, body).await?;
+    if req.items.is_empty() {
+        return Err(ApiError::bad("a commit needs at least one item"));
+    }
+    let mut batch = Batch::new();
+    {
+        let m = app.staged.lock().unwrap_or_else(|p| p.into_inner());
+        for it in &req.items {
+            let (staged, _) = m.get(&it.staged).ok_or_else(|| {
+                ApiError::bad(format!(
+                    "staging handle {} is unknown: it was never issued, already dropped, or \
+                     expired; upload the object again with POST /v1/stage",
+                    it.staged
+                ))
+            })?;
+            let intent = if it.correct {
+                Intent::Correct
+            } else {
+                Intent::Put
+            };
+            batch = batch.item(it.unit.clone(), it.source_version, staged, it.token, intent);
+        }
+    }
+    if req.partial {
+        batch = batch.partial();
+    }
+    let app2 = app.clone();
+    let report = blocking(move || app2.store.commit(batch)).await?;
+    app.note_seq(report.seq);
+    if !req.keep_staged {
+        // A committed or rejected handle has done its job; dropping it unpins the object.
+        let mut m = app.staged.lock().unwrap_or_else(|p| p.into_inner());
+        for it in &req.items {
+            m.remove(&it.staged);
+        }
+        app.live.set_staged_handles(m.len() as u64);
+    }
+    Ok(json(&CommitReportW::from(&report)))
+}
+
+async fn claim(State(app): State<Arc<App>>, body: Body) -> ApiResult<Response> {
+    let r: ClaimReqW = read_json(&app, body).await?;
+    let app2 = app.clone();
+    let c = blocking(move || {
+        app2.store.claim(
+            &r.unit,
+            r.source_version,
+            &r.worker,
+            Duration::from_millis(r.ttl_ms),
+        )
+    })
+    .await?;
+    app.note_seq(app.store.last_seq().ok());
+    Ok(json(&ClaimW::from(&c)))
+}
+
+async fn renew(State(app): State<Arc<App>>, body: Body) -> ApiResult<Response> {
+    let r: RenewReqW = read_json(&app, body).await?;
+    let app2 = app.clone();
+    let out = blocking(move || {
+        app2.store
+            .renew(&(&r.lease).into(), Duration::from_millis(r.ttl_ms))
+    })
+    .await?;
+    Ok(json(&RenewW::from(&out)))
+}
+
+async fn release(State(app): State<Arc<App>>, body: Body) -> ApiResult<Response> {
+    let r: ReleaseReqW = read_json(&app, body).await?;
+    let app2 = app.clone();
+    let out = blocking(move || app2.store.release(&(&r.lease).into())).await?;
+    app.note_seq(app.store.last_seq().ok());
+    Ok(json(&ReleaseW::from(&out)))
+}
+
+#[derive(Deserialize)]
+struct UnitQ {
+    unit: String,
+    at: Option<u64>,
+}
+
+async fn lookup(
+    State(app): State<Arc<App>>,
+    q: Result<Query<UnitQ>, QueryRejection>,
+) -> ApiResult<Response> {
+    let q = query(q)?;
+    let app2 = app.clone();
+    let c = blocking(move || app2.store.lookup(&q.unit)).await?;
+    Ok(json(
+        &serde_json::json!({ "committed": c.as_ref().map(CommittedW::from) }),
+    ))
+}
+
+fn snapshot(store: &Store, at: Option<u64>) -> oncelake::Result<oncelake::Snapshot> {
+    match at {
+        Some(seq) => store.snapshot_at(seq),
+        None => store.snapshot(),
+    }
+}
+
+async fn entry(
+    State(app): State<Arc<App>>,
+    q: Result<Query<UnitQ>, QueryRejection>,
+) -> ApiResult<Response> {
+    let q = query(q)?;
+    let app2 = app.clone();
+    let e = blocking(move || snapshot(&app2.store, q.at)?.get(&q.unit)).await?;
+    Ok(json(
+        &serde_json::json!({ "entry": e.as_ref().map(EntryW::from) }),
+    ))
+}
+
+/// Streams a unit's object: its entry in the `x-oncelake-entry` header (JSON), its bytes as the
+/// body, read in chunks on the blocking pool (never the whole object in memory).
+async fn object(
+    State(app): State<Arc<App>>,
+    q: Result<Query<UnitQ>, QueryRejection>,
+) -> ApiResult<Response> {
+    let q = query(q)?;
+    let app2 = app.clone();
+    let unit = q.unit.clone();
+    let found = blocking(move || {
+        let snap = snapshot(&app2.store, q.at)?;
+        match snap.get(&q.unit)? {
+            Some(e) => Ok(Some((snap.open_object(&e)?, e))),
+            None => Ok(None),
+        }
+    })
+    .await?;
+    let Some((file, entry)) = found else {
+        return Err(ApiError::new(
+            StatusCode::NOT_FOUND,
+            "not_found",
+            format!("unit {unit:?} has no entry"),
+        ));
+    };
+    let (tx, rx) = tokio::sync::mpsc::channel::<Result<Bytes, std::io::Error>>(4);
+    tokio::task::spawn_blocking(move || pump_file(file, tx));
+    let stream = futures_util::stream::unfold(rx, |mut rx| async move {
+        rx.recv().await.map(|item| (item, rx))
+    });
+    let header_json = serde_json::to_string(&EntryW::from(&entry)).unwrap_or_default();
+    Ok((
+        [
+            (header::CONTENT_TYPE, "application/octet-stream".to_string()),
+            (header::CONTENT_LENGTH, entry.object.size.to_string()),
+            (
+                header::HeaderName::from_static("x-oncelake-entry"),
+                header_json,
+            ),
+        ],
+        Body::from_stream(stream),
+    )
+        .into_response())
+}
+
+fn pump_file(
+    mut file: std::fs::File,
+    tx: tokio::sync::mpsc::Sender<Result<Bytes, std::io::Error>>,
+) {
+    let mut buf = vec![0u8; 64 << 10];
+    loop {
+        match file.read(&mut buf) {
+            Ok(0) => return,
+            Ok(n) => {
+                if tx
+                    .blocking_send(Ok(Bytes::copy_from_slice(&buf[..n])))
+                    .is_err()
+                {
+                    return;
+                }
+            }
+            Err(e) => {
+                let _ = tx.blocking_send(Err(e));
+                return;
+            }
+        }
+    }
+}
+
+#[derive(Deserialize)]
+struct LsQ {
+    #[serde(default)]
+    prefix: String,
+    at: Option<u64>,
+}
+
+/// Streams the entries under a prefix as JSON lines, one entry each, produced on the blocking
+/// pool as the client reads them.
+async fn ls(
+    State(app): State<Arc<App>>,
+    q: Result<Query<LsQ>, QueryRejection>,
+) -> ApiResult<Response> {
+    let q = query(q)?;
+    let app2 = app.clone();
+    let at = q.at;
+    let snap = blocking(move || snapshot(&app2.store, at)).await?;
+    let (tx, rx) = tokio::sync::mpsc::channel::<Result<Bytes, std::io::Error>>(16);
+    tokio::task::spawn_blocking(move || {
+        let entries = match snap.prefix(&q.prefix) {
+            Ok(it) => it,
+            Err(e) => {
+                let _ = tx.blocking_send(Err(std::io::Error::other(e.to_string())));
+                return;
+            }
+        };
+        for e in entries {
+            let line = match e {
+                Ok(e) => serde_json::to_string(&EntryW::from(&e)).map(|s| s + "\n"),
+                Err(e) => {
+                    let _ = tx.blocking_send(Err(std::io::Error::other(e.to_string())));
+                    return;
+                }
+            };
+            let line = line.unwrap_or_default();
+            if tx.blocking_send(Ok(Bytes::from(line))).is_err() {
+                return;
+            }
+        }
+    });
+    let stream = futures_util::stream::unfold(rx, |mut rx| async move {
+        rx.recv().await.map(|item| (item, rx))
+    });
+    Ok((
+        [(header::CONTENT_TYPE, "application/x-ndjson")],
+        Body::from_stream(stream),
+    )
+        .into_response())
+}
+
+#[derive(Deserialize)]
+struct ChangesQ {
+    #[serde(default)]
+    since: u64,
+    #[serde(default)]
+    wait_ms: u64,
+    limit: Option<usize>,
+}
+
+/// The change feed after `since`; with `wait_ms`, waits (long-polls) for the next commit when
+/// nothing is there yet.
+async fn changes(
+    State(app): State<Arc<App>>,
+    q: Result<Query<ChangesQ>, QueryRejection>,
+) -> ApiResult<Response> {
+    let q = query(q)?;
+    let limit = q.limit.unwrap_or(10_000).clamp(1, 100_000);
+    let wait = Duration::from_millis(q.wait_ms).min(app.limits.max_poll);
+    let deadline = tokio::time::Instant::now() + wait;
+    let mut rx = app.seq.subscribe();
+    loop {
+        rx.borrow_and_update();
+        let app2 = app.clone();
+        let since = q.since;
+        let page = blocking(move || read_changes(&app2.store, since, limit)).await?;
+        if !page.records.is_empty() || tokio::time::Instant::now() >= deadline {
+            return Ok(json(&page));
+        }
+        // Woken by the next commit through this server (or at the deadline).
+        if tokio::time::timeout_at(deadline, rx.changed())
+            .await
+            .is_err()
+        {
+            continue;
+        }
+    }
+}
+
+fn read_changes(store: &Store, since: u64, limit: usize) -> oncelake::Result<ChangesW> {
+    let snap = store.snapshot()?;
+    let mut records = Vec::new();
+    for r in snap.changes_since(since)?.take(limit) {
+        let r = r?;
+        records.push(RecordW {
+            seq: r.seq,
+            record: crate::wire::to_hex(&r.encode()),
+        });
+    }
+    Ok(ChangesW {
+        records,
+        seq: snap.seq(),
+    })
+}
+
+#[derive(Deserialize)]
+struct GcReq {
+    #[serde(default)]
+    dry_run: bool,
+    grace_ms: Option<u64>,
+    retain_ms: Option<u64>,
+}
+
+async fn gc(State(app): State<Arc<App>>, body: Body) -> ApiResult<Response> {
+    let r: GcReq = read_json(&app, body).await?;
+    let mut o = oncelake::GcOptions {
+        dry_run: r.dry_run,
+        ..Default::default()
+    };
+    if let Some(g) = r.grace_ms {
+        o.grace = Duration::from_millis(g);
+    }
+    if let Some(t) = r.retain_ms {
+        o.retain = Duration::from_millis(t);
+    }
+    let app2 = app.clone();
+    let rep = blocking(move || app2.store.gc(o)).await?;
+    Ok(json(&crate::wire::GcReportW::from(&rep)))
+}
+
+#[derive(Deserialize)]
+struct VerifyReq {
+    #[serde(default)]
+    deep: bool,
+}
+
+async fn verify(State(app): State<Arc<App>>, body: Body) -> ApiResult<Response> {
+    let r: VerifyReq = read_json(&app, body).await?;
+    let app2 = app.clone();
+    let rep = blocking(move || app2.store.verify(oncelake::VerifyOptions { deep: r.deep })).await?;
+    Ok(json(&crate::stats::verify_json(&rep)))
+}
+
+async fn not_found(req: Request) -> ApiError {
+    ApiError::new(
+        StatusCode::NOT_FOUND,
+        "not_found",
+        format!(
+            "no endpoint {} {}; see docs/server.md for the API",
+            req.method(),
+            req.uri().path()
+        ),
+    )
+}
+
+/// Streams a request body into the engine's staging writer on the blocking pool: pieces go
+/// through a small bounded channel (so memory stays constant whatever the size), the size limit
+/// and the idle timeout are enforced as they arrive, and a body that ends in an error (the
+/// client went away) makes the staging fail, so its unnamed file is discarded and nothing is
+/// committed.
+async fn upload(app: &Arc<App>, body: Body) -> ApiResult<Staged> {
+    let (tx, rx) = std::sync::mpsc::sync_channel::<Piece>(4);
+    let app2 = app.clone();
+    let writer =
+        tokio::task::spawn_blocking(move || app2.store.stage_reader(ChannelReader::new(rx)));
+    let _in_flight = app.live.upload_started();
+    let fed = feed(app, body, tx).await;
+    let staged = writer.await;
+    if let Err(e) = fed {
+        app.live.upload_aborted();
+        return Err(e);
+    }
+    match staged {
+        Ok(r) => r.map_err(ApiError::from),
+        Err(e) => Err(ApiError::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "internal",
+            format!("staging did not finish ({e}); nothing was committed"),
+        )),
+    }
+}
+
+async fn feed(app: &App, mut body: Body, tx: std::sync::mpsc::SyncSender<Piece>) -> ApiResult<()> {
+    let mut total: u64 = 0;
+    loop {
+        let next = match tokio::time::timeout(app.limits.body_idle, body.frame()).await {
+            Err(_) => Err(ApiError::new(
+                StatusCode::REQUEST_TIMEOUT,
+                "timeout",
+                format!(
+                    "no upload data for {:?}; the staging was discarded and nothing committed",
+                    app.limits.body_idle
+                ),
+            )),
+            Ok(None) => {
+                let _ = send(&tx, Piece::End).await;
+                return Ok(());
+            }
+            Ok(Some(Err(e))) => Err(ApiError::bad(format!(
+                "the upload broke off ({e}); the staging was discarded and nothing committed"
+            ))),
+            Ok(Some(Ok(frame))) => Ok(frame),
+        };
+        let frame = match next {
+            Ok(f) => f,
+            Err(e) => {
+                let _ = send(&tx, Piece::Failed(e.message.clone())).await;
+                return Err(e);
+            }
+        };
+        let Ok(data) = frame.into_data() else {
+            continue;
+        };
+        total += data.len() as u64;
+        if total > app.limits.max_upload {
+            app.live.too_large();
+            let _ = send(&tx, Piece::Failed("upload too large".into())).await;
+            return Err(ApiError::new(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                "too_large",
+                format!(
+                    "the upload is larger than {} bytes; nothing was committed",
+                    app.limits.max_upload
+                ),
+            ));
+        }
+        if send(&tx, Piece::Data(data)).await.is_err() {
+            // The staging writer stopped (its error is reported by `upload`).
+            return Ok(());
+        }
+    }
+}
+
+/// Sends into the bounded channel without blocking the async worker: a full channel (the disk
+/// is slower than the network) is waited for on the blocking pool.
+async fn send(tx: &std::sync::mpsc::SyncSender<Piece>, item: Piece) -> Result<(), ()> {
+    match tx.try_send(item) {
+        Ok(()) => Ok(()),
+        Err(std::sync::mpsc::TrySendError::Disconnected(_)) => Err(()),
+        Err(std::sync::mpsc::TrySendError::Full(item)) => {
+            let tx = tx.clone();
+            tokio::task::spawn_blocking(move || tx.send(item).map_err(|_| ()))
+                .await
+                .unwrap_or(Err(()))
+        }
+    }
+}
+
+/// One piece of an upload on its way to the staging writer.
+enum Piece {
+    Data(Bytes),
+    /// The body ended normally.
+    End,
+    /// The upload failed; staging must fail.
+    Failed(String),
+}
+
+/// A `Read` over the pieces of an upload. Only an explicit end is the end: a sender that
+/// vanished (the handler was dropped because the client went away) is an error, so a cut-off
+/// upload never becomes a (truncated) object.
+struct ChannelReader {
+    rx: std::sync::mpsc::Receiver<Piece>,
+    cur: Bytes,
+    ended: bool,
+}
+
+impl ChannelReader {
+    fn new(rx: std::sync::mpsc::Receiver<Piece>) -> Self {
+        ChannelReader {
+            rx,
+            cur: Bytes::new(),
+            ended: false,
+        }
+    }
+}
+
+impl Read for ChannelReader {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        while self.cur.is_empty() {
+            if self.ended {
+                return Ok(0);
+            }
+            match self.rx.recv() {
+                Ok(Piece::Data(b)) => self.cur = b,
+                Ok(Piece::End) => self.ended = true,
+                Ok(Piece::Failed(why)) => return Err(std::io::Error::other(why)),
+                Err(_) => {
+                    return Err(std::io::Error::new(
+                        std::io::ErrorKind::UnexpectedEof,
+                        "the upload was cut off",
+                    ))
+                }
+            }
+        }
+        let n = buf.len().min(self.cur.len());
+        buf[..n].copy_from_slice(&self.cur[..n]);
+        self.cur = self.cur.slice(n..);
+        Ok(n)
+    }
+}

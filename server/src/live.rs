@@ -1,0 +1,153 @@
+//! What only this server process knows: requests, rejections, open uploads. Reported under
+//! `process.server` in `/v1/stats` and as `oncelake_server_*` in `/metrics`, labelled as
+//! process-only (they start at zero with every server).
+
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+
+/// The server's own counters.
+#[derive(Debug, Default)]
+pub(crate) struct Live {
+    requests: AtomicU64,
+    unauthorized: AtomicU64,
+    bad_requests: AtomicU64,
+    too_large: AtomicU64,
+    uploads_in_flight: AtomicU64,
+    uploads_aborted: AtomicU64,
+    staged_handles: AtomicU64,
+    connections_open: AtomicU64,
+    connections_total: AtomicU64,
+}
+
+/// Decrements the in-flight uploads when dropped (also when the handler is cancelled).
+pub(crate) struct UploadGuard<'a>(&'a AtomicU64);
+
+impl Drop for UploadGuard<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Relaxed);
+    }
+}
+
+/// Decrements the open connections when dropped.
+pub(crate) struct ConnGuard(std::sync::Arc<crate::http::App>);
+
+impl Drop for ConnGuard {
+    fn drop(&mut self) {
+        self.0.live.connections_open.fetch_sub(1, Relaxed);
+    }
+}
+
+impl Live {
+    pub(crate) fn request(&self) {
+        self.requests.fetch_add(1, Relaxed);
+    }
+    pub(crate) fn unauthorized(&self) {
+        self.unauthorized.fetch_add(1, Relaxed);
+    }
+    pub(crate) fn bad_request(&self) {
+        self.bad_requests.fetch_add(1, Relaxed);
+    }
+    pub(crate) fn too_large(&self) {
+        self.too_large.fetch_add(1, Relaxed);
+    }
+    pub(crate) fn upload_started(&self) -> UploadGuard<'_> {
+        self.uploads_in_flight.fetch_add(1, Relaxed);
+        UploadGuard(&self.uploads_in_flight)
+    }
+    pub(crate) fn upload_aborted(&self) {
+        self.uploads_aborted.fetch_add(1, Relaxed);
+    }
+    pub(crate) fn set_staged_handles(&self, n: u64) {
+        self.staged_handles.store(n, Relaxed);
+    }
+    pub(crate) fn connection(app: &std::sync::Arc<crate::http::App>) -> ConnGuard {
+        app.live.connections_open.fetch_add(1, Relaxed);
+        app.live.connections_total.fetch_add(1, Relaxed);
+        ConnGuard(app.clone())
+    }
+
+    fn values(&self) -> [(&'static str, &'static str, bool, u64); 9] {
+        [
+            (
+                "requests",
+                "HTTP requests received",
+                true,
+                self.requests.load(Relaxed),
+            ),
+            (
+                "unauthorized",
+                "requests refused for a missing or wrong token (401)",
+                true,
+                self.unauthorized.load(Relaxed),
+            ),
+            (
+                "bad_requests",
+                "malformed requests (400)",
+                true,
+                self.bad_requests.load(Relaxed),
+            ),
+            (
+                "too_large",
+                "requests over a size limit (413)",
+                true,
+                self.too_large.load(Relaxed),
+            ),
+            (
+                "uploads_aborted",
+                "uploads cut off, timed out or too large (their staging discarded)",
+                true,
+                self.uploads_aborted.load(Relaxed),
+            ),
+            (
+                "connections",
+                "connections accepted",
+                true,
+                self.connections_total.load(Relaxed),
+            ),
+            (
+                "uploads_in_flight",
+                "uploads being staged now",
+                false,
+                self.uploads_in_flight.load(Relaxed),
+            ),
+            (
+                "staged_handles",
+                "uploads staged and not yet committed",
+                false,
+                self.staged_handles.load(Relaxed),
+            ),
+            (
+                "connections_open",
+                "connections open now",
+                false,
+                self.connections_open.load(Relaxed),
+            ),
+        ]
+    }
+
+    /// The Prometheus lines of the server's own counters and gauges.
+    pub(crate) fn to_prometheus(&self) -> String {
+        let mut out = String::new();
+        for (name, help, counter, v) in self.values() {
+            let (suffix, kind) = if counter {
+                ("_total", "counter")
+            } else {
+                ("", "gauge")
+            };
+            out.push_str(&format!(
+                "# HELP oncelake_server_{name}{suffix} {help} (this server process only)\n\
+                 # TYPE oncelake_server_{name}{suffix} {kind}\n\
+                 oncelake_server_{name}{suffix} {v}\n"
+            ));
+        }
+        out
+    }
+
+    /// The server's own counters as JSON.
+    pub(crate) fn to_json(&self) -> serde_json::Value {
+        let mut m = serde_json::Map::new();
+        for (name, _, _, v) in self.values() {
+            m.insert(name.to_string(), v.into());
+        }
+        serde_json::Value::Object(m)
+    }
+}

@@ -1,0 +1,249 @@
+//! Running a server: take the store (its lock decides who serves it), clear what a killed
+//! server left, listen, announce, serve until SIGTERM/SIGINT, then drain and clean up.
+
+use crate::discovery::{self, ServeInfo, SOCKET_FILE};
+use crate::http::{router, App, Limits};
+use hyper_util::rt::{TokioIo, TokioTimer};
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// How to serve.
+#[derive(Clone, Debug)]
+pub struct ServeOptions {
+    /// Listen on TCP here instead of the store's Unix socket (requests need the bearer token).
+    pub listen: Option<SocketAddr>,
+    /// Allow a TCP address that is not loopback.
+    pub allow_remote: bool,
+    /// How long to wait for another process that holds the store.
+    pub lock_wait: Duration,
+    /// Request limits and timeouts.
+    pub limits: Limits,
+    /// Longest wait for a request's headers on an open connection (slow clients).
+    pub header_timeout: Duration,
+    /// Longest wait for in-flight requests at shutdown.
+    pub drain_timeout: Duration,
+}
+
+impl Default for ServeOptions {
+    fn default() -> Self {
+        ServeOptions {
+            listen: None,
+            allow_remote: false,
+            lock_wait: Duration::from_secs(10),
+            limits: Limits::default(),
+            header_timeout: Duration::from_secs(30),
+            drain_timeout: Duration::from_secs(30),
+        }
+    }
+}
+
+/// Why serving failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    /// The store could not be opened (locked by another process, not a store, ...).
+    #[error(transparent)]
+    Store(#[from] oncelake::Error),
+    /// Listening failed.
+    #[error("cannot listen on {address}: {source}; pick another address or stop what uses it")]
+    Listen {
+        /// Where.
+        address: String,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The TCP address is not loopback and remote access was not allowed.
+    #[error("{0} is not a loopback address; the API has no TLS, so serve on 127.0.0.1 or ::1 (or allow remote access explicitly)")]
+    NotLoopback(SocketAddr),
+    /// Writing the address file, or another I/O step, failed.
+    #[error("{context}: {source}")]
+    Io {
+        /// What was being done.
+        context: String,
+        /// Why.
+        source: std::io::Error,
+    },
+}
+
+fn io(context: impl Into<String>) -> impl FnOnce(std::io::Error) -> ServeError {
+    let context = context.into();
+    move |source| ServeError::Io { context, source }
+}
+
+enum Listener {
+    Unix(tokio::net::UnixListener),
+    Tcp(tokio::net::TcpListener),
+}
+
+/// Serves the store in `dir` until SIGTERM or SIGINT. `ready` is called with the address line
+/// once requests are accepted. On return the store is closed (its index snapshot written) and
+/// the socket and address files are removed.
+pub fn serve(dir: &Path, opts: ServeOptions, ready: impl FnOnce(&str)) -> Result<(), ServeError> {
+    if let Some(addr) = opts.listen {
+        if !addr.ip().is_loopback() && !opts.allow_remote {
+            return Err(ServeError::NotLoopback(addr));
+        }
+    }
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        // Every store call runs on the blocking pool; many at once share commit groups.
+        .max_blocking_threads(1024)
+        .build()
+        .map_err(io("start the server runtime"))?;
+    runtime.block_on(serve_async(dir, opts, ready))
+}
+
+async fn serve_async(
+    dir: &Path,
+    opts: ServeOptions,
+    ready: impl FnOnce(&str),
+) -> Result<(), ServeError> {
+    let store = {
+        let (d, wait) = (dir.to_path_buf(), opts.lock_wait);
+        tokio::task::spawn_blocking(move || {
+            oncelake::Store::open_with(
+                &d,
+                oncelake::Options {
+                    lock_wait: wait,
+                    ..Default::default()
+                },
+            )
+        })
+        .await
+        .map_err(|e| io("open the store")(std::io::Error::other(e.to_string())))??
+    };
+    let dir: PathBuf = store.path().to_path_buf();
+    // We hold the lock: whatever socket or address file is there was left by a dead server.
+    discovery::remove_files(&dir);
+    let (listener, address, token) = listen(&dir, &opts).await?;
+    let app = Arc::new(App::new(store, dir.clone(), opts.limits.clone())?);
+    let info = ServeInfo {
+        address: address.clone(),
+        pid: std::process::id(),
+        token: token.clone(),
+    };
+    discovery::write_info(&dir, &info).map_err(io(format!(
+        "write {}",
+        dir.join(discovery::INFO_FILE).display()
+    )))?;
+    // Installed before the ready line: a SIGTERM sent as soon as it is read must drain.
+    let shutdown = shutdown_signal().map_err(io("install the SIGTERM/SIGINT handlers"))?;
+    ready(&address);
+    let result = accept_loop(listener, app.clone(), token, &opts, shutdown).await;
+    discovery::remove_files(&dir);
+    // The last reference: dropping the store syncs the tail and writes the index snapshot.
+    drop(app);
+    result
+}
+
+async fn listen(
+    dir: &Path,
+    opts: &ServeOptions,
+) -> Result<(Listener, String, Option<String>), ServeError> {
+    match opts.listen {
+        None => {
+            let path = dir.join(SOCKET_FILE);
+            let l = bind_unix(&path)?;
+            Ok((Listener::Unix(l), format!("unix:{}", path.display()), None))
+        }
+        Some(addr) => {
+            let l = tokio::net::TcpListener::bind(addr)
+                .await
+                .map_err(|source| ServeError::Listen {
+                    address: addr.to_string(),
+                    source,
+                })?;
+            let local = l.local_addr().map_err(io("read the bound address"))?;
+            let token = discovery::new_token().map_err(io("generate the bearer token"))?;
+            Ok((Listener::Tcp(l), format!("tcp:{local}"), Some(token)))
+        }
+    }
+}
+
+/// Binds the socket owner-only: created under a umask of 077, so no other user can connect even
+/// for an instant, then set to 0600.
+fn bind_unix(path: &Path) -> Result<tokio::net::UnixListener, ServeError> {
+    // SAFETY: umask only swaps the process's file-creation mask; it cannot fail. Other threads
+    // creating files in between also get 077, which is only stricter.
+    let old = unsafe { libc::umask(0o077) };
+    let bound = tokio::net::UnixListener::bind(path);
+    // SAFETY: as above, restoring the previous mask.
+    unsafe { libc::umask(old) };
+    let l = bound.map_err(|source| ServeError::Listen {
+        address: path.display().to_string(),
+        source,
+    })?;
+    // 0600 as documented (connecting needs write permission only; nobody else had any).
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))
+        .map_err(io(format!("chmod 0600 {}", path.display())))?;
+    Ok(l)
+}
+
+async fn accept_loop(
+    listener: Listener,
+    app: Arc<App>,
+    token: Option<String>,
+    opts: &ServeOptions,
+    shutdown: impl std::future::Future<Output = ()>,
+) -> Result<(), ServeError> {
+    let graceful = hyper_util::server::graceful::GracefulShutdown::new();
+    let mut builder = hyper::server::conn::http1::Builder::new();
+    builder
+        .timer(TokioTimer::new())
+        .header_read_timeout(opts.header_timeout)
+        .max_buf_size(64 << 10);
+    let router = router(app.clone());
+    let token: Option<Arc<str>> = token.map(Into::into);
+    let mut shutdown = std::pin::pin!(shutdown);
+    let mut expire = tokio::time::interval(Duration::from_secs(60));
+    loop {
+        tokio::select! {
+            _ = &mut shutdown => break,
+            _ = expire.tick() => app.expire_staged(),
+            conn = accept(&listener) => {
+                let Ok(io) = conn else { continue };
+                let svc = crate::auth::service(router.clone(), app.clone(), token.clone());
+                let conn = builder.serve_connection(io, svc);
+                let watched = graceful.watch(conn);
+                let guard = crate::live::Live::connection(&app);
+                tokio::spawn(async move {
+                    let _ = watched.await;
+                    drop(guard);
+                });
+            }
+        }
+    }
+    drop(listener);
+    // In-flight requests (commits above all) finish; idle connections close.
+    let _ = tokio::time::timeout(opts.drain_timeout, graceful.shutdown()).await;
+    Ok(())
+}
+
+/// An accepted connection of either kind, as one I/O type.
+type Io = TokioIo<Box<dyn crate::auth::Stream>>;
+
+async fn accept(listener: &Listener) -> std::io::Result<Io> {
+    Ok(match listener {
+        Listener::Unix(l) => TokioIo::new(Box::new(l.accept().await?.0)),
+        Listener::Tcp(l) => {
+            let (s, _) = l.accept().await?;
+            let _ = s.set_nodelay(true);
+            TokioIo::new(Box::new(s))
+        }
+    })
+}
+
+/// Registers the handlers now; the future completes at the first SIGTERM or SIGINT.
+fn shutdown_signal() -> std::io::Result<impl std::future::Future<Output = ()>> {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut term = signal(SignalKind::terminate())?;
+    let mut int = signal(SignalKind::interrupt())?;
+    Ok(async move {
+        tokio::select! {
+            _ = term.recv() => {}
+            _ = int.recv() => {}
+        }
+    })
+}

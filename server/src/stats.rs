@@ -1,0 +1,145 @@
+//! The store's metrics for `/v1/stats` and `/metrics`. `/v1/stats` carries the engine's whole
+//! [`MetricsSnapshot`] (a client rebuilds it exactly, so `oncelake stats` prints a served store
+//! with the same code), what is derived from the store (units, seq) and the server's own
+//! process-only counters. Every counter's scope (`store`: persisted with the commits;
+//! `process`: this server process only) is in the output.
+
+use oncelake::metrics::{scope_of, HistogramSnapshot};
+use oncelake::{MetricsSnapshot, Store, VerifyReport};
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Value};
+use std::collections::BTreeMap;
+
+/// A histogram on the wire.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct HistogramW {
+    /// (inclusive upper bound, count) per bucket.
+    pub buckets: Vec<(u64, u64)>,
+    /// Sum of the values.
+    pub sum: u64,
+    /// Number of values.
+    pub count: u64,
+}
+
+/// `/v1/stats`.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct StatsW {
+    /// Every engine counter by name.
+    pub counters: BTreeMap<String, u64>,
+    /// Every counter's scope: `store` or `process`.
+    pub scopes: BTreeMap<String, String>,
+    /// Units per commit group (process only).
+    pub group_units: HistogramW,
+    /// Commit latency in µs (process only).
+    pub commit_latency_us: HistogramW,
+    /// The seq the store-scope counters count from.
+    pub counted_since_seq: u64,
+    /// Units with a current entry (read from the store).
+    pub units: u64,
+    /// The newest seq (read from the store).
+    pub seq: u64,
+    /// The server's own counters (process only).
+    pub server: Value,
+    /// The server's own counters in Prometheus text.
+    pub server_prometheus: String,
+}
+
+impl StatsW {
+    /// The engine's metrics, rebuilt.
+    pub fn metrics(&self) -> MetricsSnapshot {
+        let mut m = MetricsSnapshot::default();
+        for (name, v) in &self.counters {
+            m.set_counter(name, *v);
+        }
+        m.group_units = hist_back(&self.group_units);
+        m.commit_latency_us = hist_back(&self.commit_latency_us);
+        m.counted_since_seq = self.counted_since_seq;
+        m
+    }
+}
+
+fn hist(h: &HistogramSnapshot) -> HistogramW {
+    HistogramW {
+        buckets: h.buckets.clone(),
+        sum: h.sum,
+        count: h.count,
+    }
+}
+
+fn hist_back(h: &HistogramW) -> HistogramSnapshot {
+    HistogramSnapshot {
+        buckets: h.buckets.clone(),
+        sum: h.sum,
+        count: h.count,
+    }
+}
+
+/// Reads the store's metrics and what is derived from it (the unit count scans the manifest).
+pub(crate) fn stats(store: &Store, live: &crate::live::Live) -> oncelake::Result<StatsW> {
+    let m = store.metrics();
+    let snap = store.snapshot()?;
+    let mut units = 0u64;
+    for e in snap.iter()? {
+        e?;
+        units += 1;
+    }
+    Ok(StatsW {
+        counters: m
+            .counters()
+            .into_iter()
+            .map(|(n, v)| (n.to_string(), v))
+            .collect(),
+        scopes: m
+            .counters()
+            .into_iter()
+            .map(|(n, _)| (n.to_string(), scope_of(n).name().to_string()))
+            .collect(),
+        group_units: hist(&m.group_units),
+        commit_latency_us: hist(&m.commit_latency_us),
+        counted_since_seq: m.counted_since_seq,
+        units,
+        seq: snap.seq(),
+        server: live.to_json(),
+        server_prometheus: live.to_prometheus(),
+    })
+}
+
+/// `/metrics`: the engine's Prometheus text (its HELP lines carry the scope) and the store's seq.
+pub(crate) fn prometheus(store: &Store) -> oncelake::Result<String> {
+    let m = store.metrics();
+    let seq = store.last_seq()?;
+    Ok(format!(
+        "{}# HELP oncelake_last_seq newest commit log sequence number (read from the store)\n\
+         # TYPE oncelake_last_seq gauge\noncelake_last_seq {seq}\n\
+         # HELP oncelake_counted_since_seq the seq the persisted counters count from\n\
+         # TYPE oncelake_counted_since_seq gauge\noncelake_counted_since_seq {}\n",
+        m.to_prometheus(),
+        m.counted_since_seq
+    ))
+}
+
+/// A verify report as JSON: its counts and every problem as a line of text.
+pub(crate) fn verify_json(r: &VerifyReport) -> Value {
+    let problems: Vec<String> = r
+        .missing
+        .iter()
+        .map(|p| format!("missing object {}: {}", p.object, p.detail))
+        .chain(
+            r.corrupt
+                .iter()
+                .map(|p| format!("corrupt object {}: {}", p.object, p.detail)),
+        )
+        .chain(r.history_problems.iter().cloned())
+        .chain(r.replay.problems.iter().map(|p| format!("replay: {p:?}")))
+        .chain(r.invariants.iter().map(|v| format!("{v:?}")))
+        .collect();
+    json!({
+        "ok": r.is_ok(),
+        "deep": r.deep,
+        "seq": r.seq,
+        "entries_checked": r.entries_checked,
+        "objects_checked": r.objects_checked,
+        "bytes_checked": r.bytes_checked,
+        "problems": problems,
+    })
+}
