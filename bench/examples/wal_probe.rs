@@ -8,7 +8,7 @@
 
 use redb::{Durability, TableDefinition};
 use std::path::Path;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 const WAL: TableDefinition<u64, &[u8]> = TableDefinition::new("wal");
 
@@ -80,6 +80,5 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut both = a.map_err(|_| "panic")??;
     both.extend(b.map_err(|_| "panic")??);
     report("two dbs, durable, two threads (overlap)", secs, both);
-    std::thread::sleep(Duration::from_millis(10));
     Ok(())
 }
