@@ -1,22 +1,32 @@
 //! The commit workload of SPEC P1, shared by `oncelake bench commit` and `benches/commit.rs`,
 //! so that both measure exactly the same thing.
 //!
-//! Every system commits distinct units, one per commit, durably, from `threads` threads:
+//! Every system starts from a store preloaded with [`Workload::preload`] units (built once per
+//! system, in large transactions, and reused for every thread count), then commits one unit per
+//! commit, durably, from `threads` threads:
 //!
 //! * **oncelake**: `Store::commit` of one pre-staged object per unit (default durable options),
 //!   through the group-commit queue;
 //! * **redb txn/commit** (baseline b1): one plain redb write transaction per unit
-//!   (`Durability::Immediate`), check-then-insert of the unit key;
+//!   (`Durability::Immediate`), read-then-insert of the unit key;
 //! * **sqlite seed 001** (baseline b2): the seed 001 `process_batch` pattern on SQLite (WAL,
-//!   `synchronous=FULL`), `BEGIN IMMEDIATE; SELECT ...; INSERT ...; COMMIT` per unit, each thread on
-//!   its own connection with a busy timeout.
+//!   `synchronous=FULL`), `BEGIN IMMEDIATE; SELECT ...; INSERT ...; COMMIT` per unit, measured two
+//!   ways: each thread on its own connection with a busy timeout (`sqlite_seed001`), and one
+//!   connection shared behind a mutex (`sqlite_seed001_shared`).
+//!
+//! Keys ([`Keys`]): `random` draws keys spread over the whole key space (a bijective hash of the
+//! unit number), half of the commits new units and half new versions of preloaded units (each
+//! preloaded unit is updated by one thread only, with versions from a rising counter, so no
+//! commit is stale); `sequential` commits new units only, at keys that sort after every earlier
+//! one (the old P1 variant; with `preload: 0` it is the old sequential/empty bench).
 //!
 //! It depends only on the engine and on crates both users have (redb, rusqlite); no CLI crates.
 
+use crate::bench_fixtures::Rng;
 use redb::ReadableTable;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Barrier;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Barrier, Mutex};
 use std::time::{Duration, Instant};
 
 /// A system under test.
@@ -26,16 +36,19 @@ pub enum System {
     Oncelake,
     /// Baseline b1: one redb write transaction per commit.
     RedbTxnPerCommit,
-    /// Baseline b2: the seed 001 pattern on SQLite.
+    /// Baseline b2: the seed 001 pattern on SQLite, one connection per thread.
     SqliteSeed001,
+    /// Baseline b2': the seed 001 pattern on SQLite, one connection shared behind a mutex.
+    SqliteSeed001Shared,
 }
 
 impl System {
     /// Every system, oncelake first.
-    pub const ALL: [System; 3] = [
+    pub const ALL: [System; 4] = [
         System::Oncelake,
         System::RedbTxnPerCommit,
         System::SqliteSeed001,
+        System::SqliteSeed001Shared,
     ];
 
     /// A short snake_case name for tables, JSON and criterion ids.
@@ -44,6 +57,7 @@ impl System {
             System::Oncelake => "oncelake",
             System::RedbTxnPerCommit => "redb_txn_per_commit",
             System::SqliteSeed001 => "sqlite_seed001",
+            System::SqliteSeed001Shared => "sqlite_seed001_shared",
         }
     }
 
@@ -53,9 +67,60 @@ impl System {
             "oncelake" => Some(System::Oncelake),
             "redb" | "redb_txn_per_commit" | "b1" => Some(System::RedbTxnPerCommit),
             "sqlite" | "sqlite_seed001" | "b2" => Some(System::SqliteSeed001),
+            "sqlite_shared" | "sqlite_seed001_shared" | "b2s" => Some(System::SqliteSeed001Shared),
             _ => None,
         }
     }
+
+    /// Whether this is one of the SQLite baselines (the target quotes the faster of the two).
+    pub fn is_sqlite(self) -> bool {
+        matches!(self, System::SqliteSeed001 | System::SqliteSeed001Shared)
+    }
+}
+
+/// Which keys the commits carry.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Keys {
+    /// Keys spread over the key space; half new units, half new versions of preloaded units.
+    Random,
+    /// New units only, each key sorting after every earlier one.
+    Sequential,
+}
+
+impl Keys {
+    /// The name used on the command line and in JSON.
+    pub fn name(self) -> &'static str {
+        match self {
+            Keys::Random => "random",
+            Keys::Sequential => "sequential",
+        }
+    }
+
+    /// Parses [`Keys::name`].
+    pub fn parse(s: &str) -> Option<Keys> {
+        match s.trim() {
+            "random" => Some(Keys::Random),
+            "sequential" => Some(Keys::Sequential),
+            _ => None,
+        }
+    }
+}
+
+/// What every system's store holds before the timed commits, and which keys they carry.
+#[derive(Clone, Copy, Debug)]
+pub struct Workload {
+    /// Units committed before the timed part (SPEC P1: 1,000,000).
+    pub preload: u64,
+    /// The keys of the timed commits.
+    pub keys: Keys,
+}
+
+impl Workload {
+    /// SPEC P1: 1,000,000 preloaded units, random keys.
+    pub const P1: Workload = Workload {
+        preload: 1_000_000,
+        keys: Keys::Random,
+    };
 }
 
 /// How much to run one configuration.
@@ -86,37 +151,131 @@ pub struct Measurement {
     pub p99_us: u64,
     /// Largest commit latency, microseconds.
     pub max_us: u64,
-    /// oncelake only: mean units per commit group (redb transaction).
-    pub mean_group: Option<f64>,
+    /// Mean units per durable transaction (oncelake: per commit group; baselines: 1).
+    pub mean_group: f64,
     /// oncelake only: groups written.
     pub groups: Option<u64>,
+    /// Wall time until every acknowledged unit was also applied to the B-trees (oncelake applies
+    /// a group in the transaction that makes it durable, so this is `elapsed`).
+    pub applied_elapsed: Duration,
+    /// The most units acknowledged but not yet applied at any time (oncelake; 0 while commits
+    /// are applied in their own transaction).
+    pub max_backlog: Option<u64>,
+    /// Units preloaded before this configuration ran (the preload plus earlier runs' units).
+    pub store_units_before: u64,
 }
 
 impl Measurement {
-    /// Throughput.
+    /// Throughput of acknowledged units.
     pub fn units_per_sec(&self) -> f64 {
         self.units as f64 / self.elapsed.as_secs_f64().max(1e-9)
     }
+
+    /// Throughput counted until everything acknowledged was also applied.
+    pub fn sustained_units_per_sec(&self) -> f64 {
+        self.units as f64 / self.applied_elapsed.as_secs_f64().max(1e-9)
+    }
 }
 
-/// Runs one configuration in a fresh directory under `scratch` (removed afterwards).
-pub fn measure(system: System, plan: Plan, scratch: &Path) -> Result<Measurement, String> {
-    let threads = plan.threads.max(1);
-    let dir = scratch.join(format!(
-        "{}-{}t-{}",
-        system.name(),
-        threads,
-        std::process::id()
-    ));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).map_err(|e| format!("create {}: {e}", dir.display()))?;
-    let result = match system {
-        System::Oncelake => oncelake_commits(&dir, plan),
-        System::RedbTxnPerCommit => redb_commits(&dir, plan),
-        System::SqliteSeed001 => sqlite_commits(&dir, plan),
-    };
-    let _ = std::fs::remove_dir_all(&dir);
-    result
+/// Builds a system's preloaded store once in a fresh directory under `scratch`; [`Bench::run`]
+/// then measures any number of thread counts on it. The directory is removed on drop.
+pub struct Bench {
+    system: System,
+    workload: Workload,
+    dir: PathBuf,
+    target: Target,
+    keygen: KeySource,
+    /// Units in the store now.
+    units: u64,
+    /// How long building the preload took.
+    pub preload_time: Duration,
+}
+
+enum Target {
+    Oncelake {
+        store: oncelake::Store,
+        staged: oncelake::Staged,
+    },
+    Redb(redb::Database),
+    Sqlite(PathBuf),
+    SqliteShared(Mutex<rusqlite::Connection>),
+}
+
+impl Drop for Bench {
+    fn drop(&mut self) {
+        // Close the store before its directory goes.
+        self.target = Target::Sqlite(PathBuf::new());
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// Runs one configuration on a fresh preloaded store under `scratch` (removed afterwards).
+pub fn measure(
+    system: System,
+    workload: Workload,
+    plan: Plan,
+    scratch: &Path,
+) -> Result<Measurement, String> {
+    Bench::new(system, workload, scratch)?.run(plan)
+}
+
+impl Bench {
+    /// Creates `system`'s store under `scratch` and preloads it.
+    pub fn new(system: System, workload: Workload, scratch: &Path) -> Result<Bench, String> {
+        let dir = scratch.join(format!("{}-{}", system.name(), std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).map_err(|e| format!("create {}: {e}", dir.display()))?;
+        let t0 = Instant::now();
+        let target = match system {
+            System::Oncelake => oncelake_preload(&dir, workload)?,
+            System::RedbTxnPerCommit => Target::Redb(redb_preload(&dir, workload)?),
+            System::SqliteSeed001 => Target::Sqlite(sqlite_preload(&dir, workload)?),
+            System::SqliteSeed001Shared => {
+                Target::SqliteShared(Mutex::new(sqlite_open(&sqlite_preload(&dir, workload)?)?))
+            }
+        };
+        Ok(Bench {
+            system,
+            workload,
+            dir,
+            target,
+            keygen: KeySource::new(workload),
+            units: workload.preload,
+            preload_time: t0.elapsed(),
+        })
+    }
+
+    /// Measures `plan` on the store as it is now (it keeps the units of earlier runs).
+    pub fn run(&mut self, plan: Plan) -> Result<Measurement, String> {
+        let keygen = &self.keygen;
+        let mut m = match &self.target {
+            Target::Oncelake { store, staged } => oncelake_commits(store, staged, keygen, plan)?,
+            Target::Redb(db) => finish(
+                System::RedbTxnPerCommit,
+                plan,
+                redb_commits(db, keygen, plan)?,
+            ),
+            Target::Sqlite(path) => finish(
+                System::SqliteSeed001,
+                plan,
+                sqlite_commits(path, keygen, plan)?,
+            ),
+            Target::SqliteShared(conn) => finish(
+                System::SqliteSeed001Shared,
+                plan,
+                sqlite_shared_commits(conn, keygen, plan)?,
+            ),
+        };
+        debug_assert_eq!(m.system, self.system);
+        m.store_units_before = self.units;
+        self.units += m.units;
+        Ok(m)
+    }
+
+    /// The workload this bench was built for.
+    pub fn workload(&self) -> Workload {
+        self.workload
+    }
 }
 
 /// The timings of one run of the driver.
@@ -126,13 +285,12 @@ struct Timings {
     latencies_us: Vec<u32>,
 }
 
-/// Runs `threads` writers, each first preparing its own state with `setup`, then, after a common
-/// start signal, committing units (numbered from a shared counter) with `commit` until the plan
-/// is exhausted.
+/// Runs `threads` writers, each first preparing its own state with `setup(thread)`, then, after
+/// a common start signal, committing units with `commit` until the plan is exhausted.
 fn drive<S, C, W>(plan: Plan, setup: S, commit: C) -> Result<Timings, String>
 where
     S: Fn(usize) -> Result<W, String> + Sync,
-    C: Fn(&mut W, usize) -> Result<(), String> + Sync,
+    C: Fn(&mut W) -> Result<(), String> + Sync,
 {
     let threads = plan.threads.max(1);
     let next = AtomicUsize::new(0);
@@ -155,7 +313,7 @@ where
                             break;
                         }
                         let t0 = Instant::now();
-                        commit(&mut state, i)?;
+                        commit(&mut state)?;
                         lat.push(t0.elapsed().as_micros().min(u32::MAX as u128) as u32);
                     }
                     Ok(lat)
@@ -198,33 +356,159 @@ fn finish(system: System, plan: Plan, mut t: Timings) -> Measurement {
         p50_us: q(0.50),
         p99_us: q(0.99),
         max_us: q(1.0),
-        mean_group: None,
+        mean_group: 1.0,
         groups: None,
+        applied_elapsed: t.elapsed,
+        max_backlog: None,
+        store_units_before: 0,
     }
 }
 
-fn unit_key(i: usize) -> String {
-    format!("bench/orders/customer={:06}/date=2026-11-29", i)
+/// A bijection of `u64` (splitmix64's finaliser): spreads unit numbers over the key space.
+fn mix(mut z: u64) -> u64 {
+    z = z.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
 }
 
-fn oncelake_commits(dir: &Path, plan: Plan) -> Result<Measurement, String> {
-    let store = oncelake::Store::open(dir.join("lake")).map_err(|e| e.to_string())?;
-    // Objects are pre-staged (P1 measures the commit path): one per writer thread.
-    let staged: Vec<oncelake::Staged> = (0..plan.threads.max(1))
-        .map(|t| store.stage_bytes(format!("bench output of writer {t}").as_bytes()))
-        .collect::<Result<_, _>>()
-        .map_err(|e| e.to_string())?;
+/// The key of unit number `i` under `keys`.
+pub fn unit_key(keys: Keys, i: u64) -> String {
+    match keys {
+        Keys::Random => format!("bench/orders/customer={:016x}/date=2026-11-29", mix(i)),
+        Keys::Sequential => format!("bench/orders/customer={i:016}/date=2026-11-29"),
+    }
+}
+
+/// Version of every preloaded unit.
+const PRELOAD_VERSION: u64 = 1;
+
+/// The keys and versions of the timed commits, shared by the threads of one system's runs.
+struct KeySource {
+    workload: Workload,
+    /// The next new unit's number (starts after the preload).
+    next_new: AtomicU64,
+    /// The next version of an update: rises across all runs, so a unit's versions only rise.
+    next_version: AtomicU64,
+}
+
+/// One commit to make.
+struct Next {
+    key: String,
+    version: u64,
+}
+
+/// A writer thread's key generator.
+struct Writer {
+    thread: u64,
+    threads: u64,
+    rng: Rng,
+}
+
+impl KeySource {
+    fn new(workload: Workload) -> Self {
+        KeySource {
+            workload,
+            next_new: AtomicU64::new(workload.preload),
+            next_version: AtomicU64::new(PRELOAD_VERSION + 1),
+        }
+    }
+
+    fn writer(&self, thread: usize, threads: usize) -> Writer {
+        Writer {
+            thread: thread as u64,
+            threads: threads.max(1) as u64,
+            rng: Rng::new(
+                0x5eed ^ ((thread as u64 + 1) << 20) ^ self.next_new.load(Ordering::Relaxed),
+            ),
+        }
+    }
+
+    fn next(&self, w: &mut Writer) -> Next {
+        let keys = self.workload.keys;
+        let n = self.workload.preload;
+        // Preloaded units this thread owns: numbers t, t + threads, ... below the preload.
+        let owned = if n > w.thread {
+            (n - w.thread).div_ceil(w.threads)
+        } else {
+            0
+        };
+        if keys == Keys::Random && owned > 0 && w.rng.next_u64() & 1 == 1 {
+            let i = w.thread + w.rng.below(owned) * w.threads;
+            return Next {
+                key: unit_key(keys, i),
+                version: self.next_version.fetch_add(1, Ordering::Relaxed),
+            };
+        }
+        let i = self.next_new.fetch_add(1, Ordering::Relaxed);
+        Next {
+            key: unit_key(keys, i),
+            version: PRELOAD_VERSION,
+        }
+    }
+}
+
+/// Units per transaction while preloading.
+const PRELOAD_BATCH: u64 = 20_000;
+
+/// The preloaded keys, in chunks of [`PRELOAD_BATCH`], each chunk sorted (B-trees fill fastest
+/// in key order).
+fn preload_chunks(w: Workload) -> impl Iterator<Item = Vec<String>> {
+    (0..w.preload.div_ceil(PRELOAD_BATCH)).map(move |c| {
+        let end = ((c + 1) * PRELOAD_BATCH).min(w.preload);
+        let mut keys: Vec<String> = (c * PRELOAD_BATCH..end)
+            .map(|i| unit_key(w.keys, i))
+            .collect();
+        keys.sort_unstable();
+        keys
+    })
+}
+
+fn oncelake_preload(dir: &Path, w: Workload) -> Result<Target, String> {
+    let path = dir.join("lake");
+    let e = |e: oncelake::Error| e.to_string();
+    {
+        let store = crate::bench_fixtures::open_bench_store(&path).map_err(e)?;
+        let staged = store.stage_bytes(b"bench preload").map_err(e)?;
+        for chunk in preload_chunks(w) {
+            let mut batch = oncelake::Batch::new();
+            for k in chunk {
+                batch = batch.put(k, PRELOAD_VERSION, &staged);
+            }
+            let r = store.commit(batch).map_err(e)?;
+            if !r.applied() {
+                return Err("preload: a batch was not applied".into());
+            }
+        }
+        store.flush().map_err(e)?;
+    }
+    // Reopen with the default (durable) options: the timed part measures them.
+    let store = oncelake::Store::open(&path).map_err(e)?;
+    let staged = store.stage_bytes(b"bench output").map_err(e)?;
+    Ok(Target::Oncelake { store, staged })
+}
+
+fn oncelake_commits(
+    store: &oncelake::Store,
+    staged: &oncelake::Staged,
+    keys: &KeySource,
+    plan: Plan,
+) -> Result<Measurement, String> {
     let before = store.metrics();
     let timings = drive(
         plan,
-        |t| Ok(staged[t].clone()),
-        |staged, i| {
+        |t| Ok(keys.writer(t, plan.threads)),
+        |w| {
+            let next = keys.next(w);
             let report = store
-                .commit(oncelake::Batch::new().put(unit_key(i), 1, staged))
+                .commit(oncelake::Batch::new().put(next.key.as_str(), next.version, staged))
                 .map_err(|e| e.to_string())?;
             match report.units[0].outcome {
                 oncelake::Outcome::Committed { .. } => Ok(()),
-                other => Err(format!("unit {i} was not committed: {other:?}")),
+                other => Err(format!(
+                    "{}@{} was not committed: {other:?}",
+                    next.key, next.version
+                )),
             }
         },
     )?;
@@ -233,42 +517,63 @@ fn oncelake_commits(dir: &Path, plan: Plan) -> Result<Measurement, String> {
     let groups = after.groups - before.groups;
     let units = after.group_units.sum - before.group_units.sum;
     m.groups = Some(groups);
-    m.mean_group = Some(units as f64 / groups.max(1) as f64);
+    m.mean_group = units as f64 / groups.max(1) as f64;
+    // Every acknowledged group was applied in its own transaction: no backlog.
+    m.max_backlog = Some(0);
     Ok(m)
 }
 
 const REDB_UNITS: redb::TableDefinition<&str, &[u8]> = redb::TableDefinition::new("units");
 
-fn redb_commits(dir: &Path, plan: Plan) -> Result<Measurement, String> {
-    let db = redb::Database::create(dir.join("b1.redb")).map_err(|e| e.to_string())?;
+/// The same 64-byte value an oncelake manifest entry carries, roughly: version, hash, size, crc, seq.
+fn redb_value(version: u64) -> [u8; 64] {
+    let mut v = [7u8; 64];
+    v[..8].copy_from_slice(&version.to_le_bytes());
+    v
+}
+
+fn redb_preload(dir: &Path, w: Workload) -> Result<redb::Database, String> {
     let err = |e: &dyn std::fmt::Display| e.to_string();
+    let db = redb::Database::create(dir.join("b1.redb")).map_err(|e| err(&e))?;
+    let value = redb_value(PRELOAD_VERSION);
+    let txn = db.begin_write().map_err(|e| err(&e))?;
     {
-        let txn = db.begin_write().map_err(|e| err(&e))?;
-        txn.open_table(REDB_UNITS).map_err(|e| err(&e))?;
-        txn.commit().map_err(|e| err(&e))?;
+        let mut t = txn.open_table(REDB_UNITS).map_err(|e| err(&e))?;
+        for chunk in preload_chunks(w) {
+            for k in chunk {
+                t.insert(k.as_str(), value.as_slice())
+                    .map_err(|e| err(&e))?;
+            }
+        }
     }
-    // The same 64-byte value an oncelake manifest entry carries, roughly: hash, size, crc, seq.
-    let value = [7u8; 64];
-    let timings = drive(
+    txn.commit().map_err(|e| err(&e))?;
+    Ok(db)
+}
+
+fn redb_commits(db: &redb::Database, keys: &KeySource, plan: Plan) -> Result<Timings, String> {
+    let err = |e: &dyn std::fmt::Display| e.to_string();
+    drive(
         plan,
-        |_| Ok(()),
-        |_, i| {
-            let key = unit_key(i);
+        |t| Ok(keys.writer(t, plan.threads)),
+        |w| {
+            let next = keys.next(w);
             let mut txn = db.begin_write().map_err(|e| err(&e))?;
             txn.set_durability(redb::Durability::Immediate)
                 .map_err(|e| err(&e))?;
             {
                 let mut t = txn.open_table(REDB_UNITS).map_err(|e| err(&e))?;
-                let exists = t.get(key.as_str()).map_err(|e| err(&e))?.is_some();
-                if !exists {
-                    t.insert(key.as_str(), value.as_slice())
+                let current = t
+                    .get(next.key.as_str())
+                    .map_err(|e| err(&e))?
+                    .map(|v| u64::from_le_bytes(v.value()[..8].try_into().unwrap_or([0; 8])));
+                if current.is_none_or(|v| v < next.version) {
+                    t.insert(next.key.as_str(), redb_value(next.version).as_slice())
                         .map_err(|e| err(&e))?;
                 }
             }
             txn.commit().map_err(|e| err(&e))
         },
-    )?;
-    Ok(finish(System::RedbTxnPerCommit, plan, timings))
+    )
 }
 
 fn sqlite_open(path: &PathBuf) -> Result<rusqlite::Connection, String> {
@@ -280,45 +585,86 @@ fn sqlite_open(path: &PathBuf) -> Result<rusqlite::Connection, String> {
     Ok(conn)
 }
 
-fn sqlite_commits(dir: &Path, plan: Plan) -> Result<Measurement, String> {
+/// The hash seed 001 stores beside the batch id: here a function of the version, so a new
+/// version is a new row, as a new output is in the seed.
+fn sqlite_hash(version: u64) -> String {
+    format!("{:064x}", mix(version))
+}
+
+fn sqlite_preload(dir: &Path, w: Workload) -> Result<PathBuf, String> {
     let path = dir.join("b2.sqlite");
-    sqlite_open(&path)?
-        .execute_batch(
-            "CREATE TABLE checkpoints (batch_id TEXT NOT NULL, hash TEXT NOT NULL, \
-             PRIMARY KEY (batch_id, hash));",
-        )
-        .map_err(|e| e.to_string())?;
-    let hash = oncelake::ObjectId::of(b"bench output").to_hex();
-    let timings = drive(
-        plan,
-        |_| sqlite_open(&path),
-        |conn, i| {
-            let key = unit_key(i);
-            let e = |e: rusqlite::Error| e.to_string();
-            conn.execute_batch("BEGIN IMMEDIATE").map_err(e)?;
-            let done = (|| -> Result<(), rusqlite::Error> {
-                let exists = {
-                    let mut check = conn.prepare_cached(
-                        "SELECT 1 FROM checkpoints WHERE batch_id = ?1 AND hash = ?2",
-                    )?;
-                    check.exists((key.as_str(), hash.as_str()))?
-                };
-                if !exists {
-                    conn.prepare_cached(
-                        "INSERT INTO checkpoints (batch_id, hash) VALUES (?1, ?2)",
-                    )?
-                    .execute((key.as_str(), hash.as_str()))?;
-                }
-                conn.execute_batch("COMMIT")
-            })();
-            if let Err(err) = done {
-                let _ = conn.execute_batch("ROLLBACK");
-                return Err(err.to_string());
+    let mut conn = sqlite_open(&path)?;
+    let e = |e: rusqlite::Error| e.to_string();
+    conn.execute_batch(
+        "CREATE TABLE checkpoints (batch_id TEXT NOT NULL, hash TEXT NOT NULL, \
+         PRIMARY KEY (batch_id, hash));",
+    )
+    .map_err(e)?;
+    let hash = sqlite_hash(PRELOAD_VERSION);
+    for chunk in preload_chunks(w) {
+        let txn = conn.transaction().map_err(e)?;
+        {
+            let mut ins = txn
+                .prepare_cached("INSERT INTO checkpoints (batch_id, hash) VALUES (?1, ?2)")
+                .map_err(e)?;
+            for k in chunk {
+                ins.execute((k.as_str(), hash.as_str())).map_err(e)?;
             }
-            Ok(())
+        }
+        txn.commit().map_err(e)?;
+    }
+    Ok(path)
+}
+
+/// Seed 001's `process_batch` on one connection: check, then insert, in one immediate
+/// transaction.
+fn sqlite_commit(conn: &rusqlite::Connection, next: &Next) -> Result<(), String> {
+    let hash = sqlite_hash(next.version);
+    conn.execute_batch("BEGIN IMMEDIATE")
+        .map_err(|e| e.to_string())?;
+    let done = (|| -> Result<(), rusqlite::Error> {
+        let exists = {
+            let mut check =
+                conn.prepare_cached("SELECT 1 FROM checkpoints WHERE batch_id = ?1 AND hash = ?2")?;
+            check.exists((next.key.as_str(), hash.as_str()))?
+        };
+        if !exists {
+            conn.prepare_cached("INSERT INTO checkpoints (batch_id, hash) VALUES (?1, ?2)")?
+                .execute((next.key.as_str(), hash.as_str()))?;
+        }
+        conn.execute_batch("COMMIT")
+    })();
+    if let Err(err) = done {
+        let _ = conn.execute_batch("ROLLBACK");
+        return Err(err.to_string());
+    }
+    Ok(())
+}
+
+fn sqlite_commits(path: &PathBuf, keys: &KeySource, plan: Plan) -> Result<Timings, String> {
+    drive(
+        plan,
+        |t| Ok((sqlite_open(path)?, keys.writer(t, plan.threads))),
+        |(conn, w)| sqlite_commit(conn, &keys.next(w)),
+    )
+}
+
+fn sqlite_shared_commits(
+    conn: &Mutex<rusqlite::Connection>,
+    keys: &KeySource,
+    plan: Plan,
+) -> Result<Timings, String> {
+    drive(
+        plan,
+        |t| Ok(keys.writer(t, plan.threads)),
+        |w| {
+            let next = keys.next(w);
+            let conn = conn
+                .lock()
+                .map_err(|_| "the shared connection's lock is poisoned")?;
+            sqlite_commit(&conn, &next)
         },
-    )?;
-    Ok(finish(System::SqliteSeed001, plan, timings))
+    )
 }
 
 /// The disk's sync latency right now: the median of `n` 4 KiB writes, each followed by
@@ -343,4 +689,108 @@ pub fn fsync_probe(scratch: &Path, n: usize) -> Result<Duration, String> {
     let r = run().map_err(|e| format!("fsync probe in {}: {e}", scratch.display()));
     let _ = std::fs::remove_file(&path);
     r
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::{BTreeMap, HashSet};
+
+    /// The random mix: about half updates of preloaded units (each owned by one thread, versions
+    /// rising per unit), the rest new units never seen before.
+    #[test]
+    fn random_keys_mix_new_units_and_rising_versions_of_preloaded_ones() {
+        let w = Workload {
+            preload: 1000,
+            keys: Keys::Random,
+        };
+        let preloaded: HashSet<String> = preload_chunks(w).flatten().collect();
+        assert_eq!(preloaded.len(), 1000, "preloaded keys are distinct");
+        let src = KeySource::new(w);
+        let mut versions: BTreeMap<String, u64> = preloaded
+            .iter()
+            .map(|k| (k.clone(), PRELOAD_VERSION))
+            .collect();
+        let mut owner: BTreeMap<String, u64> = BTreeMap::new();
+        let (mut updates, mut new) = (0, 0);
+        for threads in [1usize, 4] {
+            let mut writers: Vec<Writer> = (0..threads).map(|t| src.writer(t, threads)).collect();
+            for n in 0..4000 {
+                let t = n % threads;
+                let next = src.next(&mut writers[t]);
+                let previous = versions.insert(next.key.clone(), next.version);
+                match previous {
+                    Some(v) => {
+                        assert!(
+                            preloaded.contains(&next.key),
+                            "only preloaded units are updated"
+                        );
+                        assert!(
+                            next.version > v,
+                            "{}: version {} after {v}",
+                            next.key,
+                            next.version
+                        );
+                        if threads == 4 {
+                            let o = *owner.entry(next.key.clone()).or_insert(t as u64);
+                            assert_eq!(o, t as u64, "one thread owns each updated unit");
+                        }
+                        updates += 1;
+                    }
+                    None => new += 1,
+                }
+            }
+        }
+        assert!((3000..5000).contains(&updates), "{updates} updates of 8000");
+        assert_eq!(updates + new, 8000);
+    }
+
+    #[test]
+    fn sequential_keys_are_new_units_in_key_order() {
+        let w = Workload {
+            preload: 10,
+            keys: Keys::Sequential,
+        };
+        let src = KeySource::new(w);
+        let mut wr = src.writer(0, 1);
+        let mut last = unit_key(Keys::Sequential, 9);
+        for _ in 0..100 {
+            let next = src.next(&mut wr);
+            assert!(next.key > last, "{} after {last}", next.key);
+            assert_eq!(next.version, PRELOAD_VERSION);
+            last = next.key;
+        }
+    }
+
+    /// Every system runs on a preloaded store and commits exactly what the plan asks (oncelake
+    /// fails the run on any outcome but committed), and oncelake's store then holds every unit.
+    #[test]
+    fn every_system_commits_the_plan_on_a_preloaded_store() {
+        let scratch = tempfile::tempdir().unwrap();
+        let w = Workload {
+            preload: 3000,
+            keys: Keys::Random,
+        };
+        for system in System::ALL {
+            let mut bench = Bench::new(system, w, scratch.path()).unwrap();
+            let mut total = 0;
+            for threads in [1, 4] {
+                let plan = Plan {
+                    threads,
+                    max_units: 200,
+                    max_time: Duration::from_secs(600),
+                };
+                let m = bench.run(plan).unwrap();
+                assert_eq!(m.units, 200, "{}", system.name());
+                assert_eq!(m.store_units_before, 3000 + total);
+                total += m.units;
+            }
+            if let Target::Oncelake { store, .. } = &bench.target {
+                let new_units = bench.keygen.next_new.load(Ordering::Relaxed) - 3000;
+                let entries = store.snapshot().unwrap().iter().unwrap().count() as u64;
+                assert_eq!(entries, 3000 + new_units);
+                assert!(new_units < total, "some commits were updates");
+            }
+        }
+    }
 }

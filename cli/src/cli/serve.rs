@@ -109,7 +109,12 @@ pub(crate) fn bench_via_server(
             max_units: commits,
             max_time: seconds,
         };
-        let local = workload::measure(System::Oncelake, plan, &scratch)
+        // The same workload as the server's clients: new units into a fresh store.
+        let fresh = workload::Workload {
+            preload: 0,
+            keys: workload::Keys::Sequential,
+        };
+        let local = workload::measure(System::Oncelake, fresh, plan, &scratch)
             .map_err(|e| CliError::Usage(format!("bench in-process: {e}")))?;
         let remote =
             oncelake_server::bench::commits_via_server(&exe, &scratch, n, commits, seconds)
@@ -120,14 +125,14 @@ pub(crate) fn bench_via_server(
             super::print_json(&serde_json::json!({
                 "bench": "commit_via_server",
                 "clients": n,
-                "in_process_units_per_sec": local.units_per_sec(),
-                "in_process_mean_group_units": local.mean_group,
-                "via_server_units_per_sec": remote.units_per_sec(),
+                "in_process_units_per_s": local.units_per_sec(),
+                "in_process_mean_group": local.mean_group,
+                "via_server_units_per_s": remote.units_per_sec(),
                 "via_server_units": remote.units,
                 "via_server_p50_us": remote.p50_us,
                 "via_server_p99_us": remote.p99_us,
                 "via_server_groups": remote.groups,
-                "via_server_mean_group_units": mean_group,
+                "via_server_mean_group": mean_group,
                 "ratio": ratio,
             }));
         } else {
