@@ -11,7 +11,7 @@ use crate::commit::queue::WriteQueue;
 use crate::commit::{Batch, CommitReport, UnitOutcome};
 use crate::core::{Core, StoreLock};
 use crate::error::{Error, IoContext, Result};
-use crate::key::validate_key;
+use crate::key::{validate_key, validate_user_key};
 use crate::metrics::MetricsSnapshot;
 use crate::object::ObjectId;
 use crate::schema::manifest::Entry;
@@ -189,7 +189,7 @@ impl Store {
     /// # Ok(()) }
     /// ```
     pub fn put(&self, unit: &str, source_version: u64, bytes: &[u8]) -> Result<UnitOutcome> {
-        validate_key(unit)?;
+        validate_user_key(unit)?;
         let staged = self.stage_bytes(bytes)?;
         let mut r = self.commit(Batch::new().put(unit, source_version, &staged))?;
         Ok(r.units.remove(0))
@@ -198,7 +198,7 @@ impl Store {
     /// Stages `bytes` and commits them as a deliberate correction of `unit` at `source_version`
     /// (revision + 1; the old entry stays in the history).
     pub fn correct(&self, unit: &str, source_version: u64, bytes: &[u8]) -> Result<UnitOutcome> {
-        validate_key(unit)?;
+        validate_user_key(unit)?;
         let staged = self.stage_bytes(bytes)?;
         let mut r = self.commit(Batch::new().correct(unit, source_version, &staged))?;
         Ok(r.units.remove(0))
@@ -232,7 +232,22 @@ impl Store {
     }
 
     /// Claims `unit` for `worker` to produce `source_version`, for `ttl` (coordinator mode).
+    ///
+    /// Internal units (`.pipeline/...`) are refused: a lease on one would block the pipeline
+    /// engine's own cells, which it claims through [`crate::pipeline`].
     pub fn claim(
+        &self,
+        unit: &str,
+        source_version: u64,
+        worker: &str,
+        ttl: Duration,
+    ) -> Result<ClaimOutcome> {
+        validate_user_key(unit)?;
+        self.claim_any(unit, source_version, worker, ttl)
+    }
+
+    /// [`Store::claim`] for any key, internal units included: the pipeline engine's path.
+    pub(crate) fn claim_any(
         &self,
         unit: &str,
         source_version: u64,
@@ -277,7 +292,7 @@ impl Store {
     ) -> Result<Vec<ClaimOutcome>> {
         validate_worker(worker)?;
         for (unit, _) in units {
-            validate_key(unit)?;
+            validate_user_key(unit)?;
         }
         if units.is_empty() {
             return Ok(Vec::new());

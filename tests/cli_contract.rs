@@ -856,6 +856,53 @@ fn internal_units_are_protected_from_user_writes_and_hidden_from_ls() {
     );
 }
 
+/// The library's own entry points hold the same rule as a batch: `put`/`correct` refuse an internal
+/// key before staging anything (no unreferenced object left behind), and `claim`/`claim_many`
+/// refuse a lease on one (it would block the pipeline engine's cell). The pipeline engine still
+/// claims its cells. (Fails on the old code: the refused put left an object, the claims were
+/// granted.)
+#[test]
+fn the_library_refuses_internal_units_before_writing_anything() {
+    use std::time::Duration;
+    let dir = tempfile::tempdir().unwrap();
+    let store = oncelake::Store::open(dir.path().join("lake")).unwrap();
+    let ttl = Duration::from_secs(60);
+    for key in [
+        ".pipeline/definition",
+        ".pipeline/cell/s/u/1-0123456789abcdef",
+    ] {
+        let e = store.put(key, 1, b"forged").unwrap_err();
+        assert!(matches!(e, oncelake::Error::InvalidKey { .. }), "{e}");
+        let e = store.correct(key, 1, b"forged").unwrap_err();
+        assert!(matches!(e, oncelake::Error::InvalidKey { .. }), "{e}");
+        let e = store.claim(key, 1, "w", ttl).unwrap_err();
+        assert!(matches!(e, oncelake::Error::InvalidKey { .. }), "{e}");
+        let e = store
+            .claim_many(&[("ok", 1), (key, 1)], "w", ttl)
+            .unwrap_err();
+        assert!(matches!(e, oncelake::Error::InvalidKey { .. }), "{e}");
+    }
+    assert!(store.lookup("ok").unwrap().is_none());
+    let gc = store
+        .gc(oncelake::GcOptions {
+            dry_run: true,
+            grace: Duration::ZERO,
+            retain: Duration::ZERO,
+        })
+        .unwrap();
+    assert_eq!(
+        (gc.objects, gc.staging_files),
+        (0, 0),
+        "a refused write staged nothing"
+    );
+    assert_eq!(store.snapshot().unwrap().seq(), 0, "nothing was logged");
+    // A user key is claimed as before.
+    assert!(matches!(
+        store.claim("ok", 1, "w", ttl).unwrap(),
+        oncelake::ClaimOutcome::Granted { .. }
+    ));
+}
+
 /// `init` refuses to create a store inside another one, and writes nothing; an existing store and
 /// a sibling directory are fine. (Fails on the old code: the inner store was created.)
 #[test]

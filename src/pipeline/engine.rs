@@ -742,7 +742,7 @@ impl Pipeline {
         worker: &str,
         ttl: Duration,
     ) -> Result<Claim> {
-        let lease = match store.claim(&cell.key, cell.source_version, worker, ttl)? {
+        let lease = match store.claim_any(&cell.key, cell.source_version, worker, ttl)? {
             ClaimOutcome::Granted { lease, .. } => lease,
             ClaimOutcome::Held {
                 worker,
