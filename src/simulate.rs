@@ -351,8 +351,16 @@ pub fn simulate(cfg: &SimConfig, progress: Progress<'_>) -> Result<SimReport> {
     let rounds = sim.run_rounds(&clock, overlapped, progress)?;
     let (collected, left) = collect_orphans(&store)?;
     let snap = store.snapshot()?;
-    let entries = snap.iter()?.count() as u64;
-    let replay_clean = crate::replay::replay(&snap)?.is_clean();
+    // Counting the entries and replaying the log read the same snapshot, each on its own core.
+    let (entries, replay_clean) = std::thread::scope(|s| {
+        let count = s.spawn(|| snap.iter().map(|entries| entries.count() as u64));
+        let replay = crate::replay::replay(&snap).map(|r| r.is_clean());
+        let count = count
+            .join()
+            .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+        (count, replay)
+    });
+    let (entries, replay_clean) = (entries?, replay_clean?);
     drop(snap);
 
     let m = store.metrics();

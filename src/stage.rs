@@ -14,7 +14,7 @@
 //! other opening belongs to a writer that is gone (see [`StagingOwner`]).
 
 use crate::error::{Error, IoContext, Result};
-use crate::object::{ObjectId, ObjectMeta};
+use crate::object::{IdHash, ObjectId, ObjectMeta};
 use crate::vfs::{Vfs, VfsDir, VfsFile};
 use parking_lot::{Condvar, Mutex, MutexGuard};
 use std::collections::{HashMap, HashSet};
@@ -42,9 +42,9 @@ pub(crate) struct PinSet {
 #[derive(Debug, Default)]
 pub(crate) struct PinState {
     /// Pinned objects and how many handles pin each.
-    pins: HashMap<ObjectId, usize>,
+    pins: HashMap<ObjectId, usize, IdHash>,
     /// Objects a GC decided to delete and has not unlinked yet.
-    doomed: HashSet<ObjectId>,
+    doomed: HashSet<ObjectId, IdHash>,
     /// Publishers waiting for a doomed object to be unlinked (for tests and reports).
     waiting: usize,
 }
@@ -204,7 +204,7 @@ pub(crate) struct Stager {
     /// Per object, the publishers that linked it (or may be about to) and have not yet made its
     /// directory entry durable, plus any whose directory sync failed. Someone who finds such an
     /// object "already there" syncs the directory itself before relying on it.
-    unsynced: Mutex<HashMap<ObjectId, usize>>,
+    unsynced: Mutex<HashMap<ObjectId, usize, IdHash>>,
     /// Per fan-out directory (by the first byte of the hash): whether a directory sync that began
     /// during this opening succeeded. Such a sync made every entry linked before this opening
     /// durable; without one, whether an entry an earlier opening linked is durable is unknown
@@ -226,9 +226,9 @@ type DirSlot = Mutex<Option<Arc<dyn VfsDir>>>;
 /// no descriptor left for one, [`Vfs::open_dir`] offers none and the object is staged by path.
 #[derive(Debug)]
 struct OpenDirs {
-    /// Whether the vfs offers directory handles; unknown until the first staging.
-    offered: std::sync::OnceLock<bool>,
-    staging: DirSlot,
+    /// The handle of `staging/` once asked for, `None` inside where the vfs offers no handles
+    /// (then no directory is held open).
+    staging: std::sync::OnceLock<Option<Arc<dyn VfsDir>>>,
     /// By the first byte of the hash.
     fanouts: Vec<DirSlot>,
 }
@@ -309,11 +309,10 @@ impl Stager {
             pins: Arc::new(PinSet::default()),
             in_flight: Mutex::new(HashSet::new()),
             session: new_session(),
-            unsynced: Mutex::new(HashMap::new()),
+            unsynced: Mutex::new(HashMap::default()),
             fanout_synced: (0..256).map(|_| AtomicBool::new(false)).collect(),
             dirs: OpenDirs {
-                offered: std::sync::OnceLock::new(),
-                staging: Mutex::new(None),
+                staging: std::sync::OnceLock::new(),
                 fanouts: (0..256).map(|_| Mutex::new(None)).collect(),
             },
             counter: AtomicU64::new(0),
@@ -343,18 +342,22 @@ impl Stager {
         )))
     }
 
-    /// Whether directory handles are offered; asks the vfs once, with `staging/`.
-    fn dirs_offered(&self) -> Result<bool> {
-        if let Some(&offered) = self.dirs.offered.get() {
-            return Ok(offered);
+    /// The open handle of `staging/`, opened on first use; `None` where the vfs offers none.
+    fn staging_dir(&self) -> Result<Option<&Arc<dyn VfsDir>>> {
+        if let Some(dir) = self.dirs.staging.get() {
+            return Ok(dir.as_ref());
         }
-        let handle = self
+        let opened = self
             .vfs
             .open_dir(&self.staging)
             .ctx(|| format!("open {}", self.staging.display()))?;
-        let offered = handle.is_some();
-        *self.dirs.staging.lock() = handle;
-        Ok(*self.dirs.offered.get_or_init(|| offered))
+        // Another thread may have opened it meanwhile: keep one.
+        Ok(self.dirs.staging.get_or_init(|| opened).as_ref())
+    }
+
+    /// Whether directory handles are offered (the vfs is asked once, with `staging/`).
+    fn dirs_offered(&self) -> Result<bool> {
+        Ok(self.staging_dir()?.is_some())
     }
 
     /// The open handle of `path` kept in `slot`, opening it if needed; `None` where the vfs
@@ -433,7 +436,7 @@ impl Stager {
     /// until it is published as the object: a crash leaves nothing to reclaim, and staging costs
     /// no directory entry to create and remove. Elsewhere it is a named file in `staging/`.
     pub(crate) fn stage_reader(&self, reader: &mut dyn Read) -> Result<Staged> {
-        let unnamed = match self.open_dir(&self.dirs.staging, &self.staging)? {
+        let unnamed = match self.staging_dir()? {
             Some(dir) => dir.create_unnamed(),
             None => self.vfs.create_unnamed(&self.staging),
         }
@@ -715,8 +718,16 @@ mod tests {
         let opened = vfs.opened.lock().clone();
         let unique: HashSet<&PathBuf> = opened.iter().collect();
         let fanouts: HashSet<u8> = model.keys().map(|id| id.0[0]).collect();
-        assert_eq!(unique.len(), 1 + fanouts.len(), "staging/ and each fan-out used");
-        assert!(opened.len() <= unique.len() + fanouts.len(), "{} opens", opened.len());
+        assert_eq!(
+            unique.len(),
+            1 + fanouts.len(),
+            "staging/ and each fan-out used"
+        );
+        assert!(
+            opened.len() <= unique.len() + fanouts.len(),
+            "{} opens",
+            opened.len()
+        );
         assert_eq!(
             vfs.syncs.load(Ordering::SeqCst),
             1000,
