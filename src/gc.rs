@@ -30,7 +30,6 @@ use crate::stage::{PinSet, StagingOwner};
 use crate::store::Store;
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
-use std::str::FromStr;
 use std::time::{Duration, SystemTime};
 
 /// What a garbage collection may remove.
@@ -136,22 +135,20 @@ pub(crate) fn list_objects(
         let fanout = d.file_name().to_string_lossy().into_owned();
         for f in std::fs::read_dir(&dpath).ctx(|| format!("list {}", dpath.display()))? {
             let f = f.ctx(|| format!("list {}", dpath.display()))?;
-            let path = f.path();
             let is_file = match f.file_type() {
                 Ok(t) => t.is_file(),
                 // Removed since the listing (by a concurrent GC): nothing to report.
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
-                Err(e) => return Err(Error::io(format!("stat {}", path.display()), e)),
+                Err(e) => return Err(Error::io(format!("stat {}", f.path().display()), e)),
             };
-            let name = f.file_name().to_string_lossy().into_owned();
-            let id = ObjectId::from_str(&name).ok().filter(|_| {
-                is_file && name.len() == 64 && name.starts_with(&fanout) && fanout.len() == 2
-            });
-            // Only the canonical (lower-case) spelling is an object the engine wrote.
-            let id = id.filter(|id| id.to_hex() == name);
+            let name = f.file_name();
+            let id = parse_object_name(name.as_encoded_bytes())
+                .filter(|_| is_file && name.as_encoded_bytes().starts_with(fanout.as_bytes()))
+                .filter(|_| fanout.len() == 2);
             if id.is_some_and(|id| !wanted(&id)) {
                 continue;
             }
+            let path = f.path();
             let len = match f.metadata() {
                 Ok(m) => m.len(),
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
@@ -168,6 +165,26 @@ pub(crate) fn list_objects(
         }
     }
     Ok(out)
+}
+
+/// The object named `name`: exactly 64 lower-case hex digits, the only spelling the engine
+/// writes. Parsed in place: a listing of every object must not allocate per name.
+fn parse_object_name(name: &[u8]) -> Option<ObjectId> {
+    fn nibble(c: u8) -> Option<u8> {
+        match c {
+            b'0'..=b'9' => Some(c - b'0'),
+            b'a'..=b'f' => Some(c - b'a' + 10),
+            _ => None,
+        }
+    }
+    if name.len() != 64 {
+        return None;
+    }
+    let mut id = [0u8; 32];
+    for (byte, pair) in id.iter_mut().zip(name.chunks_exact(2)) {
+        *byte = nibble(pair[0])? << 4 | nibble(pair[1])?;
+    }
+    Some(ObjectId(id))
 }
 
 /// A staging file and what GC may do with it.
@@ -450,5 +467,26 @@ impl Store {
             report.staging_bytes += f.bytes;
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Only the canonical spelling of a hash names an object: what `to_hex` writes.
+    #[test]
+    fn object_names_are_64_lower_case_hex_digits() {
+        for bytes in [&b""[..], b"a", b"object bytes"] {
+            let id = ObjectId::of(bytes);
+            let hex = id.to_hex();
+            assert_eq!(parse_object_name(hex.as_bytes()), Some(id));
+            assert_eq!(parse_object_name(hex.to_uppercase().as_bytes()), None);
+            assert_eq!(parse_object_name(&hex.as_bytes()[..63]), None);
+            assert_eq!(parse_object_name(format!("{hex}0").as_bytes()), None);
+            let mut bad = hex.into_bytes();
+            bad[17] = b'g';
+            assert_eq!(parse_object_name(&bad), None);
+        }
     }
 }

@@ -62,3 +62,45 @@ pub struct ObjectMeta {
     /// CRC32 (IEEE) of the bytes.
     pub crc32: u32,
 }
+
+/// Hashes an [`ObjectId`] by its first eight bytes: it is a cryptographic hash already, so
+/// SipHash over all 32 bytes (the default) only costs time on the staging path's maps.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct IdHasher(u64);
+
+impl std::hash::Hasher for IdHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        // `[u8; 32]` hashes as its length, then its bytes: the bytes are the id.
+        let mut word = [0u8; 8];
+        let n = bytes.len().min(8);
+        word[..n].copy_from_slice(&bytes[..n]);
+        self.0 = self.0.rotate_left(5) ^ u64::from_le_bytes(word);
+    }
+}
+
+/// Builds [`IdHasher`]s, for maps and sets keyed by [`ObjectId`].
+pub(crate) type IdHash = std::hash::BuildHasherDefault<IdHasher>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::hash::BuildHasher;
+
+    /// Different ids hash apart (by their leading bytes), equal ids alike.
+    #[test]
+    fn ids_hash_by_their_leading_bytes() {
+        let build = IdHash::default();
+        let a = ObjectId::of(b"a");
+        let b = ObjectId::of(b"b");
+        assert_eq!(build.hash_one(a), build.hash_one(a));
+        assert_ne!(build.hash_one(a), build.hash_one(b));
+        let mut set: std::collections::HashSet<ObjectId, IdHash> = Default::default();
+        for i in 0..1000u32 {
+            assert!(set.insert(ObjectId::of(&i.to_le_bytes())));
+        }
+        assert_eq!(set.len(), 1000);
+    }
+}

@@ -8,6 +8,7 @@ use std::fmt::Debug;
 use std::fs::{File, OpenOptions};
 use std::io::{self, Read, Write};
 use std::path::Path;
+use std::sync::Arc;
 
 /// A file being written through the seam.
 pub trait VfsFile: Write + Send {
@@ -22,10 +23,40 @@ pub trait UnnamedFile: VfsFile {
     /// Gives the file its name `to` atomically without replacing anything: `Ok(true)` when linked,
     /// `Ok(false)` when `to` already exists (as [`Vfs::link_no_replace`]).
     fn link_no_replace(&mut self, to: &Path) -> io::Result<bool>;
+    /// Gives the file the name `name` in the open directory `dir`, as
+    /// [`UnnamedFile::link_no_replace`] does with a path. `dir` must come from the same [`Vfs`]
+    /// (its [`Vfs::open_dir`]); another implementation's handle is refused as unsupported.
+    fn link_no_replace_in(&mut self, dir: &dyn VfsDir, name: &str) -> io::Result<bool> {
+        let _ = (dir, name);
+        Err(io::Error::new(
+            io::ErrorKind::Unsupported,
+            "this file cannot be linked relative to an open directory",
+        ))
+    }
+}
+
+/// A directory held open through the seam, where the system offers that (see [`Vfs::open_dir`]):
+/// creating, naming and syncing relative to it costs no walk of the directory's path and no open
+/// and close per sync.
+pub trait VfsDir: Send + Sync + Debug {
+    /// Makes the directory's entries durable, as [`Vfs::sync_dir`] on its path.
+    fn sync(&self) -> io::Result<()>;
+    /// Creates a file without a name in this directory, as [`Vfs::create_unnamed`] on its path.
+    fn create_unnamed(&self) -> io::Result<Option<Box<dyn UnnamedFile>>>;
+    /// The implementation behind the handle, so that an [`UnnamedFile`] of the same
+    /// implementation can link itself into it.
+    fn as_any(&self) -> &dyn std::any::Any;
 }
 
 /// File operations the engine performs on its object and staging directories.
 pub trait Vfs: Send + Sync + Debug {
+    /// Opens directory `path` for repeated creates, links and syncs relative to it, where the
+    /// system offers that; `Ok(None)` where it does not, and the stager then names every file by
+    /// its full path. The default offers none: the fault model sees every operation by path.
+    fn open_dir(&self, path: &Path) -> io::Result<Option<Arc<dyn VfsDir>>> {
+        let _ = path;
+        Ok(None)
+    }
     /// Creates a file without a name in directory `dir`, read-only once closed like
     /// [`Vfs::create_new`]'s, where the system offers that; `Ok(None)` where it does not, and the
     /// stager then writes a named staging file. The default offers none: the fault model sees
@@ -97,34 +128,61 @@ impl VfsFile for RealFile {
 #[cfg(target_os = "linux")]
 impl UnnamedFile for RealFile {
     fn link_no_replace(&mut self, to: &Path) -> io::Result<bool> {
-        use rustix::fs::{linkat, AtFlags, CWD};
-        use rustix::io::Errno;
-        use std::sync::atomic::{AtomicBool, Ordering};
-        // linkat(2) names an O_TMPFILE file by its descriptor with AT_EMPTY_PATH where the kernel
-        // allows that to this process (Linux 6.10+ for the file's opener, or CAP_DAC_READ_SEARCH),
-        // else through its /proc magic link with AT_SYMLINK_FOLLOW, which costs a walk of /proc.
-        static NO_EMPTY_PATH: AtomicBool = AtomicBool::new(false);
-        let by_fd = if NO_EMPTY_PATH.load(Ordering::Relaxed) {
-            None
-        } else {
-            match linkat(&self.0, "", CWD, to, AtFlags::EMPTY_PATH) {
-                Err(Errno::PERM | Errno::NOENT | Errno::INVAL) if !to_parent_missing(to) => {
-                    NO_EMPTY_PATH.store(true, Ordering::Relaxed);
-                    None
-                }
-                other => Some(other),
-            }
+        link_unnamed(&self.0, rustix::fs::CWD, to, || to_parent_missing(to))
+    }
+
+    fn link_no_replace_in(&mut self, dir: &dyn VfsDir, name: &str) -> io::Result<bool> {
+        use std::os::fd::AsFd;
+        let Some(dir) = dir.as_any().downcast_ref::<RealDir>() else {
+            return Err(io::Error::new(
+                io::ErrorKind::Unsupported,
+                "a directory handle of another file system layer",
+            ));
         };
-        let linked = by_fd.unwrap_or_else(|| {
-            use std::os::fd::AsRawFd;
-            let proc_path = format!("/proc/self/fd/{}", self.0.as_raw_fd());
-            linkat(CWD, &proc_path, CWD, to, AtFlags::SYMLINK_FOLLOW)
-        });
-        match linked {
-            Ok(()) => Ok(true),
-            Err(Errno::EXIST) => Ok(false),
-            Err(e) => Err(e.into()),
+        let fd = dir.0.as_fd();
+        // A directory that was removed while open has no links left: ENOENT is about it then.
+        let gone = || rustix::fs::fstat(fd).is_ok_and(|st| st.st_nlink == 0);
+        link_unnamed(&self.0, fd, Path::new(name), gone)
+    }
+}
+
+/// Links the unnamed `file` at `to` relative to `dir` without replacing anything. `dir_missing`
+/// tells whether ENOENT means that the target directory is gone.
+///
+/// linkat(2) names an O_TMPFILE file by its descriptor with AT_EMPTY_PATH where the kernel allows
+/// that to this process (Linux 6.10+ for the file's opener, or CAP_DAC_READ_SEARCH), else through
+/// its /proc magic link with AT_SYMLINK_FOLLOW, which costs a walk of /proc.
+#[cfg(target_os = "linux")]
+fn link_unnamed(
+    file: &File,
+    dir: std::os::fd::BorrowedFd<'_>,
+    to: &Path,
+    dir_missing: impl Fn() -> bool,
+) -> io::Result<bool> {
+    use rustix::fs::{linkat, AtFlags, CWD};
+    use rustix::io::Errno;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    static NO_EMPTY_PATH: AtomicBool = AtomicBool::new(false);
+    let by_fd = if NO_EMPTY_PATH.load(Ordering::Relaxed) {
+        None
+    } else {
+        match linkat(file, "", dir, to, AtFlags::EMPTY_PATH) {
+            Err(Errno::PERM | Errno::NOENT | Errno::INVAL) if !dir_missing() => {
+                NO_EMPTY_PATH.store(true, Ordering::Relaxed);
+                None
+            }
+            other => Some(other),
         }
+    };
+    let linked = by_fd.unwrap_or_else(|| {
+        use std::os::fd::AsRawFd;
+        let proc_path = format!("/proc/self/fd/{}", file.as_raw_fd());
+        linkat(CWD, &proc_path, dir, to, AtFlags::SYMLINK_FOLLOW)
+    });
+    match linked {
+        Ok(()) => Ok(true),
+        Err(Errno::EXIST) => Ok(false),
+        Err(e) => Err(e.into()),
     }
 }
 
@@ -135,21 +193,64 @@ fn to_parent_missing(to: &Path) -> bool {
     to.parent().is_some_and(|p| !p.is_dir())
 }
 
+/// An open directory of the real file system.
+#[cfg(target_os = "linux")]
+#[derive(Debug)]
+struct RealDir(std::os::fd::OwnedFd);
+
+#[cfg(target_os = "linux")]
+impl VfsDir for RealDir {
+    fn sync(&self) -> io::Result<()> {
+        Ok(rustix::fs::fsync(&self.0)?)
+    }
+
+    fn create_unnamed(&self) -> io::Result<Option<Box<dyn UnnamedFile>>> {
+        create_unnamed_at(&self.0, Path::new("."))
+    }
+
+    fn as_any(&self) -> &dyn std::any::Any {
+        self
+    }
+}
+
+/// Opens an unnamed file (`O_TMPFILE`, 0444) in directory `path` relative to `dir`; `Ok(None)`
+/// where the system cannot.
+#[cfg(target_os = "linux")]
+fn create_unnamed_at(
+    dir: impl std::os::fd::AsFd,
+    path: &Path,
+) -> io::Result<Option<Box<dyn UnnamedFile>>> {
+    use rustix::fs::{Mode, OFlags};
+    use rustix::io::Errno;
+    // Without /proc the file could never be named where AT_EMPTY_PATH is refused: take the named
+    // path instead.
+    static PROC_FD: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    if !*PROC_FD.get_or_init(|| Path::new("/proc/self/fd").is_dir()) {
+        return Ok(None);
+    }
+    let flags = OFlags::WRONLY | OFlags::TMPFILE | OFlags::CLOEXEC;
+    match rustix::fs::openat(dir, path, flags, Mode::from_raw_mode(0o444)) {
+        Ok(fd) => Ok(Some(Box::new(RealFile(File::from(fd))))),
+        // The kernel or the file system has no O_TMPFILE (EISDIR on kernels before 3.11).
+        Err(Errno::OPNOTSUPP | Errno::ISDIR | Errno::INVAL | Errno::NOSYS) => Ok(None),
+        Err(e) => Err(e.into()),
+    }
+}
+
 impl Vfs for RealVfs {
     #[cfg(target_os = "linux")]
     fn create_unnamed(&self, dir: &Path) -> io::Result<Option<Box<dyn UnnamedFile>>> {
+        create_unnamed_at(rustix::fs::CWD, dir)
+    }
+
+    #[cfg(target_os = "linux")]
+    fn open_dir(&self, path: &Path) -> io::Result<Option<Arc<dyn VfsDir>>> {
         use rustix::fs::{Mode, OFlags};
-        use rustix::io::Errno;
-        // Without /proc the file could never be named: take the named path instead.
-        static PROC_FD: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-        if !*PROC_FD.get_or_init(|| Path::new("/proc/self/fd").is_dir()) {
-            return Ok(None);
-        }
-        let flags = OFlags::WRONLY | OFlags::TMPFILE | OFlags::CLOEXEC;
-        match rustix::fs::openat(rustix::fs::CWD, dir, flags, Mode::from_raw_mode(0o444)) {
-            Ok(fd) => Ok(Some(Box::new(RealFile(File::from(fd))))),
-            // The kernel or the file system has no O_TMPFILE (EISDIR on kernels before 3.11).
-            Err(Errno::OPNOTSUPP | Errno::ISDIR | Errno::INVAL | Errno::NOSYS) => Ok(None),
+        let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC;
+        match rustix::fs::openat(rustix::fs::CWD, path, flags, Mode::empty()) {
+            Ok(fd) => Ok(Some(Arc::new(RealDir(fd)))),
+            // A handle is an optimisation: without a descriptor to spare, go by path.
+            Err(rustix::io::Errno::MFILE | rustix::io::Errno::NFILE) => Ok(None),
             Err(e) => Err(e.into()),
         }
     }

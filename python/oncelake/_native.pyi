@@ -4,7 +4,7 @@ import os
 from types import TracebackType
 from typing import Any, BinaryIO, Callable, Dict, Iterable, List, Optional, Tuple, Type, Union
 
-from ._types import Committed, Duplicate, Entry, Lease, Lookup, Plan, Record
+from ._types import Committed, Duplicate, Entry, FailRecorded, GcReport, Lease, Lookup, Plan, Record, VerifyReport
 from .errors import Rejected
 
 __version__: str
@@ -66,6 +66,10 @@ class Store:
     def reconcile(self, source: Iterable[Tuple[str, int]], *, full: bool = False, list_up_to_date: bool = False) -> Plan: ...
     def stats(self) -> Dict[str, Any]: ...
     def prometheus(self) -> str: ...
+    def gc(self, *, dry_run: bool = False, grace: float = 3600.0, retain: float = 604800.0) -> GcReport:
+        """Garbage collection; ``dry_run`` removes nothing."""
+    def verify(self, *, deep: bool = False) -> VerifyReport:
+        """Integrity check; ``report.ok`` is false when something is missing, damaged or stray."""
     def pipeline(self, definition: str) -> "Pipeline": ...
 
 class Run:
@@ -115,6 +119,13 @@ class Cell:
     def attempts(self) -> int: ...
     @property
     def last_error(self) -> Optional[str]: ...
+    @property
+    def key(self) -> str: ...
+    @property
+    def stale(self) -> Optional[str]: ...
+    @property
+    def lease(self) -> Optional[Lease]:
+        """The lease of a claimed cell (``Pipeline.claim``), else ``None``."""
     def read_input(self, stage: Optional[str] = None) -> bytes: ...
 
 class Pipeline:
@@ -122,5 +133,12 @@ class Pipeline:
 
     def set_source_version(self, unit: str, version: int, input: bytes) -> Outcome: ...
     def work(self, worker: str, stage_fn: Callable[[Cell], bytes], *, ttl: float = 60.0) -> Dict[str, int]: ...
+    def ready(self, limit: int = 100) -> List[Cell]: ...
+    def claim(self, cell: Cell, *, worker: str, ttl: float) -> Cell:
+        """Returns the claimed cell (with ``lease``); raises Busy, AlreadyDone or GaveUp."""
+    def complete(self, cell: Cell, output: bytes) -> Outcome:
+        """Raises Fenced, Busy, Conflict or Stale."""
+    def fail(self, cell: Cell, error: str, *, worker: Optional[str] = None) -> FailRecorded:
+        """Raises Fenced or Busy."""
     def explain(self, unit: str) -> Dict[str, Any]: ...
     def status(self) -> Dict[str, Any]: ...

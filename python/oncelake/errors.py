@@ -77,7 +77,8 @@ class NothingToDo(OncelakeError):
 
 
 class AlreadyDone(NothingToDo):
-    """The unit is committed at the asked version or newer. Facts: ``unit`` and ``entry``."""
+    """The unit is committed at the asked version or newer. Facts: ``unit`` and ``entry`` (for a
+    pipeline cell ``Pipeline.claim`` gives ``stage`` and ``cell`` and no entry)."""
 
     kind = "already_done"
 
@@ -89,6 +90,13 @@ class Busy(NothingToDo):
     """
 
     kind = "busy"
+
+
+class GaveUp(NothingToDo):
+    """A pipeline cell used up its stage's ``max_attempts``; it runs again once its source or
+    code version changes. Facts: ``unit``, ``stage``, ``cell``, ``attempts``."""
+
+    kind = "gave_up"
 
 
 class Locked(OncelakeError):
@@ -131,6 +139,7 @@ _BY_KIND = {
         Aborted,
         AlreadyDone,
         Busy,
+        GaveUp,
         Locked,
         Corrupt,
         InvalidInput,

@@ -7,6 +7,7 @@
 mod bench;
 mod convert;
 mod data;
+mod maint;
 mod pipeline;
 mod run;
 mod snapshot;

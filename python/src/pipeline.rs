@@ -1,10 +1,13 @@
 //! `oncelake.Pipeline`: a DAG of stages over a store (SPEC R13), as the engine's
 //! `oncelake::pipeline::Pipeline` runs it.
 
-use crate::convert::{self, kw, o, Py2};
+use crate::convert::{self, kw, make, o, Py2};
 use oncelake::pipeline::{
-    set_source_version, CellState, Pipeline, PipelineDef, ReadyCell, WorkOptions,
+    set_source_version, Attempt, CellState, Claim, FailOutcome, Pipeline, PipelineDef, ReadyCell,
+    WorkOptions,
 };
+use oncelake::Lease;
+use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyList};
 
@@ -15,11 +18,14 @@ pub struct PyPipeline {
     pipeline: Pipeline,
 }
 
-/// A ready cell handed to the stage function of ``Pipeline.work``.
+/// A ready pipeline cell: handed to the stage function of ``Pipeline.work``, listed by
+/// ``Pipeline.ready`` and returned, with its lease, by ``Pipeline.claim``.
 #[pyclass(module = "oncelake", name = "Cell", frozen)]
 pub struct PyCell {
     store: oncelake::Store,
     cell: ReadyCell,
+    /// The lease of a claimed cell (``Pipeline.claim``); its token fences the completion.
+    lease: Option<Lease>,
 }
 
 #[pymethods]
@@ -49,6 +55,24 @@ impl PyCell {
     fn last_error(&self) -> Option<&str> {
         self.cell.last_error.as_deref()
     }
+    /// The cell's key: the unit under which its completion is committed in the manifest.
+    #[getter]
+    fn key(&self) -> &str {
+        &self.cell.key
+    }
+    /// Why a completed cell runs again (newer source version, changed code), or ``None``.
+    #[getter]
+    fn stale(&self) -> Option<String> {
+        self.cell.stale.as_ref().map(|s| s.to_string())
+    }
+    /// The ``Lease`` of a claimed cell (``Pipeline.claim``), else ``None``.
+    #[getter]
+    fn lease<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyAny>>> {
+        self.lease
+            .as_ref()
+            .map(|l| convert::lease(py, l, false))
+            .transpose()
+    }
     /// The bytes of an input: ``stage=None`` for the unit's source input, else an upstream stage.
     #[pyo3(signature = (stage = None))]
     fn read_input<'py>(
@@ -62,10 +86,37 @@ impl PyCell {
         Ok(PyBytes::new(py, &b))
     }
     fn __repr__(&self) -> String {
+        let token = match &self.lease {
+            Some(l) => format!(", token={}", l.token),
+            None => String::new(),
+        };
         format!(
-            "oncelake.Cell(unit={:?}, stage={:?}, source_version={})",
+            "oncelake.Cell(unit={:?}, stage={:?}, source_version={}{token})",
             self.cell.unit, self.cell.stage, self.cell.source_version
         )
+    }
+}
+
+impl PyCell {
+    /// The run of this cell as the engine records it: under its lease's token when claimed,
+    /// else by `worker` without a token (refused as busy while someone holds a live lease).
+    fn attempt(&self, worker: Option<&str>) -> PyResult<Attempt> {
+        let (worker, token) =
+            match (&self.lease, worker) {
+                (Some(l), _) => (l.worker.clone(), Some(l.token)),
+                (None, Some(w)) => (w.to_owned(), None),
+                (None, None) => return Err(PyValueError::new_err(
+                    "this cell was not claimed: claim it with Pipeline.claim(cell, worker=..., \
+                     ttl=...), or pass worker= to record the run without a lease",
+                )),
+            };
+        Ok(Attempt {
+            unit: self.cell.unit.clone(),
+            stage: self.cell.stage.clone(),
+            source_version: self.cell.source_version,
+            worker,
+            token,
+        })
     }
 }
 
@@ -125,6 +176,7 @@ impl PyPipeline {
                         let c = PyCell {
                             store: self.store.clone(),
                             cell: cell.clone(),
+                            lease: None,
                         };
                         stage_fn
                             .bind(py)
@@ -147,6 +199,196 @@ impl PyPipeline {
                 ("invalidated", o(py, report.invalidated)),
             ],
         )
+    }
+
+    /// Up to ``limit`` cells that may run now (in unit order, then stage order), for running
+    /// cells by hand: ``claim`` one, run it, then ``complete`` or ``fail`` it.
+    #[pyo3(signature = (limit = 100))]
+    fn ready(&self, py: Python<'_>, limit: usize) -> PyResult<Vec<PyCell>> {
+        let cells = py
+            .detach(|| self.pipeline.ready(&self.store, limit))
+            .py(py)?;
+        Ok(cells
+            .into_iter()
+            .map(|cell| PyCell {
+                store: self.store.clone(),
+                cell,
+                lease: None,
+            })
+            .collect())
+    }
+
+    /// Claims ``cell`` for ``worker`` for ``ttl`` seconds: returns the claimed ``Cell`` (with its
+    /// ``lease`` and its attempt count as of the grant). Raises ``Busy`` (another worker holds
+    /// it), ``AlreadyDone`` (completed meanwhile) or ``GaveUp`` (its attempts are used up; the
+    /// lease was given back).
+    #[pyo3(signature = (cell, *, worker, ttl))]
+    fn claim<'py>(
+        &self,
+        py: Python<'py>,
+        cell: &Bound<'py, PyCell>,
+        worker: &str,
+        ttl: f64,
+    ) -> PyResult<PyCell> {
+        let ready = &cell.get().cell;
+        let ttl = crate::store::seconds("ttl", ttl)?;
+        let claim = py
+            .detach(|| self.pipeline.claim(&self.store, ready, worker, ttl))
+            .py(py)?;
+        let facts = |extra: Vec<(&'static str, Bound<'py, PyAny>)>| {
+            let mut f = cell_facts(py, ready);
+            f.extend(extra);
+            kw(py, &f)
+        };
+        match claim {
+            Claim::Granted { lease, cell } => Ok(PyCell {
+                store: self.store.clone(),
+                cell,
+                lease: Some(lease),
+            }),
+            Claim::Held {
+                worker,
+                expires_at_ms,
+            } => Err(convert::error(
+                py,
+                "busy",
+                format!(
+                    "busy: {} {} is claimed by {worker} until {expires_at_ms} ms; another worker \
+                     runs it",
+                    ready.unit, ready.stage
+                ),
+                facts(vec![
+                    ("outcome", o(py, "busy")),
+                    ("worker", o(py, worker.as_str())),
+                    ("expires_at_ms", o(py, expires_at_ms)),
+                ])?,
+            )),
+            Claim::AlreadyDone => Err(convert::error(
+                py,
+                "already_done",
+                format!(
+                    "already done: {} {} was completed at source version {} meanwhile; nothing \
+                     to do",
+                    ready.unit, ready.stage, ready.source_version
+                ),
+                facts(vec![
+                    ("outcome", o(py, "already_done")),
+                    ("entry", py.None().into_bound(py)),
+                ])?,
+            )),
+            Claim::GaveUp { attempts } => Err(convert::error(
+                py,
+                "gave_up",
+                format!(
+                    "gave up: {} {} failed {attempts} time(s), its stage's max_attempts; it is \
+                     retried once its source or code version changes",
+                    ready.unit, ready.stage
+                ),
+                facts(vec![
+                    ("outcome", o(py, "gave_up")),
+                    ("attempts", o(py, attempts)),
+                ])?,
+            )),
+        }
+    }
+
+    /// Completes ``cell`` with ``output`` (bytes): commits it under the cell's key at its source
+    /// version, under its lease's token when it was claimed (``Fenced`` if the lease was taken
+    /// over or ended), else without one (``Busy`` while another worker holds a live lease).
+    /// Returns ``Committed`` or ``Duplicate`` (the same output again); raises ``Conflict`` for
+    /// other bytes at the same version and ``Stale`` when the cell was completed for a newer one.
+    /// The outcome's ``unit`` is the cell's ``key``.
+    fn complete<'py>(
+        &self,
+        py: Python<'py>,
+        cell: &Bound<'py, PyCell>,
+        output: &[u8],
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let attempt = cell.get().attempt(Some("python"))?;
+        let out = py
+            .detach(|| self.pipeline.complete(&self.store, &attempt, output))
+            .py(py)?;
+        let meta = oncelake::ObjectMeta {
+            id: out.object,
+            size: output.len() as u64,
+            crc32: crc32fast::hash(output),
+        };
+        convert::outcome(py, &out, meta)
+    }
+
+    /// Records a failed run of ``cell`` with ``error`` (its message); the cell is retried until
+    /// its stage's ``max_attempts``. A claimed cell's failure is recorded under its lease (which
+    /// it ends, so the cell can be retried at once); an unclaimed one needs ``worker=`` and is
+    /// refused as ``Busy`` while another worker holds a live lease. Returns ``FailRecorded``;
+    /// raises ``Fenced`` when the lease was taken over or ended.
+    #[pyo3(signature = (cell, error, *, worker = None))]
+    fn fail<'py>(
+        &self,
+        py: Python<'py>,
+        cell: &Bound<'py, PyCell>,
+        error: &str,
+        worker: Option<&str>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let c = cell.get();
+        let attempt = c.attempt(worker)?;
+        let out = py
+            .detach(|| self.pipeline.fail(&self.store, &attempt, error))
+            .py(py)?;
+        let mut f = cell_facts(py, &c.cell);
+        match out {
+            FailOutcome::Recorded {
+                seq,
+                attempts,
+                gave_up,
+            } => {
+                f.extend([
+                    ("seq", o(py, seq)),
+                    ("attempts", o(py, attempts)),
+                    ("gave_up", o(py, gave_up)),
+                ]);
+                make(py, "FailRecorded", kw(py, &f)?)
+            }
+            FailOutcome::Fenced {
+                token,
+                newest_token,
+            } => {
+                f.extend([
+                    ("outcome", o(py, "fenced")),
+                    ("token", o(py, token)),
+                    ("newest_token", o(py, newest_token)),
+                ]);
+                Err(convert::error(
+                    py,
+                    "fenced",
+                    format!(
+                        "fenced: token {token} of {} {} is not the cell's live lease (newest \
+                         token {newest_token}); another worker took over — nothing was recorded",
+                        c.cell.unit, c.cell.stage
+                    ),
+                    kw(py, &f)?,
+                ))
+            }
+            FailOutcome::Busy {
+                worker,
+                expires_at_ms,
+            } => {
+                f.extend([
+                    ("outcome", o(py, "busy")),
+                    ("worker", o(py, worker.as_str())),
+                    ("expires_at_ms", o(py, expires_at_ms)),
+                ]);
+                Err(convert::error(
+                    py,
+                    "busy",
+                    format!(
+                        "busy: {} {} is claimed by {worker} until {expires_at_ms} ms; record the \
+                         failure under that lease, or after it ends. Nothing was recorded",
+                        c.cell.unit, c.cell.stage
+                    ),
+                    kw(py, &f)?,
+                ))
+            }
+        }
     }
 
     /// Why each cell of ``unit`` is in its state: ``{"unit", "source_version", "cells": [...]}``,
@@ -243,4 +485,15 @@ impl PyPipeline {
             &[("units", o(py, s.units)), ("stages", stages.into_any())],
         )
     }
+}
+
+/// The facts every answer about a cell carries: the CLI's `unit`, `stage`, `source_version` and
+/// `cell` (its key).
+fn cell_facts<'py>(py: Python<'py>, c: &ReadyCell) -> Vec<(&'static str, Bound<'py, PyAny>)> {
+    vec![
+        ("unit", o(py, c.unit.as_str())),
+        ("stage", o(py, c.stage.as_str())),
+        ("source_version", o(py, c.source_version)),
+        ("cell", o(py, c.key.as_str())),
+    ]
 }

@@ -495,6 +495,42 @@ impl PyStore {
         Ok(self.store()?.metrics().to_prometheus())
     }
 
+    /// Garbage collection (``oncelake gc``): removes staging files of writers that are gone (and
+    /// unrecognised ones older than ``grace`` seconds), prunes history superseded more than
+    /// ``retain`` seconds ago, and removes objects that no kept entry, in-flight commit or open
+    /// snapshot references. ``dry_run=True`` reports what it would remove and removes nothing.
+    /// Returns a ``GcReport``.
+    #[pyo3(signature = (*, dry_run = false, grace = 3600.0, retain = 7.0 * 86400.0))]
+    fn gc<'py>(
+        &self,
+        py: Python<'py>,
+        dry_run: bool,
+        grace: f64,
+        retain: f64,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let store = self.store()?;
+        let options = oncelake::GcOptions {
+            dry_run,
+            grace: seconds("grace", grace)?,
+            retain: seconds("retain", retain)?,
+        };
+        let report = py.detach(|| store.gc(options)).py(py)?;
+        crate::maint::gc_report(py, &report)
+    }
+
+    /// Integrity check (``oncelake verify``): re-reads every referenced object (size and CRC32,
+    /// and the BLAKE3 hash with ``deep=True``) and replays the log against the manifest. Returns
+    /// a ``VerifyReport`` whose ``ok`` is false when something is missing, damaged or stray (the
+    /// CLI's exit 7); space left for GC is listed under ``reclaimable`` and is not a problem.
+    #[pyo3(signature = (*, deep = false))]
+    fn verify<'py>(&self, py: Python<'py>, deep: bool) -> PyResult<Bound<'py, PyAny>> {
+        let store = self.store()?;
+        let report = py
+            .detach(|| store.verify(oncelake::VerifyOptions { deep }))
+            .py(py)?;
+        crate::maint::verify_report(py, &report)
+    }
+
     /// A pipeline over this store, from its TOML definition (``[stage.NAME]`` tables with
     /// ``code_version``, ``upstream``, ``max_attempts``), as ``oncelake pipeline`` reads it.
     fn pipeline(&self, py: Python<'_>, definition: &str) -> PyResult<PyPipeline> {

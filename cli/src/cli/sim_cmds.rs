@@ -193,7 +193,7 @@ fn run_modes(
         if temporary {
             let dir = cfg.store_dir.clone();
             removals.push(std::thread::spawn(move || {
-                let _ = std::fs::remove_dir_all(dir);
+                let _ = oncelake::simulate::remove_store(&dir);
             }));
         }
     }
