@@ -29,7 +29,7 @@
 //! after the change; the database file as of its last successful sync. Permissions and times are
 //! not modelled.
 
-use crate::vfs::{Vfs, VfsFile};
+use crate::vfs::{UnnamedFile, Vfs, VfsDir, VfsFile};
 use parking_lot::Mutex;
 use redb::{backends::FileBackend, BackendError, StorageBackend};
 use std::collections::HashMap;
@@ -559,7 +559,45 @@ impl VfsFile for FaultyFile {
     }
 }
 
+/// A directory "held open" under the fault model. Production stages through open directory
+/// handles; so that the fault and power-loss sweeps exercise that path too (the handle cache, its
+/// syncs, a directory removed while held), the model offers handles as well. A handle is its
+/// path: every sync through it is the model's sync of that path, counted and cut like any other.
+/// The model offers no unnamed files, so it sees every staging file by name.
+#[derive(Debug)]
+struct FaultyDir {
+    vfs: FaultyVfs,
+    path: PathBuf,
+}
+
+impl VfsDir for FaultyDir {
+    fn sync(&self) -> io::Result<()> {
+        self.vfs.sync_dir(&self.path)
+    }
+    fn create_unnamed(&self) -> io::Result<Option<Box<dyn UnnamedFile>>> {
+        Ok(None)
+    }
+    fn as_any(&self) -> &dyn std::any::Any {
+        self
+    }
+}
+
 impl Vfs for FaultyVfs {
+    fn open_dir(&self, path: &Path) -> io::Result<Option<Arc<dyn VfsDir>>> {
+        self.plan.check("open directory", false)?;
+        // As a real open: a missing directory is NotFound, a file is not a directory.
+        if !self.inner.metadata(path)?.is_dir() {
+            return Err(io::Error::other(format!(
+                "{} is not a directory",
+                path.display()
+            )));
+        }
+        let vfs = FaultyVfs::new(self.inner.clone(), self.plan.clone());
+        Ok(Some(Arc::new(FaultyDir {
+            vfs,
+            path: path.to_path_buf(),
+        })))
+    }
     fn create_new(&self, path: &Path) -> io::Result<Box<dyn VfsFile>> {
         self.create_with(path, |p| self.inner.create_new(p))
     }
