@@ -65,7 +65,7 @@ Examples:
   oncelake verify ./lake --deep
   oncelake stats ./lake --prometheus
   oncelake simulate --units 2000 --mode both --json
-  oncelake bench commit --threads 1 --commits 200 --seconds 1 --systems oncelake";
+  oncelake bench commit --threads 1 --commits 200 --seconds 1 --preload 10000 --systems oncelake";
 
 /// The text after `oncelake --help`: the examples, then the exit codes from their one table.
 fn after_help() -> String {
@@ -146,7 +146,7 @@ pub(crate) enum BenchCommand {
     /// Durable commits of one unit each, objects pre-staged (P1), against one redb transaction
     /// per commit (b1) and the seed 001 pattern on SQLite (b2), at several thread counts.
     #[command(
-        after_help = "Example:\n  oncelake bench commit --threads 1,4 --commits 200 --seconds 1 --systems oncelake,redb --json"
+        after_help = "Example:\n  oncelake bench commit --threads 1,4 --commits 200 --preload 10000 --systems oncelake,redb --json"
     )]
     Commit(bench::CommitBenchArgs),
     /// Dedup decision (P2) via the in-memory index vs a plain redb point lookup; open time (P6).
