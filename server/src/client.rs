@@ -381,10 +381,15 @@ impl Client {
         Ok((&r).into())
     }
 
-    /// Runs verify on the server: its summary as JSON (`ok`, counts, `problems`).
-    pub fn verify(&self, deep: bool) -> Result<serde_json::Value> {
+    /// Runs verify on the server: the engine's whole report, as `Store::verify` returns it.
+    pub fn verify(&self, deep: bool) -> Result<oncelake::VerifyReport> {
+        #[derive(serde::Deserialize)]
+        struct Answer {
+            report: crate::wire_verify::VerifyReportW,
+        }
         let body = to_json(&serde_json::json!({ "deep": deep }))?;
-        self.json("POST", "/v1/verify", Payload::Json(body))
+        let a: Answer = self.json("POST", "/v1/verify", Payload::Json(body))?;
+        a.report.to_engine().map_err(ClientError::Protocol)
     }
 
     fn json<T: for<'de> serde::Deserialize<'de>>(

@@ -14,6 +14,7 @@ mod live;
 mod run;
 pub mod stats;
 pub mod wire;
+pub mod wire_verify;
 
 pub use client::{Client, ClientError};
 pub use http::Limits;

@@ -39,6 +39,17 @@ pub(crate) fn route(cmd: &Command) -> Option<Result<u8, CliError>> {
                 exit::OK
             })
             .map_err(client_error),
+        Command::Verify(a) => client
+            .verify(a.deep)
+            .map(|r| {
+                super::maint_cmds::print_verify(&Output::new(a.json), &r);
+                if r.is_ok() {
+                    exit::OK
+                } else {
+                    exit::VERIFY_PROBLEMS
+                }
+            })
+            .map_err(client_error),
         _ => not_routed(store, &client),
     })
 }
