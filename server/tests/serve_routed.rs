@@ -64,3 +64,118 @@ fn verify_through_the_server_prints_what_it_prints_in_process() {
         assert_same(&store, &args, 7);
     }
 }
+
+/// A store with units `u/000`..`u/009` at version 2 (and `zz/gone`, which no listing names).
+fn reconcile_store() -> (tempfile::TempDir, std::path::PathBuf) {
+    let (dir, store) = new_store();
+    {
+        let server = Server::start(&store);
+        for i in 0..10 {
+            put(
+                &store,
+                &format!("u/{i:03}"),
+                2,
+                format!("out {i}").as_bytes(),
+            );
+        }
+        put(&store, "zz/gone", 1, b"old");
+        server.stop();
+    }
+    (dir, store)
+}
+
+#[test]
+fn reconcile_through_the_server_prints_what_it_prints_in_process() {
+    let (dir, store) = reconcile_store();
+    let s = store.to_str().unwrap();
+    let file = |name: &str, text: &str| {
+        let p = dir.path().join(name);
+        std::fs::write(&p, text).unwrap();
+        p.to_str().unwrap().to_string()
+    };
+    // Full, sorted: behind, up to date, missing, and zz/gone unknown to the source.
+    let sorted = file(
+        "sorted.csv",
+        "u/000,3\nu/001,2\nu/002,1\nu/005,9\nu/100,1\nu/101,4\n",
+    );
+    // Full, out of order: the server sorts it first.
+    let unsorted = file("unsorted.csv", "u/101,4\nu/000,3\nu/005,9\nu/001,2\n");
+    let changes = file(
+        "changes.jsonl",
+        "{\"unit\": \"u/003\", \"version\": 5}\n{\"unit\": \"new/1\", \"version\": 1}\n",
+    );
+    for args in [
+        vec!["reconcile", s, "--source", &sorted],
+        vec!["reconcile", s, "--source", &sorted, "--json"],
+        vec!["reconcile", s, "--source", &sorted, "--list-up-to-date"],
+        vec!["reconcile", s, "--source", &unsorted, "--json"],
+        vec!["reconcile", s, "--source", &changes, "--changes-only"],
+        vec![
+            "reconcile",
+            s,
+            "--source",
+            &changes,
+            "--changes-only",
+            "--json",
+        ],
+    ] {
+        assert_same(&store, &args, 0);
+    }
+    // Standard input (sorted first, as in-process).
+    let (served, local) = support::served_and_in_process_with_input(
+        &store,
+        &["reconcile", s, "--source", "-", "--json"],
+        b"u/009,2\nu/001,7\n",
+    );
+    assert_eq!(served, local);
+    assert_eq!(served.0, 0);
+    assert!(served.1.contains("\"unit\":\"u/001\""), "{}", served.1);
+    // A bad line after good ones in an incremental listing: the same lines, then exit 2.
+    let bad = file("bad.csv", "u/004,3\nu/007,x\nu/008,9\n");
+    assert_same(
+        &store,
+        &["reconcile", s, "--source", &bad, "--changes-only", "--json"],
+        2,
+    );
+    // A bad full listing is refused before any plan line.
+    assert_same(&store, &["reconcile", s, "--source", &bad], 2);
+}
+
+/// A plan far larger than the socket buffers, against a model: every listed unit is missing,
+/// so the plan names each one, in order, and the store's own units are unknown to the source.
+#[test]
+fn a_large_reconcile_streams_both_ways() {
+    let (dir, store) = reconcile_store();
+    let s = store.to_str().unwrap();
+    let units: Vec<String> = (0..40_000).map(|i| format!("big/{i:06}")).collect();
+    let listing: String = units.iter().map(|u| format!("{u},1\n")).collect();
+    let path = dir.path().join("big.csv");
+    std::fs::write(&path, listing).unwrap();
+    let p = path.to_str().unwrap();
+    let server = Server::start(&store);
+    let (code, out) = support::run(&["reconcile", s, "--source", p, "--json"]);
+    server.stop();
+    assert_eq!(code, 0);
+    let lines: Vec<serde_json::Value> = out
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let planned: Vec<&str> = lines[..units.len()]
+        .iter()
+        .map(|v| {
+            assert_eq!(v["action"], "missing", "{v}");
+            v["unit"].as_str().unwrap()
+        })
+        .collect();
+    assert_eq!(planned, units);
+    let unknown: Vec<&str> = lines[units.len()..lines.len() - 1]
+        .iter()
+        .map(|v| v["unit"].as_str().unwrap())
+        .collect();
+    let mut expected: Vec<String> = (0..10).map(|i| format!("u/{i:03}")).collect();
+    expected.push("zz/gone".into());
+    assert_eq!(unknown, expected);
+    let summary = &lines[lines.len() - 1]["summary"];
+    assert_eq!(summary["missing"], units.len() as u64);
+    assert_eq!(summary["unknown"], 11);
+}

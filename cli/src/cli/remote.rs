@@ -50,6 +50,7 @@ pub(crate) fn route(cmd: &Command) -> Option<Result<u8, CliError>> {
                 }
             })
             .map_err(client_error),
+        Command::Reconcile(a) => reconcile(&client, a),
         _ => not_routed(store, &client),
     })
 }
@@ -245,5 +246,72 @@ fn log(client: &Client, a: &super::store_cmds::LogArgs) -> Result<u8, CliError> 
             return Ok(exit::OK);
         }
         since = last;
+    }
+}
+
+/// `reconcile` through the server: the listing file (or standard input) is streamed as the
+/// request body; the plan comes back line by line and goes through the in-process printers.
+fn reconcile(client: &Client, a: &super::reconcile_cmd::ReconcileArgs) -> Result<u8, CliError> {
+    use super::reconcile_cmd::{
+        bad_listing_message, needs_sort, open_listing, print_plan_item, print_plan_summary,
+        print_sort_note,
+    };
+    use oncelake_server::{PlanEnd, PlanEvent, ReconcileForm};
+    let (mut input, format) = open_listing(a)?;
+    let sort = needs_sort(a, format)?;
+    let dir = a.tmp.clone().unwrap_or_else(std::env::temp_dir);
+    let form = ReconcileForm {
+        changes_only: a.changes_only,
+        format,
+        list_up_to_date: a.list_up_to_date,
+        // The server resolves a relative path against its own directory.
+        sort_in: sort.then(|| std::path::absolute(&dir).unwrap_or_else(|_| dir.clone())),
+    };
+    let output = Output::new(a.json);
+    let mut out = std::io::BufWriter::with_capacity(1 << 16, std::io::stdout().lock());
+    let (mut sorted_seen, mut write_failed) = (false, None);
+    let end = client
+        .reconcile(&mut input, &form, |event| match event {
+            PlanEvent::Sorted {
+                was_sorted,
+                rows,
+                spilled_runs,
+            } => {
+                sorted_seen = true;
+                if !was_sorted {
+                    print_sort_note(&a.source, rows, spilled_runs, &dir);
+                }
+                true
+            }
+            PlanEvent::Item(item) => match print_plan_item(&output, &mut out, item) {
+                Ok(()) => true,
+                Err(e) => {
+                    write_failed = Some(e);
+                    false
+                }
+            },
+        })
+        .map_err(client_error)?;
+    match (end, write_failed) {
+        (PlanEnd::Stopped, Some(e)) if e.kind() != std::io::ErrorKind::BrokenPipe => {
+            Err(CliError::io("write the plan", e))
+        }
+        (PlanEnd::Stopped, _) => Ok(exit::OK), // a closed pipe (`| head`) is not an error
+        (PlanEnd::BadListing { kind, message }, _) => {
+            let _ = out.flush();
+            // A listing the sort refused comes before any plan line, as in-process.
+            let printed = !sort || sorted_seen;
+            Err(bad_listing_message(
+                &a.source, format, &kind, &message, printed,
+            ))
+        }
+        (PlanEnd::Complete(summary), _) => {
+            if out.flush().is_err() {
+                return Ok(exit::OK);
+            }
+            drop(out);
+            print_plan_summary(&output, &summary, a.changes_only, format);
+            Ok(exit::OK)
+        }
     }
 }

@@ -114,6 +114,27 @@ pub fn run(args: &[&str]) -> (i32, String) {
     )
 }
 
+/// (exit code, stdout) of a CLI call reading `stdin`.
+pub fn run_with_input(args: &[&str], stdin: &[u8]) -> (i32, String) {
+    let out = oncelake_with_input(args, stdin);
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8(out.stdout).unwrap(),
+    )
+}
+
+/// The same command with `stdin`, through a running server and in-process.
+pub fn served_and_in_process_with_input(
+    store: &Path,
+    args: &[&str],
+    stdin: &[u8],
+) -> ((i32, String), (i32, String)) {
+    let server = Server::start(store);
+    let served = run_with_input(args, stdin);
+    server.stop();
+    (served, run_with_input(args, stdin))
+}
+
 /// The same command through a running server and in-process (after the server stopped): both
 /// answers, which the caller compares.
 pub fn served_and_in_process(store: &Path, args: &[&str]) -> ((i32, String), (i32, String)) {
