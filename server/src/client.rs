@@ -5,7 +5,7 @@
 use crate::discovery::{self, Address};
 use crate::wire::{
     self, ChangesW, ClaimReqW, ClaimW, CommitItemW, CommitReportW, CommitW, CommittedW, EntryW,
-    ErrorBody, LeaseW, PutW, ReleaseReqW, ReleaseW, RenewReqW, RenewW, StagedW,
+    ErrorBody, LeaseW, PutW, ReleaseReqW, ReleaseW, RenewReqW, RenewW, StagedW, UnitOutcomeW,
 };
 use crate::wire_reconcile;
 use oncelake::log::Record;
@@ -441,6 +441,30 @@ impl Client {
                 "the plan ended without its summary",
             ),
         ))
+    }
+
+    /// Records `unit`'s source version with `input` as its input (pipelines): the outcome of the
+    /// internal commit, as `oncelake::pipeline::set_source_version` returns it.
+    pub fn pipeline_set_version(
+        &self,
+        unit: &str,
+        source_version: u64,
+        mut input: &[u8],
+    ) -> Result<UnitOutcome> {
+        let q = format!(
+            "/v1/pipeline/source?unit={}&version={source_version}",
+            encode(unit)
+        );
+        let r: UnitOutcomeW = self.json("PUT", &q, Payload::Stream(&mut input))?;
+        r.to_unit_outcome().map_err(ClientError::Protocol)
+    }
+
+    /// The cell counts of the pipeline defined by `definition` (its TOML text).
+    pub fn pipeline_status(&self, definition: &str) -> Result<oncelake::pipeline::Status> {
+        let body = to_json(&serde_json::json!({ "pipeline": definition }))?;
+        let r: crate::pipeline::StatusW =
+            self.json("POST", "/v1/pipeline/status", Payload::Json(body))?;
+        Ok((&r).into())
     }
 
     fn json<T: for<'de> serde::Deserialize<'de>>(

@@ -119,6 +119,8 @@ pub(crate) fn router(app: Arc<App>) -> Router {
         .route("/v1/gc", post(gc))
         .route("/v1/verify", post(verify))
         .route("/v1/reconcile", post(crate::reconcile::reconcile))
+        .route("/v1/pipeline/source", put(crate::pipeline::set_source))
+        .route("/v1/pipeline/status", post(crate::pipeline::status))
         .fallback(not_found)
         .with_state(app)
 }
@@ -173,12 +175,12 @@ impl From<oncelake::Error> for ApiError {
 
 pub(crate) type ApiResult<T> = Result<T, ApiError>;
 
-fn json<T: Serialize>(v: &T) -> Response {
+pub(crate) fn json<T: Serialize>(v: &T) -> Response {
     axum::Json(v).into_response()
 }
 
 /// Runs a store call on the blocking pool.
-async fn blocking<T: Send + 'static>(
+pub(crate) async fn blocking<T: Send + 'static>(
     f: impl FnOnce() -> oncelake::Result<T> + Send + 'static,
 ) -> ApiResult<T> {
     match tokio::task::spawn_blocking(f).await {
@@ -197,7 +199,7 @@ pub(crate) fn query<T>(q: Result<Query<T>, QueryRejection>) -> ApiResult<T> {
 }
 
 /// Reads a whole JSON body within the size limit and the idle timeout.
-async fn read_json<T: for<'de> Deserialize<'de>>(app: &App, body: Body) -> ApiResult<T> {
+pub(crate) async fn read_json<T: for<'de> Deserialize<'de>>(app: &App, body: Body) -> ApiResult<T> {
     let limited = http_body_util::Limited::new(body, app.limits.max_json);
     let collected = tokio::time::timeout(app.limits.body_idle, limited.collect())
         .await

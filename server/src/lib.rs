@@ -11,6 +11,7 @@ pub mod client;
 pub mod discovery;
 mod http;
 mod live;
+pub mod pipeline;
 pub mod load;
 mod reconcile;
 mod run;

@@ -179,3 +179,102 @@ fn a_large_reconcile_streams_both_ways() {
     assert_eq!(summary["missing"], units.len() as u64);
     assert_eq!(summary["unknown"], 11);
 }
+
+/// Runs `args` (with `{}` replaced by the store) on a served store and on an in-process twin
+/// with the same history, and checks both answer the same.
+fn on_twins(served: &Path, local: &Path, args: &[&str], stdin: &[u8]) -> (i32, String) {
+    let with = |store: &Path| -> Vec<String> {
+        args.iter()
+            .map(|a| a.replace("{}", store.to_str().unwrap()))
+            .collect()
+    };
+    let a = with(served);
+    let b = with(local);
+    let a: Vec<&str> = a.iter().map(String::as_str).collect();
+    let b: Vec<&str> = b.iter().map(String::as_str).collect();
+    let through = support::run_with_input(&a, stdin);
+    let in_process = support::run_with_input(&b, stdin);
+    let strip = |s: &str, store: &Path| s.replace(store.to_str().unwrap(), "STORE");
+    assert_eq!(
+        (through.0, strip(&through.1, served)),
+        (in_process.0, strip(&in_process.1, local)),
+        "{args:?}: through the server vs in-process"
+    );
+    through
+}
+
+/// `pipeline set-version` and `pipeline status` through the server, on a served store and an
+/// in-process twin, against a model of the cells' states: with stages ingest → transform, a
+/// unit with a source version has a ready ingest cell and a blocked transform cell.
+#[test]
+fn pipeline_set_version_and_status_through_the_server_match_in_process_and_the_model() {
+    let (dir_a, served) = new_store();
+    let (_dir_b, local) = new_store();
+    let def = dir_a.path().join("etl.toml");
+    std::fs::write(
+        &def,
+        "[stage.ingest]\ncode_version = 1\n[stage.transform]\ncode_version = 3\nupstream = [\"ingest\"]\n",
+    )
+    .unwrap();
+    let def = def.to_str().unwrap();
+    let server = Server::start(&served);
+    // unit → version: the model of what set-version recorded.
+    let mut model = std::collections::BTreeMap::new();
+    for (unit, version, input, code) in [
+        ("orders/day=1", "7", "a,b", 0),
+        ("orders/day=2", "3", "c", 0),
+        ("orders/day=1", "7", "a,b", 0), // duplicate
+        ("orders/day=1", "6", "x", 4),   // stale: versions never go back
+        ("orders/day=3", "1", "", 0),
+    ] {
+        for json in [false, true] {
+            let mut args = vec!["pipeline", "set-version", "{}", unit, version, "-"];
+            if json {
+                args.push("--json");
+            }
+            let (got, _) = on_twins(&served, &local, &args, input.as_bytes());
+            assert_eq!(got, code, "{args:?}");
+        }
+        if code == 0 {
+            model.insert(unit, version);
+        }
+    }
+    for args in [
+        vec!["pipeline", "status", "{}", "--pipeline", def],
+        vec!["pipeline", "status", "{}", "--pipeline", def, "--dot"],
+    ] {
+        on_twins(&served, &local, &args, b"");
+    }
+    let (code, out) = on_twins(
+        &served,
+        &local,
+        &["pipeline", "status", "{}", "--pipeline", def, "--json"],
+        b"",
+    );
+    assert_eq!(code, 0);
+    let stages: Vec<serde_json::Value> = out
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let units = model.len() as u64;
+    assert_eq!(stages.len(), 2, "{out}");
+    assert_eq!(
+        (stages[0]["stage"].as_str(), stages[0]["ready"].as_u64()),
+        (Some("ingest"), Some(units))
+    );
+    assert_eq!(
+        (stages[1]["stage"].as_str(), stages[1]["blocked"].as_u64()),
+        (Some("transform"), Some(units))
+    );
+    // A pipeline command not served yet stops at once with exit 6 instead of waiting.
+    let (code, _) = support::run(&[
+        "pipeline",
+        "explain",
+        served.to_str().unwrap(),
+        "--pipeline",
+        def,
+        "orders/day=1",
+    ]);
+    assert_eq!(code, 6);
+    server.stop();
+}

@@ -197,7 +197,7 @@ pub(crate) fn run(a: PipelineArgs, wait: Duration) -> Result<u8, CliError> {
     }
 }
 
-fn load_def(path: &Path) -> Result<Pipeline, CliError> {
+pub(crate) fn load_def(path: &Path) -> Result<Pipeline, CliError> {
     let text = std::fs::read_to_string(path).map_err(|e| {
         CliError::Input(format!(
             "cannot read the pipeline file {}: {e}; pass a TOML file of [stage.NAME] tables with --pipeline",
@@ -209,7 +209,7 @@ fn load_def(path: &Path) -> Result<Pipeline, CliError> {
     Ok(Pipeline::new(def))
 }
 
-fn read_input(file: &str) -> Result<Vec<u8>, CliError> {
+pub(crate) fn read_input(file: &str) -> Result<Vec<u8>, CliError> {
     let mut buf = Vec::new();
     if file == "-" {
         std::io::stdin()

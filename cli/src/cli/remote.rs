@@ -9,6 +9,7 @@ use super::store_cmds::{
     print_ls_end, print_put,
 };
 use super::{exit, open_input, write_out_bytes, CliError, Command, Output};
+use super::pipeline_cmds::PipelineCommand;
 use oncelake_server::{Client, ClientError};
 use std::io::Write;
 use std::path::Path;
@@ -51,6 +52,11 @@ pub(crate) fn route(cmd: &Command) -> Option<Result<u8, CliError>> {
             })
             .map_err(client_error),
         Command::Reconcile(a) => reconcile(&client, a),
+        Command::Pipeline(p) => match &p.command {
+            PipelineCommand::SetVersion(a) => pipeline_set_version(&client, a),
+            PipelineCommand::Status(a) => pipeline_status(&client, a),
+            _ => not_routed(store, &client),
+        },
         _ => not_routed(store, &client),
     })
 }
@@ -118,6 +124,14 @@ fn store_of(cmd: &Command) -> Option<&Path> {
         Command::Gc(a) => &a.store,
         Command::Verify(a) => &a.store,
         Command::Reconcile(a) => &a.store,
+        Command::Pipeline(p) => match &p.command {
+            PipelineCommand::SetVersion(a) => &a.store,
+            PipelineCommand::Status(a) => &a.store,
+            PipelineCommand::Ready(a) => &a.store,
+            PipelineCommand::Complete(a) => &a.store,
+            PipelineCommand::Fail(a) => &a.store,
+            PipelineCommand::Explain(a) => &a.store,
+        },
         _ => return None,
     })
 }
@@ -314,4 +328,37 @@ fn reconcile(client: &Client, a: &super::reconcile_cmd::ReconcileArgs) -> Result
             Ok(exit::OK)
         }
     }
+}
+
+/// `pipeline set-version` through the server: the input is read as in-process (whole, as the
+/// engine's call takes it), then sent.
+fn pipeline_set_version(
+    client: &Client,
+    a: &super::pipeline_cmds::SetVersionArgs,
+) -> Result<u8, CliError> {
+    let input = match &a.file {
+        Some(f) => super::pipeline_cmds::read_input(f)?,
+        None => Vec::new(),
+    };
+    let u = client
+        .pipeline_set_version(&a.unit, a.version, &input)
+        .map_err(client_error)?;
+    super::pipeline_cmds::print_set_version(&Output::new(a.json), &a.unit, &u);
+    Ok(outcome_code(&u.outcome))
+}
+
+/// `pipeline status` through the server: the definition is read here and sent with the call;
+/// `--dot` is drawn here from the counts.
+fn pipeline_status(client: &Client, a: &super::pipeline_cmds::StatusArgs) -> Result<u8, CliError> {
+    let p = super::pipeline_cmds::load_def(&a.def.pipeline)?;
+    let st = client
+        .pipeline_status(&p.def().to_text())
+        .map_err(client_error)?;
+    let out = Output::new(a.json);
+    if a.dot {
+        out!("{}", p.to_dot(&st));
+    } else {
+        super::pipeline_cmds::print_status(&out, &st);
+    }
+    Ok(exit::OK)
 }

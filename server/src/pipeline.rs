@@ -1,0 +1,155 @@
+//! The pipeline calls served so far (SPEC R13, R20): recording a unit's source version
+//! (`PUT /v1/pipeline/source`) and the cell counts of a pipeline (`POST /v1/pipeline/status`).
+//! The pipeline's definition travels with each call (the CLI reads it from its file), so the
+//! server keeps no pipeline state of its own: the cells live in the store.
+
+use crate::http::{blocking, json, query, read_json, ApiError, ApiResult, App};
+use crate::wire::UnitOutcomeW;
+use axum::body::Body;
+use axum::extract::rejection::QueryRejection;
+use axum::extract::{Query, State};
+use axum::http::StatusCode;
+use axum::response::Response;
+use http_body_util::BodyExt;
+use oncelake::pipeline::{set_source_version, Pipeline, PipelineDef, StageStatus, Status};
+use serde::{Deserialize, Serialize};
+use std::sync::Arc;
+
+/// The query of `PUT /v1/pipeline/source`.
+#[derive(Deserialize)]
+pub(crate) struct SourceQ {
+    unit: String,
+    version: u64,
+}
+
+/// Records `unit`'s source version with the body as its input (held in memory, as the engine's
+/// call takes it; at most the JSON body limit).
+pub(crate) async fn set_source(
+    State(app): State<Arc<App>>,
+    q: Result<Query<SourceQ>, QueryRejection>,
+    body: Body,
+) -> ApiResult<Response> {
+    let q = query(q)?;
+    let input = read_bytes(&app, body).await?;
+    let app2 = app.clone();
+    let u = blocking(move || set_source_version(&app2.store, &q.unit, q.version, &input)).await?;
+    Ok(json(&UnitOutcomeW::from(&u)))
+}
+
+async fn read_bytes(app: &App, body: Body) -> ApiResult<Vec<u8>> {
+    let limited = http_body_util::Limited::new(body, app.limits.max_json);
+    let collected = tokio::time::timeout(app.limits.body_idle, limited.collect())
+        .await
+        .map_err(|_| {
+            ApiError::new(
+                StatusCode::REQUEST_TIMEOUT,
+                "timeout",
+                "the request body did not arrive in time; send it at once",
+            )
+        })?;
+    let bytes = collected.map_err(|e| {
+        if e.is::<http_body_util::LengthLimitError>() {
+            app.live.too_large();
+            ApiError::new(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                "too_large",
+                format!(
+                    "a pipeline unit's input is larger than {} bytes; store large inputs as units (put) and pass their key",
+                    app.limits.max_json
+                ),
+            )
+        } else {
+            ApiError::bad(format!("could not read the request body: {e}"))
+        }
+    })?;
+    Ok(bytes.to_bytes().to_vec())
+}
+
+/// A pipeline definition as the body of a call.
+#[derive(Deserialize)]
+pub(crate) struct DefReq {
+    /// The definition's text (the TOML of `oncelake pipeline --pipeline FILE`).
+    pipeline: String,
+}
+
+fn pipeline_of(text: &str) -> ApiResult<Pipeline> {
+    PipelineDef::parse(text)
+        .map(Pipeline::new)
+        .map_err(|e| ApiError::bad(format!("the pipeline definition: {e}")))
+}
+
+/// The cell counts of a pipeline.
+pub(crate) async fn status(State(app): State<Arc<App>>, body: Body) -> ApiResult<Response> {
+    let r: DefReq = read_json(&app, body).await?;
+    let p = pipeline_of(&r.pipeline)?;
+    let app2 = app.clone();
+    let st = blocking(move || p.status(&app2.store)).await?;
+    Ok(json(&StatusW::from(&st)))
+}
+
+/// The engine's [`Status`], field for field.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct StatusW {
+    /// Units with a source version.
+    pub units: u64,
+    /// Per stage, upstream stages first.
+    pub stages: Vec<StageStatusW>,
+}
+
+/// The engine's [`StageStatus`], field for field.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[allow(missing_docs)]
+pub struct StageStatusW {
+    pub stage: String,
+    pub code_version: u64,
+    pub done: u64,
+    pub ready: u64,
+    pub running: u64,
+    pub blocked: u64,
+    pub failed: u64,
+    pub stale: u64,
+}
+
+impl From<&Status> for StatusW {
+    fn from(s: &Status) -> Self {
+        StatusW {
+            units: s.units,
+            stages: s
+                .stages
+                .iter()
+                .map(|s| StageStatusW {
+                    stage: s.stage.clone(),
+                    code_version: s.code_version,
+                    done: s.done,
+                    ready: s.ready,
+                    running: s.running,
+                    blocked: s.blocked,
+                    failed: s.failed,
+                    stale: s.stale,
+                })
+                .collect(),
+        }
+    }
+}
+
+impl From<&StatusW> for Status {
+    fn from(s: &StatusW) -> Self {
+        Status {
+            units: s.units,
+            stages: s
+                .stages
+                .iter()
+                .map(|s| StageStatus {
+                    stage: s.stage.clone(),
+                    code_version: s.code_version,
+                    done: s.done,
+                    ready: s.ready,
+                    running: s.running,
+                    blocked: s.blocked,
+                    failed: s.failed,
+                    stale: s.stale,
+                })
+                .collect(),
+        }
+    }
+}
