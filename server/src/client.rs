@@ -467,6 +467,18 @@ impl Client {
         Ok((&r).into())
     }
 
+    /// Why each cell of `unit` is in its state, in the pipeline defined by `definition`.
+    pub fn pipeline_explain(
+        &self,
+        definition: &str,
+        unit: &str,
+    ) -> Result<oncelake::pipeline::Explain> {
+        let body = to_json(&serde_json::json!({ "pipeline": definition, "unit": unit }))?;
+        let r: crate::pipeline::ExplainW =
+            self.json("POST", "/v1/pipeline/explain", Payload::Json(body))?;
+        r.to_engine().map_err(ClientError::Protocol)
+    }
+
     fn json<T: for<'de> serde::Deserialize<'de>>(
         &self,
         method: &str,

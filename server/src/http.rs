@@ -121,6 +121,7 @@ pub(crate) fn router(app: Arc<App>) -> Router {
         .route("/v1/reconcile", post(crate::reconcile::reconcile))
         .route("/v1/pipeline/source", put(crate::pipeline::set_source))
         .route("/v1/pipeline/status", post(crate::pipeline::status))
+        .route("/v1/pipeline/explain", post(crate::pipeline::explain))
         .fallback(not_found)
         .with_state(app)
 }

@@ -203,11 +203,11 @@ fn on_twins(served: &Path, local: &Path, args: &[&str], stdin: &[u8]) -> (i32, S
     through
 }
 
-/// `pipeline set-version` and `pipeline status` through the server, on a served store and an
+/// `pipeline set-version`, `status` and `explain` through the server, on a served store and an
 /// in-process twin, against a model of the cells' states: with stages ingest → transform, a
 /// unit with a source version has a ready ingest cell and a blocked transform cell.
 #[test]
-fn pipeline_set_version_and_status_through_the_server_match_in_process_and_the_model() {
+fn pipeline_commands_through_the_server_match_in_process_and_the_model() {
     let (dir_a, served) = new_store();
     let (_dir_b, local) = new_store();
     let def = dir_a.path().join("etl.toml");
@@ -266,15 +266,117 @@ fn pipeline_set_version_and_status_through_the_server_match_in_process_and_the_m
         (stages[1]["stage"].as_str(), stages[1]["blocked"].as_u64()),
         (Some("transform"), Some(units))
     );
-    // A pipeline command not served yet stops at once with exit 6 instead of waiting.
+    for args in [
+        vec![
+            "pipeline",
+            "explain",
+            "{}",
+            "--pipeline",
+            def,
+            "orders/day=1",
+        ],
+        vec![
+            "pipeline",
+            "explain",
+            "{}",
+            "--pipeline",
+            def,
+            "orders/day=2",
+            "--json",
+        ],
+    ] {
+        assert_eq!(on_twins(&served, &local, &args, b"").0, 0, "{args:?}");
+    }
+    // A unit without a source version: the same usage error both ways.
+    let args = ["pipeline", "explain", "{}", "--pipeline", def, "nobody"];
+    assert_eq!(on_twins(&served, &local, &args, b"").0, 2);
+    // A pipeline command not served yet stops with exit 6 instead of waiting for the lock.
     let (code, _) = support::run(&[
         "pipeline",
-        "explain",
+        "ready",
         served.to_str().unwrap(),
         "--pipeline",
         def,
-        "orders/day=1",
     ]);
     assert_eq!(code, 6);
+    // Complete ingest of day=1 on both stores (in-process, the server stopped), then the cells'
+    // states through the server again: ingest done for one unit, transform ready for it.
+    server.stop();
+    for store in [&served, &local] {
+        let out = support::oncelake_with_input(
+            &[
+                "pipeline",
+                "complete",
+                store.to_str().unwrap(),
+                "--pipeline",
+                def,
+                "orders/day=1",
+                "ingest",
+                "-",
+            ],
+            b"ingested",
+        );
+        assert!(out.status.success(), "{out:?}");
+    }
+    let server = Server::start(&served);
+    let (_, out) = on_twins(
+        &served,
+        &local,
+        &[
+            "pipeline",
+            "explain",
+            "{}",
+            "--pipeline",
+            def,
+            "orders/day=1",
+            "--json",
+        ],
+        b"",
+    );
+    let states: Vec<(String, String)> = out
+        .lines()
+        .map(|l| {
+            let v: serde_json::Value = serde_json::from_str(l).unwrap();
+            (
+                v["stage"].as_str().unwrap().into(),
+                v["state"].as_str().unwrap().into(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        states,
+        [
+            ("ingest".into(), "done".into()),
+            ("transform".into(), "ready".into())
+        ]
+    );
+    let (_, out) = on_twins(
+        &served,
+        &local,
+        &["pipeline", "status", "{}", "--pipeline", def, "--json"],
+        b"",
+    );
+    let counts: Vec<(u64, u64, u64)> = out
+        .lines()
+        .map(|l| {
+            let v: serde_json::Value = serde_json::from_str(l).unwrap();
+            let n = |k: &str| v[k].as_u64().unwrap();
+            (n("done"), n("ready"), n("blocked"))
+        })
+        .collect();
+    assert_eq!(counts, [(1, units - 1, 0), (0, 1, units - 1)]);
+    on_twins(
+        &served,
+        &local,
+        &[
+            "pipeline",
+            "explain",
+            "{}",
+            "--pipeline",
+            def,
+            "orders/day=1",
+        ],
+        b"",
+    );
     server.stop();
 }

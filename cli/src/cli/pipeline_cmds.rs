@@ -386,7 +386,11 @@ pub(crate) fn print_ready(out: &Output, c: &ReadyCell, lease: Option<&Lease>) {
 
 /// The unit's explanation, refusing a unit without a source version.
 fn explained(p: &Pipeline, store: &Store, unit: &str) -> Result<Explain, CliError> {
-    let e = p.explain(store, unit)?;
+    with_source_version(p.explain(store, unit)?, unit)
+}
+
+/// The explanation, or the error for a unit without a source version.
+pub(crate) fn with_source_version(e: Explain, unit: &str) -> Result<Explain, CliError> {
     if e.source_version.is_none() {
         return Err(CliError::Usage(format!(
             "unit {unit:?} has no source version; record one with `oncelake pipeline set-version STORE {unit} VERSION`"

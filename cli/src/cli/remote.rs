@@ -3,13 +3,13 @@
 //! called with the engine's own types, which the client rebuilds from the answers. A socket or
 //! address file left by a killed server answers nothing: the command then runs in-process.
 
+use super::pipeline_cmds::PipelineCommand;
 use super::sim_cmds::{print_claim, print_prometheus, print_release, print_stats};
 use super::store_cmds::{
     check_output_path, ls_shows_internal, no_entry, outcome_code, print_init, print_log, print_ls,
     print_ls_end, print_put,
 };
 use super::{exit, open_input, write_out_bytes, CliError, Command, Output};
-use super::pipeline_cmds::PipelineCommand;
 use oncelake_server::{Client, ClientError};
 use std::io::Write;
 use std::path::Path;
@@ -55,6 +55,7 @@ pub(crate) fn route(cmd: &Command) -> Option<Result<u8, CliError>> {
         Command::Pipeline(p) => match &p.command {
             PipelineCommand::SetVersion(a) => pipeline_set_version(&client, a),
             PipelineCommand::Status(a) => pipeline_status(&client, a),
+            PipelineCommand::Explain(a) => pipeline_explain(&client, a),
             _ => not_routed(store, &client),
         },
         _ => not_routed(store, &client),
@@ -360,5 +361,19 @@ fn pipeline_status(client: &Client, a: &super::pipeline_cmds::StatusArgs) -> Res
     } else {
         super::pipeline_cmds::print_status(&out, &st);
     }
+    Ok(exit::OK)
+}
+
+/// `pipeline explain` through the server.
+fn pipeline_explain(
+    client: &Client,
+    a: &super::pipeline_cmds::ExplainArgs,
+) -> Result<u8, CliError> {
+    let p = super::pipeline_cmds::load_def(&a.def.pipeline)?;
+    let e = client
+        .pipeline_explain(&p.def().to_text(), &a.unit)
+        .map_err(client_error)?;
+    let e = super::pipeline_cmds::with_source_version(e, &a.unit)?;
+    super::pipeline_cmds::print_explain(&Output::new(a.json), &e);
     Ok(exit::OK)
 }
