@@ -5,8 +5,9 @@
 use crate::discovery::{self, Address};
 use crate::wire::{
     self, ChangesW, ClaimReqW, ClaimW, CommitItemW, CommitReportW, CommitW, CommittedW, EntryW,
-    ErrorBody, LeaseW, PutW, ReleaseReqW, ReleaseW, RenewReqW, RenewW, StagedW,
+    ErrorBody, LeaseW, PutW, ReleaseReqW, ReleaseW, RenewReqW, RenewW, StagedW, UnitOutcomeW,
 };
+use crate::wire_reconcile;
 use oncelake::log::Record;
 use oncelake::{
     ClaimOutcome, CommitReport, Committed, Entry, Lease, ObjectMeta, ReleaseOutcome, RenewOutcome,
@@ -381,10 +382,101 @@ impl Client {
         Ok((&r).into())
     }
 
-    /// Runs verify on the server: its summary as JSON (`ok`, counts, `problems`).
-    pub fn verify(&self, deep: bool) -> Result<serde_json::Value> {
+    /// Runs verify on the server: the engine's whole report, as `Store::verify` returns it.
+    pub fn verify(&self, deep: bool) -> Result<oncelake::VerifyReport> {
+        #[derive(serde::Deserialize)]
+        struct Answer {
+            report: crate::wire_verify::VerifyReportW,
+        }
         let body = to_json(&serde_json::json!({ "deep": deep }))?;
-        self.json("POST", "/v1/verify", Payload::Json(body))
+        let a: Answer = self.json("POST", "/v1/verify", Payload::Json(body))?;
+        a.report.to_engine().map_err(ClientError::Protocol)
+    }
+
+    /// Plans a reconcile on the server: `listing` (in `form.format`) is streamed as the request
+    /// body, never held whole; each answer line goes to `each` (the sort note, then the planned
+    /// units) until it returns `false`. The end: the summary of a complete plan, or the refused
+    /// listing (the units passed before it are then an incomplete plan).
+    pub fn reconcile(
+        &self,
+        listing: &mut dyn Read,
+        form: &ReconcileForm,
+        mut each: impl FnMut(PlanEvent<'_>) -> bool,
+    ) -> Result<PlanEnd> {
+        let mut path = format!(
+            "/v1/reconcile?form={}&format={}&list_up_to_date={}&sort={}",
+            if form.changes_only { "changes" } else { "full" },
+            form.format.name(),
+            form.list_up_to_date,
+            form.sort_in.is_some()
+        );
+        if let Some(dir) = &form.sort_in {
+            path.push_str(&format!("&tmp={}", encode(&dir.to_string_lossy())));
+        }
+        let resp = self.request("POST", &path, Payload::Stream(listing))?;
+        for line in BufReader::new(resp.body).lines() {
+            let line = line.map_err(|e| lost("POST /v1/reconcile", e))?;
+            let l: wire_reconcile::PlanLineW = serde_json::from_str(&line)
+                .map_err(|e| ClientError::Protocol(format!("a reconcile line: {e}")))?;
+            let go_on = match &l {
+                wire_reconcile::PlanLineW::Sorted(s) => each(PlanEvent::Sorted {
+                    was_sorted: s.was_sorted,
+                    rows: s.rows,
+                    spilled_runs: s.spilled_runs,
+                }),
+                wire_reconcile::PlanLineW::Item(i) => {
+                    each(PlanEvent::Item(i.to_item().map_err(ClientError::Protocol)?))
+                }
+                wire_reconcile::PlanLineW::Summary(s) => return Ok(PlanEnd::Complete(s.into())),
+                wire_reconcile::PlanLineW::Error(e) => return plan_error(e),
+            };
+            if !go_on {
+                return Ok(PlanEnd::Stopped);
+            }
+        }
+        Err(lost(
+            "POST /v1/reconcile",
+            std::io::Error::new(
+                std::io::ErrorKind::UnexpectedEof,
+                "the plan ended without its summary",
+            ),
+        ))
+    }
+
+    /// Records `unit`'s source version with `input` as its input (pipelines): the outcome of the
+    /// internal commit, as `oncelake::pipeline::set_source_version` returns it.
+    pub fn pipeline_set_version(
+        &self,
+        unit: &str,
+        source_version: u64,
+        mut input: &[u8],
+    ) -> Result<UnitOutcome> {
+        let q = format!(
+            "/v1/pipeline/source?unit={}&version={source_version}",
+            encode(unit)
+        );
+        let r: UnitOutcomeW = self.json("PUT", &q, Payload::Stream(&mut input))?;
+        r.to_unit_outcome().map_err(ClientError::Protocol)
+    }
+
+    /// The cell counts of the pipeline defined by `definition` (its TOML text).
+    pub fn pipeline_status(&self, definition: &str) -> Result<oncelake::pipeline::Status> {
+        let body = to_json(&serde_json::json!({ "pipeline": definition }))?;
+        let r: crate::pipeline::StatusW =
+            self.json("POST", "/v1/pipeline/status", Payload::Json(body))?;
+        Ok((&r).into())
+    }
+
+    /// Why each cell of `unit` is in its state, in the pipeline defined by `definition`.
+    pub fn pipeline_explain(
+        &self,
+        definition: &str,
+        unit: &str,
+    ) -> Result<oncelake::pipeline::Explain> {
+        let body = to_json(&serde_json::json!({ "pipeline": definition, "unit": unit }))?;
+        let r: crate::pipeline::ExplainW =
+            self.json("POST", "/v1/pipeline/explain", Payload::Json(body))?;
+        r.to_engine().map_err(ClientError::Protocol)
     }
 
     fn json<T: for<'de> serde::Deserialize<'de>>(
@@ -473,6 +565,67 @@ impl Client {
             Ok(resp) => check(resp, &during),
             Err(e) => Err(lost(&during, sent.err().unwrap_or(e))),
         }
+    }
+}
+
+/// How a reconcile is planned on the server.
+#[derive(Clone, Debug)]
+pub struct ReconcileForm {
+    /// The listing holds only the changed units (incremental form); else it is a full listing.
+    pub changes_only: bool,
+    /// The listing's syntax.
+    pub format: oncelake::reconcile::ListingFormat,
+    /// Also pass up-to-date units.
+    pub list_up_to_date: bool,
+    /// A full listing not sorted by unit: the server sorts it first, spilling runs to this
+    /// directory (a path the server can write; make it absolute).
+    pub sort_in: Option<PathBuf>,
+}
+
+/// A line of a reconcile answer before its end.
+#[derive(Debug)]
+pub enum PlanEvent<'a> {
+    /// The server sorted the listing before the merge.
+    Sorted {
+        /// It was in order already.
+        was_sorted: bool,
+        /// Rows sorted.
+        rows: u64,
+        /// Runs spilled to temporary files.
+        spilled_runs: u64,
+    },
+    /// A planned unit.
+    Item(oncelake::reconcile::PlanItem<'a>),
+}
+
+/// How a reconcile answer ended.
+#[derive(Debug)]
+pub enum PlanEnd {
+    /// The plan is complete.
+    Complete(oncelake::reconcile::Summary),
+    /// The listing was refused: `kind` names the listing error (`malformed`, `bad_version`,
+    /// `invalid_key`, `duplicate`, `unsorted`, `io`), `message` says which line and why.
+    BadListing {
+        /// The listing error's kind.
+        kind: String,
+        /// The engine's message.
+        message: String,
+    },
+    /// The caller stopped reading.
+    Stopped,
+}
+
+fn plan_error(e: &wire_reconcile::ErrorLineW) -> Result<PlanEnd> {
+    match &e.listing {
+        Some(kind) => Ok(PlanEnd::BadListing {
+            kind: kind.clone(),
+            message: e.message.clone(),
+        }),
+        None => Err(ClientError::Store {
+            kind: e.kind.clone(),
+            status: 500,
+            message: e.message.clone(),
+        }),
     }
 }
 

@@ -118,6 +118,10 @@ pub(crate) fn router(app: Arc<App>) -> Router {
         .route("/v1/changes", get(changes))
         .route("/v1/gc", post(gc))
         .route("/v1/verify", post(verify))
+        .route("/v1/reconcile", post(crate::reconcile::reconcile))
+        .route("/v1/pipeline/source", put(crate::pipeline::set_source))
+        .route("/v1/pipeline/status", post(crate::pipeline::status))
+        .route("/v1/pipeline/explain", post(crate::pipeline::explain))
         .fallback(not_found)
         .with_state(app)
 }
@@ -138,7 +142,7 @@ impl ApiError {
         }
     }
 
-    fn bad(message: impl Into<String>) -> Self {
+    pub(crate) fn bad(message: impl Into<String>) -> Self {
         ApiError::new(StatusCode::BAD_REQUEST, "bad_request", message)
     }
 }
@@ -170,14 +174,14 @@ impl From<oncelake::Error> for ApiError {
     }
 }
 
-type ApiResult<T> = Result<T, ApiError>;
+pub(crate) type ApiResult<T> = Result<T, ApiError>;
 
-fn json<T: Serialize>(v: &T) -> Response {
+pub(crate) fn json<T: Serialize>(v: &T) -> Response {
     axum::Json(v).into_response()
 }
 
 /// Runs a store call on the blocking pool.
-async fn blocking<T: Send + 'static>(
+pub(crate) async fn blocking<T: Send + 'static>(
     f: impl FnOnce() -> oncelake::Result<T> + Send + 'static,
 ) -> ApiResult<T> {
     match tokio::task::spawn_blocking(f).await {
@@ -190,13 +194,13 @@ async fn blocking<T: Send + 'static>(
     }
 }
 
-fn query<T>(q: Result<Query<T>, QueryRejection>) -> ApiResult<T> {
+pub(crate) fn query<T>(q: Result<Query<T>, QueryRejection>) -> ApiResult<T> {
     q.map(|Query(v)| v)
         .map_err(|e| ApiError::bad(format!("bad query string: {}", e.body_text())))
 }
 
 /// Reads a whole JSON body within the size limit and the idle timeout.
-async fn read_json<T: for<'de> Deserialize<'de>>(app: &App, body: Body) -> ApiResult<T> {
+pub(crate) async fn read_json<T: for<'de> Deserialize<'de>>(app: &App, body: Body) -> ApiResult<T> {
     let limited = http_body_util::Limited::new(body, app.limits.max_json);
     let collected = tokio::time::timeout(app.limits.body_idle, limited.collect())
         .await
@@ -480,7 +484,7 @@ async fn object(
         .into_response())
 }
 
-fn pump_file(
+pub(crate) fn pump_file(
     mut file: std::fs::File,
     tx: tokio::sync::mpsc::Sender<Result<Bytes, std::io::Error>>,
 ) {
@@ -663,13 +667,13 @@ async fn not_found(req: Request) -> ApiError {
 /// and the idle timeout are enforced as they arrive, and a body that ends in an error (the
 /// client went away) makes the staging fail, so its unnamed file is discarded and nothing is
 /// committed.
-async fn upload(app: &Arc<App>, body: Body) -> ApiResult<Staged> {
+async fn upload(app: &Arc<App>, mut body: Body) -> ApiResult<Staged> {
     let (tx, rx) = std::sync::mpsc::sync_channel::<Piece>(4);
     let app2 = app.clone();
     let writer =
         tokio::task::spawn_blocking(move || app2.store.stage_reader(ChannelReader::new(rx)));
     let _in_flight = app.live.upload_started();
-    let fed = feed(app, body, tx).await;
+    let fed = feed(app, &mut body, tx).await;
     let staged = writer.await;
     if let Err(e) = fed {
         app.live.upload_aborted();
@@ -685,7 +689,11 @@ async fn upload(app: &Arc<App>, body: Body) -> ApiResult<Staged> {
     }
 }
 
-async fn feed(app: &App, mut body: Body, tx: std::sync::mpsc::SyncSender<Piece>) -> ApiResult<()> {
+pub(crate) async fn feed(
+    app: &App,
+    body: &mut Body,
+    tx: std::sync::mpsc::SyncSender<Piece>,
+) -> ApiResult<()> {
     let mut total: u64 = 0;
     loop {
         let next = match tokio::time::timeout(app.limits.body_idle, body.frame()).await {
@@ -752,7 +760,7 @@ async fn send(tx: &std::sync::mpsc::SyncSender<Piece>, item: Piece) -> Result<()
 }
 
 /// One piece of an upload on its way to the staging writer.
-enum Piece {
+pub(crate) enum Piece {
     Data(Bytes),
     /// The body ended normally.
     End,
@@ -763,14 +771,14 @@ enum Piece {
 /// A `Read` over the pieces of an upload. Only an explicit end is the end: a sender that
 /// vanished (the handler was dropped because the client went away) is an error, so a cut-off
 /// upload never becomes a (truncated) object.
-struct ChannelReader {
+pub(crate) struct ChannelReader {
     rx: std::sync::mpsc::Receiver<Piece>,
     cur: Bytes,
     ended: bool,
 }
 
 impl ChannelReader {
-    fn new(rx: std::sync::mpsc::Receiver<Piece>) -> Self {
+    pub(crate) fn new(rx: std::sync::mpsc::Receiver<Piece>) -> Self {
         ChannelReader {
             rx,
             cur: Bytes::new(),

@@ -11,10 +11,15 @@ pub mod client;
 pub mod discovery;
 mod http;
 mod live;
+pub mod load;
+pub mod pipeline;
+mod reconcile;
 mod run;
 pub mod stats;
 pub mod wire;
+pub mod wire_reconcile;
+pub mod wire_verify;
 
-pub use client::{Client, ClientError};
+pub use client::{Client, ClientError, PlanEnd, PlanEvent, ReconcileForm};
 pub use http::Limits;
 pub use run::{serve, ServeError, ServeOptions};

@@ -244,7 +244,7 @@ fn metrics_scrape_and_healthz() {
     let h = client.health().unwrap();
     assert_eq!(h["ok"], true);
     assert_eq!(h["seq"], 3);
-    // gc goes through the server, printed like in-process; verify does not yet (exit 6 at once).
+    // gc and verify go through the server, printed like in-process.
     let s = store.to_str().unwrap();
     let out = oncelake(&["gc", s, "--dry-run", "--json"]);
     assert_eq!(out.status.code(), Some(0), "{out:?}");
@@ -255,6 +255,12 @@ fn metrics_scrape_and_healthz() {
         "three units, one object (the same bytes)"
     );
     let out = oncelake(&["verify", s]);
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    assert!(String::from_utf8_lossy(&out.stdout).contains("ok: no problems found"));
+    // A command the server does not offer yet stops at once with exit 6 and says so.
+    let def = store.with_file_name("etl.toml");
+    std::fs::write(&def, "[stage.ingest]\ncode_version = 1\n").unwrap();
+    let out = oncelake(&["pipeline", "ready", s, "--pipeline", def.to_str().unwrap()]);
     assert_eq!(out.status.code(), Some(6), "{out:?}");
     assert!(
         String::from_utf8_lossy(&out.stderr).contains("does not go through `oncelake serve` yet")

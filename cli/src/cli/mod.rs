@@ -153,6 +153,9 @@ pub(crate) enum BenchCommand {
     Dedup(bench_dedup::DedupArgs),
     /// Full and incremental reconcile (P3) vs one redb lookup per listed unit.
     Reconcile(bench_reconcile::ReconcileBenchArgs),
+    /// Many clients against one `oncelake serve` for a while: server memory sampled, every
+    /// acknowledged commit checked afterwards.
+    ServeLoad(serve::ServeLoadArgs),
     /// Open a store and print the open time and peak memory (used by `bench dedup`).
     #[command(hide = true)]
     Open(bench_dedup::OpenArgs),
@@ -237,6 +240,7 @@ fn run(cli: Cli) -> Result<u8, CliError> {
         Command::Bench(BenchCommand::Reconcile(a)) => bench_reconcile::run(a),
         Command::Bench(BenchCommand::Open(a)) => bench_dedup::open_only(a),
         Command::Bench(BenchCommand::Commit(a)) => bench::commit(a),
+        Command::Bench(BenchCommand::ServeLoad(a)) => serve::bench_serve_load(a),
         Command::Table(a) => table_cmds::run(a, wait),
         Command::Serve(a) => serve::serve(a, wait),
     }

@@ -197,7 +197,7 @@ pub(crate) fn run(a: PipelineArgs, wait: Duration) -> Result<u8, CliError> {
     }
 }
 
-fn load_def(path: &Path) -> Result<Pipeline, CliError> {
+pub(crate) fn load_def(path: &Path) -> Result<Pipeline, CliError> {
     let text = std::fs::read_to_string(path).map_err(|e| {
         CliError::Input(format!(
             "cannot read the pipeline file {}: {e}; pass a TOML file of [stage.NAME] tables with --pipeline",
@@ -209,7 +209,7 @@ fn load_def(path: &Path) -> Result<Pipeline, CliError> {
     Ok(Pipeline::new(def))
 }
 
-fn read_input(file: &str) -> Result<Vec<u8>, CliError> {
+pub(crate) fn read_input(file: &str) -> Result<Vec<u8>, CliError> {
     let mut buf = Vec::new();
     if file == "-" {
         std::io::stdin()
@@ -386,7 +386,11 @@ pub(crate) fn print_ready(out: &Output, c: &ReadyCell, lease: Option<&Lease>) {
 
 /// The unit's explanation, refusing a unit without a source version.
 fn explained(p: &Pipeline, store: &Store, unit: &str) -> Result<Explain, CliError> {
-    let e = p.explain(store, unit)?;
+    with_source_version(p.explain(store, unit)?, unit)
+}
+
+/// The explanation, or the error for a unit without a source version.
+pub(crate) fn with_source_version(e: Explain, unit: &str) -> Result<Explain, CliError> {
     if e.source_version.is_none() {
         return Err(CliError::Usage(format!(
             "unit {unit:?} has no source version; record one with `oncelake pipeline set-version STORE {unit} VERSION`"

@@ -135,7 +135,9 @@ pub(crate) fn print_plan_summary(
 
 /// The listing's reader (standard input for `-`) and its format: the flag, else the file's
 /// extension, else its first line.
-fn open_listing(a: &ReconcileArgs) -> Result<(Box<dyn BufRead>, ListingFormat), CliError> {
+pub(crate) fn open_listing(
+    a: &ReconcileArgs,
+) -> Result<(Box<dyn BufRead>, ListingFormat), CliError> {
     let mut input: Box<dyn BufRead> = if a.source.as_os_str() == "-" {
         Box::new(BufReader::with_capacity(1 << 16, std::io::stdin()))
     } else {
@@ -167,7 +169,7 @@ fn open_listing(a: &ReconcileArgs) -> Result<(Box<dyn BufRead>, ListingFormat), 
 /// check it fully before planning, so that a bad listing prints no plan lines at all. A full
 /// listing out of order, and standard input (which cannot be read twice), go through the
 /// external sort, which reads the whole listing before the merge prints anything.
-fn needs_sort(a: &ReconcileArgs, format: ListingFormat) -> Result<bool, CliError> {
+pub(crate) fn needs_sort(a: &ReconcileArgs, format: ListingFormat) -> Result<bool, CliError> {
     let is_stdin = a.source.as_os_str() == "-";
     if a.changes_only || is_stdin {
         return Ok(!a.changes_only && is_stdin);
@@ -213,19 +215,29 @@ where
     let sorted = SortedListing::sort(listing, &SortConfig::new(&dir))
         .map_err(|e| bad_listing(&a.source, format, &e, false))?;
     if !sorted.was_sorted() {
-        errln!(
-            "note: the listing {} is not sorted by unit; sorted it first ({} rows, {}) before the merge",
-            a.source.display(),
-            sorted.rows(),
-            match sorted.spilled_runs() {
-                0 => "in memory".to_string(),
-                1 => format!("1 run spilled to {}", dir.display()),
-                n => format!("{n} runs spilled to {}", dir.display()),
-            }
-        );
+        print_sort_note(&a.source, sorted.rows(), sorted.spilled_runs() as u64, &dir);
     }
     let snap = store.snapshot()?;
     Ok(reconcile_full(&snap, sorted, opts, sink))
+}
+
+/// Says that a full listing was sorted before the merge (on stderr).
+pub(crate) fn print_sort_note(
+    source: &std::path::Path,
+    rows: u64,
+    spilled: u64,
+    dir: &std::path::Path,
+) {
+    errln!(
+        "note: the listing {} is not sorted by unit; sorted it first ({} rows, {}) before the merge",
+        source.display(),
+        rows,
+        match spilled {
+            0 => "in memory".to_string(),
+            1 => format!("1 run spilled to {}", dir.display()),
+            n => format!("{n} runs spilled to {}", dir.display()),
+        }
+    );
 }
 
 fn bad_listing(
@@ -234,16 +246,31 @@ fn bad_listing(
     e: &ListingError,
     printed: bool,
 ) -> CliError {
+    let kind = match e {
+        ListingError::Io { .. } => "io",
+        ListingError::Unsorted { .. } => "unsorted",
+        _ => "",
+    };
+    bad_listing_message(source, format, kind, &e.to_string(), printed)
+}
+
+/// The error of a refused listing: `kind` is the listing error's kind (`io`, `unsorted`, ...)
+/// and `message` the engine's text (also as answered by a server).
+pub(crate) fn bad_listing_message(
+    source: &std::path::Path,
+    format: ListingFormat,
+    kind: &str,
+    message: &str,
+    printed: bool,
+) -> CliError {
     // The engine speaks library terms; name the flags that do the same from here.
-    let hint = match e {
-        ListingError::Io { source, .. } if source.to_string().contains("temporary files") => {
-            " (choose the directory with --tmp)"
-        }
-        ListingError::Unsorted { .. } => " (with the CLI: --changes-only)",
+    let hint = match kind {
+        "io" if message.contains("temporary files") => " (choose the directory with --tmp)",
+        "unsorted" => " (with the CLI: --changes-only)",
         _ => "",
     };
     CliError::Usage(format!(
-        "bad listing {} ({} format): {e}{hint}{}",
+        "bad listing {} ({} format): {message}{hint}{}",
         source.display(),
         format.name(),
         if printed {

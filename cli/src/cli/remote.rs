@@ -3,6 +3,7 @@
 //! called with the engine's own types, which the client rebuilds from the answers. A socket or
 //! address file left by a killed server answers nothing: the command then runs in-process.
 
+use super::pipeline_cmds::PipelineCommand;
 use super::sim_cmds::{print_claim, print_prometheus, print_release, print_stats};
 use super::store_cmds::{
     check_output_path, ls_shows_internal, no_entry, outcome_code, print_init, print_log, print_ls,
@@ -39,6 +40,24 @@ pub(crate) fn route(cmd: &Command) -> Option<Result<u8, CliError>> {
                 exit::OK
             })
             .map_err(client_error),
+        Command::Verify(a) => client
+            .verify(a.deep)
+            .map(|r| {
+                super::maint_cmds::print_verify(&Output::new(a.json), &r);
+                if r.is_ok() {
+                    exit::OK
+                } else {
+                    exit::VERIFY_PROBLEMS
+                }
+            })
+            .map_err(client_error),
+        Command::Reconcile(a) => reconcile(&client, a),
+        Command::Pipeline(p) => match &p.command {
+            PipelineCommand::SetVersion(a) => pipeline_set_version(&client, a),
+            PipelineCommand::Status(a) => pipeline_status(&client, a),
+            PipelineCommand::Explain(a) => pipeline_explain(&client, a),
+            _ => not_routed(store, &client),
+        },
         _ => not_routed(store, &client),
     })
 }
@@ -106,6 +125,14 @@ fn store_of(cmd: &Command) -> Option<&Path> {
         Command::Gc(a) => &a.store,
         Command::Verify(a) => &a.store,
         Command::Reconcile(a) => &a.store,
+        Command::Pipeline(p) => match &p.command {
+            PipelineCommand::SetVersion(a) => &a.store,
+            PipelineCommand::Status(a) => &a.store,
+            PipelineCommand::Ready(a) => &a.store,
+            PipelineCommand::Complete(a) => &a.store,
+            PipelineCommand::Fail(a) => &a.store,
+            PipelineCommand::Explain(a) => &a.store,
+        },
         _ => return None,
     })
 }
@@ -235,4 +262,118 @@ fn log(client: &Client, a: &super::store_cmds::LogArgs) -> Result<u8, CliError> 
         }
         since = last;
     }
+}
+
+/// `reconcile` through the server: the listing file (or standard input) is streamed as the
+/// request body; the plan comes back line by line and goes through the in-process printers.
+fn reconcile(client: &Client, a: &super::reconcile_cmd::ReconcileArgs) -> Result<u8, CliError> {
+    use super::reconcile_cmd::{
+        bad_listing_message, needs_sort, open_listing, print_plan_item, print_plan_summary,
+        print_sort_note,
+    };
+    use oncelake_server::{PlanEnd, PlanEvent, ReconcileForm};
+    let (mut input, format) = open_listing(a)?;
+    let sort = needs_sort(a, format)?;
+    let dir = a.tmp.clone().unwrap_or_else(std::env::temp_dir);
+    let form = ReconcileForm {
+        changes_only: a.changes_only,
+        format,
+        list_up_to_date: a.list_up_to_date,
+        // The server resolves a relative path against its own directory.
+        sort_in: sort.then(|| std::path::absolute(&dir).unwrap_or_else(|_| dir.clone())),
+    };
+    let output = Output::new(a.json);
+    let mut out = std::io::BufWriter::with_capacity(1 << 16, std::io::stdout().lock());
+    let (mut sorted_seen, mut write_failed) = (false, None);
+    let end = client
+        .reconcile(&mut input, &form, |event| match event {
+            PlanEvent::Sorted {
+                was_sorted,
+                rows,
+                spilled_runs,
+            } => {
+                sorted_seen = true;
+                if !was_sorted {
+                    print_sort_note(&a.source, rows, spilled_runs, &dir);
+                }
+                true
+            }
+            PlanEvent::Item(item) => match print_plan_item(&output, &mut out, item) {
+                Ok(()) => true,
+                Err(e) => {
+                    write_failed = Some(e);
+                    false
+                }
+            },
+        })
+        .map_err(client_error)?;
+    match (end, write_failed) {
+        (PlanEnd::Stopped, Some(e)) if e.kind() != std::io::ErrorKind::BrokenPipe => {
+            Err(CliError::io("write the plan", e))
+        }
+        (PlanEnd::Stopped, _) => Ok(exit::OK), // a closed pipe (`| head`) is not an error
+        (PlanEnd::BadListing { kind, message }, _) => {
+            let _ = out.flush();
+            // A listing the sort refused comes before any plan line, as in-process.
+            let printed = !sort || sorted_seen;
+            Err(bad_listing_message(
+                &a.source, format, &kind, &message, printed,
+            ))
+        }
+        (PlanEnd::Complete(summary), _) => {
+            if out.flush().is_err() {
+                return Ok(exit::OK);
+            }
+            drop(out);
+            print_plan_summary(&output, &summary, a.changes_only, format);
+            Ok(exit::OK)
+        }
+    }
+}
+
+/// `pipeline set-version` through the server: the input is read as in-process (whole, as the
+/// engine's call takes it), then sent.
+fn pipeline_set_version(
+    client: &Client,
+    a: &super::pipeline_cmds::SetVersionArgs,
+) -> Result<u8, CliError> {
+    let input = match &a.file {
+        Some(f) => super::pipeline_cmds::read_input(f)?,
+        None => Vec::new(),
+    };
+    let u = client
+        .pipeline_set_version(&a.unit, a.version, &input)
+        .map_err(client_error)?;
+    super::pipeline_cmds::print_set_version(&Output::new(a.json), &a.unit, &u);
+    Ok(outcome_code(&u.outcome))
+}
+
+/// `pipeline status` through the server: the definition is read here and sent with the call;
+/// `--dot` is drawn here from the counts.
+fn pipeline_status(client: &Client, a: &super::pipeline_cmds::StatusArgs) -> Result<u8, CliError> {
+    let p = super::pipeline_cmds::load_def(&a.def.pipeline)?;
+    let st = client
+        .pipeline_status(&p.def().to_text())
+        .map_err(client_error)?;
+    let out = Output::new(a.json);
+    if a.dot {
+        out!("{}", p.to_dot(&st));
+    } else {
+        super::pipeline_cmds::print_status(&out, &st);
+    }
+    Ok(exit::OK)
+}
+
+/// `pipeline explain` through the server.
+fn pipeline_explain(
+    client: &Client,
+    a: &super::pipeline_cmds::ExplainArgs,
+) -> Result<u8, CliError> {
+    let p = super::pipeline_cmds::load_def(&a.def.pipeline)?;
+    let e = client
+        .pipeline_explain(&p.def().to_text(), &a.unit)
+        .map_err(client_error)?;
+    let e = super::pipeline_cmds::with_source_version(e, &a.unit)?;
+    super::pipeline_cmds::print_explain(&Output::new(a.json), &e);
+    Ok(exit::OK)
 }

@@ -191,3 +191,96 @@ pub(crate) fn bench_seed001(dir: Option<PathBuf>, json: bool) -> Result<u8, CliE
         1
     })
 }
+
+/// `oncelake bench serve-load`: many clients against one server for a while, the server's
+/// memory sampled, every acknowledged commit checked afterwards (issue 13 point 5).
+#[derive(clap::Args, Debug)]
+#[command(
+    after_help = "Example:\n  oncelake bench serve-load --clients 64 --seconds 60\n  oncelake bench serve-load --clients 8 --seconds 2 --json"
+)]
+pub(crate) struct ServeLoadArgs {
+    /// Client threads (one connection per call each).
+    #[arg(long, default_value_t = 64)]
+    pub clients: usize,
+    /// How long the clients run.
+    #[arg(long, default_value_t = 60)]
+    pub seconds: u64,
+    /// Allowed growth of the server's resident memory: the last third's peak may exceed the
+    /// first third's by this many MiB.
+    #[arg(long, default_value_t = 32)]
+    pub margin_mib: u64,
+    /// Where the scratch store goes (default: the system's temporary directory).
+    #[arg(long)]
+    pub dir: Option<PathBuf>,
+    /// One JSON object.
+    #[arg(long)]
+    pub json: bool,
+}
+
+pub(crate) fn bench_serve_load(a: ServeLoadArgs) -> Result<u8, CliError> {
+    let scratch = a.dir.unwrap_or_else(std::env::temp_dir);
+    let exe = std::env::current_exe().map_err(|e| CliError::io("find the oncelake binary", e))?;
+    let opts = oncelake_server::load::LoadOptions {
+        clients: a.clients.max(1),
+        duration: Duration::from_secs(a.seconds.max(1)),
+        ..Default::default()
+    };
+    let progress = super::Progress::new("bench serve-load", "s", Some(a.seconds));
+    let r = oncelake_server::load::serve_load(&exe, &scratch, &opts)
+        .map_err(|e| CliError::Usage(format!("bench serve-load: {e}")));
+    progress.finish();
+    let r = r?;
+    let margin = a.margin_mib * 1024;
+    let bounded = r.memory_bounded(margin);
+    let peaks = [0, 1, 2].map(|p| r.third_peak_kib(p));
+    if a.json {
+        super::print_json(&serde_json::json!({
+            "bench": "serve_load",
+            "clients": r.clients,
+            "seconds": r.elapsed.as_secs_f64(),
+            "committed": r.committed,
+            "duplicates": r.duplicates,
+            "lookups": r.lookups,
+            "puts_per_sec": r.puts_per_sec(),
+            "errors": r.error_count,
+            "error_examples": r.errors,
+            "model_units": r.model_units,
+            "served_mismatches": r.served_mismatches.len(),
+            "reopened_mismatches": r.reopened_mismatches.len(),
+            "clean_exit": r.clean_exit,
+            "rss_samples": r.rss_kib.len(),
+            "rss_peak_kib_by_third": peaks,
+            "margin_kib": margin,
+            "memory_bounded": bounded,
+        }));
+    } else {
+        outln!(
+            "serve load: {} clients for {:.1} s: {} committed, {} duplicates, {} lookups ({:.0} puts/s); {} errors; {} units checked: {} wrong through the server, {} wrong after reopen; server RSS peak by third {} / {} / {} KiB ({} samples; bounded within {} MiB: {}); clean exit on SIGTERM: {}",
+            r.clients,
+            r.elapsed.as_secs_f64(),
+            r.committed,
+            r.duplicates,
+            r.lookups,
+            r.puts_per_sec(),
+            r.error_count,
+            r.model_units,
+            r.served_mismatches.len(),
+            r.reopened_mismatches.len(),
+            peaks[0],
+            peaks[1],
+            peaks[2],
+            r.rss_kib.len(),
+            a.margin_mib,
+            if bounded { "yes" } else { "NO" },
+            r.clean_exit
+        );
+        for e in r.errors.iter().chain(&r.served_mismatches).take(10) {
+            errln!("  {e}");
+        }
+    }
+    Ok(if r.model_holds() && bounded && r.clean_exit {
+        0
+    } else {
+        1
+    })
+}
