@@ -30,7 +30,8 @@ pub(crate) fn seconds(name: &str, s: f64) -> PyResult<Duration> {
 /// ``Store(path)`` opens the store in ``path``, creating it if the directory is missing or empty.
 /// Use it as a context manager (``with oncelake.Store(path) as store:``) or call ``close()``.
 /// One process opens a store at a time: another process gets ``Locked`` (``lock_wait`` seconds
-/// waits for it). Threads share one ``Store``: the GIL is released while the engine stages,
+/// waits for it) — unless ``oncelake serve`` holds the store: then every process's ``Store(path)``
+/// goes through the server with the same calls and answers (``served_by`` is its address). Threads share one ``Store``: the GIL is released while the engine stages,
 /// commits and reads, so concurrent commits from many threads share commit groups.
 ///
 /// Data arguments (``put``, ``commit``, ``run.output``) take ``bytes``, a path (``str`` or
