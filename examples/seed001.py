@@ -283,7 +283,8 @@ def main(argv: List[str]) -> int:
         if a.json:
             print(json.dumps(r))
         else:
-            print(f"== {r['pattern']}: {r['batches']} batches, {r['deliveries']} deliveries, {r['killed_workers']} worker killed mid-batch")
+            how = f", {r['worker_processes']} worker processes through `oncelake serve`" if "worker_processes" in r else ""
+            print(f"== {r['pattern']}: {r['batches']} batches, {r['deliveries']} deliveries, {r['killed_workers']} worker killed mid-batch{how}")
             print(f"   batches processed more than once: {r['processed_more_than_once']}")
             print(f"   duplicate side effects:           {r['duplicate_side_effects']}")
             print(f"   final outputs per batch:          {r['outputs_per_batch']}  (outputs: batches)")
