@@ -5,7 +5,8 @@
 
 use crate::convert::{self, kw, o};
 use crate::data::Data;
-use oncelake::{ClaimOutcome, Lease, ObjectMeta, ReleaseOutcome, RenewOutcome, UnitOutcome};
+use oncelake::{ClaimOutcome, CommitReport, Lease, ObjectMeta, ReleaseOutcome, RenewOutcome};
+use oncelake_server::wire::CommitItemW;
 use oncelake_server::{Client, ClientError};
 use pyo3::exceptions::PyFileNotFoundError;
 use pyo3::prelude::*;
@@ -64,8 +65,8 @@ pub(crate) fn not_served_yet(path: &Path, client: &Client) -> PyErr {
                 "locked",
                 format!(
                     "the store {} is held by `oncelake serve` ({}) and this call does not go through a server yet \
-                     (put, correct, claim, renew, release, run_once, lookup, is_done, entry, get, ls, changes_since, \
-                     gc and close do); stop the server to make it in-process, or use one of those",
+                     (put, correct, commit, claim, renew, release, run_once, lookup, is_done, entry, get, ls, \
+                     changes_since, gc and close do); stop the server to make it in-process, or use one of those",
                     path.display(),
                     client.address()
                 ),
@@ -92,12 +93,40 @@ pub(crate) fn put<'py>(
     convert::outcome(py, &u, meta)
 }
 
+/// `Store.commit` through the server: each item's data is streamed into the server's staging,
+/// then the handles are committed in one batch (all-or-nothing unless `partial`). The report and
+/// each item's staged metadata, in order.
+pub(crate) fn commit(
+    py: Python<'_>,
+    client: &Client,
+    items: Vec<crate::store::Item<'_>>,
+    partial: bool,
+) -> PyResult<(CommitReport, Vec<ObjectMeta>)> {
+    let mut wire = Vec::with_capacity(items.len());
+    let mut metas = Vec::with_capacity(items.len());
+    for (unit, version, data, token) in items {
+        let (staged, meta) = upload(py, Data::extract(&data)?, |input| {
+            client.stage_reader(input)
+        })?;
+        metas.push(meta);
+        wire.push(CommitItemW {
+            unit,
+            source_version: version,
+            staged,
+            token,
+            correct: false,
+        });
+    }
+    let report = py.detach(|| client.commit(wire, partial)).py(py)?;
+    Ok((report, metas))
+}
+
 /// Runs `send` over a reader of `data`, without the GIL (a file object takes it per `read`).
-fn upload(
+fn upload<T: Send>(
     py: Python<'_>,
     data: Data,
-    send: impl FnOnce(&mut dyn std::io::Read) -> Result<(UnitOutcome, ObjectMeta), ClientError> + Send,
-) -> PyResult<(UnitOutcome, ObjectMeta)> {
+    send: impl FnOnce(&mut dyn std::io::Read) -> Result<T, ClientError> + Send,
+) -> PyResult<T> {
     match data {
         Data::Bytes(b) => py.detach(|| send(&mut &b[..])).py(py),
         Data::Path(p) => {

@@ -223,36 +223,23 @@ impl PyStore {
         items: &Bound<'py, PyAny>,
         partial: bool,
     ) -> PyResult<Bound<'py, PyList>> {
-        let store = self.store()?;
-        let mut batch = Batch::new();
-        let mut metas = Vec::new();
-        for item in items.try_iter()? {
-            let item = item?;
-            let t = item.cast::<PyTuple>().map_err(|_| {
-                PyValueError::new_err("each commit item is a tuple (unit, version, data) or (unit, version, data, token)")
-            })?;
-            let (unit, version, data, token): (String, u64, Bound<'_, PyAny>, Option<u64>) =
-                match t.len() {
-                    3 => {
-                        let (u, v, d) = t.extract()?;
-                        (u, v, d, None)
-                    }
-                    4 => t.extract()?,
-                    n => {
-                        return Err(PyValueError::new_err(format!(
-                            "a commit item has 3 or 4 fields, not {n}"
-                        )))
-                    }
-                };
-            oncelake::validate_key(&unit).py(py)?;
-            let staged = Data::extract(&data)?.stage(py, &store)?;
-            metas.push(staged.meta());
-            batch = batch.item(unit, version, &staged, token, oncelake::Intent::Put);
-        }
-        if partial {
-            batch = batch.partial();
-        }
-        let report = py.detach(|| store.commit(batch)).py(py)?;
+        let items = commit_items(py, items)?;
+        let (report, metas) = match self.backend()? {
+            Backend::Local(store) => {
+                let mut batch = Batch::new();
+                let mut metas = Vec::new();
+                for (unit, version, data, token) in items {
+                    let staged = Data::extract(&data)?.stage(py, &store)?;
+                    metas.push(staged.meta());
+                    batch = batch.item(unit, version, &staged, token, oncelake::Intent::Put);
+                }
+                if partial {
+                    batch = batch.partial();
+                }
+                (py.detach(|| store.commit(batch)).py(py)?, metas)
+            }
+            Backend::Served(c) => remote::commit(py, &c, items, partial)?,
+        };
         let values = PyList::empty(py);
         let mut first_rejection = None;
         for (u, meta) in report.units.iter().zip(metas) {
@@ -607,6 +594,37 @@ impl PyStore {
     fn pipeline(&self, py: Python<'_>, definition: &str) -> PyResult<PyPipeline> {
         PyPipeline::new(py, self.store()?, definition)
     }
+}
+
+/// A commit item from Python: unit, version, data, fencing token.
+pub(crate) type Item<'py> = (String, u64, Bound<'py, PyAny>, Option<u64>);
+
+/// The items of `Store.commit`, with their keys checked.
+fn commit_items<'py>(py: Python<'py>, items: &Bound<'py, PyAny>) -> PyResult<Vec<Item<'py>>> {
+    let mut out = Vec::new();
+    for item in items.try_iter()? {
+        let item = item?;
+        let t = item.cast::<PyTuple>().map_err(|_| {
+            PyValueError::new_err(
+                "each commit item is a tuple (unit, version, data) or (unit, version, data, token)",
+            )
+        })?;
+        let parsed: Item<'py> = match t.len() {
+            3 => {
+                let (u, v, d) = t.extract()?;
+                (u, v, d, None)
+            }
+            4 => t.extract()?,
+            n => {
+                return Err(PyValueError::new_err(format!(
+                    "a commit item has 3 or 4 fields, not {n}"
+                )))
+            }
+        };
+        oncelake::validate_key(&parsed.0).py(py)?;
+        out.push(parsed);
+    }
+    Ok(out)
 }
 
 /// Why opening failed: the engine's error, or the server's.
