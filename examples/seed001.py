@@ -13,14 +13,14 @@ outputs per batch and the wall time.
    PostgreSQL's READ COMMITTED. N worker *processes*; the victim process is killed (SIGKILL)
    between its ETL and its checkpoint insert.
 
-2. **oncelake.run_once**: claim, ETL, commit of the output under the lease. The victim is a
-   separate *process* that opens the store, enters `run_once` for its batch and is killed
-   (SIGKILL) mid-batch, with its lease live. The other workers are *threads* of one process that
-   share one `Store`: a store is opened by one process at a time until `oncelake serve` (SPEC R20)
-   lets several processes share it, so worker processes would only take the store's lock in turn.
-   The killed worker's batch answers `Busy` until its lease expires, and is then taken over.
+2. **oncelake.run_once**: claim, ETL, commit of the output under the lease. The store is held by
+   `oncelake serve` (SPEC R20), and every worker is a *process* with its own `oncelake.Store(lake)`,
+   which goes through the server. The victim process enters `run_once` for its batch and is killed
+   (SIGKILL) mid-batch, with its lease live. The killed worker's batch answers `Busy` until its
+   lease expires, and is then taken over.
 
-Run: `python examples/seed001.py [--workers 4] [--batches 40] [--json]`.
+Run: `python examples/seed001.py [--workers 4] [--batches 40] [--json] [--oncelake-bin PATH]`
+(the binary defaults to $ONCELAKE_BIN, else the debug build: `cargo build -p oncelake-cli`).
 """
 
 from __future__ import annotations
@@ -33,11 +33,11 @@ import random
 import signal
 import sqlite3
 import sys
+import subprocess
 import tempfile
-import threading
 import time
 from collections import Counter
-from typing import Dict, List, Tuple
+from typing import Dict, List, Optional, Tuple
 
 import hashlib
 
@@ -134,9 +134,20 @@ def run_sqlite(workdir: str, lists: List[List[str]], seed: int) -> Dict[str, obj
 # ---------------------------------------------------------------- oncelake.run_once
 
 
+def oncelake_bin(explicit: Optional[str]) -> str:
+    """The `oncelake` binary that serves the store: --oncelake-bin, $ONCELAKE_BIN, or the debug build."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    path = explicit or os.environ.get("ONCELAKE_BIN") or os.path.join(
+        os.environ.get("CARGO_TARGET_DIR") or os.path.join(root, "target"), "debug", "oncelake")
+    if not os.access(path, os.X_OK):
+        sys.exit(f"no oncelake binary at {path}: build it with `cargo build -p oncelake-cli --bin oncelake`, "
+                 "or pass --oncelake-bin / set ONCELAKE_BIN")
+    return path
+
+
 def oncelake_victim(lake: str, batch_id: str, ttl: float, log_path: str, ready) -> None:
-    """Opens the store, claims its batch, starts the ETL and is killed mid-batch."""
-    with oncelake.Store(lake, lock_wait=60) as store:
+    """Opens the served store, claims its batch, starts the ETL and is killed mid-batch."""
+    with oncelake.Store(lake) as store:
         with store.run_once(batch_id, 1, worker="worker-victim", ttl=ttl) as run:
             etl(batch_id, payload(batch_id), 0, log_path, "worker-victim")
             ready.send(run.lease.expires_at_ms)
@@ -144,56 +155,68 @@ def oncelake_victim(lake: str, batch_id: str, ttl: float, log_path: str, ready) 
             run.output = b"never"
 
 
-def oncelake_thread(store: oncelake.Store, wid: int, batch_ids: List[str], ttl: float, log_path: str,
-                    seed: int, committed: Counter, busy_seen: List[Tuple[str, int]], lock: threading.Lock) -> None:
-    queue = list(batch_ids)
-    while queue:
-        batch_id = queue.pop(0)
-        try:
-            with store.run_once(batch_id, 1, worker=f"worker-{wid}", ttl=ttl) as run:
-                run.output = etl(batch_id, payload(batch_id), work_ms(batch_id, seed), log_path, f"worker-{wid}")
-            if isinstance(run.outcome, oncelake.Committed):
-                with lock:
+def oncelake_worker(lake: str, wid: int, batch_ids: List[str], ttl: float, log_path: str, seed: int,
+                    results) -> None:
+    """A worker process: its own `Store(lake)`, which goes through the server."""
+    committed: Counter = Counter()
+    busy_seen = 0
+    with oncelake.Store(lake) as store:
+        assert store.served_by, "a worker process must go through `oncelake serve`"
+        queue = list(batch_ids)
+        while queue:
+            batch_id = queue.pop(0)
+            try:
+                with store.run_once(batch_id, 1, worker=f"worker-{wid}", ttl=ttl) as run:
+                    run.output = etl(batch_id, payload(batch_id), work_ms(batch_id, seed), log_path, f"worker-{wid}")
+                if isinstance(run.outcome, oncelake.Committed):
                     committed[batch_id] += 1
-        except oncelake.AlreadyDone:
-            pass
-        except oncelake.Busy as busy:
-            # Another worker holds it. The scheduler retries it later, in case that worker died.
-            with lock:
-                busy_seen.append((batch_id, busy.expires_at_ms))
-            wait = busy.expires_at_ms / 1000 - time.time()
-            if not queue and wait > 0:
-                time.sleep(min(wait, ttl) + 0.01)
-            queue.append(batch_id)
+            except oncelake.AlreadyDone:
+                pass
+            except oncelake.Busy as busy:
+                # Another worker holds it. The scheduler retries it later, in case that worker died.
+                busy_seen += 1
+                wait = busy.expires_at_ms / 1000 - time.time()
+                if not queue and wait > 0:
+                    time.sleep(min(wait, ttl) + 0.01)
+                queue.append(batch_id)
+    results.put((dict(committed), busy_seen))
 
 
-def run_oncelake(workdir: str, lists: List[List[str]], seed: int, ttl: float) -> Dict[str, object]:
+def run_oncelake(workdir: str, lists: List[List[str]], seed: int, ttl: float, binary: str) -> Dict[str, object]:
     lake = os.path.join(workdir, "lake")
     log_path = os.path.join(workdir, "oncelake-etl.log")
-    start = time.monotonic()
-    # The victim: a separate process killed mid-batch with its lease live.
-    victim_batch = lists[VICTIM][len(lists[VICTIM]) // 2]
-    recv, send = mp.Pipe(duplex=False)
-    victim = mp.Process(target=oncelake_victim, args=(lake, victim_batch, ttl, log_path, send))
-    victim.start()
-    victim_lease_until = recv.recv()
-    os.kill(victim.pid, signal.SIGKILL)
-    victim.join()
+    oncelake.Store(lake).close()  # create it; `oncelake serve` serves an existing store
+    server = subprocess.Popen([binary, "serve", lake], stdout=subprocess.PIPE, text=True)
+    try:
+        ready_line = server.stdout.readline()  # printed once the server holds the store and listens
+        if not ready_line.startswith("serving"):
+            raise RuntimeError(f"oncelake serve did not start: {ready_line!r}")
+        start = time.monotonic()
+        # The victim: a separate process killed mid-batch with its lease live.
+        victim_batch = lists[VICTIM][len(lists[VICTIM]) // 2]
+        recv, send = mp.Pipe(duplex=False)
+        victim = mp.Process(target=oncelake_victim, args=(lake, victim_batch, ttl, log_path, send))
+        victim.start()
+        victim_lease_until = recv.recv()
+        os.kill(victim.pid, signal.SIGKILL)
+        victim.join()
+        results = mp.Queue()
+        procs = [mp.Process(target=oncelake_worker, args=(lake, w, l, ttl, log_path, seed, results))
+                 for w, l in enumerate(lists)]
+        for p in procs:
+            p.start()
+        answers = [results.get() for _ in procs]
+        for p in procs:
+            p.join()
+        wall = time.monotonic() - start
+        with oncelake.Store(lake) as store:
+            outputs = Counter({e.unit: 1 for e in store.ls("batch-")})
+    finally:
+        server.send_signal(signal.SIGTERM)
+        server.wait()
     committed: Counter = Counter()
-    busy_seen: List[Tuple[str, int]] = []
-    lock = threading.Lock()
-    with oncelake.Store(lake, lock_wait=60) as store:
-        threads = [
-            threading.Thread(target=oncelake_thread, args=(store, w, l, ttl, log_path, seed, committed, busy_seen, lock))
-            for w, l in enumerate(lists)
-        ]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-        outputs = Counter({e.unit: 1 for e in store.ls("batch-")})
-        stats = store.stats()
-    wall = time.monotonic() - start
+    for c, _ in answers:
+        committed.update(c)
     result = summarize("oncelake.run_once", lists, outputs, log_path, wall, [VICTIM])
     # "Done twice while its lease was live": a second ETL run of a batch that started before the
     # lease of the first had expired. The only repeat must be the victim's batch, after expiry.
@@ -205,11 +228,11 @@ def run_oncelake(workdir: str, lists: List[List[str]], seed: int, ttl: float) ->
     live_repeats = [b for b, r in runs.items() if len(r) > 1 and not (b == victim_batch and min(ms for who, ms in r if who != "worker-victim") >= victim_lease_until)]
     result.update(
         victim_batch=victim_batch,
+        worker_processes=len(procs),
         done_twice_while_lease_live=len(live_repeats),
         committed_outcomes=sum(committed.values()),
         commits_per_batch_max=max(committed.values(), default=0),
-        busy_answers=len(busy_seen),
-        engine_computations=stats["computations"],
+        busy_answers=sum(b for _, b in answers),
     )
     return result
 
@@ -242,6 +265,7 @@ def main(argv: List[str]) -> int:
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--only", choices=["sqlite", "oncelake"])
     ap.add_argument("--json", action="store_true", help="one JSON object per pattern")
+    ap.add_argument("--oncelake-bin", help="the oncelake binary that serves the store (default: $ONCELAKE_BIN)")
     a = ap.parse_args(argv)
     if a.workers < 2:
         ap.error("--workers must be at least 2 (the scenario needs overlapping deliveries)")
@@ -253,12 +277,14 @@ def main(argv: List[str]) -> int:
             results.append(run_sqlite(os.path.join(workdir, "sqlite"), lists, a.seed))
         if a.only in (None, "oncelake"):
             os.mkdir(os.path.join(workdir, "oncelake"))
-            results.append(run_oncelake(os.path.join(workdir, "oncelake"), lists, a.seed, a.ttl))
+            binary = oncelake_bin(a.oncelake_bin)
+            results.append(run_oncelake(os.path.join(workdir, "oncelake"), lists, a.seed, a.ttl, binary))
     for r in results:
         if a.json:
             print(json.dumps(r))
         else:
-            print(f"== {r['pattern']}: {r['batches']} batches, {r['deliveries']} deliveries, {r['killed_workers']} worker killed mid-batch")
+            how = f", {r['worker_processes']} worker processes through `oncelake serve`" if "worker_processes" in r else ""
+            print(f"== {r['pattern']}: {r['batches']} batches, {r['deliveries']} deliveries, {r['killed_workers']} worker killed mid-batch{how}")
             print(f"   batches processed more than once: {r['processed_more_than_once']}")
             print(f"   duplicate side effects:           {r['duplicate_side_effects']}")
             print(f"   final outputs per batch:          {r['outputs_per_batch']}  (outputs: batches)")

@@ -122,6 +122,13 @@ pub(crate) struct PyReader {
     error: Option<PyErr>,
 }
 
+impl PyReader {
+    /// The exception a `read()` call raised, if any (taken once).
+    pub(crate) fn take_error(&mut self) -> Option<PyErr> {
+        self.error.take()
+    }
+}
+
 impl Read for PyReader {
     fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
         Python::attach(|py| {

@@ -9,6 +9,7 @@ mod convert;
 mod data;
 mod maint;
 mod pipeline;
+mod remote;
 mod run;
 mod snapshot;
 mod store;

@@ -4,8 +4,11 @@
 
 use crate::convert::{self, Py2};
 use crate::data::Data;
+use crate::remote::{self, Remote};
 use crate::store::lost;
-use oncelake::{Begin, RenewOutcome};
+use crate::store::Backend;
+use oncelake::{Begin, ClaimOutcome, Lease, RenewOutcome};
+use oncelake_server::Client;
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use std::sync::{Mutex, MutexGuard};
@@ -20,7 +23,7 @@ use std::time::Duration;
 /// without an output, gives the lease back and records nothing.
 #[pyclass(module = "oncelake", name = "Run", frozen)]
 pub struct PyRun {
-    store: oncelake::Store,
+    backend: Backend,
     unit: String,
     version: u64,
     worker: String,
@@ -30,22 +33,46 @@ pub struct PyRun {
 
 #[derive(Default)]
 struct State {
-    run: Option<oncelake::Run>,
+    run: Option<Held>,
     entered: bool,
     output: Option<Py<PyAny>>,
     outcome: Option<Py<PyAny>>,
 }
 
+/// The claim a run holds: the engine's run handle in-process, or the lease through a server.
+enum Held {
+    Local(oncelake::Run),
+    Served(Client, Lease),
+}
+
+impl Held {
+    fn lease(&self) -> &Lease {
+        match self {
+            Held::Local(r) => r.lease(),
+            Held::Served(_, l) => l,
+        }
+    }
+
+    /// Gives the lease back; the release's answer does not matter to the caller (a lease no
+    /// longer ours changes nothing).
+    fn abandon(self, py: Python<'_>) -> PyResult<()> {
+        match self {
+            Held::Local(r) => py.detach(|| r.abandon()).py(py).map(drop),
+            Held::Served(c, l) => py.detach(|| c.release(&l)).py(py).map(drop),
+        }
+    }
+}
+
 impl PyRun {
     pub(crate) fn new(
-        store: oncelake::Store,
+        backend: Backend,
         unit: String,
         version: u64,
         worker: String,
         ttl: Duration,
     ) -> Self {
         PyRun {
-            store,
+            backend,
             unit,
             version,
             worker,
@@ -64,21 +91,78 @@ impl PyRun {
     fn finish<'py>(
         &self,
         py: Python<'py>,
-        run: oncelake::Run,
+        run: Held,
         output: Option<Py<PyAny>>,
     ) -> PyResult<Bound<'py, PyAny>> {
         let Some(output) = output else {
-            py.detach(|| run.abandon()).py(py)?;
+            run.abandon(py)?;
             return Err(PyValueError::new_err(format!(
                 "run_once({:?}, {}) ended without run.output; set it in the with-block (the lease was given back, nothing was recorded)",
                 self.unit, self.version
             )));
         };
-        // Dropping `run` on an error path gives the lease back.
-        let staged = Data::extract(output.bind(py))?.stage(py, &self.store)?;
-        let meta = staged.meta();
-        let outcome = py.detach(|| run.commit(staged)).py(py)?;
-        convert::outcome(py, &outcome, meta)
+        let data = Data::extract(output.bind(py))?;
+        match (run, &self.backend) {
+            (Held::Local(run), Backend::Local(store)) => {
+                // Dropping `run` on an error path gives the lease back.
+                let staged = data.stage(py, store)?;
+                let meta = staged.meta();
+                let outcome = py.detach(|| run.commit(staged)).py(py)?;
+                convert::outcome(py, &outcome, meta)
+            }
+            (held, _) => {
+                let (client, lease) = match held {
+                    Held::Served(c, l) => (c, l),
+                    Held::Local(_) => unreachable!("a local run belongs to a local store"),
+                };
+                // The fenced write of coordinator mode: the server's engine checks the token.
+                let out = remote::put(
+                    py,
+                    &client,
+                    &self.unit,
+                    self.version,
+                    data,
+                    Some(lease.token),
+                    false,
+                );
+                if out.is_err() {
+                    // As a dropped engine run does: give the lease back so another worker may retry.
+                    let _ = py.detach(|| client.release(&lease));
+                }
+                out
+            }
+        }
+    }
+
+    /// Claims the unit: the engine's `begin_run` in-process, a claim through the server.
+    fn begin(&self, py: Python<'_>) -> PyResult<Held> {
+        match &self.backend {
+            Backend::Local(store) => {
+                let begin = py
+                    .detach(|| store.begin_run(&self.unit, self.version, &self.worker, self.ttl))
+                    .py(py)?;
+                match begin {
+                    Begin::Claimed(run) => Ok(Held::Local(run)),
+                    Begin::AlreadyDone(e) => Err(convert::already_done(py, &self.unit, &e)),
+                    Begin::Busy { worker, until_ms } => {
+                        Err(convert::busy(py, &self.unit, &worker, until_ms))
+                    }
+                }
+            }
+            Backend::Served(c) => {
+                let claimed = py
+                    .detach(|| c.claim(&self.unit, self.version, &self.worker, self.ttl))
+                    .py(py)?;
+                match claimed {
+                    ClaimOutcome::Granted { lease, .. } => Ok(Held::Served(c.clone(), lease)),
+                    ClaimOutcome::AlreadyDone(e) => Err(convert::already_done(py, &self.unit, &e)),
+                    ClaimOutcome::Held {
+                        worker,
+                        expires_at_ms,
+                    } => Err(convert::busy(py, &self.unit, &worker, expires_at_ms)),
+                }
+            }
+        }
     }
 }
 
@@ -92,25 +176,12 @@ impl PyRun {
                 "a Run is entered once; call store.run_once(...) again",
             ));
         }
-        let begin = py
-            .detach(|| {
-                this.store
-                    .begin_run(&this.unit, this.version, &this.worker, this.ttl)
-            })
-            .py(py)?;
-        match begin {
-            Begin::Claimed(run) => {
-                let mut st = this.state()?;
-                st.entered = true;
-                st.run = Some(run);
-                drop(st);
-                Ok(slf)
-            }
-            Begin::AlreadyDone(e) => Err(convert::already_done(py, &this.unit, &e)),
-            Begin::Busy { worker, until_ms } => {
-                Err(convert::busy(py, &this.unit, &worker, until_ms))
-            }
-        }
+        let run = this.begin(py)?;
+        let mut st = this.state()?;
+        st.entered = true;
+        st.run = Some(run);
+        drop(st);
+        Ok(slf)
     }
 
     #[pyo3(signature = (exc_type, _exc = None, _tb = None))]
@@ -129,7 +200,7 @@ impl PyRun {
         if exc_type.is_some_and(|t| !t.is_none()) {
             // The body failed: give the lease back so another worker may retry at once. The body's
             // exception is what the caller must see; if the release fails, the lease just expires.
-            let _ = py.detach(|| run.abandon());
+            let _ = run.abandon(py);
             return Ok(false);
         }
         let outcome = self.finish(py, run, output)?;
@@ -197,10 +268,19 @@ impl PyRun {
                 "renew() works inside the with-block of run_once",
             ));
         };
-        let renewed = py.detach(|| run.renew(ttl));
+        let renewed = match &mut run {
+            Held::Local(r) => py.detach(|| r.renew(ttl)).py(py),
+            Held::Served(c, l) => {
+                let r = py.detach(|| c.renew(l, ttl)).py(py);
+                if let Ok(RenewOutcome::Renewed(new)) = &r {
+                    *l = new.clone();
+                }
+                r
+            }
+        };
         let lease = run.lease().clone();
         self.state()?.run = Some(run);
-        match renewed.py(py)? {
+        match renewed? {
             RenewOutcome::Renewed(l) => convert::lease(py, &l, false),
             RenewOutcome::Lost { newest_token } => Err(lost(py, &lease, newest_token)),
         }

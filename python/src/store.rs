@@ -3,10 +3,12 @@
 use crate::convert::{self, engine_err, kw, make, o, Py2};
 use crate::data::{Data, PyStaged};
 use crate::pipeline::PyPipeline;
+use crate::remote::{self, Remote};
 use crate::run::PyRun;
 use crate::snapshot::{self, PySnapshot};
 use oncelake::reconcile::{Pairs, Plan, ReconcileError, ReconcileOptions, SortConfig};
 use oncelake::{Batch, ClaimOutcome, Durability, Options, RenewOutcome};
+use oncelake_server::{Client, ClientError};
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList, PyTuple};
@@ -28,34 +30,56 @@ pub(crate) fn seconds(name: &str, s: f64) -> PyResult<Duration> {
 /// ``Store(path)`` opens the store in ``path``, creating it if the directory is missing or empty.
 /// Use it as a context manager (``with oncelake.Store(path) as store:``) or call ``close()``.
 /// One process opens a store at a time: another process gets ``Locked`` (``lock_wait`` seconds
-/// waits for it). Threads share one ``Store``: the GIL is released while the engine stages,
+/// waits for it) — unless ``oncelake serve`` holds the store: then every process's ``Store(path)``
+/// goes through the server with the same calls and answers (``served_by`` is its address). Threads share one ``Store``: the GIL is released while the engine stages,
 /// commits and reads, so concurrent commits from many threads share commit groups.
 ///
 /// Data arguments (``put``, ``commit``, ``run.output``) take ``bytes``, a path (``str`` or
 /// ``os.PathLike``) or a binary file object (streamed, never read whole into memory).
 #[pyclass(module = "oncelake", name = "Store", frozen)]
 pub struct PyStore {
-    // Seam for SPEC R20: when `oncelake serve` exists, opening a store that a server holds should
-    // connect to it here and route every method below through the engine's `Client`, so that the
-    // Python API is the same in both cases. Today a held store raises `Locked`.
-    inner: RwLock<Option<oncelake::Store>>,
+    inner: RwLock<Option<Backend>>,
     path: PathBuf,
 }
 
+/// Where the calls go: the engine in this process, or the server that holds the store (R20).
+#[derive(Clone)]
+pub(crate) enum Backend {
+    Local(oncelake::Store),
+    Served(Client),
+}
+
 impl PyStore {
-    /// The open engine store (a cheap handle), or an error once closed.
-    pub(crate) fn store(&self) -> PyResult<oncelake::Store> {
+    /// The open backend, or an error once closed.
+    pub(crate) fn backend(&self) -> PyResult<Backend> {
         match &*self
             .inner
             .read()
             .map_err(|_| PyValueError::new_err("store lock poisoned"))?
         {
-            Some(s) => Ok(s.clone()),
+            Some(b) => Ok(b.clone()),
             None => Err(PyValueError::new_err(format!(
                 "the store {} is closed; open it again with oncelake.Store(path)",
                 self.path.display()
             ))),
         }
+    }
+
+    /// The in-process engine store (a cheap handle); through a server, the `Locked` error of a
+    /// call that does not go through one yet.
+    pub(crate) fn store(&self) -> PyResult<oncelake::Store> {
+        match self.backend()? {
+            Backend::Local(s) => Ok(s),
+            Backend::Served(c) => Err(remote::not_served_yet(&self.path, &c)),
+        }
+    }
+
+    /// The server's client when a server holds the store.
+    fn served(&self) -> PyResult<Option<Client>> {
+        Ok(match self.backend()? {
+            Backend::Served(c) => Some(c),
+            Backend::Local(_) => None,
+        })
     }
 }
 
@@ -80,13 +104,23 @@ impl PyStore {
             },
             ..Options::default()
         };
-        let store = py
-            .detach(|| oncelake::Store::open_with(&path, options))
-            .py(py)?;
+        let backend = py
+            .detach(|| open_backend(&path, options))
+            .map_err(|e| match e {
+                Opened::Engine(e) => convert::engine_err(py, e),
+                Opened::Client(e) => remote::client_err(py, e),
+            })?;
         Ok(PyStore {
-            inner: RwLock::new(Some(store)),
+            inner: RwLock::new(Some(backend)),
             path,
         })
+    }
+
+    /// Whether the calls go through ``oncelake serve`` (a server held the store when it was
+    /// opened) rather than the engine in this process.
+    #[getter]
+    fn served_by(&self) -> PyResult<Option<String>> {
+        Ok(self.served()?.map(|c| c.address()))
     }
 
     /// The store's directory.
@@ -153,6 +187,9 @@ impl PyStore {
         token: Option<u64>,
     ) -> PyResult<Bound<'py, PyAny>> {
         oncelake::validate_key(unit).py(py)?;
+        if let Some(c) = self.served()? {
+            return remote::put(py, &c, unit, version, Data::extract(data)?, token, false);
+        }
         self.commit_one(py, unit, version, data, token, oncelake::Intent::Put)
     }
 
@@ -166,6 +203,9 @@ impl PyStore {
         data: &Bound<'py, PyAny>,
     ) -> PyResult<Bound<'py, PyAny>> {
         oncelake::validate_key(unit).py(py)?;
+        if let Some(c) = self.served()? {
+            return remote::put(py, &c, unit, version, Data::extract(data)?, None, true);
+        }
         self.commit_one(py, unit, version, data, None, oncelake::Intent::Correct)
     }
 
@@ -183,36 +223,23 @@ impl PyStore {
         items: &Bound<'py, PyAny>,
         partial: bool,
     ) -> PyResult<Bound<'py, PyList>> {
-        let store = self.store()?;
-        let mut batch = Batch::new();
-        let mut metas = Vec::new();
-        for item in items.try_iter()? {
-            let item = item?;
-            let t = item.cast::<PyTuple>().map_err(|_| {
-                PyValueError::new_err("each commit item is a tuple (unit, version, data) or (unit, version, data, token)")
-            })?;
-            let (unit, version, data, token): (String, u64, Bound<'_, PyAny>, Option<u64>) =
-                match t.len() {
-                    3 => {
-                        let (u, v, d) = t.extract()?;
-                        (u, v, d, None)
-                    }
-                    4 => t.extract()?,
-                    n => {
-                        return Err(PyValueError::new_err(format!(
-                            "a commit item has 3 or 4 fields, not {n}"
-                        )))
-                    }
-                };
-            oncelake::validate_key(&unit).py(py)?;
-            let staged = Data::extract(&data)?.stage(py, &store)?;
-            metas.push(staged.meta());
-            batch = batch.item(unit, version, &staged, token, oncelake::Intent::Put);
-        }
-        if partial {
-            batch = batch.partial();
-        }
-        let report = py.detach(|| store.commit(batch)).py(py)?;
+        let items = commit_items(py, items)?;
+        let (report, metas) = match self.backend()? {
+            Backend::Local(store) => {
+                let mut batch = Batch::new();
+                let mut metas = Vec::new();
+                for (unit, version, data, token) in items {
+                    let staged = Data::extract(&data)?.stage(py, &store)?;
+                    metas.push(staged.meta());
+                    batch = batch.item(unit, version, &staged, token, oncelake::Intent::Put);
+                }
+                if partial {
+                    batch = batch.partial();
+                }
+                (py.detach(|| store.commit(batch)).py(py)?, metas)
+            }
+            Backend::Served(c) => remote::commit(py, &c, items, partial)?,
+        };
         let values = PyList::empty(py);
         let mut first_rejection = None;
         for (u, meta) in report.units.iter().zip(metas) {
@@ -251,8 +278,11 @@ impl PyStore {
         worker: &str,
         ttl: f64,
     ) -> PyResult<Bound<'py, PyAny>> {
-        let store = self.store()?;
         let ttl = seconds("ttl", ttl)?;
+        if let Some(c) = self.served()? {
+            return remote::claim(py, &c, unit, version, worker, ttl);
+        }
+        let store = self.store()?;
         match py
             .detach(|| store.claim(unit, version, worker, ttl))
             .py(py)?
@@ -274,9 +304,12 @@ impl PyStore {
         lease: &Bound<'py, PyAny>,
         ttl: f64,
     ) -> PyResult<Bound<'py, PyAny>> {
-        let store = self.store()?;
         let l = convert::lease_from(lease)?;
         let ttl = seconds("ttl", ttl)?;
+        if let Some(c) = self.served()? {
+            return remote::renew(py, &c, &l, ttl);
+        }
+        let store = self.store()?;
         match py.detach(|| store.renew(&l, ttl)).py(py)? {
             RenewOutcome::Renewed(new) => convert::lease(py, &new, false),
             RenewOutcome::Lost { newest_token } => Err(lost(py, &l, newest_token)),
@@ -286,8 +319,11 @@ impl PyStore {
     /// Gives a lease back; ``False`` if it was no longer yours (another worker holds it, or it
     /// was taken over, released or ended by a commit): nothing changed then.
     fn release(&self, py: Python<'_>, lease: &Bound<'_, PyAny>) -> PyResult<bool> {
-        let store = self.store()?;
         let l = convert::lease_from(lease)?;
+        if let Some(c) = self.served()? {
+            return remote::release(py, &c, &l);
+        }
+        let store = self.store()?;
         let outcome = py.detach(|| store.release(&l)).py(py)?;
         Ok(outcome == oncelake::ReleaseOutcome::Released)
     }
@@ -304,7 +340,7 @@ impl PyStore {
     #[pyo3(signature = (unit, version, *, worker, ttl))]
     fn run_once(&self, unit: String, version: u64, worker: String, ttl: f64) -> PyResult<PyRun> {
         Ok(PyRun::new(
-            self.store()?,
+            self.backend()?,
             unit,
             version,
             worker,
@@ -315,8 +351,7 @@ impl PyStore {
     /// The dedup fast path: the unit's current ``Lookup`` (version, object, seq) from memory, or
     /// ``None``.
     fn lookup<'py>(&self, py: Python<'py>, unit: &str) -> PyResult<Option<Bound<'py, PyAny>>> {
-        let store = self.store()?;
-        let Some(c) = store.lookup(unit).py(py)? else {
+        let Some(c) = self.lookup_committed(py, unit)? else {
             return Ok(None);
         };
         let args = kw(
@@ -332,6 +367,11 @@ impl PyStore {
 
     /// Whether ``unit`` is committed at ``version`` or newer.
     fn is_done(&self, py: Python<'_>, unit: &str, version: u64) -> PyResult<bool> {
+        if self.served()?.is_some() {
+            // The engine's rule (`Store::is_done`): committed at `version` or newer.
+            let c = self.lookup_committed(py, unit)?;
+            return Ok(c.is_some_and(|c| c.source_version >= version));
+        }
         self.store()?.is_done(unit, version).py(py)
     }
 
@@ -350,6 +390,9 @@ impl PyStore {
         unit: &str,
         at: Option<u64>,
     ) -> PyResult<Option<Bound<'py, PyAny>>> {
+        if let Some(c) = self.served()? {
+            return remote::entry(py, &c, unit, at);
+        }
         snapshot::entry_of(py, &PySnapshot::take(py, &self.store()?, at)?, unit)
     }
 
@@ -362,6 +405,9 @@ impl PyStore {
         unit: &str,
         at: Option<u64>,
     ) -> PyResult<Option<Bound<'py, PyAny>>> {
+        if let Some(c) = self.served()? {
+            return remote::get(py, &c, unit, at);
+        }
         snapshot::read_of(py, &PySnapshot::take(py, &self.store()?, at)?, unit)
     }
 
@@ -373,11 +419,17 @@ impl PyStore {
         prefix: &str,
         at: Option<u64>,
     ) -> PyResult<Bound<'py, PyList>> {
+        if let Some(c) = self.served()? {
+            return remote::ls(py, &c, prefix, at);
+        }
         snapshot::ls_of(py, &PySnapshot::take(py, &self.store()?, at)?, prefix)
     }
 
     /// The commit-log ``Record``s after ``seq``, oldest first (the change feed).
     fn changes_since<'py>(&self, py: Python<'py>, seq: u64) -> PyResult<Bound<'py, PyList>> {
+        if let Some(c) = self.served()? {
+            return remote::changes_since(py, &c, seq);
+        }
         snapshot::changes_of(py, &PySnapshot::take(py, &self.store()?, None)?, seq)
     }
 
@@ -508,12 +560,18 @@ impl PyStore {
         grace: f64,
         retain: f64,
     ) -> PyResult<Bound<'py, PyAny>> {
-        let store = self.store()?;
         let options = oncelake::GcOptions {
             dry_run,
             grace: seconds("grace", grace)?,
             retain: seconds("retain", retain)?,
         };
+        if let Some(c) = self.served()? {
+            let report = py
+                .detach(|| c.gc(dry_run, Some(options.grace), Some(options.retain)))
+                .py(py)?;
+            return crate::maint::gc_report(py, &report);
+        }
+        let store = self.store()?;
         let report = py.detach(|| store.gc(options)).py(py)?;
         crate::maint::gc_report(py, &report)
     }
@@ -538,7 +596,69 @@ impl PyStore {
     }
 }
 
+/// A commit item from Python: unit, version, data, fencing token.
+pub(crate) type Item<'py> = (String, u64, Bound<'py, PyAny>, Option<u64>);
+
+/// The items of `Store.commit`, with their keys checked.
+fn commit_items<'py>(py: Python<'py>, items: &Bound<'py, PyAny>) -> PyResult<Vec<Item<'py>>> {
+    let mut out = Vec::new();
+    for item in items.try_iter()? {
+        let item = item?;
+        let t = item.cast::<PyTuple>().map_err(|_| {
+            PyValueError::new_err(
+                "each commit item is a tuple (unit, version, data) or (unit, version, data, token)",
+            )
+        })?;
+        let parsed: Item<'py> = match t.len() {
+            3 => {
+                let (u, v, d) = t.extract()?;
+                (u, v, d, None)
+            }
+            4 => t.extract()?,
+            n => {
+                return Err(PyValueError::new_err(format!(
+                    "a commit item has 3 or 4 fields, not {n}"
+                )))
+            }
+        };
+        oncelake::validate_key(&parsed.0).py(py)?;
+        out.push(parsed);
+    }
+    Ok(out)
+}
+
+/// Why opening failed: the engine's error, or the server's.
+enum Opened {
+    Engine(oncelake::Error),
+    Client(ClientError),
+}
+
+/// The server's client when a live server holds the store (R20), else the store opened here.
+/// A store no server answers for (no `serve.json`, or one left by a killed server) opens
+/// in-process as before.
+fn open_backend(path: &std::path::Path, options: Options) -> Result<Backend, Opened> {
+    match Client::for_store(path) {
+        Ok(c) => Ok(Backend::Served(c)),
+        Err(ClientError::NotServed { .. }) => oncelake::Store::open_with(path, options)
+            .map(Backend::Local)
+            .map_err(Opened::Engine),
+        Err(e) => Err(Opened::Client(e)),
+    }
+}
+
 impl PyStore {
+    /// The unit's committed version, in-process or through the server.
+    fn lookup_committed(
+        &self,
+        py: Python<'_>,
+        unit: &str,
+    ) -> PyResult<Option<oncelake::Committed>> {
+        match self.backend()? {
+            Backend::Local(s) => s.lookup(unit).py(py),
+            Backend::Served(c) => py.detach(|| c.lookup(unit)).py(py),
+        }
+    }
+
     fn commit_one<'py>(
         &self,
         py: Python<'py>,

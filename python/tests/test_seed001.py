@@ -18,6 +18,7 @@ def test_seed001_run_once_has_one_output_per_batch(python):
     # The seed's pattern loses nothing (every batch has an output), whatever its duplicates.
     assert "0" not in sqlite["outputs_per_batch"]
     assert once["outputs_per_batch"] == {"1": 30}
+    assert once["worker_processes"] == 4  # each with its own Store, through `oncelake serve`
     assert once["duplicate_side_effects"] == 0
     assert once["done_twice_while_lease_live"] == 0
     assert once["commits_per_batch_max"] == 1 and once["committed_outcomes"] == 30

@@ -462,7 +462,7 @@ impl Client {
     /// The cell counts of the pipeline defined by `definition` (its TOML text).
     pub fn pipeline_status(&self, definition: &str) -> Result<oncelake::pipeline::Status> {
         let body = to_json(&serde_json::json!({ "pipeline": definition }))?;
-        let r: crate::pipeline::StatusW =
+        let r: crate::wire_pipeline::StatusW =
             self.json("POST", "/v1/pipeline/status", Payload::Json(body))?;
         Ok((&r).into())
     }
@@ -474,7 +474,7 @@ impl Client {
         unit: &str,
     ) -> Result<oncelake::pipeline::Explain> {
         let body = to_json(&serde_json::json!({ "pipeline": definition, "unit": unit }))?;
-        let r: crate::pipeline::ExplainW =
+        let r: crate::wire_pipeline::ExplainW =
             self.json("POST", "/v1/pipeline/explain", Payload::Json(body))?;
         r.to_engine().map_err(ClientError::Protocol)
     }

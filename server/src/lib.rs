@@ -5,21 +5,32 @@
 //!
 //! The engine crate stays free of tokio, hyper and axum: they are this crate's dependencies only.
 
+#[cfg(feature = "server")]
 mod auth;
 pub mod bench;
 pub mod client;
 pub mod discovery;
+#[cfg(feature = "server")]
 mod http;
+#[cfg(feature = "server")]
 mod live;
 pub mod load;
-pub mod pipeline;
+#[cfg(feature = "server")]
+mod pipeline;
+#[cfg(feature = "server")]
 mod reconcile;
+#[cfg(feature = "server")]
 mod run;
+// The server-side helpers in `stats` (metrics text, verify JSON) are unused by a client-only build.
+#[cfg_attr(not(feature = "server"), allow(dead_code, unused_imports))]
 pub mod stats;
 pub mod wire;
+pub mod wire_pipeline;
 pub mod wire_reconcile;
 pub mod wire_verify;
 
 pub use client::{Client, ClientError, PlanEnd, PlanEvent, ReconcileForm};
+#[cfg(feature = "server")]
 pub use http::Limits;
+#[cfg(feature = "server")]
 pub use run::{serve, ServeError, ServeOptions};

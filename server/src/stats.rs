@@ -75,6 +75,7 @@ fn hist_back(h: &HistogramW) -> HistogramSnapshot {
 }
 
 /// Reads the store's metrics and what is derived from it (the unit count scans the manifest).
+#[cfg(feature = "server")]
 pub(crate) fn stats(store: &Store, live: &crate::live::Live) -> oncelake::Result<StatsW> {
     let m = store.metrics();
     let snap = store.snapshot()?;

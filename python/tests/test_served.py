@@ -1,0 +1,225 @@
+"""`oncelake.Store(path)` on a store held by `oncelake serve` (SPEC R20) goes through the server:
+the same calls give the same outcome values and exception classes as in-process, several
+processes share the store, and a large upload streams with bounded memory."""
+
+import json
+import multiprocessing as mp
+import os
+import subprocess
+import time
+from collections import Counter
+
+import pytest
+
+import oncelake
+from conftest import serving
+from test_stream import CHILD
+
+# Facts that depend on when and in which order things ran, not on what the engine decided.
+VOLATILE = {"seq", "winner_seq", "committed_at_ms", "expires_at_ms", "time_ms"}
+
+
+def shape(value, nested=False):
+    """An outcome value or exception as (class name, its facts without the volatile ones). A
+    rejected batch's exception lists itself among its ``outcomes``: nested ones skip that list."""
+    if isinstance(value, oncelake.OncelakeError):
+        facts = value.facts
+    elif value is None or isinstance(value, (bool, bytes, int, float, str, dict)):
+        return value
+    elif isinstance(value, list):
+        return [shape(v, nested=True) for v in value]
+    else:
+        facts = {k: getattr(value, k) for k in value.__dataclass_fields__}
+    skip = VOLATILE | ({"outcomes"} if nested else set())
+    return type(value).__name__, {k: shape(v, nested) for k, v in sorted(facts.items()) if k not in skip}
+
+
+def script(store):
+    """Every call that goes through a server, with every outcome and rejection it can give."""
+    out = []
+
+    def call(f, *a, **kw):
+        try:
+            out.append(shape(f(*a, **kw)))
+        except oncelake.OncelakeError as e:
+            out.append(shape(e))
+
+    call(store.put, "a/1", 1, b"one")
+    call(store.put, "a/1", 1, b"one")                  # Duplicate
+    call(store.put, "a/1", 1, b"ONE")                  # Conflict
+    call(store.put, "a/1", 2, b"two")                  # Committed, supersedes 1
+    call(store.put, "a/1", 1, b"one")                  # Stale
+    call(store.correct, "a/1", 2, b"two, corrected")
+    call(store.commit, [("f/1", 1, b"f1"), ("f/2", 1, b"f2")])
+    call(store.commit, [("f/1", 1, b"f1"), ("f/3", 1, b"f3"), ("f/2", 1, b"other")])  # Conflict, nothing applied
+    call(store.commit, [("f/1", 1, b"f1"), ("f/3", 1, b"f3"), ("f/2", 1, b"other")], partial=True)
+    lease = store.claim("b/1", 1, worker="w1", ttl=60)
+    out.append((lease.unit, lease.worker, lease.source_version, lease.took_over))
+    call(store.claim, "b/1", 1, worker="w2", ttl=60)   # Busy
+    call(store.put, "b/1", 1, b"no token")             # Busy: someone holds a live lease
+    renewed = store.renew(lease, 60)
+    call(store.put, "b/1", 1, b"b", token=lease.token + 1000)  # Fenced
+    call(store.put, "b/1", 1, b"b", token=renewed.token)
+    call(store.renew, lease, 60)                       # Fenced: ended by the commit
+    call(store.release, lease)                         # False
+    call(store.claim, "b/1", 1, worker="w2", ttl=60)   # AlreadyDone
+    l2 = store.claim("c/1", 1, worker="w1", ttl=60)
+    call(store.release, l2)                            # True
+    with store.run_once("d/1", 1, worker="w1", ttl=60) as run:
+        run.output = b"d"
+    out.append(shape(run.outcome))
+    with pytest.raises(RuntimeError):
+        with store.run_once("e/1", 1, worker="w1", ttl=60) as run:
+            raise RuntimeError("the body failed")
+    call(store.lookup, "e/1")                          # None: nothing recorded, lease given back
+    call(store.claim, "e/1", 1, worker="w2", ttl=60)   # granted at once (returns a Lease)
+    for unit in ["a/1", "b/1", "d/1", "zz"]:
+        call(store.get, unit)
+        call(store.entry, unit)
+        out.append(store.is_done(unit, 1))
+        call(store.lookup, unit)
+    call(store.ls, "")
+    call(store.ls, "a/")
+    call(store.changes_since, 0)
+    call(store.get, "a/1", at=1)
+    call(store.put, "", 1, b"x")                       # InvalidInput (the key)
+    try:
+        store.get("a/1", at=10_000)
+        out.append("no error")
+    except oncelake.OncelakeError as e:                # InvalidInput (a seq beyond the log)
+        out.append(type(e).__name__)
+    call(lambda: store.gc(dry_run=True).dry_run)
+    return out
+
+
+def test_served_calls_answer_as_in_process(tmp_path, served):
+    with oncelake.Store(tmp_path / "local") as local:
+        assert local.served_by is None
+        expected = script(local)
+    with oncelake.Store(served) as remote:
+        assert remote.served_by.startswith("unix:")
+        got = script(remote)
+    assert len(got) == len(expected)
+    for i, (g, e) in enumerate(zip(got, expected)):
+        assert g == e, f"call {i}: through the server {g!r}, in-process {e!r}"
+    # Sanity: the script met every outcome and rejection class.
+    names = {x[0] for x in expected if isinstance(x, tuple) and isinstance(x[0], str)}
+    assert {"Committed", "Duplicate", "Conflict", "Stale", "Fenced", "Busy", "AlreadyDone",
+            "InvalidInput", "Entry"} <= names
+
+
+def test_calls_not_served_yet_raise_locked_and_say_what_to_do(served):
+    with oncelake.Store(served) as store:
+        for call in [lambda: store.snapshot(), lambda: store.verify(), lambda: store.stats(),
+                     lambda: store.reconcile([("u", 1)]), lambda: store.prometheus(),
+                     lambda: store.stage(b"x"), lambda: store.pipeline("")]:
+            with pytest.raises(oncelake.Locked, match="does not go through a server yet") as e:
+                call()
+            assert e.value.facts["server"].startswith("unix:")
+        # Nothing was written by the refused calls.
+        assert store.ls() == []
+
+
+def test_without_a_server_a_second_process_gets_locked(tmp_path, python):
+    lake = tmp_path / "lake"
+    with oncelake.Store(lake):
+        r = subprocess.run([python, "-c", f"import oncelake; oncelake.Store({str(lake)!r})"],
+                           capture_output=True, text=True)
+    assert r.returncode != 0 and "Locked" in r.stderr
+
+
+# ------------------------------------------------------------------ processes through the server
+
+UNITS = [f"part/{i:03d}" for i in range(24)]
+
+
+def payload(unit):
+    return f"output of {unit}\n".encode() * 50
+
+
+def deliveries(workers):
+    """Each unit goes to three of the workers, in a different order per worker."""
+    lists = [[] for _ in range(workers)]
+    for i, u in enumerate(UNITS):
+        for k in range(3):
+            lists[(i + k) % workers].append(u)
+    for w, l in enumerate(lists):
+        l.sort(key=lambda u: hash((u, w)) % 97)
+    return lists
+
+
+def worker(lake, wid, units, log_path, results):
+    """Puts the even units (several workers put the same bytes) and runs the odd ones once."""
+    done = Counter()
+    with oncelake.Store(lake) as store:
+        assert store.served_by, "the worker must go through the server"
+        queue = list(units)
+        while queue:
+            unit = queue.pop(0)
+            if int(unit[-3:]) % 2 == 0:
+                done[type(store.put(unit, 1, payload(unit))).__name__] += 1
+                continue
+            try:
+                with store.run_once(unit, 1, worker=f"w{wid}", ttl=120) as run:
+                    with open(log_path, "a") as log:
+                        log.write(f"{unit}\tw{wid}\t{run.lease.token}\t{run.lease.expires_at_ms}\t{time.time() * 1000:.0f}\n")
+                    run.output = payload(unit)
+                done[type(run.outcome).__name__] += 1
+            except oncelake.AlreadyDone:
+                done["AlreadyDone"] += 1
+            except oncelake.Busy:
+                # A live worker holds it and will commit it: ask again later.
+                done["Busy"] += 1
+                queue.append(unit)
+    results.put((wid, dict(done)))
+
+
+def test_processes_share_a_served_store_exactly_once(tmp_path, served):
+    workers = 4
+    log_path = str(tmp_path / "runs.log")
+    ctx = mp.get_context("spawn")
+    results = ctx.Queue()
+    procs = [ctx.Process(target=worker, args=(str(served), w, l, log_path, results))
+             for w, l in enumerate(deliveries(workers))]
+    for p in procs:
+        p.start()
+    per_worker = dict(results.get(timeout=600) for _ in procs)
+    for p in procs:
+        p.join(timeout=600)
+        assert p.exitcode == 0
+    model = {u: payload(u) for u in UNITS}
+    with oncelake.Store(served) as store:
+        assert [e.unit for e in store.ls("part/")] == sorted(model)
+        for unit, data in model.items():
+            assert store.get(unit) == data, unit
+            assert store.entry(unit).revision == 0
+        # One commit of each unit in the log: nothing was committed twice.
+        committed = Counter(e.unit for r in store.changes_since(0) if r.kind == "commit" for e in r.entries)
+        assert committed == Counter({u: 1 for u in UNITS})
+    total = Counter()
+    for d in per_worker.values():
+        total.update(d)
+    puts = sum(1 for u in UNITS if int(u[-3:]) % 2 == 0)
+    runs = len(UNITS) - puts
+    assert total["Committed"] == len(UNITS), per_worker
+    assert total["Duplicate"] == 3 * puts - puts
+    assert total["AlreadyDone"] + total["Committed"] + total["Duplicate"] == 3 * len(UNITS)
+    # Every run-once unit's work ran exactly once: no unit was done twice while its lease was live.
+    with open(log_path) as log:
+        ran = Counter(line.split("\t", 1)[0] for line in log)
+    assert ran == Counter({u: 1 for u in UNITS if int(u[-3:]) % 2 == 1}) and len(ran) == runs
+
+
+def test_a_200_mb_object_streams_through_the_server_with_bounded_memory(tmp_path, python):
+    lake = tmp_path / "lake"
+    with serving(lake):
+        child = CHILD.replace("with oncelake.Store(lake) as store:",
+                              "with oncelake.Store(lake) as store:\n    assert store.served_by")
+        assert child != CHILD, "the child must check that it goes through the server"
+        out = subprocess.run([python, "-c", child, str(lake), str(tmp_path / "big.bin")],
+                             capture_output=True, text=True, check=True).stdout
+    r = json.loads(out)
+    assert r["sizes"] == [200 << 20] * 3 and r["same_object"]
+    grew = r["after_mb"] - r["before_mb"]
+    print(f"through the server: peak RSS +{grew:.1f} MB after 3 x 200 MB puts")
+    assert grew < 32, r
