@@ -2,88 +2,17 @@
 //! against a model, the metrics scrape, the bearer token, bad and cut-off requests, the server
 //! killed under load, and SIGTERM.
 
-#[path = "../../tests/bin/mod.rs"]
-mod bin;
+mod support;
 
 use oncelake_server::wire::CommitItemW;
 use oncelake_server::{Client, ClientError};
 use std::collections::BTreeMap;
-use std::io::{BufRead, BufReader, Read, Write};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::io::{Read, Write};
+use std::path::Path;
+use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
-
-/// A running `oncelake serve`, killed when dropped.
-struct Server {
-    child: Child,
-    address: String,
-}
-
-impl Server {
-    /// Starts a server and waits for its ready line (the synchronisation is its output).
-    fn start(store: &Path, extra: &[&str]) -> Server {
-        let mut child = Command::new(bin::oncelake())
-            .arg("serve")
-            .arg(store)
-            .args(extra)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let mut line = String::new();
-        BufReader::new(child.stdout.take().unwrap())
-            .read_line(&mut line)
-            .unwrap();
-        if line.is_empty() {
-            let mut err = String::new();
-            child
-                .stderr
-                .take()
-                .unwrap()
-                .read_to_string(&mut err)
-                .unwrap();
-            panic!("the server did not start: {err}");
-        }
-        let address = line
-            .split_whitespace()
-            .find(|w| w.starts_with("unix:") || w.starts_with("tcp:"))
-            .unwrap_or_else(|| panic!("no address in {line:?}"))
-            .to_string();
-        Server { child, address }
-    }
-
-    fn pid(&self) -> i32 {
-        self.child.id() as i32
-    }
-
-    /// SIGTERM, then the exit status.
-    fn terminate(mut self) -> std::process::ExitStatus {
-        // SAFETY: kill(2) on our own child's pid, which has not been reaped yet (so the pid
-        // cannot have been reused).
-        assert_eq!(unsafe { libc::kill(self.pid(), libc::SIGTERM) }, 0);
-        self.child.wait().unwrap()
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn oncelake(args: &[&str]) -> std::process::Output {
-    Command::new(bin::oncelake()).args(args).output().unwrap()
-}
-
-fn new_store() -> (tempfile::TempDir, PathBuf) {
-    let dir = tempfile::tempdir().unwrap();
-    let store = dir.path().join("lake");
-    let out = oncelake(&["init", store.to_str().unwrap()]);
-    assert!(out.status.success(), "{out:?}");
-    (dir, store)
-}
+use support::{bin, new_store, oncelake, Server};
 
 /// `ls --json` as (unit → (version, object)).
 fn listing(store: &Path) -> BTreeMap<String, (u64, String)> {
@@ -115,7 +44,7 @@ fn hex_of(bytes: &[u8]) -> String {
 #[test]
 fn many_cli_processes_against_one_served_store_match_a_model() {
     let (_dir, store) = new_store();
-    let server = Server::start(&store, &[]);
+    let server = Server::start(&store);
     let s = store.to_str().unwrap().to_string();
     let model: BTreeMap<String, (u64, Vec<u8>)> = (0..24)
         .map(|i| {
@@ -212,7 +141,7 @@ fn many_cli_processes_against_one_served_store_match_a_model() {
 #[test]
 fn metrics_scrape_and_healthz() {
     let (_dir, store) = new_store();
-    let _server = Server::start(&store, &[]);
+    let _server = Server::start(&store);
     let client = Client::for_store(&store).unwrap();
     for i in 0..3u64 {
         let (u, _) = client
@@ -273,7 +202,7 @@ fn metrics_scrape_and_healthz() {
 fn tcp_needs_the_token_and_files_are_owner_only() {
     use std::os::unix::fs::PermissionsExt;
     let (_dir, store) = new_store();
-    let server = Server::start(&store, &["--listen", "127.0.0.1:0"]);
+    let server = Server::start_with(&store, &["--listen", "127.0.0.1:0"]);
     let info: serde_json::Value =
         serde_json::from_slice(&std::fs::read(store.join("serve.json")).unwrap()).unwrap();
     let mode = std::fs::metadata(store.join("serve.json"))
@@ -311,7 +240,7 @@ fn tcp_needs_the_token_and_files_are_owner_only() {
     assert_eq!(listing(&store).len(), 1, "the CLI uses the token by itself");
     drop(server);
 
-    let _unix = Server::start(&store, &[]);
+    let _unix = Server::start(&store);
     let mode = std::fs::metadata(store.join("serve.sock"))
         .unwrap()
         .permissions()
@@ -323,7 +252,7 @@ fn tcp_needs_the_token_and_files_are_owner_only() {
 #[test]
 fn bad_and_oversized_requests_are_refused_and_change_nothing() {
     let (_dir, store) = new_store();
-    let server = Server::start(&store, &["--max-upload", "1000"]);
+    let server = Server::start_with(&store, &["--max-upload", "1000"]);
     let sock = server.address.strip_prefix("unix:").unwrap();
     let raw = |req: &str| -> String {
         let mut c = std::os::unix::net::UnixStream::connect(sock).unwrap();
@@ -402,7 +331,7 @@ fn bad_and_oversized_requests_are_refused_and_change_nothing() {
 #[test]
 fn a_client_killed_mid_upload_commits_nothing() {
     let (_dir, store) = new_store();
-    let server = Server::start(&store, &[]);
+    let server = Server::start(&store);
     let sock = server.address.strip_prefix("unix:").unwrap().to_string();
     let objects = |store: &Path| -> usize { walk(&store.join("objects")) };
     let before = objects(&store);
@@ -451,7 +380,7 @@ fn walk(dir: &Path) -> usize {
 #[test]
 fn a_server_killed_under_load_loses_no_acknowledged_commit() {
     let (_dir, store) = new_store();
-    let mut server = Server::start(&store, &[]);
+    let mut server = Server::start(&store);
     let acked = Arc::new(Mutex::new(BTreeMap::new()));
     let errors = Arc::new(Mutex::new(Vec::new()));
     let threads: Vec<_> = (0..8)
@@ -504,7 +433,7 @@ fn a_server_killed_under_load_loses_no_acknowledged_commit() {
             "{unit} was acknowledged"
         );
     }
-    let restarted = Server::start(&store, &[]);
+    let restarted = Server::start(&store);
     assert!(Client::for_store(&store).unwrap().health().is_ok());
     assert!(restarted.terminate().success());
     let out = oncelake(&["verify", store.to_str().unwrap()]);
@@ -516,7 +445,7 @@ fn a_server_killed_under_load_loses_no_acknowledged_commit() {
 #[test]
 fn sigterm_cleans_up_and_long_polls_wake_on_commit() {
     let (_dir, store) = new_store();
-    let server = Server::start(&store, &[]);
+    let server = Server::start(&store);
     let client = Client::for_store(&store).unwrap();
     let poller = {
         let client = client.clone();
@@ -541,7 +470,7 @@ fn sigterm_cleans_up_and_long_polls_wake_on_commit() {
 #[test]
 fn a_large_upload_is_streamed_not_buffered() {
     let (_dir, store) = new_store();
-    let server = Server::start(&store, &[]);
+    let server = Server::start(&store);
     let peak_kib = || -> u64 {
         let status = std::fs::read_to_string(format!("/proc/{}/status", server.pid())).unwrap();
         status

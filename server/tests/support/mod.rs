@@ -11,15 +11,25 @@ use std::process::{Child, Command, Stdio};
 
 /// A running `oncelake serve`, killed when dropped.
 pub struct Server {
-    child: Child,
+    /// The server process.
+    pub child: Child,
+    /// The address of its ready line (`unix:PATH` or `tcp:HOST:PORT`).
+    pub address: String,
 }
 
 impl Server {
-    /// Starts a server and waits for its ready line (the synchronisation is its output).
+    /// Starts a server on its default socket and waits for its ready line.
     pub fn start(store: &Path) -> Server {
+        Server::start_with(store, &[])
+    }
+
+    /// Starts a server with `extra` options and waits for its ready line (the synchronisation
+    /// is its output).
+    pub fn start_with(store: &Path, extra: &[&str]) -> Server {
         let mut child = Command::new(bin::oncelake())
             .arg("serve")
             .arg(store)
+            .args(extra)
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()
@@ -38,7 +48,12 @@ impl Server {
                 .unwrap();
             panic!("the server did not start: {err}");
         }
-        Server { child }
+        let address = line
+            .split_whitespace()
+            .find(|w| w.starts_with("unix:") || w.starts_with("tcp:"))
+            .unwrap_or_else(|| panic!("no address in {line:?}"))
+            .to_string();
+        Server { child, address }
     }
 
     /// The server's pid.
@@ -46,12 +61,17 @@ impl Server {
         self.child.id() as i32
     }
 
-    /// SIGTERM, then wait until it exited (it closed the store and removed its files).
-    pub fn stop(mut self) {
+    /// SIGTERM, then the exit status (it closed the store and removed its files).
+    pub fn terminate(mut self) -> std::process::ExitStatus {
         // SAFETY: kill(2) on our own child's pid, which has not been reaped yet (so the pid
         // cannot have been reused).
         assert_eq!(unsafe { libc::kill(self.pid(), libc::SIGTERM) }, 0);
-        assert!(self.child.wait().unwrap().success());
+        self.child.wait().unwrap()
+    }
+
+    /// SIGTERM, and the server exited successfully.
+    pub fn stop(self) {
+        assert!(self.terminate().success());
     }
 }
 
