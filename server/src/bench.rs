@@ -4,9 +4,7 @@
 
 use crate::wire::CommitItemW;
 use crate::Client;
-use std::io::BufRead;
 use std::path::Path;
-use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Barrier, OnceLock};
 use std::time::{Duration, Instant};
@@ -53,25 +51,11 @@ pub fn commits_via_server(
     let _ = std::fs::remove_dir_all(&dir);
     let store = dir.join("lake");
     drop(oncelake::Store::open(&store).map_err(|e| e.to_string())?);
-    let mut server = Command::new(exe)
-        .arg("serve")
-        .arg(&store)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .map_err(|e| format!("start {} serve: {e}", exe.display()))?;
-    let mut line = String::new();
-    if let Some(out) = server.stdout.take() {
-        let _ = std::io::BufReader::new(out).read_line(&mut line);
-    }
-    let run = if line.is_empty() {
-        Err("the server did not start".to_string())
-    } else {
-        drive(&store, clients, max_units, max_time)
-    };
-    // SAFETY: kill(2) on our own child, not yet reaped (its pid cannot have been reused).
-    unsafe { libc::kill(server.id() as i32, libc::SIGTERM) };
-    let _ = server.wait();
+    let run = crate::load::start_server(exe, &store).and_then(|mut server| {
+        let run = drive(&store, clients, max_units, max_time);
+        crate::load::stop_server(&mut server);
+        run
+    });
     let _ = std::fs::remove_dir_all(&dir);
     run
 }
@@ -201,25 +185,11 @@ pub fn seed001_via_server(
     let _ = std::fs::remove_dir_all(&dir);
     let store = dir.join("lake");
     drop(oncelake::Store::open(&store).map_err(|e| e.to_string())?);
-    let mut server = Command::new(exe)
-        .arg("serve")
-        .arg(&store)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .map_err(|e| format!("start {} serve: {e}", exe.display()))?;
-    let mut line = String::new();
-    if let Some(out) = server.stdout.take() {
-        let _ = std::io::BufReader::new(out).read_line(&mut line);
-    }
-    let run = if line.is_empty() {
-        Err("the server did not start".to_string())
-    } else {
-        seed001_drive(&store, workers.max(1), batches)
-    };
-    // SAFETY: kill(2) on our own child, not yet reaped (its pid cannot have been reused).
-    unsafe { libc::kill(server.id() as i32, libc::SIGTERM) };
-    let _ = server.wait();
+    let run = crate::load::start_server(exe, &store).and_then(|mut server| {
+        let run = seed001_drive(&store, workers.max(1), batches);
+        crate::load::stop_server(&mut server);
+        run
+    });
     let _ = std::fs::remove_dir_all(&dir);
     run
 }

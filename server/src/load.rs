@@ -117,7 +117,9 @@ pub fn serve_load(exe: &Path, scratch: &Path, opts: &LoadOptions) -> Result<Load
     result
 }
 
-fn start_server(exe: &Path, store: &Path) -> Result<Child, String> {
+/// Starts `exe serve store` and waits for its ready line; the server is killed if it never says
+/// it is ready.
+pub(crate) fn start_server(exe: &Path, store: &Path) -> Result<Child, String> {
     let mut server = Command::new(exe)
         .arg("serve")
         .arg(store)
@@ -135,6 +137,14 @@ fn start_server(exe: &Path, store: &Path) -> Result<Child, String> {
         return Err("the server did not start".into());
     }
     Ok(server)
+}
+
+/// Stops a server started by [`start_server`] with SIGTERM (it finishes in-flight commits) and
+/// waits for it.
+pub(crate) fn stop_server(server: &mut Child) {
+    // SAFETY: kill(2) on our own child, not yet reaped (its pid cannot have been reused).
+    unsafe { libc::kill(server.id() as i32, libc::SIGTERM) };
+    let _ = server.wait();
 }
 
 fn run_against(exe: &Path, store: &Path, opts: &LoadOptions) -> Result<LoadReport, String> {
