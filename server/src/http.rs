@@ -199,8 +199,13 @@ pub(crate) fn query<T>(q: Result<Query<T>, QueryRejection>) -> ApiResult<T> {
         .map_err(|e| ApiError::bad(format!("bad query string: {}", e.body_text())))
 }
 
-/// Reads a whole JSON body within the size limit and the idle timeout.
-pub(crate) async fn read_json<T: for<'de> Deserialize<'de>>(app: &App, body: Body) -> ApiResult<T> {
+/// Reads a whole body of at most `max_json` bytes within the idle timeout; `too_large` says what
+/// to do instead (it gets the limit).
+pub(crate) async fn read_body(
+    app: &App,
+    body: Body,
+    too_large: impl FnOnce(usize) -> String,
+) -> ApiResult<axum::body::Bytes> {
     let limited = http_body_util::Limited::new(body, app.limits.max_json);
     let collected = tokio::time::timeout(app.limits.body_idle, limited.collect())
         .await
@@ -211,23 +216,27 @@ pub(crate) async fn read_json<T: for<'de> Deserialize<'de>>(app: &App, body: Bod
                 "the request body did not arrive in time; send it at once",
             )
         })?;
-    let bytes = collected
-        .map_err(|e| {
-            if e.is::<http_body_util::LengthLimitError>() {
-                app.live.too_large();
-                ApiError::new(
-                    StatusCode::PAYLOAD_TOO_LARGE,
-                    "too_large",
-                    format!(
-                        "the JSON request body is larger than {} bytes; split the batch",
-                        app.limits.max_json
-                    ),
-                )
-            } else {
-                ApiError::bad(format!("could not read the request body: {e}"))
-            }
-        })?
-        .to_bytes();
+    let collected = collected.map_err(|e| {
+        if e.is::<http_body_util::LengthLimitError>() {
+            app.live.too_large();
+            ApiError::new(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                "too_large",
+                too_large(app.limits.max_json),
+            )
+        } else {
+            ApiError::bad(format!("could not read the request body: {e}"))
+        }
+    })?;
+    Ok(collected.to_bytes())
+}
+
+/// Reads a whole JSON body within the size limit and the idle timeout.
+pub(crate) async fn read_json<T: for<'de> Deserialize<'de>>(app: &App, body: Body) -> ApiResult<T> {
+    let bytes = read_body(app, body, |max| {
+        format!("the JSON request body is larger than {max} bytes; split the batch")
+    })
+    .await?;
     serde_json::from_slice(&bytes).map_err(|e| {
         app.live.bad_request();
         ApiError::bad(format!("the request body is not the expected JSON: {e}"))

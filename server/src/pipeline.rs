@@ -4,15 +4,13 @@
 //! The pipeline's definition travels with each call (the CLI reads it from its file), so the
 //! server keeps no pipeline state of its own: the cells live in the store.
 
-use crate::http::{blocking, json, query, read_json, ApiError, ApiResult, App};
+use crate::http::{blocking, json, query, read_body, read_json, ApiError, ApiResult, App};
 use crate::wire::UnitOutcomeW;
 use crate::wire_pipeline::{ExplainW, StatusW};
 use axum::body::Body;
 use axum::extract::rejection::QueryRejection;
 use axum::extract::{Query, State};
-use axum::http::StatusCode;
 use axum::response::Response;
-use http_body_util::BodyExt;
 use oncelake::pipeline::{set_source_version, Pipeline, PipelineDef};
 use serde::Deserialize;
 use std::sync::Arc;
@@ -39,32 +37,13 @@ pub(crate) async fn set_source(
 }
 
 async fn read_bytes(app: &App, body: Body) -> ApiResult<Vec<u8>> {
-    let limited = http_body_util::Limited::new(body, app.limits.max_json);
-    let collected = tokio::time::timeout(app.limits.body_idle, limited.collect())
-        .await
-        .map_err(|_| {
-            ApiError::new(
-                StatusCode::REQUEST_TIMEOUT,
-                "timeout",
-                "the request body did not arrive in time; send it at once",
-            )
-        })?;
-    let bytes = collected.map_err(|e| {
-        if e.is::<http_body_util::LengthLimitError>() {
-            app.live.too_large();
-            ApiError::new(
-                StatusCode::PAYLOAD_TOO_LARGE,
-                "too_large",
-                format!(
-                    "a pipeline unit's input is larger than {} bytes; store large inputs as units (put) and pass their key",
-                    app.limits.max_json
-                ),
-            )
-        } else {
-            ApiError::bad(format!("could not read the request body: {e}"))
-        }
-    })?;
-    Ok(bytes.to_bytes().to_vec())
+    let bytes = read_body(app, body, |max| {
+        format!(
+            "a pipeline unit's input is larger than {max} bytes; store large inputs as units (put) and pass their key"
+        )
+    })
+    .await?;
+    Ok(bytes.to_vec())
 }
 
 /// A pipeline definition as the body of a call.
