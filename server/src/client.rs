@@ -1161,9 +1161,17 @@ impl Client {
         Ok((&r).into())
     }
 
-    /// The bytes of a ready cell's input entry.
-    pub fn pipeline_input(&self, entry: &Entry) -> Result<Vec<u8>> {
-        let body = to_json(&serde_json::json!({ "entry": EntryW::from(entry) }))?;
+    /// The bytes of a ready cell's input: `stage` `None` for the unit's source, else an upstream
+    /// stage (as `ReadyCell::read_input`).
+    pub fn pipeline_input(
+        &self,
+        cell: &oncelake::pipeline::ReadyCell,
+        stage: Option<&str>,
+    ) -> Result<Vec<u8>> {
+        let body = to_json(&serde_json::json!({
+            "cell": crate::wire_cells::ReadyCellW::from(cell),
+            "stage": stage,
+        }))?;
         let mut resp = self.request("POST", "/v1/pipeline/input", Payload::Json(body))?;
         let mut out = Vec::new();
         resp.body

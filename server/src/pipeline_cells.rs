@@ -5,7 +5,7 @@
 //! travels with each call and the server keeps no pipeline state of its own.
 
 use crate::http::{blocking, json, read_body, read_json, ApiError, ApiResult, App};
-use crate::wire::{EntryW, UnitOutcomeW};
+use crate::wire::UnitOutcomeW;
 use crate::wire_cells::{AttemptW, ClaimCellW, FailOutcomeW, ReadyCellW};
 use axum::body::Body;
 use axum::extract::State;
@@ -141,16 +141,18 @@ pub(crate) async fn fail(State(app): State<Arc<App>>, body: Body) -> ApiResult<R
 
 #[derive(Deserialize)]
 pub(crate) struct InputReq {
-    entry: EntryW,
+    cell: ReadyCellW,
+    stage: Option<String>,
 }
 
-/// `POST /v1/pipeline/input`: the bytes of a ready cell's input (one of its `inputs[].entry`),
-/// size and CRC32 checked, as `ReadyCell::read_input` reads them.
+/// `POST /v1/pipeline/input`: the bytes of a ready cell's input (`stage`: null for the unit's
+/// source, else an upstream stage), read by the engine's `ReadyCell::read_input` (size and CRC32
+/// checked).
 pub(crate) async fn input(State(app): State<Arc<App>>, body: Body) -> ApiResult<Response> {
     let r: InputReq = read_json(&app, body).await?;
-    let entry = r.entry.to_entry().map_err(ApiError::bad)?;
+    let cell = r.cell.to_engine().map_err(ApiError::bad)?;
     let app2 = app.clone();
-    let bytes = blocking(move || app2.store.snapshot()?.read_object(&entry)).await?;
+    let bytes = blocking(move || cell.read_input(&app2.store, r.stage.as_deref())).await?;
     Ok((
         StatusCode::OK,
         [(header::CONTENT_TYPE, "application/octet-stream")],

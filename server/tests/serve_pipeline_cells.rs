@@ -279,7 +279,14 @@ fn ready_complete_and_fail_through_the_server_match_in_process_and_the_model() {
     let client = oncelake_server::Client::for_store(&served).unwrap();
     let cells = client.pipeline_ready(DEF, 10).unwrap();
     let transform = cells.iter().find(|c| c.stage == "transform").unwrap();
-    let input = &transform.inputs[0];
-    assert_eq!(input.stage.as_deref(), Some("ingest"));
-    assert_eq!(client.pipeline_input(&input.entry).unwrap(), b"out1");
+    assert_eq!(transform.inputs[0].stage.as_deref(), Some("ingest"));
+    assert_eq!(
+        client.pipeline_input(transform, Some("ingest")).unwrap(),
+        b"out1"
+    );
+    // A stage that is not an input of the cell: the engine's refusal, as a bad request.
+    assert!(matches!(
+        client.pipeline_input(transform, None),
+        Err(oncelake_server::ClientError::BadRequest { .. })
+    ));
 }
