@@ -2,7 +2,11 @@
 the same calls give the same outcome values and exception classes as in-process, several
 processes share the store, and a large upload streams with bounded memory."""
 
+import http.client
 import json
+import pathlib
+import signal
+import socket
 import multiprocessing as mp
 import os
 import subprocess
@@ -345,3 +349,146 @@ def test_a_200_mb_object_streams_through_the_server_with_bounded_memory(tmp_path
     grew = r["after_mb"] - r["before_mb"]
     print(f"through the server: peak RSS +{grew:.1f} MB after 3 x 200 MB puts")
     assert grew < 32, r
+
+
+# ------------------------------------------------------------------ staging and snapshots on the server
+
+def object_file(lake, hex_id):
+    return pathlib.Path(lake) / "objects" / hex_id[:2] / hex_id
+
+
+def request(lake, method, path, body=b""):
+    """One request to the server of `lake` over its Unix socket (what curl --unix-socket does)."""
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.connect(str(pathlib.Path(lake) / "serve.sock"))
+    conn = http.client.HTTPConnection("localhost")
+    conn.sock = sock
+    conn.request(method, path, body=body, headers={"Content-Type": "application/json"})
+    r = conn.getresponse()
+    out = (r.status, json.loads(r.read() or b"null"))
+    conn.close()
+    return out
+
+
+KILLED_STAGER = """
+import os, signal, sys, oncelake
+store = oncelake.Store(sys.argv[1])
+assert store.served_by
+staged = store.stage(b"staged by a process that is killed before its commit", ttl=float(sys.argv[2]))
+print(staged.object, flush=True)
+os.kill(os.getpid(), signal.SIGKILL)   # no cleanup runs: the server's deadline must reclaim it
+"""
+
+
+def test_a_killed_clients_staging_is_never_committed_and_is_reclaimed(served, python):
+    ttl = 2.0
+    r = subprocess.run([python, "-c", KILLED_STAGER, str(served), str(ttl)], capture_output=True, text=True)
+    assert r.returncode == -signal.SIGKILL, r.stderr
+    hex_id = r.stdout.strip()
+    path = object_file(served, hex_id)
+    assert path.is_file(), "staging publishes the object under its hash"
+    with oncelake.Store(served) as store:
+        # While the handle lives on the server, GC with no grace and no retention keeps it.
+        store.gc(grace=0, retain=0)
+        assert path.is_file(), "a live staging handle pins its object"
+        assert store.stats()["server"]["staged_handles"] == 1
+        time.sleep(ttl + 0.5)
+        store.gc(grace=0, retain=0)
+        assert not path.is_file(), "the killed client's staging is reclaimed after its deadline"
+        assert store.stats()["server"]["staged_handles"] == 0
+        # Nothing of it was committed.
+        assert store.ls("") == [] and store.changes_since(0) == []
+
+
+def test_forged_and_foreign_staging_handles_are_refused(tmp_path, served, python):
+    # A forged id through the HTTP API: 400 with what to do, nothing committed.
+    status, body = request(served, "POST", "/v1/commit",
+                        json.dumps({"items": [{"unit": "u", "source_version": 1, "staged": 12345}]}))
+    assert status == 400 and "unknown to this server" in body["message"], body
+    other = tmp_path / "other"
+    with serving(other), oncelake.Store(served) as a, oncelake.Store(other) as b, \
+            oncelake.Store(tmp_path / "local") as local, oncelake.Store(tmp_path / "local2") as local2:
+        assert a.served_by != b.served_by
+        from_a = a.stage(b"staged through a")
+        # A handle of store a used with store b (served), or in-process: InvalidInput, nothing stored.
+        for call in [lambda: b.put("u", 1, from_a), lambda: b.commit([("u", 1, from_a)]),
+                     lambda: local.put("u", 1, from_a), lambda: local.commit([("u", 1, from_a)])]:
+            with pytest.raises(oncelake.InvalidInput, match="staged through the server of the store"):
+                call()
+        # An in-process handle used through a server: refused the same way; and in-process between
+        # two stores the engine's own refusal has the same class.
+        from_local = local.stage(b"staged in-process")
+        with pytest.raises(oncelake.InvalidInput, match="stage it with this store"):
+            a.put("u", 1, from_local)
+        with pytest.raises(oncelake.InvalidInput, match="stage it with this store"):
+            local2.put("u", 1, from_local)
+        assert b.ls("") == [] and local.ls("") == []
+        # The handle still works where it belongs, as often as wanted (as in-process).
+        assert type(a.put("u/1", 1, from_a)).__name__ == "Committed"
+        assert type(a.put("u/2", 1, from_a)).__name__ == "Committed"
+        # Dropping the Staged drops the handle on the server: its object is unpinned at once.
+        lone = a.stage(b"staged and dropped")
+        path = object_file(served, lone.object)
+        assert a.stats()["server"]["staged_handles"] == 2
+        del lone
+        assert a.stats()["server"]["staged_handles"] == 1
+        a.gc(grace=0, retain=0)
+        assert not path.is_file()
+
+
+def snapshot_through_gc(store, lake):
+    """A view taken before an overwrite keeps the old object through GC with zero retention;
+    closing it lets the next GC remove it. What is seen at each step, for the model."""
+    seen = []
+    old = store.put("k", 1, b"old bytes")
+    snap = store.snapshot()
+    store.put("k", 2, b"new bytes")
+    store.gc(grace=0, retain=0)
+    seen.append(object_file(lake, old.object).is_file())
+    seen.append(snap.get("k"))
+    seen.append([e.source_version for e in snap.ls("")])
+    seen.append(store.get("k"))
+    snap.close()
+    store.gc(grace=0, retain=0)
+    seen.append(object_file(lake, old.object).is_file())
+    try:
+        store.get("k", at=old.seq)
+        seen.append("readable")
+    except oncelake.OncelakeError as e:
+        seen.append(type(e).__name__)
+    # Dropping a snapshot without close() releases it too.
+    store.put("j", 1, b"j1")
+    j1 = store.entry("j")
+    view = store.snapshot()
+    store.put("j", 2, b"j2")
+    del view
+    store.gc(grace=0, retain=0)
+    seen.append(object_file(lake, j1.object).is_file())
+    return seen
+
+
+def test_a_snapshot_through_the_server_keeps_its_objects_through_gc(tmp_path, served):
+    with oncelake.Store(tmp_path / "local") as local:
+        expected = snapshot_through_gc(local, tmp_path / "local")
+    with oncelake.Store(served) as remote:
+        got = snapshot_through_gc(remote, served)
+        # A snapshot id the server did not issue (or one closed) is refused: 410 and what to do.
+        status, body = request(served, "GET", "/v1/snapshot/ls?id=12345")
+        assert status == 410 and "take a new snapshot" in body["message"], body
+    assert got == expected
+    # The model: kept while the view is open, removed after it closed.
+    assert expected[:4] == [True, b"old bytes", [1], b"new bytes"]
+    assert expected[4] is False and expected[5] == "InvalidInput" and expected[6] is False
+
+
+def test_stats_through_the_server_label_the_servers_own_counters(served):
+    with oncelake.Store(served) as store:
+        store.put("a", 1, b"a")
+        store.put("a", 1, b"a")
+        s = store.stats()
+        assert s["units"] == 1 and s["last_seq"] == store.last_seq == 1
+        assert s["commits"] == 1 and s["duplicates_collapsed"] == 1 and s["scopes"]["commits"] == "store"
+        assert {"requests", "staged_handles", "connections_open"} <= set(s["server"])
+        text = store.prometheus()
+        assert "oncelake_commits" in text and "oncelake_server_requests_total" in text
+        assert "(this server process only)" in text
