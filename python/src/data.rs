@@ -45,8 +45,13 @@ pub(crate) struct ServedStaged {
 
 impl Drop for ServedStaged {
     fn drop(&mut self) {
-        // Best effort: a server that is gone has dropped the handle already.
-        let _ = self.client.unstage(self.id);
+        // Best effort, and bounded: a server that is gone has dropped the handle already, and a
+        // hung one must not hang the Python object's release (its deadline reclaims the handle).
+        let client = self
+            .client
+            .clone()
+            .with_timeout(crate::remote::DROP_TIMEOUT);
+        let _ = client.unstage(self.id);
     }
 }
 

@@ -15,6 +15,9 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
+/// The longest a dropped `Staged` or `Snapshot` waits for the server to release it.
+pub(crate) const DROP_TIMEOUT: Duration = Duration::from_secs(5);
+
 /// A client error as an oncelake exception: the server's store errors keep their class
 /// (`corrupt`, invalid input), the rest is a `StoreError` whose message says what to do.
 pub(crate) fn client_err(py: Python<'_>, e: ClientError) -> PyErr {

@@ -37,8 +37,13 @@ struct ServedView {
 
 impl Drop for ServedView {
     fn drop(&mut self) {
-        // Best effort: a server that is gone has no lease to close.
-        let _ = self.client.snapshot_close(self.lease.id);
+        // Best effort, and bounded: a server that is gone has no lease to close, and one that
+        // hangs must not hang the release (the lease's TTL closes it).
+        let client = self
+            .client
+            .clone()
+            .with_timeout(crate::remote::DROP_TIMEOUT);
+        let _ = client.snapshot_close(self.lease.id);
     }
 }
 

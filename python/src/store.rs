@@ -392,7 +392,8 @@ impl PyStore {
     }
 
     /// A consistent read-only view as of the newest commit, or as of ``at`` (a seq within the kept
-    /// history). Use it as a context manager or call ``close()``.
+    /// history). Use it as a context manager or call ``close()``. Through a server it is a lease
+    /// that the server closes when it was not read for 10 minutes.
     #[pyo3(signature = (at = None))]
     fn snapshot(&self, py: Python<'_>, at: Option<u64>) -> PyResult<PySnapshot> {
         match self.backend()? {
@@ -530,7 +531,9 @@ impl PyStore {
     }
 
     /// The engine's counters and histograms, with ``units`` and ``last_seq`` (as ``oncelake stats
-    /// --json`` prints them). Counters count since this process opened the store.
+    /// --json`` prints them), and ``scopes``: each counter's scope, ``store`` (persisted with the
+    /// commits: the store's whole history) or ``process`` (since this process opened the store).
+    /// Through a server the process is the server's, and ``server`` holds its own counters.
     fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
         let store = match self.backend()? {
             Backend::Local(store) => store,
