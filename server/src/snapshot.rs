@@ -25,6 +25,9 @@ use std::time::{Duration, Instant};
 const DEFAULT_TTL: Duration = Duration::from_secs(600);
 /// The longest a client may ask for: a forgotten view must not pin objects for days.
 const MAX_TTL: Duration = Duration::from_secs(24 * 3600);
+/// Open leases at most: each holds a read transaction and pins objects, so a buggy or hostile
+/// client that never closes its views must not grow them without bound.
+const MAX_OPEN: usize = 4096;
 
 struct Lease {
     snap: Arc<Snapshot>,
@@ -43,11 +46,15 @@ impl Leases {
         self.open.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    fn insert(&self, snap: Snapshot, ttl: Duration) -> Option<u64> {
+    /// Keeps `snap` under a new random id; `Ok(None)` when `MAX_OPEN` leases are open already.
+    fn insert(&self, snap: Snapshot, ttl: Duration) -> Result<Option<u64>, getrandom::Error> {
         let mut m = self.map();
+        if m.len() >= MAX_OPEN {
+            return Ok(None);
+        }
         loop {
             let mut b = [0u8; 8];
-            getrandom::fill(&mut b).ok()?;
+            getrandom::fill(&mut b)?;
             let id = u64::from_le_bytes(b);
             if id != 0 && !m.contains_key(&id) {
                 m.insert(
@@ -58,7 +65,7 @@ impl Leases {
                         deadline: Instant::now() + ttl,
                     },
                 );
-                return Some(id);
+                return Ok(Some(id));
             }
         }
     }
@@ -122,13 +129,26 @@ pub(crate) async fn open(
     .await?;
     let (seq, history_from) = (snap.seq(), snap.history_from());
     app.snapshots.expire();
-    let id = app.snapshots.insert(snap, ttl).ok_or_else(|| {
-        ApiError::new(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "io",
-            "the system gave no randomness for a snapshot id; retry",
-        )
-    })?;
+    let id = app
+        .snapshots
+        .insert(snap, ttl)
+        .map_err(|e| {
+            ApiError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "io",
+                format!("the system gave no randomness for a snapshot id ({e}); retry"),
+            )
+        })?
+        .ok_or_else(|| {
+            ApiError::new(
+                StatusCode::TOO_MANY_REQUESTS,
+                "too_many_snapshots",
+                format!(
+                    "{MAX_OPEN} snapshots are open on this server; close the ones you no longer \
+                     read (DELETE /v1/snapshot?id=) and take this one again"
+                ),
+            )
+        })?;
     Ok(json(&serde_json::json!({
         "snapshot": id,
         "seq": seq,
@@ -328,4 +348,52 @@ pub(crate) async fn flush(State(app): State<Arc<App>>) -> ApiResult<Response> {
     let app2 = app.clone();
     blocking(move || app2.store.flush()).await?;
     Ok(json(&serde_json::json!({ "flushed": true })))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn leases_are_random_bounded_renewed_by_reads_and_end_at_their_ttl() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = oncelake::Store::open(dir.path()).unwrap();
+        let leases = Leases::default();
+        let a = leases
+            .insert(store.snapshot().unwrap(), Duration::from_millis(300))
+            .unwrap()
+            .unwrap();
+        let b = leases
+            .insert(store.snapshot().unwrap(), Duration::ZERO)
+            .unwrap()
+            .unwrap();
+        assert!(a.abs_diff(b) > 1 << 20, "ids are not a counter: {a} {b}");
+        assert!(leases.touch(b).is_err(), "a lease past its TTL is gone");
+        // Reads renew: touched every 100 ms, a 300 ms lease outlives 600 ms.
+        for _ in 0..6 {
+            std::thread::sleep(Duration::from_millis(100));
+            assert!(leases.touch(a).is_ok());
+        }
+        std::thread::sleep(Duration::from_millis(400));
+        leases.expire();
+        assert!(leases.touch(a).is_err(), "unread for its TTL: closed");
+        // At most MAX_OPEN at once; closing one makes room.
+        let ids: Vec<u64> = (0..MAX_OPEN)
+            .map(|_| {
+                leases
+                    .insert(store.snapshot().unwrap(), DEFAULT_TTL)
+                    .unwrap()
+                    .unwrap()
+            })
+            .collect();
+        assert!(leases
+            .insert(store.snapshot().unwrap(), DEFAULT_TTL)
+            .unwrap()
+            .is_none());
+        assert!(leases.close(ids[0]) && !leases.close(ids[0]));
+        assert!(leases
+            .insert(store.snapshot().unwrap(), DEFAULT_TTL)
+            .unwrap()
+            .is_some());
+    }
 }
