@@ -322,7 +322,23 @@ pub(crate) fn get<'py>(
     let found = py
         .detach(|| client.read_object(unit, at, &mut bytes))
         .py(py)?;
-    Ok(found.map(|_| PyBytes::new(py, &bytes).into_any()))
+    checked(py, found, &bytes)
+}
+
+/// The bytes of a `get` through the server, checked against the entry's size and CRC32 as the
+/// engine's `Snapshot::read_object` checks them in-process (a damaged object raises `Corrupt`).
+pub(crate) fn checked<'py>(
+    py: Python<'py>,
+    found: Option<oncelake::Entry>,
+    bytes: &[u8],
+) -> PyResult<Option<Bound<'py, PyAny>>> {
+    match found {
+        Some(e) => {
+            oncelake::check_object(&e, bytes).map_err(|err| convert::engine_err(py, err))?;
+            Ok(Some(PyBytes::new(py, bytes).into_any()))
+        }
+        None => Ok(None),
+    }
 }
 
 /// `Store.ls` through the server.

@@ -143,7 +143,7 @@ impl PySnapshot {
                 let found = py
                     .detach(|| s.client.snapshot_read_object(s.lease.id, unit, &mut bytes))
                     .py(py)?;
-                Ok(found.map(|_| PyBytes::new(py, &bytes).into_any()))
+                crate::remote::checked(py, found, &bytes)
             }
         })
     }

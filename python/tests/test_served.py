@@ -492,3 +492,28 @@ def test_stats_through_the_server_label_the_servers_own_counters(served):
         text = store.prometheus()
         assert "oncelake_commits" in text and "oncelake_server_requests_total" in text
         assert "(this server process only)" in text
+
+
+def damaged_reads(store, lake):
+    """A committed object damaged on disk: `get` (now and through a snapshot) raises Corrupt."""
+    c = store.put("d", 1, b"bytes that will be damaged")
+    path = object_file(lake, c.object)
+    os.chmod(path, 0o644)
+    path.write_bytes(b"bytes that were damaged!!!")          # same size, other CRC32
+    seen = []
+    for read in [lambda: store.get("d"), lambda: store.snapshot().get("d")]:
+        try:
+            read()
+            seen.append("read")
+        except oncelake.OncelakeError as e:
+            seen.append(shape(e))
+    return seen
+
+
+def test_a_damaged_object_raises_corrupt_through_the_server_as_in_process(tmp_path, served):
+    with oncelake.Store(tmp_path / "local") as local:
+        expected = damaged_reads(local, tmp_path / "local")
+    with oncelake.Store(served) as remote:
+        got = damaged_reads(remote, served)
+    assert expected[0][0] == "Corrupt" and len(expected) == 2
+    assert got == expected
