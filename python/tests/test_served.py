@@ -426,6 +426,13 @@ def test_forged_and_foreign_staging_handles_are_refused(tmp_path, served, python
         # The handle still works where it belongs, as often as wanted (as in-process).
         assert type(a.put("u/1", 1, from_a)).__name__ == "Committed"
         assert type(a.put("u/2", 1, from_a)).__name__ == "Committed"
+        # A handle past its deadline is refused with what to do; nothing is committed.
+        short = a.stage(b"staged for half a second", ttl=0.5)
+        time.sleep(1.0)
+        with pytest.raises(oncelake.InvalidInput, match="upload the object again"):
+            a.put("late", 1, short)
+        assert a.entry("late") is None
+        del short
         # Dropping the Staged drops the handle on the server: its object is unpinned at once.
         lone = a.stage(b"staged and dropped")
         path = object_file(served, lone.object)
