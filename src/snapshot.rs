@@ -268,7 +268,9 @@ impl Snapshot {
     }
 }
 
-pub(crate) fn check_object(entry: &Entry, bytes: &[u8]) -> Result<()> {
+/// Checks bytes read for `entry` against its size and CRC32 (I2): `Error::Corrupt` if they differ.
+/// For bytes read some other way than [`Snapshot::read_object`], e.g. through a server.
+pub fn check_object(entry: &Entry, bytes: &[u8]) -> Result<()> {
     if bytes.len() as u64 != entry.object.size || crc32fast::hash(bytes) != entry.object.crc32 {
         return Err(Error::Corrupt {
             path: format!("objects/{}", entry.object.id.rel_path()).into(),

@@ -4,20 +4,64 @@
 //! takes the GIL only for each `read()` call, so memory does not grow with the object.
 
 use crate::convert::{engine_err, o};
+use oncelake::ObjectMeta;
 use oncelake::Staged;
+use oncelake_server::Client;
 use pyo3::exceptions::{PyFileNotFoundError, PyTypeError};
 use pyo3::prelude::*;
 use pyo3::pybacked::PyBackedBytes;
 use pyo3::types::{PyByteArray, PyBytes, PyMemoryView, PyString};
 use std::io::Read;
 use std::path::PathBuf;
+use std::sync::Arc;
 
 /// An object staged in a store (durable, published under its content hash) and not yet
-/// committed. Pass it to `Store.commit` or as `run.output`; it is protected from garbage
-/// collection while this handle lives.
+/// committed. Pass it to `Store.commit` or as `run.output` of the same store; it is protected
+/// from garbage collection while this handle lives. Through a server the handle lives on the
+/// server until this object is dropped or the server's staging timeout passes.
 #[pyclass(module = "oncelake", name = "Staged", frozen)]
 pub struct PyStaged {
-    pub(crate) staged: Staged,
+    pub(crate) staged: StagedIn,
+}
+
+/// Where a staged object waits for its commit.
+#[derive(Clone)]
+pub(crate) enum StagedIn {
+    /// In this process's engine.
+    Local(Staged),
+    /// In the server that holds the store.
+    Served(Arc<ServedStaged>),
+}
+
+/// A staging handle on a server: dropping the last reference drops it there, unpinning its
+/// object (a killed process never does; the server's deadline reclaims it then).
+pub(crate) struct ServedStaged {
+    pub client: Client,
+    pub id: u64,
+    pub meta: ObjectMeta,
+    /// The store it was staged through, for the error of a handle used with another store.
+    pub store: PathBuf,
+}
+
+impl Drop for ServedStaged {
+    fn drop(&mut self) {
+        // Best effort, and bounded: a server that is gone has dropped the handle already, and a
+        // hung one must not hang the Python object's release (its deadline reclaims the handle).
+        let client = self
+            .client
+            .clone()
+            .with_timeout(crate::remote::DROP_TIMEOUT);
+        let _ = client.unstage(self.id);
+    }
+}
+
+impl StagedIn {
+    pub(crate) fn meta(&self) -> ObjectMeta {
+        match self {
+            StagedIn::Local(s) => s.meta(),
+            StagedIn::Served(s) => s.meta,
+        }
+    }
 }
 
 #[pymethods]
@@ -25,7 +69,7 @@ impl PyStaged {
     /// The BLAKE3 content hash, hex.
     #[getter]
     fn object(&self) -> String {
-        self.staged.id().to_hex()
+        self.staged.meta().id.to_hex()
     }
 
     /// The size in bytes.
@@ -51,13 +95,17 @@ pub(crate) enum Data {
     Path(PathBuf),
     Reader(PyReader),
     Staged(Staged),
+    ServedStaged(Arc<ServedStaged>),
 }
 
 impl Data {
     /// Classifies `obj`; anything else is a `TypeError` that says what is accepted.
     pub(crate) fn extract(obj: &Bound<'_, PyAny>) -> PyResult<Data> {
         if let Ok(s) = obj.cast::<PyStaged>() {
-            return Ok(Data::Staged(s.get().staged.clone()));
+            return Ok(match &s.get().staged {
+                StagedIn::Local(s) => Data::Staged(s.clone()),
+                StagedIn::Served(s) => Data::ServedStaged(s.clone()),
+            });
         }
         if obj.is_instance_of::<PyBytes>() || obj.is_instance_of::<PyByteArray>() {
             return Ok(Data::Bytes(obj.extract()?));
@@ -89,6 +137,11 @@ impl Data {
     pub(crate) fn stage(self, py: Python<'_>, store: &oncelake::Store) -> PyResult<Staged> {
         match self {
             Data::Staged(s) => Ok(s),
+            Data::ServedStaged(s) => Err(crate::remote::foreign_staged(
+                py,
+                &s.store,
+                &store.path().display().to_string(),
+            )),
             Data::Bytes(b) => py
                 .detach(|| store.stage_bytes(&b))
                 .map_err(|e| engine_err(py, e)),

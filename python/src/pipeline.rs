@@ -2,11 +2,14 @@
 //! `oncelake::pipeline::Pipeline` runs it.
 
 use crate::convert::{self, kw, make, o, Py2};
+use crate::remote::Remote;
+use crate::store::Backend;
 use oncelake::pipeline::{
-    set_source_version, Attempt, CellState, Claim, FailOutcome, Pipeline, PipelineDef, ReadyCell,
-    WorkOptions,
+    set_source_version, Attempt, CellState, Claim, Explain, FailOutcome, Pipeline, PipelineDef,
+    ReadyCell, Status, WorkOptions, WorkReport,
 };
-use oncelake::Lease;
+use oncelake::{Lease, Outcome, UnitOutcome};
+use oncelake_server::Client;
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyList};
@@ -14,15 +17,23 @@ use pyo3::types::{PyBytes, PyDict, PyList};
 /// A pipeline of stages over a store; ``Store.pipeline(definition)`` makes one.
 #[pyclass(module = "oncelake", name = "Pipeline", frozen)]
 pub struct PyPipeline {
-    store: oncelake::Store,
+    on: On,
     pipeline: Pipeline,
+}
+
+/// Where the pipeline's cells live: the engine in this process, or the server that holds the
+/// store (then each call carries the definition's text, as the server keeps no pipeline state).
+#[derive(Clone)]
+enum On {
+    Local(oncelake::Store),
+    Served(Client, String),
 }
 
 /// A ready pipeline cell: handed to the stage function of ``Pipeline.work``, listed by
 /// ``Pipeline.ready`` and returned, with its lease, by ``Pipeline.claim``.
 #[pyclass(module = "oncelake", name = "Cell", frozen)]
 pub struct PyCell {
-    store: oncelake::Store,
+    on: On,
     cell: ReadyCell,
     /// The lease of a claimed cell (``Pipeline.claim``); its token fences the completion.
     lease: Option<Lease>,
@@ -80,9 +91,10 @@ impl PyCell {
         py: Python<'py>,
         stage: Option<&str>,
     ) -> PyResult<Bound<'py, PyBytes>> {
-        let b = py
-            .detach(|| self.cell.read_input(&self.store, stage))
-            .py(py)?;
+        let b = match &self.on {
+            On::Local(store) => py.detach(|| self.cell.read_input(store, stage)).py(py)?,
+            On::Served(c, _) => py.detach(|| c.pipeline_input(&self.cell, stage)).py(py)?,
+        };
         Ok(PyBytes::new(py, &b))
     }
     fn __repr__(&self) -> String {
@@ -121,14 +133,148 @@ impl PyCell {
 }
 
 impl PyPipeline {
-    pub(crate) fn new(py: Python<'_>, store: oncelake::Store, definition: &str) -> PyResult<Self> {
+    pub(crate) fn new(py: Python<'_>, backend: Backend, definition: &str) -> PyResult<Self> {
         let def = PipelineDef::parse(definition).map_err(|e| match kw(py, &[]) {
             Ok(f) => convert::error(py, "invalid_input", e.to_string(), f),
             Err(err) => err,
         })?;
         let pipeline = Pipeline::new(def);
-        py.detach(|| pipeline.record_definition(&store)).py(py)?;
-        Ok(PyPipeline { store, pipeline })
+        let on = match backend {
+            Backend::Local(store) => {
+                py.detach(|| pipeline.record_definition(&store)).py(py)?;
+                On::Local(store)
+            }
+            Backend::Served(c) => {
+                let text = pipeline.def().to_text();
+                py.detach(|| c.pipeline_define(&text)).py(py)?;
+                On::Served(c, text)
+            }
+        };
+        Ok(PyPipeline { on, pipeline })
+    }
+
+    fn cell(&self, cell: ReadyCell, lease: Option<Lease>) -> PyCell {
+        PyCell {
+            on: self.on.clone(),
+            cell,
+            lease,
+        }
+    }
+
+    fn ready_cells(&self, py: Python<'_>, limit: usize) -> PyResult<Vec<ReadyCell>> {
+        match &self.on {
+            On::Local(store) => py.detach(|| self.pipeline.ready(store, limit)).py(py),
+            On::Served(c, def) => py.detach(|| c.pipeline_ready(def, limit)).py(py),
+        }
+    }
+
+    fn claim_cell(
+        &self,
+        py: Python<'_>,
+        cell: &ReadyCell,
+        worker: &str,
+        ttl: std::time::Duration,
+    ) -> PyResult<Claim> {
+        match &self.on {
+            On::Local(store) => py
+                .detach(|| self.pipeline.claim(store, cell, worker, ttl))
+                .py(py),
+            On::Served(c, def) => py
+                .detach(|| c.pipeline_claim(def, cell, worker, ttl))
+                .py(py),
+        }
+    }
+
+    fn complete_cell(
+        &self,
+        py: Python<'_>,
+        attempt: &Attempt,
+        output: &[u8],
+    ) -> PyResult<UnitOutcome> {
+        match &self.on {
+            On::Local(store) => py
+                .detach(|| self.pipeline.complete(store, attempt, output))
+                .py(py),
+            On::Served(c, def) => py
+                .detach(|| c.pipeline_complete(def, attempt, output))
+                .py(py),
+        }
+    }
+
+    fn fail_cell(&self, py: Python<'_>, attempt: &Attempt, error: &str) -> PyResult<FailOutcome> {
+        match &self.on {
+            On::Local(store) => py
+                .detach(|| self.pipeline.fail(store, attempt, error))
+                .py(py),
+            On::Served(c, def) => py.detach(|| c.pipeline_fail(def, attempt, error)).py(py),
+        }
+    }
+
+    /// `work` through a server: the engine's loop (`Pipeline::work_with`) over the served calls —
+    /// list the ready cells, claim each, run the stage function, complete or fail the cell under
+    /// the lease's token — until none is ready. Every rule is applied by the server's engine.
+    fn work_served(
+        &self,
+        py: Python<'_>,
+        worker: &str,
+        stage_fn: &Py<PyAny>,
+        ttl: std::time::Duration,
+    ) -> PyResult<WorkReport> {
+        let mut report = WorkReport::default();
+        loop {
+            let ready = self.ready_cells(py, usize::MAX)?;
+            if ready.is_empty() {
+                return Ok(report);
+            }
+            for cell in &ready {
+                let (lease, cell) = match self.claim_cell(py, cell, worker, ttl)? {
+                    Claim::Granted { lease, cell } => (lease, cell),
+                    _ => continue,
+                };
+                report.runs += 1;
+                report.retried += (cell.attempts > 0) as u64;
+                report.invalidated += cell.stale.is_some() as u64;
+                let attempt = Attempt {
+                    unit: cell.unit.clone(),
+                    stage: cell.stage.clone(),
+                    source_version: cell.source_version,
+                    worker: worker.to_string(),
+                    token: Some(lease.token),
+                };
+                let out = stage_fn
+                    .bind(py)
+                    .call1((self.cell(cell, None),))
+                    .and_then(|out| out.extract::<Vec<u8>>())
+                    .map_err(|e| e.to_string());
+                match out {
+                    Ok(output) => match self.complete_cell(py, &attempt, &output)?.outcome {
+                        Outcome::Committed { .. } => report.completed += 1,
+                        Outcome::Duplicate { .. } => report.duplicates += 1,
+                        _ => report.rejected += 1,
+                    },
+                    Err(e) => match self.fail_cell(py, &attempt, &e)? {
+                        FailOutcome::Recorded { .. } => report.failed += 1,
+                        FailOutcome::Fenced { .. } | FailOutcome::Busy { .. } => {
+                            report.rejected += 1
+                        }
+                    },
+                }
+            }
+        }
+    }
+
+    fn explained(&self, py: Python<'_>, unit: &str) -> PyResult<Explain> {
+        match &self.on {
+            On::Local(store) => py.detach(|| self.pipeline.explain(store, unit)).py(py),
+            On::Served(c, def) => py.detach(|| c.pipeline_explain(def, unit)).py(py),
+        }
+    }
+
+    fn counts(&self, py: Python<'_>) -> PyResult<Status> {
+        match &self.on {
+            On::Local(store) => py.detach(|| self.pipeline.status(store)).py(py),
+            On::Served(c, def) => py.detach(|| c.pipeline_status(def)).py(py),
+        }
     }
 }
 
@@ -143,9 +289,17 @@ impl PyPipeline {
         version: u64,
         input: &[u8],
     ) -> PyResult<Bound<'py, PyAny>> {
-        let out = py
-            .detach(|| set_source_version(&self.store, unit, version, input))
-            .py(py)?;
+        let out = match &self.on {
+            On::Local(store) => py
+                .detach(|| set_source_version(store, unit, version, input))
+                .py(py)?,
+            On::Served(c, _) => {
+                // The engine's key check here, so a bad key raises with its facts as in-process.
+                oncelake::pipeline::cell::validate_pipeline_unit(unit).py(py)?;
+                py.detach(|| c.pipeline_set_version(unit, version, input))
+                    .py(py)?
+            }
+        };
         let meta = oncelake::ObjectMeta {
             id: out.object,
             size: input.len() as u64,
@@ -169,15 +323,17 @@ impl PyPipeline {
             ttl: crate::store::seconds("ttl", ttl)?,
             ..WorkOptions::default()
         };
+        let store = match &self.on {
+            On::Local(store) => store,
+            On::Served(..) => {
+                return work_counts(py, &self.work_served(py, worker, &stage_fn, opts.ttl)?)
+            }
+        };
         let report = py
             .detach(|| {
-                self.pipeline.work_with(&self.store, worker, &opts, |cell| {
+                self.pipeline.work_with(store, worker, &opts, |cell| {
                     Python::attach(|py| {
-                        let c = PyCell {
-                            store: self.store.clone(),
-                            cell: cell.clone(),
-                            lease: None,
-                        };
+                        let c = self.cell(cell.clone(), None);
                         stage_fn
                             .bind(py)
                             .call1((c,))
@@ -187,34 +343,17 @@ impl PyPipeline {
                 })
             })
             .py(py)?;
-        kw(
-            py,
-            &[
-                ("runs", o(py, report.runs)),
-                ("completed", o(py, report.completed)),
-                ("duplicates", o(py, report.duplicates)),
-                ("failed", o(py, report.failed)),
-                ("rejected", o(py, report.rejected)),
-                ("retried", o(py, report.retried)),
-                ("invalidated", o(py, report.invalidated)),
-            ],
-        )
+        work_counts(py, &report)
     }
 
     /// Up to ``limit`` cells that may run now (in unit order, then stage order), for running
     /// cells by hand: ``claim`` one, run it, then ``complete`` or ``fail`` it.
     #[pyo3(signature = (limit = 100))]
     fn ready(&self, py: Python<'_>, limit: usize) -> PyResult<Vec<PyCell>> {
-        let cells = py
-            .detach(|| self.pipeline.ready(&self.store, limit))
-            .py(py)?;
+        let cells = self.ready_cells(py, limit)?;
         Ok(cells
             .into_iter()
-            .map(|cell| PyCell {
-                store: self.store.clone(),
-                cell,
-                lease: None,
-            })
+            .map(|cell| self.cell(cell, None))
             .collect())
     }
 
@@ -232,20 +371,14 @@ impl PyPipeline {
     ) -> PyResult<PyCell> {
         let ready = &cell.get().cell;
         let ttl = crate::store::seconds("ttl", ttl)?;
-        let claim = py
-            .detach(|| self.pipeline.claim(&self.store, ready, worker, ttl))
-            .py(py)?;
+        let claim = self.claim_cell(py, ready, worker, ttl)?;
         let facts = |extra: Vec<(&'static str, Bound<'py, PyAny>)>| {
             let mut f = cell_facts(py, ready);
             f.extend(extra);
             kw(py, &f)
         };
         match claim {
-            Claim::Granted { lease, cell } => Ok(PyCell {
-                store: self.store.clone(),
-                cell,
-                lease: Some(lease),
-            }),
+            Claim::Granted { lease, cell } => Ok(self.cell(cell, Some(lease))),
             Claim::Held {
                 worker,
                 expires_at_ms,
@@ -305,9 +438,7 @@ impl PyPipeline {
         output: &[u8],
     ) -> PyResult<Bound<'py, PyAny>> {
         let attempt = cell.get().attempt(Some("python"))?;
-        let out = py
-            .detach(|| self.pipeline.complete(&self.store, &attempt, output))
-            .py(py)?;
+        let out = self.complete_cell(py, &attempt, output)?;
         let meta = oncelake::ObjectMeta {
             id: out.object,
             size: output.len() as u64,
@@ -331,9 +462,7 @@ impl PyPipeline {
     ) -> PyResult<Bound<'py, PyAny>> {
         let c = cell.get();
         let attempt = c.attempt(worker)?;
-        let out = py
-            .detach(|| self.pipeline.fail(&self.store, &attempt, error))
-            .py(py)?;
+        let out = self.fail_cell(py, &attempt, error)?;
         let mut f = cell_facts(py, &c.cell);
         match out {
             FailOutcome::Recorded {
@@ -395,9 +524,7 @@ impl PyPipeline {
     /// each cell with ``stage``, ``state`` (done, running, ready, blocked, failed), ``stale`` and
     /// the state's facts.
     fn explain<'py>(&self, py: Python<'py>, unit: &str) -> PyResult<Bound<'py, PyDict>> {
-        let e = py
-            .detach(|| self.pipeline.explain(&self.store, unit))
-            .py(py)?;
+        let e = self.explained(py, unit)?;
         let cells = PyList::empty(py);
         for c in &e.cells {
             let d = kw(
@@ -463,7 +590,7 @@ impl PyPipeline {
     /// Counts per stage: ``{"units", "stages": [{"stage", "code_version", "done", "ready",
     /// "running", "blocked", "failed", "stale"}]}``.
     fn status<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-        let s = py.detach(|| self.pipeline.status(&self.store)).py(py)?;
+        let s = self.counts(py)?;
         let stages = PyList::empty(py);
         for st in &s.stages {
             stages.append(kw(
@@ -496,4 +623,20 @@ fn cell_facts<'py>(py: Python<'py>, c: &ReadyCell) -> Vec<(&'static str, Bound<'
         ("source_version", o(py, c.source_version)),
         ("cell", o(py, c.key.as_str())),
     ]
+}
+
+/// The counts of `Pipeline.work`.
+fn work_counts<'py>(py: Python<'py>, report: &WorkReport) -> PyResult<Bound<'py, PyDict>> {
+    kw(
+        py,
+        &[
+            ("runs", o(py, report.runs)),
+            ("completed", o(py, report.completed)),
+            ("duplicates", o(py, report.duplicates)),
+            ("failed", o(py, report.failed)),
+            ("rejected", o(py, report.rejected)),
+            ("retried", o(py, report.retried)),
+            ("invalidated", o(py, report.invalidated)),
+        ],
+    )
 }

@@ -2,7 +2,9 @@
 //! store's own `get`/`entry`/`ls`/`changes_since` make through a one-off view.
 
 use crate::convert::{self, Py2};
+use crate::remote::Remote;
 use oncelake::Snapshot;
+use oncelake_server::{Client, SnapshotLease};
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyList, PyTuple};
@@ -10,13 +12,39 @@ use std::sync::{Arc, Mutex};
 
 /// A consistent read-only view of the store as of one seq: it sees every commit up to ``seq``
 /// and nothing of any later one. Use it as a context manager or call ``close()``; while it is
-/// open, garbage collection keeps every object it can read.
+/// open, garbage collection keeps every object it can read. Through a server the view is a lease
+/// on the server, ended by ``close()`` (or when this object is dropped), or when it was not read
+/// for the server's snapshot TTL (10 minutes; each read renews it).
 #[pyclass(module = "oncelake", name = "Snapshot", frozen)]
 pub struct PySnapshot {
     // Shared, not borrowed under the lock: a read releases the GIL, and a lock held across that
     // would deadlock against another thread that holds the GIL and waits for the lock.
-    snap: Mutex<Option<Arc<Snapshot>>>,
-    store: oncelake::Store,
+    view: Mutex<Option<View>>,
+}
+
+/// Where the view is held.
+#[derive(Clone)]
+enum View {
+    Local(Arc<Snapshot>, oncelake::Store),
+    Served(Arc<ServedView>),
+}
+
+/// A snapshot lease on the server; dropping the last reference closes it there.
+struct ServedView {
+    client: Client,
+    lease: SnapshotLease,
+}
+
+impl Drop for ServedView {
+    fn drop(&mut self) {
+        // Best effort, and bounded: a server that is gone has no lease to close, and one that
+        // hangs must not hang the release (the lease's TTL closes it).
+        let client = self
+            .client
+            .clone()
+            .with_timeout(crate::remote::DROP_TIMEOUT);
+        let _ = client.snapshot_close(self.lease.id);
+    }
 }
 
 impl PySnapshot {
@@ -35,19 +63,32 @@ impl PySnapshot {
 
     pub(crate) fn open(py: Python<'_>, store: &oncelake::Store, at: Option<u64>) -> PyResult<Self> {
         Ok(PySnapshot {
-            snap: Mutex::new(Some(Arc::new(Self::take(py, store, at)?))),
-            store: store.clone(),
+            view: Mutex::new(Some(View::Local(
+                Arc::new(Self::take(py, store, at)?),
+                store.clone(),
+            ))),
         })
     }
 
-    fn with<T>(&self, f: impl FnOnce(&Snapshot) -> PyResult<T>) -> PyResult<T> {
-        let snap = self
-            .snap
+    /// A view held by the server as a lease.
+    pub(crate) fn open_served(py: Python<'_>, client: &Client, at: Option<u64>) -> PyResult<Self> {
+        let lease = py.detach(|| client.snapshot_open(at, None)).py(py)?;
+        Ok(PySnapshot {
+            view: Mutex::new(Some(View::Served(Arc::new(ServedView {
+                client: client.clone(),
+                lease,
+            })))),
+        })
+    }
+
+    fn with<T>(&self, f: impl FnOnce(&View) -> PyResult<T>) -> PyResult<T> {
+        let view = self
+            .view
             .lock()
             .map_err(|_| PyValueError::new_err("snapshot lock poisoned"))?
             .clone();
-        match snap {
-            Some(s) => f(&s),
+        match view {
+            Some(v) => f(&v),
             None => Err(PyValueError::new_err(
                 "the snapshot is closed; take a new one with store.snapshot()",
             )),
@@ -60,51 +101,134 @@ impl PySnapshot {
     /// The newest seq this view contains.
     #[getter]
     fn seq(&self) -> PyResult<u64> {
-        self.with(|s| Ok(s.seq()))
+        self.with(|v| {
+            Ok(match v {
+                View::Local(s, _) => s.seq(),
+                View::Served(s) => s.lease.seq,
+            })
+        })
     }
 
     /// The oldest seq a view can still be taken as of.
     #[getter]
     fn history_from(&self) -> PyResult<u64> {
-        self.with(|s| Ok(s.history_from()))
+        self.with(|v| {
+            Ok(match v {
+                View::Local(s, _) => s.history_from(),
+                View::Served(s) => s.lease.history_from,
+            })
+        })
     }
 
     /// The unit's ``Entry`` in this view, or ``None``.
     fn entry<'py>(&self, py: Python<'py>, unit: &str) -> PyResult<Option<Bound<'py, PyAny>>> {
-        self.with(|s| entry_of(py, s, unit))
+        self.with(|v| match v {
+            View::Local(s, _) => entry_of(py, s, unit),
+            View::Served(s) => match py
+                .detach(|| s.client.snapshot_get(s.lease.id, unit))
+                .py(py)?
+            {
+                Some(e) => convert::entry(py, &e).map(Some),
+                None => Ok(None),
+            },
+        })
     }
 
     /// The unit's object bytes in this view (size and CRC32 checked), or ``None``.
     fn get<'py>(&self, py: Python<'py>, unit: &str) -> PyResult<Option<Bound<'py, PyAny>>> {
-        self.with(|s| read_of(py, s, unit))
+        self.with(|v| match v {
+            View::Local(s, _) => read_of(py, s, unit),
+            View::Served(s) => {
+                let mut bytes = Vec::new();
+                let found = py
+                    .detach(|| s.client.snapshot_read_object(s.lease.id, unit, &mut bytes))
+                    .py(py)?;
+                crate::remote::checked(py, found, &bytes)
+            }
+        })
     }
 
     /// The entries whose unit starts with ``prefix``, in key order.
     #[pyo3(signature = (prefix = ""))]
     fn ls<'py>(&self, py: Python<'py>, prefix: &str) -> PyResult<Bound<'py, PyList>> {
-        self.with(|s| ls_of(py, s, prefix))
+        self.with(|v| match v {
+            View::Local(s, _) => ls_of(py, s, prefix),
+            View::Served(s) => {
+                let mut entries = Vec::new();
+                py.detach(|| {
+                    s.client.snapshot_ls(s.lease.id, prefix, |e| {
+                        entries.push(e);
+                        true
+                    })
+                })
+                .py(py)?;
+                let list = PyList::empty(py);
+                for e in &entries {
+                    list.append(convert::entry(py, e)?)?;
+                }
+                Ok(list)
+            }
+        })
     }
 
     /// The path of an entry's object: an immutable, read-only file (stream it yourself).
-    fn object_path(&self, entry: &Bound<'_, PyAny>) -> PyResult<String> {
+    fn object_path(&self, py: Python<'_>, entry: &Bound<'_, PyAny>) -> PyResult<String> {
         let hex: String = entry.getattr("object")?.extract()?;
         let id: oncelake::ObjectId = hex.parse().map_err(|_| {
             PyValueError::new_err(format!("{hex:?} is not an object hash (64 hex digits)"))
         })?;
-        self.with(|_| Ok(self.store.object_path(&id).display().to_string()))
+        self.with(|v| match v {
+            View::Local(_, store) => Ok(store.object_path(&id).display().to_string()),
+            View::Served(s) => py
+                .detach(|| s.client.snapshot_object_path(s.lease.id, &id))
+                .py(py)
+                .map(|p| p.display().to_string()),
+        })
     }
 
     /// The commit-log ``Record``s after ``seq`` up to this view's seq, oldest first.
     fn changes_since<'py>(&self, py: Python<'py>, seq: u64) -> PyResult<Bound<'py, PyList>> {
-        self.with(|s| changes_of(py, s, seq))
+        self.with(|v| match v {
+            View::Local(s, _) => changes_of(py, s, seq),
+            View::Served(s) => {
+                const PAGE: usize = 10_000;
+                let records = py
+                    .detach(
+                        || -> Result<Vec<oncelake::log::Record>, oncelake_server::ClientError> {
+                            let mut all = Vec::new();
+                            let mut since = seq;
+                            loop {
+                                let page = s.client.snapshot_changes(s.lease.id, since, PAGE)?;
+                                let Some(last) = page.last() else { break };
+                                since = last.seq;
+                                let full = page.len() == PAGE;
+                                all.extend(page);
+                                if !full {
+                                    break;
+                                }
+                            }
+                            Ok(all)
+                        },
+                    )
+                    .py(py)?;
+                let list = PyList::empty(py);
+                for r in &records {
+                    list.append(convert::record(py, r)?)?;
+                }
+                Ok(list)
+            }
+        })
     }
 
-    /// Ends the view.
-    fn close(&self) -> PyResult<()> {
-        self.snap
+    /// Ends the view (through a server: closes its lease there).
+    fn close(&self, py: Python<'_>) -> PyResult<()> {
+        let taken = self
+            .view
             .lock()
             .map_err(|_| PyValueError::new_err("snapshot lock poisoned"))?
             .take();
+        // Closing a served lease is a request: without the GIL.
+        py.detach(move || drop(taken));
         Ok(())
     }
 
@@ -113,8 +237,8 @@ impl PySnapshot {
     }
 
     #[pyo3(signature = (*_exc))]
-    fn __exit__(&self, _exc: &Bound<'_, PyTuple>) -> PyResult<bool> {
-        self.close()?;
+    fn __exit__(&self, py: Python<'_>, _exc: &Bound<'_, PyTuple>) -> PyResult<bool> {
+        self.close(py)?;
         Ok(false)
     }
 }

@@ -1,7 +1,7 @@
 //! `oncelake.Store`: an open store, as a context manager.
 
 use crate::convert::{self, engine_err, kw, make, o, Py2};
-use crate::data::{Data, PyStaged};
+use crate::data::{Data, PyStaged, StagedIn};
 use crate::pipeline::PyPipeline;
 use crate::remote::{self, Remote};
 use crate::run::PyRun;
@@ -65,12 +65,14 @@ impl PyStore {
         }
     }
 
-    /// The in-process engine store (a cheap handle); through a server, the `Locked` error of a
-    /// call that does not go through one yet.
-    pub(crate) fn store(&self) -> PyResult<oncelake::Store> {
+    /// The in-process engine store, for a call made after the served case was handled.
+    fn local(&self) -> PyResult<oncelake::Store> {
         match self.backend()? {
             Backend::Local(s) => Ok(s),
-            Backend::Served(c) => Err(remote::not_served_yet(&self.path, &c)),
+            Backend::Served(c) => Err(pyo3::exceptions::PyRuntimeError::new_err(format!(
+                "internal error: an in-process call reached the store served at {}; please report it",
+                c.address()
+            ))),
         }
     }
 
@@ -166,11 +168,25 @@ impl PyStore {
     }
 
     /// Stages ``data`` (durable, published under its content hash) without committing it.
-    fn stage(&self, py: Python<'_>, data: &Bound<'_, PyAny>) -> PyResult<PyStaged> {
-        let store = self.store()?;
-        Ok(PyStaged {
-            staged: Data::extract(data)?.stage(py, &store)?,
-        })
+    ///
+    /// Through a server the handle lives on the server until the ``Staged`` is dropped or
+    /// committed, or until ``ttl`` seconds pass (default and longest: the server's staging timeout,
+    /// 10 minutes) — so a process killed before its commit leaves nothing pinned for long.
+    /// In-process the handle lives as long as the ``Staged`` and ``ttl`` is not used.
+    #[pyo3(signature = (data, *, ttl = None))]
+    fn stage(
+        &self,
+        py: Python<'_>,
+        data: &Bound<'_, PyAny>,
+        ttl: Option<f64>,
+    ) -> PyResult<PyStaged> {
+        let ttl = ttl.map(|t| seconds("ttl", t)).transpose()?;
+        match self.backend()? {
+            Backend::Local(store) => Ok(PyStaged {
+                staged: StagedIn::Local(Data::extract(data)?.stage(py, &store)?),
+            }),
+            Backend::Served(c) => remote::stage(py, &c, &self.path, Data::extract(data)?, ttl),
+        }
     }
 
     /// Stages ``data`` and commits it as the output of ``unit`` at ``version``.
@@ -282,7 +298,7 @@ impl PyStore {
         if let Some(c) = self.served()? {
             return remote::claim(py, &c, unit, version, worker, ttl);
         }
-        let store = self.store()?;
+        let store = self.local()?;
         match py
             .detach(|| store.claim(unit, version, worker, ttl))
             .py(py)?
@@ -309,7 +325,7 @@ impl PyStore {
         if let Some(c) = self.served()? {
             return remote::renew(py, &c, &l, ttl);
         }
-        let store = self.store()?;
+        let store = self.local()?;
         match py.detach(|| store.renew(&l, ttl)).py(py)? {
             RenewOutcome::Renewed(new) => convert::lease(py, &new, false),
             RenewOutcome::Lost { newest_token } => Err(lost(py, &l, newest_token)),
@@ -323,7 +339,7 @@ impl PyStore {
         if let Some(c) = self.served()? {
             return remote::release(py, &c, &l);
         }
-        let store = self.store()?;
+        let store = self.local()?;
         let outcome = py.detach(|| store.release(&l)).py(py)?;
         Ok(outcome == oncelake::ReleaseOutcome::Released)
     }
@@ -372,14 +388,18 @@ impl PyStore {
             let c = self.lookup_committed(py, unit)?;
             return Ok(c.is_some_and(|c| c.source_version >= version));
         }
-        self.store()?.is_done(unit, version).py(py)
+        self.local()?.is_done(unit, version).py(py)
     }
 
     /// A consistent read-only view as of the newest commit, or as of ``at`` (a seq within the kept
-    /// history). Use it as a context manager or call ``close()``.
+    /// history). Use it as a context manager or call ``close()``. Through a server it is a lease
+    /// that the server closes when it was not read for 10 minutes.
     #[pyo3(signature = (at = None))]
     fn snapshot(&self, py: Python<'_>, at: Option<u64>) -> PyResult<PySnapshot> {
-        PySnapshot::open(py, &self.store()?, at)
+        match self.backend()? {
+            Backend::Local(store) => PySnapshot::open(py, &store, at),
+            Backend::Served(c) => PySnapshot::open_served(py, &c, at),
+        }
     }
 
     /// The unit's ``Entry`` (now, or as of seq ``at``), or ``None``.
@@ -393,7 +413,7 @@ impl PyStore {
         if let Some(c) = self.served()? {
             return remote::entry(py, &c, unit, at);
         }
-        snapshot::entry_of(py, &PySnapshot::take(py, &self.store()?, at)?, unit)
+        snapshot::entry_of(py, &PySnapshot::take(py, &self.local()?, at)?, unit)
     }
 
     /// The unit's object bytes (now, or as of seq ``at``), or ``None``. For large objects read
@@ -408,7 +428,7 @@ impl PyStore {
         if let Some(c) = self.served()? {
             return remote::get(py, &c, unit, at);
         }
-        snapshot::read_of(py, &PySnapshot::take(py, &self.store()?, at)?, unit)
+        snapshot::read_of(py, &PySnapshot::take(py, &self.local()?, at)?, unit)
     }
 
     /// The entries whose unit starts with ``prefix``, in key order (now, or as of seq ``at``).
@@ -422,7 +442,7 @@ impl PyStore {
         if let Some(c) = self.served()? {
             return remote::ls(py, &c, prefix, at);
         }
-        snapshot::ls_of(py, &PySnapshot::take(py, &self.store()?, at)?, prefix)
+        snapshot::ls_of(py, &PySnapshot::take(py, &self.local()?, at)?, prefix)
     }
 
     /// The commit-log ``Record``s after ``seq``, oldest first (the change feed).
@@ -430,20 +450,24 @@ impl PyStore {
         if let Some(c) = self.served()? {
             return remote::changes_since(py, &c, seq);
         }
-        snapshot::changes_of(py, &PySnapshot::take(py, &self.store()?, None)?, seq)
+        snapshot::changes_of(py, &PySnapshot::take(py, &self.local()?, None)?, seq)
     }
 
     /// The newest seq (0 for an empty log).
     #[getter]
     fn last_seq(&self, py: Python<'_>) -> PyResult<u64> {
-        let store = self.store()?;
-        py.detach(|| store.last_seq()).py(py)
+        match self.backend()? {
+            Backend::Local(store) => py.detach(|| store.last_seq()).py(py),
+            Backend::Served(c) => py.detach(|| c.last_seq()).py(py),
+        }
     }
 
     /// Makes everything acknowledged so far durable (useful with ``relaxed=``).
     fn flush(&self, py: Python<'_>) -> PyResult<()> {
-        let store = self.store()?;
-        py.detach(|| store.flush()).py(py)
+        match self.backend()? {
+            Backend::Local(store) => py.detach(|| store.flush()).py(py),
+            Backend::Served(c) => py.detach(|| c.flush()).py(py),
+        }
     }
 
     /// Plans what must be (re)processed, given the source's versions.
@@ -460,7 +484,6 @@ impl PyStore {
         full: bool,
         list_up_to_date: bool,
     ) -> PyResult<Bound<'py, PyAny>> {
-        let store = self.store()?;
         let mut pairs: Vec<(String, u64)> = Vec::new();
         for item in source.try_iter()? {
             pairs.push(item?.extract().map_err(|_| {
@@ -469,6 +492,13 @@ impl PyStore {
                 )
             })?);
         }
+        let store = match self.backend()? {
+            Backend::Local(store) => store,
+            Backend::Served(c) => {
+                let plan = remote::reconcile(py, &c, &pairs, full, list_up_to_date)?;
+                return plan_value(py, &plan);
+            }
+        };
         let opts = ReconcileOptions { list_up_to_date };
         let listing = Pairs::new(pairs.iter().map(|(u, v)| (u.as_str(), *v)));
         let plan = py.detach(|| -> Result<Plan, ReconcileError> {
@@ -501,9 +531,19 @@ impl PyStore {
     }
 
     /// The engine's counters and histograms, with ``units`` and ``last_seq`` (as ``oncelake stats
-    /// --json`` prints them). Counters count since this process opened the store.
+    /// --json`` prints them), and ``scopes``: each counter's scope, ``store`` (persisted with the
+    /// commits: the store's whole history) or ``process`` (since this process opened the store).
+    /// Through a server the process is the server's, and ``server`` holds its own counters.
     fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-        let store = self.store()?;
+        let store = match self.backend()? {
+            Backend::Local(store) => store,
+            Backend::Served(c) => {
+                let s = py.detach(|| c.stats()).py(py)?;
+                let d = stats_dict(py, &self.path(), s.units, s.seq, &s.metrics())?;
+                d.set_item("server", pythonize(py, &s.server)?)?;
+                return Ok(d);
+            }
+        };
         let (units, last_seq) = py
             .detach(|| -> oncelake::Result<(u64, u64)> {
                 let snap = store.snapshot()?;
@@ -515,38 +555,17 @@ impl PyStore {
                 Ok((n, snap.seq()))
             })
             .py(py)?;
-        let m = store.metrics();
-        let d = PyDict::new(py);
-        d.set_item("store", self.path())?;
-        d.set_item("units", units)?;
-        d.set_item("last_seq", last_seq)?;
-        for (name, n) in m.counters() {
-            d.set_item(name, n)?;
-        }
-        for (name, h) in [
-            ("group_units", &m.group_units),
-            ("commit_latency_us", &m.commit_latency_us),
-        ] {
-            let hd = kw(
-                py,
-                &[
-                    ("count", o(py, h.count)),
-                    ("sum", o(py, h.sum)),
-                    ("mean", o(py, h.mean())),
-                    ("p50", o(py, h.quantile(0.5))),
-                    ("p99", o(py, h.quantile(0.99))),
-                ],
-            )?;
-            d.set_item(name, hd)?;
-        }
-        Ok(d)
+        stats_dict(py, &self.path(), units, last_seq, &store.metrics())
     }
 
-    /// The counters in the Prometheus text format.
-    fn prometheus(&self) -> PyResult<String> {
-        Ok(self.store()?.metrics().to_prometheus())
+    /// The counters in the Prometheus text format (through a server: its `/metrics`, with the
+    /// server's own process-only counters).
+    fn prometheus(&self, py: Python<'_>) -> PyResult<String> {
+        match self.backend()? {
+            Backend::Local(store) => Ok(store.metrics().to_prometheus()),
+            Backend::Served(c) => py.detach(|| c.metrics_text()).py(py),
+        }
     }
-
     /// Garbage collection (``oncelake gc``): removes staging files of writers that are gone (and
     /// unrecognised ones older than ``grace`` seconds), prunes history superseded more than
     /// ``retain`` seconds ago, and removes objects that no kept entry, in-flight commit or open
@@ -571,7 +590,7 @@ impl PyStore {
                 .py(py)?;
             return crate::maint::gc_report(py, &report);
         }
-        let store = self.store()?;
+        let store = self.local()?;
         let report = py.detach(|| store.gc(options)).py(py)?;
         crate::maint::gc_report(py, &report)
     }
@@ -582,17 +601,19 @@ impl PyStore {
     /// CLI's exit 7); space left for GC is listed under ``reclaimable`` and is not a problem.
     #[pyo3(signature = (*, deep = false))]
     fn verify<'py>(&self, py: Python<'py>, deep: bool) -> PyResult<Bound<'py, PyAny>> {
-        let store = self.store()?;
-        let report = py
-            .detach(|| store.verify(oncelake::VerifyOptions { deep }))
-            .py(py)?;
+        let report = match self.backend()? {
+            Backend::Local(store) => py
+                .detach(|| store.verify(oncelake::VerifyOptions { deep }))
+                .py(py)?,
+            Backend::Served(c) => py.detach(|| c.verify(deep)).py(py)?,
+        };
         crate::maint::verify_report(py, &report)
     }
 
     /// A pipeline over this store, from its TOML definition (``[stage.NAME]`` tables with
     /// ``code_version``, ``upstream``, ``max_attempts``), as ``oncelake pipeline`` reads it.
     fn pipeline(&self, py: Python<'_>, definition: &str) -> PyResult<PyPipeline> {
-        PyPipeline::new(py, self.store()?, definition)
+        PyPipeline::new(py, self.backend()?, definition)
     }
 }
 
@@ -668,7 +689,7 @@ impl PyStore {
         token: Option<u64>,
         intent: oncelake::Intent,
     ) -> PyResult<Bound<'py, PyAny>> {
-        let store = self.store()?;
+        let store = self.local()?;
         let staged = Data::extract(data)?.stage(py, &store)?;
         let batch = Batch::new().item(unit.to_string(), version, &staged, token, intent);
         let report = py.detach(|| store.commit(batch)).py(py)?;
@@ -726,4 +747,49 @@ fn plan_value<'py>(py: Python<'py>, plan: &Plan) -> PyResult<Bound<'py, PyAny>> 
             &[("units", units.into_any()), ("summary", summary.into_any())],
         )?,
     )
+}
+
+/// The dict of `Store.stats()`: the store, its unit count and newest seq, every engine counter by
+/// name, the two histograms, and under `scopes` each counter's scope (`store`: persisted with the
+/// commits, so a fresh process reports it too; `process`: since this process — or, through a
+/// server, the server process — opened the store).
+fn stats_dict<'py>(
+    py: Python<'py>,
+    store: &str,
+    units: u64,
+    last_seq: u64,
+    m: &oncelake::MetricsSnapshot,
+) -> PyResult<Bound<'py, PyDict>> {
+    let d = PyDict::new(py);
+    d.set_item("store", store)?;
+    d.set_item("units", units)?;
+    d.set_item("last_seq", last_seq)?;
+    let scopes = PyDict::new(py);
+    for (name, n) in m.counters() {
+        d.set_item(name, n)?;
+        scopes.set_item(name, oncelake::metrics::scope_of(name).name())?;
+    }
+    for (name, h) in [
+        ("group_units", &m.group_units),
+        ("commit_latency_us", &m.commit_latency_us),
+    ] {
+        let hd = kw(
+            py,
+            &[
+                ("count", o(py, h.count)),
+                ("sum", o(py, h.sum)),
+                ("mean", o(py, h.mean())),
+                ("p50", o(py, h.quantile(0.5))),
+                ("p99", o(py, h.quantile(0.99))),
+            ],
+        )?;
+        d.set_item(name, hd)?;
+    }
+    d.set_item("scopes", scopes)?;
+    Ok(d)
+}
+
+/// A JSON value as the Python value `json.loads` makes of it.
+fn pythonize<'py>(py: Python<'py>, v: &impl std::fmt::Display) -> PyResult<Bound<'py, PyAny>> {
+    py.import("json")?.call_method1("loads", (v.to_string(),))
 }

@@ -17,12 +17,10 @@ use axum::Router;
 use http_body_util::BodyExt;
 use oncelake::{Batch, Intent, Staged, Store};
 use serde::{Deserialize, Serialize};
-use std::collections::HashMap;
 use std::io::Read;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::sync::Arc;
+use std::time::Duration;
 
 /// Limits that protect the server from a buggy or hostile client.
 #[derive(Clone, Debug)]
@@ -57,8 +55,8 @@ pub(crate) struct App {
     pub dir: PathBuf,
     pub limits: Limits,
     pub live: Live,
-    staged: Mutex<HashMap<u64, (Staged, Instant)>>,
-    next_staged: AtomicU64,
+    pub staged: crate::staging::Registry,
+    pub snapshots: crate::snapshot::Leases,
     /// The newest seq this server has seen committed; long-polls wait on it.
     pub seq: tokio::sync::watch::Sender<u64>,
 }
@@ -71,13 +69,13 @@ impl App {
             dir,
             limits,
             live: Live::default(),
-            staged: Mutex::new(HashMap::new()),
-            next_staged: AtomicU64::new(1),
+            staged: Default::default(),
+            snapshots: Default::default(),
             seq: tokio::sync::watch::channel(seq).0,
         })
     }
 
-    fn note_seq(&self, seq: Option<u64>) {
+    pub(crate) fn note_seq(&self, seq: Option<u64>) {
         if let Some(s) = seq {
             self.seq.send_if_modified(|cur| {
                 let newer = s > *cur;
@@ -92,10 +90,8 @@ impl App {
     /// Drops staging handles no commit named within the TTL (their objects become orphans
     /// that GC collects).
     pub(crate) fn expire_staged(&self) {
-        let ttl = self.limits.staged_ttl;
-        let mut m = self.staged.lock().unwrap_or_else(|p| p.into_inner());
-        m.retain(|_, (_, at)| at.elapsed() < ttl);
-        self.live.set_staged_handles(m.len() as u64);
+        self.live.set_staged_handles(self.staged.expire() as u64);
+        self.snapshots.expire();
     }
 }
 
@@ -122,6 +118,29 @@ pub(crate) fn router(app: Arc<App>) -> Router {
         .route("/v1/pipeline/source", put(crate::pipeline::set_source))
         .route("/v1/pipeline/status", post(crate::pipeline::status))
         .route("/v1/pipeline/explain", post(crate::pipeline::explain))
+        .route("/v1/pipeline/define", post(crate::pipeline_cells::define))
+        .route("/v1/pipeline/ready", post(crate::pipeline_cells::ready))
+        .route("/v1/pipeline/claim", post(crate::pipeline_cells::claim))
+        .route(
+            "/v1/pipeline/complete",
+            post(crate::pipeline_cells::complete),
+        )
+        .route("/v1/pipeline/fail", post(crate::pipeline_cells::fail))
+        .route("/v1/pipeline/input", post(crate::pipeline_cells::input))
+        .route(
+            "/v1/snapshot",
+            post(crate::snapshot::open).delete(crate::snapshot::close),
+        )
+        .route("/v1/snapshot/entry", get(crate::snapshot::entry))
+        .route("/v1/snapshot/object", get(crate::snapshot::object))
+        .route("/v1/snapshot/ls", get(crate::snapshot::ls))
+        .route("/v1/snapshot/changes", get(crate::snapshot::changes))
+        .route(
+            "/v1/snapshot/object_path",
+            get(crate::snapshot::object_path),
+        )
+        .route("/v1/seq", get(crate::snapshot::last_seq))
+        .route("/v1/flush", post(crate::snapshot::flush))
         .fallback(not_found)
         .with_state(app)
 }
@@ -308,15 +327,32 @@ async fn put_unit(
     }))
 }
 
-async fn stage(State(app): State<Arc<App>>, body: Body) -> ApiResult<Response> {
+#[derive(Deserialize)]
+struct StageQ {
+    /// A shorter life than the server's staging timeout, asked for by the client.
+    ttl_ms: Option<u64>,
+}
+
+async fn stage(
+    State(app): State<Arc<App>>,
+    q: Result<Query<StageQ>, QueryRejection>,
+    body: Body,
+) -> ApiResult<Response> {
+    let q = query(q)?;
+    let ttl = q
+        .ttl_ms
+        .map_or(app.limits.staged_ttl, Duration::from_millis)
+        .min(app.limits.staged_ttl);
     let staged = upload(&app, body).await?;
-    let id = app.next_staged.fetch_add(1, Ordering::Relaxed);
     let meta: ObjectW = staged.meta().into();
-    {
-        let mut m = app.staged.lock().unwrap_or_else(|p| p.into_inner());
-        m.insert(id, (staged, Instant::now()));
-        app.live.set_staged_handles(m.len() as u64);
-    }
+    let (id, n) = app.staged.insert(staged, ttl).ok_or_else(|| {
+        ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "io",
+            "the system gave no randomness for a staging handle; retry",
+        )
+    })?;
+    app.live.set_staged_handles(n as u64);
     Ok(json(&StagedW { staged: id, meta }))
 }
 
@@ -330,9 +366,8 @@ async fn unstage(
     q: Result<Query<IdQ>, QueryRejection>,
 ) -> ApiResult<Response> {
     let q = query(q)?;
-    let mut m = app.staged.lock().unwrap_or_else(|p| p.into_inner());
-    let found = m.remove(&q.id).is_some();
-    app.live.set_staged_handles(m.len() as u64);
+    let (found, n) = app.staged.remove([q.id]);
+    app.live.set_staged_handles(n as u64);
     Ok(json(&serde_json::json!({ "dropped": found })))
 }
 
@@ -342,23 +377,23 @@ async fn commit(State(app): State<Arc<App>>, body: Body) -> ApiResult<Response> 
         return Err(ApiError::bad("a commit needs at least one item"));
     }
     let mut batch = Batch::new();
-    {
-        let m = app.staged.lock().unwrap_or_else(|p| p.into_inner());
-        for it in &req.items {
-            let (staged, _) = m.get(&it.staged).ok_or_else(|| {
-                ApiError::bad(format!(
-                    "staging handle {} is unknown: it was never issued, already dropped, or \
-                     expired; upload the object again with POST /v1/stage",
-                    it.staged
-                ))
-            })?;
-            let intent = if it.correct {
-                Intent::Correct
-            } else {
-                Intent::Put
-            };
-            batch = batch.item(it.unit.clone(), it.source_version, staged, it.token, intent);
-        }
+    for it in &req.items {
+        let staged = app
+            .staged
+            .get(it.staged)
+            .ok_or_else(|| ApiError::bad(crate::staging::unknown_handle(it.staged)))?;
+        let intent = if it.correct {
+            Intent::Correct
+        } else {
+            Intent::Put
+        };
+        batch = batch.item(
+            it.unit.clone(),
+            it.source_version,
+            &staged,
+            it.token,
+            intent,
+        );
     }
     if req.partial {
         batch = batch.partial();
@@ -368,11 +403,8 @@ async fn commit(State(app): State<Arc<App>>, body: Body) -> ApiResult<Response> 
     app.note_seq(report.seq);
     if !req.keep_staged {
         // A committed or rejected handle has done its job; dropping it unpins the object.
-        let mut m = app.staged.lock().unwrap_or_else(|p| p.into_inner());
-        for it in &req.items {
-            m.remove(&it.staged);
-        }
-        app.live.set_staged_handles(m.len() as u64);
+        let (_, n) = app.staged.remove(req.items.iter().map(|it| it.staged));
+        app.live.set_staged_handles(n as u64);
     }
     Ok(json(&CommitReportW::from(&report)))
 }
@@ -641,6 +673,8 @@ async fn gc(State(app): State<Arc<App>>, body: Body) -> ApiResult<Response> {
     if let Some(t) = r.retain_ms {
         o.retain = Duration::from_millis(t);
     }
+    // Handles and snapshot leases past their deadline pin nothing this GC should keep.
+    app.expire_staged();
     let app2 = app.clone();
     let rep = blocking(move || app2.store.gc(o)).await?;
     Ok(json(&crate::wire::GcReportW::from(&rep)))

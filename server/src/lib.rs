@@ -18,18 +18,25 @@ pub mod load;
 #[cfg(feature = "server")]
 mod pipeline;
 #[cfg(feature = "server")]
+mod pipeline_cells;
+#[cfg(feature = "server")]
 mod reconcile;
 #[cfg(feature = "server")]
 mod run;
+#[cfg(feature = "server")]
+mod snapshot;
+#[cfg(feature = "server")]
+mod staging;
 // The server-side helpers in `stats` (metrics text, verify JSON) are unused by a client-only build.
 #[cfg_attr(not(feature = "server"), allow(dead_code, unused_imports))]
 pub mod stats;
 pub mod wire;
+pub mod wire_cells;
 pub mod wire_pipeline;
 pub mod wire_reconcile;
 pub mod wire_verify;
 
-pub use client::{Client, ClientError, PlanEnd, PlanEvent, ReconcileForm};
+pub use client::{Client, ClientError, PlanEnd, PlanEvent, ReconcileForm, SnapshotLease};
 #[cfg(feature = "server")]
 pub use http::Limits;
 #[cfg(feature = "server")]

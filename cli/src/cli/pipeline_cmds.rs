@@ -399,7 +399,7 @@ pub(crate) fn with_source_version(e: Explain, unit: &str) -> Result<Explain, Cli
     Ok(e)
 }
 
-fn cell_of<'e>(e: &'e Explain, stage: &str) -> Result<&'e CellView, CliError> {
+pub(crate) fn cell_of<'e>(e: &'e Explain, stage: &str) -> Result<&'e CellView, CliError> {
     e.cells.iter().find(|c| c.stage == stage).ok_or_else(|| {
         CliError::Usage(format!(
             "the pipeline has no stage {stage:?}; its stages are {}",
@@ -414,7 +414,7 @@ fn cell_of<'e>(e: &'e Explain, stage: &str) -> Result<&'e CellView, CliError> {
 
 /// A blocked cell cannot have run (its inputs are not there): neither its completion nor its
 /// failure can be recorded.
-fn refuse_blocked(cell: &CellView, unit: &str, what: &str) -> Result<(), CliError> {
+pub(crate) fn refuse_blocked(cell: &CellView, unit: &str, what: &str) -> Result<(), CliError> {
     match &cell.state {
         CellState::Blocked { upstream, .. } => Err(CliError::Usage(format!(
             "cell {unit} {} is blocked on {upstream}, so it cannot be {what}; complete {upstream} for this unit first",

@@ -56,7 +56,9 @@ pub(crate) fn route(cmd: &Command) -> Option<Result<u8, CliError>> {
             PipelineCommand::SetVersion(a) => pipeline_set_version(&client, a),
             PipelineCommand::Status(a) => pipeline_status(&client, a),
             PipelineCommand::Explain(a) => pipeline_explain(&client, a),
-            _ => not_routed(store, &client),
+            PipelineCommand::Ready(a) => pipeline_ready(&client, a),
+            PipelineCommand::Complete(a) => pipeline_complete(&client, a),
+            PipelineCommand::Fail(a) => pipeline_fail(&client, a),
         },
         _ => not_routed(store, &client),
     })
@@ -376,4 +378,93 @@ fn pipeline_explain(
     let e = super::pipeline_cmds::with_source_version(e, &a.unit)?;
     super::pipeline_cmds::print_explain(&Output::new(a.json), &e);
     Ok(exit::OK)
+}
+
+/// `pipeline ready` through the server: the listing, and with `--claim` each cell claimed in
+/// turn, printed as in-process (a cell someone else claimed between the two is skipped).
+fn pipeline_ready(client: &Client, a: &super::pipeline_cmds::ReadyArgs) -> Result<u8, CliError> {
+    use oncelake::pipeline::Claim;
+    let p = super::pipeline_cmds::load_def(&a.def.pipeline)?;
+    let def = p.def().to_text();
+    let cells = client.pipeline_ready(&def, a.limit).map_err(client_error)?;
+    let out = Output::new(a.json);
+    for c in cells {
+        if !a.claim {
+            super::pipeline_cmds::print_ready(&out, &c, None);
+            continue;
+        }
+        let worker = a.worker.as_deref().unwrap_or_default();
+        match client
+            .pipeline_claim(&def, &c, worker, a.ttl)
+            .map_err(client_error)?
+        {
+            Claim::Granted { lease, cell } => {
+                super::pipeline_cmds::print_ready(&out, &cell, Some(&lease))
+            }
+            _ => continue,
+        }
+    }
+    Ok(exit::OK)
+}
+
+/// The definition recorded and the unit's cell checked as `pipeline complete`/`fail` do
+/// in-process: the unit needs a source version, the stage must exist and not be blocked.
+fn checked_attempt(
+    client: &Client,
+    def: &str,
+    unit: &str,
+    stage: &str,
+    version: Option<u64>,
+    what: &str,
+) -> Result<u64, CliError> {
+    use super::pipeline_cmds::{cell_of, refuse_blocked, with_source_version};
+    client.pipeline_define(def).map_err(client_error)?;
+    let e = client.pipeline_explain(def, unit).map_err(client_error)?;
+    let e = with_source_version(e, unit)?;
+    refuse_blocked(cell_of(&e, stage)?, unit, what)?;
+    Ok(version.or(e.source_version).unwrap_or_default())
+}
+
+/// `pipeline complete` through the server: the output is read here (whole, as the engine's
+/// call takes it) and sent with the attempt.
+fn pipeline_complete(
+    client: &Client,
+    a: &super::pipeline_cmds::CompleteArgs,
+) -> Result<u8, CliError> {
+    let p = super::pipeline_cmds::load_def(&a.def.pipeline)?;
+    let output = super::pipeline_cmds::read_input(&a.file)?;
+    let def = p.def().to_text();
+    let attempt = oncelake::pipeline::Attempt {
+        unit: a.unit.clone(),
+        stage: a.stage.clone(),
+        source_version: checked_attempt(client, &def, &a.unit, &a.stage, a.version, "completed")?,
+        worker: "cli".into(),
+        token: a.token,
+    };
+    let u = client
+        .pipeline_complete(&def, &attempt, &output)
+        .map_err(client_error)?;
+    super::pipeline_cmds::print_complete(&Output::new(a.json), &attempt, &u);
+    Ok(outcome_code(&u.outcome))
+}
+
+/// `pipeline fail` through the server.
+fn pipeline_fail(client: &Client, a: &super::pipeline_cmds::FailArgs) -> Result<u8, CliError> {
+    let p = super::pipeline_cmds::load_def(&a.def.pipeline)?;
+    let def = p.def().to_text();
+    let attempt = oncelake::pipeline::Attempt {
+        unit: a.unit.clone(),
+        stage: a.stage.clone(),
+        source_version: checked_attempt(client, &def, &a.unit, &a.stage, a.version, "failed")?,
+        worker: a.worker.clone(),
+        token: a.token,
+    };
+    let outcome = client
+        .pipeline_fail(&def, &attempt, &a.error)
+        .map_err(client_error)?;
+    Ok(super::pipeline_cmds::print_fail(
+        &Output::new(a.json),
+        &attempt,
+        &outcome,
+    ))
 }

@@ -1,0 +1,399 @@
+//! Snapshots through the server (SPEC R7, R20): a read view as of one seq that a client opens,
+//! reads through, and closes. The server holds the engine's `Snapshot` while the lease lives, so
+//! GC keeps every object the view can read (the engine's rule for an open snapshot) — for a client
+//! in another process too. A lease ends when the client closes it (`DELETE /v1/snapshot?id=`) or
+//! when it was not used for its TTL (a killed client's view is reclaimed that way); each read
+//! through it starts the TTL again. Ids are random like staging handles: a view is read only by
+//! whoever opened it.
+//!
+//! Also the log's position (`GET /v1/seq`) and `POST /v1/flush`.
+
+use crate::http::{blocking, json, pump_file, query, ApiError, ApiResult, App};
+use crate::wire::{ChangesW, EntryW, RecordW};
+use axum::body::{Body, Bytes};
+use axum::extract::rejection::QueryRejection;
+use axum::extract::{Query, State};
+use axum::http::{header, StatusCode};
+use axum::response::{IntoResponse, Response};
+use oncelake::Snapshot;
+use serde::Deserialize;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// How long an unused snapshot lease lives when the client does not say.
+const DEFAULT_TTL: Duration = Duration::from_secs(600);
+/// The longest a client may ask for: a forgotten view must not pin objects for days.
+const MAX_TTL: Duration = Duration::from_secs(24 * 3600);
+/// Open leases at most: each holds a read transaction and pins objects, so a buggy or hostile
+/// client that never closes its views must not grow them without bound.
+const MAX_OPEN: usize = 4096;
+
+struct Lease {
+    snap: Arc<Snapshot>,
+    ttl: Duration,
+    deadline: Instant,
+}
+
+/// The open snapshot leases of one server.
+#[derive(Default)]
+pub(crate) struct Leases {
+    open: Mutex<HashMap<u64, Lease>>,
+}
+
+impl Leases {
+    fn map(&self) -> std::sync::MutexGuard<'_, HashMap<u64, Lease>> {
+        self.open.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Keeps `snap` under a new random id; `Ok(None)` when `MAX_OPEN` leases are open already.
+    fn insert(&self, snap: Snapshot, ttl: Duration) -> Result<Option<u64>, getrandom::Error> {
+        let mut m = self.map();
+        if m.len() >= MAX_OPEN {
+            return Ok(None);
+        }
+        loop {
+            let mut b = [0u8; 8];
+            getrandom::fill(&mut b)?;
+            let id = u64::from_le_bytes(b);
+            if id != 0 && !m.contains_key(&id) {
+                m.insert(
+                    id,
+                    Lease {
+                        snap: Arc::new(snap),
+                        ttl,
+                        deadline: Instant::now() + ttl,
+                    },
+                );
+                return Ok(Some(id));
+            }
+        }
+    }
+
+    /// The view of a live lease, its TTL started again.
+    fn touch(&self, id: u64) -> ApiResult<Arc<Snapshot>> {
+        let mut m = self.map();
+        let now = Instant::now();
+        match m.get_mut(&id) {
+            Some(l) if now < l.deadline => {
+                l.deadline = now + l.ttl;
+                Ok(l.snap.clone())
+            }
+            _ => {
+                m.remove(&id);
+                Err(ApiError::new(
+                    StatusCode::GONE,
+                    "snapshot_gone",
+                    format!(
+                        "snapshot {id} is not open on this server: it was closed, it was not \
+                         used for its TTL (each read renews it), the server restarted, or the id \
+                         was never issued here; take a new snapshot"
+                    ),
+                ))
+            }
+        }
+    }
+
+    /// Ends the leases whose TTL passed (their objects become collectable).
+    pub(crate) fn expire(&self) {
+        let now = Instant::now();
+        self.map().retain(|_, l| now < l.deadline);
+    }
+
+    fn close(&self, id: u64) -> bool {
+        self.map().remove(&id).is_some()
+    }
+}
+
+#[derive(Deserialize)]
+pub(crate) struct OpenQ {
+    at: Option<u64>,
+    ttl_ms: Option<u64>,
+}
+
+/// `POST /v1/snapshot?at=SEQ&ttl_ms=MS`: opens a view (newest, or as of `at`).
+pub(crate) async fn open(
+    State(app): State<Arc<App>>,
+    q: Result<Query<OpenQ>, QueryRejection>,
+) -> ApiResult<Response> {
+    let q = query(q)?;
+    let ttl = q
+        .ttl_ms
+        .map_or(DEFAULT_TTL, Duration::from_millis)
+        .min(MAX_TTL);
+    let app2 = app.clone();
+    let snap = blocking(move || match q.at {
+        Some(seq) => app2.store.snapshot_at(seq),
+        None => app2.store.snapshot(),
+    })
+    .await?;
+    let (seq, history_from) = (snap.seq(), snap.history_from());
+    app.snapshots.expire();
+    let id = app
+        .snapshots
+        .insert(snap, ttl)
+        .map_err(|e| {
+            ApiError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "io",
+                format!("the system gave no randomness for a snapshot id ({e}); retry"),
+            )
+        })?
+        .ok_or_else(|| {
+            ApiError::new(
+                StatusCode::TOO_MANY_REQUESTS,
+                "too_many_snapshots",
+                format!(
+                    "{MAX_OPEN} snapshots are open on this server; close the ones you no longer \
+                     read (DELETE /v1/snapshot?id=) and take this one again"
+                ),
+            )
+        })?;
+    Ok(json(&serde_json::json!({
+        "snapshot": id,
+        "seq": seq,
+        "history_from": history_from,
+        "ttl_ms": ttl.as_millis() as u64,
+    })))
+}
+
+#[derive(Deserialize)]
+pub(crate) struct IdQ {
+    id: u64,
+}
+
+/// `DELETE /v1/snapshot?id=`: ends the lease.
+pub(crate) async fn close(
+    State(app): State<Arc<App>>,
+    q: Result<Query<IdQ>, QueryRejection>,
+) -> ApiResult<Response> {
+    let q = query(q)?;
+    Ok(json(
+        &serde_json::json!({ "closed": app.snapshots.close(q.id) }),
+    ))
+}
+
+#[derive(Deserialize)]
+pub(crate) struct UnitQ {
+    id: u64,
+    unit: String,
+}
+
+/// `GET /v1/snapshot/entry?id=&unit=`.
+pub(crate) async fn entry(
+    State(app): State<Arc<App>>,
+    q: Result<Query<UnitQ>, QueryRejection>,
+) -> ApiResult<Response> {
+    let q = query(q)?;
+    let snap = app.snapshots.touch(q.id)?;
+    let e = blocking(move || snap.get(&q.unit)).await?;
+    Ok(json(
+        &serde_json::json!({ "entry": e.as_ref().map(EntryW::from) }),
+    ))
+}
+
+/// `GET /v1/snapshot/object?id=&unit=`: the unit's object in the view, streamed, with its entry
+/// in the `x-oncelake-entry` header (as `GET /v1/object`).
+pub(crate) async fn object(
+    State(app): State<Arc<App>>,
+    q: Result<Query<UnitQ>, QueryRejection>,
+) -> ApiResult<Response> {
+    let q = query(q)?;
+    let snap = app.snapshots.touch(q.id)?;
+    let unit = q.unit.clone();
+    let found = blocking(move || match snap.get(&q.unit)? {
+        Some(e) => Ok(Some((snap.open_object(&e)?, e))),
+        None => Ok(None),
+    })
+    .await?;
+    let Some((file, entry)) = found else {
+        return Err(ApiError::new(
+            StatusCode::NOT_FOUND,
+            "not_found",
+            format!("unit {unit:?} has no entry in this snapshot"),
+        ));
+    };
+    let (tx, rx) = tokio::sync::mpsc::channel::<Result<Bytes, std::io::Error>>(4);
+    tokio::task::spawn_blocking(move || pump_file(file, tx));
+    let header_json = serde_json::to_string(&EntryW::from(&entry)).unwrap_or_default();
+    Ok((
+        [
+            (header::CONTENT_TYPE, "application/octet-stream".to_string()),
+            (header::CONTENT_LENGTH, entry.object.size.to_string()),
+            (
+                header::HeaderName::from_static("x-oncelake-entry"),
+                header_json,
+            ),
+        ],
+        Body::from_stream(stream(rx)),
+    )
+        .into_response())
+}
+
+fn stream(
+    rx: tokio::sync::mpsc::Receiver<Result<Bytes, std::io::Error>>,
+) -> impl futures_util::Stream<Item = Result<Bytes, std::io::Error>> {
+    futures_util::stream::unfold(rx, |mut rx| async move {
+        rx.recv().await.map(|item| (item, rx))
+    })
+}
+
+#[derive(Deserialize)]
+pub(crate) struct LsQ {
+    id: u64,
+    #[serde(default)]
+    prefix: String,
+}
+
+/// `GET /v1/snapshot/ls?id=&prefix=`: the view's entries under a prefix as JSON lines.
+pub(crate) async fn ls(
+    State(app): State<Arc<App>>,
+    q: Result<Query<LsQ>, QueryRejection>,
+) -> ApiResult<Response> {
+    let q = query(q)?;
+    let snap = app.snapshots.touch(q.id)?;
+    let (tx, rx) = tokio::sync::mpsc::channel::<Result<Bytes, std::io::Error>>(16);
+    tokio::task::spawn_blocking(move || {
+        let entries = match snap.prefix(&q.prefix) {
+            Ok(it) => it,
+            Err(e) => {
+                let _ = tx.blocking_send(Err(std::io::Error::other(e.to_string())));
+                return;
+            }
+        };
+        for e in entries {
+            let line = match e {
+                Ok(e) => serde_json::to_string(&EntryW::from(&e)).unwrap_or_default() + "\n",
+                Err(e) => {
+                    let _ = tx.blocking_send(Err(std::io::Error::other(e.to_string())));
+                    return;
+                }
+            };
+            if tx.blocking_send(Ok(Bytes::from(line))).is_err() {
+                return;
+            }
+        }
+    });
+    Ok((
+        [(header::CONTENT_TYPE, "application/x-ndjson")],
+        Body::from_stream(stream(rx)),
+    )
+        .into_response())
+}
+
+#[derive(Deserialize)]
+pub(crate) struct ChangesQ {
+    id: u64,
+    #[serde(default)]
+    since: u64,
+    limit: Option<usize>,
+}
+
+/// `GET /v1/snapshot/changes?id=&since=&limit=`: the log records after `since` up to the view's
+/// seq (at most `limit`); `seq` is the view's.
+pub(crate) async fn changes(
+    State(app): State<Arc<App>>,
+    q: Result<Query<ChangesQ>, QueryRejection>,
+) -> ApiResult<Response> {
+    let q = query(q)?;
+    let snap = app.snapshots.touch(q.id)?;
+    let limit = q.limit.unwrap_or(10_000).clamp(1, 100_000);
+    let page = blocking(move || {
+        let mut records = Vec::new();
+        for r in snap.changes_since(q.since)?.take(limit) {
+            let r = r?;
+            records.push(RecordW {
+                seq: r.seq,
+                record: crate::wire::to_hex(&r.encode()),
+            });
+        }
+        Ok(ChangesW {
+            records,
+            seq: snap.seq(),
+        })
+    })
+    .await?;
+    Ok(json(&page))
+}
+
+#[derive(Deserialize)]
+pub(crate) struct PathQ {
+    id: u64,
+    object: String,
+}
+
+/// `GET /v1/snapshot/object_path?id=&object=HEX`: where an object of the view lies (an
+/// immutable file a client on this node may stream itself while the view is open).
+pub(crate) async fn object_path(
+    State(app): State<Arc<App>>,
+    q: Result<Query<PathQ>, QueryRejection>,
+) -> ApiResult<Response> {
+    let q = query(q)?;
+    app.snapshots.touch(q.id)?;
+    let id = crate::wire::parse_id(&q.object).map_err(ApiError::bad)?;
+    Ok(json(
+        &serde_json::json!({ "path": app.store.object_path(&id).display().to_string() }),
+    ))
+}
+
+/// `GET /v1/seq`: the newest seq, read from the store.
+pub(crate) async fn last_seq(State(app): State<Arc<App>>) -> ApiResult<Response> {
+    let app2 = app.clone();
+    let seq = blocking(move || app2.store.last_seq()).await?;
+    Ok(json(&serde_json::json!({ "seq": seq })))
+}
+
+/// `POST /v1/flush`: makes everything acknowledged so far durable.
+pub(crate) async fn flush(State(app): State<Arc<App>>) -> ApiResult<Response> {
+    let app2 = app.clone();
+    blocking(move || app2.store.flush()).await?;
+    Ok(json(&serde_json::json!({ "flushed": true })))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn leases_are_random_bounded_renewed_by_reads_and_end_at_their_ttl() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = oncelake::Store::open(dir.path()).unwrap();
+        let leases = Leases::default();
+        let a = leases
+            .insert(store.snapshot().unwrap(), Duration::from_millis(300))
+            .unwrap()
+            .unwrap();
+        let b = leases
+            .insert(store.snapshot().unwrap(), Duration::ZERO)
+            .unwrap()
+            .unwrap();
+        assert!(a.abs_diff(b) > 1 << 20, "ids are not a counter: {a} {b}");
+        assert!(leases.touch(b).is_err(), "a lease past its TTL is gone");
+        // Reads renew: touched every 100 ms, a 300 ms lease outlives 600 ms.
+        for _ in 0..6 {
+            std::thread::sleep(Duration::from_millis(100));
+            assert!(leases.touch(a).is_ok());
+        }
+        std::thread::sleep(Duration::from_millis(400));
+        leases.expire();
+        assert!(leases.touch(a).is_err(), "unread for its TTL: closed");
+        // At most MAX_OPEN at once; closing one makes room.
+        let ids: Vec<u64> = (0..MAX_OPEN)
+            .map(|_| {
+                leases
+                    .insert(store.snapshot().unwrap(), DEFAULT_TTL)
+                    .unwrap()
+                    .unwrap()
+            })
+            .collect();
+        assert!(leases
+            .insert(store.snapshot().unwrap(), DEFAULT_TTL)
+            .unwrap()
+            .is_none());
+        assert!(leases.close(ids[0]) && !leases.close(ids[0]));
+        assert!(leases
+            .insert(store.snapshot().unwrap(), DEFAULT_TTL)
+            .unwrap()
+            .is_some());
+    }
+}
