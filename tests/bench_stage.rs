@@ -83,6 +83,7 @@ fn bench_stage_writes_the_planned_objects_for_both_systems_and_reports_their_rat
         .collect();
     assert_eq!(seen, expected);
     let mut rates: BTreeMap<(u64, String), Vec<f64>> = BTreeMap::new();
+    let mut by_round: BTreeMap<(u64, u64, String), f64> = BTreeMap::new();
     for r in &runs {
         assert_eq!(r["threads"], 3);
         let objects = r["objects_written"].as_u64().unwrap();
@@ -97,6 +98,14 @@ fn bench_stage_writes_the_planned_objects_for_both_systems_and_reports_their_rat
         let rate = r["mib_per_s"].as_f64().unwrap();
         let bytes = r["bytes_written"].as_f64().unwrap();
         assert!((rate - bytes / 1048576.0 / secs).abs() <= rate * 1e-9);
+        by_round.insert(
+            (
+                r["object_size"].as_u64().unwrap(),
+                r["round"].as_u64().unwrap(),
+                r["system"].as_str().unwrap().into(),
+            ),
+            rate,
+        );
         rates
             .entry((
                 r["object_size"].as_u64().unwrap(),
@@ -114,6 +123,16 @@ fn bench_stage_writes_the_planned_objects_for_both_systems_and_reports_their_rat
         assert_eq!(s["oncelake_mib_per_s"].as_f64().unwrap(), ours);
         let ratio = s["ratio_vs_raw"].as_f64().unwrap();
         assert!((ratio - ours / raw).abs() <= ratio * 1e-9);
+        let per_round = median(
+            (1..=3u64)
+                .map(|k| {
+                    by_round[&(size, k, "oncelake".to_string())]
+                        / by_round[&(size, k, "raw".to_string())]
+                })
+                .collect(),
+        );
+        let by_rounds = s["round_ratio_median"].as_f64().unwrap();
+        assert!((by_rounds - per_round).abs() <= per_round * 1e-9);
     }
     // Every run's files, the stores and the probe file are gone.
     let left: Vec<_> = std::fs::read_dir(scratch.path()).unwrap().collect();

@@ -59,22 +59,47 @@ fn parse_size(s: &str) -> Result<usize, String> {
         .ok_or_else(|| format!("size {s:?} is out of range; use 1 byte up to a few GiB"))
 }
 
+fn median(mut v: Vec<f64>) -> Option<f64> {
+    v.sort_by(f64::total_cmp);
+    match v.len() {
+        0 => None,
+        n if n % 2 == 1 => Some(v[n / 2]),
+        n => Some((v[n / 2 - 1] + v[n / 2]) / 2.0),
+    }
+}
+
+/// The median over the rounds of one size of oncelake / raw within the round: the two runs of a
+/// round are back to back, so a disk that slows down for a while slows both.
+fn median_round_ratio(results: &[(usize, Measurement)], size: usize) -> Option<f64> {
+    let rate = |round: usize, system: System| {
+        results
+            .iter()
+            .find(|(r, m)| *r == round && m.system == system && m.object_bytes == size)
+            .map(|(_, m)| m.mib_per_sec())
+    };
+    let mut rounds: Vec<usize> = results.iter().map(|(r, _)| *r).collect();
+    rounds.sort_unstable();
+    rounds.dedup();
+    median(
+        rounds
+            .into_iter()
+            .filter_map(|r| ratio(rate(r, System::Raw), rate(r, System::Oncelake)))
+            .collect(),
+    )
+}
+
 /// Medians of one size: (raw, oncelake) MiB/s.
 fn medians(results: &[(usize, Measurement)], size: usize) -> (Option<f64>, Option<f64>) {
-    let median = |system: System| {
-        let mut v: Vec<f64> = results
-            .iter()
-            .filter(|(_, m)| m.system == system && m.object_bytes == size)
-            .map(|(_, m)| m.mib_per_sec())
-            .collect();
-        v.sort_by(f64::total_cmp);
-        match v.len() {
-            0 => None,
-            n if n % 2 == 1 => Some(v[n / 2]),
-            n => Some((v[n / 2 - 1] + v[n / 2]) / 2.0),
-        }
+    let of = |system: System| {
+        median(
+            results
+                .iter()
+                .filter(|(_, m)| m.system == system && m.object_bytes == size)
+                .map(|(_, m)| m.mib_per_sec())
+                .collect(),
+        )
     };
-    (median(System::Raw), median(System::Oncelake))
+    (of(System::Raw), of(System::Oncelake))
 }
 
 /// `oncelake bench stage`.
@@ -166,6 +191,7 @@ fn print_jsons(
             "raw_mib_per_s": raw,
             "oncelake_mib_per_s": ours,
             "ratio_vs_raw": ratio(raw, ours),
+            "round_ratio_median": median_round_ratio(results, size),
         }));
     }
 }
@@ -215,21 +241,24 @@ fn print_table(
     }
     outln!();
     outln!(
-        "{:>12} {:>14} {:>18} {:>12}",
+        "{:>12} {:>14} {:>18} {:>12} {:>16}",
         "object bytes",
         "raw MiB/s",
         "oncelake MiB/s",
-        "of raw"
+        "of raw",
+        "of raw by round"
     );
     let fmt = |v: Option<f64>| v.map_or_else(|| "-".into(), |v| format!("{v:.1}"));
     for &size in &a.sizes {
         let (raw, ours) = medians(results, size);
+        let pct = |r: Option<f64>| r.map_or_else(|| "-".into(), |r| format!("{:.0}%", r * 100.0));
         outln!(
-            "{:>12} {:>14} {:>18} {:>12}",
+            "{:>12} {:>14} {:>18} {:>12} {:>16}",
             size,
             fmt(raw),
             fmt(ours),
-            ratio(raw, ours).map_or_else(|| "-".into(), |r| format!("{:.0}%", r * 100.0))
+            pct(ratio(raw, ours)),
+            pct(median_round_ratio(results, size))
         );
     }
 }
