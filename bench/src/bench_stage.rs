@@ -105,7 +105,7 @@ impl Measurement {
 /// every run. Removed on drop.
 pub struct StageBench {
     dir: PathBuf,
-    /// Distinguishes the objects of every run, so that no object is ever written twice.
+    /// Runs so far: names every run's directory.
     run: u64,
 }
 
@@ -129,8 +129,8 @@ impl StageBench {
         self.run += 1;
         let target = self.dir.join(format!("{}-{}", system.name(), self.run));
         let m = match system {
-            System::Raw => raw_run(&target, plan, self.run),
-            System::Oncelake => oncelake_run(&target, plan, self.run),
+            System::Raw => raw_run(&target, plan),
+            System::Oncelake => oncelake_run(&target, plan),
         };
         let _ = std::fs::remove_dir_all(&target);
         m
@@ -138,7 +138,8 @@ impl StageBench {
 }
 
 /// A writer's bytes: one random block, its first 16 bytes rewritten per object with
-/// (run and thread, counter), so every object of a bench is distinct.
+/// (thread, counter), so every object of a run is distinct. The block depends on the size and
+/// the thread only: the raw run and the oncelake run of a round write exactly the same bytes.
 struct Payload {
     bytes: Vec<u8>,
     tag: u64,
@@ -146,8 +147,8 @@ struct Payload {
 }
 
 impl Payload {
-    fn new(size: usize, run: u64, thread: usize) -> Self {
-        let mut rng = Rng::new(0x5eed ^ (run << 20) ^ thread as u64);
+    fn new(size: usize, thread: usize) -> Self {
+        let mut rng = Rng::new(0x5eed ^ ((size as u64) << 20) ^ thread as u64);
         let mut bytes = vec![0u8; size.max(16)];
         for chunk in bytes.chunks_mut(8) {
             let x = rng.next_u64().to_le_bytes();
@@ -156,7 +157,7 @@ impl Payload {
         bytes.truncate(size);
         Payload {
             bytes,
-            tag: (run << 32) | thread as u64,
+            tag: thread as u64,
             counter: 0,
         }
     }
@@ -249,12 +250,12 @@ fn finish(
 }
 
 /// The baseline: a new file per object in `dir`, written, `fdatasync`ed, closed.
-fn raw_run(dir: &Path, plan: Plan, run: u64) -> Result<Measurement, String> {
+fn raw_run(dir: &Path, plan: Plan) -> Result<Measurement, String> {
     std::fs::create_dir_all(dir).map_err(|e| format!("create {}: {e}", dir.display()))?;
     let names = AtomicUsize::new(0);
     let timings = drive(
         plan,
-        |t| Payload::new(plan.object_bytes, run, t),
+        |t| Payload::new(plan.object_bytes, t),
         |payload| {
             let path = dir.join(format!("{}.raw", names.fetch_add(1, Ordering::Relaxed)));
             let io = |e: std::io::Error| format!("raw write {}: {e}", path.display());
@@ -271,7 +272,7 @@ fn raw_run(dir: &Path, plan: Plan, run: u64) -> Result<Measurement, String> {
 }
 
 /// oncelake: stage the object, then commit it as a new unit, from every thread at once.
-fn oncelake_run(dir: &Path, plan: Plan, run: u64) -> Result<Measurement, String> {
+fn oncelake_run(dir: &Path, plan: Plan) -> Result<Measurement, String> {
     let e = |e: oncelake::Error| e.to_string();
     // Default options: durable commits, as a user gets them.
     let store = oncelake::Store::open(dir).map_err(e)?;
@@ -279,7 +280,7 @@ fn oncelake_run(dir: &Path, plan: Plan, run: u64) -> Result<Measurement, String>
     let before = store.metrics().groups;
     let timings = drive(
         plan,
-        |t| Payload::new(plan.object_bytes, run, t),
+        |t| Payload::new(plan.object_bytes, t),
         |payload| {
             let staged = store.stage_bytes(payload.next()).map_err(e)?;
             let unit = format!("bench/stage/{:09}", units.fetch_add(1, Ordering::Relaxed));
@@ -318,13 +319,19 @@ mod tests {
     fn both_systems_write_the_planned_distinct_objects() {
         let mut seen = HashSet::new();
         for thread in 0..3 {
-            let mut p = Payload::new(100, 7, thread);
+            let mut p = Payload::new(100, thread);
             for _ in 0..50 {
                 let b = p.next().to_vec();
                 assert_eq!(b.len(), 100);
                 assert!(seen.insert(b), "an object repeated");
             }
         }
+        // Raw and oncelake runs of one size write the same sequence of objects.
+        let sequence = || {
+            let mut p = Payload::new(100, 1);
+            (0..5).map(|_| p.next().to_vec()).collect::<Vec<_>>()
+        };
+        assert_eq!(sequence(), sequence());
         let scratch = tempfile::tempdir().unwrap();
         let mut bench = StageBench::new(scratch.path()).unwrap();
         let plan = Plan {
