@@ -471,6 +471,28 @@ fn every_json_output_uses_one_name_per_concept_and_the_same_fields_per_command()
         None,
         0,
     );
+    let scratch = dir.path().join("bench");
+    std::fs::create_dir(&scratch).unwrap();
+    r.json(
+        "bench stage",
+        &[
+            "bench",
+            "stage",
+            "--threads",
+            "2",
+            "--sizes",
+            "4KiB",
+            "--rounds",
+            "1",
+            "--bytes",
+            "16KiB",
+            "--dir",
+            s(&scratch),
+            "--json",
+        ],
+        None,
+        0,
+    );
 
     // The log holds every kind of record.
     let kinds: BTreeSet<String> = r.by_label["log"]

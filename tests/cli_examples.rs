@@ -19,6 +19,7 @@ const HELP_WITH_EXAMPLES: &[&[&str]] = &[
     &["reconcile"],
     &["pipeline"],
     &["bench", "commit"],
+    &["bench", "stage"],
 ];
 
 /// Runs `lines` in order in `dir`; returns the failures.

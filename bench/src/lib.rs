@@ -4,3 +4,4 @@
 
 pub mod bench_commit;
 pub mod bench_fixtures;
+pub mod bench_stage;

@@ -28,6 +28,7 @@ macro_rules! errln {
 mod bench;
 mod bench_dedup;
 mod bench_reconcile;
+mod bench_stage;
 mod common;
 mod error;
 mod maint_cmds;
@@ -149,6 +150,12 @@ pub(crate) enum BenchCommand {
         after_help = "Example:\n  oncelake bench commit --threads 1,4 --commits 200 --preload 10000 --systems oncelake,redb --json"
     )]
     Commit(bench::CommitBenchArgs),
+    /// Staging and committing objects (P4) against raw write + fdatasync of the same bytes,
+    /// same threads, same file system, alternating round by round.
+    #[command(
+        after_help = "Example:\n  oncelake bench stage --threads 2 --sizes 64KiB --rounds 1 --bytes 1MiB --json"
+    )]
+    Stage(bench_stage::StageBenchArgs),
     /// Dedup decision (P2) via the in-memory index vs a plain redb point lookup; open time (P6).
     Dedup(bench_dedup::DedupArgs),
     /// Full and incremental reconcile (P3) vs one redb lookup per listed unit.
@@ -240,6 +247,7 @@ fn run(cli: Cli) -> Result<u8, CliError> {
         Command::Bench(BenchCommand::Reconcile(a)) => bench_reconcile::run(a),
         Command::Bench(BenchCommand::Open(a)) => bench_dedup::open_only(a),
         Command::Bench(BenchCommand::Commit(a)) => bench::commit(a),
+        Command::Bench(BenchCommand::Stage(a)) => bench_stage::run(a),
         Command::Bench(BenchCommand::ServeLoad(a)) => serve::bench_serve_load(a),
         Command::Table(a) => table_cmds::run(a, wait),
         Command::Serve(a) => serve::serve(a, wait),

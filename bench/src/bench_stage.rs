@@ -1,0 +1,350 @@
+//! The staging workload of SPEC P4, used by `oncelake bench stage`: `threads` threads each
+//! write objects of one size, durably, against the same bytes written the plainest durable way.
+//!
+//! * **oncelake**: per object `Store::stage_bytes` (hash and CRC32 while writing, the file
+//!   fsynced, linked under its hash, its directory fsynced) and then `Store::commit` of it as a
+//!   new unit (default, durable options: group commit, one redb sync per group);
+//! * **raw** (the baseline): per object a new file in one directory, `write` of the same bytes,
+//!   `fdatasync`, `close` — no hash, no directory sync, no commit.
+//!
+//! Both write the same bytes (a random block per thread whose first 16 bytes carry the thread and
+//! a counter, so every object is distinct and nothing collapses as a duplicate), of the same size,
+//! from the same number of threads, on the same file system (two directories side by side under
+//! one scratch directory). Each run starts from an empty directory (a fresh store for oncelake)
+//! and its files are removed afterwards, outside the timed part, so that rounds do not pile up on
+//! the disk. The CLI alternates the two systems round by round, so both see the same moments of
+//! a shared machine, and quotes medians.
+//!
+//! It depends only on the engine: no CLI crates.
+
+use crate::bench_fixtures::Rng;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::Barrier;
+use std::time::{Duration, Instant};
+
+/// A system under test.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum System {
+    /// `stage_bytes` + `commit` per object.
+    Oncelake,
+    /// Baseline: create, write, fdatasync, close per object.
+    Raw,
+}
+
+impl System {
+    /// Both systems, the baseline first (the order of a round).
+    pub const ALL: [System; 2] = [System::Raw, System::Oncelake];
+
+    /// The name in tables and JSON.
+    pub fn name(self) -> &'static str {
+        match self {
+            System::Oncelake => "oncelake",
+            System::Raw => "raw",
+        }
+    }
+}
+
+/// How much to run one configuration.
+#[derive(Clone, Copy, Debug)]
+pub struct Plan {
+    /// Writer threads.
+    pub threads: usize,
+    /// Size of every object, bytes.
+    pub object_bytes: usize,
+    /// Stop after this many bytes written in all (rounded up to whole objects) ...
+    pub max_bytes: u64,
+    /// ... or after this much time, whichever comes first.
+    pub max_time: Duration,
+}
+
+impl Plan {
+    /// Objects the byte limit allows (at least one).
+    pub fn max_objects(&self) -> u64 {
+        self.max_bytes
+            .div_ceil(self.object_bytes.max(1) as u64)
+            .max(1)
+    }
+}
+
+/// What one run measured.
+#[derive(Clone, Debug)]
+pub struct Measurement {
+    /// The system.
+    pub system: System,
+    /// Writer threads.
+    pub threads: usize,
+    /// Size of every object, bytes.
+    pub object_bytes: usize,
+    /// Objects written (and, for oncelake, committed).
+    pub objects: u64,
+    /// Wall time from the start signal until the last writer finished.
+    pub elapsed: Duration,
+    /// Median time per object, microseconds.
+    pub p50_us: u64,
+    /// 99th percentile time per object, microseconds.
+    pub p99_us: u64,
+    /// oncelake only: commit groups written (redb write transactions).
+    pub groups: Option<u64>,
+}
+
+impl Measurement {
+    /// Bytes written.
+    pub fn bytes(&self) -> u64 {
+        self.objects * self.object_bytes as u64
+    }
+
+    /// Throughput in MiB/s.
+    pub fn mib_per_sec(&self) -> f64 {
+        self.bytes() as f64 / (1024.0 * 1024.0) / self.elapsed.as_secs_f64().max(1e-9)
+    }
+}
+
+/// The scratch directory of one `bench stage`: `raw/` and `lake/` side by side, made fresh for
+/// every run. Removed on drop.
+pub struct StageBench {
+    dir: PathBuf,
+    /// Runs so far: names every run's directory.
+    run: u64,
+}
+
+impl Drop for StageBench {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+impl StageBench {
+    /// A fresh scratch directory under `scratch`.
+    pub fn new(scratch: &Path) -> Result<StageBench, String> {
+        let dir = scratch.join(format!("stage-bench-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).map_err(|e| format!("create {}: {e}", dir.display()))?;
+        Ok(StageBench { dir, run: 0 })
+    }
+
+    /// Runs `plan` on `system` in a fresh directory (a fresh store), removed afterwards.
+    pub fn run(&mut self, system: System, plan: Plan) -> Result<Measurement, String> {
+        self.run += 1;
+        let target = self.dir.join(format!("{}-{}", system.name(), self.run));
+        let m = match system {
+            System::Raw => raw_run(&target, plan),
+            System::Oncelake => oncelake_run(&target, plan),
+        };
+        let _ = std::fs::remove_dir_all(&target);
+        m
+    }
+}
+
+/// A writer's bytes: one random block, its first 16 bytes rewritten per object with
+/// (thread, counter), so every object of a run is distinct. The block depends on the size and
+/// the thread only: the raw run and the oncelake run of a round write exactly the same bytes.
+struct Payload {
+    bytes: Vec<u8>,
+    tag: u64,
+    counter: u64,
+}
+
+impl Payload {
+    fn new(size: usize, thread: usize) -> Self {
+        let mut rng = Rng::new(0x5eed ^ ((size as u64) << 20) ^ thread as u64);
+        let mut bytes = vec![0u8; size.max(16)];
+        for chunk in bytes.chunks_mut(8) {
+            let x = rng.next_u64().to_le_bytes();
+            chunk.copy_from_slice(&x[..chunk.len()]);
+        }
+        bytes.truncate(size);
+        Payload {
+            bytes,
+            tag: thread as u64,
+            counter: 0,
+        }
+    }
+
+    /// The next object's bytes.
+    fn next(&mut self) -> &[u8] {
+        self.counter += 1;
+        let mut head = [0u8; 16];
+        head[..8].copy_from_slice(&self.tag.to_le_bytes());
+        head[8..].copy_from_slice(&self.counter.to_le_bytes());
+        let n = self.bytes.len().min(16);
+        self.bytes[..n].copy_from_slice(&head[..n]);
+        &self.bytes
+    }
+}
+
+/// Runs `plan.threads` writers, each with its own state from `setup(thread)`, writing objects
+/// with `write` from a common start signal until the plan is exhausted. Returns the per-object
+/// latencies and the wall time.
+fn drive<S, W, F>(plan: Plan, setup: S, write: F) -> Result<(Vec<u32>, Duration), String>
+where
+    S: Fn(usize) -> W + Sync,
+    F: Fn(&mut W) -> Result<(), String> + Sync,
+{
+    let threads = plan.threads.max(1);
+    let max_objects = plan.max_objects();
+    let next = AtomicU64::new(0);
+    let start_line = Barrier::new(threads + 1);
+    let start = std::sync::OnceLock::new();
+    let results: Vec<Result<Vec<u32>, String>> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..threads)
+            .map(|t| {
+                let (setup, write, next, start_line, start) =
+                    (&setup, &write, &next, &start_line, &start);
+                s.spawn(move || {
+                    let mut state = setup(t);
+                    start_line.wait();
+                    let start: &Instant = start.wait();
+                    let mut lat = Vec::new();
+                    while next.fetch_add(1, Ordering::Relaxed) < max_objects
+                        && start.elapsed() < plan.max_time
+                    {
+                        let t0 = Instant::now();
+                        write(&mut state)?;
+                        lat.push(t0.elapsed().as_micros().min(u32::MAX as u128) as u32);
+                    }
+                    Ok(lat)
+                })
+            })
+            .collect();
+        start_line.wait();
+        let _ = start.set(Instant::now());
+        handles
+            .into_iter()
+            .map(|h| h.join().unwrap_or_else(|_| Err("a writer panicked".into())))
+            .collect()
+    });
+    let elapsed = start.get().map(|s| s.elapsed()).unwrap_or_default();
+    let mut latencies = Vec::new();
+    for r in results {
+        latencies.extend(r?);
+    }
+    Ok((latencies, elapsed))
+}
+
+fn finish(
+    system: System,
+    plan: Plan,
+    (mut lat, elapsed): (Vec<u32>, Duration),
+    groups: Option<u64>,
+) -> Measurement {
+    lat.sort_unstable();
+    let q = |q: f64| -> u64 {
+        if lat.is_empty() {
+            return 0;
+        }
+        let i = ((lat.len() as f64 * q).ceil() as usize).clamp(1, lat.len());
+        u64::from(lat[i - 1])
+    };
+    Measurement {
+        system,
+        threads: plan.threads.max(1),
+        object_bytes: plan.object_bytes,
+        objects: lat.len() as u64,
+        elapsed,
+        p50_us: q(0.50),
+        p99_us: q(0.99),
+        groups,
+    }
+}
+
+/// The baseline: a new file per object in `dir`, written, `fdatasync`ed, closed.
+fn raw_run(dir: &Path, plan: Plan) -> Result<Measurement, String> {
+    std::fs::create_dir_all(dir).map_err(|e| format!("create {}: {e}", dir.display()))?;
+    let names = AtomicUsize::new(0);
+    let timings = drive(
+        plan,
+        |t| Payload::new(plan.object_bytes, t),
+        |payload| {
+            let path = dir.join(format!("{}.raw", names.fetch_add(1, Ordering::Relaxed)));
+            let io = |e: std::io::Error| format!("raw write {}: {e}", path.display());
+            let mut f = std::fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .open(&path)
+                .map_err(io)?;
+            f.write_all(payload.next()).map_err(io)?;
+            f.sync_data().map_err(io)
+        },
+    )?;
+    Ok(finish(System::Raw, plan, timings, None))
+}
+
+/// oncelake: stage the object, then commit it as a new unit, from every thread at once.
+fn oncelake_run(dir: &Path, plan: Plan) -> Result<Measurement, String> {
+    let e = |e: oncelake::Error| e.to_string();
+    // Default options: durable commits, as a user gets them.
+    let store = oncelake::Store::open(dir).map_err(e)?;
+    let units = AtomicU64::new(0);
+    let before = store.metrics().groups;
+    let timings = drive(
+        plan,
+        |t| Payload::new(plan.object_bytes, t),
+        |payload| {
+            let staged = store.stage_bytes(payload.next()).map_err(e)?;
+            let unit = format!("bench/stage/{:09}", units.fetch_add(1, Ordering::Relaxed));
+            let report = store
+                .commit(oncelake::Batch::new().put(unit, 1, &staged))
+                .map_err(e)?;
+            if !report.applied() {
+                return Err("bench stage: a new unit's commit was not applied".into());
+            }
+            Ok(())
+        },
+    )?;
+    let groups = store.metrics().groups - before;
+    // Outside the timed part: every acknowledged object must be a unit of the store.
+    let entries = store
+        .snapshot()
+        .and_then(|s| s.iter().map(|it| it.count() as u64))
+        .map_err(e)?;
+    if entries != timings.0.len() as u64 {
+        return Err(format!(
+            "bench stage: {} objects acknowledged but the store holds {entries} units",
+            timings.0.len()
+        ));
+    }
+    Ok(finish(System::Oncelake, plan, timings, Some(groups)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashSet;
+
+    /// Every object of a run is distinct (nothing collapses as a duplicate), of the planned size,
+    /// and the byte limit stops the run: both systems write the same number of objects.
+    #[test]
+    fn both_systems_write_the_planned_distinct_objects() {
+        let mut seen = HashSet::new();
+        for thread in 0..3 {
+            let mut p = Payload::new(100, thread);
+            for _ in 0..50 {
+                let b = p.next().to_vec();
+                assert_eq!(b.len(), 100);
+                assert!(seen.insert(b), "an object repeated");
+            }
+        }
+        // Raw and oncelake runs of one size write the same sequence of objects.
+        let sequence = || {
+            let mut p = Payload::new(100, 1);
+            (0..5).map(|_| p.next().to_vec()).collect::<Vec<_>>()
+        };
+        assert_eq!(sequence(), sequence());
+        let scratch = tempfile::tempdir().unwrap();
+        let mut bench = StageBench::new(scratch.path()).unwrap();
+        let plan = Plan {
+            threads: 2,
+            object_bytes: 4096,
+            max_bytes: 40 * 4096,
+            max_time: Duration::from_secs(60),
+        };
+        for system in System::ALL {
+            let m = bench.run(system, plan).unwrap();
+            assert_eq!(m.objects, 40, "{system:?}");
+            assert_eq!(m.bytes(), 40 * 4096);
+            assert!(m.p50_us <= m.p99_us);
+        }
+    }
+}
