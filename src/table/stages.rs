@@ -8,18 +8,18 @@
 //! created exclusively and durable before the next. A stage that fails ends the stages after it
 //! at a chunk boundary: what is appended is whole versions whose files exist.
 
-use super::footer::{Footer, FooterReader};
+use super::footer::{Footer, FooterReader, ObjectDir};
 use super::publish::{FormatLog, TableCommit, TableSchema};
 use super::{io_err, TableDef, TableResult};
 use crate::object::ObjectId;
 use crate::schema::log::LogEntry;
 use crate::store::Store;
-use crate::vfs::Vfs;
+use crate::vfs::{Vfs, VfsDir};
 use parking_lot::{Condvar, Mutex};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::mpsc;
+use std::sync::{mpsc, Arc};
 
 /// The footers of one commit's objects, by object.
 pub(crate) type Footers = HashMap<ObjectId, Result<Footer, String>>;
@@ -36,6 +36,7 @@ fn threads() -> usize {
 /// died) is read by the caller of [`FooterFeed::take`].
 pub(crate) struct FooterFeed<'c> {
     commits: &'c [(u64, u64, Vec<LogEntry>)],
+    objects: &'c ObjectDir,
     slots: Mutex<Vec<Option<Footers>>>,
     ready: Condvar,
     next: AtomicUsize,
@@ -49,9 +50,10 @@ pub(crate) struct FooterFeed<'c> {
 const READ_AHEAD_MIN: usize = if cfg!(debug_assertions) { 2 } else { 64 };
 
 impl<'c> FooterFeed<'c> {
-    pub(crate) fn new(commits: &'c [(u64, u64, Vec<LogEntry>)]) -> Self {
+    pub(crate) fn new(commits: &'c [(u64, u64, Vec<LogEntry>)], objects: &'c ObjectDir) -> Self {
         FooterFeed {
             commits,
+            objects,
             slots: Mutex::new(vec![None; commits.len()]),
             ready: Condvar::new(),
             next: AtomicUsize::new(0),
@@ -62,7 +64,7 @@ impl<'c> FooterFeed<'c> {
     }
 
     /// Starts the reader threads in `scope` when there are enough objects to be worth them.
-    pub(crate) fn start<'s>(&'s self, scope: &'s std::thread::Scope<'s, '_>, store: &'s Store) {
+    pub(crate) fn start<'s>(&'s self, scope: &'s std::thread::Scope<'s, '_>) {
         let objects: usize = self.commits.iter().map(|(_, _, es)| es.len()).sum();
         let n = threads();
         if objects < READ_AHEAD_MIN || n == 1 {
@@ -79,7 +81,7 @@ impl<'c> FooterFeed<'c> {
                     let Some((_, _, entries)) = self.commits.get(i) else {
                         break;
                     };
-                    let footers = read_all(store, &mut r, entries);
+                    let footers = read_all(self.objects, &mut r, entries);
                     self.slots.lock()[i] = Some(footers);
                     self.ready.notify_all();
                 }
@@ -93,7 +95,7 @@ impl<'c> FooterFeed<'c> {
     }
 
     /// The footers of commit `i`: read ahead, or read now when no reader will deliver them.
-    pub(crate) fn take(&self, store: &Store, i: usize) -> Footers {
+    pub(crate) fn take(&self, i: usize) -> Footers {
         let mut slots = self.slots.lock();
         loop {
             if let Some(f) = slots[i].take() {
@@ -108,7 +110,7 @@ impl<'c> FooterFeed<'c> {
         drop(slots);
         // Claim it, so a reader that starts now skips past it (it would only repeat the work).
         let _ = self.next.fetch_max(i + 1, Ordering::Relaxed);
-        read_all(store, &mut self.own.lock(), &self.commits[i].2)
+        read_all(self.objects, &mut self.own.lock(), &self.commits[i].2)
     }
 }
 
@@ -122,11 +124,11 @@ impl Drop for ReaderOut<'_, '_> {
     }
 }
 
-fn read_all(store: &Store, r: &mut FooterReader, entries: &[LogEntry]) -> Footers {
+fn read_all(objects: &ObjectDir, r: &mut FooterReader, entries: &[LogEntry]) -> Footers {
     let mut out = Footers::with_capacity(entries.len());
     for e in entries {
         out.entry(e.object.id)
-            .or_insert_with(|| r.read(&store.object_path(&e.object.id), e.object.size));
+            .or_insert_with(|| r.read_object(objects, &e.object.id, e.object.size));
     }
     out
 }
@@ -222,6 +224,7 @@ impl<'s> Stages<'s> {
 pub(crate) fn link(store: &Store, def: &TableDef, chunk: &[TableCommit]) -> TableResult<()> {
     let root = store.table_dir(&def.name);
     let vfs = store.core().vfs();
+    let objects_root = &store.core().stager.objects;
     let mut groups: BTreeMap<PathBuf, Group> = BTreeMap::new();
     for a in chunk.iter().flat_map(|c| &c.adds) {
         let to = root.join(&a.file.path);
@@ -233,7 +236,7 @@ pub(crate) fn link(store: &Store, def: &TableDef, chunk: &[TableCommit]) -> Tabl
                 links: Vec::new(),
             })
             .links
-            .push((store.object_path(&a.object), to));
+            .push((a.object, to));
     }
     let mut dirs = BTreeSet::new();
     for dir in groups.keys() {
@@ -253,7 +256,14 @@ pub(crate) fn link(store: &Store, def: &TableDef, chunk: &[TableCommit]) -> Tabl
     for dir in groups.keys() {
         dirs.remove(dir);
     }
-    link_groups(vfs.as_ref(), groups.into_values().collect())?;
+    // Links go relative to open directories where the Vfs offers them: the kernel then resolves
+    // `xx/<hash>` and the file's name, not both whole paths (the walks were ~9% of a publish).
+    // Without a handle (the fault model, no descriptor to spare) each link goes by path.
+    let objects = Objects {
+        root: objects_root,
+        dir: vfs.open_dir(objects_root).ok().flatten(),
+    };
+    link_groups(vfs.as_ref(), &objects, groups.into_values().collect())?;
     for dir in &dirs {
         vfs.sync_dir(dir)
             .map_err(|e| io_err(format!("sync {}", dir.display()), e))?;
@@ -265,10 +275,16 @@ pub(crate) fn link(store: &Store, def: &TableDef, chunk: &[TableCommit]) -> Tabl
 /// Debug builds (the test suite) link on threads from 2 links on, so the tests run them.
 const PARALLEL_LINKS: usize = if cfg!(debug_assertions) { 2 } else { 512 };
 
+/// The store's object directory, and a handle on it when the Vfs offers one.
+struct Objects<'a> {
+    root: &'a Path,
+    dir: Option<Arc<dyn VfsDir>>,
+}
+
 /// The links into one directory: `(object, data file)` pairs.
 struct Group {
     dir: PathBuf,
-    links: Vec<(PathBuf, PathBuf)>,
+    links: Vec<(ObjectId, PathBuf)>,
 }
 
 /// Makes every link of `groups` and syncs each group's directory. Links into one directory
@@ -276,11 +292,11 @@ struct Group {
 /// each thread takes whole directories: the largest first, each to the thread with the fewest
 /// links so far. A thread syncs a directory as soon as it has linked it, so the syncs overlap
 /// the other threads' links.
-fn link_groups(vfs: &dyn Vfs, mut groups: Vec<Group>) -> TableResult<()> {
+fn link_groups(vfs: &dyn Vfs, objects: &Objects<'_>, mut groups: Vec<Group>) -> TableResult<()> {
     let total: usize = groups.iter().map(|g| g.links.len()).sum();
     let n = threads().min(groups.len());
     if n <= 1 || total < PARALLEL_LINKS {
-        return groups.iter().try_for_each(|g| link_group(vfs, g));
+        return groups.iter().try_for_each(|g| link_group(vfs, objects, g));
     }
     groups.sort_by_key(|g| std::cmp::Reverse(g.links.len()));
     let mut shares: Vec<(usize, Vec<&Group>)> = (0..n).map(|_| (0, Vec::new())).collect();
@@ -293,7 +309,9 @@ fn link_groups(vfs: &dyn Vfs, mut groups: Vec<Group>) -> TableResult<()> {
     std::thread::scope(|s| {
         let handles: Vec<_> = shares
             .iter()
-            .map(|(_, share)| s.spawn(move || share.iter().try_for_each(|g| link_group(vfs, g))))
+            .map(|(_, share)| {
+                s.spawn(move || share.iter().try_for_each(|g| link_group(vfs, objects, g)))
+            })
             .collect();
         handles
             .into_iter()
@@ -301,12 +319,45 @@ fn link_groups(vfs: &dyn Vfs, mut groups: Vec<Group>) -> TableResult<()> {
     })
 }
 
-fn link_group(vfs: &dyn Vfs, g: &Group) -> TableResult<()> {
-    for (from, to) in &g.links {
-        link_one(vfs, from, to)?;
+fn link_group(vfs: &dyn Vfs, objects: &Objects<'_>, g: &Group) -> TableResult<()> {
+    let sync_err = |e| io_err(format!("sync {}", g.dir.display()), e);
+    let held = match &objects.dir {
+        Some(from) => vfs
+            .open_dir(&g.dir)
+            .ok()
+            .flatten()
+            .map(|to| (from.as_ref(), to)),
+        None => None,
+    };
+    let Some((from, to)) = held else {
+        for (id, file) in &g.links {
+            link_one(vfs, &objects.root.join(id.rel_path()), file)?;
+        }
+        return vfs.sync_dir(&g.dir).map_err(sync_err);
+    };
+    for (id, file) in &g.links {
+        let rel = id.rel_path();
+        let name = file.file_name().and_then(|n| n.to_str());
+        let linked = match name {
+            Some(name) => to.link_from(from, Path::new(&rel), name),
+            None => Err(std::io::ErrorKind::Unsupported.into()),
+        };
+        match linked {
+            Ok(_) => {}
+            // This Vfs links by path only.
+            Err(e) if e.kind() == std::io::ErrorKind::Unsupported => {
+                link_one(vfs, &objects.root.join(&rel), file)?;
+            }
+            Err(e) => {
+                let from = objects.root.join(&rel);
+                return Err(io_err(
+                    format!("link {} to {}", from.display(), file.display()),
+                    e,
+                ));
+            }
+        }
     }
-    vfs.sync_dir(&g.dir)
-        .map_err(|e| io_err(format!("sync {}", g.dir.display()), e))
+    to.sync().map_err(sync_err)
 }
 
 fn link_one(vfs: &dyn Vfs, from: &Path, to: &Path) -> TableResult<()> {
@@ -343,9 +394,9 @@ mod tests {
     }
 
     /// The model: commit i's footers are exactly its objects, however they were read.
-    fn check(feed: &FooterFeed<'_>, store: &Store, commits: &[(u64, u64, Vec<LogEntry>)]) {
+    fn check(feed: &FooterFeed<'_>, commits: &[(u64, u64, Vec<LogEntry>)]) {
         for (i, (_, _, entries)) in commits.iter().enumerate() {
-            let got = feed.take(store, i);
+            let got = feed.take(i);
             let want: BTreeSet<ObjectId> = entries.iter().map(|e| e.object.id).collect();
             assert_eq!(
                 got.keys().copied().collect::<BTreeSet<_>>(),
@@ -358,23 +409,92 @@ mod tests {
         }
     }
 
+    /// Links through held directories and by path give the same files: each data file is the
+    /// object (same inode), an existing link is kept, and the directories' handles are used only
+    /// where the Vfs offers them.
+    #[test]
+    fn links_relative_to_held_directories_are_the_objects() {
+        use crate::vfs::RealVfs;
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path()).unwrap();
+        let root = &store.core().stager.objects;
+        let ids: Vec<ObjectId> = (0..6u8)
+            .map(|i| store.stage_bytes(&[i; 20]).unwrap().id())
+            .collect();
+        for (held, sub) in [(true, "held"), (false, "paths")] {
+            let group = Group {
+                dir: dir.path().join(sub).join("p=1"),
+                links: ids
+                    .iter()
+                    .map(|id| (*id, dir.path().join(sub).join("p=1").join(id.to_hex())))
+                    .collect(),
+            };
+            std::fs::create_dir_all(&group.dir).unwrap();
+            let objects = Objects {
+                root,
+                dir: if held {
+                    RealVfs.open_dir(root).unwrap()
+                } else {
+                    None
+                },
+            };
+            assert_eq!(objects.dir.is_some(), held && cfg!(target_os = "linux"));
+            // Twice: the second run finds every link made and keeps it.
+            for _ in 0..2 {
+                link_group(&RealVfs, &objects, &group).unwrap();
+            }
+            for (id, file) in &group.links {
+                assert_eq!(
+                    std::fs::read(file).unwrap(),
+                    std::fs::read(store.object_path(id)).unwrap()
+                );
+                #[cfg(unix)]
+                {
+                    use std::os::unix::fs::MetadataExt;
+                    let ino = |p: &Path| std::fs::metadata(p).unwrap().ino();
+                    assert_eq!(ino(file), ino(&store.object_path(id)));
+                }
+            }
+            let n = std::fs::read_dir(&group.dir).unwrap().count();
+            assert_eq!(n, ids.len());
+        }
+        // An object that is not there is an error naming both paths, not a silent skip.
+        let missing = ObjectId::of(b"never staged");
+        let group = Group {
+            dir: dir.path().join("held").join("p=1"),
+            links: vec![(missing, dir.path().join("held/p=1/x.parquet"))],
+        };
+        let objects = Objects {
+            root,
+            dir: RealVfs.open_dir(root).unwrap(),
+        };
+        let e = link_group(&RealVfs, &objects, &group)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains(&missing.to_hex()) && e.contains("x.parquet"),
+            "{e}"
+        );
+    }
+
     #[test]
     fn the_feed_delivers_each_commit_whether_or_not_a_reader_reached_it() {
         let dir = tempfile::tempdir().unwrap();
         let store = Store::open(dir.path()).unwrap();
         let commits = commits(40, 7);
+        let objects = ObjectDir::hold(store.core().stager.objects.clone());
         // Read ahead by threads, taken in order.
-        let feed = FooterFeed::new(&commits);
+        let feed = FooterFeed::new(&commits, &objects);
         std::thread::scope(|s| {
-            feed.start(s, &store);
-            check(&feed, &store, &commits);
+            feed.start(s);
+            check(&feed, &commits);
         });
         // Stopped before reading anything: the builder reads every commit itself.
-        let feed = FooterFeed::new(&commits);
+        let feed = FooterFeed::new(&commits, &objects);
         std::thread::scope(|s| {
             feed.stop();
-            feed.start(s, &store);
-            check(&feed, &store, &commits);
+            feed.start(s);
+            check(&feed, &commits);
         });
     }
 }
