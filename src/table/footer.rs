@@ -3,7 +3,9 @@
 
 use crate::object::ObjectId;
 use arrow_schema::{DataType, Field, Fields, TimeUnit};
-use parquet::file::metadata::ParquetMetaDataReader;
+use parquet::file::metadata::{
+    ParquetMetaDataOptions, ParquetMetaDataReader, ParquetStatisticsPolicy,
+};
 use serde_json::{json, Value};
 use std::fs::File;
 use std::path::{Path, PathBuf};
@@ -103,8 +105,23 @@ fn read_metadata(
         tail = read_at(&file, size - len - 8, len as usize + 8)?;
     }
     let n = tail.len();
-    ParquetMetaDataReader::decode_metadata(&tail[n - 8 - len as usize..n - 8])
-        .map_err(|e| format!("the object's Parquet footer is unreadable: {e}"))
+    ParquetMetaDataReader::decode_metadata_with_options(
+        &tail[n - 8 - len as usize..n - 8],
+        Some(skip_statistics()),
+    )
+    .map_err(|e| format!("the object's Parquet footer is unreadable: {e}"))
+}
+
+/// A table needs the row count and the schema, not the column statistics: they are skipped
+/// (still parsed over, so a malformed footer is still refused), saving their allocations.
+fn skip_statistics() -> &'static ParquetMetaDataOptions {
+    static OPTIONS: std::sync::OnceLock<ParquetMetaDataOptions> = std::sync::OnceLock::new();
+    OPTIONS.get_or_init(|| {
+        ParquetMetaDataOptions::new()
+            .with_column_stats_policy(ParquetStatisticsPolicy::SkipAll)
+            .with_size_stats_policy(ParquetStatisticsPolicy::SkipAll)
+            .with_encoding_stats_policy(ParquetStatisticsPolicy::SkipAll)
+    })
 }
 
 /// The store's object directory held open for a publish, so that each object is opened by its
@@ -133,13 +150,32 @@ impl ObjectDir {
 
     /// Opens object `id` for reading (without updating its access time where allowed).
     pub(crate) fn open(&self, id: &ObjectId) -> std::io::Result<File> {
-        let rel = id.rel_path();
+        let rel = ObjectRel::of(id);
         #[cfg(target_os = "linux")]
         if let Some(fd) = &self.fd {
             use std::os::fd::AsFd;
-            return open_no_atime(fd.as_fd(), Path::new(&rel));
+            return open_no_atime(fd.as_fd(), Path::new(rel.as_str()));
         }
-        open_no_atime(rustix_cwd(), &self.root.join(rel))
+        open_no_atime(rustix_cwd(), &self.root.join(rel.as_str()))
+    }
+}
+
+/// An object's path under the store's object directory, `xx/<hash>` (as `ObjectId::rel_path`),
+/// built on the stack: a publish names every object it reads and links.
+pub(crate) struct ObjectRel([u8; 67]);
+
+impl ObjectRel {
+    pub(crate) fn of(id: &ObjectId) -> ObjectRel {
+        let hex = blake3::Hash::from_bytes(id.0).to_hex();
+        let mut b = [b'/'; 67];
+        b[..2].copy_from_slice(&hex.as_bytes()[..2]);
+        b[3..].copy_from_slice(hex.as_bytes());
+        ObjectRel(b)
+    }
+
+    pub(crate) fn as_str(&self) -> &str {
+        // Hex digits and a slash: always UTF-8.
+        std::str::from_utf8(&self.0).unwrap_or_default()
     }
 }
 
@@ -271,6 +307,14 @@ fn struct_type(fields: &Fields) -> Result<Value, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn object_names_on_the_stack_are_the_store_s() {
+        for i in 0..100u32 {
+            let id = ObjectId::of(&i.to_le_bytes());
+            assert_eq!(ObjectRel::of(&id).as_str(), id.rel_path());
+        }
+    }
 
     #[test]
     fn non_parquet_bytes_are_refused_in_words() {

@@ -295,7 +295,14 @@ impl Publisher<'_> {
                 continue;
             }
             commit.removes.extend(old);
-            priors.insert(unit.to_string(), new.as_ref().map(|a| a.file.clone()));
+            let file = new.as_ref().map(|a| a.file.clone());
+            // resolve_priors put every touched unit in: no key to allocate per change.
+            match priors.get_mut(unit) {
+                Some(slot) => *slot = file,
+                None => {
+                    priors.insert(unit.to_string(), file);
+                }
+            }
             commit.adds.extend(new);
         }
         Ok(Some(commit))

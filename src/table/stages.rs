@@ -8,7 +8,7 @@
 //! created exclusively and durable before the next. A stage that fails ends the stages after it
 //! at a chunk boundary: what is appended is whole versions whose files exist.
 
-use super::footer::{Footer, FooterReader, ObjectDir};
+use super::footer::{Footer, FooterReader, ObjectDir, ObjectRel};
 use super::publish::{FormatLog, TableCommit, TableSchema};
 use super::{io_err, TableDef, TableResult};
 use crate::object::ObjectId;
@@ -225,19 +225,23 @@ pub(crate) fn link(store: &Store, def: &TableDef, chunk: &[TableCommit]) -> Tabl
     let root = store.table_dir(&def.name);
     let vfs = store.core().vfs();
     let objects_root = &store.core().stager.objects;
-    let mut groups: BTreeMap<PathBuf, Group> = BTreeMap::new();
+    // Grouped by the data file's directory as a string: no path built or compared per link.
+    let mut by_dir: BTreeMap<&str, Vec<(ObjectId, &str)>> = BTreeMap::new();
     for a in chunk.iter().flat_map(|c| &c.adds) {
-        let to = root.join(&a.file.path);
-        let dir = to.parent().map_or(root.clone(), Path::to_path_buf);
-        groups
-            .entry(dir)
-            .or_insert_with_key(|d| Group {
-                dir: d.clone(),
-                links: Vec::new(),
-            })
-            .links
-            .push((a.object, to));
+        let (dir, name) = a.file.path.rsplit_once('/').unwrap_or(("", &a.file.path));
+        by_dir.entry(dir).or_default().push((a.object, name));
     }
+    let groups: BTreeMap<PathBuf, Group<'_>> = by_dir
+        .into_iter()
+        .map(|(dir, links)| {
+            let dir = if dir.is_empty() {
+                root.clone()
+            } else {
+                root.join(dir)
+            };
+            (dir.clone(), Group { dir, links })
+        })
+        .collect();
     let mut dirs = BTreeSet::new();
     for dir in groups.keys() {
         vfs.create_dir_all(dir)
@@ -281,10 +285,10 @@ struct Objects<'a> {
     dir: Option<Arc<dyn VfsDir>>,
 }
 
-/// The links into one directory: `(object, data file)` pairs.
-struct Group {
+/// The links into one directory: `(object, data file name)` pairs.
+struct Group<'a> {
     dir: PathBuf,
-    links: Vec<(ObjectId, PathBuf)>,
+    links: Vec<(ObjectId, &'a str)>,
 }
 
 /// Makes every link of `groups` and syncs each group's directory. Links into one directory
@@ -292,14 +296,18 @@ struct Group {
 /// each thread takes whole directories: the largest first, each to the thread with the fewest
 /// links so far. A thread syncs a directory as soon as it has linked it, so the syncs overlap
 /// the other threads' links.
-fn link_groups(vfs: &dyn Vfs, objects: &Objects<'_>, mut groups: Vec<Group>) -> TableResult<()> {
+fn link_groups(
+    vfs: &dyn Vfs,
+    objects: &Objects<'_>,
+    mut groups: Vec<Group<'_>>,
+) -> TableResult<()> {
     let total: usize = groups.iter().map(|g| g.links.len()).sum();
     let n = threads().min(groups.len());
     if n <= 1 || total < PARALLEL_LINKS {
         return groups.iter().try_for_each(|g| link_group(vfs, objects, g));
     }
     groups.sort_by_key(|g| std::cmp::Reverse(g.links.len()));
-    let mut shares: Vec<(usize, Vec<&Group>)> = (0..n).map(|_| (0, Vec::new())).collect();
+    let mut shares: Vec<(usize, Vec<&Group<'_>>)> = (0..n).map(|_| (0, Vec::new())).collect();
     for g in &groups {
         if let Some(least) = shares.iter_mut().min_by_key(|(k, _)| *k) {
             least.0 += g.links.len();
@@ -319,7 +327,7 @@ fn link_groups(vfs: &dyn Vfs, objects: &Objects<'_>, mut groups: Vec<Group>) -> 
     })
 }
 
-fn link_group(vfs: &dyn Vfs, objects: &Objects<'_>, g: &Group) -> TableResult<()> {
+fn link_group(vfs: &dyn Vfs, objects: &Objects<'_>, g: &Group<'_>) -> TableResult<()> {
     let sync_err = |e| io_err(format!("sync {}", g.dir.display()), e);
     let held = match &objects.dir {
         Some(from) => vfs
@@ -329,41 +337,34 @@ fn link_group(vfs: &dyn Vfs, objects: &Objects<'_>, g: &Group) -> TableResult<()
             .map(|to| (from.as_ref(), to)),
         None => None,
     };
+    let by_path = |rel: &ObjectRel, name: &str| {
+        let (from, to) = (objects.root.join(rel.as_str()), g.dir.join(name));
+        vfs.link_no_replace(&from, &to)
+            .map(drop)
+            .map_err(|e| io_err(format!("link {} to {}", from.display(), to.display()), e))
+    };
     let Some((from, to)) = held else {
-        for (id, file) in &g.links {
-            link_one(vfs, &objects.root.join(id.rel_path()), file)?;
+        for (id, name) in &g.links {
+            by_path(&ObjectRel::of(id), name)?;
         }
         return vfs.sync_dir(&g.dir).map_err(sync_err);
     };
-    for (id, file) in &g.links {
-        let rel = id.rel_path();
-        let name = file.file_name().and_then(|n| n.to_str());
-        let linked = match name {
-            Some(name) => to.link_from(from, Path::new(&rel), name),
-            None => Err(std::io::ErrorKind::Unsupported.into()),
-        };
-        match linked {
+    for (id, name) in &g.links {
+        let rel = ObjectRel::of(id);
+        match to.link_from(from, Path::new(rel.as_str()), name) {
             Ok(_) => {}
-            // This Vfs links by path only.
-            Err(e) if e.kind() == std::io::ErrorKind::Unsupported => {
-                link_one(vfs, &objects.root.join(&rel), file)?;
-            }
+            // This Vfs links by path only; the path link reports its own error.
+            Err(e) if e.kind() == std::io::ErrorKind::Unsupported => by_path(&rel, name)?,
             Err(e) => {
-                let from = objects.root.join(&rel);
+                let (from, to) = (objects.root.join(rel.as_str()), g.dir.join(name));
                 return Err(io_err(
-                    format!("link {} to {}", from.display(), file.display()),
+                    format!("link {} to {}", from.display(), to.display()),
                     e,
                 ));
             }
         }
     }
     to.sync().map_err(sync_err)
-}
-
-fn link_one(vfs: &dyn Vfs, from: &Path, to: &Path) -> TableResult<()> {
-    vfs.link_no_replace(from, to)
-        .map(drop)
-        .map_err(|e| io_err(format!("link {} to {}", from.display(), to.display()), e))
 }
 
 #[cfg(test)]
@@ -422,11 +423,13 @@ mod tests {
             .map(|i| store.stage_bytes(&[i; 20]).unwrap().id())
             .collect();
         for (held, sub) in [(true, "held"), (false, "paths")] {
+            let names: Vec<String> = ids.iter().map(|id| format!("{id}.parquet")).collect();
             let group = Group {
                 dir: dir.path().join(sub).join("p=1"),
                 links: ids
                     .iter()
-                    .map(|id| (*id, dir.path().join(sub).join("p=1").join(id.to_hex())))
+                    .copied()
+                    .zip(names.iter().map(|n| n.as_str()))
                     .collect(),
             };
             std::fs::create_dir_all(&group.dir).unwrap();
@@ -443,7 +446,9 @@ mod tests {
             for _ in 0..2 {
                 link_group(&RealVfs, &objects, &group).unwrap();
             }
-            for (id, file) in &group.links {
+            for (id, name) in &group.links {
+                let file = group.dir.join(name);
+                let file = &file;
                 assert_eq!(
                     std::fs::read(file).unwrap(),
                     std::fs::read(store.object_path(id)).unwrap()
@@ -462,7 +467,7 @@ mod tests {
         let missing = ObjectId::of(b"never staged");
         let group = Group {
             dir: dir.path().join("held").join("p=1"),
-            links: vec![(missing, dir.path().join("held/p=1/x.parquet"))],
+            links: vec![(missing, "x.parquet")],
         };
         let objects = Objects {
             root,
