@@ -184,8 +184,15 @@ fn rustix_cwd() -> std::os::fd::BorrowedFd<'static> {
     rustix::fs::CWD
 }
 
+/// Elsewhere objects are opened by path: no directory to open them relative to.
 #[cfg(not(target_os = "linux"))]
-fn rustix_cwd() {}
+#[derive(Clone, Copy)]
+struct Cwd;
+
+#[cfg(not(target_os = "linux"))]
+fn rustix_cwd() -> Cwd {
+    Cwd
+}
 
 /// Opens `path` (relative to `dir`) for reading without updating its access time where the
 /// system allows that (Linux `O_NOATIME`, for the file's owner). A footer read is most of the
@@ -214,7 +221,7 @@ fn open_no_atime(dir: std::os::fd::BorrowedFd<'_>, path: &Path) -> std::io::Resu
 }
 
 #[cfg(not(target_os = "linux"))]
-fn open_no_atime(_dir: (), path: &Path) -> std::io::Result<File> {
+fn open_no_atime(_dir: Cwd, path: &Path) -> std::io::Result<File> {
     File::open(path)
 }
 
