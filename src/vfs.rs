@@ -46,6 +46,17 @@ pub trait VfsDir: Send + Sync + Debug {
     /// The implementation behind the handle, so that an [`UnnamedFile`] of the same
     /// implementation can link itself into it.
     fn as_any(&self) -> &dyn std::any::Any;
+    /// Links the file at `from` (relative to `from_dir`, a handle of the same [`Vfs`]) as `name`
+    /// in this directory without replacing anything, as [`Vfs::link_no_replace`] does with
+    /// paths, but the system resolves only the relative names. The default offers none
+    /// (`Unsupported`): the caller then links by path, and the fault model sees every link by path.
+    fn link_from(&self, from_dir: &dyn VfsDir, from: &Path, name: &str) -> io::Result<bool> {
+        let _ = (from_dir, from, name);
+        Err(io::Error::new(
+            io::ErrorKind::Unsupported,
+            "this directory cannot link relative to an open directory",
+        ))
+    }
 }
 
 /// File operations the engine performs on its object and staging directories.
@@ -210,6 +221,20 @@ impl VfsDir for RealDir {
 
     fn as_any(&self) -> &dyn std::any::Any {
         self
+    }
+
+    fn link_from(&self, from_dir: &dyn VfsDir, from: &Path, name: &str) -> io::Result<bool> {
+        let Some(src) = from_dir.as_any().downcast_ref::<RealDir>() else {
+            return Err(io::Error::new(
+                io::ErrorKind::Unsupported,
+                "a directory handle of another file system layer",
+            ));
+        };
+        match rustix::fs::linkat(&src.0, from, &self.0, name, rustix::fs::AtFlags::empty()) {
+            Ok(()) => Ok(true),
+            Err(rustix::io::Errno::EXIST) => Ok(false),
+            Err(e) => Err(e.into()),
+        }
     }
 }
 

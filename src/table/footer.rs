@@ -1,11 +1,14 @@
 //! What a table needs from an object's Parquet footer: its row count and its schema, as Delta's
 //! `schemaString` type JSON. Reads only the footer (one positioned read of the file's tail).
 
+use crate::object::ObjectId;
 use arrow_schema::{DataType, Field, Fields, TimeUnit};
-use parquet::file::metadata::ParquetMetaDataReader;
+use parquet::file::metadata::{
+    ParquetMetaDataOptions, ParquetMetaDataReader, ParquetStatisticsPolicy,
+};
 use serde_json::{json, Value};
 use std::fs::File;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 /// The footer facts of one data file.
@@ -28,10 +31,29 @@ pub(crate) struct FooterReader {
 }
 
 impl FooterReader {
-    /// Reads the footer of the `size`-byte Parquet file at `path`. `Err` says, in words a user
-    /// can act on, why the file is not a Parquet file a Delta table can hold.
+    /// Reads the footer of the `size`-byte Parquet file at `path`, as [`FooterReader::read_object`].
+    #[cfg(test)]
     pub(crate) fn read(&mut self, path: &Path, size: u64) -> Result<Footer, String> {
-        let meta = read_metadata(path, size)?;
+        self.read_with(|| open_no_atime(rustix_cwd(), path), size)
+    }
+
+    /// Reads the footer of object `id` of `objects` (`size` bytes). `Err` says, in words a user
+    /// can act on, why the file is not a Parquet file a Delta table can hold.
+    pub(crate) fn read_object(
+        &mut self,
+        objects: &ObjectDir,
+        id: &ObjectId,
+        size: u64,
+    ) -> Result<Footer, String> {
+        self.read_with(|| objects.open(id), size)
+    }
+
+    fn read_with(
+        &mut self,
+        open: impl FnOnce() -> std::io::Result<File>,
+        size: u64,
+    ) -> Result<Footer, String> {
+        let meta = read_metadata(open, size)?;
         let fm = meta.file_metadata();
         let root = fm.schema_descr().root_schema_ptr();
         let fields = match &self.last {
@@ -56,7 +78,7 @@ fn delta_fields(descr: &parquet::schema::types::SchemaDescriptor) -> Result<Vec<
 }
 
 fn read_metadata(
-    path: &Path,
+    open: impl FnOnce() -> std::io::Result<File>,
     size: u64,
 ) -> Result<parquet::file::metadata::ParquetMetaData, String> {
     if size < 12 {
@@ -64,7 +86,7 @@ fn read_metadata(
             "the object has {size} bytes, too few for a Parquet file"
         ));
     }
-    let file = open_no_atime(path).map_err(|e| format!("cannot read the object: {e}"))?;
+    let file = open().map_err(|e| format!("cannot read the object: {e}"))?;
     let want = size.min(TAIL);
     let mut tail = read_at(&file, size - want, want as usize)?;
     let n = tail.len();
@@ -83,33 +105,123 @@ fn read_metadata(
         tail = read_at(&file, size - len - 8, len as usize + 8)?;
     }
     let n = tail.len();
-    ParquetMetaDataReader::decode_metadata(&tail[n - 8 - len as usize..n - 8])
-        .map_err(|e| format!("the object's Parquet footer is unreadable: {e}"))
+    ParquetMetaDataReader::decode_metadata_with_options(
+        &tail[n - 8 - len as usize..n - 8],
+        Some(skip_statistics()),
+    )
+    .map_err(|e| format!("the object's Parquet footer is unreadable: {e}"))
 }
 
-/// Opens `path` for reading without updating its access time where the system allows that
-/// (Linux `O_NOATIME`, for the file's owner). A footer read is most of the kernel work of a
-/// publish after linking: with `relatime`, the first read of a freshly written or linked object
-/// would otherwise write its inode back (measured: ~7% of a publish's CPU time).
+/// A table needs the row count and the schema, not the column statistics: they are skipped
+/// (still parsed over, so a malformed footer is still refused), saving their allocations.
+fn skip_statistics() -> &'static ParquetMetaDataOptions {
+    static OPTIONS: std::sync::OnceLock<ParquetMetaDataOptions> = std::sync::OnceLock::new();
+    OPTIONS.get_or_init(|| {
+        ParquetMetaDataOptions::new()
+            .with_column_stats_policy(ParquetStatisticsPolicy::SkipAll)
+            .with_size_stats_policy(ParquetStatisticsPolicy::SkipAll)
+            .with_encoding_stats_policy(ParquetStatisticsPolicy::SkipAll)
+    })
+}
+
+/// The store's object directory held open for a publish, so that each object is opened by its
+/// two names below it (`xx/<hash>`) rather than by a walk of the store's whole path.
+pub(crate) struct ObjectDir {
+    root: PathBuf,
+    #[cfg(target_os = "linux")]
+    fd: Option<std::os::fd::OwnedFd>,
+}
+
+impl ObjectDir {
+    /// Holds `root` open where the system allows; else objects are opened by their paths.
+    pub(crate) fn hold(root: PathBuf) -> ObjectDir {
+        #[cfg(target_os = "linux")]
+        {
+            use rustix::fs::{Mode, OFlags};
+            let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC;
+            // No handle (a missing directory, no descriptor to spare): each open goes by path
+            // and reports its own error.
+            let fd = rustix::fs::open(&root, flags, Mode::empty()).ok();
+            ObjectDir { root, fd }
+        }
+        #[cfg(not(target_os = "linux"))]
+        ObjectDir { root }
+    }
+
+    /// Opens object `id` for reading (without updating its access time where allowed).
+    pub(crate) fn open(&self, id: &ObjectId) -> std::io::Result<File> {
+        let rel = ObjectRel::of(id);
+        #[cfg(target_os = "linux")]
+        if let Some(fd) = &self.fd {
+            use std::os::fd::AsFd;
+            return open_no_atime(fd.as_fd(), Path::new(rel.as_str()));
+        }
+        open_no_atime(rustix_cwd(), &self.root.join(rel.as_str()))
+    }
+}
+
+/// An object's path under the store's object directory, `xx/<hash>` (as `ObjectId::rel_path`),
+/// built on the stack: a publish names every object it reads and links.
+pub(crate) struct ObjectRel([u8; 67]);
+
+impl ObjectRel {
+    pub(crate) fn of(id: &ObjectId) -> ObjectRel {
+        let hex = blake3::Hash::from_bytes(id.0).to_hex();
+        let mut b = [b'/'; 67];
+        b[..2].copy_from_slice(&hex.as_bytes()[..2]);
+        b[3..].copy_from_slice(hex.as_bytes());
+        ObjectRel(b)
+    }
+
+    pub(crate) fn as_str(&self) -> &str {
+        // Hex digits and a slash: always UTF-8.
+        std::str::from_utf8(&self.0).unwrap_or_default()
+    }
+}
+
 #[cfg(target_os = "linux")]
-fn open_no_atime(path: &Path) -> std::io::Result<File> {
+fn rustix_cwd() -> std::os::fd::BorrowedFd<'static> {
+    rustix::fs::CWD
+}
+
+/// Elsewhere objects are opened by path: no directory to open them relative to.
+#[cfg(not(target_os = "linux"))]
+#[derive(Clone, Copy)]
+struct Cwd;
+
+#[cfg(not(target_os = "linux"))]
+fn rustix_cwd() -> Cwd {
+    Cwd
+}
+
+/// Opens `path` (relative to `dir`) for reading without updating its access time where the
+/// system allows that (Linux `O_NOATIME`, for the file's owner). A footer read is most of the
+/// kernel work of a publish after linking: with `relatime`, the first read of a freshly written
+/// or linked object would otherwise write its inode back (measured: ~7% of a publish's CPU time).
+#[cfg(target_os = "linux")]
+fn open_no_atime(dir: std::os::fd::BorrowedFd<'_>, path: &Path) -> std::io::Result<File> {
     use rustix::fs::{Mode, OFlags};
     use std::sync::atomic::{AtomicBool, Ordering};
     // Set once the system refused O_NOATIME (not the owner): later opens go straight to a plain open.
     static REFUSED: AtomicBool = AtomicBool::new(false);
+    let flags = OFlags::RDONLY | OFlags::CLOEXEC;
     if !REFUSED.load(Ordering::Relaxed) {
-        let flags = OFlags::RDONLY | OFlags::CLOEXEC | OFlags::NOATIME;
-        match rustix::fs::open(path, flags, Mode::empty()) {
+        match rustix::fs::openat(dir, path, flags | OFlags::NOATIME, Mode::empty()) {
             Ok(fd) => return Ok(File::from(fd)),
             Err(rustix::io::Errno::PERM) => REFUSED.store(true, Ordering::Relaxed),
             Err(e) => return Err(e.into()),
         }
     }
-    File::open(path)
+    Ok(File::from(rustix::fs::openat(
+        dir,
+        path,
+        flags,
+        Mode::empty(),
+    )?))
 }
 
 #[cfg(not(target_os = "linux"))]
-fn open_no_atime(path: &Path) -> std::io::Result<File> {
+fn open_no_atime(_dir: Cwd, path: &Path) -> std::io::Result<File> {
     File::open(path)
 }
 
@@ -202,6 +314,14 @@ fn struct_type(fields: &Fields) -> Result<Value, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn object_names_on_the_stack_are_the_store_s() {
+        for i in 0..100u32 {
+            let id = ObjectId::of(&i.to_le_bytes());
+            assert_eq!(ObjectRel::of(&id).as_str(), id.rel_path());
+        }
+    }
 
     #[test]
     fn non_parquet_bytes_are_refused_in_words() {

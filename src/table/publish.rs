@@ -7,7 +7,7 @@
 //! a pure function of the store's log, and a version is created exclusively. A publish cut short
 //! anywhere resumes where the log says, and writes what an uninterrupted one would have.
 
-use super::footer::FooterReader;
+use super::footer::{FooterReader, ObjectDir};
 use super::layout::{data_file, partition_of, Partition};
 use super::plan::{resolve_priors, PriorFiles};
 use super::position::Position;
@@ -154,8 +154,9 @@ fn publish(store: &Store, def: &TableDef) -> TableResult<PublishReport> {
         .flat_map(|(_, _, es)| es.iter().map(|e| e.unit.as_str()))
         .collect();
     let mut priors = resolve_priors(store, &snap, def, pos, &touched)?;
+    let objects = ObjectDir::hold(store.core().stager.objects.clone());
     let mut p = Publisher {
-        store,
+        objects: &objects,
         def,
         snap: &snap,
         schema: log.schema().cloned(),
@@ -167,9 +168,9 @@ fn publish(store: &Store, def: &TableDef) -> TableResult<PublishReport> {
             ..PublishReport::default()
         },
     };
-    let feed = FooterFeed::new(&commits);
+    let feed = FooterFeed::new(&commits, &objects);
     let (log, appended, stop) = std::thread::scope(|s| {
-        feed.start(s, store);
+        feed.start(s);
         let stages = Stages::start(s, store, def, log);
         let stop = p.build_all(&commits, &feed, &mut priors, &stages);
         feed.stop();
@@ -199,7 +200,7 @@ const CHUNK_FILES: usize = if cfg!(debug_assertions) { 4 } else { 1 << 14 };
 
 /// The per-publish state: the schema (known once a version exists) and the report.
 struct Publisher<'a> {
-    store: &'a Store,
+    objects: &'a ObjectDir,
     def: &'a TableDef,
     snap: &'a Snapshot,
     schema: Option<TableSchema>,
@@ -225,7 +226,7 @@ impl Publisher<'_> {
         let mut files = 0;
         let mut stop = None;
         for (i, (seq, time_ms, entries)) in commits.iter().enumerate() {
-            let footers = feed.take(self.store, i);
+            let footers = feed.take(i);
             match self.build(*seq, *time_ms, entries, &footers, priors) {
                 Ok(Some(commit)) => {
                     files += commit.adds.len();
@@ -294,7 +295,14 @@ impl Publisher<'_> {
                 continue;
             }
             commit.removes.extend(old);
-            priors.insert(unit.to_string(), new.as_ref().map(|a| a.file.clone()));
+            let file = new.as_ref().map(|a| a.file.clone());
+            // resolve_priors put every touched unit in: no key to allocate per change.
+            match priors.get_mut(unit) {
+                Some(slot) => *slot = file,
+                None => {
+                    priors.insert(unit.to_string(), file);
+                }
+            }
             commit.adds.extend(new);
         }
         Ok(Some(commit))
@@ -308,7 +316,7 @@ impl Publisher<'_> {
             Some(r) => r.clone(),
             None => self
                 .footers
-                .read(&self.store.object_path(&e.object.id), e.object.size),
+                .read_object(self.objects, &e.object.id, e.object.size),
         };
         let footer = read.and_then(|f| match &self.schema {
             // Footers of one reader with one schema share its fields: compared once.

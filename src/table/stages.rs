@@ -8,18 +8,18 @@
 //! created exclusively and durable before the next. A stage that fails ends the stages after it
 //! at a chunk boundary: what is appended is whole versions whose files exist.
 
-use super::footer::{Footer, FooterReader};
+use super::footer::{Footer, FooterReader, ObjectDir, ObjectRel};
 use super::publish::{FormatLog, TableCommit, TableSchema};
 use super::{io_err, TableDef, TableResult};
 use crate::object::ObjectId;
 use crate::schema::log::LogEntry;
 use crate::store::Store;
-use crate::vfs::Vfs;
+use crate::vfs::{Vfs, VfsDir};
 use parking_lot::{Condvar, Mutex};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::mpsc;
+use std::sync::{mpsc, Arc};
 
 /// The footers of one commit's objects, by object.
 pub(crate) type Footers = HashMap<ObjectId, Result<Footer, String>>;
@@ -36,6 +36,7 @@ fn threads() -> usize {
 /// died) is read by the caller of [`FooterFeed::take`].
 pub(crate) struct FooterFeed<'c> {
     commits: &'c [(u64, u64, Vec<LogEntry>)],
+    objects: &'c ObjectDir,
     slots: Mutex<Vec<Option<Footers>>>,
     ready: Condvar,
     next: AtomicUsize,
@@ -49,9 +50,10 @@ pub(crate) struct FooterFeed<'c> {
 const READ_AHEAD_MIN: usize = if cfg!(debug_assertions) { 2 } else { 64 };
 
 impl<'c> FooterFeed<'c> {
-    pub(crate) fn new(commits: &'c [(u64, u64, Vec<LogEntry>)]) -> Self {
+    pub(crate) fn new(commits: &'c [(u64, u64, Vec<LogEntry>)], objects: &'c ObjectDir) -> Self {
         FooterFeed {
             commits,
+            objects,
             slots: Mutex::new(vec![None; commits.len()]),
             ready: Condvar::new(),
             next: AtomicUsize::new(0),
@@ -62,7 +64,7 @@ impl<'c> FooterFeed<'c> {
     }
 
     /// Starts the reader threads in `scope` when there are enough objects to be worth them.
-    pub(crate) fn start<'s>(&'s self, scope: &'s std::thread::Scope<'s, '_>, store: &'s Store) {
+    pub(crate) fn start<'s>(&'s self, scope: &'s std::thread::Scope<'s, '_>) {
         let objects: usize = self.commits.iter().map(|(_, _, es)| es.len()).sum();
         let n = threads();
         if objects < READ_AHEAD_MIN || n == 1 {
@@ -79,7 +81,7 @@ impl<'c> FooterFeed<'c> {
                     let Some((_, _, entries)) = self.commits.get(i) else {
                         break;
                     };
-                    let footers = read_all(store, &mut r, entries);
+                    let footers = read_all(self.objects, &mut r, entries);
                     self.slots.lock()[i] = Some(footers);
                     self.ready.notify_all();
                 }
@@ -93,7 +95,7 @@ impl<'c> FooterFeed<'c> {
     }
 
     /// The footers of commit `i`: read ahead, or read now when no reader will deliver them.
-    pub(crate) fn take(&self, store: &Store, i: usize) -> Footers {
+    pub(crate) fn take(&self, i: usize) -> Footers {
         let mut slots = self.slots.lock();
         loop {
             if let Some(f) = slots[i].take() {
@@ -108,7 +110,7 @@ impl<'c> FooterFeed<'c> {
         drop(slots);
         // Claim it, so a reader that starts now skips past it (it would only repeat the work).
         let _ = self.next.fetch_max(i + 1, Ordering::Relaxed);
-        read_all(store, &mut self.own.lock(), &self.commits[i].2)
+        read_all(self.objects, &mut self.own.lock(), &self.commits[i].2)
     }
 }
 
@@ -122,11 +124,11 @@ impl Drop for ReaderOut<'_, '_> {
     }
 }
 
-fn read_all(store: &Store, r: &mut FooterReader, entries: &[LogEntry]) -> Footers {
+fn read_all(objects: &ObjectDir, r: &mut FooterReader, entries: &[LogEntry]) -> Footers {
     let mut out = Footers::with_capacity(entries.len());
     for e in entries {
         out.entry(e.object.id)
-            .or_insert_with(|| r.read(&store.object_path(&e.object.id), e.object.size));
+            .or_insert_with(|| r.read_object(objects, &e.object.id, e.object.size));
     }
     out
 }
@@ -222,19 +224,24 @@ impl<'s> Stages<'s> {
 pub(crate) fn link(store: &Store, def: &TableDef, chunk: &[TableCommit]) -> TableResult<()> {
     let root = store.table_dir(&def.name);
     let vfs = store.core().vfs();
-    let mut groups: BTreeMap<PathBuf, Group> = BTreeMap::new();
+    let objects_root = &store.core().stager.objects;
+    // Grouped by the data file's directory as a string: no path built or compared per link.
+    let mut by_dir: BTreeMap<&str, Vec<(ObjectId, &str)>> = BTreeMap::new();
     for a in chunk.iter().flat_map(|c| &c.adds) {
-        let to = root.join(&a.file.path);
-        let dir = to.parent().map_or(root.clone(), Path::to_path_buf);
-        groups
-            .entry(dir)
-            .or_insert_with_key(|d| Group {
-                dir: d.clone(),
-                links: Vec::new(),
-            })
-            .links
-            .push((store.object_path(&a.object), to));
+        let (dir, name) = a.file.path.rsplit_once('/').unwrap_or(("", &a.file.path));
+        by_dir.entry(dir).or_default().push((a.object, name));
     }
+    let groups: BTreeMap<PathBuf, Group<'_>> = by_dir
+        .into_iter()
+        .map(|(dir, links)| {
+            let dir = if dir.is_empty() {
+                root.clone()
+            } else {
+                root.join(dir)
+            };
+            (dir.clone(), Group { dir, links })
+        })
+        .collect();
     let mut dirs = BTreeSet::new();
     for dir in groups.keys() {
         vfs.create_dir_all(dir)
@@ -253,7 +260,14 @@ pub(crate) fn link(store: &Store, def: &TableDef, chunk: &[TableCommit]) -> Tabl
     for dir in groups.keys() {
         dirs.remove(dir);
     }
-    link_groups(vfs.as_ref(), groups.into_values().collect())?;
+    // Links go relative to open directories where the Vfs offers them: the kernel then resolves
+    // `xx/<hash>` and the file's name, not both whole paths (the walks were ~9% of a publish).
+    // Without a handle (the fault model, no descriptor to spare) each link goes by path.
+    let objects = Objects {
+        root: objects_root,
+        dir: vfs.open_dir(objects_root).ok().flatten(),
+    };
+    link_groups(vfs.as_ref(), &objects, groups.into_values().collect())?;
     for dir in &dirs {
         vfs.sync_dir(dir)
             .map_err(|e| io_err(format!("sync {}", dir.display()), e))?;
@@ -265,10 +279,16 @@ pub(crate) fn link(store: &Store, def: &TableDef, chunk: &[TableCommit]) -> Tabl
 /// Debug builds (the test suite) link on threads from 2 links on, so the tests run them.
 const PARALLEL_LINKS: usize = if cfg!(debug_assertions) { 2 } else { 512 };
 
-/// The links into one directory: `(object, data file)` pairs.
-struct Group {
+/// The store's object directory, and a handle on it when the Vfs offers one.
+struct Objects<'a> {
+    root: &'a Path,
+    dir: Option<Arc<dyn VfsDir>>,
+}
+
+/// The links into one directory: `(object, data file name)` pairs.
+struct Group<'a> {
     dir: PathBuf,
-    links: Vec<(PathBuf, PathBuf)>,
+    links: Vec<(ObjectId, &'a str)>,
 }
 
 /// Makes every link of `groups` and syncs each group's directory. Links into one directory
@@ -276,14 +296,18 @@ struct Group {
 /// each thread takes whole directories: the largest first, each to the thread with the fewest
 /// links so far. A thread syncs a directory as soon as it has linked it, so the syncs overlap
 /// the other threads' links.
-fn link_groups(vfs: &dyn Vfs, mut groups: Vec<Group>) -> TableResult<()> {
+fn link_groups(
+    vfs: &dyn Vfs,
+    objects: &Objects<'_>,
+    mut groups: Vec<Group<'_>>,
+) -> TableResult<()> {
     let total: usize = groups.iter().map(|g| g.links.len()).sum();
     let n = threads().min(groups.len());
     if n <= 1 || total < PARALLEL_LINKS {
-        return groups.iter().try_for_each(|g| link_group(vfs, g));
+        return groups.iter().try_for_each(|g| link_group(vfs, objects, g));
     }
     groups.sort_by_key(|g| std::cmp::Reverse(g.links.len()));
-    let mut shares: Vec<(usize, Vec<&Group>)> = (0..n).map(|_| (0, Vec::new())).collect();
+    let mut shares: Vec<(usize, Vec<&Group<'_>>)> = (0..n).map(|_| (0, Vec::new())).collect();
     for g in &groups {
         if let Some(least) = shares.iter_mut().min_by_key(|(k, _)| *k) {
             least.0 += g.links.len();
@@ -293,7 +317,9 @@ fn link_groups(vfs: &dyn Vfs, mut groups: Vec<Group>) -> TableResult<()> {
     std::thread::scope(|s| {
         let handles: Vec<_> = shares
             .iter()
-            .map(|(_, share)| s.spawn(move || share.iter().try_for_each(|g| link_group(vfs, g))))
+            .map(|(_, share)| {
+                s.spawn(move || share.iter().try_for_each(|g| link_group(vfs, objects, g)))
+            })
             .collect();
         handles
             .into_iter()
@@ -301,18 +327,44 @@ fn link_groups(vfs: &dyn Vfs, mut groups: Vec<Group>) -> TableResult<()> {
     })
 }
 
-fn link_group(vfs: &dyn Vfs, g: &Group) -> TableResult<()> {
-    for (from, to) in &g.links {
-        link_one(vfs, from, to)?;
+fn link_group(vfs: &dyn Vfs, objects: &Objects<'_>, g: &Group<'_>) -> TableResult<()> {
+    let sync_err = |e| io_err(format!("sync {}", g.dir.display()), e);
+    let held = match &objects.dir {
+        Some(from) => vfs
+            .open_dir(&g.dir)
+            .ok()
+            .flatten()
+            .map(|to| (from.as_ref(), to)),
+        None => None,
+    };
+    let by_path = |rel: &ObjectRel, name: &str| {
+        let (from, to) = (objects.root.join(rel.as_str()), g.dir.join(name));
+        vfs.link_no_replace(&from, &to)
+            .map(drop)
+            .map_err(|e| io_err(format!("link {} to {}", from.display(), to.display()), e))
+    };
+    let Some((from, to)) = held else {
+        for (id, name) in &g.links {
+            by_path(&ObjectRel::of(id), name)?;
+        }
+        return vfs.sync_dir(&g.dir).map_err(sync_err);
+    };
+    for (id, name) in &g.links {
+        let rel = ObjectRel::of(id);
+        match to.link_from(from, Path::new(rel.as_str()), name) {
+            Ok(_) => {}
+            // This Vfs links by path only; the path link reports its own error.
+            Err(e) if e.kind() == std::io::ErrorKind::Unsupported => by_path(&rel, name)?,
+            Err(e) => {
+                let (from, to) = (objects.root.join(rel.as_str()), g.dir.join(name));
+                return Err(io_err(
+                    format!("link {} to {}", from.display(), to.display()),
+                    e,
+                ));
+            }
+        }
     }
-    vfs.sync_dir(&g.dir)
-        .map_err(|e| io_err(format!("sync {}", g.dir.display()), e))
-}
-
-fn link_one(vfs: &dyn Vfs, from: &Path, to: &Path) -> TableResult<()> {
-    vfs.link_no_replace(from, to)
-        .map(drop)
-        .map_err(|e| io_err(format!("link {} to {}", from.display(), to.display()), e))
+    to.sync().map_err(sync_err)
 }
 
 #[cfg(test)]
@@ -343,9 +395,9 @@ mod tests {
     }
 
     /// The model: commit i's footers are exactly its objects, however they were read.
-    fn check(feed: &FooterFeed<'_>, store: &Store, commits: &[(u64, u64, Vec<LogEntry>)]) {
+    fn check(feed: &FooterFeed<'_>, commits: &[(u64, u64, Vec<LogEntry>)]) {
         for (i, (_, _, entries)) in commits.iter().enumerate() {
-            let got = feed.take(store, i);
+            let got = feed.take(i);
             let want: BTreeSet<ObjectId> = entries.iter().map(|e| e.object.id).collect();
             assert_eq!(
                 got.keys().copied().collect::<BTreeSet<_>>(),
@@ -358,23 +410,96 @@ mod tests {
         }
     }
 
+    /// Links through held directories and by path give the same files: each data file is the
+    /// object (same inode), an existing link is kept, and the directories' handles are used only
+    /// where the Vfs offers them.
+    #[test]
+    fn links_relative_to_held_directories_are_the_objects() {
+        use crate::vfs::RealVfs;
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path()).unwrap();
+        let root = &store.core().stager.objects;
+        let ids: Vec<ObjectId> = (0..6u8)
+            .map(|i| store.stage_bytes(&[i; 20]).unwrap().id())
+            .collect();
+        for (held, sub) in [(true, "held"), (false, "paths")] {
+            let names: Vec<String> = ids.iter().map(|id| format!("{id}.parquet")).collect();
+            let group = Group {
+                dir: dir.path().join(sub).join("p=1"),
+                links: ids
+                    .iter()
+                    .copied()
+                    .zip(names.iter().map(|n| n.as_str()))
+                    .collect(),
+            };
+            std::fs::create_dir_all(&group.dir).unwrap();
+            let objects = Objects {
+                root,
+                dir: if held {
+                    RealVfs.open_dir(root).unwrap()
+                } else {
+                    None
+                },
+            };
+            assert_eq!(objects.dir.is_some(), held && cfg!(target_os = "linux"));
+            // Twice: the second run finds every link made and keeps it.
+            for _ in 0..2 {
+                link_group(&RealVfs, &objects, &group).unwrap();
+            }
+            for (id, name) in &group.links {
+                let file = group.dir.join(name);
+                let file = &file;
+                assert_eq!(
+                    std::fs::read(file).unwrap(),
+                    std::fs::read(store.object_path(id)).unwrap()
+                );
+                #[cfg(unix)]
+                {
+                    use std::os::unix::fs::MetadataExt;
+                    let ino = |p: &Path| std::fs::metadata(p).unwrap().ino();
+                    assert_eq!(ino(file), ino(&store.object_path(id)));
+                }
+            }
+            let n = std::fs::read_dir(&group.dir).unwrap().count();
+            assert_eq!(n, ids.len());
+        }
+        // An object that is not there is an error naming both paths, not a silent skip.
+        let missing = ObjectId::of(b"never staged");
+        let group = Group {
+            dir: dir.path().join("held").join("p=1"),
+            links: vec![(missing, "x.parquet")],
+        };
+        let objects = Objects {
+            root,
+            dir: RealVfs.open_dir(root).unwrap(),
+        };
+        let e = link_group(&RealVfs, &objects, &group)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains(&missing.to_hex()) && e.contains("x.parquet"),
+            "{e}"
+        );
+    }
+
     #[test]
     fn the_feed_delivers_each_commit_whether_or_not_a_reader_reached_it() {
         let dir = tempfile::tempdir().unwrap();
         let store = Store::open(dir.path()).unwrap();
         let commits = commits(40, 7);
+        let objects = ObjectDir::hold(store.core().stager.objects.clone());
         // Read ahead by threads, taken in order.
-        let feed = FooterFeed::new(&commits);
+        let feed = FooterFeed::new(&commits, &objects);
         std::thread::scope(|s| {
-            feed.start(s, &store);
-            check(&feed, &store, &commits);
+            feed.start(s);
+            check(&feed, &commits);
         });
         // Stopped before reading anything: the builder reads every commit itself.
-        let feed = FooterFeed::new(&commits);
+        let feed = FooterFeed::new(&commits, &objects);
         std::thread::scope(|s| {
             feed.stop();
-            feed.start(s, &store);
-            check(&feed, &store, &commits);
+            feed.start(s);
+            check(&feed, &commits);
         });
     }
 }

@@ -283,6 +283,20 @@ fn push_remove_line(out: &mut String, f: &FileRef, time_ms: u64) {
 /// The partition values as a JSON object with sorted keys (as serde_json writes a map; a
 /// repeated column keeps its last value).
 fn push_partition_values(out: &mut String, f: &FileRef) {
+    // Usually the columns are sorted and distinct already: written as they are, no map built.
+    if f.partition.windows(2).all(|w| w[0].0 < w[1].0) {
+        out.push('{');
+        for (i, (k, v)) in f.partition.iter().enumerate() {
+            if i > 0 {
+                out.push(',');
+            }
+            push_json_str(out, k);
+            out.push(':');
+            push_json_str(out, v);
+        }
+        out.push('}');
+        return;
+    }
     let sorted: std::collections::BTreeMap<&str, &str> = f
         .partition
         .iter()
@@ -400,6 +414,10 @@ mod tests {
             vec![
                 ("k".to_string(), "1".to_string()),
                 ("k".to_string(), "2".to_string()),
+            ],
+            vec![
+                ("a".to_string(), "1".to_string()),
+                ("b".to_string(), "x\"y".to_string()),
             ],
         ] {
             let f = FileRef {
