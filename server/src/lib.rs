@@ -21,6 +21,7 @@ mod pipeline;
 mod reconcile;
 #[cfg(feature = "server")]
 mod run;
+pub mod seed001;
 // The server-side helpers in `stats` (metrics text, verify JSON) are unused by a client-only build.
 #[cfg_attr(not(feature = "server"), allow(dead_code, unused_imports))]
 pub mod stats;

@@ -155,7 +155,7 @@ pub(crate) fn bench_via_server(
 pub(crate) fn bench_seed001(dir: Option<PathBuf>, json: bool) -> Result<u8, CliError> {
     let scratch = dir.unwrap_or_else(std::env::temp_dir);
     let exe = std::env::current_exe().map_err(|e| CliError::io("find the oncelake binary", e))?;
-    let r = oncelake_server::bench::seed001_via_server(&exe, &scratch, 16, 2_000)
+    let r = oncelake_server::seed001::seed001_via_server(&exe, &scratch, 16, 2_000)
         .map_err(|e| CliError::Usage(format!("bench seed001 via server: {e}")))?;
     if json {
         super::print_json(&serde_json::json!({
@@ -163,7 +163,9 @@ pub(crate) fn bench_seed001(dir: Option<PathBuf>, json: bool) -> Result<u8, CliE
             "workers": r.workers,
             "batches": r.batches,
             "deliveries": r.deliveries,
+            "worker_processes": r.workers,
             "seconds": r.elapsed.as_secs_f64(),
+            "seconds_with_startup": r.wall_with_startup.as_secs_f64(),
             "batches_per_sec": r.batches_per_sec(),
             "computations": r.computations,
             "already_done": r.already_done,
@@ -173,11 +175,12 @@ pub(crate) fn bench_seed001(dir: Option<PathBuf>, json: bool) -> Result<u8, CliE
         }));
     } else {
         outln!(
-            "seed 001 through `oncelake serve`: {} workers, {} batches delivered twice: {:.0} batches/s ({:.1} s); {} computations, {} deliveries already done, {} held by another worker; {} batches written twice; {} committed",
+            "seed 001 through `oncelake serve`: {} worker processes, {} batches delivered twice: {:.0} batches/s ({:.1} s; {:.1} s with the workers' start-up); {} computations, {} deliveries already done, {} held by another worker; {} batches written twice; {} committed",
             r.workers,
             r.batches,
             r.batches_per_sec(),
             r.elapsed.as_secs_f64(),
+            r.wall_with_startup.as_secs_f64(),
             r.computations,
             r.already_done,
             r.held,
@@ -190,6 +193,25 @@ pub(crate) fn bench_seed001(dir: Option<PathBuf>, json: bool) -> Result<u8, CliE
     } else {
         1
     })
+}
+
+/// `oncelake bench seed001-worker STORE --worker NAME` (hidden): one worker process of
+/// `bench commit --via-server --seed001`; the bench hands it deliveries on stdin.
+#[derive(clap::Args, Debug)]
+pub(crate) struct Seed001WorkerArgs {
+    /// The served store.
+    pub store: PathBuf,
+    /// The worker's name (its claims' holder).
+    #[arg(long)]
+    pub worker: String,
+}
+
+pub(crate) fn seed001_worker(a: Seed001WorkerArgs) -> Result<u8, CliError> {
+    let stdin = std::io::stdin();
+    let stdout = std::io::stdout();
+    oncelake_server::seed001::worker(&a.store, &a.worker, &mut stdin.lock(), &mut stdout.lock())
+        .map_err(|e| CliError::Usage(format!("seed001 worker {}: {e}", a.worker)))?;
+    Ok(0)
 }
 
 /// `oncelake bench serve-load`: many clients against one server for a while, the server's
