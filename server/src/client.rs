@@ -557,6 +557,34 @@ impl Client {
         r.to_engine().map_err(ClientError::Protocol)
     }
 
+    /// Defines a lake table (`oncelake table create`): the table and how far it is published.
+    pub fn table_create(
+        &self,
+        name: &str,
+        prefix: &str,
+        format: &str,
+    ) -> Result<crate::wire_table::TableW> {
+        let body = to_json(&crate::wire_table::CreateReqW {
+            name: name.into(),
+            prefix: prefix.into(),
+            format: format.into(),
+        })?;
+        self.json("POST", "/v1/table/create", Payload::Json(body))
+    }
+
+    /// The store's lake tables and how far each is published (`oncelake table ls`).
+    pub fn table_ls(&self) -> Result<Vec<crate::wire_table::TableW>> {
+        self.json("GET", "/v1/table/ls", Payload::Empty)
+    }
+
+    /// Publishes table `name`, or every table (`oncelake table publish`).
+    pub fn table_publish(&self, name: Option<&str>) -> Result<Vec<crate::wire_table::PublishW>> {
+        let body = to_json(&crate::wire_table::PublishReqW {
+            name: name.map(Into::into),
+        })?;
+        self.json("POST", "/v1/table/publish", Payload::Json(body))
+    }
+
     fn json<T: for<'de> serde::Deserialize<'de>>(
         &self,
         method: &str,

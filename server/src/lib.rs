@@ -22,12 +22,15 @@ mod reconcile;
 #[cfg(feature = "server")]
 mod run;
 pub mod seed001;
+#[cfg(feature = "server")]
+mod table;
 // The server-side helpers in `stats` (metrics text, verify JSON) are unused by a client-only build.
 #[cfg_attr(not(feature = "server"), allow(dead_code, unused_imports))]
 pub mod stats;
 pub mod wire;
 pub mod wire_pipeline;
 pub mod wire_reconcile;
+pub mod wire_table;
 pub mod wire_verify;
 
 pub use client::{Client, ClientError, PlanEnd, PlanEvent, ReconcileForm};

@@ -9,6 +9,7 @@ use super::store_cmds::{
     check_output_path, ls_shows_internal, no_entry, outcome_code, print_init, print_log, print_ls,
     print_ls_end, print_put,
 };
+use super::table_cmds::TableCommand;
 use super::{exit, open_input, write_out_bytes, CliError, Command, Output};
 use oncelake_server::{Client, ClientError};
 use std::io::Write;
@@ -52,6 +53,12 @@ pub(crate) fn route(cmd: &Command) -> Option<Result<u8, CliError>> {
             })
             .map_err(client_error),
         Command::Reconcile(a) => reconcile(&client, a),
+        Command::Table(t) => match &t.command {
+            TableCommand::Create(a) => table_create(&client, a),
+            TableCommand::Ls(a) => table_ls(&client, a),
+            TableCommand::Publish(a) => table_publish(&client, a),
+            TableCommand::Bench(_) => not_routed(store, &client),
+        },
         Command::Pipeline(p) => match &p.command {
             PipelineCommand::SetVersion(a) => pipeline_set_version(&client, a),
             PipelineCommand::Status(a) => pipeline_status(&client, a),
@@ -111,6 +118,99 @@ fn release(client: &Client, a: &super::sim_cmds::ReleaseArgs) -> Result<u8, CliE
         .map_err(client_error)
 }
 
+// `oncelake table ...` through the server: the output of `table_cmds` line for line (the
+// in-process printers take engine types that only exist next to an open store; the tests in
+// server/tests/serve_table.rs compare both outputs).
+
+const NO_TABLES: &str = "no tables; create one with `oncelake table create STORE NAME --prefix P`";
+
+fn table_json(t: &oncelake_server::wire_table::TableW) -> serde_json::Value {
+    serde_json::json!({
+        "table": t.table,
+        "format": t.format,
+        "prefix": t.prefix,
+        "path": t.path,
+        "version": t.version,
+        "seq": t.seq,
+    })
+}
+
+fn table_create(client: &Client, a: &super::table_cmds::CreateArgs) -> Result<u8, CliError> {
+    let t = client
+        .table_create(&a.name, &a.prefix, &a.format.to_string())
+        .map_err(client_error)?;
+    if a.json {
+        super::print_json(&table_json(&t));
+    } else {
+        println!(
+            "table {} ({}) publishes units under {:?} at {}",
+            t.table, t.format, t.prefix, t.path
+        );
+    }
+    Ok(exit::OK)
+}
+
+fn table_ls(client: &Client, a: &super::table_cmds::LsArgs) -> Result<u8, CliError> {
+    let all = client.table_ls().map_err(client_error)?;
+    if all.is_empty() && !a.json {
+        eprintln!("{NO_TABLES}");
+    }
+    for t in &all {
+        if a.json {
+            super::print_json(&table_json(t));
+        } else {
+            let version = match t.version {
+                Some(v) => format!("version {v} (seq {})", t.seq),
+                None => "not published yet".into(),
+            };
+            println!(
+                "{}\t{}\tprefix {:?}\t{version}",
+                t.table, t.format, t.prefix
+            );
+        }
+    }
+    Ok(exit::OK)
+}
+
+fn table_publish(client: &Client, a: &super::table_cmds::PublishArgs) -> Result<u8, CliError> {
+    let reports = client
+        .table_publish(a.name.as_deref())
+        .map_err(client_error)?;
+    if reports.is_empty() && !a.json {
+        eprintln!("{NO_TABLES}");
+    }
+    for r in &reports {
+        if a.json {
+            super::print_json(&serde_json::json!({
+                "table": r.table,
+                "app_id": r.app_id,
+                "versions": r.versions,
+                "adds": r.adds,
+                "removes": r.removes,
+                "skipped": r.skipped.iter().map(|s| serde_json::json!({"unit": s.unit, "seq": s.seq})).collect::<Vec<_>>(),
+                "version": r.version,
+                "seq": r.seq,
+            }));
+        } else {
+            let at = match r.version {
+                Some(v) => format!("at version {v} (seq {})", r.seq),
+                None => "nothing published yet (no Parquet unit under the prefix)".into(),
+            };
+            println!(
+                "{}: {} new versions, {} files added, {} removed; {at}",
+                r.table, r.versions, r.adds, r.removes
+            );
+            for s in &r.skipped {
+                println!(
+                    "  left out unit {:?} seq {}: unpublishable and superseded",
+                    s.unit, s.seq
+                );
+            }
+        }
+    }
+    Ok(exit::OK)
+}
+
 /// The store a command works on, for the commands that open one.
 fn store_of(cmd: &Command) -> Option<&Path> {
     Some(match cmd {
@@ -125,6 +225,13 @@ fn store_of(cmd: &Command) -> Option<&Path> {
         Command::Gc(a) => &a.store,
         Command::Verify(a) => &a.store,
         Command::Reconcile(a) => &a.store,
+        Command::Table(t) => match &t.command {
+            TableCommand::Create(a) => &a.store,
+            TableCommand::Ls(a) => &a.store,
+            TableCommand::Publish(a) => &a.store,
+            // The benchmark makes stores of its own.
+            TableCommand::Bench(_) => return None,
+        },
         Command::Pipeline(p) => match &p.command {
             PipelineCommand::SetVersion(a) => &a.store,
             PipelineCommand::Status(a) => &a.store,
