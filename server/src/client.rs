@@ -471,6 +471,52 @@ impl Client {
         a.report.to_engine().map_err(ClientError::Protocol)
     }
 
+    /// [`Client::verify`], calling `progress(done, total)` (objects) as the server reports it.
+    pub fn verify_with_progress(
+        &self,
+        deep: bool,
+        progress: &mut dyn FnMut(u64, u64),
+    ) -> Result<oncelake::VerifyReport> {
+        #[derive(serde::Deserialize)]
+        struct Line {
+            progress: Option<Progress>,
+            report: Option<crate::wire_verify::VerifyReportW>,
+            error: Option<String>,
+            #[serde(default)]
+            message: String,
+        }
+        #[derive(serde::Deserialize)]
+        struct Progress {
+            done: u64,
+            total: u64,
+        }
+        let body = to_json(&serde_json::json!({ "deep": deep, "progress": true }))?;
+        let resp = self.request("POST", "/v1/verify", Payload::Json(body))?;
+        for line in BufReader::new(resp.body).lines() {
+            let line = line.map_err(|e| lost("POST /v1/verify", e))?;
+            let l: Line = serde_json::from_str(&line)
+                .map_err(|e| ClientError::Protocol(format!("a verify line: {e}")))?;
+            if let Some(p) = l.progress {
+                progress(p.done, p.total);
+            } else if let Some(r) = l.report {
+                return r.to_engine().map_err(ClientError::Protocol);
+            } else if let Some(kind) = l.error {
+                return Err(ClientError::Store {
+                    kind,
+                    status: 500,
+                    message: l.message,
+                });
+            }
+        }
+        Err(lost(
+            "POST /v1/verify",
+            std::io::Error::new(
+                std::io::ErrorKind::UnexpectedEof,
+                "the answer ended without the report",
+            ),
+        ))
+    }
+
     /// Plans a reconcile on the server: `listing` (in `form.format`) is streamed as the request
     /// body, never held whole; each answer line goes to `each` (the sort note, then the planned
     /// units) until it returns `false`. The end: the summary of a complete plan, or the refused

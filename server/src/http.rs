@@ -653,10 +653,56 @@ async fn gc(State(app): State<Arc<App>>, body: Body) -> ApiResult<Response> {
 struct VerifyReq {
     #[serde(default)]
     deep: bool,
+    /// Answer JSON lines: `{"progress":{"done":D,"total":T}}` while it runs, then the report
+    /// (`{"ok":..., "report":...}`) or `{"error":KIND,"message":...}`.
+    #[serde(default)]
+    progress: bool,
 }
+
+/// A verify that reports its progress as it goes (a deep verify of a large store takes minutes,
+/// and the CLI prints progress lines as it does in-process).
+fn verify_streamed(app: Arc<App>, deep: bool) -> Response {
+    let (tx, rx) = tokio::sync::mpsc::channel::<Result<Bytes, std::io::Error>>(16);
+    tokio::task::spawn_blocking(move || {
+        let mut last: Option<Instant> = None;
+        let report =
+            app.store
+                .verify_with_progress(oncelake::VerifyOptions { deep }, &mut |done, total| {
+                    if last.is_some_and(|t| t.elapsed() < PROGRESS_EVERY) {
+                        return;
+                    }
+                    last = Some(Instant::now());
+                    let line = serde_json::json!({"progress": {"done": done, "total": total}});
+                    // A full channel (a slow reader) skips a progress line, never the work.
+                    let _ = tx.try_send(Ok(Bytes::from(line.to_string() + "\n")));
+                });
+        let end = match report {
+            Ok(rep) => crate::stats::verify_json(&rep),
+            Err(e) => {
+                let e = ApiError::from(e);
+                serde_json::json!({"error": e.kind, "message": e.message})
+            }
+        };
+        let _ = tx.blocking_send(Ok(Bytes::from(end.to_string() + "\n")));
+    });
+    let stream = futures_util::stream::unfold(rx, |mut rx| async move {
+        rx.recv().await.map(|item| (item, rx))
+    });
+    (
+        [(header::CONTENT_TYPE, "application/x-ndjson")],
+        Body::from_stream(stream),
+    )
+        .into_response()
+}
+
+/// How often a verify with `progress` sends a progress line.
+const PROGRESS_EVERY: Duration = Duration::from_millis(200);
 
 async fn verify(State(app): State<Arc<App>>, body: Body) -> ApiResult<Response> {
     let r: VerifyReq = read_json(&app, body).await?;
+    if r.progress {
+        return Ok(verify_streamed(app, r.deep));
+    }
     let app2 = app.clone();
     let rep = blocking(move || app2.store.verify(oncelake::VerifyOptions { deep: r.deep })).await?;
     Ok(json(&crate::stats::verify_json(&rep)))

@@ -4,6 +4,7 @@
 //! address file left by a killed server answers nothing: the command then runs in-process.
 
 use super::pipeline_cmds::PipelineCommand;
+use super::progress::CountingReader;
 use super::sim_cmds::{print_claim, print_prometheus, print_release, print_stats};
 use super::store_cmds::{
     check_output_path, ls_shows_internal, no_entry, outcome_code, print_init, print_log, print_ls,
@@ -34,24 +35,37 @@ pub(crate) fn route(cmd: &Command) -> Option<Result<u8, CliError>> {
         Command::Stats(a) => stats(&client, a),
         Command::Claim(a) => claim(&client, a),
         Command::Release(a) => release(&client, a),
-        Command::Gc(a) => client
-            .gc(a.dry_run, Some(a.grace), Some(a.retain))
-            .map(|r| {
-                super::maint_cmds::print_gc(&Output::new(a.json), &a.store, &r);
+        Command::Gc(a) => {
+            // As in-process: GC reports no progress of its own, a heartbeat says it is alive.
+            let heartbeat = super::Heartbeat::start("gc");
+            let r = client.gc(a.dry_run, Some(a.grace), Some(a.retain));
+            drop(heartbeat);
+            r
+        }
+        .map(|r| {
+            super::maint_cmds::print_gc(&Output::new(a.json), &a.store, &r);
+            exit::OK
+        })
+        .map_err(client_error),
+        Command::Verify(a) => {
+            // The same progress as in-process: objects checked, reported by the server.
+            let progress = super::Progress::new("verify", "objects", None);
+            let r = client.verify_with_progress(a.deep, &mut |done, total| {
+                progress.set_total(total);
+                progress.update(done);
+            });
+            progress.finish();
+            r
+        }
+        .map(|r| {
+            super::maint_cmds::print_verify(&Output::new(a.json), &r);
+            if r.is_ok() {
                 exit::OK
-            })
-            .map_err(client_error),
-        Command::Verify(a) => client
-            .verify(a.deep)
-            .map(|r| {
-                super::maint_cmds::print_verify(&Output::new(a.json), &r);
-                if r.is_ok() {
-                    exit::OK
-                } else {
-                    exit::VERIFY_PROBLEMS
-                }
-            })
-            .map_err(client_error),
+            } else {
+                exit::VERIFY_PROBLEMS
+            }
+        })
+        .map_err(client_error),
         Command::Reconcile(a) => reconcile(&client, a),
         Command::Table(t) => match &t.command {
             TableCommand::Create(a) => table_create(&client, a),
@@ -211,6 +225,27 @@ fn table_publish(client: &Client, a: &super::table_cmds::PublishArgs) -> Result<
     Ok(exit::OK)
 }
 
+/// Counts the lines of a listing as they are read (the rows the server plans from) and reports
+/// them every 4096, as the in-process reconcile reports the rows it reads.
+struct LineCounter<'p, R> {
+    inner: R,
+    rows: u64,
+    reported: u64,
+    progress: &'p super::Progress,
+}
+
+impl<R: std::io::Read> std::io::Read for LineCounter<'_, R> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let n = self.inner.read(buf)?;
+        self.rows += buf[..n].iter().filter(|&&b| b == b'\n').count() as u64;
+        if self.rows >= self.reported + 4096 {
+            self.reported = self.rows;
+            self.progress.update(self.rows);
+        }
+        Ok(n)
+    }
+}
+
 /// The store a command works on, for the commands that open one.
 fn store_of(cmd: &Command) -> Option<&Path> {
     Some(match cmd {
@@ -268,16 +303,29 @@ pub(crate) fn client_error(e: ClientError) -> CliError {
 fn put(client: &Client, a: &super::store_cmds::PutArgs) -> Result<u8, CliError> {
     oncelake::validate_user_key(&a.unit)?;
     let input = open_input(&a.file)?;
+    // The same progress as in-process: bytes read from the input as they are sent.
+    let total = input
+        .as_ref()
+        .and_then(|f| f.metadata().ok())
+        .filter(|m| m.is_file())
+        .map(|m| m.len());
+    let progress = super::Progress::new("put", "bytes read", total);
+    let counted = |inner| CountingReader {
+        inner,
+        read: 0,
+        progress: &progress,
+    };
     let sent = match input {
         None => client.put_reader(
             &a.unit,
             a.version,
             a.token,
             a.correct,
-            std::io::stdin().lock(),
+            counted(Box::new(std::io::stdin().lock()) as Box<dyn std::io::Read>),
         ),
-        Some(f) => client.put_reader(&a.unit, a.version, a.token, a.correct, f),
+        Some(f) => client.put_reader(&a.unit, a.version, a.token, a.correct, counted(Box::new(f))),
     };
+    progress.finish();
     let (u, meta) = sent.map_err(client_error)?;
     print_put(&Output::new(a.json), &u, &meta, a.token);
     Ok(outcome_code(&u.outcome))
@@ -379,8 +427,16 @@ fn reconcile(client: &Client, a: &super::reconcile_cmd::ReconcileArgs) -> Result
         print_sort_note,
     };
     use oncelake_server::{PlanEnd, PlanEvent, ReconcileForm};
-    let (mut input, format) = open_listing(a)?;
+    let (input, format) = open_listing(a)?;
     let sort = needs_sort(a, format)?;
+    // As in-process, rows read: counted as the listing's lines stream to the server.
+    let progress = super::Progress::new("reconcile", "rows read", None);
+    let mut input = LineCounter {
+        inner: input,
+        rows: 0,
+        reported: 0,
+        progress: &progress,
+    };
     let dir = a.tmp.clone().unwrap_or_else(std::env::temp_dir);
     let form = ReconcileForm {
         changes_only: a.changes_only,
@@ -413,7 +469,9 @@ fn reconcile(client: &Client, a: &super::reconcile_cmd::ReconcileArgs) -> Result
                 }
             },
         })
-        .map_err(client_error)?;
+        .map_err(client_error);
+    progress.finish();
+    let end = end?;
     match (end, write_failed) {
         (PlanEnd::Stopped, Some(e)) if e.kind() != std::io::ErrorKind::BrokenPipe => {
             Err(CliError::io("write the plan", e))
