@@ -51,7 +51,7 @@ pub fn commits_via_server(
     let _ = std::fs::remove_dir_all(&dir);
     let store = dir.join("lake");
     drop(oncelake::Store::open(&store).map_err(|e| e.to_string())?);
-    let run = crate::load::start_server(exe, &store).and_then(|mut server| {
+    let run = crate::load::start_server(exe, &store, &[]).and_then(|mut server| {
         let run = drive(&store, clients, max_units, max_time);
         crate::load::stop_server(&mut server);
         run

@@ -28,6 +28,8 @@ pub struct LoadOptions {
     pub object_bytes: usize,
     /// How often the server's memory is sampled.
     pub sample_every: Duration,
+    /// The server's page cache in MiB (`serve --cache-mib`; its default when `None`).
+    pub server_cache_mib: Option<u64>,
 }
 
 impl Default for LoadOptions {
@@ -38,6 +40,7 @@ impl Default for LoadOptions {
             units_per_client: 64,
             object_bytes: 1024,
             sample_every: Duration::from_millis(200),
+            server_cache_mib: None,
         }
     }
 }
@@ -88,6 +91,19 @@ impl LoadReport {
             .unwrap_or(0)
     }
 
+    /// The peak resident KiB in each of `parts` equal slices of the run (the curve a plateau
+    /// shows in).
+    pub fn peaks_by(&self, parts: usize) -> Vec<u64> {
+        let parts = parts.max(1);
+        let end = self.rss_kib.last().map_or(0.0, |s| s.0).max(1e-9);
+        let mut out = vec![0; parts];
+        for (t, kib) in &self.rss_kib {
+            let i = ((t / end * parts as f64) as usize).min(parts - 1);
+            out[i] = out[i].max(*kib);
+        }
+        out
+    }
+
     /// Memory is bounded: the last third's peak is at most the first third's plus `margin_kib`.
     pub fn memory_bounded(&self, margin_kib: u64) -> bool {
         self.third_peak_kib(2) <= self.third_peak_kib(0) + margin_kib
@@ -119,10 +135,11 @@ pub fn serve_load(exe: &Path, scratch: &Path, opts: &LoadOptions) -> Result<Load
 
 /// Starts `exe serve store` and waits for its ready line; the server is killed if it never says
 /// it is ready.
-pub(crate) fn start_server(exe: &Path, store: &Path) -> Result<Child, String> {
+pub(crate) fn start_server(exe: &Path, store: &Path, extra: &[String]) -> Result<Child, String> {
     let mut server = Command::new(exe)
         .arg("serve")
         .arg(store)
+        .args(extra)
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())
         .spawn()
@@ -148,7 +165,11 @@ pub(crate) fn stop_server(server: &mut Child) {
 }
 
 fn run_against(exe: &Path, store: &Path, opts: &LoadOptions) -> Result<LoadReport, String> {
-    let mut server = start_server(exe, store)?;
+    let extra: Vec<String> = match opts.server_cache_mib {
+        Some(m) => vec!["--cache-mib".into(), m.to_string()],
+        None => Vec::new(),
+    };
+    let mut server = start_server(exe, store, &extra)?;
     let pid = server.id();
     let stop = Arc::new(AtomicBool::new(false));
     let sampler = {

@@ -59,7 +59,7 @@ pub fn seed001_via_server(
     let _ = std::fs::remove_dir_all(&dir);
     let store = dir.join("lake");
     drop(oncelake::Store::open(&store).map_err(|e| e.to_string())?);
-    let run = crate::load::start_server(exe, &store).and_then(|mut server| {
+    let run = crate::load::start_server(exe, &store, &[]).and_then(|mut server| {
         let run = drive(exe, &store, workers.max(1), batches);
         crate::load::stop_server(&mut server);
         run

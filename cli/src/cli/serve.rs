@@ -23,6 +23,10 @@ pub(crate) struct ServeArgs {
     /// How long a client may stall while sending a request before it is dropped.
     #[arg(long, default_value = "30s", value_parser = parse_duration)]
     pub request_timeout: Duration,
+    /// redb's page cache in MiB (default: the engine's, 64); the server's memory is about this
+    /// plus a few tens of MiB.
+    #[arg(long)]
+    pub cache_mib: Option<usize>,
 }
 
 pub(crate) fn serve(a: ServeArgs, wait: Duration) -> Result<u8, CliError> {
@@ -50,6 +54,7 @@ pub(crate) fn serve(a: ServeArgs, wait: Duration) -> Result<u8, CliError> {
         allow_remote: a.allow_remote,
         lock_wait: wait,
         header_timeout: a.request_timeout,
+        cache_bytes: a.cache_mib.map(|m| m << 20),
         ..ServeOptions::default()
     };
     opts.limits.max_upload = a.max_upload;
@@ -234,6 +239,9 @@ pub(crate) struct ServeLoadArgs {
     /// Where the scratch store goes (default: the system's temporary directory).
     #[arg(long)]
     pub dir: Option<PathBuf>,
+    /// The server's page cache in MiB (`serve --cache-mib`; default: the engine's, 64).
+    #[arg(long)]
+    pub server_cache_mib: Option<u64>,
     /// One JSON object.
     #[arg(long)]
     pub json: bool,
@@ -245,6 +253,7 @@ pub(crate) fn bench_serve_load(a: ServeLoadArgs) -> Result<u8, CliError> {
     let opts = oncelake_server::load::LoadOptions {
         clients: a.clients.max(1),
         duration: Duration::from_secs(a.seconds.max(1)),
+        server_cache_mib: a.server_cache_mib,
         ..Default::default()
     };
     let progress = super::Progress::new("bench serve-load", "s", Some(a.seconds));
@@ -272,6 +281,8 @@ pub(crate) fn bench_serve_load(a: ServeLoadArgs) -> Result<u8, CliError> {
             "clean_exit": r.clean_exit,
             "rss_samples": r.rss_kib.len(),
             "rss_peak_kib_by_third": peaks,
+            "rss_peak_kib_by_tenth": r.peaks_by(10),
+            "server_cache_mib": a.server_cache_mib,
             "margin_kib": margin,
             "memory_bounded": bounded,
         }));
@@ -295,6 +306,11 @@ pub(crate) fn bench_serve_load(a: ServeLoadArgs) -> Result<u8, CliError> {
             a.margin_mib,
             if bounded { "yes" } else { "NO" },
             r.clean_exit
+        );
+        let tenths: Vec<String> = r.peaks_by(10).iter().map(u64::to_string).collect();
+        outln!(
+            "  server RSS peak by tenth of the run, KiB: {}",
+            tenths.join(" ")
         );
         for e in r.errors.iter().chain(&r.served_mismatches).take(10) {
             errln!("  {e}");
