@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 /// What a load run does.
 #[derive(Clone, Debug)]
 pub struct LoadOptions {
-    /// Client threads, one connection per call each.
+    /// Client threads (sharing one client and its kept-alive connections).
     pub clients: usize,
     /// How long the clients run.
     pub duration: Duration,

@@ -226,7 +226,7 @@ pub(crate) fn seed001_worker(a: Seed001WorkerArgs) -> Result<u8, CliError> {
     after_help = "Example:\n  oncelake bench serve-load --clients 64 --seconds 60\n  oncelake bench serve-load --clients 8 --seconds 2 --json"
 )]
 pub(crate) struct ServeLoadArgs {
-    /// Client threads (one connection per call each).
+    /// Client threads (sharing one client and its kept-alive connections).
     #[arg(long, default_value_t = 64)]
     pub clients: usize,
     /// How long the clients run.
