@@ -183,6 +183,23 @@ pub(crate) fn json<T: Serialize>(v: &T) -> Response {
     axum::Json(v).into_response()
 }
 
+/// Commits on this thread, handing the runtime's scheduler to another thread meanwhile
+/// (`block_in_place`) rather than sending the commit to the blocking pool and waking this task
+/// again when it is done: one thread hand-off per commit instead of two, and the answer is
+/// written by the thread that committed. Many commits in flight are still many threads in the
+/// engine's queue, so they share groups as before; whichever of them is oldest leads.
+fn commit_in_place(app: &App, batch: Batch) -> ApiResult<oncelake::CommitReport> {
+    let run = std::panic::AssertUnwindSafe(|| app.store.commit(batch));
+    match tokio::task::block_in_place(|| std::panic::catch_unwind(run)) {
+        Ok(r) => r.map_err(ApiError::from),
+        Err(_) => Err(ApiError::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "internal",
+            "the commit did not finish (it panicked); look the units up before retrying",
+        )),
+    }
+}
+
 /// Runs a store call on the blocking pool.
 pub(crate) async fn blocking<T: Send + 'static>(
     f: impl FnOnce() -> oncelake::Result<T> + Send + 'static,
@@ -295,8 +312,7 @@ async fn put_unit(
         Intent::Put
     };
     let batch = Batch::new().item(q.unit.clone(), q.version, &staged, q.token, intent);
-    let app2 = app.clone();
-    let report = blocking(move || app2.store.commit(batch)).await?;
+    let report = commit_in_place(&app, batch)?;
     app.note_seq(report.seq);
     let unit = report.units.first().ok_or_else(|| {
         ApiError::new(
@@ -366,8 +382,7 @@ async fn commit(State(app): State<Arc<App>>, body: Body) -> ApiResult<Response> 
     if req.partial {
         batch = batch.partial();
     }
-    let app2 = app.clone();
-    let report = blocking(move || app2.store.commit(batch)).await?;
+    let report = commit_in_place(&app, batch)?;
     app.note_seq(report.seq);
     if !req.keep_staged {
         // A committed or rejected handle has done its job; dropping it unpins the object.
