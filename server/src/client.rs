@@ -111,10 +111,13 @@ const POOL_IDLE: Duration = Duration::from_secs(2);
 /// An upload reuses only a connection idle for less than this (see [`Client::exchange`]).
 const UPLOAD_REUSE: Duration = Duration::from_millis(250);
 
+/// A connection with what the server sent on it and was not read yet (nothing, when idle).
+type Pooled = BufReader<Box<dyn Conn>>;
+
 /// The idle kept-alive connections of a client and its clones.
 #[derive(Default)]
 struct Pool {
-    idle: Mutex<Vec<(BufReader<Box<dyn Conn>>, Instant)>>,
+    idle: Mutex<Vec<(Pooled, Instant)>>,
 }
 
 impl std::fmt::Debug for Pool {
@@ -128,7 +131,7 @@ impl Pool {
     /// An idle connection the server has not closed, if any.
     /// The most recently used idle connection, if it was used less than `max_age` ago and
     /// the server has not closed it. Older ones are closed.
-    fn take(&self, max_age: Duration) -> Option<BufReader<Box<dyn Conn>>> {
+    fn take(&self, max_age: Duration) -> Option<Pooled> {
         loop {
             let (conn, at) = {
                 let mut idle = self.idle.lock().unwrap_or_else(|p| p.into_inner());
@@ -151,7 +154,7 @@ impl Pool {
         }
     }
 
-    fn put(&self, conn: BufReader<Box<dyn Conn>>) {
+    fn put(&self, conn: Pooled) {
         let mut idle = self.idle.lock().unwrap_or_else(|p| p.into_inner());
         if idle.len() < POOL_MAX {
             idle.push((conn, Instant::now()));
@@ -696,7 +699,7 @@ impl Client {
 
     fn exchange_on(
         &self,
-        mut conn: BufReader<Box<dyn Conn>>,
+        mut conn: Pooled,
         method: &str,
         path: &str,
         payload: &mut Payload<'_>,

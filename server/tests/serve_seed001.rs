@@ -10,7 +10,7 @@ fn seed001_worker_processes_write_no_batch_twice() {
     let scratch = tempfile::tempdir().unwrap();
     let (workers, batches) = (4, 60);
     let r = oncelake_server::seed001::seed001_via_server(
-        &bin::oncelake(),
+        bin::oncelake(),
         scratch.path(),
         workers,
         batches,
