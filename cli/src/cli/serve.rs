@@ -282,6 +282,7 @@ pub(crate) fn bench_serve_load(a: ServeLoadArgs) -> Result<u8, CliError> {
             "rss_samples": r.rss_kib.len(),
             "rss_peak_kib_by_third": peaks,
             "rss_peak_kib_by_tenth": r.peaks_by(10),
+            "anon_rss_peak_kib_by_tenth": r.anon_peaks_by(10),
             "server_cache_mib": a.server_cache_mib,
             "margin_kib": margin,
             "memory_bounded": bounded,
@@ -311,6 +312,11 @@ pub(crate) fn bench_serve_load(a: ServeLoadArgs) -> Result<u8, CliError> {
         outln!(
             "  server RSS peak by tenth of the run, KiB: {}",
             tenths.join(" ")
+        );
+        let anon: Vec<String> = r.anon_peaks_by(10).iter().map(u64::to_string).collect();
+        outln!(
+            "  of which anonymous (heap, stacks), KiB: {}",
+            anon.join(" ")
         );
         for e in r.errors.iter().chain(&r.served_mismatches).take(10) {
             errln!("  {e}");
