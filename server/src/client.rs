@@ -667,10 +667,7 @@ impl Client {
                 Err(Exchange::Unanswered(e)) => {
                     // A fresh connection that cannot even connect means the server went away:
                     // the first attempt's outcome is what is unknown.
-                    let conn = self.connect().map_err(|_| match e {
-                        ExchangeError::Io(d, e) => lost(&d, e),
-                        ExchangeError::Client(c) => c,
-                    })?;
+                    let conn = self.connect().map_err(|_| ClientError::from(e))?;
                     return self.finish(self.exchange_on(
                         BufReader::new(conn),
                         method,
@@ -686,14 +683,10 @@ impl Client {
         self.finish(self.exchange_on(conn, method, path, &mut payload, during))
     }
 
+    /// The client error of an exchange that was not (or could not be) sent again.
     fn finish(&self, r: std::result::Result<Vec<u8>, Exchange>) -> Result<Vec<u8>> {
         r.map_err(|e| match e {
-            Exchange::Unanswered(e) | Exchange::Broken(e) => e,
-            Exchange::Failed(e) => e,
-        })
-        .map_err(|e| match e {
-            ExchangeError::Io(during, e) => lost(&during, e),
-            ExchangeError::Client(c) => c,
+            Exchange::Unanswered(e) | Exchange::Broken(e) | Exchange::Failed(e) => e.into(),
         })
     }
 
@@ -895,8 +888,18 @@ enum Exchange {
 }
 
 enum ExchangeError {
+    /// The connection failed during the named request: its outcome is unknown.
     Io(String, std::io::Error),
     Client(ClientError),
+}
+
+impl From<ExchangeError> for ClientError {
+    fn from(e: ExchangeError) -> Self {
+        match e {
+            ExchangeError::Io(during, e) => lost(&during, e),
+            ExchangeError::Client(c) => c,
+        }
+    }
 }
 
 /// How a reconcile is planned on the server.
