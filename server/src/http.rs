@@ -1,6 +1,7 @@
-//! The HTTP API's handlers: each turns a request into one call on the store, run on the blocking
-//! pool so that commits from many connections are in flight at once and share the engine's
-//! commit groups (the engine's queue does the grouping; the server adds no lock of its own).
+//! The HTTP API's handlers: each turns a request into one call on the store, run off the async
+//! workers (commits in place with `block_in_place`, the rest on the blocking pool) so that commits
+//! from many connections are in flight at once and share the engine's commit groups (the engine's
+//! queue does the grouping; the server adds no lock of its own).
 
 use crate::live::Live;
 use crate::wire::{
