@@ -1,6 +1,9 @@
 //! The blocking client of `oncelake serve`: the store's operations over the HTTP API, answering
-//! with the engine's own types. One connection per call (a Unix socket connect costs
-//! microseconds); uploads are streamed with chunked transfer encoding, never held in memory.
+//! with the engine's own types. Calls answered with one JSON value reuse kept-alive connections
+//! from a small pool shared by the clones of a `Client` (a connection per call costs the server
+//! an accept, a task and a connection state each time, which dominated small commits); streamed
+//! answers (ls, objects, reconcile plans) use a connection of their own. Uploads are streamed with
+//! chunked transfer encoding, never held in memory.
 
 use crate::discovery::{self, Address};
 use crate::wire::{
@@ -15,7 +18,8 @@ use oncelake::{
 };
 use std::io::{BufRead, BufReader, Read, Write};
 use std::path::{Path, PathBuf};
-use std::time::Duration;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 /// What can go wrong talking to a server; each variant says what to do.
 #[derive(Debug, thiserror::Error)]
@@ -86,12 +90,81 @@ const HEALTH_TIMEOUT: Duration = Duration::from_secs(10);
 /// Result of client calls.
 pub type Result<T> = std::result::Result<T, ClientError>;
 
-/// A connection target and credentials.
+/// A connection target and credentials. Clones share one pool of kept-alive connections, so a
+/// `Client` shared by many threads holds at most [`POOL_MAX`] idle connections.
 #[derive(Clone, Debug)]
 pub struct Client {
     address: Address,
     token: Option<String>,
     timeout: Option<Duration>,
+    pool: Arc<Pool>,
+}
+
+/// Most idle connections a client keeps.
+pub const POOL_MAX: usize = 64;
+
+/// An idle connection older than this is closed rather than reused: the server closes idle
+/// connections after its header timeout (30 s by default, as low as a second when configured),
+/// and a connection it is closing must not carry a request.
+const POOL_IDLE: Duration = Duration::from_secs(2);
+
+/// An upload reuses only a connection idle for less than this (see [`Client::exchange`]).
+const UPLOAD_REUSE: Duration = Duration::from_millis(250);
+
+/// A connection with what the server sent on it and was not read yet (nothing, when idle).
+type Pooled = BufReader<Box<dyn Conn>>;
+
+/// The idle kept-alive connections of a client and its clones.
+#[derive(Default)]
+struct Pool {
+    idle: Mutex<Vec<(Pooled, Instant)>>,
+}
+
+impl std::fmt::Debug for Pool {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let n = self.idle.lock().map(|v| v.len()).unwrap_or(0);
+        write!(f, "Pool({n} idle)")
+    }
+}
+
+impl Pool {
+    /// An idle connection the server has not closed, if any.
+    /// The most recently used idle connection, if it was used less than `max_age` ago and
+    /// the server has not closed it. Older ones are closed.
+    fn take(&self, max_age: Duration) -> Option<Pooled> {
+        loop {
+            let (conn, at) = {
+                let mut idle = self.idle.lock().unwrap_or_else(|p| p.into_inner());
+                match idle.last() {
+                    Some((_, at)) if at.elapsed() >= POOL_IDLE => {
+                        // All are older (the newest is last): close them.
+                        idle.clear();
+                        return None;
+                    }
+                    Some((_, at)) if at.elapsed() >= max_age => return None,
+                    Some(_) => idle.pop()?,
+                    None => return None,
+                }
+            };
+            // Anything readable on an idle connection (end of stream, or bytes nobody asked
+            // for) means it cannot carry another request.
+            if at.elapsed() < max_age && conn.buffer().is_empty() && conn.get_ref().idle_open() {
+                return Some(conn);
+            }
+        }
+    }
+
+    fn put(&self, conn: Pooled) {
+        let mut idle = self.idle.lock().unwrap_or_else(|p| p.into_inner());
+        if idle.len() < POOL_MAX {
+            idle.push((conn, Instant::now()));
+        }
+    }
+
+    /// Idle connections kept (for tests).
+    fn len(&self) -> usize {
+        self.idle.lock().map(|v| v.len()).unwrap_or(0)
+    }
 }
 
 /// A request body.
@@ -108,6 +181,7 @@ impl Client {
             address: Address::Unix(path.into()),
             token: None,
             timeout: None,
+            pool: Arc::default(),
         }
     }
 
@@ -117,6 +191,7 @@ impl Client {
             address: Address::Tcp(address.into()),
             token: Some(token.into()),
             timeout: None,
+            pool: Arc::default(),
         }
     }
 
@@ -133,6 +208,7 @@ impl Client {
             address,
             token: info.token,
             timeout: None,
+            pool: Arc::default(),
         };
         // A hung server must not hang every command: the probe has a timeout, the client none.
         match client.clone().with_timeout(HEALTH_TIMEOUT).health() {
@@ -148,6 +224,11 @@ impl Client {
     pub fn with_timeout(mut self, timeout: Duration) -> Client {
         self.timeout = Some(timeout);
         self
+    }
+
+    /// Idle kept-alive connections this client (and its clones) hold.
+    pub fn idle_connections(&self) -> usize {
+        self.pool.len()
     }
 
     /// The address, as `unix:PATH` or `tcp:HOST:PORT`.
@@ -393,6 +474,52 @@ impl Client {
         a.report.to_engine().map_err(ClientError::Protocol)
     }
 
+    /// [`Client::verify`], calling `progress(done, total)` (objects) as the server reports it.
+    pub fn verify_with_progress(
+        &self,
+        deep: bool,
+        progress: &mut dyn FnMut(u64, u64),
+    ) -> Result<oncelake::VerifyReport> {
+        #[derive(serde::Deserialize)]
+        struct Line {
+            progress: Option<Progress>,
+            report: Option<crate::wire_verify::VerifyReportW>,
+            error: Option<String>,
+            #[serde(default)]
+            message: String,
+        }
+        #[derive(serde::Deserialize)]
+        struct Progress {
+            done: u64,
+            total: u64,
+        }
+        let body = to_json(&serde_json::json!({ "deep": deep, "progress": true }))?;
+        let resp = self.request("POST", "/v1/verify", Payload::Json(body))?;
+        for line in BufReader::new(resp.body).lines() {
+            let line = line.map_err(|e| lost("POST /v1/verify", e))?;
+            let l: Line = serde_json::from_str(&line)
+                .map_err(|e| ClientError::Protocol(format!("a verify line: {e}")))?;
+            if let Some(p) = l.progress {
+                progress(p.done, p.total);
+            } else if let Some(r) = l.report {
+                return r.to_engine().map_err(ClientError::Protocol);
+            } else if let Some(kind) = l.error {
+                return Err(ClientError::Store {
+                    kind,
+                    status: 500,
+                    message: l.message,
+                });
+            }
+        }
+        Err(lost(
+            "POST /v1/verify",
+            std::io::Error::new(
+                std::io::ErrorKind::UnexpectedEof,
+                "the answer ended without the report",
+            ),
+        ))
+    }
+
     /// Plans a reconcile on the server: `listing` (in `form.format`) is streamed as the request
     /// body, never held whole; each answer line goes to `each` (the sort note, then the planned
     /// units) until it returns `false`. The end: the summary of a complete plan, or the refused
@@ -479,6 +606,34 @@ impl Client {
         r.to_engine().map_err(ClientError::Protocol)
     }
 
+    /// Defines a lake table (`oncelake table create`): the table and how far it is published.
+    pub fn table_create(
+        &self,
+        name: &str,
+        prefix: &str,
+        format: &str,
+    ) -> Result<crate::wire_table::TableW> {
+        let body = to_json(&crate::wire_table::CreateReqW {
+            name: name.into(),
+            prefix: prefix.into(),
+            format: format.into(),
+        })?;
+        self.json("POST", "/v1/table/create", Payload::Json(body))
+    }
+
+    /// The store's lake tables and how far each is published (`oncelake table ls`).
+    pub fn table_ls(&self) -> Result<Vec<crate::wire_table::TableW>> {
+        self.json("GET", "/v1/table/ls", Payload::Empty)
+    }
+
+    /// Publishes table `name`, or every table (`oncelake table publish`).
+    pub fn table_publish(&self, name: Option<&str>) -> Result<Vec<crate::wire_table::PublishW>> {
+        let body = to_json(&crate::wire_table::PublishReqW {
+            name: name.map(Into::into),
+        })?;
+        self.json("POST", "/v1/table/publish", Payload::Json(body))
+    }
+
     fn json<T: for<'de> serde::Deserialize<'de>>(
         &self,
         method: &str,
@@ -486,14 +641,193 @@ impl Client {
         payload: Payload<'_>,
     ) -> Result<T> {
         let during = format!("{method} {}", path.split('?').next().unwrap_or(path));
-        let resp = self.request(method, path, payload)?;
-        serde_json::from_reader(resp.body).map_err(|e| {
-            if e.is_io() {
-                lost(&during, std::io::Error::other(e.to_string()))
-            } else {
-                ClientError::Protocol(format!("{during}: {e}"))
+        let body = self.exchange(method, path, payload, &during)?;
+        serde_json::from_slice(&body).map_err(|e| ClientError::Protocol(format!("{during}: {e}")))
+    }
+
+    /// One request on a kept-alive connection whose whole answer is read: its body when the
+    /// status is a success. A reused connection that the server closed before answering (it
+    /// timed out idle just as the request went out) did not process the request: it is sent
+    /// once more on a new connection.
+    fn exchange(
+        &self,
+        method: &str,
+        path: &str,
+        mut payload: Payload<'_>,
+        during: &str,
+    ) -> Result<Vec<u8>> {
+        // An upload cannot be sent twice (its input is read as it goes), so it rides only on a
+        // connection used a moment ago, which the server's idle timeout cannot be closing.
+        let reused = match payload {
+            Payload::Stream(_) => self.pool.take(UPLOAD_REUSE),
+            _ => self.pool.take(POOL_IDLE),
+        };
+        if let Some(conn) = reused {
+            match self.exchange_on(conn, method, path, &mut payload, during) {
+                Err(Exchange::Unanswered(e)) => {
+                    // A fresh connection that cannot even connect means the server went away:
+                    // the first attempt's outcome is what is unknown.
+                    let conn = self.connect().map_err(|_| ClientError::from(e))?;
+                    return self.finish(self.exchange_on(
+                        BufReader::new(conn),
+                        method,
+                        path,
+                        &mut payload,
+                        during,
+                    ));
+                }
+                other => return self.finish(other),
             }
+        }
+        let conn = BufReader::new(self.connect()?);
+        self.finish(self.exchange_on(conn, method, path, &mut payload, during))
+    }
+
+    /// The client error of an exchange that was not (or could not be) sent again.
+    fn finish(&self, r: std::result::Result<Vec<u8>, Exchange>) -> Result<Vec<u8>> {
+        r.map_err(|e| match e {
+            Exchange::Unanswered(e) | Exchange::Broken(e) | Exchange::Failed(e) => e.into(),
         })
+    }
+
+    fn exchange_on(
+        &self,
+        mut conn: Pooled,
+        method: &str,
+        path: &str,
+        payload: &mut Payload<'_>,
+        during: &str,
+    ) -> std::result::Result<Vec<u8>, Exchange> {
+        let io = |e: std::io::Error| ExchangeError::Io(during.to_string(), e);
+        conn.get_ref()
+            .set_timeouts(self.timeout)
+            .map_err(|e| Exchange::Broken(io(e)))?;
+        let streamed = matches!(payload, Payload::Stream(_));
+        let sent = self.send(conn.get_mut(), method, path, payload, false);
+        let sent = match sent {
+            Err(Sent::Input(e)) => {
+                return Err(Exchange::Failed(ExchangeError::Client(ClientError::Input(
+                    e,
+                ))))
+            }
+            Err(Sent::Conn(e)) => Err(e),
+            Ok(()) => Ok(()),
+        };
+        // A server may answer before reading the whole body (401, 413): read its answer even if
+        // sending failed, and report the send failure only when there is none.
+        let head = match read_head_from(&mut conn) {
+            Ok(h) => h,
+            Err(e) => {
+                let e = sent.err().unwrap_or(e);
+                let unanswered = matches!(
+                    e.kind(),
+                    std::io::ErrorKind::UnexpectedEof
+                        | std::io::ErrorKind::BrokenPipe
+                        | std::io::ErrorKind::ConnectionReset
+                );
+                return Err(if unanswered && conn.buffer().is_empty() {
+                    Exchange::Unanswered(io(e))
+                } else {
+                    Exchange::Broken(io(e))
+                });
+            }
+        };
+        let mut body = Vec::new();
+        let read = match head.length {
+            Length::Exact(n) => (&mut conn).take(n).read_to_end(&mut body).and_then(|got| {
+                if (got as u64) < n {
+                    Err(std::io::Error::new(
+                        std::io::ErrorKind::UnexpectedEof,
+                        format!("the answer ended after {got} of {n} bytes"),
+                    ))
+                } else {
+                    Ok(())
+                }
+            }),
+            Length::Chunked => Chunked {
+                inner: &mut conn,
+                left: 0,
+                done: false,
+            }
+            .read_to_end(&mut body)
+            .map(|_| ()),
+            Length::UntilClose => conn.read_to_end(&mut body).map(|_| ()),
+        };
+        read.map_err(|e| Exchange::Broken(io(e)))?;
+        // Kept only when the server will take another request on it and this one is fully
+        // done: an upload the server refused may not have been read to its end.
+        let reusable = sent.is_ok()
+            && head.keep_alive
+            && !matches!(head.length, Length::UntilClose)
+            && (head.status < 400 || !streamed);
+        let resp = Response {
+            status: head.status,
+            headers: head.headers,
+            body: Box::new(std::io::Cursor::new(body)),
+        };
+        let mut resp =
+            check(resp, during).map_err(|e| Exchange::Failed(ExchangeError::Client(e)))?;
+        if reusable {
+            self.pool.put(conn);
+        }
+        let mut out = Vec::new();
+        let _ = resp.body.read_to_end(&mut out);
+        Ok(out)
+    }
+
+    /// Writes the request: head and body. With `close`, the server closes the connection after
+    /// its answer (the answer is then read to its end by the caller's reader).
+    fn send(
+        &self,
+        conn: &mut Box<dyn Conn>,
+        method: &str,
+        path: &str,
+        payload: &mut Payload<'_>,
+        close: bool,
+    ) -> std::result::Result<(), Sent> {
+        let mut head = String::with_capacity(160);
+        head.push_str(method);
+        head.push(' ');
+        head.push_str(path);
+        head.push_str(" HTTP/1.1\r\nHost: localhost\r\n");
+        if close {
+            head.push_str("Connection: close\r\n");
+        }
+        if let Some(t) = &self.token {
+            head.push_str("Authorization: Bearer ");
+            head.push_str(t);
+            head.push_str("\r\n");
+        }
+        match payload {
+            Payload::Empty => {
+                head.push_str("Content-Length: 0\r\n\r\n");
+                conn.write_all(head.as_bytes())?;
+            }
+            Payload::Json(body) => {
+                use std::fmt::Write as _;
+                let _ = write!(
+                    head,
+                    "Content-Type: application/json\r\nContent-Length: {}\r\n\r\n",
+                    body.len()
+                );
+                // One write for a small request: one segment, one wake-up of the server.
+                if body.len() <= 8 << 10 {
+                    let mut all = head.into_bytes();
+                    all.extend_from_slice(body);
+                    conn.write_all(&all)?;
+                } else {
+                    conn.write_all(head.as_bytes())?;
+                    conn.write_all(body)?;
+                }
+            }
+            Payload::Stream(input) => {
+                head.push_str("Transfer-Encoding: chunked\r\n\r\n");
+                conn.write_all(head.as_bytes())?;
+                send_chunked(conn, &mut **input)?;
+            }
+        }
+        conn.flush()?;
+        Ok(())
     }
 
     fn connect(&self) -> Result<Box<dyn Conn>> {
@@ -523,47 +857,47 @@ impl Client {
         Ok(conn)
     }
 
-    /// Sends one request and reads the answer's head; an error status becomes its error.
-    fn request(&self, method: &str, path: &str, payload: Payload<'_>) -> Result<Response> {
+    /// Sends one request on a connection of its own and reads the answer's head (its body is
+    /// then read as it streams); an error status becomes its error.
+    fn request(&self, method: &str, path: &str, mut payload: Payload<'_>) -> Result<Response> {
         let during = format!("{method} {}", path.split('?').next().unwrap_or(path));
         let mut conn = self.connect()?;
-        let mut head =
-            format!("{method} {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n");
-        if let Some(t) = &self.token {
-            head.push_str(&format!("Authorization: Bearer {t}\r\n"));
-        }
-        let sent = match payload {
-            Payload::Empty => {
-                head.push_str("Content-Length: 0\r\n\r\n");
-                conn.write_all(head.as_bytes())
-            }
-            Payload::Json(body) => {
-                head.push_str(&format!(
-                    "Content-Type: application/json\r\nContent-Length: {}\r\n\r\n",
-                    body.len()
-                ));
-                conn.write_all(head.as_bytes())
-                    .and_then(|()| conn.write_all(&body))
-            }
-            Payload::Stream(input) => {
-                head.push_str("Transfer-Encoding: chunked\r\n\r\n");
-                let streamed = conn
-                    .write_all(head.as_bytes())
-                    .map_err(Sent::Conn)
-                    .and_then(|()| send_chunked(&mut conn, input));
-                match streamed {
-                    Err(Sent::Input(e)) => return Err(ClientError::Input(e)),
-                    Err(Sent::Conn(e)) => Err(e),
-                    Ok(()) => Ok(()),
-                }
-            }
+        let sent = match self.send(&mut conn, method, path, &mut payload, true) {
+            Err(Sent::Input(e)) => return Err(ClientError::Input(e)),
+            Err(Sent::Conn(e)) => Err(e),
+            Ok(()) => Ok(()),
         };
-        let sent = sent.and_then(|()| conn.flush());
         // A server may answer before reading the whole body (401, 413): read its answer even if
         // sending failed, and report the send failure only when there is none.
         match read_head(conn) {
             Ok(resp) => check(resp, &during),
             Err(e) => Err(lost(&during, sent.err().unwrap_or(e))),
+        }
+    }
+}
+
+/// How a kept-alive exchange failed.
+enum Exchange {
+    /// The connection ended (or was reset) before any byte of an answer: the server did not
+    /// take the request.
+    Unanswered(ExchangeError),
+    /// The connection broke later: the outcome is unknown.
+    Broken(ExchangeError),
+    /// An answer or a local failure, final.
+    Failed(ExchangeError),
+}
+
+enum ExchangeError {
+    /// The connection failed during the named request: its outcome is unknown.
+    Io(String, std::io::Error),
+    Client(ClientError),
+}
+
+impl From<ExchangeError> for ClientError {
+    fn from(e: ExchangeError) -> Self {
+        match e {
+            ExchangeError::Io(during, e) => lost(&during, e),
+            ExchangeError::Client(c) => c,
         }
     }
 }
@@ -693,12 +1027,31 @@ fn encode(s: &str) -> String {
 /// A connection of either kind.
 trait Conn: Read + Write + Send {
     fn set_timeouts(&self, t: Option<Duration>) -> std::io::Result<()>;
+    /// The connection is open and nothing is waiting to be read on it (what an idle
+    /// connection the server still keeps looks like).
+    fn idle_open(&self) -> bool;
+}
+
+/// Reads without blocking: `WouldBlock` is the only answer of a healthy idle connection (a byte
+/// read otherwise is unasked for, and the connection is dropped anyway).
+macro_rules! idle_open {
+    ($s:expr) => {{
+        let mut s = $s;
+        if s.set_nonblocking(true).is_err() {
+            return false;
+        }
+        let open = matches!(s.read(&mut [0u8; 1]), Err(e) if e.kind() == std::io::ErrorKind::WouldBlock);
+        s.set_nonblocking(false).is_ok() && open
+    }};
 }
 
 impl Conn for std::os::unix::net::UnixStream {
     fn set_timeouts(&self, t: Option<Duration>) -> std::io::Result<()> {
         self.set_read_timeout(t)?;
         self.set_write_timeout(t)
+    }
+    fn idle_open(&self) -> bool {
+        idle_open!(self)
     }
 }
 
@@ -707,11 +1060,17 @@ impl Conn for std::net::TcpStream {
         self.set_read_timeout(t)?;
         self.set_write_timeout(t)
     }
+    fn idle_open(&self) -> bool {
+        idle_open!(self)
+    }
 }
 
 impl Conn for Box<dyn Conn> {
     fn set_timeouts(&self, t: Option<Duration>) -> std::io::Result<()> {
         (**self).set_timeouts(t)
+    }
+    fn idle_open(&self) -> bool {
+        (**self).idle_open()
     }
 }
 
@@ -731,8 +1090,24 @@ impl Response {
     }
 }
 
-fn read_head(conn: Box<dyn Conn>) -> std::io::Result<Response> {
-    let mut r = BufReader::new(conn);
+/// How an answer's body is delimited.
+#[derive(Clone, Copy)]
+enum Length {
+    Exact(u64),
+    Chunked,
+    UntilClose,
+}
+
+/// An answer's status line and headers.
+struct Head {
+    status: u16,
+    headers: Vec<(String, String)>,
+    length: Length,
+    /// The server keeps the connection open after this answer.
+    keep_alive: bool,
+}
+
+fn read_head_from(r: &mut impl BufRead) -> std::io::Result<Head> {
     let mut line = String::new();
     r.read_line(&mut line)?;
     if line.is_empty() {
@@ -749,7 +1124,12 @@ fn read_head(conn: Box<dyn Conn>) -> std::io::Result<Response> {
     let mut headers = Vec::new();
     loop {
         line.clear();
-        r.read_line(&mut line)?;
+        if r.read_line(&mut line)? == 0 {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::UnexpectedEof,
+                "the answer's headers broke off",
+            ));
+        }
         let l = line.trim_end();
         if l.is_empty() {
             break;
@@ -758,29 +1138,48 @@ fn read_head(conn: Box<dyn Conn>) -> std::io::Result<Response> {
             headers.push((n.trim().to_string(), v.trim().to_string()));
         }
     }
-    let mut resp = Response {
+    let find = |name: &str| {
+        headers
+            .iter()
+            .find(|(n, _)| n.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
+    };
+    let length = if find("transfer-encoding").is_some_and(|v| v.eq_ignore_ascii_case("chunked")) {
+        Length::Chunked
+    } else if let Some(n) = find("content-length").and_then(|v| v.parse().ok()) {
+        Length::Exact(n)
+    } else {
+        Length::UntilClose
+    };
+    let keep_alive = !find("connection").is_some_and(|v| v.eq_ignore_ascii_case("close"));
+    Ok(Head {
         status,
         headers,
-        body: Box::new(std::io::empty()),
-    };
-    resp.body = if resp
-        .header("transfer-encoding")
-        .is_some_and(|v| v.eq_ignore_ascii_case("chunked"))
-    {
-        Box::new(Chunked {
+        length,
+        keep_alive,
+    })
+}
+
+fn read_head(conn: Box<dyn Conn>) -> std::io::Result<Response> {
+    let mut r = BufReader::new(conn);
+    let head = read_head_from(&mut r)?;
+    let body: Box<dyn Read + Send> = match head.length {
+        Length::Chunked => Box::new(Chunked {
             inner: r,
             left: 0,
             done: false,
-        })
-    } else if let Some(n) = resp.header("content-length").and_then(|v| v.parse().ok()) {
-        Box::new(Exact {
+        }),
+        Length::Exact(n) => Box::new(Exact {
             inner: r.take(n),
             want: n,
-        })
-    } else {
-        Box::new(r)
+        }),
+        Length::UntilClose => Box::new(r),
     };
-    Ok(resp)
+    Ok(Response {
+        status: head.status,
+        headers: head.headers,
+        body,
+    })
 }
 
 /// Turns an error status into its [`ClientError`].

@@ -1,6 +1,7 @@
-//! The HTTP API's handlers: each turns a request into one call on the store, run on the blocking
-//! pool so that commits from many connections are in flight at once and share the engine's
-//! commit groups (the engine's queue does the grouping; the server adds no lock of its own).
+//! The HTTP API's handlers: each turns a request into one call on the store, run off the async
+//! workers (commits in place with `block_in_place`, the rest on the blocking pool) so that commits
+//! from many connections are in flight at once and share the engine's commit groups (the engine's
+//! queue does the grouping; the server adds no lock of its own).
 
 use crate::live::Live;
 use crate::wire::{
@@ -115,6 +116,9 @@ pub(crate) fn router(app: Arc<App>) -> Router {
         .route("/v1/gc", post(gc))
         .route("/v1/verify", post(verify))
         .route("/v1/reconcile", post(crate::reconcile::reconcile))
+        .route("/v1/table/create", post(crate::table::create))
+        .route("/v1/table/ls", get(crate::table::ls))
+        .route("/v1/table/publish", post(crate::table::publish))
         .route("/v1/pipeline/source", put(crate::pipeline::set_source))
         .route("/v1/pipeline/status", post(crate::pipeline::status))
         .route("/v1/pipeline/explain", post(crate::pipeline::explain))
@@ -197,6 +201,23 @@ pub(crate) type ApiResult<T> = Result<T, ApiError>;
 
 pub(crate) fn json<T: Serialize>(v: &T) -> Response {
     axum::Json(v).into_response()
+}
+
+/// Commits on this thread, handing the runtime's scheduler to another thread meanwhile
+/// (`block_in_place`) rather than sending the commit to the blocking pool and waking this task
+/// again when it is done: one thread hand-off per commit instead of two, and the answer is
+/// written by the thread that committed. Many commits in flight are still many threads in the
+/// engine's queue, so they share groups as before; whichever of them is oldest leads.
+fn commit_in_place(app: &App, batch: Batch) -> ApiResult<oncelake::CommitReport> {
+    let run = std::panic::AssertUnwindSafe(|| app.store.commit(batch));
+    match tokio::task::block_in_place(|| std::panic::catch_unwind(run)) {
+        Ok(r) => r.map_err(ApiError::from),
+        Err(_) => Err(ApiError::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "internal",
+            "the commit did not finish (it panicked); look the units up before retrying",
+        )),
+    }
 }
 
 /// Runs a store call on the blocking pool.
@@ -311,8 +332,7 @@ async fn put_unit(
         Intent::Put
     };
     let batch = Batch::new().item(q.unit.clone(), q.version, &staged, q.token, intent);
-    let app2 = app.clone();
-    let report = blocking(move || app2.store.commit(batch)).await?;
+    let report = commit_in_place(&app, batch)?;
     app.note_seq(report.seq);
     let unit = report.units.first().ok_or_else(|| {
         ApiError::new(
@@ -398,8 +418,7 @@ async fn commit(State(app): State<Arc<App>>, body: Body) -> ApiResult<Response> 
     if req.partial {
         batch = batch.partial();
     }
-    let app2 = app.clone();
-    let report = blocking(move || app2.store.commit(batch)).await?;
+    let report = commit_in_place(&app, batch)?;
     app.note_seq(report.seq);
     if !req.keep_staged {
         // A committed or rejected handle has done its job; dropping it unpins the object.
@@ -684,10 +703,56 @@ async fn gc(State(app): State<Arc<App>>, body: Body) -> ApiResult<Response> {
 struct VerifyReq {
     #[serde(default)]
     deep: bool,
+    /// Answer JSON lines: `{"progress":{"done":D,"total":T}}` while it runs, then the report
+    /// (`{"ok":..., "report":...}`) or `{"error":KIND,"message":...}`.
+    #[serde(default)]
+    progress: bool,
 }
+
+/// A verify that reports its progress as it goes (a deep verify of a large store takes minutes,
+/// and the CLI prints progress lines as it does in-process).
+fn verify_streamed(app: Arc<App>, deep: bool) -> Response {
+    let (tx, rx) = tokio::sync::mpsc::channel::<Result<Bytes, std::io::Error>>(16);
+    tokio::task::spawn_blocking(move || {
+        let mut last: Option<Instant> = None;
+        let report =
+            app.store
+                .verify_with_progress(oncelake::VerifyOptions { deep }, &mut |done, total| {
+                    if last.is_some_and(|t| t.elapsed() < PROGRESS_EVERY) {
+                        return;
+                    }
+                    last = Some(Instant::now());
+                    let line = serde_json::json!({"progress": {"done": done, "total": total}});
+                    // A full channel (a slow reader) skips a progress line, never the work.
+                    let _ = tx.try_send(Ok(Bytes::from(line.to_string() + "\n")));
+                });
+        let end = match report {
+            Ok(rep) => crate::stats::verify_json(&rep),
+            Err(e) => {
+                let e = ApiError::from(e);
+                serde_json::json!({"error": e.kind, "message": e.message})
+            }
+        };
+        let _ = tx.blocking_send(Ok(Bytes::from(end.to_string() + "\n")));
+    });
+    let stream = futures_util::stream::unfold(rx, |mut rx| async move {
+        rx.recv().await.map(|item| (item, rx))
+    });
+    (
+        [(header::CONTENT_TYPE, "application/x-ndjson")],
+        Body::from_stream(stream),
+    )
+        .into_response()
+}
+
+/// How often a verify with `progress` sends a progress line.
+const PROGRESS_EVERY: Duration = Duration::from_millis(200);
 
 async fn verify(State(app): State<Arc<App>>, body: Body) -> ApiResult<Response> {
     let r: VerifyReq = read_json(&app, body).await?;
+    if r.progress {
+        return Ok(verify_streamed(app, r.deep));
+    }
     let app2 = app.clone();
     let rep = blocking(move || app2.store.verify(oncelake::VerifyOptions { deep: r.deep })).await?;
     Ok(json(&crate::stats::verify_json(&rep)))

@@ -23,10 +23,13 @@ mod pipeline_cells;
 mod reconcile;
 #[cfg(feature = "server")]
 mod run;
+pub mod seed001;
 #[cfg(feature = "server")]
 mod snapshot;
 #[cfg(feature = "server")]
 mod staging;
+#[cfg(feature = "server")]
+mod table;
 // The server-side helpers in `stats` (metrics text, verify JSON) are unused by a client-only build.
 #[cfg_attr(not(feature = "server"), allow(dead_code, unused_imports))]
 pub mod stats;
@@ -34,6 +37,7 @@ pub mod wire;
 pub mod wire_cells;
 pub mod wire_pipeline;
 pub mod wire_reconcile;
+pub mod wire_table;
 pub mod wire_verify;
 
 pub use client::{Client, ClientError, PlanEnd, PlanEvent, ReconcileForm, SnapshotLease};

@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 /// What a load run does.
 #[derive(Clone, Debug)]
 pub struct LoadOptions {
-    /// Client threads, one connection per call each.
+    /// Client threads (sharing one client and its kept-alive connections).
     pub clients: usize,
     /// How long the clients run.
     pub duration: Duration,
@@ -28,6 +28,8 @@ pub struct LoadOptions {
     pub object_bytes: usize,
     /// How often the server's memory is sampled.
     pub sample_every: Duration,
+    /// The server's page cache in MiB (`serve --cache-mib`; its default when `None`).
+    pub server_cache_mib: Option<u64>,
 }
 
 impl Default for LoadOptions {
@@ -38,6 +40,7 @@ impl Default for LoadOptions {
             units_per_client: 64,
             object_bytes: 1024,
             sample_every: Duration::from_millis(200),
+            server_cache_mib: None,
         }
     }
 }
@@ -61,6 +64,9 @@ pub struct LoadReport {
     pub error_count: u64,
     /// (seconds since start, resident KiB) of the server.
     pub rss_kib: Vec<(f64, u64)>,
+    /// (seconds since start, anonymous resident KiB: heap and stacks, without the file pages
+    /// that are resident because they were read or mapped, which the kernel reclaims).
+    pub anon_kib: Vec<(f64, u64)>,
     /// Units of the model (the acknowledged state).
     pub model_units: usize,
     /// Model units absent or different through the server after the run.
@@ -88,6 +94,17 @@ impl LoadReport {
             .unwrap_or(0)
     }
 
+    /// The peak resident KiB in each of `parts` equal slices of the run (the curve a plateau
+    /// shows in).
+    pub fn peaks_by(&self, parts: usize) -> Vec<u64> {
+        peaks_by(&self.rss_kib, parts)
+    }
+
+    /// [`LoadReport::peaks_by`] of the anonymous resident memory.
+    pub fn anon_peaks_by(&self, parts: usize) -> Vec<u64> {
+        peaks_by(&self.anon_kib, parts)
+    }
+
     /// Memory is bounded: the last third's peak is at most the first third's plus `margin_kib`.
     pub fn memory_bounded(&self, margin_kib: u64) -> bool {
         self.third_peak_kib(2) <= self.third_peak_kib(0) + margin_kib
@@ -101,6 +118,18 @@ impl LoadReport {
             && self.reopened_mismatches.is_empty()
             && self.model_units > 0
     }
+}
+
+/// The peak of `samples` in each of `parts` equal slices of the run.
+fn peaks_by(samples: &[(f64, u64)], parts: usize) -> Vec<u64> {
+    let parts = parts.max(1);
+    let end = samples.last().map_or(0.0, |s| s.0).max(1e-9);
+    let mut out = vec![0; parts];
+    for (t, kib) in samples {
+        let i = ((t / end * parts as f64) as usize).min(parts - 1);
+        out[i] = out[i].max(*kib);
+    }
+    out
 }
 
 /// The acknowledged state: unit → (version, object).
@@ -119,10 +148,11 @@ pub fn serve_load(exe: &Path, scratch: &Path, opts: &LoadOptions) -> Result<Load
 
 /// Starts `exe serve store` and waits for its ready line; the server is killed if it never says
 /// it is ready.
-pub(crate) fn start_server(exe: &Path, store: &Path) -> Result<Child, String> {
+pub(crate) fn start_server(exe: &Path, store: &Path, extra: &[String]) -> Result<Child, String> {
     let mut server = Command::new(exe)
         .arg("serve")
         .arg(store)
+        .args(extra)
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())
         .spawn()
@@ -148,7 +178,11 @@ pub(crate) fn stop_server(server: &mut Child) {
 }
 
 fn run_against(exe: &Path, store: &Path, opts: &LoadOptions) -> Result<LoadReport, String> {
-    let mut server = start_server(exe, store)?;
+    let extra: Vec<String> = match opts.server_cache_mib {
+        Some(m) => vec!["--cache-mib".into(), m.to_string()],
+        None => Vec::new(),
+    };
+    let mut server = start_server(exe, store, &extra)?;
     let pid = server.id();
     let stop = Arc::new(AtomicBool::new(false));
     let sampler = {
@@ -161,7 +195,9 @@ fn run_against(exe: &Path, store: &Path, opts: &LoadOptions) -> Result<LoadRepor
     };
     let driven = drive(store, opts, &mut report);
     stop.store(true, Ordering::Relaxed);
-    report.rss_kib = sampler.join().unwrap_or_default();
+    let samples = sampler.join().unwrap_or_default();
+    report.rss_kib = samples.iter().map(|s| (s.0, s.1)).collect();
+    report.anon_kib = samples.iter().map(|s| (s.0, s.2)).collect();
     let model = match driven {
         Ok(m) => m,
         Err(e) => {
@@ -179,13 +215,14 @@ fn run_against(exe: &Path, store: &Path, opts: &LoadOptions) -> Result<LoadRepor
     Ok(report)
 }
 
-/// Samples the resident memory of `pid` until `stop`.
-fn sample_rss(pid: u32, stop: &AtomicBool, every: Duration) -> Vec<(f64, u64)> {
+/// Samples the resident memory of `pid` until `stop`: (seconds, VmRSS KiB, RssAnon KiB).
+fn sample_rss(pid: u32, stop: &AtomicBool, every: Duration) -> Vec<(f64, u64, u64)> {
     let t0 = Instant::now();
     let mut samples = Vec::new();
     while !stop.load(Ordering::Relaxed) {
         if let Some(kib) = rss_kib(pid) {
-            samples.push((t0.elapsed().as_secs_f64(), kib));
+            let anon = status_kib(pid, "RssAnon:").unwrap_or(0);
+            samples.push((t0.elapsed().as_secs_f64(), kib, anon));
         }
         std::thread::sleep(every);
     }
@@ -194,8 +231,13 @@ fn sample_rss(pid: u32, stop: &AtomicBool, every: Duration) -> Vec<(f64, u64)> {
 
 /// `VmRSS` of `/proc/PID/status`, in KiB.
 pub fn rss_kib(pid: u32) -> Option<u64> {
+    status_kib(pid, "VmRSS:")
+}
+
+/// A KiB field of `/proc/PID/status`.
+fn status_kib(pid: u32, field: &str) -> Option<u64> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    let line = status.lines().find(|l| l.starts_with("VmRSS:"))?;
+    let line = status.lines().find(|l| l.starts_with(field))?;
     line.split_whitespace().nth(1)?.parse().ok()
 }
 

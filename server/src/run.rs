@@ -24,6 +24,8 @@ pub struct ServeOptions {
     pub header_timeout: Duration,
     /// Longest wait for in-flight requests at shutdown.
     pub drain_timeout: Duration,
+    /// redb's page cache for the served store (the engine's default when `None`).
+    pub cache_bytes: Option<usize>,
 }
 
 impl Default for ServeOptions {
@@ -35,6 +37,7 @@ impl Default for ServeOptions {
             limits: Limits::default(),
             header_timeout: Duration::from_secs(30),
             drain_timeout: Duration::from_secs(30),
+            cache_bytes: None,
         }
     }
 }
@@ -100,15 +103,16 @@ async fn serve_async(
     ready: impl FnOnce(&str),
 ) -> Result<(), ServeError> {
     let store = {
-        let (d, wait) = (dir.to_path_buf(), opts.lock_wait);
+        let (d, wait, cache) = (dir.to_path_buf(), opts.lock_wait, opts.cache_bytes);
         tokio::task::spawn_blocking(move || {
-            oncelake::Store::open_with(
-                &d,
-                oncelake::Options {
-                    lock_wait: wait,
-                    ..Default::default()
-                },
-            )
+            let mut o = oncelake::Options {
+                lock_wait: wait,
+                ..Default::default()
+            };
+            if let Some(c) = cache {
+                o.cache_bytes = c;
+            }
+            oncelake::Store::open_with(&d, o)
         })
         .await
         .map_err(|e| io("open the store")(std::io::Error::other(e.to_string())))??

@@ -49,7 +49,7 @@ pub(crate) struct CommitBenchArgs {
     /// Client connection counts for --via-server, comma separated.
     #[arg(long, value_delimiter = ',', default_value = "1,16,64")]
     pub clients: Vec<usize>,
-    /// With --via-server: run seed 001's scenario instead (16 workers, 2,000 batches each
+    /// With --via-server: run seed 001's scenario instead (16 worker processes, 2,000 batches each
     /// delivered twice, 2–20 ms of work, claim → work → fenced put) (P9).
     #[arg(long, requires = "via_server")]
     pub seed001: bool,

@@ -166,6 +166,9 @@ pub(crate) enum BenchCommand {
     /// Open a store and print the open time and peak memory (used by `bench dedup`).
     #[command(hide = true)]
     Open(bench_dedup::OpenArgs),
+    /// One worker process of `bench commit --via-server --seed001` (talks to the bench on stdio).
+    #[command(hide = true)]
+    Seed001Worker(serve::Seed001WorkerArgs),
 }
 
 pub(crate) fn main() -> ExitCode {
@@ -249,6 +252,7 @@ fn run(cli: Cli) -> Result<u8, CliError> {
         Command::Bench(BenchCommand::Commit(a)) => bench::commit(a),
         Command::Bench(BenchCommand::Stage(a)) => bench_stage::run(a),
         Command::Bench(BenchCommand::ServeLoad(a)) => serve::bench_serve_load(a),
+        Command::Bench(BenchCommand::Seed001Worker(a)) => serve::seed001_worker(a),
         Command::Table(a) => table_cmds::run(a, wait),
         Command::Serve(a) => serve::serve(a, wait),
     }

@@ -4,11 +4,13 @@
 //! address file left by a killed server answers nothing: the command then runs in-process.
 
 use super::pipeline_cmds::PipelineCommand;
+use super::progress::CountingReader;
 use super::sim_cmds::{print_claim, print_prometheus, print_release, print_stats};
 use super::store_cmds::{
     check_output_path, ls_shows_internal, no_entry, outcome_code, print_init, print_log, print_ls,
     print_ls_end, print_put,
 };
+use super::table_cmds::TableCommand;
 use super::{exit, open_input, write_out_bytes, CliError, Command, Output};
 use oncelake_server::{Client, ClientError};
 use std::io::Write;
@@ -33,25 +35,44 @@ pub(crate) fn route(cmd: &Command) -> Option<Result<u8, CliError>> {
         Command::Stats(a) => stats(&client, a),
         Command::Claim(a) => claim(&client, a),
         Command::Release(a) => release(&client, a),
-        Command::Gc(a) => client
-            .gc(a.dry_run, Some(a.grace), Some(a.retain))
-            .map(|r| {
-                super::maint_cmds::print_gc(&Output::new(a.json), &a.store, &r);
+        Command::Gc(a) => {
+            // As in-process: GC reports no progress of its own, a heartbeat says it is alive.
+            let heartbeat = super::Heartbeat::start("gc");
+            let r = client.gc(a.dry_run, Some(a.grace), Some(a.retain));
+            drop(heartbeat);
+            r
+        }
+        .map(|r| {
+            super::maint_cmds::print_gc(&Output::new(a.json), &a.store, &r);
+            exit::OK
+        })
+        .map_err(client_error),
+        Command::Verify(a) => {
+            // The same progress as in-process: objects checked, reported by the server.
+            let progress = super::Progress::new("verify", "objects", None);
+            let r = client.verify_with_progress(a.deep, &mut |done, total| {
+                progress.set_total(total);
+                progress.update(done);
+            });
+            progress.finish();
+            r
+        }
+        .map(|r| {
+            super::maint_cmds::print_verify(&Output::new(a.json), &r);
+            if r.is_ok() {
                 exit::OK
-            })
-            .map_err(client_error),
-        Command::Verify(a) => client
-            .verify(a.deep)
-            .map(|r| {
-                super::maint_cmds::print_verify(&Output::new(a.json), &r);
-                if r.is_ok() {
-                    exit::OK
-                } else {
-                    exit::VERIFY_PROBLEMS
-                }
-            })
-            .map_err(client_error),
+            } else {
+                exit::VERIFY_PROBLEMS
+            }
+        })
+        .map_err(client_error),
         Command::Reconcile(a) => reconcile(&client, a),
+        Command::Table(t) => match &t.command {
+            TableCommand::Create(a) => table_create(&client, a),
+            TableCommand::Ls(a) => table_ls(&client, a),
+            TableCommand::Publish(a) => table_publish(&client, a),
+            TableCommand::Bench(_) => not_routed(store, &client),
+        },
         Command::Pipeline(p) => match &p.command {
             PipelineCommand::SetVersion(a) => pipeline_set_version(&client, a),
             PipelineCommand::Status(a) => pipeline_status(&client, a),
@@ -113,6 +134,120 @@ fn release(client: &Client, a: &super::sim_cmds::ReleaseArgs) -> Result<u8, CliE
         .map_err(client_error)
 }
 
+// `oncelake table ...` through the server: the output of `table_cmds` line for line (the
+// in-process printers take engine types that only exist next to an open store; the tests in
+// server/tests/serve_table.rs compare both outputs).
+
+const NO_TABLES: &str = "no tables; create one with `oncelake table create STORE NAME --prefix P`";
+
+fn table_json(t: &oncelake_server::wire_table::TableW) -> serde_json::Value {
+    serde_json::json!({
+        "table": t.table,
+        "format": t.format,
+        "prefix": t.prefix,
+        "path": t.path,
+        "version": t.version,
+        "seq": t.seq,
+    })
+}
+
+fn table_create(client: &Client, a: &super::table_cmds::CreateArgs) -> Result<u8, CliError> {
+    let t = client
+        .table_create(&a.name, &a.prefix, &a.format.to_string())
+        .map_err(client_error)?;
+    if a.json {
+        super::print_json(&table_json(&t));
+    } else {
+        println!(
+            "table {} ({}) publishes units under {:?} at {}",
+            t.table, t.format, t.prefix, t.path
+        );
+    }
+    Ok(exit::OK)
+}
+
+fn table_ls(client: &Client, a: &super::table_cmds::LsArgs) -> Result<u8, CliError> {
+    let all = client.table_ls().map_err(client_error)?;
+    if all.is_empty() && !a.json {
+        eprintln!("{NO_TABLES}");
+    }
+    for t in &all {
+        if a.json {
+            super::print_json(&table_json(t));
+        } else {
+            let version = match t.version {
+                Some(v) => format!("version {v} (seq {})", t.seq),
+                None => "not published yet".into(),
+            };
+            println!(
+                "{}\t{}\tprefix {:?}\t{version}",
+                t.table, t.format, t.prefix
+            );
+        }
+    }
+    Ok(exit::OK)
+}
+
+fn table_publish(client: &Client, a: &super::table_cmds::PublishArgs) -> Result<u8, CliError> {
+    let reports = client
+        .table_publish(a.name.as_deref())
+        .map_err(client_error)?;
+    if reports.is_empty() && !a.json {
+        eprintln!("{NO_TABLES}");
+    }
+    for r in &reports {
+        if a.json {
+            super::print_json(&serde_json::json!({
+                "table": r.table,
+                "app_id": r.app_id,
+                "versions": r.versions,
+                "adds": r.adds,
+                "removes": r.removes,
+                "skipped": r.skipped.iter().map(|s| serde_json::json!({"unit": s.unit, "seq": s.seq})).collect::<Vec<_>>(),
+                "version": r.version,
+                "seq": r.seq,
+            }));
+        } else {
+            let at = match r.version {
+                Some(v) => format!("at version {v} (seq {})", r.seq),
+                None => "nothing published yet (no Parquet unit under the prefix)".into(),
+            };
+            println!(
+                "{}: {} new versions, {} files added, {} removed; {at}",
+                r.table, r.versions, r.adds, r.removes
+            );
+            for s in &r.skipped {
+                println!(
+                    "  left out unit {:?} seq {}: unpublishable and superseded",
+                    s.unit, s.seq
+                );
+            }
+        }
+    }
+    Ok(exit::OK)
+}
+
+/// Counts the lines of a listing as they are read (the rows the server plans from) and reports
+/// them every 4096, as the in-process reconcile reports the rows it reads.
+struct LineCounter<'p, R> {
+    inner: R,
+    rows: u64,
+    reported: u64,
+    progress: &'p super::Progress,
+}
+
+impl<R: std::io::Read> std::io::Read for LineCounter<'_, R> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let n = self.inner.read(buf)?;
+        self.rows += buf[..n].iter().filter(|&&b| b == b'\n').count() as u64;
+        if self.rows >= self.reported + 4096 {
+            self.reported = self.rows;
+            self.progress.update(self.rows);
+        }
+        Ok(n)
+    }
+}
+
 /// The store a command works on, for the commands that open one.
 fn store_of(cmd: &Command) -> Option<&Path> {
     Some(match cmd {
@@ -127,6 +262,13 @@ fn store_of(cmd: &Command) -> Option<&Path> {
         Command::Gc(a) => &a.store,
         Command::Verify(a) => &a.store,
         Command::Reconcile(a) => &a.store,
+        Command::Table(t) => match &t.command {
+            TableCommand::Create(a) => &a.store,
+            TableCommand::Ls(a) => &a.store,
+            TableCommand::Publish(a) => &a.store,
+            // The benchmark makes stores of its own.
+            TableCommand::Bench(_) => return None,
+        },
         Command::Pipeline(p) => match &p.command {
             PipelineCommand::SetVersion(a) => &a.store,
             PipelineCommand::Status(a) => &a.store,
@@ -163,16 +305,29 @@ pub(crate) fn client_error(e: ClientError) -> CliError {
 fn put(client: &Client, a: &super::store_cmds::PutArgs) -> Result<u8, CliError> {
     oncelake::validate_user_key(&a.unit)?;
     let input = open_input(&a.file)?;
+    // The same progress as in-process: bytes read from the input as they are sent.
+    let total = input
+        .as_ref()
+        .and_then(|f| f.metadata().ok())
+        .filter(|m| m.is_file())
+        .map(|m| m.len());
+    let progress = super::Progress::new("put", "bytes read", total);
+    let counted = |inner| CountingReader {
+        inner,
+        read: 0,
+        progress: &progress,
+    };
     let sent = match input {
         None => client.put_reader(
             &a.unit,
             a.version,
             a.token,
             a.correct,
-            std::io::stdin().lock(),
+            counted(Box::new(std::io::stdin().lock()) as Box<dyn std::io::Read>),
         ),
-        Some(f) => client.put_reader(&a.unit, a.version, a.token, a.correct, f),
+        Some(f) => client.put_reader(&a.unit, a.version, a.token, a.correct, counted(Box::new(f))),
     };
+    progress.finish();
     let (u, meta) = sent.map_err(client_error)?;
     print_put(&Output::new(a.json), &u, &meta, a.token);
     Ok(outcome_code(&u.outcome))
@@ -274,8 +429,16 @@ fn reconcile(client: &Client, a: &super::reconcile_cmd::ReconcileArgs) -> Result
         print_sort_note,
     };
     use oncelake_server::{PlanEnd, PlanEvent, ReconcileForm};
-    let (mut input, format) = open_listing(a)?;
+    let (input, format) = open_listing(a)?;
     let sort = needs_sort(a, format)?;
+    // As in-process, rows read: counted as the listing's lines stream to the server.
+    let progress = super::Progress::new("reconcile", "rows read", None);
+    let mut input = LineCounter {
+        inner: input,
+        rows: 0,
+        reported: 0,
+        progress: &progress,
+    };
     let dir = a.tmp.clone().unwrap_or_else(std::env::temp_dir);
     let form = ReconcileForm {
         changes_only: a.changes_only,
@@ -308,7 +471,9 @@ fn reconcile(client: &Client, a: &super::reconcile_cmd::ReconcileArgs) -> Result
                 }
             },
         })
-        .map_err(client_error)?;
+        .map_err(client_error);
+    progress.finish();
+    let end = end?;
     match (end, write_failed) {
         (PlanEnd::Stopped, Some(e)) if e.kind() != std::io::ErrorKind::BrokenPipe => {
             Err(CliError::io("write the plan", e))

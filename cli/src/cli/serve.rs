@@ -23,6 +23,10 @@ pub(crate) struct ServeArgs {
     /// How long a client may stall while sending a request before it is dropped.
     #[arg(long, default_value = "30s", value_parser = parse_duration)]
     pub request_timeout: Duration,
+    /// redb's page cache in MiB (default: the engine's, 64); the server's memory is about this
+    /// plus a few tens of MiB.
+    #[arg(long)]
+    pub cache_mib: Option<usize>,
 }
 
 pub(crate) fn serve(a: ServeArgs, wait: Duration) -> Result<u8, CliError> {
@@ -50,6 +54,7 @@ pub(crate) fn serve(a: ServeArgs, wait: Duration) -> Result<u8, CliError> {
         allow_remote: a.allow_remote,
         lock_wait: wait,
         header_timeout: a.request_timeout,
+        cache_bytes: a.cache_mib.map(|m| m << 20),
         ..ServeOptions::default()
     };
     opts.limits.max_upload = a.max_upload;
@@ -155,7 +160,7 @@ pub(crate) fn bench_via_server(
 pub(crate) fn bench_seed001(dir: Option<PathBuf>, json: bool) -> Result<u8, CliError> {
     let scratch = dir.unwrap_or_else(std::env::temp_dir);
     let exe = std::env::current_exe().map_err(|e| CliError::io("find the oncelake binary", e))?;
-    let r = oncelake_server::bench::seed001_via_server(&exe, &scratch, 16, 2_000)
+    let r = oncelake_server::seed001::seed001_via_server(&exe, &scratch, 16, 2_000)
         .map_err(|e| CliError::Usage(format!("bench seed001 via server: {e}")))?;
     if json {
         super::print_json(&serde_json::json!({
@@ -163,7 +168,9 @@ pub(crate) fn bench_seed001(dir: Option<PathBuf>, json: bool) -> Result<u8, CliE
             "workers": r.workers,
             "batches": r.batches,
             "deliveries": r.deliveries,
+            "worker_processes": r.workers,
             "seconds": r.elapsed.as_secs_f64(),
+            "seconds_with_startup": r.wall_with_startup.as_secs_f64(),
             "batches_per_sec": r.batches_per_sec(),
             "computations": r.computations,
             "already_done": r.already_done,
@@ -173,11 +180,12 @@ pub(crate) fn bench_seed001(dir: Option<PathBuf>, json: bool) -> Result<u8, CliE
         }));
     } else {
         outln!(
-            "seed 001 through `oncelake serve`: {} workers, {} batches delivered twice: {:.0} batches/s ({:.1} s); {} computations, {} deliveries already done, {} held by another worker; {} batches written twice; {} committed",
+            "seed 001 through `oncelake serve`: {} worker processes, {} batches delivered twice: {:.0} batches/s ({:.1} s; {:.1} s with the workers' start-up); {} computations, {} deliveries already done, {} held by another worker; {} batches written twice; {} committed",
             r.workers,
             r.batches,
             r.batches_per_sec(),
             r.elapsed.as_secs_f64(),
+            r.wall_with_startup.as_secs_f64(),
             r.computations,
             r.already_done,
             r.held,
@@ -192,6 +200,25 @@ pub(crate) fn bench_seed001(dir: Option<PathBuf>, json: bool) -> Result<u8, CliE
     })
 }
 
+/// `oncelake bench seed001-worker STORE --worker NAME` (hidden): one worker process of
+/// `bench commit --via-server --seed001`; the bench hands it deliveries on stdin.
+#[derive(clap::Args, Debug)]
+pub(crate) struct Seed001WorkerArgs {
+    /// The served store.
+    pub store: PathBuf,
+    /// The worker's name (its claims' holder).
+    #[arg(long)]
+    pub worker: String,
+}
+
+pub(crate) fn seed001_worker(a: Seed001WorkerArgs) -> Result<u8, CliError> {
+    let stdin = std::io::stdin();
+    let stdout = std::io::stdout();
+    oncelake_server::seed001::worker(&a.store, &a.worker, &mut stdin.lock(), &mut stdout.lock())
+        .map_err(|e| CliError::Usage(format!("seed001 worker {}: {e}", a.worker)))?;
+    Ok(0)
+}
+
 /// `oncelake bench serve-load`: many clients against one server for a while, the server's
 /// memory sampled, every acknowledged commit checked afterwards (issue 13 point 5).
 #[derive(clap::Args, Debug)]
@@ -199,7 +226,7 @@ pub(crate) fn bench_seed001(dir: Option<PathBuf>, json: bool) -> Result<u8, CliE
     after_help = "Example:\n  oncelake bench serve-load --clients 64 --seconds 60\n  oncelake bench serve-load --clients 8 --seconds 2 --json"
 )]
 pub(crate) struct ServeLoadArgs {
-    /// Client threads (one connection per call each).
+    /// Client threads (sharing one client and its kept-alive connections).
     #[arg(long, default_value_t = 64)]
     pub clients: usize,
     /// How long the clients run.
@@ -212,6 +239,9 @@ pub(crate) struct ServeLoadArgs {
     /// Where the scratch store goes (default: the system's temporary directory).
     #[arg(long)]
     pub dir: Option<PathBuf>,
+    /// The server's page cache in MiB (`serve --cache-mib`; default: the engine's, 64).
+    #[arg(long)]
+    pub server_cache_mib: Option<u64>,
     /// One JSON object.
     #[arg(long)]
     pub json: bool,
@@ -223,6 +253,7 @@ pub(crate) fn bench_serve_load(a: ServeLoadArgs) -> Result<u8, CliError> {
     let opts = oncelake_server::load::LoadOptions {
         clients: a.clients.max(1),
         duration: Duration::from_secs(a.seconds.max(1)),
+        server_cache_mib: a.server_cache_mib,
         ..Default::default()
     };
     let progress = super::Progress::new("bench serve-load", "s", Some(a.seconds));
@@ -250,6 +281,9 @@ pub(crate) fn bench_serve_load(a: ServeLoadArgs) -> Result<u8, CliError> {
             "clean_exit": r.clean_exit,
             "rss_samples": r.rss_kib.len(),
             "rss_peak_kib_by_third": peaks,
+            "rss_peak_kib_by_tenth": r.peaks_by(10),
+            "anon_rss_peak_kib_by_tenth": r.anon_peaks_by(10),
+            "server_cache_mib": a.server_cache_mib,
             "margin_kib": margin,
             "memory_bounded": bounded,
         }));
@@ -273,6 +307,16 @@ pub(crate) fn bench_serve_load(a: ServeLoadArgs) -> Result<u8, CliError> {
             a.margin_mib,
             if bounded { "yes" } else { "NO" },
             r.clean_exit
+        );
+        let tenths: Vec<String> = r.peaks_by(10).iter().map(u64::to_string).collect();
+        outln!(
+            "  server RSS peak by tenth of the run, KiB: {}",
+            tenths.join(" ")
+        );
+        let anon: Vec<String> = r.anon_peaks_by(10).iter().map(u64::to_string).collect();
+        outln!(
+            "  of which anonymous (heap, stacks), KiB: {}",
+            anon.join(" ")
         );
         for e in r.errors.iter().chain(&r.served_mismatches).take(10) {
             errln!("  {e}");
