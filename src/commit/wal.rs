@@ -244,16 +244,23 @@ struct State {
     checkpointed: u64,
     /// Records up to this group are trimmed.
     trimmed: u64,
-    /// Bytes appended since the last checkpoint.
+    /// Bytes and records appended since the last checkpoint.
     bytes: u64,
+    groups: u64,
     /// When the last checkpoint was taken (the store's clock, ms).
     last_checkpoint_ms: u64,
 }
 
-/// Checkpoint at least this often while groups arrive (ms of the store's clock)...
+/// A checkpoint is taken once this many ms (of the store's clock) have passed since the last
+/// one, provided at least [`CHECKPOINT_MIN_GROUPS`] records were appended since: it writes the
+/// pages of every group since then at once, so it is worth its stall only over many groups, and a
+/// handful of records costs recovery nothing.
 pub(crate) const CHECKPOINT_INTERVAL_MS: u64 = 1_000;
-/// ...and once this many bytes of records are appended since the last one.
+pub(crate) const CHECKPOINT_MIN_GROUPS: u64 = 64;
+/// Whatever the time, a checkpoint is taken once this many bytes or records were appended since
+/// the last one: it bounds the log, the unsynced pages and the replay after a crash.
 pub(crate) const CHECKPOINT_BYTES: u64 = 64 << 20;
+pub(crate) const CHECKPOINT_MAX_GROUPS: u64 = 100_000;
 
 impl Wal {
     /// Opens the log at `dir/wal.redb` through the store's fault plan; with `fresh`, first
@@ -305,9 +312,11 @@ impl Wal {
     /// database) rather than a record.
     pub(crate) fn checkpoint_due(&self, now_ms: u64) -> bool {
         let s = self.state.lock();
+        let timed = now_ms.saturating_sub(s.last_checkpoint_ms) >= CHECKPOINT_INTERVAL_MS
+            || now_ms < s.last_checkpoint_ms;
         s.bytes >= CHECKPOINT_BYTES
-            || now_ms.saturating_sub(s.last_checkpoint_ms) >= CHECKPOINT_INTERVAL_MS
-            || now_ms < s.last_checkpoint_ms
+            || s.groups >= CHECKPOINT_MAX_GROUPS
+            || (timed && s.groups >= CHECKPOINT_MIN_GROUPS)
     }
 
     /// Notes that the store's database is durable through `group` (at `now_ms`).
@@ -315,6 +324,7 @@ impl Wal {
         let mut s = self.state.lock();
         s.checkpointed = s.checkpointed.max(group);
         s.bytes = 0;
+        s.groups = 0;
         s.last_checkpoint_ms = now_ms;
     }
 
@@ -341,6 +351,7 @@ impl Wal {
         let mut s = self.state.lock();
         s.trimmed = s.trimmed.max(trim_to);
         s.bytes += record.len() as u64;
+        s.groups += 1;
         Ok(())
     }
 
