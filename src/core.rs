@@ -140,7 +140,7 @@ pub(crate) struct Core {
     pub(crate) metrics: Metrics,
     pub(crate) last_durable_ms: AtomicU64,
     /// The write-ahead log (`None` on a read-only open).
-    pub(crate) wal: Option<crate::commit::wal::Wal>,
+    pub(crate) wal: Option<crate::schema::wal::Wal>,
     /// This store's identity (META `store_id`).
     pub(crate) store_id: u64,
     /// Whether this open created the store (or completed an interrupted creation).

@@ -17,7 +17,6 @@ use crate::object::ObjectId;
 use crate::schema::manifest::Entry;
 use crate::snapshot::Snapshot;
 use crate::stage::{Staged, Stager};
-pub(crate) use open::open_db as open_db_file;
 use open::{open_read_only, open_read_write};
 use parking_lot::{Mutex, RwLock};
 use std::fs::File;
@@ -32,7 +31,7 @@ pub use crate::layout::{DB_FILE, MARKER_FILE};
 
 /// The newest store format this build reads and writes. Format 2 seals every redb value with a
 /// checksum over its table, key and value (`schema::codec::seal`); format 3 adds the write-ahead
-/// log (`wal.redb`, `commit::wal`) and the database's applied-group counter. Older stores are
+/// log (`wal.redb`, `schema::wal`) and the database's applied-group counter. Older stores are
 /// upgraded in place on their first read-write open (see `upgrade`); a format-2 store also opens
 /// read-only as it is.
 pub const FORMAT_VERSION: u32 = 3;

@@ -76,7 +76,11 @@ fn script(steps: usize) -> Vec<Step> {
             .map(|(j, u)| {
                 let v = versions.get(u).copied().unwrap_or(0);
                 let version = if stale && j == 0 { v - 1 } else { v + 1 };
-                (u.clone(), version, format!("step {i} unit {j}").into_bytes())
+                (
+                    u.clone(),
+                    version,
+                    format!("step {i} unit {j}").into_bytes(),
+                )
             })
             .collect();
         if !stale {
@@ -153,7 +157,11 @@ fn check(dir: &Path, clock: &ManualClock, acked: &Acked, label: &str) {
         .as_ref()
         .and_then(|s| apply(&acked.model, s));
     if now == acked.model {
-        assert_eq!(snap.seq(), last_seq, "{label}: no seq beyond the acknowledged");
+        assert_eq!(
+            snap.seq(),
+            last_seq,
+            "{label}: no seq beyond the acknowledged"
+        );
     } else {
         assert_eq!(
             Some(&now),
@@ -254,7 +262,10 @@ fn acknowledged_commits_are_in_the_log_alone_and_the_open_replays_them() {
     check(&dir, &clock, &acked, "after the cut");
     // After a clean close the log is empty and a read-only open works.
     let store = Store::open_with(&dir, ro).unwrap();
-    assert_eq!(view(&store.snapshot().unwrap()).len(), acked.model.len() + 1);
+    assert_eq!(
+        view(&store.snapshot().unwrap()).len(),
+        acked.model.len() + 1
+    );
 }
 
 #[test]
@@ -295,7 +306,10 @@ fn a_format_2_store_is_read_as_it_is_and_upgraded_by_a_read_write_open() {
     let store = Store::open_with(&dir, ro).unwrap();
     assert_eq!(view(&store.snapshot().unwrap()), acked.model);
     drop(store);
-    assert!(!dir.join("wal.redb").exists(), "a read-only open writes nothing");
+    assert!(
+        !dir.join("wal.redb").exists(),
+        "a read-only open writes nothing"
+    );
 
     let store = Store::open_with(&dir, real_options(&clock)).unwrap();
     assert_eq!(view(&store.snapshot().unwrap()), acked.model);

@@ -1,6 +1,8 @@
 //! The commit leader's work: decide every operation of a group in log order against the state in
-//! one redb write transaction, write it, sync once, and only then publish the results (dedup
-//! index, metrics) and answer the writers.
+//! one redb write transaction, write it, make it durable with one sync — in the durable mode the
+//! sync of the group's write-ahead record ([`crate::schema::wal`]), after which the transaction
+//! is committed unsynced, or now and then a synced commit of the transaction itself (a
+//! checkpoint) — and only then publish the results (dedup index, metrics) and answer the writers.
 //!
 //! Every decision reads the transaction's own view, so an operation sees the effects of the ones
 //! before it in the same group: two writers of the same unit in one group are decided exactly as
@@ -16,8 +18,8 @@ use crate::metrics::add;
 use crate::schema::claim::ClaimRecord;
 use crate::schema::log::{ClaimChange, LogEntry, Record, RecordBody};
 use crate::schema::manifest::EntryValue;
-use crate::commit::wal::Redo;
 use crate::schema::meta::{self, COUNTERS, HISTORY_FROM, NEXT_SEQ, NEXT_TOKEN, WAL_GROUP};
+use crate::schema::wal::{Redo, MAX_RECORD};
 use crate::schema::{extension, CLAIMS, CLAIMS_TABLE, EXTENSIONS, HISTORY, LOG, MANIFEST, META};
 use crate::stage::Staged;
 use redb::{ReadableTable, Table};
@@ -272,7 +274,7 @@ fn write_group(inner: &Core, ops: Vec<Op>) -> Result<GroupResult> {
         redb::Durability::None
     })
     .db("set the durability")?;
-    let (dones, index, counts, group) = {
+    let (dones, index, counts, group, redo) = {
         let mut meta = txn.open_table(META).db("open the meta table")?;
         let (next_seq, next_token) = (meta::get(&meta, NEXT_SEQ)?, meta::get(&meta, NEXT_TOKEN)?);
         #[cfg(debug_assertions)]
@@ -314,23 +316,35 @@ fn write_group(inner: &Core, ops: Vec<Op>) -> Result<GroupResult> {
         record_metrics(&counts, &dones, w.index.len());
         add(&counts.claims_expired, w.expired_leases);
         meta::add_counters(&mut meta, &counts, next_seq.saturating_sub(1))?;
-        let group = crate::commit::wal::applied_group(&meta)? + 1;
+        let group = crate::schema::wal::applied_group(&meta)? + 1;
         meta::put(&mut meta, WAL_GROUP, group)?;
         #[cfg(debug_assertions)]
         crate::commit::invariants::assert_group(inner, &w.log, before, &meta)?;
         let index = std::mem::take(&mut w.index);
-        if let (Some(wal), Some(mut redo)) = (wal, w.redo.take()) {
+        let mut redo = w.redo.take();
+        if let Some(redo) = redo.as_mut() {
             for key in [NEXT_SEQ, NEXT_TOKEN, HISTORY_FROM, COUNTERS, WAL_GROUP] {
                 if let Some(v) = meta.get(key).db("read the meta table")? {
                     redo.meta(key, v.value());
                 }
             }
+        }
+        (dones, index, counts, group, redo)
+    };
+    let mut durable = durable;
+    if let Some(wal) = wal {
+        match redo.filter(|r| r.len() <= MAX_RECORD) {
             // Durable before the group's rows become visible (the commit below): a reader never
             // sees a group a crash could take back, and an acknowledged group is in the log.
-            wal.append(group, &redo.frame(group))?;
+            Some(redo) => wal.append(group, &redo.frame(group))?,
+            // A group this large (a bulk load) gains nothing from the log: it is a checkpoint.
+            None => {
+                txn.set_durability(redb::Durability::Immediate)
+                    .db("set the durability")?;
+                durable = true;
+            }
         }
-        (dones, index, counts, group)
-    };
+    }
     txn.commit().db("commit the group")?;
     if durable {
         inner.last_durable_ms.store(now_ms, Ordering::Relaxed);

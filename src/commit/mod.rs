@@ -6,7 +6,6 @@ pub(crate) mod apply;
 pub mod invariants;
 pub(crate) mod queue;
 pub mod rules;
-pub(crate) mod wal;
 
 use crate::error::{Error, Result};
 use crate::key::{validate_key, validate_user_key};

@@ -31,7 +31,6 @@
 use super::{new_store_id, FORMAT_VERSION, REDB_MAGIC};
 use crate::core::{Db, Options};
 use crate::error::{DbContext, Error, IoContext, Result};
-use crate::commit::wal::Wal;
 use crate::fault::FaultyBackend;
 use crate::layout::{DB_FILE, LOCK_FILE, MARKER_FILE};
 use crate::schema::claim::ClaimRecord;
@@ -40,6 +39,7 @@ use crate::schema::meta::{
     self, FORMAT as META_FORMAT, HISTORY_FROM as META_HISTORY_FROM, NEXT_SEQ as META_NEXT_SEQ,
     NEXT_TOKEN as META_NEXT_TOKEN, STORE_ID as META_STORE_ID, WAL_GROUP as META_WAL_GROUP,
 };
+use crate::schema::wal::{Wal, WAL_FILE};
 use crate::schema::{extension, CLAIMS, EXTENSIONS, HISTORY, LOG, MANIFEST, META, META_V1};
 use crate::vfs::Vfs;
 use redb::{ReadableDatabase, ReadableTable, TableDefinition};
@@ -123,7 +123,7 @@ pub(super) fn open_read_only(dir: &Path, options: &Options) -> Result<(Db, File)
         // Format 2 differs only by having no write-ahead log: read as it is.
         Some(2) => Ok((Db::Read(db), lock)),
         Some(f) if f == FORMAT_VERSION => {
-            if crate::commit::wal::has_unapplied(dir, &db)? {
+            if crate::schema::wal::has_unapplied(dir, &db)? {
                 return Err(read_only(
                     dir,
                     "its write-ahead log (wal.redb) holds commits not yet applied to its database (it was not closed cleanly): open it once read-write on writable media to apply them",
@@ -283,7 +283,7 @@ fn is_creation_leftover(entry: &std::fs::DirEntry) -> Result<bool> {
             .is_none())
     };
     Ok(match name {
-        LOCK_FILE | DB_FILE | MARKER_TMP | crate::commit::wal::WAL_FILE => kind.is_file(),
+        LOCK_FILE | DB_FILE | MARKER_TMP | crate::schema::wal::WAL_FILE => kind.is_file(),
         "staging" => kind.is_dir() && empty_dir(&path)?,
         "objects" if kind.is_dir() => {
             for sub in std::fs::read_dir(&path).ctx(|| format!("list {}", path.display()))? {
@@ -378,11 +378,7 @@ fn finish(
     if format > FORMAT_VERSION {
         return Err(newer(dir, format));
     }
-    let wal = if marker == Some(FORMAT_VERSION) {
-        Wal::open(dir, options, false)?
-    } else {
-        Wal::open(dir, options, true)?
-    };
+    let wal = open_wal(dir, options, marker != Some(FORMAT_VERSION))?;
     if format < FORMAT_VERSION {
         upgrade(&db, format)?;
     }
@@ -405,6 +401,39 @@ fn init_layout(dir: &Path, vfs: &dyn Vfs) -> Result<()> {
     vfs.sync_dir(&objects)
         .ctx(|| format!("fsync {}", objects.display()))?;
     vfs.sync_dir(dir).ctx(|| format!("fsync {}", dir.display()))
+}
+
+/// Opens the write-ahead log `dir/wal.redb` through the store's fault plan; with `fresh`, first
+/// removes whatever is there and creates it empty (see [`finish`] for when that is safe).
+/// Without it, a missing or unreadable log is damage: it may hold acknowledged groups.
+fn open_wal(dir: &Path, options: &Options, fresh: bool) -> Result<Wal> {
+    let path = dir.join(WAL_FILE);
+    let vfs = options.vfs.as_ref();
+    if fresh {
+        match vfs.remove(&path) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                return Err(Error::io(format!("remove {}", path.display()), e))
+            }
+            _ => {}
+        }
+    } else if !path.exists() {
+        return Err(crate::schema::wal::damaged(
+            &path,
+            "the file is missing, and with it any commit not yet checkpointed",
+        ));
+    }
+    let db = match open_db(&path, options, fresh) {
+        Err(Error::Corrupt { detail, .. }) => {
+            return Err(crate::schema::wal::damaged(&path, detail))
+        }
+        r => r?,
+    };
+    let wal = Wal::new(db, path, options.clock.now_ms())?;
+    if fresh {
+        vfs.sync_dir(dir)
+            .ctx(|| format!("fsync {}", dir.display()))?;
+    }
+    Ok(wal)
 }
 
 /// Writes the marker atomically: temp file, fsync, rename over, directory fsync.
@@ -487,7 +516,7 @@ pub(super) fn read_format(db: &dyn ReadableDatabase) -> Result<Option<u32>> {
         .map_err(|_| Error::corrupt_record("meta", META_FORMAT, format!("format {format}")))
 }
 
-pub(crate) fn open_db(path: &Path, options: &Options, create: bool) -> Result<redb::Database> {
+fn open_db(path: &Path, options: &Options, create: bool) -> Result<redb::Database> {
     let file = OpenOptions::new()
         .read(true)
         .write(true)

@@ -55,6 +55,10 @@ impl Tbl {
     }
 }
 
+/// The largest redo a group writes to the log; a larger group (a bulk load) is a checkpoint
+/// instead: its own synced commit costs about what its pages cost anyway.
+pub(crate) const MAX_RECORD: usize = 4 << 20;
+
 /// A group's redo, built by the leader as it writes the group's rows.
 #[derive(Debug, Default)]
 pub(crate) struct Redo {
@@ -62,6 +66,10 @@ pub(crate) struct Redo {
 }
 
 impl Redo {
+    /// Bytes recorded so far.
+    pub(crate) fn len(&self) -> usize {
+        self.buf.len()
+    }
     fn head(&mut self, t: Tbl, remove: bool) {
         self.buf.push(t as u8);
         self.buf.push(u8::from(remove));
@@ -118,7 +126,7 @@ impl Redo {
     }
 }
 
-fn damaged(path: &Path, detail: impl std::fmt::Display) -> Error {
+pub(crate) fn damaged(path: &Path, detail: impl std::fmt::Display) -> Error {
     Error::Corrupt {
         path: path.to_path_buf(),
         detail: format!("its write-ahead log is damaged: {detail}"),
@@ -222,8 +230,14 @@ fn apply_redo(txn: &redb::WriteTransaction, path: &Path, group: u64, payload: &[
 
 /// The number of the newest group applied to the store's database (0: none yet, or a store from
 /// before the write-ahead log).
-pub(crate) fn applied_group(meta_table: &impl ReadableTable<&'static str, &'static [u8]>) -> Result<u64> {
-    if meta_table.get(meta::WAL_GROUP).db("read the meta table")?.is_none() {
+pub(crate) fn applied_group(
+    meta_table: &impl ReadableTable<&'static str, &'static [u8]>,
+) -> Result<u64> {
+    if meta_table
+        .get(meta::WAL_GROUP)
+        .db("read the meta table")?
+        .is_none()
+    {
         return Ok(0);
     }
     meta::get(meta_table, meta::WAL_GROUP)
@@ -263,46 +277,19 @@ pub(crate) const CHECKPOINT_BYTES: u64 = 64 << 20;
 pub(crate) const CHECKPOINT_MAX_GROUPS: u64 = 100_000;
 
 impl Wal {
-    /// Opens the log at `dir/wal.redb` through the store's fault plan; with `fresh`, first
-    /// removes whatever is there and creates it empty (see `store::open::finish` for when that is
-    /// safe). Without it, a missing or unreadable log is damage: it may hold acknowledged groups.
-    pub(crate) fn open(dir: &Path, options: &crate::core::Options, fresh: bool) -> Result<Wal> {
-        let path = dir.join(WAL_FILE);
-        if fresh {
-            match options.vfs.remove(&path) {
-                Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
-                    return Err(Error::io(format!("remove {}", path.display()), e))
-                }
-                _ => {}
-            }
-        } else if !path.exists() {
-            return Err(damaged(
-                &path,
-                "the file is missing, and with it any commit not yet checkpointed",
-            ));
-        }
-        let db = match crate::store::open_db_file(&path, options, fresh) {
-            Err(Error::Corrupt { detail, .. }) => return Err(damaged(&path, detail)),
-            r => r?,
-        };
-        {
-            let mut txn = db.begin_write().db("begin the write-ahead log")?;
-            txn.set_durability(redb::Durability::Immediate)
-                .db("set the durability")?;
-            txn.open_table(WAL).db("create the write-ahead log")?;
-            txn.commit().db("create the write-ahead log")?;
-        }
-        if fresh {
-            options
-                .vfs
-                .sync_dir(dir)
-                .map_err(|e| Error::io(format!("fsync {}", dir.display()), e))?;
-        }
+    /// The log in `db` (opened and created by `store::open`, the file at `path`); `now_ms` is
+    /// when the checkpoint interval starts.
+    pub(crate) fn new(db: redb::Database, path: PathBuf, now_ms: u64) -> Result<Wal> {
+        let mut txn = db.begin_write().db("begin the write-ahead log")?;
+        txn.set_durability(redb::Durability::Immediate)
+            .db("set the durability")?;
+        txn.open_table(WAL).db("create the write-ahead log")?;
+        txn.commit().db("create the write-ahead log")?;
         Ok(Wal {
             db,
             path,
             state: parking_lot::Mutex::new(State {
-                last_checkpoint_ms: options.clock.now_ms(),
+                last_checkpoint_ms: now_ms,
                 ..State::default()
             }),
         })
@@ -345,7 +332,8 @@ impl Wal {
                 t.retain_in(..=trim_to, |_, _| false)
                     .db("trim the write-ahead log")?;
             }
-            t.insert(group, record).db("append to the write-ahead log")?;
+            t.insert(group, record)
+                .db("append to the write-ahead log")?;
         }
         txn.commit().db("commit a write-ahead append")?;
         let mut s = self.state.lock();
@@ -357,7 +345,10 @@ impl Wal {
 
     /// Removes every record (after a checkpoint that covers them all: on close), synced.
     pub(crate) fn trim_all(&self) -> Result<()> {
-        let mut txn = self.db.begin_write().db("begin trimming the write-ahead log")?;
+        let mut txn = self
+            .db
+            .begin_write()
+            .db("begin trimming the write-ahead log")?;
         txn.set_durability(redb::Durability::Immediate)
             .db("set the durability")?;
         {
@@ -403,7 +394,12 @@ impl Wal {
                             ),
                         ));
                     }
-                    apply_redo(&txn, &self.path, group, unframe(&self.path, group, v.value())?)?;
+                    apply_redo(
+                        &txn,
+                        &self.path,
+                        group,
+                        unframe(&self.path, group, v.value())?,
+                    )?;
                     last = group;
                     replayed += 1;
                 }
@@ -471,7 +467,10 @@ mod tests {
         let mut f = r.frame(3);
         let p = Path::new("wal.redb");
         assert!(unframe(p, 3, &f).is_ok());
-        assert!(unframe(p, 4, &f).is_err(), "a record under another group's key");
+        assert!(
+            unframe(p, 4, &f).is_err(),
+            "a record under another group's key"
+        );
         let n = f.len();
         f[n / 2] ^= 1;
         assert!(unframe(p, 3, &f).is_err());
