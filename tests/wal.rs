@@ -324,3 +324,32 @@ fn a_format_2_store_is_read_as_it_is_and_upgraded_by_a_read_write_open() {
     assert!(dir.join("wal.redb").exists());
     check(&dir, &clock, &acked, "upgraded");
 }
+
+#[test]
+fn a_store_whose_log_is_missing_or_damaged_is_refused_not_opened_without_it() {
+    let tmp = scratch("oncelake-wal");
+    let clock = ManualClock::new(T0);
+    let base = tmp.path().join("base");
+    let store = Store::open_with(&base, real_options(&clock)).unwrap();
+    run(&store, &script(5));
+    drop(store);
+    // Missing: it could have held acknowledged commits, so the open refuses and says so.
+    let missing = tmp.path().join("missing");
+    copy_dir(&base, &missing);
+    std::fs::remove_file(missing.join("wal.redb")).unwrap();
+    let err = Store::open_with(&missing, real_options(&clock)).unwrap_err();
+    assert!(matches!(err, Error::Corrupt { .. }), "{err}");
+    assert!(err.to_string().contains("write-ahead log"), "{err}");
+    assert!(!missing.join("wal.redb").exists(), "nothing was recreated");
+    // Not a redb file at all.
+    let garbage = tmp.path().join("garbage");
+    copy_dir(&base, &garbage);
+    std::fs::write(garbage.join("wal.redb"), vec![0x5a; 8192]).unwrap();
+    let err = Store::open_with(&garbage, real_options(&clock)).unwrap_err();
+    assert!(matches!(err, Error::Corrupt { .. }), "{err}");
+    assert_eq!(
+        std::fs::read(garbage.join("wal.redb")).unwrap(),
+        vec![0x5a; 8192],
+        "the damaged log is left as it was"
+    );
+}

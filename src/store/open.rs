@@ -426,6 +426,10 @@ fn open_wal(dir: &Path, options: &Options, fresh: bool) -> Result<Wal> {
         Err(Error::Corrupt { detail, .. }) => {
             return Err(crate::schema::wal::damaged(&path, detail))
         }
+        // redb reports a file that is not a database (bad magic number) as invalid data.
+        Err(Error::Io { source, .. }) if source.kind() == std::io::ErrorKind::InvalidData => {
+            return Err(crate::schema::wal::damaged(&path, source.to_string()))
+        }
         r => r?,
     };
     let wal = Wal::new(db, path, options.clock.now_ms())?;
