@@ -139,6 +139,8 @@ pub(crate) struct Core {
     pub(crate) options: Options,
     pub(crate) metrics: Metrics,
     pub(crate) last_durable_ms: AtomicU64,
+    /// The write-ahead log (`None` on a read-only open).
+    pub(crate) wal: Option<crate::schema::wal::Wal>,
     /// This store's identity (META `store_id`).
     pub(crate) store_id: u64,
     /// Whether this open created the store (or completed an interrupted creation).
@@ -233,12 +235,17 @@ impl Drop for Core {
             // The durable state is unknown: neither sync nor persist an index that may not match.
             return;
         }
-        // Relaxed mode: make the acknowledged tail durable on a clean close.
-        if matches!(self.options.durability, Durability::Relaxed { .. }) {
-            let synced = self.db.begin_write().is_ok_and(|mut txn| {
-                txn.set_durability(redb::Durability::Immediate).is_ok() && txn.commit().is_ok()
-            });
-            if !synced {
+        // Make the acknowledged tail durable in the database on a clean close (relaxed mode's
+        // unsynced groups, the durable mode's groups since the last checkpoint), then trim the
+        // write-ahead log it covered: a cleanly closed store has nothing to replay.
+        let synced = self.db.begin_write().is_ok_and(|mut txn| {
+            txn.set_durability(redb::Durability::Immediate).is_ok() && txn.commit().is_ok()
+        });
+        if !synced {
+            return;
+        }
+        if let Some(wal) = &self.wal {
+            if wal.trim_all().is_err() {
                 return;
             }
         }

@@ -60,10 +60,8 @@ pub struct FaultPlan {
 /// What the power-loss model knows about durability.
 #[derive(Debug, Default)]
 struct Durable {
-    /// The database file as of its last successful sync (or as opened).
-    db_image: Option<Vec<u8>>,
-    /// The database writes and resizes since then, in order.
-    db_pending: Vec<DbChange>,
+    /// Each database file (the store's and its write-ahead log's), by path.
+    dbs: Vec<DbModel>,
     /// Files created through the Vfs: each path's file ("inode").
     names: HashMap<PathBuf, u64>,
     /// Per file created through the Vfs: bytes written, and how many of them are synced.
@@ -71,6 +69,16 @@ struct Durable {
     next_file: u64,
     /// Directory entry changes through the Vfs, oldest first.
     entries: Vec<EntryChange>,
+}
+
+/// One database file as the power-loss model sees it.
+#[derive(Debug)]
+struct DbModel {
+    path: PathBuf,
+    /// The file as of its last successful sync (or as opened).
+    image: Option<Vec<u8>>,
+    /// The writes and resizes since then, in order.
+    pending: Vec<DbChange>,
 }
 
 #[derive(Debug)]
@@ -205,7 +213,8 @@ impl FaultPlan {
 
     /// The pessimistic power cut: throws away, on the real file system, everything that was not
     /// made durable, tearing nothing. Call it after the store is dropped and before it is
-    /// reopened. `db_file` is the store's database file.
+    /// reopened. `db_file` is the store's database file; every other database file opened
+    /// under the plan (the write-ahead log) is cut at the path it was opened at.
     pub fn apply_power_loss(&self, db_file: &Path) -> io::Result<()> {
         self.cut(db_file, None).map(|_| ())
     }
@@ -221,9 +230,13 @@ impl FaultPlan {
         let mut report = PowerLoss::default();
         let kept = cut_files(&d, rng.as_mut(), &mut report)?;
         undo_entries(d.entries, &kept, rng.as_mut(), &mut report)?;
-        if let Some(image) = d.db_image {
-            let image = cut_db(image, d.db_pending, rng.as_mut(), &mut report);
-            std::fs::write(db_file, image)?;
+        for (i, db) in d.dbs.into_iter().enumerate() {
+            if let Some(image) = db.image {
+                let image = cut_db(image, db.pending, rng.as_mut(), &mut report);
+                // The first database opened under the plan is the store's own.
+                let path = if i == 0 { db_file } else { db.path.as_path() };
+                std::fs::write(path, image)?;
+            }
         }
         Ok(report)
     }
@@ -714,19 +727,45 @@ impl Vfs for FaultyVfs {
 pub(crate) struct FaultyBackend {
     inner: FileBackend,
     plan: Arc<FaultPlan>,
+    /// This file's model in `plan.durable.dbs`.
+    model: usize,
 }
 
 impl FaultyBackend {
-    pub(crate) fn new(inner: FileBackend, plan: Arc<FaultPlan>) -> Self {
-        let b = FaultyBackend { inner, plan };
+    /// Wraps the database file at `path` (the power-loss model keeps one image per path).
+    pub(crate) fn new(inner: FileBackend, plan: Arc<FaultPlan>, path: &Path) -> Self {
+        let mut b = FaultyBackend {
+            inner,
+            plan,
+            model: 0,
+        };
         if b.plan.modelling() {
-            // What is on disk when the store opens is durable.
+            // What is on disk when the file opens is durable.
             let image = b.image().ok();
             let mut d = b.plan.durable.lock();
-            d.db_image = image;
-            d.db_pending.clear();
+            let i = match d.dbs.iter().position(|m| m.path == path) {
+                Some(i) => i,
+                None => {
+                    d.dbs.push(DbModel {
+                        path: path.to_path_buf(),
+                        image: None,
+                        pending: Vec::new(),
+                    });
+                    d.dbs.len() - 1
+                }
+            };
+            d.dbs[i].image = image;
+            d.dbs[i].pending.clear();
+            drop(d);
+            b.model = i;
         }
         b
+    }
+
+    fn pending(&self, c: DbChange) {
+        if let Some(m) = self.plan.durable.lock().dbs.get_mut(self.model) {
+            m.pending.push(c);
+        }
     }
 
     fn image(&self) -> io::Result<Vec<u8>> {
@@ -747,11 +786,7 @@ impl StorageBackend for FaultyBackend {
         self.plan.check("database resize", false)?;
         self.inner.set_len(len)?;
         if self.plan.modelling() {
-            self.plan
-                .durable
-                .lock()
-                .db_pending
-                .push(DbChange::SetLen(len));
+            self.pending(DbChange::SetLen(len));
         }
         Ok(())
     }
@@ -768,8 +803,11 @@ impl StorageBackend for FaultyBackend {
         self.inner.sync_data()?;
         if self.plan.modelling() {
             let mut d = self.plan.durable.lock();
-            let pending = std::mem::take(&mut d.db_pending);
-            if let Some(image) = d.db_image.as_mut() {
+            let Some(m) = d.dbs.get_mut(self.model) else {
+                return Ok(());
+            };
+            let pending = std::mem::take(&mut m.pending);
+            if let Some(image) = m.image.as_mut() {
                 for c in pending {
                     match c {
                         DbChange::SetLen(len) => image.resize(len as usize, 0),
@@ -790,7 +828,7 @@ impl StorageBackend for FaultyBackend {
         self.plan.check("database write", false)?;
         self.inner.write(offset, data)?;
         if self.plan.modelling() {
-            self.plan.durable.lock().db_pending.push(DbChange::Write {
+            self.pending(DbChange::Write {
                 offset,
                 data: data.to_vec(),
             });

@@ -30,9 +30,11 @@ pub use crate::core::{Committed, Durability, Options};
 pub use crate::layout::{DB_FILE, MARKER_FILE};
 
 /// The newest store format this build reads and writes. Format 2 seals every redb value with a
-/// checksum over its table, key and value (`schema::codec::seal`); a format-1 store is upgraded
-/// in place on its first read-write open (see `upgrade`).
-pub const FORMAT_VERSION: u32 = 2;
+/// checksum over its table, key and value (`schema::codec::seal`); format 3 adds the write-ahead
+/// log (`wal.redb`, `schema::wal`) and the database's applied-group counter. Older stores are
+/// upgraded in place on their first read-write open (see `upgrade`); a format-2 store also opens
+/// read-only as it is.
+pub const FORMAT_VERSION: u32 = 3;
 const REDB_MAGIC: [u8; 9] = [b'r', b'e', b'd', b'b', 0x1A, 0x0A, 0xA9, 0x0D, 0x0A];
 
 /// What a store handle shares: the write queue in front of the core.
@@ -71,12 +73,19 @@ impl Store {
     /// store; a creation interrupted at any point is completed by the next open.
     pub fn open_with(dir: impl AsRef<Path>, options: Options) -> Result<Store> {
         let dir = dir.as_ref().to_path_buf();
-        let (db, lock, created) = if options.read_only {
+        let (db, lock, created, wal) = if options.read_only {
             let (db, lock) = crate::error::contain(|| open_read_only(&dir, &options))?;
-            (db, lock, false)
+            (db, lock, false, None)
         } else {
-            crate::error::contain(|| open_read_write(&dir, &options))?
+            let (db, lock, created, wal) =
+                crate::error::contain(|| open_read_write(&dir, &options))?;
+            (db, lock, created, Some(wal))
         };
+        // Recovery: the groups the write-ahead log holds beyond the database go in before
+        // anything reads the database (the index below included).
+        if let (Some(wal), crate::core::Db::Write(main)) = (&wal, &db) {
+            crate::error::contain(|| wal.recover(main))?;
+        }
         let (store_id, index, open_report) =
             crate::error::contain(|| crate::core::load_state(&db, &dir, options.vfs.as_ref()))?;
         let persisted = crate::error::contain(|| crate::schema::meta::stored_counters(&*db))?;
@@ -91,6 +100,7 @@ impl Store {
             failed: Mutex::new(None),
             metrics: crate::metrics::Metrics::from_persisted(&persisted),
             last_durable_ms: AtomicU64::new(now),
+            wal,
             options,
             db,
             dir,

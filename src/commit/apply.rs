@@ -1,6 +1,8 @@
 //! The commit leader's work: decide every operation of a group in log order against the state in
-//! one redb write transaction, write it, sync once, and only then publish the results (dedup
-//! index, metrics) and answer the writers.
+//! one redb write transaction, write it, make it durable with one sync — in the durable mode the
+//! sync of the group's write-ahead record ([`crate::schema::wal`]), after which the transaction
+//! is committed unsynced, or now and then a synced commit of the transaction itself (a
+//! checkpoint) — and only then publish the results (dedup index, metrics) and answer the writers.
 //!
 //! Every decision reads the transaction's own view, so an operation sees the effects of the ones
 //! before it in the same group: two writers of the same unit in one group are decided exactly as
@@ -16,7 +18,8 @@ use crate::metrics::add;
 use crate::schema::claim::ClaimRecord;
 use crate::schema::log::{ClaimChange, LogEntry, Record, RecordBody};
 use crate::schema::manifest::EntryValue;
-use crate::schema::meta::{self, HISTORY_FROM, NEXT_SEQ, NEXT_TOKEN};
+use crate::schema::meta::{self, COUNTERS, HISTORY_FROM, NEXT_SEQ, NEXT_TOKEN, WAL_GROUP};
+use crate::schema::wal::{Redo, MAX_RECORD};
 use crate::schema::{extension, CLAIMS, CLAIMS_TABLE, EXTENSIONS, HISTORY, LOG, MANIFEST, META};
 use crate::stage::Staged;
 use redb::{ReadableTable, Table};
@@ -159,6 +162,8 @@ struct Writer<'t> {
     index: Vec<(String, bool, EntryValue)>,
     /// Leases found expired (not released) when their unit was claimed again, by anyone.
     expired_leases: u64,
+    /// The group's redo for the write-ahead log, when the group goes through it.
+    redo: Option<Redo>,
 }
 
 /// One item of a batch, decided.
@@ -239,8 +244,22 @@ type GroupResult = (
 fn write_group(inner: &Core, ops: Vec<Op>) -> Result<GroupResult> {
     let now_ms = inner.options.clock.now_ms();
     let mut txn = inner.db.begin_write()?;
+    // The durable mode makes a group durable by one write-ahead append, and the database by a
+    // checkpoint now and then (and for a flush or a prune, which must be durable in the database
+    // itself: GC deletes objects on the strength of a prune).
+    let wal = match inner.options.durability {
+        Durability::Durable => inner.wal.as_ref(),
+        Durability::Relaxed { .. } => None,
+    };
+    let checkpoint = wal.is_none_or(|w| {
+        w.checkpoint_due(now_ms)
+            || ops
+                .iter()
+                .any(|o| matches!(o, Op::Flush | Op::Prune { .. }))
+    });
+    let wal = wal.filter(|_| !checkpoint);
     let durable = match inner.options.durability {
-        Durability::Durable => true,
+        Durability::Durable => checkpoint,
         Durability::Relaxed { max_delay } => {
             let last = inner.last_durable_ms.load(Ordering::Relaxed);
             ops.iter()
@@ -255,7 +274,7 @@ fn write_group(inner: &Core, ops: Vec<Op>) -> Result<GroupResult> {
         redb::Durability::None
     })
     .db("set the durability")?;
-    let dones = {
+    let (dones, index, counts, group, redo) = {
         let mut meta = txn.open_table(META).db("open the meta table")?;
         let (next_seq, next_token) = (meta::get(&meta, NEXT_SEQ)?, meta::get(&meta, NEXT_TOKEN)?);
         #[cfg(debug_assertions)]
@@ -273,6 +292,7 @@ fn write_group(inner: &Core, ops: Vec<Op>) -> Result<GroupResult> {
             history_from: None,
             index: Vec::new(),
             expired_leases: 0,
+            redo: wal.map(|_| Redo::default()),
         };
         let mut dones = Vec::with_capacity(ops.len());
         for op in ops {
@@ -296,16 +316,43 @@ fn write_group(inner: &Core, ops: Vec<Op>) -> Result<GroupResult> {
         record_metrics(&counts, &dones, w.index.len());
         add(&counts.claims_expired, w.expired_leases);
         meta::add_counters(&mut meta, &counts, next_seq.saturating_sub(1))?;
+        let group = crate::schema::wal::applied_group(&meta)? + 1;
+        meta::put(&mut meta, WAL_GROUP, group)?;
         #[cfg(debug_assertions)]
         crate::commit::invariants::assert_group(inner, &w.log, before, &meta)?;
         let index = std::mem::take(&mut w.index);
-        (dones, index, counts)
+        let mut redo = w.redo.take();
+        if let Some(redo) = redo.as_mut() {
+            for key in [NEXT_SEQ, NEXT_TOKEN, HISTORY_FROM, COUNTERS, WAL_GROUP] {
+                if let Some(v) = meta.get(key).db("read the meta table")? {
+                    redo.meta(key, v.value());
+                }
+            }
+        }
+        (dones, index, counts, group, redo)
     };
+    let mut durable = durable;
+    if let Some(wal) = wal {
+        match redo.filter(|r| r.len() <= MAX_RECORD) {
+            // Durable before the group's rows become visible (the commit below): a reader never
+            // sees a group a crash could take back, and an acknowledged group is in the log.
+            Some(redo) => wal.append(group, &redo.frame(group))?,
+            // A group this large (a bulk load) gains nothing from the log: it is a checkpoint.
+            None => {
+                txn.set_durability(redb::Durability::Immediate)
+                    .db("set the durability")?;
+                durable = true;
+            }
+        }
+    }
     txn.commit().db("commit the group")?;
     if durable {
         inner.last_durable_ms.store(now_ms, Ordering::Relaxed);
+        if let Some(wal) = &inner.wal {
+            wal.checkpointed(group, now_ms);
+        }
     }
-    Ok(dones)
+    Ok((dones, index, counts))
 }
 
 /// Units (and claims) answered by a group.
@@ -461,6 +508,9 @@ impl Writer<'_> {
             t.insert(key, value.as_slice())
                 .db("write the extensions table")?;
         }
+        if let Some(r) = &mut self.redo {
+            r.extensions(key, &value);
+        }
         let seq = self.append(RecordBody::Extension { tag, data })?;
         Ok(ExtensionOutcome::Written { seq })
     }
@@ -481,9 +531,13 @@ impl Writer<'_> {
             time_ms: self.now_ms,
             body,
         };
+        let bytes = rec.encode();
         self.log
-            .insert(seq, rec.encode().as_slice())
+            .insert(seq, bytes.as_slice())
             .db("append to the commit log")?;
+        if let Some(r) = &mut self.redo {
+            r.log(seq, &bytes);
+        }
         Ok(seq)
     }
 
@@ -622,15 +676,17 @@ impl Writer<'_> {
             seq,
             committed_at_ms: self.now_ms,
         };
+        let (current, old) = (value.encode(&item.unit), value.encode_history(&item.unit));
         self.manifest
-            .insert(item.unit.as_str(), value.encode(&item.unit).as_slice())
+            .insert(item.unit.as_str(), current.as_slice())
             .db("write the manifest")?;
         self.history
-            .insert(
-                (item.unit.as_str(), seq),
-                value.encode_history(&item.unit).as_slice(),
-            )
+            .insert((item.unit.as_str(), seq), old.as_slice())
             .db("write the history")?;
+        if let Some(r) = &mut self.redo {
+            r.manifest(&item.unit, &current);
+            r.history(&item.unit, seq, &old);
+        }
         self.index.push((item.unit.clone(), new_unit, value));
         Ok(LogEntry {
             unit: item.unit.clone(),
@@ -649,6 +705,9 @@ impl Writer<'_> {
             self.history
                 .remove((unit.as_str(), *seq))
                 .db("prune the history")?;
+            if let Some(r) = &mut self.redo {
+                r.history_removed(unit, *seq);
+            }
         }
         // write_group stores the highest horizon of the group, never lowering the stored one.
         self.history_from = Some(plan.horizon.max(self.history_from.unwrap_or(0)));
@@ -669,9 +728,13 @@ impl Writer<'_> {
         }
         rec.released = true;
         rec.by_commit = true;
+        let bytes = rec.encode(unit);
         self.claims
-            .insert(unit, rec.encode(unit).as_slice())
+            .insert(unit, bytes.as_slice())
             .db("write the claims")?;
+        if let Some(r) = &mut self.redo {
+            r.claims(unit, &bytes);
+        }
         Ok(())
     }
 
@@ -737,9 +800,13 @@ impl Writer<'_> {
     }
 
     fn write_claim(&mut self, unit: &str, rec: &ClaimRecord, granted: bool) -> Result<()> {
+        let bytes = rec.encode(unit);
         self.claims
-            .insert(unit, rec.encode(unit).as_slice())
+            .insert(unit, bytes.as_slice())
             .db("write the claims")?;
+        if let Some(r) = &mut self.redo {
+            r.claims(unit, &bytes);
+        }
         let change = ClaimChange {
             unit: unit.to_string(),
             worker: rec.worker.clone(),

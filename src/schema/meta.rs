@@ -13,6 +13,9 @@ pub(crate) const NEXT_SEQ: &str = "next_seq";
 pub(crate) const NEXT_TOKEN: &str = "next_token";
 /// The oldest seq still readable (the history horizon; only rises).
 pub(crate) const HISTORY_FROM: &str = "history_from";
+/// The number of the newest commit group applied to this database (format 3): the write-ahead
+/// log's records after it are replayed on open (`commit::wal`). Missing means 0.
+pub(crate) const WAL_GROUP: &str = "wal_group";
 /// A random identity stamped at creation (or on the first open by a build that knows it), so a
 /// persisted index snapshot from another store is never used.
 pub(crate) const STORE_ID: &str = "store_id";

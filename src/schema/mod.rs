@@ -25,6 +25,7 @@ pub(crate) mod index_snap;
 pub mod log;
 pub(crate) mod manifest;
 pub(crate) mod meta;
+pub(crate) mod wal;
 
 use crate::error::{DbContext, Error, Result};
 use claim::ClaimRecord;

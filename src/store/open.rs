@@ -37,8 +37,9 @@ use crate::schema::claim::ClaimRecord;
 use crate::schema::manifest::EntryValue;
 use crate::schema::meta::{
     self, FORMAT as META_FORMAT, HISTORY_FROM as META_HISTORY_FROM, NEXT_SEQ as META_NEXT_SEQ,
-    NEXT_TOKEN as META_NEXT_TOKEN, STORE_ID as META_STORE_ID,
+    NEXT_TOKEN as META_NEXT_TOKEN, STORE_ID as META_STORE_ID, WAL_GROUP as META_WAL_GROUP,
 };
+use crate::schema::wal::{Wal, WAL_FILE};
 use crate::schema::{extension, CLAIMS, EXTENSIONS, HISTORY, LOG, MANIFEST, META, META_V1};
 use crate::vfs::Vfs;
 use redb::{ReadableDatabase, ReadableTable, TableDefinition};
@@ -65,7 +66,7 @@ enum DirState {
 
 /// Opens (creating or completing if need be) the store for reading and writing.
 /// Also says whether it created (or completed) the store.
-pub(super) fn open_read_write(dir: &Path, options: &Options) -> Result<(Db, File, bool)> {
+pub(super) fn open_read_write(dir: &Path, options: &Options) -> Result<(Db, File, bool, Wal)> {
     let vfs = options.vfs.as_ref();
     refuse_nesting(dir, vfs)?;
     ensure_dir(dir, vfs)?;
@@ -80,11 +81,12 @@ pub(super) fn open_read_write(dir: &Path, options: &Options) -> Result<(Db, File
             let path = dir.join(DB_FILE);
             validate_db_file(&path)?;
             let db = open_db(&path, options, false)?;
-            (finish(db, dir, vfs, Some(marker))?, false)
+            (finish(db, dir, options, Some(marker))?, false)
         }
         DirState::Creatable => (create(dir, options)?, true),
     };
-    Ok((Db::Write(db), lock, created))
+    let (db, wal) = db;
+    Ok((Db::Write(db), lock, created, wal))
 }
 
 /// Opens an existing store of the current format without writing anything.
@@ -118,7 +120,17 @@ pub(super) fn open_read_only(dir: &Path, options: &Options) -> Result<(Db, File)
         Err(e) => return Err(corrupt(&path, e.to_string())),
     };
     match read_format(&db)? {
-        Some(f) if f == FORMAT_VERSION => Ok((Db::Read(db), lock)),
+        // Format 2 differs only by having no write-ahead log: read as it is.
+        Some(2) => Ok((Db::Read(db), lock)),
+        Some(f) if f == FORMAT_VERSION => {
+            if crate::schema::wal::has_unapplied(dir, &db)? {
+                return Err(read_only(
+                    dir,
+                    "its write-ahead log (wal.redb) holds commits not yet applied to its database (it was not closed cleanly): open it once read-write on writable media to apply them",
+                ));
+            }
+            Ok((Db::Read(db), lock))
+        }
         Some(f) if f > FORMAT_VERSION => Err(newer(dir, f)),
         Some(f) => Err(read_only(
             dir,
@@ -271,7 +283,7 @@ fn is_creation_leftover(entry: &std::fs::DirEntry) -> Result<bool> {
             .is_none())
     };
     Ok(match name {
-        LOCK_FILE | DB_FILE | MARKER_TMP => kind.is_file(),
+        LOCK_FILE | DB_FILE | MARKER_TMP | crate::schema::wal::WAL_FILE => kind.is_file(),
         "staging" => kind.is_dir() && empty_dir(&path)?,
         "objects" if kind.is_dir() => {
             for sub in std::fs::read_dir(&path).ctx(|| format!("list {}", path.display()))? {
@@ -324,7 +336,7 @@ fn acquire_lock(dir: &Path, wait: Duration, shared: bool) -> Result<File> {
 }
 
 /// Creates the store in a directory found empty or unfinished under the lock, or completes it.
-fn create(dir: &Path, options: &Options) -> Result<redb::Database> {
+fn create(dir: &Path, options: &Options) -> Result<(redb::Database, Wal)> {
     let vfs = options.vfs.as_ref();
     init_layout(dir, vfs)?;
     let path = dir.join(DB_FILE);
@@ -343,29 +355,37 @@ fn create(dir: &Path, options: &Options) -> Result<redb::Database> {
     if read_format(&db)?.is_none() {
         initialise(&db)?;
     }
-    finish(db, dir, vfs, None)
+    finish(db, dir, options, None)
 }
 
 /// Checks the database's format, upgrades an older one, and (re)writes a marker that does not
 /// say the current format.
+///
+/// The write-ahead log is created (anew) by every open that creates, completes or upgrades the
+/// store, before the marker says the current format: no group was ever appended before that
+/// marker is written (commits begin only after an open returned, and every open that returns
+/// has written it), so whatever an interrupted creation or upgrade left there is recreated. A
+/// store whose marker says the current format must have a sound log.
 fn finish(
     db: redb::Database,
     dir: &Path,
-    vfs: &dyn Vfs,
+    options: &Options,
     marker: Option<u32>,
-) -> Result<redb::Database> {
+) -> Result<(redb::Database, Wal)> {
+    let vfs = options.vfs.as_ref();
     let format = read_format(&db)?
         .ok_or_else(|| corrupt(&dir.join(DB_FILE), "no format version is stamped".into()))?;
     if format > FORMAT_VERSION {
         return Err(newer(dir, format));
     }
+    let wal = open_wal(dir, options, marker != Some(FORMAT_VERSION))?;
     if format < FORMAT_VERSION {
-        upgrade(&db)?;
+        upgrade(&db, format)?;
     }
     if marker != Some(FORMAT_VERSION) {
         write_marker(dir, vfs)?;
     }
-    Ok(db)
+    Ok((db, wal))
 }
 
 fn init_layout(dir: &Path, vfs: &dyn Vfs) -> Result<()> {
@@ -381,6 +401,43 @@ fn init_layout(dir: &Path, vfs: &dyn Vfs) -> Result<()> {
     vfs.sync_dir(&objects)
         .ctx(|| format!("fsync {}", objects.display()))?;
     vfs.sync_dir(dir).ctx(|| format!("fsync {}", dir.display()))
+}
+
+/// Opens the write-ahead log `dir/wal.redb` through the store's fault plan; with `fresh`, first
+/// removes whatever is there and creates it empty (see [`finish`] for when that is safe).
+/// Without it, a missing or unreadable log is damage: it may hold acknowledged groups.
+fn open_wal(dir: &Path, options: &Options, fresh: bool) -> Result<Wal> {
+    let path = dir.join(WAL_FILE);
+    let vfs = options.vfs.as_ref();
+    if fresh {
+        match vfs.remove(&path) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                return Err(Error::io(format!("remove {}", path.display()), e))
+            }
+            _ => {}
+        }
+    } else if !path.exists() {
+        return Err(crate::schema::wal::damaged(
+            &path,
+            "the file is missing, and with it any commit not yet checkpointed",
+        ));
+    }
+    let db = match open_db(&path, options, fresh) {
+        Err(Error::Corrupt { detail, .. }) => {
+            return Err(crate::schema::wal::damaged(&path, detail))
+        }
+        // redb reports a file that is not a database (bad magic number) as invalid data.
+        Err(Error::Io { source, .. }) if source.kind() == std::io::ErrorKind::InvalidData => {
+            return Err(crate::schema::wal::damaged(&path, source.to_string()))
+        }
+        r => r?,
+    };
+    let wal = Wal::new(db, path, options.clock.now_ms())?;
+    if fresh {
+        vfs.sync_dir(dir)
+            .ctx(|| format!("fsync {}", dir.display()))?;
+    }
+    Ok(wal)
 }
 
 /// Writes the marker atomically: temp file, fsync, rename over, directory fsync.
@@ -476,7 +533,7 @@ fn open_db(path: &Path, options: &Options, create: bool) -> Result<redb::Databas
     let backend =
         redb::backends::FileBackend::new(file).map_err(|e| corrupt(path, e.to_string()))?;
     let opened = match &options.faults {
-        Some(plan) => b.create_with_backend(FaultyBackend::new(backend, plan.clone())),
+        Some(plan) => b.create_with_backend(FaultyBackend::new(backend, plan.clone(), path)),
         None => b.create_with_backend(backend),
     };
     match opened {
@@ -499,6 +556,7 @@ fn initialise(db: &redb::Database) -> Result<()> {
         meta::put(&mut meta, META_NEXT_TOKEN, 1)?;
         meta::put(&mut meta, META_HISTORY_FROM, 0)?;
         meta::put(&mut meta, META_STORE_ID, new_store_id())?;
+        meta::put(&mut meta, META_WAL_GROUP, 0)?;
         txn.open_table(MANIFEST).db("create the manifest")?;
         txn.open_table(HISTORY).db("create the history")?;
         txn.open_table(LOG).db("create the log")?;
@@ -510,7 +568,10 @@ fn initialise(db: &redb::Database) -> Result<()> {
 /// Format 1 → 2 in one transaction: every manifest, history, claim and extension value gets its
 /// seal, the meta values move to the sealed table (a store id is stamped if the store predates
 /// it). A value that does not decode stops the upgrade with nothing changed.
-fn upgrade(db: &redb::Database) -> Result<()> {
+fn upgrade(db: &redb::Database, from: u32) -> Result<()> {
+    if from >= 2 {
+        return upgrade_to_wal(db);
+    }
     let mut txn = db.begin_write().db("begin the upgrade")?;
     txn.set_durability(redb::Durability::Immediate)
         .db("set the durability")?;
@@ -549,6 +610,21 @@ fn upgrade(db: &redb::Database) -> Result<()> {
             Ok(extension::encode(key, seq, data))
         })?;
         reseal_history(&txn)?;
+        meta::put(&mut meta, META_WAL_GROUP, 0)?;
+    }
+    txn.commit().db("commit the upgrade")
+}
+
+/// Format 2 → 3: the store gains its write-ahead log (`wal.redb`, created by the open that
+/// follows); its database only gets the new format and the applied-group counter (0).
+fn upgrade_to_wal(db: &redb::Database) -> Result<()> {
+    let mut txn = db.begin_write().db("begin the upgrade")?;
+    txn.set_durability(redb::Durability::Immediate)
+        .db("set the durability")?;
+    {
+        let mut meta = txn.open_table(META).db("open the meta table")?;
+        meta::put(&mut meta, META_FORMAT, FORMAT_VERSION as u64)?;
+        meta::put(&mut meta, META_WAL_GROUP, 0)?;
     }
     txn.commit().db("commit the upgrade")
 }

@@ -1,0 +1,478 @@
+//! The write-ahead log of the durable commit path: one small record per commit group, appended
+//! to its own redb database (`wal.redb`) whose keys only grow, so that a group's durable commit
+//! touches the right edge of one tree and syncs once. The big B-trees of the store's own
+//! database (manifest, history, log, claims, extensions, meta) are then committed *without* a
+//! sync, and made durable in bulk by a checkpoint (a synced commit of the store's database), after
+//! which the records it covers are trimmed. See docs/commit.md ("The write-ahead path").
+//!
+//! A record is the group's *redo*: every row the group put into or removed from the store's
+//! tables, with the exact bytes (sealed values, framed log records), so replaying it reproduces
+//! the group's transaction byte for byte without deciding anything again. Its key is the group's
+//! number; the store's `meta` row `wal_group` holds the number of the newest group applied to the
+//! store's database, in the same transaction as that group's rows, so recovery knows where the
+//! database stops: it replays the records after it, in order, in one synced transaction.
+//!
+//! Frame (little-endian): `magic "OW" | version (1) | group u64 | payload length u32 | payload |
+//! crc32` (the CRC covers everything before it). Payload: a sequence of operations
+//! `table u8 | kind u8 (0 put, 1 remove) | key | [value length u32 | value]`, the key a
+//! length-prefixed string, or for `history` a string and a u64, or for `log` a u64.
+
+use crate::error::{DbContext, Error, Result};
+use crate::schema::codec::{put_str, put_u32, put_u64, Reader};
+use crate::schema::{meta, CLAIMS, EXTENSIONS, HISTORY, LOG, MANIFEST, META};
+use redb::{ReadableDatabase, ReadableTable, TableDefinition};
+use std::path::{Path, PathBuf};
+
+/// The write-ahead log's database file in a store's directory.
+pub(crate) const WAL_FILE: &str = "wal.redb";
+/// Group number → framed redo record.
+const WAL: TableDefinition<u64, &[u8]> = TableDefinition::new("wal");
+const MAGIC: [u8; 2] = *b"OW";
+const VERSION: u8 = 1;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u8)]
+enum Tbl {
+    Manifest = 1,
+    History = 2,
+    Log = 3,
+    Claims = 4,
+    Extensions = 5,
+    Meta = 6,
+}
+
+impl Tbl {
+    fn of(b: u8) -> Option<Tbl> {
+        Some(match b {
+            1 => Tbl::Manifest,
+            2 => Tbl::History,
+            3 => Tbl::Log,
+            4 => Tbl::Claims,
+            5 => Tbl::Extensions,
+            6 => Tbl::Meta,
+            _ => return None,
+        })
+    }
+}
+
+/// The largest redo a group writes to the log; a larger group (a bulk load) is a checkpoint
+/// instead: its own synced commit costs about what its pages cost anyway.
+pub(crate) const MAX_RECORD: usize = 4 << 20;
+
+/// A group's redo, built by the leader as it writes the group's rows.
+#[derive(Debug, Default)]
+pub(crate) struct Redo {
+    buf: Vec<u8>,
+}
+
+impl Redo {
+    /// Bytes recorded so far.
+    pub(crate) fn len(&self) -> usize {
+        self.buf.len()
+    }
+    fn head(&mut self, t: Tbl, remove: bool) {
+        self.buf.push(t as u8);
+        self.buf.push(u8::from(remove));
+    }
+    fn value(&mut self, v: &[u8]) {
+        put_u32(&mut self.buf, v.len() as u32);
+        self.buf.extend_from_slice(v);
+    }
+    pub(crate) fn manifest(&mut self, unit: &str, v: &[u8]) {
+        self.put_str_key(Tbl::Manifest, unit, v);
+    }
+    pub(crate) fn claims(&mut self, unit: &str, v: &[u8]) {
+        self.put_str_key(Tbl::Claims, unit, v);
+    }
+    pub(crate) fn extensions(&mut self, key: &str, v: &[u8]) {
+        self.put_str_key(Tbl::Extensions, key, v);
+    }
+    pub(crate) fn meta(&mut self, key: &str, v: &[u8]) {
+        self.put_str_key(Tbl::Meta, key, v);
+    }
+    fn put_str_key(&mut self, t: Tbl, key: &str, v: &[u8]) {
+        self.head(t, false);
+        put_str(&mut self.buf, key);
+        self.value(v);
+    }
+    pub(crate) fn history(&mut self, unit: &str, seq: u64, v: &[u8]) {
+        self.head(Tbl::History, false);
+        put_str(&mut self.buf, unit);
+        put_u64(&mut self.buf, seq);
+        self.value(v);
+    }
+    pub(crate) fn history_removed(&mut self, unit: &str, seq: u64) {
+        self.head(Tbl::History, true);
+        put_str(&mut self.buf, unit);
+        put_u64(&mut self.buf, seq);
+    }
+    pub(crate) fn log(&mut self, seq: u64, v: &[u8]) {
+        self.head(Tbl::Log, false);
+        put_u64(&mut self.buf, seq);
+        self.value(v);
+    }
+
+    /// The framed record of group `group`.
+    pub(crate) fn frame(&self, group: u64) -> Vec<u8> {
+        let mut out = Vec::with_capacity(self.buf.len() + 20);
+        out.extend_from_slice(&MAGIC);
+        out.push(VERSION);
+        put_u64(&mut out, group);
+        put_u32(&mut out, self.buf.len() as u32);
+        out.extend_from_slice(&self.buf);
+        let crc = crc32fast::hash(&out);
+        put_u32(&mut out, crc);
+        out
+    }
+}
+
+pub(crate) fn damaged(path: &Path, detail: impl std::fmt::Display) -> Error {
+    Error::Corrupt {
+        path: path.to_path_buf(),
+        detail: format!("its write-ahead log is damaged: {detail}"),
+    }
+}
+
+/// Checks a framed record of group `group` and returns its payload.
+fn unframe<'a>(path: &Path, group: u64, rec: &'a [u8]) -> Result<&'a [u8]> {
+    if rec.len() < 19 {
+        return Err(damaged(path, format!("record {group} is too short")));
+    }
+    let (body, crc) = rec.split_at(rec.len() - 4);
+    let mut a = [0u8; 4];
+    a.copy_from_slice(crc);
+    if crc32fast::hash(body) != u32::from_le_bytes(a) {
+        return Err(damaged(path, format!("record {group} fails its checksum")));
+    }
+    if body[..2] != MAGIC || body[2] != VERSION {
+        return Err(damaged(
+            path,
+            format!("record {group} is not a version-{VERSION} record"),
+        ));
+    }
+    let mut r = Reader::new(&body[3..], "write-ahead record");
+    let stamped = r.u64()?;
+    let len = r.u32()? as usize;
+    let payload = r.take(len)?;
+    r.finish()?;
+    if stamped != group {
+        return Err(damaged(
+            path,
+            format!("record {group} says it is group {stamped}"),
+        ));
+    }
+    Ok(payload)
+}
+
+/// Applies one record's operations to the store's tables in `txn`.
+fn apply_redo(txn: &redb::WriteTransaction, path: &Path, group: u64, payload: &[u8]) -> Result<()> {
+    let ctx = "replay the write-ahead log";
+    let mut manifest = txn.open_table(MANIFEST).db(ctx)?;
+    let mut history = txn.open_table(HISTORY).db(ctx)?;
+    let mut log = txn.open_table(LOG).db(ctx)?;
+    let mut claims = txn.open_table(CLAIMS).db(ctx)?;
+    let mut meta = txn.open_table(META).db(ctx)?;
+    let mut extensions = None;
+    let mut r = Reader::new(payload, "write-ahead record");
+    while r.remaining() > 0 {
+        let t = Tbl::of(r.u8()?)
+            .ok_or_else(|| damaged(path, format!("record {group} names an unknown table")))?;
+        let remove = match r.u8()? {
+            0 => false,
+            1 => true,
+            k => return Err(damaged(path, format!("record {group}: operation kind {k}"))),
+        };
+        match t {
+            Tbl::History => {
+                let unit = r.string()?;
+                let seq = r.u64()?;
+                if remove {
+                    history.remove((unit.as_str(), seq)).db(ctx)?;
+                } else {
+                    let len = r.u32()? as usize;
+                    history.insert((unit.as_str(), seq), r.take(len)?).db(ctx)?;
+                }
+            }
+            Tbl::Log if !remove => {
+                let seq = r.u64()?;
+                let len = r.u32()? as usize;
+                log.insert(seq, r.take(len)?).db(ctx)?;
+            }
+            Tbl::Manifest | Tbl::Claims | Tbl::Extensions | Tbl::Meta if !remove => {
+                let key = r.string()?;
+                let len = r.u32()? as usize;
+                let v = r.take(len)?;
+                match t {
+                    Tbl::Manifest => manifest.insert(key.as_str(), v).db(ctx)?,
+                    Tbl::Claims => claims.insert(key.as_str(), v).db(ctx)?,
+                    Tbl::Meta => meta.insert(key.as_str(), v).db(ctx)?,
+                    _ => {
+                        if extensions.is_none() {
+                            extensions = Some(txn.open_table(EXTENSIONS).db(ctx)?);
+                        }
+                        match extensions.as_mut() {
+                            Some(e) => e.insert(key.as_str(), v).db(ctx)?,
+                            None => None,
+                        }
+                    }
+                };
+            }
+            _ => {
+                return Err(damaged(
+                    path,
+                    format!("record {group}: a removal from {t:?}, which no group writes"),
+                ))
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The number of the newest group applied to the store's database (0: none yet, or a store from
+/// before the write-ahead log).
+pub(crate) fn applied_group(
+    meta_table: &impl ReadableTable<&'static str, &'static [u8]>,
+) -> Result<u64> {
+    if meta_table
+        .get(meta::WAL_GROUP)
+        .db("read the meta table")?
+        .is_none()
+    {
+        return Ok(0);
+    }
+    meta::get(meta_table, meta::WAL_GROUP)
+}
+
+/// The write-ahead log of a store opened read-write.
+#[derive(Debug)]
+pub(crate) struct Wal {
+    db: redb::Database,
+    path: PathBuf,
+    state: parking_lot::Mutex<State>,
+}
+
+#[derive(Debug, Default)]
+struct State {
+    /// Records up to this group are covered by a synced commit of the store's database and may
+    /// be trimmed (by the next append).
+    checkpointed: u64,
+    /// Records up to this group are trimmed.
+    trimmed: u64,
+    /// Bytes and records appended since the last checkpoint.
+    bytes: u64,
+    groups: u64,
+    /// When the last checkpoint was taken (the store's clock, ms).
+    last_checkpoint_ms: u64,
+}
+
+/// A checkpoint is taken once this many ms (of the store's clock) have passed since the last
+/// one, provided at least [`CHECKPOINT_MIN_GROUPS`] records were appended since: it writes the
+/// pages of every group since then at once, so it is worth its stall only over many groups, and a
+/// handful of records costs recovery nothing.
+pub(crate) const CHECKPOINT_INTERVAL_MS: u64 = 1_000;
+pub(crate) const CHECKPOINT_MIN_GROUPS: u64 = 64;
+/// Whatever the time, a checkpoint is taken once this many bytes or records were appended since
+/// the last one: it bounds the log, the unsynced pages and the replay after a crash.
+pub(crate) const CHECKPOINT_BYTES: u64 = 64 << 20;
+pub(crate) const CHECKPOINT_MAX_GROUPS: u64 = 100_000;
+
+impl Wal {
+    /// The log in `db` (opened and created by `store::open`, the file at `path`); `now_ms` is
+    /// when the checkpoint interval starts.
+    pub(crate) fn new(db: redb::Database, path: PathBuf, now_ms: u64) -> Result<Wal> {
+        let mut txn = db.begin_write().db("begin the write-ahead log")?;
+        txn.set_durability(redb::Durability::Immediate)
+            .db("set the durability")?;
+        txn.open_table(WAL).db("create the write-ahead log")?;
+        txn.commit().db("create the write-ahead log")?;
+        Ok(Wal {
+            db,
+            path,
+            state: parking_lot::Mutex::new(State {
+                last_checkpoint_ms: now_ms,
+                ..State::default()
+            }),
+        })
+    }
+
+    /// Whether the group at `now_ms` should be a checkpoint (a synced commit of the store's
+    /// database) rather than a record.
+    pub(crate) fn checkpoint_due(&self, now_ms: u64) -> bool {
+        let s = self.state.lock();
+        let timed = now_ms.saturating_sub(s.last_checkpoint_ms) >= CHECKPOINT_INTERVAL_MS
+            || now_ms < s.last_checkpoint_ms;
+        s.bytes >= CHECKPOINT_BYTES
+            || s.groups >= CHECKPOINT_MAX_GROUPS
+            || (timed && s.groups >= CHECKPOINT_MIN_GROUPS)
+    }
+
+    /// Notes that the store's database is durable through `group` (at `now_ms`).
+    pub(crate) fn checkpointed(&self, group: u64, now_ms: u64) {
+        let mut s = self.state.lock();
+        s.checkpointed = s.checkpointed.max(group);
+        s.bytes = 0;
+        s.groups = 0;
+        s.last_checkpoint_ms = now_ms;
+    }
+
+    /// Appends `record` as group `group` and makes it durable (one synced redb commit); the
+    /// records a checkpoint covers are trimmed in the same commit. Called by the commit leader
+    /// only, so appends are in group order.
+    pub(crate) fn append(&self, group: u64, record: &[u8]) -> Result<()> {
+        let (trim_to, trimmed) = {
+            let s = self.state.lock();
+            (s.checkpointed, s.trimmed)
+        };
+        let mut txn = self.db.begin_write().db("begin a write-ahead append")?;
+        txn.set_durability(redb::Durability::Immediate)
+            .db("set the durability")?;
+        {
+            let mut t = txn.open_table(WAL).db("open the write-ahead log")?;
+            if trim_to > trimmed {
+                t.retain_in(..=trim_to, |_, _| false)
+                    .db("trim the write-ahead log")?;
+            }
+            t.insert(group, record)
+                .db("append to the write-ahead log")?;
+        }
+        txn.commit().db("commit a write-ahead append")?;
+        let mut s = self.state.lock();
+        s.trimmed = s.trimmed.max(trim_to);
+        s.bytes += record.len() as u64;
+        s.groups += 1;
+        Ok(())
+    }
+
+    /// Removes every record (after a checkpoint that covers them all: on close), synced.
+    pub(crate) fn trim_all(&self) -> Result<()> {
+        let mut txn = self
+            .db
+            .begin_write()
+            .db("begin trimming the write-ahead log")?;
+        txn.set_durability(redb::Durability::Immediate)
+            .db("set the durability")?;
+        {
+            let mut t = txn.open_table(WAL).db("open the write-ahead log")?;
+            t.retain(|_, _| false).db("trim the write-ahead log")?;
+        }
+        txn.commit().db("trim the write-ahead log")
+    }
+
+    /// Recovery on open: applies to `main` every record after the group it holds, in order, in
+    /// one synced transaction, then trims the log. Returns the number of groups replayed.
+    ///
+    /// The records after the applied group are contiguous: groups are appended one at a time,
+    /// in order, each only after the previous one was made durable (or checkpointed), so a gap
+    /// means damage, and is refused rather than skipped.
+    pub(crate) fn recover(&self, main: &redb::Database) -> Result<u64> {
+        let applied = {
+            let txn = main.begin_read().db("begin a read transaction")?;
+            applied_group(&txn.open_table(META).db("open the meta table")?)?
+        };
+        let mut replayed = 0u64;
+        let mut last = applied;
+        {
+            let rtxn = self.db.begin_read().db("read the write-ahead log")?;
+            let t = rtxn.open_table(WAL).db("open the write-ahead log")?;
+            let mut rows = t
+                .range(applied.saturating_add(1)..)
+                .db("read the write-ahead log")?
+                .peekable();
+            if rows.peek().is_some() {
+                let mut txn = main.begin_write().db("begin the write-ahead replay")?;
+                txn.set_durability(redb::Durability::Immediate)
+                    .db("set the durability")?;
+                for row in rows {
+                    let (k, v) = row.db("read the write-ahead log")?;
+                    let group = k.value();
+                    if group != last + 1 {
+                        return Err(damaged(
+                            &self.path,
+                            format!(
+                                "group {} follows group {last}; the groups in between are missing",
+                                group
+                            ),
+                        ));
+                    }
+                    apply_redo(
+                        &txn,
+                        &self.path,
+                        group,
+                        unframe(&self.path, group, v.value())?,
+                    )?;
+                    last = group;
+                    replayed += 1;
+                }
+                {
+                    // Every record stamps `wal_group` itself; check that the last one did.
+                    let meta_t = txn.open_table(META).db("open the meta table")?;
+                    let stamped = applied_group(&meta_t)?;
+                    if stamped != last {
+                        return Err(damaged(
+                            &self.path,
+                            format!("record {last} leaves the applied group at {stamped}"),
+                        ));
+                    }
+                }
+                txn.commit().db("commit the write-ahead replay")?;
+            }
+        }
+        self.checkpointed(last, 0);
+        self.state.lock().last_checkpoint_ms = 0;
+        self.trim_all()?;
+        self.state.lock().trimmed = last;
+        Ok(replayed)
+    }
+}
+
+/// For a read-only open: whether `dir`'s write-ahead log holds groups the store's database does
+/// not (a store that crashed and was not opened read-write since). Such a store cannot be read
+/// as it stands without writing it.
+pub(crate) fn has_unapplied(dir: &Path, db: &dyn ReadableDatabase) -> Result<bool> {
+    let path = dir.join(WAL_FILE);
+    if !path.exists() {
+        return Ok(false);
+    }
+    let applied = {
+        let txn = db.begin_read().db("begin a read transaction")?;
+        applied_group(&txn.open_table(META).db("open the meta table")?)?
+    };
+    let wal = match redb::Builder::new().open_read_only(&path) {
+        Ok(w) => w,
+        // It needs recovery: it may hold groups.
+        Err(redb::DatabaseError::RepairAborted) => return Ok(true),
+        Err(e) => return Err(damaged(&path, e.to_string())),
+    };
+    let txn = wal.begin_read().db("read the write-ahead log")?;
+    let t = match txn.open_table(WAL) {
+        Ok(t) => t,
+        Err(redb::TableError::TableDoesNotExist(_)) => return Ok(false),
+        Err(e) => return Err(Error::db("open the write-ahead log", e)),
+    };
+    let mut rows = t
+        .range(applied.saturating_add(1)..)
+        .db("read the write-ahead log")?;
+    Ok(rows.next().is_some())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_damaged_record_is_refused() {
+        let mut r = Redo::default();
+        r.manifest("a", b"v");
+        r.log(7, b"rec");
+        let mut f = r.frame(3);
+        let p = Path::new("wal.redb");
+        assert!(unframe(p, 3, &f).is_ok());
+        assert!(
+            unframe(p, 4, &f).is_err(),
+            "a record under another group's key"
+        );
+        let n = f.len();
+        f[n / 2] ^= 1;
+        assert!(unframe(p, 3, &f).is_err());
+    }
+}
