@@ -21,7 +21,7 @@ use serde::{Deserialize, Serialize};
 use std::io::Read;
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// Limits that protect the server from a buggy or hostile client.
 #[derive(Clone, Debug)]
