@@ -773,11 +773,13 @@ fn hostile_workers_never_get_a_commit_past_the_rule() {
     let dir = tempfile::tempdir().unwrap();
     let clock = ManualClock::new(T0);
     let store = open(&dir.path().join("s"), &clock);
-    let units = ["a", "b", "c", "d"];
     // Which rows a round reaches depends on the interleaving (a busy answer needs a token-less
     // put while another thread's lease is live): rounds go on, on the same store, until every
-    // row was reached, so that the check below is never vacuous and never flaky.
+    // row was reached, so that the check below is never vacuous and never flaky. Each round has
+    // units of its own: once a unit's highest version is committed it can no longer be claimed
+    // (`AlreadyDone`), so rounds on the same units would soon offer no lease to be busy on.
     for round in 0..MAX_HOSTILE_ROUNDS {
+        let units = ["a", "b", "c", "d"].map(|u| format!("{u}{round}"));
         hostile_round(&store, &clock, &units, round);
         let m = store.metrics();
         if m.fenced_rejections > 0 && m.busy_rejections > 0 {
@@ -795,7 +797,7 @@ fn hostile_workers_never_get_a_commit_past_the_rule() {
 const MAX_HOSTILE_ROUNDS: u64 = 50;
 
 /// One round of six hostile workers (see above); `round` varies their random choices.
-fn hostile_round(store: &Store, clock: &ManualClock, units: &[&'static str; 4], round: u64) {
+fn hostile_round(store: &Store, clock: &ManualClock, units: &[String; 4], round: u64) {
     std::thread::scope(|s| {
         for w in 0..6u64 {
             let (store, clock) = (store, clock);
@@ -811,7 +813,7 @@ fn hostile_round(store: &Store, clock: &ManualClock, units: &[&'static str; 4], 
                 let mut mine: Vec<Lease> = Vec::new();
                 let mut seen: Vec<Lease> = Vec::new();
                 for i in 0..120u64 {
-                    let unit = units[next(4) as usize];
+                    let unit = units[next(4) as usize].as_str();
                     let version = 1 + next(6);
                     let body = format!("{unit}-{version}-{worker}-{i}");
                     match next(8) {
