@@ -389,7 +389,7 @@ fn granted(store: &Store, unit: &str, worker: &str) -> oncelake::Lease {
 fn put_with(store: &Store, unit: &str, version: u64, bytes: &[u8], token: Option<u64>) -> Outcome {
     let staged = store.stage_bytes(bytes).unwrap();
     let batch = Batch::new().item(unit.to_string(), version, &staged, token, Intent::Put);
-    store.commit(batch).unwrap().units[0].outcome.clone()
+    store.commit(batch).unwrap().units[0].outcome
 }
 
 /// Every kind of write a group can hold — puts, corrections, claims, renewals, releases and a
