@@ -826,3 +826,21 @@ fn an_object_found_after_a_restart_is_made_durable_before_it_is_committed() {
         .unwrap()
         .is_intact());
 }
+
+/// Retention zero means "keep nothing superseded": an entry superseded in the very millisecond GC
+/// runs goes too, with its object (the clock does not move in this test). Before, the cutoff was
+/// strict, so a GC right after a fast commit kept what retain 0 promises to remove.
+#[test]
+fn retain_zero_prunes_an_entry_superseded_in_the_same_millisecond() {
+    let (_dir, store, _clock) = manual_store();
+    let old = store.put("k", 1, b"old").unwrap();
+    let new = store.put("k", 2, b"new").unwrap();
+    let old_path = store.object_path(&old.object);
+    assert!(old_path.is_file());
+    let report = store.gc(now_gc()).unwrap();
+    assert_eq!(report.history_rows_pruned, 1, "{report:?}");
+    assert_eq!(report.objects, 1, "{report:?}");
+    assert!(!old_path.is_file(), "the superseded object was kept");
+    assert!(store.object_path(&new.object).is_file());
+    assert_eq!(store.get("k").unwrap().map(|e| e.source_version), Some(2));
+}

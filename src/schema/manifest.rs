@@ -160,7 +160,8 @@ pub(crate) struct PrunePlan {
 }
 
 /// Plans a prune: every row of a unit, other than its newest (current) one, whose successor was
-/// committed before `cutoff_ms` — and, when snapshots are open, at or before `keep_for_seq`, the
+/// committed at or before `cutoff_ms` (so a retention of zero prunes everything superseded so far,
+/// also in the current millisecond) — and, when snapshots are open, at or before `keep_for_seq`, the
 /// lowest seq one of them reads as of (a view as of `s` reads a row exactly while `s` is below
 /// its successor's seq). One ordered pass over the history.
 pub(crate) fn plan_prune<T>(
@@ -179,7 +180,7 @@ where
         if let Some((prev_unit, prev_seq)) = prev.take() {
             if prev_unit == unit && keep_for_seq.is_none_or(|pinned| seq <= pinned) {
                 let successor = EntryValue::decode_history(unit, seq, v.value())?;
-                if successor.committed_at_ms < cutoff_ms {
+                if successor.committed_at_ms <= cutoff_ms {
                     plan.rows.push((prev_unit, prev_seq));
                     plan.horizon = plan.horizon.max(seq);
                 }
