@@ -12,37 +12,19 @@
 
 mod common;
 
-use common::scratch;
-use oncelake::fault::{FaultPlan, FaultyVfs};
+use common::{faulty_options, real_options, scratch};
+use oncelake::fault::FaultPlan;
 use oncelake::gc::GcOptions;
 use oncelake::verify::VerifyOptions;
-use oncelake::vfs::RealVfs;
 use oncelake::{
-    Batch, ClaimOutcome, Durability, Error, Intent, ManualClock, Options, Outcome, Staged, Store,
+    Batch, ClaimOutcome, Durability, Error, Intent, ManualClock, Outcome, Staged, Store,
 };
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
 use std::time::Duration;
 
 const T0: u64 = 1_700_000_000_000;
-
-fn faulty_options(plan: &Arc<FaultPlan>, clock: &ManualClock) -> Options {
-    Options {
-        vfs: Arc::new(FaultyVfs::new(Arc::new(RealVfs), plan.clone())),
-        faults: Some(plan.clone()),
-        clock: Arc::new(clock.clone()),
-        ..Options::default()
-    }
-}
-
-fn real_options(clock: &ManualClock) -> Options {
-    Options {
-        clock: Arc::new(clock.clone()),
-        ..Options::default()
-    }
-}
 
 // ---------------------------------------------------------------------------------------------
 // (a) R5: a failed sync is never acknowledged and fails the store until it is reopened.

@@ -14,38 +14,20 @@
 
 mod common;
 
-use common::{copy_dir, scratch, SplitMix64};
-use oncelake::fault::{FaultPlan, FaultyVfs};
-use oncelake::vfs::RealVfs;
+use common::{copy_dir, faulty_options, real_options, scratch, SplitMix64};
+use oncelake::fault::FaultPlan;
 use oncelake::{
     Batch, ClaimOutcome, Error, Intent, ManualClock, Options, Outcome, RenewOutcome, Store,
     MARKER_FILE,
 };
 use std::collections::BTreeMap;
 use std::path::Path;
-use std::sync::Arc;
 use std::time::Duration;
 
 const T0: u64 = 1_700_000_000_000;
 
 /// unit → (source version, object hex).
 type Model = BTreeMap<String, (u64, String)>;
-
-fn faulty_options(plan: &Arc<FaultPlan>, clock: &ManualClock) -> Options {
-    Options {
-        vfs: Arc::new(FaultyVfs::new(Arc::new(RealVfs), plan.clone())),
-        faults: Some(plan.clone()),
-        clock: Arc::new(clock.clone()),
-        ..Options::default()
-    }
-}
-
-fn real_options(clock: &ManualClock) -> Options {
-    Options {
-        clock: Arc::new(clock.clone()),
-        ..Options::default()
-    }
-}
 
 fn view(snap: &oncelake::Snapshot) -> Model {
     snap.iter()

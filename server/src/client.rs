@@ -386,8 +386,13 @@ impl Client {
         at: Option<u64>,
         out: &mut dyn Write,
     ) -> Result<Option<Entry>> {
-        let path = unit_query("/v1/object", unit, at);
-        let mut resp = match self.request("GET", &path, Payload::Empty) {
+        self.object_to(&unit_query("/v1/object", unit, at), "GET /v1/object", out)
+    }
+
+    /// `GET path` of an object endpoint: the object streamed into `out`, its entry from the
+    /// `x-oncelake-entry` header; `None` on 404 (the unit has no entry there).
+    fn object_to(&self, path: &str, what: &str, out: &mut dyn Write) -> Result<Option<Entry>> {
+        let mut resp = match self.request("GET", path, Payload::Empty) {
             Err(ClientError::Store { status: 404, .. }) => return Ok(None),
             other => other?,
         };
@@ -395,7 +400,7 @@ impl Client {
             .header("x-oncelake-entry")
             .and_then(|h| serde_json::from_str(h).ok())
             .ok_or_else(|| ClientError::Protocol("an object without its entry header".into()))?;
-        std::io::copy(&mut resp.body, out).map_err(|e| lost("GET /v1/object", e))?;
+        std::io::copy(&mut resp.body, out).map_err(|e| lost(what, e))?;
         Ok(Some(entry.to_entry().map_err(ClientError::Protocol)?))
     }
 
@@ -1403,16 +1408,7 @@ impl Client {
         out: &mut dyn Write,
     ) -> Result<Option<Entry>> {
         let path = format!("/v1/snapshot/object?id={id}&unit={}", encode(unit));
-        let mut resp = match self.request("GET", &path, Payload::Empty) {
-            Err(ClientError::Store { status: 404, .. }) => return Ok(None),
-            other => other?,
-        };
-        let entry: EntryW = resp
-            .header("x-oncelake-entry")
-            .and_then(|h| serde_json::from_str(h).ok())
-            .ok_or_else(|| ClientError::Protocol("an object without its entry header".into()))?;
-        std::io::copy(&mut resp.body, out).map_err(|e| lost("GET /v1/snapshot/object", e))?;
-        Ok(Some(entry.to_entry().map_err(ClientError::Protocol)?))
+        self.object_to(&path, "GET /v1/snapshot/object", out)
     }
 
     /// The entries under `prefix` in the view `id`, to `each` in key order until it says stop.

@@ -182,3 +182,27 @@ pub fn files_below(
         }
     }
 }
+
+/// Store options whose file operations go through the fault model of `plan`, on `clock`.
+pub fn faulty_options(
+    plan: &std::sync::Arc<oncelake::fault::FaultPlan>,
+    clock: &oncelake::ManualClock,
+) -> oncelake::Options {
+    oncelake::Options {
+        vfs: std::sync::Arc::new(oncelake::fault::FaultyVfs::new(
+            std::sync::Arc::new(oncelake::vfs::RealVfs),
+            plan.clone(),
+        )),
+        faults: Some(plan.clone()),
+        clock: std::sync::Arc::new(clock.clone()),
+        ..oncelake::Options::default()
+    }
+}
+
+/// Store options on the real file system, on `clock`.
+pub fn real_options(clock: &oncelake::ManualClock) -> oncelake::Options {
+    oncelake::Options {
+        clock: std::sync::Arc::new(clock.clone()),
+        ..oncelake::Options::default()
+    }
+}
