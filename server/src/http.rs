@@ -524,13 +524,16 @@ async fn object(
             format!("unit {unit:?} has no entry"),
         ));
     };
+    Ok(object_response(file, &entry))
+}
+
+/// An object's answer: its entry in the `x-oncelake-entry` header (JSON), its bytes as the body,
+/// read from `file` in chunks on the blocking pool (never the whole object in memory).
+pub(crate) fn object_response(file: std::fs::File, entry: &oncelake::Entry) -> Response {
     let (tx, rx) = tokio::sync::mpsc::channel::<Result<Bytes, std::io::Error>>(4);
     tokio::task::spawn_blocking(move || pump_file(file, tx));
-    let stream = futures_util::stream::unfold(rx, |mut rx| async move {
-        rx.recv().await.map(|item| (item, rx))
-    });
-    let header_json = serde_json::to_string(&EntryW::from(&entry)).unwrap_or_default();
-    Ok((
+    let header_json = serde_json::to_string(&EntryW::from(entry)).unwrap_or_default();
+    (
         [
             (header::CONTENT_TYPE, "application/octet-stream".to_string()),
             (header::CONTENT_LENGTH, entry.object.size.to_string()),
@@ -539,9 +542,18 @@ async fn object(
                 header_json,
             ),
         ],
-        Body::from_stream(stream),
+        Body::from_stream(receiver_stream(rx)),
     )
-        .into_response())
+        .into_response()
+}
+
+/// The chunks a blocking producer sends, as a body stream.
+pub(crate) fn receiver_stream(
+    rx: tokio::sync::mpsc::Receiver<Result<Bytes, std::io::Error>>,
+) -> impl futures_util::Stream<Item = Result<Bytes, std::io::Error>> {
+    futures_util::stream::unfold(rx, |mut rx| async move {
+        rx.recv().await.map(|item| (item, rx))
+    })
 }
 
 pub(crate) fn pump_file(
@@ -608,9 +620,7 @@ async fn ls(
             }
         }
     });
-    let stream = futures_util::stream::unfold(rx, |mut rx| async move {
-        rx.recv().await.map(|item| (item, rx))
-    });
+    let stream = receiver_stream(rx);
     Ok((
         [(header::CONTENT_TYPE, "application/x-ndjson")],
         Body::from_stream(stream),
@@ -735,9 +745,7 @@ fn verify_streamed(app: Arc<App>, deep: bool) -> Response {
         };
         let _ = tx.blocking_send(Ok(Bytes::from(end.to_string() + "\n")));
     });
-    let stream = futures_util::stream::unfold(rx, |mut rx| async move {
-        rx.recv().await.map(|item| (item, rx))
-    });
+    let stream = receiver_stream(rx);
     (
         [(header::CONTENT_TYPE, "application/x-ndjson")],
         Body::from_stream(stream),

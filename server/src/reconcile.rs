@@ -116,9 +116,7 @@ pub(crate) async fn reconcile(
         crate::http::pump_file(spool, tx.clone());
         let _ = tx.blocking_send(Ok(Bytes::from(last)));
     });
-    let stream = futures_util::stream::unfold(rx, |mut rx| async move {
-        rx.recv().await.map(|item| (item, rx))
-    });
+    let stream = crate::http::receiver_stream(rx);
     Ok((
         [(header::CONTENT_TYPE, "application/x-ndjson")],
         Body::from_stream(stream),

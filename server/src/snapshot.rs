@@ -8,7 +8,9 @@
 //!
 //! Also the log's position (`GET /v1/seq`) and `POST /v1/flush`.
 
-use crate::http::{blocking, json, pump_file, query, ApiError, ApiResult, App};
+use crate::http::{
+    blocking, json, object_response, query, receiver_stream, ApiError, ApiResult, App,
+};
 use crate::wire::{ChangesW, EntryW, RecordW};
 use axum::body::{Body, Bytes};
 use axum::extract::rejection::QueryRejection;
@@ -213,29 +215,7 @@ pub(crate) async fn object(
             format!("unit {unit:?} has no entry in this snapshot"),
         ));
     };
-    let (tx, rx) = tokio::sync::mpsc::channel::<Result<Bytes, std::io::Error>>(4);
-    tokio::task::spawn_blocking(move || pump_file(file, tx));
-    let header_json = serde_json::to_string(&EntryW::from(&entry)).unwrap_or_default();
-    Ok((
-        [
-            (header::CONTENT_TYPE, "application/octet-stream".to_string()),
-            (header::CONTENT_LENGTH, entry.object.size.to_string()),
-            (
-                header::HeaderName::from_static("x-oncelake-entry"),
-                header_json,
-            ),
-        ],
-        Body::from_stream(stream(rx)),
-    )
-        .into_response())
-}
-
-fn stream(
-    rx: tokio::sync::mpsc::Receiver<Result<Bytes, std::io::Error>>,
-) -> impl futures_util::Stream<Item = Result<Bytes, std::io::Error>> {
-    futures_util::stream::unfold(rx, |mut rx| async move {
-        rx.recv().await.map(|item| (item, rx))
-    })
+    Ok(object_response(file, &entry))
 }
 
 #[derive(Deserialize)]
@@ -276,7 +256,7 @@ pub(crate) async fn ls(
     });
     Ok((
         [(header::CONTENT_TYPE, "application/x-ndjson")],
-        Body::from_stream(stream(rx)),
+        Body::from_stream(receiver_stream(rx)),
     )
         .into_response())
 }
