@@ -6,6 +6,7 @@
 //! Layering (see `docs/layers.md`): the core uses the schema, the index and staging; the commit
 //! leader and snapshots use the core; the store uses those; nothing here names the store.
 
+use crate::backlog::Backlog;
 use crate::clock::{Clock, SystemClock};
 use crate::error::{DbContext, Error, Result};
 use crate::fault::FaultPlan;
@@ -13,8 +14,10 @@ use crate::index::{DedupIndex, Lookup};
 use crate::index_snap::OpenReport;
 use crate::metrics::Metrics;
 use crate::object::ObjectId;
+use crate::overlay::LeaderState;
 use crate::schema::manifest::EntryValue;
 use crate::schema::meta::{self, seq_and_horizon};
+use crate::schema::wal::GroupRedo;
 use crate::schema::{Tables, MANIFEST, META};
 use crate::stage::Stager;
 use crate::vfs::{RealVfs, Vfs};
@@ -125,6 +128,9 @@ impl Db {
     }
 }
 
+/// How the core applies decided groups (see [`Core::applier`]).
+pub(crate) type Applier = fn(&Core, &[GroupRedo], bool) -> Result<()>;
+
 /// The engine's state below [`crate::Store`]: the database, the dedup index, staging, the
 /// snapshot pins, the failed flag, options and metrics. The commit leader (`commit::apply`) works
 /// on it; higher layers reach it through `Store::core` and the small functions below.
@@ -141,6 +147,13 @@ pub(crate) struct Core {
     pub(crate) last_durable_ms: AtomicU64,
     /// The write-ahead log (`None` on a read-only open).
     pub(crate) wal: Option<crate::schema::wal::Wal>,
+    /// Durable groups not yet applied to the B-trees (`commit::backlog`).
+    pub(crate) backlog: Backlog<GroupRedo>,
+    /// What the commit leader decides from (`commit::view`); only the leader locks it.
+    pub(crate) leader: Mutex<LeaderState>,
+    /// Writes decided groups to the B-trees in one transaction, synced or not
+    /// (`commit::apply::apply_groups`, handed in by the store: the core is below the leader).
+    pub(crate) applier: Applier,
     /// This store's identity (META `store_id`).
     pub(crate) store_id: u64,
     /// Whether this open created the store (or completed an interrupted creation).
@@ -235,6 +248,10 @@ impl Drop for Core {
             // The durable state is unknown: neither sync nor persist an index that may not match.
             return;
         }
+        // Every acknowledged group reaches the B-trees before the close sync below.
+        if self.drain().is_err() {
+            return;
+        }
         // Make the acknowledged tail durable in the database on a clean close (relaxed mode's
         // unsynced groups, the durable mode's groups since the last checkpoint), then trim the
         // write-ahead log it covered: a cleanly closed store has nothing to replay.
@@ -259,15 +276,113 @@ impl Drop for Core {
     }
 }
 
+/// A panic's message, for the error that replaces it.
+fn panic_text(p: &(dyn std::any::Any + Send)) -> String {
+    p.downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| p.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "no message".into())
+}
+
 /// Index probes are hashed and run in chunks of this many under one read lock: long enough to
 /// overlap many cache misses, short enough not to hold up the commit leader, which needs the
 /// write lock to publish a group.
 const PROBE_CHUNK: usize = 256;
 
 impl Core {
-    /// Begins a read transaction.
+    /// Begins a read transaction that sees every group acknowledged before the call: it waits
+    /// for (or applies itself) the durable groups still in the backlog. So a commit is visible
+    /// to every reader from the moment it is acknowledged, and never before it is durable.
     pub(crate) fn begin_read(&self) -> Result<redb::ReadTransaction> {
+        self.backlog
+            .wait_applied(|groups| self.apply_backlog(groups))
+            .map_err(|e| self.stopped(e))?;
         self.db.begin_read().db("begin a read transaction")
+    }
+
+    /// Applies pending groups of the backlog if nobody else is (every writer calls it once its
+    /// commit returned).
+    pub(crate) fn help_apply(&self) {
+        self.backlog.help(|groups| self.apply_backlog(groups));
+    }
+
+    /// Waits until the backlog is empty, applying it when nobody else does.
+    pub(crate) fn drain(&self) -> Result<()> {
+        self.backlog
+            .drain(|groups| self.apply_backlog(groups))
+            .map_err(|e| self.stopped(e))
+    }
+
+    /// Back-pressure: holds the leader while the backlog is over its bound.
+    pub(crate) fn make_room(&self) -> Result<()> {
+        self.backlog
+            .make_room(|groups| self.apply_backlog(groups))
+            .map_err(|e| self.stopped(e))
+    }
+
+    /// Puts the store into its failed state (SPEC R5): every later write, and every read that
+    /// would need a group the B-trees no longer follow, is refused until the store is reopened.
+    pub(crate) fn fail(&self, cause: &str) {
+        self.failed.lock().get_or_insert_with(|| cause.to_string());
+        self.backlog.fail(cause);
+    }
+
+    fn stopped(&self, e: crate::backlog::Stopped) -> Error {
+        Error::Failed { cause: e.0 }
+    }
+
+    /// The applier's step: one batch of the backlog in one write transaction, synced when a
+    /// checkpoint is due (then the write-ahead records it covers may be trimmed). A failure, or
+    /// a panic of redb or of a debug invariant check, fails the store.
+    fn apply_backlog(&self, groups: &[GroupRedo]) -> Result<()> {
+        let now_ms = self.now_ms();
+        let synced = self.wal.as_ref().is_some_and(|w| w.checkpoint_due(now_ms));
+        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            crate::error::contain(|| self.apply_groups(groups, synced))
+        }))
+        .unwrap_or_else(|p| {
+            Err(Error::Failed {
+                cause: format!("applying a commit group panicked: {}", panic_text(&p)),
+            })
+        });
+        match r {
+            Ok(()) => {
+                if synced {
+                    self.synced_through(groups, now_ms);
+                }
+                Ok(())
+            }
+            Err(e) => {
+                let cause = e.to_string();
+                self.fail(&cause);
+                crate::metrics::add(&self.metrics.c.sync_failures, 1);
+                Err(e)
+            }
+        }
+    }
+
+    /// Applies one group in place (the leader, on a drained backlog): a checkpoint when `synced`.
+    pub(crate) fn apply_in_place(&self, group: &GroupRedo, synced: bool) -> Result<()> {
+        let now_ms = self.now_ms();
+        self.apply_groups(std::slice::from_ref(group), synced)?;
+        self.backlog
+            .applied_in_place(crate::backlog::Group::number(group));
+        if synced {
+            self.synced_through(std::slice::from_ref(group), now_ms);
+        }
+        Ok(())
+    }
+
+    fn synced_through(&self, groups: &[GroupRedo], now_ms: u64) {
+        self.last_durable_ms.store(now_ms, Ordering::Relaxed);
+        if let (Some(wal), Some(last)) = (&self.wal, groups.last()) {
+            wal.checkpointed(crate::backlog::Group::number(last), now_ms);
+        }
+    }
+
+    /// Writes decided groups to the B-trees in one transaction (synced: a checkpoint).
+    fn apply_groups(&self, groups: &[GroupRedo], synced: bool) -> Result<()> {
+        (self.applier)(self, groups, synced)
     }
 
     /// Typed reads of the unit-keyed tables as of a new read transaction.

@@ -27,6 +27,7 @@
 //! ```
 #![warn(missing_docs)]
 
+mod backlog;
 pub mod claim;
 pub mod clock;
 pub mod commit;
@@ -46,6 +47,7 @@ pub use commit::invariants;
 pub use schema::log;
 pub mod metrics;
 mod object;
+mod overlay;
 pub mod pipeline;
 pub mod reconcile;
 mod replay;
@@ -61,6 +63,7 @@ mod text;
 pub mod verify;
 pub mod vfs;
 
+pub use backlog::BacklogSize;
 pub use claim::{ClaimOutcome, Lease, ReleaseOutcome, RenewOutcome};
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use commit::{Atomicity, Batch, CommitReport, FenceReason, Intent, Outcome, UnitOutcome};
@@ -83,6 +86,7 @@ pub use verify::{VerifyOptions, VerifyReport};
 #[doc(hidden)]
 pub mod loom_support {
     //! The commit queue, exposed to the loom models in `tests/loom.rs`.
+    pub use crate::backlog::{Backlog, Group, Stopped};
     pub use crate::commit::queue::{LeaderPanicked, Weighted, WriteQueue};
 }
 

@@ -5,7 +5,7 @@
 //!
 //! Every counter has a [`Scope`]. The [`Scope::Store`] counters are what the store itself
 //! decided: they are counted by the commit leader per group and added to a persisted row in the
-//! group's own transaction (`schema::meta::add_counters`), so they are exactly as durable as the
+//! group's own rows (`schema::meta::add_to_counters`, written with the group's redo), so they are exactly as durable as the
 //! commits they count, survive restarts and crashes, and a freshly opened store reports them
 //! from that row. The [`Scope::Process`] counters (staging, computations, GC, histograms...) are
 //! only known to the running process and start at zero in each one; every output labels them so.

@@ -21,7 +21,17 @@ const LAYERS: &[(&str, &[&str])] = &[
         ],
     ),
     ("schema", &["schema"]),
-    ("state", &["index", "index_snap", "stage", "claim"]),
+    (
+        "state",
+        &[
+            "index",
+            "index_snap",
+            "stage",
+            "claim",
+            "backlog",
+            "overlay",
+        ],
+    ),
     ("core", &["core"]),
     ("leader and views", &["commit", "snapshot"]),
     ("store", &["store"]),

@@ -11,18 +11,19 @@
 use crate::claim::{ClaimOutcome, Lease, ReleaseOutcome, RenewOutcome};
 use crate::commit::queue::{LeaderPanicked, Weighted};
 use crate::commit::rules::{self, Decision, Incoming, LeaseCheck, LeaseStatus};
+use crate::commit::view::{Current, View};
 use crate::commit::{Atomicity, Batch, BatchItem, CommitReport, Outcome, UnitOutcome};
 use crate::core::{Core, Durability};
 use crate::error::{DbContext, Error, Result};
 use crate::metrics::add;
+use crate::overlay::LeaderState;
 use crate::schema::claim::ClaimRecord;
+use crate::schema::extension;
 use crate::schema::log::{ClaimChange, LogEntry, Record, RecordBody};
 use crate::schema::manifest::EntryValue;
 use crate::schema::meta::{self, COUNTERS, HISTORY_FROM, NEXT_SEQ, NEXT_TOKEN, WAL_GROUP};
-use crate::schema::wal::{Redo, MAX_RECORD};
-use crate::schema::{extension, CLAIMS, CLAIMS_TABLE, EXTENSIONS, HISTORY, LOG, MANIFEST, META};
+use crate::schema::wal::{GroupRedo as Pending, Redo, MAX_RECORD};
 use crate::stage::Staged;
-use redb::{ReadableTable, Table};
 use std::sync::atomic::Ordering;
 
 /// One request in the write queue.
@@ -144,32 +145,31 @@ impl LeaderPanicked for Result<Done> {
     }
 }
 
-/// The tables of one write transaction, and the counters the group advances.
-struct Writer<'t> {
-    manifest: Table<'t, &'static str, &'static [u8]>,
-    history: Table<'t, (&'static str, u64), &'static [u8]>,
-    log: Table<'t, u64, &'static [u8]>,
-    claims: Table<'t, &'static str, &'static [u8]>,
-    /// Opened on the first [`Op::Extension`] of the group only, so plain commits pay nothing.
-    extensions: Option<Table<'t, &'static str, &'static [u8]>>,
-    txn: &'t redb::WriteTransaction,
+/// One group being decided: the leader's view of the store (overlay, index, applied state), the
+/// counters the group advances, and the rows it writes, recorded as its redo.
+struct Writer<'v> {
+    view: View<'v>,
+    core: &'v Core,
+    /// The group's number.
+    group: u64,
     next_seq: u64,
     next_token: u64,
     now_ms: u64,
     /// The history horizon a prune in this group moved to, if any.
     history_from: Option<u64>,
-    /// Index updates to publish once the transaction is durable: (unit, was new, value).
+    /// Index updates to publish once the group is durable: (unit, was new, value).
     index: Vec<(String, bool, EntryValue)>,
     /// Leases found expired (not released) when their unit was claimed again, by anyone.
     expired_leases: u64,
-    /// The group's redo for the write-ahead log, when the group goes through it.
-    redo: Option<Redo>,
+    /// Every row the group writes, with its exact bytes: what the write-ahead log records and
+    /// what is applied to the B-trees.
+    redo: Redo,
 }
 
 /// One item of a batch, decided.
 struct Decided {
     decision: Decision,
-    current: Option<EntryValue>,
+    current: Option<Current>,
     claim: Option<ClaimRecord>,
 }
 
@@ -188,9 +188,10 @@ pub(crate) fn apply_group(inner: &Core, ops: Vec<Op>) -> Vec<Result<Done>> {
     let n = ops.len();
     #[cfg(debug_assertions)]
     crate::commit::invariants::assert_group_bound(&ops, inner.options.max_group_units);
-    // The batches are consumed while the group is decided, before its transaction is visible;
-    // their staged objects must stay pinned until it is (or until the failed state is set), or GC
-    // could delete an object the commit is about to make visible (I8).
+    // The batches are consumed while the group is decided, before it is acknowledged; their
+    // staged objects must stay pinned until it is (or until the failed state is set), or GC
+    // could delete an object the commit is about to make visible (I8). From the acknowledgement
+    // on, every reader — GC's second look included — waits for the group to be applied.
     let pins = pins_of(&ops);
     let result = match write_group(inner, ops) {
         Ok((dones, index, counts)) => {
@@ -208,7 +209,7 @@ pub(crate) fn apply_group(inner: &Core, ops: Vec<Op>) -> Vec<Result<Done>> {
             // Nothing of the group may be acknowledged, and nothing later may be written on top of
             // a state we no longer know: fail the store until it is reopened (SPEC R5).
             let cause = e.to_string();
-            *inner.failed.lock() = Some(cause.clone());
+            inner.fail(&cause);
             add(&inner.metrics.c.sync_failures, 1);
             (0..n)
                 .map(|_| {
@@ -241,118 +242,139 @@ type GroupResult = (
     crate::metrics::Counters,
 );
 
+/// How a group reaches the B-trees.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Path {
+    /// Durable by its write-ahead record; applied later, from the backlog.
+    Logged,
+    /// Applied by the leader itself, after the backlog is drained, in a transaction that is
+    /// synced (`true`: a checkpoint) or not (relaxed mode between its syncs).
+    InPlace(bool),
+}
+
 fn write_group(inner: &Core, ops: Vec<Op>) -> Result<GroupResult> {
     let now_ms = inner.options.clock.now_ms();
-    let mut txn = inner.db.begin_write()?;
-    // The durable mode makes a group durable by one write-ahead append, and the database by a
-    // checkpoint now and then (and for a flush or a prune, which must be durable in the database
-    // itself: GC deletes objects on the strength of a prune).
-    let wal = match inner.options.durability {
-        Durability::Durable => inner.wal.as_ref(),
-        Durability::Relaxed { .. } => None,
-    };
-    let checkpoint = wal.is_none_or(|w| {
-        w.checkpoint_due(now_ms)
-            || ops
-                .iter()
-                .any(|o| matches!(o, Op::Flush | Op::Prune { .. }))
-    });
-    let wal = wal.filter(|_| !checkpoint);
-    let durable = match inner.options.durability {
-        Durability::Durable => checkpoint,
-        Durability::Relaxed { max_delay } => {
+    let flush_or_prune = ops
+        .iter()
+        .any(|o| matches!(o, Op::Flush | Op::Prune { .. }));
+    // A flush or a prune must be durable in the database itself (GC deletes objects on the
+    // strength of a prune), and relaxed mode writes no log: those groups are applied in place.
+    let path = match (inner.options.durability, &inner.wal) {
+        (Durability::Durable, Some(_)) if !flush_or_prune => Path::Logged,
+        (Durability::Durable, _) => Path::InPlace(true),
+        (Durability::Relaxed { max_delay }, _) => {
             let last = inner.last_durable_ms.load(Ordering::Relaxed);
-            ops.iter()
-                .any(|o| matches!(o, Op::Flush | Op::Prune { .. }))
-                || now_ms.saturating_sub(last) >= max_delay.as_millis() as u64
-                || now_ms < last
+            Path::InPlace(
+                flush_or_prune
+                    || now_ms.saturating_sub(last) >= max_delay.as_millis() as u64
+                    || now_ms < last,
+            )
         }
     };
-    txn.set_durability(if durable {
+    match path {
+        // A prune plans from the applied history, and a checkpoint covers everything before it.
+        Path::InPlace(_) => inner.drain()?,
+        Path::Logged => inner.make_room()?,
+    }
+    let mut st = inner.leader.lock();
+    let LeaderState {
+        next_seq,
+        next_token,
+        history_from,
+        counters,
+        group: last_group,
+        overlay,
+    } = &mut *st;
+    let group = *last_group + 1;
+    let seq_before = next_seq.saturating_sub(1);
+    let view = View::begin(overlay, inner)?;
+    assert!(
+        path == Path::Logged || view.overlay.is_empty(),
+        "invariant: a group applied in place starts on a drained backlog"
+    );
+    let mut w = Writer {
+        view,
+        core: inner,
+        group,
+        next_seq: *next_seq,
+        next_token: *next_token,
+        now_ms,
+        history_from: None,
+        index: Vec::new(),
+        expired_leases: 0,
+        redo: Redo::default(),
+    };
+    let mut dones = Vec::with_capacity(ops.len());
+    for op in ops {
+        dones.push(w.apply(op)?);
+    }
+    // The group's counts go into its own rows (SPEC R16: never lost, never ahead).
+    let counts = crate::metrics::Counters::default();
+    record_metrics(&counts, &dones, w.index.len());
+    add(&counts.claims_expired, w.expired_leases);
+    *next_seq = w.next_seq;
+    *next_token = w.next_token;
+    if let Some(h) = w.history_from {
+        // The horizon only rises: a prune never makes readable again what was refused.
+        *history_from = (*history_from).max(h);
+    }
+    meta::add_to_counters(counters, &counts, seq_before);
+    let Writer {
+        mut redo, index, ..
+    } = w;
+    redo.meta(NEXT_SEQ, &meta::sealed_u64(NEXT_SEQ, *next_seq));
+    redo.meta(NEXT_TOKEN, &meta::sealed_u64(NEXT_TOKEN, *next_token));
+    redo.meta(HISTORY_FROM, &meta::sealed_u64(HISTORY_FROM, *history_from));
+    if !counters.is_empty() {
+        redo.meta(COUNTERS, &meta::sealed_counters(counters));
+    }
+    redo.meta(WAL_GROUP, &meta::sealed_u64(WAL_GROUP, group));
+    *last_group = group;
+    drop(st);
+    let pending = Pending::new(group, redo, index.len());
+    match (path, inner.wal.as_ref()) {
+        // Durable before anyone can see it: readers see a group only once it is applied, and it
+        // is applied only from the backlog, after this append synced (I3).
+        (Path::Logged, Some(wal)) if pending.len() <= MAX_RECORD => {
+            wal.append(group, &pending.frame())?;
+            inner.backlog.push(pending);
+        }
+        // A group this large (a bulk load) gains nothing from the log: it is a checkpoint.
+        (Path::Logged, _) => {
+            inner.drain()?;
+            inner.apply_in_place(&pending, true)?;
+        }
+        (Path::InPlace(synced), _) => inner.apply_in_place(&pending, synced)?,
+    }
+    Ok((dones, index, counts))
+}
+
+/// Writes decided groups to the B-trees in one transaction, synced when `synced` (a checkpoint);
+/// the core's [`crate::core::Applier`]. In debug builds the group checks of
+/// `commit::invariants` run on the transaction before it commits.
+pub(crate) fn apply_groups(core: &Core, groups: &[Pending], synced: bool) -> Result<()> {
+    let mut txn = core.db.begin_write()?;
+    txn.set_durability(if synced {
         redb::Durability::Immediate
     } else {
         redb::Durability::None
     })
     .db("set the durability")?;
-    let (dones, index, counts, group, redo) = {
-        let mut meta = txn.open_table(META).db("open the meta table")?;
-        let (next_seq, next_token) = (meta::get(&meta, NEXT_SEQ)?, meta::get(&meta, NEXT_TOKEN)?);
-        #[cfg(debug_assertions)]
-        let before = crate::commit::invariants::Counters::read(&meta)?;
-        let mut w = Writer {
-            manifest: txn.open_table(MANIFEST).db("open the manifest")?,
-            history: txn.open_table(HISTORY).db("open the history")?,
-            log: txn.open_table(LOG).db("open the log")?,
-            claims: txn.open_table(CLAIMS).db("open the claims")?,
-            extensions: None,
-            txn: &txn,
-            next_seq,
-            next_token,
-            now_ms,
-            history_from: None,
-            index: Vec::new(),
-            expired_leases: 0,
-            redo: wal.map(|_| Redo::default()),
-        };
-        let mut dones = Vec::with_capacity(ops.len());
-        for op in ops {
-            dones.push(w.apply(op)?);
-        }
-        if w.next_seq != next_seq {
-            meta::put(&mut meta, NEXT_SEQ, w.next_seq)?;
-        }
-        if w.next_token != next_token {
-            meta::put(&mut meta, NEXT_TOKEN, w.next_token)?;
-        }
-        if let Some(h) = w.history_from {
-            // The horizon only rises: a prune never makes readable again what was refused.
-            let stored = meta::get(&meta, HISTORY_FROM)?;
-            if h > stored {
-                meta::put(&mut meta, HISTORY_FROM, h)?;
-            }
-        }
-        // The group's counts go into its own transaction (SPEC R16: never lost, never ahead).
-        let counts = crate::metrics::Counters::default();
-        record_metrics(&counts, &dones, w.index.len());
-        add(&counts.claims_expired, w.expired_leases);
-        meta::add_counters(&mut meta, &counts, next_seq.saturating_sub(1))?;
-        let group = crate::schema::wal::applied_group(&meta)? + 1;
-        meta::put(&mut meta, WAL_GROUP, group)?;
-        #[cfg(debug_assertions)]
-        crate::commit::invariants::assert_group(inner, &w.log, before, &meta)?;
-        let index = std::mem::take(&mut w.index);
-        let mut redo = w.redo.take();
-        if let Some(redo) = redo.as_mut() {
-            for key in [NEXT_SEQ, NEXT_TOKEN, HISTORY_FROM, COUNTERS, WAL_GROUP] {
-                if let Some(v) = meta.get(key).db("read the meta table")? {
-                    redo.meta(key, v.value());
-                }
-            }
-        }
-        (dones, index, counts, group, redo)
-    };
-    let mut durable = durable;
-    if let Some(wal) = wal {
-        match redo.filter(|r| r.len() <= MAX_RECORD) {
-            // Durable before the group's rows become visible (the commit below): a reader never
-            // sees a group a crash could take back, and an acknowledged group is in the log.
-            Some(redo) => wal.append(group, &redo.frame(group))?,
-            // A group this large (a bulk load) gains nothing from the log: it is a checkpoint.
-            None => {
-                txn.set_durability(redb::Durability::Immediate)
-                    .db("set the durability")?;
-                durable = true;
-            }
-        }
-    }
-    txn.commit().db("commit the group")?;
-    if durable {
-        inner.last_durable_ms.store(now_ms, Ordering::Relaxed);
-        if let Some(wal) = &inner.wal {
-            wal.checkpointed(group, now_ms);
-        }
-    }
-    Ok((dones, index, counts))
+    #[cfg(debug_assertions)]
+    let before = crate::commit::invariants::Counters::read(
+        &txn.open_table(crate::schema::META)
+            .db("open the meta table")?,
+    )?;
+    crate::schema::wal::apply_groups(&txn, &core.dir.join(crate::layout::DB_FILE), groups)?;
+    #[cfg(debug_assertions)]
+    crate::commit::invariants::assert_group(
+        core,
+        &txn.open_table(crate::schema::LOG).db("open the log")?,
+        before,
+        &txn.open_table(crate::schema::META)
+            .db("open the meta table")?,
+    )?;
+    txn.commit().db("commit the group")
 }
 
 /// Units (and claims) answered by a group.
@@ -463,7 +485,7 @@ impl Writer<'_> {
         fence: Option<Fence>,
     ) -> Result<ExtensionOutcome> {
         if let Some(fence) = &fence {
-            let claim = self.claim_record(&fence.unit)?;
+            let claim = self.view.claim(&fence.unit)?;
             let lease = claim.as_ref().map(|r| r.state(self.now_ms));
             // The lease rules of a commit; an extension has no version to be a duplicate of, so
             // an ended lease's token is simply fenced.
@@ -497,30 +519,9 @@ impl Writer<'_> {
             self.end_lease(&fence.unit, claim)?;
         }
         let value = extension::encode(key, self.next_seq, &data);
-        if self.extensions.is_none() {
-            self.extensions = Some(
-                self.txn
-                    .open_table(EXTENSIONS)
-                    .db("open the extensions table")?,
-            );
-        }
-        if let Some(t) = self.extensions.as_mut() {
-            t.insert(key, value.as_slice())
-                .db("write the extensions table")?;
-        }
-        if let Some(r) = &mut self.redo {
-            r.extensions(key, &value);
-        }
+        self.redo.extensions(key, &value);
         let seq = self.append(RecordBody::Extension { tag, data })?;
         Ok(ExtensionOutcome::Written { seq })
-    }
-
-    fn current(&self, unit: &str) -> Result<Option<EntryValue>> {
-        crate::schema::codec::get_sealed(&self.manifest, "manifest", unit, EntryValue::decode)
-    }
-
-    fn claim_record(&self, unit: &str) -> Result<Option<ClaimRecord>> {
-        crate::schema::codec::get_sealed(&self.claims, CLAIMS_TABLE, unit, ClaimRecord::decode)
     }
 
     fn append(&mut self, body: RecordBody) -> Result<u64> {
@@ -531,42 +532,16 @@ impl Writer<'_> {
             time_ms: self.now_ms,
             body,
         };
-        let bytes = rec.encode();
-        self.log
-            .insert(seq, bytes.as_slice())
-            .db("append to the commit log")?;
-        if let Some(r) = &mut self.redo {
-            r.log(seq, &bytes);
-        }
+        self.redo.log(seq, &rec.encode());
         Ok(seq)
     }
 
-    /// The seq of an older entry of `unit` with this version and object, if the history has one.
-    fn earlier_identical(&self, unit: &str, inc: &Incoming) -> Result<Option<u64>> {
-        for row in self
-            .history
-            .range((unit, 0)..=(unit, u64::MAX))
-            .db("read the history")?
-            .rev()
-        {
-            let (k, v) = row.db("read the history")?;
-            let v = EntryValue::decode_history(unit, k.value().1, v.value())?;
-            if v.source_version < inc.source_version {
-                break;
-            }
-            if v.source_version == inc.source_version && v.object.id == inc.object {
-                return Ok(Some(k.value().1));
-            }
-        }
-        Ok(None)
-    }
-
-    /// Decides one item of a batch against the transaction's state: its decision, the unit's
-    /// current entry and its newest lease record (read for every commit: with a token it must be
-    /// that lease's, without one the lease must not be live).
-    fn decide_item(&self, item: &BatchItem) -> Result<Decided> {
-        let current = self.current(&item.unit)?;
-        let claim = self.claim_record(&item.unit)?;
+    /// Decides one item of a batch against the leader's view: its decision, the unit's current
+    /// entry and its newest lease record (read for every commit: with a token it must be that
+    /// lease's, without one the lease must not be live).
+    fn decide_item(&mut self, item: &BatchItem) -> Result<Decided> {
+        let mut current = self.view.current(self.core, &item.unit)?;
+        let claim = self.view.claim(&item.unit)?;
         let lease = claim.as_ref().map(|r| r.state(self.now_ms));
         let inc = Incoming {
             source_version: item.source_version,
@@ -574,15 +549,24 @@ impl Writer<'_> {
             token: item.token,
             intent: item.intent,
         };
-        let mut lookup_err = None;
+        // The revision decides only between two objects of the same version; the index does not
+        // keep it, so only then is the full entry read.
+        if let Some(c) = current.as_mut() {
+            if c.full.is_none() && c.source_version == inc.source_version && c.object != inc.object
+            {
+                c.full = Some(self.view.full(&item.unit, c)?);
+            }
+        }
         let cur = current.map(|c| rules::Current {
             source_version: c.source_version,
-            revision: c.revision,
-            object: c.object.id,
+            revision: c.full.map_or(0, |f| f.revision),
+            object: c.object,
             seq: c.seq,
         });
+        let mut lookup_err = None;
+        let view = &mut self.view;
         let decision = rules::decide(cur.as_ref(), lease.as_ref(), &inc, || {
-            self.earlier_identical(&item.unit, &inc)
+            view.earlier_identical(&item.unit, inc.source_version, inc.object)
                 .unwrap_or_else(|e| {
                     lookup_err = Some(e);
                     None
@@ -599,11 +583,10 @@ impl Writer<'_> {
     }
 
     fn commit(&mut self, batch: Batch) -> Result<CommitReport> {
-        let decided = batch
-            .items
-            .iter()
-            .map(|item| self.decide_item(item))
-            .collect::<Result<Vec<_>>>()?;
+        let mut decided = Vec::with_capacity(batch.items.len());
+        for item in &batch.items {
+            decided.push(self.decide_item(item)?);
+        }
         let rejected = decided.iter().any(|d| {
             !matches!(
                 d.decision,
@@ -630,7 +613,8 @@ impl Writer<'_> {
                     item.token,
                     d.claim.as_ref(),
                     self.now_ms,
-                    d.current.as_ref(),
+                    d.current
+                        .map(|c| (c.source_version, c.full.map_or(0, |f| f.revision))),
                     (item.source_version, revision),
                 );
                 logged.push(self.write_entry(item, revision, seq, d.current.is_none())?);
@@ -676,17 +660,12 @@ impl Writer<'_> {
             seq,
             committed_at_ms: self.now_ms,
         };
-        let (current, old) = (value.encode(&item.unit), value.encode_history(&item.unit));
-        self.manifest
-            .insert(item.unit.as_str(), current.as_slice())
-            .db("write the manifest")?;
-        self.history
-            .insert((item.unit.as_str(), seq), old.as_slice())
-            .db("write the history")?;
-        if let Some(r) = &mut self.redo {
-            r.manifest(&item.unit, &current);
-            r.history(&item.unit, seq, &old);
-        }
+        self.redo.manifest(&item.unit, &value.encode(&item.unit));
+        self.redo
+            .history(&item.unit, seq, &value.encode_history(&item.unit));
+        let overlay = &mut self.view.overlay;
+        overlay.put_manifest(self.group, &item.unit, value);
+        overlay.put_history(self.group, &item.unit, seq, value);
         self.index.push((item.unit.clone(), new_unit, value));
         Ok(LogEntry {
             unit: item.unit.clone(),
@@ -700,14 +679,13 @@ impl Writer<'_> {
     /// Deletes the history rows superseded before `cutoff_ms` (see [`crate::schema::manifest::plan_prune`]) and
     /// moves the horizon so that no read as of a seq whose view lost a row is served.
     fn prune(&mut self, cutoff_ms: u64, keep_for_seq: Option<u64>) -> Result<Done> {
-        let plan = crate::schema::manifest::plan_prune(&self.history, cutoff_ms, keep_for_seq)?;
+        // A prune's group is applied in place on a drained backlog, so the applied history is
+        // the whole history (but for rows this very group added, which it keeps: pruning less
+        // is always safe).
+        let plan =
+            crate::schema::manifest::plan_prune(self.view.history()?, cutoff_ms, keep_for_seq)?;
         for (unit, seq) in &plan.rows {
-            self.history
-                .remove((unit.as_str(), *seq))
-                .db("prune the history")?;
-            if let Some(r) = &mut self.redo {
-                r.history_removed(unit, *seq);
-            }
+            self.redo.history_removed(unit, *seq);
         }
         // write_group stores the highest horizon of the group, never lowering the stored one.
         self.history_from = Some(plan.horizon.max(self.history_from.unwrap_or(0)));
@@ -728,13 +706,8 @@ impl Writer<'_> {
         }
         rec.released = true;
         rec.by_commit = true;
-        let bytes = rec.encode(unit);
-        self.claims
-            .insert(unit, bytes.as_slice())
-            .db("write the claims")?;
-        if let Some(r) = &mut self.redo {
-            r.claims(unit, &bytes);
-        }
+        self.redo.claims(unit, &rec.encode(unit));
+        self.view.overlay.put_claim(self.group, unit, rec);
         Ok(())
     }
 
@@ -745,12 +718,13 @@ impl Writer<'_> {
         worker: String,
         ttl_ms: u64,
     ) -> Result<ClaimOutcome> {
-        if let Some(cur) = self.current(&unit)? {
+        if let Some(cur) = self.view.current(self.core, &unit)? {
             if cur.source_version >= source_version {
-                return Ok(ClaimOutcome::AlreadyDone(cur.into_entry(&unit)));
+                let full = self.view.full(&unit, &cur)?;
+                return Ok(ClaimOutcome::AlreadyDone(full.into_entry(&unit)));
             }
         }
-        let existing = self.claim_record(&unit)?;
+        let existing = self.view.claim(&unit)?;
         let mut took_over = false;
         if let Some(rec) = &existing {
             if rec.is_live(self.now_ms) {
@@ -800,13 +774,8 @@ impl Writer<'_> {
     }
 
     fn write_claim(&mut self, unit: &str, rec: &ClaimRecord, granted: bool) -> Result<()> {
-        let bytes = rec.encode(unit);
-        self.claims
-            .insert(unit, bytes.as_slice())
-            .db("write the claims")?;
-        if let Some(r) = &mut self.redo {
-            r.claims(unit, &bytes);
-        }
+        self.redo.claims(unit, &rec.encode(unit));
+        self.view.overlay.put_claim(self.group, unit, rec.clone());
         let change = ClaimChange {
             unit: unit.to_string(),
             worker: rec.worker.clone(),
@@ -825,7 +794,7 @@ impl Writer<'_> {
     /// Only the holder extends its lease: the token must be the unit's newest and not ended, and
     /// the worker its holder's (anyone else is told the lease is not theirs: `Lost`).
     fn renew(&mut self, lease: Lease, ttl_ms: u64) -> Result<RenewOutcome> {
-        match self.claim_record(&lease.unit)? {
+        match self.view.claim(&lease.unit)? {
             Some(rec)
                 if rec.token == lease.token && !rec.released && rec.worker == lease.worker =>
             {
@@ -846,7 +815,7 @@ impl Writer<'_> {
     /// Only the holder ends its lease: the token must be the unit's newest and not ended, and the
     /// worker its holder's.
     fn release(&mut self, lease: Lease) -> Result<ReleaseOutcome> {
-        match self.claim_record(&lease.unit)? {
+        match self.view.claim(&lease.unit)? {
             Some(rec) if rec.token == lease.token && !rec.released => {
                 if rec.worker != lease.worker {
                     return Ok(ReleaseOutcome::NotHolder { holder: rec.worker });

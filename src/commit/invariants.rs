@@ -456,7 +456,8 @@ pub(crate) fn check_accept(
 }
 
 /// The leader's hook for [`check_accept`], on the rows its decision read: `claim` (the unit's
-/// lease record, seen at `now_ms`) and `current` (its entry). Panics on a violation.
+/// lease record, seen at `now_ms`) and `prev` (its entry's version and revision). Panics on a
+/// violation.
 // The leader calls this in debug builds only.
 #[cfg_attr(not(debug_assertions), allow(dead_code))]
 pub(crate) fn assert_accept(
@@ -464,11 +465,10 @@ pub(crate) fn assert_accept(
     token: Option<u64>,
     claim: Option<&crate::schema::claim::ClaimRecord>,
     now_ms: u64,
-    current: Option<&EntryValue>,
+    prev: Option<(u64, u32)>,
     next: (u64, u32),
 ) {
     let lease = claim.map(|r| r.state(now_ms));
-    let prev = current.map(|c| (c.source_version, c.revision));
     assert_holds(&check_accept(unit, token, lease.as_ref(), prev, next));
 }
 

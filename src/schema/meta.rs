@@ -38,8 +38,7 @@ pub(crate) fn get(
 
 /// Writes the meta value `key`, sealed.
 pub(crate) fn put(meta: &mut redb::Table<&str, &[u8]>, key: &str, value: u64) -> Result<()> {
-    let sealed = seal(META_TABLE, key.as_bytes(), value.to_le_bytes().to_vec());
-    meta.insert(key, sealed.as_slice())
+    meta.insert(key, sealed_u64(key, value).as_slice())
         .db("write the meta table")?;
     Ok(())
 }
@@ -81,19 +80,22 @@ pub(crate) fn stored_counters(db: &dyn redb::ReadableDatabase) -> Result<Vec<(St
     Ok(vec![(crate::metrics::SINCE_SEQ.to_string(), seq)])
 }
 
-/// Adds a commit group's store-scope counts to the persisted counters, in the group's own
-/// transaction, so they are exactly as durable as the commits they count. `seq_before` is the
-/// newest seq before the group: where counting begins if the row is new.
-pub(crate) fn add_counters(
-    meta: &mut redb::Table<&str, &[u8]>,
+/// The sealed value of the meta row `key` holding `value`.
+pub(crate) fn sealed_u64(key: &str, value: u64) -> Vec<u8> {
+    seal(META_TABLE, key.as_bytes(), value.to_le_bytes().to_vec())
+}
+
+/// Adds a commit group's store-scope counts to `rows` (the persisted counters as the leader keeps
+/// them). `seq_before` is the newest seq before the group: where counting begins if the row is new.
+pub(crate) fn add_to_counters(
+    rows: &mut Vec<(String, u64)>,
     delta: &crate::metrics::Counters,
     seq_before: u64,
-) -> Result<()> {
+) {
     let deltas = delta.store_deltas();
     if deltas.is_empty() {
-        return Ok(());
+        return;
     }
-    let mut rows = read_counters(meta)?;
     if rows.is_empty() {
         rows.push((crate::metrics::SINCE_SEQ.to_string(), seq_before));
     }
@@ -103,12 +105,13 @@ pub(crate) fn add_counters(
             None => rows.push((name.to_string(), d)),
         }
     }
-    let sealed = seal(
+}
+
+/// The sealed value of the `counters` row holding `rows`.
+pub(crate) fn sealed_counters(rows: &[(String, u64)]) -> Vec<u8> {
+    seal(
         META_TABLE,
         COUNTERS.as_bytes(),
-        crate::metrics::encode_counters(&rows),
-    );
-    meta.insert(COUNTERS, sealed.as_slice())
-        .db("write the meta table")?;
-    Ok(())
+        crate::metrics::encode_counters(rows),
+    )
 }

@@ -66,10 +66,6 @@ pub(crate) struct Redo {
 }
 
 impl Redo {
-    /// Bytes recorded so far.
-    pub(crate) fn len(&self) -> usize {
-        self.buf.len()
-    }
     fn head(&mut self, t: Tbl, remove: bool) {
         self.buf.push(t as u8);
         self.buf.push(u8::from(remove));
@@ -111,19 +107,70 @@ impl Redo {
         put_u64(&mut self.buf, seq);
         self.value(v);
     }
+}
 
-    /// The framed record of group `group`.
-    pub(crate) fn frame(&self, group: u64) -> Vec<u8> {
-        let mut out = Vec::with_capacity(self.buf.len() + 20);
-        out.extend_from_slice(&MAGIC);
-        out.push(VERSION);
-        put_u64(&mut out, group);
-        put_u32(&mut out, self.buf.len() as u32);
-        out.extend_from_slice(&self.buf);
-        let crc = crc32fast::hash(&out);
-        put_u32(&mut out, crc);
-        out
+fn frame(group: u64, payload: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(payload.len() + 20);
+    out.extend_from_slice(&MAGIC);
+    out.push(VERSION);
+    put_u64(&mut out, group);
+    put_u32(&mut out, payload.len() as u32);
+    out.extend_from_slice(payload);
+    let crc = crc32fast::hash(&out);
+    put_u32(&mut out, crc);
+    out
+}
+
+/// A decided group on its way to the B-trees: its number and its redo.
+#[derive(Debug)]
+pub(crate) struct GroupRedo {
+    group: u64,
+    payload: Vec<u8>,
+    units: usize,
+}
+
+impl GroupRedo {
+    /// Group `group`'s redo; it commits `units` units.
+    pub(crate) fn new(group: u64, redo: Redo, units: usize) -> GroupRedo {
+        GroupRedo {
+            group,
+            payload: redo.buf,
+            units,
+        }
     }
+    /// The units it commits.
+    pub(crate) fn units(&self) -> usize {
+        self.units
+    }
+    /// The redo's size in bytes.
+    pub(crate) fn len(&self) -> usize {
+        self.payload.len()
+    }
+    /// Its write-ahead record.
+    pub(crate) fn frame(&self) -> Vec<u8> {
+        frame(self.group, &self.payload)
+    }
+}
+
+impl GroupRedo {
+    /// The group's number.
+    pub(crate) fn number(&self) -> u64 {
+        self.group
+    }
+}
+
+/// Applies decided groups, in order, to the store's tables in `txn` (the backlog's applier, and
+/// the leader's groups applied in place). `path` names the store's database in errors.
+pub(crate) fn apply_groups(
+    txn: &redb::WriteTransaction,
+    path: &Path,
+    groups: &[GroupRedo],
+) -> Result<()> {
+    let mut t = RedoTables::open(txn)?;
+    for g in groups {
+        t.apply(txn, path, g.group, &g.payload)?;
+    }
+    Ok(())
 }
 
 pub(crate) fn damaged(path: &Path, detail: impl std::fmt::Display) -> Error {
@@ -164,68 +211,96 @@ fn unframe<'a>(path: &Path, group: u64, rec: &'a [u8]) -> Result<&'a [u8]> {
     Ok(payload)
 }
 
-/// Applies one record's operations to the store's tables in `txn`.
-fn apply_redo(txn: &redb::WriteTransaction, path: &Path, group: u64, payload: &[u8]) -> Result<()> {
-    let ctx = "replay the write-ahead log";
-    let mut manifest = txn.open_table(MANIFEST).db(ctx)?;
-    let mut history = txn.open_table(HISTORY).db(ctx)?;
-    let mut log = txn.open_table(LOG).db(ctx)?;
-    let mut claims = txn.open_table(CLAIMS).db(ctx)?;
-    let mut meta = txn.open_table(META).db(ctx)?;
-    let mut extensions = None;
-    let mut r = Reader::new(payload, "write-ahead record");
-    while r.remaining() > 0 {
-        let t = Tbl::of(r.u8()?)
-            .ok_or_else(|| damaged(path, format!("record {group} names an unknown table")))?;
-        let remove = match r.u8()? {
-            0 => false,
-            1 => true,
-            k => return Err(damaged(path, format!("record {group}: operation kind {k}"))),
-        };
-        match t {
-            Tbl::History => {
-                let unit = r.string()?;
-                let seq = r.u64()?;
-                if remove {
-                    history.remove((unit.as_str(), seq)).db(ctx)?;
-                } else {
+/// The tables a redo writes, opened once for all the records applied in one transaction.
+struct RedoTables<'t> {
+    manifest: redb::Table<'t, &'static str, &'static [u8]>,
+    history: redb::Table<'t, (&'static str, u64), &'static [u8]>,
+    log: redb::Table<'t, u64, &'static [u8]>,
+    claims: redb::Table<'t, &'static str, &'static [u8]>,
+    meta: redb::Table<'t, &'static str, &'static [u8]>,
+    /// Opened on the first extension row only, so plain commits pay nothing.
+    extensions: Option<redb::Table<'t, &'static str, &'static [u8]>>,
+}
+
+const APPLY: &str = "apply a commit group's rows";
+
+impl<'t> RedoTables<'t> {
+    fn open(txn: &'t redb::WriteTransaction) -> Result<Self> {
+        Ok(RedoTables {
+            manifest: txn.open_table(MANIFEST).db(APPLY)?,
+            history: txn.open_table(HISTORY).db(APPLY)?,
+            log: txn.open_table(LOG).db(APPLY)?,
+            claims: txn.open_table(CLAIMS).db(APPLY)?,
+            meta: txn.open_table(META).db(APPLY)?,
+            extensions: None,
+        })
+    }
+
+    /// Applies one record's operations.
+    fn apply(
+        &mut self,
+        txn: &'t redb::WriteTransaction,
+        path: &Path,
+        group: u64,
+        payload: &[u8],
+    ) -> Result<()> {
+        let ctx = APPLY;
+        let mut r = Reader::new(payload, "write-ahead record");
+        while r.remaining() > 0 {
+            let t = Tbl::of(r.u8()?)
+                .ok_or_else(|| damaged(path, format!("record {group} names an unknown table")))?;
+            let remove = match r.u8()? {
+                0 => false,
+                1 => true,
+                k => return Err(damaged(path, format!("record {group}: operation kind {k}"))),
+            };
+            match t {
+                Tbl::History => {
+                    let unit = r.string()?;
+                    let seq = r.u64()?;
+                    if remove {
+                        self.history.remove((unit.as_str(), seq)).db(ctx)?;
+                    } else {
+                        let len = r.u32()? as usize;
+                        self.history
+                            .insert((unit.as_str(), seq), r.take(len)?)
+                            .db(ctx)?;
+                    }
+                }
+                Tbl::Log if !remove => {
+                    let seq = r.u64()?;
                     let len = r.u32()? as usize;
-                    history.insert((unit.as_str(), seq), r.take(len)?).db(ctx)?;
+                    self.log.insert(seq, r.take(len)?).db(ctx)?;
+                }
+                Tbl::Manifest | Tbl::Claims | Tbl::Extensions | Tbl::Meta if !remove => {
+                    let key = r.string()?;
+                    let len = r.u32()? as usize;
+                    let v = r.take(len)?;
+                    match t {
+                        Tbl::Manifest => self.manifest.insert(key.as_str(), v).db(ctx)?,
+                        Tbl::Claims => self.claims.insert(key.as_str(), v).db(ctx)?,
+                        Tbl::Meta => self.meta.insert(key.as_str(), v).db(ctx)?,
+                        _ => {
+                            if self.extensions.is_none() {
+                                self.extensions = Some(txn.open_table(EXTENSIONS).db(ctx)?);
+                            }
+                            match self.extensions.as_mut() {
+                                Some(e) => e.insert(key.as_str(), v).db(ctx)?,
+                                None => None,
+                            }
+                        }
+                    };
+                }
+                _ => {
+                    return Err(damaged(
+                        path,
+                        format!("record {group}: a removal from {t:?}, which no group writes"),
+                    ))
                 }
             }
-            Tbl::Log if !remove => {
-                let seq = r.u64()?;
-                let len = r.u32()? as usize;
-                log.insert(seq, r.take(len)?).db(ctx)?;
-            }
-            Tbl::Manifest | Tbl::Claims | Tbl::Extensions | Tbl::Meta if !remove => {
-                let key = r.string()?;
-                let len = r.u32()? as usize;
-                let v = r.take(len)?;
-                match t {
-                    Tbl::Manifest => manifest.insert(key.as_str(), v).db(ctx)?,
-                    Tbl::Claims => claims.insert(key.as_str(), v).db(ctx)?,
-                    Tbl::Meta => meta.insert(key.as_str(), v).db(ctx)?,
-                    _ => {
-                        if extensions.is_none() {
-                            extensions = Some(txn.open_table(EXTENSIONS).db(ctx)?);
-                        }
-                        match extensions.as_mut() {
-                            Some(e) => e.insert(key.as_str(), v).db(ctx)?,
-                            None => None,
-                        }
-                    }
-                };
-            }
-            _ => {
-                return Err(damaged(
-                    path,
-                    format!("record {group}: a removal from {t:?}, which no group writes"),
-                ))
-            }
         }
+        Ok(())
     }
-    Ok(())
 }
 
 /// The number of the newest group applied to the store's database (0: none yet, or a store from
@@ -382,6 +457,7 @@ impl Wal {
                 let mut txn = main.begin_write().db("begin the write-ahead replay")?;
                 txn.set_durability(redb::Durability::Immediate)
                     .db("set the durability")?;
+                let mut tables = RedoTables::open(&txn)?;
                 for row in rows {
                     let (k, v) = row.db("read the write-ahead log")?;
                     let group = k.value();
@@ -394,7 +470,7 @@ impl Wal {
                             ),
                         ));
                     }
-                    apply_redo(
+                    tables.apply(
                         &txn,
                         &self.path,
                         group,
@@ -405,8 +481,7 @@ impl Wal {
                 }
                 {
                     // Every record stamps `wal_group` itself; check that the last one did.
-                    let meta_t = txn.open_table(META).db("open the meta table")?;
-                    let stamped = applied_group(&meta_t)?;
+                    let stamped = applied_group(&tables.meta)?;
                     if stamped != last {
                         return Err(damaged(
                             &self.path,
@@ -414,6 +489,7 @@ impl Wal {
                         ));
                     }
                 }
+                drop(tables);
                 txn.commit().db("commit the write-ahead replay")?;
             }
         }
@@ -464,7 +540,7 @@ mod tests {
         let mut r = Redo::default();
         r.manifest("a", b"v");
         r.log(7, b"rec");
-        let mut f = r.frame(3);
+        let mut f = GroupRedo::new(3, r, 1).frame();
         let p = Path::new("wal.redb");
         assert!(unframe(p, 3, &f).is_ok());
         assert!(

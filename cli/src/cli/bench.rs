@@ -184,6 +184,7 @@ fn print_jsons(results: &[Measurement], probes: &[(String, Duration)], w: Worklo
             "us_per_group": us_per_group(m),
             "sustained_units_per_s": oncelake.then(|| m.sustained_units_per_sec()),
             "max_backlog": m.max_backlog,
+            "backlog_by_tenth": oncelake.then(|| m.backlog_by_tenth.clone()),
         }));
     }
     let mut threads: Vec<usize> = results.iter().map(|m| m.threads).collect();

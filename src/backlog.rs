@@ -1,0 +1,292 @@
+//! The groups that are durable (their write-ahead record is synced, so they are acknowledged) but
+//! not yet applied to the store's B-trees, and the hand-off to whoever applies them.
+//!
+//! The commit leader decides a group from memory, appends its record to the write-ahead log, and
+//! then [`Backlog::push`]es the group here instead of writing the B-trees itself: applying a group
+//! to a million-unit manifest touches random leaves and is the slow half of a commit, and it needs
+//! no decision any more. Whoever is free applies the backlog, many groups in one write transaction:
+//! a writer right after its commit returned, a reader that needs the groups, or the leader itself
+//! when the backlog is full. There is no background thread, so a store has no lifecycle beyond its
+//! handles, and a single-threaded caller (the deterministic simulation) applies every group on its
+//! own thread, in the same order every run.
+//!
+//! # States of the backlog
+//!
+//! - **idle**: nothing pending, nobody applying; `applied == acked`.
+//! - **pending**: groups are queued and nobody applies them. Transient: the thread that pushed
+//!   the group calls [`Backlog::help`] once its commit returns, and so does every reader that
+//!   waits for them, so a pending group always has a thread on its way to apply it.
+//! - **applying**: one thread (the *applier*) has taken a prefix of the queue out under the lock
+//!   and applies it outside the lock; more groups may be pushed meanwhile. Only the applier
+//!   clears `applying`, after it advanced `applied`, and then wakes every waiter.
+//! - **failed**: an apply failed. The groups are still in the write-ahead log (they were
+//!   acknowledged), but the B-trees no longer follow it: every later write and every wait is
+//!   refused until the store is reopened, which replays the log.
+//!
+//! Groups are applied in push order, each exactly once: they are taken only from the front of the
+//! queue, only by the one thread that set `applying`.
+
+use crate::sync::{Condvar, Mutex, MutexGuard};
+use std::collections::VecDeque;
+
+impl Group for crate::schema::wal::GroupRedo {
+    fn number(&self) -> u64 {
+        crate::schema::wal::GroupRedo::number(self)
+    }
+    fn weight(&self) -> usize {
+        self.len()
+    }
+    fn units(&self) -> usize {
+        crate::schema::wal::GroupRedo::units(self)
+    }
+}
+
+/// What the backlog needs to know of a group.
+pub trait Group {
+    /// The group's number: pushed in rising order, one after the other.
+    fn number(&self) -> u64;
+    /// What it weighs against the bound (bytes).
+    fn weight(&self) -> usize;
+    /// The units it commits (for the figures only).
+    fn units(&self) -> usize;
+}
+
+/// The shared state, under [`Backlog::state`]. Every field is read and written under the lock.
+#[derive(Debug)]
+struct State<G> {
+    /// Durable groups not yet taken by an applier, oldest first.
+    pending: VecDeque<G>,
+    /// Whether a thread is applying groups it took out of `pending`.
+    applying: bool,
+    /// The newest group pushed (acknowledged); 0 before any.
+    acked: u64,
+    /// The newest group applied to the B-trees.
+    applied: u64,
+    /// Weight of the groups pushed and not yet applied (pending plus being applied).
+    weight: usize,
+    /// Units of the groups pushed and not yet applied, and the most there were at once.
+    units: usize,
+    max_units: usize,
+    /// Why the store stopped applying, once it did.
+    failed: Option<String>,
+}
+
+/// Durable groups waiting to be applied; see the module documentation for the protocol.
+#[derive(Debug)]
+pub struct Backlog<G> {
+    state: Mutex<State<G>>,
+    /// Notified whenever `applied`, `applying` or `failed` changes.
+    changed: Condvar,
+    /// The weight above which [`Backlog::make_room`] holds the leader back.
+    bound: usize,
+    /// The most weight one applier takes out at once (one write transaction).
+    batch: usize,
+}
+
+/// How much of the backlog is waiting (see [`Backlog::size`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct BacklogSize {
+    /// Redo bytes acknowledged and not yet applied.
+    pub bytes: usize,
+    /// Units they commit.
+    pub units: usize,
+    /// The most units that were waiting at once since the store was opened.
+    pub max_units: usize,
+}
+
+/// Why a wait ended without the groups being applied.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Stopped(pub String);
+
+impl<G: Group> Backlog<G> {
+    /// An empty backlog whose newest applied (and acknowledged) group is `applied`; the leader is
+    /// held back above `bound`, an applier takes at most `batch` at once.
+    pub fn new(applied: u64, bound: usize, batch: usize) -> Self {
+        assert!(
+            bound > 0 && batch > 0,
+            "invariant: backlog limits are positive"
+        );
+        Backlog {
+            state: Mutex::new(State {
+                pending: VecDeque::new(),
+                applying: false,
+                acked: applied,
+                applied,
+                weight: 0,
+                units: 0,
+                max_units: 0,
+                failed: None,
+            }),
+            changed: Condvar::new(),
+            bound,
+            batch,
+        }
+    }
+
+    /// Queues a durable group. Called by the commit leader only, in group order, before it
+    /// answers the group's writers: from here on readers wait for it.
+    pub fn push(&self, group: G) {
+        let mut s = self.state.lock();
+        assert_eq!(
+            group.number(),
+            s.acked + 1,
+            "invariant: groups are pushed one after the other, in order"
+        );
+        s.acked = group.number();
+        s.weight += group.weight();
+        s.units += group.units();
+        s.max_units = s.max_units.max(s.units);
+        s.pending.push_back(group);
+    }
+
+    /// Notes a group that was applied in place by the leader (a checkpoint), after every pending
+    /// group was applied: it is acknowledged and applied at once.
+    pub fn applied_in_place(&self, number: u64) {
+        let mut s = self.state.lock();
+        assert!(
+            s.pending.is_empty() && !s.applying && s.applied == s.acked,
+            "invariant: a group is applied in place only on an empty backlog"
+        );
+        assert_eq!(
+            number,
+            s.acked + 1,
+            "invariant: groups are numbered in order"
+        );
+        s.acked = number;
+        s.applied = number;
+        drop(s);
+        self.changed.notify_all();
+    }
+
+    /// Applies one batch of pending groups if nobody else is applying; returns at once when
+    /// another thread is, or nothing is pending. `apply` gets a batch of groups in order and
+    /// applies them in one transaction. One batch only: a writer that helps must not be kept
+    /// applying for as long as others keep committing (whoever waits loops on it).
+    pub fn help<E: ToString>(&self, mut apply: impl FnMut(&[G]) -> Result<(), E>) {
+        let mut s = self.state.lock();
+        if s.applying || s.pending.is_empty() || s.failed.is_some() {
+            return;
+        }
+        let batch = self.take_batch(&mut s);
+        drop(s);
+        let result = apply(&batch);
+        let mut s = self.state.lock();
+        s.applying = false;
+        match result {
+            Ok(()) => {
+                let last = batch.last().map_or(s.applied, Group::number);
+                s.applied = last;
+                s.weight -= batch.iter().map(Group::weight).sum::<usize>();
+                s.units -= batch.iter().map(Group::units).sum::<usize>();
+            }
+            Err(e) => s.failed = Some(e.to_string()),
+        }
+        drop(s);
+        self.changed.notify_all();
+    }
+
+    /// Takes the oldest pending groups, up to the batch weight (at least one), and marks the
+    /// backlog as being applied.
+    fn take_batch(&self, s: &mut MutexGuard<'_, State<G>>) -> Vec<G> {
+        s.applying = true;
+        let mut out = Vec::new();
+        let mut w = 0;
+        while let Some(g) = s.pending.front() {
+            if !out.is_empty() && w + g.weight() > self.batch {
+                break;
+            }
+            w += g.weight();
+            match s.pending.pop_front() {
+                Some(g) => out.push(g),
+                None => unreachable!("invariant: the front was just seen"),
+            }
+        }
+        out
+    }
+
+    /// Waits until every group acknowledged when it was called is applied, applying them itself
+    /// when nobody else does.
+    pub fn wait_applied<E: ToString>(
+        &self,
+        apply: impl FnMut(&[G]) -> Result<(), E>,
+    ) -> Result<(), Stopped> {
+        let target = self.state.lock().acked;
+        self.wait_for(target, apply)
+    }
+
+    /// Waits until the backlog is empty (for a checkpoint in place, and on close).
+    pub fn drain<E: ToString>(
+        &self,
+        apply: impl FnMut(&[G]) -> Result<(), E>,
+    ) -> Result<(), Stopped> {
+        self.wait_applied(apply)
+    }
+
+    /// Holds the leader back while the backlog weighs more than its bound (back-pressure), applying
+    /// when nobody else does.
+    pub fn make_room<E: ToString>(
+        &self,
+        mut apply: impl FnMut(&[G]) -> Result<(), E>,
+    ) -> Result<(), Stopped> {
+        loop {
+            let s = self.state.lock();
+            if let Some(why) = &s.failed {
+                return Err(Stopped(why.clone()));
+            }
+            if s.weight <= self.bound {
+                return Ok(());
+            }
+            if s.applying {
+                drop(self.changed.wait(s));
+                continue;
+            }
+            drop(s);
+            self.help(&mut apply);
+        }
+    }
+
+    fn wait_for<E: ToString>(
+        &self,
+        target: u64,
+        mut apply: impl FnMut(&[G]) -> Result<(), E>,
+    ) -> Result<(), Stopped> {
+        loop {
+            let s = self.state.lock();
+            if s.applied >= target {
+                return Ok(());
+            }
+            if let Some(why) = &s.failed {
+                return Err(Stopped(why.clone()));
+            }
+            if s.applying {
+                drop(self.changed.wait(s));
+                continue;
+            }
+            drop(s);
+            self.help(&mut apply);
+        }
+    }
+
+    /// The newest group applied to the B-trees.
+    pub fn applied(&self) -> u64 {
+        self.state.lock().applied
+    }
+
+    /// What is pushed and not yet applied now: (bytes, units), and the most units there were.
+    pub fn size(&self) -> BacklogSize {
+        let s = self.state.lock();
+        BacklogSize {
+            bytes: s.weight,
+            units: s.units,
+            max_units: s.max_units,
+        }
+    }
+
+    /// Fails the backlog from outside (the store failed): waits end with `why`.
+    pub fn fail(&self, why: &str) {
+        let mut s = self.state.lock();
+        s.failed.get_or_insert_with(|| why.to_string());
+        drop(s);
+        self.changed.notify_all();
+    }
+}
