@@ -205,13 +205,13 @@ impl<G: Group> Backlog<G> {
     }
 
     /// Waits until every group acknowledged when it was called is applied, applying them itself
-    /// when nobody else does.
+    /// when nobody else does; returns the newest of those groups.
     pub fn wait_applied<E: ToString>(
         &self,
         apply: impl FnMut(&[G]) -> Result<(), E>,
-    ) -> Result<(), Stopped> {
+    ) -> Result<u64, Stopped> {
         let target = self.state.lock().acked;
-        self.wait_for(target, apply)
+        self.wait_for(target, apply).map(|()| target)
     }
 
     /// Waits until the backlog is empty (for a checkpoint in place, and on close).
@@ -219,7 +219,7 @@ impl<G: Group> Backlog<G> {
         &self,
         apply: impl FnMut(&[G]) -> Result<(), E>,
     ) -> Result<(), Stopped> {
-        self.wait_applied(apply)
+        self.wait_applied(apply).map(|_| ())
     }
 
     /// Holds the leader back while the backlog weighs more than its bound (back-pressure), applying

@@ -128,6 +128,13 @@ impl<'a> Reader<'a> {
         Ok(u64::from_le_bytes(a))
     }
 
+    /// A length-prefixed UTF-8 string, borrowed from the record.
+    pub(crate) fn str_ref(&mut self) -> Result<&'a str> {
+        let n = self.u32()? as usize;
+        let b = self.take(n)?;
+        std::str::from_utf8(b).map_err(|_| self.bad("a string is not UTF-8"))
+    }
+
     pub(crate) fn string(&mut self) -> Result<String> {
         let n = self.u32()? as usize;
         let b = self.take(n)?;

@@ -30,7 +30,7 @@ const WAL: TableDefinition<u64, &[u8]> = TableDefinition::new("wal");
 const MAGIC: [u8; 2] = *b"OW";
 const VERSION: u8 = 1;
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 #[repr(u8)]
 enum Tbl {
     Manifest = 1,
@@ -166,11 +166,16 @@ pub(crate) fn apply_groups(
     path: &Path,
     groups: &[GroupRedo],
 ) -> Result<()> {
-    let mut t = RedoTables::open(txn)?;
+    let mut rows = Vec::new();
     for g in groups {
-        t.apply(txn, path, g.group, &g.payload)?;
+        parse(path, g.group, &g.payload, &mut rows)?;
     }
-    Ok(())
+    // In key order, table by table: the B-trees' pages are then visited once each, in order,
+    // instead of at random. The sort is stable and a later row of a key overwrites an earlier
+    // one (or removes it), so the result is that of applying the groups one after the other.
+    rows.sort_by_key(|r| (r.table, r.key));
+    let mut t = RedoTables::open(txn)?;
+    rows.iter().try_for_each(|row| t.write(txn, row))
 }
 
 pub(crate) fn damaged(path: &Path, detail: impl std::fmt::Display) -> Error {
@@ -236,7 +241,7 @@ impl<'t> RedoTables<'t> {
         })
     }
 
-    /// Applies one record's operations.
+    /// Applies one record's operations, in the record's order.
     fn apply(
         &mut self,
         txn: &'t redb::WriteTransaction,
@@ -244,63 +249,94 @@ impl<'t> RedoTables<'t> {
         group: u64,
         payload: &[u8],
     ) -> Result<()> {
+        let mut rows = Vec::new();
+        parse(path, group, payload, &mut rows)?;
+        rows.iter().try_for_each(|row| self.write(txn, row))
+    }
+
+    /// Writes one row.
+    fn write(&mut self, txn: &'t redb::WriteTransaction, row: &Row<'_>) -> Result<()> {
         let ctx = APPLY;
-        let mut r = Reader::new(payload, "write-ahead record");
-        while r.remaining() > 0 {
-            let t = Tbl::of(r.u8()?)
-                .ok_or_else(|| damaged(path, format!("record {group} names an unknown table")))?;
-            let remove = match r.u8()? {
-                0 => false,
-                1 => true,
-                k => return Err(damaged(path, format!("record {group}: operation kind {k}"))),
-            };
-            match t {
-                Tbl::History => {
-                    let unit = r.string()?;
-                    let seq = r.u64()?;
-                    if remove {
-                        self.history.remove((unit.as_str(), seq)).db(ctx)?;
-                    } else {
-                        let len = r.u32()? as usize;
-                        self.history
-                            .insert((unit.as_str(), seq), r.take(len)?)
-                            .db(ctx)?;
-                    }
-                }
-                Tbl::Log if !remove => {
-                    let seq = r.u64()?;
-                    let len = r.u32()? as usize;
-                    self.log.insert(seq, r.take(len)?).db(ctx)?;
-                }
-                Tbl::Manifest | Tbl::Claims | Tbl::Extensions | Tbl::Meta if !remove => {
-                    let key = r.string()?;
-                    let len = r.u32()? as usize;
-                    let v = r.take(len)?;
-                    match t {
-                        Tbl::Manifest => self.manifest.insert(key.as_str(), v).db(ctx)?,
-                        Tbl::Claims => self.claims.insert(key.as_str(), v).db(ctx)?,
-                        Tbl::Meta => self.meta.insert(key.as_str(), v).db(ctx)?,
-                        _ => {
-                            if self.extensions.is_none() {
-                                self.extensions = Some(txn.open_table(EXTENSIONS).db(ctx)?);
-                            }
-                            match self.extensions.as_mut() {
-                                Some(e) => e.insert(key.as_str(), v).db(ctx)?,
-                                None => None,
-                            }
-                        }
-                    };
-                }
-                _ => {
-                    return Err(damaged(
-                        path,
-                        format!("record {group}: a removal from {t:?}, which no group writes"),
-                    ))
-                }
+        match (row.key, row.value) {
+            (Key::History(unit, seq), None) => {
+                self.history.remove((unit, seq)).db(ctx)?;
             }
+            (Key::History(unit, seq), Some(v)) => {
+                self.history.insert((unit, seq), v).db(ctx)?;
+            }
+            (Key::Log(seq), Some(v)) => {
+                self.log.insert(seq, v).db(ctx)?;
+            }
+            (Key::Str(key), Some(v)) => {
+                match row.table {
+                    Tbl::Manifest => self.manifest.insert(key, v).db(ctx)?,
+                    Tbl::Claims => self.claims.insert(key, v).db(ctx)?,
+                    Tbl::Meta => self.meta.insert(key, v).db(ctx)?,
+                    _ => {
+                        if self.extensions.is_none() {
+                            self.extensions = Some(txn.open_table(EXTENSIONS).db(ctx)?);
+                        }
+                        match self.extensions.as_mut() {
+                            Some(e) => e.insert(key, v).db(ctx)?,
+                            None => None,
+                        }
+                    }
+                };
+            }
+            (k, None) => unreachable!("invariant: parse refuses a removal from {k:?}"),
         }
         Ok(())
     }
+}
+
+/// A row's key, borrowed from its record; ordered as redb orders the table's keys.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+enum Key<'a> {
+    /// Manifest, claims, extensions, meta.
+    Str(&'a str),
+    History(&'a str, u64),
+    Log(u64),
+}
+
+/// One row of a redo: put `value`, or remove (`None`, history only).
+#[derive(Clone, Copy, Debug)]
+struct Row<'a> {
+    table: Tbl,
+    key: Key<'a>,
+    value: Option<&'a [u8]>,
+}
+
+/// Reads a record's rows into `out`, refusing what no group writes.
+fn parse<'a>(path: &Path, group: u64, payload: &'a [u8], out: &mut Vec<Row<'a>>) -> Result<()> {
+    let mut r = Reader::new(payload, "write-ahead record");
+    while r.remaining() > 0 {
+        let table = Tbl::of(r.u8()?)
+            .ok_or_else(|| damaged(path, format!("record {group} names an unknown table")))?;
+        let remove = match r.u8()? {
+            0 => false,
+            1 => true,
+            k => return Err(damaged(path, format!("record {group}: operation kind {k}"))),
+        };
+        if remove && table != Tbl::History {
+            return Err(damaged(
+                path,
+                format!("record {group}: a removal from {table:?}, which no group writes"),
+            ));
+        }
+        let key = match table {
+            Tbl::History => Key::History(r.str_ref()?, r.u64()?),
+            Tbl::Log => Key::Log(r.u64()?),
+            _ => Key::Str(r.str_ref()?),
+        };
+        let value = if remove {
+            None
+        } else {
+            let len = r.u32()? as usize;
+            Some(r.take(len)?)
+        };
+        out.push(Row { table, key, value });
+    }
+    Ok(())
 }
 
 /// The number of the newest group applied to the store's database (0: none yet, or a store from
