@@ -6,8 +6,7 @@
 
 mod common;
 
-use common::{faulty_options, real_options, SplitMix64 as Rng};
-use oncelake::fault::FaultPlan;
+use common::{created_then_faulty, real_options, SplitMix64 as Rng};
 use oncelake::{Batch, Error, ManualClock, Store};
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -139,9 +138,7 @@ fn a_group_whose_record_did_not_sync_is_never_visible() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("lake");
     let clock = ManualClock::new(T0);
-    drop(Store::open_with(&path, real_options(&clock)).unwrap());
-    let plan = FaultPlan::new();
-    let store = Store::open_with(&path, faulty_options(&plan, &clock)).unwrap();
+    let (plan, store) = created_then_faulty(&path, &clock);
     let first = store.put("a", 1, b"a1").unwrap().outcome.seq().unwrap();
     let b = store.stage_bytes(b"b1").unwrap();
     plan.fail_syncs(true);

@@ -12,7 +12,7 @@
 
 mod common;
 
-use common::{faulty_options, real_options, scratch};
+use common::{created_then_faulty, faulty_options, real_options, scratch};
 use oncelake::fault::FaultPlan;
 use oncelake::gc::GcOptions;
 use oncelake::verify::VerifyOptions;
@@ -34,10 +34,7 @@ fn a_failed_sync_fails_the_commit_and_the_store_until_reopened() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("lake");
     let clock = ManualClock::new(T0);
-    drop(Store::open_with(&path, real_options(&clock)).unwrap());
-
-    let plan = FaultPlan::new();
-    let store = Store::open_with(&path, faulty_options(&plan, &clock)).unwrap();
+    let (plan, store) = created_then_faulty(&path, &clock);
     assert_eq!(
         store.put("a", 1, b"a1").unwrap().outcome.name(),
         "committed"

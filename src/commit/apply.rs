@@ -1,12 +1,15 @@
-//! The commit leader's work: decide every operation of a group in log order against the state in
-//! one redb write transaction, write it, make it durable with one sync — in the durable mode the
-//! sync of the group's write-ahead record ([`crate::schema::wal`]), after which the transaction
-//! is committed unsynced, or now and then a synced commit of the transaction itself (a
-//! checkpoint) — and only then publish the results (dedup index, metrics) and answer the writers.
+//! The commit leader's work: decide every operation of a group in log order from the leader's
+//! view (`commit::view`: the overlay of decided, unapplied rows, the dedup index, the applied
+//! B-trees), record every row it writes as the group's redo, make the group durable with one sync
+//! — in the durable mode the synced append of its write-ahead record ([`crate::schema::wal`]) —
+//! queue it on the backlog ([`crate::backlog`]) for the B-trees, and only then publish the results
+//! (dedup index, metrics) and answer the writers. Groups the log does not carry (a flush, a
+//! prune, a bulk load, the relaxed mode) are applied in place on a drained backlog instead.
+//! [`apply_groups`] is the applier's transaction for both.
 //!
-//! Every decision reads the transaction's own view, so an operation sees the effects of the ones
-//! before it in the same group: two writers of the same unit in one group are decided exactly as
-//! if they had committed one after the other. The order of the commit log is the tie-breaker.
+//! Every row a group writes goes into the view at once, so an operation sees the effects of the
+//! ones before it in the same group: two writers of the same unit in one group are decided exactly
+//! as if they had committed one after the other. The order of the commit log is the tie-breaker.
 
 use crate::claim::{ClaimOutcome, Lease, ReleaseOutcome, RenewOutcome};
 use crate::commit::queue::{LeaderPanicked, Weighted};

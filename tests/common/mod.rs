@@ -199,6 +199,18 @@ pub fn faulty_options(
     }
 }
 
+/// A store created at `path` on the real file system, then reopened with its file operations
+/// going through a fresh fault plan: the plan and the store.
+pub fn created_then_faulty(
+    path: &Path,
+    clock: &ManualClock,
+) -> (Arc<oncelake::fault::FaultPlan>, Store) {
+    drop(Store::open_with(path, real_options(clock)).unwrap());
+    let plan = oncelake::fault::FaultPlan::new();
+    let store = Store::open_with(path, faulty_options(&plan, clock)).unwrap();
+    (plan, store)
+}
+
 /// Store options on the real file system, on `clock`.
 pub fn real_options(clock: &oncelake::ManualClock) -> oncelake::Options {
     oncelake::Options {
