@@ -512,7 +512,11 @@ async fn object(
     let found = blocking(move || {
         let snap = snapshot(&app2.store, q.at)?;
         match snap.get(&q.unit)? {
-            Some(e) => Ok(Some((snap.open_object(&e)?, e))),
+            Some(e) => {
+                let file = snap.open_object(&e)?;
+                crate::object_check::check_length(&file, &e)?;
+                Ok(Some((file, e)))
+            }
             None => Ok(None),
         }
     })
