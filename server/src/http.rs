@@ -299,7 +299,11 @@ async fn metrics(State(app): State<Arc<App>>) -> Response {
         Ok(t) => t,
         Err(e) => return e.into_response(),
     };
-    let text = format!("{text}{}", app.live.to_prometheus());
+    let text = format!(
+        "{text}{}{}",
+        app.live.to_prometheus(),
+        crate::live::Live::heap_prometheus()
+    );
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], text).into_response()
 }
 
