@@ -478,3 +478,25 @@ fn get_of_a_damaged_object_fails_through_the_server_as_in_process() {
     server.stop();
     assert_eq!(run_all(&["get", s, "u/1"]).1, good);
 }
+
+/// Engine refusals through the server keep their in-process error kind under `--json` (here
+/// `seq_out_of_range`, which a served call reported as `usage`), with the same message.
+#[test]
+fn refusals_through_the_server_have_the_in_process_error_kind() {
+    let (_dir, store) = new_store();
+    let s = store.to_str().unwrap();
+    put(&store, "u/1", 1, b"one");
+    for args in [
+        vec!["ls", s, "--at", "99", "--json"],
+        vec!["get", s, "u/1", "--at", "99", "--json"],
+    ] {
+        let server = Server::start(&store);
+        let served = run_all(&args);
+        server.stop();
+        let local = run_all(&args);
+        assert_eq!(served, local, "{args:?}: through the server vs in-process");
+        let v: serde_json::Value = serde_json::from_str(served.2.trim()).unwrap();
+        assert_eq!(v["error"], "seq_out_of_range", "{args:?}: {v}");
+        assert_eq!(v["exit_code"], 2, "{args:?}: {v}");
+    }
+}
