@@ -183,7 +183,9 @@ impl Live {
     }
 }
 
-/// (in use, held) bytes of glibc's heap, all arenas, mmapped blocks included.
+/// (in use, held) bytes of glibc's heap, all arenas, mmapped blocks included. That is the
+/// process's heap as long as the binary keeps the system allocator (a `#[global_allocator]`
+/// of its own would leave glibc's heap nearly empty, and these figures meaningless).
 #[cfg(all(target_os = "linux", target_env = "gnu"))]
 fn heap_bytes() -> Option<(u64, u64)> {
     // SAFETY: mallinfo2 (glibc 2.33+) only reads the allocator's statistics, under its locks.
