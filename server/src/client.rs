@@ -379,7 +379,9 @@ impl Client {
     }
 
     /// Copies the unit's object (newest or as of `at`) into `out`, streamed; its entry, or
-    /// `None` when the unit has none.
+    /// `None` when the unit has none. The object is checked against its entry's size and CRC32
+    /// as in-process: a damaged one fails with [`ClientError::Store`] of kind `corrupt` — after
+    /// its bytes were written to `out`, so write somewhere you can discard on error.
     pub fn read_object(
         &self,
         unit: &str,
@@ -400,8 +402,19 @@ impl Client {
             .header("x-oncelake-entry")
             .and_then(|h| serde_json::from_str(h).ok())
             .ok_or_else(|| ClientError::Protocol("an object without its entry header".into()))?;
-        std::io::copy(&mut resp.body, out).map_err(|e| lost(what, e))?;
-        Ok(Some(entry.to_entry().map_err(ClientError::Protocol)?))
+        let entry = entry.to_entry().map_err(ClientError::Protocol)?;
+        let mut checked = crate::object_check::Checking::new(out);
+        std::io::copy(&mut resp.body, &mut checked).map_err(|e| lost(what, e))?;
+        // The in-process read's size and CRC32 check (SPEC I2), made as the bytes arrived.
+        match checked.damaged(&entry) {
+            None => Ok(Some(entry)),
+            Some(e) => Err(ClientError::Store {
+                kind: "corrupt".into(),
+                // What the server answers for a damaged object it finds itself.
+                status: 500,
+                message: e.to_string(),
+            }),
+        }
     }
 
     /// The entries under `prefix` (newest or as of `at`), streamed to `each` in key order until
@@ -1401,6 +1414,7 @@ impl Client {
     }
 
     /// Copies the unit's object in the view `id` into `out`, streamed; its entry, or `None`.
+    /// Checked as [`Client::read_object`] checks it.
     pub fn snapshot_read_object(
         &self,
         id: u64,

@@ -299,7 +299,11 @@ async fn metrics(State(app): State<Arc<App>>) -> Response {
         Ok(t) => t,
         Err(e) => return e.into_response(),
     };
-    let text = format!("{text}{}", app.live.to_prometheus());
+    let text = format!(
+        "{text}{}{}",
+        app.live.to_prometheus(),
+        crate::live::Live::heap_prometheus()
+    );
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], text).into_response()
 }
 
@@ -512,7 +516,11 @@ async fn object(
     let found = blocking(move || {
         let snap = snapshot(&app2.store, q.at)?;
         match snap.get(&q.unit)? {
-            Some(e) => Ok(Some((snap.open_object(&e)?, e))),
+            Some(e) => {
+                let file = snap.open_object(&e)?;
+                crate::object_check::check_length(&file, &e)?;
+                Ok(Some((file, e)))
+            }
             None => Ok(None),
         }
     })

@@ -15,6 +15,7 @@ mod http;
 #[cfg(feature = "server")]
 mod live;
 pub mod load;
+pub mod object_check;
 #[cfg(feature = "server")]
 mod pipeline;
 #[cfg(feature = "server")]

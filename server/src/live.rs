@@ -142,6 +142,37 @@ impl Live {
         out
     }
 
+    /// The Prometheus lines of the C allocator's heap (glibc only; nothing elsewhere): what the
+    /// process has allocated and not freed, and what the allocator holds from the system for
+    /// it. Resident memory above the second is stacks and file pages; between the two is memory
+    /// freed but kept by the allocator (fragmentation), which only the first tells from a leak
+    /// (`oncelake bench serve-load` samples both; BENCHMARKS.md, serve-load memory).
+    pub(crate) fn heap_prometheus() -> String {
+        let Some((in_use, held)) = heap_bytes() else {
+            return String::new();
+        };
+        let mut out = String::new();
+        for (name, help, v) in [
+            (
+                "heap_in_use_bytes",
+                "heap bytes allocated and not freed",
+                in_use,
+            ),
+            (
+                "heap_held_bytes",
+                "heap bytes the allocator holds from the system (in use, or freed and kept)",
+                held,
+            ),
+        ] {
+            out.push_str(&format!(
+                "# HELP oncelake_server_{name} {help} (this server process only)\n\
+                 # TYPE oncelake_server_{name} gauge\n\
+                 oncelake_server_{name} {v}\n"
+            ));
+        }
+        out
+    }
+
     /// The server's own counters as JSON.
     pub(crate) fn to_json(&self) -> serde_json::Value {
         let mut m = serde_json::Map::new();
@@ -150,4 +181,20 @@ impl Live {
         }
         serde_json::Value::Object(m)
     }
+}
+
+/// (in use, held) bytes of glibc's heap, all arenas, mmapped blocks included. That is the
+/// process's heap as long as the binary keeps the system allocator (a `#[global_allocator]`
+/// of its own would leave glibc's heap nearly empty, and these figures meaningless).
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+fn heap_bytes() -> Option<(u64, u64)> {
+    // SAFETY: mallinfo2 (glibc 2.33+) only reads the allocator's statistics, under its locks.
+    let m = unsafe { libc::mallinfo2() };
+    Some(((m.uordblks + m.hblkhd) as u64, (m.arena + m.hblkhd) as u64))
+}
+
+/// Other allocators keep no such statistics that this crate reads.
+#[cfg(not(all(target_os = "linux", target_env = "gnu")))]
+fn heap_bytes() -> Option<(u64, u64)> {
+    None
 }

@@ -67,6 +67,12 @@ pub struct LoadReport {
     /// (seconds since start, anonymous resident KiB: heap and stacks, without the file pages
     /// that are resident because they were read or mapped, which the kernel reclaims).
     pub anon_kib: Vec<(f64, u64)>,
+    /// (seconds since start, KiB) of the server's heap allocated and not freed, from its
+    /// `/metrics` once a second (glibc only; empty elsewhere): bounded while `rss_kib` rises
+    /// means the allocator keeps freed memory, not a leak.
+    pub heap_in_use_kib: Vec<(f64, u64)>,
+    /// (seconds since start, KiB) the server's allocator holds from the system (as above).
+    pub heap_held_kib: Vec<(f64, u64)>,
     /// Units of the model (the acknowledged state).
     pub model_units: usize,
     /// Model units absent or different through the server after the run.
@@ -103,6 +109,30 @@ impl LoadReport {
     /// [`LoadReport::peaks_by`] of the anonymous resident memory.
     pub fn anon_peaks_by(&self, parts: usize) -> Vec<u64> {
         peaks_by(&self.anon_kib, parts)
+    }
+
+    /// [`LoadReport::peaks_by`] of the heap in use, over the same time axis as the RSS (so the
+    /// slices line up with [`LoadReport::peaks_by`]); empty without heap samples.
+    pub fn heap_in_use_peaks_by(&self, parts: usize) -> Vec<u64> {
+        self.aligned_peaks(&self.heap_in_use_kib, parts)
+    }
+
+    /// [`LoadReport::heap_in_use_peaks_by`] of the heap the allocator holds.
+    pub fn heap_held_peaks_by(&self, parts: usize) -> Vec<u64> {
+        self.aligned_peaks(&self.heap_held_kib, parts)
+    }
+
+    fn aligned_peaks(&self, samples: &[(f64, u64)], parts: usize) -> Vec<u64> {
+        if samples.is_empty() {
+            return Vec::new();
+        }
+        let end = self.rss_kib.last().map_or(0.0, |s| s.0);
+        let mut with_end = samples.to_vec();
+        // The RSS's end fixes the slices; a zero-sized sample there moves no peak.
+        if with_end.last().is_some_and(|s| s.0 < end) {
+            with_end.push((end, 0));
+        }
+        peaks_by(&with_end, parts)
     }
 
     /// Memory is bounded: the last third's peak is at most the first third's plus `margin_kib`.
@@ -186,8 +216,8 @@ fn run_against(exe: &Path, store: &Path, opts: &LoadOptions) -> Result<LoadRepor
     let pid = server.id();
     let stop = Arc::new(AtomicBool::new(false));
     let sampler = {
-        let (stop, every) = (stop.clone(), opts.sample_every);
-        std::thread::spawn(move || sample_rss(pid, &stop, every))
+        let (stop, every, store) = (stop.clone(), opts.sample_every, store.to_path_buf());
+        std::thread::spawn(move || sample_rss(pid, &store, &stop, every))
     };
     let mut report = LoadReport {
         clients: opts.clients,
@@ -196,8 +226,10 @@ fn run_against(exe: &Path, store: &Path, opts: &LoadOptions) -> Result<LoadRepor
     let driven = drive(store, opts, &mut report);
     stop.store(true, Ordering::Relaxed);
     let samples = sampler.join().unwrap_or_default();
-    report.rss_kib = samples.iter().map(|s| (s.0, s.1)).collect();
-    report.anon_kib = samples.iter().map(|s| (s.0, s.2)).collect();
+    report.rss_kib = samples.rss.iter().map(|s| (s.0, s.1)).collect();
+    report.anon_kib = samples.rss.iter().map(|s| (s.0, s.2)).collect();
+    report.heap_in_use_kib = samples.heap.iter().map(|s| (s.0, s.1)).collect();
+    report.heap_held_kib = samples.heap.iter().map(|s| (s.0, s.2)).collect();
     let model = match driven {
         Ok(m) => m,
         Err(e) => {
@@ -215,18 +247,52 @@ fn run_against(exe: &Path, store: &Path, opts: &LoadOptions) -> Result<LoadRepor
     Ok(report)
 }
 
-/// Samples the resident memory of `pid` until `stop`: (seconds, VmRSS KiB, RssAnon KiB).
-fn sample_rss(pid: u32, stop: &AtomicBool, every: Duration) -> Vec<(f64, u64, u64)> {
+/// What the sampler saw: (seconds, VmRSS KiB, RssAnon KiB), and (seconds, heap in use KiB,
+/// heap held KiB).
+#[derive(Default)]
+struct Samples {
+    rss: Vec<(f64, u64, u64)>,
+    heap: Vec<(f64, u64, u64)>,
+}
+
+/// How often the heap gauges are read from `/metrics` (a request to the server each time).
+const HEAP_EVERY: Duration = Duration::from_secs(1);
+
+/// Samples the resident memory of `pid` until `stop`, and the heap gauges of its `/metrics`
+/// once a second.
+fn sample_rss(pid: u32, store: &Path, stop: &AtomicBool, every: Duration) -> Samples {
     let t0 = Instant::now();
-    let mut samples = Vec::new();
+    let client = Client::for_store(store).ok();
+    let mut samples = Samples::default();
+    let mut next_heap = t0;
     while !stop.load(Ordering::Relaxed) {
         if let Some(kib) = rss_kib(pid) {
             let anon = status_kib(pid, "RssAnon:").unwrap_or(0);
-            samples.push((t0.elapsed().as_secs_f64(), kib, anon));
+            samples.rss.push((t0.elapsed().as_secs_f64(), kib, anon));
+        }
+        if let Some(c) = client.as_ref().filter(|_| Instant::now() >= next_heap) {
+            next_heap += HEAP_EVERY;
+            if let Some((in_use, held)) = c.metrics_text().ok().as_deref().and_then(heap_gauges) {
+                samples
+                    .heap
+                    .push((t0.elapsed().as_secs_f64(), in_use / 1024, held / 1024));
+            }
         }
         std::thread::sleep(every);
     }
     samples
+}
+
+/// The heap gauges (in use, held) of a `/metrics` text, when the server reports them.
+fn heap_gauges(text: &str) -> Option<(u64, u64)> {
+    let gauge = |name: &str| {
+        text.lines()
+            .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
+    };
+    Some((
+        gauge("oncelake_server_heap_in_use_bytes")?,
+        gauge("oncelake_server_heap_held_bytes")?,
+    ))
 }
 
 /// `VmRSS` of `/proc/PID/status`, in KiB.
@@ -408,6 +474,32 @@ mod tests {
         let d = diff(&model, &seen);
         assert_eq!(d.len(), 3, "{d:?}");
         assert!(d[0].starts_with("u/1") && d[1].starts_with("u/2") && d[2].starts_with("u/3"));
+    }
+
+    #[test]
+    fn heap_gauges_are_read_from_the_metrics_text() {
+        let text = "# HELP oncelake_server_heap_in_use_bytes x\n\
+                    oncelake_server_heap_in_use_bytes 2048\n\
+                    oncelake_server_heap_held_bytes_total 1\n\
+                    oncelake_server_heap_held_bytes 4096\n";
+        assert_eq!(heap_gauges(text), Some((2048, 4096)));
+        assert_eq!(heap_gauges("oncelake_server_requests_total 3\n"), None);
+    }
+
+    #[test]
+    fn heap_peaks_use_the_rss_time_axis() {
+        // RSS sampled to t = 9.8 s, the heap once a second to t = 8 s: ten slices of ~1 s.
+        let r = LoadReport {
+            rss_kib: (0..50).map(|i| (i as f64 * 0.2, 1000)).collect(),
+            heap_in_use_kib: (0..9).map(|i| (i as f64, 100 + i)).collect(),
+            ..LoadReport::default()
+        };
+        let peaks = r.heap_in_use_peaks_by(10);
+        assert_eq!(peaks.len(), 10);
+        // t = 8 s falls in the ninth slice of 9.8 s (not the last, as on its own axis).
+        assert_eq!(peaks[8], 108, "{peaks:?}");
+        assert_eq!(peaks[9], 0, "{peaks:?}");
+        assert!(LoadReport::default().heap_held_peaks_by(10).is_empty());
     }
 
     #[test]

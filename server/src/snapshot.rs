@@ -204,7 +204,11 @@ pub(crate) async fn object(
     let snap = app.snapshots.touch(q.id)?;
     let unit = q.unit.clone();
     let found = blocking(move || match snap.get(&q.unit)? {
-        Some(e) => Ok(Some((snap.open_object(&e)?, e))),
+        Some(e) => {
+            let file = snap.open_object(&e)?;
+            crate::object_check::check_length(&file, &e)?;
+            Ok(Some((file, e)))
+        }
         None => Ok(None),
     })
     .await?;

@@ -32,6 +32,15 @@ fn sixteen_clients_lose_nothing_and_server_memory_stays_bounded() {
         "too few memory samples: {:?}",
         r.rss_kib
     );
+    // With glibc the server reports its heap (`/metrics`), sampled once a second: what is
+    // allocated never exceeds what the allocator holds.
+    if cfg!(all(target_os = "linux", target_env = "gnu")) {
+        assert!(r.heap_in_use_kib.len() >= 2, "{:?}", r.heap_in_use_kib);
+        for (used, held) in r.heap_in_use_kib.iter().zip(&r.heap_held_kib) {
+            assert!(used.1 > 0 && used.1 <= held.1, "{used:?} {held:?}");
+        }
+        assert_eq!(r.heap_in_use_peaks_by(10).len(), 10);
+    }
     assert!(
         r.memory_bounded(32 * 1024),
         "server RSS peaks by third: {} / {} / {} KiB",

@@ -380,3 +380,123 @@ fn pipeline_commands_through_the_server_match_in_process_and_the_model() {
     );
     server.stop();
 }
+
+/// The object file of `unit`'s current entry, made writable (objects are published read-only).
+fn writable_object(store: &Path, unit: &str) -> std::path::PathBuf {
+    use std::os::unix::fs::PermissionsExt;
+    let out = support::oncelake(&["ls", store.to_str().unwrap(), "--prefix", unit, "--json"]);
+    assert!(out.status.success(), "{out:?}");
+    let line = String::from_utf8(out.stdout).unwrap();
+    let entry: serde_json::Value = serde_json::from_str(line.lines().next().unwrap()).unwrap();
+    let hex = entry["object"].as_str().unwrap();
+    let path = store.join("objects").join(&hex[..2]).join(hex);
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).unwrap();
+    path
+}
+
+/// (exit code, stdout, stderr) of a CLI call.
+fn run_all(args: &[&str]) -> (i32, Vec<u8>, String) {
+    let out = support::oncelake(args);
+    (
+        out.status.code().unwrap_or(-1),
+        out.stdout,
+        String::from_utf8(out.stderr).unwrap(),
+    )
+}
+
+/// `get` of a damaged object through the server fails as in-process (SPEC I2, R20): exit 1,
+/// error kind `corrupt`, the same message, nothing on standard output and no file written —
+/// whether the damage keeps the object's length (the client's CRC32 check finds it) or not
+/// (the server's length check finds it before it answers).
+#[test]
+fn get_of_a_damaged_object_fails_through_the_server_as_in_process() {
+    let (dir, store) = new_store();
+    let s = store.to_str().unwrap();
+    let good = b"twenty bytes of data";
+    put(&store, "u/1", 1, good);
+    let object = writable_object(&store, "u/1");
+    let out = dir.path().join("out.bin");
+    let o = out.to_str().unwrap();
+    let damages: [(&str, &[u8]); 3] = [
+        ("same length", b"twenty bytes of dat!"),
+        ("truncated", b"twenty"),
+        ("grown", b"twenty bytes of data, and more"),
+    ];
+    for (what, bytes) in damages {
+        std::fs::write(&object, bytes).unwrap();
+        for args in [
+            vec!["get", s, "u/1"],
+            vec!["get", s, "u/1", "--json"],
+            vec!["get", s, "u/1", "-o", o, "--json"],
+        ] {
+            let server = Server::start(&store);
+            let served = run_all(&args);
+            server.stop();
+            let local = run_all(&args);
+            assert_eq!(
+                (served.0, String::from_utf8_lossy(&served.1), &served.2),
+                (local.0, String::from_utf8_lossy(&local.1), &local.2),
+                "{what}, {args:?}: through the server vs in-process"
+            );
+            assert_eq!(served.0, 1, "{what}, {args:?}: {}", served.2);
+            assert!(served.1.is_empty(), "{what}, {args:?}: wrote to stdout");
+            if args.contains(&"--json") {
+                let v: serde_json::Value = serde_json::from_str(served.2.trim()).unwrap();
+                assert_eq!(v["error"], "corrupt", "{what}, {args:?}: {v}");
+                assert_eq!(v["exit_code"], 1, "{what}, {args:?}: {v}");
+            } else {
+                assert!(served.2.contains("oncelake verify"), "{}", served.2);
+            }
+            assert!(!out.exists(), "{what}, {args:?}: -o wrote a file");
+            assert!(!out.with_extension("oncelake-tmp").exists(), "{what}");
+        }
+    }
+
+    // The library client checks too, for a snapshot's object as well.
+    std::fs::write(&object, b"twenty bytes of dat!").unwrap();
+    let server = Server::start(&store);
+    let client = oncelake_server::Client::for_store(&store).unwrap();
+    let corrupt = |r: Result<_, oncelake_server::ClientError>| match r {
+        Err(oncelake_server::ClientError::Store { kind, .. }) => kind == "corrupt",
+        _ => false,
+    };
+    assert!(corrupt(client.read_object("u/1", None, &mut Vec::new())));
+    let view = client.snapshot_open(None, None).unwrap();
+    assert!(corrupt(client.snapshot_read_object(
+        view.id,
+        "u/1",
+        &mut Vec::new()
+    )));
+    // Repaired, it reads again both ways.
+    std::fs::write(&object, good).unwrap();
+    let mut bytes = Vec::new();
+    assert!(client
+        .read_object("u/1", None, &mut bytes)
+        .unwrap()
+        .is_some());
+    assert_eq!(bytes, good);
+    server.stop();
+    assert_eq!(run_all(&["get", s, "u/1"]).1, good);
+}
+
+/// Engine refusals through the server keep their in-process error kind under `--json` (here
+/// `seq_out_of_range`, which a served call reported as `usage`), with the same message.
+#[test]
+fn refusals_through_the_server_have_the_in_process_error_kind() {
+    let (_dir, store) = new_store();
+    let s = store.to_str().unwrap();
+    put(&store, "u/1", 1, b"one");
+    for args in [
+        vec!["ls", s, "--at", "99", "--json"],
+        vec!["get", s, "u/1", "--at", "99", "--json"],
+    ] {
+        let server = Server::start(&store);
+        let served = run_all(&args);
+        server.stop();
+        let local = run_all(&args);
+        assert_eq!(served, local, "{args:?}: through the server vs in-process");
+        let v: serde_json::Value = serde_json::from_str(served.2.trim()).unwrap();
+        assert_eq!(v["error"], "seq_out_of_range", "{args:?}: {v}");
+        assert_eq!(v["exit_code"], 2, "{args:?}: {v}");
+    }
+}

@@ -177,3 +177,91 @@ fn table_commands_through_the_server_match_in_process_and_the_model() {
     assert_eq!(code, 0);
     server.stop();
 }
+
+/// Runs `args` (`{}` = the store, `--json` added) through the server of `served` and in-process
+/// on `local`: the same exit code, nothing on standard output, and the same JSON error object on
+/// standard error — kind, exit code and message. The error object.
+fn json_error_on_twins(served: &Path, local: &Path, args: &[&str]) -> serde_json::Value {
+    let run = |store: &Path| {
+        let mut a: Vec<String> = args
+            .iter()
+            .map(|a| a.replace("{}", store.to_str().unwrap()))
+            .collect();
+        a.push("--json".into());
+        let a: Vec<&str> = a.iter().map(String::as_str).collect();
+        let o = support::oncelake(&a);
+        (
+            o.status.code().unwrap_or(-1),
+            String::from_utf8_lossy(&o.stdout).to_string(),
+            normalized(String::from_utf8_lossy(&o.stderr).trim(), store),
+        )
+    };
+    let (through, in_process) = (run(served), run(local));
+    assert_eq!(
+        through, in_process,
+        "{args:?}: through the server vs in-process"
+    );
+    assert!(through.1.is_empty(), "{args:?}: {}", through.1);
+    let v: serde_json::Value = serde_json::from_str(&through.2)
+        .unwrap_or_else(|e| panic!("{args:?}: not one JSON object ({e}): {}", through.2));
+    assert_eq!(v["exit_code"], through.0, "{args:?}: {v}");
+    v
+}
+
+/// A refused table call reports the in-process error kind under `--json` through the server too
+/// (`table`, exit 2, for every refusal; `table_damaged`, exit 1, for damaged table files), not
+/// the `usage` or `io` of a generic server error.
+#[test]
+fn table_errors_through_the_server_have_the_in_process_kind() {
+    let (_da, served) = new_store();
+    let (_db, local) = new_store();
+    let server = Server::start(&served);
+    let both_put = |unit: &str, version: u64, bytes: &[u8]| {
+        put(&served, unit, version, bytes);
+        put(&local, unit, version, bytes);
+    };
+    let ok = |args: &[&str]| assert_eq!(on_twins(&served, &local, args).0, 0, "{args:?}");
+    ok(&["table", "create", "{}", "sales", "--prefix", "sales/"]);
+    let refusals: [&[&str]; 4] = [
+        // Exists with another definition.
+        &["table", "create", "{}", "sales", "--prefix", "other/"],
+        // An invalid name, an invalid prefix.
+        &["table", "create", "{}", "bad name", "--prefix", "x/"],
+        &["table", "create", "{}", "t2", "--prefix", "bad\u{1}prefix/"],
+        // No such table.
+        &["table", "publish", "{}", "nosuch"],
+    ];
+    for args in refusals {
+        let v = json_error_on_twins(&served, &local, args);
+        assert_eq!(
+            (&v["error"], &v["exit_code"]),
+            (&"table".into(), &2.into()),
+            "{args:?}: {v}"
+        );
+    }
+    // A unit that is not Parquet stops the publish (BadUnit): kind table, exit 2.
+    both_put("sales/date=2026-11-29/region=eu", 1, &parquet(0, 3, "eu"));
+    ok(&["table", "publish", "{}", "sales"]);
+    both_put("sales/date=2026-11-29/region=us", 1, b"not parquet");
+    let v = json_error_on_twins(&served, &local, &["table", "publish", "{}", "sales"]);
+    assert_eq!(
+        (&v["error"], &v["exit_code"]),
+        (&"table".into(), &2.into()),
+        "{v}"
+    );
+    // A log file written by someone else: table_damaged, exit 1.
+    for store in [&served, &local] {
+        let log = store.join("tables/sales/_delta_log/00000000000000000000.json");
+        assert!(log.exists(), "{}", log.display());
+        std::fs::write(&log, "").unwrap();
+    }
+    for args in [&["table", "ls", "{}"][..], &["table", "publish", "{}"]] {
+        let v = json_error_on_twins(&served, &local, args);
+        assert_eq!(
+            (&v["error"], &v["exit_code"]),
+            (&"table_damaged".into(), &1.into()),
+            "{args:?}: {v}"
+        );
+    }
+    server.stop();
+}

@@ -53,6 +53,15 @@ pub(crate) enum CliError {
     /// A lake-table error (SPEC R21) other than the store failing underneath.
     #[error(transparent)]
     Table(oncelake::table::TableError),
+    /// A failure the server of the store reported (SPEC R20), with the kind and exit code the
+    /// same failure has in-process (see `remote::client_error`) and the in-process hint.
+    #[error("{message}{hint}")]
+    Served {
+        kind: &'static str,
+        exit: u8,
+        message: String,
+        hint: &'static str,
+    },
     /// Local I/O of the CLI itself (reading input, writing output): exit 1.
     #[error("{context}: {source}")]
     Io {
@@ -62,12 +71,13 @@ pub(crate) enum CliError {
     },
 }
 
+/// The hint on a damaged or missing object.
+pub(crate) const VERIFY_HINT: &str = " — with the CLI: `oncelake verify <store>`";
+
 /// The engine's messages speak library terms; the CLI adds how to do it from the command line.
 fn cli_hint(e: &oncelake::Error) -> &'static str {
     match e {
-        oncelake::Error::Corrupt { .. } | oncelake::Error::MissingObject { .. } => {
-            " — with the CLI: `oncelake verify <store>`"
-        }
+        oncelake::Error::Corrupt { .. } | oncelake::Error::MissingObject { .. } => VERIFY_HINT,
         oncelake::Error::InvalidKey { key, .. } if oncelake::is_internal_key(key) => {
             " — with the CLI: `oncelake pipeline set-version` and `oncelake pipeline complete`"
         }
@@ -92,6 +102,7 @@ impl CliError {
         match self {
             CliError::Usage(_) | CliError::Input(_) | CliError::NotAStore(_) => exit::USAGE,
             CliError::Io { .. } => exit::FAILURE,
+            CliError::Served { exit, .. } => *exit,
             CliError::Engine(e) => match e {
                 E::InvalidKey { .. }
                 | E::InvalidRequest(_)
@@ -117,6 +128,7 @@ impl CliError {
             CliError::Input(_) => "bad_input",
             CliError::NotAStore(_) => "not_a_store",
             CliError::Io { .. } => "io",
+            CliError::Served { kind, .. } => kind,
             CliError::Table(oncelake::table::TableError::Damaged { .. }) => "table_damaged",
             CliError::Table(_) => "table",
             CliError::Engine(e) => match e {

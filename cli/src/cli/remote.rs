@@ -293,10 +293,36 @@ fn not_routed(store: &Path, client: &Client) -> Result<u8, CliError> {
     }))
 }
 
-/// The CLI error of a client error, with the exit code of the same failure in-process.
+/// The CLI error of a client error: the error kind, exit code and hint of the same failure
+/// in-process (see `CliError::kind`), from the stable kind the server answered with — the
+/// server's message is the engine's, so the text is the in-process one too.
 pub(crate) fn client_error(e: ClientError) -> CliError {
+    use super::error::VERIFY_HINT;
+    let served = |kind, exit, message, hint| CliError::Served {
+        kind,
+        exit,
+        message,
+        hint,
+    };
     match e {
-        ClientError::BadRequest { message, .. } => CliError::Usage(message),
+        ClientError::BadRequest { kind, message } => match kind.as_str() {
+            "invalid_key" => served("invalid_key", exit::USAGE, message, ""),
+            "invalid_request" => served("invalid_request", exit::USAGE, message, ""),
+            "seq_out_of_range" => served("seq_out_of_range", exit::USAGE, message, ""),
+            // A refused table call (`TableError` other than damage): `CliError::Table`.
+            "table" => served("table", exit::USAGE, message, ""),
+            // A request the server found malformed (`bad_request`): the caller's arguments.
+            _ => CliError::Usage(message),
+        },
+        ClientError::Store { kind, message, .. } => match kind.as_str() {
+            "corrupt" => served("corrupt", exit::FAILURE, message, VERIFY_HINT),
+            "missing_object" => served("missing_object", exit::FAILURE, message, VERIFY_HINT),
+            "read_only" => served("read_only", exit::FAILURE, message, ""),
+            "table_damaged" => served("table_damaged", exit::FAILURE, message, ""),
+            // The engine's `Io`, `Database` and `Failed` are all kind `io` in-process.
+            "io" | "failed" => served("io", exit::FAILURE, message, ""),
+            _ => CliError::io("oncelake server", std::io::Error::other(message)),
+        },
         ClientError::Input(source) => CliError::io("read the input", source),
         other => CliError::io("oncelake server", std::io::Error::other(other.to_string())),
     }
@@ -333,24 +359,18 @@ fn put(client: &Client, a: &super::store_cmds::PutArgs) -> Result<u8, CliError> 
     Ok(outcome_code(&u.outcome))
 }
 
-/// Standard output as a `Write` (a closed pipe is not an error: see `common`).
-struct Stdout;
-
-impl Write for Stdout {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        let _ = write_out_bytes(buf);
-        Ok(buf.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
 fn get(client: &Client, a: &super::store_cmds::GetArgs) -> Result<u8, CliError> {
     oncelake::validate_key(&a.unit)?;
     let Some(path) = &a.output else {
-        return match client.read_object(&a.unit, a.at, &mut Stdout) {
-            Ok(Some(_)) => Ok(exit::OK),
+        // Held whole until its size and CRC32 are checked, as the in-process `get` holds it:
+        // a damaged object writes nothing to standard output, both ways.
+        let mut bytes = Vec::new();
+        return match client.read_object(&a.unit, a.at, &mut bytes) {
+            Ok(Some(_)) => {
+                // A closed pipe is not an error (as in-process).
+                let _ = write_out_bytes(&bytes);
+                Ok(exit::OK)
+            }
             Ok(None) => Err(no_entry(a)),
             Err(e) => Err(client_error(e)),
         };
@@ -632,4 +652,53 @@ fn pipeline_fail(client: &Client, a: &super::pipeline_cmds::FailArgs) -> Result<
         &attempt,
         &outcome,
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every stable kind the server answers with becomes the CLI error of the same failure
+    /// in-process: its kind (one docs/cli.md lists), its exit code, its hint.
+    #[test]
+    fn server_error_kinds_map_to_the_in_process_kind_and_exit_code() {
+        use super::super::error::{ERROR_KINDS, VERIFY_HINT};
+        let bad = |kind: &str| ClientError::BadRequest {
+            kind: kind.into(),
+            message: "m".into(),
+        };
+        let store = |kind: &str| ClientError::Store {
+            kind: kind.into(),
+            status: 500,
+            message: "m".into(),
+        };
+        let cases = [
+            (bad("invalid_key"), "invalid_key", exit::USAGE),
+            (bad("invalid_request"), "invalid_request", exit::USAGE),
+            (bad("seq_out_of_range"), "seq_out_of_range", exit::USAGE),
+            (bad("table"), "table", exit::USAGE),
+            (bad("bad_request"), "usage", exit::USAGE),
+            (store("corrupt"), "corrupt", exit::FAILURE),
+            (store("missing_object"), "missing_object", exit::FAILURE),
+            (store("read_only"), "read_only", exit::FAILURE),
+            (store("table_damaged"), "table_damaged", exit::FAILURE),
+            (store("io"), "io", exit::FAILURE),
+            (store("failed"), "io", exit::FAILURE),
+            (store("snapshot_gone"), "io", exit::FAILURE),
+        ];
+        for (e, kind, code) in cases {
+            let what = format!("{e:?}");
+            let c = client_error(e);
+            assert_eq!((c.kind(), c.exit_code()), (kind, code), "{what}");
+            assert!(ERROR_KINDS.contains(&c.kind()), "{what}");
+        }
+        // A damaged object says what to run, as in-process.
+        assert!(client_error(store("corrupt"))
+            .to_string()
+            .ends_with(VERIFY_HINT));
+        assert_eq!(
+            client_error(store("corrupt")).to_string(),
+            format!("m{VERIFY_HINT}")
+        );
+    }
 }

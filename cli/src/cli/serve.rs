@@ -283,6 +283,8 @@ pub(crate) fn bench_serve_load(a: ServeLoadArgs) -> Result<u8, CliError> {
             "rss_peak_kib_by_third": peaks,
             "rss_peak_kib_by_tenth": r.peaks_by(10),
             "anon_rss_peak_kib_by_tenth": r.anon_peaks_by(10),
+            "heap_in_use_peak_kib_by_tenth": r.heap_in_use_peaks_by(10),
+            "heap_held_peak_kib_by_tenth": r.heap_held_peaks_by(10),
             "server_cache_mib": a.server_cache_mib,
             "margin_kib": margin,
             "memory_bounded": bounded,
@@ -318,6 +320,17 @@ pub(crate) fn bench_serve_load(a: ServeLoadArgs) -> Result<u8, CliError> {
             "  of which anonymous (heap, stacks), KiB: {}",
             anon.join(" ")
         );
+        let heap = |v: Vec<u64>| v.iter().map(u64::to_string).collect::<Vec<_>>().join(" ");
+        if !r.heap_in_use_kib.is_empty() {
+            outln!(
+                "  heap in use (allocated, not freed), KiB: {}",
+                heap(r.heap_in_use_peaks_by(10))
+            );
+            outln!(
+                "  heap held by the allocator, KiB: {}",
+                heap(r.heap_held_peaks_by(10))
+            );
+        }
         for e in r.errors.iter().chain(&r.served_mismatches).take(10) {
             errln!("  {e}");
         }

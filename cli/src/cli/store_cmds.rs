@@ -56,6 +56,10 @@ pub(crate) struct GetArgs {
     /// Write to this file instead of standard output.
     #[arg(short = 'o', long)]
     pub output: Option<PathBuf>,
+    /// An error as one JSON object on standard error, as every command under --json (the
+    /// object's bytes are written as they are).
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(clap::Args, Debug)]
