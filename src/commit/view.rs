@@ -69,7 +69,10 @@ impl<'a> View<'a> {
         if self.manifest.is_none() {
             self.manifest = Some(self.txn.open_table(MANIFEST).db("open the manifest")?);
         }
-        Ok(self.manifest.as_ref().unwrap_or_else(|| unreachable!()))
+        Ok(self
+            .manifest
+            .as_ref()
+            .unwrap_or_else(|| unreachable!("invariant: the table was opened just above")))
     }
 
     /// The applied history (for a prune, on a drained backlog, and for rule 6's lookups).
@@ -77,7 +80,10 @@ impl<'a> View<'a> {
         if self.history.is_none() {
             self.history = Some(self.txn.open_table(HISTORY).db("open the history")?);
         }
-        Ok(self.history.as_ref().unwrap_or_else(|| unreachable!()))
+        Ok(self
+            .history
+            .as_ref()
+            .unwrap_or_else(|| unreachable!("invariant: the table was opened just above")))
     }
 
     /// The unit's current entry, from the overlay, the index or (for a key hash two units share)
@@ -131,7 +137,10 @@ impl<'a> View<'a> {
         if self.claims.is_none() {
             self.claims = Some(self.txn.open_table(CLAIMS).db("open the claims")?);
         }
-        let t = self.claims.as_ref().unwrap_or_else(|| unreachable!());
+        let t = self
+            .claims
+            .as_ref()
+            .unwrap_or_else(|| unreachable!("invariant: the table was opened just above"));
         crate::schema::codec::get_sealed(t, CLAIMS_TABLE, unit, ClaimRecord::decode)
     }
 
