@@ -21,6 +21,11 @@ pub(crate) const DROP_TIMEOUT: Duration = Duration::from_secs(5);
 /// A client error as an oncelake exception: the server's store errors keep their class
 /// (`corrupt`, invalid input), the rest is a `StoreError` whose message says what to do.
 pub(crate) fn client_err(py: Python<'_>, e: ClientError) -> PyErr {
+    // The client's own size and CRC32 check: raised exactly as an in-process read raises it.
+    let e = match e {
+        ClientError::Damaged(err) => return convert::engine_err(py, err),
+        other => other,
+    };
     let message = e.to_string();
     let (kind, facts): (&str, Vec<(&str, Bound<'_, PyAny>)>) = match &e {
         ClientError::BadRequest { kind, message } if kind == "seq_out_of_range" => {

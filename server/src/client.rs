@@ -66,6 +66,10 @@ pub enum ClientError {
         /// The message.
         message: String,
     },
+    /// An object the server sent does not match its entry's size and CRC32: the engine's own
+    /// `Error::Corrupt`, exactly what an in-process read of it returns (SPEC I2, I9).
+    #[error("{0}")]
+    Damaged(oncelake::Error),
     /// The store failed the operation on the server side (I/O, read-only, failed state, ...).
     #[error("{message}")]
     Store {
@@ -380,8 +384,8 @@ impl Client {
 
     /// Copies the unit's object (newest or as of `at`) into `out`, streamed; its entry, or
     /// `None` when the unit has none. The object is checked against its entry's size and CRC32
-    /// as in-process: a damaged one fails with [`ClientError::Store`] of kind `corrupt` — after
-    /// its bytes were written to `out`, so write somewhere you can discard on error.
+    /// as in-process: a damaged one fails with [`ClientError::Damaged`] holding the engine's own
+    /// error — after its bytes were written to `out`, so write somewhere you can discard on error.
     pub fn read_object(
         &self,
         unit: &str,
@@ -408,12 +412,7 @@ impl Client {
         // The in-process read's size and CRC32 check (SPEC I2), made as the bytes arrived.
         match checked.damaged(&entry) {
             None => Ok(Some(entry)),
-            Some(e) => Err(ClientError::Store {
-                kind: "corrupt".into(),
-                // What the server answers for a damaged object it finds itself.
-                status: 500,
-                message: e.to_string(),
-            }),
+            Some(e) => Err(ClientError::Damaged(e)),
         }
     }
 

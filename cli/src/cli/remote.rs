@@ -324,6 +324,8 @@ pub(crate) fn client_error(e: ClientError) -> CliError {
             _ => CliError::io("oncelake server", std::io::Error::other(message)),
         },
         ClientError::Input(source) => CliError::io("read the input", source),
+        // The client's own size and CRC32 check: the very error an in-process read gives.
+        ClientError::Damaged(e) => e.into(),
         other => CliError::io("oncelake server", std::io::Error::other(other.to_string())),
     }
 }
