@@ -80,12 +80,15 @@ impl State {
 }
 
 /// How many times a waiter looks at its state before it yields, and yields before it parks.
-/// Under loom every look is a scheduling point, so one of each keeps both the spinning and the
-/// parking path in the model without multiplying its state space.
+/// One yield only: with many more writers than cores (64 on 2), every further yield is a context
+/// switch that takes the CPU from the leader and the applier (BENCHMARKS, P1: a third of all
+/// samples were context switches with 16 yields; 1 yield gave 1.1–1.5× the units/s). Under loom
+/// every look is a scheduling point, so one of each keeps both the spinning and the parking path
+/// in the model without multiplying its state space.
 #[cfg(not(loom))]
 const SPINS: u32 = 64;
 #[cfg(not(loom))]
-const YIELDS: u32 = 16;
+const YIELDS: u32 = 1;
 #[cfg(loom)]
 const SPINS: u32 = 1;
 #[cfg(loom)]
