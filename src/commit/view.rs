@@ -66,24 +66,12 @@ impl<'a> View<'a> {
     }
 
     fn manifest(&mut self) -> Result<&ReadOnlyTable<&'static str, &'static [u8]>> {
-        if self.manifest.is_none() {
-            self.manifest = Some(self.txn.open_table(MANIFEST).db("open the manifest")?);
-        }
-        Ok(self
-            .manifest
-            .as_ref()
-            .unwrap_or_else(|| unreachable!("invariant: the table was opened just above")))
+        opened(&self.txn, &mut self.manifest, MANIFEST)
     }
 
     /// The applied history (for a prune, on a drained backlog, and for rule 6's lookups).
     pub(crate) fn history(&mut self) -> Result<&ReadOnlyTable<(&'static str, u64), &'static [u8]>> {
-        if self.history.is_none() {
-            self.history = Some(self.txn.open_table(HISTORY).db("open the history")?);
-        }
-        Ok(self
-            .history
-            .as_ref()
-            .unwrap_or_else(|| unreachable!("invariant: the table was opened just above")))
+        opened(&self.txn, &mut self.history, HISTORY)
     }
 
     /// The unit's current entry, from the overlay, the index or (for a key hash two units share)
@@ -134,13 +122,7 @@ impl<'a> View<'a> {
         if let Some(rec) = self.overlay.claim(unit) {
             return Ok(Some(rec.clone()));
         }
-        if self.claims.is_none() {
-            self.claims = Some(self.txn.open_table(CLAIMS).db("open the claims")?);
-        }
-        let t = self
-            .claims
-            .as_ref()
-            .unwrap_or_else(|| unreachable!("invariant: the table was opened just above"));
+        let t = opened(&self.txn, &mut self.claims, CLAIMS)?;
         crate::schema::codec::get_sealed(t, CLAIMS_TABLE, unit, ClaimRecord::decode)
     }
 
@@ -177,4 +159,22 @@ impl<'a> View<'a> {
         }
         Ok(None)
     }
+}
+
+/// The table `def` of `txn`, opened into `slot` on first use: a group opens only the tables it
+/// reads.
+fn opened<'s, K: redb::Key + 'static, V: redb::Value + 'static>(
+    txn: &redb::ReadTransaction,
+    slot: &'s mut Option<ReadOnlyTable<K, V>>,
+    def: redb::TableDefinition<K, V>,
+) -> Result<&'s ReadOnlyTable<K, V>> {
+    if slot.is_none() {
+        *slot = Some(
+            txn.open_table(def)
+                .db("open a table of the applied state")?,
+        );
+    }
+    Ok(slot
+        .as_ref()
+        .unwrap_or_else(|| unreachable!("invariant: the table was opened just above")))
 }
