@@ -64,6 +64,16 @@ pub struct Options {
     /// redb's page cache, bytes. The default (64 MiB) keeps a 1,000,000-unit store within P6's
     /// 200 bytes a unit; a larger cache speeds up commits on stores much bigger than it.
     pub cache_bytes: usize,
+    /// The write-ahead backlog's bound, bytes of redo: above it the commit leader waits for the
+    /// B-trees to catch up (back-pressure). It bounds the backlog's memory and how long a new
+    /// reader may wait for the commits acknowledged before it. Default 32 MiB (about 70,000
+    /// one-unit commits). Must be at least `apply_batch_bytes`.
+    pub backlog_bytes: usize,
+    /// The most redo bytes one transaction applying the backlog to the B-trees takes. Larger
+    /// batches dirty fewer B-tree pages per unit (several units share a leaf) and pay one
+    /// transaction commit for more units; the writer or reader that applies a batch waits for it.
+    /// Default 4 MiB.
+    pub apply_batch_bytes: usize,
     /// Open for reading only: nothing in the directory is written (not even redb's header),
     /// other readers may share the store, and every write is refused with
     /// [`Error::ReadOnly`]. For stores on read-only media. The store must exist, be of the
@@ -81,6 +91,8 @@ impl Default for Options {
             vfs: Arc::new(RealVfs),
             faults: None,
             cache_bytes: 64 << 20,
+            backlog_bytes: crate::commit::BACKLOG_BOUND_BYTES,
+            apply_batch_bytes: crate::commit::APPLY_BATCH_BYTES,
             read_only: false,
         }
     }

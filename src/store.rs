@@ -57,6 +57,18 @@ impl std::fmt::Debug for Store {
     }
 }
 
+/// Refuses backlog limits that could never hold a group, before anything is opened.
+fn check_backlog_limits(o: &Options) -> Result<()> {
+    if o.apply_batch_bytes == 0 || o.backlog_bytes < o.apply_batch_bytes {
+        return Err(Error::InvalidRequest(format!(
+            "Options: apply_batch_bytes ({}) must be above 0 and at most backlog_bytes ({}); \
+             leave both at their defaults unless you measured otherwise",
+            o.apply_batch_bytes, o.backlog_bytes
+        )));
+    }
+    Ok(())
+}
+
 impl Store {
     /// Opens the store in `dir`, creating it if the directory is missing or empty.
     ///
@@ -73,6 +85,7 @@ impl Store {
     /// store; a creation interrupted at any point is completed by the next open.
     pub fn open_with(dir: impl AsRef<Path>, options: Options) -> Result<Store> {
         let dir = dir.as_ref().to_path_buf();
+        check_backlog_limits(&options)?;
         let (db, lock, created, wal) = if options.read_only {
             let (db, lock) = crate::error::contain(|| open_read_only(&dir, &options))?;
             (db, lock, false, None)
@@ -97,8 +110,8 @@ impl Store {
         };
         let backlog = crate::backlog::Backlog::new(
             leader.group,
-            crate::commit::BACKLOG_BOUND_BYTES,
-            crate::commit::APPLY_BATCH_BYTES,
+            options.backlog_bytes,
+            options.apply_batch_bytes,
         );
         let lock = StoreLock(lock);
         let now = options.clock.now_ms();

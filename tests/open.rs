@@ -561,3 +561,40 @@ fn a_store_on_a_read_only_mount_can_be_listed_read_and_verified() {
     let msg = String::from_utf8_lossy(&put.stderr);
     assert!(msg.contains("read-only"), "{msg}");
 }
+
+/// Backlog limits that could never hold a group are refused with a message that names both,
+/// before anything is created or opened; the defaults and a consistent pair open.
+#[test]
+fn backlog_limits_that_cannot_hold_a_group_are_refused_before_anything_is_opened() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("lake");
+    for (backlog, batch) in [(32 << 20, 0), (1 << 20, 4 << 20)] {
+        let o = oncelake::Options {
+            backlog_bytes: backlog,
+            apply_batch_bytes: batch,
+            ..oncelake::Options::default()
+        };
+        let e = match oncelake::Store::open_with(&path, o) {
+            Err(e) => e,
+            Ok(_) => panic!("backlog {backlog} / batch {batch} was accepted"),
+        };
+        let msg = e.to_string();
+        assert!(
+            matches!(e, oncelake::Error::InvalidRequest(_))
+                && msg.contains("apply_batch_bytes")
+                && msg.contains("backlog_bytes"),
+            "{e:?}"
+        );
+        assert!(!path.exists(), "a refused open created the store");
+    }
+    let o = oncelake::Options {
+        backlog_bytes: 64 << 10,
+        apply_batch_bytes: 16 << 10,
+        ..oncelake::Options::default()
+    };
+    let store = oncelake::Store::open_with(&path, o).unwrap();
+    for i in 0..200u64 {
+        store.put(&format!("u{i}"), 1, &i.to_le_bytes()).unwrap();
+    }
+    assert_eq!(store.snapshot().unwrap().prefix("").unwrap().count(), 200);
+}

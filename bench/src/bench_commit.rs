@@ -113,13 +113,28 @@ pub struct Workload {
     pub preload: u64,
     /// The keys of the timed commits.
     pub keys: Keys,
+    /// The engine's backlog limits for the timed commits (`None`: the engine's defaults).
+    pub tuning: Tuning,
+}
+
+/// Engine options a run may set instead of the defaults, to measure what they give.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Tuning {
+    /// `Options::backlog_bytes`.
+    pub backlog_bytes: Option<usize>,
+    /// `Options::apply_batch_bytes`.
+    pub apply_batch_bytes: Option<usize>,
 }
 
 impl Workload {
-    /// SPEC P1: 1,000,000 preloaded units, random keys.
+    /// SPEC P1: 1,000,000 preloaded units, random keys, the engine's defaults.
     pub const P1: Workload = Workload {
         preload: 1_000_000,
         keys: Keys::Random,
+        tuning: Tuning {
+            backlog_bytes: None,
+            apply_batch_bytes: None,
+        },
     };
 }
 
@@ -167,9 +182,18 @@ pub struct Measurement {
     pub backlog_by_tenth: Vec<u64>,
     /// Units preloaded before this configuration ran (the preload plus earlier runs' units).
     pub store_units_before: u64,
+    /// CPU time of the whole process (user + system) from the writers' start until every unit
+    /// was applied (oncelake: the drain included); `None` where /proc is not available.
+    pub cpu: Option<Duration>,
 }
 
 impl Measurement {
+    /// CPU microseconds per committed unit, all threads together (see [`Measurement::cpu`]).
+    pub fn cpu_us_per_unit(&self) -> Option<f64> {
+        self.cpu
+            .map(|c| c.as_secs_f64() * 1e6 / self.units.max(1) as f64)
+    }
+
     /// Throughput of acknowledged units.
     pub fn units_per_sec(&self) -> f64 {
         self.units as f64 / self.elapsed.as_secs_f64().max(1e-9)
@@ -252,6 +276,7 @@ impl Bench {
     /// Measures `plan` on the store as it is now (it keeps the units of earlier runs).
     pub fn run(&mut self, plan: Plan) -> Result<Measurement, String> {
         let keygen = &self.keygen;
+        let cpu_before = crate::bench_fixtures::process_cpu();
         let mut m = match &self.target {
             Target::Oncelake { store, staged } => oncelake_commits(store, staged, keygen, plan)?,
             Target::Redb(db) => finish(
@@ -271,6 +296,9 @@ impl Bench {
             ),
         };
         debug_assert_eq!(m.system, self.system);
+        m.cpu = cpu_before
+            .zip(crate::bench_fixtures::process_cpu())
+            .map(|(b, a)| a.saturating_sub(b));
         m.store_units_before = self.units;
         self.units += m.units;
         Ok(m)
@@ -366,6 +394,7 @@ fn finish(system: System, plan: Plan, mut t: Timings) -> Measurement {
         max_backlog: None,
         backlog_by_tenth: Vec::new(),
         store_units_before: 0,
+        cpu: None,
     }
 }
 
@@ -488,7 +517,14 @@ fn oncelake_preload(dir: &Path, w: Workload) -> Result<Target, String> {
         store.flush().map_err(e)?;
     }
     // Reopen with the default (durable) options: the timed part measures them.
-    let store = oncelake::Store::open(&path).map_err(e)?;
+    let mut options = oncelake::Options::default();
+    if let Some(b) = w.tuning.backlog_bytes {
+        options.backlog_bytes = b;
+    }
+    if let Some(b) = w.tuning.apply_batch_bytes {
+        options.apply_batch_bytes = b;
+    }
+    let store = oncelake::Store::open_with(&path, options).map_err(e)?;
     let staged = store.stage_bytes(b"bench output").map_err(e)?;
     Ok(Target::Oncelake { store, staged })
 }
@@ -746,7 +782,7 @@ mod tests {
     fn random_keys_mix_new_units_and_rising_versions_of_preloaded_ones() {
         let w = Workload {
             preload: 1000,
-            keys: Keys::Random,
+            ..Workload::P1
         };
         let preloaded: HashSet<String> = preload_chunks(w).flatten().collect();
         assert_eq!(preloaded.len(), 1000, "preloaded keys are distinct");
@@ -794,6 +830,7 @@ mod tests {
         let w = Workload {
             preload: 10,
             keys: Keys::Sequential,
+            ..Workload::P1
         };
         let src = KeySource::new(w);
         let mut wr = src.writer(0, 1);
@@ -813,7 +850,7 @@ mod tests {
         let scratch = tempfile::tempdir().unwrap();
         let w = Workload {
             preload: 3000,
-            keys: Keys::Random,
+            ..Workload::P1
         };
         for system in System::ALL {
             let mut bench = Bench::new(system, w, scratch.path()).unwrap();

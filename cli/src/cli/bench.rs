@@ -42,6 +42,13 @@ pub(crate) struct CommitBenchArgs {
     /// Print one JSON object per line instead of a table.
     #[arg(long)]
     pub json: bool,
+    /// oncelake's backlog bound in MiB (`Options::backlog_bytes`; default: the engine's, 32).
+    #[arg(long)]
+    pub backlog_mib: Option<usize>,
+    /// oncelake's largest applier transaction in MiB of redo (`Options::apply_batch_bytes`;
+    /// default: the engine's, 4).
+    #[arg(long)]
+    pub apply_batch_mib: Option<usize>,
     /// Commit through `oncelake serve` from --clients connections instead, beside in-process
     /// threads of the same counts in the same run (P7).
     #[arg(long)]
@@ -94,6 +101,10 @@ pub(crate) fn commit(a: CommitBenchArgs) -> Result<u8, CliError> {
     let workload = Workload {
         preload: a.preload,
         keys: a.keys,
+        tuning: oncelake_bench::bench_commit::Tuning {
+            backlog_bytes: a.backlog_mib.map(|m| m << 20),
+            apply_batch_bytes: a.apply_batch_mib.map(|m| m << 20),
+        },
     };
     let scratch = a.dir.clone().unwrap_or_else(std::env::temp_dir);
     let bar = indicatif::ProgressBar::new((a.threads.len() * systems.len()) as u64);
@@ -185,6 +196,7 @@ fn print_jsons(results: &[Measurement], probes: &[(String, Duration)], w: Worklo
             "sustained_units_per_s": oncelake.then(|| m.sustained_units_per_sec()),
             "max_backlog": m.max_backlog,
             "backlog_by_tenth": oncelake.then(|| m.backlog_by_tenth.clone()),
+            "cpu_us_per_unit": m.cpu_us_per_unit(),
         }));
     }
     let mut threads: Vec<usize> = results.iter().map(|m| m.threads).collect();

@@ -118,6 +118,7 @@ pub(crate) fn bench_via_server(
         let fresh = workload::Workload {
             preload: 0,
             keys: workload::Keys::Sequential,
+            ..workload::Workload::P1
         };
         let local = workload::measure(System::Oncelake, fresh, plan, &scratch)
             .map_err(|e| CliError::Usage(format!("bench in-process: {e}")))?;
