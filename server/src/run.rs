@@ -26,6 +26,9 @@ pub struct ServeOptions {
     pub drain_timeout: Duration,
     /// redb's page cache for the served store (the engine's default when `None`).
     pub cache_bytes: Option<usize>,
+    /// Threads that run commits, puts, claims, renewals and releases ([`crate::writers`]): at
+    /// most this many wait for commit groups at once.
+    pub write_threads: usize,
 }
 
 impl Default for ServeOptions {
@@ -38,6 +41,7 @@ impl Default for ServeOptions {
             header_timeout: Duration::from_secs(30),
             drain_timeout: Duration::from_secs(30),
             cache_bytes: None,
+            write_threads: crate::writers::DEFAULT_WRITE_THREADS,
         }
     }
 }
@@ -90,12 +94,21 @@ pub fn serve(dir: &Path, opts: ServeOptions, ready: impl FnOnce(&str)) -> Result
     }
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
-        // Every store call runs on the blocking pool; many at once share commit groups.
+        // The store calls that wait for no commit group (uploads, reads, listings, verify...)
+        // run on the blocking pool; uploads and streamed answers hold a thread while their
+        // client is slow, so the pool must be large enough not to starve.
         .max_blocking_threads(1024)
+        // An idle pool thread stays (tokio's default lets it exit after 10 s): a load that comes
+        // and goes reuses the threads it made instead of making new ones, each with a fresh
+        // stack and per-thread malloc cache.
+        .thread_keep_alive(BLOCKING_KEEP_ALIVE)
         .build()
         .map_err(io("start the server runtime"))?;
     runtime.block_on(serve_async(dir, opts, ready))
 }
+
+/// How long an idle thread of the blocking pool is kept.
+const BLOCKING_KEEP_ALIVE: Duration = Duration::from_secs(3600);
 
 async fn serve_async(
     dir: &Path,
@@ -121,7 +134,9 @@ async fn serve_async(
     // We hold the lock: whatever socket or address file is there was left by a dead server.
     discovery::remove_files(&dir);
     let (listener, address, token) = listen(&dir, &opts).await?;
-    let app = Arc::new(App::new(store, dir.clone(), opts.limits.clone())?);
+    let writers = crate::writers::Writers::start(opts.write_threads)
+        .map_err(io("start the write threads"))?;
+    let app = Arc::new(App::new(store, dir.clone(), opts.limits.clone(), writers)?);
     let info = ServeInfo {
         address: address.clone(),
         pid: std::process::id(),

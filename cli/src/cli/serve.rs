@@ -27,6 +27,10 @@ pub(crate) struct ServeArgs {
     /// plus a few tens of MiB.
     #[arg(long)]
     pub cache_mib: Option<usize>,
+    /// Threads that run commits, puts and claims: at most this many wait for commit groups at
+    /// once (more concurrent commits wait for a free one). Made once; they never exit.
+    #[arg(long, default_value_t = oncelake_server::DEFAULT_WRITE_THREADS, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=4096))]
+    pub write_threads: usize,
 }
 
 pub(crate) fn serve(a: ServeArgs, wait: Duration) -> Result<u8, CliError> {
@@ -55,6 +59,7 @@ pub(crate) fn serve(a: ServeArgs, wait: Duration) -> Result<u8, CliError> {
         lock_wait: wait,
         header_timeout: a.request_timeout,
         cache_bytes: a.cache_mib.map(|m| m << 20),
+        write_threads: a.write_threads,
         ..ServeOptions::default()
     };
     opts.limits.max_upload = a.max_upload;
