@@ -47,6 +47,6 @@ pub use client::{Client, ClientError, PlanEnd, PlanEvent, ReconcileForm, Snapsho
 #[cfg(feature = "server")]
 pub use http::Limits;
 #[cfg(feature = "server")]
-pub use run::{serve, ServeError, ServeOptions};
+pub use run::{serve, ServeError, ServeOptions, MALLOC_ARENAS};
 #[cfg(feature = "server")]
 pub use writers::DEFAULT_WRITE_THREADS;

@@ -29,7 +29,21 @@ pub struct ServeOptions {
     /// Threads that run commits, puts, claims, renewals and releases ([`crate::writers`]): at
     /// most this many wait for commit groups at once.
     pub write_threads: usize,
+    /// glibc only: the most malloc arenas of this process (`mallopt(M_ARENA_MAX)`), set when
+    /// serving starts unless `MALLOC_ARENA_MAX` is in the environment; `None` leaves glibc's
+    /// default (8 per core). Process-wide: a program that embeds the server and tunes its own
+    /// allocator sets `None`. See [`MALLOC_ARENAS`].
+    pub malloc_arenas: Option<usize>,
 }
+
+/// The server's default arena limit: one. With glibc's default each thread allocates from one of
+/// up to 8 arenas per core, and the page cache's buffers (most of the server's heap: whichever
+/// thread applies a batch of groups allocates them, and every write thread does in turn) were
+/// spread over 16 arenas here, each keeping its own freed chunks: resident memory kept rising
+/// while the heap in use was level (BENCHMARKS.md, "Server"). In one arena a freed chunk is
+/// reused by any thread. The lock it costs is taken only for chunks the per-thread caches do
+/// not hold (larger than about 1 KiB), and on a machine with few cores few threads run at once.
+pub const MALLOC_ARENAS: usize = 1;
 
 impl Default for ServeOptions {
     fn default() -> Self {
@@ -42,6 +56,7 @@ impl Default for ServeOptions {
             drain_timeout: Duration::from_secs(30),
             cache_bytes: None,
             write_threads: crate::writers::DEFAULT_WRITE_THREADS,
+            malloc_arenas: Some(MALLOC_ARENAS),
         }
     }
 }
@@ -92,6 +107,9 @@ pub fn serve(dir: &Path, opts: ServeOptions, ready: impl FnOnce(&str)) -> Result
             return Err(ServeError::NotLoopback(addr));
         }
     }
+    if let Some(n) = opts.malloc_arenas {
+        limit_malloc_arenas(n);
+    }
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         // The store calls that wait for no commit group (uploads, reads, listings, verify...)
@@ -106,6 +124,23 @@ pub fn serve(dir: &Path, opts: ServeOptions, ready: impl FnOnce(&str)) -> Result
         .map_err(io("start the server runtime"))?;
     runtime.block_on(serve_async(dir, opts, ready))
 }
+
+/// Sets glibc's arena limit before the server's threads start (arenas are made as threads first
+/// allocate), unless the environment sets it (`MALLOC_ARENA_MAX`, read by glibc itself).
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+fn limit_malloc_arenas(n: usize) {
+    if std::env::var_os("MALLOC_ARENA_MAX").is_some() {
+        return;
+    }
+    let n = libc::c_int::try_from(n.max(1)).unwrap_or(libc::c_int::MAX);
+    // SAFETY: mallopt only sets an allocator parameter (thread-safe in glibc); M_ARENA_MAX
+    // bounds the arenas created from now on.
+    unsafe { libc::mallopt(libc::M_ARENA_MAX, n) };
+}
+
+/// Other allocators have no such setting.
+#[cfg(not(all(target_os = "linux", target_env = "gnu")))]
+fn limit_malloc_arenas(_: usize) {}
 
 /// How long an idle thread of the blocking pool is kept.
 const BLOCKING_KEEP_ALIVE: Duration = Duration::from_secs(3600);

@@ -1,7 +1,8 @@
 //! The server's threads stay a fixed set under a burst of concurrent commits: commits run on
 //! `--write-threads` threads made at start, not on a thread each (as with `block_in_place`,
 //! which handed the async worker's core to a new or pooled thread for every commit and let the
-//! thread count follow the number of commits in flight).
+//! thread count follow the number of commits in flight). And (glibc) all of them allocate from
+//! one malloc arena.
 
 mod support;
 
@@ -105,5 +106,77 @@ fn a_burst_of_concurrent_commits_adds_no_threads() {
     );
     // The write threads were there before it.
     assert!(before > WRITE_THREADS, "{before} threads");
+    server.stop();
+}
+
+/// glibc's arenas other than the main one in `pid`'s address space: each is a heap mapped at a
+/// 64 MiB boundary (`HEAP_MAX_SIZE` on 64-bit), anonymous, read-write for the part in use and
+/// inaccessible for the rest of its 64 MiB.
+#[cfg(all(target_os = "linux", target_env = "gnu", target_pointer_width = "64"))]
+fn thread_arenas(pid: i32) -> usize {
+    const HEAP: u64 = 64 << 20;
+    let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).unwrap();
+    let regions: Vec<(u64, u64, String, bool)> = maps
+        .lines()
+        .map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            let (a, b) = f[0].split_once('-').unwrap();
+            let a = u64::from_str_radix(a, 16).unwrap();
+            let b = u64::from_str_radix(b, 16).unwrap();
+            (a, b, f[1].to_string(), f.len() <= 5)
+        })
+        .collect();
+    let mut n = 0;
+    for (i, (a, b, perm, anon)) in regions.iter().enumerate() {
+        if !anon || a % HEAP != 0 || !perm.starts_with("rw") {
+            continue;
+        }
+        let whole = b - a == HEAP;
+        let rest_reserved = regions.get(i + 1).is_some_and(|(a2, b2, p2, anon2)| {
+            a2 == b && p2.starts_with("---") && *anon2 && *b2 == a + HEAP
+        });
+        if whole || rest_reserved {
+            n += 1;
+        }
+    }
+    n
+}
+
+#[cfg(all(target_os = "linux", target_env = "gnu", target_pointer_width = "64"))]
+#[test]
+fn the_server_allocates_from_one_malloc_arena() {
+    if std::env::var_os("MALLOC_ARENA_MAX").is_some() {
+        // The environment's setting wins over the server's (documented); nothing to check.
+        return;
+    }
+    const CLIENTS: usize = 16;
+    let (_dir, store) = new_store();
+    let server = Server::start(&store);
+    let c = Client::for_store(&store).unwrap();
+    // Uploads (the blocking pool) and commits (the write threads) from 16 threads at once, so
+    // that many of the server's threads allocate: with glibc's default they get arenas of their
+    // own (15 of them here under this load).
+    std::thread::scope(|s| {
+        for t in 0..CLIENTS {
+            let c = &c;
+            s.spawn(move || {
+                for i in 0..20 {
+                    let unit = format!("arena/t={t:02}/i={i:02}");
+                    let (o, _) = c
+                        .put_reader(&unit, 1, None, false, unit.as_bytes())
+                        .unwrap();
+                    assert!(
+                        matches!(o.outcome, oncelake::Outcome::Committed { .. }),
+                        "{o:?}"
+                    );
+                }
+            });
+        }
+    });
+    assert_eq!(
+        thread_arenas(server.pid()),
+        0,
+        "the server has arenas besides the main one"
+    );
     server.stop();
 }
