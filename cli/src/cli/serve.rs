@@ -290,6 +290,8 @@ pub(crate) fn bench_serve_load(a: ServeLoadArgs) -> Result<u8, CliError> {
             "anon_rss_peak_kib_by_tenth": r.anon_peaks_by(10),
             "heap_in_use_peak_kib_by_tenth": r.heap_in_use_peaks_by(10),
             "heap_held_peak_kib_by_tenth": r.heap_held_peaks_by(10),
+            "threads_peak_by_tenth": r.thread_peaks_by(10),
+            "threads_seen": r.threads_seen,
             "server_cache_mib": a.server_cache_mib,
             "margin_kib": margin,
             "memory_bounded": bounded,
@@ -336,6 +338,11 @@ pub(crate) fn bench_serve_load(a: ServeLoadArgs) -> Result<u8, CliError> {
                 heap(r.heap_held_peaks_by(10))
             );
         }
+        outln!(
+            "  server threads, peak by tenth: {} ({} distinct threads seen)",
+            heap(r.thread_peaks_by(10)),
+            r.threads_seen
+        );
         for e in r.errors.iter().chain(&r.served_mismatches).take(10) {
             errln!("  {e}");
         }
