@@ -37,8 +37,8 @@ pub struct ServeOptions {
 }
 
 /// The server's default arena limit: one. With glibc's default each thread allocates from one of
-/// up to 8 arenas per core, and the page cache's buffers (most of the server's heap: whichever
-/// thread applies a batch of groups allocates them, and every write thread does in turn) were
+/// up to 8 arenas per core, and the page cache's buffers (most of the server's heap, allocated by
+/// whichever thread reads or writes a page: the write threads and the blocking pool's) were
 /// spread over 16 arenas here, each keeping its own freed chunks: resident memory kept rising
 /// while the heap in use was level (BENCHMARKS.md, "Server"). In one arena a freed chunk is
 /// reused by any thread. The lock it costs is taken only for chunks the per-thread caches do
