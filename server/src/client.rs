@@ -118,10 +118,12 @@ const UPLOAD_REUSE: Duration = Duration::from_millis(250);
 /// A connection with what the server sent on it and was not read yet (nothing, when idle).
 type Pooled = BufReader<Box<dyn Conn>>;
 
-/// The idle kept-alive connections of a client and its clones.
+/// The idle kept-alive connections of a client and its clones: each with when it was last used
+/// and the read/write timeout it has (clones may differ in timeout, and setting it costs two
+/// system calls per request, so it is set only when it changes).
 #[derive(Default)]
 struct Pool {
-    idle: Mutex<Vec<(Pooled, Instant)>>,
+    idle: Mutex<Vec<(Pooled, Instant, Option<Duration>)>>,
 }
 
 impl std::fmt::Debug for Pool {
@@ -135,17 +137,17 @@ impl Pool {
     /// An idle connection the server has not closed, if any.
     /// The most recently used idle connection, if it was used less than `max_age` ago and
     /// the server has not closed it. Older ones are closed.
-    fn take(&self, max_age: Duration) -> Option<Pooled> {
+    fn take(&self, max_age: Duration) -> Option<(Pooled, Option<Duration>)> {
         loop {
-            let (conn, at) = {
+            let (conn, at, timeout) = {
                 let mut idle = self.idle.lock().unwrap_or_else(|p| p.into_inner());
                 match idle.last() {
-                    Some((_, at)) if at.elapsed() >= POOL_IDLE => {
+                    Some((_, at, _)) if at.elapsed() >= POOL_IDLE => {
                         // All are older (the newest is last): close them.
                         idle.clear();
                         return None;
                     }
-                    Some((_, at)) if at.elapsed() >= max_age => return None,
+                    Some((_, at, _)) if at.elapsed() >= max_age => return None,
                     Some(_) => idle.pop()?,
                     None => return None,
                 }
@@ -153,15 +155,15 @@ impl Pool {
             // Anything readable on an idle connection (end of stream, or bytes nobody asked
             // for) means it cannot carry another request.
             if at.elapsed() < max_age && conn.buffer().is_empty() && conn.get_ref().idle_open() {
-                return Some(conn);
+                return Some((conn, timeout));
             }
         }
     }
 
-    fn put(&self, conn: Pooled) {
+    fn put(&self, conn: Pooled, timeout: Option<Duration>) {
         let mut idle = self.idle.lock().unwrap_or_else(|p| p.into_inner());
         if idle.len() < POOL_MAX {
-            idle.push((conn, Instant::now()));
+            idle.push((conn, Instant::now(), timeout));
         }
     }
 
@@ -679,14 +681,15 @@ impl Client {
             Payload::Stream(_) => self.pool.take(UPLOAD_REUSE),
             _ => self.pool.take(POOL_IDLE),
         };
-        if let Some(conn) = reused {
-            match self.exchange_on(conn, method, path, &mut payload, during) {
+        if let Some((conn, has)) = reused {
+            match self.exchange_on(conn, has, method, path, &mut payload, during) {
                 Err(Exchange::Unanswered(e)) => {
                     // A fresh connection that cannot even connect means the server went away:
                     // the first attempt's outcome is what is unknown.
                     let conn = self.connect().map_err(|_| ClientError::from(e))?;
                     return self.finish(self.exchange_on(
                         BufReader::new(conn),
+                        self.timeout,
                         method,
                         path,
                         &mut payload,
@@ -697,7 +700,7 @@ impl Client {
             }
         }
         let conn = BufReader::new(self.connect()?);
-        self.finish(self.exchange_on(conn, method, path, &mut payload, during))
+        self.finish(self.exchange_on(conn, self.timeout, method, path, &mut payload, during))
     }
 
     /// The client error of an exchange that was not (or could not be) sent again.
@@ -707,18 +710,23 @@ impl Client {
         })
     }
 
+    /// One exchange on `conn`, whose read/write timeout is `has` (set to this client's first
+    /// when it differs).
     fn exchange_on(
         &self,
         mut conn: Pooled,
+        has: Option<Duration>,
         method: &str,
         path: &str,
         payload: &mut Payload<'_>,
         during: &str,
     ) -> std::result::Result<Vec<u8>, Exchange> {
         let io = |e: std::io::Error| ExchangeError::Io(during.to_string(), e);
-        conn.get_ref()
-            .set_timeouts(self.timeout)
-            .map_err(|e| Exchange::Broken(io(e)))?;
+        if has != self.timeout {
+            conn.get_ref()
+                .set_timeouts(self.timeout)
+                .map_err(|e| Exchange::Broken(io(e)))?;
+        }
         let streamed = matches!(payload, Payload::Stream(_));
         let sent = self.send(conn.get_mut(), method, path, payload, false);
         let sent = match sent {
@@ -785,7 +793,7 @@ impl Client {
         let mut resp =
             check(resp, during).map_err(|e| Exchange::Failed(ExchangeError::Client(e)))?;
         if reusable {
-            self.pool.put(conn);
+            self.pool.put(conn, self.timeout);
         }
         let mut out = Vec::new();
         let _ = resp.body.read_to_end(&mut out);
@@ -1049,17 +1057,25 @@ trait Conn: Read + Write + Send {
     fn idle_open(&self) -> bool;
 }
 
-/// Reads without blocking: `WouldBlock` is the only answer of a healthy idle connection (a byte
-/// read otherwise is unasked for, and the connection is dropped anyway).
-macro_rules! idle_open {
-    ($s:expr) => {{
-        let mut s = $s;
-        if s.set_nonblocking(true).is_err() {
-            return false;
-        }
-        let open = matches!(s.read(&mut [0u8; 1]), Err(e) if e.kind() == std::io::ErrorKind::WouldBlock);
-        s.set_nonblocking(false).is_ok() && open
-    }};
+/// Peeks without blocking (one `recv(MSG_PEEK | MSG_DONTWAIT)`, where switching the socket to
+/// non-blocking and back took two more system calls per request): `EAGAIN` is the only answer
+/// of a healthy idle connection; end of stream is a connection the server closed, and a byte
+/// is one nobody asked for (the connection is dropped either way).
+fn idle_open_fd(fd: std::os::fd::RawFd) -> bool {
+    let mut b = 0u8;
+    // SAFETY: `fd` is the open socket of a stream we borrow for the call; one byte into `b`.
+    let n = unsafe {
+        libc::recv(
+            fd,
+            (&mut b as *mut u8).cast(),
+            1,
+            libc::MSG_PEEK | libc::MSG_DONTWAIT,
+        )
+    };
+    n < 0 && {
+        let e = std::io::Error::last_os_error().kind();
+        e == std::io::ErrorKind::WouldBlock
+    }
 }
 
 impl Conn for std::os::unix::net::UnixStream {
@@ -1068,7 +1084,7 @@ impl Conn for std::os::unix::net::UnixStream {
         self.set_write_timeout(t)
     }
     fn idle_open(&self) -> bool {
-        idle_open!(self)
+        idle_open_fd(std::os::fd::AsRawFd::as_raw_fd(self))
     }
 }
 
@@ -1078,7 +1094,7 @@ impl Conn for std::net::TcpStream {
         self.set_write_timeout(t)
     }
     fn idle_open(&self) -> bool {
-        idle_open!(self)
+        idle_open_fd(std::os::fd::AsRawFd::as_raw_fd(self))
     }
 }
 

@@ -1,7 +1,8 @@
 //! The HTTP API's handlers: each turns a request into one call on the store, run off the async
-//! workers (commits in place with `block_in_place`, the rest on the blocking pool) so that commits
-//! from many connections are in flight at once and share the engine's commit groups (the engine's
-//! queue does the grouping; the server adds no lock of its own).
+//! workers (calls that wait for a commit group on the server's fixed write threads,
+//! [`crate::writers`]; the rest on tokio's blocking pool) so that commits from many connections
+//! are in flight at once and share the engine's commit groups (the engine's queue does the
+//! grouping; the server adds no lock of its own).
 
 use crate::live::Live;
 use crate::wire::{
@@ -60,12 +61,20 @@ pub(crate) struct App {
     pub snapshots: crate::snapshot::Leases,
     /// The newest seq this server has seen committed; long-polls wait on it.
     pub seq: tokio::sync::watch::Sender<u64>,
+    /// The threads that run commits, puts, claims, renewals and releases.
+    pub writers: crate::writers::Writers,
 }
 
 impl App {
-    pub(crate) fn new(store: Store, dir: PathBuf, limits: Limits) -> oncelake::Result<App> {
+    pub(crate) fn new(
+        store: Store,
+        dir: PathBuf,
+        limits: Limits,
+        writers: crate::writers::Writers,
+    ) -> oncelake::Result<App> {
         let seq = store.last_seq()?;
         Ok(App {
+            writers,
             store,
             dir,
             limits,
@@ -203,19 +212,27 @@ pub(crate) fn json<T: Serialize>(v: &T) -> Response {
     axum::Json(v).into_response()
 }
 
-/// Commits on this thread, handing the runtime's scheduler to another thread meanwhile
-/// (`block_in_place`) rather than sending the commit to the blocking pool and waking this task
-/// again when it is done: one thread hand-off per commit instead of two, and the answer is
-/// written by the thread that committed. Many commits in flight are still many threads in the
-/// engine's queue, so they share groups as before; whichever of them is oldest leads.
-fn commit_in_place(app: &App, batch: Batch) -> ApiResult<oncelake::CommitReport> {
-    let run = std::panic::AssertUnwindSafe(|| app.store.commit(batch));
-    match tokio::task::block_in_place(|| std::panic::catch_unwind(run)) {
+/// Commits on one of the server's write threads and waits for the answer without holding an
+/// async worker: many commits in flight are many write threads in the engine's queue, so they
+/// share groups; whichever of them is oldest leads.
+async fn commit_queued(app: &App, batch: Batch) -> ApiResult<oncelake::CommitReport> {
+    let store = app.store.clone();
+    writing(app, move || store.commit(batch)).await
+}
+
+/// Runs a store call that waits for a commit group on the server's write threads
+/// ([`crate::writers`]). `f` holds a clone of the store, never the `App` (which owns the
+/// threads).
+pub(crate) async fn writing<T: Send + 'static>(
+    app: &App,
+    f: impl FnOnce() -> oncelake::Result<T> + Send + 'static,
+) -> ApiResult<T> {
+    match app.writers.run(f).await {
         Ok(r) => r.map_err(ApiError::from),
-        Err(_) => Err(ApiError::new(
+        Err(crate::writers::Panicked) => Err(ApiError::new(
             StatusCode::INTERNAL_SERVER_ERROR,
             "internal",
-            "the commit did not finish (it panicked); look the units up before retrying",
+            "the store call did not finish (it panicked); look the units up before retrying",
         )),
     }
 }
@@ -336,7 +353,7 @@ async fn put_unit(
         Intent::Put
     };
     let batch = Batch::new().item(q.unit.clone(), q.version, &staged, q.token, intent);
-    let report = commit_in_place(&app, batch)?;
+    let report = commit_queued(&app, batch).await?;
     app.note_seq(report.seq);
     let unit = report.units.first().ok_or_else(|| {
         ApiError::new(
@@ -422,7 +439,7 @@ async fn commit(State(app): State<Arc<App>>, body: Body) -> ApiResult<Response> 
     if req.partial {
         batch = batch.partial();
     }
-    let report = commit_in_place(&app, batch)?;
+    let report = commit_queued(&app, batch).await?;
     app.note_seq(report.seq);
     if !req.keep_staged {
         // A committed or rejected handle has done its job; dropping it unpins the object.
@@ -434,9 +451,9 @@ async fn commit(State(app): State<Arc<App>>, body: Body) -> ApiResult<Response> 
 
 async fn claim(State(app): State<Arc<App>>, body: Body) -> ApiResult<Response> {
     let r: ClaimReqW = read_json(&app, body).await?;
-    let app2 = app.clone();
-    let c = blocking(move || {
-        app2.store.claim(
+    let store = app.store.clone();
+    let c = writing(&app, move || {
+        store.claim(
             &r.unit,
             r.source_version,
             &r.worker,
@@ -450,10 +467,9 @@ async fn claim(State(app): State<Arc<App>>, body: Body) -> ApiResult<Response> {
 
 async fn renew(State(app): State<Arc<App>>, body: Body) -> ApiResult<Response> {
     let r: RenewReqW = read_json(&app, body).await?;
-    let app2 = app.clone();
-    let out = blocking(move || {
-        app2.store
-            .renew(&(&r.lease).into(), Duration::from_millis(r.ttl_ms))
+    let store = app.store.clone();
+    let out = writing(&app, move || {
+        store.renew(&(&r.lease).into(), Duration::from_millis(r.ttl_ms))
     })
     .await?;
     Ok(json(&RenewW::from(&out)))
@@ -461,8 +477,8 @@ async fn renew(State(app): State<Arc<App>>, body: Body) -> ApiResult<Response> {
 
 async fn release(State(app): State<Arc<App>>, body: Body) -> ApiResult<Response> {
     let r: ReleaseReqW = read_json(&app, body).await?;
-    let app2 = app.clone();
-    let out = blocking(move || app2.store.release(&(&r.lease).into())).await?;
+    let store = app.store.clone();
+    let out = writing(&app, move || store.release(&(&r.lease).into())).await?;
     app.note_seq(app.store.last_seq().ok());
     Ok(json(&ReleaseW::from(&out)))
 }

@@ -40,9 +40,13 @@ pub mod wire_pipeline;
 pub mod wire_reconcile;
 pub mod wire_table;
 pub mod wire_verify;
+#[cfg(feature = "server")]
+mod writers;
 
 pub use client::{Client, ClientError, PlanEnd, PlanEvent, ReconcileForm, SnapshotLease};
 #[cfg(feature = "server")]
 pub use http::Limits;
 #[cfg(feature = "server")]
-pub use run::{serve, ServeError, ServeOptions};
+pub use run::{serve, ServeError, ServeOptions, MALLOC_ARENAS};
+#[cfg(feature = "server")]
+pub use writers::DEFAULT_WRITE_THREADS;

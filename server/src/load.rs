@@ -73,6 +73,12 @@ pub struct LoadReport {
     pub heap_in_use_kib: Vec<(f64, u64)>,
     /// (seconds since start, KiB) the server's allocator holds from the system (as above).
     pub heap_held_kib: Vec<(f64, u64)>,
+    /// (seconds since start, threads of the server) at each RSS sample.
+    pub threads: Vec<(f64, u64)>,
+    /// Distinct threads of the server seen over the run (`/proc/PID/task`, sampled with the
+    /// RSS): far more than the peak of [`LoadReport::threads`] means threads were created and
+    /// exited continually.
+    pub threads_seen: u64,
     /// Units of the model (the acknowledged state).
     pub model_units: usize,
     /// Model units absent or different through the server after the run.
@@ -115,6 +121,11 @@ impl LoadReport {
     /// slices line up with [`LoadReport::peaks_by`]); empty without heap samples.
     pub fn heap_in_use_peaks_by(&self, parts: usize) -> Vec<u64> {
         self.aligned_peaks(&self.heap_in_use_kib, parts)
+    }
+
+    /// [`LoadReport::peaks_by`] of the server's thread count.
+    pub fn thread_peaks_by(&self, parts: usize) -> Vec<u64> {
+        peaks_by(&self.threads, parts)
     }
 
     /// [`LoadReport::heap_in_use_peaks_by`] of the heap the allocator holds.
@@ -230,6 +241,8 @@ fn run_against(exe: &Path, store: &Path, opts: &LoadOptions) -> Result<LoadRepor
     report.anon_kib = samples.rss.iter().map(|s| (s.0, s.2)).collect();
     report.heap_in_use_kib = samples.heap.iter().map(|s| (s.0, s.1)).collect();
     report.heap_held_kib = samples.heap.iter().map(|s| (s.0, s.2)).collect();
+    report.threads = samples.threads;
+    report.threads_seen = samples.tids.len() as u64;
     let model = match driven {
         Ok(m) => m,
         Err(e) => {
@@ -253,6 +266,8 @@ fn run_against(exe: &Path, store: &Path, opts: &LoadOptions) -> Result<LoadRepor
 struct Samples {
     rss: Vec<(f64, u64, u64)>,
     heap: Vec<(f64, u64, u64)>,
+    threads: Vec<(f64, u64)>,
+    tids: std::collections::HashSet<u64>,
 }
 
 /// How often the heap gauges are read from `/metrics` (a request to the server each time).
@@ -268,7 +283,12 @@ fn sample_rss(pid: u32, store: &Path, stop: &AtomicBool, every: Duration) -> Sam
     while !stop.load(Ordering::Relaxed) {
         if let Some(kib) = rss_kib(pid) {
             let anon = status_kib(pid, "RssAnon:").unwrap_or(0);
-            samples.rss.push((t0.elapsed().as_secs_f64(), kib, anon));
+            let t = t0.elapsed().as_secs_f64();
+            samples.rss.push((t, kib, anon));
+            if let Some(n) = status_kib(pid, "Threads:") {
+                samples.threads.push((t, n));
+            }
+            samples.tids.extend(task_ids(pid));
         }
         if let Some(c) = client.as_ref().filter(|_| Instant::now() >= next_heap) {
             next_heap += HEAP_EVERY;
@@ -281,6 +301,16 @@ fn sample_rss(pid: u32, store: &Path, stop: &AtomicBool, every: Duration) -> Sam
         std::thread::sleep(every);
     }
     samples
+}
+
+/// The thread ids of `pid` now (`/proc/PID/task`).
+fn task_ids(pid: u32) -> Vec<u64> {
+    std::fs::read_dir(format!("/proc/{pid}/task"))
+        .map(|d| {
+            d.filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
+                .collect()
+        })
+        .unwrap_or_default()
 }
 
 /// The heap gauges (in use, held) of a `/metrics` text, when the server reports them.
@@ -500,6 +530,16 @@ mod tests {
         assert_eq!(peaks[8], 108, "{peaks:?}");
         assert_eq!(peaks[9], 0, "{peaks:?}");
         assert!(LoadReport::default().heap_held_peaks_by(10).is_empty());
+    }
+
+    #[test]
+    fn thread_peaks_are_by_slice_of_the_run() {
+        let r = LoadReport {
+            threads: vec![(0.0, 100), (1.0, 120), (2.0, 110), (3.0, 150)],
+            ..LoadReport::default()
+        };
+        assert_eq!(r.thread_peaks_by(2), vec![120, 150]);
+        assert!(!task_ids(std::process::id()).is_empty());
     }
 
     #[test]

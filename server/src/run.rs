@@ -26,7 +26,24 @@ pub struct ServeOptions {
     pub drain_timeout: Duration,
     /// redb's page cache for the served store (the engine's default when `None`).
     pub cache_bytes: Option<usize>,
+    /// Threads that run commits, puts, claims, renewals and releases ([`crate::writers`]): at
+    /// most this many wait for commit groups at once.
+    pub write_threads: usize,
+    /// glibc only: the most malloc arenas of this process (`mallopt(M_ARENA_MAX)`), set when
+    /// serving starts unless `MALLOC_ARENA_MAX` is in the environment; `None` leaves glibc's
+    /// default (8 per core). Process-wide: a program that embeds the server and tunes its own
+    /// allocator sets `None`. See [`MALLOC_ARENAS`].
+    pub malloc_arenas: Option<usize>,
 }
+
+/// The server's default arena limit: one. With glibc's default each thread allocates from one of
+/// up to 8 arenas per core, and the page cache's buffers (most of the server's heap, allocated by
+/// whichever thread reads or writes a page: the write threads and the blocking pool's) were
+/// spread over 16 arenas here, each keeping its own freed chunks: resident memory kept rising
+/// while the heap in use was level (BENCHMARKS.md, "Server"). In one arena a freed chunk is
+/// reused by any thread. The lock it costs is taken only for chunks the per-thread caches do
+/// not hold (larger than about 1 KiB), and on a machine with few cores few threads run at once.
+pub const MALLOC_ARENAS: usize = 1;
 
 impl Default for ServeOptions {
     fn default() -> Self {
@@ -38,6 +55,8 @@ impl Default for ServeOptions {
             header_timeout: Duration::from_secs(30),
             drain_timeout: Duration::from_secs(30),
             cache_bytes: None,
+            write_threads: crate::writers::DEFAULT_WRITE_THREADS,
+            malloc_arenas: Some(MALLOC_ARENAS),
         }
     }
 }
@@ -88,14 +107,43 @@ pub fn serve(dir: &Path, opts: ServeOptions, ready: impl FnOnce(&str)) -> Result
             return Err(ServeError::NotLoopback(addr));
         }
     }
+    if let Some(n) = opts.malloc_arenas {
+        limit_malloc_arenas(n);
+    }
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
-        // Every store call runs on the blocking pool; many at once share commit groups.
+        // The store calls that wait for no commit group (uploads, reads, listings, verify...)
+        // run on the blocking pool; uploads and streamed answers hold a thread while their
+        // client is slow, so the pool must be large enough not to starve.
         .max_blocking_threads(1024)
+        // An idle pool thread stays (tokio's default lets it exit after 10 s): a load that comes
+        // and goes reuses the threads it made instead of making new ones, each with a fresh
+        // stack and per-thread malloc cache.
+        .thread_keep_alive(BLOCKING_KEEP_ALIVE)
         .build()
         .map_err(io("start the server runtime"))?;
     runtime.block_on(serve_async(dir, opts, ready))
 }
+
+/// Sets glibc's arena limit before the server's threads start (arenas are made as threads first
+/// allocate), unless the environment sets it (`MALLOC_ARENA_MAX`, read by glibc itself).
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+fn limit_malloc_arenas(n: usize) {
+    if std::env::var_os("MALLOC_ARENA_MAX").is_some() {
+        return;
+    }
+    let n = libc::c_int::try_from(n.max(1)).unwrap_or(libc::c_int::MAX);
+    // SAFETY: mallopt only sets an allocator parameter (thread-safe in glibc); M_ARENA_MAX
+    // bounds the arenas created from now on.
+    unsafe { libc::mallopt(libc::M_ARENA_MAX, n) };
+}
+
+/// Other allocators have no such setting.
+#[cfg(not(all(target_os = "linux", target_env = "gnu")))]
+fn limit_malloc_arenas(_: usize) {}
+
+/// How long an idle thread of the blocking pool is kept.
+const BLOCKING_KEEP_ALIVE: Duration = Duration::from_secs(3600);
 
 async fn serve_async(
     dir: &Path,
@@ -121,7 +169,9 @@ async fn serve_async(
     // We hold the lock: whatever socket or address file is there was left by a dead server.
     discovery::remove_files(&dir);
     let (listener, address, token) = listen(&dir, &opts).await?;
-    let app = Arc::new(App::new(store, dir.clone(), opts.limits.clone())?);
+    let writers = crate::writers::Writers::start(opts.write_threads)
+        .map_err(io("start the write threads"))?;
+    let app = Arc::new(App::new(store, dir.clone(), opts.limits.clone(), writers)?);
     let info = ServeInfo {
         address: address.clone(),
         pid: std::process::id(),

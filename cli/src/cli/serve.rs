@@ -27,6 +27,10 @@ pub(crate) struct ServeArgs {
     /// plus a few tens of MiB.
     #[arg(long)]
     pub cache_mib: Option<usize>,
+    /// Threads that run commits, puts and claims: at most this many wait for commit groups at
+    /// once (more concurrent commits wait for a free one). Made once; they never exit.
+    #[arg(long, default_value_t = oncelake_server::DEFAULT_WRITE_THREADS, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=4096))]
+    pub write_threads: usize,
 }
 
 pub(crate) fn serve(a: ServeArgs, wait: Duration) -> Result<u8, CliError> {
@@ -55,6 +59,7 @@ pub(crate) fn serve(a: ServeArgs, wait: Duration) -> Result<u8, CliError> {
         lock_wait: wait,
         header_timeout: a.request_timeout,
         cache_bytes: a.cache_mib.map(|m| m << 20),
+        write_threads: a.write_threads,
         ..ServeOptions::default()
     };
     opts.limits.max_upload = a.max_upload;
@@ -286,6 +291,8 @@ pub(crate) fn bench_serve_load(a: ServeLoadArgs) -> Result<u8, CliError> {
             "anon_rss_peak_kib_by_tenth": r.anon_peaks_by(10),
             "heap_in_use_peak_kib_by_tenth": r.heap_in_use_peaks_by(10),
             "heap_held_peak_kib_by_tenth": r.heap_held_peaks_by(10),
+            "threads_peak_by_tenth": r.thread_peaks_by(10),
+            "threads_seen": r.threads_seen,
             "server_cache_mib": a.server_cache_mib,
             "margin_kib": margin,
             "memory_bounded": bounded,
@@ -332,6 +339,11 @@ pub(crate) fn bench_serve_load(a: ServeLoadArgs) -> Result<u8, CliError> {
                 heap(r.heap_held_peaks_by(10))
             );
         }
+        outln!(
+            "  server threads, peak by tenth: {} ({} distinct threads seen)",
+            heap(r.thread_peaks_by(10)),
+            r.threads_seen
+        );
         for e in r.errors.iter().chain(&r.served_mismatches).take(10) {
             errln!("  {e}");
         }

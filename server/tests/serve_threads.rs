@@ -1,0 +1,182 @@
+//! The server's threads stay a fixed set under a burst of concurrent commits: commits run on
+//! `--write-threads` threads made at start, not on a thread each (as with `block_in_place`,
+//! which handed the async worker's core to a new or pooled thread for every commit and let the
+//! thread count follow the number of commits in flight). And (glibc) all of them allocate from
+//! one malloc arena.
+
+mod support;
+
+use oncelake_server::wire::CommitItemW;
+use oncelake_server::Client;
+use std::collections::{BTreeSet, HashSet};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Barrier;
+use support::{new_store, Server};
+
+/// The server's threads now: (count from `/proc/PID/status`, their ids from `/proc/PID/task`).
+fn threads_of(pid: i32) -> (usize, Vec<u64>) {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let n = status
+        .lines()
+        .find_map(|l| l.strip_prefix("Threads:"))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    let ids = std::fs::read_dir(format!("/proc/{pid}/task"))
+        .unwrap()
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
+        .collect();
+    (n, ids)
+}
+
+#[test]
+fn a_burst_of_concurrent_commits_adds_no_threads() {
+    const WRITE_THREADS: usize = 8;
+    const CLIENTS: usize = 96;
+    const EACH: usize = 10;
+    let (_dir, store) = new_store();
+    let server = Server::start_with(&store, &["--write-threads", &WRITE_THREADS.to_string()]);
+    let pid = server.pid();
+    let c = Client::for_store(&store).unwrap();
+    // Staged one at a time before the burst (uploads run on tokio's blocking pool, whose
+    // threads follow the number of uploads in flight; this test is about commits).
+    let staged: Vec<u64> = (0..CLIENTS)
+        .map(|i| c.stage_reader(format!("object {i}").as_bytes()).unwrap().0)
+        .collect();
+    let (before, _) = threads_of(pid);
+    let line = Barrier::new(CLIENTS);
+    let done = AtomicBool::new(false);
+    let (peak, seen) = std::thread::scope(|s| {
+        let sampler = s.spawn(|| {
+            let (mut peak, mut seen) = (0, HashSet::new());
+            while !done.load(Ordering::SeqCst) {
+                let (n, ids) = threads_of(pid);
+                peak = peak.max(n);
+                seen.extend(ids);
+            }
+            (peak, seen)
+        });
+        let clients: Vec<_> = (0..CLIENTS)
+            .map(|t| {
+                // One client shared by all (as the benchmarks do): a connection per request in
+                // flight, so all 96 can be at the server at once.
+                let (c, line, h) = (&c, &line, staged[t]);
+                s.spawn(move || {
+                    line.wait();
+                    for i in 0..EACH {
+                        let item = CommitItemW {
+                            unit: format!("burst/t={t:03}/i={i:02}"),
+                            source_version: 1,
+                            staged: h,
+                            token: None,
+                            correct: false,
+                        };
+                        let r = c.commit_with(vec![item], false, true).unwrap();
+                        assert!(r.applied(), "{:?}", r.units);
+                    }
+                })
+            })
+            .collect();
+        for t in clients {
+            t.join().unwrap();
+        }
+        done.store(true, Ordering::SeqCst);
+        sampler.join().unwrap()
+    });
+    // Every commit is there.
+    let mut units = BTreeSet::new();
+    c.ls("burst/", None, |e| {
+        units.insert(e.unit);
+        true
+    })
+    .unwrap();
+    assert_eq!(units.len(), CLIENTS * EACH);
+    // The threads of the burst are the ones there before it: the write threads were made at
+    // start, and no commit made a thread of its own. (Slack of 4 for a thread of the blocking
+    // pool serving a request of the sampler's kind, none of which this burst sends.)
+    assert!(
+        peak <= before + 4,
+        "{peak} threads during the burst, {before} before it"
+    );
+    assert!(
+        seen.len() <= before + 4,
+        "{} distinct threads seen during the burst, {before} before it",
+        seen.len()
+    );
+    // The write threads were there before it.
+    assert!(before > WRITE_THREADS, "{before} threads");
+    server.stop();
+}
+
+/// glibc's arenas other than the main one in `pid`'s address space: each is a heap mapped at a
+/// 64 MiB boundary (`HEAP_MAX_SIZE` on 64-bit), anonymous, read-write for the part in use and
+/// inaccessible for the rest of its 64 MiB.
+#[cfg(all(target_os = "linux", target_env = "gnu", target_pointer_width = "64"))]
+fn thread_arenas(pid: i32) -> usize {
+    const HEAP: u64 = 64 << 20;
+    let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).unwrap();
+    let regions: Vec<(u64, u64, String, bool)> = maps
+        .lines()
+        .map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            let (a, b) = f[0].split_once('-').unwrap();
+            let a = u64::from_str_radix(a, 16).unwrap();
+            let b = u64::from_str_radix(b, 16).unwrap();
+            (a, b, f[1].to_string(), f.len() <= 5)
+        })
+        .collect();
+    let mut n = 0;
+    for (i, (a, b, perm, anon)) in regions.iter().enumerate() {
+        if !anon || a % HEAP != 0 || !perm.starts_with("rw") {
+            continue;
+        }
+        let whole = b - a == HEAP;
+        let rest_reserved = regions.get(i + 1).is_some_and(|(a2, b2, p2, anon2)| {
+            a2 == b && p2.starts_with("---") && *anon2 && *b2 == a + HEAP
+        });
+        if whole || rest_reserved {
+            n += 1;
+        }
+    }
+    n
+}
+
+#[cfg(all(target_os = "linux", target_env = "gnu", target_pointer_width = "64"))]
+#[test]
+fn the_server_allocates_from_one_malloc_arena() {
+    if std::env::var_os("MALLOC_ARENA_MAX").is_some() {
+        // The environment's setting wins over the server's (documented); nothing to check.
+        return;
+    }
+    const CLIENTS: usize = 16;
+    let (_dir, store) = new_store();
+    let server = Server::start(&store);
+    let c = Client::for_store(&store).unwrap();
+    // Uploads (the blocking pool) and commits (the write threads) from 16 threads at once, so
+    // that many of the server's threads allocate: with glibc's default they get arenas of their
+    // own (15 of them here under this load).
+    std::thread::scope(|s| {
+        for t in 0..CLIENTS {
+            let c = &c;
+            s.spawn(move || {
+                for i in 0..20 {
+                    let unit = format!("arena/t={t:02}/i={i:02}");
+                    let (o, _) = c
+                        .put_reader(&unit, 1, None, false, unit.as_bytes())
+                        .unwrap();
+                    assert!(
+                        matches!(o.outcome, oncelake::Outcome::Committed { .. }),
+                        "{o:?}"
+                    );
+                }
+            });
+        }
+    });
+    assert_eq!(
+        thread_arenas(server.pid()),
+        0,
+        "the server has arenas besides the main one"
+    );
+    server.stop();
+}
