@@ -91,8 +91,8 @@ impl Default for Options {
             vfs: Arc::new(RealVfs),
             faults: None,
             cache_bytes: 64 << 20,
-            backlog_bytes: crate::commit::BACKLOG_BOUND_BYTES,
-            apply_batch_bytes: crate::commit::APPLY_BATCH_BYTES,
+            backlog_bytes: crate::backlog::DEFAULT_BOUND_BYTES,
+            apply_batch_bytes: crate::backlog::DEFAULT_BATCH_BYTES,
             read_only: false,
         }
     }

@@ -14,12 +14,6 @@ use crate::object::ObjectId;
 use crate::stage::Staged;
 pub use rules::{Decision, FenceReason, Intent};
 
-/// The redo bytes of durable, unapplied groups above which the leader waits for the B-trees to
-/// catch up (back-pressure): it bounds the backlog's memory and how long a new reader may wait
-/// for the groups acknowledged before it (about 70,000 one-unit commits).
-pub(crate) const BACKLOG_BOUND_BYTES: usize = 32 << 20;
-/// The redo bytes one applier transaction takes at most.
-pub(crate) const APPLY_BATCH_BYTES: usize = 4 << 20;
 use std::collections::HashSet;
 
 /// How a multi-unit commit treats rejected units (SPEC R4).
