@@ -46,7 +46,7 @@ const CHUNK: usize = 1 << 20;
 
 /// How opening built the dedup index (diagnostics and tests).
 #[doc(hidden)]
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Default, PartialEq, Eq)]
 pub struct OpenReport {
     /// Whether the index came from `index.snap` (else from a full manifest scan).
     pub index_from_snapshot: bool,
@@ -64,6 +64,20 @@ pub struct OpenReport {
     /// scan), out of the whole open: the rest is redb's open (and recovery after a crash) and
     /// the write-ahead log's replay.
     pub index_micros: u64,
+}
+
+/// Every field but the timing: a report prints the same for the same store state, so that the
+/// deterministic simulation (`tests/dst.rs`), which traces the reports, replays exactly.
+impl std::fmt::Debug for OpenReport {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("OpenReport")
+            .field("index_from_snapshot", &self.index_from_snapshot)
+            .field("snapshot_seq", &self.snapshot_seq)
+            .field("replayed_records", &self.replayed_records)
+            .field("fallback", &self.fallback)
+            .field("ambiguous", &self.ambiguous)
+            .finish_non_exhaustive()
+    }
 }
 
 /// The CRC32 of the log record at `seq` (0 for seq 0, which has no record), or `None` if the
