@@ -15,14 +15,13 @@ use crate::index_snap::OpenReport;
 use crate::metrics::Metrics;
 use crate::object::ObjectId;
 use crate::overlay::LeaderState;
-use crate::schema::manifest::EntryValue;
 use crate::schema::meta::{self, seq_and_horizon};
 use crate::schema::wal::GroupRedo;
 use crate::schema::{Tables, MANIFEST, META};
 use crate::stage::Stager;
 use crate::vfs::{RealVfs, Vfs};
 use parking_lot::{Mutex, RwLock, RwLockWriteGuard};
-use redb::{ReadableDatabase, ReadableTable, ReadableTableMetadata};
+use redb::{ReadableDatabase, ReadableTableMetadata};
 use std::collections::BTreeMap;
 use std::fs::File;
 use std::path::{Path, PathBuf};
@@ -550,6 +549,7 @@ pub(crate) fn load_state(
     dir: &Path,
     vfs: &dyn Vfs,
 ) -> Result<(u64, DedupIndex, OpenReport)> {
+    let started = std::time::Instant::now();
     let txn = db.begin_read().db("begin a read transaction")?;
     let store_id = meta::get(
         &txn.open_table(META).db("open the meta table")?,
@@ -566,20 +566,18 @@ pub(crate) fn load_state(
                 replayed_records: l.replayed_records,
                 fallback: None,
                 ambiguous: l.index.ambiguous_len() as u64,
+                index_micros: started.elapsed().as_micros() as u64,
             };
             return Ok((store_id, l.index, report));
         }
         Err(why) => why,
     };
-    let mut index = DedupIndex::with_capacity(n as usize);
-    for row in manifest.iter().db("scan the manifest")? {
-        let (k, v) = row.db("scan the manifest")?;
-        let value = EntryValue::decode(k.value(), v.value())?;
-        index.upsert(k.value(), true, &value);
-    }
+    drop(manifest);
+    let index = DedupIndex::from_manifest(&txn, n)?;
     let report = OpenReport {
         fallback: Some(fallback),
         ambiguous: index.ambiguous_len() as u64,
+        index_micros: started.elapsed().as_micros() as u64,
         ..OpenReport::default()
     };
     Ok((store_id, index, report))

@@ -21,7 +21,7 @@
 //!   manifest.
 
 use crate::error::{Error, IoContext, Result};
-use crate::index::{home, DedupIndex, Lookup, Slot, EMPTY};
+use crate::index::{home, zeroed_vec, DedupIndex, Lookup, Pod, Slot, EMPTY};
 #[cfg(test)]
 use crate::object::{ObjectId, ObjectMeta};
 use crate::schema::index_snap::{
@@ -46,7 +46,7 @@ const CHUNK: usize = 1 << 20;
 
 /// How opening built the dedup index (diagnostics and tests).
 #[doc(hidden)]
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Default, PartialEq, Eq)]
 pub struct OpenReport {
     /// Whether the index came from `index.snap` (else from a full manifest scan).
     pub index_from_snapshot: bool,
@@ -60,6 +60,24 @@ pub struct OpenReport {
     /// real 64-bit key-hash collisions exist. A replay that mistook an update for a new unit
     /// would show up here, while lookups stay exact.
     pub ambiguous: u64,
+    /// Microseconds spent building the index (loading the snapshot and catching up, or the
+    /// scan), out of the whole open: the rest is redb's open (and recovery after a crash) and
+    /// the write-ahead log's replay.
+    pub index_micros: u64,
+}
+
+/// Every field but the timing: a report prints the same for the same store state, so that the
+/// deterministic simulation (`tests/dst.rs`), which traces the reports, replays exactly.
+impl std::fmt::Debug for OpenReport {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("OpenReport")
+            .field("index_from_snapshot", &self.index_from_snapshot)
+            .field("snapshot_seq", &self.snapshot_seq)
+            .field("replayed_records", &self.replayed_records)
+            .field("fallback", &self.fallback)
+            .field("ambiguous", &self.ambiguous)
+            .finish_non_exhaustive()
+    }
 }
 
 /// The CRC32 of the log record at `seq` (0 for seq 0, which has no record), or `None` if the
@@ -210,8 +228,15 @@ pub(crate) fn load(
         replayed_records: 0,
     };
     if last_seq > header.seq {
-        loaded.replayed_records = catch_up(txn, &mut loaded.index, header.seq, last_seq)
-            .map_err(|e| format!("catching up with the log: {e}"))?;
+        let budget = catch_up_budget(units);
+        loaded.replayed_records =
+            catch_up(txn, &mut loaded.index, header.seq, last_seq, budget)
+                .map_err(|e| format!("catching up with the log: {e}"))?
+                .ok_or_else(|| {
+                    format!(
+                        "the log since it lists more than {budget} entries (a crash long after the last clean close): the manifest scan is cheaper"
+                    )
+                })?;
     }
     let len = loaded.index.len() as u64;
     let exact = if loaded.index.ambiguous_len() == 0 {
@@ -269,33 +294,34 @@ fn check_header(
     Ok(())
 }
 
-/// Reads the arrays sequentially, in large chunks (each CRC'd once, parsed record by record),
-/// checking the CRC and the table's shape.
+/// Reads the arrays sequentially, in large chunks, straight into the index's own memory (one
+/// copy, by the kernel; each chunk CRC'd while it is in cache), then checks the CRC and the
+/// table's shape.
 fn read_body(
     file: &mut dyn Read,
     header_bytes: &[u8; HEADER_LEN],
     h: &SnapHeader,
 ) -> std::result::Result<DedupIndex, Fallback> {
-    let cap = h.cap as usize;
+    let cap = usize::try_from(h.cap).map_err(|_| "its table is malformed".to_string())?;
     let mut crc = crc32fast::Hasher::new();
     crc.update(header_bytes);
-    let mut buf = vec![0u8; CHUNK];
-    let mut hashes = Vec::with_capacity(cap);
-    read_region(file, &mut buf, &mut crc, cap, HASH_LEN, |r| {
-        hashes.push(decode_hash(r)?);
-        Ok(())
-    })?;
-    let mut slots = Vec::with_capacity(cap);
-    read_region(file, &mut buf, &mut crc, cap, SLOT_LEN, |r| {
-        let s = SlotRecord::decode(r)?;
-        slots.push(Slot {
-            source_version: s.source_version,
-            seq: s.seq,
-            object: s.object,
-        });
-        Ok(())
-    })?;
+    let malformed = |_| "its table is malformed".to_string();
+    let mut hashes: Vec<u64> = zeroed_vec(cap, false).map_err(malformed)?;
+    read_pod(file, &mut hashes, &mut crc)?;
+    let mut slots: Vec<Slot> = zeroed_vec(cap, false).map_err(malformed)?;
+    read_pod(file, &mut slots, &mut crc)?;
+    #[cfg(target_endian = "big")]
+    {
+        for x in &mut hashes {
+            *x = u64::from_le(*x);
+        }
+        for s in &mut slots {
+            s.source_version = u64::from_le(s.source_version);
+            s.seq = u64::from_le(s.seq);
+        }
+    }
     let mut ambiguous = Vec::new();
+    let mut buf = vec![0u8; CHUNK.min(h.ambiguous as usize * HASH_LEN).max(HASH_LEN)];
     read_region(
         file,
         &mut buf,
@@ -321,6 +347,31 @@ fn read_body(
     Ok(DedupIndex::from_raw_parts(
         hashes, slots, occupied, ambiguous,
     ))
+}
+
+// The file's records are exactly the in-memory ones.
+const _: () = assert!(std::mem::size_of::<Slot>() == SLOT_LEN);
+const _: () = assert!(std::mem::size_of::<u64>() == HASH_LEN);
+
+/// Fills `out` with the file's next `size_of_val(out)` bytes, read in chunks directly into its
+/// memory, each chunk added to `crc` right after it lands.
+fn read_pod<T: Pod>(
+    file: &mut dyn Read,
+    out: &mut [T],
+    crc: &mut crc32fast::Hasher,
+) -> std::result::Result<(), Fallback> {
+    // SAFETY: `T: Pod` has no padding and no invalid bit patterns, so viewing its memory as
+    // initialised bytes and writing any bytes into it is sound; the byte slice covers exactly
+    // `out`'s memory and borrows `out` mutably for its whole life.
+    let bytes = unsafe {
+        std::slice::from_raw_parts_mut(out.as_mut_ptr() as *mut u8, std::mem::size_of_val(out))
+    };
+    for chunk in bytes.chunks_mut(CHUNK) {
+        file.read_exact(chunk)
+            .map_err(|_| "truncated".to_string())?;
+        crc.update(chunk);
+    }
+    Ok(())
 }
 
 /// Reads `count` records of `rec_len` bytes, whole chunks at a time, adding them to `crc` and
@@ -373,8 +424,18 @@ fn probe_ok(hashes: &[u64]) -> bool {
     true
 }
 
+/// The most log entries a catch-up replays before it gives up for the manifest scan, for a
+/// manifest of `units`: an entry costs more than a scanned unit (its record is decoded, and its
+/// unit key is kept until the end to tell new units from updates, ~100 bytes), so past an eighth
+/// of the units the scan is both faster and within P6's memory budget. A crash long after the
+/// last clean close is where this matters: the tail then has no bound.
+pub(crate) fn catch_up_budget(units: u64) -> u64 {
+    units / 8 + 4096
+}
+
 /// Replays the commit records after `from` (through `to`) into `index`, exactly as the commit
-/// leader would have applied them, and returns how many records it read.
+/// leader would have applied them, and returns how many records it read; `None` (the index is
+/// then half caught up, to be dropped) once the records list more than `budget` entries.
 ///
 /// The leader tells the index whether a unit is *new* (had no manifest entry before), which is
 /// what tells a key-hash collision from an update. The log does not say so, so it is derived:
@@ -391,12 +452,19 @@ fn probe_ok(hashes: &[u64]) -> bool {
 /// - present with a slot from the snapshot (seq q ≤ `from`): the slot is the current entry of the
 ///   one unit W with that hash, so the log record at q lists W. U is W (not new) iff that record
 ///   lists U; if it does not, U did not exist (else U and W would have collided), so U is new.
-fn catch_up(txn: &ReadTransaction, index: &mut DedupIndex, from: u64, to: u64) -> Result<u64> {
+fn catch_up(
+    txn: &ReadTransaction,
+    index: &mut DedupIndex,
+    from: u64,
+    to: u64,
+    budget: u64,
+) -> Result<Option<u64>> {
     let log = LogTable::open(txn)?;
     let mut seen: HashSet<String> = HashSet::new();
     // Units listed by the snapshot-era records consulted so far, by seq.
     let mut listed: HashMap<u64, HashSet<String>> = HashMap::new();
     let mut records = 0u64;
+    let mut replayed_entries = 0u64;
     let mut expect = from + 1;
     for row in log.range(from + 1..=to)? {
         let (key, rec) = row?;
@@ -412,6 +480,10 @@ fn catch_up(txn: &ReadTransaction, index: &mut DedupIndex, from: u64, to: u64) -
         let RecordBody::Commit { entries } = rec.body else {
             continue;
         };
+        replayed_entries += entries.len() as u64;
+        if replayed_entries > budget {
+            return Ok(None);
+        }
         for e in entries {
             let new_unit = if seen.contains(&e.unit) {
                 false
@@ -445,7 +517,7 @@ fn catch_up(txn: &ReadTransaction, index: &mut DedupIndex, from: u64, to: u64) -
             detail: format!("the log ends at {} before the store's seq {to}", expect - 1),
         });
     }
-    Ok(records)
+    Ok(Some(records))
 }
 
 /// The units a commit record lists.
@@ -518,6 +590,65 @@ mod tests {
         hashes[i] = EMPTY;
         hashes[j] = x;
         assert!(!probe_ok(&hashes));
+    }
+
+    /// The loader reads the hash and slot regions straight into the index's memory (`read_pod`):
+    /// what it gets must be exactly what the field-by-field decoders read from the same bytes,
+    /// and a flipped byte anywhere must fail the CRC.
+    #[test]
+    fn the_direct_read_matches_the_record_decoders() {
+        let mut idx = DedupIndex::with_capacity(300);
+        for i in 0..200u64 {
+            let v = EntryValue {
+                source_version: i.wrapping_mul(0x9e37_79b9_7f4a_7c15),
+                revision: 0,
+                object: ObjectMeta {
+                    id: ObjectId::of(&i.to_le_bytes()),
+                    size: 1,
+                    crc32: 0,
+                },
+                seq: u64::MAX - i,
+                committed_at_ms: 0,
+            };
+            idx.upsert(&format!("u{i}"), true, &v);
+        }
+        let dir = tempfile::tempdir().unwrap();
+        write(&crate::vfs::RealVfs, dir.path(), 1, 2, 3, &idx).unwrap();
+        let bytes = std::fs::read(dir.path().join(SNAP_FILE)).unwrap();
+        let hb: [u8; HEADER_LEN] = bytes[..HEADER_LEN].try_into().unwrap();
+        let header = SnapHeader::decode(&hb).unwrap();
+        let cap = header.cap as usize;
+        let loaded = read_body(&mut &bytes[HEADER_LEN..], &hb, &header).unwrap();
+        let (hashes, slots, _) = loaded.raw_parts();
+        let hash_region = &bytes[HEADER_LEN..HEADER_LEN + cap * HASH_LEN];
+        let slot_region = &bytes[HEADER_LEN + cap * HASH_LEN..][..cap * SLOT_LEN];
+        for (i, r) in hash_region.chunks_exact(HASH_LEN).enumerate() {
+            assert_eq!(hashes[i], decode_hash(r).unwrap());
+        }
+        for (i, r) in slot_region.chunks_exact(SLOT_LEN).enumerate() {
+            let s = SlotRecord::decode(r).unwrap();
+            let want = Slot {
+                source_version: s.source_version,
+                seq: s.seq,
+                object: s.object,
+            };
+            assert_eq!(slots[i], want, "slot {i}");
+        }
+        let (want_h, want_s, _) = idx.raw_parts();
+        assert_eq!((hashes, slots), (want_h, want_s));
+        assert_eq!(loaded.len(), idx.len());
+        for at in [
+            HEADER_LEN + 3,
+            HEADER_LEN + cap * HASH_LEN + 17,
+            bytes.len() - 5,
+        ] {
+            let mut bad = bytes.clone();
+            bad[at] ^= 0x40;
+            assert!(
+                read_body(&mut &bad[HEADER_LEN..], &hb, &header).is_err(),
+                "byte {at}"
+            );
+        }
     }
 
     /// The file `write` produces for a fixed two-position table with one ambiguous hash, byte

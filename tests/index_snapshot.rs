@@ -165,12 +165,53 @@ fn crash_child() {
         return;
     };
     let store = Store::open(&dir).unwrap();
+    if std::env::var_os(LONG_TAIL_ENV).is_some() {
+        // One record listing more entries than a catch-up replays for a store this size.
+        let staged = store.stage_bytes(b"child").unwrap();
+        let mut batch = Batch::new();
+        for i in 0..LONG_TAIL {
+            batch = batch.put(format!("n/{i}"), 1, &staged);
+        }
+        assert!(store.commit(batch).unwrap().applied());
+        std::process::exit(0);
+    }
     for i in 0..50u64 {
         store
             .put(&format!("u/{}", i % 70), 1000 + i, b"child")
             .unwrap();
     }
     std::process::exit(0);
+}
+
+const LONG_TAIL_ENV: &str = "ONCELAKE_SNAP_CHILD_LONG";
+/// More than a catch-up replays on top of a snapshot of ~100 units (an eighth of them + 4,096).
+const LONG_TAIL: u64 = 5000;
+
+/// A crash long after the last clean close leaves a log tail longer than a catch-up is worth:
+/// the open scans the manifest instead (and says why), and the index is exact either way.
+#[test]
+fn a_crash_after_a_long_tail_scans_instead_of_catching_up() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("lake");
+    let (mut model, mut rng) = (Model::new(), Rng(19));
+    fill(&dir, &mut model, &mut rng, 20, 100);
+    let status = Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", "crash_child", "--nocapture"])
+        .env(CHILD_ENV, &dir)
+        .env(LONG_TAIL_ENV, "1")
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let store = open(&dir);
+    let r = store.open_report();
+    assert!(!r.index_from_snapshot, "{r:?}");
+    let why = r.fallback.clone().unwrap_or_default();
+    assert!(why.contains("scan is cheaper"), "{why}");
+    assert_exact(&store, &model, 100);
+    for i in (0..LONG_TAIL).step_by(7) {
+        let c = store.lookup(&format!("n/{i}")).unwrap();
+        assert_eq!(c.map(|c| c.source_version), Some(1), "n/{i}");
+    }
 }
 
 #[test]
@@ -386,4 +427,36 @@ fn random_commits_and_reopens_keep_the_index_exact() {
     let store = open(&dir);
     assert!(store.open_report().index_from_snapshot);
     assert_exact(&store, &model, universe);
+}
+
+/// A store large enough for the two-thread manifest scan (over 65,536 units), opened without its
+/// snapshot: the scanned index answers as the manifest for every unit, and so does the snapshot
+/// the close then writes (loaded straight into memory by the next open).
+#[test]
+fn a_large_store_scanned_on_two_threads_is_exact_and_so_is_its_snapshot() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("lake");
+    let n = 70_000u64;
+    let mut model = Model::new();
+    {
+        let store = open(&dir);
+        let staged = store.stage_bytes(b"large").unwrap();
+        let mut i = 0;
+        while i < n {
+            let mut batch = Batch::new();
+            for u in i..(i + 10_000).min(n) {
+                batch = batch.put(format!("u/{u}"), 1 + u % 3, &staged);
+                model.insert(format!("u/{u}"), 1 + u % 3);
+            }
+            assert!(store.commit(batch).unwrap().applied());
+            i += 10_000;
+        }
+    }
+    std::fs::remove_file(dir.join(SNAP)).unwrap();
+    for from_snapshot in [false, true] {
+        let store = open(&dir);
+        let r = store.open_report();
+        assert_eq!(r.index_from_snapshot, from_snapshot, "{r:?}");
+        assert_exact(&store, &model, n);
+    }
 }

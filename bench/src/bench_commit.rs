@@ -276,7 +276,7 @@ impl Bench {
     /// Measures `plan` on the store as it is now (it keeps the units of earlier runs).
     pub fn run(&mut self, plan: Plan) -> Result<Measurement, String> {
         let keygen = &self.keygen;
-        let cpu_before = crate::bench_fixtures::process_cpu();
+        let cpu_before = crate::bench_fixtures::cpu_time();
         let mut m = match &self.target {
             Target::Oncelake { store, staged } => oncelake_commits(store, staged, keygen, plan)?,
             Target::Redb(db) => finish(
@@ -297,7 +297,7 @@ impl Bench {
         };
         debug_assert_eq!(m.system, self.system);
         m.cpu = cpu_before
-            .zip(crate::bench_fixtures::process_cpu())
+            .zip(crate::bench_fixtures::cpu_time())
             .map(|(b, a)| a.saturating_sub(b));
         m.store_units_before = self.units;
         self.units += m.units;

@@ -30,6 +30,15 @@ pub fn version_of(i: u64) -> u64 {
 
 /// Opens (creating) a store tuned for bulk setup: relaxed durability, large groups.
 pub fn open_bench_store(dir: &Path) -> oncelake::Result<Store> {
+    open_bench_store_with_cache(dir, None)
+}
+
+/// [`open_bench_store`] with redb's page cache set to `cache_bytes` (default: the engine's).
+pub fn open_bench_store_with_cache(
+    dir: &Path,
+    cache_bytes: Option<usize>,
+) -> oncelake::Result<Store> {
+    let defaults = Options::default();
     Store::open_with(
         dir,
         Options {
@@ -37,7 +46,8 @@ pub fn open_bench_store(dir: &Path) -> oncelake::Result<Store> {
                 max_delay: Duration::from_secs(5),
             },
             max_group_units: FILL_BATCH as usize,
-            ..Options::default()
+            cache_bytes: cache_bytes.unwrap_or(defaults.cache_bytes),
+            ..defaults
         },
     )
 }
@@ -256,15 +266,16 @@ pub fn rss_bytes() -> Option<u64> {
     Some(kb * 1024)
 }
 
-/// CPU time this process has used so far (user + system, all threads), from /proc (Linux);
-/// `None` elsewhere. Its resolution is one clock tick (`USER_HZ`, 100 per second on Linux): a
-/// figure of a few seconds is exact to well under 1%. CPU time, unlike wall time, barely moves
-/// when other processes load the machine, so a ratio of two builds' CPU per unit is a steadier
-/// figure on a shared machine than their throughputs.
-pub fn process_cpu() -> Option<Duration> {
+/// The CPU time this process has used so far, user + system, all its threads (including ones
+/// that ended), from /proc/self/stat (Linux); `None` elsewhere. Its resolution is one clock tick
+/// (`USER_HZ`, 100 per second on Linux): a figure of a few seconds is exact to well under 1%.
+/// CPU time, unlike wall time, barely moves when other processes load the machine, so a ratio of
+/// two builds' CPU per unit is a steadier figure on a shared machine than their throughputs.
+pub fn cpu_time() -> Option<Duration> {
     let s = std::fs::read_to_string("/proc/self/stat").ok()?;
-    // The command name (field 2) may hold spaces; the fields after it start at its last ')'.
-    let rest = &s[s.rfind(')')? + 1..];
+    // Fields after the command name (which is in parentheses and may hold spaces): state is
+    // field 3, utime 14, stime 15.
+    let rest = &s[s.rfind(')')? + 2..];
     let mut f = rest.split_whitespace().skip(11);
     let utime: u64 = f.next()?.parse().ok()?;
     let stime: u64 = f.next()?.parse().ok()?;

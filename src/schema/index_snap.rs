@@ -124,7 +124,9 @@ impl SlotRecord {
         b.extend_from_slice(&self.object.0);
     }
 
-    /// Decodes one slot (`SLOT_LEN` bytes).
+    /// Decodes one slot (`SLOT_LEN` bytes): the reference decoder. The loader reads the slot
+    /// region straight into memory (`index_snap::read_pod`); its test checks that against this.
+    #[cfg(test)]
     pub(crate) fn decode(b: &[u8]) -> Result<SlotRecord> {
         let mut r = Reader::new(b, "index snapshot slot");
         let source_version = r.u64()?;

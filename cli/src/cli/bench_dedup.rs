@@ -35,37 +35,162 @@ pub(crate) struct DedupArgs {
     /// Dedup queries per round (random committed units).
     #[arg(long, default_value_t = 1_000_000)]
     pub queries: usize,
+    /// Rounds of the open measurements (P6): each round opens the store cleanly closed, without
+    /// its snapshot, after a crash without its snapshot, and after a crash with it.
+    #[arg(long, default_value_t = 1)]
+    pub open_rounds: usize,
+    /// Measure only opening (P6), not the dedup decision (no redb baseline is built).
+    #[arg(long)]
+    pub open_only: bool,
+    /// Measure an existing store (kept by an earlier `--keep` run, holding `--units` units)
+    /// instead of building one; it is left in place.
+    #[arg(long)]
+    pub store: Option<PathBuf>,
 }
 
 #[derive(clap::Args, Debug)]
 pub(crate) struct OpenArgs {
     /// The store to open.
     pub store: PathBuf,
+    /// Open without a usable `index.snap` (the dedup index is rebuilt from the manifest): the
+    /// file is moved aside for the open and put back afterwards.
+    #[arg(long)]
+    pub no_snapshot: bool,
+    /// Leave without closing the store (the process aborts after printing), as a crash would:
+    /// no snapshot is written, and the next open of STORE recovers the database.
+    #[arg(long)]
+    pub crash: bool,
+    /// redb's page cache in MiB (default: the engine's, 64 MiB): what of the peak RSS is the
+    /// cache rather than the index.
+    #[arg(long)]
+    pub cache_mib: Option<usize>,
 }
+
+/// Where `bench open --no-snapshot` keeps `index.snap` while it opens the store.
+const SNAP_ASIDE: &str = "index.snap.bench-aside";
 
 /// `oncelake bench open STORE` (hidden): opens a store in a fresh process and prints the open time
 /// and the process's peak RSS, so `bench dedup` can measure P6 without its own allocations in the
-/// figure.
+/// figure. With `--no-snapshot` the index comes from the manifest scan; with `--crash` the process
+/// ends without a clean close, so the next open is the one after a crash.
 pub(crate) fn open_only(a: OpenArgs) -> Result<u8, CliError> {
+    let snap = a.store.join("index.snap");
+    let aside = a.store.join(SNAP_ASIDE);
+    let moved = a.no_snapshot && snap.exists();
+    if moved {
+        std::fs::rename(&snap, &aside)
+            .map_err(|e| CliError::io(format!("move {} aside", snap.display()), e))?;
+    }
+    let cpu_before = fx::cpu_time();
     let start = Instant::now();
-    let store = fx::open_bench_store(&a.store)?;
+    let opened = fx::open_bench_store_with_cache(&a.store, a.cache_mib.map(|m| m << 20));
     let open = start.elapsed();
+    let cpu = match (cpu_before, fx::cpu_time()) {
+        (Some(b), Some(e)) => Some(e.saturating_sub(b).as_secs_f64() * 1e3),
+        _ => None,
+    };
+    let peak = fx::peak_rss_bytes();
+    let rss = fx::rss_bytes();
+    if moved {
+        // Put back before anything else can fail: a clean close then rewrites it anyway.
+        std::fs::rename(&aside, &snap)
+            .map_err(|e| CliError::io(format!("put back {}", snap.display()), e))?;
+    }
+    let store = opened?;
+    let report = store.open_report();
     print_json(&json!({
         "open_ms": open.as_secs_f64() * 1e3,
-        "peak_rss_bytes": fx::peak_rss_bytes(),
-        "rss_bytes": fx::rss_bytes(),
+        "index_ms": report.index_micros as f64 / 1e3,
+        "cpu_ms": cpu,
+        "index_from_snapshot": report.index_from_snapshot,
+        "replayed_records": report.replayed_records,
+        "fallback": report.fallback,
+        "peak_rss_bytes": peak,
+        "rss_bytes": rss,
     }));
+    if a.crash {
+        use std::io::Write;
+        let _ = std::io::stdout().flush();
+        std::process::abort();
+    }
     drop(store);
     Ok(0)
 }
 
-/// Runs `bench open` on `store` in a child process: (open ms, peak RSS bytes).
-fn open_in_child(store: &Path) -> Result<(f64, Option<u64>), CliError> {
+#[derive(clap::Args, Debug)]
+pub(crate) struct CrashArgs {
+    /// The store (built by `bench dedup --keep`: units `0..` at their bench versions).
+    pub store: PathBuf,
+    /// Durable one-unit commits to make before the crash (updates of units 0, 1, 2, ...).
+    #[arg(long, default_value_t = 100_000)]
+    pub commits: u64,
+    /// Committing threads.
+    #[arg(long, default_value_t = 16)]
+    pub threads: u64,
+}
+
+/// `oncelake bench crash STORE` (hidden): durable one-unit commits from several threads (each a
+/// new version of an existing unit), then the process aborts without closing the store. The
+/// next open replays the write-ahead log's unapplied groups and catches the index up with the
+/// log records after `index.snap` (or scans the manifest).
+pub(crate) fn crash(a: CrashArgs) -> Result<u8, CliError> {
+    let store = oncelake::Store::open(&a.store)?;
+    let staged = store.stage_bytes(b"bench crash output")?;
+    // Newer than every earlier run's: the bench versions are 1..=5, then seconds since the epoch.
+    let version = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(6, |d| d.as_secs());
+    let start = Instant::now();
+    let threads = a.threads.max(1);
+    std::thread::scope(|s| -> Result<(), CliError> {
+        let workers: Vec<_> = (0..threads)
+            .map(|t| {
+                let (store, staged) = (&store, &staged);
+                s.spawn(move || -> Result<(), CliError> {
+                    let mut i = t;
+                    while i < a.commits {
+                        let batch = oncelake::Batch::new().put(fx::unit_key(i), version, staged);
+                        store.commit(batch)?;
+                        i += threads;
+                    }
+                    Ok(())
+                })
+            })
+            .collect();
+        for w in workers {
+            w.join()
+                .map_err(|_| CliError::Usage("a committing thread panicked".into()))??;
+        }
+        Ok(())
+    })?;
+    print_json(&json!({
+        "commits": a.commits,
+        "threads": threads,
+        "commit_s": start.elapsed().as_secs_f64(),
+    }));
+    use std::io::Write;
+    let _ = std::io::stdout().flush();
+    std::process::abort();
+}
+
+/// What one `bench open` child measured.
+#[derive(Clone, Debug, Default)]
+struct ChildOpen {
+    ms: f64,
+    cpu_ms: f64,
+    index_ms: f64,
+    peak: Option<u64>,
+    from_snapshot: bool,
+}
+
+/// Runs `bench open` on `store` in a child process (with `flags`).
+fn open_in_child(store: &Path, flags: &[&str]) -> Result<ChildOpen, CliError> {
     let exe = std::env::current_exe().map_err(|e| CliError::io("find this executable", e))?;
     let out = std::process::Command::new(exe)
         .arg("bench")
         .arg("open")
         .arg(store)
+        .args(flags)
         .output()
         .map_err(|e| CliError::io("run `oncelake bench open`", e))?;
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).map_err(|_| {
@@ -74,10 +199,13 @@ fn open_in_child(store: &Path) -> Result<(f64, Option<u64>), CliError> {
             String::from_utf8_lossy(&out.stderr)
         ))
     })?;
-    Ok((
-        v["open_ms"].as_f64().unwrap_or(f64::NAN),
-        v["peak_rss_bytes"].as_u64(),
-    ))
+    Ok(ChildOpen {
+        ms: v["open_ms"].as_f64().unwrap_or(f64::NAN),
+        index_ms: v["index_ms"].as_f64().unwrap_or(f64::NAN),
+        cpu_ms: v["cpu_ms"].as_f64().unwrap_or(f64::NAN),
+        peak: v["peak_rss_bytes"].as_u64(),
+        from_snapshot: v["index_from_snapshot"].as_bool().unwrap_or(false),
+    })
 }
 
 /// A fresh work directory for one size; removed on drop unless kept.
@@ -135,6 +263,11 @@ pub(crate) fn run(a: DedupArgs) -> Result<u8, CliError> {
     if !a.size.json {
         print_header(&a);
     }
+    if a.store.is_some() && a.size.units.len() != 1 {
+        return Err(CliError::Usage(
+            "--store takes one --units (the units that store holds)".into(),
+        ));
+    }
     for &n in &a.size.units {
         if n == 0 {
             return Err(CliError::Usage("--units must be positive".into()));
@@ -158,7 +291,7 @@ fn print_header(a: &DedupArgs) {
         a.queries, a.size.rounds
     );
     outln!(
-        "{:>9}  {:>12}  {:>12}  {:>6}  {:>14}  {:>14}  {:>8}  {:>12}  {:>9}",
+        "{:>9}  {:>12}  {:>12}  {:>6}  {:>14}  {:>14}  {:>8}  {:>6}  {:>9}  {:>9}  {:>6}",
         "units",
         "lookup/s",
         "redb get/s",
@@ -166,7 +299,9 @@ fn print_header(a: &DedupArgs) {
         "lookup_many/s",
         "snapshot get/s",
         "open ms",
-        "open +RSS MiB",
+        "B/unit",
+        "scan ms",
+        "crash ms",
         "B/unit"
     );
 }
@@ -177,18 +312,21 @@ struct DedupRow {
     queries: u64,
     build: Duration,
     open: OpenFootprint,
-    lookup: f64,
-    redb_get: f64,
-    snap_get: f64,
-    many: f64,
+    rates: Option<Rates>,
 }
 
-/// P6: opening the store in a fresh process, net of what an empty store's process takes.
+/// P6: opening the store in fresh processes, every round of each case, and an empty store's
+/// process for the baseline memory.
 struct OpenFootprint {
-    ms: f64,
-    peak: Option<u64>,
+    /// Cleanly closed: the index comes from `index.snap`.
+    clean: Vec<ChildOpen>,
+    /// Cleanly closed database, no usable `index.snap`: the manifest scan.
+    scan: Vec<ChildOpen>,
+    /// After a crash (database recovery), no usable `index.snap`.
+    crash: Vec<ChildOpen>,
+    /// After a crash, with `index.snap` (a crash right after a clean close's snapshot).
+    crash_snapshot: Vec<ChildOpen>,
     empty_peak: Option<u64>,
-    rss: Option<u64>,
 }
 
 /// The best of `rounds` timings of each lookup path, as lookups per second.
@@ -199,12 +337,28 @@ struct Rates {
     many: f64,
 }
 
-/// Builds an `n`-unit store and its redb baseline in `work` and measures both.
+/// Builds an `n`-unit store (or takes `--store`) and its redb baseline in `work` and measures
+/// both.
 fn measure_size(a: &DedupArgs, n: u64, work: &WorkDir) -> Result<DedupRow, CliError> {
-    let store_dir = work.path.join("store");
-    let (store, build) = build_store(&store_dir, n)?;
-    drop(store);
-    let open = open_footprint(work, &store_dir)?;
+    let (store_dir, build) = match &a.store {
+        Some(dir) => (dir.clone(), Duration::ZERO),
+        None => {
+            let dir = work.path.join("store");
+            let (store, build) = build_store(&dir, n)?;
+            drop(store);
+            (dir, build)
+        }
+    };
+    let open = open_footprint(work, &store_dir, a.open_rounds)?;
+    if a.open_only {
+        return Ok(DedupRow {
+            units: n,
+            queries: 0,
+            build,
+            open,
+            rates: None,
+        });
+    }
     let store = fx::open_bench_store(&store_dir)?;
 
     status("building the plain redb baseline");
@@ -224,30 +378,74 @@ fn measure_size(a: &DedupArgs, n: u64, work: &WorkDir) -> Result<DedupRow, CliEr
         queries: queries.len() as u64,
         build,
         open,
-        lookup: rates.lookup,
-        redb_get: rates.redb_get,
-        snap_get: rates.snap_get,
-        many: rates.many,
+        rates: Some(rates),
     })
 }
 
-/// P6: the dedup index is built from the manifest at open, so the store is opened in a fresh
-/// process; the same for an empty store gives the process's own footprint.
-fn open_footprint(work: &WorkDir, store_dir: &Path) -> Result<OpenFootprint, CliError> {
-    let (ms, peak) = open_in_child(store_dir)?;
+/// P6: the store is opened in fresh processes, `rounds` times each way, in this order every round
+/// (each case leaves the store as the next one needs it):
+/// 1. cleanly closed, with `index.snap`;
+/// 2. cleanly closed database, `index.snap` moved aside, and the child aborts: a crash;
+/// 3. so the database needs recovery; `index.snap` moved aside again, the child aborts again;
+/// 4. recovery again, with `index.snap`; this child closes cleanly, as round 1 expects.
+///
+/// The same for an empty store gives the process's own footprint.
+fn open_footprint(
+    work: &WorkDir,
+    store_dir: &Path,
+    rounds: usize,
+) -> Result<OpenFootprint, CliError> {
+    let mut f = OpenFootprint {
+        clean: Vec::new(),
+        scan: Vec::new(),
+        crash: Vec::new(),
+        crash_snapshot: Vec::new(),
+        empty_peak: None,
+    };
+    for round in 0..rounds.max(1) {
+        status(&format!("open round {}", round + 1));
+        f.clean.push(open_in_child(store_dir, &[])?);
+        f.scan
+            .push(open_in_child(store_dir, &["--no-snapshot", "--crash"])?);
+        f.crash
+            .push(open_in_child(store_dir, &["--no-snapshot", "--crash"])?);
+        f.crash_snapshot.push(open_in_child(store_dir, &[])?);
+    }
     let empty_dir = work.path.join("empty");
     drop(fx::open_bench_store(&empty_dir)?);
-    let (_, empty_peak) = open_in_child(&empty_dir)?;
-    let rss = match (peak, empty_peak) {
-        (Some(p), Some(e)) => Some(p.saturating_sub(e)),
-        _ => None,
-    };
-    Ok(OpenFootprint {
-        ms,
-        peak,
-        empty_peak,
-        rss,
-    })
+    f.empty_peak = open_in_child(&empty_dir, &[])?.peak;
+    Ok(f)
+}
+
+/// The median of `xs` (the upper one of an even count); NaN for none.
+fn median(mut xs: Vec<f64>) -> f64 {
+    xs.sort_by(f64::total_cmp);
+    xs.get(xs.len() / 2).copied().unwrap_or(f64::NAN)
+}
+
+impl OpenFootprint {
+    /// One case's figures: median ms, median index ms, median peak RSS over the empty store's,
+    /// per unit, every run's ms, and whether every run built the index the expected way.
+    fn summary(&self, runs: &[ChildOpen], units: u64, snapshot: bool) -> serde_json::Value {
+        let net: Vec<f64> = runs
+            .iter()
+            .filter_map(|r| Some(r.peak?.saturating_sub(self.empty_peak?) as f64))
+            .collect();
+        let per_unit = (!net.is_empty()).then(|| (median(net.clone()) / units as f64).round());
+        json!({
+            "ms": round1(median(runs.iter().map(|r| r.ms).collect())),
+            "index_ms": round1(median(runs.iter().map(|r| r.index_ms).collect())),
+            "cpu_ms": round1(median(runs.iter().map(|r| r.cpu_ms).collect())),
+            "runs_ms": runs.iter().map(|r| round1(r.ms)).collect::<Vec<_>>(),
+            "rss_bytes_per_unit": per_unit,
+            "peak_rss_bytes": runs.iter().map(|r| r.peak).collect::<Vec<_>>(),
+            "as_expected": runs.iter().all(|r| r.from_snapshot == snapshot),
+        })
+    }
+}
+
+fn round1(x: f64) -> f64 {
+    (x * 10.0).round() / 10.0
 }
 
 /// Times the four lookup paths over `queries`, `rounds` times each, and checks that they agree.
@@ -293,45 +491,72 @@ fn time_lookups(
 }
 
 fn print_json_row(a: &DedupArgs, r: &DedupRow) {
-    let ratio = r.lookup / r.redb_get;
-    let per_unit = r.open.rss.map(|b| b as f64 / r.units as f64);
-    print_json(&json!({
+    let o = &r.open;
+    let clean = o.summary(&o.clean, r.units, true);
+    let mut row = json!({
         "bench": "dedup",
         "units": r.units,
-        "queries": r.queries,
-        "rounds": a.size.rounds,
-        "lookup_per_s": r.lookup.round(),
-        "redb_get_per_s": r.redb_get.round(),
-        "ratio_vs_redb": (ratio * 100.0).round() / 100.0,
-        "snapshot_get_per_s": r.snap_get.round(),
-        "lookup_many_per_s": r.many.round(),
-        "lookup_many_ratio_vs_redb": (r.many / r.redb_get * 100.0).round() / 100.0,
-        "lookup_ns": (1e9 / r.lookup).round(),
-        "redb_get_ns": (1e9 / r.redb_get).round(),
-        "open_ms": (r.open.ms * 10.0).round() / 10.0,
-        "open_peak_rss_bytes": r.open.peak,
-        "empty_open_peak_rss_bytes": r.open.empty_peak,
-        "open_rss_bytes": r.open.rss,
-        "open_rss_bytes_per_unit": per_unit.map(|b| b.round()),
+        "open_rounds": a.open_rounds.max(1),
+        "open_ms": clean["ms"],
+        "open_rss_bytes_per_unit": clean["rss_bytes_per_unit"],
+        "open": {
+            "clean": clean,
+            "scan": o.summary(&o.scan, r.units, false),
+            "crash": o.summary(&o.crash, r.units, false),
+            "crash_snapshot": o.summary(&o.crash_snapshot, r.units, true),
+        },
+        "empty_open_peak_rss_bytes": o.empty_peak,
         "build_s": (r.build.as_secs_f64() * 100.0).round() / 100.0,
-    }));
+    });
+    if let (Some(x), Some(m)) = (&r.rates, row.as_object_mut()) {
+        let ratio = x.lookup / x.redb_get;
+        m.insert("queries".into(), json!(r.queries));
+        m.insert("rounds".into(), json!(a.size.rounds));
+        m.insert("lookup_per_s".into(), json!(x.lookup.round()));
+        m.insert("redb_get_per_s".into(), json!(x.redb_get.round()));
+        m.insert(
+            "ratio_vs_redb".into(),
+            json!((ratio * 100.0).round() / 100.0),
+        );
+        m.insert("snapshot_get_per_s".into(), json!(x.snap_get.round()));
+        m.insert("lookup_many_per_s".into(), json!(x.many.round()));
+        m.insert(
+            "lookup_many_ratio_vs_redb".into(),
+            json!((x.many / x.redb_get * 100.0).round() / 100.0),
+        );
+        m.insert("lookup_ns".into(), json!((1e9 / x.lookup).round()));
+        m.insert("redb_get_ns".into(), json!((1e9 / x.redb_get).round()));
+    }
+    print_json(&row);
 }
 
 fn print_table_row(r: &DedupRow) {
-    let per_unit = r.open.rss.map(|b| b as f64 / r.units as f64);
+    let o = &r.open;
+    let ms = |runs: &[ChildOpen]| median(runs.iter().map(|x| x.ms).collect());
+    let per_unit = o.summary(&o.clean, r.units, true)["rss_bytes_per_unit"]
+        .as_f64()
+        .map_or("?".into(), |b| format!("{b:.0}"));
+    let scan_per_unit = o.summary(&o.crash, r.units, false)["rss_bytes_per_unit"]
+        .as_f64()
+        .map_or("?".into(), |b| format!("{b:.0}"));
+    let (lookup, redb_get, many, snap_get) = r
+        .rates
+        .as_ref()
+        .map_or((f64::NAN, f64::NAN, f64::NAN, f64::NAN), |x| {
+            (x.lookup, x.redb_get, x.many, x.snap_get)
+        });
     outln!(
-        "{:>9}  {:>12.0}  {:>12.0}  {:>5.1}x  {:>14.0}  {:>14.0}  {:>8.1}  {:>12}  {:>9}",
+        "{:>9}  {:>12.0}  {:>12.0}  {:>5.1}x  {:>14.0}  {:>14.0}  {:>8.1}  {:>6}  {:>9.1}  {:>9.1}  {:>6}",
         r.units,
-        r.lookup,
-        r.redb_get,
-        r.lookup / r.redb_get,
-        r.many,
-        r.snap_get,
-        r.open.ms,
-        r.open.rss.map_or("?".into(), |b| format!(
-            "{:.1}",
-            b as f64 / (1 << 20) as f64
-        )),
-        per_unit.map_or("?".into(), |b| format!("{b:.0}")),
+        lookup,
+        redb_get,
+        lookup / redb_get,
+        many,
+        snap_get,
+        ms(&o.clean),
+        per_unit,
+        ms(&o.scan),
+        ms(&o.crash),
+        scan_per_unit,
     );
 }

@@ -166,6 +166,9 @@ pub(crate) enum BenchCommand {
     /// Open a store and print the open time and peak memory (used by `bench dedup`).
     #[command(hide = true)]
     Open(bench_dedup::OpenArgs),
+    /// Durable commits, then an abort without closing the store (a crash for `bench open`).
+    #[command(hide = true)]
+    Crash(bench_dedup::CrashArgs),
     /// One worker process of `bench commit --via-server --seed001` (talks to the bench on stdio).
     #[command(hide = true)]
     Seed001Worker(serve::Seed001WorkerArgs),
@@ -249,6 +252,7 @@ fn run(cli: Cli) -> Result<u8, CliError> {
         Command::Bench(BenchCommand::Dedup(a)) => bench_dedup::run(a),
         Command::Bench(BenchCommand::Reconcile(a)) => bench_reconcile::run(a),
         Command::Bench(BenchCommand::Open(a)) => bench_dedup::open_only(a),
+        Command::Bench(BenchCommand::Crash(a)) => bench_dedup::crash(a),
         Command::Bench(BenchCommand::Commit(a)) => bench::commit(a),
         Command::Bench(BenchCommand::Stage(a)) => bench_stage::run(a),
         Command::Bench(BenchCommand::ServeLoad(a)) => serve::bench_serve_load(a),
