@@ -130,24 +130,7 @@ impl DedupIndex {
             seq: v.seq,
             object: v.object.id,
         };
-        let h = nonzero(key_hash(unit));
-        if self.ambiguous.contains(&h) {
-            return;
-        }
-        if (self.len + 1) as f64 > self.hashes.len() as f64 * LOAD_MAX {
-            self.grow();
-        }
-        let i = self.find(h);
-        if self.hashes[i] == EMPTY {
-            self.hashes[i] = h;
-            self.slots[i] = slot;
-            self.len += 1;
-        } else if new_unit {
-            // Another unit already owns this hash: from now on only redb can tell them apart.
-            self.ambiguous.insert(h);
-        } else {
-            self.slots[i] = slot;
-        }
+        self.place(nonzero(key_hash(unit)), slot, new_unit);
     }
 
     fn grow(&mut self) {
@@ -390,6 +373,12 @@ impl DedupIndex {
 
     /// Inserts a unit the table is known not to hold: `upsert(unit, true, ..)` for a hash.
     fn insert_new(&mut self, h: u64, slot: Slot) {
+        self.place(h, slot, true);
+    }
+
+    /// Puts `slot` under key hash `h`. A hash another unit already owns (`new_unit`) becomes
+    /// ambiguous: from then on only redb can tell the two apart.
+    fn place(&mut self, h: u64, slot: Slot, new_unit: bool) {
         if self.ambiguous.contains(&h) {
             return;
         }
@@ -401,8 +390,10 @@ impl DedupIndex {
             self.hashes[i] = h;
             self.slots[i] = slot;
             self.len += 1;
-        } else {
+        } else if new_unit {
             self.ambiguous.insert(h);
+        } else {
+            self.slots[i] = slot;
         }
     }
 }
