@@ -112,6 +112,13 @@ impl Snapshot {
     }
 
     fn get_as_of(&self, unit: &str, at: u64) -> Result<Option<Entry>> {
+        // The current entry lives in the manifest only; the history holds the entries it
+        // replaced. So the view as of `at` is the current entry when that is old enough.
+        if let Some(current) = self.get_current(unit)? {
+            if current.seq <= at {
+                return Ok(Some(current));
+            }
+        }
         let mut rows = self
             .history
             .range((unit, 0)..=(unit, at))
@@ -180,15 +187,20 @@ impl Snapshot {
                 ))
             }
             Some(at) => {
-                let rows = self
+                let manifest = self
+                    .manifest
+                    .range::<&str>(start..)
+                    .db("scan the manifest")?;
+                let history = self
                     .history
                     .range::<(&str, u64)>((start, 0)..)
-                    .db("scan the history")?;
+                    .db("scan the history")?
+                    .peekable();
                 Ok(Box::new(
                     AsOf {
-                        rows,
+                        manifest,
+                        history,
                         at,
-                        pending: None,
                         done: false,
                     }
                     .take_while(move |e: &Result<Entry>| match e {
@@ -287,45 +299,86 @@ pub fn check_object(entry: &Entry, bytes: &[u8]) -> Result<()> {
     Ok(())
 }
 
-/// Walks history rows in (unit, seq) order and yields, per unit, the newest row at or before `at`.
+/// Walks the manifest and the history side by side in unit order and yields, per unit, its entry
+/// as of `at`: the current one if it is that old, else the newest history row at or before `at`
+/// (a unit none of whose entries is that old is left out).
 struct AsOf {
-    rows: redb::Range<'static, (&'static str, u64), &'static [u8]>,
+    manifest: redb::Range<'static, &'static str, &'static [u8]>,
+    history: std::iter::Peekable<redb::Range<'static, (&'static str, u64), &'static [u8]>>,
     at: u64,
-    pending: Option<Entry>,
     done: bool,
+}
+
+impl AsOf {
+    /// The entry of the next manifest unit as of `at`, `Ok(None)` where it has none.
+    fn step(&mut self) -> Option<Result<Option<Entry>>> {
+        let row = match self.manifest.next() {
+            Some(row) => row,
+            None => {
+                // A history row after the last unit would belong to a unit without a current
+                // entry: damage (there is no delete), reported rather than dropped (SPEC I9).
+                return self.history.next().map(|row| {
+                    let (k, _) = row.db("scan the history")?;
+                    Err(orphan_row(k.value().0, k.value().1))
+                });
+            }
+        };
+        Some((|| {
+            let (k, v) = row.db("scan the manifest")?;
+            let unit = k.value();
+            let current = EntryValue::decode(unit, v.value())?;
+            let mut older = None;
+            while let Some(peeked) = self.history.peek() {
+                let next_unit = match peeked {
+                    Ok((hk, _)) => hk.value().0,
+                    Err(_) => "",
+                };
+                if peeked.is_ok() && next_unit > unit {
+                    break;
+                }
+                let (hk, hv) = match self.history.next() {
+                    Some(r) => r.db("scan the history")?,
+                    None => unreachable!("invariant: a row was just peeked"),
+                };
+                let (u, seq) = hk.value();
+                if u != unit {
+                    return Err(orphan_row(u, seq));
+                }
+                // Every row is checked, also those after `at`: a row whose seq was damaged into
+                // a later one must not silently drop out of the view (SPEC I9).
+                let row = EntryValue::decode_history(u, seq, hv.value())?;
+                if seq <= self.at {
+                    older = Some(row);
+                }
+            }
+            Ok(if current.seq <= self.at {
+                Some(current.into_entry(unit))
+            } else {
+                older.map(|v| v.into_entry(unit))
+            })
+        })())
+    }
+}
+
+fn orphan_row(unit: &str, seq: u64) -> Error {
+    Error::corrupt_record(
+        crate::schema::HISTORY_TABLE,
+        unit,
+        format!("its history row of seq {seq} has no current entry in the manifest"),
+    )
 }
 
 impl Iterator for AsOf {
     type Item = Result<Entry>;
     fn next(&mut self) -> Option<Result<Entry>> {
         while !self.done {
-            let row = match self.rows.next() {
-                None => {
-                    self.done = true;
-                    break;
-                }
-                Some(r) => r,
-            };
-            let (k, v) = match row.db("scan the history") {
-                Ok(kv) => kv,
-                Err(e) => return Some(Err(e)),
-            };
-            let (unit, seq) = k.value();
-            let out = match &self.pending {
-                Some(p) if p.unit != unit => self.pending.take(),
-                _ => None,
-            };
-            // Every row is checked, also those after `at`: a row whose seq was damaged into a
-            // later one must not silently drop out of the view (SPEC I9).
-            match EntryValue::decode_history(unit, seq, v.value()) {
-                Ok(v) if seq <= self.at => self.pending = Some(v.into_entry(unit)),
-                Ok(_) => {}
-                Err(e) => return Some(Err(e)),
-            }
-            if let Some(e) = out {
-                return Some(Ok(e));
+            match self.step() {
+                None => self.done = true,
+                Some(Ok(None)) => {}
+                Some(Ok(Some(e))) => return Some(Ok(e)),
+                Some(Err(e)) => return Some(Err(e)),
             }
         }
-        self.pending.take().map(Ok)
+        None
     }
 }

@@ -31,10 +31,11 @@ pub use crate::layout::{DB_FILE, MARKER_FILE};
 
 /// The newest store format this build reads and writes. Format 2 seals every redb value with a
 /// checksum over its table, key and value (`schema::codec::seal`); format 3 adds the write-ahead
-/// log (`wal.redb`, `schema::wal`) and the database's applied-group counter. Older stores are
-/// upgraded in place on their first read-write open (see `upgrade`); a format-2 store also opens
-/// read-only as it is.
-pub const FORMAT_VERSION: u32 = 3;
+/// log (`wal.redb`, `schema::wal`) and the database's applied-group counter; format 4 keeps only
+/// the entries a newer one replaced in the history, the current entry in the manifest alone.
+/// Older stores are upgraded in place on their first read-write open (see `upgrade`); format-2
+/// and format-3 stores also open read-only as they are.
+pub const FORMAT_VERSION: u32 = 4;
 const REDB_MAGIC: [u8; 9] = [b'r', b'e', b'd', b'b', 0x1A, 0x0A, 0xA9, 0x0D, 0x0A];
 
 /// What a store handle shares: the write queue in front of the core.

@@ -177,6 +177,15 @@ fn a_failed_apply_after_the_acknowledgement_never_answers_an_older_state() {
         let clock = ManualClock::new(T0);
         let (plan, store) = created_then_faulty(&path, &clock);
         store.put("a", 1, b"a1").unwrap();
+        // 64 groups and a second since the last checkpoint: the next group's apply is one,
+        // a synced write of the database after the group was acknowledged. (An apply that is
+        // not a checkpoint may touch no file at all: redb keeps the pages of an unsynced
+        // commit in its cache.) The clock stands still, so the one checkpoint among these
+        // groups comes at the 64th (the open's replay counts as one taken at time 0).
+        for i in 0..140 {
+            store.put(&format!("p{i}"), 1, b"p").unwrap();
+        }
+        clock.advance_ms(2_000);
         let b = store.stage_bytes(b"b1").unwrap();
         plan.fail_at(plan.ops() + k);
         let Ok(report) = store.commit(Batch::new().put("b", 1, &b)) else {

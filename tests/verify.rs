@@ -285,7 +285,9 @@ fn deep_verify_checks_the_history_against_the_log() {
     const HISTORY: redb::TableDefinition<(&str, u64), &[u8]> =
         redb::TableDefinition::new("history");
     let (d, store) = store();
+    // The history holds replaced entries: replace b's, and lose the row of the first one.
     let b_seq = store.get("b").unwrap().unwrap().seq;
+    store.put("b", 2, b"beta, newer").unwrap();
     let path = store.path().to_path_buf();
     drop(store);
     type HistoryTable<'t> = redb::Table<'t, (&'static str, u64), &'static [u8]>;

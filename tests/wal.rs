@@ -104,7 +104,11 @@ struct Acked {
 }
 
 fn run(store: &Store, steps: &[Step]) -> Acked {
-    let mut acked = Acked::default();
+    run_on(store, steps, Acked::default())
+}
+
+/// [`run`] on a store that already holds what `acked` says.
+fn run_on(store: &Store, steps: &[Step], mut acked: Acked) -> Acked {
     for step in steps {
         let staged: Result<Vec<_>, _> = step.iter().map(|(_, _, b)| store.stage_bytes(b)).collect();
         let Ok(staged) = staged else {
@@ -311,6 +315,157 @@ fn a_format_2_store_is_read_as_it_is_and_upgraded_by_a_read_write_open() {
     );
     assert!(dir.join("wal.redb").exists());
     check(&dir, &clock, &acked, "upgraded");
+}
+
+/// A value sealed as the engine seals it: `payload | crc32(table, 0, key length, key, payload)`.
+fn sealed(table: &str, key: &[u8], payload: &[u8]) -> Vec<u8> {
+    let mut h = crc32fast::Hasher::new();
+    h.update(table.as_bytes());
+    h.update(&[0]);
+    h.update(&(key.len() as u64).to_le_bytes());
+    h.update(key);
+    h.update(payload);
+    let mut out = payload.to_vec();
+    out.extend_from_slice(&h.finalize().to_le_bytes());
+    out
+}
+
+/// Rewrites a closed store as format 3 wrote it: the history also holds every current entry
+/// (a copy of its manifest row), and the meta table and the marker say format 3.
+fn rewrite_as_format_3(dir: &Path) -> usize {
+    use redb::ReadableTable;
+    let db = redb::Database::create(dir.join(oncelake::DB_FILE)).unwrap();
+    let txn = db.begin_write().unwrap();
+    let copies;
+    {
+        let manifest: redb::TableDefinition<&str, &[u8]> = redb::TableDefinition::new("manifest");
+        let history: redb::TableDefinition<(&str, u64), &[u8]> =
+            redb::TableDefinition::new("history");
+        let rows: Vec<(String, Vec<u8>)> = txn
+            .open_table(manifest)
+            .unwrap()
+            .iter()
+            .unwrap()
+            .map(|r| {
+                let (k, v) = r.unwrap();
+                (k.value().to_string(), v.value().to_vec())
+            })
+            .collect();
+        let mut h = txn.open_table(history).unwrap();
+        for (unit, v) in &rows {
+            let payload = &v[..v.len() - 4];
+            // The entry's seq sits after version (8), revision (4), hash (32), size (8), crc (4).
+            let seq = u64::from_le_bytes(payload[56..64].try_into().unwrap());
+            let mut key = unit.as_bytes().to_vec();
+            key.extend_from_slice(&seq.to_le_bytes());
+            assert!(
+                h.get((unit.as_str(), seq)).unwrap().is_none(),
+                "format 4 keeps no copy"
+            );
+            h.insert(
+                (unit.as_str(), seq),
+                sealed("history", &key, payload).as_slice(),
+            )
+            .unwrap();
+        }
+        copies = rows.len();
+        let meta: redb::TableDefinition<&str, &[u8]> = redb::TableDefinition::new("store_meta");
+        let mut t = txn.open_table(meta).unwrap();
+        let v = sealed("meta", b"format", &3u64.to_le_bytes());
+        t.insert("format", v.as_slice()).unwrap();
+    }
+    txn.commit().unwrap();
+    drop(db);
+    std::fs::write(dir.join(MARKER_FILE), "oncelake store\nformat 3\n").unwrap();
+    copies
+}
+
+#[test]
+fn a_format_3_store_is_read_as_it_is_and_upgraded_with_its_copies_of_current_entries() {
+    let tmp = scratch("oncelake-wal");
+    let dir = tmp.path().join("lake");
+    let clock = ManualClock::new(T0);
+    let store = Store::open_with(&dir, real_options(&clock)).unwrap();
+    let acked = run(&store, &script(30));
+    drop(store);
+    let copies = rewrite_as_format_3(&dir);
+    assert_eq!(copies, acked.model.len());
+
+    let ro = Options {
+        read_only: true,
+        ..real_options(&clock)
+    };
+    let store = Store::open_with(&dir, ro).unwrap();
+    assert_eq!(view(&store.snapshot().unwrap()), acked.model);
+    for (seq, model) in &acked.views {
+        assert_eq!(
+            &view(&store.snapshot_at(*seq).unwrap()),
+            model,
+            "as of {seq}"
+        );
+    }
+    drop(store);
+
+    // Upgraded in place; then the units whose current entry has a copy are replaced, so that
+    // the copy becomes the history row it would have been.
+    let store = Store::open_with(&dir, real_options(&clock)).unwrap();
+    assert_eq!(
+        std::fs::read_to_string(dir.join(MARKER_FILE)).unwrap(),
+        format!("oncelake store\nformat {}\n", oncelake::FORMAT_VERSION)
+    );
+    assert!(store.check_invariants().unwrap().is_empty());
+    let mut more = Vec::new();
+    for (unit, (version, _)) in acked.model.iter().take(4) {
+        more.push(vec![(
+            unit.clone(),
+            version + 1,
+            format!("{unit} again").into_bytes(),
+        )]);
+    }
+    let acked = run_on(&store, &more, acked);
+    assert_eq!(view(&store.snapshot().unwrap()), acked.model);
+    for (seq, model) in &acked.views {
+        assert_eq!(
+            &view(&store.snapshot_at(*seq).unwrap()),
+            model,
+            "as of {seq}"
+        );
+    }
+    assert!(store.check_invariants().unwrap().is_empty());
+    // A prune with no retention removes every replaced entry (the old copies among them, now
+    // history rows), keeps the copies of entries still current, and every view it keeps reads
+    // as before.
+    let report = store
+        .gc(oncelake::gc::GcOptions {
+            dry_run: false,
+            grace: Duration::ZERO,
+            retain: Duration::ZERO,
+        })
+        .unwrap();
+    assert!(report.history_rows_pruned > 0, "{report:?}");
+    for (seq, model) in acked
+        .views
+        .iter()
+        .filter(|(s, _)| *s >= report.history_from)
+    {
+        assert_eq!(
+            &view(&store.snapshot_at(*seq).unwrap()),
+            model,
+            "as of {seq}"
+        );
+    }
+    assert!(store.check_invariants().unwrap().is_empty());
+    assert!(store.verify(Default::default()).unwrap().is_intact());
+    drop(store);
+    let acked = Acked {
+        views: acked
+            .views
+            .into_iter()
+            .filter(|(s, _)| *s >= report.history_from)
+            .collect(),
+        ..acked
+    };
+    check(&dir, &clock, &acked, "upgraded from format 3");
 }
 
 #[test]

@@ -647,7 +647,7 @@ impl Writer<'_> {
         Ok(CommitReport { seq, units })
     }
 
-    /// Writes an accepted item's manifest and history rows at `seq`; returns its log entry.
+    /// Writes an accepted item's manifest row at `seq`; returns its log entry.
     fn write_entry(
         &mut self,
         item: &BatchItem,
@@ -663,9 +663,9 @@ impl Writer<'_> {
             seq,
             committed_at_ms: self.now_ms,
         };
+        // No history row: the entry this one replaces becomes one when the group is applied
+        // (`schema::wal`), and this entry when it is replaced in turn.
         self.redo.manifest(&item.unit, &value.encode(&item.unit));
-        self.redo
-            .history(&item.unit, seq, &value.encode_history(&item.unit));
         let overlay = &mut self.view.overlay;
         overlay.put_manifest(self.group, &item.unit, value);
         overlay.put_history(self.group, &item.unit, seq, value);
@@ -685,8 +685,8 @@ impl Writer<'_> {
         // A prune's group is applied in place on a drained backlog, so the applied history is
         // the whole history (but for rows this very group added, which it keeps: pruning less
         // is always safe).
-        let plan =
-            crate::schema::manifest::plan_prune(self.view.history()?, cutoff_ms, keep_for_seq)?;
+        let (history, manifest) = self.view.history_and_manifest()?;
+        let plan = crate::schema::manifest::plan_prune(history, manifest, cutoff_ms, keep_for_seq)?;
         for (unit, seq) in &plan.rows {
             self.redo.history_removed(unit, *seq);
         }

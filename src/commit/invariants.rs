@@ -37,7 +37,7 @@ use std::fmt;
 /// A rule of SPEC §4 or of the commit log.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Invariant {
-    /// I1: at most one current entry per unit, and it is the unit's newest history row.
+    /// I1: at most one current entry per unit, and it is newer than every history row of the unit.
     OneCurrentEntry,
     /// I5: a unit's source version never goes backwards (a correction raises the revision).
     VersionNeverBack,
@@ -607,20 +607,25 @@ fn record_tokens(rec: &Record) -> Vec<(&str, u64)> {
 // Whole-store checks, for verify and the model tests.
 
 /// I1 and I5 for one unit: its current entry `current` (`None`: the manifest has none) against
-/// its history rows `rows`, oldest first. The current entry must be the newest row, exactly (a
-/// row newer than the current entry would be a second current entry, an older one a lost
-/// commit); a unit with history has a current entry (there is no delete); along the rows the
-/// version never goes back (pruning only removes rows, so revisions may skip but never fall).
+/// its history rows `rows`, oldest first. The history holds the entries the current one replaced
+/// (format 4), so every row is older than the current entry; only a store upgraded from format 3
+/// may also hold a copy of the current entry as its newest row, which must then be identical (a
+/// row newer than the current entry would be a second current entry). A unit with history has
+/// a current entry (there is no delete); along the rows and on to the current entry the version
+/// never goes back (pruning only removes rows, so revisions may skip but never fall).
 pub(crate) fn check_unit_rows(
     unit: &str,
     current: Option<&EntryValue>,
     rows: &[(u64, EntryValue)],
 ) -> Vec<Violation> {
     let mut out = Vec::new();
+    let one = |seen: String| Violation {
+        invariant: Invariant::OneCurrentEntry,
+        seen,
+    };
     match (current, rows.last()) {
-        (Some(c), Some((seq, newest))) if *seq != c.seq || newest != c => out.push(Violation {
-            invariant: Invariant::OneCurrentEntry,
-            seen: format!(
+        (Some(c), Some((seq, newest))) if *seq > c.seq || (*seq == c.seq && newest != c) => out
+            .push(one(format!(
                 "unit {unit:?}: the manifest has seq {}, the newest history row is seq {seq}{}",
                 c.seq,
                 if *seq == c.seq {
@@ -628,23 +633,20 @@ pub(crate) fn check_unit_rows(
                 } else {
                     ""
                 }
-            ),
-        }),
-        (Some(c), None) => out.push(Violation {
-            invariant: Invariant::OneCurrentEntry,
-            seen: format!(
-                "unit {unit:?}: the manifest has seq {}, the history has no row",
-                c.seq
-            ),
-        }),
-        (None, Some((seq, _))) => out.push(Violation {
-            invariant: Invariant::OneCurrentEntry,
-            seen: format!("unit {unit:?} has history up to seq {seq} but no current entry"),
-        }),
+            ))),
+        (None, Some((seq, _))) => out.push(one(format!(
+            "unit {unit:?} has history up to seq {seq} but no current entry"
+        ))),
         _ => {}
     }
-    for pair in rows.windows(2) {
-        let (a, b) = (&pair[0].1, &pair[1].1);
+    let mut chain: Vec<&EntryValue> = rows.iter().map(|(_, v)| v).collect();
+    if let Some(c) = current {
+        if rows.last().is_none_or(|(seq, _)| *seq < c.seq) {
+            chain.push(c);
+        }
+    }
+    for pair in chain.windows(2) {
+        let (a, b) = (pair[0], pair[1]);
         out.extend(
             check_version_advance(
                 unit,
@@ -723,70 +725,71 @@ fn check_claims(txn: &redb::ReadTransaction, next_token: u64) -> Result<Vec<Viol
     Ok(out)
 }
 
-/// I1, I5 and I9 over the manifest and the history: one ordered pass over the history, unit by
-/// unit, each against its manifest row; then the manifest's units the history never named.
+/// I1, I5 and I9 over the manifest and the history: one ordered pass over both side by side,
+/// unit by unit, each unit's history rows against its manifest row.
 fn check_entries(txn: &redb::ReadTransaction) -> Result<Vec<Violation>> {
     use crate::schema::{HISTORY, MANIFEST};
     let manifest = txn.open_table(MANIFEST).db("open the manifest")?;
     let history = txn.open_table(HISTORY).db("open the history")?;
     let mut out = Vec::new();
-    let current = |unit: &str, out: &mut Vec<Violation>| -> Result<Option<EntryValue>> {
-        let Some(g) = manifest.get(unit).db("read the manifest")? else {
-            return Ok(None);
+    let mut rows = history.iter().db("scan the history")?.peekable();
+    // The next unit of the history and its rows that decode (the others are reported).
+    let mut next_unit = |out: &mut Vec<Violation>| -> Result<Option<UnitRows>> {
+        let unit = match rows.peek() {
+            None => return Ok(None),
+            Some(Ok((k, _))) => k.value().0.to_string(),
+            Some(Err(_)) => String::new(),
         };
-        Ok(match EntryValue::decode(unit, g.value()) {
+        let mut found = Vec::new();
+        while let Some(row) = rows.next_if(|r| r.as_ref().is_ok_and(|(k, _)| k.value().0 == unit)) {
+            let (k, v) = row.db("scan the history")?;
+            let seq = k.value().1;
+            match EntryValue::decode_history(&unit, seq, v.value()) {
+                Ok(e) => found.push((seq, e)),
+                Err(e) => out.push(damaged(format!("history row ({unit:?}, {seq}): {e}"))),
+            }
+        }
+        if let Some(Err(_)) = rows.peek() {
+            if let Some(row) = rows.next() {
+                row.db("scan the history")?;
+            }
+        }
+        Ok(Some((unit, found)))
+    };
+    let mut pending = next_unit(&mut out)?;
+    for row in manifest.iter().db("scan the manifest")? {
+        let (k, v) = row.db("scan the manifest")?;
+        let unit = k.value();
+        let current = match EntryValue::decode(unit, v.value()) {
             Ok(v) => Some(v),
             Err(e) => {
                 out.push(damaged(format!("manifest row of {unit:?}: {e}")));
                 None
             }
-        })
-    };
-    let mut units_seen = 0u64;
-    let mut unit: Option<String> = None;
-    let mut rows: Vec<(u64, EntryValue)> = Vec::new();
-    let flush = |unit: &str, rows: &[(u64, EntryValue)], out: &mut Vec<Violation>| {
-        let cur = current(unit, out)?;
-        out.extend(check_unit_rows(unit, cur.as_ref(), rows));
-        Result::Ok(())
-    };
-    for row in history.iter().db("scan the history")? {
-        let (k, v) = row.db("scan the history")?;
-        let (u, seq) = k.value();
-        if unit.as_deref() != Some(u) {
-            if let Some(prev) = unit.take() {
-                flush(&prev, &rows, &mut out)?;
-                rows.clear();
+        };
+        // Units of the history before this one have no current entry.
+        while let Some((u, r)) = pending.take_if(|(u, _)| u.as_str() < unit) {
+            out.extend(check_unit_rows(&u, None, &r));
+            pending = next_unit(&mut out)?;
+        }
+        let mine = match pending.take_if(|(u, _)| u == unit) {
+            Some((_, r)) => {
+                pending = next_unit(&mut out)?;
+                r
             }
-            units_seen += 1;
-            unit = Some(u.to_string());
-        }
-        match EntryValue::decode_history(u, seq, v.value()) {
-            Ok(e) => rows.push((seq, e)),
-            Err(e) => out.push(damaged(format!("history row ({u:?}, {seq}): {e}"))),
-        }
+            None => Vec::new(),
+        };
+        out.extend(check_unit_rows(unit, current.as_ref(), &mine));
     }
-    if let Some(prev) = unit {
-        flush(&prev, &rows, &mut out)?;
-    }
-    use redb::ReadableTableMetadata;
-    if manifest.len().db("count the manifest")? != units_seen {
-        for row in manifest.iter().db("scan the manifest")? {
-            let (k, v) = row.db("scan the manifest")?;
-            let u = k.value();
-            let none = history
-                .range((u, 0)..=(u, u64::MAX))
-                .db("read the history")?
-                .next()
-                .is_none();
-            if none {
-                let cur = EntryValue::decode(u, v.value()).ok();
-                out.extend(check_unit_rows(u, cur.as_ref(), &[]));
-            }
-        }
+    while let Some((u, r)) = pending.take() {
+        out.extend(check_unit_rows(&u, None, &r));
+        pending = next_unit(&mut out)?;
     }
     Ok(out)
 }
+
+/// A unit and its history rows `(seq, entry)`, oldest first.
+type UnitRows = (String, Vec<(u64, EntryValue)>);
 
 #[cfg(test)]
 mod tests;

@@ -69,9 +69,27 @@ impl<'a> View<'a> {
         opened(&self.txn, &mut self.manifest, MANIFEST)
     }
 
-    /// The applied history (for a prune, on a drained backlog, and for rule 6's lookups).
-    pub(crate) fn history(&mut self) -> Result<&ReadOnlyTable<(&'static str, u64), &'static [u8]>> {
+    /// The applied history (for rule 6's lookups).
+    fn history(&mut self) -> Result<&ReadOnlyTable<(&'static str, u64), &'static [u8]>> {
         opened(&self.txn, &mut self.history, HISTORY)
+    }
+
+    /// The applied history and manifest, for a prune: on a drained backlog they are the whole
+    /// store but for the rows of the prune's own group (the manifest holds the successors of
+    /// the history's newest rows).
+    #[allow(clippy::type_complexity)]
+    pub(crate) fn history_and_manifest(
+        &mut self,
+    ) -> Result<(
+        &ReadOnlyTable<(&'static str, u64), &'static [u8]>,
+        &ReadOnlyTable<&'static str, &'static [u8]>,
+    )> {
+        opened(&self.txn, &mut self.history, HISTORY)?;
+        opened(&self.txn, &mut self.manifest, MANIFEST)?;
+        match (&self.history, &self.manifest) {
+            (Some(h), Some(m)) => Ok((h, m)),
+            _ => unreachable!("invariant: both tables were opened just above"),
+        }
     }
 
     /// The unit's current entry, from the overlay, the index or (for a key hash two units share)
@@ -127,7 +145,8 @@ impl<'a> View<'a> {
     }
 
     /// The seq of an older entry of `unit` with this version and object, newest first: the
-    /// overlay's rows (newer than any applied one), then the applied history.
+    /// overlay's rows (newer than any applied one), then the applied current entry (which the
+    /// history does not hold, and which is older than the overlay's), then the applied history.
     pub(crate) fn earlier_identical(
         &mut self,
         unit: &str,
@@ -140,6 +159,14 @@ impl<'a> View<'a> {
             }
             if v.source_version == version && v.object.id == object {
                 return Ok(Some(seq));
+            }
+        }
+        if let Some(v) = self.applied_entry(unit)? {
+            if v.source_version < version {
+                return Ok(None);
+            }
+            if v.source_version == version && v.object.id == object {
+                return Ok(Some(v.seq));
             }
         }
         let history = self.history()?;

@@ -2,9 +2,14 @@
 //! the plan of a history prune (GC's, run by the commit leader), which lives with the history it
 //! prunes.
 //!
-//! The current entry of a unit lives in `MANIFEST` (unit → entry). Every entry ever committed also
-//! lives in `HISTORY` under (unit, seq), which serves reads as of an older seq (SPEC R7) and tells
-//! garbage collection what the retention window still references.
+//! The current entry of a unit lives in `MANIFEST` (unit → entry). Every entry it replaced lives
+//! in `HISTORY` under (unit, seq) until GC prunes it (format 4; format 3 also kept the current
+//! entry there, and a store upgraded from it may still hold such copies, which every reader
+//! tolerates). Together they serve reads as of an older seq (SPEC R7) and tell garbage
+//! collection what the retention window still references. Writing a history row only when an
+//! entry is replaced halves the random B-tree inserts of a store whose commits are mostly new
+//! units, and the row is written by whoever applies the replacing commit, from the manifest row
+//! it overwrites (`schema::wal`).
 
 use super::codec::{put_u32, put_u64, seal, unseal, Reader};
 use super::{HISTORY_TABLE, MANIFEST_TABLE};
@@ -159,36 +164,87 @@ pub(crate) struct PrunePlan {
     pub horizon: u64,
 }
 
-/// Plans a prune: every row of a unit, other than its newest (current) one, whose successor was
-/// committed at or before `cutoff_ms` (so a retention of zero prunes everything superseded so far,
-/// also in the current millisecond) — and, when snapshots are open, at or before `keep_for_seq`, the
-/// lowest seq one of them reads as of (a view as of `s` reads a row exactly while `s` is below
-/// its successor's seq). One ordered pass over the history.
-pub(crate) fn plan_prune<T>(
-    history: &T,
+/// Plans a prune: every history row whose successor (the unit's next history row, or for its
+/// newest row the current entry in the manifest) was committed at or before `cutoff_ms` (so a
+/// retention of zero prunes everything superseded so far, also in the current millisecond) — and,
+/// when snapshots are open, at or before `keep_for_seq`, the lowest seq one of them reads as of
+/// (a view as of `s` reads a row exactly while `s` is below its successor's seq). One ordered
+/// pass over the history, and one manifest lookup per unit it holds rows of.
+///
+/// A row of the current entry itself (left by format 3, which kept every entry in the history)
+/// has no successor and is kept: no read needs it, and removing it could race a group that
+/// supersedes the entry and writes that very row.
+pub(crate) fn plan_prune<H, M>(
+    history: &H,
+    manifest: &M,
     cutoff_ms: u64,
     keep_for_seq: Option<u64>,
 ) -> Result<PrunePlan>
 where
-    T: ReadableTable<(&'static str, u64), &'static [u8]>,
+    H: ReadableTable<(&'static str, u64), &'static [u8]>,
+    M: ReadableTable<&'static str, &'static [u8]>,
 {
     let mut plan = PrunePlan::default();
+    let mut consider = |unit: &str, seq: u64, successor: &EntryValue| {
+        if keep_for_seq.is_none_or(|pinned| successor.seq <= pinned)
+            && successor.committed_at_ms <= cutoff_ms
+        {
+            plan.rows.push((unit.to_string(), seq));
+            plan.horizon = plan.horizon.max(successor.seq);
+        }
+    };
     let mut prev: Option<(String, u64)> = None;
     for row in history.iter().db("scan the history")? {
         let (k, v) = row.db("scan the history")?;
         let (unit, seq) = k.value();
         if let Some((prev_unit, prev_seq)) = prev.take() {
-            if prev_unit == unit && keep_for_seq.is_none_or(|pinned| seq <= pinned) {
-                let successor = EntryValue::decode_history(unit, seq, v.value())?;
-                if successor.committed_at_ms <= cutoff_ms {
-                    plan.rows.push((prev_unit, prev_seq));
-                    plan.horizon = plan.horizon.max(seq);
-                }
+            if prev_unit == unit {
+                consider(
+                    &prev_unit,
+                    prev_seq,
+                    &EntryValue::decode_history(unit, seq, v.value())?,
+                );
+            } else if let Some(current) = current_successor(manifest, &prev_unit, prev_seq)? {
+                consider(&prev_unit, prev_seq, &current);
             }
         }
         prev = Some((unit.to_string(), seq));
     }
+    if let Some((unit, seq)) = prev {
+        if let Some(current) = current_successor(manifest, &unit, seq)? {
+            consider(&unit, seq, &current);
+        }
+    }
     Ok(plan)
+}
+
+/// The current entry of `unit` as the successor of its newest history row, of seq `seq`: `None`
+/// when that row is the current entry itself (format 3's copy). A unit with history and no
+/// current entry, or a current entry older than its history, is damage.
+fn current_successor<M>(manifest: &M, unit: &str, seq: u64) -> Result<Option<EntryValue>>
+where
+    M: ReadableTable<&'static str, &'static [u8]>,
+{
+    let current = super::codec::get_sealed(manifest, MANIFEST_TABLE, unit, EntryValue::decode)?
+        .ok_or_else(|| {
+            Error::corrupt_record(
+                HISTORY_TABLE,
+                unit,
+                format!("its history row of seq {seq} has no current entry in the manifest"),
+            )
+        })?;
+    match current.seq.cmp(&seq) {
+        std::cmp::Ordering::Greater => Ok(Some(current)),
+        std::cmp::Ordering::Equal => Ok(None),
+        std::cmp::Ordering::Less => Err(Error::corrupt_record(
+            HISTORY_TABLE,
+            unit,
+            format!(
+                "its history row of seq {seq} is newer than its current entry (seq {})",
+                current.seq
+            ),
+        )),
+    }
 }
 
 /// [`plan_prune`] on the history as of `txn` (GC's dry run).
@@ -198,7 +254,8 @@ pub(crate) fn plan_prune_as_of(
     keep_for_seq: Option<u64>,
 ) -> Result<PrunePlan> {
     let history = txn.open_table(super::HISTORY).db("open the history")?;
-    plan_prune(&history, cutoff_ms, keep_for_seq)
+    let manifest = txn.open_table(super::MANIFEST).db("open the manifest")?;
+    plan_prune(&history, &manifest, cutoff_ms, keep_for_seq)
 }
 
 /// Adds every object a kept entry references, as of `txn`: the manifest and the history.

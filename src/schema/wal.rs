@@ -7,7 +7,9 @@
 //!
 //! A record is the group's *redo*: every row the group put into or removed from the store's
 //! tables, with the exact bytes (sealed values, framed log records), so replaying it reproduces
-//! the group's transaction byte for byte without deciding anything again. Its key is the group's
+//! the group's transaction byte for byte without deciding anything again. One kind of row is
+//! implied rather than carried: a manifest put moves the entry it replaces into the history
+//! (format 4), read from the manifest as the put is applied. Its key is the group's
 //! number; the store's `meta` row `wal_group` holds the number of the newest group applied to the
 //! store's database, in the same transaction as that group's rows, so recovery knows where the
 //! database stops: it replays the records after it, in order, in one synced transaction.
@@ -19,6 +21,7 @@
 
 use crate::error::{DbContext, Error, Result};
 use crate::schema::codec::{put_str, put_u32, put_u64, Reader};
+use crate::schema::manifest::EntryValue;
 use crate::schema::{meta, CLAIMS, EXTENSIONS, HISTORY, LOG, MANIFEST, META};
 use redb::{ReadableDatabase, ReadableTable, TableDefinition};
 use std::path::{Path, PathBuf};
@@ -89,12 +92,6 @@ impl Redo {
     fn put_str_key(&mut self, t: Tbl, key: &str, v: &[u8]) {
         self.head(t, false);
         put_str(&mut self.buf, key);
-        self.value(v);
-    }
-    pub(crate) fn history(&mut self, unit: &str, seq: u64, v: &[u8]) {
-        self.head(Tbl::History, false);
-        put_str(&mut self.buf, unit);
-        put_u64(&mut self.buf, seq);
         self.value(v);
     }
     pub(crate) fn history_removed(&mut self, unit: &str, seq: u64) {
@@ -175,7 +172,8 @@ pub(crate) fn apply_groups(
     // one (or removes it), so the result is that of applying the groups one after the other.
     rows.sort_by_key(|r| (r.table, r.key));
     let mut t = RedoTables::open(txn)?;
-    rows.iter().try_for_each(|row| t.write(txn, row))
+    rows.iter().try_for_each(|row| t.write(txn, row))?;
+    t.write_superseded()
 }
 
 pub(crate) fn damaged(path: &Path, detail: impl std::fmt::Display) -> Error {
@@ -225,6 +223,9 @@ struct RedoTables<'t> {
     meta: redb::Table<'t, &'static str, &'static [u8]>,
     /// Opened on the first extension row only, so plain commits pay nothing.
     extensions: Option<redb::Table<'t, &'static str, &'static [u8]>>,
+    /// History rows of the entries the manifest rows written so far replaced, not yet written:
+    /// (unit, the replaced entry's seq, its sealed history value).
+    superseded: Vec<(String, u64, Vec<u8>)>,
 }
 
 const APPLY: &str = "apply a commit group's rows";
@@ -238,7 +239,54 @@ impl<'t> RedoTables<'t> {
             claims: txn.open_table(CLAIMS).db(APPLY)?,
             meta: txn.open_table(META).db(APPLY)?,
             extensions: None,
+            superseded: Vec::new(),
         })
+    }
+
+    /// Puts `unit`'s manifest row `v`, keeping the entry it replaces as a history row (format 4:
+    /// the history holds superseded entries only; the current one lives in the manifest alone).
+    ///
+    /// The replaced entry is read from the insert itself, so deciding a group never reads the
+    /// manifest for it and the record does not carry it. That is deterministic: records are
+    /// applied exactly once, in order, onto the state the previous one left (`wal_group`).
+    fn put_manifest(&mut self, unit: &str, v: &[u8]) -> Result<()> {
+        let Some(old) = self.manifest.insert(unit, v).db(APPLY)? else {
+            return Ok(());
+        };
+        let old = EntryValue::decode(unit, old.value())?;
+        let new = EntryValue::decode(unit, v)?;
+        match old.seq.cmp(&new.seq) {
+            std::cmp::Ordering::Less => {
+                self.superseded
+                    .push((unit.to_string(), old.seq, old.encode_history(unit)));
+                Ok(())
+            }
+            // The same entry written again: nothing was replaced.
+            std::cmp::Ordering::Equal if old == new => Ok(()),
+            _ => Err(Error::corrupt_record(
+                crate::schema::MANIFEST_TABLE,
+                unit,
+                format!(
+                    "a commit of seq {} would replace the entry of seq {}",
+                    new.seq, old.seq
+                ),
+            )),
+        }
+    }
+
+    /// Writes the history rows of the entries replaced since the last call. Called after each
+    /// record on replay and after each batch, so that they land before any later record's rows
+    /// (a prune's removals come only in a later group: a prune is planned on a drained backlog
+    /// and never removes the row of an entry that was current then).
+    fn write_superseded(&mut self) -> Result<()> {
+        self.superseded
+            .sort_unstable_by(|a, b| (&a.0, a.1).cmp(&(&b.0, b.1)));
+        for (unit, seq, v) in self.superseded.drain(..) {
+            self.history
+                .insert((unit.as_str(), seq), v.as_slice())
+                .db(APPLY)?;
+        }
+        Ok(())
     }
 
     /// Applies one record's operations, in the record's order.
@@ -251,7 +299,8 @@ impl<'t> RedoTables<'t> {
     ) -> Result<()> {
         let mut rows = Vec::new();
         parse(path, group, payload, &mut rows)?;
-        rows.iter().try_for_each(|row| self.write(txn, row))
+        rows.iter().try_for_each(|row| self.write(txn, row))?;
+        self.write_superseded()
     }
 
     /// Writes one row.
@@ -269,7 +318,10 @@ impl<'t> RedoTables<'t> {
             }
             (Key::Str(key), Some(v)) => {
                 match row.table {
-                    Tbl::Manifest => self.manifest.insert(key, v).db(ctx)?,
+                    Tbl::Manifest => {
+                        self.put_manifest(key, v)?;
+                        None
+                    }
                     Tbl::Claims => self.claims.insert(key, v).db(ctx)?,
                     Tbl::Meta => self.meta.insert(key, v).db(ctx)?,
                     _ => {
@@ -586,5 +638,125 @@ mod tests {
         let n = f.len();
         f[n / 2] ^= 1;
         assert!(unframe(p, 3, &f).is_err());
+    }
+
+    fn entry(seq: u64, version: u64) -> EntryValue {
+        EntryValue {
+            source_version: version,
+            revision: 0,
+            object: crate::object::ObjectMeta {
+                id: crate::object::ObjectId::of(&seq.to_le_bytes()),
+                size: 8,
+                crc32: 0,
+            },
+            seq,
+            committed_at_ms: 1,
+        }
+    }
+
+    fn group(number: u64, puts: &[(&str, EntryValue)]) -> GroupRedo {
+        let mut r = Redo::default();
+        for (unit, v) in puts {
+            r.manifest(unit, &v.encode(unit));
+        }
+        GroupRedo::new(number, r, puts.len())
+    }
+
+    /// (unit, seq) → entry of the history, and unit → entry of the manifest, as of `db`.
+    type Tables = (
+        std::collections::BTreeMap<(String, u64), EntryValue>,
+        std::collections::BTreeMap<String, EntryValue>,
+    );
+
+    fn tables(db: &redb::Database) -> Tables {
+        let txn = db.begin_read().unwrap();
+        let h = txn.open_table(HISTORY).unwrap();
+        let m = txn.open_table(MANIFEST).unwrap();
+        let history = h
+            .iter()
+            .unwrap()
+            .map(|r| {
+                let (k, v) = r.unwrap();
+                let (u, s) = k.value();
+                let e = EntryValue::decode_history(u, s, v.value()).unwrap();
+                ((u.to_string(), s), e)
+            })
+            .collect();
+        let manifest = m
+            .iter()
+            .unwrap()
+            .map(|r| {
+                let (k, v) = r.unwrap();
+                let e = EntryValue::decode(k.value(), v.value()).unwrap();
+                (k.value().to_string(), e)
+            })
+            .collect();
+        (history, manifest)
+    }
+
+    fn applied(batches: &[&[GroupRedo]], replay: bool) -> Result<Tables> {
+        let dir = tempfile::tempdir().unwrap();
+        let db = redb::Database::create(dir.path().join("t.redb")).unwrap();
+        for groups in batches {
+            let txn = db.begin_write().unwrap();
+            if replay {
+                let mut t = RedoTables::open(&txn)?;
+                for g in groups.iter() {
+                    t.apply(&txn, Path::new("t"), g.group, &g.payload)?;
+                }
+            } else {
+                apply_groups(&txn, Path::new("t"), groups)?;
+            }
+            txn.commit().unwrap();
+        }
+        Ok(tables(&db))
+    }
+
+    #[test]
+    fn a_replaced_entry_becomes_a_history_row_and_a_current_one_does_not() {
+        let (a1, a2, a3, b1) = (entry(1, 1), entry(2, 2), entry(4, 3), entry(3, 1));
+        let want_history: std::collections::BTreeMap<_, _> =
+            [(("a".to_string(), 1), a1), (("a".to_string(), 2), a2)].into();
+        let want_manifest: std::collections::BTreeMap<_, _> =
+            [("a".to_string(), a3), ("b".to_string(), b1)].into();
+        // One batch (sorted, two replacements of one unit in it), one batch per group, and the
+        // replay's record-by-record path: the same tables.
+        let once = applied(&[&[g1_(), g2_(), g3_()]], false).unwrap();
+        assert_eq!(once, (want_history, want_manifest));
+        let apart = applied(&[&[g1_()], &[g2_()], &[g3_()]], false).unwrap();
+        assert_eq!(apart, once);
+        let replayed = applied(&[&[g1_(), g2_(), g3_()]], true).unwrap();
+        assert_eq!(replayed, once);
+        // The same entry written again replaces nothing.
+        let again = applied(&[&[g1_()], &[group(2, &[("b", b1)])]], false).unwrap();
+        assert!(again.0.is_empty(), "{again:?}");
+
+        // The entries above, as the groups that commit them.
+        fn g1_() -> GroupRedo {
+            group(1, &[("a", entry(1, 1)), ("b", entry(3, 1))])
+        }
+        fn g2_() -> GroupRedo {
+            group(2, &[("a", entry(2, 2))])
+        }
+        fn g3_() -> GroupRedo {
+            group(3, &[("a", entry(4, 3))])
+        }
+    }
+
+    #[test]
+    fn an_entry_replaced_by_an_older_seq_is_refused_as_damage() {
+        let err = applied(
+            &[
+                &[group(1, &[("a", entry(5, 1))])],
+                &[group(2, &[("a", entry(4, 2))])],
+            ],
+            false,
+        )
+        .unwrap_err();
+        assert!(matches!(err, Error::Corrupt { .. }), "{err}");
+        assert!(
+            err.to_string().contains("would replace the entry of seq 5"),
+            "{err}"
+        );
     }
 }

@@ -29,6 +29,9 @@
 //! descriptor to `flock`) and the database file (redb's own I/O, under the fault backend).
 
 use super::{new_store_id, FORMAT_VERSION, REDB_MAGIC};
+
+/// The first format with a write-ahead log (`wal.redb`).
+const FIRST_WAL_FORMAT: u32 = 3;
 use crate::core::{Db, Options};
 use crate::error::{DbContext, Error, IoContext, Result};
 use crate::fault::FaultyBackend;
@@ -122,7 +125,8 @@ pub(super) fn open_read_only(dir: &Path, options: &Options) -> Result<(Db, File)
     match read_format(&db)? {
         // Format 2 differs only by having no write-ahead log: read as it is.
         Some(2) => Ok((Db::Read(db), lock)),
-        Some(f) if f == FORMAT_VERSION => {
+        // Format 3 differs only by copies of the current entries in the history: read as it is.
+        Some(f) if f == FIRST_WAL_FORMAT || f == FORMAT_VERSION => {
             if crate::schema::wal::has_unapplied(dir, &db)? {
                 return Err(read_only(
                     dir,
@@ -361,11 +365,12 @@ fn create(dir: &Path, options: &Options) -> Result<(redb::Database, Wal)> {
 /// Checks the database's format, upgrades an older one, and (re)writes a marker that does not
 /// say the current format.
 ///
-/// The write-ahead log is created (anew) by every open that creates, completes or upgrades the
-/// store, before the marker says the current format: no group was ever appended before that
-/// marker is written (commits begin only after an open returned, and every open that returns
-/// has written it), so whatever an interrupted creation or upgrade left there is recreated. A
-/// store whose marker says the current format must have a sound log.
+/// The write-ahead log is created (anew) by every open that creates or completes a store, or
+/// upgrades one from before the log (format 3), before the marker says a format with a log: no
+/// group was ever appended before that marker is written (commits begin only after an open
+/// returned, and every open that returns has written it), so whatever an interrupted creation or
+/// upgrade left there is recreated. A store whose marker says format 3 or later must have a
+/// sound log, which is kept (an upgrade from format 3 keeps it: it may hold acknowledged groups).
 fn finish(
     db: redb::Database,
     dir: &Path,
@@ -378,7 +383,7 @@ fn finish(
     if format > FORMAT_VERSION {
         return Err(newer(dir, format));
     }
-    let wal = open_wal(dir, options, marker != Some(FORMAT_VERSION))?;
+    let wal = open_wal(dir, options, marker.is_none_or(|m| m < FIRST_WAL_FORMAT))?;
     if format < FORMAT_VERSION {
         upgrade(&db, format)?;
     }
@@ -569,8 +574,10 @@ fn initialise(db: &redb::Database) -> Result<()> {
 /// seal, the meta values move to the sealed table (a store id is stamped if the store predates
 /// it). A value that does not decode stops the upgrade with nothing changed.
 fn upgrade(db: &redb::Database, from: u32) -> Result<()> {
-    if from >= 2 {
-        return upgrade_to_wal(db);
+    match from {
+        3 => return stamp_format(db),
+        2 => return upgrade_to_wal(db),
+        _ => {}
     }
     let mut txn = db.begin_write().db("begin the upgrade")?;
     txn.set_durability(redb::Durability::Immediate)
@@ -625,6 +632,21 @@ fn upgrade_to_wal(db: &redb::Database) -> Result<()> {
         let mut meta = txn.open_table(META).db("open the meta table")?;
         meta::put(&mut meta, META_FORMAT, FORMAT_VERSION as u64)?;
         meta::put(&mut meta, META_WAL_GROUP, 0)?;
+    }
+    txn.commit().db("commit the upgrade")
+}
+
+/// Format 3 → 4: the history stops holding the current entry (it holds the entries the current
+/// one replaced). Nothing is rewritten: every reader of format 4 takes a history row of the
+/// current entry for the copy it is, and the write-ahead log (kept: it may hold acknowledged
+/// groups, whose records still carry such rows) replays onto the upgraded store as it is.
+fn stamp_format(db: &redb::Database) -> Result<()> {
+    let mut txn = db.begin_write().db("begin the upgrade")?;
+    txn.set_durability(redb::Durability::Immediate)
+        .db("set the durability")?;
+    {
+        let mut meta = txn.open_table(META).db("open the meta table")?;
+        meta::put(&mut meta, META_FORMAT, FORMAT_VERSION as u64)?;
     }
     txn.commit().db("commit the upgrade")
 }

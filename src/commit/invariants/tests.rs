@@ -222,26 +222,40 @@ fn i6_from_the_log_names_a_commit_under_an_old_ended_or_live_lease() {
 }
 
 #[test]
-fn i1_and_i5_name_a_current_entry_that_is_not_the_newest_row() {
-    let rows = [(1, entry(1, 1, 0)), (4, entry(4, 2, 0))];
-    assert!(check_unit_rows("u", Some(&entry(4, 2, 0)), &rows).is_empty());
+fn i1_and_i5_name_a_current_entry_that_is_not_the_newest_entry() {
+    // Format 4: the history holds the replaced entries; format 3 also the current one.
+    let replaced = [(1, entry(1, 1, 0))];
+    let with_copy = [(1, entry(1, 1, 0)), (4, entry(4, 2, 0))];
+    assert!(check_unit_rows("u", Some(&entry(4, 2, 0)), &replaced).is_empty());
+    assert!(check_unit_rows("u", Some(&entry(4, 2, 0)), &with_copy).is_empty());
+    assert!(check_unit_rows("u", Some(&entry(4, 2, 0)), &[]).is_empty());
     let i1 = vec![Invariant::OneCurrentEntry];
     assert_eq!(
-        rules(&check_unit_rows("u", Some(&entry(1, 1, 0)), &rows)),
+        rules(&check_unit_rows("u", Some(&entry(1, 1, 0)), &with_copy)),
         i1,
         "a newer row than the current entry"
     );
     assert_eq!(
-        rules(&check_unit_rows("u", Some(&entry(4, 3, 0)), &rows)),
+        rules(&check_unit_rows("u", Some(&entry(4, 3, 0)), &with_copy)),
         i1,
-        "the newest row says otherwise"
+        "the copy of the current entry says otherwise"
     );
-    assert_eq!(rules(&check_unit_rows("u", Some(&entry(4, 2, 0)), &[])), i1);
-    assert_eq!(rules(&check_unit_rows("u", None, &rows)), i1);
-    let back = [(1, entry(1, 2, 0)), (4, entry(4, 1, 0))];
+    assert_eq!(rules(&check_unit_rows("u", None, &replaced)), i1);
+    let back = [(1, entry(1, 2, 0))];
     assert_eq!(
         rules(&check_unit_rows("u", Some(&entry(4, 1, 0)), &back)),
-        vec![Invariant::VersionNeverBack]
+        vec![Invariant::VersionNeverBack],
+        "the current entry goes back from the row it replaced"
+    );
+    let back_in_history = [(1, entry(1, 2, 0)), (2, entry(2, 1, 0))];
+    assert_eq!(
+        rules(&check_unit_rows(
+            "u",
+            Some(&entry(4, 3, 0)),
+            &back_in_history
+        )),
+        vec![Invariant::VersionNeverBack],
+        "the history goes back"
     );
 }
 
