@@ -417,8 +417,9 @@ pub fn unit_key(keys: Keys, i: u64) -> String {
 /// Version of every preloaded unit.
 const PRELOAD_VERSION: u64 = 1;
 
-/// The keys and versions of the timed commits, shared by the threads of one system's runs.
-struct KeySource {
+/// The keys and versions of the timed commits, shared by the threads of one system's runs
+/// (public for `oncelake bench commit --via-server`, whose clients commit the same keys).
+pub struct KeySource {
     workload: Workload,
     /// The next new unit's number (starts after the preload).
     next_new: AtomicU64,
@@ -427,20 +428,23 @@ struct KeySource {
 }
 
 /// One commit to make.
-struct Next {
-    key: String,
-    version: u64,
+pub struct Next {
+    /// The unit.
+    pub key: String,
+    /// Its source version.
+    pub version: u64,
 }
 
 /// A writer thread's key generator.
-struct Writer {
+pub struct Writer {
     thread: u64,
     threads: u64,
     rng: Rng,
 }
 
 impl KeySource {
-    fn new(workload: Workload) -> Self {
+    /// The keys of `workload`'s timed commits on a store that holds its preload.
+    pub fn new(workload: Workload) -> Self {
         KeySource {
             workload,
             next_new: AtomicU64::new(workload.preload),
@@ -448,7 +452,8 @@ impl KeySource {
         }
     }
 
-    fn writer(&self, thread: usize, threads: usize) -> Writer {
+    /// Writer `thread` of `threads`: each updates only its own share of the preloaded units.
+    pub fn writer(&self, thread: usize, threads: usize) -> Writer {
         Writer {
             thread: thread as u64,
             threads: threads.max(1) as u64,
@@ -458,7 +463,8 @@ impl KeySource {
         }
     }
 
-    fn next(&self, w: &mut Writer) -> Next {
+    /// Writer `w`'s next commit.
+    pub fn next(&self, w: &mut Writer) -> Next {
         let keys = self.workload.keys;
         let n = self.workload.preload;
         // Preloaded units this thread owns: numbers t, t + threads, ... below the preload.
@@ -498,24 +504,29 @@ fn preload_chunks(w: Workload) -> impl Iterator<Item = Vec<String>> {
     })
 }
 
+/// Creates an oncelake store at `path` holding `w`'s preload, and closes it (what the P1 run and
+/// `oncelake bench commit --via-server`'s server start from).
+pub fn preload_oncelake_store(path: &Path, w: Workload) -> Result<(), String> {
+    let e = |e: oncelake::Error| e.to_string();
+    let store = crate::bench_fixtures::open_bench_store(path).map_err(e)?;
+    let staged = store.stage_bytes(b"bench preload").map_err(e)?;
+    for chunk in preload_chunks(w) {
+        let mut batch = oncelake::Batch::new();
+        for k in chunk {
+            batch = batch.put(k, PRELOAD_VERSION, &staged);
+        }
+        let r = store.commit(batch).map_err(e)?;
+        if !r.applied() {
+            return Err("preload: a batch was not applied".into());
+        }
+    }
+    store.flush().map_err(e)
+}
+
 fn oncelake_preload(dir: &Path, w: Workload) -> Result<Target, String> {
     let path = dir.join("lake");
     let e = |e: oncelake::Error| e.to_string();
-    {
-        let store = crate::bench_fixtures::open_bench_store(&path).map_err(e)?;
-        let staged = store.stage_bytes(b"bench preload").map_err(e)?;
-        for chunk in preload_chunks(w) {
-            let mut batch = oncelake::Batch::new();
-            for k in chunk {
-                batch = batch.put(k, PRELOAD_VERSION, &staged);
-            }
-            let r = store.commit(batch).map_err(e)?;
-            if !r.applied() {
-                return Err("preload: a batch was not applied".into());
-            }
-        }
-        store.flush().map_err(e)?;
-    }
+    preload_oncelake_store(&path, w)?;
     // Reopen with the default (durable) options: the timed part measures them.
     let mut options = oncelake::Options::default();
     if let Some(b) = w.tuning.backlog_bytes {

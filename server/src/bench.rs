@@ -37,8 +37,21 @@ fn unit_key(i: usize) -> String {
     format!("bench/orders/customer={:06}/date=2026-11-29", i)
 }
 
+/// A client thread's source of commits: the next unit and source version to commit.
+pub type KeyGen<'a> = Box<dyn FnMut() -> (String, u64) + Send + 'a>;
+
+/// What a run through the server commits, and on what store.
+pub struct Workload<'a> {
+    /// Fills the fresh store before the server starts (in-process; e.g. the P1 preload): it
+    /// must leave a closed store at the path it is given.
+    pub prepare: &'a (dyn Fn(&Path) -> Result<(), String> + Sync),
+    /// For client `t` of `n`, its commits' keys and versions.
+    pub keys: &'a (dyn Fn(usize, usize) -> KeyGen<'a> + Sync),
+}
+
 /// Starts `exe serve` on a fresh store under `scratch`, commits up to `max_units` units (or for
-/// `max_time`) from `clients` connections, stops the server and removes the store.
+/// `max_time`) from `clients` connections, stops the server and removes the store. New units
+/// with sequential keys into an empty store; see [`commits_via_server_with`] for others.
 pub fn commits_via_server(
     exe: &Path,
     scratch: &Path,
@@ -46,25 +59,51 @@ pub fn commits_via_server(
     max_units: usize,
     max_time: Duration,
 ) -> Result<ServerRun, String> {
+    let next = AtomicUsize::new(0);
+    let next = &next;
+    let keys = move |_, _| -> KeyGen<'_> {
+        Box::new(move || (unit_key(next.fetch_add(1, Ordering::Relaxed)), 1))
+    };
+    let workload = Workload {
+        prepare: &|p: &Path| {
+            drop(oncelake::Store::open(p).map_err(|e| e.to_string())?);
+            Ok(())
+        },
+        keys: &keys,
+    };
+    commits_via_server_with(exe, scratch, clients, max_units, max_time, &workload)
+}
+
+/// [`commits_via_server`] on `workload`'s store with its keys.
+pub fn commits_via_server_with(
+    exe: &Path,
+    scratch: &Path,
+    clients: usize,
+    max_units: usize,
+    max_time: Duration,
+    workload: &Workload<'_>,
+) -> Result<ServerRun, String> {
     let clients = clients.max(1);
     let dir = scratch.join(format!("serve-{clients}c-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     let store = dir.join("lake");
-    drop(oncelake::Store::open(&store).map_err(|e| e.to_string())?);
-    let run = crate::load::start_server(exe, &store, &[]).and_then(|mut server| {
-        let run = drive(&store, clients, max_units, max_time);
-        crate::load::stop_server(&mut server);
-        run
+    let run = (workload.prepare)(&store).and_then(|()| {
+        crate::load::start_server(exe, &store, &[]).and_then(|mut server| {
+            let run = drive(&store, clients, max_units, max_time, workload.keys);
+            crate::load::stop_server(&mut server);
+            run
+        })
     });
     let _ = std::fs::remove_dir_all(&dir);
     run
 }
 
-fn drive(
+fn drive<'a>(
     store: &Path,
     clients: usize,
     max_units: usize,
     max_time: Duration,
+    keys: &(dyn Fn(usize, usize) -> KeyGen<'a> + Sync),
 ) -> Result<ServerRun, String> {
     let client = Client::for_store(store).map_err(|e| e.to_string())?;
     let groups_of = |c: &Client| -> Result<u64, String> {
@@ -77,7 +116,7 @@ fn drive(
     let results: Vec<Result<Vec<u32>, String>> = std::thread::scope(|s| {
         let handles: Vec<_> = (0..clients)
             .map(|t| {
-                let (client, next, line, start) = (&client, &next, &line, &start);
+                let (client, next, line, start, keys) = (&client, &next, &line, &start, &keys);
                 s.spawn(move || {
                     let staged = client
                         .stage_reader(format!("bench output of client {t}").as_bytes())
@@ -87,15 +126,17 @@ fn drive(
                     let staged = staged?;
                     let start = start.wait();
                     let mut lat = Vec::new();
+                    let mut keys = keys(t, clients);
                     loop {
                         let i = next.fetch_add(1, Ordering::Relaxed);
                         if i >= max_units || start.elapsed() >= max_time {
                             return Ok(lat);
                         }
+                        let (unit, source_version) = keys();
                         let t0 = Instant::now();
                         let item = CommitItemW {
-                            unit: unit_key(i),
-                            source_version: 1,
+                            unit: unit.clone(),
+                            source_version,
                             staged,
                             token: None,
                             correct: false,
@@ -104,7 +145,10 @@ fn drive(
                             .commit_with(vec![item], false, true)
                             .map_err(|e| e.to_string())?;
                         if !r.applied() || r.seq.is_none() {
-                            return Err(format!("unit {i} was not committed: {:?}", r.units));
+                            return Err(format!(
+                                "{unit}@{source_version} was not committed: {:?}",
+                                r.units
+                            ));
                         }
                         lat.push(t0.elapsed().as_micros().min(u32::MAX as u128) as u32);
                     }

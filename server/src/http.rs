@@ -1,8 +1,8 @@
-//! The HTTP API's handlers: each turns a request into one call on the store, run off the async
-//! workers (calls that wait for a commit group on the server's fixed write threads,
-//! [`crate::writers`]; the rest on tokio's blocking pool) so that commits from many connections
-//! are in flight at once and share the engine's commit groups (the engine's queue does the
-//! grouping; the server adds no lock of its own).
+//! The HTTP API's handlers: each turns a request into one call on the store. Calls that wait for
+//! a commit group run on the connection's own thread ([`crate::conns`]: one per connection while
+//! there are free ones), so that commits from many connections are in flight at once and share
+//! the engine's commit groups (the engine's queue does the grouping; the server adds no lock of
+//! its own); the rest run on the main runtime's blocking pool.
 
 use crate::live::Live;
 use crate::wire::{
@@ -61,20 +61,12 @@ pub(crate) struct App {
     pub snapshots: crate::snapshot::Leases,
     /// The newest seq this server has seen committed; long-polls wait on it.
     pub seq: tokio::sync::watch::Sender<u64>,
-    /// The threads that run commits, puts, claims, renewals and releases.
-    pub writers: crate::writers::Writers,
 }
 
 impl App {
-    pub(crate) fn new(
-        store: Store,
-        dir: PathBuf,
-        limits: Limits,
-        writers: crate::writers::Writers,
-    ) -> oncelake::Result<App> {
+    pub(crate) fn new(store: Store, dir: PathBuf, limits: Limits) -> oncelake::Result<App> {
         let seq = store.last_seq()?;
         Ok(App {
-            writers,
             store,
             dir,
             limits,
@@ -212,24 +204,23 @@ pub(crate) fn json<T: Serialize>(v: &T) -> Response {
     axum::Json(v).into_response()
 }
 
-/// Commits on one of the server's write threads and waits for the answer without holding an
-/// async worker: many commits in flight are many write threads in the engine's queue, so they
-/// share groups; whichever of them is oldest leads.
+/// Commits on the connection's own thread ([`crate::conns`]): many commits in flight from many
+/// connections are many connection threads in the engine's queue, so they share groups;
+/// whichever of them is oldest leads.
 async fn commit_queued(app: &App, batch: Batch) -> ApiResult<oncelake::CommitReport> {
     let store = app.store.clone();
     writing(app, move || store.commit(batch)).await
 }
 
-/// Runs a store call that waits for a commit group on the server's write threads
-/// ([`crate::writers`]). `f` holds a clone of the store, never the `App` (which owns the
-/// threads).
+/// Runs a store call that waits for a commit group on the connection's thread
+/// ([`crate::conns::run_commit`]), as an in-process writer would on its own thread.
 pub(crate) async fn writing<T: Send + 'static>(
-    app: &App,
+    _app: &App,
     f: impl FnOnce() -> oncelake::Result<T> + Send + 'static,
 ) -> ApiResult<T> {
-    match app.writers.run(f).await {
+    match crate::conns::run_commit(f).await {
         Ok(r) => r.map_err(ApiError::from),
-        Err(crate::writers::Panicked) => Err(ApiError::new(
+        Err(crate::conns::Panicked) => Err(ApiError::new(
             StatusCode::INTERNAL_SERVER_ERROR,
             "internal",
             "the store call did not finish (it panicked); look the units up before retrying",
@@ -241,7 +232,7 @@ pub(crate) async fn writing<T: Send + 'static>(
 pub(crate) async fn blocking<T: Send + 'static>(
     f: impl FnOnce() -> oncelake::Result<T> + Send + 'static,
 ) -> ApiResult<T> {
-    match tokio::task::spawn_blocking(f).await {
+    match crate::conns::spawn_blocking(f).await {
         Ok(r) => r.map_err(ApiError::from),
         Err(e) => Err(ApiError::new(
             StatusCode::INTERNAL_SERVER_ERROR,
@@ -494,8 +485,14 @@ async fn lookup(
     q: Result<Query<UnitQ>, QueryRejection>,
 ) -> ApiResult<Response> {
     let q = query(q)?;
-    let app2 = app.clone();
-    let c = blocking(move || app2.store.lookup(&q.unit)).await?;
+    // The dedup decision is an in-memory lookup (SPEC P2: millions per second): answered on the
+    // connection's thread, not handed to the blocking pool.
+    let c = if crate::conns::on_connection_thread() {
+        app.store.lookup(&q.unit).map_err(ApiError::from)?
+    } else {
+        let app2 = app.clone();
+        blocking(move || app2.store.lookup(&q.unit)).await?
+    };
     Ok(json(
         &serde_json::json!({ "committed": c.as_ref().map(CommittedW::from) }),
     ))
@@ -555,7 +552,7 @@ async fn object(
 /// read from `file` in chunks on the blocking pool (never the whole object in memory).
 pub(crate) fn object_response(file: std::fs::File, entry: &oncelake::Entry) -> Response {
     let (tx, rx) = tokio::sync::mpsc::channel::<Result<Bytes, std::io::Error>>(4);
-    tokio::task::spawn_blocking(move || pump_file(file, tx));
+    crate::conns::spawn_blocking(move || pump_file(file, tx));
     let header_json = serde_json::to_string(&EntryW::from(entry)).unwrap_or_default();
     (
         [
@@ -622,7 +619,7 @@ async fn ls(
     let at = q.at;
     let snap = blocking(move || snapshot(&app2.store, at)).await?;
     let (tx, rx) = tokio::sync::mpsc::channel::<Result<Bytes, std::io::Error>>(16);
-    tokio::task::spawn_blocking(move || {
+    crate::conns::spawn_blocking(move || {
         let entries = match snap.prefix(&q.prefix) {
             Ok(it) => it,
             Err(e) => {
@@ -747,7 +744,7 @@ struct VerifyReq {
 /// and the CLI prints progress lines as it does in-process).
 fn verify_streamed(app: Arc<App>, deep: bool) -> Response {
     let (tx, rx) = tokio::sync::mpsc::channel::<Result<Bytes, std::io::Error>>(16);
-    tokio::task::spawn_blocking(move || {
+    crate::conns::spawn_blocking(move || {
         let mut last: Option<Instant> = None;
         let report =
             app.store
@@ -802,18 +799,56 @@ async fn not_found(req: Request) -> ApiError {
     )
 }
 
-/// Streams a request body into the engine's staging writer on the blocking pool: pieces go
+/// Uploads of at most this many bytes are read whole and staged on the connection's thread
+/// ([`upload`]); larger ones stream to the blocking pool.
+pub(crate) const SMALL_UPLOAD: u64 = 64 << 10;
+
+/// Stages a request body. A body that ends within [`SMALL_UPLOAD`] bytes (the usual put of one
+/// small object) is read whole into memory and staged right here on the connection's thread,
+/// as an in-process writer stages on its own thread: no thread of the blocking pool and no
+/// hand-off per upload (so a load of small puts runs on the server's fixed threads alone).
+/// A larger body streams into the engine's staging writer on the blocking pool: pieces go
 /// through a small bounded channel (so memory stays constant whatever the size), the size limit
 /// and the idle timeout are enforced as they arrive, and a body that ends in an error (the
 /// client went away) makes the staging fail, so its unnamed file is discarded and nothing is
 /// committed.
 async fn upload(app: &Arc<App>, mut body: Body) -> ApiResult<Staged> {
+    let _in_flight = app.live.upload_started();
+    let mut head: Vec<Bytes> = Vec::new();
+    let mut total: u64 = 0;
+    if crate::conns::on_connection_thread() {
+        while total <= SMALL_UPLOAD {
+            match next_data(app, &mut body, &mut total).await {
+                Err(e) => {
+                    app.live.upload_aborted();
+                    return Err(e);
+                }
+                Ok(Some(data)) => head.push(data),
+                Ok(None) => {
+                    let store = app.store.clone();
+                    let staged = crate::conns::run_commit(move || {
+                        store.stage_reader(PiecesReader {
+                            pieces: head.into(),
+                        })
+                    })
+                    .await;
+                    return match staged {
+                        Ok(r) => r.map_err(ApiError::from),
+                        Err(crate::conns::Panicked) => Err(ApiError::new(
+                            StatusCode::INTERNAL_SERVER_ERROR,
+                            "internal",
+                            "staging did not finish (it panicked); nothing was committed",
+                        )),
+                    };
+                }
+            }
+        }
+    }
     let (tx, rx) = std::sync::mpsc::sync_channel::<Piece>(4);
     let app2 = app.clone();
     let writer =
-        tokio::task::spawn_blocking(move || app2.store.stage_reader(ChannelReader::new(rx)));
-    let _in_flight = app.live.upload_started();
-    let fed = feed(app, &mut body, tx).await;
+        crate::conns::spawn_blocking(move || app2.store.stage_reader(ChannelReader::new(rx)));
+    let fed = feed(app, &mut body, tx, head, total).await;
     let staged = writer.await;
     if let Err(e) = fed {
         app.live.upload_aborted();
@@ -829,45 +864,56 @@ async fn upload(app: &Arc<App>, mut body: Body) -> ApiResult<Staged> {
     }
 }
 
-pub(crate) async fn feed(
-    app: &App,
-    body: &mut Body,
-    tx: std::sync::mpsc::SyncSender<Piece>,
-) -> ApiResult<()> {
-    let mut total: u64 = 0;
+/// A `Read` over a small upload's pieces, read whole before staging.
+struct PiecesReader {
+    pieces: std::collections::VecDeque<Bytes>,
+}
+
+impl Read for PiecesReader {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        while let Some(front) = self.pieces.front_mut() {
+            if front.is_empty() {
+                self.pieces.pop_front();
+                continue;
+            }
+            let n = buf.len().min(front.len());
+            buf[..n].copy_from_slice(&front[..n]);
+            *front = front.slice(n..);
+            return Ok(n);
+        }
+        Ok(0)
+    }
+}
+
+/// The next piece of an upload's data (`None` at its end), within the idle timeout, counted into
+/// `total` against the upload limit.
+async fn next_data(app: &App, body: &mut Body, total: &mut u64) -> ApiResult<Option<Bytes>> {
     loop {
-        let next = match tokio::time::timeout(app.limits.body_idle, body.frame()).await {
-            Err(_) => Err(ApiError::new(
-                StatusCode::REQUEST_TIMEOUT,
-                "timeout",
-                format!(
-                    "no upload data for {:?}; the staging was discarded and nothing committed",
-                    app.limits.body_idle
-                ),
-            )),
-            Ok(None) => {
-                let _ = send(&tx, Piece::End).await;
-                return Ok(());
+        let frame = match tokio::time::timeout(app.limits.body_idle, body.frame()).await {
+            Err(_) => {
+                return Err(ApiError::new(
+                    StatusCode::REQUEST_TIMEOUT,
+                    "timeout",
+                    format!(
+                        "no upload data for {:?}; the staging was discarded and nothing committed",
+                        app.limits.body_idle
+                    ),
+                ))
             }
-            Ok(Some(Err(e))) => Err(ApiError::bad(format!(
-                "the upload broke off ({e}); the staging was discarded and nothing committed"
-            ))),
-            Ok(Some(Ok(frame))) => Ok(frame),
-        };
-        let frame = match next {
-            Ok(f) => f,
-            Err(e) => {
-                let _ = send(&tx, Piece::Failed(e.message.clone())).await;
-                return Err(e);
+            Ok(None) => return Ok(None),
+            Ok(Some(Err(e))) => {
+                return Err(ApiError::bad(format!(
+                    "the upload broke off ({e}); the staging was discarded and nothing committed"
+                )))
             }
+            Ok(Some(Ok(frame))) => frame,
         };
         let Ok(data) = frame.into_data() else {
             continue;
         };
-        total += data.len() as u64;
-        if total > app.limits.max_upload {
+        *total += data.len() as u64;
+        if *total > app.limits.max_upload {
             app.live.too_large();
-            let _ = send(&tx, Piece::Failed("upload too large".into())).await;
             return Err(ApiError::new(
                 StatusCode::PAYLOAD_TOO_LARGE,
                 "too_large",
@@ -877,9 +923,41 @@ pub(crate) async fn feed(
                 ),
             ));
         }
+        return Ok(Some(data));
+    }
+}
+
+/// Feeds an upload into the staging writer's channel: first `head` (the pieces already read,
+/// `total` bytes), then the rest of the body. Any error is also sent, so the staging fails.
+pub(crate) async fn feed(
+    app: &App,
+    body: &mut Body,
+    tx: std::sync::mpsc::SyncSender<Piece>,
+    head: Vec<Bytes>,
+    mut total: u64,
+) -> ApiResult<()> {
+    for data in head {
         if send(&tx, Piece::Data(data)).await.is_err() {
             // The staging writer stopped (its error is reported by `upload`).
             return Ok(());
+        }
+    }
+    loop {
+        match next_data(app, body, &mut total).await {
+            Err(e) => {
+                let _ = send(&tx, Piece::Failed(e.message.clone())).await;
+                return Err(e);
+            }
+            Ok(None) => {
+                let _ = send(&tx, Piece::End).await;
+                return Ok(());
+            }
+            Ok(Some(data)) => {
+                if send(&tx, Piece::Data(data)).await.is_err() {
+                    // The staging writer stopped (its error is reported by `upload`).
+                    return Ok(());
+                }
+            }
         }
     }
 }
@@ -892,7 +970,7 @@ async fn send(tx: &std::sync::mpsc::SyncSender<Piece>, item: Piece) -> Result<()
         Err(std::sync::mpsc::TrySendError::Disconnected(_)) => Err(()),
         Err(std::sync::mpsc::TrySendError::Full(item)) => {
             let tx = tx.clone();
-            tokio::task::spawn_blocking(move || tx.send(item).map_err(|_| ()))
+            crate::conns::spawn_blocking(move || tx.send(item).map_err(|_| ()))
                 .await
                 .unwrap_or(Err(()))
         }

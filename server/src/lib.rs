@@ -9,6 +9,8 @@
 mod auth;
 pub mod bench;
 pub mod client;
+#[cfg(feature = "server")]
+mod conns;
 pub mod discovery;
 #[cfg(feature = "server")]
 mod http;
@@ -40,13 +42,11 @@ pub mod wire_pipeline;
 pub mod wire_reconcile;
 pub mod wire_table;
 pub mod wire_verify;
-#[cfg(feature = "server")]
-mod writers;
 
 pub use client::{Client, ClientError, PlanEnd, PlanEvent, ReconcileForm, SnapshotLease};
+#[cfg(feature = "server")]
+pub use conns::DEFAULT_CONNECTION_THREADS;
 #[cfg(feature = "server")]
 pub use http::Limits;
 #[cfg(feature = "server")]
 pub use run::{serve, ServeError, ServeOptions, MALLOC_ARENAS};
-#[cfg(feature = "server")]
-pub use writers::DEFAULT_WRITE_THREADS;

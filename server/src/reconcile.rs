@@ -97,10 +97,10 @@ pub(crate) async fn reconcile(
     let spool = spool_file(&spec.tmp)?;
     let (tx, rx) = std::sync::mpsc::sync_channel::<Piece>(4);
     let app2 = app.clone();
-    let pass = tokio::task::spawn_blocking(move || {
+    let pass = crate::conns::spawn_blocking(move || {
         plan_to_spool(&app2.store, ChannelReader::new(rx), &spec, spool)
     });
-    feed(&app, &mut body, tx).await?;
+    feed(&app, &mut body, tx, Vec::new(), 0).await?;
     // The pass may stop early (a bad line): read the rest of the body so that the client, which
     // sends it whole before reading, gets this answer instead of a broken connection.
     drain(&app, &mut body).await?;
@@ -112,7 +112,7 @@ pub(crate) async fn reconcile(
         )
     })??;
     let (tx, rx) = tokio::sync::mpsc::channel::<Result<Bytes, std::io::Error>>(4);
-    tokio::task::spawn_blocking(move || {
+    crate::conns::spawn_blocking(move || {
         crate::http::pump_file(spool, tx.clone());
         let _ = tx.blocking_send(Ok(Bytes::from(last)));
     });

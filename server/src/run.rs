@@ -26,9 +26,10 @@ pub struct ServeOptions {
     pub drain_timeout: Duration,
     /// redb's page cache for the served store (the engine's default when `None`).
     pub cache_bytes: Option<usize>,
-    /// Threads that run commits, puts, claims, renewals and releases ([`crate::writers`]): at
-    /// most this many wait for commit groups at once.
-    pub write_threads: usize,
+    /// Threads that serve the connections and run their commits, puts, claims, renewals and
+    /// releases ([`crate::conns`]): at most this many wait for commit groups at once, and
+    /// connections beyond this many share threads.
+    pub connection_threads: usize,
     /// glibc only: the most malloc arenas of this process (`mallopt(M_ARENA_MAX)`), set when
     /// serving starts unless `MALLOC_ARENA_MAX` is in the environment; `None` leaves glibc's
     /// default (8 per core). Process-wide: a program that embeds the server and tunes its own
@@ -38,7 +39,7 @@ pub struct ServeOptions {
 
 /// The server's default arena limit: one. With glibc's default each thread allocates from one of
 /// up to 8 arenas per core, and the page cache's buffers (most of the server's heap, allocated by
-/// whichever thread reads or writes a page: the write threads and the blocking pool's) were
+/// whichever thread reads or writes a page: the connection threads and the blocking pool's) were
 /// spread over 16 arenas here, each keeping its own freed chunks: resident memory kept rising
 /// while the heap in use was level (BENCHMARKS.md, "Server"). In one arena a freed chunk is
 /// reused by any thread. The lock it costs is taken only for chunks the per-thread caches do
@@ -55,7 +56,7 @@ impl Default for ServeOptions {
             header_timeout: Duration::from_secs(30),
             drain_timeout: Duration::from_secs(30),
             cache_bytes: None,
-            write_threads: crate::writers::DEFAULT_WRITE_THREADS,
+            connection_threads: crate::conns::DEFAULT_CONNECTION_THREADS,
             malloc_arenas: Some(MALLOC_ARENAS),
         }
     }
@@ -111,6 +112,9 @@ pub fn serve(dir: &Path, opts: ServeOptions, ready: impl FnOnce(&str)) -> Result
         limit_malloc_arenas(n);
     }
     let runtime = tokio::runtime::Builder::new_multi_thread()
+        // The async workers only accept connections (each is served on a connection thread,
+        // `crate::conns`) and run the expiry timer: one is enough.
+        .worker_threads(1)
         .enable_all()
         // The store calls that wait for no commit group (uploads, reads, listings, verify...)
         // run on the blocking pool; uploads and streamed answers hold a thread while their
@@ -169,9 +173,12 @@ async fn serve_async(
     // We hold the lock: whatever socket or address file is there was left by a dead server.
     discovery::remove_files(&dir);
     let (listener, address, token) = listen(&dir, &opts).await?;
-    let writers = crate::writers::Writers::start(opts.write_threads)
-        .map_err(io("start the write threads"))?;
-    let app = Arc::new(App::new(store, dir.clone(), opts.limits.clone(), writers)?);
+    let conns = crate::conns::ConnThreads::start(
+        opts.connection_threads,
+        tokio::runtime::Handle::current(),
+    )
+    .map_err(io("start the connection threads"))?;
+    let app = Arc::new(App::new(store, dir.clone(), opts.limits.clone())?);
     let info = ServeInfo {
         address: address.clone(),
         pid: std::process::id(),
@@ -184,8 +191,11 @@ async fn serve_async(
     // Installed before the ready line: a SIGTERM sent as soon as it is read must drain.
     let shutdown = shutdown_signal().map_err(io("install the SIGTERM/SIGINT handlers"))?;
     ready(&address);
-    let result = accept_loop(listener, app.clone(), token, &opts, shutdown).await;
+    let result = accept_loop(listener, app.clone(), &conns, token, &opts, shutdown).await;
     discovery::remove_files(&dir);
+    // Stops the connection threads (connections still open after the drain are dropped), which
+    // releases their references to the app.
+    drop(conns);
     // The last reference: dropping the store syncs the tail and writes the index snapshot.
     drop(app);
     result
@@ -238,6 +248,7 @@ fn bind_unix(path: &Path) -> Result<tokio::net::UnixListener, ServeError> {
 async fn accept_loop(
     listener: Listener,
     app: Arc<App>,
+    conns: &crate::conns::ConnThreads,
     token: Option<String>,
     opts: &ServeOptions,
     shutdown: impl std::future::Future<Output = ()>,
@@ -257,14 +268,26 @@ async fn accept_loop(
             _ = &mut shutdown => break,
             _ = expire.tick() => app.expire_staged(),
             conn = accept(&listener) => {
-                let Ok(io) = conn else { continue };
+                let Ok(accepted) = conn else { continue };
+                // The connection is served on a connection thread's runtime, so its socket is
+                // registered with that runtime's reactor.
+                let slot = conns.pick();
+                let io = {
+                    let _on = slot.handle.enter();
+                    match accepted.adopt() {
+                        Ok(io) => io,
+                        Err(_) => continue,
+                    }
+                };
                 let svc = crate::auth::service(router.clone(), app.clone(), token.clone());
                 let conn = builder.serve_connection(io, svc);
                 let watched = graceful.watch(conn);
                 let guard = crate::live::Live::connection(&app);
-                tokio::spawn(async move {
+                let handle = slot.handle.clone();
+                handle.spawn(async move {
                     let _ = watched.await;
                     drop(guard);
+                    drop(slot);
                 });
             }
         }
@@ -278,13 +301,35 @@ async fn accept_loop(
 /// An accepted connection of either kind, as one I/O type.
 type Io = TokioIo<Box<dyn crate::auth::Stream>>;
 
-async fn accept(listener: &Listener) -> std::io::Result<Io> {
+/// An accepted connection, its socket still registered with the accept loop's reactor.
+enum Accepted {
+    Unix(tokio::net::UnixStream),
+    Tcp(tokio::net::TcpStream),
+}
+
+impl Accepted {
+    /// Moves the socket to the reactor of the runtime entered now (a connection thread's).
+    fn adopt(self) -> std::io::Result<Io> {
+        Ok(match self {
+            Accepted::Unix(s) => {
+                let s = tokio::net::UnixStream::from_std(s.into_std()?)?;
+                TokioIo::new(Box::new(s))
+            }
+            Accepted::Tcp(s) => {
+                let s = tokio::net::TcpStream::from_std(s.into_std()?)?;
+                TokioIo::new(Box::new(s))
+            }
+        })
+    }
+}
+
+async fn accept(listener: &Listener) -> std::io::Result<Accepted> {
     Ok(match listener {
-        Listener::Unix(l) => TokioIo::new(Box::new(l.accept().await?.0)),
+        Listener::Unix(l) => Accepted::Unix(l.accept().await?.0),
         Listener::Tcp(l) => {
             let (s, _) = l.accept().await?;
             let _ = s.set_nodelay(true);
-            TokioIo::new(Box::new(s))
+            Accepted::Tcp(s)
         }
     })
 }

@@ -237,7 +237,7 @@ pub(crate) async fn ls(
     let q = query(q)?;
     let snap = app.snapshots.touch(q.id)?;
     let (tx, rx) = tokio::sync::mpsc::channel::<Result<Bytes, std::io::Error>>(16);
-    tokio::task::spawn_blocking(move || {
+    crate::conns::spawn_blocking(move || {
         let entries = match snap.prefix(&q.prefix) {
             Ok(it) => it,
             Err(e) => {

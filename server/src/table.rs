@@ -32,7 +32,7 @@ async fn run<T: Send + 'static>(
     f: impl FnOnce(&Store) -> TableResult<T> + Send + 'static,
 ) -> ApiResult<T> {
     let app = app.clone();
-    match tokio::task::spawn_blocking(move || f(&app.store)).await {
+    match crate::conns::spawn_blocking(move || f(&app.store)).await {
         Ok(r) => r.map_err(ApiError::from),
         Err(e) => Err(ApiError::new(
             StatusCode::INTERNAL_SERVER_ERROR,

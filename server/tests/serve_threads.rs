@@ -1,5 +1,5 @@
 //! The server's threads stay a fixed set under a burst of concurrent commits: commits run on
-//! `--write-threads` threads made at start, not on a thread each (as with `block_in_place`,
+//! `--connection-threads` threads made at start, not on a thread each (as with `block_in_place`,
 //! which handed the async worker's core to a new or pooled thread for every commit and let the
 //! thread count follow the number of commits in flight). And (glibc) all of them allocate from
 //! one malloc arena.
@@ -36,7 +36,10 @@ fn a_burst_of_concurrent_commits_adds_no_threads() {
     const CLIENTS: usize = 96;
     const EACH: usize = 10;
     let (_dir, store) = new_store();
-    let server = Server::start_with(&store, &["--write-threads", &WRITE_THREADS.to_string()]);
+    let server = Server::start_with(
+        &store,
+        &["--connection-threads", &WRITE_THREADS.to_string()],
+    );
     let pid = server.pid();
     let c = Client::for_store(&store).unwrap();
     // Staged one at a time before the burst (uploads run on tokio's blocking pool, whose
@@ -106,6 +109,77 @@ fn a_burst_of_concurrent_commits_adds_no_threads() {
     );
     // The write threads were there before it.
     assert!(before > WRITE_THREADS, "{before} threads");
+    server.stop();
+}
+
+/// Small puts (upload and commit in one request) are staged and committed on the connection's
+/// own thread: a burst of them adds no thread either (uploads used to run on tokio's blocking
+/// pool, one thread per upload in flight, which grew to each new peak and stayed).
+#[test]
+fn a_burst_of_small_puts_adds_no_threads() {
+    const THREADS: usize = 8;
+    const CLIENTS: usize = 48;
+    const EACH: usize = 10;
+    let (_dir, store) = new_store();
+    let server = Server::start_with(&store, &["--connection-threads", &THREADS.to_string()]);
+    let pid = server.pid();
+    let c = Client::for_store(&store).unwrap();
+    // One put first, so that whatever a first request starts is there before the burst.
+    c.put_reader("burst/first", 1, None, false, &b"first"[..])
+        .unwrap();
+    let (before, _) = threads_of(pid);
+    let line = Barrier::new(CLIENTS);
+    let done = AtomicBool::new(false);
+    let (peak, seen) = std::thread::scope(|s| {
+        let sampler = s.spawn(|| {
+            let (mut peak, mut seen) = (0, HashSet::new());
+            while !done.load(Ordering::SeqCst) {
+                let (n, ids) = threads_of(pid);
+                peak = peak.max(n);
+                seen.extend(ids);
+            }
+            (peak, seen)
+        });
+        let clients: Vec<_> = (0..CLIENTS)
+            .map(|t| {
+                let (c, line) = (&c, &line);
+                s.spawn(move || {
+                    line.wait();
+                    for i in 0..EACH {
+                        let unit = format!("burst/t={t:03}/i={i:02}");
+                        let (o, _) = c
+                            .put_reader(&unit, 1, None, false, unit.as_bytes())
+                            .unwrap();
+                        assert!(
+                            matches!(o.outcome, oncelake::Outcome::Committed { .. }),
+                            "{o:?}"
+                        );
+                    }
+                })
+            })
+            .collect();
+        for t in clients {
+            t.join().unwrap();
+        }
+        done.store(true, Ordering::SeqCst);
+        sampler.join().unwrap()
+    });
+    let mut units = BTreeSet::new();
+    c.ls("burst/t=", None, |e| {
+        units.insert(e.unit);
+        true
+    })
+    .unwrap();
+    assert_eq!(units.len(), CLIENTS * EACH);
+    assert!(
+        peak <= before + 2,
+        "{peak} threads during the burst, {before} before it"
+    );
+    assert!(
+        seen.len() <= before + 2,
+        "{} distinct threads seen during the burst, {before} before it",
+        seen.len()
+    );
     server.stop();
 }
 

@@ -20,13 +20,15 @@ pub(crate) struct CommitBenchArgs {
     #[arg(long, default_value = "10s", value_parser = super::parse_duration)]
     pub seconds: Duration,
     /// Units in every system's store before the timed commits (built once per system, in large
-    /// transactions, and kept for all thread counts).
-    #[arg(long, default_value_t = 1_000_000)]
-    pub preload: u64,
+    /// transactions, and kept for all thread counts) [default: 1000000; with --via-server 0,
+    /// a fresh store per client count on both sides].
+    #[arg(long)]
+    pub preload: Option<u64>,
     /// Keys of the timed commits: random (half new units, half new versions of preloaded ones)
-    /// or sequential (new units only, in key order; with --preload 0 the old empty-store bench).
-    #[arg(long, default_value = "random", value_parser = parse_keys)]
-    pub keys: Keys,
+    /// or sequential (new units only, in key order; with --preload 0 the old empty-store bench)
+    /// [default: random; with --via-server sequential].
+    #[arg(long, value_parser = parse_keys)]
+    pub keys: Option<Keys>,
     /// Systems to run, comma separated: oncelake, redb (b1), sqlite (b2, a connection per
     /// thread), sqlite_shared (b2, one connection behind a mutex).
     #[arg(
@@ -87,7 +89,16 @@ pub(crate) fn commit(a: CommitBenchArgs) -> Result<u8, CliError> {
         return super::serve::bench_seed001(a.dir, a.json);
     }
     if a.via_server {
-        return super::serve::bench_via_server(&a.clients, a.commits, a.seconds, a.dir, a.json);
+        // The via-server bench's defaults stay the fresh store with sequential keys it was first
+        // quoted on (BENCHMARKS.md, "Server"); `--preload 1000000 --keys random` is SPEC P1's.
+        let workload = Workload {
+            preload: a.preload.unwrap_or(0),
+            keys: a.keys.unwrap_or(Keys::Sequential),
+            tuning: Default::default(),
+        };
+        return super::serve::bench_via_server(
+            &a.clients, a.commits, a.seconds, workload, a.dir, a.json,
+        );
     }
     let systems = parse_systems(&a.systems)?;
     if a.threads.is_empty() || a.threads.contains(&0) {
@@ -99,8 +110,8 @@ pub(crate) fn commit(a: CommitBenchArgs) -> Result<u8, CliError> {
         return Err(CliError::Usage("--commits must be at least 1".into()));
     }
     let workload = Workload {
-        preload: a.preload,
-        keys: a.keys,
+        preload: a.preload.unwrap_or(Workload::P1.preload),
+        keys: a.keys.unwrap_or(Workload::P1.keys),
         tuning: oncelake_bench::bench_commit::Tuning {
             backlog_bytes: a.backlog_mib.map(|m| m << 20),
             apply_batch_bytes: a.apply_batch_mib.map(|m| m << 20),
@@ -117,7 +128,11 @@ pub(crate) fn commit(a: CommitBenchArgs) -> Result<u8, CliError> {
     let mut probes = vec![probe("before")?];
     let mut results: Vec<Measurement> = Vec::new();
     for &system in &systems {
-        bar.set_message(format!("{}: preloading {} units", system.name(), a.preload));
+        bar.set_message(format!(
+            "{}: preloading {} units",
+            system.name(),
+            workload.preload
+        ));
         let mut bench = Bench::new(system, workload, &scratch)
             .map_err(|e| CliError::Usage(format!("bench {} preload: {e}", system.name())))?;
         for &threads in &a.threads {

@@ -27,10 +27,11 @@ pub(crate) struct ServeArgs {
     /// plus a few tens of MiB.
     #[arg(long)]
     pub cache_mib: Option<usize>,
-    /// Threads that run commits, puts and claims: at most this many wait for commit groups at
-    /// once (more concurrent commits wait for a free one). Made once; they never exit.
-    #[arg(long, default_value_t = oncelake_server::DEFAULT_WRITE_THREADS, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=4096))]
-    pub write_threads: usize,
+    /// Threads that serve the connections and run their commits, puts and claims: a connection
+    /// has one of its own while there are free ones, so at most this many commits wait for
+    /// commit groups at once (connections beyond share threads). Made once; they never exit.
+    #[arg(long, alias = "write-threads", default_value_t = oncelake_server::DEFAULT_CONNECTION_THREADS, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=4096))]
+    pub connection_threads: usize,
 }
 
 pub(crate) fn serve(a: ServeArgs, wait: Duration) -> Result<u8, CliError> {
@@ -59,7 +60,7 @@ pub(crate) fn serve(a: ServeArgs, wait: Duration) -> Result<u8, CliError> {
         lock_wait: wait,
         header_timeout: a.request_timeout,
         cache_bytes: a.cache_mib.map(|m| m << 20),
-        write_threads: a.write_threads,
+        connection_threads: a.connection_threads,
         ..ServeOptions::default()
     };
     opts.limits.max_upload = a.max_upload;
@@ -88,10 +89,11 @@ pub(crate) fn bench_via_server(
     clients: &[usize],
     commits: usize,
     seconds: Duration,
+    workload: oncelake_bench::bench_commit::Workload,
     dir: Option<PathBuf>,
     json: bool,
 ) -> Result<u8, CliError> {
-    use oncelake_bench::bench_commit::{self as workload, Plan, System};
+    use oncelake_bench::bench_commit::{self as bench, KeySource, Plan, System};
     if clients.is_empty() || clients.contains(&0) || commits == 0 {
         return Err(CliError::Usage(
             "--clients needs positive counts (e.g. --clients 1,16,64) and --commits at least 1"
@@ -101,7 +103,11 @@ pub(crate) fn bench_via_server(
     let scratch = dir.unwrap_or_else(std::env::temp_dir);
     let exe = std::env::current_exe().map_err(|e| CliError::io("find the oncelake binary", e))?;
     if !json {
-        outln!("durable commits, 1 unit each, objects pre-staged: in-process threads vs clients of `oncelake serve`");
+        outln!(
+            "durable commits, 1 unit each, objects pre-staged, {} preloaded units, {} keys: in-process threads vs clients of `oncelake serve`",
+            workload.preload,
+            workload.keys.name()
+        );
         outln!(
             "{:>7} {:>14} {:>14} {:>8} {:>12} {:>12} {:>11}",
             "clients",
@@ -119,23 +125,36 @@ pub(crate) fn bench_via_server(
             max_units: commits,
             max_time: seconds,
         };
-        // The same workload as the server's clients: new units into a fresh store.
-        let fresh = workload::Workload {
-            preload: 0,
-            keys: workload::Keys::Sequential,
-            ..workload::Workload::P1
-        };
-        let local = workload::measure(System::Oncelake, fresh, plan, &scratch)
+        // Both sides run the same workload, each on a freshly preloaded store of its own: the
+        // in-process threads on the store of `bench::measure`, the server's clients on one built
+        // the same way (`preload_oncelake_store`) and then served, with the same key source.
+        let local = bench::measure(System::Oncelake, workload, plan, &scratch)
             .map_err(|e| CliError::Usage(format!("bench in-process: {e}")))?;
-        let remote =
-            oncelake_server::bench::commits_via_server(&exe, &scratch, n, commits, seconds)
-                .map_err(|e| CliError::Usage(format!("bench via server: {e}")))?;
+        let source = KeySource::new(workload);
+        let keys = |t: usize, n: usize| -> oncelake_server::bench::KeyGen<'_> {
+            let mut w = source.writer(t, n);
+            let source = &source;
+            Box::new(move || {
+                let next = source.next(&mut w);
+                (next.key, next.version)
+            })
+        };
+        let served = oncelake_server::bench::Workload {
+            prepare: &|p| bench::preload_oncelake_store(p, workload),
+            keys: &keys,
+        };
+        let remote = oncelake_server::bench::commits_via_server_with(
+            &exe, &scratch, n, commits, seconds, &served,
+        )
+        .map_err(|e| CliError::Usage(format!("bench via server: {e}")))?;
         let ratio = remote.units_per_sec() / local.units_per_sec().max(1e-9);
         let mean_group = remote.units as f64 / remote.groups.max(1) as f64;
         if json {
             super::print_json(&serde_json::json!({
                 "bench": "commit_via_server",
                 "clients": n,
+                "preload": workload.preload,
+                "keys": workload.keys.name(),
                 "in_process_units_per_s": local.units_per_sec(),
                 "in_process_mean_group": local.mean_group,
                 "via_server_units_per_s": remote.units_per_sec(),
