@@ -277,15 +277,8 @@ fn a_format_2_store_is_read_as_it_is_and_upgraded_by_a_read_write_open() {
             let meta: redb::TableDefinition<&str, &[u8]> = redb::TableDefinition::new("store_meta");
             let mut t = txn.open_table(meta).unwrap();
             t.remove("wal_group").unwrap();
-            let mut payload = 2u64.to_le_bytes().to_vec();
-            let mut h = crc32fast::Hasher::new();
-            h.update(b"meta");
-            h.update(&[0]);
-            h.update(&(b"format".len() as u64).to_le_bytes());
-            h.update(b"format");
-            h.update(&payload);
-            payload.extend_from_slice(&h.finalize().to_le_bytes());
-            t.insert("format", payload.as_slice()).unwrap();
+            let v = sealed("meta", b"format", &2u64.to_le_bytes());
+            t.insert("format", v.as_slice()).unwrap();
         }
         txn.commit().unwrap();
     }

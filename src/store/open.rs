@@ -625,15 +625,10 @@ fn upgrade(db: &redb::Database, from: u32) -> Result<()> {
 /// Format 2 → 3: the store gains its write-ahead log (`wal.redb`, created by the open that
 /// follows); its database only gets the new format and the applied-group counter (0).
 fn upgrade_to_wal(db: &redb::Database) -> Result<()> {
-    let mut txn = db.begin_write().db("begin the upgrade")?;
-    txn.set_durability(redb::Durability::Immediate)
-        .db("set the durability")?;
-    {
-        let mut meta = txn.open_table(META).db("open the meta table")?;
-        meta::put(&mut meta, META_FORMAT, FORMAT_VERSION as u64)?;
-        meta::put(&mut meta, META_WAL_GROUP, 0)?;
-    }
-    txn.commit().db("commit the upgrade")
+    stamp(
+        db,
+        &[(META_FORMAT, FORMAT_VERSION as u64), (META_WAL_GROUP, 0)],
+    )
 }
 
 /// Format 3 → 4: the history stops holding the current entry (it holds the entries the current
@@ -641,12 +636,19 @@ fn upgrade_to_wal(db: &redb::Database) -> Result<()> {
 /// current entry for the copy it is, and the write-ahead log (kept: it may hold acknowledged
 /// groups, whose records still carry such rows) replays onto the upgraded store as it is.
 fn stamp_format(db: &redb::Database) -> Result<()> {
+    stamp(db, &[(META_FORMAT, FORMAT_VERSION as u64)])
+}
+
+/// Writes meta `rows` in one synced transaction: an upgrade that changes nothing else.
+fn stamp(db: &redb::Database, rows: &[(&str, u64)]) -> Result<()> {
     let mut txn = db.begin_write().db("begin the upgrade")?;
     txn.set_durability(redb::Durability::Immediate)
         .db("set the durability")?;
     {
         let mut meta = txn.open_table(META).db("open the meta table")?;
-        meta::put(&mut meta, META_FORMAT, FORMAT_VERSION as u64)?;
+        for (key, value) in rows {
+            meta::put(&mut meta, key, *value)?;
+        }
     }
     txn.commit().db("commit the upgrade")
 }
