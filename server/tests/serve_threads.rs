@@ -30,6 +30,45 @@ fn threads_of(pid: i32) -> (usize, Vec<u64>) {
     (n, ids)
 }
 
+/// Runs `op(client, i)` for `i` in `0..each` on `clients` threads at once (released together)
+/// while sampling the server's threads; returns (the most threads at once, every thread seen).
+fn burst(
+    pid: i32,
+    clients: usize,
+    each: usize,
+    op: impl Fn(usize, usize) + Sync,
+) -> (usize, HashSet<u64>) {
+    let line = Barrier::new(clients);
+    let done = AtomicBool::new(false);
+    std::thread::scope(|s| {
+        let sampler = s.spawn(|| {
+            let (mut peak, mut seen) = (0, HashSet::new());
+            while !done.load(Ordering::SeqCst) {
+                let (n, ids) = threads_of(pid);
+                peak = peak.max(n);
+                seen.extend(ids);
+            }
+            (peak, seen)
+        });
+        let threads: Vec<_> = (0..clients)
+            .map(|t| {
+                let (line, op) = (&line, &op);
+                s.spawn(move || {
+                    line.wait();
+                    for i in 0..each {
+                        op(t, i);
+                    }
+                })
+            })
+            .collect();
+        for t in threads {
+            t.join().unwrap();
+        }
+        done.store(true, Ordering::SeqCst);
+        sampler.join().unwrap()
+    })
+}
+
 #[test]
 fn a_burst_of_concurrent_commits_adds_no_threads() {
     const WRITE_THREADS: usize = 8;
@@ -48,44 +87,18 @@ fn a_burst_of_concurrent_commits_adds_no_threads() {
         .map(|i| c.stage_reader(format!("object {i}").as_bytes()).unwrap().0)
         .collect();
     let (before, _) = threads_of(pid);
-    let line = Barrier::new(CLIENTS);
-    let done = AtomicBool::new(false);
-    let (peak, seen) = std::thread::scope(|s| {
-        let sampler = s.spawn(|| {
-            let (mut peak, mut seen) = (0, HashSet::new());
-            while !done.load(Ordering::SeqCst) {
-                let (n, ids) = threads_of(pid);
-                peak = peak.max(n);
-                seen.extend(ids);
-            }
-            (peak, seen)
-        });
-        let clients: Vec<_> = (0..CLIENTS)
-            .map(|t| {
-                // One client shared by all (as the benchmarks do): a connection per request in
-                // flight, so all 96 can be at the server at once.
-                let (c, line, h) = (&c, &line, staged[t]);
-                s.spawn(move || {
-                    line.wait();
-                    for i in 0..EACH {
-                        let item = CommitItemW {
-                            unit: format!("burst/t={t:03}/i={i:02}"),
-                            source_version: 1,
-                            staged: h,
-                            token: None,
-                            correct: false,
-                        };
-                        let r = c.commit_with(vec![item], false, true).unwrap();
-                        assert!(r.applied(), "{:?}", r.units);
-                    }
-                })
-            })
-            .collect();
-        for t in clients {
-            t.join().unwrap();
-        }
-        done.store(true, Ordering::SeqCst);
-        sampler.join().unwrap()
+    // One client shared by all (as the benchmarks do): a connection per request in flight, so
+    // all 96 can be at the server at once.
+    let (peak, seen) = burst(pid, CLIENTS, EACH, |t, i| {
+        let item = CommitItemW {
+            unit: format!("burst/t={t:03}/i={i:02}"),
+            source_version: 1,
+            staged: staged[t],
+            token: None,
+            correct: false,
+        };
+        let r = c.commit_with(vec![item], false, true).unwrap();
+        assert!(r.applied(), "{:?}", r.units);
     });
     // Every commit is there.
     let mut units = BTreeSet::new();
@@ -128,41 +141,15 @@ fn a_burst_of_small_puts_adds_no_threads() {
     c.put_reader("burst/first", 1, None, false, &b"first"[..])
         .unwrap();
     let (before, _) = threads_of(pid);
-    let line = Barrier::new(CLIENTS);
-    let done = AtomicBool::new(false);
-    let (peak, seen) = std::thread::scope(|s| {
-        let sampler = s.spawn(|| {
-            let (mut peak, mut seen) = (0, HashSet::new());
-            while !done.load(Ordering::SeqCst) {
-                let (n, ids) = threads_of(pid);
-                peak = peak.max(n);
-                seen.extend(ids);
-            }
-            (peak, seen)
-        });
-        let clients: Vec<_> = (0..CLIENTS)
-            .map(|t| {
-                let (c, line) = (&c, &line);
-                s.spawn(move || {
-                    line.wait();
-                    for i in 0..EACH {
-                        let unit = format!("burst/t={t:03}/i={i:02}");
-                        let (o, _) = c
-                            .put_reader(&unit, 1, None, false, unit.as_bytes())
-                            .unwrap();
-                        assert!(
-                            matches!(o.outcome, oncelake::Outcome::Committed { .. }),
-                            "{o:?}"
-                        );
-                    }
-                })
-            })
-            .collect();
-        for t in clients {
-            t.join().unwrap();
-        }
-        done.store(true, Ordering::SeqCst);
-        sampler.join().unwrap()
+    let (peak, seen) = burst(pid, CLIENTS, EACH, |t, i| {
+        let unit = format!("burst/t={t:03}/i={i:02}");
+        let (o, _) = c
+            .put_reader(&unit, 1, None, false, unit.as_bytes())
+            .unwrap();
+        assert!(
+            matches!(o.outcome, oncelake::Outcome::Committed { .. }),
+            "{o:?}"
+        );
     });
     let mut units = BTreeSet::new();
     c.ls("burst/t=", None, |e| {
