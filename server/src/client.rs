@@ -209,7 +209,15 @@ impl Client {
             store: store.to_path_buf(),
         };
         let info = discovery::read_info(store).ok_or_else(not_served)?;
-        let address = info.parsed().ok_or_else(not_served)?;
+        let address = match info.parsed().ok_or_else(not_served)? {
+            // A relative path (written by a server before it made its path absolute) is
+            // relative to that server's working directory, not ours; the socket is in the
+            // store directory either way.
+            Address::Unix(p) if p.is_relative() => {
+                Address::Unix(store.join(discovery::SOCKET_FILE))
+            }
+            a => a,
+        };
         let client = Client {
             address,
             token: info.token,

@@ -169,7 +169,14 @@ async fn serve_async(
         .await
         .map_err(|e| io("open the store")(std::io::Error::other(e.to_string())))??
     };
-    let dir: PathBuf = store.path().to_path_buf();
+    // Absolute, because `serve.json` and the ready line carry the socket's path to clients
+    // whose working directory is not ours: a path relative to the server's directory would
+    // name nothing for them, and they would fall back to opening the store in-process (and
+    // wait for its lock until they give up).
+    let dir: PathBuf = std::path::absolute(store.path()).map_err(io(format!(
+        "resolve the store path {}",
+        store.path().display()
+    )))?;
     // We hold the lock: whatever socket or address file is there was left by a dead server.
     discovery::remove_files(&dir);
     let (listener, address, token) = listen(&dir, &opts).await?;
