@@ -147,6 +147,7 @@ pub(crate) fn router(app: Arc<App>) -> Router {
         .route("/v1/seq", get(crate::snapshot::last_seq))
         .route("/v1/flush", post(crate::snapshot::flush))
         .fallback(not_found)
+        .method_not_allowed_fallback(method_not_allowed)
         .with_state(app)
 }
 
@@ -285,14 +286,22 @@ pub(crate) async fn read_json<T: for<'de> Deserialize<'de>>(app: &App, body: Bod
         format!("the JSON request body is larger than {max} bytes; split the batch")
     })
     .await?;
-    serde_json::from_slice(&bytes).map_err(|e| {
-        app.live.bad_request();
-        ApiError::bad(format!("the request body is not the expected JSON: {e}"))
-    })
+    // Not counted here: every 400 answer is counted once, where it leaves (`auth::service`).
+    serde_json::from_slice(&bytes)
+        .map_err(|e| ApiError::bad(format!("the request body is not the expected JSON: {e}")))
 }
 
 async fn healthz(State(app): State<Arc<App>>) -> Response {
-    let seq = *app.seq.borrow();
+    // Read from the store: the seq this server last noted misses the writes that do not go
+    // through a handler that notes it (a renewal, a pipeline source version, a table publish).
+    let app2 = app.clone();
+    let seq = match blocking(move || app2.store.last_seq()).await {
+        Ok(seq) => {
+            app.note_seq(Some(seq));
+            seq
+        }
+        Err(e) => return e.into_response(),
+    };
     json(&serde_json::json!({
         "ok": true,
         "store": app.dir.display().to_string(),
@@ -463,6 +472,8 @@ async fn renew(State(app): State<Arc<App>>, body: Body) -> ApiResult<Response> {
         store.renew(&(&r.lease).into(), Duration::from_millis(r.ttl_ms))
     })
     .await?;
+    // A renewal is a log record: long-polls waiting on the feed wake for it.
+    app.note_seq(app.store.last_seq().ok());
     Ok(json(&RenewW::from(&out)))
 }
 
@@ -485,6 +496,9 @@ async fn lookup(
     q: Result<Query<UnitQ>, QueryRejection>,
 ) -> ApiResult<Response> {
     let q = query(q)?;
+    // A key no unit can have is a mistake to report, not a unit without an entry (in-process,
+    // every command checks the key before it asks the store).
+    oncelake::validate_key(&q.unit).map_err(ApiError::from)?;
     // The dedup decision is an in-memory lookup (SPEC P2: millions per second): answered on the
     // connection's thread, not handed to the blocking pool.
     let c = if crate::conns::on_connection_thread() {
@@ -510,6 +524,7 @@ async fn entry(
     q: Result<Query<UnitQ>, QueryRejection>,
 ) -> ApiResult<Response> {
     let q = query(q)?;
+    oncelake::validate_key(&q.unit).map_err(ApiError::from)?;
     let app2 = app.clone();
     let e = blocking(move || snapshot(&app2.store, q.at)?.get(&q.unit)).await?;
     Ok(json(
@@ -524,6 +539,7 @@ async fn object(
     q: Result<Query<UnitQ>, QueryRejection>,
 ) -> ApiResult<Response> {
     let q = query(q)?;
+    oncelake::validate_key(&q.unit).map_err(ApiError::from)?;
     let app2 = app.clone();
     let unit = q.unit.clone();
     let found = blocking(move || {
@@ -795,6 +811,20 @@ async fn not_found(req: Request) -> ApiError {
             "no endpoint {} {}; see docs/server.md for the API",
             req.method(),
             req.uri().path()
+        ),
+    )
+}
+
+/// A known path asked with a method it does not take. axum's own answer is an empty body; every
+/// error of this API is a JSON object, so a client can always read what went wrong.
+async fn method_not_allowed(req: Request) -> ApiError {
+    ApiError::new(
+        StatusCode::METHOD_NOT_ALLOWED,
+        "method_not_allowed",
+        format!(
+            "{} does not take {}; see docs/server.md for the method of each endpoint",
+            req.uri().path(),
+            req.method()
         ),
     )
 }

@@ -33,6 +33,8 @@ pub(crate) async fn set_source(
     let input = read_bytes(&app, body).await?;
     let app2 = app.clone();
     let u = blocking(move || set_source_version(&app2.store, &q.unit, q.version, &input)).await?;
+    // A commit like a put's: long-polls waiting on the feed wake for it.
+    app.note_seq(app.store.last_seq().ok());
     Ok(json(&UnitOutcomeW::from(&u)))
 }
 

@@ -103,7 +103,6 @@ pub(crate) async fn complete(State(app): State<Arc<App>>, body: Body) -> ApiResu
         ApiError::bad("the body starts with a JSON line {\"pipeline\", \"attempt\"} ended by a newline, then the output")
     })?;
     let head: CompleteHead = serde_json::from_slice(&bytes[..nl]).map_err(|e| {
-        app.live.bad_request();
         ApiError::bad(format!(
             "the body's first line is not the expected JSON: {e}"
         ))

@@ -187,6 +187,7 @@ pub(crate) async fn entry(
     q: Result<Query<UnitQ>, QueryRejection>,
 ) -> ApiResult<Response> {
     let q = query(q)?;
+    oncelake::validate_key(&q.unit).map_err(ApiError::from)?;
     let snap = app.snapshots.touch(q.id)?;
     let e = blocking(move || snap.get(&q.unit)).await?;
     Ok(json(
@@ -201,6 +202,7 @@ pub(crate) async fn object(
     q: Result<Query<UnitQ>, QueryRejection>,
 ) -> ApiResult<Response> {
     let q = query(q)?;
+    oncelake::validate_key(&q.unit).map_err(ApiError::from)?;
     let snap = app.snapshots.touch(q.id)?;
     let unit = q.unit.clone();
     let found = blocking(move || match snap.get(&q.unit)? {
