@@ -36,6 +36,9 @@ pub struct StatsW {
     pub counted_since_seq: u64,
     /// Units with a current entry (read from the store).
     pub units: u64,
+    /// The sum of the current entries' object sizes (read from the store).
+    #[serde(default)]
+    pub bytes_stored: u64,
     /// The newest seq (read from the store).
     pub seq: u64,
     /// The server's own counters (process only).
@@ -78,12 +81,7 @@ fn hist_back(h: &HistogramW) -> HistogramSnapshot {
 #[cfg(feature = "server")]
 pub(crate) fn stats(store: &Store, live: &crate::live::Live) -> oncelake::Result<StatsW> {
     let m = store.metrics();
-    let snap = store.snapshot()?;
-    let mut units = 0u64;
-    for e in snap.iter()? {
-        e?;
-        units += 1;
-    }
+    let (snap, fig) = figures(store)?;
     Ok(StatsW {
         counters: m
             .counters()
@@ -98,23 +96,53 @@ pub(crate) fn stats(store: &Store, live: &crate::live::Live) -> oncelake::Result
         group_units: hist(&m.group_units),
         commit_latency_us: hist(&m.commit_latency_us),
         counted_since_seq: m.counted_since_seq,
-        units,
+        units: fig.units,
+        bytes_stored: fig.bytes_stored,
         seq: snap.seq(),
         server: live.to_json(),
         server_prometheus: live.to_prometheus(),
     })
 }
 
-/// `/metrics`: the engine's Prometheus text (its HELP lines carry the scope) and the store's seq.
+/// What is read from the store itself, not counted by a process: units with a current entry and
+/// the bytes of their objects.
+struct Figures {
+    units: u64,
+    bytes_stored: u64,
+}
+
+/// Scans the manifest (the cost of a listing: proportional to the units) in one snapshot.
+fn figures(store: &Store) -> oncelake::Result<(oncelake::Snapshot, Figures)> {
+    let snap = store.snapshot()?;
+    let mut fig = Figures {
+        units: 0,
+        bytes_stored: 0,
+    };
+    for e in snap.iter()? {
+        fig.units += 1;
+        fig.bytes_stored += e?.object.size;
+    }
+    Ok((snap, fig))
+}
+
+/// `/metrics`: the engine's Prometheus text (its HELP lines carry the scope) and what is read
+/// from the store (units, bytes stored, seq), as `oncelake stats --prometheus` prints them.
 pub(crate) fn prometheus(store: &Store) -> oncelake::Result<String> {
     let m = store.metrics();
-    let seq = store.last_seq()?;
+    let (snap, fig) = figures(store)?;
+    let seq = snap.seq();
     Ok(format!(
-        "{}# HELP oncelake_last_seq newest commit log sequence number (read from the store)\n\
+        "{}# HELP oncelake_units units with a current entry (read from the store)\n\
+         # TYPE oncelake_units gauge\noncelake_units {}\n\
+         # HELP oncelake_bytes_stored bytes of the current entries' objects (read from the store)\n\
+         # TYPE oncelake_bytes_stored gauge\noncelake_bytes_stored {}\n\
+         # HELP oncelake_last_seq newest commit log sequence number (read from the store)\n\
          # TYPE oncelake_last_seq gauge\noncelake_last_seq {seq}\n\
          # HELP oncelake_counted_since_seq the seq the persisted counters count from\n\
          # TYPE oncelake_counted_since_seq gauge\noncelake_counted_since_seq {}\n",
         m.to_prometheus(),
+        fig.units,
+        fig.bytes_stored,
         m.counted_since_seq
     ))
 }

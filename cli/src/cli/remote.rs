@@ -93,18 +93,16 @@ fn init(a: &super::store_cmds::InitArgs) -> u8 {
 
 fn stats(client: &Client, a: &super::sim_cmds::StatsArgs) -> Result<u8, CliError> {
     let s = client.stats().map_err(client_error)?;
+    let fig = super::sim_cmds::StoreFigures {
+        units: s.units,
+        bytes_stored: s.bytes_stored,
+        last_seq: s.seq,
+    };
     if a.prometheus {
-        print_prometheus(s.units, s.seq, &s.metrics(), Some(&s.server_prometheus));
+        print_prometheus(&fig, &s.metrics(), Some(&s.server_prometheus));
     } else {
         let out = Output::new(a.json);
-        print_stats(
-            &out,
-            &a.store,
-            s.units,
-            s.seq,
-            &s.metrics(),
-            Some(&s.server),
-        );
+        print_stats(&out, &a.store, &fig, &s.metrics(), Some(&s.server));
     }
     Ok(exit::OK)
 }

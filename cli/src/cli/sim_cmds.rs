@@ -350,54 +350,72 @@ fn print_table(reports: &[SimReport]) {
 pub(crate) fn stats(a: StatsArgs, wait: Duration) -> Result<u8, CliError> {
     let store = open_store(&a.store, wait, false)?;
     let snap = store.snapshot()?;
-    let units = snap.iter()?.count() as u64;
-    let last_seq = snap.seq();
+    let mut fig = StoreFigures {
+        units: 0,
+        bytes_stored: 0,
+        last_seq: snap.seq(),
+    };
+    for e in snap.iter()? {
+        fig.units += 1;
+        fig.bytes_stored += e?.object.size;
+    }
     drop(snap);
     let m = store.metrics();
     let out = Output::new(a.json);
     if a.prometheus {
-        print_prometheus(units, last_seq, &m, None);
+        print_prometheus(&fig, &m, None);
     } else {
-        print_stats(&out, &a.store, units, last_seq, &m, None);
+        print_stats(&out, &a.store, &fig, &m, None);
     }
     Ok(exit::OK)
 }
 
+/// What `stats` reads from the store itself (a manifest scan), in-process or from a server: so
+/// a fresh process never reports zero for them.
+pub(crate) struct StoreFigures {
+    /// Units with a current entry.
+    pub units: u64,
+    /// The sum of the current entries' object sizes.
+    pub bytes_stored: u64,
+    /// The newest seq.
+    pub last_seq: u64,
+}
+
 /// Prints `stats --prometheus`; `server` is a serving process's own metrics in the same format.
-pub(crate) fn print_prometheus(
-    units: u64,
-    last_seq: u64,
-    m: &MetricsSnapshot,
-    server: Option<&str>,
-) {
+pub(crate) fn print_prometheus(fig: &StoreFigures, m: &MetricsSnapshot, server: Option<&str>) {
     out!("{}", m.to_prometheus());
-    outln!("# HELP oncelake_units units with a current entry");
+    outln!("# HELP oncelake_units units with a current entry (read from the store)");
     outln!("# TYPE oncelake_units gauge");
-    outln!("oncelake_units {units}");
-    outln!("# HELP oncelake_last_seq newest commit log sequence number");
+    outln!("oncelake_units {}", fig.units);
+    outln!(
+        "# HELP oncelake_bytes_stored bytes of the current entries' objects (read from the store)"
+    );
+    outln!("# TYPE oncelake_bytes_stored gauge");
+    outln!("oncelake_bytes_stored {}", fig.bytes_stored);
+    outln!("# HELP oncelake_last_seq newest commit log sequence number (read from the store)");
     outln!("# TYPE oncelake_last_seq gauge");
-    outln!("oncelake_last_seq {last_seq}");
+    outln!("oncelake_last_seq {}", fig.last_seq);
     if let Some(prom) = server {
         out!("{prom}");
     }
 }
 
-/// Prints `stats`: a table, or one JSON object (`store, units, last_seq`, every counter by its
+/// Prints `stats`: a table, or one JSON object (`store, units, bytes_stored, last_seq`, every counter by its
 /// metric name, the histograms as objects, `counted_since_seq`, the names of the counters only a
 /// running process knows in `process_only`, and a serving process's own counters in `server`).
 pub(crate) fn print_stats(
     out: &Output,
     store: &Path,
-    units: u64,
-    last_seq: u64,
+    fig: &StoreFigures,
     m: &MetricsSnapshot,
     server: Option<&Value>,
 ) {
     if !out.json {
-        print_stats_table(store, units, last_seq, m, server);
+        print_stats_table(store, fig, m, server);
         return;
     }
-    let mut v = json!({"store": store.display().to_string(), "units": units, "last_seq": last_seq});
+    let mut v = json!({"store": store.display().to_string(), "units": fig.units,
+                       "bytes_stored": fig.bytes_stored, "last_seq": fig.last_seq});
     if let Some(o) = v.as_object_mut() {
         for (name, n) in m.counters() {
             o.insert(name.into(), json!(n));
@@ -428,14 +446,14 @@ fn histogram_json(h: &oncelake::metrics::HistogramSnapshot) -> serde_json::Value
 
 fn print_stats_table(
     store: &Path,
-    units: u64,
-    last_seq: u64,
+    fig: &StoreFigures,
     m: &MetricsSnapshot,
     server: Option<&Value>,
 ) {
     outln!("store      {}", store.display());
-    outln!("units      {units}");
-    outln!("last seq   {last_seq}");
+    outln!("units      {}", fig.units);
+    outln!("stored     {} bytes", fig.bytes_stored);
+    outln!("last seq   {}", fig.last_seq);
     outln!();
     let since = match m.counted_since_seq {
         0 => String::new(),
