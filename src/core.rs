@@ -45,6 +45,16 @@ pub enum Durability {
     },
 }
 
+/// See [`Options::lock_wait_stop`]: `true` to stop waiting for the store's lock.
+#[derive(Clone)]
+pub struct LockWaitStop(pub Arc<dyn Fn() -> bool + Send + Sync>);
+
+impl std::fmt::Debug for LockWaitStop {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("LockWaitStop(..)")
+    }
+}
+
 /// How to open a store.
 #[derive(Clone, Debug)]
 pub struct Options {
@@ -54,6 +64,12 @@ pub struct Options {
     pub max_group_units: usize,
     /// How long to wait for another process to release the store (0: fail at once).
     pub lock_wait: Duration,
+    /// Stop waiting for the lock before `lock_wait` ends when this says so: the open then fails
+    /// with [`crate::Error::Locked`] at once. Asked after every wake-up that did not get the lock
+    /// — a release, or a file created or renamed into the store directory (as a server's
+    /// address file is) — so a waiter whose holder turned out to be a server can use the server
+    /// instead of waiting for a lock that will not be released.
+    pub lock_wait_stop: Option<LockWaitStop>,
     /// The clock for leases and timestamps.
     pub clock: Arc<dyn Clock>,
     /// File operations on objects and staging.
@@ -86,6 +102,7 @@ impl Default for Options {
             durability: Durability::Durable,
             max_group_units: 4096,
             lock_wait: Duration::ZERO,
+            lock_wait_stop: None,
             clock: Arc::new(SystemClock),
             vfs: Arc::new(RealVfs),
             faults: None,

@@ -79,7 +79,9 @@ pub use run::{Begin, Reader, Run, RunAnswers, RunError, RunOutcome, WorkOutput};
 pub use schema::manifest::Entry;
 pub use snapshot::{check_object, Entries, Snapshot};
 pub use stage::Staged;
-pub use store::{Committed, Durability, Options, Store, DB_FILE, FORMAT_VERSION, MARKER_FILE};
+pub use store::{
+    Committed, Durability, LockWaitStop, Options, Store, DB_FILE, FORMAT_VERSION, MARKER_FILE,
+};
 pub use verify::{VerifyOptions, VerifyReport};
 
 #[cfg(loom)]

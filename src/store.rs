@@ -26,7 +26,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-pub use crate::core::{Committed, Durability, Options};
+pub use crate::core::{Committed, Durability, LockWaitStop, Options};
 pub use crate::layout::{DB_FILE, MARKER_FILE};
 
 /// The newest store format this build reads and writes. Format 2 seals every redb value with a

@@ -18,6 +18,9 @@ pub struct ServeOptions {
     pub allow_remote: bool,
     /// How long to wait for another process that holds the store.
     pub lock_wait: Duration,
+    /// Stop waiting for the store's lock when this says so (see [`oncelake::Options`]): the CLI
+    /// stops once another server of the store answers, which will not let go.
+    pub lock_wait_stop: Option<oncelake::LockWaitStop>,
     /// Request limits and timeouts.
     pub limits: Limits,
     /// Longest wait for a request's headers on an open connection (slow clients).
@@ -52,6 +55,7 @@ impl Default for ServeOptions {
             listen: None,
             allow_remote: false,
             lock_wait: Duration::from_secs(10),
+            lock_wait_stop: None,
             limits: Limits::default(),
             header_timeout: Duration::from_secs(30),
             drain_timeout: Duration::from_secs(30),
@@ -156,9 +160,11 @@ async fn serve_async(
 ) -> Result<(), ServeError> {
     let store = {
         let (d, wait, cache) = (dir.to_path_buf(), opts.lock_wait, opts.cache_bytes);
+        let stop = opts.lock_wait_stop.clone();
         tokio::task::spawn_blocking(move || {
             let mut o = oncelake::Options {
                 lock_wait: wait,
+                lock_wait_stop: stop,
                 ..Default::default()
             };
             if let Some(c) = cache {

@@ -406,3 +406,111 @@ fn store_figures(m: &BTreeMap<String, f64>) -> BTreeMap<String, f64> {
     })
     .collect()
 }
+
+/// Holds `store`'s process lock from this test process (as another process's open store does).
+fn hold_lock(store: &Path) -> std::fs::File {
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(store.join("LOCK"))
+        .unwrap();
+    f.try_lock().unwrap();
+    f
+}
+
+fn spawn(args: &[&str]) -> std::process::Child {
+    Command::new(bin::oncelake())
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
+/// Two `serve`s wait for a store held by another process; when it lets go, one serves and the
+/// other stops waiting as soon as the first announces itself: exit 6 naming the running server
+/// (it used to wait out its --wait and then report the store "locked").
+#[test]
+fn of_two_waiting_serves_the_second_stops_when_the_first_is_ready() {
+    let (_dir, store) = new_store();
+    let s = store.to_str().unwrap();
+    let lock = hold_lock(&store);
+    let serves = [
+        spawn(&["--wait", "20s", "serve", s]),
+        spawn(&["--wait", "20s", "serve", s]),
+    ];
+    // Both are waiting for the lock (or about to): let go.
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    drop(lock);
+    let (tx, rx) = std::sync::mpsc::channel();
+    let mut servers = Vec::new();
+    for mut child in serves {
+        let tx = tx.clone();
+        let stdout = child.stdout.take().unwrap();
+        std::thread::spawn(move || {
+            let mut line = String::new();
+            let _ = BufReader::new(stdout).read_line(&mut line);
+            let _ = tx.send(line);
+        });
+        servers.push(child);
+    }
+    // The first line printed is the winner's ready line; the loser prints nothing on stdout.
+    let ready = rx.recv().unwrap();
+    assert!(ready.starts_with("serving "), "{ready:?}");
+    // The loser exits by itself: find it.
+    let (loser, status) = loop {
+        if let Some(status) = servers[0].try_wait().unwrap() {
+            break (0, status);
+        }
+        if let Some(status) = servers[1].try_wait().unwrap() {
+            break (1, status);
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    let mut err = String::new();
+    servers[loser]
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut err)
+        .unwrap();
+    assert_eq!(status.code(), Some(6), "{err}");
+    assert!(err.contains("already served at unix:"), "{err}");
+    let mut winner = servers.remove(1 - loser);
+    let _ = winner.kill();
+    let _ = winner.wait();
+}
+
+/// A command waiting for a store held by another process, which a server takes over when that
+/// process lets go: the command goes through the server (it used to wait out --wait and fail
+/// "locked" whenever the server got the lock first). Either may get the lock first; both orders
+/// must end with the put committed and the server running, so the race is run a few times.
+#[test]
+fn a_command_waiting_for_the_lock_goes_through_the_server_that_took_it() {
+    for round in 0..4 {
+        let (_dir, store) = new_store();
+        let s = store.to_str().unwrap();
+        let lock = hold_lock(&store);
+        // Waits bounded below the test's patience: the old behaviour ends in "locked".
+        let mut put = spawn(&["--wait", "20s", "put", s, "u/1", "1", "-"]);
+        put.stdin.take().unwrap().write_all(b"bytes").unwrap();
+        let mut serve = spawn(&["--wait", "20s", "serve", s]);
+        std::thread::sleep(std::time::Duration::from_millis(300));
+        drop(lock);
+        let out = put.wait_with_output().unwrap();
+        assert_eq!(out.status.code(), Some(0), "round {round}: {out:?}");
+        let mut line = String::new();
+        BufReader::new(serve.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        assert!(line.starts_with("serving "), "round {round}: {line:?}");
+        let server = Server {
+            child: serve,
+            address: String::new(),
+        };
+        let out = oncelake(&["ls", s, "--json"]);
+        assert!(String::from_utf8_lossy(&out.stdout).contains("\"u/1\""));
+        server.stop();
+    }
+}

@@ -31,15 +31,19 @@ pub(crate) enum Woken {
 }
 
 /// Takes the lock on `file` (at `path`), shared or exclusive, waiting until `deadline`.
-/// `Ok(None)` when the deadline passed; `waiting` is called once before the first wait.
+/// `Ok(None)` when the deadline passed or `stop` said to stop (asked after each wake-up that did
+/// not get the lock); `waiting` is called once before the first wait. With `stop`, files created
+/// or renamed into the lock file's directory wake the waiter too: what `stop` looks for (a
+/// server's address file) appears there, and no timer has to find it.
 pub(crate) fn acquire(
     file: &File,
     path: &Path,
     deadline: Instant,
     shared: bool,
     waiting: &dyn Fn(),
+    stop: Option<&dyn Fn() -> bool>,
 ) -> std::io::Result<Option<Woken>> {
-    let watch = Watch::new(path);
+    let watch = Watch::new(path, stop.is_some());
     let mut woken = Woken::Immediately;
     loop {
         let got = if shared {
@@ -53,7 +57,7 @@ pub(crate) fn acquire(
             Err(TryLockError::Error(e)) => return Err(e),
         }
         let now = Instant::now();
-        if now >= deadline {
+        if now >= deadline || stop.is_some_and(|stop| stop()) {
             return Ok(None);
         }
         if woken == Woken::Immediately {
@@ -88,8 +92,9 @@ mod linux {
     }
 
     impl Watch {
-        /// `None` when no watch can be set up (the caller then polls).
-        pub(crate) fn new(path: &Path) -> Option<Watch> {
+        /// `None` when no watch can be set up (the caller then polls). With `dir`, also files
+        /// created or renamed into `path`'s directory.
+        pub(crate) fn new(path: &Path, dir: bool) -> Option<Watch> {
             let fd = inotify::init(CreateFlags::CLOEXEC | CreateFlags::NONBLOCK).ok()?;
             inotify::add_watch(
                 &fd,
@@ -97,6 +102,10 @@ mod linux {
                 WatchFlags::CLOSE_WRITE | WatchFlags::CLOSE_NOWRITE,
             )
             .ok()?;
+            if dir {
+                let parent = path.parent()?;
+                inotify::add_watch(&fd, parent, WatchFlags::CREATE | WatchFlags::MOVED_TO).ok()?;
+            }
             Some(Watch { fd })
         }
 
@@ -125,7 +134,7 @@ struct Watch;
 
 #[cfg(not(target_os = "linux"))]
 impl Watch {
-    fn new(_: &Path) -> Option<Watch> {
+    fn new(_: &Path, _: bool) -> Option<Watch> {
         None
     }
     fn wait(&self, _: Duration) -> Woken {
@@ -164,7 +173,14 @@ mod tests {
             let waiter = std::thread::spawn(move || {
                 let f = open(&waiter_path);
                 let deadline = Instant::now() + Duration::from_secs(3600);
-                let got = acquire(&f, &waiter_path, deadline, shared, &|| tx.send(()).unwrap());
+                let got = acquire(
+                    &f,
+                    &waiter_path,
+                    deadline,
+                    shared,
+                    &|| tx.send(()).unwrap(),
+                    None,
+                );
                 (got.unwrap(), f)
             });
             // The waiter found the lock held and is about to wait.
@@ -179,6 +195,55 @@ mod tests {
         }
     }
 
+    /// A waiter with `stop` wakes when a file appears beside the lock file (a server's address
+    /// file, renamed into place) and gives up at once when `stop` says so, long before its
+    /// deadline; the lock is still held by the other side.
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn a_waiter_wakes_on_a_new_file_beside_the_lock_and_stops_when_told() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("LOCK");
+        let announced = dir.path().join("serve.json");
+        let holder = open(&path);
+        holder.try_lock().unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        let (waiter_path, seen) = (path.clone(), announced.clone());
+        let waiter = std::thread::spawn(move || {
+            let f = open(&waiter_path);
+            let deadline = Instant::now() + Duration::from_secs(3600);
+            let stop = move || seen.exists();
+            let got = acquire(
+                &f,
+                &waiter_path,
+                deadline,
+                false,
+                &|| tx.send(()).unwrap(),
+                Some(&stop),
+            );
+            got.unwrap()
+        });
+        rx.recv().unwrap();
+        let tmp = dir.path().join("serve.json.tmp");
+        std::fs::write(&tmp, "{}").unwrap();
+        std::fs::rename(&tmp, &announced).unwrap();
+        let got = waiter.join().unwrap();
+        assert_eq!(got, None, "it stopped instead of getting the lock");
+        assert!(matches!(
+            open(&path).try_lock(),
+            Err(TryLockError::WouldBlock)
+        ));
+        // What woke it: the rename's event, not the safety net (without the directory watch the
+        // wait below ends by its timer).
+        let w = Watch::new(&path, true).unwrap();
+        std::fs::write(&tmp, "{}").unwrap();
+        std::fs::rename(&tmp, &announced).unwrap();
+        assert_eq!(w.wait(Duration::from_secs(5)), Woken::ByRelease);
+        let w = Watch::new(&path, false).unwrap();
+        std::fs::write(&tmp, "{}").unwrap();
+        std::fs::rename(&tmp, &announced).unwrap();
+        assert_eq!(w.wait(Duration::from_millis(50)), Woken::ByTimer);
+    }
+
     #[test]
     fn a_passed_deadline_gives_up_and_a_free_lock_is_taken_at_once() {
         let dir = tempfile::tempdir().unwrap();
@@ -187,12 +252,12 @@ mod tests {
         holder.try_lock().unwrap();
         let f = open(&path);
         assert_eq!(
-            acquire(&f, &path, Instant::now(), false, &|| {}).unwrap(),
+            acquire(&f, &path, Instant::now(), false, &|| {}, None).unwrap(),
             None
         );
         drop(holder);
         assert_eq!(
-            acquire(&f, &path, Instant::now(), false, &|| {}).unwrap(),
+            acquire(&f, &path, Instant::now(), false, &|| {}, None).unwrap(),
             Some(Woken::Immediately)
         );
     }

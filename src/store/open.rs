@@ -50,7 +50,7 @@ use std::fs::{File, OpenOptions};
 use std::io::{Read, Write};
 use std::ops::Bound;
 use std::path::Path;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 const MARKER_TMP: &str = "ONCELAKE.tmp";
 /// Rows re-encoded per step of the upgrade (bounds the memory it holds at once).
@@ -77,7 +77,7 @@ pub(super) fn open_read_write(dir: &Path, options: &Options) -> Result<(Db, File
     if let DirState::Foreign = classify(dir, vfs)? {
         return Err(not_a_store(dir));
     }
-    let lock = acquire_lock(dir, options.lock_wait, false)?;
+    let lock = acquire_lock(dir, options, false)?;
     let (db, created) = match classify(dir, vfs)? {
         DirState::Foreign => return Err(not_a_store(dir)),
         DirState::Store(marker) => {
@@ -106,7 +106,7 @@ pub(super) fn open_read_only(dir: &Path, options: &Options) -> Result<(Db, File)
         }
         Err(e) => return Err(e),
     }
-    let lock = acquire_lock(dir, options.lock_wait, true)?;
+    let lock = acquire_lock(dir, options, true)?;
     let path = dir.join(DB_FILE);
     check_magic(&path)?;
     let mut b = redb::Builder::new();
@@ -318,9 +318,10 @@ fn parse_marker(text: &str) -> Option<u32> {
     lines.next()?.strip_prefix("format ")?.trim().parse().ok()
 }
 
-/// Takes the store's process lock (shared for a read-only open), waiting up to `wait` for
-/// another holder to let go.
-fn acquire_lock(dir: &Path, wait: Duration, shared: bool) -> Result<File> {
+/// Takes the store's process lock (shared for a read-only open), waiting up to `lock_wait` for
+/// another holder to let go (or until `lock_wait_stop` says to stop).
+fn acquire_lock(dir: &Path, options: &Options, shared: bool) -> Result<File> {
+    let wait = options.lock_wait;
     let path = dir.join(LOCK_FILE);
     let mut how = OpenOptions::new();
     if shared {
@@ -332,7 +333,11 @@ fn acquire_lock(dir: &Path, wait: Duration, shared: bool) -> Result<File> {
         .open(&path)
         .ctx(|| format!("open lock file {}", path.display()))?;
     // Wakes when the holder lets go (see `lock_wait`), not on a polling timer.
-    match super::lock_wait::acquire(&file, &path, Instant::now() + wait, shared, &|| {}) {
+    let stop = options
+        .lock_wait_stop
+        .as_ref()
+        .map(|s| &*s.0 as &dyn Fn() -> bool);
+    match super::lock_wait::acquire(&file, &path, Instant::now() + wait, shared, &|| {}, stop) {
         Ok(Some(_)) => Ok(file),
         Ok(None) => Err(locked(dir)),
         Err(e) => Err(Error::io(format!("lock {}", path.display()), e)),

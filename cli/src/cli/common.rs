@@ -117,6 +117,7 @@ pub(crate) fn open_store(path: &Path, wait: Duration, create: bool) -> Result<St
     }
     let options = Options {
         lock_wait: wait,
+        lock_wait_stop: Some(stop_when_served(path)),
         ..Options::default()
     };
     match Store::open_with(path, options.clone()) {
@@ -133,6 +134,17 @@ pub(crate) fn open_store(path: &Path, wait: Duration, create: bool) -> Result<St
         }
         other => Ok(other?),
     }
+}
+
+/// Stops waiting for the store's lock once a server of the store answers: its holder is then a
+/// server, which will not let go, and the command goes through it instead (`cli::run`). Asked
+/// when the waiter wakes — on a release, or a file appearing in the store directory, as the
+/// server's address file does when it is ready — so no timer looks for it.
+pub(crate) fn stop_when_served(store: &Path) -> oncelake::LockWaitStop {
+    let store = store.to_path_buf();
+    oncelake::LockWaitStop(std::sync::Arc::new(move || {
+        oncelake_server::Client::for_store(&store).is_ok()
+    }))
 }
 
 fn cannot_write(e: &std::io::Error) -> bool {

@@ -235,7 +235,7 @@ fn run(cli: Cli) -> Result<u8, CliError> {
     if let Some(done) = remote::route(&cli.command) {
         return done;
     }
-    match cli.command {
+    let result = match cli.command {
         Command::Init(a) => store_cmds::init(a, wait),
         Command::Put(a) => store_cmds::put(a, wait),
         Command::Get(a) => store_cmds::get(a, wait),
@@ -259,5 +259,18 @@ fn run(cli: Cli) -> Result<u8, CliError> {
         Command::Bench(BenchCommand::Seed001Worker(a)) => serve::seed001_worker(a),
         Command::Table(a) => table_cmds::run(a, wait),
         Command::Serve(a) => serve::serve(a, wait),
+    };
+    match result {
+        // The lock's holder is a server that started while this command waited (the wait stops
+        // when one announces itself, see `open_store`): the command goes through it after all.
+        // Nothing was done before the store was opened, so the command runs from the start,
+        // parsed again from the same arguments.
+        Err(CliError::Engine(oncelake::Error::Locked { .. })) => match Cli::try_parse() {
+            Ok(again) if !matches!(again.command, Command::Serve(_)) => {
+                remote::route(&again.command).unwrap_or(result)
+            }
+            _ => result,
+        },
+        other => other,
     }
 }

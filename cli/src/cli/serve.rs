@@ -42,22 +42,16 @@ pub(crate) fn serve(a: ServeArgs, wait: Duration) -> Result<u8, CliError> {
             a.store.display()
         )));
     }
-    match Client::for_store(&a.store) {
-        Err(ClientError::NotServed { .. }) => {}
-        Ok(c) => {
-            errln!(
-                "error: store {} is already served at {}; use that server (every command finds it by itself)",
-                a.store.display(),
-                c.address()
-            );
-            return Ok(6);
-        }
-        Err(e) => return Err(super::remote::client_error(e)),
+    if let Some(code) = already_served(&a.store)? {
+        return Ok(code);
     }
     let mut opts = ServeOptions {
         listen: a.listen,
         allow_remote: a.allow_remote,
         lock_wait: wait,
+        // Another `serve` that took the lock first will not let go: stop waiting once it
+        // answers, and say so (below) instead of "locked" at the end of --wait.
+        lock_wait_stop: Some(super::stop_when_served(&a.store)),
         header_timeout: a.request_timeout,
         cache_bytes: a.cache_mib.map(|m| m << 20),
         connection_threads: a.connection_threads,
@@ -74,12 +68,31 @@ pub(crate) fn serve(a: ServeArgs, wait: Duration) -> Result<u8, CliError> {
     });
     match served {
         Ok(()) => Ok(0),
+        Err(ServeError::Store(e @ oncelake::Error::Locked { .. })) => {
+            already_served(&a.store)?.ok_or(CliError::Engine(e))
+        }
         Err(ServeError::Store(e)) => Err(CliError::Engine(e)),
         Err(e @ ServeError::NotLoopback(_)) => Err(CliError::Usage(e.to_string())),
         Err(ServeError::Listen { address, source }) => {
             Err(CliError::io(format!("listen on {address}"), source))
         }
         Err(ServeError::Io { context, source }) => Err(CliError::io(context, source)),
+    }
+}
+
+/// Exit 6 (`Some`) with a message naming the running server when one answers for the store.
+fn already_served(store: &std::path::Path) -> Result<Option<u8>, CliError> {
+    match Client::for_store(store) {
+        Err(ClientError::NotServed { .. }) => Ok(None),
+        Ok(c) => {
+            errln!(
+                "error: store {} is already served at {}; use that server (every command finds it by itself)",
+                store.display(),
+                c.address()
+            );
+            Ok(Some(super::exit::BUSY))
+        }
+        Err(e) => Err(super::remote::client_error(e)),
     }
 }
 
