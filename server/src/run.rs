@@ -158,8 +158,15 @@ async fn serve_async(
     opts: ServeOptions,
     ready: impl FnOnce(&str),
 ) -> Result<(), ServeError> {
+    // Absolute, because every path the server hands out — the socket's in `serve.json` and the
+    // ready line, objects' (`/v1/snapshot/object_path`), tables', verify's — goes to clients
+    // whose working directory is not ours: a path relative to the server's would name nothing
+    // for them (a command would not even find the server, fall back to opening the store
+    // in-process and wait for its lock until it gave up).
+    let dir = std::path::absolute(dir)
+        .map_err(io(format!("resolve the store path {}", dir.display())))?;
     let store = {
-        let (d, wait, cache) = (dir.to_path_buf(), opts.lock_wait, opts.cache_bytes);
+        let (d, wait, cache) = (dir.clone(), opts.lock_wait, opts.cache_bytes);
         let stop = opts.lock_wait_stop.clone();
         tokio::task::spawn_blocking(move || {
             let mut o = oncelake::Options {
@@ -175,14 +182,7 @@ async fn serve_async(
         .await
         .map_err(|e| io("open the store")(std::io::Error::other(e.to_string())))??
     };
-    // Absolute, because `serve.json` and the ready line carry the socket's path to clients
-    // whose working directory is not ours: a path relative to the server's directory would
-    // name nothing for them, and they would fall back to opening the store in-process (and
-    // wait for its lock until they give up).
-    let dir: PathBuf = std::path::absolute(store.path()).map_err(io(format!(
-        "resolve the store path {}",
-        store.path().display()
-    )))?;
+    let dir: PathBuf = store.path().to_path_buf();
     // We hold the lock: whatever socket or address file is there was left by a dead server.
     discovery::remove_files(&dir);
     let (listener, address, token) = listen(&dir, &opts).await?;

@@ -106,6 +106,19 @@ fn a_server_started_with_a_relative_path_is_found_from_any_directory() {
     assert_eq!(out.status.code(), Some(0), "{out:?}");
     let h: serde_json::Value = serde_json::from_str(&get(sock, "/healthz").1).unwrap();
     assert_eq!(h["seq"], 1, "the put went through the server: {h}");
+    // Every path the server hands out names the file for any client: an object's path.
+    let (_, body) = send(sock, "POST", "/v1/snapshot", "application/json", "");
+    let id = serde_json::from_str::<serde_json::Value>(&body).unwrap()["snapshot"].clone();
+    let object = oncelake::ObjectId::of(b"bytes").to_hex();
+    let (status, body) = get(
+        sock,
+        &format!("/v1/snapshot/object_path?id={id}&object={object}"),
+    );
+    assert_eq!(status, 200, "{body}");
+    let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+    let path = Path::new(v["path"].as_str().unwrap());
+    assert!(path.is_absolute(), "{v}");
+    assert_eq!(std::fs::read(path).unwrap(), b"bytes");
 }
 
 /// Bad keys, versions, bodies, content types, routes, methods and object names: each a 4xx with
