@@ -9,6 +9,7 @@ use crate::wire::{
     ChangesW, ClaimReqW, ClaimW, CommitReportW, CommitW, CommittedW, EntryW, ErrorBody, ObjectW,
     PutW, RecordW, ReleaseReqW, ReleaseW, RenewReqW, RenewW, StagedW, UnitOutcomeW,
 };
+use axum::body::HttpBody as _;
 use axum::body::{Body, Bytes};
 use axum::extract::rejection::QueryRejection;
 use axum::extract::{Query, Request, State};
@@ -255,6 +256,16 @@ pub(crate) async fn read_body(
     body: Body,
     too_large: impl FnOnce(usize) -> String,
 ) -> ApiResult<axum::body::Bytes> {
+    // A declared length over the limit is refused before any of it is read: waiting for bytes
+    // that will be refused anyway would hold the connection until the idle timeout.
+    if body.size_hint().lower() > app.limits.max_json as u64 {
+        app.live.too_large();
+        return Err(ApiError::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "too_large",
+            too_large(app.limits.max_json),
+        ));
+    }
     let limited = http_body_util::Limited::new(body, app.limits.max_json);
     let collected = tokio::time::timeout(app.limits.body_idle, limited.collect())
         .await
@@ -844,6 +855,12 @@ pub(crate) const SMALL_UPLOAD: u64 = 64 << 10;
 /// committed.
 async fn upload(app: &Arc<App>, mut body: Body) -> ApiResult<Staged> {
     let _in_flight = app.live.upload_started();
+    // A declared length over the limit: refused at once, nothing staged (as `read_body`).
+    if body.size_hint().lower() > app.limits.max_upload {
+        app.live.too_large();
+        app.live.upload_aborted();
+        return Err(upload_too_large(app));
+    }
     let mut head: Vec<Bytes> = Vec::new();
     let mut total: u64 = 0;
     if crate::conns::on_connection_thread() {
@@ -944,17 +961,21 @@ async fn next_data(app: &App, body: &mut Body, total: &mut u64) -> ApiResult<Opt
         *total += data.len() as u64;
         if *total > app.limits.max_upload {
             app.live.too_large();
-            return Err(ApiError::new(
-                StatusCode::PAYLOAD_TOO_LARGE,
-                "too_large",
-                format!(
-                    "the upload is larger than {} bytes; nothing was committed",
-                    app.limits.max_upload
-                ),
-            ));
+            return Err(upload_too_large(app));
         }
         return Ok(Some(data));
     }
+}
+
+fn upload_too_large(app: &App) -> ApiError {
+    ApiError::new(
+        StatusCode::PAYLOAD_TOO_LARGE,
+        "too_large",
+        format!(
+            "the upload is larger than {} bytes; nothing was committed",
+            app.limits.max_upload
+        ),
+    )
 }
 
 /// Feeds an upload into the staging writer's channel: first `head` (the pieces already read,

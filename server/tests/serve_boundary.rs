@@ -527,3 +527,44 @@ fn a_command_waiting_for_the_lock_goes_through_the_server_that_took_it() {
         server.stop();
     }
 }
+
+/// A request that declares a body over the limit is answered 413 at once, before any of it is
+/// sent (it used to wait for the bytes until the request timeout, then answer 408); nothing is
+/// staged or committed.
+#[test]
+fn a_declared_length_over_the_limit_is_refused_at_once() {
+    let (_dir, store) = new_store();
+    let server = Server::start_with(
+        &store,
+        &["--max-upload", "1000", "--request-timeout", "20s"],
+    );
+    let sock = Path::new(server.address.strip_prefix("unix:").unwrap()).to_path_buf();
+    let sock = sock.as_path();
+    // Only the head and a first byte are sent, the socket left open: a 408 would come after 20 s.
+    let head_only = |req: &str| -> String {
+        let mut c = std::os::unix::net::UnixStream::connect(sock).unwrap();
+        c.write_all(req.as_bytes()).unwrap();
+        let mut answer = vec![0u8; 4096];
+        let n = c.read(&mut answer).unwrap();
+        String::from_utf8_lossy(&answer[..n]).into_owned()
+    };
+    let a = head_only(
+        "PUT /v1/put?unit=a&version=1 HTTP/1.1\r\nHost: l\r\nContent-Length: 5000\r\n\r\nx",
+    );
+    assert!(a.starts_with("HTTP/1.1 413"), "{a}");
+    assert!(a.contains("larger than 1000 bytes"), "{a}");
+    let a = head_only("POST /v1/stage HTTP/1.1\r\nHost: l\r\nContent-Length: 5000\r\n\r\nx");
+    assert!(a.starts_with("HTTP/1.1 413"), "{a}");
+    let a = head_only(&format!(
+        "POST /v1/commit HTTP/1.1\r\nHost: l\r\nContent-Length: {}\r\n\r\n{{",
+        (16u64 << 20) + 1
+    ));
+    assert!(a.starts_with("HTTP/1.1 413"), "{a}");
+    assert!(a.contains("split the batch"), "{a}");
+    let (_, text) = get(sock, "/metrics");
+    let m = check_prometheus(&text);
+    assert_eq!(m["oncelake_server_too_large_total"], 3.0, "{text}");
+    assert_eq!(m["oncelake_objects_staged_total"], 0.0, "{text}");
+    assert_eq!(m["oncelake_last_seq"], 0.0, "{text}");
+    server.stop();
+}
