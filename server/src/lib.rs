@@ -32,6 +32,8 @@ mod snapshot;
 #[cfg(feature = "server")]
 mod staging;
 #[cfg(feature = "server")]
+mod stall;
+#[cfg(feature = "server")]
 mod table;
 // The server-side helpers in `stats` (metrics text, verify JSON) are unused by a client-only build.
 #[cfg_attr(not(feature = "server"), allow(dead_code, unused_imports))]

@@ -23,7 +23,9 @@ pub struct ServeOptions {
     pub lock_wait_stop: Option<oncelake::LockWaitStop>,
     /// Request limits and timeouts.
     pub limits: Limits,
-    /// Longest wait for a request's headers on an open connection (slow clients).
+    /// Longest wait for a request's headers on an open connection (slow clients), and longest
+    /// a write of an answer may make no progress (a client that stopped reading) before the
+    /// connection is dropped.
     pub header_timeout: Duration,
     /// Longest wait for in-flight requests at shutdown.
     pub drain_timeout: Duration,
@@ -287,7 +289,7 @@ async fn accept_loop(
                 let slot = conns.pick();
                 let io = {
                     let _on = slot.handle.enter();
-                    match accepted.adopt() {
+                    match accepted.adopt(opts.header_timeout) {
                         Ok(io) => io,
                         Err(_) => continue,
                     }
@@ -321,16 +323,18 @@ enum Accepted {
 }
 
 impl Accepted {
-    /// Moves the socket to the reactor of the runtime entered now (a connection thread's).
-    fn adopt(self) -> std::io::Result<Io> {
+    /// Moves the socket to the reactor of the runtime entered now (a connection thread's), its
+    /// writes failing once stalled for `write_timeout` (a client that stopped reading).
+    fn adopt(self, write_timeout: Duration) -> std::io::Result<Io> {
+        use crate::stall::WriteTimeout;
         Ok(match self {
             Accepted::Unix(s) => {
                 let s = tokio::net::UnixStream::from_std(s.into_std()?)?;
-                TokioIo::new(Box::new(s))
+                TokioIo::new(Box::new(WriteTimeout::new(s, write_timeout)))
             }
             Accepted::Tcp(s) => {
                 let s = tokio::net::TcpStream::from_std(s.into_std()?)?;
-                TokioIo::new(Box::new(s))
+                TokioIo::new(Box::new(WriteTimeout::new(s, write_timeout)))
             }
         })
     }

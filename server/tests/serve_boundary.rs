@@ -568,3 +568,58 @@ fn a_declared_length_over_the_limit_is_refused_at_once() {
     assert_eq!(m["oncelake_last_seq"], 0.0, "{text}");
     server.stop();
 }
+
+/// A client that asks for an object and stops reading is cut off once the answer has made no
+/// progress for the request timeout: the producer thread and the file it reads are let go (they
+/// used to wait for room in the socket forever). A reader that is slow but reads gets it all.
+#[test]
+fn a_client_that_stops_reading_is_cut_off() {
+    let (_dir, store) = new_store();
+    let big: Vec<u8> = (0..8u32 << 20).map(|i| (i % 251) as u8).collect();
+    let s = store.to_str().unwrap();
+    let out = oncelake_with_input(&["put", s, "big", "1", "-"], &big);
+    assert!(out.status.success(), "{out:?}");
+    let server = Server::start_with(&store, &["--request-timeout", "2s"]);
+    let sock = Path::new(server.address.strip_prefix("unix:").unwrap()).to_path_buf();
+    let sock = sock.as_path();
+    let mut stalled = std::os::unix::net::UnixStream::connect(sock).unwrap();
+    stalled
+        .write_all(b"GET /v1/object?unit=big HTTP/1.1\r\nHost: l\r\n\r\n")
+        .unwrap();
+    let mut first = [0u8; 64];
+    let n = stalled.read(&mut first).unwrap();
+    assert!(first[..n].starts_with(b"HTTP/1.1 200"));
+    // It reads no more. The server closes it (each check opens one connection of its own).
+    let open = || {
+        let (_, text) = get(sock, "/metrics");
+        check_prometheus(&text)["oncelake_server_connections_open"]
+    };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+    while open() > 1.0 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the stalled connection is still open"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+    let mut rest = Vec::new();
+    let _ = stalled.read_to_end(&mut rest);
+    assert!(rest.len() + n < big.len(), "the answer was cut off");
+    // A slow reader that keeps reading gets every byte.
+    let mut c = std::os::unix::net::UnixStream::connect(sock).unwrap();
+    c.write_all(b"GET /v1/object?unit=big HTTP/1.1\r\nHost: l\r\nConnection: close\r\n\r\n")
+        .unwrap();
+    let mut all = Vec::new();
+    let mut buf = vec![0u8; 256 << 10];
+    loop {
+        let n = c.read(&mut buf).unwrap();
+        if n == 0 {
+            break;
+        }
+        all.extend_from_slice(&buf[..n]);
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    let body = &all[all.windows(4).position(|w| w == b"\r\n\r\n").unwrap() + 4..];
+    assert_eq!(body, &big[..]);
+    server.stop();
+}

@@ -20,7 +20,8 @@ pub(crate) struct ServeArgs {
     /// The largest upload accepted, in bytes (larger ones get 413 and commit nothing).
     #[arg(long, default_value_t = 64 << 30)]
     pub max_upload: u64,
-    /// How long a client may stall while sending a request before it is dropped.
+    /// How long a client may stall while sending a request, or while it should be reading an
+    /// answer, before it is dropped.
     #[arg(long, default_value = "30s", value_parser = parse_duration)]
     pub request_timeout: Duration,
     /// redb's page cache in MiB (default: the engine's, 64); the server's memory is about this
