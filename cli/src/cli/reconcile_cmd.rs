@@ -104,19 +104,27 @@ pub(crate) fn reconcile(a: ReconcileArgs, wait: Duration) -> Result<u8, CliError
             let _ = out.flush();
             return Err(bad_listing(&a.source, format, &e, true));
         }
-        Err(ReconcileError::Output(e)) if e.kind() == std::io::ErrorKind::BrokenPipe => {
-            return Ok(exit::OK); // a closed pipe (`| head`) is not an error
-        }
-        Err(ReconcileError::Output(e)) => return Err(CliError::io("write the plan", e)),
+        Err(ReconcileError::Output(e)) => return plan_write_failed(e),
         Err(ReconcileError::Store(e)) => return Err(e.into()),
         Err(e) => return Err(CliError::Usage(e.to_string())),
     };
-    if out.flush().is_err() {
-        return Ok(exit::OK);
+    if let Err(e) = out.flush() {
+        return plan_write_failed(e);
     }
     drop(out);
     print_plan_summary(&output, &summary, a.changes_only, format);
     Ok(exit::OK)
+}
+
+/// The result of a plan whose output could not be written: a closed pipe (`| head`) is not an
+/// error, any other failure (a full disk behind `> plan.txt`) is, so that a script never takes
+/// a truncated plan for a complete one.
+pub(crate) fn plan_write_failed(e: std::io::Error) -> Result<u8, CliError> {
+    if e.kind() == std::io::ErrorKind::BrokenPipe {
+        Ok(exit::OK)
+    } else {
+        Err(CliError::io("write the plan", e))
+    }
 }
 
 /// Prints the summary line that ends a complete plan.

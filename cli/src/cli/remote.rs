@@ -158,9 +158,12 @@ fn table_create(client: &Client, a: &super::table_cmds::CreateArgs) -> Result<u8
     if a.json {
         super::print_json(&table_json(&t));
     } else {
-        println!(
+        outln!(
             "table {} ({}) publishes units under {:?} at {}",
-            t.table, t.format, t.prefix, t.path
+            t.table,
+            t.format,
+            t.prefix,
+            t.path
         );
     }
     Ok(exit::OK)
@@ -169,7 +172,7 @@ fn table_create(client: &Client, a: &super::table_cmds::CreateArgs) -> Result<u8
 fn table_ls(client: &Client, a: &super::table_cmds::LsArgs) -> Result<u8, CliError> {
     let all = client.table_ls().map_err(client_error)?;
     if all.is_empty() && !a.json {
-        eprintln!("{NO_TABLES}");
+        errln!("{NO_TABLES}");
     }
     for t in &all {
         if a.json {
@@ -179,9 +182,11 @@ fn table_ls(client: &Client, a: &super::table_cmds::LsArgs) -> Result<u8, CliErr
                 Some(v) => format!("version {v} (seq {})", t.seq),
                 None => "not published yet".into(),
             };
-            println!(
+            outln!(
                 "{}\t{}\tprefix {:?}\t{version}",
-                t.table, t.format, t.prefix
+                t.table,
+                t.format,
+                t.prefix
             );
         }
     }
@@ -193,7 +198,7 @@ fn table_publish(client: &Client, a: &super::table_cmds::PublishArgs) -> Result<
         .table_publish(a.name.as_deref())
         .map_err(client_error)?;
     if reports.is_empty() && !a.json {
-        eprintln!("{NO_TABLES}");
+        errln!("{NO_TABLES}");
     }
     for r in &reports {
         if a.json {
@@ -212,14 +217,18 @@ fn table_publish(client: &Client, a: &super::table_cmds::PublishArgs) -> Result<
                 Some(v) => format!("at version {v} (seq {})", r.seq),
                 None => "nothing published yet (no Parquet unit under the prefix)".into(),
             };
-            println!(
+            outln!(
                 "{}: {} new versions, {} files added, {} removed; {at}",
-                r.table, r.versions, r.adds, r.removes
+                r.table,
+                r.versions,
+                r.adds,
+                r.removes
             );
             for s in &r.skipped {
-                println!(
+                outln!(
                     "  left out unit {:?} seq {}: unpublishable and superseded",
-                    s.unit, s.seq
+                    s.unit,
+                    s.seq
                 );
             }
         }
@@ -447,8 +456,8 @@ fn log(client: &Client, a: &super::store_cmds::LogArgs) -> Result<u8, CliError> 
 /// request body; the plan comes back line by line and goes through the in-process printers.
 fn reconcile(client: &Client, a: &super::reconcile_cmd::ReconcileArgs) -> Result<u8, CliError> {
     use super::reconcile_cmd::{
-        bad_listing_message, needs_sort, open_listing, print_plan_item, print_plan_summary,
-        print_sort_note,
+        bad_listing_message, needs_sort, open_listing, plan_write_failed, print_plan_item,
+        print_plan_summary, print_sort_note,
     };
     use oncelake_server::{PlanEnd, PlanEvent, ReconcileForm};
     let (input, format) = open_listing(a)?;
@@ -497,10 +506,8 @@ fn reconcile(client: &Client, a: &super::reconcile_cmd::ReconcileArgs) -> Result
     progress.finish();
     let end = end?;
     match (end, write_failed) {
-        (PlanEnd::Stopped, Some(e)) if e.kind() != std::io::ErrorKind::BrokenPipe => {
-            Err(CliError::io("write the plan", e))
-        }
-        (PlanEnd::Stopped, _) => Ok(exit::OK), // a closed pipe (`| head`) is not an error
+        (PlanEnd::Stopped, Some(e)) => plan_write_failed(e),
+        (PlanEnd::Stopped, None) => Ok(exit::OK),
         (PlanEnd::BadListing { kind, message }, _) => {
             let _ = out.flush();
             // A listing the sort refused comes before any plan line, as in-process.
@@ -510,8 +517,8 @@ fn reconcile(client: &Client, a: &super::reconcile_cmd::ReconcileArgs) -> Result
             ))
         }
         (PlanEnd::Complete(summary), _) => {
-            if out.flush().is_err() {
-                return Ok(exit::OK);
+            if let Err(e) = out.flush() {
+                return plan_write_failed(e);
             }
             drop(out);
             print_plan_summary(&output, &summary, a.changes_only, format);
