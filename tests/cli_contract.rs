@@ -567,6 +567,9 @@ fn errors_under_json_are_json_objects_with_stable_kinds_and_one_exit_code_per_fa
     let m = s(&missing);
     let nostore = dir.path().join("nostore");
     let inner = lake.join("inner");
+    let a_dir = dir.path().join("a-dir");
+    std::fs::create_dir(&a_dir).unwrap();
+    let d = s(&a_dir);
     let cases: Vec<(Vec<&str>, &str, i32)> = vec![
         (vec!["put", l, "u", "1", m], "bad_input", 2),
         (
@@ -585,6 +588,19 @@ fn errors_under_json_are_json_objects_with_stable_kinds_and_one_exit_code_per_fa
             2,
         ),
         (vec!["reconcile", l, "--source", m], "bad_input", 2),
+        // A directory is bad input wherever an input file is named (a listing once exited 1).
+        (vec!["put", l, "u", "1", d], "bad_input", 2),
+        (vec!["reconcile", l, "--source", d], "bad_input", 2),
+        (
+            vec!["reconcile", l, "--source", d, "--changes-only"],
+            "bad_input",
+            2,
+        ),
+        (
+            vec!["pipeline", "set-version", l, "u", "1", d],
+            "bad_input",
+            2,
+        ),
         (vec!["ls", s(&nostore)], "not_a_store", 2),
         (vec!["put", l, "bad\u{1}key", "1", "-"], "invalid_key", 2),
         (
@@ -851,6 +867,42 @@ fn internal_units_are_protected_from_user_writes_and_hidden_from_ls() {
     );
     assert!(!text(&run(&["ls", l], None).stdout).contains(".pipeline"));
 
+    // reconcile: a source lists user units, so the internal ones are neither "unknown to the
+    // source" (full form) nor nameable in a listing.
+    let listing = dir.path().join("listing.csv");
+    std::fs::write(&listing, "orders/9,1\n").unwrap();
+    let plan = lines(&run(
+        &["reconcile", l, "--source", s(&listing), "--json"],
+        None,
+    ));
+    let planned: Vec<&str> = plan.iter().filter_map(|v| v["unit"].as_str()).collect();
+    assert_eq!(planned, ["orders/1", "orders/9"], "{plan:?}");
+    assert_eq!(plan.last().unwrap()["summary"]["unknown"], 1, "{plan:?}");
+    for changes_only in [false, true] {
+        let args = [
+            &["reconcile", l, "--source", "-", "--json"][..],
+            if changes_only {
+                &["--changes-only"][..]
+            } else {
+                &[][..]
+            },
+        ]
+        .concat();
+        let out = run(&args, Some(b".pipeline/source/orders/1,3\n"));
+        assert_eq!(
+            out.status.code(),
+            Some(2),
+            "{args:?}: {}",
+            text(&out.stderr)
+        );
+        assert!(
+            text(&out.stderr).contains("reserved"),
+            "{}",
+            text(&out.stderr)
+        );
+        assert!(out.stdout.is_empty(), "{args:?}: no plan line");
+    }
+
     // The library's boundary: a user batch is refused whole, the pipeline engine writes.
     let store = oncelake::Store::open(&lake).unwrap();
     let staged = store.stage_bytes(b"forged").unwrap();
@@ -968,4 +1020,92 @@ fn init_refuses_to_nest_a_store_inside_another() {
             .code(),
         Some(0)
     );
+}
+
+/// A named pipe is an input like a file for every command that takes one (`put`, reconcile's
+/// listing, `pipeline set-version`); a listing from a pipe is read once (a second reader once
+/// took rows from the first, and an unsorted piped listing failed) and sorted like standard input.
+#[test]
+fn every_input_file_may_be_a_named_pipe() {
+    let dir = tempfile::tempdir().unwrap();
+    let lake = dir.path().join("lake");
+    let l = s(&lake);
+    let fifo = dir.path().join("fifo");
+    let made = Command::new("mkfifo").arg(&fifo).status();
+    if !made.is_ok_and(|st| st.success()) {
+        return; // no mkfifo on this system
+    }
+    run(&["init", l], None);
+    let through_fifo = |data: Vec<u8>, args: &[&str]| -> Output {
+        let writer = {
+            let fifo = fifo.clone();
+            std::thread::spawn(move || std::fs::write(fifo, data))
+        };
+        let out = run(args, None);
+        if !writer.is_finished() {
+            unblock_writer(&fifo);
+        }
+        let _ = writer.join().unwrap(); // the command's output says whether it read the pipe
+        out
+    };
+    let f = s(&fifo);
+    let out = through_fifo(
+        b"in".to_vec(),
+        &["pipeline", "set-version", l, "p/1", "1", f, "--json"],
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert_eq!(lines(&out)[0]["outcome"], "committed");
+    // Large enough that the pipe is read in many pieces, out of order, with units in the store.
+    for i in [3, 7] {
+        let unit = format!("u/{i:05}");
+        assert_eq!(
+            run(&["put", l, &unit, "1", "-"], Some(b"x")).status.code(),
+            Some(0)
+        );
+    }
+    let mut rows: Vec<String> = (0..20_000).map(|i| format!("u/{i:05},1\n")).collect();
+    rows.reverse();
+    let listing = rows.concat().into_bytes();
+    for form in [&[][..], &["--changes-only"][..]] {
+        let args = [&["reconcile", l, "--source", f, "--json"][..], form].concat();
+        let out = through_fifo(listing.clone(), &args);
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{args:?}: {}",
+            text(&out.stderr)
+        );
+        let plan = lines(&out);
+        let summary = &plan.last().unwrap()["summary"];
+        assert_eq!(summary["listed"], 20_000, "{args:?}: {summary}");
+        assert_eq!(summary["missing"], 19_998, "{args:?}: {summary}");
+        assert_eq!(summary["up_to_date"], 2, "{args:?}: {summary}");
+    }
+}
+
+/// Lets the writer of `fifo` finish when the command under test never read the pipe to its end
+/// (a refusal): opens the read end without blocking and drains it until no writer is left.
+fn unblock_writer(fifo: &Path) {
+    use std::io::Read;
+    use std::os::unix::fs::OpenOptionsExt;
+    const O_NONBLOCK: i32 = 0o4000; // Linux
+    let Ok(mut f) = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(O_NONBLOCK)
+        .open(fifo)
+    else {
+        return;
+    };
+    let mut buf = vec![0u8; 1 << 16];
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while std::time::Instant::now() < deadline {
+        match f.read(&mut buf) {
+            Ok(0) => return,
+            Ok(_) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                std::thread::sleep(std::time::Duration::from_millis(1))
+            }
+            Err(_) => return,
+        }
+    }
 }

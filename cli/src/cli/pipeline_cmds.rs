@@ -4,7 +4,7 @@
 //! (stored as `.pipeline/source/<unit>` entries); the definition comes from `--pipeline FILE`.
 
 use super::store_cmds::{outcome_code, outcome_json, refusal_text};
-use super::{exit, open_store, parse_duration, print_json, rfc3339, CliError, Output};
+use super::{exit, open_input, open_store, parse_duration, print_json, rfc3339, CliError, Output};
 use oncelake::pipeline::{
     set_source_version, Attempt, CellState, CellView, Claim, Explain, FailOutcome, Pipeline,
     PipelineDef, ReadyCell, Status,
@@ -209,22 +209,19 @@ pub(crate) fn load_def(path: &Path) -> Result<Pipeline, CliError> {
     Ok(Pipeline::new(def))
 }
 
+/// Reads an input file argument whole (the pipeline calls take bytes), with the rules of every
+/// input file (`open_input`): a regular file, a pipe, or `-` for standard input.
 pub(crate) fn read_input(file: &str) -> Result<Vec<u8>, CliError> {
     let mut buf = Vec::new();
-    if file == "-" {
-        std::io::stdin()
+    match open_input(file)? {
+        None => std::io::stdin()
             .lock()
             .read_to_end(&mut buf)
-            .map_err(|e| CliError::io("read standard input", e))?;
-    } else {
-        let path = Path::new(file);
-        if !path.is_file() {
-            return Err(CliError::Input(format!(
-                "{file} is not a readable file; pass a file path or - for standard input"
-            )));
-        }
-        buf = std::fs::read(path).map_err(|e| CliError::io(format!("read {file}"), e))?;
-    }
+            .map_err(|e| CliError::io("read standard input", e))?,
+        Some(mut f) => f
+            .read_to_end(&mut buf)
+            .map_err(|e| CliError::io(format!("read {file}"), e))?,
+    };
     Ok(buf)
 }
 
