@@ -554,6 +554,173 @@ fn every_json_output_uses_one_name_per_concept_and_the_same_fields_per_command()
     assert!(problems.is_empty(), "{}", problems.join("\n"));
 }
 
+/// One field means one thing in every command, with the same value for the same fact: a put's
+/// entry is the entry `ls` and `log` show; `source_version` is the version asked about and
+/// `current_version` the store's (a claim of an older version than the one committed once
+/// reported the committed version as its `source_version`); a pipeline cell has the same `cell`
+/// and `source_version` in `ready`, `explain`, `complete` and `fail` (`explain` once left
+/// `source_version` null for running and ready cells, `fail` had neither); a release record has
+/// no end time (it once said `expires_at_ms: 0`, 1970).
+#[test]
+fn one_field_has_one_meaning_and_value_across_commands() {
+    let dir = tempfile::tempdir().unwrap();
+    let lake = dir.path().join("lake");
+    let l = s(&lake);
+    let etl = dir.path().join("etl.toml");
+    std::fs::write(&etl, ETL).unwrap();
+    let p = s(&etl);
+    run(&["init", l], None);
+    let one = |args: &[&str], stdin: Option<&[u8]>, code: i32| -> Value {
+        let out = run(args, stdin);
+        assert_eq!(
+            out.status.code(),
+            Some(code),
+            "{args:?}: {}",
+            text(&out.stderr)
+        );
+        lines(&out).remove(0)
+    };
+
+    // put, ls and log agree on the entry.
+    let put = one(&["put", l, "a/1", "8", "-", "--json"], Some(b"eight"), 0);
+    let ls = one(&["ls", l, "--json"], None, 0);
+    let log = one(&["log", l, "--json"], None, 0);
+    let logged = &log["entries"][0];
+    for f in [
+        "unit",
+        "source_version",
+        "revision",
+        "object",
+        "size",
+        "crc32",
+    ] {
+        assert_eq!(put[f], ls[f], "put vs ls: {f}");
+        assert_eq!(put[f], logged[f], "put vs log: {f}");
+    }
+    assert_eq!(put["seq"], ls["seq"]);
+    assert_eq!(put["seq"], log["seq"]);
+    assert_eq!(ls["committed_at_ms"], log["committed_at_ms"]);
+
+    // claim: source_version is the version claimed, current_version the store's.
+    let done = one(
+        &["claim", l, "a/1", "7", "--worker", "w", "--json"],
+        None,
+        0,
+    );
+    assert_eq!(done["outcome"], "already_done");
+    assert_eq!(done["source_version"], 7, "{done}");
+    assert_eq!(done["current_version"], 8, "{done}");
+    assert_eq!(done["seq"], put["seq"], "{done}");
+    let stale = one(&["put", l, "a/1", "7", "-", "--json"], Some(b"seven"), 4);
+    assert_eq!(
+        (&stale["source_version"], &stale["current_version"]),
+        (&done["source_version"], &done["current_version"]),
+        "claim and put say the same of the same versions"
+    );
+    let granted = one(
+        &["claim", l, "a/2", "1", "--worker", "w", "--json"],
+        None,
+        0,
+    );
+    assert_eq!(granted["current_version"], Value::Null, "{granted}");
+    let t = granted["token"].to_string();
+    one(
+        &[
+            "release", l, "a/2", "--worker", "w", "--token", &t, "--json",
+        ],
+        None,
+        0,
+    );
+    let log = lines(&run(&["log", l, "--json"], None));
+    let claim_rec = log.iter().find(|r| r["kind"] == "claim_granted").unwrap();
+    let release_rec = log.iter().find(|r| r["kind"] == "claim_released").unwrap();
+    assert_eq!(claim_rec["expires_at_ms"], granted["expires_at_ms"]);
+    assert_eq!(release_rec["expires_at_ms"], Value::Null, "{release_rec}");
+
+    // Pipeline cells: the same cell and source_version whichever command shows them.
+    one(
+        &["pipeline", "set-version", l, "u/1", "3", "-", "--json"],
+        Some(b"in"),
+        0,
+    );
+    let explain = |unit: &str| -> BTreeMap<String, Value> {
+        lines(&run(
+            &["pipeline", "explain", l, "--pipeline", p, unit, "--json"],
+            None,
+        ))
+        .into_iter()
+        .map(|v| (v["stage"].as_str().unwrap().to_string(), v))
+        .collect()
+    };
+    let cells = explain("u/1");
+    assert_eq!(cells["ingest"]["state"], "ready");
+    assert_eq!(cells["transform"]["state"], "blocked");
+    for c in cells.values() {
+        assert_eq!(c["source_version"], 3, "{c}");
+    }
+    let ready = one(
+        &[
+            "pipeline",
+            "ready",
+            l,
+            "--pipeline",
+            p,
+            "--claim",
+            "--worker",
+            "w1",
+            "--json",
+        ],
+        None,
+        0,
+    );
+    let running = &explain("u/1")["ingest"];
+    assert_eq!(running["state"], "running");
+    for f in ["cell", "source_version", "token", "worker", "expires_at_ms"] {
+        assert_eq!(running[f], ready[f], "ready vs explain: {f}");
+    }
+    let token = ready["token"].to_string();
+    let complete = one(
+        &[
+            "pipeline",
+            "complete",
+            l,
+            "--pipeline",
+            p,
+            "u/1",
+            "ingest",
+            "-",
+            "--token",
+            &token,
+            "--json",
+        ],
+        Some(b"out"),
+        0,
+    );
+    assert_eq!(complete["cell"], ready["cell"]);
+    assert_eq!(complete["source_version"], ready["source_version"]);
+    let transform = &explain("u/1")["transform"];
+    assert_eq!(transform["state"], "ready");
+    let fail = one(
+        &[
+            "pipeline",
+            "fail",
+            l,
+            "--pipeline",
+            p,
+            "u/1",
+            "transform",
+            "--error",
+            "boom",
+            "--json",
+        ],
+        None,
+        0,
+    );
+    assert_eq!(fail["cell"], transform["cell"], "{fail}");
+    assert_eq!(fail["source_version"], 3, "{fail}");
+    assert_eq!(explain("u/1")["transform"]["attempts"], fail["attempts"]);
+}
+
 /// Errors under --json are one JSON object on standard error with a stable kind and the exit
 /// code; the same failure has the same exit code in every command (a missing put input, pipeline
 /// file and listing are all bad input, exit 2; the pipeline file was exit 1 before).

@@ -481,7 +481,8 @@ fn fail(a: FailArgs, wait: Duration) -> Result<u8, CliError> {
     let store = open_store(&a.store, wait, false)?;
     p.record_definition(&store)?;
     let e = explained(&p, &store, &a.unit)?;
-    refuse_blocked(cell_of(&e, &a.stage)?, &a.unit, "failed")?;
+    let cell = cell_of(&e, &a.stage)?;
+    refuse_blocked(cell, &a.unit, "failed")?;
     let attempt = Attempt {
         unit: a.unit.clone(),
         stage: a.stage.clone(),
@@ -490,15 +491,22 @@ fn fail(a: FailArgs, wait: Duration) -> Result<u8, CliError> {
         token: a.token,
     };
     let outcome = p.fail(&store, &attempt, &a.error)?;
-    Ok(print_fail(&Output::new(a.json), &attempt, &outcome))
+    Ok(print_fail(
+        &Output::new(a.json),
+        &attempt,
+        &cell.key,
+        &outcome,
+    ))
 }
 
 /// Prints the outcome of `pipeline fail` and returns its exit code. Under --json the same fields
-/// whatever the outcome: `unit, stage, outcome, seq, attempts, gave_up, token, newest_token,
-/// reason, holder, expires_at_ms`.
-pub(crate) fn print_fail(out: &Output, a: &Attempt, outcome: &FailOutcome) -> u8 {
+/// whatever the outcome: `unit, stage, cell, source_version, outcome, seq, attempts, gave_up,
+/// token, newest_token, reason, holder, expires_at_ms` (`cell` and `source_version` as in
+/// `pipeline complete`).
+pub(crate) fn print_fail(out: &Output, a: &Attempt, cell: &str, outcome: &FailOutcome) -> u8 {
     let mut v = json!({
-        "unit": a.unit, "stage": a.stage, "outcome": Value::Null, "seq": Value::Null,
+        "unit": a.unit, "stage": a.stage, "cell": cell, "source_version": a.source_version,
+        "outcome": Value::Null, "seq": Value::Null,
         "attempts": Value::Null, "gave_up": Value::Null, "token": a.token,
         "newest_token": Value::Null, "reason": Value::Null, "holder": Value::Null,
         "expires_at_ms": Value::Null,
@@ -566,13 +574,14 @@ pub(crate) fn print_fail(out: &Output, a: &Attempt, outcome: &FailOutcome) -> u8
 }
 
 /// A cell's JSON object under `pipeline explain`, the same fields whatever its state (`null`
-/// where one does not apply).
-fn cell_json(unit: &str, c: &CellView) -> Value {
+/// where one does not apply). `source_version` is the version the cell is about, as in `pipeline
+/// ready`: the one it was completed at (done), its lease's (running), else the unit's current one.
+fn cell_json(e: &Explain, c: &CellView) -> Value {
     let mut v = json!({
-        "unit": unit, "stage": c.stage, "state": c.state.name(), "cell": c.key,
+        "unit": e.unit, "stage": c.stage, "state": c.state.name(), "cell": c.key,
         "stale_reason": c.stale.as_ref().map(|s| s.to_string()),
         "why": cell_text(c),
-        "source_version": Value::Null, "code_version": Value::Null, "seq": Value::Null,
+        "source_version": e.source_version, "code_version": Value::Null, "seq": Value::Null,
         "object": Value::Null, "worker": Value::Null, "token": Value::Null,
         "expires_at_ms": Value::Null, "attempts": Value::Null, "last_error": Value::Null,
         "blocked_on": Value::Null,
@@ -593,8 +602,9 @@ fn cell_json(unit: &str, c: &CellView) -> Value {
             worker,
             token,
             expires_at_ms,
-            ..
+            source_version,
         } => {
+            v["source_version"] = json!(source_version);
             v["worker"] = json!(worker);
             v["token"] = json!(token);
             v["expires_at_ms"] = json!(expires_at_ms);
@@ -630,7 +640,7 @@ fn explain(a: ExplainArgs, wait: Duration) -> Result<u8, CliError> {
 pub(crate) fn print_explain(out: &Output, e: &Explain) {
     if out.json {
         for c in &e.cells {
-            print_json(&cell_json(&e.unit, c));
+            print_json(&cell_json(e, c));
         }
         return;
     }

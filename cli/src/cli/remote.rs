@@ -603,6 +603,7 @@ fn pipeline_ready(client: &Client, a: &super::pipeline_cmds::ReadyArgs) -> Resul
 
 /// The definition recorded and the unit's cell checked as `pipeline complete`/`fail` do
 /// in-process: the unit needs a source version, the stage must exist and not be blocked.
+/// Returns the attempt's source version and the cell's key.
 fn checked_attempt(
     client: &Client,
     def: &str,
@@ -610,13 +611,17 @@ fn checked_attempt(
     stage: &str,
     version: Option<u64>,
     what: &str,
-) -> Result<u64, CliError> {
+) -> Result<(u64, String), CliError> {
     use super::pipeline_cmds::{cell_of, refuse_blocked, with_source_version};
     client.pipeline_define(def).map_err(client_error)?;
     let e = client.pipeline_explain(def, unit).map_err(client_error)?;
     let e = with_source_version(e, unit)?;
-    refuse_blocked(cell_of(&e, stage)?, unit, what)?;
-    Ok(version.or(e.source_version).unwrap_or_default())
+    let cell = cell_of(&e, stage)?;
+    refuse_blocked(cell, unit, what)?;
+    Ok((
+        version.or(e.source_version).unwrap_or_default(),
+        cell.key.clone(),
+    ))
 }
 
 /// `pipeline complete` through the server: the output is read here (whole, as the engine's
@@ -631,7 +636,7 @@ fn pipeline_complete(
     let attempt = oncelake::pipeline::Attempt {
         unit: a.unit.clone(),
         stage: a.stage.clone(),
-        source_version: checked_attempt(client, &def, &a.unit, &a.stage, a.version, "completed")?,
+        source_version: checked_attempt(client, &def, &a.unit, &a.stage, a.version, "completed")?.0,
         worker: "cli".into(),
         token: a.token,
     };
@@ -646,10 +651,12 @@ fn pipeline_complete(
 fn pipeline_fail(client: &Client, a: &super::pipeline_cmds::FailArgs) -> Result<u8, CliError> {
     let p = super::pipeline_cmds::load_def(&a.def.pipeline)?;
     let def = p.def().to_text();
+    let (source_version, cell) =
+        checked_attempt(client, &def, &a.unit, &a.stage, a.version, "failed")?;
     let attempt = oncelake::pipeline::Attempt {
         unit: a.unit.clone(),
         stage: a.stage.clone(),
-        source_version: checked_attempt(client, &def, &a.unit, &a.stage, a.version, "failed")?,
+        source_version,
         worker: a.worker.clone(),
         token: a.token,
     };
@@ -659,6 +666,7 @@ fn pipeline_fail(client: &Client, a: &super::pipeline_cmds::FailArgs) -> Result<
     Ok(super::pipeline_cmds::print_fail(
         &Output::new(a.json),
         &attempt,
+        &cell,
         &outcome,
     ))
 }
