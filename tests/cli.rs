@@ -417,7 +417,10 @@ fn refused_inputs_leave_the_store_files_byte_identical() {
             vec!["get", l, "u/1", "-o", s(&into_missing_dir)],
             "does not exist",
         ),
-        (vec!["reconcile", l, "--source", s(&missing)], "no such file"),
+        (
+            vec!["reconcile", l, "--source", s(&missing)],
+            "no such file",
+        ),
         (vec!["reconcile", l, "--source", s(&a_dir)], "a directory"),
     ] {
         let out = oncelake(&args, Some(b"ignored"));

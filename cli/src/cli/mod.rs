@@ -68,6 +68,17 @@ Examples:
   oncelake simulate --units 2000 --mode both --json
   oncelake bench commit --threads 1 --commits 200 --seconds 1 --preload 10000 --systems oncelake";
 
+/// The examples of `oncelake serve --help`, runnable pasted in order (tests/cli_examples.rs): the
+/// server runs in the background until the `kill`, which drains it and removes its socket.
+const SERVE_EXAMPLES: &str = "\
+Examples:
+  oncelake serve ./lake > serve.log 2>&1 &
+  timeout 10 sh -c 'until grep -q serving serve.log; do sleep 0.1; done'
+  oncelake ls ./lake
+  curl -s --unix-socket ./lake/serve.sock http://localhost/metrics | grep -c '^oncelake_'
+  kill $(grep -o 'pid [0-9]*' serve.log | cut -d' ' -f2)
+  timeout 10 sh -c 'while [ -S lake/serve.sock ]; do sleep 0.1; done'";
+
 /// The text after `oncelake --help`: the examples, then the exit codes from their one table.
 fn after_help() -> String {
     let codes: Vec<String> = exit::TABLE
@@ -135,9 +146,7 @@ pub(crate) enum Command {
     Table(table_cmds::TableArgs),
     /// Serve the store to other processes over HTTP (Unix socket, or loopback TCP with a token);
     /// every command finds the server by itself.
-    #[command(
-        after_help = "Examples:\n  oncelake serve ./lake &\n  oncelake ls ./lake\n  curl --unix-socket ./lake/serve.sock http://localhost/metrics"
-    )]
+    #[command(after_help = SERVE_EXAMPLES)]
     Serve(serve::ServeArgs),
 }
 

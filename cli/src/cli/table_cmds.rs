@@ -7,13 +7,17 @@ use serde_json::json;
 use std::path::PathBuf;
 use std::time::Duration;
 
+/// Runs as written when pasted in order after `oncelake init ./lake` (tests/cli_examples.rs);
+/// the lines that need a Parquet file of the reader's own are comments.
 const EXAMPLES: &str = "\
 Examples:
   oncelake table create ./lake sales --prefix sales/
-  oncelake put ./lake sales/date=2026-11-29/region=eu 1 part.parquet
   oncelake table publish ./lake sales --json
   oncelake table ls ./lake
-  python -c \"import deltalake; print(deltalake.DeltaTable('./lake/tables/sales').to_pyarrow_table())\"";
+  # With a Parquet file of your own (part.parquet), and the Python deltalake package to read it:
+  #   oncelake put ./lake sales/date=2026-11-29/region=eu 1 part.parquet
+  #   oncelake table publish ./lake sales
+  #   python -c \"import deltalake as d; print(d.DeltaTable('lake/tables/sales').version())\"";
 
 /// `oncelake table <command>`.
 #[derive(clap::Args, Debug)]
