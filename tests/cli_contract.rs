@@ -776,6 +776,8 @@ fn errors_under_json_are_json_objects_with_stable_kinds_and_one_exit_code_per_fa
             2,
         ),
         (vec!["ls", l, "--at", "99"], "seq_out_of_range", 2),
+        (vec!["get", l, "u", "--at", "99"], "seq_out_of_range", 2),
+        (vec!["gc", l, "--grace", "5parsecs"], "usage", 2),
         (vec!["put", l, "u", "notanumber", "-"], "usage", 2),
         (vec!["frobnicate"], "usage", 2),
         (vec!["get", l, "no/such/unit"], "usage", 2),
@@ -812,6 +814,15 @@ fn errors_under_json_are_json_objects_with_stable_kinds_and_one_exit_code_per_fa
         assert_eq!(v["exit_code"], code, "{jargs:?}: {v}");
         assert!(
             v["message"].as_str().is_some_and(|m| m.len() > 10),
+            "{jargs:?}: {v}"
+        );
+        if kind == "seq_out_of_range" {
+            assert!(message_says_what_to_do(&v), "{jargs:?}: {v}");
+        }
+        // The message is the text for people, without clap's decoration (the kind is `error`).
+        let message = v["message"].as_str().unwrap_or_default();
+        assert!(
+            !message.starts_with("error:") && !message.contains("For more information"),
             "{jargs:?}: {v}"
         );
     }
@@ -1275,4 +1286,11 @@ fn unblock_writer(fifo: &Path) {
             Err(_) => return,
         }
     }
+}
+
+/// An `--at` error says how to find a readable seq.
+fn message_says_what_to_do(v: &Value) -> bool {
+    v["message"]
+        .as_str()
+        .is_some_and(|m| m.contains("--at") && m.contains("oncelake log"))
 }

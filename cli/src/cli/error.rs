@@ -74,6 +74,10 @@ pub(crate) enum CliError {
 /// The hint on a damaged or missing object.
 pub(crate) const VERIFY_HINT: &str = " — with the CLI: `oncelake verify <store>`";
 
+/// The hint on an `--at SEQ` outside the kept history (in-process and through a server).
+pub(crate) const SEQ_HINT: &str = "; pass an --at in that range (`oncelake log <store>` lists \
+     the seqs, `oncelake gc --retain` sets how much history is kept)";
+
 /// The engine's messages speak library terms; the CLI adds how to do it from the command line.
 fn cli_hint(e: &oncelake::Error) -> &'static str {
     match e {
@@ -84,6 +88,7 @@ fn cli_hint(e: &oncelake::Error) -> &'static str {
         oncelake::Error::Locked { .. } => {
             " — the CLI waits up to --wait (e.g. --wait 1m), then gives up"
         }
+        oncelake::Error::SeqOutOfRange { .. } => SEQ_HINT,
         _ => "",
     }
 }

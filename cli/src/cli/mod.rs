@@ -194,8 +194,7 @@ pub(crate) fn main() -> ExitCode {
         }
         Err(e) => {
             if output::json_errors() {
-                let message = e.render().to_string();
-                report(&CliError::Usage(message.trim().to_string()));
+                report(&CliError::Usage(usage_message(&e.render().to_string())));
             } else {
                 let _ = e.print();
             }
@@ -226,6 +225,18 @@ pub(crate) fn main() -> ExitCode {
         }
         None => ExitCode::from(code),
     }
+}
+
+/// clap's rendering of a usage error as the `message` of a JSON error: without its `error: `
+/// prefix (the object's `error` field says that) and its `For more information, try '--help'.`
+/// tail, as every other message.
+fn usage_message(rendered: &str) -> String {
+    let m = rendered.trim();
+    let m = m.strip_prefix("error: ").unwrap_or(m);
+    let m = m
+        .strip_suffix("For more information, try '--help'.")
+        .unwrap_or(m);
+    m.trim_end().to_string()
 }
 
 /// Writes an error to standard error: a JSON object under --json, else `error: message`.

@@ -306,7 +306,7 @@ fn not_routed(store: &Path, client: &Client) -> Result<u8, CliError> {
 /// in-process (see `CliError::kind`), from the stable kind the server answered with — the
 /// server's message is the engine's, so the text is the in-process one too.
 pub(crate) fn client_error(e: ClientError) -> CliError {
-    use super::error::VERIFY_HINT;
+    use super::error::{SEQ_HINT, VERIFY_HINT};
     let served = |kind, exit, message, hint| CliError::Served {
         kind,
         exit,
@@ -317,7 +317,7 @@ pub(crate) fn client_error(e: ClientError) -> CliError {
         ClientError::BadRequest { kind, message } => match kind.as_str() {
             "invalid_key" => served("invalid_key", exit::USAGE, message, ""),
             "invalid_request" => served("invalid_request", exit::USAGE, message, ""),
-            "seq_out_of_range" => served("seq_out_of_range", exit::USAGE, message, ""),
+            "seq_out_of_range" => served("seq_out_of_range", exit::USAGE, message, SEQ_HINT),
             // A refused table call (`TableError` other than damage): `CliError::Table`.
             "table" => served("table", exit::USAGE, message, ""),
             // A request the server found malformed (`bad_request`): the caller's arguments.
