@@ -341,7 +341,13 @@ fn a_failing_stdout_is_an_io_failure_in_every_command() {
         assert!(!err.contains("panicked"), "{args:?}: {err}");
         assert_eq!(out.status.code(), Some(1), "{args:?}: {err}");
         assert!(err.contains("No space left"), "{args:?}: {err}");
+        // Only a put has a commit to speak of.
+        assert!(!err.contains("committed"), "{args:?}: {err}");
     }
+    let out = oncelake_into_full_disk(&["put", l, "u/2", "1", "-"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("stays committed"), "{err}");
 }
 
 /// Durations beyond what any flag means (and beyond what `Duration` holds) are usage errors.

@@ -202,6 +202,7 @@ pub(crate) fn main() -> ExitCode {
         }
     };
     progress::set_quiet(cli.quiet);
+    let is_put = matches!(cli.command, Command::Put(_));
     let code = match run(cli) {
         Ok(code) => code,
         Err(e) => {
@@ -213,8 +214,12 @@ pub(crate) fn main() -> ExitCode {
     match finish_stdout() {
         Some(e) => {
             report(&CliError::io(
-                "could not write standard output (the command's work itself is done: a put stays \
-                 committed, running it again reports a duplicate)",
+                if is_put {
+                    "could not write standard output (the put itself is done: it stays committed, \
+                     and running it again reports a duplicate)"
+                } else {
+                    "could not write standard output (the command's work itself is done)"
+                },
                 e,
             ));
             ExitCode::from(if code == exit::OK {
