@@ -1023,6 +1023,26 @@ fn internal_units_are_protected_from_user_writes_and_hidden_from_ls() {
             );
         }
     }
+    // Nor can a pipeline's unit be one of them (it once became `.pipeline/source/.pipeline/...`).
+    let out = run(
+        &[
+            "pipeline",
+            "set-version",
+            l,
+            ".pipeline/source/x",
+            "1",
+            "--json",
+        ],
+        None,
+    );
+    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    let v: Value = serde_json::from_str(err.trim()).unwrap();
+    assert_eq!(v["error"], "invalid_key", "{v}");
+    assert!(
+        !err.contains("with the CLI"),
+        "a hint for put, not here: {err}"
+    );
     assert_eq!(
         store_files(&lake),
         before,

@@ -82,7 +82,12 @@ pub(crate) const SEQ_HINT: &str = "; pass an --at in that range (`oncelake log <
 fn cli_hint(e: &oncelake::Error) -> &'static str {
     match e {
         oncelake::Error::Corrupt { .. } | oncelake::Error::MissingObject { .. } => VERIFY_HINT,
-        oncelake::Error::InvalidKey { key, .. } if oncelake::is_internal_key(key) => {
+        // A put or claim of an internal unit: say how the CLI writes them. (A pipeline's own unit
+        // under `.pipeline/` is refused with a reason that says what to do instead.)
+        oncelake::Error::InvalidKey { key, reason }
+            if oncelake::is_internal_key(key)
+                && *reason != oncelake::pipeline::cell::RESERVED_UNIT_REASON =>
+        {
             " — with the CLI: `oncelake pipeline set-version` and `oncelake pipeline complete`"
         }
         oncelake::Error::Locked { .. } => {

@@ -5,6 +5,7 @@
 
 use super::store_cmds::{outcome_code, outcome_json, refusal_text};
 use super::{exit, open_input, open_store, parse_duration, print_json, rfc3339, CliError, Output};
+use oncelake::pipeline::cell::validate_pipeline_unit;
 use oncelake::pipeline::{
     set_source_version, Attempt, CellState, CellView, Claim, Explain, FailOutcome, Pipeline,
     PipelineDef, ReadyCell, Status,
@@ -226,6 +227,8 @@ pub(crate) fn read_input(file: &str) -> Result<Vec<u8>, CliError> {
 }
 
 fn set_version(a: SetVersionArgs, wait: Duration) -> Result<u8, CliError> {
+    // Before the store is opened: a refused unit leaves the store's files untouched.
+    validate_pipeline_unit(&a.unit)?;
     let input = match &a.file {
         Some(f) => read_input(f)?,
         None => Vec::new(),
@@ -422,6 +425,7 @@ pub(crate) fn refuse_blocked(cell: &CellView, unit: &str, what: &str) -> Result<
 }
 
 fn complete(a: CompleteArgs, wait: Duration) -> Result<u8, CliError> {
+    validate_pipeline_unit(&a.unit)?;
     let p = load_def(&a.def.pipeline)?;
     let output = read_input(&a.file)?;
     let store = open_store(&a.store, wait, false)?;
@@ -477,6 +481,7 @@ pub(crate) fn print_complete(out: &Output, attempt: &Attempt, u: &UnitOutcome) {
 }
 
 fn fail(a: FailArgs, wait: Duration) -> Result<u8, CliError> {
+    validate_pipeline_unit(&a.unit)?;
     let p = load_def(&a.def.pipeline)?;
     let store = open_store(&a.store, wait, false)?;
     p.record_definition(&store)?;
@@ -629,6 +634,7 @@ fn cell_json(e: &Explain, c: &CellView) -> Value {
 }
 
 fn explain(a: ExplainArgs, wait: Duration) -> Result<u8, CliError> {
+    validate_pipeline_unit(&a.unit)?;
     let p = load_def(&a.def.pipeline)?;
     let store = open_store(&a.store, wait, false)?;
     let e = explained(&p, &store, &a.unit)?;

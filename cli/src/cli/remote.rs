@@ -533,6 +533,7 @@ fn pipeline_set_version(
     client: &Client,
     a: &super::pipeline_cmds::SetVersionArgs,
 ) -> Result<u8, CliError> {
+    oncelake::pipeline::cell::validate_pipeline_unit(&a.unit)?;
     let input = match &a.file {
         Some(f) => super::pipeline_cmds::read_input(f)?,
         None => Vec::new(),
