@@ -344,14 +344,15 @@ pub fn write_listing_line(
     }
 }
 
-/// The property of one accepted listing line: the unit is a valid key and both spellings of the
-/// pair written by [`write_listing_line`] parse back to the same pair.
+/// The property of one accepted listing line: the unit is a valid user key (never an internal
+/// unit, which no source lists) and both spellings of the pair written by [`write_listing_line`]
+/// parse back to the same pair.
 pub fn check_listing_pair(
     format: crate::reconcile::ListingFormat,
     unit: &str,
     version: u64,
 ) -> Result<(), String> {
-    if let Err(e) = crate::validate_key(unit) {
+    if let Err(e) = crate::validate_user_key(unit) {
         return Err(format!("an accepted unit breaks the key rules: {e}"));
     }
     for quoted in [false, true] {

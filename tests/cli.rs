@@ -248,6 +248,16 @@ fn a_closed_stdout_ends_every_command_quietly_with_the_code_of_what_it_did() {
         ),
         (vec!["put", l, "new/1", "0", "-", "--json"], Some(b"old"), 4),
         (vec!["--help"], None, 0),
+        // The lake-table commands print through the same writer as the rest (they once used
+        // `println!`, which panics on a closed pipe).
+        (
+            vec!["table", "create", l, "sales", "--prefix", "sales/"],
+            None,
+            0,
+        ),
+        (vec!["table", "ls", l], None, 0),
+        (vec!["table", "ls", l, "--json"], None, 0),
+        (vec!["table", "publish", l], None, 0),
         (
             vec![
                 "simulate",
@@ -279,6 +289,65 @@ fn a_closed_stdout_ends_every_command_quietly_with_the_code_of_what_it_did() {
         .map(|line| serde_json::from_str::<serde_json::Value>(line).unwrap()["unit"].to_string())
         .collect();
     assert_eq!(units, ["\"new/1\"", "\"new/2\""]);
+}
+
+/// Runs the binary with standard output `/dev/full`: every write fails with "no space left".
+fn oncelake_into_full_disk(args: &[&str]) -> Output {
+    let full = std::fs::OpenOptions::new()
+        .write(true)
+        .open("/dev/full")
+        .unwrap();
+    Command::new(bin::oncelake())
+        .args(args)
+        .env("ONCELAKE_PROGRESS_INTERVAL", "1h")
+        .stdin(Stdio::null())
+        .stdout(Stdio::from(full))
+        .stderr(Stdio::piped())
+        .output()
+        .unwrap()
+}
+
+/// Output that cannot be written (a full disk behind `> file`), unlike a closed pipe, is a
+/// failure: exit 1 with an `io` error, never exit 0 with the output lost, never a panic.
+#[test]
+fn a_failing_stdout_is_an_io_failure_in_every_command() {
+    if !Path::new("/dev/full").exists() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let lake = dir.path().join("lake");
+    let l = s(&lake);
+    assert_eq!(oncelake(&["init", l], None).status.code(), Some(0));
+    let out = oncelake(&["put", l, "u/1", "1", "-"], Some(b"one"));
+    assert_eq!(out.status.code(), Some(0));
+    let listing = dir.path().join("listing.csv");
+    std::fs::write(&listing, "u/1,2\nu/2,1\n").unwrap();
+    let src = s(&listing);
+    let cases: Vec<Vec<&str>> = vec![
+        vec!["ls", l],
+        vec!["log", l, "--json"],
+        vec!["stats", l],
+        // The plan is buffered; a failure at its flush once exited 0 with the plan lost.
+        vec!["reconcile", l, "--source", src],
+        vec!["reconcile", l, "--source", src, "--json"],
+        vec!["reconcile", l, "--source", src, "--changes-only"],
+        vec!["table", "create", l, "sales", "--prefix", "sales/"],
+        vec!["table", "ls", l],
+        vec!["table", "publish", l],
+    ];
+    for args in cases {
+        let out = oncelake_into_full_disk(&args);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!err.contains("panicked"), "{args:?}: {err}");
+        assert_eq!(out.status.code(), Some(1), "{args:?}: {err}");
+        assert!(err.contains("No space left"), "{args:?}: {err}");
+        // Only a put has a commit to speak of.
+        assert!(!err.contains("committed"), "{args:?}: {err}");
+    }
+    let out = oncelake_into_full_disk(&["put", l, "u/2", "1", "-"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("stays committed"), "{err}");
 }
 
 /// Durations beyond what any flag means (and beyond what `Duration` holds) are usage errors.
@@ -354,7 +423,11 @@ fn refused_inputs_leave_the_store_files_byte_identical() {
             vec!["get", l, "u/1", "-o", s(&into_missing_dir)],
             "does not exist",
         ),
-        (vec!["reconcile", l, "--source", s(&missing)], "cannot read"),
+        (
+            vec!["reconcile", l, "--source", s(&missing)],
+            "no such file",
+        ),
+        (vec!["reconcile", l, "--source", s(&a_dir)], "a directory"),
     ] {
         let out = oncelake(&args, Some(b"ignored"));
         let err = String::from_utf8_lossy(&out.stderr);

@@ -554,6 +554,173 @@ fn every_json_output_uses_one_name_per_concept_and_the_same_fields_per_command()
     assert!(problems.is_empty(), "{}", problems.join("\n"));
 }
 
+/// One field means one thing in every command, with the same value for the same fact: a put's
+/// entry is the entry `ls` and `log` show; `source_version` is the version asked about and
+/// `current_version` the store's (a claim of an older version than the one committed once
+/// reported the committed version as its `source_version`); a pipeline cell has the same `cell`
+/// and `source_version` in `ready`, `explain`, `complete` and `fail` (`explain` once left
+/// `source_version` null for running and ready cells, `fail` had neither); a release record has
+/// no end time (it once said `expires_at_ms: 0`, 1970).
+#[test]
+fn one_field_has_one_meaning_and_value_across_commands() {
+    let dir = tempfile::tempdir().unwrap();
+    let lake = dir.path().join("lake");
+    let l = s(&lake);
+    let etl = dir.path().join("etl.toml");
+    std::fs::write(&etl, ETL).unwrap();
+    let p = s(&etl);
+    run(&["init", l], None);
+    let one = |args: &[&str], stdin: Option<&[u8]>, code: i32| -> Value {
+        let out = run(args, stdin);
+        assert_eq!(
+            out.status.code(),
+            Some(code),
+            "{args:?}: {}",
+            text(&out.stderr)
+        );
+        lines(&out).remove(0)
+    };
+
+    // put, ls and log agree on the entry.
+    let put = one(&["put", l, "a/1", "8", "-", "--json"], Some(b"eight"), 0);
+    let ls = one(&["ls", l, "--json"], None, 0);
+    let log = one(&["log", l, "--json"], None, 0);
+    let logged = &log["entries"][0];
+    for f in [
+        "unit",
+        "source_version",
+        "revision",
+        "object",
+        "size",
+        "crc32",
+    ] {
+        assert_eq!(put[f], ls[f], "put vs ls: {f}");
+        assert_eq!(put[f], logged[f], "put vs log: {f}");
+    }
+    assert_eq!(put["seq"], ls["seq"]);
+    assert_eq!(put["seq"], log["seq"]);
+    assert_eq!(ls["committed_at_ms"], log["committed_at_ms"]);
+
+    // claim: source_version is the version claimed, current_version the store's.
+    let done = one(
+        &["claim", l, "a/1", "7", "--worker", "w", "--json"],
+        None,
+        0,
+    );
+    assert_eq!(done["outcome"], "already_done");
+    assert_eq!(done["source_version"], 7, "{done}");
+    assert_eq!(done["current_version"], 8, "{done}");
+    assert_eq!(done["seq"], put["seq"], "{done}");
+    let stale = one(&["put", l, "a/1", "7", "-", "--json"], Some(b"seven"), 4);
+    assert_eq!(
+        (&stale["source_version"], &stale["current_version"]),
+        (&done["source_version"], &done["current_version"]),
+        "claim and put say the same of the same versions"
+    );
+    let granted = one(
+        &["claim", l, "a/2", "1", "--worker", "w", "--json"],
+        None,
+        0,
+    );
+    assert_eq!(granted["current_version"], Value::Null, "{granted}");
+    let t = granted["token"].to_string();
+    one(
+        &[
+            "release", l, "a/2", "--worker", "w", "--token", &t, "--json",
+        ],
+        None,
+        0,
+    );
+    let log = lines(&run(&["log", l, "--json"], None));
+    let claim_rec = log.iter().find(|r| r["kind"] == "claim_granted").unwrap();
+    let release_rec = log.iter().find(|r| r["kind"] == "claim_released").unwrap();
+    assert_eq!(claim_rec["expires_at_ms"], granted["expires_at_ms"]);
+    assert_eq!(release_rec["expires_at_ms"], Value::Null, "{release_rec}");
+
+    // Pipeline cells: the same cell and source_version whichever command shows them.
+    one(
+        &["pipeline", "set-version", l, "u/1", "3", "-", "--json"],
+        Some(b"in"),
+        0,
+    );
+    let explain = |unit: &str| -> BTreeMap<String, Value> {
+        lines(&run(
+            &["pipeline", "explain", l, "--pipeline", p, unit, "--json"],
+            None,
+        ))
+        .into_iter()
+        .map(|v| (v["stage"].as_str().unwrap().to_string(), v))
+        .collect()
+    };
+    let cells = explain("u/1");
+    assert_eq!(cells["ingest"]["state"], "ready");
+    assert_eq!(cells["transform"]["state"], "blocked");
+    for c in cells.values() {
+        assert_eq!(c["source_version"], 3, "{c}");
+    }
+    let ready = one(
+        &[
+            "pipeline",
+            "ready",
+            l,
+            "--pipeline",
+            p,
+            "--claim",
+            "--worker",
+            "w1",
+            "--json",
+        ],
+        None,
+        0,
+    );
+    let running = &explain("u/1")["ingest"];
+    assert_eq!(running["state"], "running");
+    for f in ["cell", "source_version", "token", "worker", "expires_at_ms"] {
+        assert_eq!(running[f], ready[f], "ready vs explain: {f}");
+    }
+    let token = ready["token"].to_string();
+    let complete = one(
+        &[
+            "pipeline",
+            "complete",
+            l,
+            "--pipeline",
+            p,
+            "u/1",
+            "ingest",
+            "-",
+            "--token",
+            &token,
+            "--json",
+        ],
+        Some(b"out"),
+        0,
+    );
+    assert_eq!(complete["cell"], ready["cell"]);
+    assert_eq!(complete["source_version"], ready["source_version"]);
+    let transform = &explain("u/1")["transform"];
+    assert_eq!(transform["state"], "ready");
+    let fail = one(
+        &[
+            "pipeline",
+            "fail",
+            l,
+            "--pipeline",
+            p,
+            "u/1",
+            "transform",
+            "--error",
+            "boom",
+            "--json",
+        ],
+        None,
+        0,
+    );
+    assert_eq!(fail["cell"], transform["cell"], "{fail}");
+    assert_eq!(fail["source_version"], 3, "{fail}");
+    assert_eq!(explain("u/1")["transform"]["attempts"], fail["attempts"]);
+}
+
 /// Errors under --json are one JSON object on standard error with a stable kind and the exit
 /// code; the same failure has the same exit code in every command (a missing put input, pipeline
 /// file and listing are all bad input, exit 2; the pipeline file was exit 1 before).
@@ -567,6 +734,9 @@ fn errors_under_json_are_json_objects_with_stable_kinds_and_one_exit_code_per_fa
     let m = s(&missing);
     let nostore = dir.path().join("nostore");
     let inner = lake.join("inner");
+    let a_dir = dir.path().join("a-dir");
+    std::fs::create_dir(&a_dir).unwrap();
+    let d = s(&a_dir);
     let cases: Vec<(Vec<&str>, &str, i32)> = vec![
         (vec!["put", l, "u", "1", m], "bad_input", 2),
         (
@@ -585,6 +755,19 @@ fn errors_under_json_are_json_objects_with_stable_kinds_and_one_exit_code_per_fa
             2,
         ),
         (vec!["reconcile", l, "--source", m], "bad_input", 2),
+        // A directory is bad input wherever an input file is named (a listing once exited 1).
+        (vec!["put", l, "u", "1", d], "bad_input", 2),
+        (vec!["reconcile", l, "--source", d], "bad_input", 2),
+        (
+            vec!["reconcile", l, "--source", d, "--changes-only"],
+            "bad_input",
+            2,
+        ),
+        (
+            vec!["pipeline", "set-version", l, "u", "1", d],
+            "bad_input",
+            2,
+        ),
         (vec!["ls", s(&nostore)], "not_a_store", 2),
         (vec!["put", l, "bad\u{1}key", "1", "-"], "invalid_key", 2),
         (
@@ -593,6 +776,8 @@ fn errors_under_json_are_json_objects_with_stable_kinds_and_one_exit_code_per_fa
             2,
         ),
         (vec!["ls", l, "--at", "99"], "seq_out_of_range", 2),
+        (vec!["get", l, "u", "--at", "99"], "seq_out_of_range", 2),
+        (vec!["gc", l, "--grace", "5parsecs"], "usage", 2),
         (vec!["put", l, "u", "notanumber", "-"], "usage", 2),
         (vec!["frobnicate"], "usage", 2),
         (vec!["get", l, "no/such/unit"], "usage", 2),
@@ -629,6 +814,15 @@ fn errors_under_json_are_json_objects_with_stable_kinds_and_one_exit_code_per_fa
         assert_eq!(v["exit_code"], code, "{jargs:?}: {v}");
         assert!(
             v["message"].as_str().is_some_and(|m| m.len() > 10),
+            "{jargs:?}: {v}"
+        );
+        if kind == "seq_out_of_range" {
+            assert!(message_says_what_to_do(&v), "{jargs:?}: {v}");
+        }
+        // The message is the text for people, without clap's decoration (the kind is `error`).
+        let message = v["message"].as_str().unwrap_or_default();
+        assert!(
+            !message.starts_with("error:") && !message.contains("For more information"),
             "{jargs:?}: {v}"
         );
     }
@@ -829,6 +1023,26 @@ fn internal_units_are_protected_from_user_writes_and_hidden_from_ls() {
             );
         }
     }
+    // Nor can a pipeline's unit be one of them (it once became `.pipeline/source/.pipeline/...`).
+    let out = run(
+        &[
+            "pipeline",
+            "set-version",
+            l,
+            ".pipeline/source/x",
+            "1",
+            "--json",
+        ],
+        None,
+    );
+    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    let v: Value = serde_json::from_str(err.trim()).unwrap();
+    assert_eq!(v["error"], "invalid_key", "{v}");
+    assert!(
+        !err.contains("with the CLI"),
+        "a hint for put, not here: {err}"
+    );
     assert_eq!(
         store_files(&lake),
         before,
@@ -850,6 +1064,42 @@ fn internal_units_are_protected_from_user_writes_and_hidden_from_ls() {
         [".pipeline/source/orders/1"]
     );
     assert!(!text(&run(&["ls", l], None).stdout).contains(".pipeline"));
+
+    // reconcile: a source lists user units, so the internal ones are neither "unknown to the
+    // source" (full form) nor nameable in a listing.
+    let listing = dir.path().join("listing.csv");
+    std::fs::write(&listing, "orders/9,1\n").unwrap();
+    let plan = lines(&run(
+        &["reconcile", l, "--source", s(&listing), "--json"],
+        None,
+    ));
+    let planned: Vec<&str> = plan.iter().filter_map(|v| v["unit"].as_str()).collect();
+    assert_eq!(planned, ["orders/1", "orders/9"], "{plan:?}");
+    assert_eq!(plan.last().unwrap()["summary"]["unknown"], 1, "{plan:?}");
+    for changes_only in [false, true] {
+        let args = [
+            &["reconcile", l, "--source", "-", "--json"][..],
+            if changes_only {
+                &["--changes-only"][..]
+            } else {
+                &[][..]
+            },
+        ]
+        .concat();
+        let out = run(&args, Some(b".pipeline/source/orders/1,3\n"));
+        assert_eq!(
+            out.status.code(),
+            Some(2),
+            "{args:?}: {}",
+            text(&out.stderr)
+        );
+        assert!(
+            text(&out.stderr).contains("reserved"),
+            "{}",
+            text(&out.stderr)
+        );
+        assert!(out.stdout.is_empty(), "{args:?}: no plan line");
+    }
 
     // The library's boundary: a user batch is refused whole, the pipeline engine writes.
     let store = oncelake::Store::open(&lake).unwrap();
@@ -968,4 +1218,99 @@ fn init_refuses_to_nest_a_store_inside_another() {
             .code(),
         Some(0)
     );
+}
+
+/// A named pipe is an input like a file for every command that takes one (`put`, reconcile's
+/// listing, `pipeline set-version`); a listing from a pipe is read once (a second reader once
+/// took rows from the first, and an unsorted piped listing failed) and sorted like standard input.
+#[test]
+fn every_input_file_may_be_a_named_pipe() {
+    let dir = tempfile::tempdir().unwrap();
+    let lake = dir.path().join("lake");
+    let l = s(&lake);
+    let fifo = dir.path().join("fifo");
+    let made = Command::new("mkfifo").arg(&fifo).status();
+    if !made.is_ok_and(|st| st.success()) {
+        return; // no mkfifo on this system
+    }
+    run(&["init", l], None);
+    let through_fifo = |data: Vec<u8>, args: &[&str]| -> Output {
+        let writer = {
+            let fifo = fifo.clone();
+            std::thread::spawn(move || std::fs::write(fifo, data))
+        };
+        let out = run(args, None);
+        if !writer.is_finished() {
+            unblock_writer(&fifo);
+        }
+        let _ = writer.join().unwrap(); // the command's output says whether it read the pipe
+        out
+    };
+    let f = s(&fifo);
+    let out = through_fifo(
+        b"in".to_vec(),
+        &["pipeline", "set-version", l, "p/1", "1", f, "--json"],
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert_eq!(lines(&out)[0]["outcome"], "committed");
+    // Large enough that the pipe is read in many pieces, out of order, with units in the store.
+    for i in [3, 7] {
+        let unit = format!("u/{i:05}");
+        assert_eq!(
+            run(&["put", l, &unit, "1", "-"], Some(b"x")).status.code(),
+            Some(0)
+        );
+    }
+    let mut rows: Vec<String> = (0..20_000).map(|i| format!("u/{i:05},1\n")).collect();
+    rows.reverse();
+    let listing = rows.concat().into_bytes();
+    for form in [&[][..], &["--changes-only"][..]] {
+        let args = [&["reconcile", l, "--source", f, "--json"][..], form].concat();
+        let out = through_fifo(listing.clone(), &args);
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{args:?}: {}",
+            text(&out.stderr)
+        );
+        let plan = lines(&out);
+        let summary = &plan.last().unwrap()["summary"];
+        assert_eq!(summary["listed"], 20_000, "{args:?}: {summary}");
+        assert_eq!(summary["missing"], 19_998, "{args:?}: {summary}");
+        assert_eq!(summary["up_to_date"], 2, "{args:?}: {summary}");
+    }
+}
+
+/// Lets the writer of `fifo` finish when the command under test never read the pipe to its end
+/// (a refusal): opens the read end without blocking and drains it until no writer is left.
+fn unblock_writer(fifo: &Path) {
+    use std::io::Read;
+    use std::os::unix::fs::OpenOptionsExt;
+    const O_NONBLOCK: i32 = 0o4000; // Linux
+    let Ok(mut f) = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(O_NONBLOCK)
+        .open(fifo)
+    else {
+        return;
+    };
+    let mut buf = vec![0u8; 1 << 16];
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while std::time::Instant::now() < deadline {
+        match f.read(&mut buf) {
+            Ok(0) => return,
+            Ok(_) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                std::thread::sleep(std::time::Duration::from_millis(1))
+            }
+            Err(_) => return,
+        }
+    }
+}
+
+/// An `--at` error says how to find a readable seq.
+fn message_says_what_to_do(v: &Value) -> bool {
+    v["message"]
+        .as_str()
+        .is_some_and(|m| m.contains("--at") && m.contains("oncelake log"))
 }

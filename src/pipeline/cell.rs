@@ -89,10 +89,22 @@ pub fn source_key(unit: &str) -> String {
     format!("{SOURCE_PREFIX}{unit}")
 }
 
-/// Checks that `unit` can be run through a pipeline (unit key rules, and short enough for its
-/// cell keys).
+/// Why a pipeline refuses a unit key under `.pipeline/` (the reason of its
+/// [`Error::InvalidKey`]).
+pub const RESERVED_UNIT_REASON: &str = "it is under `.pipeline/`, where the pipeline engine \
+     keeps its own units; a pipeline runs over your units (e.g. orders/day=1)";
+
+/// Checks that `unit` can be run through a pipeline (unit key rules, not an internal unit, and
+/// short enough for its cell keys). A pipeline's units are the user's: one under `.pipeline/`
+/// would nest the engine's keys in each other (`.pipeline/source/.pipeline/...`).
 pub fn validate_pipeline_unit(unit: &str) -> Result<()> {
     crate::key::validate_key(unit)?;
+    if crate::key::is_internal_key(unit) {
+        return Err(Error::InvalidKey {
+            key: crate::text::shorten(unit, 80),
+            reason: RESERVED_UNIT_REASON,
+        });
+    }
     if unit.len() > MAX_PIPELINE_UNIT_LEN {
         return Err(Error::InvalidRequest(format!(
             "unit key of {} bytes is too long for a pipeline: cell keys add a prefix and suffix, \
@@ -416,6 +428,13 @@ mod tests {
         assert!(crate::key::validate_key(&k.encode()).is_ok());
         assert!(validate_pipeline_unit(&long).is_ok());
         assert!(validate_pipeline_unit(&format!("{long}u")).is_err());
+        assert!(matches!(
+            validate_pipeline_unit(".pipeline/source/u"),
+            Err(Error::InvalidKey {
+                reason: RESERVED_UNIT_REASON,
+                ..
+            })
+        ));
     }
 
     #[test]

@@ -17,7 +17,7 @@
 //! Every unit key is checked against the key rules (SPEC §2). Empty lines are skipped; a UTF-8 byte
 //! order mark on line 1 and a `\r` before each `\n` are tolerated.
 
-use crate::key::validate_key;
+use crate::key::{is_internal_key, validate_user_key};
 use std::io::BufRead;
 use std::path::Path;
 
@@ -99,7 +99,7 @@ pub enum ListingError {
         text: String,
     },
     /// The unit key breaks the key rules.
-    #[error("line {line}: invalid unit key {key:?}: {reason} (a unit key is UTF-8, 1..=1024 bytes, without control characters); fix or drop that line")]
+    #[error("line {line}: invalid unit key {key:?}: {reason} (a unit key is UTF-8, 1..=1024 bytes, without control characters, not under `.pipeline/`); fix or drop that line")]
     InvalidKey {
         /// The line.
         line: u64,
@@ -234,10 +234,13 @@ fn check_key(unit: &str, line: u64) -> Result<(), ListingError> {
         && unit
             .bytes()
             .fold(true, |ok, b| ok & (0x20..0x7f).contains(&b))
+        && !is_internal_key(unit)
     {
         return Ok(());
     }
-    validate_key(unit).map_err(|e| match e {
+    // A source lists user units; `.pipeline/...` belongs to the engine (and is left out of the
+    // manifest side of the merge).
+    validate_user_key(unit).map_err(|e| match e {
         crate::Error::InvalidKey { key, reason } => ListingError::InvalidKey { line, key, reason },
         other => ListingError::Malformed {
             line,

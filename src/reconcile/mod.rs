@@ -408,8 +408,19 @@ impl ManifestCursor {
         })
     }
 
-    /// Loads the next entry's key into `key` and returns its version; `None` at the end.
+    /// Loads the next user unit's key into `key` and returns its version; `None` at the end.
+    /// Internal units (`.pipeline/...`) are the engine's, not the source's: a listing cannot
+    /// name them (see `listing::check_key`), so they would all come out "unknown".
     fn next(&mut self, key: &mut String) -> Result<Option<u64>, Error> {
+        loop {
+            let version = self.next_any(key)?;
+            if version.is_none() || !crate::key::is_internal_key(key) {
+                return Ok(version);
+            }
+        }
+    }
+
+    fn next_any(&mut self, key: &mut String) -> Result<Option<u64>, Error> {
         match self {
             // Every step under `contain`: a damaged page is `Corrupt`, not a panic (SPEC I9).
             ManifestCursor::Table(rows) => crate::error::contain(|| match rows.next() {

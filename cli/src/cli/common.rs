@@ -158,22 +158,25 @@ fn cannot_write(e: &std::io::Error) -> bool {
 /// input leaves the store untouched: `-` is standard input (`None`, whatever it is); a path must
 /// be a regular file or a pipe (a FIFO, or `<(producer)` in a shell). A directory, a device
 /// (`/dev/null` included: for an empty output pass an empty file or `- < /dev/null`), a socket or
-/// a missing path is a usage error.
-pub(crate) fn open_input(arg: &str) -> Result<Option<std::fs::File>, CliError> {
-    if arg == "-" {
+/// a missing path is bad input. Every command taking an input file (put, reconcile's listing,
+/// pipeline set-version and complete) goes through here, so the same input gets the same answer.
+pub(crate) fn open_input(arg: impl AsRef<Path>) -> Result<Option<std::fs::File>, CliError> {
+    let path = arg.as_ref();
+    if path.as_os_str() == "-" {
         return Ok(None);
     }
+    let shown = path.display();
     let hint = "pass a regular file, a pipe, or - for standard input";
-    let f = std::fs::File::open(arg).map_err(|e| match e.kind() {
-        std::io::ErrorKind::NotFound => CliError::Input(format!("{arg}: no such file; {hint}")),
+    let f = std::fs::File::open(path).map_err(|e| match e.kind() {
+        std::io::ErrorKind::NotFound => CliError::Input(format!("{shown}: no such file; {hint}")),
         std::io::ErrorKind::PermissionDenied => {
-            CliError::Input(format!("{arg}: permission denied; {hint}"))
+            CliError::Input(format!("{shown}: permission denied; {hint}"))
         }
-        _ => CliError::io(format!("open {arg}"), e),
+        _ => CliError::io(format!("open {shown}"), e),
     })?;
     let kind = f
         .metadata()
-        .map_err(|e| CliError::io(format!("stat {arg}"), e))?
+        .map_err(|e| CliError::io(format!("stat {shown}"), e))?
         .file_type();
     if kind.is_file() || is_pipe(&kind) {
         return Ok(Some(f));
@@ -183,7 +186,15 @@ pub(crate) fn open_input(arg: &str) -> Result<Option<std::fs::File>, CliError> {
     } else {
         "a device or socket, not a file"
     };
-    Err(CliError::Input(format!("{arg} is {what}; {hint}")))
+    Err(CliError::Input(format!("{shown} is {what}; {hint}")))
+}
+
+/// Whether an input argument is read as a stream (standard input or a pipe), which can be read
+/// only once, rather than a regular file, which can be read twice (reconcile checks a listing
+/// file before it plans from it).
+pub(crate) fn is_stream_input(arg: impl AsRef<Path>) -> bool {
+    let path = arg.as_ref();
+    path.as_os_str() == "-" || std::fs::metadata(path).is_ok_and(|m| !m.is_file())
 }
 
 #[cfg(unix)]

@@ -74,16 +74,26 @@ pub(crate) enum CliError {
 /// The hint on a damaged or missing object.
 pub(crate) const VERIFY_HINT: &str = " — with the CLI: `oncelake verify <store>`";
 
+/// The hint on an `--at SEQ` outside the kept history (in-process and through a server).
+pub(crate) const SEQ_HINT: &str = "; pass an --at in that range (`oncelake log <store>` lists \
+     the seqs, `oncelake gc --retain` sets how much history is kept)";
+
 /// The engine's messages speak library terms; the CLI adds how to do it from the command line.
 fn cli_hint(e: &oncelake::Error) -> &'static str {
     match e {
         oncelake::Error::Corrupt { .. } | oncelake::Error::MissingObject { .. } => VERIFY_HINT,
-        oncelake::Error::InvalidKey { key, .. } if oncelake::is_internal_key(key) => {
+        // A put or claim of an internal unit: say how the CLI writes them. (A pipeline's own unit
+        // under `.pipeline/` is refused with a reason that says what to do instead.)
+        oncelake::Error::InvalidKey { key, reason }
+            if oncelake::is_internal_key(key)
+                && *reason != oncelake::pipeline::cell::RESERVED_UNIT_REASON =>
+        {
             " — with the CLI: `oncelake pipeline set-version` and `oncelake pipeline complete`"
         }
         oncelake::Error::Locked { .. } => {
             " — the CLI waits up to --wait (e.g. --wait 1m), then gives up"
         }
+        oncelake::Error::SeqOutOfRange { .. } => SEQ_HINT,
         _ => "",
     }
 }

@@ -68,6 +68,17 @@ Examples:
   oncelake simulate --units 2000 --mode both --json
   oncelake bench commit --threads 1 --commits 200 --seconds 1 --preload 10000 --systems oncelake";
 
+/// The examples of `oncelake serve --help`, runnable pasted in order (tests/cli_examples.rs): the
+/// server runs in the background until the `kill`, which drains it and removes its socket.
+const SERVE_EXAMPLES: &str = "\
+Examples:
+  oncelake serve ./lake > serve.log 2>&1 &
+  timeout 10 sh -c 'until grep -q serving serve.log; do sleep 0.1; done'
+  oncelake ls ./lake
+  curl -s --unix-socket ./lake/serve.sock http://localhost/metrics | grep -c '^oncelake_'
+  kill $(grep -o 'pid [0-9]*' serve.log | cut -d' ' -f2)
+  timeout 10 sh -c 'while [ -S lake/serve.sock ]; do sleep 0.1; done'";
+
 /// The text after `oncelake --help`: the examples, then the exit codes from their one table.
 fn after_help() -> String {
     let codes: Vec<String> = exit::TABLE
@@ -135,9 +146,7 @@ pub(crate) enum Command {
     Table(table_cmds::TableArgs),
     /// Serve the store to other processes over HTTP (Unix socket, or loopback TCP with a token);
     /// every command finds the server by itself.
-    #[command(
-        after_help = "Examples:\n  oncelake serve ./lake &\n  oncelake ls ./lake\n  curl --unix-socket ./lake/serve.sock http://localhost/metrics"
-    )]
+    #[command(after_help = SERVE_EXAMPLES)]
     Serve(serve::ServeArgs),
 }
 
@@ -185,8 +194,7 @@ pub(crate) fn main() -> ExitCode {
         }
         Err(e) => {
             if output::json_errors() {
-                let message = e.render().to_string();
-                report(&CliError::Usage(message.trim().to_string()));
+                report(&CliError::Usage(usage_message(&e.render().to_string())));
             } else {
                 let _ = e.print();
             }
@@ -194,6 +202,7 @@ pub(crate) fn main() -> ExitCode {
         }
     };
     progress::set_quiet(cli.quiet);
+    let is_put = matches!(cli.command, Command::Put(_));
     let code = match run(cli) {
         Ok(code) => code,
         Err(e) => {
@@ -205,8 +214,12 @@ pub(crate) fn main() -> ExitCode {
     match finish_stdout() {
         Some(e) => {
             report(&CliError::io(
-                "could not write standard output (the command's work itself is done: a put stays \
-                 committed, running it again reports a duplicate)",
+                if is_put {
+                    "could not write standard output (the put itself is done: it stays committed, \
+                     and running it again reports a duplicate)"
+                } else {
+                    "could not write standard output (the command's work itself is done)"
+                },
                 e,
             ));
             ExitCode::from(if code == exit::OK {
@@ -217,6 +230,18 @@ pub(crate) fn main() -> ExitCode {
         }
         None => ExitCode::from(code),
     }
+}
+
+/// clap's rendering of a usage error as the `message` of a JSON error: without its `error: `
+/// prefix (the object's `error` field says that) and its `For more information, try '--help'.`
+/// tail, as every other message.
+fn usage_message(rendered: &str) -> String {
+    let m = rendered.trim();
+    let m = m.strip_prefix("error: ").unwrap_or(m);
+    let m = m
+        .strip_suffix("For more information, try '--help'.")
+        .unwrap_or(m);
+    m.trim_end().to_string()
 }
 
 /// Writes an error to standard error: a JSON object under --json, else `error: message`.

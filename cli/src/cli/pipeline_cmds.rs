@@ -4,7 +4,8 @@
 //! (stored as `.pipeline/source/<unit>` entries); the definition comes from `--pipeline FILE`.
 
 use super::store_cmds::{outcome_code, outcome_json, refusal_text};
-use super::{exit, open_store, parse_duration, print_json, rfc3339, CliError, Output};
+use super::{exit, open_input, open_store, parse_duration, print_json, rfc3339, CliError, Output};
+use oncelake::pipeline::cell::validate_pipeline_unit;
 use oncelake::pipeline::{
     set_source_version, Attempt, CellState, CellView, Claim, Explain, FailOutcome, Pipeline,
     PipelineDef, ReadyCell, Status,
@@ -209,26 +210,25 @@ pub(crate) fn load_def(path: &Path) -> Result<Pipeline, CliError> {
     Ok(Pipeline::new(def))
 }
 
+/// Reads an input file argument whole (the pipeline calls take bytes), with the rules of every
+/// input file (`open_input`): a regular file, a pipe, or `-` for standard input.
 pub(crate) fn read_input(file: &str) -> Result<Vec<u8>, CliError> {
     let mut buf = Vec::new();
-    if file == "-" {
-        std::io::stdin()
+    match open_input(file)? {
+        None => std::io::stdin()
             .lock()
             .read_to_end(&mut buf)
-            .map_err(|e| CliError::io("read standard input", e))?;
-    } else {
-        let path = Path::new(file);
-        if !path.is_file() {
-            return Err(CliError::Input(format!(
-                "{file} is not a readable file; pass a file path or - for standard input"
-            )));
-        }
-        buf = std::fs::read(path).map_err(|e| CliError::io(format!("read {file}"), e))?;
-    }
+            .map_err(|e| CliError::io("read standard input", e))?,
+        Some(mut f) => f
+            .read_to_end(&mut buf)
+            .map_err(|e| CliError::io(format!("read {file}"), e))?,
+    };
     Ok(buf)
 }
 
 fn set_version(a: SetVersionArgs, wait: Duration) -> Result<u8, CliError> {
+    // Before the store is opened: a refused unit leaves the store's files untouched.
+    validate_pipeline_unit(&a.unit)?;
     let input = match &a.file {
         Some(f) => read_input(f)?,
         None => Vec::new(),
@@ -425,6 +425,7 @@ pub(crate) fn refuse_blocked(cell: &CellView, unit: &str, what: &str) -> Result<
 }
 
 fn complete(a: CompleteArgs, wait: Duration) -> Result<u8, CliError> {
+    validate_pipeline_unit(&a.unit)?;
     let p = load_def(&a.def.pipeline)?;
     let output = read_input(&a.file)?;
     let store = open_store(&a.store, wait, false)?;
@@ -480,11 +481,13 @@ pub(crate) fn print_complete(out: &Output, attempt: &Attempt, u: &UnitOutcome) {
 }
 
 fn fail(a: FailArgs, wait: Duration) -> Result<u8, CliError> {
+    validate_pipeline_unit(&a.unit)?;
     let p = load_def(&a.def.pipeline)?;
     let store = open_store(&a.store, wait, false)?;
     p.record_definition(&store)?;
     let e = explained(&p, &store, &a.unit)?;
-    refuse_blocked(cell_of(&e, &a.stage)?, &a.unit, "failed")?;
+    let cell = cell_of(&e, &a.stage)?;
+    refuse_blocked(cell, &a.unit, "failed")?;
     let attempt = Attempt {
         unit: a.unit.clone(),
         stage: a.stage.clone(),
@@ -493,15 +496,22 @@ fn fail(a: FailArgs, wait: Duration) -> Result<u8, CliError> {
         token: a.token,
     };
     let outcome = p.fail(&store, &attempt, &a.error)?;
-    Ok(print_fail(&Output::new(a.json), &attempt, &outcome))
+    Ok(print_fail(
+        &Output::new(a.json),
+        &attempt,
+        &cell.key,
+        &outcome,
+    ))
 }
 
 /// Prints the outcome of `pipeline fail` and returns its exit code. Under --json the same fields
-/// whatever the outcome: `unit, stage, outcome, seq, attempts, gave_up, token, newest_token,
-/// reason, holder, expires_at_ms`.
-pub(crate) fn print_fail(out: &Output, a: &Attempt, outcome: &FailOutcome) -> u8 {
+/// whatever the outcome: `unit, stage, cell, source_version, outcome, seq, attempts, gave_up,
+/// token, newest_token, reason, holder, expires_at_ms` (`cell` and `source_version` as in
+/// `pipeline complete`).
+pub(crate) fn print_fail(out: &Output, a: &Attempt, cell: &str, outcome: &FailOutcome) -> u8 {
     let mut v = json!({
-        "unit": a.unit, "stage": a.stage, "outcome": Value::Null, "seq": Value::Null,
+        "unit": a.unit, "stage": a.stage, "cell": cell, "source_version": a.source_version,
+        "outcome": Value::Null, "seq": Value::Null,
         "attempts": Value::Null, "gave_up": Value::Null, "token": a.token,
         "newest_token": Value::Null, "reason": Value::Null, "holder": Value::Null,
         "expires_at_ms": Value::Null,
@@ -569,13 +579,14 @@ pub(crate) fn print_fail(out: &Output, a: &Attempt, outcome: &FailOutcome) -> u8
 }
 
 /// A cell's JSON object under `pipeline explain`, the same fields whatever its state (`null`
-/// where one does not apply).
-fn cell_json(unit: &str, c: &CellView) -> Value {
+/// where one does not apply). `source_version` is the version the cell is about, as in `pipeline
+/// ready`: the one it was completed at (done), its lease's (running), else the unit's current one.
+fn cell_json(e: &Explain, c: &CellView) -> Value {
     let mut v = json!({
-        "unit": unit, "stage": c.stage, "state": c.state.name(), "cell": c.key,
+        "unit": e.unit, "stage": c.stage, "state": c.state.name(), "cell": c.key,
         "stale_reason": c.stale.as_ref().map(|s| s.to_string()),
         "why": cell_text(c),
-        "source_version": Value::Null, "code_version": Value::Null, "seq": Value::Null,
+        "source_version": e.source_version, "code_version": Value::Null, "seq": Value::Null,
         "object": Value::Null, "worker": Value::Null, "token": Value::Null,
         "expires_at_ms": Value::Null, "attempts": Value::Null, "last_error": Value::Null,
         "blocked_on": Value::Null,
@@ -596,8 +607,9 @@ fn cell_json(unit: &str, c: &CellView) -> Value {
             worker,
             token,
             expires_at_ms,
-            ..
+            source_version,
         } => {
+            v["source_version"] = json!(source_version);
             v["worker"] = json!(worker);
             v["token"] = json!(token);
             v["expires_at_ms"] = json!(expires_at_ms);
@@ -622,6 +634,7 @@ fn cell_json(unit: &str, c: &CellView) -> Value {
 }
 
 fn explain(a: ExplainArgs, wait: Duration) -> Result<u8, CliError> {
+    validate_pipeline_unit(&a.unit)?;
     let p = load_def(&a.def.pipeline)?;
     let store = open_store(&a.store, wait, false)?;
     let e = explained(&p, &store, &a.unit)?;
@@ -633,7 +646,7 @@ fn explain(a: ExplainArgs, wait: Duration) -> Result<u8, CliError> {
 pub(crate) fn print_explain(out: &Output, e: &Explain) {
     if out.json {
         for c in &e.cells {
-            print_json(&cell_json(&e.unit, c));
+            print_json(&cell_json(e, c));
         }
         return;
     }

@@ -1,6 +1,8 @@
 //! `oncelake reconcile`: plan what must be (re)processed from a source listing (SPEC R12, R17).
 
-use super::{exit, open_store, print_json, CliError, Output, Progress};
+use super::{
+    exit, is_stream_input, open_input, open_store, print_json, CliError, Output, Progress,
+};
 use oncelake::reconcile::{
     check_sorted_listing, reconcile_changes, reconcile_full, ListingError, ListingFormat,
     ListingReader, ListingSource, PlanItem, ReconcileError, ReconcileOptions, Row, SortConfig,
@@ -41,7 +43,7 @@ pub(crate) enum FormatArg {
 pub(crate) struct ReconcileArgs {
     /// The store.
     pub store: PathBuf,
-    /// The source's listing of (unit, version), or - for standard input.
+    /// The source's listing of (unit, version): a file, a pipe, or - for standard input.
     #[arg(long)]
     pub source: PathBuf,
     /// The listing holds only the units that changed (any order): look each one up instead of
@@ -104,19 +106,27 @@ pub(crate) fn reconcile(a: ReconcileArgs, wait: Duration) -> Result<u8, CliError
             let _ = out.flush();
             return Err(bad_listing(&a.source, format, &e, true));
         }
-        Err(ReconcileError::Output(e)) if e.kind() == std::io::ErrorKind::BrokenPipe => {
-            return Ok(exit::OK); // a closed pipe (`| head`) is not an error
-        }
-        Err(ReconcileError::Output(e)) => return Err(CliError::io("write the plan", e)),
+        Err(ReconcileError::Output(e)) => return plan_write_failed(e),
         Err(ReconcileError::Store(e)) => return Err(e.into()),
         Err(e) => return Err(CliError::Usage(e.to_string())),
     };
-    if out.flush().is_err() {
-        return Ok(exit::OK);
+    if let Err(e) = out.flush() {
+        return plan_write_failed(e);
     }
     drop(out);
     print_plan_summary(&output, &summary, a.changes_only, format);
     Ok(exit::OK)
+}
+
+/// The result of a plan whose output could not be written: a closed pipe (`| head`) is not an
+/// error, any other failure (a full disk behind `> plan.txt`) is, so that a script never takes
+/// a truncated plan for a complete one.
+pub(crate) fn plan_write_failed(e: std::io::Error) -> Result<u8, CliError> {
+    if e.kind() == std::io::ErrorKind::BrokenPipe {
+        Ok(exit::OK)
+    } else {
+        Err(CliError::io("write the plan", e))
+    }
 }
 
 /// Prints the summary line that ends a complete plan.
@@ -138,16 +148,10 @@ pub(crate) fn print_plan_summary(
 pub(crate) fn open_listing(
     a: &ReconcileArgs,
 ) -> Result<(Box<dyn BufRead>, ListingFormat), CliError> {
-    let mut input: Box<dyn BufRead> = if a.source.as_os_str() == "-" {
-        Box::new(BufReader::with_capacity(1 << 16, std::io::stdin()))
-    } else {
-        let f = std::fs::File::open(&a.source).map_err(|e| {
-            CliError::Input(format!(
-                "cannot read the listing {}: {e}; pass a readable file or - for standard input",
-                a.source.display()
-            ))
-        })?;
-        Box::new(BufReader::with_capacity(1 << 16, f))
+    // The same rules as every input file (a directory or a device is bad input, exit 2).
+    let mut input: Box<dyn BufRead> = match open_input(&a.source)? {
+        None => Box::new(BufReader::with_capacity(1 << 16, std::io::stdin())),
+        Some(f) => Box::new(BufReader::with_capacity(1 << 16, f)),
     };
     let format = match a.format {
         Some(FormatArg::Csv) => ListingFormat::Csv,
@@ -167,12 +171,13 @@ pub(crate) fn open_listing(
 
 /// Whether a full listing goes through the external sort. A listing file can be read twice:
 /// check it fully before planning, so that a bad listing prints no plan lines at all. A full
-/// listing out of order, and standard input (which cannot be read twice), go through the
-/// external sort, which reads the whole listing before the merge prints anything.
+/// listing out of order, and a stream (standard input or a pipe, which cannot be read twice:
+/// a second reader would take rows from the first), go through the external sort, which reads
+/// the whole listing before the merge prints anything.
 pub(crate) fn needs_sort(a: &ReconcileArgs, format: ListingFormat) -> Result<bool, CliError> {
-    let is_stdin = a.source.as_os_str() == "-";
-    if a.changes_only || is_stdin {
-        return Ok(!a.changes_only && is_stdin);
+    let streamed = is_stream_input(&a.source);
+    if a.changes_only || streamed {
+        return Ok(!a.changes_only && streamed);
     }
     let f = std::fs::File::open(&a.source)
         .map_err(|e| CliError::io(format!("read {}", a.source.display()), e))?;

@@ -156,9 +156,12 @@ fn table_create(client: &Client, a: &super::table_cmds::CreateArgs) -> Result<u8
     if a.json {
         super::print_json(&table_json(&t));
     } else {
-        println!(
+        outln!(
             "table {} ({}) publishes units under {:?} at {}",
-            t.table, t.format, t.prefix, t.path
+            t.table,
+            t.format,
+            t.prefix,
+            t.path
         );
     }
     Ok(exit::OK)
@@ -167,7 +170,7 @@ fn table_create(client: &Client, a: &super::table_cmds::CreateArgs) -> Result<u8
 fn table_ls(client: &Client, a: &super::table_cmds::LsArgs) -> Result<u8, CliError> {
     let all = client.table_ls().map_err(client_error)?;
     if all.is_empty() && !a.json {
-        eprintln!("{NO_TABLES}");
+        errln!("{NO_TABLES}");
     }
     for t in &all {
         if a.json {
@@ -177,9 +180,11 @@ fn table_ls(client: &Client, a: &super::table_cmds::LsArgs) -> Result<u8, CliErr
                 Some(v) => format!("version {v} (seq {})", t.seq),
                 None => "not published yet".into(),
             };
-            println!(
+            outln!(
                 "{}\t{}\tprefix {:?}\t{version}",
-                t.table, t.format, t.prefix
+                t.table,
+                t.format,
+                t.prefix
             );
         }
     }
@@ -191,7 +196,7 @@ fn table_publish(client: &Client, a: &super::table_cmds::PublishArgs) -> Result<
         .table_publish(a.name.as_deref())
         .map_err(client_error)?;
     if reports.is_empty() && !a.json {
-        eprintln!("{NO_TABLES}");
+        errln!("{NO_TABLES}");
     }
     for r in &reports {
         if a.json {
@@ -210,14 +215,18 @@ fn table_publish(client: &Client, a: &super::table_cmds::PublishArgs) -> Result<
                 Some(v) => format!("at version {v} (seq {})", r.seq),
                 None => "nothing published yet (no Parquet unit under the prefix)".into(),
             };
-            println!(
+            outln!(
                 "{}: {} new versions, {} files added, {} removed; {at}",
-                r.table, r.versions, r.adds, r.removes
+                r.table,
+                r.versions,
+                r.adds,
+                r.removes
             );
             for s in &r.skipped {
-                println!(
+                outln!(
                     "  left out unit {:?} seq {}: unpublishable and superseded",
-                    s.unit, s.seq
+                    s.unit,
+                    s.seq
                 );
             }
         }
@@ -295,7 +304,7 @@ fn not_routed(store: &Path, client: &Client) -> Result<u8, CliError> {
 /// in-process (see `CliError::kind`), from the stable kind the server answered with — the
 /// server's message is the engine's, so the text is the in-process one too.
 pub(crate) fn client_error(e: ClientError) -> CliError {
-    use super::error::VERIFY_HINT;
+    use super::error::{SEQ_HINT, VERIFY_HINT};
     let served = |kind, exit, message, hint| CliError::Served {
         kind,
         exit,
@@ -306,7 +315,7 @@ pub(crate) fn client_error(e: ClientError) -> CliError {
         ClientError::BadRequest { kind, message } => match kind.as_str() {
             "invalid_key" => served("invalid_key", exit::USAGE, message, ""),
             "invalid_request" => served("invalid_request", exit::USAGE, message, ""),
-            "seq_out_of_range" => served("seq_out_of_range", exit::USAGE, message, ""),
+            "seq_out_of_range" => served("seq_out_of_range", exit::USAGE, message, SEQ_HINT),
             // A refused table call (`TableError` other than damage): `CliError::Table`.
             "table" => served("table", exit::USAGE, message, ""),
             // A request the server found malformed (`bad_request`): the caller's arguments.
@@ -445,8 +454,8 @@ fn log(client: &Client, a: &super::store_cmds::LogArgs) -> Result<u8, CliError> 
 /// request body; the plan comes back line by line and goes through the in-process printers.
 fn reconcile(client: &Client, a: &super::reconcile_cmd::ReconcileArgs) -> Result<u8, CliError> {
     use super::reconcile_cmd::{
-        bad_listing_message, needs_sort, open_listing, print_plan_item, print_plan_summary,
-        print_sort_note,
+        bad_listing_message, needs_sort, open_listing, plan_write_failed, print_plan_item,
+        print_plan_summary, print_sort_note,
     };
     use oncelake_server::{PlanEnd, PlanEvent, ReconcileForm};
     let (input, format) = open_listing(a)?;
@@ -495,10 +504,8 @@ fn reconcile(client: &Client, a: &super::reconcile_cmd::ReconcileArgs) -> Result
     progress.finish();
     let end = end?;
     match (end, write_failed) {
-        (PlanEnd::Stopped, Some(e)) if e.kind() != std::io::ErrorKind::BrokenPipe => {
-            Err(CliError::io("write the plan", e))
-        }
-        (PlanEnd::Stopped, _) => Ok(exit::OK), // a closed pipe (`| head`) is not an error
+        (PlanEnd::Stopped, Some(e)) => plan_write_failed(e),
+        (PlanEnd::Stopped, None) => Ok(exit::OK),
         (PlanEnd::BadListing { kind, message }, _) => {
             let _ = out.flush();
             // A listing the sort refused comes before any plan line, as in-process.
@@ -508,8 +515,8 @@ fn reconcile(client: &Client, a: &super::reconcile_cmd::ReconcileArgs) -> Result
             ))
         }
         (PlanEnd::Complete(summary), _) => {
-            if out.flush().is_err() {
-                return Ok(exit::OK);
+            if let Err(e) = out.flush() {
+                return plan_write_failed(e);
             }
             drop(out);
             print_plan_summary(&output, &summary, a.changes_only, format);
@@ -524,6 +531,7 @@ fn pipeline_set_version(
     client: &Client,
     a: &super::pipeline_cmds::SetVersionArgs,
 ) -> Result<u8, CliError> {
+    oncelake::pipeline::cell::validate_pipeline_unit(&a.unit)?;
     let input = match &a.file {
         Some(f) => super::pipeline_cmds::read_input(f)?,
         None => Vec::new(),
@@ -594,6 +602,7 @@ fn pipeline_ready(client: &Client, a: &super::pipeline_cmds::ReadyArgs) -> Resul
 
 /// The definition recorded and the unit's cell checked as `pipeline complete`/`fail` do
 /// in-process: the unit needs a source version, the stage must exist and not be blocked.
+/// Returns the attempt's source version and the cell's key.
 fn checked_attempt(
     client: &Client,
     def: &str,
@@ -601,13 +610,17 @@ fn checked_attempt(
     stage: &str,
     version: Option<u64>,
     what: &str,
-) -> Result<u64, CliError> {
+) -> Result<(u64, String), CliError> {
     use super::pipeline_cmds::{cell_of, refuse_blocked, with_source_version};
     client.pipeline_define(def).map_err(client_error)?;
     let e = client.pipeline_explain(def, unit).map_err(client_error)?;
     let e = with_source_version(e, unit)?;
-    refuse_blocked(cell_of(&e, stage)?, unit, what)?;
-    Ok(version.or(e.source_version).unwrap_or_default())
+    let cell = cell_of(&e, stage)?;
+    refuse_blocked(cell, unit, what)?;
+    Ok((
+        version.or(e.source_version).unwrap_or_default(),
+        cell.key.clone(),
+    ))
 }
 
 /// `pipeline complete` through the server: the output is read here (whole, as the engine's
@@ -622,7 +635,7 @@ fn pipeline_complete(
     let attempt = oncelake::pipeline::Attempt {
         unit: a.unit.clone(),
         stage: a.stage.clone(),
-        source_version: checked_attempt(client, &def, &a.unit, &a.stage, a.version, "completed")?,
+        source_version: checked_attempt(client, &def, &a.unit, &a.stage, a.version, "completed")?.0,
         worker: "cli".into(),
         token: a.token,
     };
@@ -637,10 +650,12 @@ fn pipeline_complete(
 fn pipeline_fail(client: &Client, a: &super::pipeline_cmds::FailArgs) -> Result<u8, CliError> {
     let p = super::pipeline_cmds::load_def(&a.def.pipeline)?;
     let def = p.def().to_text();
+    let (source_version, cell) =
+        checked_attempt(client, &def, &a.unit, &a.stage, a.version, "failed")?;
     let attempt = oncelake::pipeline::Attempt {
         unit: a.unit.clone(),
         stage: a.stage.clone(),
-        source_version: checked_attempt(client, &def, &a.unit, &a.stage, a.version, "failed")?,
+        source_version,
         worker: a.worker.clone(),
         token: a.token,
     };
@@ -650,6 +665,7 @@ fn pipeline_fail(client: &Client, a: &super::pipeline_cmds::FailArgs) -> Result<
     Ok(super::pipeline_cmds::print_fail(
         &Output::new(a.json),
         &attempt,
+        &cell,
         &outcome,
     ))
 }

@@ -511,12 +511,14 @@ pub(crate) fn claim(a: ClaimArgs, wait: Duration) -> Result<u8, CliError> {
 
 /// Prints the outcome of `claim` and returns its exit code. Under --json the same fields whatever
 /// the outcome: `unit, source_version, outcome, worker, token, expires_at_ms, took_over, holder,
-/// seq, object` (the last two for a unit already done).
+/// current_version, seq, object` (the last three for a unit already done). `source_version` is
+/// the version claimed and `current_version` the one the store holds, as in a stale `put`.
 pub(crate) fn print_claim(out: &Output, unit: &str, version: u64, outcome: &ClaimOutcome) -> u8 {
     let mut v = json!({
         "unit": unit, "source_version": version, "outcome": Value::Null, "worker": Value::Null,
         "token": Value::Null, "expires_at_ms": Value::Null, "took_over": Value::Null,
-        "holder": Value::Null, "seq": Value::Null, "object": Value::Null,
+        "holder": Value::Null, "current_version": Value::Null, "seq": Value::Null,
+        "object": Value::Null,
     });
     let code = match outcome {
         ClaimOutcome::Granted { lease, took_over } => {
@@ -554,7 +556,7 @@ pub(crate) fn print_claim(out: &Output, unit: &str, version: u64, outcome: &Clai
         }
         ClaimOutcome::AlreadyDone(entry) => {
             v["outcome"] = json!("already_done");
-            v["source_version"] = json!(entry.source_version);
+            v["current_version"] = json!(entry.source_version);
             (v["seq"], v["object"]) = (json!(entry.seq), json!(entry.object.id.to_hex()));
             if !out.json {
                 outln!(

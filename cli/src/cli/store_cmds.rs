@@ -477,8 +477,8 @@ pub(crate) fn print_log(out: &Output, records: &[Record]) -> bool {
 }
 
 /// A log record's JSON object, the same fields for every kind (`null` where one does not apply):
-/// `seq, committed_at_ms, kind, entries` (commit), `unit, worker, token, source_version,
-/// expires_at_ms` (claim_granted, claim_released), `tag, bytes` (extension).
+/// `seq, committed_at_ms, kind, entries` (commit), `unit, worker, token, source_version`
+/// (claim_granted, claim_released), `expires_at_ms` (claim_granted), `tag, bytes` (extension).
 pub(crate) fn record_json(rec: &Record) -> Value {
     let mut v = json!({
         "seq": rec.seq, "committed_at_ms": rec.time_ms, "kind": Value::Null,
@@ -514,7 +514,10 @@ pub(crate) fn record_json(rec: &Record) -> Value {
             v["worker"] = json!(c.worker);
             v["token"] = json!(c.token);
             v["source_version"] = json!(c.source_version);
-            v["expires_at_ms"] = json!(c.expires_at_ms);
+            // A release ends the lease; its record holds no end time (0), which is no date.
+            if matches!(rec.body, RecordBody::ClaimGranted(_)) {
+                v["expires_at_ms"] = json!(c.expires_at_ms);
+            }
         }
         RecordBody::Extension { tag, data } => {
             v["kind"] = json!("extension");

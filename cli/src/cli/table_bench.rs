@@ -124,17 +124,17 @@ pub(crate) fn run(a: BenchArgs) -> Result<u8, CliError> {
     if a.json {
         print_json(&out);
     } else {
-        println!(
+        outln!(
             "P8 publish: {} changes in {} versions ({} adds, {} removes) in {:.3} s = {:.0} changes/s",
             a.changes, r1.versions, r1.adds, r1.removes, publish_secs, out["changes_per_sec"].as_f64().unwrap_or(0.0)
         );
-        println!(
+        outln!(
             "P8 long table: {} versions published in {:.3} s at {}",
             out["long_versions"],
             long_secs,
             out["long_table"].as_str().unwrap_or("")
         );
-        println!(
+        outln!(
             "open it with: python tests/python/bench_open.py {}",
             out["long_table"].as_str().unwrap_or("")
         );

@@ -7,13 +7,17 @@ use serde_json::json;
 use std::path::PathBuf;
 use std::time::Duration;
 
+/// Runs as written when pasted in order after `oncelake init ./lake` (tests/cli_examples.rs);
+/// the lines that need a Parquet file of the reader's own are comments.
 const EXAMPLES: &str = "\
 Examples:
   oncelake table create ./lake sales --prefix sales/
-  oncelake put ./lake sales/date=2026-11-29/region=eu 1 part.parquet
   oncelake table publish ./lake sales --json
   oncelake table ls ./lake
-  python -c \"import deltalake; print(deltalake.DeltaTable('./lake/tables/sales').to_pyarrow_table())\"";
+  # With a Parquet file of your own (part.parquet), and the Python deltalake package to read it:
+  #   oncelake put ./lake sales/date=2026-11-29/region=eu 1 part.parquet
+  #   oncelake table publish ./lake sales
+  #   python -c \"import deltalake as d; print(d.DeltaTable('lake/tables/sales').version())\"";
 
 /// `oncelake table <command>`.
 #[derive(clap::Args, Debug)]
@@ -118,7 +122,7 @@ fn create(a: CreateArgs, wait: Duration) -> Result<u8, CliError> {
     if a.json {
         print_json(&def_json(&store, &def)?);
     } else {
-        println!(
+        outln!(
             "table {} ({}) publishes units under {:?} at {}",
             def.name,
             def.format,
@@ -133,7 +137,7 @@ fn ls(a: LsArgs, wait: Duration) -> Result<u8, CliError> {
     let store = open_store(&a.store, wait, false)?;
     let defs = store.tables()?;
     if defs.is_empty() && !a.json {
-        eprintln!("no tables; create one with `oncelake table create STORE NAME --prefix P`");
+        errln!("no tables; create one with `oncelake table create STORE NAME --prefix P`");
     }
     for d in &defs {
         let j = def_json(&store, d)?;
@@ -144,7 +148,7 @@ fn ls(a: LsArgs, wait: Duration) -> Result<u8, CliError> {
                 Some(v) => format!("version {v} (seq {})", j["seq"]),
                 None => "not published yet".into(),
             };
-            println!("{}\t{}\tprefix {:?}\t{version}", d.name, d.format, d.prefix);
+            outln!("{}\t{}\tprefix {:?}\t{version}", d.name, d.format, d.prefix);
         }
     }
     Ok(0)
@@ -170,7 +174,7 @@ fn publish(a: PublishArgs, wait: Duration) -> Result<u8, CliError> {
         None => store.publish_tables()?,
     };
     if reports.is_empty() && !a.json {
-        eprintln!("no tables; create one with `oncelake table create STORE NAME --prefix P`");
+        errln!("no tables; create one with `oncelake table create STORE NAME --prefix P`");
     }
     for r in &reports {
         if a.json {
@@ -180,12 +184,15 @@ fn publish(a: PublishArgs, wait: Duration) -> Result<u8, CliError> {
                 Some(v) => format!("at version {v} (seq {})", r.seq),
                 None => "nothing published yet (no Parquet unit under the prefix)".into(),
             };
-            println!(
+            outln!(
                 "{}: {} new versions, {} files added, {} removed; {at}",
-                r.table, r.versions, r.adds, r.removes
+                r.table,
+                r.versions,
+                r.adds,
+                r.removes
             );
             for (unit, seq) in &r.skipped {
-                println!("  left out unit {unit:?} seq {seq}: unpublishable and superseded");
+                outln!("  left out unit {unit:?} seq {seq}: unpublishable and superseded");
             }
         }
     }
