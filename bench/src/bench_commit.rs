@@ -124,6 +124,8 @@ pub struct Tuning {
     pub backlog_bytes: Option<usize>,
     /// `Options::apply_batch_bytes`.
     pub apply_batch_bytes: Option<usize>,
+    /// `Options::cache_bytes` (redb's page cache).
+    pub cache_bytes: Option<usize>,
 }
 
 impl Workload {
@@ -134,6 +136,7 @@ impl Workload {
         tuning: Tuning {
             backlog_bytes: None,
             apply_batch_bytes: None,
+            cache_bytes: None,
         },
     };
 }
@@ -534,6 +537,9 @@ fn oncelake_preload(dir: &Path, w: Workload) -> Result<Target, String> {
     }
     if let Some(b) = w.tuning.apply_batch_bytes {
         options.apply_batch_bytes = b;
+    }
+    if let Some(b) = w.tuning.cache_bytes {
+        options.cache_bytes = b;
     }
     let store = oncelake::Store::open_with(&path, options).map_err(e)?;
     let staged = store.stage_bytes(b"bench output").map_err(e)?;

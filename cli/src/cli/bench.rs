@@ -51,6 +51,9 @@ pub(crate) struct CommitBenchArgs {
     /// default: the engine's, 4).
     #[arg(long)]
     pub apply_batch_mib: Option<usize>,
+    /// oncelake's page cache in MiB (`Options::cache_bytes`; default: the engine's, 64).
+    #[arg(long)]
+    pub cache_mib: Option<usize>,
     /// Commit through `oncelake serve` from --clients connections instead, beside in-process
     /// threads of the same counts in the same run (P7).
     #[arg(long)]
@@ -115,6 +118,7 @@ pub(crate) fn commit(a: CommitBenchArgs) -> Result<u8, CliError> {
         tuning: oncelake_bench::bench_commit::Tuning {
             backlog_bytes: a.backlog_mib.map(|m| m << 20),
             apply_batch_bytes: a.apply_batch_mib.map(|m| m << 20),
+            cache_bytes: a.cache_mib.map(|m| m << 20),
         },
     };
     let scratch = a.dir.clone().unwrap_or_else(std::env::temp_dir);
