@@ -138,3 +138,55 @@ fn bench_stage_writes_the_planned_objects_for_both_systems_and_reports_their_rat
     let left: Vec<_> = std::fs::read_dir(scratch.path()).unwrap().collect();
     assert!(left.is_empty(), "left behind: {left:?}");
 }
+
+#[test]
+fn a_missing_bench_dir_is_created_and_a_file_in_its_place_is_refused_with_what_to_do() {
+    let base = tempfile::tempdir().unwrap();
+    let missing = base.path().join("not/yet/there");
+    let run = |dir: &std::path::Path| {
+        Command::new(bin::oncelake())
+            .args([
+                "bench",
+                "stage",
+                "--threads",
+                "1",
+                "--sizes",
+                "4KiB",
+                "--rounds",
+                "1",
+                "--bytes",
+                "8KiB",
+                "--json",
+                "--dir",
+            ])
+            .arg(dir)
+            .output()
+            .unwrap()
+    };
+    let out = run(&missing);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(missing.is_dir(), "--dir was not created");
+    assert_eq!(
+        std::fs::read_dir(&missing).unwrap().count(),
+        0,
+        "the bench left scratch files behind"
+    );
+
+    let file = base.path().join("a-file");
+    std::fs::write(&file, b"keep me").unwrap();
+    let out = run(&file);
+    assert_eq!(out.status.code(), Some(2), "a usage error");
+    let err: Value = serde_json::from_slice(&out.stderr).unwrap();
+    assert_eq!(err["error"], "usage", "{err}");
+    let msg = err["message"].as_str().unwrap();
+    assert!(msg.contains("is not a directory"), "{msg}");
+    assert_eq!(
+        std::fs::read(&file).unwrap(),
+        b"keep me",
+        "the file was touched"
+    );
+}

@@ -37,8 +37,8 @@ pub(crate) struct CommitBenchArgs {
         default_value = "oncelake,redb,sqlite,sqlite_shared"
     )]
     pub systems: Vec<String>,
-    /// Directory for the scratch stores (default: the system's temporary directory). Put it on the
-    /// disk you want to measure.
+    /// Directory for the scratch stores, created if missing (default: the system's temporary
+    /// directory). Put it on the disk you want to measure.
     #[arg(long)]
     pub dir: Option<PathBuf>,
     /// Print one JSON object per line instead of a table.
@@ -121,12 +121,12 @@ pub(crate) fn commit(a: CommitBenchArgs) -> Result<u8, CliError> {
             cache_bytes: a.cache_mib.map(|m| m << 20),
         },
     };
-    let scratch = a.dir.clone().unwrap_or_else(std::env::temp_dir);
+    let scratch = scratch_dir(a.dir.clone())?;
     let bar = indicatif::ProgressBar::new((a.threads.len() * systems.len()) as u64);
     bar.set_draw_target(indicatif::ProgressDrawTarget::stderr());
     let probe = |when: &str| {
         workload::fsync_probe(&scratch, 50)
-            .map_err(|e| CliError::Usage(format!("{e} (pass --dir to bench another directory)")))
+            .map_err(|e| CliError::Usage(format!("{e} (pass --dir to bench on another disk)")))
             .map(|d| (when.to_string(), d))
     };
     let mut probes = vec![probe("before")?];
@@ -299,4 +299,25 @@ fn print_table(
             fmt(ratio_sqlite_best(results, t))
         );
     }
+}
+
+/// The directory a bench puts its scratch stores in: `--dir`, created if it is missing, or the
+/// system's temporary directory.
+pub(crate) fn scratch_dir(dir: Option<std::path::PathBuf>) -> Result<std::path::PathBuf, CliError> {
+    let Some(dir) = dir else {
+        return Ok(std::env::temp_dir());
+    };
+    if dir.exists() && !dir.is_dir() {
+        return Err(CliError::Usage(format!(
+            "--dir {} is not a directory; pass a directory for the scratch stores",
+            dir.display()
+        )));
+    }
+    std::fs::create_dir_all(&dir).map_err(|e| {
+        CliError::Usage(format!(
+            "cannot create --dir {}: {e}; pass a directory you can write to",
+            dir.display()
+        ))
+    })?;
+    Ok(dir)
 }

@@ -17,7 +17,7 @@ pub(crate) struct SizeArgs {
     /// Timed rounds per measurement; the fastest is reported (the machine is shared).
     #[arg(long, default_value_t = 3)]
     pub rounds: usize,
-    /// Where to build the bench stores (default: the system temp directory).
+    /// Where to build the bench stores, created if missing (default: the system temp directory).
     #[arg(long)]
     pub dir: Option<PathBuf>,
     /// Keep the bench stores instead of deleting them (e.g. to time `oncelake ls` on them).
@@ -216,7 +216,7 @@ pub(crate) struct WorkDir {
 
 impl WorkDir {
     pub(crate) fn new(args: &SizeArgs, bench: &str, n: u64) -> Result<WorkDir, CliError> {
-        let base = args.dir.clone().unwrap_or_else(std::env::temp_dir);
+        let base = super::bench::scratch_dir(args.dir.clone())?;
         let path = base.join(format!("oncelake-bench-{bench}-{}-{n}", std::process::id()));
         std::fs::create_dir_all(&path)
             .map_err(|e| CliError::io(format!("create {}", path.display()), e))?;

@@ -26,8 +26,8 @@ pub(crate) struct StageBenchArgs {
     /// Time limit of each run (e.g. 5s, 500ms).
     #[arg(long, default_value = "5s", value_parser = super::parse_duration)]
     pub seconds: Duration,
-    /// Directory for the scratch files (default: the system's temporary directory). Put it on the
-    /// disk you want to measure.
+    /// Directory for the scratch files, created if missing (default: the system's temporary
+    /// directory). Put it on the disk you want to measure.
     #[arg(long)]
     pub dir: Option<PathBuf>,
     /// Print one JSON object per line instead of a table.
@@ -111,10 +111,10 @@ pub(crate) fn run(a: StageBenchArgs) -> Result<u8, CliError> {
                 .into(),
         ));
     }
-    let scratch = a.dir.clone().unwrap_or_else(std::env::temp_dir);
+    let scratch = super::bench::scratch_dir(a.dir.clone())?;
     let probe = |when: &str| {
         fsync_probe(&scratch, 50)
-            .map_err(|e| CliError::Usage(format!("{e} (pass --dir to bench another directory)")))
+            .map_err(|e| CliError::Usage(format!("{e} (pass --dir to bench on another disk)")))
             .map(|d| (when.to_string(), d))
     };
     let mut probes = vec![probe("before")?];

@@ -114,7 +114,7 @@ pub(crate) fn bench_via_server(
                 .into(),
         ));
     }
-    let scratch = dir.unwrap_or_else(std::env::temp_dir);
+    let scratch = super::bench::scratch_dir(dir)?;
     let exe = std::env::current_exe().map_err(|e| CliError::io("find the oncelake binary", e))?;
     if !json {
         outln!(
@@ -197,7 +197,7 @@ pub(crate) fn bench_via_server(
 
 /// `oncelake bench commit --via-server --seed001`: seed 001's scenario through a server (P9).
 pub(crate) fn bench_seed001(dir: Option<PathBuf>, json: bool) -> Result<u8, CliError> {
-    let scratch = dir.unwrap_or_else(std::env::temp_dir);
+    let scratch = super::bench::scratch_dir(dir)?;
     let exe = std::env::current_exe().map_err(|e| CliError::io("find the oncelake binary", e))?;
     let r = oncelake_server::seed001::seed001_via_server(&exe, &scratch, 16, 2_000)
         .map_err(|e| CliError::Usage(format!("bench seed001 via server: {e}")))?;
@@ -275,7 +275,8 @@ pub(crate) struct ServeLoadArgs {
     /// first third's by this many MiB.
     #[arg(long, default_value_t = 32)]
     pub margin_mib: u64,
-    /// Where the scratch store goes (default: the system's temporary directory).
+    /// Where the scratch store goes, created if missing (default: the system's temporary
+    /// directory).
     #[arg(long)]
     pub dir: Option<PathBuf>,
     /// The server's page cache in MiB (`serve --cache-mib`; default: the engine's, 64).
@@ -287,7 +288,7 @@ pub(crate) struct ServeLoadArgs {
 }
 
 pub(crate) fn bench_serve_load(a: ServeLoadArgs) -> Result<u8, CliError> {
-    let scratch = a.dir.unwrap_or_else(std::env::temp_dir);
+    let scratch = super::bench::scratch_dir(a.dir)?;
     let exe = std::env::current_exe().map_err(|e| CliError::io("find the oncelake binary", e))?;
     let opts = oncelake_server::load::LoadOptions {
         clients: a.clients.max(1),
