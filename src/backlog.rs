@@ -13,9 +13,12 @@
 //! # States of the backlog
 //!
 //! - **idle**: nothing pending, nobody applying; `applied == acked`.
-//! - **pending**: groups are queued and nobody applies them. Transient: the thread that pushed
-//!   the group calls [`Backlog::help`] once its commit returns, and so does every reader that
-//!   waits for them, so a pending group always has a thread on its way to apply it.
+//! - **pending**: groups are queued and nobody applies them. Every writer looks after its
+//!   commit returns ([`Backlog::help_from`]) and applies a batch once enough redo waits
+//!   (`Options::apply_min_bytes`); below that the groups wait, durable in the write-ahead log,
+//!   for more commits, for a reader that needs them (every wait applies whatever is pending),
+//!   for a flush or a close (which drain), or for back-pressure. So a pending group is either
+//!   below the start or has a thread on its way to apply it, and no reader ever misses it.
 //! - **applying**: one thread (the *applier*) has taken a prefix of the queue out under the lock
 //!   and applies it outside the lock; more groups may be pushed meanwhile. Only the applier
 //!   clears `applying`, after it advanced `applied`, and then wakes every waiter.
@@ -37,6 +40,9 @@ pub(crate) const DEFAULT_BOUND_BYTES: usize = 32 << 20;
 /// The default batch (`Options::apply_batch_bytes`): the redo bytes one applier transaction
 /// takes at most.
 pub(crate) const DEFAULT_BATCH_BYTES: usize = 4 << 20;
+/// The default start (`Options::apply_min_bytes`): the redo bytes that wait before a writer
+/// applies them after its commit (about 500 one-unit commits, a few milliseconds of applying).
+pub(crate) const DEFAULT_MIN_BYTES: usize = 256 << 10;
 
 impl Group for crate::schema::wal::GroupRedo {
     fn number(&self) -> u64 {
@@ -76,7 +82,8 @@ struct State<G> {
     /// Units of the groups pushed and not yet applied, and the most there were at once.
     units: usize,
     max_units: usize,
-    /// Why the store stopped applying, once it did.
+    /// Why the backlog stopped applying (an apply failed), once it did. A store failed for any
+    /// other reason goes on applying its acknowledged groups (`Core::fail`).
     failed: Option<String>,
 }
 
@@ -171,9 +178,16 @@ impl<G: Group> Backlog<G> {
     /// another thread is, or nothing is pending. `apply` gets a batch of groups in order and
     /// applies them in one transaction. One batch only: a writer that helps must not be kept
     /// applying for as long as others keep committing (whoever waits loops on it).
-    pub fn help<E: ToString>(&self, mut apply: impl FnMut(&[G]) -> Result<(), E>) {
+    pub fn help<E: ToString>(&self, apply: impl FnMut(&[G]) -> Result<(), E>) {
+        self.help_from(0, apply);
+    }
+
+    /// [`Backlog::help`] once at least `min` bytes of redo wait (a writer after its commit): the
+    /// B-trees are then written a batch at a time instead of a group at a time, which costs less
+    /// per unit; a reader or a flush that needs the groups still applies whatever waits.
+    pub fn help_from<E: ToString>(&self, min: usize, mut apply: impl FnMut(&[G]) -> Result<(), E>) {
         let mut s = self.state.lock();
-        if s.applying || s.pending.is_empty() || s.failed.is_some() {
+        if s.applying || s.pending.is_empty() || s.failed.is_some() || s.weight < min {
             return;
         }
         let batch = self.take_batch(&mut s);
@@ -290,12 +304,58 @@ impl<G: Group> Backlog<G> {
             max_units: s.max_units,
         }
     }
+}
 
-    /// Fails the backlog from outside (the store failed): waits end with `why`.
-    pub fn fail(&self, why: &str) {
-        let mut s = self.state.lock();
-        s.failed.get_or_insert_with(|| why.to_string());
-        drop(s);
-        self.changed.notify_all();
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+
+    #[derive(Debug)]
+    struct G(u64);
+    impl Group for G {
+        fn number(&self) -> u64 {
+            self.0
+        }
+        fn weight(&self) -> usize {
+            100
+        }
+        fn units(&self) -> usize {
+            1
+        }
+    }
+
+    #[test]
+    fn a_writer_applies_only_from_the_start_and_a_waiter_applies_whatever_is_pending() {
+        let b = Backlog::new(0, 10_000, 1_000);
+        let applied = std::cell::RefCell::new(Vec::new());
+        let apply = |gs: &[G]| -> Result<(), String> {
+            applied
+                .borrow_mut()
+                .push(gs.iter().map(|g| g.0).collect::<Vec<_>>());
+            Ok(())
+        };
+        b.push(G(1));
+        b.push(G(2));
+        b.help_from(250, apply);
+        assert!(
+            applied.borrow().is_empty(),
+            "200 bytes wait, below the start"
+        );
+        assert_eq!(b.size().units, 2);
+        b.push(G(3));
+        b.help_from(250, apply);
+        assert_eq!(
+            *applied.borrow(),
+            vec![vec![1, 2, 3]],
+            "one batch from the start"
+        );
+        assert_eq!((b.applied(), b.size().units), (3, 0));
+        b.push(G(4));
+        b.help_from(250, apply);
+        assert_eq!(applied.borrow().len(), 1);
+        // A reader (or a flush) needs group 4: it is applied whatever the start.
+        b.drain(apply).unwrap();
+        assert_eq!(applied.borrow().last(), Some(&vec![4]));
+        assert_eq!((b.applied(), b.size().units), (4, 0));
     }
 }

@@ -89,6 +89,14 @@ pub struct Options {
     /// transaction commit for more units; the writer or reader that applies a batch waits for it.
     /// Default 4 MiB.
     pub apply_batch_bytes: usize,
+    /// The redo bytes that must wait before a writer applies the backlog after its commit; below
+    /// it the groups wait for more (a batch of them costs the B-trees less per unit than one
+    /// transaction each), durable in the write-ahead log. Visibility does not depend on it: a
+    /// reader applies whatever waits before it reads, so this also bounds how long a reader
+    /// that comes after a run of commits may spend applying them. Default 256 KiB (about 500
+    /// one-unit commits); 0 applies after every commit; above `apply_batch_bytes` it counts as
+    /// that (a batch never takes more).
+    pub apply_min_bytes: usize,
     /// Open for reading only: nothing in the directory is written (not even redb's header),
     /// other readers may share the store, and every write is refused with
     /// [`Error::ReadOnly`]. For stores on read-only media. The store must exist, be of the
@@ -109,6 +117,7 @@ impl Default for Options {
             cache_bytes: 64 << 20,
             backlog_bytes: crate::backlog::DEFAULT_BOUND_BYTES,
             apply_batch_bytes: crate::backlog::DEFAULT_BATCH_BYTES,
+            apply_min_bytes: crate::backlog::DEFAULT_MIN_BYTES,
             read_only: false,
         }
     }
@@ -331,7 +340,12 @@ impl Core {
     /// Applies pending groups of the backlog if nobody else is (every writer calls it once its
     /// commit returned).
     pub(crate) fn help_apply(&self) {
-        self.backlog.help(|groups| self.apply_backlog(groups));
+        self.backlog.help_from(
+            self.options
+                .apply_min_bytes
+                .min(self.options.apply_batch_bytes),
+            |groups| self.apply_backlog(groups),
+        );
     }
 
     /// Waits until the backlog is empty, applying it when nobody else does.
@@ -350,9 +364,13 @@ impl Core {
 
     /// Puts the store into its failed state (SPEC R5): every later write, and every read that
     /// would need a group the B-trees no longer follow, is refused until the store is reopened.
+    ///
+    /// The backlog goes on: its groups were acknowledged and are durable in the write-ahead
+    /// log, so applying them is what the reopen's replay would do, and the reads of the failed
+    /// store keep seeing them. Only a failed apply stops it (the B-trees then no longer follow
+    /// the log).
     pub(crate) fn fail(&self, cause: &str) {
         self.failed.lock().get_or_insert_with(|| cause.to_string());
-        self.backlog.fail(cause);
     }
 
     fn stopped(&self, e: crate::backlog::Stopped) -> Error {

@@ -6,7 +6,7 @@
 
 mod common;
 
-use common::{created_then_faulty, real_options, SplitMix64 as Rng};
+use common::{created_then_faulty, faulty_options, real_options, SplitMix64 as Rng};
 use oncelake::{Batch, Error, ManualClock, Store};
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -175,7 +175,17 @@ fn a_failed_apply_after_the_acknowledgement_never_answers_an_older_state() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("lake");
         let clock = ManualClock::new(T0);
-        let (plan, store) = created_then_faulty(&path, &clock);
+        drop(Store::open_with(&path, real_options(&clock)).unwrap());
+        let plan = oncelake::fault::FaultPlan::new();
+        // Every writer applies after its commit, so the commit's call holds the apply.
+        let store = Store::open_with(
+            &path,
+            oncelake::Options {
+                apply_min_bytes: 0,
+                ..faulty_options(&plan, &clock)
+            },
+        )
+        .unwrap();
         store.put("a", 1, b"a1").unwrap();
         // 64 groups and a second since the last checkpoint: the next group's apply is one,
         // a synced write of the database after the group was acknowledged. (An apply that is
@@ -233,4 +243,53 @@ fn a_failed_apply_after_the_acknowledgement_never_answers_an_older_state() {
         cases > 0,
         "no failed operation fell after the acknowledgement; the test proves nothing"
     );
+}
+
+/// `Options::apply_min_bytes`: below it a writer leaves its durable groups for later, and a
+/// snapshot sees them all the same (it applies them first); at 0 every writer applies at once.
+#[test]
+fn writers_leave_a_small_backlog_for_later_and_readers_still_see_every_commit() {
+    for (min, left_after_commits) in [(1 << 20, true), (0, false)] {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open_with(
+            dir.path().join("lake"),
+            oncelake::Options {
+                apply_min_bytes: min,
+                ..oncelake::Options::default()
+            },
+        )
+        .unwrap();
+        let mut model = BTreeMap::new();
+        for i in 0..40u64 {
+            let unit = format!("u{}", i % 25);
+            let r = store
+                .put(&unit, i + 1, format!("{unit}@{}", i + 1).as_bytes())
+                .unwrap();
+            let oncelake::Outcome::Committed { seq, .. } = r.outcome else {
+                panic!(
+                    "{unit}@{}: a new version must commit, got {:?}",
+                    i + 1,
+                    r.outcome
+                );
+            };
+            model.insert(unit, (i + 1, seq));
+        }
+        assert_eq!(
+            store.backlog().units > 0,
+            left_after_commits,
+            "apply_min_bytes {min}: backlog {:?}",
+            store.backlog()
+        );
+        let snap = store.snapshot().unwrap();
+        let got: BTreeMap<String, (u64, u64)> = snap
+            .prefix("")
+            .unwrap()
+            .map(|e| {
+                let e = e.unwrap();
+                (e.unit, (e.source_version, e.seq))
+            })
+            .collect();
+        assert_eq!(got, model, "apply_min_bytes {min}");
+        assert_eq!(store.backlog().units, 0, "the snapshot applied what waited");
+    }
 }

@@ -1315,6 +1315,17 @@ impl Sim {
     // The per-step check.
 
     fn check(&mut self) {
+        // A read applies whatever waits in the backlog first (writers leave up to
+        // `Options::apply_min_bytes` for later), so a fault armed for the database can strike
+        // here, outside any step: recover from it as from one within a step, then check.
+        if let Err(e) = self.store().wait_applied() {
+            assert!(
+                self.plan.crashed() || self.store().failure().is_some(),
+                "applying the backlog failed with no fault: {e}"
+            );
+            self.note(format!("fault while applying the backlog: {e}"));
+            self.recover(InFlight::Other);
+        }
         let pick = self.rng.next();
         let store = self.store();
         let snap = store.snapshot().unwrap();

@@ -126,6 +126,8 @@ pub struct Tuning {
     pub apply_batch_bytes: Option<usize>,
     /// `Options::cache_bytes` (redb's page cache).
     pub cache_bytes: Option<usize>,
+    /// `Options::apply_min_bytes`.
+    pub apply_min_bytes: Option<usize>,
 }
 
 impl Workload {
@@ -137,6 +139,7 @@ impl Workload {
             backlog_bytes: None,
             apply_batch_bytes: None,
             cache_bytes: None,
+            apply_min_bytes: None,
         },
     };
 }
@@ -540,6 +543,9 @@ fn oncelake_preload(dir: &Path, w: Workload) -> Result<Target, String> {
     }
     if let Some(b) = w.tuning.cache_bytes {
         options.cache_bytes = b;
+    }
+    if let Some(b) = w.tuning.apply_min_bytes {
+        options.apply_min_bytes = b;
     }
     let store = oncelake::Store::open_with(&path, options).map_err(e)?;
     let staged = store.stage_bytes(b"bench output").map_err(e)?;

@@ -54,6 +54,10 @@ pub(crate) struct CommitBenchArgs {
     /// oncelake's page cache in MiB (`Options::cache_bytes`; default: the engine's, 64).
     #[arg(long)]
     pub cache_mib: Option<usize>,
+    /// The redo in KiB that waits before a writer applies the backlog after its commit
+    /// (`Options::apply_min_bytes`; default: the engine's, 256; 0 applies after every commit).
+    #[arg(long)]
+    pub apply_min_kib: Option<usize>,
     /// Commit through `oncelake serve` from --clients connections instead, beside in-process
     /// threads of the same counts in the same run (P7).
     #[arg(long)]
@@ -119,6 +123,7 @@ pub(crate) fn commit(a: CommitBenchArgs) -> Result<u8, CliError> {
             backlog_bytes: a.backlog_mib.map(|m| m << 20),
             apply_batch_bytes: a.apply_batch_mib.map(|m| m << 20),
             cache_bytes: a.cache_mib.map(|m| m << 20),
+            apply_min_bytes: a.apply_min_kib.map(|k| k << 10),
         },
     };
     let scratch = scratch_dir(a.dir.clone())?;
