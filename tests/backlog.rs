@@ -14,6 +14,18 @@ use std::sync::{Arc, Mutex};
 
 const T0: u64 = 1_700_000_000_000;
 
+/// What a new snapshot shows: unit → (version, seq).
+fn manifest(store: &Store) -> BTreeMap<String, (u64, u64)> {
+    let snap = store.snapshot().unwrap();
+    snap.prefix("")
+        .unwrap()
+        .map(|e| {
+            let e = e.unwrap();
+            (e.unit, (e.source_version, e.seq))
+        })
+        .collect()
+}
+
 /// Writers commit (in groups of several units, some of them new versions of earlier units), and
 /// readers check every snapshot against the commits acknowledged before it began (a model: unit →
 /// the newest acknowledged (version, seq)). After the run every acknowledged unit is there with
@@ -109,16 +121,11 @@ fn every_commit_acknowledged_before_a_read_is_in_it() {
 
     let model = acked.lock().unwrap().clone();
     let check = |store: &Store| {
-        let snap = store.snapshot().unwrap();
-        let got: BTreeMap<String, (u64, u64)> = snap
-            .prefix("")
-            .unwrap()
-            .map(|e| {
-                let e = e.unwrap();
-                (e.unit, (e.source_version, e.seq))
-            })
-            .collect();
-        assert_eq!(got, model, "the manifest is the model, one entry per unit");
+        assert_eq!(
+            manifest(store),
+            model,
+            "the manifest is the model, one entry per unit"
+        );
     };
     check(&store);
     assert_eq!(
@@ -280,16 +287,7 @@ fn writers_leave_a_small_backlog_for_later_and_readers_still_see_every_commit() 
             "apply_min_bytes {min}: backlog {:?}",
             store.backlog()
         );
-        let snap = store.snapshot().unwrap();
-        let got: BTreeMap<String, (u64, u64)> = snap
-            .prefix("")
-            .unwrap()
-            .map(|e| {
-                let e = e.unwrap();
-                (e.unit, (e.source_version, e.seq))
-            })
-            .collect();
-        assert_eq!(got, model, "apply_min_bytes {min}");
+        assert_eq!(manifest(&store), model, "apply_min_bytes {min}");
         assert_eq!(store.backlog().units, 0, "the snapshot applied what waited");
     }
 }
