@@ -507,6 +507,41 @@ fn backlog_every_group_applied_once_in_order_and_readers_wait_for_theirs() {
     });
 }
 
+/// (f2) Writers apply only from a start (`Options::apply_min_bytes`): here two groups' weight.
+/// The leader pushes a group, helps (below the start: nothing), pushes a second and helps; a
+/// writer helps meanwhile; a reader waits for what was acknowledged when it asked. Whatever the
+/// start leaves pending, the reader applies it itself: it returns only once its groups are
+/// applied, nobody waits forever, and every group is applied once, in order.
+#[test]
+fn backlog_below_the_start_a_reader_applies_what_writers_left() {
+    loom::model(|| {
+        const START: usize = 2;
+        let backlog = Arc::new(Backlog::<G>::new(0, 100, 1));
+        let applied = Arc::new(Applied::new());
+        let (b, a) = (backlog.clone(), applied.clone());
+        let leader = thread::spawn(move || {
+            b.push(G(1));
+            b.help_from(START, |g: &[G]| a.apply(g));
+            b.push(G(2));
+            b.help_from(START, |g: &[G]| a.apply(g));
+        });
+        let (b, a) = (backlog.clone(), applied.clone());
+        let writer = thread::spawn(move || b.help_from(START, |g: &[G]| a.apply(g)));
+        let target = backlog
+            .wait_applied(|g: &[G]| applied.apply(g))
+            .expect("nothing fails in this model");
+        let seen = applied.snapshot();
+        assert!(
+            (1..=target).all(|n| seen.contains(&n)),
+            "the reader returned before group {target} was applied: {seen:?}"
+        );
+        leader.join().unwrap();
+        writer.join().unwrap();
+        backlog.drain(|g: &[G]| applied.apply(g)).unwrap();
+        assert_eq!(applied.snapshot(), vec![1, 2], "each group once, in order");
+    });
+}
+
 /// (g) Back-pressure: with a bound of one group, the leader's `make_room` before its second push
 /// waits for (or does) the first apply; a helper races it. The backlog never holds more than the
 /// bound plus the group being pushed, and both groups end applied once, in order.
