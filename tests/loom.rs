@@ -474,6 +474,29 @@ impl Applied {
     }
 }
 
+/// The reader's side of (f) and (f2): waits for what was acknowledged when it asked and checks
+/// that it is applied; then joins the other threads, drains, and checks that groups 1 and 2 were
+/// each applied once, in order.
+fn read_then_drain<const N: usize>(
+    backlog: &Backlog<G>,
+    applied: &Applied,
+    others: [thread::JoinHandle<()>; N],
+) {
+    let target = backlog
+        .wait_applied(|g: &[G]| applied.apply(g))
+        .expect("nothing fails in this model");
+    let seen = applied.snapshot();
+    assert!(
+        (1..=target).all(|n| seen.contains(&n)),
+        "the reader returned before group {target} was applied: {seen:?}"
+    );
+    for t in others {
+        t.join().unwrap();
+    }
+    backlog.drain(|g: &[G]| applied.apply(g)).unwrap();
+    assert_eq!(applied.snapshot(), vec![1, 2], "each group once, in order");
+}
+
 /// (f) The leader pushes two groups and helps; a writer helps; a reader waits for what was
 /// acknowledged when it asked. Every group is applied exactly once, in order, by one thread at a
 /// time; the reader returns only after the groups it waited for are applied; nobody waits
@@ -491,18 +514,7 @@ fn backlog_every_group_applied_once_in_order_and_readers_wait_for_theirs() {
         });
         let (b, a) = (backlog.clone(), applied.clone());
         let writer = thread::spawn(move || b.help(|g: &[G]| a.apply(g)));
-        let target = backlog
-            .wait_applied(|g: &[G]| applied.apply(g))
-            .expect("nothing fails in this model");
-        let seen = applied.snapshot();
-        assert!(
-            (1..=target).all(|n| seen.contains(&n)),
-            "the reader returned before group {target} was applied: {seen:?}"
-        );
-        leader.join().unwrap();
-        writer.join().unwrap();
-        backlog.drain(|g: &[G]| applied.apply(g)).unwrap();
-        assert_eq!(applied.snapshot(), vec![1, 2], "each group once, in order");
+        read_then_drain(&backlog, &applied, [leader, writer]);
         assert_eq!(backlog.applied(), 2);
     });
 }
@@ -527,18 +539,7 @@ fn backlog_below_the_start_a_reader_applies_what_writers_left() {
         });
         let (b, a) = (backlog.clone(), applied.clone());
         let writer = thread::spawn(move || b.help_from(START, |g: &[G]| a.apply(g)));
-        let target = backlog
-            .wait_applied(|g: &[G]| applied.apply(g))
-            .expect("nothing fails in this model");
-        let seen = applied.snapshot();
-        assert!(
-            (1..=target).all(|n| seen.contains(&n)),
-            "the reader returned before group {target} was applied: {seen:?}"
-        );
-        leader.join().unwrap();
-        writer.join().unwrap();
-        backlog.drain(|g: &[G]| applied.apply(g)).unwrap();
-        assert_eq!(applied.snapshot(), vec![1, 2], "each group once, in order");
+        read_then_drain(&backlog, &applied, [leader, writer]);
     });
 }
 
