@@ -291,3 +291,34 @@ fn writers_leave_a_small_backlog_for_later_and_readers_still_see_every_commit() 
         assert_eq!(store.backlog().units, 0, "the snapshot applied what waited");
     }
 }
+
+/// A start above `apply_batch_bytes` counts as the batch: writers still apply once a whole batch
+/// waits (a batch never takes more), so the backlog stays below it with no reader at all.
+#[test]
+fn a_start_above_the_batch_counts_as_the_batch() {
+    const BATCH: usize = 8 << 10;
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open_with(
+        dir.path().join("lake"),
+        oncelake::Options {
+            apply_min_bytes: usize::MAX,
+            apply_batch_bytes: BATCH,
+            ..oncelake::Options::default()
+        },
+    )
+    .unwrap();
+    let mut most = 0;
+    for i in 0..200u64 {
+        store.put(&format!("u{i}"), 1, &i.to_le_bytes()).unwrap();
+        most = most.max(store.backlog().bytes);
+    }
+    assert!(
+        most < BATCH,
+        "the backlog reached {most} bytes after a commit returned: writers never applied"
+    );
+    assert!(
+        store.backlog().max_units > 1,
+        "every commit was applied at once: the start was not used"
+    );
+    assert_eq!(manifest(&store).len(), 200);
+}

@@ -18,16 +18,9 @@ const PRELOAD: u64 = 1_000_000;
 /// About the size of a sealed manifest entry and of a one-unit commit record.
 const VALUE: [u8; 110] = [7; 110];
 
-fn mix(mut x: u64) -> u64 {
-    x ^= x >> 33;
-    x = x.wrapping_mul(0xff51_afd7_ed55_8ccd);
-    x ^= x >> 33;
-    x = x.wrapping_mul(0xc4ce_b9fe_1a85_ec53);
-    x ^ (x >> 33)
-}
-
+/// The key of unit number `i`: P1's random keys, as `oncelake bench commit` makes them.
 fn key(i: u64) -> String {
-    format!("events/2026/{:016x}", mix(i))
+    oncelake_bench::bench_commit::unit_key(oncelake_bench::bench_commit::Keys::Random, i)
 }
 
 fn preload(db: &Database) -> Result<(), redb::Error> {
