@@ -80,7 +80,8 @@ pub use schema::manifest::Entry;
 pub use snapshot::{check_object, Entries, Snapshot};
 pub use stage::Staged;
 pub use store::{
-    Committed, Durability, LockWaitStop, Options, Store, DB_FILE, FORMAT_VERSION, MARKER_FILE,
+    Committed, Durability, LockWaitStop, Options, Store, Write, Written, DB_FILE, FORMAT_VERSION,
+    MARKER_FILE,
 };
 pub use verify::{VerifyOptions, VerifyReport};
 

@@ -2,8 +2,10 @@
 //! and `staging/` (SPEC R1). Opening validates before it touches anything; writes go through the
 //! group-commit queue; reads go through snapshots. Opening is in `open`.
 
+mod each;
 mod lock_wait;
 mod open;
+mod submit;
 
 use crate::claim::{validate_worker, ClaimOutcome, Lease, ReleaseOutcome, RenewOutcome};
 use crate::commit::apply::{self, Done, Op};
@@ -22,12 +24,13 @@ use parking_lot::{Mutex, RwLock};
 use std::fs::File;
 use std::io::Read;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 pub use crate::core::{Committed, Durability, LockWaitStop, Options};
 pub use crate::layout::{DB_FILE, MARKER_FILE};
+pub use each::{Write, Written};
 
 /// The newest store format this build reads and writes. Format 2 seals every redb value with a
 /// checksum over its table, key and value (`schema::codec::seal`); format 3 adds the write-ahead
@@ -40,7 +43,7 @@ const REDB_MAGIC: [u8; 9] = [b'r', b'e', b'd', b'b', 0x1A, 0x0A, 0xA9, 0x0D, 0x0
 
 /// What a store handle shares: the write queue in front of the core.
 struct Inner {
-    queue: WriteQueue<Op, Result<Done>>,
+    queue: WriteQueue<submit::Request, submit::Answer>,
     core: Arc<Core>,
 }
 
@@ -199,6 +202,17 @@ impl Store {
     /// request, a handle staged by another store); rejections by the commit rules are outcomes in
     /// the report.
     pub fn commit(&self, batch: Batch) -> Result<CommitReport> {
+        self.check_batch(&batch)?;
+        match self.submit(Op::Commit(batch))? {
+            Done::Commit(r) => Ok(r),
+            other => {
+                unreachable!("invariant: a commit op is answered by a commit report, got {other:?}")
+            }
+        }
+    }
+
+    /// What [`Store::commit`] checks before a batch reaches the queue.
+    pub(crate) fn check_batch(&self, batch: &Batch) -> Result<()> {
         batch.validate()?;
         for item in &batch.items {
             self.inner
@@ -206,12 +220,7 @@ impl Store {
                 .stager
                 .check_handle(&item.unit, &item.staged)?;
         }
-        match self.submit(Op::Commit(batch))? {
-            Done::Commit(r) => Ok(r),
-            other => {
-                unreachable!("invariant: a commit op is answered by a commit report, got {other:?}")
-            }
-        }
+        Ok(())
     }
 
     /// Stages `bytes` and commits them as the output of `unit` at `source_version`.
@@ -408,47 +417,6 @@ impl Store {
             Some(cause) => Err(Error::Failed { cause }),
             None => Ok(()),
         }
-    }
-
-    pub(crate) fn submit(&self, op: Op) -> Result<Done> {
-        self.check_writable()?;
-        op.check_record_size()?;
-        let start = Instant::now();
-        let inner = &*self.inner.core;
-        let r = self.inner.queue.submit(op, |ops| {
-            let n = ops.len();
-            match crate::error::contain(|| Ok(apply::apply_group(inner, ops))) {
-                Ok(dones) => dones,
-                // redb panicked on a damaged page. Whether the group's transaction reached the
-                // disk is unknown if it panicked while committing: fail the store (writes are
-                // refused until a reopen, which reads what is durable) and persist no index.
-                Err(e) => {
-                    let detail = e.to_string();
-                    inner.index_suspect.store(true, Ordering::SeqCst);
-                    inner.fail(&detail);
-                    (0..n)
-                        .map(|_| {
-                            Err(Error::Corrupt {
-                                path: inner.dir.join(DB_FILE),
-                                detail: detail.clone(),
-                            })
-                        })
-                        .collect()
-                }
-            }
-        });
-        if matches!(r, Err(Error::LeaderPanicked)) {
-            inner.index_suspect.store(true, Ordering::SeqCst);
-            inner.fail("a commit leader panicked");
-        }
-        // The latency is the writer's: its answer came before the help below.
-        inner
-            .metrics
-            .commit_latency_us
-            .record(start.elapsed().as_micros() as u64);
-        // Whoever is free applies the durable groups to the B-trees (commit::backlog).
-        inner.help_apply();
-        r
     }
 
     /// The durable groups not yet applied to the B-trees (benchmarks report it).

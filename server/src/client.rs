@@ -865,12 +865,14 @@ impl Client {
 
     fn connect(&self) -> Result<Box<dyn Conn>> {
         let conn: Box<dyn Conn> = match &self.address {
-            Address::Unix(p) => Box::new(std::os::unix::net::UnixStream::connect(p).map_err(
-                |source| ClientError::Connect {
-                    address: self.address(),
-                    source,
-                },
-            )?),
+            Address::Unix(p) => Box::new(PollFirst::new(
+                std::os::unix::net::UnixStream::connect(p).map_err(|source| {
+                    ClientError::Connect {
+                        address: self.address(),
+                        source,
+                    }
+                })?,
+            )),
             Address::Tcp(a) => {
                 let s = std::net::TcpStream::connect(a.as_str()).map_err(|source| {
                     ClientError::Connect {
@@ -1093,6 +1095,88 @@ impl Conn for std::os::unix::net::UnixStream {
     }
     fn idle_open(&self) -> bool {
         idle_open_fd(std::os::fd::AsRawFd::as_raw_fd(self))
+    }
+}
+
+/// A Unix stream whose reads wait in `poll(POLLIN)` rather than in a blocking `recv`.
+///
+/// Why: when the server reads our request, the kernel frees its buffer and signals "writable"
+/// on our socket (`unix_write_space`), which wakes a thread blocked in `recv` on it whatever it
+/// waits for — a wake-up and a context switch for nothing on every request, while the answer is
+/// still being made. A `poll` for readability is woken only by data (BENCHMARKS.md, "Server").
+struct PollFirst {
+    stream: std::os::unix::net::UnixStream,
+    /// The read timeout, kept here for `poll` (the socket's own bounds the `recv` after it).
+    timeout: std::cell::Cell<Option<Duration>>,
+}
+
+impl PollFirst {
+    fn new(stream: std::os::unix::net::UnixStream) -> PollFirst {
+        PollFirst {
+            stream,
+            timeout: std::cell::Cell::new(None),
+        }
+    }
+
+    /// Waits until the socket is readable (data, end of stream or an error), or the timeout.
+    fn wait_readable(&self) -> std::io::Result<()> {
+        let ms = match self.timeout.get() {
+            None => -1,
+            Some(t) => libc::c_int::try_from(t.as_millis().max(1)).unwrap_or(libc::c_int::MAX),
+        };
+        let mut fd = libc::pollfd {
+            fd: std::os::fd::AsRawFd::as_raw_fd(&self.stream),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        loop {
+            // SAFETY: one pollfd, ours, for the duration of the call.
+            let n = unsafe { libc::poll(&mut fd, 1, ms) };
+            if n > 0 {
+                return Ok(());
+            }
+            if n == 0 {
+                // What the socket's own timeout gives a blocking `recv`.
+                return Err(std::io::Error::new(
+                    std::io::ErrorKind::WouldBlock,
+                    "timed out waiting for the server's answer",
+                ));
+            }
+            let e = std::io::Error::last_os_error();
+            if e.kind() != std::io::ErrorKind::Interrupted {
+                return Err(e);
+            }
+        }
+    }
+}
+
+impl Read for PollFirst {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        self.wait_readable()?;
+        self.stream.read(buf)
+    }
+}
+
+impl Write for PollFirst {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.stream.write(buf)
+    }
+    fn write_vectored(&mut self, bufs: &[std::io::IoSlice<'_>]) -> std::io::Result<usize> {
+        self.stream.write_vectored(bufs)
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.stream.flush()
+    }
+}
+
+impl Conn for PollFirst {
+    fn set_timeouts(&self, t: Option<Duration>) -> std::io::Result<()> {
+        self.stream.set_timeouts(t)?;
+        self.timeout.set(t);
+        Ok(())
+    }
+    fn idle_open(&self) -> bool {
+        self.stream.idle_open()
     }
 }
 

@@ -1,43 +1,28 @@
 //! The server's connection threads: a fixed set of threads, started with the server and never
 //! exiting before it stops, each running a single-threaded tokio runtime that serves the
-//! connections handed to it. A request that waits for a commit group (a commit, a put's commit,
-//! a claim, a renewal, a release) calls the store right there, on the thread that read the
-//! request, and the answer goes out from the same thread when the call returns.
+//! connections handed to it (a new one goes to the thread serving the fewest). They read
+//! requests, answer them and never wait for the disk: writes go to the committers
+//! (`committer.rs`), which take every write waiting at once; small uploads are staged on the store
+//! threads (`pool.rs`); long calls (streamed uploads, reads, listings, verify, gc...) run on the
+//! main runtime's blocking pool ([`spawn_blocking`]). So a few threads serve any number of
+//! connections, and a burst of ready sockets is read in one wake-up of a thread.
 //!
-//! Why: a commit through the server used to take two thread hops besides the engine's own wait —
-//! the async worker handed the call to a write thread (a condition variable, one wake-up) and
-//! the write thread handed the answer back (a oneshot, waking the worker) — and its allocations
-//! were made on one thread and freed on another. Per commit that was about 4.7 futex calls on
-//! the server (BENCHMARKS.md, "Server", serve5's profile). Here the path is the one of an
-//! in-process writer plus the socket: the client's request wakes the connection's thread out of
-//! `epoll_wait`, the engine parks and wakes it as it would any writer, and its answer wakes the
-//! client. A blocked thread blocks only the connections it serves, which is why each connection
-//! gets a thread of its own while there are free ones (the one serving the fewest connections
-//! otherwise). Measured (BENCHMARKS.md, "Server", serve6): 2.7 futex calls per commit instead of
-//! 4.7, and a thread count fixed from the start under load; the throughput through the server at
-//! 64 clients on 2 cores did not change measurably, since each request now wakes its own thread
-//! where the async workers used to take many ready sockets per wake-up.
-//!
-//! Enough threads must wait in the engine's queue at once for commits from many connections to
-//! share groups: a group holds at most one call per thread, and connections sharing a thread
-//! commit one after the other.
-//!
-//! Store calls that do not wait for a commit group but may take long (uploads' staging, reads,
-//! listings, verify, gc...) still go to the main runtime's blocking pool ([`spawn_blocking`]), so
-//! they hold no connection thread, and the threads' runtimes make no blocking pools of their own.
+//! Why not a thread per connection that makes its commit itself, as an in-process writer does:
+//! each commit then cost the server three wake-ups (the request waking its thread, the engine's
+//! queue parking and waking it, the answer) against one in-process, and at 64 clients on two
+//! cores the wake-ups were a third of the server's CPU (BENCHMARKS.md, "Server").
 
 use std::cell::OnceCell;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
-/// Connection threads a server starts unless told otherwise: the 64 client connections of the
-/// P7 benchmark each get a thread of their own, with room for the streamed answers' connections.
-pub const DEFAULT_CONNECTION_THREADS: usize = 128;
+/// Connection threads a server starts unless told otherwise: one per core of the machines this
+/// is measured on (BENCHMARKS.md, "Server"); more only add threads that take turns.
+pub const DEFAULT_CONNECTION_THREADS: usize = 2;
 
-/// Stack of a connection thread. It polls the connections' futures (whose state lives on the
-/// heap) and runs the engine's commit (a leader writes the group's redb transaction); 128 of
-/// them at the default 2 MiB would reserve 256 MiB of address space, though not of memory.
+/// Stack of a connection thread. It only polls the connections' futures, whose state lives on
+/// the heap.
 const STACK: usize = 1 << 20;
 
 thread_local! {
@@ -174,27 +159,9 @@ impl Drop for ConnThreads {
     }
 }
 
-/// Runs a store call that waits for a commit group: right here on a connection thread (blocking
-/// only this thread's connections, as an in-process writer blocks its own thread), else on the
-/// blocking pool. A panic in `f` is caught and answered `Err(Panicked)`; the thread lives on.
-pub(crate) async fn run_commit<T: Send + 'static>(
-    f: impl FnOnce() -> T + Send + 'static,
-) -> Result<T, Panicked> {
-    if on_connection_thread() {
-        std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).map_err(|_| Panicked)
-    } else {
-        spawn_blocking(f).await.map_err(|_| Panicked)
-    }
-}
-
-/// The call did not finish: it panicked (its answer was never made).
-#[derive(Debug)]
-pub(crate) struct Panicked;
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::sync::Barrier;
 
     fn main_runtime() -> tokio::runtime::Runtime {
         tokio::runtime::Builder::new_multi_thread()
@@ -254,38 +221,7 @@ mod tests {
     }
 
     #[test]
-    fn commits_run_on_the_connection_threads_and_all_of_them_wait_at_once() {
-        let main = main_runtime();
-        let c = ConnThreads::start(8, main.handle().clone()).expect("start");
-        // Eight calls that each wait for all eight: they finish only if eight connection threads
-        // run them at the same time (as eight commits must, to share a group).
-        let line = Arc::new(Barrier::new(8));
-        let slots: Vec<Slot> = (0..8).map(|_| c.pick()).collect();
-        let waits: Vec<_> = slots
-            .iter()
-            .map(|s| {
-                let line = line.clone();
-                on(s, async move {
-                    run_commit(move || {
-                        line.wait();
-                        std::thread::current().name().map(str::to_string)
-                    })
-                    .await
-                })
-            })
-            .collect();
-        let mut names: Vec<String> = waits
-            .into_iter()
-            .map(|r| r.recv().expect("ran").expect("no panic").expect("named"))
-            .collect();
-        names.sort();
-        names.dedup();
-        assert_eq!(names.len(), 8, "{names:?}");
-        assert!(names.iter().all(|n| n.starts_with("oncelake-conn-")));
-    }
-
-    #[test]
-    fn long_calls_go_to_the_main_pool_and_a_panic_is_an_answer() {
+    fn store_calls_go_to_the_main_pool() {
         let main = main_runtime();
         let c = ConnThreads::start(1, main.handle().clone()).expect("start");
         let s = c.pick();
@@ -300,14 +236,6 @@ mod tests {
             !name.is_some_and(|n| n.starts_with("oncelake-conn-")),
             "a long call ran on a connection thread"
         );
-        let r = on(&s, async { run_commit(|| panic!("boom")).await.is_err() })
-            .recv()
-            .expect("the thread survived the panic");
-        assert!(r);
-        let seven = on(&s, async { run_commit(|| 7).await.ok() })
-            .recv()
-            .expect("ran");
-        assert_eq!(seven, Some(7));
     }
 
     #[test]

@@ -18,7 +18,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post, put};
 use axum::Router;
 use http_body_util::BodyExt;
-use oncelake::{Batch, Intent, Staged, Store};
+use oncelake::{Batch, Intent, Staged, Store, Write, Written};
 use serde::{Deserialize, Serialize};
 use std::io::Read;
 use std::path::PathBuf;
@@ -62,12 +62,24 @@ pub(crate) struct App {
     pub snapshots: crate::snapshot::Leases,
     /// The newest seq this server has seen committed; long-polls wait on it.
     pub seq: tokio::sync::watch::Sender<u64>,
+    /// Where commits go ([`commit_queued`]).
+    pub committers: crate::committer::Committers,
+    /// Where the other store calls a request waits on go ([`on_store_thread`]).
+    pub store_threads: crate::pool::StoreThreads,
 }
 
 impl App {
-    pub(crate) fn new(store: Store, dir: PathBuf, limits: Limits) -> oncelake::Result<App> {
+    pub(crate) fn new(
+        store: Store,
+        dir: PathBuf,
+        limits: Limits,
+        committers: crate::committer::Committers,
+        store_threads: crate::pool::StoreThreads,
+    ) -> oncelake::Result<App> {
         let seq = store.last_seq()?;
         Ok(App {
+            committers,
+            store_threads,
             store,
             dir,
             limits,
@@ -206,28 +218,34 @@ pub(crate) fn json<T: Serialize>(v: &T) -> Response {
     axum::Json(v).into_response()
 }
 
-/// Commits on the connection's own thread ([`crate::conns`]): many commits in flight from many
-/// connections are many connection threads in the engine's queue, so they share groups;
-/// whichever of them is oldest leads.
+/// Commits through the committers ([`crate::committer`]): commits in flight from many
+/// connections share groups, and the connection's thread serves its other connections meanwhile.
 async fn commit_queued(app: &App, batch: Batch) -> ApiResult<oncelake::CommitReport> {
-    let store = app.store.clone();
-    writing(app, move || store.commit(batch)).await
+    match write_queued(app, Write::Commit(batch)).await? {
+        Written::Commit(r) => Ok(r),
+        other => Err(mismatched("a commit", &other)),
+    }
 }
 
-/// Runs a store call that waits for a commit group on the connection's thread
-/// ([`crate::conns::run_commit`]), as an in-process writer would on its own thread.
-pub(crate) async fn writing<T: Send + 'static>(
-    _app: &App,
-    f: impl FnOnce() -> oncelake::Result<T> + Send + 'static,
-) -> ApiResult<T> {
-    match crate::conns::run_commit(f).await {
+/// A write (commit, claim, renewal, release) through the committers ([`crate::committer`]).
+async fn write_queued(app: &App, write: Write) -> ApiResult<Written> {
+    match app.committers.write(write).await {
         Ok(r) => r.map_err(ApiError::from),
-        Err(crate::conns::Panicked) => Err(ApiError::new(
+        Err(crate::committer::Unanswered) => Err(ApiError::new(
             StatusCode::INTERNAL_SERVER_ERROR,
             "internal",
-            "the store call did not finish (it panicked); look the units up before retrying",
+            "the write did not finish (its committer panicked); look the units up before retrying",
         )),
     }
+}
+
+/// The engine answered a write with another kind's answer (a bug): said as such, not unwrapped.
+fn mismatched(what: &str, got: &Written) -> ApiError {
+    ApiError::new(
+        StatusCode::INTERNAL_SERVER_ERROR,
+        "internal",
+        format!("the engine answered {what} with {got:?}"),
+    )
 }
 
 /// Runs a store call on the blocking pool.
@@ -462,27 +480,34 @@ async fn commit(State(app): State<Arc<App>>, body: Body) -> ApiResult<Response> 
 
 async fn claim(State(app): State<Arc<App>>, body: Body) -> ApiResult<Response> {
     let r: ClaimReqW = read_json(&app, body).await?;
-    let store = app.store.clone();
-    let c = writing(&app, move || {
-        store.claim(
-            &r.unit,
-            r.source_version,
-            &r.worker,
-            Duration::from_millis(r.ttl_ms),
-        )
-    })
-    .await?;
+    let c = match write_queued(
+        &app,
+        Write::Claim {
+            unit: r.unit,
+            source_version: r.source_version,
+            worker: r.worker,
+            ttl: Duration::from_millis(r.ttl_ms),
+        },
+    )
+    .await?
+    {
+        Written::Claim(c) => c,
+        other => return Err(mismatched("a claim", &other)),
+    };
     app.note_seq(app.store.last_seq().ok());
     Ok(json(&ClaimW::from(&c)))
 }
 
 async fn renew(State(app): State<Arc<App>>, body: Body) -> ApiResult<Response> {
     let r: RenewReqW = read_json(&app, body).await?;
-    let store = app.store.clone();
-    let out = writing(&app, move || {
-        store.renew(&(&r.lease).into(), Duration::from_millis(r.ttl_ms))
-    })
-    .await?;
+    let write = Write::Renew {
+        lease: (&r.lease).into(),
+        ttl: Duration::from_millis(r.ttl_ms),
+    };
+    let out = match write_queued(&app, write).await? {
+        Written::Renew(out) => out,
+        other => return Err(mismatched("a renewal", &other)),
+    };
     // A renewal is a log record: long-polls waiting on the feed wake for it.
     app.note_seq(app.store.last_seq().ok());
     Ok(json(&RenewW::from(&out)))
@@ -490,8 +515,13 @@ async fn renew(State(app): State<Arc<App>>, body: Body) -> ApiResult<Response> {
 
 async fn release(State(app): State<Arc<App>>, body: Body) -> ApiResult<Response> {
     let r: ReleaseReqW = read_json(&app, body).await?;
-    let store = app.store.clone();
-    let out = writing(&app, move || store.release(&(&r.lease).into())).await?;
+    let write = Write::Release {
+        lease: (&r.lease).into(),
+    };
+    let out = match write_queued(&app, write).await? {
+        Written::Release(out) => out,
+        other => return Err(mismatched("a release", &other)),
+    };
     app.note_seq(app.store.last_seq().ok());
     Ok(json(&ReleaseW::from(&out)))
 }
@@ -840,14 +870,14 @@ async fn method_not_allowed(req: Request) -> ApiError {
     )
 }
 
-/// Uploads of at most this many bytes are read whole and staged on the connection's thread
-/// ([`upload`]); larger ones stream to the blocking pool.
+/// Uploads of at most this many bytes are read whole by the connection's thread and staged on a
+/// store thread ([`upload`]); larger ones stream to the blocking pool.
 pub(crate) const SMALL_UPLOAD: u64 = 64 << 10;
 
 /// Stages a request body. A body that ends within [`SMALL_UPLOAD`] bytes (the usual put of one
-/// small object) is read whole into memory and staged right here on the connection's thread,
-/// as an in-process writer stages on its own thread: no thread of the blocking pool and no
-/// hand-off per upload (so a load of small puts runs on the server's fixed threads alone).
+/// small object) is read whole into memory by the connection's thread and staged on one of the
+/// store threads ([`crate::pool`]): one hand-off, no channel, and no thread made per upload (so
+/// a load of small puts runs on the server's fixed threads alone).
 /// A larger body streams into the engine's staging writer on the blocking pool: pieces go
 /// through a small bounded channel (so memory stays constant whatever the size), the size limit
 /// and the idle timeout are enforced as they arrive, and a body that ends in an error (the
@@ -873,15 +903,17 @@ async fn upload(app: &Arc<App>, mut body: Body) -> ApiResult<Staged> {
                 Ok(Some(data)) => head.push(data),
                 Ok(None) => {
                     let store = app.store.clone();
-                    let staged = crate::conns::run_commit(move || {
-                        store.stage_reader(PiecesReader {
-                            pieces: head.into(),
+                    let staged = app
+                        .store_threads
+                        .run(move || {
+                            store.stage_reader(PiecesReader {
+                                pieces: head.into(),
+                            })
                         })
-                    })
-                    .await;
+                        .await;
                     return match staged {
                         Ok(r) => r.map_err(ApiError::from),
-                        Err(crate::conns::Panicked) => Err(ApiError::new(
+                        Err(crate::pool::Panicked) => Err(ApiError::new(
                             StatusCode::INTERNAL_SERVER_ERROR,
                             "internal",
                             "staging did not finish (it panicked); nothing was committed",

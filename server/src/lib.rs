@@ -10,6 +10,8 @@ mod auth;
 pub mod bench;
 pub mod client;
 #[cfg(feature = "server")]
+mod committer;
+#[cfg(feature = "server")]
 mod conns;
 pub mod discovery;
 #[cfg(feature = "server")]
@@ -22,6 +24,8 @@ pub mod object_check;
 mod pipeline;
 #[cfg(feature = "server")]
 mod pipeline_cells;
+#[cfg(feature = "server")]
+mod pool;
 #[cfg(feature = "server")]
 mod reconcile;
 #[cfg(feature = "server")]
@@ -47,8 +51,12 @@ pub mod wire_verify;
 
 pub use client::{Client, ClientError, PlanEnd, PlanEvent, ReconcileForm, SnapshotLease};
 #[cfg(feature = "server")]
+pub use committer::DEFAULT_COMMITTERS;
+#[cfg(feature = "server")]
 pub use conns::DEFAULT_CONNECTION_THREADS;
 #[cfg(feature = "server")]
 pub use http::Limits;
+#[cfg(feature = "server")]
+pub use pool::DEFAULT_STORE_THREADS;
 #[cfg(feature = "server")]
 pub use run::{serve, ServeError, ServeOptions, MALLOC_ARENAS};

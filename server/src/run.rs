@@ -35,6 +35,12 @@ pub struct ServeOptions {
     /// releases ([`crate::conns`]): at most this many wait for commit groups at once, and
     /// connections beyond this many share threads.
     pub connection_threads: usize,
+    /// Threads that stage small uploads ([`crate::pool`]): made once, at most this many run at
+    /// once.
+    pub store_threads: usize,
+    /// Threads that take the writes (commits, claims, renewals, releases) waiting from all
+    /// connections and hand them to the engine as one request each time ([`crate::committer`]).
+    pub committers: usize,
     /// glibc only: the most malloc arenas of this process (`mallopt(M_ARENA_MAX)`), set when
     /// serving starts unless `MALLOC_ARENA_MAX` is in the environment; `None` leaves glibc's
     /// default (8 per core). Process-wide: a program that embeds the server and tunes its own
@@ -63,6 +69,8 @@ impl Default for ServeOptions {
             drain_timeout: Duration::from_secs(30),
             cache_bytes: None,
             connection_threads: crate::conns::DEFAULT_CONNECTION_THREADS,
+            committers: crate::committer::DEFAULT_COMMITTERS,
+            store_threads: crate::pool::DEFAULT_STORE_THREADS,
             malloc_arenas: Some(MALLOC_ARENAS),
         }
     }
@@ -193,7 +201,17 @@ async fn serve_async(
         tokio::runtime::Handle::current(),
     )
     .map_err(io("start the connection threads"))?;
-    let app = Arc::new(App::new(store, dir.clone(), opts.limits.clone())?);
+    let committers = crate::committer::Committers::start(&store, opts.committers)
+        .map_err(io("start the committer threads"))?;
+    let store_threads = crate::pool::StoreThreads::start(opts.store_threads)
+        .map_err(io("start the store threads"))?;
+    let app = Arc::new(App::new(
+        store,
+        dir.clone(),
+        opts.limits.clone(),
+        committers,
+        store_threads,
+    )?);
     let info = ServeInfo {
         address: address.clone(),
         pid: std::process::id(),

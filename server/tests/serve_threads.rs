@@ -1,8 +1,8 @@
-//! The server's threads stay a fixed set under a burst of concurrent commits: commits run on
-//! `--connection-threads` threads made at start, not on a thread each (as with `block_in_place`,
-//! which handed the async worker's core to a new or pooled thread for every commit and let the
-//! thread count follow the number of commits in flight). And (glibc) all of them allocate from
-//! one malloc arena.
+//! The server's threads stay a fixed set under a burst of concurrent commits or small puts:
+//! connections are served by `--connection-threads`, commits taken by `--committers` and the
+//! small uploads' staging run on `--store-threads`, all made at start — not on a thread each (as
+//! with `block_in_place` or tokio's blocking pool, whose thread count follows the number of calls
+//! in flight and stays at its peak). And (glibc) all of them allocate from one malloc arena.
 
 mod support;
 
@@ -71,13 +71,19 @@ fn burst(
 
 #[test]
 fn a_burst_of_concurrent_commits_adds_no_threads() {
-    const WRITE_THREADS: usize = 8;
+    const CONNECTION_THREADS: usize = 2;
+    const COMMITTERS: usize = 3;
     const CLIENTS: usize = 96;
     const EACH: usize = 10;
     let (_dir, store) = new_store();
     let server = Server::start_with(
         &store,
-        &["--connection-threads", &WRITE_THREADS.to_string()],
+        &[
+            "--connection-threads",
+            &CONNECTION_THREADS.to_string(),
+            "--committers",
+            &COMMITTERS.to_string(),
+        ],
     );
     let pid = server.pid();
     let c = Client::for_store(&store).unwrap();
@@ -108,8 +114,8 @@ fn a_burst_of_concurrent_commits_adds_no_threads() {
     })
     .unwrap();
     assert_eq!(units.len(), CLIENTS * EACH);
-    // The threads of the burst are the ones there before it: the write threads were made at
-    // start, and no commit made a thread of its own. (Slack of 4 for a thread of the blocking
+    // The threads of the burst are the ones there before it: the connection threads and the
+    // committers were made at start, and no commit made a thread of its own. (Slack of 4 for a thread of the blocking
     // pool serving a request of the sampler's kind, none of which this burst sends.)
     assert!(
         peak <= before + 4,
@@ -120,21 +126,21 @@ fn a_burst_of_concurrent_commits_adds_no_threads() {
         "{} distinct threads seen during the burst, {before} before it",
         seen.len()
     );
-    // The write threads were there before it.
-    assert!(before > WRITE_THREADS, "{before} threads");
+    // The connection threads and the committers were there before it.
+    assert!(before > CONNECTION_THREADS + COMMITTERS, "{before} threads");
     server.stop();
 }
 
-/// Small puts (upload and commit in one request) are staged and committed on the connection's
-/// own thread: a burst of them adds no thread either (uploads used to run on tokio's blocking
-/// pool, one thread per upload in flight, which grew to each new peak and stayed).
+/// Small puts (upload and commit in one request) are staged on the store threads and committed
+/// by the committers: a burst of them adds no thread either (uploads used to run on tokio's
+/// blocking pool, one thread per upload in flight, which grew to each new peak and stayed).
 #[test]
 fn a_burst_of_small_puts_adds_no_threads() {
-    const THREADS: usize = 8;
+    const STORE_THREADS: usize = 8;
     const CLIENTS: usize = 48;
     const EACH: usize = 10;
     let (_dir, store) = new_store();
-    let server = Server::start_with(&store, &["--connection-threads", &THREADS.to_string()]);
+    let server = Server::start_with(&store, &["--store-threads", &STORE_THREADS.to_string()]);
     let pid = server.pid();
     let c = Client::for_store(&store).unwrap();
     // One put first, so that whatever a first request starts is there before the burst.
@@ -214,8 +220,8 @@ fn the_server_allocates_from_one_malloc_arena() {
     let (_dir, store) = new_store();
     let server = Server::start(&store);
     let c = Client::for_store(&store).unwrap();
-    // Uploads (the blocking pool) and commits (the write threads) from 16 threads at once, so
-    // that many of the server's threads allocate: with glibc's default they get arenas of their
+    // Small uploads (the store threads) and commits (the committers) from 16 threads at once,
+    // so that many of the server's threads allocate: with glibc's default they get arenas of their
     // own (15 of them here under this load).
     std::thread::scope(|s| {
         for t in 0..CLIENTS {

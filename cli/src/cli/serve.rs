@@ -28,11 +28,19 @@ pub(crate) struct ServeArgs {
     /// plus a few tens of MiB.
     #[arg(long)]
     pub cache_mib: Option<usize>,
-    /// Threads that serve the connections and run their commits, puts and claims: a connection
-    /// has one of its own while there are free ones, so at most this many commits wait for
-    /// commit groups at once (connections beyond share threads). Made once; they never exit.
-    #[arg(long, alias = "write-threads", default_value_t = oncelake_server::DEFAULT_CONNECTION_THREADS, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=4096))]
+    /// Threads that serve the connections (read requests, write answers); they never wait for
+    /// the disk, so a few serve many connections. Made once; they never exit.
+    #[arg(long, default_value_t = oncelake_server::DEFAULT_CONNECTION_THREADS, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=4096))]
     pub connection_threads: usize,
+    /// Threads that take every write waiting from all connections (commits, claims, renewals,
+    /// releases) and hand them to the engine as one request, so that writes from many clients
+    /// share durable groups.
+    #[arg(long, default_value_t = oncelake_server::DEFAULT_COMMITTERS, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=256))]
+    pub committers: usize,
+    /// Threads that stage small uploads (a write and an fsync each): at most this many run at
+    /// once, the others queue. Made once.
+    #[arg(long, alias = "write-threads", default_value_t = oncelake_server::DEFAULT_STORE_THREADS, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=4096))]
+    pub store_threads: usize,
 }
 
 pub(crate) fn serve(a: ServeArgs, wait: Duration) -> Result<u8, CliError> {
@@ -56,6 +64,8 @@ pub(crate) fn serve(a: ServeArgs, wait: Duration) -> Result<u8, CliError> {
         header_timeout: a.request_timeout,
         cache_bytes: a.cache_mib.map(|m| m << 20),
         connection_threads: a.connection_threads,
+        committers: a.committers,
+        store_threads: a.store_threads,
         ..ServeOptions::default()
     };
     opts.limits.max_upload = a.max_upload;

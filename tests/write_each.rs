@@ -1,0 +1,361 @@
+//! `Store::write_each`: many independent writes from one thread as one request of the commit
+//! queue. The rule: each write is answered exactly as the same write made alone, in the same
+//! place of the order, would be — its checks, the R3 rules, the lease rules, its seq — and the
+//! store ends the same. Checked against the one-write calls on a second store fed the same
+//! writes one by one (a model that is the engine's own sequential behaviour), over random mixes
+//! of commits (good, duplicate, stale, conflicting, corrected, fenced, partial, with a bad key or
+//! another store's handle), claims, renewals and releases, cut into random runs.
+
+mod common;
+
+use common::SplitMix64 as Rng;
+use oncelake::{
+    Batch, ClaimOutcome, Intent, Lease, ManualClock, Options, Result, Staged, Store, Write, Written,
+};
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// One write, independent of the store it goes to (handles are staged per store).
+#[derive(Clone, Debug)]
+enum Plan {
+    /// Items: (unit, version, object index, token, intent); partial or all-or-nothing.
+    Commit {
+        items: Vec<(String, u64, usize, Option<u64>, Intent)>,
+        partial: bool,
+        foreign: bool,
+    },
+    Claim {
+        unit: String,
+        version: u64,
+        worker: String,
+    },
+    Renew(Lease),
+    Release(Lease),
+}
+
+const OBJECTS: usize = 4;
+
+fn unit(rng: &mut Rng) -> String {
+    // Now and then a key the rules refuse (empty, or internal for a user call).
+    match rng.below(40) {
+        0 => String::new(),
+        1 => ".pipeline/x".into(),
+        n => format!("orders/u{:02}", n % 12),
+    }
+}
+
+fn plans(seed: u64, n: usize) -> Vec<Plan> {
+    let mut rng = Rng(seed);
+    (0..n)
+        .map(|_| match rng.below(10) {
+            0..=5 => {
+                let items = (0..1 + rng.below(3))
+                    .map(|_| {
+                        let token = rng.chance(15).then(|| 1 + rng.below(6));
+                        let intent = if rng.chance(10) {
+                            Intent::Correct
+                        } else {
+                            Intent::Put
+                        };
+                        (
+                            unit(&mut rng),
+                            1 + rng.below(3),
+                            rng.below(OBJECTS as u64) as usize,
+                            token,
+                            intent,
+                        )
+                    })
+                    .collect();
+                Plan::Commit {
+                    items,
+                    partial: rng.chance(30),
+                    foreign: rng.chance(5),
+                }
+            }
+            6 | 7 => Plan::Claim {
+                unit: unit(&mut rng),
+                version: 1 + rng.below(4),
+                worker: format!("w{}", rng.below(3)),
+            },
+            // Leases guessed, not taken from answers: tokens are numbered from 1 in both stores,
+            // so the same guess is right (or wrong) in both.
+            k => {
+                let lease = Lease {
+                    unit: unit(&mut rng),
+                    worker: format!("w{}", rng.below(3)),
+                    token: 1 + rng.below(6),
+                    source_version: 1 + rng.below(4),
+                    expires_at_ms: 0,
+                };
+                if k == 8 {
+                    Plan::Renew(lease)
+                } else {
+                    Plan::Release(lease)
+                }
+            }
+        })
+        .collect()
+}
+
+struct Side {
+    store: Store,
+    objects: Vec<Staged>,
+    /// A handle of another store (refused by this one).
+    foreign: Staged,
+    _other: Store,
+}
+
+fn side(dir: &std::path::Path, clock: &ManualClock) -> Side {
+    let store = Store::open_with(
+        dir.join("lake"),
+        Options {
+            clock: Arc::new(clock.clone()),
+            ..Options::default()
+        },
+    )
+    .unwrap();
+    let other = Store::open(dir.join("other")).unwrap();
+    let objects = (0..OBJECTS)
+        .map(|i| store.stage_bytes(format!("object {i}").as_bytes()).unwrap())
+        .collect();
+    let foreign = other.stage_bytes(b"not ours").unwrap();
+    Side {
+        store,
+        objects,
+        foreign,
+        _other: other,
+    }
+}
+
+fn write_of(side: &Side, plan: &Plan) -> Write {
+    match plan.clone() {
+        Plan::Commit {
+            items,
+            partial,
+            foreign,
+        } => {
+            let mut b = Batch::new();
+            for (k, (unit, v, o, token, intent)) in items.into_iter().enumerate() {
+                let staged = if foreign && k == 0 {
+                    &side.foreign
+                } else {
+                    &side.objects[o]
+                };
+                b = b.item(unit, v, staged, token, intent);
+            }
+            Write::Commit(if partial { b.partial() } else { b })
+        }
+        Plan::Claim {
+            unit,
+            version,
+            worker,
+        } => Write::Claim {
+            unit,
+            source_version: version,
+            worker,
+            ttl: Duration::from_secs(60),
+        },
+        Plan::Renew(lease) => Write::Renew {
+            lease,
+            ttl: Duration::from_secs(60),
+        },
+        Plan::Release(lease) => Write::Release { lease },
+    }
+}
+
+/// The one-write call a write stands for.
+fn alone(store: &Store, write: Write) -> Result<Written> {
+    match write {
+        Write::Commit(b) => store.commit(b).map(Written::Commit),
+        Write::Claim {
+            unit,
+            source_version,
+            worker,
+            ttl,
+        } => store
+            .claim(&unit, source_version, &worker, ttl)
+            .map(Written::Claim),
+        Write::Renew { lease, ttl } => store.renew(&lease, ttl).map(Written::Renew),
+        Write::Release { lease } => store.release(&lease).map(Written::Release),
+    }
+}
+
+/// An answer as compared: its whole value, or the error's kind and message.
+fn shown(r: &Result<Written>) -> String {
+    match r {
+        Ok(w) => format!("{w:?}"),
+        Err(e) => format!("error: {e}"),
+    }
+}
+
+/// What a store holds: every unit's current entry and the whole log.
+fn contents(store: &Store) -> (BTreeMap<String, String>, Vec<String>) {
+    let snap = store.snapshot().unwrap();
+    let entries = snap
+        .iter()
+        .unwrap()
+        .map(|e| {
+            let e = e.unwrap();
+            (e.unit.clone(), format!("{e:?}"))
+        })
+        .collect();
+    let log = snap
+        .changes_since(0)
+        .unwrap()
+        .map(|r| format!("{:?}", r.unwrap()))
+        .collect();
+    (entries, log)
+}
+
+#[test]
+fn each_write_is_answered_as_the_same_write_made_alone() {
+    for seed in 1..=6u64 {
+        let dir = tempfile::tempdir().unwrap();
+        let clock = ManualClock::new(1_800_000_000_000);
+        let each = side(&dir.path().join("each"), &clock);
+        let one = side(&dir.path().join("one"), &clock);
+        let plans = plans(seed, 240);
+        let mut rng = Rng(seed ^ 0x5eed);
+        let (mut got, mut want) = (Vec::new(), Vec::new());
+        let mut i = 0;
+        while i < plans.len() {
+            let run = (1 + rng.below(40) as usize).min(plans.len() - i);
+            let writes = plans[i..i + run]
+                .iter()
+                .map(|p| write_of(&each, p))
+                .collect();
+            let answers = each.store.write_each(writes);
+            assert_eq!(answers.len(), run, "one answer per write");
+            got.extend(answers.iter().map(shown));
+            for p in &plans[i..i + run] {
+                want.push(shown(&alone(&one.store, write_of(&one, p))));
+            }
+            i += run;
+            // Leases expire between runs now and then, so takeovers and lost renewals happen.
+            if rng.chance(20) {
+                clock.advance_ms(61_000);
+            }
+        }
+        for (k, (g, w)) in got.iter().zip(&want).enumerate() {
+            assert_eq!(g, w, "seed {seed}, write {k}: {:?}", plans[k]);
+        }
+        // The mix exercised what it is meant to.
+        let count = |s: &str| want.iter().filter(|w| w.contains(s)).count();
+        for kind in ["Committed", "Duplicate", "error", "Granted", "Held"] {
+            assert!(
+                count(kind) > 0,
+                "seed {seed}: no {kind} answer in {want:#?}"
+            );
+        }
+        assert_eq!(contents(&each.store), contents(&one.store), "seed {seed}");
+    }
+}
+
+#[test]
+fn writes_of_one_call_share_a_group_and_runs_keep_to_the_bound() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open_with(
+        dir.path().join("lake"),
+        Options {
+            max_group_units: 8,
+            ..Options::default()
+        },
+    )
+    .unwrap();
+    let staged = store.stage_bytes(b"rows").unwrap();
+    let groups = |s: &Store| s.metrics().groups;
+    // 6 one-unit commits: one group.
+    let before = groups(&store);
+    let writes = (0..6)
+        .map(|i| Write::Commit(Batch::new().put(format!("a/{i}"), 1, &staged)))
+        .collect();
+    assert!(store.write_each(writes).iter().all(|r| r.is_ok()));
+    assert_eq!(groups(&store) - before, 1);
+    // 30 units in batches of 3 under a bound of 8: runs of two batches (6 units), so 15 groups,
+    // every batch committed whole.
+    let before = groups(&store);
+    let writes = (0..10)
+        .map(|i| {
+            let mut b = Batch::new();
+            for k in 0..3 {
+                b = b.put(format!("b/{i}/{k}"), 1, &staged);
+            }
+            Write::Commit(b)
+        })
+        .collect();
+    let answers = store.write_each(writes);
+    assert_eq!(groups(&store) - before, 5);
+    for a in &answers {
+        match a {
+            Ok(Written::Commit(r)) => {
+                assert!(r.units.iter().all(|u| u.outcome.name() == "committed"))
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+    // An empty call answers nothing and writes nothing.
+    let before = groups(&store);
+    assert!(store.write_each(Vec::new()).is_empty());
+    assert_eq!(groups(&store), before);
+}
+
+#[test]
+fn a_write_refused_by_its_checks_is_refused_alone() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path().join("lake")).unwrap();
+    let other = Store::open(dir.path().join("other")).unwrap();
+    let ours = store.stage_bytes(b"ours").unwrap();
+    let theirs = other.stage_bytes(b"theirs").unwrap();
+    let answers = store.write_each(vec![
+        Write::Commit(Batch::new().put("ok/a", 1, &ours)),
+        Write::Commit(Batch::new().put("ok/b", 1, &theirs)),
+        Write::Commit(Batch::new().put("", 1, &ours)),
+        Write::Claim {
+            unit: "ok/c".into(),
+            source_version: 1,
+            worker: String::new(),
+            ttl: Duration::from_secs(5),
+        },
+        Write::Commit(Batch::new().put("ok/d", 1, &ours)),
+    ]);
+    let ok: Vec<bool> = answers.iter().map(|a| a.is_ok()).collect();
+    assert_eq!(ok, [true, false, false, false, true], "{answers:?}");
+    assert!(store.lookup("ok/a").unwrap().is_some());
+    assert!(store.lookup("ok/b").unwrap().is_none());
+    assert!(store.lookup("ok/d").unwrap().is_some());
+    // Nothing was claimed for the refused claim.
+    match store.claim("ok/c", 1, "w", Duration::from_secs(5)).unwrap() {
+        ClaimOutcome::Granted { lease, .. } => assert_eq!(lease.token, 1),
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn a_read_only_store_refuses_every_write() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("lake");
+    drop(Store::open(&path).unwrap());
+    let ro = Store::open_read_only(&path).unwrap();
+    let answers = ro.write_each(vec![
+        Write::Claim {
+            unit: "a".into(),
+            source_version: 1,
+            worker: "w".into(),
+            ttl: Duration::from_secs(5),
+        },
+        Write::Claim {
+            unit: "b".into(),
+            source_version: 1,
+            worker: "w".into(),
+            ttl: Duration::from_secs(5),
+        },
+    ]);
+    assert_eq!(answers.len(), 2);
+    for a in answers {
+        match a {
+            Err(oncelake::Error::ReadOnly { .. }) => {}
+            other => panic!("{other:?}"),
+        }
+    }
+}
