@@ -301,14 +301,12 @@ impl Store {
         worker: &str,
         ttl: Duration,
     ) -> Result<ClaimOutcome> {
-        validate_key(unit)?;
-        validate_worker(worker)?;
-        match self.submit(Op::Claim {
-            unit: unit.to_string(),
+        match self.submit(claim_op(
+            unit.to_string(),
             source_version,
-            worker: worker.to_string(),
-            ttl_ms: ttl.as_millis() as u64,
-        })? {
+            worker.to_string(),
+            ttl,
+        )?)? {
             Done::Claim(c) => Ok(c),
             other => {
                 unreachable!("invariant: a claim op is answered by a claim outcome, got {other:?}")
@@ -373,11 +371,7 @@ impl Store {
     /// the unit's live (or expired, not yet ended) lease; anything else is refused and changes
     /// nothing. After a release the token never commits.
     pub fn release(&self, lease: &Lease) -> Result<ReleaseOutcome> {
-        validate_key(&lease.unit)?;
-        validate_worker(&lease.worker)?;
-        match self.submit(Op::Release {
-            lease: lease.clone(),
-        })? {
+        match self.submit(release_op(lease.clone())?)? {
             Done::Release(r) => Ok(r),
             other => unreachable!(
                 "invariant: a release op is answered by a release outcome, got {other:?}"
@@ -454,4 +448,30 @@ fn new_store_id() -> u64 {
     h.write_u128(nanos);
     h.write_u32(std::process::id());
     h.finish() | 1
+}
+
+/// A claim of any key (internal ones included), checked: the operation of [`Store::claim_any`]
+/// and of a claim in [`Store::write_each`].
+pub(crate) fn claim_op(
+    unit: String,
+    source_version: u64,
+    worker: String,
+    ttl: Duration,
+) -> Result<Op> {
+    validate_key(&unit)?;
+    validate_worker(&worker)?;
+    Ok(Op::Claim {
+        unit,
+        source_version,
+        worker,
+        ttl_ms: ttl.as_millis() as u64,
+    })
+}
+
+/// A release, checked: the operation of [`Store::release`] and of a release in
+/// [`Store::write_each`].
+pub(crate) fn release_op(lease: Lease) -> Result<Op> {
+    validate_key(&lease.unit)?;
+    validate_worker(&lease.worker)?;
+    Ok(Op::Release { lease })
 }

@@ -1405,6 +1405,31 @@ mod tests {
     use super::*;
 
     #[test]
+    fn poll_first_reads_data_end_of_stream_and_times_out_like_a_socket_timeout() {
+        let (ours, mut theirs) = std::os::unix::net::UnixStream::pair().unwrap();
+        let mut c = PollFirst::new(ours);
+        c.set_timeouts(Some(Duration::from_millis(50))).unwrap();
+        let mut buf = [0u8; 8];
+        let t0 = std::time::Instant::now();
+        let e = c.read(&mut buf).unwrap_err();
+        assert_eq!(e.kind(), std::io::ErrorKind::WouldBlock, "{e}");
+        assert!(
+            t0.elapsed() >= Duration::from_millis(40),
+            "{:?}",
+            t0.elapsed()
+        );
+        theirs.write_all(b"answer").unwrap();
+        assert_eq!(c.read(&mut buf).unwrap(), 6);
+        assert_eq!(&buf[..6], b"answer");
+        c.write_all(b"req").unwrap();
+        let mut got = [0u8; 3];
+        theirs.read_exact(&mut got).unwrap();
+        assert_eq!(&got, b"req");
+        drop(theirs);
+        assert_eq!(c.read(&mut buf).unwrap(), 0, "end of stream");
+    }
+
+    #[test]
     fn chunked_bodies_decode_and_a_cut_is_an_error() {
         let whole = b"3\r\nabc\r\n2\r\nde\r\n0\r\n\r\n";
         let mut out = String::new();

@@ -16,11 +16,9 @@
 //! backlog to the B-trees (as every writer does) before it takes the next batches: meanwhile
 //! the others gather and lead.
 
+use crate::workers::{Queue, Workers};
 use oncelake::{Store, Write, Written};
-use parking_lot::{Condvar, Mutex};
-use std::collections::VecDeque;
 use std::sync::Arc;
-use std::thread::JoinHandle;
 
 /// Committer threads a server starts unless told otherwise.
 pub const DEFAULT_COMMITTERS: usize = 4;
@@ -31,26 +29,10 @@ struct Job {
     reply: tokio::sync::oneshot::Sender<oncelake::Result<Written>>,
 }
 
-#[derive(Default)]
-struct State {
-    /// Writes not yet taken, oldest first.
-    waiting: VecDeque<Job>,
-    /// Set once, by `Committers::drop`: committers finish what is waiting, then exit.
-    stopping: bool,
-}
-
-#[derive(Default)]
-struct Shared {
-    state: Mutex<State>,
-    /// Notified when a job arrives or the committers are to stop.
-    arrived: Condvar,
-}
-
 /// The committer threads of a server. Dropping it lets them finish every write queued by then
 /// and joins them.
 pub(crate) struct Committers {
-    shared: Arc<Shared>,
-    threads: Vec<JoinHandle<()>>,
+    workers: Workers<Job>,
 }
 
 /// The write was not answered: its committer panicked (whether it reached the disk is not
@@ -61,19 +43,11 @@ pub(crate) struct Unanswered;
 impl Committers {
     /// Starts `n` (at least one) committers on `store`.
     pub(crate) fn start(store: &Store, n: usize) -> std::io::Result<Committers> {
-        let mut set = Committers {
-            shared: Arc::default(),
-            threads: Vec::new(),
-        };
-        for i in 0..n.max(1) {
-            let (shared, store) = (set.shared.clone(), store.clone());
-            // One not started is an error, and `set`'s drop stops those that were.
-            let t = std::thread::Builder::new()
-                .name(format!("oncelake-commit-{i}"))
-                .spawn(move || run(&shared, &store))?;
-            set.threads.push(t);
-        }
-        Ok(set)
+        let store = store.clone();
+        let workers = Workers::start(n, "oncelake-commit", None, move |q: &Queue<Job>| {
+            run(q, &store)
+        })?;
+        Ok(Committers { workers })
     }
 
     /// Queues `write` for the next committer that looks and waits for its answer.
@@ -82,11 +56,8 @@ impl Committers {
         write: Write,
     ) -> Result<oncelake::Result<Written>, Unanswered> {
         let (reply, answer) = tokio::sync::oneshot::channel();
-        let queued = {
-            let mut state = self.shared.state.lock();
-            state.waiting.push_back(Job { write, reply });
-            state.waiting.len()
-        };
+        let queue = self.workers.queue();
+        let queued = queue.push(Job { write, reply });
         // On a connection thread, more requests of the same burst may be about to queue
         // writes: the committer is woken by a task spawned behind them (it runs once the
         // thread has polled every task ready now), or at once when a group's worth is waiting.
@@ -96,16 +67,16 @@ impl Committers {
             && DEFERRED.with(|d| {
                 let mut d = d.borrow_mut();
                 match &*d {
-                    Some(s) => Arc::ptr_eq(s, &self.shared),
+                    Some(q) => Arc::ptr_eq(q, queue),
                     None => {
-                        *d = Some(self.shared.clone());
+                        *d = Some(queue.clone());
                         tokio::spawn(async { wake_for_queued() });
                         true
                     }
                 }
             });
         if !deferred {
-            self.shared.arrived.notify_one();
+            queue.wake_one();
         }
         answer.await.map_err(|_| Unanswered)
     }
@@ -117,35 +88,20 @@ const WAKE_AT: usize = 32;
 
 thread_local! {
     /// On a connection thread: the committers it queued writes for without waking one.
-    static DEFERRED: std::cell::RefCell<Option<Arc<Shared>>> = const { std::cell::RefCell::new(None) };
+    static DEFERRED: std::cell::RefCell<Option<Arc<Queue<Job>>>> = const { std::cell::RefCell::new(None) };
 }
 
 /// Wakes a committer for the writes this thread queued without waking one.
 fn wake_for_queued() {
-    if let Some(shared) = DEFERRED.with(|d| d.borrow_mut().take()) {
-        shared.arrived.notify_one();
-    }
-}
-
-impl Drop for Committers {
-    fn drop(&mut self) {
-        self.shared.state.lock().stopping = true;
-        self.shared.arrived.notify_all();
-        let me = std::thread::current().id();
-        for t in self.threads.drain(..) {
-            // A committer never drops the set (it holds only `Shared`); were it to, joining
-            // itself would deadlock.
-            if t.thread().id() != me {
-                let _ = t.join();
-            }
-        }
+    if let Some(queue) = DEFERRED.with(|d| d.borrow_mut().take()) {
+        queue.wake_one();
     }
 }
 
 /// A committer: take everything waiting, commit it as one request, answer, repeat; exit once
 /// stopping and nothing waits.
-fn run(shared: &Shared, store: &Store) {
-    while let Some(jobs) = take(shared) {
+fn run(queue: &Queue<Job>, store: &Store) {
+    while let Some(jobs) = queue.take(usize::MAX) {
         let (writes, replies): (Vec<Write>, Vec<_>) =
             jobs.into_iter().map(|j| (j.write, j.reply)).unzip();
         // A panic drops the replies unanswered (their tasks answer "did not finish"); the
@@ -158,19 +114,6 @@ fn run(shared: &Shared, store: &Store) {
                 }
             })
         }));
-    }
-}
-
-fn take(shared: &Shared) -> Option<Vec<Job>> {
-    let mut state = shared.state.lock();
-    loop {
-        if !state.waiting.is_empty() {
-            return Some(state.waiting.drain(..).collect());
-        }
-        if state.stopping {
-            return None;
-        }
-        shared.arrived.wait(&mut state);
     }
 }
 

@@ -39,6 +39,8 @@ mod staging;
 mod stall;
 #[cfg(feature = "server")]
 mod table;
+#[cfg(feature = "server")]
+mod workers;
 // The server-side helpers in `stats` (metrics text, verify JSON) are unused by a client-only build.
 #[cfg_attr(not(feature = "server"), allow(dead_code, unused_imports))]
 pub mod stats;

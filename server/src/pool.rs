@@ -7,10 +7,7 @@
 //!
 //! At most this many stagings run at once; the others queue, oldest first.
 
-use parking_lot::{Condvar, Mutex};
-use std::collections::VecDeque;
-use std::sync::Arc;
-use std::thread::JoinHandle;
+use crate::workers::{Queue, Workers};
 
 /// Store threads a server starts unless told otherwise: one per client of the P7 benchmark, so
 /// that 64 clients putting small objects at once have their fsyncs in flight together.
@@ -22,23 +19,9 @@ const STACK: usize = 1 << 20;
 
 type Job = Box<dyn FnOnce() + Send>;
 
-#[derive(Default)]
-struct State {
-    waiting: VecDeque<Job>,
-    /// Set once, by `StoreThreads::drop`: the threads run what is waiting, then exit.
-    stopping: bool,
-}
-
-#[derive(Default)]
-struct Shared {
-    state: Mutex<State>,
-    arrived: Condvar,
-}
-
 /// The store threads. Dropping them lets them finish what is queued and joins them.
 pub(crate) struct StoreThreads {
-    shared: Arc<Shared>,
-    threads: Vec<JoinHandle<()>>,
+    workers: Workers<Job>,
 }
 
 /// The call did not finish: it panicked.
@@ -48,20 +31,12 @@ pub(crate) struct Panicked;
 impl StoreThreads {
     /// Starts `n` (at least one) store threads.
     pub(crate) fn start(n: usize) -> std::io::Result<StoreThreads> {
-        let mut set = StoreThreads {
-            shared: Arc::default(),
-            threads: Vec::new(),
-        };
-        for i in 0..n.max(1) {
-            let shared = set.shared.clone();
-            // One not started is an error, and `set`'s drop stops those that were.
-            let t = std::thread::Builder::new()
-                .name(format!("oncelake-store-{i}"))
-                .stack_size(STACK)
-                .spawn(move || work(&shared))?;
-            set.threads.push(t);
-        }
-        Ok(set)
+        let workers = Workers::start(n, "oncelake-store", Some(STACK), |q: &Queue<Job>| {
+            while let Some(jobs) = q.take(1) {
+                jobs.into_iter().for_each(|job| job());
+            }
+        })?;
+        Ok(StoreThreads { workers })
     }
 
     /// Runs `f` on a store thread and waits for its result; a panic in `f` is `Err(Panicked)`
@@ -77,49 +52,17 @@ impl StoreThreads {
                 let _ = tx.send(v);
             }
         });
-        self.shared.state.lock().waiting.push_back(job);
-        self.shared.arrived.notify_one();
+        let queue = self.workers.queue();
+        queue.push(job);
+        queue.wake_one();
         rx.await.map_err(|_| Panicked)
-    }
-}
-
-impl Drop for StoreThreads {
-    fn drop(&mut self) {
-        self.shared.state.lock().stopping = true;
-        self.shared.arrived.notify_all();
-        let me = std::thread::current().id();
-        for t in self.threads.drain(..) {
-            // A store thread never holds the set; were one to drop it, joining itself would
-            // deadlock.
-            if t.thread().id() != me {
-                let _ = t.join();
-            }
-        }
-    }
-}
-
-fn work(shared: &Shared) {
-    loop {
-        let job = {
-            let mut state = shared.state.lock();
-            loop {
-                if let Some(job) = state.waiting.pop_front() {
-                    break job;
-                }
-                if state.stopping {
-                    return;
-                }
-                shared.arrived.wait(&mut state);
-            }
-        };
-        job();
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::sync::Barrier;
+    use std::sync::{Arc, Barrier};
 
     fn runtime() -> tokio::runtime::Runtime {
         tokio::runtime::Builder::new_current_thread()

@@ -4,12 +4,12 @@
 //! one-write calls would need a thread per write in flight for them to share a group.
 
 use super::Store;
-use crate::claim::{validate_worker, ClaimOutcome, Lease, ReleaseOutcome, RenewOutcome};
+use crate::claim::{ClaimOutcome, Lease, ReleaseOutcome, RenewOutcome};
 use crate::commit::apply::{Done, Op};
 use crate::commit::queue::Weighted;
 use crate::commit::{Batch, CommitReport};
 use crate::error::Result;
-use crate::key::{validate_key, validate_user_key};
+use crate::key::validate_user_key;
 use std::time::Duration;
 
 /// One write of [`Store::write_each`]: the arguments of the one-write call of the same name.
@@ -159,24 +159,13 @@ impl Store {
                 ttl,
             } => {
                 validate_user_key(&unit)?;
-                validate_key(&unit)?;
-                validate_worker(&worker)?;
-                Op::Claim {
-                    unit,
-                    source_version,
-                    worker,
-                    ttl_ms: ttl.as_millis() as u64,
-                }
+                super::claim_op(unit, source_version, worker, ttl)?
             }
             Write::Renew { lease, ttl } => Op::Renew {
                 lease,
                 ttl_ms: ttl.as_millis() as u64,
             },
-            Write::Release { lease } => {
-                validate_key(&lease.unit)?;
-                validate_worker(&lease.worker)?;
-                Op::Release { lease }
-            }
+            Write::Release { lease } => super::release_op(lease)?,
         };
         op.check_record_size()?;
         Ok(op)
