@@ -17,7 +17,7 @@ import pytest
 
 import oncelake
 from conftest import serving
-from test_stream import CHILD
+from test_stream import CHILD, run_child
 
 # Facts that depend on when and in which order things ran, not on what the engine decided.
 VOLATILE = {"seq", "winner_seq", "committed_at_ms", "expires_at_ms", "time_ms"}
@@ -342,9 +342,7 @@ def test_a_200_mb_object_streams_through_the_server_with_bounded_memory(tmp_path
         child = CHILD.replace("with oncelake.Store(lake) as store:",
                               "with oncelake.Store(lake) as store:\n    assert store.served_by")
         assert child != CHILD, "the child must check that it goes through the server"
-        out = subprocess.run([python, "-c", child, str(lake), str(tmp_path / "big.bin")],
-                             capture_output=True, text=True, check=True).stdout
-    r = json.loads(out)
+        r = run_child(python, child, lake, tmp_path / "big.bin")
     assert r["sizes"] == [200 << 20] * 3 and r["same_object"]
     grew = r["after_mb"] - r["before_mb"]
     print(f"through the server: peak RSS +{grew:.1f} MB after 3 x 200 MB puts")

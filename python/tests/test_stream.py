@@ -2,6 +2,7 @@
 process, so nothing else of the test run counts)."""
 
 import json
+import shutil
 import subprocess
 
 CHILD = r"""
@@ -43,12 +44,24 @@ print(json.dumps({"before_mb": before, "after_mb": after, "sizes": [a.size, b.si
 """
 
 
+def run_child(python, child, lake, big):
+    """Runs the child in a fresh process and returns what it printed. Its stderr goes into the
+    failure (a disk-full store or a server error is then readable in the CI log), and the 600 MB it
+    wrote is removed whatever happened: pytest keeps the last runs' temporary folders, and three
+    runs of both tests would otherwise hold several GB on a shared disk."""
+    try:
+        done = subprocess.run([python, "-c", child, str(lake), str(big)], capture_output=True, text=True)
+        assert done.returncode == 0, (
+            f"the child exited with {done.returncode}; its stderr:\n{done.stderr}\n"
+            f"free disk where it wrote: {shutil.disk_usage(big.parent).free >> 20} MB")
+        return json.loads(done.stdout)
+    finally:
+        big.unlink(missing_ok=True)
+        shutil.rmtree(lake / "objects", ignore_errors=True)
+
+
 def test_a_200_mb_object_streams_with_bounded_memory(tmp_path, python):
-    out = subprocess.run(
-        [python, "-c", CHILD, str(tmp_path / "lake"), str(tmp_path / "big.bin")],
-        capture_output=True, text=True, check=True,
-    ).stdout
-    r = json.loads(out)
+    r = run_child(python, CHILD, tmp_path / "lake", tmp_path / "big.bin")
     assert r["sizes"] == [200 << 20] * 3 and r["same_object"]
     grew = r["after_mb"] - r["before_mb"]
     print(f"peak RSS {r['before_mb']:.0f} MB before, {r['after_mb']:.0f} MB after 3 x 200 MB puts (+{grew:.1f} MB)")
