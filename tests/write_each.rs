@@ -359,3 +359,67 @@ fn a_read_only_store_refuses_every_write() {
         }
     }
 }
+
+/// A sync that fails while a call's writes are in one group fails every one of them (none is
+/// answered as done), the store refuses writes until it is reopened, and after the reopen each
+/// batch is there whole or not at all, beside everything acknowledged before.
+#[test]
+fn a_failed_sync_fails_every_write_of_the_call_and_loses_nothing_acknowledged() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("lake");
+    let clock = ManualClock::new(1_800_000_000_000);
+    let (plan, store) = common::created_then_faulty(&path, &clock);
+    let staged = store.stage_bytes(b"rows").unwrap();
+    let before: Vec<Write> = (0..4)
+        .map(|i| Write::Commit(Batch::new().put(format!("done/{i}"), 1, &staged)))
+        .collect();
+    assert!(store.write_each(before).iter().all(|a| a.is_ok()));
+
+    plan.fail_syncs(true);
+    let writes: Vec<Write> = (0..6)
+        .map(|i| {
+            Write::Commit(Batch::new().put(format!("lost/{i}/a"), 1, &staged).put(
+                format!("lost/{i}/b"),
+                1,
+                &staged,
+            ))
+        })
+        .chain([Write::Claim {
+            unit: "lost/claim".into(),
+            source_version: 1,
+            worker: "w".into(),
+            ttl: Duration::from_secs(30),
+        }])
+        .collect();
+    let mut answered = None;
+    store.write_each_then(writes, |a| answered = Some(a));
+    let answers = answered.expect("write_each_then always answers");
+    assert_eq!(answers.len(), 7);
+    for a in &answers {
+        assert!(
+            matches!(a, Err(oncelake::Error::Failed { .. })),
+            "a write of a group whose sync failed was answered {a:?}"
+        );
+    }
+    plan.fail_syncs(false);
+    let again = store.write_each(vec![Write::Commit(Batch::new().put("after/a", 1, &staged))]);
+    assert!(
+        matches!(again[0], Err(oncelake::Error::Failed { .. })),
+        "a failed store took a write: {again:?}"
+    );
+    drop((staged, store));
+
+    let store = Store::open_with(&path, common::real_options(&clock)).unwrap();
+    for i in 0..4 {
+        assert!(
+            store.lookup(&format!("done/{i}")).unwrap().is_some(),
+            "done/{i} was acknowledged"
+        );
+    }
+    for i in 0..6 {
+        let a = store.lookup(&format!("lost/{i}/a")).unwrap().is_some();
+        let b = store.lookup(&format!("lost/{i}/b")).unwrap().is_some();
+        assert_eq!(a, b, "batch lost/{i} is there in part");
+    }
+    assert!(store.lookup("after/a").unwrap().is_none());
+}
