@@ -101,3 +101,32 @@ fn the_served_store_holds_the_preload_and_updates_rise() {
     assert_eq!(r.units, 200);
     assert_eq!(*seen.lock().unwrap(), vec![500]);
 }
+
+/// `--rounds N` runs both sides N times per client count and quotes the median of the rounds'
+/// own ratios; the units are those of every round.
+#[test]
+fn rounds_quote_the_median_of_the_rounds_ratios() {
+    for l in bench_lines(&["--rounds", "3"]) {
+        assert_eq!(l["rounds"], 3, "{l}");
+        assert_eq!(l["via_server_units"], 3 * 120, "{l}");
+        let mut ratios: Vec<f64> = l["round_ratios"]
+            .as_array()
+            .expect("round_ratios")
+            .iter()
+            .map(|r| r.as_f64().expect("a ratio"))
+            .collect();
+        assert_eq!(ratios.len(), 3, "{l}");
+        assert!(ratios.iter().all(|r| *r > 0.0), "{l}");
+        ratios.sort_by(f64::total_cmp);
+        assert_eq!(l["ratio"].as_f64(), Some(ratios[1]), "{l}");
+    }
+}
+
+#[test]
+fn rounds_must_be_positive_and_go_with_via_server() {
+    let zero = support::oncelake(&["bench", "commit", "--via-server", "--rounds", "0"]);
+    assert_eq!(zero.status.code(), Some(2), "{zero:?}");
+    assert!(String::from_utf8_lossy(&zero.stderr).contains("--rounds"), "{zero:?}");
+    let alone = support::oncelake(&["bench", "commit", "--rounds", "2"]);
+    assert_eq!(alone.status.code(), Some(2), "{alone:?}");
+}

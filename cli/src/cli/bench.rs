@@ -65,6 +65,10 @@ pub(crate) struct CommitBenchArgs {
     /// Client connection counts for --via-server, comma separated.
     #[arg(long, value_delimiter = ',', default_value = "1,16,64")]
     pub clients: Vec<usize>,
+    /// With --via-server: rounds per client count, each in-process then through the server, back
+    /// to back; the ratio printed is the median of the rounds' ratios (the machine may be shared).
+    #[arg(long, default_value_t = 1, requires = "via_server")]
+    pub rounds: usize,
     /// With --via-server: run seed 001's scenario instead (16 worker processes, 2,000 batches each
     /// delivered twice, 2–20 ms of work, claim → work → fenced put) (P9).
     #[arg(long, requires = "via_server")]
@@ -104,7 +108,7 @@ pub(crate) fn commit(a: CommitBenchArgs) -> Result<u8, CliError> {
             tuning: Default::default(),
         };
         return super::serve::bench_via_server(
-            &a.clients, a.commits, a.seconds, workload, a.dir, a.json,
+            &a.clients, a.rounds, a.commits, a.seconds, workload, a.dir, a.json,
         );
     }
     let systems = parse_systems(&a.systems)?;

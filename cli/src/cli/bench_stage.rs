@@ -59,7 +59,8 @@ fn parse_size(s: &str) -> Result<usize, String> {
         .ok_or_else(|| format!("size {s:?} is out of range; use 1 byte up to a few GiB"))
 }
 
-fn median(mut v: Vec<f64>) -> Option<f64> {
+/// The median of `v` (the mean of the middle two for an even count); `None` when empty.
+pub(super) fn median(mut v: Vec<f64>) -> Option<f64> {
     v.sort_by(f64::total_cmp);
     match v.len() {
         0 => None,

@@ -108,19 +108,22 @@ fn already_served(store: &std::path::Path) -> Result<Option<u8>, CliError> {
 }
 
 /// `oncelake bench commit --via-server`: per client count, the in-process P1 workload with that
-/// many threads and the same workload from that many connections through a served store.
+/// many threads and the same workload from that many connections through a served store,
+/// `rounds` times back to back. The ratio quoted is the median of the rounds' own ratios: the two
+/// sides of a round run minutes apart at most, so a machine that slows down for a while slows
+/// both, where the ratio of two separate medians would mix minutes.
 pub(crate) fn bench_via_server(
     clients: &[usize],
+    rounds: usize,
     commits: usize,
     seconds: Duration,
     workload: oncelake_bench::bench_commit::Workload,
     dir: Option<PathBuf>,
     json: bool,
 ) -> Result<u8, CliError> {
-    use oncelake_bench::bench_commit::{self as bench, KeySource, Plan, System};
-    if clients.is_empty() || clients.contains(&0) || commits == 0 {
+    if clients.is_empty() || clients.contains(&0) || commits == 0 || rounds == 0 {
         return Err(CliError::Usage(
-            "--clients needs positive counts (e.g. --clients 1,16,64) and --commits at least 1"
+            "--clients needs positive counts (e.g. --clients 1,16,64), --commits and --rounds at least 1"
                 .into(),
         ));
     }
@@ -128,9 +131,10 @@ pub(crate) fn bench_via_server(
     let exe = std::env::current_exe().map_err(|e| CliError::io("find the oncelake binary", e))?;
     if !json {
         outln!(
-            "durable commits, 1 unit each, objects pre-staged, {} preloaded units, {} keys: in-process threads vs clients of `oncelake serve`",
+            "durable commits, 1 unit each, objects pre-staged, {} preloaded units, {} keys: in-process threads vs clients of `oncelake serve`{}",
             workload.preload,
-            workload.keys.name()
+            workload.keys.name(),
+            if rounds > 1 { format!(", {rounds} rounds (medians; the ratio is the median of the rounds' ratios)") } else { String::new() }
         );
         outln!(
             "{:>7} {:>14} {:>14} {:>8} {:>12} {:>12} {:>11}",
@@ -144,65 +148,122 @@ pub(crate) fn bench_via_server(
         );
     }
     for &n in clients {
-        let plan = Plan {
-            threads: n,
-            max_units: commits,
-            max_time: seconds,
+        let runs = (0..rounds)
+            .map(|_| via_server_round(&exe, &scratch, n, commits, seconds, workload))
+            .collect::<Result<Vec<_>, _>>()?;
+        let of = |f: &dyn Fn(&ViaServerRound) -> f64| -> f64 {
+            super::bench_stage::median(runs.iter().map(f).collect()).unwrap_or(0.0)
         };
-        // Both sides run the same workload, each on a freshly preloaded store of its own: the
-        // in-process threads on the store of `bench::measure`, the server's clients on one built
-        // the same way (`preload_oncelake_store`) and then served, with the same key source.
-        let local = bench::measure(System::Oncelake, workload, plan, &scratch)
-            .map_err(|e| CliError::Usage(format!("bench in-process: {e}")))?;
-        let source = KeySource::new(workload);
-        let keys = |t: usize, n: usize| -> oncelake_server::bench::KeyGen<'_> {
-            let mut w = source.writer(t, n);
-            let source = &source;
-            Box::new(move || {
-                let next = source.next(&mut w);
-                (next.key, next.version)
-            })
-        };
-        let served = oncelake_server::bench::Workload {
-            prepare: &|p| bench::preload_oncelake_store(p, workload),
-            keys: &keys,
-        };
-        let remote = oncelake_server::bench::commits_via_server_with(
-            &exe, &scratch, n, commits, seconds, &served,
-        )
-        .map_err(|e| CliError::Usage(format!("bench via server: {e}")))?;
-        let ratio = remote.units_per_sec() / local.units_per_sec().max(1e-9);
-        let mean_group = remote.units as f64 / remote.groups.max(1) as f64;
+        let ratios: Vec<f64> = runs.iter().map(ViaServerRound::ratio).collect();
+        let ratio = of(&ViaServerRound::ratio);
+        let (local, remote) = (
+            of(&|r| r.local_units_per_s),
+            of(&|r| r.remote.units_per_sec()),
+        );
+        let (p50, p99) = (
+            of(&|r| r.remote.p50_us as f64),
+            of(&|r| r.remote.p99_us as f64),
+        );
+        let mean_group = of(&ViaServerRound::mean_group);
         if json {
             super::print_json(&serde_json::json!({
                 "bench": "commit_via_server",
                 "clients": n,
                 "preload": workload.preload,
                 "keys": workload.keys.name(),
-                "in_process_units_per_s": local.units_per_sec(),
-                "in_process_mean_group": local.mean_group,
-                "via_server_units_per_s": remote.units_per_sec(),
-                "via_server_units": remote.units,
-                "via_server_p50_us": remote.p50_us,
-                "via_server_p99_us": remote.p99_us,
-                "via_server_groups": remote.groups,
+                "rounds": rounds,
+                "in_process_units_per_s": local,
+                "in_process_mean_group": of(&|r| r.local_mean_group),
+                "via_server_units_per_s": remote,
+                "via_server_units": runs.iter().map(|r| r.remote.units).sum::<u64>(),
+                "via_server_p50_us": p50 as u64,
+                "via_server_p99_us": p99 as u64,
+                "via_server_groups": runs.iter().map(|r| r.remote.groups).sum::<u64>(),
                 "via_server_mean_group": mean_group,
                 "ratio": ratio,
+                "round_ratios": ratios,
             }));
         } else {
             outln!(
-                "{:>7} {:>14.0} {:>14.0} {:>7.0}% {:>12} {:>12} {:>11.1}",
+                "{:>7} {:>14.0} {:>14.0} {:>7.0}% {:>12} {:>12} {:>11.1}{}",
                 n,
-                local.units_per_sec(),
-                remote.units_per_sec(),
+                local,
+                remote,
                 ratio * 100.0,
-                remote.p50_us,
-                remote.p99_us,
-                mean_group
+                p50 as u64,
+                p99 as u64,
+                mean_group,
+                if rounds > 1 {
+                    let each: Vec<String> = ratios
+                        .iter()
+                        .map(|r| format!("{:.0}%", r * 100.0))
+                        .collect();
+                    format!("   rounds: {}", each.join(" "))
+                } else {
+                    String::new()
+                }
             );
         }
     }
     Ok(0)
+}
+
+/// One round of [`bench_via_server`] at one client count: in-process, then through a server.
+struct ViaServerRound {
+    local_units_per_s: f64,
+    local_mean_group: f64,
+    remote: oncelake_server::bench::ServerRun,
+}
+
+impl ViaServerRound {
+    fn ratio(&self) -> f64 {
+        self.remote.units_per_sec() / self.local_units_per_s.max(1e-9)
+    }
+    fn mean_group(&self) -> f64 {
+        self.remote.units as f64 / self.remote.groups.max(1) as f64
+    }
+}
+
+fn via_server_round(
+    exe: &std::path::Path,
+    scratch: &std::path::Path,
+    n: usize,
+    commits: usize,
+    seconds: Duration,
+    workload: oncelake_bench::bench_commit::Workload,
+) -> Result<ViaServerRound, CliError> {
+    use oncelake_bench::bench_commit::{self as bench, KeySource, Plan, System};
+    let plan = Plan {
+        threads: n,
+        max_units: commits,
+        max_time: seconds,
+    };
+    // Both sides run the same workload, each on a freshly preloaded store of its own: the
+    // in-process threads on the store of `bench::measure`, the server's clients on one built
+    // the same way (`preload_oncelake_store`) and then served, with the same key source.
+    let local = bench::measure(System::Oncelake, workload, plan, scratch)
+        .map_err(|e| CliError::Usage(format!("bench in-process: {e}")))?;
+    let source = KeySource::new(workload);
+    let keys = |t: usize, n: usize| -> oncelake_server::bench::KeyGen<'_> {
+        let mut w = source.writer(t, n);
+        let source = &source;
+        Box::new(move || {
+            let next = source.next(&mut w);
+            (next.key, next.version)
+        })
+    };
+    let served = oncelake_server::bench::Workload {
+        prepare: &|p| bench::preload_oncelake_store(p, workload),
+        keys: &keys,
+    };
+    let remote =
+        oncelake_server::bench::commits_via_server_with(exe, scratch, n, commits, seconds, &served)
+            .map_err(|e| CliError::Usage(format!("bench via server: {e}")))?;
+    Ok(ViaServerRound {
+        local_units_per_s: local.units_per_sec(),
+        local_mean_group: local.mean_group,
+        remote,
+    })
 }
 
 /// `oncelake bench commit --via-server --seed001`: seed 001's scenario through a server (P9).
