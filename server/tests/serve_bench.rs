@@ -126,7 +126,10 @@ fn rounds_quote_the_median_of_the_rounds_ratios() {
 fn rounds_must_be_positive_and_go_with_via_server() {
     let zero = support::oncelake(&["bench", "commit", "--via-server", "--rounds", "0"]);
     assert_eq!(zero.status.code(), Some(2), "{zero:?}");
-    assert!(String::from_utf8_lossy(&zero.stderr).contains("--rounds"), "{zero:?}");
+    assert!(
+        String::from_utf8_lossy(&zero.stderr).contains("--rounds"),
+        "{zero:?}"
+    );
     let alone = support::oncelake(&["bench", "commit", "--rounds", "2"]);
     assert_eq!(alone.status.code(), Some(2), "{alone:?}");
 }

@@ -1,5 +1,5 @@
 //! A store's way into the group-commit queue: what one caller puts on it (one operation, or many
-//! independent ones from a caller that gathers them, [`Store::commit_each`]), how the leader
+//! independent ones from a caller that gathers them, [`Store::write_each`]), how the leader
 //! turns the group's requests into one list of operations for `commit::apply` and its answers
 //! back, and what every writer does once answered (the latency metric, helping the backlog).
 
@@ -15,7 +15,7 @@ use std::time::Instant;
 /// One queue node's request.
 #[derive(Debug)]
 pub(crate) enum Request {
-    /// One caller's one operation (every write of the public API but `commit_each`).
+    /// One caller's one operation (every write of the public API but `write_each`).
     One(Op),
     /// Independent operations one caller gathered (never empty): decided in this order, each
     /// exactly as if it had come on its own node, each answered on its own.

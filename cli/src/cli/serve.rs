@@ -110,8 +110,8 @@ fn already_served(store: &std::path::Path) -> Result<Option<u8>, CliError> {
 /// `oncelake bench commit --via-server`: per client count, the in-process P1 workload with that
 /// many threads and the same workload from that many connections through a served store,
 /// `rounds` times back to back. The ratio quoted is the median of the rounds' own ratios: the two
-/// sides of a round run minutes apart at most, so a machine that slows down for a while slows
-/// both, where the ratio of two separate medians would mix minutes.
+/// sides of a round run one right after the other, so a machine that slows down for a while slows
+/// both, where the ratio of two separate medians would pair figures from different minutes.
 pub(crate) fn bench_via_server(
     clients: &[usize],
     rounds: usize,
