@@ -7,9 +7,10 @@ use crate::error::{DbContext, Result};
 use crate::schema::claim::ClaimRecord;
 use crate::schema::manifest::EntryValue;
 use crate::schema::meta::{self, HISTORY_FROM, NEXT_SEQ, NEXT_TOKEN, WAL_GROUP};
-use crate::schema::META;
-use redb::ReadableDatabase;
+use crate::schema::{CLAIMS, META};
+use redb::{ReadableDatabase, ReadableTableMetadata};
 use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
 
 /// The leader's counters and overlay; see the module documentation.
 #[derive(Debug, Default)]
@@ -27,69 +28,117 @@ pub(crate) struct LeaderState {
     pub(crate) overlay: Overlay,
 }
 
-/// Rows of decided groups not yet applied, each tagged with its group's number.
+/// Rows of decided groups not yet applied, each tagged with its group's number, per unit.
+///
+/// One map entry per unit (its key allocated once and shared with the per-group list that
+/// drops it), hashed with a per-process random seed (foldhash): a unit key comes from callers,
+/// so a fixed hash would let one choose colliding keys, and SipHash cost the leader a few per
+/// cent of the CPU per unit (BENCHMARKS, P1).
 #[derive(Debug, Default)]
 pub(crate) struct Overlay {
-    manifest: HashMap<String, (u64, EntryValue)>,
-    claims: HashMap<String, (u64, ClaimRecord)>,
-    /// Per unit, its unapplied history rows `(seq, group, value)`, oldest first.
-    history: HashMap<String, Vec<(u64, u64, EntryValue)>>,
-    /// Per group, oldest first, the keys it wrote (to drop them once it is applied).
-    touched: VecDeque<(u64, Vec<Touched>)>,
+    units: HashMap<Arc<str>, UnitRows, foldhash::fast::RandomState>,
+    /// Per group, oldest first, the units it wrote (to drop their rows once it is applied).
+    touched: VecDeque<(u64, Vec<Arc<str>>)>,
+    /// Whether any lease record exists, applied or not: while none does, a unit's lease needs no
+    /// read of the claims table (every commit asks for one, R3's first rule).
+    claims_exist: bool,
 }
 
-#[derive(Debug)]
-enum Touched {
-    Manifest(String),
-    Claims(String),
-    History(String),
+/// What unapplied groups wrote for one unit.
+#[derive(Debug, Default)]
+struct UnitRows {
+    /// Every entry they committed, `(seq, group, value)`, oldest first: the newest is the
+    /// unit's current entry, the older ones its unapplied history (rule 6's late retries read
+    /// them).
+    entries: Vec<(u64, u64, EntryValue)>,
+    /// Its newest lease record, with the group that wrote it.
+    claim: Option<(u64, ClaimRecord)>,
+}
+
+impl UnitRows {
+    fn is_empty(&self) -> bool {
+        self.entries.is_empty() && self.claim.is_none()
+    }
 }
 
 impl Overlay {
-    fn note(&mut self, group: u64, t: Touched) {
-        match self.touched.back_mut() {
-            Some((g, keys)) if *g == group => keys.push(t),
-            _ => self.touched.push_back((group, vec![t])),
+    /// An overlay over an applied state that holds lease records (`claims_exist`) or none.
+    pub(crate) fn new(claims_exist: bool) -> Overlay {
+        Overlay {
+            claims_exist,
+            ..Overlay::default()
         }
     }
 
-    pub(crate) fn put_manifest(&mut self, group: u64, unit: &str, v: EntryValue) {
-        self.manifest.insert(unit.to_string(), (group, v));
-        self.note(group, Touched::Manifest(unit.to_string()));
+    /// The unit's rows, created if missing, and the group's note that it wrote them.
+    fn rows_for(&mut self, group: u64, unit: &str) -> &mut UnitRows {
+        let key = match self.units.get_key_value(unit) {
+            Some((k, _)) => k.clone(),
+            None => {
+                let k: Arc<str> = Arc::from(unit);
+                self.units.insert(k.clone(), UnitRows::default());
+                k
+            }
+        };
+        match self.touched.back_mut() {
+            Some((g, keys)) if *g == group => keys.push(key.clone()),
+            _ => self.touched.push_back((group, vec![key.clone()])),
+        }
+        self.units
+            .get_mut(&*key)
+            .unwrap_or_else(|| unreachable!("invariant: the unit's rows were just made"))
+    }
+
+    /// Records the entry `v` (of seq `v.seq`) that `group` committed for `unit`: its current
+    /// entry from now on, and one of its history rows once a later one replaces it.
+    pub(crate) fn put_entry(&mut self, group: u64, unit: &str, v: EntryValue) {
+        let rows = self.rows_for(group, unit);
+        debug_assert!(
+            rows.entries
+                .last()
+                .is_none_or(|(s, g, _)| *s < v.seq && *g <= group),
+            "an overlay's entries of one unit rise in seq and group"
+        );
+        rows.entries.push((v.seq, group, v));
     }
 
     pub(crate) fn put_claim(&mut self, group: u64, unit: &str, rec: ClaimRecord) {
-        self.claims.insert(unit.to_string(), (group, rec));
-        self.note(group, Touched::Claims(unit.to_string()));
-    }
-
-    pub(crate) fn put_history(&mut self, group: u64, unit: &str, seq: u64, v: EntryValue) {
-        self.history
-            .entry(unit.to_string())
-            .or_default()
-            .push((seq, group, v));
-        self.note(group, Touched::History(unit.to_string()));
+        self.claims_exist = true;
+        self.rows_for(group, unit).claim = Some((group, rec));
     }
 
     /// The unit's unapplied current entry.
     pub(crate) fn manifest(&self, unit: &str) -> Option<&EntryValue> {
-        self.manifest.get(unit).map(|(_, v)| v)
+        self.units
+            .get(unit)
+            .and_then(|r| r.entries.last())
+            .map(|(_, _, v)| v)
     }
 
     /// The unit's unapplied lease record.
     pub(crate) fn claim(&self, unit: &str) -> Option<&ClaimRecord> {
-        self.claims.get(unit).map(|(_, r)| r)
+        self.units
+            .get(unit)
+            .and_then(|r| r.claim.as_ref())
+            .map(|(_, r)| r)
     }
 
-    /// The unit's unapplied history rows `(seq, value)`, oldest first.
+    /// Whether the applied state may hold a lease record the overlay does not: false only
+    /// while no lease was ever recorded in the store.
+    pub(crate) fn claims_exist(&self) -> bool {
+        self.claims_exist
+    }
+
+    /// The unit's unapplied entries `(seq, value)`, oldest first (the newest is its current
+    /// entry).
     pub(crate) fn history(
         &self,
         unit: &str,
     ) -> impl DoubleEndedIterator<Item = (u64, &EntryValue)> {
-        self.history
+        self.units
             .get(unit)
             .into_iter()
-            .flatten()
+            .flat_map(|r| r.entries.iter())
             .map(|(seq, _, v)| (*seq, v))
     }
 
@@ -99,26 +148,19 @@ impl Overlay {
             let Some((_, keys)) = self.touched.pop_front() else {
                 unreachable!("invariant: the front was just seen");
             };
-            for t in keys {
-                match t {
-                    Touched::Manifest(k) => {
-                        if self.manifest.get(&k).is_some_and(|(g, _)| *g <= applied) {
-                            self.manifest.remove(&k);
-                        }
-                    }
-                    Touched::Claims(k) => {
-                        if self.claims.get(&k).is_some_and(|(g, _)| *g <= applied) {
-                            self.claims.remove(&k);
-                        }
-                    }
-                    Touched::History(k) => {
-                        if let Some(rows) = self.history.get_mut(&k) {
-                            rows.retain(|(_, g, _)| *g > applied);
-                            if rows.is_empty() {
-                                self.history.remove(&k);
-                            }
-                        }
-                    }
+            for k in keys {
+                let Some(rows) = self.units.get_mut(&*k) else {
+                    // A unit the group wrote twice: its rows went at the first of its notes.
+                    continue;
+                };
+                // Oldest first, so the applied ones are a prefix.
+                let kept = rows.entries.partition_point(|(_, g, _)| *g <= applied);
+                rows.entries.drain(..kept);
+                if rows.claim.as_ref().is_some_and(|(g, _)| *g <= applied) {
+                    rows.claim = None;
+                }
+                if rows.is_empty() {
+                    self.units.remove(&*k);
                 }
             }
         }
@@ -135,6 +177,11 @@ impl LeaderState {
     pub(crate) fn load(db: &dyn ReadableDatabase) -> Result<LeaderState> {
         let txn = db.begin_read().db("begin a read transaction")?;
         let m = txn.open_table(META).db("open the meta table")?;
+        let claims_exist = match txn.open_table(CLAIMS) {
+            Ok(t) => !t.is_empty().db("read the claims table")?,
+            Err(redb::TableError::TableDoesNotExist(_)) => false,
+            Err(e) => return Err(crate::error::Error::db("open the claims table", e)),
+        };
         Ok(LeaderState {
             next_seq: meta::get(&m, NEXT_SEQ)?,
             next_token: meta::get(&m, NEXT_TOKEN)?,
@@ -144,7 +191,107 @@ impl LeaderState {
                 Some(_) => meta::get(&m, WAL_GROUP)?,
                 None => 0,
             },
-            overlay: Overlay::default(),
+            overlay: Overlay::new(claims_exist),
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn entry(seq: u64, version: u64) -> EntryValue {
+        EntryValue {
+            source_version: version,
+            revision: 0,
+            object: crate::object::ObjectMeta {
+                id: crate::object::ObjectId::of(&seq.to_le_bytes()),
+                size: 1,
+                crc32: 0,
+            },
+            seq,
+            committed_at_ms: 0,
+        }
+    }
+
+    fn lease(token: u64) -> ClaimRecord {
+        ClaimRecord {
+            worker: "w".into(),
+            token,
+            source_version: 1,
+            expires_at_ms: 10,
+            released: false,
+            by_commit: false,
+        }
+    }
+
+    /// Against a model: per unit, every (group, seq) entry and the newest lease written, with
+    /// the rows of groups up to `applied` dropped.
+    #[test]
+    fn it_answers_what_unapplied_groups_wrote_and_forgets_applied_groups() {
+        type Model = std::collections::BTreeMap<String, (Vec<(u64, u64)>, Option<(u64, u64)>)>;
+        let mut o = Overlay::new(false);
+        let mut model = Model::new();
+        let mut rng = 0x9e37_79b9_7f4a_7c15_u64;
+        let mut next = || {
+            rng ^= rng << 13;
+            rng ^= rng >> 7;
+            rng ^= rng << 17;
+            rng
+        };
+        let (mut seq, mut applied) = (0u64, 0u64);
+        for group in 1..=200u64 {
+            for _ in 0..(next() % 6) {
+                let unit = format!("u{}", next() % 12);
+                seq += 1;
+                if next() % 4 == 0 {
+                    o.put_claim(group, &unit, lease(seq));
+                    model.entry(unit).or_default().1 = Some((group, seq));
+                } else {
+                    o.put_entry(group, &unit, entry(seq, seq));
+                    model.entry(unit).or_default().0.push((group, seq));
+                }
+            }
+            if next() % 3 == 0 {
+                applied = group - next() % 3;
+                o.drop_applied(applied);
+                for (es, c) in model.values_mut() {
+                    es.retain(|(g, _)| *g > applied);
+                    if c.is_some_and(|(g, _)| g <= applied) {
+                        *c = None;
+                    }
+                }
+                model.retain(|_, (es, c)| !es.is_empty() || c.is_some());
+            }
+            for i in 0..12 {
+                let unit = format!("u{i}");
+                let (es, c) = model.get(&unit).cloned().unwrap_or_default();
+                let seqs: Vec<u64> = o.history(&unit).map(|(s, _)| s).collect();
+                assert_eq!(
+                    seqs,
+                    es.iter().map(|(_, s)| *s).collect::<Vec<_>>(),
+                    "{unit}"
+                );
+                assert_eq!(o.manifest(&unit).map(|v| v.seq), es.last().map(|(_, s)| *s));
+                assert_eq!(o.claim(&unit).map(|r| r.token), c.map(|(_, t)| t));
+            }
+            assert_eq!(o.units.len(), model.len(), "no empty rows are kept");
+        }
+        o.drop_applied(u64::MAX);
+        assert!(o.is_empty() && o.units.is_empty());
+        assert!(o.claims_exist(), "a lease was recorded");
+        assert!(applied > 0);
+    }
+
+    #[test]
+    fn a_store_without_leases_needs_no_claims_read_until_one_is_recorded() {
+        let mut o = Overlay::new(false);
+        assert!(!o.claims_exist());
+        o.put_entry(1, "a", entry(1, 1));
+        assert!(!o.claims_exist());
+        o.put_claim(2, "a", lease(1));
+        o.drop_applied(2);
+        assert!(o.claims_exist(), "an applied lease is still a lease");
+        assert!(Overlay::new(true).claims_exist());
     }
 }

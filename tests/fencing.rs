@@ -874,3 +874,41 @@ fn hostile_round(store: &Store, clock: &ManualClock, units: &[String; 4], round:
         }
     });
 }
+
+/// The leader decides a unit's lease without reading the claims table while the store has never
+/// recorded one (P1's commits); from the first lease on it finds every unit's wherever it is: in
+/// the overlay while its group waits for the B-trees, in the applied table afterwards, and in the
+/// table found at open. Defect guarded against: a lease only the claims table held (applied, or
+/// there at open) was missed, and a put without a token committed under it.
+#[test]
+fn a_lease_is_found_in_the_overlay_in_the_applied_table_and_after_a_reopen() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("s");
+    let clock = ManualClock::new(T0);
+    let busy = |o: Outcome| matches!(o, Outcome::Busy { .. });
+    let token = {
+        let store = common::open_with_clock(&path, &clock);
+        assert!(matches!(
+            put(&store, "free", 1, b"a", None),
+            Outcome::Committed { .. }
+        ));
+        let lease = granted(store.claim("held", 1, "w1", TTL).unwrap());
+        assert!(busy(put(&store, "held", 1, b"b", None)), "from the overlay");
+        store.flush().unwrap();
+        assert!(busy(put(&store, "held", 1, b"b", None)), "from the table");
+        let forged = lease.token + 1;
+        assert_eq!(
+            put(&store, "held", 1, b"b", Some(forged)),
+            fenced(forged, lease.token)
+        );
+        lease.token
+    };
+    let store = common::open_with_clock(&path, &clock);
+    assert!(busy(put(&store, "held", 1, b"b", None)), "after a reopen");
+    assert_eq!(put(&store, "held", 1, b"b", Some(0)), fenced(0, token));
+    assert!(matches!(
+        put(&store, "never-claimed", 1, b"c", None),
+        Outcome::Committed { .. }
+    ));
+    assert_eq!(version_of(&store, "held"), None);
+}

@@ -666,9 +666,7 @@ impl Writer<'_> {
         // No history row: the entry this one replaces becomes one when the group is applied
         // (`schema::wal`), and this entry when it is replaced in turn.
         self.redo.manifest(&item.unit, &value.encode(&item.unit));
-        let overlay = &mut self.view.overlay;
-        overlay.put_manifest(self.group, &item.unit, value);
-        overlay.put_history(self.group, &item.unit, seq, value);
+        self.view.overlay.put_entry(self.group, &item.unit, value);
         self.index.push((item.unit.clone(), new_unit, value));
         Ok(LogEntry {
             unit: item.unit.clone(),

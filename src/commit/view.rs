@@ -7,7 +7,11 @@
 //! applied state. The overlay holds every row a decided, unapplied group wrote, so for a key it
 //! does not hold the applied state *is* the decided state: that is the one invariant the view
 //! rests on, and [`View::begin`] keeps it by dropping only rows of applied groups,
-//! and only before it opens the read transaction the group reads the applied state through.
+//! and only before the read transaction the group reads the applied state through is opened.
+//! That transaction is opened on the group's first read of the applied state, not at its start:
+//! a group of commits to units the index knows, in a store that holds no lease record, reads
+//! none (P1's commits), and opening it later is as safe, since the applied state only grows
+//! past what was dropped and the overlay answers for every key it still holds.
 
 use crate::core::Core;
 use crate::error::{DbContext, Result};
@@ -43,7 +47,9 @@ impl Current {
 /// One group's reads: the overlay, then the applied state as of one read transaction.
 pub(crate) struct View<'a> {
     pub(crate) overlay: &'a mut Overlay,
-    txn: redb::ReadTransaction,
+    db: &'a dyn redb::ReadableDatabase,
+    /// Opened on the first read of the applied state (see the module documentation).
+    txn: Option<redb::ReadTransaction>,
     manifest: Option<ReadOnlyTable<&'static str, &'static [u8]>>,
     claims: Option<ReadOnlyTable<&'static str, &'static [u8]>>,
     history: Option<ReadOnlyTable<(&'static str, u64), &'static [u8]>>,
@@ -53,24 +59,37 @@ impl<'a> View<'a> {
     /// Starts a group's view: drops the overlay rows of the groups applied by now, then opens the
     /// applied state the group reads the rest from. In this order, so that every row dropped is
     /// in it.
-    pub(crate) fn begin(overlay: &'a mut Overlay, core: &Core) -> Result<View<'a>> {
+    pub(crate) fn begin(overlay: &'a mut Overlay, core: &'a Core) -> Result<View<'a>> {
         overlay.drop_applied(core.backlog.applied());
-        let txn = core.db.begin_read().db("begin a read transaction")?;
         Ok(View {
             overlay,
-            txn,
+            db: &*core.db,
+            txn: None,
             manifest: None,
             claims: None,
             history: None,
         })
     }
 
+    /// The group's read transaction of the applied state, begun on first use.
+    fn txn(&mut self) -> Result<&redb::ReadTransaction> {
+        if self.txn.is_none() {
+            self.txn = Some(self.db.begin_read().db("begin a read transaction")?);
+        }
+        Ok(self
+            .txn
+            .as_ref()
+            .unwrap_or_else(|| unreachable!("invariant: the transaction was begun just above")))
+    }
+
     fn manifest(&mut self) -> Result<&ReadOnlyTable<&'static str, &'static [u8]>> {
+        self.txn()?;
         opened(&self.txn, &mut self.manifest, MANIFEST)
     }
 
     /// The applied history (for rule 6's lookups).
     fn history(&mut self) -> Result<&ReadOnlyTable<(&'static str, u64), &'static [u8]>> {
+        self.txn()?;
         opened(&self.txn, &mut self.history, HISTORY)
     }
 
@@ -84,6 +103,7 @@ impl<'a> View<'a> {
         &ReadOnlyTable<(&'static str, u64), &'static [u8]>,
         &ReadOnlyTable<&'static str, &'static [u8]>,
     )> {
+        self.txn()?;
         opened(&self.txn, &mut self.history, HISTORY)?;
         opened(&self.txn, &mut self.manifest, MANIFEST)?;
         match (&self.history, &self.manifest) {
@@ -140,6 +160,10 @@ impl<'a> View<'a> {
         if let Some(rec) = self.overlay.claim(unit) {
             return Ok(Some(rec.clone()));
         }
+        if !self.overlay.claims_exist() {
+            return Ok(None);
+        }
+        self.txn()?;
         let t = opened(&self.txn, &mut self.claims, CLAIMS)?;
         crate::schema::codec::get_sealed(t, CLAIMS_TABLE, unit, ClaimRecord::decode)
     }
@@ -188,14 +212,17 @@ impl<'a> View<'a> {
     }
 }
 
-/// The table `def` of `txn`, opened into `slot` on first use: a group opens only the tables it
-/// reads.
+/// The table `def` of `txn` (begun by the caller), opened into `slot` on first use: a group
+/// opens only the tables it reads.
 fn opened<'s, K: redb::Key + 'static, V: redb::Value + 'static>(
-    txn: &redb::ReadTransaction,
+    txn: &Option<redb::ReadTransaction>,
     slot: &'s mut Option<ReadOnlyTable<K, V>>,
     def: redb::TableDefinition<K, V>,
 ) -> Result<&'s ReadOnlyTable<K, V>> {
     if slot.is_none() {
+        let txn = txn
+            .as_ref()
+            .unwrap_or_else(|| unreachable!("invariant: the caller began the transaction"));
         *slot = Some(
             txn.open_table(def)
                 .db("open a table of the applied state")?,
