@@ -30,11 +30,11 @@ fn commit(c: &mut Criterion) {
                 &threads,
                 |b, &threads| {
                     b.iter_custom(|iters| {
-                        let plan = Plan {
+                        let plan = Plan::new(
                             threads,
-                            max_units: iters.max(1) as usize * units_per_iter,
-                            max_time: Duration::MAX,
-                        };
+                            iters.max(1) as usize * units_per_iter,
+                            Duration::MAX,
+                        );
                         bench
                             .run(plan)
                             .unwrap_or_else(|e| panic!("{}: {e}", system.name()))

@@ -153,6 +153,23 @@ pub struct Plan {
     pub max_units: usize,
     /// ... or after this much time, whichever comes first.
     pub max_time: Duration,
+    /// Units each commit carries (SPEC P1: 1). Every system commits them in one transaction: one
+    /// oncelake `Batch`, one redb write transaction, one SQLite `BEGIN IMMEDIATE … COMMIT` with
+    /// seed 001's check-then-insert per unit. A caller that gathers its units — a batch job, the
+    /// server's committers — pays a thread's wait and wake once per commit, not per unit.
+    pub units_per_commit: usize,
+}
+
+impl Plan {
+    /// `threads` writers committing one unit per commit until `max_units` or `max_time`.
+    pub fn new(threads: usize, max_units: usize, max_time: Duration) -> Plan {
+        Plan {
+            threads,
+            max_units,
+            max_time,
+            units_per_commit: 1,
+        }
+    }
 }
 
 /// What one configuration measured.
@@ -324,12 +341,14 @@ struct Timings {
 }
 
 /// Runs `threads` writers, each first preparing its own state with `setup(thread)`, then, after
-/// a common start signal, committing units with `commit` until the plan is exhausted.
+/// a common start signal, making commits of `plan.units_per_commit` units with `commit` until the
+/// plan is exhausted.
 fn drive<S, C, W>(plan: Plan, setup: S, commit: C) -> Result<Timings, String>
 where
     S: Fn(usize) -> Result<W, String> + Sync,
     C: Fn(&mut W) -> Result<(), String> + Sync,
 {
+    let per_commit = plan.units_per_commit.max(1);
     let threads = plan.threads.max(1);
     let next = AtomicUsize::new(0);
     let start_line = Barrier::new(threads + 1);
@@ -346,7 +365,7 @@ where
                     let start: &Instant = start.wait();
                     let mut lat = Vec::new();
                     loop {
-                        let i = next.fetch_add(1, Ordering::Relaxed);
+                        let i = next.fetch_add(per_commit, Ordering::Relaxed);
                         if i >= plan.max_units || start.elapsed() >= plan.max_time {
                             break;
                         }
@@ -371,7 +390,7 @@ where
         latencies_us.extend(r?);
     }
     Ok(Timings {
-        units: latencies_us.len() as u64,
+        units: (latencies_us.len() * per_commit) as u64,
         elapsed,
         latencies_us,
     })
@@ -469,7 +488,19 @@ impl KeySource {
         }
     }
 
-    /// Writer `w`'s next commit.
+    /// Writer `w`'s next `n` units, distinct (a commit names each unit once).
+    pub fn next_units(&self, w: &mut Writer, n: usize) -> Vec<Next> {
+        let mut units: Vec<Next> = Vec::with_capacity(n);
+        while units.len() < n {
+            let next = self.next(w);
+            if units.iter().all(|u| u.key != next.key) {
+                units.push(next);
+            }
+        }
+        units
+    }
+
+    /// Writer `w`'s next unit.
     pub fn next(&self, w: &mut Writer) -> Next {
         let keys = self.workload.keys;
         let n = self.workload.preload;
@@ -564,17 +595,20 @@ fn oncelake_commits(
         plan,
         |t| Ok(keys.writer(t, plan.threads)),
         |w| {
-            let next = keys.next(w);
-            let report = store
-                .commit(oncelake::Batch::new().put(next.key.as_str(), next.version, staged))
-                .map_err(|e| e.to_string())?;
-            match report.units[0].outcome {
-                oncelake::Outcome::Committed { .. } => Ok(()),
-                other => Err(format!(
-                    "{}@{} was not committed: {other:?}",
-                    next.key, next.version
-                )),
+            let units = keys.next_units(w, plan.units_per_commit.max(1));
+            let batch = units.iter().fold(oncelake::Batch::new(), |b, u| {
+                b.put(u.key.as_str(), u.version, staged)
+            });
+            let report = store.commit(batch).map_err(|e| e.to_string())?;
+            for (u, r) in units.iter().zip(&report.units) {
+                if !matches!(r.outcome, oncelake::Outcome::Committed { .. }) {
+                    return Err(format!(
+                        "{}@{} was not committed: {:?}",
+                        u.key, u.version, r.outcome
+                    ));
+                }
             }
+            Ok(())
         },
     )?;
     let samples = sampler.stop();
@@ -659,19 +693,21 @@ fn redb_commits(db: &redb::Database, keys: &KeySource, plan: Plan) -> Result<Tim
         plan,
         |t| Ok(keys.writer(t, plan.threads)),
         |w| {
-            let next = keys.next(w);
+            let units = keys.next_units(w, plan.units_per_commit.max(1));
             let mut txn = db.begin_write().map_err(|e| err(&e))?;
             txn.set_durability(redb::Durability::Immediate)
                 .map_err(|e| err(&e))?;
             {
                 let mut t = txn.open_table(REDB_UNITS).map_err(|e| err(&e))?;
-                let current = t
-                    .get(next.key.as_str())
-                    .map_err(|e| err(&e))?
-                    .map(|v| u64::from_le_bytes(v.value()[..8].try_into().unwrap_or([0; 8])));
-                if current.is_none_or(|v| v < next.version) {
-                    t.insert(next.key.as_str(), redb_value(next.version).as_slice())
-                        .map_err(|e| err(&e))?;
+                for next in &units {
+                    let current = t
+                        .get(next.key.as_str())
+                        .map_err(|e| err(&e))?
+                        .map(|v| u64::from_le_bytes(v.value()[..8].try_into().unwrap_or([0; 8])));
+                    if current.is_none_or(|v| v < next.version) {
+                        t.insert(next.key.as_str(), redb_value(next.version).as_slice())
+                            .map_err(|e| err(&e))?;
+                    }
                 }
             }
             txn.commit().map_err(|e| err(&e))
@@ -720,20 +756,23 @@ fn sqlite_preload(dir: &Path, w: Workload) -> Result<PathBuf, String> {
 }
 
 /// Seed 001's `process_batch` on one connection: check, then insert, in one immediate
-/// transaction.
-fn sqlite_commit(conn: &rusqlite::Connection, next: &Next) -> Result<(), String> {
-    let hash = sqlite_hash(next.version);
+/// transaction (for each of the commit's units).
+fn sqlite_commit(conn: &rusqlite::Connection, units: &[Next]) -> Result<(), String> {
     conn.execute_batch("BEGIN IMMEDIATE")
         .map_err(|e| e.to_string())?;
     let done = (|| -> Result<(), rusqlite::Error> {
-        let exists = {
-            let mut check =
-                conn.prepare_cached("SELECT 1 FROM checkpoints WHERE batch_id = ?1 AND hash = ?2")?;
-            check.exists((next.key.as_str(), hash.as_str()))?
-        };
-        if !exists {
-            conn.prepare_cached("INSERT INTO checkpoints (batch_id, hash) VALUES (?1, ?2)")?
-                .execute((next.key.as_str(), hash.as_str()))?;
+        for next in units {
+            let hash = sqlite_hash(next.version);
+            let exists = {
+                let mut check = conn.prepare_cached(
+                    "SELECT 1 FROM checkpoints WHERE batch_id = ?1 AND hash = ?2",
+                )?;
+                check.exists((next.key.as_str(), hash.as_str()))?
+            };
+            if !exists {
+                conn.prepare_cached("INSERT INTO checkpoints (batch_id, hash) VALUES (?1, ?2)")?
+                    .execute((next.key.as_str(), hash.as_str()))?;
+            }
         }
         conn.execute_batch("COMMIT")
     })();
@@ -748,7 +787,7 @@ fn sqlite_commits(path: &PathBuf, keys: &KeySource, plan: Plan) -> Result<Timing
     drive(
         plan,
         |t| Ok((sqlite_open(path)?, keys.writer(t, plan.threads))),
-        |(conn, w)| sqlite_commit(conn, &keys.next(w)),
+        |(conn, w)| sqlite_commit(conn, &keys.next_units(w, plan.units_per_commit.max(1))),
     )
 }
 
@@ -761,11 +800,11 @@ fn sqlite_shared_commits(
         plan,
         |t| Ok(keys.writer(t, plan.threads)),
         |w| {
-            let next = keys.next(w);
+            let units = keys.next_units(w, plan.units_per_commit.max(1));
             let conn = conn
                 .lock()
                 .map_err(|_| "the shared connection's lock is poisoned")?;
-            sqlite_commit(&conn, &next)
+            sqlite_commit(&conn, &units)
         },
     )
 }
@@ -866,8 +905,9 @@ mod tests {
         }
     }
 
-    /// Every system runs on a preloaded store and commits exactly what the plan asks (oncelake
-    /// fails the run on any outcome but committed), and oncelake's store then holds every unit.
+    /// Every system runs on a preloaded store and commits exactly what the plan asks, one unit or
+    /// five per commit (oncelake fails the run on any outcome but committed), and oncelake's
+    /// store then holds every unit.
     #[test]
     fn every_system_commits_the_plan_on_a_preloaded_store() {
         let scratch = tempfile::tempdir().unwrap();
@@ -878,14 +918,17 @@ mod tests {
         for system in System::ALL {
             let mut bench = Bench::new(system, w, scratch.path()).unwrap();
             let mut total = 0;
-            for threads in [1, 4] {
+            for (threads, per_commit) in [(1, 1), (4, 1), (4, 5)] {
                 let plan = Plan {
-                    threads,
-                    max_units: 200,
-                    max_time: Duration::from_secs(600),
+                    units_per_commit: per_commit,
+                    ..Plan::new(threads, 200, Duration::from_secs(600))
                 };
                 let m = bench.run(plan).unwrap();
-                assert_eq!(m.units, 200, "{}", system.name());
+                assert_eq!(m.units, 200, "{} {per_commit}", system.name());
+                if let (Target::Oncelake { store, .. }, Some(groups)) = (&bench.target, m.groups) {
+                    let commits = store.metrics().commits;
+                    assert!(groups > 0 && commits > 0);
+                }
                 assert_eq!(m.store_units_before, 3000 + total);
                 total += m.units;
             }

@@ -19,6 +19,10 @@ pub(crate) struct CommitBenchArgs {
     /// Time limit per system and thread count (e.g. 10s, 500ms).
     #[arg(long, default_value = "10s", value_parser = super::parse_duration)]
     pub seconds: Duration,
+    /// Units each commit carries, in one transaction on every system (SPEC P1: 1); a writer that
+    /// gathers its units waits for the disk once per commit, not once per unit.
+    #[arg(long, default_value_t = 1, conflicts_with_all = ["via_server", "seed001"])]
+    pub units_per_commit: usize,
     /// Units in every system's store before the timed commits (built once per system, in large
     /// transactions, and kept for all thread counts) [default: 1000000; with --via-server 0,
     /// a fresh store per client count on both sides].
@@ -120,6 +124,11 @@ pub(crate) fn commit(a: CommitBenchArgs) -> Result<u8, CliError> {
     if a.commits == 0 {
         return Err(CliError::Usage("--commits must be at least 1".into()));
     }
+    if a.units_per_commit == 0 {
+        return Err(CliError::Usage(
+            "--units-per-commit must be at least 1 (P1 commits one unit each)".into(),
+        ));
+    }
     let workload = Workload {
         preload: a.preload.unwrap_or(Workload::P1.preload),
         keys: a.keys.unwrap_or(Workload::P1.keys),
@@ -151,9 +160,8 @@ pub(crate) fn commit(a: CommitBenchArgs) -> Result<u8, CliError> {
         for &threads in &a.threads {
             bar.set_message(format!("{} at {threads} threads", system.name()));
             let plan = Plan {
-                threads,
-                max_units: a.commits,
-                max_time: a.seconds,
+                units_per_commit: a.units_per_commit,
+                ..Plan::new(threads, a.commits, a.seconds)
             };
             let m = bench
                 .run(plan)
@@ -165,9 +173,9 @@ pub(crate) fn commit(a: CommitBenchArgs) -> Result<u8, CliError> {
     bar.finish_and_clear();
     probes.push(probe("after")?);
     if a.json {
-        print_jsons(&results, &probes, workload);
+        print_jsons(&results, &probes, workload, a.units_per_commit);
     } else {
-        print_table(&results, &a.threads, &probes, workload);
+        print_table(&results, &a.threads, &probes, workload, a.units_per_commit);
     }
     Ok(0)
 }
@@ -194,7 +202,12 @@ fn ratio_sqlite_best(results: &[Measurement], threads: usize) -> Option<f64> {
     }
 }
 
-fn print_jsons(results: &[Measurement], probes: &[(String, Duration)], w: Workload) {
+fn print_jsons(
+    results: &[Measurement],
+    probes: &[(String, Duration)],
+    w: Workload,
+    units_per_commit: usize,
+) {
     for (when, d) in probes {
         print_json(&json!({
             "bench": "commit",
@@ -211,6 +224,7 @@ fn print_jsons(results: &[Measurement], probes: &[(String, Duration)], w: Worklo
             "threads": m.threads,
             "preload": w.preload,
             "keys": w.keys.name(),
+            "units_per_commit": units_per_commit,
             "store_units_before": m.store_units_before,
             "units": m.units,
             "seconds": m.elapsed.as_secs_f64(),
@@ -254,14 +268,17 @@ fn print_table(
     threads: &[usize],
     probes: &[(String, Duration)],
     w: Workload,
+    units_per_commit: usize,
 ) {
     let probes: Vec<String> = probes
         .iter()
         .map(|(when, d)| format!("{} µs {when}", d.as_micros()))
         .collect();
     outln!(
-        "durable commits, 1 unit each, objects pre-staged, {} preloaded units, {} keys; \
+        "durable commits, {} unit{} each, objects pre-staged, {} preloaded units, {} keys; \
          disk fdatasync(4 KiB) p50: {}",
+        units_per_commit,
+        if units_per_commit == 1 { "" } else { "s" },
         w.preload,
         w.keys.name(),
         probes.join(", ")

@@ -233,11 +233,7 @@ fn via_server_round(
     workload: oncelake_bench::bench_commit::Workload,
 ) -> Result<ViaServerRound, CliError> {
     use oncelake_bench::bench_commit::{self as bench, KeySource, Plan, System};
-    let plan = Plan {
-        threads: n,
-        max_units: commits,
-        max_time: seconds,
-    };
+    let plan = Plan::new(n, commits, seconds);
     // Both sides run the same workload, each on a freshly preloaded store of its own: the
     // in-process threads on the store of `bench::measure`, the server's clients on one built
     // the same way (`preload_oncelake_store`) and then served, with the same key source.

@@ -1,0 +1,68 @@
+//! `oncelake bench commit` (SPEC P1) run tiny: no timing is asserted (speed is measured, not
+//! tested), only that every system commits the units the plan asks, as many per commit as
+//! `--units-per-commit` says, and that a bad count is refused with what to do.
+
+mod bin;
+
+use serde_json::Value;
+use std::process::Command;
+
+fn bench_commit(extra: &[&str]) -> std::process::Output {
+    let scratch = tempfile::tempdir().unwrap();
+    Command::new(bin::oncelake())
+        .args([
+            "bench",
+            "commit",
+            "--preload",
+            "2000",
+            "--threads",
+            "1,3",
+            "--commits",
+            "60",
+            "--seconds",
+            "60s",
+            "--json",
+            "-q",
+            "--dir",
+        ])
+        .arg(scratch.path())
+        .args(extra)
+        .output()
+        .unwrap()
+}
+
+#[test]
+fn every_system_commits_the_planned_units_several_to_a_commit() {
+    let out = bench_commit(&["--units-per-commit", "4"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let lines: Vec<Value> = String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .filter(|l: &Value| l.get("system").is_some())
+        .collect();
+    assert_eq!(lines.len(), 4 * 2, "four systems at two thread counts");
+    for l in &lines {
+        assert_eq!(l["units_per_commit"], 4, "{l}");
+        // 60 units in commits of 4: exactly 15 commits' worth, whatever the threads.
+        assert_eq!(l["units"], 60, "{l}");
+    }
+    // oncelake's groups carry whole commits: at least 4 units each.
+    for l in lines.iter().filter(|l| l["system"] == "oncelake") {
+        assert!(l["mean_group"].as_f64().unwrap() >= 4.0, "{l}");
+    }
+}
+
+#[test]
+fn zero_units_per_commit_is_refused_with_what_to_do() {
+    let out = bench_commit(&["--units-per-commit", "0", "--systems", "oncelake"]);
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("--units-per-commit must be at least 1"),
+        "{out:?}"
+    );
+}
