@@ -200,19 +200,7 @@ impl LeaderState {
 mod tests {
     use super::*;
 
-    fn entry(seq: u64, version: u64) -> EntryValue {
-        EntryValue {
-            source_version: version,
-            revision: 0,
-            object: crate::object::ObjectMeta {
-                id: crate::object::ObjectId::of(&seq.to_le_bytes()),
-                size: 1,
-                crc32: 0,
-            },
-            seq,
-            committed_at_ms: 0,
-        }
-    }
+    use crate::schema::manifest::test_entry as entry;
 
     fn lease(token: u64) -> ClaimRecord {
         ClaimRecord {

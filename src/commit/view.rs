@@ -56,9 +56,9 @@ pub(crate) struct View<'a> {
 }
 
 impl<'a> View<'a> {
-    /// Starts a group's view: drops the overlay rows of the groups applied by now, then opens the
-    /// applied state the group reads the rest from. In this order, so that every row dropped is
-    /// in it.
+    /// Starts a group's view: drops the overlay rows of the groups applied by now; the applied
+    /// state the group reads the rest from is opened later, at its first read, so that every row
+    /// dropped is in it.
     pub(crate) fn begin(overlay: &'a mut Overlay, core: &'a Core) -> Result<View<'a>> {
         overlay.drop_applied(core.backlog.applied());
         Ok(View {

@@ -281,6 +281,22 @@ pub(crate) fn referenced_objects(
     Ok(set)
 }
 
+/// An entry of `seq` at `version` with an object named after its seq, for unit tests.
+#[cfg(test)]
+pub(crate) fn test_entry(seq: u64, version: u64) -> EntryValue {
+    EntryValue {
+        source_version: version,
+        revision: 0,
+        object: ObjectMeta {
+            id: ObjectId::of(&seq.to_le_bytes()),
+            size: 8,
+            crc32: 0,
+        },
+        seq,
+        committed_at_ms: 1,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -640,19 +640,7 @@ mod tests {
         assert!(unframe(p, 3, &f).is_err());
     }
 
-    fn entry(seq: u64, version: u64) -> EntryValue {
-        EntryValue {
-            source_version: version,
-            revision: 0,
-            object: crate::object::ObjectMeta {
-                id: crate::object::ObjectId::of(&seq.to_le_bytes()),
-                size: 8,
-                crc32: 0,
-            },
-            seq,
-            committed_at_ms: 1,
-        }
-    }
+    use crate::schema::manifest::test_entry as entry;
 
     fn group(number: u64, puts: &[(&str, EntryValue)]) -> GroupRedo {
         let mut r = Redo::default();

@@ -153,8 +153,9 @@ pub(crate) enum Command {
 /// `oncelake bench <kind>`: each kind runs its baselines side by side in the same run.
 #[derive(Subcommand, Debug)]
 pub(crate) enum BenchCommand {
-    /// Durable commits of one unit each, objects pre-staged (P1), against one redb transaction
-    /// per commit (b1) and the seed 001 pattern on SQLite (b2), at several thread counts.
+    /// Durable commits of one unit each (or --units-per-commit N), objects pre-staged (P1),
+    /// against one redb transaction per commit (b1) and the seed 001 pattern on SQLite (b2), at
+    /// several thread counts.
     #[command(
         after_help = "Example:\n  oncelake bench commit --threads 1,4 --commits 200 --preload 10000 --systems oncelake,redb --json"
     )]
