@@ -47,10 +47,9 @@ pub(crate) struct Overlay {
 /// What unapplied groups wrote for one unit.
 #[derive(Debug, Default)]
 struct UnitRows {
-    /// Every entry they committed, `(seq, group, value)`, oldest first: the newest is the
-    /// unit's current entry, the older ones its unapplied history (rule 6's late retries read
-    /// them).
-    entries: Vec<(u64, u64, EntryValue)>,
+    /// Every entry they committed, `(group, value)`, oldest first: the newest is the unit's
+    /// current entry, the older ones its unapplied history (rule 6's late retries read them).
+    entries: Vec<(u64, EntryValue)>,
     /// Its newest lease record, with the group that wrote it.
     claim: Option<(u64, ClaimRecord)>,
 }
@@ -96,10 +95,10 @@ impl Overlay {
         debug_assert!(
             rows.entries
                 .last()
-                .is_none_or(|(s, g, _)| *s < v.seq && *g <= group),
+                .is_none_or(|(g, e)| e.seq < v.seq && *g <= group),
             "an overlay's entries of one unit rise in seq and group"
         );
-        rows.entries.push((v.seq, group, v));
+        rows.entries.push((group, v));
     }
 
     pub(crate) fn put_claim(&mut self, group: u64, unit: &str, rec: ClaimRecord) {
@@ -112,7 +111,7 @@ impl Overlay {
         self.units
             .get(unit)
             .and_then(|r| r.entries.last())
-            .map(|(_, _, v)| v)
+            .map(|(_, v)| v)
     }
 
     /// The unit's unapplied lease record.
@@ -139,7 +138,7 @@ impl Overlay {
             .get(unit)
             .into_iter()
             .flat_map(|r| r.entries.iter())
-            .map(|(seq, _, v)| (*seq, v))
+            .map(|(_, v)| (v.seq, v))
     }
 
     /// Drops the rows of every group up to `applied`: the applied state holds them now.
@@ -154,8 +153,8 @@ impl Overlay {
                     continue;
                 };
                 // Oldest first, so the applied ones are a prefix.
-                let kept = rows.entries.partition_point(|(_, g, _)| *g <= applied);
-                rows.entries.drain(..kept);
+                let dropped = rows.entries.partition_point(|(g, _)| *g <= applied);
+                rows.entries.drain(..dropped);
                 if rows.claim.as_ref().is_some_and(|(g, _)| *g <= applied) {
                     rows.claim = None;
                 }

@@ -149,7 +149,8 @@ impl Workload {
 pub struct Plan {
     /// Writer threads.
     pub threads: usize,
-    /// Stop after this many committed units.
+    /// Stop after this many committed units (a commit that starts below it completes, so with
+    /// several units a commit the last one may go past it by less than one commit).
     pub max_units: usize,
     /// ... or after this much time, whichever comes first.
     pub max_time: Duration,
@@ -923,11 +924,17 @@ mod tests {
                     units_per_commit: per_commit,
                     ..Plan::new(threads, 200, Duration::from_secs(600))
                 };
+                let before = match &bench.target {
+                    Target::Oncelake { store, .. } => Some(store.metrics()),
+                    _ => None,
+                };
                 let m = bench.run(plan).unwrap();
                 assert_eq!(m.units, 200, "{} {per_commit}", system.name());
-                if let (Target::Oncelake { store, .. }, Some(groups)) = (&bench.target, m.groups) {
-                    let commits = store.metrics().commits;
-                    assert!(groups > 0 && commits > 0);
+                if let (Target::Oncelake { store, .. }, Some(before)) = (&bench.target, before) {
+                    // The engine's own counts: 200 units, in commits of `per_commit` each.
+                    let after = store.metrics();
+                    assert_eq!(after.units_committed - before.units_committed, 200);
+                    assert_eq!(after.commits - before.commits, 200 / per_commit as u64);
                 }
                 assert_eq!(m.store_units_before, 3000 + total);
                 total += m.units;
