@@ -7,13 +7,16 @@
 //! * **raw** (the baseline): per object a new file in one directory, `write` of the same bytes,
 //!   `fdatasync`, `close` — no hash, no directory sync, no commit.
 //!
-//! Both write the same bytes (a random block per thread whose first 16 bytes carry the thread and
-//! a counter, so every object is distinct and nothing collapses as a duplicate), of the same size,
-//! from the same number of threads, on the same file system (two directories side by side under
-//! one scratch directory). Each run starts from an empty directory (a fresh store for oncelake)
-//! and its files are removed afterwards, outside the timed part, so that rounds do not pile up on
-//! the disk. The CLI alternates the two systems round by round, so both see the same moments of
-//! a shared machine, and quotes medians.
+//! Both write the same bytes (a random block per thread whose first 16 bytes carry the run, the
+//! thread and a counter, so every object is distinct and nothing collapses as a duplicate), of the
+//! same size, from the same number of threads, on the same file system (two directories side by
+//! side under one scratch directory). Each system keeps its directory for the whole bench — one
+//! store, opened once, as an application keeps it — and nothing is deleted until the bench ends:
+//! on an ext4 without a journal, creating files within a minute of deleting thousands makes the
+//! inode allocator skip every recently freed inode, which cost a third of all CPU and halved the
+//! rounds that followed a deletion (BENCHMARKS, P4). The scratch directory therefore holds up to
+//! rounds × sizes × 2 × the byte limit until the bench ends. The CLI alternates the two systems
+//! round by round, so both see the same moments of a shared machine, and quotes medians.
 //!
 //! It depends only on the engine: no CLI crates.
 
@@ -101,16 +104,19 @@ impl Measurement {
     }
 }
 
-/// The scratch directory of one `bench stage`: `raw/` and `lake/` side by side, made fresh for
-/// every run. Removed on drop.
+/// The scratch directory of one `bench stage`: `raw/` and `lake/` (one store) side by side, kept
+/// for every run of the bench and removed on drop.
 pub struct StageBench {
     dir: PathBuf,
-    /// Runs so far: names every run's directory.
+    /// The store of every oncelake run, opened at its first (default, durable options).
+    store: Option<oncelake::Store>,
+    /// Runs so far: names every run's files and units, and salts its objects.
     run: u64,
 }
 
 impl Drop for StageBench {
     fn drop(&mut self) {
+        drop(self.store.take());
         let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
@@ -120,20 +126,34 @@ impl StageBench {
     pub fn new(scratch: &Path) -> Result<StageBench, String> {
         let dir = scratch.join(format!("stage-bench-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).map_err(|e| format!("create {}: {e}", dir.display()))?;
-        Ok(StageBench { dir, run: 0 })
+        std::fs::create_dir_all(dir.join("raw"))
+            .map_err(|e| format!("create {}: {e}", dir.display()))?;
+        Ok(StageBench {
+            dir,
+            store: None,
+            run: 0,
+        })
     }
 
-    /// Runs `plan` on `system` in a fresh directory (a fresh store), removed afterwards.
+    /// Runs `plan` on `system`: new files in the system's directory, new units in its store.
     pub fn run(&mut self, system: System, plan: Plan) -> Result<Measurement, String> {
         self.run += 1;
-        let target = self.dir.join(format!("{}-{}", system.name(), self.run));
-        let m = match system {
-            System::Raw => raw_run(&target, plan),
-            System::Oncelake => oncelake_run(&target, plan),
-        };
-        let _ = std::fs::remove_dir_all(&target);
-        m
+        match system {
+            System::Raw => raw_run(&self.dir.join("raw"), self.run, plan),
+            System::Oncelake => {
+                if self.store.is_none() {
+                    // Default options: durable commits, as a user gets them.
+                    let store =
+                        oncelake::Store::open(self.dir.join("lake")).map_err(|e| e.to_string())?;
+                    self.store = Some(store);
+                }
+                let store = self
+                    .store
+                    .as_ref()
+                    .expect("invariant: the store was opened just above");
+                oncelake_run(store, self.run, plan)
+            }
+        }
     }
 }
 
@@ -147,7 +167,9 @@ struct Payload {
 }
 
 impl Payload {
-    fn new(size: usize, thread: usize) -> Self {
+    /// Thread `thread`'s objects of run `run`: the same sequence for the same (size, thread),
+    /// distinct from every other run's and thread's by their first 16 bytes.
+    fn new(size: usize, run: u64, thread: usize) -> Self {
         let mut rng = Rng::new(0x5eed ^ ((size as u64) << 20) ^ thread as u64);
         let mut bytes = vec![0u8; size.max(16)];
         for chunk in bytes.chunks_mut(8) {
@@ -157,7 +179,7 @@ impl Payload {
         bytes.truncate(size);
         Payload {
             bytes,
-            tag: thread as u64,
+            tag: (run << 32) | thread as u64,
             counter: 0,
         }
     }
@@ -250,14 +272,14 @@ fn finish(
 }
 
 /// The baseline: a new file per object in `dir`, written, `fdatasync`ed, closed.
-fn raw_run(dir: &Path, plan: Plan) -> Result<Measurement, String> {
-    std::fs::create_dir_all(dir).map_err(|e| format!("create {}: {e}", dir.display()))?;
+fn raw_run(dir: &Path, run: u64, plan: Plan) -> Result<Measurement, String> {
     let names = AtomicUsize::new(0);
     let timings = drive(
         plan,
-        |t| Payload::new(plan.object_bytes, t),
+        |t| Payload::new(plan.object_bytes, run, t),
         |payload| {
-            let path = dir.join(format!("{}.raw", names.fetch_add(1, Ordering::Relaxed)));
+            let n = names.fetch_add(1, Ordering::Relaxed);
+            let path = dir.join(format!("{run}-{n}.raw"));
             let io = |e: std::io::Error| format!("raw write {}: {e}", path.display());
             let mut f = std::fs::OpenOptions::new()
                 .write(true)
@@ -272,18 +294,18 @@ fn raw_run(dir: &Path, plan: Plan) -> Result<Measurement, String> {
 }
 
 /// oncelake: stage the object, then commit it as a new unit, from every thread at once.
-fn oncelake_run(dir: &Path, plan: Plan) -> Result<Measurement, String> {
+fn oncelake_run(store: &oncelake::Store, run: u64, plan: Plan) -> Result<Measurement, String> {
     let e = |e: oncelake::Error| e.to_string();
-    // Default options: durable commits, as a user gets them.
-    let store = oncelake::Store::open(dir).map_err(e)?;
     let units = AtomicU64::new(0);
     let before = store.metrics().groups;
+    let prefix = format!("bench/stage/{run:06}/");
     let timings = drive(
         plan,
-        |t| Payload::new(plan.object_bytes, t),
+        |t| Payload::new(plan.object_bytes, run, t),
         |payload| {
             let staged = store.stage_bytes(payload.next()).map_err(e)?;
-            let unit = format!("bench/stage/{:09}", units.fetch_add(1, Ordering::Relaxed));
+            let n = units.fetch_add(1, Ordering::Relaxed);
+            let unit = format!("{prefix}{n:09}");
             let report = store
                 .commit(oncelake::Batch::new().put(unit, 1, &staged))
                 .map_err(e)?;
@@ -297,11 +319,11 @@ fn oncelake_run(dir: &Path, plan: Plan) -> Result<Measurement, String> {
     // Outside the timed part: every acknowledged object must be a unit of the store.
     let entries = store
         .snapshot()
-        .and_then(|s| s.iter().map(|it| it.count() as u64))
+        .and_then(|s| s.prefix(&prefix).map(|it| it.count() as u64))
         .map_err(e)?;
     if entries != timings.0.len() as u64 {
         return Err(format!(
-            "bench stage: {} objects acknowledged but the store holds {entries} units",
+            "bench stage: {} objects acknowledged but the store holds {entries} units of the run",
             timings.0.len()
         ));
     }
@@ -318,20 +340,22 @@ mod tests {
     #[test]
     fn both_systems_write_the_planned_distinct_objects() {
         let mut seen = HashSet::new();
-        for thread in 0..3 {
-            let mut p = Payload::new(100, thread);
-            for _ in 0..50 {
-                let b = p.next().to_vec();
-                assert_eq!(b.len(), 100);
-                assert!(seen.insert(b), "an object repeated");
+        for run in 1..=2 {
+            for thread in 0..3 {
+                let mut p = Payload::new(100, run, thread);
+                for _ in 0..50 {
+                    let b = p.next().to_vec();
+                    assert_eq!(b.len(), 100);
+                    assert!(seen.insert(b), "an object repeated");
+                }
             }
         }
-        // Raw and oncelake runs of one size write the same sequence of objects.
-        let sequence = || {
-            let mut p = Payload::new(100, 1);
-            (0..5).map(|_| p.next().to_vec()).collect::<Vec<_>>()
+        // Two runs with the same (size, thread) write the same bytes but the first 16.
+        let sequence = |run| {
+            let mut p = Payload::new(100, run, 1);
+            (0..5).map(|_| p.next()[16..].to_vec()).collect::<Vec<_>>()
         };
-        assert_eq!(sequence(), sequence());
+        assert_eq!(sequence(1), sequence(2));
         let scratch = tempfile::tempdir().unwrap();
         let mut bench = StageBench::new(scratch.path()).unwrap();
         let plan = Plan {
@@ -340,11 +364,29 @@ mod tests {
             max_bytes: 40 * 4096,
             max_time: Duration::from_secs(60),
         };
-        for system in System::ALL {
-            let m = bench.run(system, plan).unwrap();
-            assert_eq!(m.objects, 40, "{system:?}");
-            assert_eq!(m.bytes(), 40 * 4096);
-            assert!(m.p50_us <= m.p99_us);
+        // Two rounds in the same directories: the second writes 40 new objects (none collapses
+        // onto the first round's), and nothing of the first is deleted.
+        for round in 1..=2u64 {
+            for system in System::ALL {
+                let m = bench.run(system, plan).unwrap();
+                assert_eq!(m.objects, 40, "{system:?} round {round}");
+                assert_eq!(m.bytes(), 40 * 4096);
+                assert!(m.p50_us <= m.p99_us);
+            }
         }
+        let raw_files = std::fs::read_dir(bench.dir.join("raw")).unwrap().count();
+        assert_eq!(raw_files, 80, "both raw rounds' files are kept");
+        let store = bench.store.as_ref().unwrap();
+        let units = store
+            .snapshot()
+            .and_then(|s| s.prefix("bench/stage/").map(|it| it.count()))
+            .unwrap();
+        assert_eq!(
+            units, 80,
+            "both oncelake rounds' units are in the one store"
+        );
+        let dir = bench.dir.clone();
+        drop(bench);
+        assert!(!dir.exists(), "the scratch directory is removed at the end");
     }
 }

@@ -27,7 +27,8 @@ pub(crate) struct StageBenchArgs {
     #[arg(long, default_value = "5s", value_parser = super::parse_duration)]
     pub seconds: Duration,
     /// Directory for the scratch files, created if missing (default: the system's temporary
-    /// directory). Put it on the disk you want to measure.
+    /// directory). Put it on the disk you want to measure. Nothing is deleted until the bench
+    /// ends, so it needs room for up to rounds × sizes × 2 × --bytes.
     #[arg(long)]
     pub dir: Option<PathBuf>,
     /// Print one JSON object per line instead of a table.
