@@ -4,27 +4,34 @@
 //! The commit leader decides a group from memory, appends its record to the write-ahead log, and
 //! then [`Backlog::push`]es the group here instead of writing the B-trees itself: applying a group
 //! to a million-unit manifest touches random leaves and is the slow half of a commit, and it needs
-//! no decision any more. Whoever is free applies the backlog, many groups in one write transaction:
-//! a writer right after its commit returned, a reader that needs the groups, or the leader itself
-//! when the backlog is full. There is no background thread, so a store has no lifecycle beyond its
-//! handles, and a single-threaded caller (the deterministic simulation) applies every group on its
-//! own thread, in the same order every run.
+//! no decision any more. The backlog is applied many groups to one write transaction, by the
+//! store's applier thread once enough redo waits (`Options::apply_min_bytes`), and by whoever
+//! needs the groups applied before then: a reader, a flush or a close, or the leader itself when
+//! the backlog is full. With `Options::background_apply` off the store runs no thread: the writer
+//! whose commit finds enough redo waiting applies a batch after its answer, and a single-threaded
+//! caller (the deterministic simulation) applies every group on its own thread, in the same order
+//! every run. Either way the applier of the moment is whichever thread set `applying`; the
+//! protocol below does not know threads apart.
 //!
 //! # States of the backlog
 //!
 //! - **idle**: nothing pending, nobody applying; `applied == acked`.
-//! - **pending**: groups are queued and nobody applies them. Every writer looks after its
-//!   commit returns ([`Backlog::help_from`]) and applies a batch once enough redo waits
-//!   (`Options::apply_min_bytes`); below that the groups wait, durable in the write-ahead log,
+//! - **pending**: groups are queued and nobody applies them. Once enough redo waits (the
+//!   *start*), a batch is due: the push that reaches the start wakes the applier thread
+//!   ([`Backlog::next_batch_due`]), or, without one, every writer looks after its commit returns
+//!   ([`Backlog::help_from`]). Below the start the groups wait, durable in the write-ahead log,
 //!   for more commits, for a reader that needs them (every wait applies whatever is pending),
 //!   for a flush or a close (which drain), or for back-pressure. So a pending group is either
 //!   below the start or has a thread on its way to apply it, and no reader ever misses it.
 //! - **applying**: one thread (the *applier*) has taken a prefix of the queue out under the lock
 //!   and applies it outside the lock; more groups may be pushed meanwhile. Only the applier
-//!   clears `applying`, after it advanced `applied`, and then wakes every waiter.
+//!   clears `applying`, after it advanced `applied`, and then wakes every waiter (the applier
+//!   thread among them, which takes the next batch if one is due).
 //! - **failed**: an apply failed. The groups are still in the write-ahead log (they were
 //!   acknowledged), but the B-trees no longer follow it: every later write and every wait is
 //!   refused until the store is reopened, which replays the log.
+//! - **stopping** (with any of the above): the store is closing; the applier thread's wait
+//!   returns and the thread ends. Everything else goes on, so the close drains what is left.
 //!
 //! Groups are applied in push order, each exactly once: they are taken only from the front of the
 //! queue, only by the one thread that set `applying`.
@@ -85,6 +92,9 @@ struct State<G> {
     /// Why the backlog stopped applying (an apply failed), once it did. A store failed for any
     /// other reason goes on applying its acknowledged groups (`Core::fail`).
     failed: Option<String>,
+    /// Set once, when the store closes: the applier thread returns from
+    /// [`Backlog::next_batch_due`] and ends. Readers, flushes and the close go on applying.
+    stopping: bool,
 }
 
 /// Durable groups waiting to be applied; see the module documentation for the protocol.
@@ -97,6 +107,9 @@ pub struct Backlog<G> {
     bound: usize,
     /// The most weight one applier takes out at once (one write transaction).
     batch: usize,
+    /// The weight from which a batch is due for the applier thread ([`Backlog::next_batch_due`]);
+    /// a push that reaches it wakes the thread.
+    start: usize,
 }
 
 /// How much of the backlog is waiting (see [`Backlog::size`]).
@@ -117,7 +130,13 @@ pub struct Stopped(pub String);
 impl<G: Group> Backlog<G> {
     /// An empty backlog whose newest applied (and acknowledged) group is `applied`; the leader is
     /// held back above `bound`, an applier takes at most `batch` at once.
+    #[cfg(any(test, loom))]
     pub fn new(applied: u64, bound: usize, batch: usize) -> Self {
+        Self::with_start(applied, bound, batch, 0)
+    }
+
+    /// [`Backlog::new`] whose applier thread takes a batch once `start` bytes of redo wait.
+    pub fn with_start(applied: u64, bound: usize, batch: usize, start: usize) -> Self {
         assert!(
             bound > 0 && batch > 0,
             "invariant: backlog limits are positive"
@@ -132,10 +151,12 @@ impl<G: Group> Backlog<G> {
                 units: 0,
                 max_units: 0,
                 failed: None,
+                stopping: false,
             }),
             changed: Condvar::new(),
             bound,
             batch,
+            start: start.min(batch),
         }
     }
 
@@ -149,10 +170,43 @@ impl<G: Group> Backlog<G> {
             "invariant: groups are pushed one after the other, in order"
         );
         s.acked = group.number();
+        let before = s.weight;
         s.weight += group.weight();
         s.units += group.units();
         s.max_units = s.max_units.max(s.units);
         s.pending.push_back(group);
+        // The applier thread waits for the start to be reached (or for an apply to end, which
+        // notifies anyway): wake it when this push reaches it.
+        let due = before < self.start.max(1) && s.weight >= self.start;
+        drop(s);
+        if due {
+            self.changed.notify_all();
+        }
+    }
+
+    /// The applier thread's wait: returns `true` once a batch is due — at least the start
+    /// waits, nobody applies and nothing failed — and `false` once the store closes
+    /// ([`Backlog::stop`]). The thread then applies with [`Backlog::help_from`], which may
+    /// still find a reader applying first; it simply asks again.
+    pub fn next_batch_due(&self) -> bool {
+        let mut s = self.state.lock();
+        loop {
+            if s.stopping {
+                return false;
+            }
+            if !s.applying && s.failed.is_none() && !s.pending.is_empty() && s.weight >= self.start
+            {
+                return true;
+            }
+            s = self.changed.wait(s);
+        }
+    }
+
+    /// Ends the applier thread's waits (the store closes). What is pending stays, for the
+    /// close's drain.
+    pub fn stop(&self) {
+        self.state.lock().stopping = true;
+        self.changed.notify_all();
     }
 
     /// Notes a group that was applied in place by the leader (a checkpoint), after every pending

@@ -97,6 +97,13 @@ pub struct Options {
     /// one-unit commits); 0 applies after every commit; above `apply_batch_bytes` it counts as
     /// that (a batch never takes more).
     pub apply_min_bytes: usize,
+    /// Who applies the backlog once `apply_min_bytes` wait: a thread of the store's own (the
+    /// default), so no writer's call is held while a batch is written to the B-trees; or, when
+    /// `false`, the writer whose commit finds that much waiting, after its answer (then a store
+    /// runs no thread of its own, and a single-threaded caller applies every batch on its own
+    /// thread, in the same order every run, as the deterministic tests need). Readers, flushes,
+    /// back-pressure and the close apply what they need themselves either way.
+    pub background_apply: bool,
     /// Open for reading only: nothing in the directory is written (not even redb's header),
     /// other readers may share the store, and every write is refused with
     /// [`Error::ReadOnly`]. For stores on read-only media. The store must exist, be of the
@@ -118,6 +125,7 @@ impl Default for Options {
             backlog_bytes: crate::backlog::DEFAULT_BOUND_BYTES,
             apply_batch_bytes: crate::backlog::DEFAULT_BATCH_BYTES,
             apply_min_bytes: crate::backlog::DEFAULT_MIN_BYTES,
+            background_apply: true,
             read_only: false,
         }
     }
@@ -338,14 +346,30 @@ impl Core {
     }
 
     /// Applies pending groups of the backlog if nobody else is (every writer calls it once its
-    /// commit returned).
+    /// commit returned), unless the store's applier thread does ([`Options::background_apply`]).
     pub(crate) fn help_apply(&self) {
+        if self.options.background_apply {
+            return;
+        }
         self.backlog.help_from(
             self.options
                 .apply_min_bytes
                 .min(self.options.apply_batch_bytes),
             |groups| self.apply_backlog(groups),
         );
+    }
+
+    /// The applier thread's loop ([`Options::background_apply`]): a batch each time one is due,
+    /// until the store closes.
+    pub(crate) fn run_applier(&self) {
+        let start = self
+            .options
+            .apply_min_bytes
+            .min(self.options.apply_batch_bytes);
+        while self.backlog.next_batch_due() {
+            self.backlog
+                .help_from(start, |groups| self.apply_backlog(groups));
+        }
     }
 
     /// Waits until the backlog is empty, applying it when nobody else does.

@@ -45,6 +45,20 @@ const REDB_MAGIC: [u8; 9] = [b'r', b'e', b'd', b'b', 0x1A, 0x0A, 0xA9, 0x0D, 0x0
 struct Inner {
     queue: WriteQueue<submit::Request, submit::Answer>,
     core: Arc<Core>,
+    /// The thread that applies the backlog (`Options::background_apply`, durable read-write
+    /// opens only). It holds a reference to the core; the last store handle stops and joins it
+    /// before the core is dropped, so a store is closed when its last handle is.
+    applier: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        if let Some(thread) = self.applier.take() {
+            self.core.backlog.stop();
+            // A panic in the thread was already turned into the failed state (`apply_backlog`).
+            let _ = thread.join();
+        }
+    }
 }
 
 /// An open store. Cheap to clone; share it between threads.
@@ -112,10 +126,11 @@ impl Store {
         } else {
             crate::error::contain(|| crate::overlay::LeaderState::load(&*db))?
         };
-        let backlog = crate::backlog::Backlog::new(
+        let backlog = crate::backlog::Backlog::with_start(
             leader.group,
             options.backlog_bytes,
             options.apply_batch_bytes,
+            options.apply_min_bytes,
         );
         let lock = StoreLock(lock);
         let now = options.clock.now_ms();
@@ -141,10 +156,26 @@ impl Store {
             index_suspect: AtomicBool::new(false),
             _lock: lock,
         };
+        let core = Arc::new(core);
+        let applier = if core.options.background_apply
+            && core.wal.is_some()
+            && core.options.durability == crate::core::Durability::Durable
+        {
+            let c = core.clone();
+            Some(
+                std::thread::Builder::new()
+                    .name("oncelake-apply".into())
+                    .spawn(move || c.run_applier())
+                    .map_err(|e| Error::io("start the store's applier thread", e))?,
+            )
+        } else {
+            None
+        };
         Ok(Store {
             inner: Arc::new(Inner {
                 queue,
-                core: Arc::new(core),
+                core,
+                applier,
             }),
         })
     }

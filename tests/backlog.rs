@@ -189,6 +189,7 @@ fn a_failed_apply_after_the_acknowledgement_never_answers_an_older_state() {
             &path,
             oncelake::Options {
                 apply_min_bytes: 0,
+                background_apply: false,
                 ..faulty_options(&plan, &clock)
             },
         )
@@ -252,8 +253,9 @@ fn a_failed_apply_after_the_acknowledgement_never_answers_an_older_state() {
     );
 }
 
-/// `Options::apply_min_bytes`: below it a writer leaves its durable groups for later, and a
-/// snapshot sees them all the same (it applies them first); at 0 every writer applies at once.
+/// `Options::apply_min_bytes` with `background_apply` off: below it a writer leaves its durable
+/// groups for later, and a snapshot sees them all the same (it applies them first); at 0 every
+/// writer applies at once.
 #[test]
 fn writers_leave_a_small_backlog_for_later_and_readers_still_see_every_commit() {
     for (min, left_after_commits) in [(1 << 20, true), (0, false)] {
@@ -262,6 +264,7 @@ fn writers_leave_a_small_backlog_for_later_and_readers_still_see_every_commit() 
             dir.path().join("lake"),
             oncelake::Options {
                 apply_min_bytes: min,
+                background_apply: false,
                 ..oncelake::Options::default()
             },
         )
@@ -292,8 +295,9 @@ fn writers_leave_a_small_backlog_for_later_and_readers_still_see_every_commit() 
     }
 }
 
-/// A start above `apply_batch_bytes` counts as the batch: writers still apply once a whole batch
-/// waits (a batch never takes more), so the backlog stays below it with no reader at all.
+/// A start above `apply_batch_bytes` counts as the batch: writers (`background_apply` off) still
+/// apply once a whole batch waits (a batch never takes more), so the backlog stays below it with
+/// no reader at all.
 #[test]
 fn a_start_above_the_batch_counts_as_the_batch() {
     const BATCH: usize = 8 << 10;
@@ -303,6 +307,7 @@ fn a_start_above_the_batch_counts_as_the_batch() {
         oncelake::Options {
             apply_min_bytes: usize::MAX,
             apply_batch_bytes: BATCH,
+            background_apply: false,
             ..oncelake::Options::default()
         },
     )
@@ -321,4 +326,56 @@ fn a_start_above_the_batch_counts_as_the_batch() {
         "every commit was applied at once: the start was not used"
     );
     assert_eq!(manifest(&store).len(), 200);
+}
+
+/// `background_apply` (the default): the store's own thread applies the backlog once the start
+/// waits, with no reader, no flush and no writer applying. Commits of 40 units wait below a
+/// 1 MiB start (the thread leaves them); at a start of 0 the thread applies them with nobody
+/// asking — the backlog empties while only `Store::backlog` (which applies nothing) looks. Then
+/// a reader sees exactly the model, and a reopen does too (the close stopped the thread and
+/// drained).
+#[test]
+fn the_applier_thread_applies_the_backlog_with_nobody_asking() {
+    for (min, thread_applies) in [(1 << 20, false), (0, true)] {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("lake");
+        let options = oncelake::Options {
+            apply_min_bytes: min,
+            ..oncelake::Options::default()
+        };
+        assert!(options.background_apply, "the default");
+        let store = Store::open_with(&path, options.clone()).unwrap();
+        let mut model = BTreeMap::new();
+        for i in 0..40u64 {
+            let unit = format!("u{}", i % 25);
+            let r = store.put(&unit, i + 1, &i.to_le_bytes()).unwrap();
+            model.insert(unit, (i + 1, r.outcome.seq().unwrap()));
+        }
+        if thread_applies {
+            // A liveness check, not a timing one: the deadline is far above any apply of 40 units.
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+            while store.backlog().units > 0 {
+                assert!(
+                    std::time::Instant::now() < deadline,
+                    "the applier thread left {:?} for a minute",
+                    store.backlog()
+                );
+                std::thread::sleep(std::time::Duration::from_millis(1));
+            }
+        } else {
+            assert_eq!(
+                store.backlog().units,
+                40,
+                "below the start nobody applies: not the thread, not the writers"
+            );
+        }
+        assert_eq!(manifest(&store), model, "apply_min_bytes {min}");
+        drop(store);
+        let store = Store::open_with(&path, options).unwrap();
+        assert_eq!(
+            manifest(&store),
+            model,
+            "after the reopen, apply_min_bytes {min}"
+        );
+    }
 }

@@ -1,6 +1,7 @@
 //! `oncelake bench commit` (SPEC P1) run tiny: no timing is asserted (speed is measured, not
 //! tested), only that every system commits the units the plan asks, as many per commit as
-//! `--units-per-commit` says, and that a bad count is refused with what to do.
+//! `--units-per-commit` says, and that a bad count is refused with what to do; `--apply-on-writers`
+//! runs the same plan.
 
 mod bin;
 
@@ -65,4 +66,28 @@ fn zero_units_per_commit_is_refused_with_what_to_do() {
         String::from_utf8_lossy(&out.stderr).contains("--units-per-commit must be at least 1"),
         "{out:?}"
     );
+}
+
+/// `--apply-on-writers` (the writers apply the backlog, `Options::background_apply` off) runs the
+/// same plan to the end: every unit committed and, since the sustained rate counts until the
+/// backlog is applied, applied.
+#[test]
+fn the_writers_can_apply_the_backlog_instead_of_the_applier_thread() {
+    let out = bench_commit(&["--apply-on-writers", "--systems", "oncelake"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let lines: Vec<Value> = String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .filter(|l: &Value| l.get("system").is_some())
+        .collect();
+    assert_eq!(lines.len(), 2, "oncelake at two thread counts");
+    for l in &lines {
+        assert_eq!(l["units"], 60, "{l}");
+        assert!(l["sustained_units_per_s"].as_f64().unwrap() > 0.0, "{l}");
+    }
 }

@@ -418,6 +418,9 @@ impl Sim {
                 vfs: Arc::new(FaultyVfs::new(Arc::new(RealVfs), self.plan.clone())),
                 faults: Some(self.plan.clone()),
                 clock: Arc::new(self.clock.clone()),
+                // Every batch applied on the simulation's one thread: the same file operations
+                // in the same order for a seed, so its crash points replay exactly.
+                background_apply: false,
                 ..Options::default()
             };
             let opened = Store::open_with(&self.path, options);

@@ -128,6 +128,8 @@ pub struct Tuning {
     pub cache_bytes: Option<usize>,
     /// `Options::apply_min_bytes`.
     pub apply_min_bytes: Option<usize>,
+    /// `Options::background_apply` (`None`: the engine's default, the store's applier thread).
+    pub background_apply: Option<bool>,
 }
 
 impl Workload {
@@ -140,6 +142,7 @@ impl Workload {
             apply_batch_bytes: None,
             cache_bytes: None,
             apply_min_bytes: None,
+            background_apply: None,
         },
     };
 }
@@ -575,6 +578,9 @@ fn oncelake_preload(dir: &Path, w: Workload) -> Result<Target, String> {
     }
     if let Some(b) = w.tuning.cache_bytes {
         options.cache_bytes = b;
+    }
+    if let Some(b) = w.tuning.background_apply {
+        options.background_apply = b;
     }
     if let Some(b) = w.tuning.apply_min_bytes {
         options.apply_min_bytes = b;

@@ -58,10 +58,14 @@ pub(crate) struct CommitBenchArgs {
     /// oncelake's page cache in MiB (`Options::cache_bytes`; default: the engine's, 64).
     #[arg(long)]
     pub cache_mib: Option<usize>,
-    /// The redo in KiB that waits before a writer applies the backlog after its commit
-    /// (`Options::apply_min_bytes`; default: the engine's, 256; 0 applies after every commit).
+    /// The redo in KiB that waits before the backlog is applied (`Options::apply_min_bytes`;
+    /// default: the engine's, 256; 0 applies after every commit).
     #[arg(long)]
     pub apply_min_kib: Option<usize>,
+    /// oncelake: the writers apply the backlog after their commits instead of the store's
+    /// applier thread (`Options::background_apply` off).
+    #[arg(long)]
+    pub apply_on_writers: bool,
     /// Commit through `oncelake serve` from --clients connections instead, beside in-process
     /// threads of the same counts in the same run (P7).
     #[arg(long)]
@@ -137,6 +141,7 @@ pub(crate) fn commit(a: CommitBenchArgs) -> Result<u8, CliError> {
             apply_batch_bytes: a.apply_batch_mib.map(|m| m << 20),
             cache_bytes: a.cache_mib.map(|m| m << 20),
             apply_min_bytes: a.apply_min_kib.map(|k| k << 10),
+            background_apply: a.apply_on_writers.then_some(false),
         },
     };
     let scratch = scratch_dir(a.dir.clone())?;
