@@ -47,8 +47,8 @@ pub(crate) const DEFAULT_BOUND_BYTES: usize = 32 << 20;
 /// The default batch (`Options::apply_batch_bytes`): the redo bytes one applier transaction
 /// takes at most.
 pub(crate) const DEFAULT_BATCH_BYTES: usize = 4 << 20;
-/// The default start (`Options::apply_min_bytes`): the redo bytes that wait before a writer
-/// applies them after its commit (about 500 one-unit commits, a few milliseconds of applying).
+/// The default start (`Options::apply_min_bytes`): the redo bytes that wait before a batch is
+/// applied (about 500 one-unit commits, a few milliseconds of applying).
 pub(crate) const DEFAULT_MIN_BYTES: usize = 256 << 10;
 
 impl Group for crate::schema::wal::GroupRedo {

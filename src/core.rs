@@ -86,10 +86,12 @@ pub struct Options {
     pub backlog_bytes: usize,
     /// The most redo bytes one transaction applying the backlog to the B-trees takes. Larger
     /// batches dirty fewer B-tree pages per unit (several units share a leaf) and pay one
-    /// transaction commit for more units; the writer or reader that applies a batch waits for it.
+    /// transaction commit for more units; a reader (or a writer under back-pressure) that applies
+    /// a batch waits for it.
     /// Default 4 MiB.
     pub apply_batch_bytes: usize,
-    /// The redo bytes that must wait before a writer applies the backlog after its commit; below
+    /// The redo bytes that must wait before the backlog is applied (by the store's applier
+    /// thread, or with `background_apply` off by the writer whose commit finds them); below
     /// it the groups wait for more (a batch of them costs the B-trees less per unit than one
     /// transaction each), durable in the write-ahead log. Visibility does not depend on it: a
     /// reader applies whatever waits before it reads, so this also bounds how long a reader
