@@ -32,20 +32,25 @@ fn bench_commit(extra: &[&str]) -> std::process::Output {
         .unwrap()
 }
 
-#[test]
-fn every_system_commits_the_planned_units_several_to_a_commit() {
-    let out = bench_commit(&["--units-per-commit", "4"]);
+/// The per-system JSON lines of a run that must have succeeded.
+fn system_lines(out: std::process::Output) -> Vec<Value> {
     assert!(
         out.status.success(),
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let lines: Vec<Value> = String::from_utf8(out.stdout)
+    String::from_utf8(out.stdout)
         .unwrap()
         .lines()
         .map(|l| serde_json::from_str(l).unwrap())
         .filter(|l: &Value| l.get("system").is_some())
-        .collect();
+        .collect()
+}
+
+#[test]
+fn every_system_commits_the_planned_units_several_to_a_commit() {
+    let out = bench_commit(&["--units-per-commit", "4"]);
+    let lines = system_lines(out);
     assert_eq!(lines.len(), 4 * 2, "four systems at two thread counts");
     for l in &lines {
         assert_eq!(l["units_per_commit"], 4, "{l}");
@@ -74,17 +79,7 @@ fn zero_units_per_commit_is_refused_with_what_to_do() {
 #[test]
 fn the_writers_can_apply_the_backlog_instead_of_the_applier_thread() {
     let out = bench_commit(&["--apply-on-writers", "--systems", "oncelake"]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let lines: Vec<Value> = String::from_utf8(out.stdout)
-        .unwrap()
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .filter(|l: &Value| l.get("system").is_some())
-        .collect();
+    let lines = system_lines(out);
     assert_eq!(lines.len(), 2, "oncelake at two thread counts");
     for l in &lines {
         assert_eq!(l["units"], 60, "{l}");
