@@ -450,6 +450,13 @@ impl Store {
         self.inner.core.backlog.size()
     }
 
+    /// Whether a thread of the store's own applies its backlog (`Options::background_apply` on a
+    /// durable read-write open), rather than the writers after their commits.
+    #[doc(hidden)]
+    pub fn has_applier_thread(&self) -> bool {
+        self.inner.applier.is_some()
+    }
+
     /// Waits until every acknowledged group is applied to the B-trees (benchmarks time it).
     #[doc(hidden)]
     pub fn wait_applied(&self) -> Result<()> {

@@ -269,6 +269,7 @@ fn writers_leave_a_small_backlog_for_later_and_readers_still_see_every_commit() 
             },
         )
         .unwrap();
+        assert!(!store.has_applier_thread());
         let mut model = BTreeMap::new();
         for i in 0..40u64 {
             let unit = format!("u{}", i % 25);
@@ -345,6 +346,7 @@ fn the_applier_thread_applies_the_backlog_with_nobody_asking() {
         };
         assert!(options.background_apply, "the default");
         let store = Store::open_with(&path, options.clone()).unwrap();
+        assert!(store.has_applier_thread());
         let mut model = BTreeMap::new();
         for i in 0..40u64 {
             let unit = format!("u{}", i % 25);
@@ -378,4 +380,27 @@ fn the_applier_thread_applies_the_backlog_with_nobody_asking() {
             "after the reopen, apply_min_bytes {min}"
         );
     }
+}
+
+/// Only a durable read-write open has something for the thread to apply: a relaxed store (its
+/// groups applied in place) and a read-only one run none.
+#[test]
+fn only_a_durable_read_write_store_runs_the_applier_thread() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("lake");
+    let relaxed = oncelake::Options {
+        durability: oncelake::Durability::Relaxed {
+            max_delay: std::time::Duration::from_millis(50),
+        },
+        ..oncelake::Options::default()
+    };
+    let store = Store::open_with(&path, relaxed).unwrap();
+    assert!(!store.has_applier_thread(), "relaxed");
+    store.put("a", 1, b"a1").unwrap();
+    drop(store);
+    let store = Store::open_read_only(&path).unwrap();
+    assert!(!store.has_applier_thread(), "read-only");
+    drop(store);
+    let store = Store::open(&path).unwrap();
+    assert!(store.has_applier_thread(), "durable");
 }

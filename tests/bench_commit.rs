@@ -57,9 +57,14 @@ fn every_system_commits_the_planned_units_several_to_a_commit() {
         // 60 units in commits of 4: exactly 15 commits' worth, whatever the threads.
         assert_eq!(l["units"], 60, "{l}");
     }
-    // oncelake's groups carry whole commits: at least 4 units each.
-    for l in lines.iter().filter(|l| l["system"] == "oncelake") {
-        assert!(l["mean_group"].as_f64().unwrap() >= 4.0, "{l}");
+    // oncelake's groups carry whole commits: at least 4 units each; its own thread applied them.
+    for l in &lines {
+        if l["system"] == "oncelake" {
+            assert!(l["mean_group"].as_f64().unwrap() >= 4.0, "{l}");
+            assert_eq!(l["applier_thread"], true, "{l}");
+        } else {
+            assert!(l["applier_thread"].is_null(), "{l}");
+        }
     }
 }
 
@@ -73,15 +78,16 @@ fn zero_units_per_commit_is_refused_with_what_to_do() {
     );
 }
 
-/// `--apply-on-writers` (the writers apply the backlog, `Options::background_apply` off) runs the
-/// same plan to the end: every unit committed and, since the sustained rate counts until the
-/// backlog is applied, applied.
+/// `--apply-on-writers` (the writers apply the backlog, `Options::background_apply` off) opens the
+/// store without its applier thread and runs the same plan to the end: every unit committed and,
+/// since the sustained rate counts until the backlog is applied, applied.
 #[test]
 fn the_writers_can_apply_the_backlog_instead_of_the_applier_thread() {
     let out = bench_commit(&["--apply-on-writers", "--systems", "oncelake"]);
     let lines = system_lines(out);
     assert_eq!(lines.len(), 2, "oncelake at two thread counts");
     for l in &lines {
+        assert_eq!(l["applier_thread"], false, "the writers applied: {l}");
         assert_eq!(l["units"], 60, "{l}");
         assert!(l["sustained_units_per_s"].as_f64().unwrap() > 0.0, "{l}");
     }

@@ -207,6 +207,8 @@ pub struct Measurement {
     pub max_backlog: Option<u64>,
     /// The backlog's size in units at each tenth of the run (oncelake).
     pub backlog_by_tenth: Vec<u64>,
+    /// oncelake only: whether the store's own thread applied the backlog (else the writers did).
+    pub applier_thread: Option<bool>,
     /// Units preloaded before this configuration ran (the preload plus earlier runs' units).
     pub store_units_before: u64,
     /// CPU time of the whole process (user + system) from the writers' start until every unit
@@ -422,6 +424,7 @@ fn finish(system: System, plan: Plan, mut t: Timings) -> Measurement {
         applied_elapsed: t.elapsed,
         max_backlog: None,
         backlog_by_tenth: Vec::new(),
+        applier_thread: None,
         store_units_before: 0,
         cpu: None,
     }
@@ -626,6 +629,7 @@ fn oncelake_commits(
     let mut m = finish(System::Oncelake, plan, timings);
     m.applied_elapsed = m.elapsed + drained_in;
     m.max_backlog = samples.iter().copied().max().or(Some(0));
+    m.applier_thread = Some(store.has_applier_thread());
     m.backlog_by_tenth = (1..=10)
         .filter_map(|k| {
             samples

@@ -243,6 +243,7 @@ fn print_jsons(
             "sustained_units_per_s": oncelake.then(|| m.sustained_units_per_sec()),
             "max_backlog": m.max_backlog,
             "backlog_by_tenth": oncelake.then(|| m.backlog_by_tenth.clone()),
+            "applier_thread": m.applier_thread,
             "cpu_us_per_unit": m.cpu_us_per_unit(),
         }));
     }
