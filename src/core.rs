@@ -15,6 +15,7 @@ use crate::index_snap::OpenReport;
 use crate::metrics::Metrics;
 use crate::object::ObjectId;
 use crate::overlay::LeaderState;
+use crate::owner::Owner;
 use crate::schema::meta::{self, seq_and_horizon};
 use crate::schema::wal::GroupRedo;
 use crate::schema::{Tables, MANIFEST, META};
@@ -210,6 +211,9 @@ pub(crate) struct Core {
     /// Set when a commit leader panicked: its transaction may be durable without its index
     /// update, so the index must not be persisted (the next open replays or scans instead).
     pub(crate) index_suspect: AtomicBool,
+    /// The process that opened the store: a forked child's copy is neither used nor closed
+    /// (`owner`).
+    pub(crate) owner: Owner,
     /// Last field: dropped after the database is closed.
     pub(crate) _lock: StoreLock,
 }
@@ -221,12 +225,20 @@ pub(crate) struct Core {
 /// fork and its exec. Closing ours would leave the store locked until that exec, so a reopen
 /// right after the drop could fail with `Locked`. Unlocking releases the description's lock
 /// whoever else holds a copy.
-pub(crate) struct StoreLock(pub(crate) File);
+/// In a forked child the lock is not released: the child shares the description with its
+/// parent, so unlocking would release the parent's lock (`owner`).
+pub(crate) struct StoreLock {
+    pub(crate) file: File,
+    pub(crate) owner: Owner,
+}
 
 impl Drop for StoreLock {
     fn drop(&mut self) {
+        if !self.owner.is_current() {
+            return;
+        }
         // Best effort: if it fails, closing the descriptor releases the lock as before.
-        let _ = self.0.unlock();
+        let _ = self.file.unlock();
     }
 }
 
@@ -288,7 +300,9 @@ impl Drop for ReaderPin {
 
 impl Drop for Core {
     fn drop(&mut self) {
-        if self.options.read_only {
+        // A forked child's copy never gets here (its store handles and snapshots leak the core,
+        // see `owner`); if it did, draining and syncing would write the parent's files.
+        if self.options.read_only || !self.owner.is_current() {
             return;
         }
         if self.failed.lock().is_some() {
@@ -341,6 +355,7 @@ impl Core {
     /// for (or applies itself) the durable groups still in the backlog. So a commit is visible
     /// to every reader from the moment it is acknowledged, and never before it is durable.
     pub(crate) fn begin_read(&self) -> Result<redb::ReadTransaction> {
+        self.owner.check(&self.dir)?;
         self.backlog
             .wait_applied(|groups| self.apply_backlog(groups))
             .map_err(|e| self.stopped(e))?;
@@ -376,6 +391,7 @@ impl Core {
 
     /// Waits until the backlog is empty, applying it when nobody else does.
     pub(crate) fn drain(&self) -> Result<()> {
+        self.owner.check(&self.dir)?;
         self.backlog
             .drain(|groups| self.apply_backlog(groups))
             .map_err(|e| self.stopped(e))

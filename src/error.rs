@@ -66,6 +66,18 @@ pub enum Error {
         /// The store directory.
         path: PathBuf,
     },
+    /// The store was opened by another process, of which this one is a `fork()`ed child: the
+    /// child's copy of the open store cannot be used (it would write the parent's files behind
+    /// its back), and dropping it leaves the parent's store as it is.
+    #[error("store {path} was opened by process {opened_by}, and this process ({this}) is a fork of it: a forked child cannot use its parent's open store (nothing was changed) — open the store in the child after the parent has closed it, or let a server of the store serve both processes")]
+    Forked {
+        /// The store directory.
+        path: PathBuf,
+        /// The process that opened the store.
+        opened_by: u32,
+        /// The calling process.
+        this: u32,
+    },
     /// An earlier write failed to reach the disk; the store refuses writes until it is reopened.
     #[error("store is in a failed state after an I/O error ({cause}); no later write is accepted — reopen the store to recover from its last durable state")]
     Failed {
@@ -316,6 +328,11 @@ mod tests {
                 detail: "d".into(),
             },
             Error::Locked { path: "x".into() },
+            Error::Forked {
+                path: "x".into(),
+                opened_by: 1,
+                this: 2,
+            },
             Error::MissingObject {
                 object: "o".into(),
                 unit: "u".into(),

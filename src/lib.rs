@@ -48,6 +48,7 @@ pub use schema::log;
 pub mod metrics;
 mod object;
 mod overlay;
+mod owner;
 pub mod pipeline;
 pub mod reconcile;
 mod replay;

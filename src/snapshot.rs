@@ -38,6 +38,16 @@ pub struct Snapshot {
     _pin: ReaderPin,
 }
 
+impl Drop for Snapshot {
+    fn drop(&mut self) {
+        // In a forked child this may be the last reference to the parent's open store, whose
+        // close must not run here (`owner`): leak one.
+        if !self.core.owner.is_current() {
+            std::mem::forget(Arc::clone(&self.core));
+        }
+    }
+}
+
 /// Entries in key order.
 pub type Entries = Box<dyn Iterator<Item = Result<Entry>>>;
 

@@ -53,6 +53,14 @@ struct Inner {
 
 impl Drop for Inner {
     fn drop(&mut self) {
+        if !self.core.owner.is_current() {
+            // A forked child's copy (`owner`): its applier thread does not exist here, and the
+            // core's close would write the parent's files. One reference leaked keeps the core
+            // from ever being dropped in this process.
+            std::mem::forget(self.applier.take());
+            std::mem::forget(Arc::clone(&self.core));
+            return;
+        }
         if let Some(thread) = self.applier.take() {
             self.core.backlog.stop();
             // A panic in the thread was already turned into the failed state (`apply_backlog`).
@@ -132,7 +140,8 @@ impl Store {
             options.apply_batch_bytes,
             options.apply_min_bytes,
         );
-        let lock = StoreLock(lock);
+        let owner = crate::owner::Owner::this_process();
+        let lock = StoreLock { file: lock, owner };
         let now = options.clock.now_ms();
         let stager = Stager::new(&dir, options.vfs.clone());
         let queue = WriteQueue::new(options.max_group_units);
@@ -154,6 +163,7 @@ impl Store {
             created,
             open_report,
             index_suspect: AtomicBool::new(false),
+            owner,
             _lock: lock,
         };
         let core = Arc::new(core);
@@ -431,6 +441,7 @@ impl Store {
     }
 
     pub(crate) fn check_writable(&self) -> Result<()> {
+        self.inner.core.owner.check(&self.inner.core.dir)?;
         if self.inner.core.options.read_only {
             return Err(Error::ReadOnly {
                 path: self.inner.core.dir.clone(),

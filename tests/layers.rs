@@ -18,6 +18,7 @@ const LAYERS: &[(&str, &[&str])] = &[
         "foundation",
         &[
             "error", "layout", "text", "object", "key", "clock", "sync", "vfs", "fault", "metrics",
+            "owner",
         ],
     ),
     ("schema", &["schema"]),

@@ -119,7 +119,9 @@ class InvalidInput(OncelakeError, ValueError):
 
 
 class StoreError(OncelakeError):
-    """The engine could not do the work: I/O, a failed store (reopen it), a missing object."""
+    """The engine could not do the work: I/O, a failed store (reopen it), a missing object, a
+    store used in a child ``fork()``ed from the process that opened it (facts: ``path``,
+    ``opened_by``, ``this``; open the store in the child once the parent closed it, or serve it)."""
 
     kind = "store_error"
 

@@ -97,6 +97,18 @@ pub(crate) fn engine_err(py: Python<'_>, e: oncelake::Error) -> PyErr {
                 ("unit", o(py, unit.as_str())),
             ],
         ),
+        E::Forked {
+            path,
+            opened_by,
+            this,
+        } => (
+            "store_error",
+            vec![
+                ("path", o(py, path.display().to_string())),
+                ("opened_by", o(py, *opened_by)),
+                ("this", o(py, *this)),
+            ],
+        ),
         _ => ("store_error", vec![]),
     };
     match kw(py, &facts) {

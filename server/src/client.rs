@@ -121,14 +121,40 @@ type Pooled = BufReader<Box<dyn Conn>>;
 /// The idle kept-alive connections of a client and its clones: each with when it was last used
 /// and the read/write timeout it has (clones may differ in timeout, and setting it costs two
 /// system calls per request, so it is set only when it changes).
+///
+/// The connections belong to the process that made them. A child `fork()`ed from it (a
+/// `multiprocessing` worker with the parent's served `Store`) inherits copies of the same
+/// sockets: were both to send on one, each could read the other's answer — the outcome of
+/// another unit's commit. So the first use in another process drops the inherited ones
+/// (closing the child's descriptors only; the parent's connections stay open) and the pool is
+/// the child's from then on.
 #[derive(Default)]
 struct Pool {
-    idle: Mutex<Vec<(Pooled, Instant, Option<Duration>)>>,
+    idle: Mutex<Idle>,
+}
+
+/// The idle connections and the process they belong to (0 before the first is kept).
+#[derive(Default)]
+struct Idle {
+    conns: Vec<(Pooled, Instant, Option<Duration>)>,
+    owner: u32,
+}
+
+impl Idle {
+    /// The connections of this process, dropping those inherited across a `fork()`.
+    fn of_this_process(&mut self) -> &mut Vec<(Pooled, Instant, Option<Duration>)> {
+        let me = std::process::id();
+        if self.owner != me {
+            self.conns.clear();
+            self.owner = me;
+        }
+        &mut self.conns
+    }
 }
 
 impl std::fmt::Debug for Pool {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let n = self.idle.lock().map(|v| v.len()).unwrap_or(0);
+        let n = self.idle.lock().map(|v| v.conns.len()).unwrap_or(0);
         write!(f, "Pool({n} idle)")
     }
 }
@@ -140,7 +166,8 @@ impl Pool {
     fn take(&self, max_age: Duration) -> Option<(Pooled, Option<Duration>)> {
         loop {
             let (conn, at, timeout) = {
-                let mut idle = self.idle.lock().unwrap_or_else(|p| p.into_inner());
+                let mut guard = self.idle.lock().unwrap_or_else(|p| p.into_inner());
+                let idle = guard.of_this_process();
                 match idle.last() {
                     Some((_, at, _)) if at.elapsed() >= POOL_IDLE => {
                         // All are older (the newest is last): close them.
@@ -161,7 +188,8 @@ impl Pool {
     }
 
     fn put(&self, conn: Pooled, timeout: Option<Duration>) {
-        let mut idle = self.idle.lock().unwrap_or_else(|p| p.into_inner());
+        let mut guard = self.idle.lock().unwrap_or_else(|p| p.into_inner());
+        let idle = guard.of_this_process();
         if idle.len() < POOL_MAX {
             idle.push((conn, Instant::now(), timeout));
         }
@@ -169,7 +197,7 @@ impl Pool {
 
     /// Idle connections kept (for tests).
     fn len(&self) -> usize {
-        self.idle.lock().map(|v| v.len()).unwrap_or(0)
+        self.idle.lock().map(|v| v.conns.len()).unwrap_or(0)
     }
 }
 
@@ -1427,6 +1455,32 @@ mod tests {
         assert_eq!(&got, b"req");
         drop(theirs);
         assert_eq!(c.read(&mut buf).unwrap(), 0, "end of stream");
+    }
+
+    /// A pool whose connections were kept by another process (a fork's parent, as a child sees
+    /// its inherited pool) hands none of them out, and keeps this process' own from then on.
+    #[test]
+    fn a_pool_inherited_across_a_fork_hands_out_none_of_the_parents_connections() {
+        let pool = Pool::default();
+        let conn = || -> Pooled {
+            let (ours, theirs) = std::os::unix::net::UnixStream::pair().unwrap();
+            std::mem::forget(theirs); // keep the peer open: the connection looks idle and healthy
+            BufReader::new(Box::new(ours))
+        };
+        pool.put(conn(), None);
+        assert!(
+            pool.take(POOL_IDLE).is_some(),
+            "this process' own connection"
+        );
+        pool.put(conn(), None);
+        pool.put(conn(), None);
+        assert_eq!(pool.len(), 2);
+        // As in a child: the pool's connections belong to another process.
+        pool.idle.lock().unwrap().owner = std::process::id().wrapping_add(1);
+        assert!(pool.take(POOL_IDLE).is_none(), "a connection of the parent");
+        assert_eq!(pool.len(), 0, "the inherited connections are dropped");
+        pool.put(conn(), None);
+        assert!(pool.take(POOL_IDLE).is_some(), "the child's own connection");
     }
 
     #[test]

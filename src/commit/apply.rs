@@ -356,6 +356,8 @@ fn write_group(inner: &Core, ops: Vec<Op>) -> Result<GroupResult> {
 /// the core's [`crate::core::Applier`]. In debug builds the group checks of
 /// `commit::invariants` run on the transaction before it commits.
 pub(crate) fn apply_groups(core: &Core, groups: &[Pending], synced: bool) -> Result<()> {
+    // Every caller checked already; the B-trees must not be written from a forked child.
+    core.owner.check(&core.dir)?;
     let mut txn = core.db.begin_write()?;
     txn.set_durability(if synced {
         redb::Durability::Immediate

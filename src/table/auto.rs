@@ -30,6 +30,8 @@ struct Shared {
 pub struct AutoPublisher {
     shared: Arc<Shared>,
     thread: Option<JoinHandle<()>>,
+    /// A forked child's copy neither stops nor joins a thread that only its parent has.
+    owner: crate::owner::Owner,
 }
 
 impl std::fmt::Debug for AutoPublisher {
@@ -51,7 +53,11 @@ impl AutoPublisher {
             .name("oncelake-tables".into())
             .spawn(move || run(store, interval, &s))
             .ok();
-        AutoPublisher { shared, thread }
+        AutoPublisher {
+            shared,
+            thread,
+            owner: crate::owner::Owner::this_process(),
+        }
     }
 
     /// Waits until every table is published at least up to `seq`, or `timeout` passes; returns
@@ -85,6 +91,11 @@ impl AutoPublisher {
 
 impl Drop for AutoPublisher {
     fn drop(&mut self) {
+        if !self.owner.is_current() {
+            // Joining would wait forever for a thread this process does not have (`owner`).
+            std::mem::forget(self.thread.take());
+            return;
+        }
         self.shared.state.lock().stop = true;
         self.shared.changed.notify_all();
         if let Some(t) = self.thread.take() {
