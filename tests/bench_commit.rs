@@ -1,7 +1,7 @@
 //! `oncelake bench commit` (SPEC P1) run tiny: no timing is asserted (speed is measured, not
 //! tested), only that every system commits the units the plan asks, as many per commit as
 //! `--units-per-commit` says, and that a bad count is refused with what to do; `--apply-on-writers`
-//! runs the same plan.
+//! runs the same plan; `--read-probe` reports its reads.
 
 mod bin;
 
@@ -9,23 +9,16 @@ use serde_json::Value;
 use std::process::Command;
 
 fn bench_commit(extra: &[&str]) -> std::process::Output {
+    bench_commit_for(60, "60s", extra)
+}
+
+/// A run of `commits` units or `seconds`, whichever ends first.
+fn bench_commit_for(commits: usize, seconds: &str, extra: &[&str]) -> std::process::Output {
     let scratch = tempfile::tempdir().unwrap();
     Command::new(bin::oncelake())
-        .args([
-            "bench",
-            "commit",
-            "--preload",
-            "2000",
-            "--threads",
-            "1,3",
-            "--commits",
-            "60",
-            "--seconds",
-            "60s",
-            "--json",
-            "-q",
-            "--dir",
-        ])
+        .args(["bench", "commit", "--preload", "2000", "--threads", "1,3"])
+        .args(["--commits", &commits.to_string(), "--seconds", seconds])
+        .args(["--json", "-q", "--dir"])
         .arg(scratch.path())
         .args(extra)
         .output()
@@ -90,5 +83,31 @@ fn the_writers_can_apply_the_backlog_instead_of_the_applier_thread() {
         assert_eq!(l["applier_thread"], false, "the writers applied: {l}");
         assert_eq!(l["units"], 60, "{l}");
         assert!(l["sustained_units_per_s"].as_f64().unwrap() > 0.0, "{l}");
+    }
+}
+
+/// `--read-probe` times reads during oncelake's run (one every 20 ms, so a run of a second has
+/// several) and reports them; without it, and for the baselines, the fields are null.
+#[test]
+fn the_read_probe_reports_reads_made_during_the_run() {
+    let lines = system_lines(bench_commit_for(
+        1_000_000,
+        "1s",
+        &["--read-probe", "--systems", "oncelake,redb_txn_per_commit"],
+    ));
+    assert_eq!(lines.len(), 2 * 2, "two systems at two thread counts");
+    for l in &lines {
+        if l["system"] != "oncelake" {
+            assert!(l["reads"].is_null() && l["read_p50_us"].is_null(), "{l}");
+            continue;
+        }
+        let reads = l["reads"].as_u64().unwrap();
+        assert!(reads >= 5, "a read every 20 ms for a second: {l}");
+        let q = |k: &str| l[k].as_u64().unwrap();
+        assert!(q("read_p50_us") <= q("read_p99_us"), "{l}");
+        assert!(q("read_p99_us") <= q("read_max_us"), "{l}");
+    }
+    for l in &system_lines(bench_commit(&["--systems", "oncelake"])) {
+        assert!(l["reads"].is_null() && l["read_max_us"].is_null(), "{l}");
     }
 }

@@ -162,6 +162,11 @@ pub struct Plan {
     /// seed 001's check-then-insert per unit. A caller that gathers its units — a batch job, the
     /// server's committers — pays a thread's wait and wake once per commit, not per unit.
     pub units_per_commit: usize,
+    /// oncelake: time one read ([`oncelake::Store::get`] of a preloaded unit) every 20 ms while
+    /// the writers run, on a thread of its own. A read sees every commit acknowledged before it,
+    /// so it waits for (or applies) the backlog acknowledged by then: what a reader pays under
+    /// the write load.
+    pub read_probe: bool,
 }
 
 impl Plan {
@@ -172,6 +177,7 @@ impl Plan {
             max_units,
             max_time,
             units_per_commit: 1,
+            read_probe: false,
         }
     }
 }
@@ -209,6 +215,8 @@ pub struct Measurement {
     pub backlog_by_tenth: Vec<u64>,
     /// oncelake only: whether the store's own thread applied the backlog (else the writers did).
     pub applier_thread: Option<bool>,
+    /// oncelake with [`Plan::read_probe`]: the probe's read latencies, microseconds, sorted.
+    pub read_latencies_us: Option<Vec<u64>>,
     /// Units preloaded before this configuration ran (the preload plus earlier runs' units).
     pub store_units_before: u64,
     /// CPU time of the whole process (user + system) from the writers' start until every unit
@@ -425,6 +433,7 @@ fn finish(system: System, plan: Plan, mut t: Timings) -> Measurement {
         max_backlog: None,
         backlog_by_tenth: Vec::new(),
         applier_thread: None,
+        read_latencies_us: None,
         store_units_before: 0,
         cpu: None,
     }
@@ -482,6 +491,11 @@ impl KeySource {
             next_new: AtomicU64::new(workload.preload),
             next_version: AtomicU64::new(PRELOAD_VERSION + 1),
         }
+    }
+
+    /// The workload the keys are of.
+    pub fn workload(&self) -> Workload {
+        self.workload
     }
 
     /// Writer `thread` of `threads`: each updates only its own share of the preloaded units.
@@ -601,6 +615,9 @@ fn oncelake_commits(
 ) -> Result<Measurement, String> {
     let before = store.metrics();
     let sampler = BacklogSampler::start(store);
+    let reader = plan
+        .read_probe
+        .then(|| ReadProbe::start(store, keys.workload()));
     let timings = drive(
         plan,
         |t| Ok(keys.writer(t, plan.threads)),
@@ -622,6 +639,7 @@ fn oncelake_commits(
         },
     )?;
     let samples = sampler.stop();
+    let reads = reader.map(ReadProbe::stop).transpose()?;
     let drain = std::time::Instant::now();
     store.wait_applied().map_err(|e| e.to_string())?;
     let drained_in = drain.elapsed();
@@ -630,6 +648,7 @@ fn oncelake_commits(
     m.applied_elapsed = m.elapsed + drained_in;
     m.max_backlog = samples.iter().copied().max().or(Some(0));
     m.applier_thread = Some(store.has_applier_thread());
+    m.read_latencies_us = reads;
     m.backlog_by_tenth = (1..=10)
         .filter_map(|k| {
             samples
@@ -668,6 +687,43 @@ impl BacklogSampler {
     fn stop(self) -> Vec<u64> {
         self.stop.store(true, Ordering::Relaxed);
         self.thread.join().unwrap_or_default()
+    }
+}
+
+/// Times one `Store::get` of a preloaded unit every 20 ms on its own thread ([`Plan::read_probe`]).
+struct ReadProbe {
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    thread: std::thread::JoinHandle<Result<Vec<u64>, String>>,
+}
+
+impl ReadProbe {
+    fn start(store: &oncelake::Store, w: Workload) -> ReadProbe {
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let (store, flag) = (store.clone(), stop.clone());
+        let thread = std::thread::spawn(move || {
+            let mut latencies = Vec::new();
+            let mut i: u64 = 0;
+            while !flag.load(Ordering::Relaxed) {
+                // Spread over the preloaded units (a stride prime to any preload); with none
+                // preloaded the read finds nothing, and still waits for the backlog.
+                i = i.wrapping_add(7_919);
+                let key = unit_key(w.keys, i % w.preload.max(1));
+                let t0 = std::time::Instant::now();
+                store.get(&key).map_err(|e| format!("read probe: {e}"))?;
+                latencies.push(t0.elapsed().as_micros() as u64);
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            latencies.sort_unstable();
+            Ok(latencies)
+        });
+        ReadProbe { stop, thread }
+    }
+
+    fn stop(self) -> Result<Vec<u64>, String> {
+        self.stop.store(true, Ordering::Relaxed);
+        self.thread
+            .join()
+            .map_err(|_| "the read probe panicked".to_string())?
     }
 }
 

@@ -66,6 +66,11 @@ pub(crate) struct CommitBenchArgs {
     /// applier thread (`Options::background_apply` off).
     #[arg(long)]
     pub apply_on_writers: bool,
+    /// oncelake: also time one read (`Store::get` of a preloaded unit) every 20 ms while the
+    /// writers run (`read_p50_us`, `read_p99_us`, `read_max_us`): a read sees every commit
+    /// acknowledged before it, so it waits for the backlog acknowledged by then.
+    #[arg(long)]
+    pub read_probe: bool,
     /// Commit through `oncelake serve` from --clients connections instead, beside in-process
     /// threads of the same counts in the same run (P7).
     #[arg(long)]
@@ -166,6 +171,7 @@ pub(crate) fn commit(a: CommitBenchArgs) -> Result<u8, CliError> {
             bar.set_message(format!("{} at {threads} threads", system.name()));
             let plan = Plan {
                 units_per_commit: a.units_per_commit,
+                read_probe: a.read_probe,
                 ..Plan::new(threads, a.commits, a.seconds)
             };
             let m = bench
@@ -207,6 +213,12 @@ fn ratio_sqlite_best(results: &[Measurement], threads: usize) -> Option<f64> {
     }
 }
 
+/// The `q` quantile of sorted `v` (nearest rank), if any.
+fn quantile(v: &[u64], q: f64) -> Option<u64> {
+    let i = ((v.len() as f64 * q).ceil() as usize).clamp(1, v.len().max(1));
+    v.get(i - 1).copied()
+}
+
 fn print_jsons(
     results: &[Measurement],
     probes: &[(String, Duration)],
@@ -245,6 +257,10 @@ fn print_jsons(
             "backlog_by_tenth": oncelake.then(|| m.backlog_by_tenth.clone()),
             "applier_thread": m.applier_thread,
             "cpu_us_per_unit": m.cpu_us_per_unit(),
+            "reads": m.read_latencies_us.as_ref().map(Vec::len),
+            "read_p50_us": m.read_latencies_us.as_deref().and_then(|r| quantile(r, 0.50)),
+            "read_p99_us": m.read_latencies_us.as_deref().and_then(|r| quantile(r, 0.99)),
+            "read_max_us": m.read_latencies_us.as_deref().and_then(|r| r.last().copied()),
         }));
     }
     let mut threads: Vec<usize> = results.iter().map(|m| m.threads).collect();
@@ -314,6 +330,20 @@ fn print_table(
                 .map(|g| format!("{g:.0}"))
                 .unwrap_or_else(|| "-".into())
         );
+    }
+    for m in results {
+        if let Some(r) = m.read_latencies_us.as_deref() {
+            let q = |q: f64| quantile(r, q).map_or_else(|| "-".into(), |v| v.to_string());
+            outln!(
+                "{} at {} threads, read probe: {} reads, p50 {} µs, p99 {} µs, max {} µs",
+                m.system.name(),
+                m.threads,
+                r.len(),
+                q(0.50),
+                q(0.99),
+                q(1.0)
+            );
+        }
     }
     let fmt = |r: Option<f64>| r.map(|r| format!("{r:.1}x")).unwrap_or_else(|| "-".into());
     outln!();
