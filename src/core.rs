@@ -225,6 +225,7 @@ pub(crate) struct Core {
 /// fork and its exec. Closing ours would leave the store locked until that exec, so a reopen
 /// right after the drop could fail with `Locked`. Unlocking releases the description's lock
 /// whoever else holds a copy.
+///
 /// In a forked child the lock is not released: the child shares the description with its
 /// parent, so unlocking would release the parent's lock (`owner`).
 pub(crate) struct StoreLock {

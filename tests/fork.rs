@@ -14,9 +14,24 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
+/// The store's table publisher (`AutoPublisher`, with the `tables` feature): a thread of the
+/// parent's that the child does not have.
+#[cfg(feature = "tables")]
+type Publisher = oncelake::table::AutoPublisher;
+#[cfg(not(feature = "tables"))]
+type Publisher = ();
+
+fn publisher(store: &Store) -> Publisher {
+    #[cfg(feature = "tables")]
+    return oncelake::table::AutoPublisher::start(store.clone(), Duration::from_secs(3600));
+    #[cfg(not(feature = "tables"))]
+    let _ = store;
+}
+
 /// The handles of the open store that the fork copies into the child.
 enum Handles {
-    Store(Store),
+    /// With the store's table publisher.
+    Store(Store, Publisher),
     /// A snapshot open across the fork; in the child it outlives the store handle.
     StoreAndSnapshot(Store, Snapshot),
     /// Only a snapshot: the parent dropped its store handle before the fork, so in the child
@@ -27,7 +42,13 @@ enum Handles {
 /// What the child found, as its exit status: 0 when every call was refused as it must be.
 fn child(handles: Handles, parent: u32) -> i32 {
     let (store, snapshot) = match handles {
-        Handles::Store(s) => (Some(s), None),
+        Handles::Store(s, publisher) => {
+            // Dropped first: its thread is the parent's (a unit without the `tables` feature).
+            {
+                let _stopped = publisher;
+            }
+            (Some(s), None)
+        }
         Handles::StoreAndSnapshot(s, snap) => (Some(s), Some(snap)),
         Handles::Snapshot(snap) => (None, Some(snap)),
     };
@@ -156,7 +177,10 @@ fn run(path: &Path, options: Options, kind: u8) {
     store.wait_applied().unwrap();
     // The handles are the process' only ones, so in the child their drop is the last.
     let handles = match kind {
-        0 => Handles::Store(store),
+        0 => {
+            let publisher = publisher(&store);
+            Handles::Store(store, publisher)
+        }
         1 => {
             let snapshot = store.snapshot().unwrap();
             Handles::StoreAndSnapshot(store, snapshot)
@@ -186,7 +210,7 @@ fn run(path: &Path, options: Options, kind: u8) {
         "the child released the parent's lock"
     );
     // The parent's store works on, and its close is the store's only one.
-    if let Handles::Store(store) | Handles::StoreAndSnapshot(store, _) = &handles {
+    if let Handles::Store(store, _) | Handles::StoreAndSnapshot(store, _) = &handles {
         for i in 0..5 {
             put(store, &mut model, i, 2);
         }

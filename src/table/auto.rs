@@ -92,7 +92,8 @@ impl AutoPublisher {
 impl Drop for AutoPublisher {
     fn drop(&mut self) {
         if !self.owner.is_current() {
-            // Joining would wait forever for a thread this process does not have (`owner`).
+            // The thread is the parent's: this process does not have it, and std's join of it
+            // panics (`owner`).
             std::mem::forget(self.thread.take());
             return;
         }
