@@ -32,7 +32,10 @@ pub(crate) fn seconds(name: &str, s: f64) -> PyResult<Duration> {
 /// One process opens a store at a time: another process gets ``Locked`` (``lock_wait`` seconds
 /// waits for it) — unless ``oncelake serve`` holds the store: then every process's ``Store(path)``
 /// goes through the server with the same calls and answers (``served_by`` is its address). Threads share one ``Store``: the GIL is released while the engine stages,
-/// commits and reads, so concurrent commits from many threads share commit groups.
+/// commits and reads, so concurrent commits from many threads share commit groups. A child
+/// ``fork()``ed from the process (``multiprocessing``'s fork start method) cannot use an
+/// in-process ``Store`` its parent opened (``StoreError``; closing it there leaves the parent's
+/// store as it is); a served ``Store`` works there, on connections of the child's own.
 ///
 /// Data arguments (``put``, ``commit``, ``run.output``) take ``bytes``, a path (``str`` or
 /// ``os.PathLike``) or a binary file object (streamed, never read whole into memory).
