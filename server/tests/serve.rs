@@ -343,15 +343,22 @@ fn a_client_killed_mid_upload_commits_nothing() {
         // Dropped here: the connection closes mid-chunk.
     }
     // A later request on another connection sees the state after the cut upload was handled:
-    // wait until the server no longer has an upload in flight.
+    // wait until the server counted it aborted and has no upload in flight. (Waiting for "none
+    // in flight" alone can end before the server even read the cut request.)
     let client = Client::for_store(&store).unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
     loop {
         let s = client.stats().unwrap();
-        if s.server["uploads_in_flight"] == 0 {
+        if s.server["uploads_in_flight"] == 0 && s.server["uploads_aborted"] != 0 {
             assert_eq!(s.server["uploads_aborted"], 1);
             break;
         }
-        std::thread::yield_now();
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the cut upload was not counted aborted within a minute: {:?}",
+            s.server
+        );
+        std::thread::sleep(Duration::from_millis(5));
     }
     assert_eq!(client.lookup("cut").unwrap(), None);
     assert_eq!(objects(&store), before, "no object was published");
