@@ -236,6 +236,12 @@ impl<G: Group> Backlog<G> {
         self.help_from(0, apply);
     }
 
+    /// [`Backlog::help_from`] at the backlog's own start (the applier thread's batch, or a writer's
+    /// after its commit with `Options::background_apply` off).
+    pub fn help_if_due<E: ToString>(&self, apply: impl FnMut(&[G]) -> Result<(), E>) {
+        self.help_from(self.start, apply);
+    }
+
     /// [`Backlog::help`] once at least `min` bytes of redo wait (a writer after its commit): the
     /// B-trees are then written a batch at a time instead of a group at a time, which costs less
     /// per unit; a reader or a flush that needs the groups still applies whatever waits.

@@ -369,24 +369,16 @@ impl Core {
         if self.options.background_apply {
             return;
         }
-        self.backlog.help_from(
-            self.options
-                .apply_min_bytes
-                .min(self.options.apply_batch_bytes),
-            |groups| self.apply_backlog(groups),
-        );
+        self.backlog
+            .help_if_due(|groups| self.apply_backlog(groups));
     }
 
     /// The applier thread's loop ([`Options::background_apply`]): a batch each time one is due,
     /// until the store closes.
     pub(crate) fn run_applier(&self) {
-        let start = self
-            .options
-            .apply_min_bytes
-            .min(self.options.apply_batch_bytes);
         while self.backlog.next_batch_due() {
             self.backlog
-                .help_from(start, |groups| self.apply_backlog(groups));
+                .help_if_due(|groups| self.apply_backlog(groups));
         }
     }
 

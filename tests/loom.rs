@@ -558,7 +558,7 @@ fn backlog_the_applier_thread_applies_from_the_start_and_stops_on_close() {
         let (b, a) = (backlog.clone(), applied.clone());
         let applier = thread::spawn(move || {
             while b.next_batch_due() {
-                b.help_from(START, |g: &[G]| a.apply(g));
+                b.help_if_due(|g: &[G]| a.apply(g));
             }
         });
         let b = backlog.clone();

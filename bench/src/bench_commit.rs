@@ -215,8 +215,8 @@ pub struct Measurement {
     pub backlog_by_tenth: Vec<u64>,
     /// oncelake only: whether the store's own thread applied the backlog (else the writers did).
     pub applier_thread: Option<bool>,
-    /// oncelake with [`Plan::read_probe`]: the probe's read latencies, microseconds, sorted.
-    pub read_latencies_us: Option<Vec<u64>>,
+    /// oncelake with [`Plan::read_probe`]: the probe's reads.
+    pub reads: Option<Reads>,
     /// Units preloaded before this configuration ran (the preload plus earlier runs' units).
     pub store_units_before: u64,
     /// CPU time of the whole process (user + system) from the writers' start until every unit
@@ -410,15 +410,42 @@ where
     })
 }
 
+/// The nearest-rank `q` quantile of `sorted` (0 when it is empty): every bench's latency figures.
+pub fn quantile<T: Copy + Into<u64>>(sorted: &[T], q: f64) -> u64 {
+    if sorted.is_empty() {
+        return 0;
+    }
+    let i = ((sorted.len() as f64 * q).ceil() as usize).clamp(1, sorted.len());
+    sorted[i - 1].into()
+}
+
+/// What the read probe ([`Plan::read_probe`]) measured.
+#[derive(Clone, Copy, Debug)]
+pub struct Reads {
+    /// Reads made.
+    pub count: usize,
+    /// Median read latency, microseconds.
+    pub p50_us: u64,
+    /// 99th percentile, microseconds.
+    pub p99_us: u64,
+    /// Largest, microseconds.
+    pub max_us: u64,
+}
+
+impl Reads {
+    fn of(sorted_us: &[u64]) -> Reads {
+        Reads {
+            count: sorted_us.len(),
+            p50_us: quantile(sorted_us, 0.50),
+            p99_us: quantile(sorted_us, 0.99),
+            max_us: quantile(sorted_us, 1.0),
+        }
+    }
+}
+
 fn finish(system: System, plan: Plan, mut t: Timings) -> Measurement {
     t.latencies_us.sort_unstable();
-    let q = |q: f64| -> u64 {
-        if t.latencies_us.is_empty() {
-            return 0;
-        }
-        let i = ((t.latencies_us.len() as f64 * q).ceil() as usize).clamp(1, t.latencies_us.len());
-        u64::from(t.latencies_us[i - 1])
-    };
+    let q = |q: f64| quantile(&t.latencies_us, q);
     Measurement {
         system,
         threads: plan.threads.max(1),
@@ -433,7 +460,7 @@ fn finish(system: System, plan: Plan, mut t: Timings) -> Measurement {
         max_backlog: None,
         backlog_by_tenth: Vec::new(),
         applier_thread: None,
-        read_latencies_us: None,
+        reads: None,
         store_units_before: 0,
         cpu: None,
     }
@@ -648,7 +675,7 @@ fn oncelake_commits(
     m.applied_elapsed = m.elapsed + drained_in;
     m.max_backlog = samples.iter().copied().max().or(Some(0));
     m.applier_thread = Some(store.has_applier_thread());
-    m.read_latencies_us = reads;
+    m.reads = reads.map(|r| Reads::of(&r));
     m.backlog_by_tenth = (1..=10)
         .filter_map(|k| {
             samples

@@ -252,13 +252,7 @@ fn finish(
     groups: Option<u64>,
 ) -> Measurement {
     lat.sort_unstable();
-    let q = |q: f64| -> u64 {
-        if lat.is_empty() {
-            return 0;
-        }
-        let i = ((lat.len() as f64 * q).ceil() as usize).clamp(1, lat.len());
-        u64::from(lat[i - 1])
-    };
+    let q = |q: f64| crate::bench_commit::quantile(&lat, q);
     Measurement {
         system,
         threads: plan.threads.max(1),

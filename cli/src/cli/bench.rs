@@ -213,12 +213,6 @@ fn ratio_sqlite_best(results: &[Measurement], threads: usize) -> Option<f64> {
     }
 }
 
-/// The `q` quantile of sorted `v` (nearest rank), if any.
-fn quantile(v: &[u64], q: f64) -> Option<u64> {
-    let i = ((v.len() as f64 * q).ceil() as usize).clamp(1, v.len().max(1));
-    v.get(i - 1).copied()
-}
-
 fn print_jsons(
     results: &[Measurement],
     probes: &[(String, Duration)],
@@ -257,10 +251,10 @@ fn print_jsons(
             "backlog_by_tenth": oncelake.then(|| m.backlog_by_tenth.clone()),
             "applier_thread": m.applier_thread,
             "cpu_us_per_unit": m.cpu_us_per_unit(),
-            "reads": m.read_latencies_us.as_ref().map(Vec::len),
-            "read_p50_us": m.read_latencies_us.as_deref().and_then(|r| quantile(r, 0.50)),
-            "read_p99_us": m.read_latencies_us.as_deref().and_then(|r| quantile(r, 0.99)),
-            "read_max_us": m.read_latencies_us.as_deref().and_then(|r| r.last().copied()),
+            "reads": m.reads.map(|r| r.count),
+            "read_p50_us": m.reads.map(|r| r.p50_us),
+            "read_p99_us": m.reads.map(|r| r.p99_us),
+            "read_max_us": m.reads.map(|r| r.max_us),
         }));
     }
     let mut threads: Vec<usize> = results.iter().map(|m| m.threads).collect();
@@ -332,16 +326,15 @@ fn print_table(
         );
     }
     for m in results {
-        if let Some(r) = m.read_latencies_us.as_deref() {
-            let q = |q: f64| quantile(r, q).map_or_else(|| "-".into(), |v| v.to_string());
+        if let Some(r) = m.reads {
             outln!(
                 "{} at {} threads, read probe: {} reads, p50 {} µs, p99 {} µs, max {} µs",
                 m.system.name(),
                 m.threads,
-                r.len(),
-                q(0.50),
-                q(0.99),
-                q(1.0)
+                r.count,
+                r.p50_us,
+                r.p99_us,
+                r.max_us
             );
         }
     }
