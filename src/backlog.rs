@@ -20,13 +20,16 @@
 //!   *start*), a batch is due: the push that reaches the start wakes the applier thread
 //!   ([`Backlog::next_batch_due`]), or, without one, every writer looks after its commit returns
 //!   ([`Backlog::help_from`]). Below the start the groups wait, durable in the write-ahead log,
-//!   for more commits, for a reader that needs them (every wait applies whatever is pending),
-//!   for a flush or a close (which drain), or for back-pressure. So a pending group is either
-//!   below the start or has a thread on its way to apply it, and no reader ever misses it.
-//! - **applying**: one thread (the *applier*) has taken a prefix of the queue out under the lock
-//!   and applies it outside the lock; more groups may be pushed meanwhile. Only the applier
-//!   clears `applying`, after it advanced `applied`, and then wakes every waiter (the applier
-//!   thread among them, which takes the next batch if one is due).
+//!   for more commits, for a reader of the tables that needs them (GC, verify: every wait
+//!   applies whatever is pending), for a flush or a close (which drain), or for back-pressure.
+//!   So a pending group is either below the start or has a thread on its way to apply it, and no
+//!   reader ever misses it: a snapshot reads it from the queue without waiting (`tail`).
+//! - **applying**: one thread (the *applier*) has taken a prefix of the queue (`taken` groups,
+//!   clones of which it applies outside the lock); more groups may be pushed meanwhile. The
+//!   prefix stays queued, so a snapshot begun meanwhile still finds it ([`Backlog::unapplied`]).
+//!   Only the applier removes it and clears `applying`, after it advanced `applied`, in one
+//!   critical section, and then wakes every waiter (the applier thread among them, which takes
+//!   the next batch if one is due).
 //! - **failed**: an apply failed. The groups are still in the write-ahead log (they were
 //!   acknowledged), but the B-trees no longer follow it: every later write and every wait is
 //!   refused until the store is reopened, which replays the log.
@@ -35,6 +38,12 @@
 //!
 //! Groups are applied in push order, each exactly once: they are taken only from the front of the
 //! queue, only by the one thread that set `applying`.
+//!
+//! Every group acknowledged and not applied is in `pending`, from `applied + 1` to `acked`
+//! without a gap, at every moment the lock is free: a group enters at its push and leaves in the
+//! same critical section that advances `applied` past it. So a reader that lists them, then
+//! begins a read transaction of the B-trees, finds every group that transaction lacks in its
+//! list: the B-trees are at or past the `applied` it saw (that is the snapshot's *tail*, `tail`).
 
 use crate::sync::{Condvar, Mutex, MutexGuard};
 use std::collections::VecDeque;
@@ -76,9 +85,12 @@ pub trait Group {
 /// The shared state, under [`Backlog::state`]. Every field is read and written under the lock.
 #[derive(Debug)]
 struct State<G> {
-    /// Durable groups not yet taken by an applier, oldest first.
+    /// Durable groups not yet applied, oldest first: the first `taken` of them are being
+    /// applied.
     pending: VecDeque<G>,
-    /// Whether a thread is applying groups it took out of `pending`.
+    /// How many groups at the front of `pending` the applier took (0 unless `applying`).
+    taken: usize,
+    /// Whether a thread is applying the first `taken` groups of `pending`.
     applying: bool,
     /// The newest group pushed (acknowledged); 0 before any.
     acked: u64,
@@ -127,7 +139,7 @@ pub struct BacklogSize {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Stopped(pub String);
 
-impl<G: Group> Backlog<G> {
+impl<G: Group + Clone> Backlog<G> {
     /// An empty backlog whose newest applied (and acknowledged) group is `applied`; the leader is
     /// held back above `bound`, an applier takes at most `batch` at once.
     #[cfg(any(test, loom))]
@@ -144,6 +156,7 @@ impl<G: Group> Backlog<G> {
         Backlog {
             state: Mutex::new(State {
                 pending: VecDeque::new(),
+                taken: 0,
                 applying: false,
                 acked: applied,
                 applied,
@@ -255,6 +268,13 @@ impl<G: Group> Backlog<G> {
         let result = apply(&batch);
         let mut s = self.state.lock();
         s.applying = false;
+        let taken = std::mem::take(&mut s.taken);
+        assert_eq!(
+            taken,
+            batch.len(),
+            "invariant: only the applier changes what it took"
+        );
+        s.pending.drain(..taken);
         match result {
             Ok(()) => {
                 let last = batch.last().map_or(s.applied, Group::number);
@@ -269,22 +289,41 @@ impl<G: Group> Backlog<G> {
     }
 
     /// Takes the oldest pending groups, up to the batch weight (at least one), and marks the
-    /// backlog as being applied.
+    /// backlog as being applied. They stay queued (for [`Backlog::unapplied`]) until applied.
     fn take_batch(&self, s: &mut MutexGuard<'_, State<G>>) -> Vec<G> {
+        assert_eq!(s.taken, 0, "invariant: one applier at a time");
         s.applying = true;
         let mut out = Vec::new();
         let mut w = 0;
-        while let Some(g) = s.pending.front() {
+        for g in &s.pending {
             if !out.is_empty() && w + g.weight() > self.batch {
                 break;
             }
             w += g.weight();
-            match s.pending.pop_front() {
-                Some(g) => out.push(g),
-                None => unreachable!("invariant: the front was just seen"),
-            }
+            out.push(g.clone());
         }
+        s.taken = out.len();
         out
+    }
+
+    /// The newest group applied, and every group acknowledged after it, oldest first (those
+    /// being applied included) — what a snapshot reads without waiting for the applier. A read
+    /// transaction begun after this call holds the B-trees at or past the group returned, so
+    /// the list holds every acknowledged group it lacks (module documentation). Refused once an
+    /// apply failed: the B-trees no longer follow the log.
+    pub fn unapplied(&self) -> Result<(u64, Vec<G>), Stopped> {
+        let s = self.state.lock();
+        if let Some(why) = &s.failed {
+            return Err(Stopped(why.clone()));
+        }
+        assert!(
+            s.pending.len() as u64 == s.acked - s.applied
+                && s.pending
+                    .front()
+                    .is_none_or(|g| g.number() == s.applied + 1),
+            "invariant: the queue holds every group after the applied one, without a gap"
+        );
+        Ok((s.applied, s.pending.iter().cloned().collect()))
     }
 
     /// Waits until every group acknowledged when it was called is applied, applying them itself
@@ -370,7 +409,7 @@ impl<G: Group> Backlog<G> {
 mod tests {
     use super::*;
 
-    #[derive(Debug)]
+    #[derive(Debug, Clone)]
     struct G(u64);
     impl Group for G {
         fn number(&self) -> u64 {

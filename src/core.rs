@@ -363,6 +363,31 @@ impl Core {
         self.db.begin_read().db("begin a read transaction")
     }
 
+    /// Begins a read transaction without waiting for the backlog, and returns with it the
+    /// acknowledged groups it does not contain yet, oldest first: together they hold every
+    /// group acknowledged before the call (a snapshot reads through both, `tail`). The list is
+    /// taken before the transaction begins, and the B-trees only move forward, so it reaches
+    /// back to the transaction's own newest group; the groups the transaction already holds are
+    /// dropped from it.
+    pub(crate) fn begin_read_with_tail(&self) -> Result<(redb::ReadTransaction, Vec<GroupRedo>)> {
+        self.owner.check(&self.dir)?;
+        let (applied, mut groups) = self.backlog.unapplied().map_err(|e| self.stopped(e))?;
+        let txn = self.db.begin_read().db("begin a read transaction")?;
+        let in_txn =
+            crate::schema::wal::applied_group(&txn.open_table(META).db("open the meta table")?)?;
+        assert!(
+            in_txn >= applied,
+            "invariant: a read transaction holds every group the backlog reported applied \
+             before it began (it holds {in_txn}, the backlog said {applied})"
+        );
+        groups.retain(|g| g.number() > in_txn);
+        assert!(
+            groups.first().is_none_or(|g| g.number() == in_txn + 1),
+            "invariant: the unapplied groups continue the read transaction without a gap"
+        );
+        Ok((txn, groups))
+    }
+
     /// Applies pending groups of the backlog if nobody else is (every writer calls it once its
     /// commit returned), unless the store's applier thread does ([`Options::background_apply`]).
     pub(crate) fn help_apply(&self) {

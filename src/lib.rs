@@ -60,6 +60,7 @@ mod stage;
 mod store;
 pub(crate) mod sync;
 pub mod table;
+mod tail;
 mod text;
 pub mod verify;
 pub mod vfs;

@@ -1,8 +1,11 @@
 //! Consistent read-only views (SPEC R7): the manifest as of the newest commit or as of an older
 //! seq within the kept history, object reads (bytes, file, memory map) and the change feed.
 //!
-//! A snapshot is a redb read transaction: it sees every commit up to its seq and nothing of any
-//! later one, so no reader ever sees part of a commit (I4).
+//! A snapshot is a redb read transaction plus its *tail* (`tail`): the acknowledged groups the
+//! backlog has not applied to the B-trees yet, read from their redo. Together they hold every
+//! commit acknowledged before the snapshot began, so it sees every commit up to its seq and
+//! nothing of any later one, and no reader ever sees part of a commit (I4); nor does it wait
+//! for the applier.
 //!
 //! An open snapshot also *pins* its seq in the store's `ReaderPins` (`core`): GC prunes no history row
 //! that a view as of a pinned seq reads, whatever the retention, so (I8) it keeps every object
@@ -14,6 +17,7 @@ use crate::schema::log::{LogTable, Record};
 use crate::schema::manifest::{Entry, EntryValue};
 use crate::schema::meta::seq_and_horizon;
 use crate::schema::{HISTORY, MANIFEST, MANIFEST_TABLE};
+use crate::tail::Tail;
 use redb::ReadOnlyTable;
 use std::fs::File;
 use std::io::Read;
@@ -30,8 +34,12 @@ pub struct Snapshot {
     log: LogTable,
     /// The newest seq this view contains.
     seq: u64,
-    /// Set when the view is of an older seq: reads go to the history.
+    /// Set when the view is of a seq older than its read transaction: reads go to the history
+    /// (the tail, whose seqs are all newer, plays no part).
     at: Option<u64>,
+    /// The acknowledged groups the read transaction lacks; their entries of seq `seq` or older
+    /// answer before the transaction's.
+    tail: Tail,
     history_from: u64,
     core: Arc<Core>,
     /// Keeps GC from pruning the rows (and deleting the objects) this view reads.
@@ -60,8 +68,10 @@ impl Snapshot {
         let readers = &core.readers;
         // Shared: many snapshots open at once; only a prune in progress holds them off.
         let _gate = readers.shared();
-        let txn = core.begin_read()?;
-        let (newest, history_from) = seq_and_horizon(&txn)?;
+        let (txn, tail) = core.begin_read_with_tail()?;
+        let tail = Tail::new(tail);
+        let (txn_newest, txn_from) = seq_and_horizon(&txn)?;
+        let (newest, history_from) = tail.seq_and_horizon()?.unwrap_or((txn_newest, txn_from));
         if let Some(asked) = at {
             if asked > newest || asked < history_from {
                 return Err(Error::SeqOutOfRange {
@@ -77,7 +87,8 @@ impl Snapshot {
             history: txn.open_table(HISTORY).db("open the history")?,
             log: LogTable::open(&txn)?,
             seq,
-            at: at.filter(|&a| a < newest),
+            at: at.filter(|&a| a < txn_newest),
+            tail,
             history_from,
             core: core.clone(),
             _pin: readers.register(seq),
@@ -89,12 +100,12 @@ impl Snapshot {
         self.seq
     }
 
-    /// The current manifest table, when this view is of the newest seq (reconcile walks it
-    /// directly to avoid decoding whole entries).
+    /// The current manifest table, when it alone is this view (reconcile walks it directly to
+    /// avoid decoding whole entries): the view is of the newest seq and has no tail.
     pub(crate) fn current_manifest(&self) -> Option<&ReadOnlyTable<&'static str, &'static [u8]>> {
         match self.at {
-            None => Some(&self.manifest),
-            Some(_) => None,
+            None if self.tail.is_empty() => Some(&self.manifest),
+            _ => None,
         }
     }
 
@@ -106,7 +117,10 @@ impl Snapshot {
     /// The unit's entry as of this view.
     pub fn get(&self, unit: &str) -> Result<Option<Entry>> {
         crate::error::contain(|| match self.at {
-            None => self.get_current(unit),
+            None => match self.tail.entry(unit, self.seq)? {
+                Some(v) => Ok(Some(v.into_entry(unit))),
+                None => self.get_current(unit),
+            },
             Some(at) => self.get_as_of(unit, at),
         })
     }
@@ -177,6 +191,10 @@ impl Snapshot {
     }
 
     fn range_uncontained(&self, start: &str, end: Option<&str>) -> Result<Entries> {
+        let tail = match self.at {
+            None => self.tail.entries(start, end, self.seq)?,
+            Some(_) => Default::default(),
+        };
         let end = end.map(str::to_string);
         let before_end = move |unit: &str| end.as_deref().is_none_or(|e| unit < e);
         match self.at {
@@ -185,16 +203,22 @@ impl Snapshot {
                     .manifest
                     .range::<&str>(start..)
                     .db("scan the manifest")?;
-                Ok(Box::new(
-                    rows.map(|row| {
+                let table = rows
+                    .map(|row| {
                         let (k, v) = row.db("scan the manifest")?;
                         Ok(EntryValue::decode(k.value(), v.value())?.into_entry(k.value()))
                     })
                     .take_while(move |e: &Result<Entry>| match e {
                         Ok(e) => before_end(&e.unit),
                         Err(_) => true,
-                    }),
-                ))
+                    });
+                if tail.is_empty() {
+                    return Ok(Box::new(table));
+                }
+                Ok(Box::new(OverTail {
+                    table: table.peekable(),
+                    tail: tail.into_iter().peekable(),
+                }))
             }
             Some(at) => {
                 let manifest = self
@@ -273,6 +297,8 @@ impl Snapshot {
     pub fn changes_since(&self, seq: u64) -> Result<impl Iterator<Item = Result<Record>>> {
         let upto = self.seq;
         let rows = crate::error::contain(|| self.log.range(seq.saturating_add(1)..))?;
+        // The tail's records are all newer than the transaction's.
+        let tail = crate::error::contain(|| self.tail.records(seq, upto))?;
         let records = rows.map(|row| {
             let (key, rec) = row?;
             let rec = rec?;
@@ -286,7 +312,8 @@ impl Snapshot {
             Ok(rec)
         });
         Ok(crate::error::Contained::new(records)
-            .take_while(move |r| r.as_ref().map_or(true, |r| r.seq <= upto)))
+            .take_while(move |r| r.as_ref().map_or(true, |r| r.seq <= upto))
+            .chain(tail.into_iter().map(Ok)))
     }
 }
 
@@ -307,6 +334,35 @@ pub fn check_object(entry: &Entry, bytes: &[u8]) -> Result<()> {
         });
     }
     Ok(())
+}
+
+/// A scan of the transaction's current entries with the tail's laid over them: for a unit both
+/// hold, the tail's entry (newer) replaces the transaction's. Both come in key order.
+struct OverTail<T: Iterator<Item = Result<Entry>>> {
+    table: std::iter::Peekable<T>,
+    tail: std::iter::Peekable<std::collections::btree_map::IntoIter<String, EntryValue>>,
+}
+
+impl<T: Iterator<Item = Result<Entry>>> Iterator for OverTail<T> {
+    type Item = Result<Entry>;
+    fn next(&mut self) -> Option<Result<Entry>> {
+        use std::cmp::Ordering::{Greater, Less};
+        let order = match (self.table.peek(), self.tail.peek()) {
+            (None, None) => return None,
+            // An error of the table's scan is reported where it occurs.
+            (Some(Err(_)), _) | (Some(Ok(_)), None) => Less,
+            (None, Some(_)) => Greater,
+            (Some(Ok(e)), Some((unit, _))) => e.unit.as_str().cmp(unit.as_str()),
+        };
+        if order != Greater {
+            let row = self.table.next();
+            if order == Less {
+                return row;
+            }
+        }
+        let (unit, v) = self.tail.next()?;
+        Some(Ok(v.into_entry(&unit)))
+    }
 }
 
 /// Walks the manifest and the history side by side in unit order and yields, per unit, its entry

@@ -31,6 +31,7 @@ const LAYERS: &[(&str, &[&str])] = &[
             "claim",
             "backlog",
             "overlay",
+            "tail",
         ],
     ),
     ("core", &["core"]),

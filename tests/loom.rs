@@ -425,7 +425,7 @@ static PANICKED_RUNS: std::sync::atomic::AtomicUsize = std::sync::atomic::Atomic
 // The backlog (src/backlog.rs): durable groups handed from the leader to whoever applies them.
 
 /// A group of the models below: its number, one unit, weight 1.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 struct G(u64);
 
 impl Group for G {
@@ -649,5 +649,62 @@ fn overlay_the_leader_always_reads_what_it_decided_last() {
         applier.join().unwrap();
         backlog.drain(apply).unwrap();
         assert_eq!(*db.lock().unwrap(), 3);
+    });
+}
+
+/// (i) A snapshot's tail (src/tail.rs, `Core::begin_read_with_tail`): a reader lists the
+/// acknowledged, unapplied groups (`Backlog::unapplied`), then reads the applied state (its read
+/// transaction), while an applier applies groups 1 and 2, one a batch, and the leader pushes
+/// group 3. Whatever the interleaving, the applied state holds a prefix of the groups, the list
+/// holds every later one it lacks without a gap, and together they reach at least group 2 (both
+/// were acknowledged before the reader began). Taking a batch out of the queue before it is
+/// applied (as the backlog did before snapshots read the tail) lets the reader miss that batch.
+#[test]
+fn tail_a_reader_finds_every_acknowledged_group_applied_or_listed() {
+    loom::model(|| {
+        let backlog = Arc::new(Backlog::<G>::new(0, 100, 1));
+        let applied = Arc::new(Applied::new());
+        backlog.push(G(1));
+        backlog.push(G(2));
+        let (b, a) = (backlog.clone(), applied.clone());
+        let applier = thread::spawn(move || {
+            b.help(|g: &[G]| a.apply(g));
+            b.help(|g: &[G]| a.apply(g));
+        });
+        let b = backlog.clone();
+        let leader = thread::spawn(move || b.push(G(3)));
+
+        let (from, listed) = backlog.unapplied().expect("nothing fails in this model");
+        let state = applied.snapshot();
+        let newest = state.last().copied().unwrap_or(0);
+        assert_eq!(
+            state,
+            (1..=newest).collect::<Vec<_>>(),
+            "a prefix, in order"
+        );
+        assert!(
+            newest >= from,
+            "the state is behind what the backlog said applied"
+        );
+        let tail: Vec<u64> = listed.iter().map(|g| g.0).filter(|&n| n > newest).collect();
+        assert_eq!(
+            tail,
+            (newest + 1..=newest + tail.len() as u64).collect::<Vec<_>>(),
+            "the list continues the state without a gap (state {state:?}, listed {listed:?})"
+        );
+        let seen = tail.last().copied().unwrap_or(newest);
+        assert!(
+            seen >= 2,
+            "groups 1 and 2 were acknowledged, the reader sees up to {seen}"
+        );
+
+        applier.join().unwrap();
+        leader.join().unwrap();
+        backlog.drain(|g: &[G]| applied.apply(g)).unwrap();
+        assert_eq!(
+            applied.snapshot(),
+            vec![1, 2, 3],
+            "each group once, in order"
+        );
     });
 }

@@ -335,9 +335,12 @@ fn write_group(inner: &Core, ops: Vec<Op>) -> Result<GroupResult> {
     *last_group = group;
     drop(st);
     let pending = Pending::new(group, redo, index.len());
+    #[cfg(debug_assertions)]
+    crate::commit::invariants::assert_objects_published(inner, &pending)?;
     match (path, inner.wal.as_ref()) {
-        // Durable before anyone can see it: readers see a group only once it is applied, and it
-        // is applied only from the backlog, after this append synced (I3).
+        // Durable before anyone can see it: readers see a group only once it is in the backlog
+        // (their snapshots read its redo there, `tail`), and it is pushed there only after this
+        // append synced (I3).
         (Path::Logged, Some(wal)) if pending.len() <= MAX_RECORD => {
             wal.append(group, &pending.frame())?;
             inner.backlog.push(pending);
@@ -373,7 +376,6 @@ pub(crate) fn apply_groups(core: &Core, groups: &[Pending], synced: bool) -> Res
     crate::schema::wal::apply_groups(&txn, &core.dir.join(crate::layout::DB_FILE), groups)?;
     #[cfg(debug_assertions)]
     crate::commit::invariants::assert_group(
-        core,
         &txn.open_table(crate::schema::LOG).db("open the log")?,
         before,
         &txn.open_table(crate::schema::META)

@@ -480,19 +480,34 @@ pub(crate) fn assert_group_bound<W: super::queue::Weighted>(group: &[W], max: us
     assert_ok(check_group_bound(&weights, max));
 }
 
-/// The leader's hook for [`check_group`], in its write transaction before the commit: `before`
-/// as read when the group began, the counters now in `meta`, objects looked up through the
-/// store's [`Vfs`](crate::vfs::Vfs) (a lookup that fails for another reason than "not found"
-/// cannot tell, and passes). Panics on a violation.
-// The leader calls this in debug builds only.
+/// The applier's hook for [`check_group`], in its write transaction before the commit: `before`
+/// as read when the transaction began, the counters now in `meta`. Panics on a violation.
+///
+/// L6 is not checked here but where the group is decided ([`assert_objects_published`]): a
+/// group is applied long after its rows became visible (from the backlog, to snapshots), and an
+/// object damaged from outside in between is the damage `verify` reports, not an engine bug.
+// The applier calls this in debug builds only.
 #[cfg_attr(not(debug_assertions), allow(dead_code))]
 pub(crate) fn assert_group(
-    inner: &crate::core::Core,
     log: &impl ReadableTable<u64, &'static [u8]>,
     before: Counters,
     meta: &impl ReadableTable<&'static str, &'static [u8]>,
 ) -> Result<()> {
     let after = Counters::read(meta)?;
+    assert_holds(&check_group(log, before, after, &|m| Some(m.size))?);
+    Ok(())
+}
+
+/// The leader's hook for L6 ([`check_object_published`]) on a decided group, before it is made
+/// durable and visible: every object its commit records reference is published with its size,
+/// looked up through the store's [`Vfs`](crate::vfs::Vfs) (a lookup that fails for another
+/// reason than "not found" cannot tell, and passes). Panics on a violation.
+// The leader calls this in debug builds only.
+#[cfg_attr(not(debug_assertions), allow(dead_code))]
+pub(crate) fn assert_objects_published(
+    inner: &crate::core::Core,
+    group: &crate::schema::wal::GroupRedo,
+) -> Result<()> {
     let size = |m: &ObjectMeta| {
         let path = inner.stager.object_path(&m.id);
         match inner.stager.vfs.metadata(&path) {
@@ -501,7 +516,15 @@ pub(crate) fn assert_group(
             Err(_) => Some(m.size),
         }
     };
-    assert_holds(&check_group(log, before, after, &size)?);
+    let mut out = Vec::new();
+    for (_, bytes) in group.log_rows()? {
+        if let RecordBody::Commit { entries } = Record::decode(bytes)?.body {
+            for e in &entries {
+                out.extend(check_object_published(&e.unit, &e.object, size(&e.object)).err());
+            }
+        }
+    }
+    assert_holds(&out);
     Ok(())
 }
 

@@ -30,7 +30,12 @@ pub(crate) fn get(
         .get(key)
         .db("read the meta table")?
         .ok_or_else(|| Error::corrupt_record(META_TABLE, key, "it is missing"))?;
-    let payload = unseal(META_TABLE, key.as_bytes(), key, guard.value())?;
+    decode(key, guard.value())
+}
+
+/// Decodes the sealed meta value of `key` (a row of the table, or of a group's redo).
+pub(crate) fn decode(key: &str, sealed: &[u8]) -> Result<u64> {
+    let payload = unseal(META_TABLE, key.as_bytes(), key, sealed)?;
     let mut r = Reader::new(payload, "meta value");
     let v = r.u64().and_then(|v| r.finish().map(|()| v));
     v.map_err(|e| Error::corrupt_record(META_TABLE, key, e.to_string()))

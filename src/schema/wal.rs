@@ -25,6 +25,7 @@ use crate::schema::manifest::EntryValue;
 use crate::schema::{meta, CLAIMS, EXTENSIONS, HISTORY, LOG, MANIFEST, META};
 use redb::{ReadableDatabase, ReadableTable, TableDefinition};
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, OnceLock};
 
 /// The write-ahead log's database file in a store's directory.
 pub(crate) const WAL_FILE: &str = "wal.redb";
@@ -119,11 +120,36 @@ fn frame(group: u64, payload: &[u8]) -> Vec<u8> {
 }
 
 /// A decided group on its way to the B-trees: its number and its redo.
-#[derive(Debug)]
+///
+/// Cloning shares the redo: the backlog hands the applier clones of the groups it applies and
+/// keeps them listed until they are applied, so a snapshot begun meanwhile can still read them
+/// ([`GroupRedo::read_rows`]).
+#[derive(Debug, Clone)]
 pub(crate) struct GroupRedo {
     group: u64,
-    payload: Vec<u8>,
     units: usize,
+    shared: Arc<Shared>,
+}
+
+#[derive(Debug)]
+struct Shared {
+    payload: Vec<u8>,
+    /// Where the rows a reader needs are, parsed by the first snapshot that reads the group
+    /// (most groups are applied before any reader asks, and never parsed for reading).
+    read_rows: OnceLock<ReadRows>,
+}
+
+/// A byte range of a group's payload.
+type Span = std::ops::Range<usize>;
+
+/// What a snapshot reads of an unapplied group (see `tail`): its manifest rows and log records,
+/// in the redo's order, and its `next_seq` and `history_from` rows (every group writes both).
+#[derive(Debug, Default)]
+struct ReadRows {
+    manifest: Vec<(Span, Span)>,
+    log: Vec<(u64, Span)>,
+    next_seq: Option<Span>,
+    history_from: Option<Span>,
 }
 
 impl GroupRedo {
@@ -131,8 +157,11 @@ impl GroupRedo {
     pub(crate) fn new(group: u64, redo: Redo, units: usize) -> GroupRedo {
         GroupRedo {
             group,
-            payload: redo.buf,
             units,
+            shared: Arc::new(Shared {
+                payload: redo.buf,
+                read_rows: OnceLock::new(),
+            }),
         }
     }
     /// The units it commits.
@@ -141,20 +170,93 @@ impl GroupRedo {
     }
     /// The redo's size in bytes.
     pub(crate) fn len(&self) -> usize {
-        self.payload.len()
+        self.payload().len()
     }
     /// Its write-ahead record.
     pub(crate) fn frame(&self) -> Vec<u8> {
-        frame(self.group, &self.payload)
+        frame(self.group, self.payload())
     }
-}
-
-impl GroupRedo {
     /// The group's number.
     pub(crate) fn number(&self) -> u64 {
         self.group
     }
+    fn payload(&self) -> &[u8] {
+        &self.shared.payload
+    }
+
+    /// The rows a reader needs, parsed once per group. The leader built the redo, so a parse
+    /// failure is a bug; it is reported as damage of the in-memory record, not cached.
+    fn read_rows(&self) -> Result<&ReadRows> {
+        if let Some(r) = self.shared.read_rows.get() {
+            return Ok(r);
+        }
+        let payload = self.payload();
+        let mut rows = Vec::new();
+        parse(Path::new(IN_MEMORY), self.group, payload, &mut rows)?;
+        let span = |b: &[u8]| {
+            let start = b.as_ptr() as usize - payload.as_ptr() as usize;
+            start..start + b.len()
+        };
+        let mut out = ReadRows::default();
+        for row in &rows {
+            let (Some(v), key) = (row.value, row.key) else {
+                continue;
+            };
+            match (row.table, key) {
+                (Tbl::Manifest, Key::Str(unit)) => {
+                    out.manifest.push((span(unit.as_bytes()), span(v)))
+                }
+                (Tbl::Log, Key::Log(seq)) => out.log.push((seq, span(v))),
+                (Tbl::Meta, Key::Str(meta::NEXT_SEQ)) => out.next_seq = Some(span(v)),
+                (Tbl::Meta, Key::Str(meta::HISTORY_FROM)) => out.history_from = Some(span(v)),
+                _ => {}
+            }
+        }
+        Ok(self.shared.read_rows.get_or_init(|| out))
+    }
+
+    /// Its manifest rows, `(unit, sealed entry)`, in the redo's order (a later row of a unit
+    /// replaces an earlier one).
+    pub(crate) fn manifest_rows(
+        &self,
+    ) -> Result<impl DoubleEndedIterator<Item = (&[u8], &[u8])> + '_> {
+        let p = self.payload();
+        Ok(self
+            .read_rows()?
+            .manifest
+            .iter()
+            .map(move |(k, v)| (&p[k.clone()], &p[v.clone()])))
+    }
+
+    /// Its log records, `(seq, framed record)`, in seq order.
+    pub(crate) fn log_rows(&self) -> Result<impl Iterator<Item = (u64, &[u8])> + '_> {
+        let p = self.payload();
+        Ok(self
+            .read_rows()?
+            .log
+            .iter()
+            .map(move |(seq, v)| (*seq, &p[v.clone()])))
+    }
+
+    /// The store's `next_seq` and `history_from` once this group is applied.
+    pub(crate) fn seq_rows(&self) -> Result<(u64, u64)> {
+        let rows = self.read_rows()?;
+        let get = |span: &Option<Span>, key: &str| match span {
+            Some(s) => meta::decode(key, &self.payload()[s.clone()]),
+            None => Err(damaged(
+                Path::new(IN_MEMORY),
+                format!("group {} carries no {key} row", self.group),
+            )),
+        };
+        Ok((
+            get(&rows.next_seq, meta::NEXT_SEQ)?,
+            get(&rows.history_from, meta::HISTORY_FROM)?,
+        ))
+    }
 }
+
+/// How errors name a group's redo held in memory (not read from `wal.redb`).
+const IN_MEMORY: &str = "(commit group in memory)";
 
 /// Applies decided groups, in order, to the store's tables in `txn` (the backlog's applier, and
 /// the leader's groups applied in place). `path` names the store's database in errors.
@@ -165,7 +267,7 @@ pub(crate) fn apply_groups(
 ) -> Result<()> {
     let mut rows = Vec::new();
     for g in groups {
-        parse(path, g.group, &g.payload, &mut rows)?;
+        parse(path, g.group, g.payload(), &mut rows)?;
     }
     // In key order, table by table: the B-trees' pages are then visited once each, in order,
     // instead of at random. The sort is stable and a later row of a key overwrites an earlier
@@ -690,7 +792,7 @@ mod tests {
             if replay {
                 let mut t = RedoTables::open(&txn)?;
                 for g in groups.iter() {
-                    t.apply(&txn, Path::new("t"), g.group, &g.payload)?;
+                    t.apply(&txn, Path::new("t"), g.group, g.payload())?;
                 }
             } else {
                 apply_groups(&txn, Path::new("t"), groups)?;

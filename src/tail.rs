@@ -1,0 +1,124 @@
+//! A snapshot's *tail*: the groups acknowledged before the snapshot began that its read
+//! transaction does not contain yet, because the backlog has not applied them to the B-trees.
+//!
+//! A commit is acknowledged once its group's record is durable in the write-ahead log; the
+//! B-trees follow in large batches (`backlog`). A snapshot reads the B-trees as of its read
+//! transaction *and* the redo of the groups after it (`Core::begin_read_with_tail`), so it sees
+//! every acknowledged commit without waiting for the applier, and nothing that is not durable
+//! (a group reaches the backlog only after its record synced). The groups are shared with the
+//! backlog, not copied; the rows a reader needs are parsed once per group
+//! (`GroupRedo::read_rows`).
+//!
+//! Every group's seqs are above every seq of the transaction and of the groups before it, so
+//! the tail answers first for what it holds and the transaction for the rest. The argument is
+//! in docs/commit.md ("Readers").
+
+use crate::error::{Error, Result};
+use crate::schema::log::Record;
+use crate::schema::manifest::EntryValue;
+use crate::schema::wal::GroupRedo;
+use std::collections::BTreeMap;
+
+/// The unapplied groups a snapshot reads over its read transaction, oldest first, numbered one
+/// after the other from the transaction's newest group on.
+#[derive(Debug, Default)]
+pub(crate) struct Tail {
+    groups: Vec<GroupRedo>,
+}
+
+impl Tail {
+    pub(crate) fn new(groups: Vec<GroupRedo>) -> Tail {
+        assert!(
+            groups
+                .windows(2)
+                .all(|w| w[1].number() == w[0].number() + 1),
+            "invariant: a tail's groups follow one another"
+        );
+        Tail { groups }
+    }
+
+    pub(crate) fn is_empty(&self) -> bool {
+        self.groups.is_empty()
+    }
+
+    /// The store's newest seq and history horizon once the tail is applied (`None` for an empty
+    /// tail: the transaction's own hold).
+    pub(crate) fn seq_and_horizon(&self) -> Result<Option<(u64, u64)>> {
+        let Some(last) = self.groups.last() else {
+            return Ok(None);
+        };
+        let (next_seq, history_from) = last.seq_rows()?;
+        Ok(Some((next_seq.saturating_sub(1), history_from)))
+    }
+
+    /// The unit's newest entry of seq `upto` or older that the tail holds; `None` when it holds
+    /// none (the transaction's current entry then answers, which is older than any of the tail's).
+    pub(crate) fn entry(&self, unit: &str, upto: u64) -> Result<Option<EntryValue>> {
+        for g in self.groups.iter().rev() {
+            for (key, value) in g.manifest_rows()?.rev() {
+                if key != unit.as_bytes() {
+                    continue;
+                }
+                let v = EntryValue::decode(unit, value)?;
+                if v.seq <= upto {
+                    return Ok(Some(v));
+                }
+            }
+        }
+        Ok(None)
+    }
+
+    /// Per unit with `start <= unit < end` (no end: every unit from `start`), the newest entry of
+    /// seq `upto` or older that the tail holds, in key order.
+    pub(crate) fn entries(
+        &self,
+        start: &str,
+        end: Option<&str>,
+        upto: u64,
+    ) -> Result<BTreeMap<String, EntryValue>> {
+        let mut out = BTreeMap::new();
+        for g in &self.groups {
+            for (key, value) in g.manifest_rows()? {
+                let unit = std::str::from_utf8(key).map_err(|_| {
+                    Error::BadRecord(
+                        "a commit group in memory holds a unit key that is not UTF-8".into(),
+                    )
+                })?;
+                if unit < start || end.is_some_and(|e| unit >= e) {
+                    continue;
+                }
+                let v = EntryValue::decode(unit, value)?;
+                // Groups and their rows come oldest first: a later row replaces an earlier one.
+                if v.seq <= upto {
+                    out.insert(unit.to_string(), v);
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// The log records with `after < seq <= upto`, oldest first.
+    pub(crate) fn records(&self, after: u64, upto: u64) -> Result<Vec<Record>> {
+        let mut out = Vec::new();
+        for g in &self.groups {
+            for (seq, bytes) in g.log_rows()? {
+                if seq <= after || seq > upto {
+                    continue;
+                }
+                let rec = Record::decode(bytes)?;
+                if rec.seq != seq {
+                    return Err(Error::corrupt_record(
+                        "log",
+                        &format!("seq {seq}"),
+                        format!(
+                            "a commit group in memory holds the record of seq {} under it",
+                            rec.seq
+                        ),
+                    ));
+                }
+                out.push(rec);
+            }
+        }
+        Ok(out)
+    }
+}
