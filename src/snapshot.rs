@@ -56,6 +56,12 @@ impl Drop for Snapshot {
     }
 }
 
+/// The current manifest table and the tail's entries over it ([`Snapshot::current_manifest`]).
+pub(crate) type CurrentManifest<'a> = (
+    &'a ReadOnlyTable<&'static str, &'static [u8]>,
+    std::collections::BTreeMap<String, EntryValue>,
+);
+
 /// Entries in key order.
 pub type Entries = Box<dyn Iterator<Item = Result<Entry>>>;
 
@@ -100,12 +106,16 @@ impl Snapshot {
         self.seq
     }
 
-    /// The current manifest table, when it alone is this view (reconcile walks it directly to
-    /// avoid decoding whole entries): the view is of the newest seq and has no tail.
-    pub(crate) fn current_manifest(&self) -> Option<&ReadOnlyTable<&'static str, &'static [u8]>> {
+    /// When this view is of the newest seq: the current manifest table and, by unit, the tail's
+    /// entries that replace or add to its rows (reconcile walks the two directly, merging them,
+    /// to avoid building whole entries).
+    pub(crate) fn current_manifest(&self) -> Result<Option<CurrentManifest<'_>>> {
         match self.at {
-            None if self.tail.is_empty() => Some(&self.manifest),
-            _ => None,
+            None => Ok(Some((
+                &self.manifest,
+                self.tail.entries("", None, self.seq)?,
+            ))),
+            Some(_) => Ok(None),
         }
     }
 

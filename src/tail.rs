@@ -37,10 +37,6 @@ impl Tail {
         Tail { groups }
     }
 
-    pub(crate) fn is_empty(&self) -> bool {
-        self.groups.is_empty()
-    }
-
     /// The store's newest seq and history horizon once the tail is applied (`None` for an empty
     /// tail: the transaction's own hold).
     pub(crate) fn seq_and_horizon(&self) -> Result<Option<(u64, u64)>> {

@@ -294,6 +294,63 @@ fn full_reconcile_as_of_an_older_seq_uses_that_manifest() {
     assert_ne!(old.units, new.units);
 }
 
+/// A full reconcile on a snapshot whose tail holds commits not yet applied to the manifest table
+/// (new units and new versions of applied ones, `background_apply` off and a start no commit
+/// here reaches): the plan is the model's of everything acknowledged, the reconcile applies
+/// nothing, and after a flush the plan is the same.
+#[test]
+fn a_full_reconcile_merges_the_commits_still_in_the_tail() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open_with(
+        dir.path().join("s"),
+        Options {
+            background_apply: false,
+            apply_min_bytes: 16 << 20,
+            apply_batch_bytes: 16 << 20,
+            ..Options::default()
+        },
+    )
+    .unwrap();
+    let first: BTreeMap<String, u64> = (0..60).map(|i| (format!("u{i:02}"), 1)).collect();
+    fill(&store, &first);
+    store.flush().unwrap();
+    // Every third unit of a wider range in its own commit: interleaved with the applied rows,
+    // before the first, and after the last.
+    let mut now = first.clone();
+    let staged = store.stage_bytes(b"out").unwrap();
+    for i in (0..90).step_by(3) {
+        let (unit, version) = (format!("u{i:02}"), 3);
+        assert!(store
+            .commit(Batch::new().put(unit.clone(), version, &staged))
+            .unwrap()
+            .applied());
+        now.insert(unit, version);
+    }
+    for unit in ["a-before", "zz-after"] {
+        assert!(store
+            .commit(Batch::new().put(unit, 1, &staged))
+            .unwrap()
+            .applied());
+        now.insert(unit.to_string(), 1);
+    }
+    let waiting = store.backlog();
+    assert_eq!(waiting.units, 32, "the later commits wait in the tail");
+    let listing: BTreeMap<String, u64> = (0..100).map(|i| (format!("u{i:02}"), 2)).collect();
+    let rows = || Pairs::new(listing.iter().map(|(k, v)| (k.as_str(), *v)));
+    let opts = ReconcileOptions {
+        list_up_to_date: true,
+    };
+    let plan = Plan::full(&store.snapshot().unwrap(), rows(), opts).unwrap();
+    assert_eq!(plan.units, model_full(&now, &listing, true));
+    assert_eq!(plan.summary.manifest_units, now.len() as u64);
+    assert_eq!(store.backlog(), waiting, "a reconcile applies nothing");
+    store.flush().unwrap();
+    assert_eq!(store.backlog().units, 0);
+    let applied = Plan::full(&store.snapshot().unwrap(), rows(), opts).unwrap();
+    assert_eq!(applied.units, plan.units);
+    assert_eq!(applied.summary, plan.summary);
+}
+
 #[test]
 fn a_source_that_went_back_is_up_to_date_and_counted() {
     let dir = tempfile::tempdir().unwrap();

@@ -385,10 +385,17 @@ impl Seen {
 
 /// Walks manifest entries in key order with as little work per row as possible: the current
 /// manifest is read straight from its redb table, copying each key into one reused buffer and
-/// decoding only the version; a snapshot of an older seq goes through the history.
+/// taking only the version, merged with the snapshot's tail (the acknowledged entries the table
+/// does not hold yet, which replace its rows of the same unit); a snapshot of an older seq goes
+/// through the history.
 #[allow(clippy::large_enum_variant)] // one cursor per pass, on the stack: boxing buys nothing
 enum ManifestCursor {
+    /// The table alone (an empty tail): no merge step per row.
     Table(redb::Range<'static, &'static str, &'static [u8]>),
+    TableOverTail {
+        rows: std::iter::Peekable<redb::Range<'static, &'static str, &'static [u8]>>,
+        tail: std::iter::Peekable<std::collections::btree_map::IntoIter<String, EntryValue>>,
+    },
     Entries(crate::snapshot::Entries),
 }
 
@@ -398,12 +405,20 @@ impl ManifestCursor {
     }
 
     fn open_uncontained(snap: &Snapshot) -> Result<Self, Error> {
-        Ok(match snap.current_manifest() {
-            Some(table) => ManifestCursor::Table(
-                table
+        Ok(match snap.current_manifest()? {
+            Some((table, tail)) => {
+                let rows = table
                     .range::<&str>(..)
-                    .db("scan the manifest for reconcile")?,
-            ),
+                    .db("scan the manifest for reconcile")?;
+                if tail.is_empty() {
+                    ManifestCursor::Table(rows)
+                } else {
+                    ManifestCursor::TableOverTail {
+                        rows: rows.peekable(),
+                        tail: tail.into_iter().peekable(),
+                    }
+                }
+            }
             None => ManifestCursor::Entries(snap.iter()?),
         })
     }
@@ -434,6 +449,9 @@ impl ManifestCursor {
                     Ok(Some(version))
                 }
             }),
+            ManifestCursor::TableOverTail { rows, tail } => {
+                crate::error::contain(|| next_over_tail(rows, tail, key))
+            }
             ManifestCursor::Entries(entries) => match entries.next() {
                 None => Ok(None),
                 Some(e) => {
@@ -445,6 +463,41 @@ impl ManifestCursor {
             },
         }
     }
+}
+
+/// The next unit of the manifest table merged with the tail (whose entry replaces the table's
+/// row of the same unit): its key into `key`, and its version.
+fn next_over_tail(
+    rows: &mut std::iter::Peekable<redb::Range<'static, &'static str, &'static [u8]>>,
+    tail: &mut std::iter::Peekable<std::collections::btree_map::IntoIter<String, EntryValue>>,
+    key: &mut String,
+) -> Result<Option<u64>, Error> {
+    use std::cmp::Ordering::{Greater, Less};
+    let order = match (rows.peek(), tail.peek()) {
+        (None, None) => return Ok(None),
+        // An error of the table's scan is reported where it occurs.
+        (Some(Err(_)), _) | (Some(Ok(_)), None) => Less,
+        (None, Some(_)) => Greater,
+        (Some(Ok((k, _))), Some((unit, _))) => k.value().cmp(unit.as_str()),
+    };
+    if order != Greater {
+        let (k, v) = match rows.next() {
+            Some(row) => row.db("scan the manifest for reconcile")?,
+            None => unreachable!("invariant: a row was just peeked"),
+        };
+        // The full decode checks the record's seal (SPEC I9), also of a row the tail replaces.
+        let version = EntryValue::decode(k.value(), v.value())?.source_version;
+        if order == Less {
+            key.clear();
+            key.push_str(k.value());
+            return Ok(Some(version));
+        }
+    }
+    Ok(tail.next().map(|(unit, v)| {
+        key.clear();
+        key.push_str(&unit);
+        v.source_version
+    }))
 }
 
 /// Full reconcile: merges a complete `listing`, sorted by unit in byte order, with the manifest as
