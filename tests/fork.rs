@@ -19,13 +19,16 @@ use std::time::{Duration, Instant};
 #[cfg(feature = "tables")]
 type Publisher = oncelake::table::AutoPublisher;
 #[cfg(not(feature = "tables"))]
-type Publisher = ();
+struct Publisher;
 
 fn publisher(store: &Store) -> Publisher {
     #[cfg(feature = "tables")]
     return oncelake::table::AutoPublisher::start(store.clone(), Duration::from_secs(3600));
     #[cfg(not(feature = "tables"))]
-    let _ = store;
+    {
+        let _ = store;
+        Publisher
+    }
 }
 
 /// The handles of the open store that the fork copies into the child.
