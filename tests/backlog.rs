@@ -29,12 +29,30 @@ fn manifest(store: &Store) -> BTreeMap<String, (u64, u64)> {
 /// Writers commit (in groups of several units, some of them new versions of earlier units), and
 /// readers check every snapshot against the commits acknowledged before it began (a model: unit →
 /// the newest acknowledged (version, seq)). After the run every acknowledged unit is there with
-/// its newest version, and a reopen shows the same manifest.
+/// its newest version, and a reopen shows the same manifest. Every tenth snapshot's change feed
+/// must also run from seq 1 to its seq without a gap (the log of its read transaction followed by
+/// its tail's records).
 #[test]
 fn every_commit_acknowledged_before_a_read_is_in_it() {
+    acknowledged_commits_are_visible(oncelake::Options::default());
+}
+
+/// The same with the applier thread taking batches of a few groups from a start of a few groups,
+/// so that snapshots often begin while a batch is being applied (the batch is then in their tail,
+/// until the applier is done with it).
+#[test]
+fn every_commit_acknowledged_before_a_read_is_in_it_while_small_batches_are_applied() {
+    acknowledged_commits_are_visible(oncelake::Options {
+        apply_min_bytes: 2 << 10,
+        apply_batch_bytes: 4 << 10,
+        ..oncelake::Options::default()
+    });
+}
+
+fn acknowledged_commits_are_visible(options: oncelake::Options) {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("lake");
-    let store = Store::open(&path).unwrap();
+    let store = Store::open_with(&path, options.clone()).unwrap();
     // unit → (version, seq) of its newest acknowledged commit.
     let acked: Arc<Mutex<BTreeMap<String, (u64, u64)>>> = Arc::default();
     let stop = Arc::new(AtomicBool::new(false));
@@ -63,6 +81,18 @@ fn every_commit_acknowledged_before_a_read_is_in_it() {
                             e.source_version
                         );
                         assert!(e.seq <= snap.seq());
+                    }
+                    if reads % 10 == 0 {
+                        let seqs: Vec<u64> = snap
+                            .changes_since(0)
+                            .unwrap()
+                            .map(|r| r.unwrap().seq)
+                            .collect();
+                        assert_eq!(
+                            seqs,
+                            (1..=snap.seq()).collect::<Vec<_>>(),
+                            "the change feed has a gap or goes past the view"
+                        );
                     }
                     reads += 1;
                 }
@@ -132,7 +162,7 @@ fn every_commit_acknowledged_before_a_read_is_in_it() {
     assert_eq!(store.backlog().units, 0, "a flush applies what waits");
     check(&store);
     drop(store);
-    check(&Store::open(&path).unwrap());
+    check(&Store::open_with(&path, options).unwrap());
 }
 
 /// A group whose write-ahead record did not sync is never acknowledged and never visible: not to a
