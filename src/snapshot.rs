@@ -357,13 +357,11 @@ impl<T: Iterator<Item = Result<Entry>>> Iterator for OverTail<T> {
     type Item = Result<Entry>;
     fn next(&mut self) -> Option<Result<Entry>> {
         use std::cmp::Ordering::{Greater, Less};
-        let order = match (self.table.peek(), self.tail.peek()) {
-            (None, None) => return None,
-            // An error of the table's scan is reported where it occurs.
-            (Some(Err(_)), _) | (Some(Ok(_)), None) => Less,
-            (None, Some(_)) => Greater,
-            (Some(Ok(e)), Some((unit, _))) => e.unit.as_str().cmp(unit.as_str()),
-        };
+        let table = self
+            .table
+            .peek()
+            .map(|r| r.as_ref().map(|e| e.unit.as_str()).map_err(|_| ()));
+        let order = crate::tail::merge_step(table, self.tail.peek().map(|(u, _)| u.as_str()))?;
         if order != Greater {
             let row = self.table.next();
             if order == Less {

@@ -17,7 +17,22 @@ use crate::error::{Error, Result};
 use crate::schema::log::Record;
 use crate::schema::manifest::EntryValue;
 use crate::schema::wal::GroupRedo;
+use std::cmp::Ordering;
 use std::collections::BTreeMap;
+
+/// The next step of a merge of a scan of the read transaction's manifest with the tail's
+/// entries (both in key order), from the key each side holds next (`Err` for a row of the scan
+/// that failed): `Less` takes the scan's row (an error is reported where it occurs), `Equal`
+/// both, the tail's entry replacing the row, and `Greater` the tail's entry; `None` when both
+/// are done.
+pub(crate) fn merge_step(table: Option<Result<&str, ()>>, tail: Option<&str>) -> Option<Ordering> {
+    Some(match (table, tail) {
+        (None, None) => return None,
+        (Some(Err(())), _) | (Some(Ok(_)), None) => Ordering::Less,
+        (None, Some(_)) => Ordering::Greater,
+        (Some(Ok(t)), Some(u)) => t.cmp(u),
+    })
+}
 
 /// The unapplied groups a snapshot reads over its read transaction, oldest first, numbered one
 /// after the other from the transaction's newest group on.

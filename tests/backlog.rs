@@ -82,7 +82,7 @@ fn acknowledged_commits_are_visible(options: oncelake::Options) {
                         );
                         assert!(e.seq <= snap.seq());
                     }
-                    if reads % 10 == 0 {
+                    if reads.is_multiple_of(10) {
                         let seqs: Vec<u64> = snap
                             .changes_since(0)
                             .unwrap()

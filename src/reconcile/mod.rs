@@ -473,12 +473,11 @@ fn next_over_tail(
     key: &mut String,
 ) -> Result<Option<u64>, Error> {
     use std::cmp::Ordering::{Greater, Less};
-    let order = match (rows.peek(), tail.peek()) {
-        (None, None) => return Ok(None),
-        // An error of the table's scan is reported where it occurs.
-        (Some(Err(_)), _) | (Some(Ok(_)), None) => Less,
-        (None, Some(_)) => Greater,
-        (Some(Ok((k, _))), Some((unit, _))) => k.value().cmp(unit.as_str()),
+    let table = rows
+        .peek()
+        .map(|r| r.as_ref().map(|(k, _)| k.value()).map_err(|_| ()));
+    let Some(order) = crate::tail::merge_step(table, tail.peek().map(|(u, _)| u.as_str())) else {
+        return Ok(None);
     };
     if order != Greater {
         let (k, v) = match rows.next() {
