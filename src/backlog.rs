@@ -50,8 +50,8 @@ use std::collections::VecDeque;
 
 /// The default bound (`Options::backlog_bytes`): the redo bytes of durable, unapplied groups
 /// above which the leader waits for the B-trees to catch up (back-pressure). It bounds the
-/// backlog's memory and how long a new reader may wait for the groups acknowledged before it
-/// (about 70,000 one-unit commits).
+/// backlog's memory, a snapshot's tail, and how long a reader of the tables may wait for the
+/// groups acknowledged before it (about 70,000 one-unit commits).
 pub(crate) const DEFAULT_BOUND_BYTES: usize = 32 << 20;
 /// The default batch (`Options::apply_batch_bytes`): the redo bytes one applier transaction
 /// takes at most.

@@ -81,22 +81,24 @@ pub struct Options {
     /// 200 bytes a unit; a larger cache speeds up commits on stores much bigger than it.
     pub cache_bytes: usize,
     /// The write-ahead backlog's bound, bytes of redo: above it the commit leader waits for the
-    /// B-trees to catch up (back-pressure). It bounds the backlog's memory and how long a new
-    /// reader may wait for the commits acknowledged before it. Default 32 MiB (about 70,000
-    /// one-unit commits). Must be at least `apply_batch_bytes`.
+    /// B-trees to catch up (back-pressure). It bounds the backlog's memory (a snapshot reads the
+    /// unapplied commits from it, and an open snapshot keeps those it read), and how long a
+    /// reader of the tables that waits for them (GC, verify, claim reads) may wait. Default
+    /// 32 MiB (about 70,000 one-unit commits). Must be at least `apply_batch_bytes`.
     pub backlog_bytes: usize,
     /// The most redo bytes one transaction applying the backlog to the B-trees takes. Larger
     /// batches dirty fewer B-tree pages per unit (several units share a leaf) and pay one
-    /// transaction commit for more units; a reader (or a writer under back-pressure) that applies
-    /// a batch waits for it.
+    /// transaction commit for more units; a table reader (or a writer under back-pressure) that
+    /// applies a batch waits for it.
     /// Default 4 MiB.
     pub apply_batch_bytes: usize,
     /// The redo bytes that must wait before the backlog is applied (by the store's applier
     /// thread, or with `background_apply` off by the writer whose commit finds them); below
     /// it the groups wait for more (a batch of them costs the B-trees less per unit than one
     /// transaction each), durable in the write-ahead log. Visibility does not depend on it: a
-    /// reader applies whatever waits before it reads, so this also bounds how long a reader
-    /// that comes after a run of commits may spend applying them. Default 256 KiB (about 500
+    /// snapshot reads what waits from the backlog, and a reader of the tables (GC, verify, claim
+    /// reads) applies it first, so this also bounds how long such a reader that comes after a
+    /// run of commits may spend applying them. Default 256 KiB (about 500
     /// one-unit commits); 0 applies after every commit; above `apply_batch_bytes` it counts as
     /// that (a batch never takes more).
     pub apply_min_bytes: usize,
@@ -354,7 +356,8 @@ const PROBE_CHUNK: usize = 256;
 impl Core {
     /// Begins a read transaction that sees every group acknowledged before the call: it waits
     /// for (or applies itself) the durable groups still in the backlog. So a commit is visible
-    /// to every reader from the moment it is acknowledged, and never before it is durable.
+    /// to every reader of the tables from the moment it is acknowledged, and never before it is
+    /// durable. Snapshots do not wait: they read the backlog ([`Core::begin_read_with_tail`]).
     pub(crate) fn begin_read(&self) -> Result<redb::ReadTransaction> {
         self.owner.check(&self.dir)?;
         self.backlog

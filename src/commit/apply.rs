@@ -194,7 +194,8 @@ pub(crate) fn apply_group(inner: &Core, ops: Vec<Op>) -> Vec<Result<Done>> {
     // The batches are consumed while the group is decided, before it is acknowledged; their
     // staged objects must stay pinned until it is (or until the failed state is set), or GC
     // could delete an object the commit is about to make visible (I8). From the acknowledgement
-    // on, every reader — GC's second look included — waits for the group to be applied.
+    // on, every snapshot sees the group (in its tail), and GC's second look, a reader of the
+    // tables, waits for it to be applied.
     let pins = pins_of(&ops);
     let result = match write_group(inner, ops) {
         Ok((dones, index, counts)) => {

@@ -494,8 +494,27 @@ pub(crate) fn assert_group(
     meta: &impl ReadableTable<&'static str, &'static [u8]>,
 ) -> Result<()> {
     let after = Counters::read(meta)?;
-    assert_holds(&check_group(log, before, after, &|m| Some(m.size))?);
+    assert_holds(&check_group(log, before, after)?);
     Ok(())
+}
+
+/// L6 for every entry a commit record commits, its object found on disk with
+/// `object_size(object)` (`None`: not found); nothing for other records.
+// The leader calls this in debug builds only.
+#[cfg_attr(not(debug_assertions), allow(dead_code))]
+pub(crate) fn check_objects_published(
+    rec: &Record,
+    object_size: &dyn Fn(&ObjectMeta) -> Option<u64>,
+) -> Vec<Violation> {
+    match &rec.body {
+        RecordBody::Commit { entries } => entries
+            .iter()
+            .filter_map(|e| {
+                check_object_published(&e.unit, &e.object, object_size(&e.object)).err()
+            })
+            .collect(),
+        _ => Vec::new(),
+    }
 }
 
 /// The leader's hook for L6 ([`check_object_published`]) on a decided group, before it is made
@@ -518,11 +537,7 @@ pub(crate) fn assert_objects_published(
     };
     let mut out = Vec::new();
     for (_, bytes) in group.log_rows()? {
-        if let RecordBody::Commit { entries } = Record::decode(bytes)?.body {
-            for e in &entries {
-                out.extend(check_object_published(&e.unit, &e.object, size(&e.object)).err());
-            }
-        }
+        out.extend(check_objects_published(&Record::decode(bytes)?, &size));
     }
     assert_holds(&out);
     Ok(())
@@ -548,16 +563,16 @@ impl Counters {
     }
 }
 
-/// The per-group checks, run by the leader on its own write transaction before it commits,
-/// reading only what the group touched: the log records it appended (L1, L2, L7, and L6 for every
-/// entry they commit, through `object_size`) and the counters it moved (L2, L3, L4, L7).
-// The leader calls this in debug builds only.
+/// The per-group checks, run by the applier on its write transaction before it commits, reading
+/// only what the groups touched: the log records they appended (L1, L2, L7) and the counters
+/// they moved (L2, L3, L4, L7). L6 is checked where a group is decided
+/// ([`check_objects_published`]).
+// The applier calls this in debug builds only.
 #[cfg_attr(not(debug_assertions), allow(dead_code))]
 pub(crate) fn check_group(
     log: &impl ReadableTable<u64, &'static [u8]>,
     before: Counters,
     after: Counters,
-    object_size: &dyn Fn(&ObjectMeta) -> Option<u64>,
 ) -> Result<Vec<Violation>> {
     let mut out = Vec::new();
     let mut note = |c: Check| out.extend(c.err());
@@ -586,15 +601,6 @@ pub(crate) fn check_group(
         prev = Some(k.value());
         for (unit, token) in record_tokens(&rec) {
             note(check_token_below_next(unit, token, after.next_token));
-        }
-        if let RecordBody::Commit { entries } = &rec.body {
-            for e in entries {
-                note(check_object_published(
-                    &e.unit,
-                    &e.object,
-                    object_size(&e.object),
-                ));
-            }
         }
     }
     note(check_next_seq(after.next_seq, prev));

@@ -362,7 +362,7 @@ fn group_checks_name_a_mislogged_group() {
     let exists = |_: &ObjectMeta| Some(3);
     {
         let log = txn.open_table(LOG).unwrap();
-        let none = check_group(&log, before, before, &exists).unwrap();
+        let none = check_group(&log, before, before).unwrap();
         assert_eq!(none, vec![]);
     }
     let s = before.next_seq;
@@ -380,7 +380,9 @@ fn group_checks_name_a_mislogged_group() {
         history_from: 2,
         ..before
     };
-    let got = rules(&check_group(&log, raised, after, &|_| None).unwrap());
+    let mut got = rules(&check_group(&log, raised, after).unwrap());
+    assert_eq!(check_objects_published(&rec, &exists), vec![]);
+    got.extend(rules(&check_objects_published(&rec, &|_| None)));
     for want in [
         Invariant::LogSeqIncreasing,
         Invariant::TokenBelowNext,
