@@ -18,8 +18,9 @@ use crate::overlay::LeaderState;
 use crate::owner::Owner;
 use crate::schema::meta::{self, seq_and_horizon};
 use crate::schema::wal::GroupRedo;
-use crate::schema::{Tables, MANIFEST, META};
+use crate::schema::{MANIFEST, META};
 use crate::stage::Stager;
+use crate::tail::Tables;
 use crate::vfs::{RealVfs, Vfs};
 use parking_lot::{Mutex, RwLock, RwLockWriteGuard};
 use redb::{ReadableDatabase, ReadableTableMetadata};
@@ -357,7 +358,8 @@ impl Core {
     /// Begins a read transaction that sees every group acknowledged before the call: it waits
     /// for (or applies itself) the durable groups still in the backlog. So a commit is visible
     /// to every reader of the tables from the moment it is acknowledged, and never before it is
-    /// durable. Snapshots do not wait: they read the backlog ([`Core::begin_read_with_tail`]).
+    /// durable. Snapshots and [`Core::tables`] do not wait: they read the backlog
+    /// ([`Core::begin_read_with_tail`]).
     pub(crate) fn begin_read(&self) -> Result<redb::ReadTransaction> {
         self.owner.check(&self.dir)?;
         self.backlog
@@ -494,9 +496,12 @@ impl Core {
         (self.applier)(self, groups, synced)
     }
 
-    /// Typed reads of the unit-keyed tables as of a new read transaction.
+    /// Typed reads of the unit-keyed tables as of a new read transaction and the acknowledged
+    /// groups it lacks: like a snapshot, it holds every commit acknowledged before the call and
+    /// neither waits for the backlog nor applies it.
     pub(crate) fn tables(&self) -> Result<Tables> {
-        Tables::open(&self.begin_read()?)
+        let (txn, groups) = self.begin_read_with_tail()?;
+        Tables::open(&txn, crate::tail::Tail::new(groups))
     }
 
     /// The clock's time, ms since the Unix epoch.

@@ -13,10 +13,13 @@
 //! the tail answers first for what it holds and the transaction for the rest. The argument is
 //! in docs/commit.md ("Readers").
 
+mod tables;
+pub(crate) use tables::Tables;
+
 use crate::error::{Error, Result};
 use crate::schema::log::Record;
 use crate::schema::manifest::EntryValue;
-use crate::schema::wal::GroupRedo;
+use crate::schema::wal::{GroupRedo, Keyed};
 use std::cmp::Ordering;
 use std::collections::BTreeMap;
 
@@ -66,7 +69,7 @@ impl Tail {
     /// none (the transaction's current entry then answers, which is older than any of the tail's).
     pub(crate) fn entry(&self, unit: &str, upto: u64) -> Result<Option<EntryValue>> {
         for g in self.groups.iter().rev() {
-            for (key, value) in g.manifest_rows()?.rev() {
+            for (key, value) in g.keyed_rows(Keyed::Manifest)?.rev() {
                 if key != unit.as_bytes() {
                     continue;
                 }
@@ -89,12 +92,8 @@ impl Tail {
     ) -> Result<BTreeMap<String, EntryValue>> {
         let mut out = BTreeMap::new();
         for g in &self.groups {
-            for (key, value) in g.manifest_rows()? {
-                let unit = std::str::from_utf8(key).map_err(|_| {
-                    Error::BadRecord(
-                        "a commit group in memory holds a unit key that is not UTF-8".into(),
-                    )
-                })?;
+            for (key, value) in g.keyed_rows(Keyed::Manifest)? {
+                let unit = utf8(key)?;
                 if unit < start || end.is_some_and(|e| unit >= e) {
                     continue;
                 }
@@ -102,6 +101,41 @@ impl Tail {
                 // Groups and their rows come oldest first: a later row replaces an earlier one.
                 if v.seq <= upto {
                     out.insert(unit.to_string(), v);
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// The newest row of `key` in `table` that the tail holds, as the table would store it;
+    /// `None` when it holds none (the transaction's row then answers, which is older).
+    pub(crate) fn newest(&self, table: Keyed, key: &str) -> Result<Option<&[u8]>> {
+        for g in self.groups.iter().rev() {
+            if let Some((_, v)) = g
+                .keyed_rows(table)?
+                .rev()
+                .find(|(k, _)| *k == key.as_bytes())
+            {
+                return Ok(Some(v));
+            }
+        }
+        Ok(None)
+    }
+
+    /// Per key of `table` that starts with `prefix`, the newest row the tail holds, in key
+    /// order.
+    pub(crate) fn newest_with_prefix(
+        &self,
+        table: Keyed,
+        prefix: &str,
+    ) -> Result<BTreeMap<&str, &[u8]>> {
+        let mut out = BTreeMap::new();
+        for g in &self.groups {
+            for (key, value) in g.keyed_rows(table)? {
+                let key = utf8(key)?;
+                if key.starts_with(prefix) {
+                    // Groups and their rows come oldest first: a later row replaces an earlier one.
+                    out.insert(key, value);
                 }
             }
         }
@@ -131,5 +165,74 @@ impl Tail {
             }
         }
         Ok(out)
+    }
+}
+
+/// A key of a group in memory (the leader wrote it from a `&str`).
+fn utf8(key: &[u8]) -> Result<&str> {
+    std::str::from_utf8(key).map_err(|_| {
+        Error::BadRecord("a commit group in memory holds a key that is not UTF-8".into())
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::schema::wal::Redo;
+
+    fn group(number: u64, rows: &[(Keyed, &str, &str)]) -> GroupRedo {
+        let mut redo = Redo::default();
+        for (table, key, value) in rows {
+            match table {
+                Keyed::Manifest => redo.manifest(key, value.as_bytes()),
+                Keyed::Claims => redo.claims(key, value.as_bytes()),
+                Keyed::Extensions => redo.extensions(key, value.as_bytes()),
+            }
+        }
+        GroupRedo::new(number, redo, rows.len())
+    }
+
+    /// A key's newest row is the last one of the newest group that has it, also when a group
+    /// (several writers' commits decided together) holds two rows of it; rows of one table never
+    /// answer for another.
+    #[test]
+    fn the_newest_row_of_a_key_answers_per_table() {
+        use Keyed::*;
+        let tail = Tail::new(vec![
+            group(
+                7,
+                &[
+                    (Claims, "k1", "c1 old"),
+                    (Claims, "k2", "c2 old"),
+                    (Manifest, "k1", "m1"),
+                    (Claims, "k1", "c1 new"),
+                    (Extensions, "k3", "e3"),
+                ],
+            ),
+            group(8, &[(Claims, "k2", "c2 new"), (Claims, "j", "cj")]),
+        ]);
+        let newest = |t, k| {
+            tail.newest(t, k)
+                .unwrap()
+                .map(|v| String::from_utf8_lossy(v).into_owned())
+        };
+        assert_eq!(newest(Claims, "k1").as_deref(), Some("c1 new"));
+        assert_eq!(newest(Claims, "k2").as_deref(), Some("c2 new"));
+        assert_eq!(newest(Manifest, "k1").as_deref(), Some("m1"));
+        assert_eq!(newest(Extensions, "k3").as_deref(), Some("e3"));
+        assert_eq!(newest(Claims, "k3"), None);
+        assert_eq!(newest(Manifest, "k2"), None);
+        let with_prefix = |t, p| {
+            tail.newest_with_prefix(t, p)
+                .unwrap()
+                .into_iter()
+                .map(|(k, v)| format!("{k}={}", String::from_utf8_lossy(v)))
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(with_prefix(Claims, "k"), ["k1=c1 new", "k2=c2 new"]);
+        assert_eq!(with_prefix(Claims, ""), ["j=cj", "k1=c1 new", "k2=c2 new"]);
+        assert_eq!(with_prefix(Claims, "k2"), ["k2=c2 new"]);
+        assert_eq!(with_prefix(Manifest, "k"), ["k1=m1"]);
+        assert!(with_prefix(Extensions, "k1").is_empty());
     }
 }

@@ -14,7 +14,7 @@
 //! here too, on the same codec ([`index_snap`]).
 //!
 //! Nothing above this module names a table or decodes a stored value by hand: the leader writes
-//! through the encoders here, and readers go through [`Tables`] (typed scans and point reads) or
+//! through the encoders here, and readers go through `tail::Tables` (typed scans and point reads, over the unapplied groups) or
 //! [`log::read_range`] (the one reader of the commit log). The encodings are unchanged from
 //! format 2; a format-1 store is resealed by the upgrade (`store::open`).
 
@@ -27,10 +27,7 @@ pub(crate) mod manifest;
 pub(crate) mod meta;
 pub(crate) mod wal;
 
-use crate::error::{DbContext, Error, Result};
-use claim::ClaimRecord;
-use manifest::EntryValue;
-use redb::{ReadOnlyTable, TableDefinition};
+use redb::TableDefinition;
 
 /// Name of the manifest table (as its seals cover it).
 pub(crate) const MANIFEST_TABLE: &str = "manifest";
@@ -57,102 +54,3 @@ pub(crate) const EXTENSIONS: TableDefinition<&str, &[u8]> = TableDefinition::new
 pub(crate) const META: TableDefinition<&str, &[u8]> = TableDefinition::new("store_meta");
 /// Format 1's meta table (plain u64 values); only read by the upgrade, which deletes it.
 pub(crate) const META_V1: TableDefinition<&str, u64> = TableDefinition::new(META_TABLE);
-
-type StrTable = ReadOnlyTable<&'static str, &'static [u8]>;
-
-/// Typed reads of the unit-keyed tables as of one read transaction: the internal API higher
-/// layers (pipelines, reconcile, verify) use instead of opening tables and decoding values.
-pub(crate) struct Tables {
-    manifest: StrTable,
-    claims: StrTable,
-    /// `None` in a store that never wrote an extension.
-    extensions: Option<StrTable>,
-}
-
-impl Tables {
-    /// Opens the tables as of `txn`.
-    pub(crate) fn open(txn: &redb::ReadTransaction) -> Result<Tables> {
-        let extensions = match txn.open_table(EXTENSIONS) {
-            Ok(t) => Some(t),
-            Err(redb::TableError::TableDoesNotExist(_)) => None,
-            Err(e) => return Err(Error::db("open the extensions table", e)),
-        };
-        Ok(Tables {
-            manifest: txn.open_table(MANIFEST).db("open the manifest")?,
-            claims: txn.open_table(CLAIMS).db("open the claims")?,
-            extensions,
-        })
-    }
-
-    /// `unit`'s current entry (checked as `codec::get_sealed` checks).
-    pub(crate) fn entry(&self, unit: &str) -> Result<Option<EntryValue>> {
-        codec::get_sealed(&self.manifest, MANIFEST_TABLE, unit, EntryValue::decode)
-    }
-
-    /// `unit`'s newest lease.
-    pub(crate) fn claim(&self, unit: &str) -> Result<Option<ClaimRecord>> {
-        codec::get_sealed(&self.claims, CLAIMS_TABLE, unit, ClaimRecord::decode)
-    }
-
-    /// `key`'s extension record: the seq that wrote it and its data.
-    pub(crate) fn extension(&self, key: &str) -> Result<Option<(u64, Vec<u8>)>> {
-        let Some(t) = &self.extensions else {
-            return Ok(None);
-        };
-        let split = |k: &str, v: &[u8]| extension::decode(k, v).map(|(s, d)| (s, d.to_vec()));
-        codec::get_sealed(t, EXTENSIONS_TABLE, key, split)
-    }
-
-    /// Calls `f` on every manifest entry whose unit starts with `prefix`, in key order.
-    pub(crate) fn entries_with_prefix(
-        &self,
-        prefix: &str,
-        mut f: impl FnMut(&str, EntryValue) -> Result<()>,
-    ) -> Result<()> {
-        scan_prefix(&self.manifest, prefix, |k, v| {
-            f(k, EntryValue::decode(k, v)?)
-        })
-    }
-
-    /// Calls `f` on every lease whose unit starts with `prefix`, in key order.
-    pub(crate) fn claims_with_prefix(
-        &self,
-        prefix: &str,
-        mut f: impl FnMut(&str, ClaimRecord) -> Result<()>,
-    ) -> Result<()> {
-        scan_prefix(&self.claims, prefix, |k, v| {
-            f(k, ClaimRecord::decode(k, v)?)
-        })
-    }
-
-    /// Calls `f` on every extension record (key, seq, data) whose key starts with `prefix`.
-    pub(crate) fn extensions_with_prefix(
-        &self,
-        prefix: &str,
-        mut f: impl FnMut(&str, u64, &[u8]) -> Result<()>,
-    ) -> Result<()> {
-        let Some(t) = &self.extensions else {
-            return Ok(());
-        };
-        scan_prefix(t, prefix, |k, v| {
-            let (seq, data) = extension::decode(k, v)?;
-            f(k, seq, data)
-        })
-    }
-}
-
-fn scan_prefix(
-    table: &StrTable,
-    prefix: &str,
-    mut f: impl FnMut(&str, &[u8]) -> Result<()>,
-) -> Result<()> {
-    for row in table.range::<&str>(prefix..).db("scan a table")? {
-        let (k, v) = row.db("scan a table")?;
-        let k = k.value();
-        if !k.starts_with(prefix) {
-            break;
-        }
-        f(k, v.value())?;
-    }
-    Ok(())
-}

@@ -142,14 +142,38 @@ struct Shared {
 /// A byte range of a group's payload.
 type Span = std::ops::Range<usize>;
 
-/// What a snapshot reads of an unapplied group (see `tail`): its manifest rows and log records,
-/// in the redo's order, and its `next_seq` and `history_from` rows (every group writes both).
+/// The string-keyed tables a reader of an unapplied group looks into (see `tail`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Keyed {
+    /// Unit → current entry (snapshots, reconcile, the pipelines' sources and completions).
+    Manifest,
+    /// Unit → newest lease (the pipelines' cell leases).
+    Claims,
+    /// Key → a higher layer's state (the pipelines' definition and failures).
+    Extensions,
+}
+
+/// What a reader reads of an unapplied group (see `tail`): its rows of the string-keyed tables
+/// and its log records, each in the redo's order, and its `next_seq` and `history_from` rows
+/// (every group writes both).
 #[derive(Debug, Default)]
 struct ReadRows {
     manifest: Vec<(Span, Span)>,
+    claims: Vec<(Span, Span)>,
+    extensions: Vec<(Span, Span)>,
     log: Vec<(u64, Span)>,
     next_seq: Option<Span>,
     history_from: Option<Span>,
+}
+
+impl ReadRows {
+    fn keyed(&self, table: Keyed) -> &[(Span, Span)] {
+        match table {
+            Keyed::Manifest => &self.manifest,
+            Keyed::Claims => &self.claims,
+            Keyed::Extensions => &self.extensions,
+        }
+    }
 }
 
 impl GroupRedo {
@@ -206,6 +230,10 @@ impl GroupRedo {
                 (Tbl::Manifest, Key::Str(unit)) => {
                     out.manifest.push((span(unit.as_bytes()), span(v)))
                 }
+                (Tbl::Claims, Key::Str(unit)) => out.claims.push((span(unit.as_bytes()), span(v))),
+                (Tbl::Extensions, Key::Str(key)) => {
+                    out.extensions.push((span(key.as_bytes()), span(v)))
+                }
                 (Tbl::Log, Key::Log(seq)) => out.log.push((seq, span(v))),
                 (Tbl::Meta, Key::Str(meta::NEXT_SEQ)) => out.next_seq = Some(span(v)),
                 (Tbl::Meta, Key::Str(meta::HISTORY_FROM)) => out.history_from = Some(span(v)),
@@ -215,15 +243,16 @@ impl GroupRedo {
         Ok(self.shared.read_rows.get_or_init(|| out))
     }
 
-    /// Its manifest rows, `(unit, sealed entry)`, in the redo's order (a later row of a unit
-    /// replaces an earlier one).
-    pub(crate) fn manifest_rows(
+    /// Its rows of `table`, `(key, sealed value as the table stores it)`, in the redo's order (a
+    /// later row of a key replaces an earlier one).
+    pub(crate) fn keyed_rows(
         &self,
+        table: Keyed,
     ) -> Result<impl DoubleEndedIterator<Item = (&[u8], &[u8])> + '_> {
         let p = self.payload();
         Ok(self
             .read_rows()?
-            .manifest
+            .keyed(table)
             .iter()
             .map(move |(k, v)| (&p[k.clone()], &p[v.clone()])))
     }
