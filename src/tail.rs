@@ -11,7 +11,9 @@
 //!
 //! Every group's seqs are above every seq of the transaction and of the groups before it, so
 //! the tail answers first for what it holds and the transaction for the rest. The argument is
-//! in docs/commit.md ("Readers").
+//! in docs/commit.md ("Readers"). The typed table reads of the layers above ([`Tables`]) take
+//! the same listing and lay the tail's newest manifest, claim and extension rows over their
+//! transaction the same way.
 
 mod tables;
 pub(crate) use tables::Tables;

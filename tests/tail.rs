@@ -450,7 +450,8 @@ proptest! {
                         versions[*unit] += 1;
                     }
                     let body = format!("src {unit} v{}", versions[*unit]);
-                    p.set_source_version(&store, &format!("u{unit}"), versions[*unit], body.as_bytes())
+                    let unit_key = format!("u{unit}");
+                    p.set_source_version(&store, &unit_key, versions[*unit], body.as_bytes())
                         .unwrap();
                 }
                 PipeOp::Claim { pick, worker } => {
@@ -460,7 +461,8 @@ proptest! {
                     }
                     let cell = &ready[usize::from(*pick) % ready.len()];
                     let worker = format!("w{worker}");
-                    if let Claim::Granted { lease, cell } = p.claim(&store, cell, &worker, ttl).unwrap() {
+                    let granted = p.claim(&store, cell, &worker, ttl).unwrap();
+                    if let Claim::Granted { lease, cell } = granted {
                         attempts.push(Attempt {
                             unit: cell.unit.clone(),
                             stage: cell.stage.clone(),
@@ -500,7 +502,8 @@ proptest! {
         let over_tail = read_pipeline_state(&store);
         store.flush().unwrap();
         prop_assert_eq!(store.backlog().units, 0);
-        prop_assert_eq!(&read_pipeline_state(&store), &over_tail, "applying the tail changes nothing");
+        let applied = read_pipeline_state(&store);
+        prop_assert_eq!(&applied, &over_tail, "applying the tail changes nothing");
         drop(store);
         let store = open(&path, min, batch);
         prop_assert_eq!(&read_pipeline_state(&store), &over_tail, "nor does a reopen");

@@ -14,9 +14,10 @@
 //! here too, on the same codec ([`index_snap`]).
 //!
 //! Nothing above this module names a table or decodes a stored value by hand: the leader writes
-//! through the encoders here, and readers go through `tail::Tables` (typed scans and point reads, over the unapplied groups) or
-//! [`log::read_range`] (the one reader of the commit log). The encodings are unchanged from
-//! format 2; a format-1 store is resealed by the upgrade (`store::open`).
+//! through the encoders here, and readers go through `tail::Tables` (typed scans and point
+//! reads, with the unapplied groups' rows over them) or [`log::read_range`] (the one reader of
+//! the commit log). The encodings are unchanged from format 2; a format-1 store is resealed by
+//! the upgrade (`store::open`).
 
 pub(crate) mod claim;
 pub(crate) mod codec;
