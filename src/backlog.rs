@@ -265,7 +265,17 @@ impl<G: Group + Clone> Backlog<G> {
         }
         let batch = self.take_batch(&mut s);
         drop(s);
-        let result = apply(&batch);
+        // Whatever `apply` does, `applying` must be cleared and its waiters woken below: a panic
+        // that left it set would hang every later flush, GC, verify and close. A panic is a
+        // failed apply (the B-trees no longer follow the log), which stops the backlog.
+        let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| apply(&batch)))
+            .map_err(|p| {
+                format!(
+                    "applying a batch of commit groups panicked: {}",
+                    crate::text::panic_text(&*p)
+                )
+            })
+            .and_then(|r| r.map_err(|e| e.to_string()));
         let mut s = self.state.lock();
         s.applying = false;
         let taken = std::mem::take(&mut s.taken);
@@ -282,7 +292,7 @@ impl<G: Group + Clone> Backlog<G> {
                 s.weight -= batch.iter().map(Group::weight).sum::<usize>();
                 s.units -= batch.iter().map(Group::units).sum::<usize>();
             }
-            Err(e) => s.failed = Some(e.to_string()),
+            Err(e) => s.failed = Some(e),
         }
         drop(s);
         self.changed.notify_all();

@@ -187,7 +187,9 @@ pub(crate) type Applier = fn(&Core, &[GroupRedo], bool) -> Result<()>;
 /// on it; higher layers reach it through `Store::core` and the small functions below.
 pub(crate) struct Core {
     pub(crate) dir: PathBuf,
-    pub(crate) db: Db,
+    /// Dropped by hand at the end of `Core`'s drop, where a panic of redb's own drop is
+    /// contained (see there).
+    pub(crate) db: std::mem::ManuallyDrop<Db>,
     pub(crate) stager: Stager,
     /// The seqs open snapshots read as of; GC keeps what they can read.
     pub(crate) readers: Arc<ReaderPins>,
@@ -304,6 +306,28 @@ impl Drop for ReaderPin {
 
 impl Drop for Core {
     fn drop(&mut self) {
+        self.close();
+        // A panic inside redb (in its storage backend, while a group that then failed the store
+        // was written) leaves redb's own locks poisoned, and dropping such a database panics
+        // again. The store is failed and writes nothing more; contain that panic (quietly, as
+        // damage) so that dropping a failed store never unwinds into its owner.
+        let wal = self.wal.take();
+        let _ = crate::error::contain(|| {
+            drop(wal);
+            Ok(())
+        });
+        let _ = crate::error::contain(|| {
+            // SAFETY: this is the last use of `db`: `close` above is done with it, no other
+            // field refers to it, and `Core` is being dropped, so nothing can reach it again.
+            unsafe { std::mem::ManuallyDrop::drop(&mut self.db) };
+            Ok(())
+        });
+    }
+}
+
+impl Core {
+    /// What a drop does before the databases close: drain, sync and trim a store in good order.
+    fn close(&mut self) {
         // A forked child's copy never gets here (its store handles and snapshots leak the core,
         // see `owner`); if it did, draining and syncing would write the parent's files.
         if self.options.read_only || !self.owner.is_current() {
@@ -341,12 +365,21 @@ impl Drop for Core {
     }
 }
 
-/// A panic's message, for the error that replaces it.
-fn panic_text(p: &(dyn std::any::Any + Send)) -> String {
-    p.downcast_ref::<&str>()
-        .map(|s| s.to_string())
-        .or_else(|| p.downcast_ref::<String>().cloned())
-        .unwrap_or_else(|| "no message".into())
+/// See [`Core::fail_on_unwind`].
+pub(crate) struct FailOnUnwind<'a> {
+    core: &'a Core,
+    cause: &'static str,
+    excuse: Option<&'a std::cell::Cell<bool>>,
+}
+
+impl Drop for FailOnUnwind<'_> {
+    fn drop(&mut self) {
+        if std::thread::panicking() && !self.excuse.is_some_and(std::cell::Cell::get) {
+            // The index may hold part of what the panicked step published: never persist it.
+            self.core.index_suspect.store(true, Ordering::SeqCst);
+            self.core.fail(self.cause);
+        }
+    }
 }
 
 /// Index probes are hashed and run in chunks of this many under one read lock: long enough to
@@ -438,6 +471,35 @@ impl Core {
         self.failed.lock().get_or_insert_with(|| cause.to_string());
     }
 
+    /// A guard that puts the store into its failed state if it is dropped while its thread
+    /// unwinds from a panic (SPEC I10), and does nothing otherwise. Whoever holds state that a
+    /// panic may leave half-changed (the leader's overlay and counters, the backlog's batch)
+    /// keeps one alive across the change, declared after anything that must outlive the
+    /// failure (the group's pins).
+    pub(crate) fn fail_on_unwind(&self, cause: &'static str) -> FailOnUnwind<'_> {
+        FailOnUnwind {
+            core: self,
+            cause,
+            excuse: None,
+        }
+    }
+
+    /// [`Core::fail_on_unwind`], except for a panic of the caller's own code that the caller's
+    /// thread reports by setting `callers_panic` (a panicking `Read` of the caller's, while it
+    /// stages): that one unwinds to the caller and leaves the store as it is, since nothing the
+    /// engine shares was half-changed by it.
+    pub(crate) fn fail_on_unwind_unless<'a>(
+        &'a self,
+        cause: &'static str,
+        callers_panic: &'a std::cell::Cell<bool>,
+    ) -> FailOnUnwind<'a> {
+        FailOnUnwind {
+            core: self,
+            cause,
+            excuse: Some(callers_panic),
+        }
+    }
+
     fn stopped(&self, e: crate::backlog::Stopped) -> Error {
         Error::Failed { cause: e.0 }
     }
@@ -446,23 +508,26 @@ impl Core {
     /// checkpoint is due (then the write-ahead records it covers may be trimmed). A failure, or
     /// a panic of redb or of a debug invariant check, fails the store.
     fn apply_backlog(&self, groups: &[GroupRedo]) -> Result<()> {
-        let now_ms = self.now_ms();
-        let synced = self.wal.as_ref().is_some_and(|w| w.checkpoint_due(now_ms));
+        // The clock is the caller's code: it may panic like any other step of the apply.
         let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            crate::error::contain(|| self.apply_groups(groups, synced))
+            let now_ms = self.now_ms();
+            let synced = self.wal.as_ref().is_some_and(|w| w.checkpoint_due(now_ms));
+            crate::error::contain(|| self.apply_groups(groups, synced))?;
+            if synced {
+                self.synced_through(groups, now_ms);
+            }
+            Ok(())
         }))
         .unwrap_or_else(|p| {
             Err(Error::Failed {
-                cause: format!("applying a commit group panicked: {}", panic_text(&p)),
+                cause: format!(
+                    "applying a commit group panicked: {}",
+                    crate::text::panic_text(&p)
+                ),
             })
         });
         match r {
-            Ok(()) => {
-                if synced {
-                    self.synced_through(groups, now_ms);
-                }
-                Ok(())
-            }
+            Ok(()) => Ok(()),
             Err(e) => {
                 let cause = e.to_string();
                 self.fail(&cause);

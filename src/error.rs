@@ -126,8 +126,10 @@ pub enum Error {
     /// A request was malformed.
     #[error("invalid request: {0}")]
     InvalidRequest(String),
-    /// The commit leader panicked while deciding the group; nothing of it was applied.
-    #[error("internal error: the commit leader panicked; the commit was not applied — please report this")]
+    /// A commit leader panicked while deciding or writing this group, or an earlier one (SPEC
+    /// I10): the store is failed. Whether this operation took effect is known only after a
+    /// reopen, which reads what is durable; a retry there is decided by the usual rules.
+    #[error("internal error: a commit leader panicked, so the store was failed; whether this write took effect is known after reopening the store (a retry is then safe) — please report this")]
     LeaderPanicked,
 }
 

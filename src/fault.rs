@@ -47,6 +47,7 @@ const SECTOR: usize = 512;
 pub struct FaultPlan {
     ops: AtomicU64,
     fail_at: AtomicU64,
+    panic_at: AtomicU64,
     crash_at: AtomicU64,
     /// Database syncs to let pass before the one that is the crash point (0: none planned).
     crash_at_db_sync: AtomicU64,
@@ -183,6 +184,17 @@ impl FaultPlan {
     pub fn fail_at(&self, n: u64) {
         self.fail_at.store(n, SeqCst);
     }
+    /// Panics at operation `n` (1-based), once: a bug in the code under the seam, or a caller's
+    /// code reached at that step (SPEC I10). The panic unwinds quietly (no panic hook runs, as
+    /// for `std::panic::resume_unwind`); its payload is a `String` that says what it interrupted.
+    pub fn panic_at(&self, n: u64) {
+        self.panic_at.store(n, SeqCst);
+    }
+    /// Disarms a panic planned with [`FaultPlan::panic_at`]; returns whether it came.
+    pub fn disarm_panic(&self) -> bool {
+        let at = self.panic_at.swap(0, SeqCst);
+        at != 0 && self.ops.load(SeqCst) >= at
+    }
     /// Crashes at operation `n` (1-based): it and all later operations fail.
     pub fn crash_at(&self, n: u64) {
         self.crash_at.store(n, SeqCst);
@@ -265,6 +277,11 @@ impl FaultPlan {
             self.crashed.store(true, SeqCst);
             return Err(io::Error::other(format!(
                 "injected crash at operation {n} ({what})"
+            )));
+        }
+        if self.panic_at.load(SeqCst) == n {
+            std::panic::resume_unwind(Box::new(format!(
+                "injected panic at operation {n} ({what})"
             )));
         }
         if self.fail_at.load(SeqCst) == n {

@@ -238,7 +238,9 @@ impl Store {
     /// ```
     pub fn gc(&self, options: GcOptions) -> Result<GcReport> {
         // A redb panic on a damaged page is reported as `Corrupt` (SPEC I9); GC stops before
-        // deleting anything it decided from a damaged read.
+        // deleting anything it decided from a damaged read. Any other panic fails the store
+        // before it unwinds (SPEC I10).
+        let _fence = self.core().fail_on_unwind("garbage collection panicked");
         crate::error::contain(|| self.gc_uncontained(options))
     }
 

@@ -157,7 +157,7 @@ impl Store {
             leader: Mutex::new(leader),
             applier: apply::apply_groups,
             options,
-            db,
+            db: std::mem::ManuallyDrop::new(db),
             dir,
             store_id,
             created,
@@ -222,9 +222,18 @@ impl Store {
     }
 
     /// Stages an object from a reader, streaming: memory use does not grow with its size.
-    pub fn stage_reader(&self, mut reader: impl Read) -> Result<Staged> {
+    pub fn stage_reader(&self, reader: impl Read) -> Result<Staged> {
         self.check_writable()?;
-        let staged = self.inner.core.stager.stage_reader(&mut reader)?;
+        // A panic of the engine's while staging fails the store (SPEC I10); one of the caller's
+        // reader only unwinds to the caller.
+        let callers_panic = std::cell::Cell::new(false);
+        let mut reader = CallersReader {
+            inner: reader,
+            panicked: &callers_panic,
+        };
+        let core = &self.inner.core;
+        let _fence = core.fail_on_unwind_unless("staging an object panicked", &callers_panic);
+        let staged = core.stager.stage_reader(&mut reader)?;
         crate::metrics::add(&self.inner.core.metrics.c.objects_staged, 1);
         crate::metrics::add(&self.inner.core.metrics.c.bytes_staged, staged.meta().size);
         Ok(staged)
@@ -523,4 +532,24 @@ pub(crate) fn release_op(lease: Lease) -> Result<Op> {
     validate_key(&lease.unit)?;
     validate_worker(&lease.worker)?;
     Ok(Op::Release { lease })
+}
+
+/// The caller's reader while it is staged: marks a panic of its own before letting it unwind,
+/// so that the engine tells it from one of its own (see [`Core::fail_on_unwind_unless`]).
+struct CallersReader<'a, R> {
+    inner: R,
+    panicked: &'a std::cell::Cell<bool>,
+}
+
+impl<R: Read> Read for CallersReader<'_, R> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let inner = &mut self.inner;
+        match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| inner.read(buf))) {
+            Ok(r) => r,
+            Err(payload) => {
+                self.panicked.set(true);
+                std::panic::resume_unwind(payload)
+            }
+        }
+    }
 }

@@ -4,12 +4,12 @@
 //! lock-free commit protocol must import its primitives from here.
 
 #[cfg(loom)]
-pub(crate) use loom::sync::atomic::{AtomicPtr, AtomicU8, Ordering};
+pub(crate) use loom::sync::atomic::{AtomicBool, AtomicPtr, AtomicU8, Ordering};
 #[cfg(loom)]
 pub(crate) use loom::sync::Arc;
 
 #[cfg(not(loom))]
-pub(crate) use std::sync::atomic::{AtomicPtr, AtomicU8, Ordering};
+pub(crate) use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU8, Ordering};
 #[cfg(not(loom))]
 pub(crate) use std::sync::Arc;
 

@@ -1,5 +1,5 @@
-//! Cutting text for messages and stored records at a character boundary (never inside a UTF-8
-//! sequence, so the result is still a `str`).
+//! Text for messages: cutting text and stored records at a character boundary (never inside a UTF-8
+//! sequence, so the result is still a `str`), and the message a panic carries.
 
 /// The longest prefix of `s` of at most `max` bytes that ends at a character boundary.
 pub(crate) fn prefix(s: &str, max: usize) -> &str {
@@ -20,6 +20,16 @@ pub(crate) fn shorten(s: &str, max: usize) -> String {
         return s.to_string();
     }
     format!("{}...", prefix(s, max.saturating_sub(3)))
+}
+
+/// The message a panic's payload carries (`panic!` with a literal or a formatted string), for
+/// the failed state or the error it leaves; "no message" for any other payload.
+pub(crate) fn panic_text(payload: &(dyn std::any::Any + Send)) -> String {
+    payload
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| payload.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "no message".into())
 }
 
 #[cfg(test)]

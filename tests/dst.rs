@@ -31,7 +31,7 @@
 
 mod common;
 
-use common::{scratch, SplitMix64 as Rng};
+use common::{scratch, PanickyClock, SplitMix64 as Rng};
 use oncelake::fault::{FaultPlan, FaultyVfs, PowerLoss};
 use oncelake::gc::GcOptions;
 use oncelake::log::RecordBody;
@@ -300,6 +300,8 @@ struct Counts {
     snapshots: u64,
     hostile: u64,
     crashes: u64,
+    /// Panics injected (at a file operation or a clock reading) that came.
+    panics: u64,
     in_flight_applied: u64,
     /// Reopens that loaded the dedup index from `index.snap`.
     index_snap_loads: u64,
@@ -315,6 +317,8 @@ struct Sim {
     _dir: tempfile::TempDir,
     path: PathBuf,
     clock: ManualClock,
+    /// The store's clock: `clock`'s time, armed now and then to panic at a reading (I10).
+    panicky: Arc<PanickyClock>,
     plan: Arc<FaultPlan>,
     store: Option<Store>,
     model: Model,
@@ -341,12 +345,14 @@ impl Sim {
     fn new(seed: u64) -> Sim {
         let dir = scratch("oncelake-dst");
         let path = dir.path().join("lake");
+        let clock = ManualClock::new(T0);
         let mut sim = Sim {
             seed,
             rng: Rng(seed),
             _dir: dir,
             path,
-            clock: ManualClock::new(T0),
+            clock: clock.clone(),
+            panicky: PanickyClock::new(&clock),
             plan: FaultPlan::new(),
             store: None,
             model: Model {
@@ -417,7 +423,7 @@ impl Sim {
             let options = Options {
                 vfs: Arc::new(FaultyVfs::new(Arc::new(RealVfs), self.plan.clone())),
                 faults: Some(self.plan.clone()),
-                clock: Arc::new(self.clock.clone()),
+                clock: self.panicky.clone(),
                 // Every batch applied on the simulation's one thread: the same file operations
                 // in the same order for a seed, so its crash points replay exactly.
                 background_apply: false,
@@ -682,6 +688,45 @@ impl Sim {
     }
 
     /// An error is acceptable only as the effect of an injected fault.
+    /// Runs `op` on the store with a panic possibly armed, and disarms it after. An engine
+    /// operation answers (it never unwinds into the caller for a panic of the leader's or the
+    /// applier's), and a panic that came has failed the store before anything else was decided
+    /// (I10): its writes are refused from then on.
+    fn unwinding<T>(
+        &mut self,
+        what: &str,
+        op: impl FnOnce(&Store) -> oncelake::Result<T>,
+    ) -> oncelake::Result<T> {
+        let ops_before = self.plan.ops();
+        let store = self
+            .store
+            .as_ref()
+            .expect("the store is open between steps");
+        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| op(store)))
+            .unwrap_or_else(|p| {
+                panic!(
+                    "I10: {what} unwound into its caller: {:?}",
+                    p.downcast_ref::<String>()
+                )
+            });
+        let clock_panicked = self.panicky.disarm();
+        let file_panicked = self.plan.disarm_panic();
+        if clock_panicked || file_panicked {
+            self.counts.panics += 1;
+            self.note(format!("{what}: a panic came (clock {clock_panicked}, file op {file_panicked}) after op {ops_before}"));
+            assert!(
+                self.store().failure().is_some(),
+                "I10: the panic in {what} did not fail the store"
+            );
+            let again = self.store().put("t/after-panic", 1, b"x");
+            assert!(
+                matches!(again, Err(oncelake::Error::Failed { .. })),
+                "I10: a write after the panic: {again:?}"
+            );
+        }
+        r
+    }
+
     fn expect_fault(&mut self, what: &str) {
         assert!(
             what.contains("injected") || self.plan.crashed() || self.store().failure().is_some(),
@@ -714,9 +759,13 @@ impl Sim {
             0..=4 => self.plan.crash_at(self.plan.ops() + 1 + self.rng.below(8)),
             // ... or exactly at its sync, when all its writes are in the page cache.
             5..=9 => self.plan.crash_at_db_sync(1 + self.rng.below(2)),
+            // ... or a panic (I10): at one of its file operations (the write-ahead append, the
+            // apply, a checkpoint), or at one of the leader's or the applier's clock readings.
+            10..=12 => self.plan.panic_at(self.plan.ops() + 1 + self.rng.below(8)),
+            13..=14 => self.panicky.panic_in(1 + self.rng.below(3)),
             _ => {}
         }
-        let r = self.store().commit(batch);
+        let r = self.unwinding("commit", |store| store.commit(batch));
         drop(items);
         match r {
             Ok(report) => self.settle_commit(&plain, &exps, atomicity, report, now_before),
@@ -865,9 +914,12 @@ impl Sim {
     fn claim(&mut self, unit: &str, version: u64, worker: &str, ttl: u64) -> Option<ClaimOutcome> {
         let now = self.now();
         let exp = self.claim_exp(unit, version, worker, now);
-        let r = self
-            .store()
-            .claim(unit, version, worker, Duration::from_millis(ttl));
+        if self.rng.chance(3) {
+            self.panicky.panic_in(1);
+        }
+        let r = self.unwinding("claim", |s| {
+            s.claim(unit, version, worker, Duration::from_millis(ttl))
+        });
         self.counts.claims += 1;
         let got = match r {
             Ok(got) => got,
@@ -1144,7 +1196,35 @@ impl Sim {
             retain: Duration::from_millis(retain_ms),
         };
         self.counts.gcs += 1;
-        match self.store().gc(options) {
+        if !dry_run && self.rng.chance(10) {
+            // A panic inside the collection: in its prune (a group of its own), its deletions.
+            self.plan.panic_at(self.plan.ops() + 1 + self.rng.below(12));
+        }
+        let gc =
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.store().gc(options)));
+        if self.plan.disarm_panic() {
+            // In its prune's group the leader answers it (an error); in the deletions, which run
+            // in the caller's thread, it unwinds into the caller. Either way the store is failed.
+            assert!(
+                !matches!(gc, Ok(Ok(_))),
+                "a panic came inside gc, which reported success"
+            );
+            self.counts.panics += 1;
+            assert!(
+                self.store().failure().is_some(),
+                "I10: a panic inside gc did not fail the store"
+            );
+            self.note("gc: a panic came".into());
+            self.recover(InFlight::Other);
+            return;
+        }
+        let gc = gc.unwrap_or_else(|p| {
+            panic!(
+                "gc unwound without an injected panic: {:?}",
+                p.downcast_ref::<String>()
+            )
+        });
+        match gc {
             Ok(r) => self.note(format!(
                 "gc retain {retain_ms} dry {dry_run}: {} objects, {} rows, from {}",
                 r.objects, r.history_rows_pruned, r.history_from
@@ -1427,6 +1507,7 @@ fn summary(total: &mut Counts, c: &Counts) {
     total.snapshots += c.snapshots;
     total.hostile += c.hostile;
     total.crashes += c.crashes;
+    total.panics += c.panics;
     total.in_flight_applied += c.in_flight_applied;
     total.index_snap_loads += c.index_snap_loads;
     total.db_torn += c.db_torn;
@@ -1460,8 +1541,8 @@ fn simulate_the_engine_from_seeds() {
         let seed = base.wrapping_add(i);
         let (c, _) = run_seed(seed, steps);
         eprintln!(
-            "dst: seed {seed:#x}: {} steps, {} commits, {} claims, {} gcs, {} crashes ({} in flight applied), {} file ops",
-            c.steps, c.commits, c.claims, c.gcs, c.crashes, c.in_flight_applied, c.ops
+            "dst: seed {seed:#x}: {} steps, {} commits, {} claims, {} gcs, {} crashes ({} in flight applied), {} panics, {} file ops",
+            c.steps, c.commits, c.claims, c.gcs, c.crashes, c.in_flight_applied, c.panics, c.ops
         );
         summary(&mut total, &c);
         seeds += 1;
@@ -1469,7 +1550,7 @@ fn simulate_the_engine_from_seeds() {
     eprintln!("dst: {seeds} seeds in {:.1?}: {total:?}", start.elapsed());
     assert!(seeds >= 1);
     assert!(
-        total.commits > 0 && total.crashes > 0 && total.gcs > 0,
+        total.commits > 0 && total.crashes > 0 && total.gcs > 0 && total.panics > 0,
         "{total:?}"
     );
 }

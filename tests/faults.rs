@@ -12,7 +12,7 @@
 
 mod common;
 
-use common::{created_then_faulty, faulty_options, real_options, scratch};
+use common::{created_then_faulty, faulty_options, real_options, scratch, PanickyClock};
 use oncelake::fault::FaultPlan;
 use oncelake::gc::GcOptions;
 use oncelake::verify::VerifyOptions;
@@ -639,4 +639,184 @@ fn relaxed_power_cut_at_every_operation() {
         "relaxed power-cut sweep: {points} crash points, all passed (lost commits only newest first, none torn, I2/I7 intact)"
     );
     assert!(points > 50, "the workload has {points} operations");
+}
+
+// ---------------------------------------------------------------------------------------------
+// (c) I10: a panic anywhere in a group's decision or write fails the store before any other
+// group is decided; nothing answered afterwards comes from what the panicked leader left.
+
+/// Where the round's panic comes from.
+#[derive(Clone, Copy, Debug)]
+enum PanicFrom {
+    /// A file operation of the durable path (staging, the write-ahead append, the apply).
+    FileOp,
+    /// The caller's clock, in a relaxed store (every group applied in place).
+    RelaxedClock,
+}
+
+/// One acknowledged answer: unit, version, content, and the seq it named.
+type Acked = (String, u64, Vec<u8>, u64);
+
+/// Eight threads put overlapping units (each put retried once, so duplicates are answered too)
+/// until their first error, while a panic is armed at `at`; returns every acknowledged answer.
+fn panic_round(path: &Path, from: PanicFrom, at: u64) -> Vec<Acked> {
+    let clock = ManualClock::new(T0);
+    drop(Store::open_with(path, real_options(&clock)).unwrap());
+    let plan = FaultPlan::new();
+    let panicky = PanickyClock::new(&clock);
+    let mut options = faulty_options(&plan, &clock);
+    options.clock = panicky.clone();
+    if let PanicFrom::RelaxedClock = from {
+        options.durability = common::relaxed();
+    }
+    let store = Store::open_with(path, options).unwrap();
+    match from {
+        PanicFrom::FileOp => plan.panic_at(plan.ops() + at),
+        PanicFrom::RelaxedClock => panicky.panic_in(at),
+    }
+    let acked = std::sync::Mutex::new(Vec::new());
+    std::thread::scope(|s| {
+        for t in 0..8u64 {
+            let (store, acked) = (&store, &acked);
+            s.spawn(move || {
+                for i in 0..40u64 {
+                    let unit = format!("u{}", (t * 7 + i) % 12);
+                    let version = 1 + (t + i) / 3;
+                    let content = format!("{unit}@{version}").into_bytes();
+                    for _retry in 0..2 {
+                        // A panic in the caller's own thread (staging) reaches the caller; the
+                        // store must be failed all the same.
+                        let put = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                            store.put(&unit, version, &content)
+                        }));
+                        match put.unwrap_or_else(|_| Err(Error::LeaderPanicked)) {
+                            Ok(u) => {
+                                let seq = match u.outcome {
+                                    Outcome::Committed { seq, .. } => seq,
+                                    Outcome::Duplicate { seq } => seq,
+                                    _ => continue,
+                                };
+                                let a = (unit.clone(), version, content.clone(), seq);
+                                acked.lock().unwrap().push(a);
+                            }
+                            Err(_) => return,
+                        }
+                    }
+                }
+            });
+        }
+    });
+    assert!(
+        store.failure().is_some(),
+        "{from:?} at {at}: the armed panic must have failed the store"
+    );
+    assert!(
+        matches!(store.put("after", 1, b"x"), Err(Error::Failed { .. })),
+        "a failed store refuses writes"
+    );
+    drop(store);
+    acked.into_inner().unwrap()
+}
+
+/// After the round the store reopens, is intact, and holds every acknowledged answer as of the
+/// seq it named (a relaxed store may have lost its unsynced tail: only answers it still covers).
+fn check_panic_round(path: &Path, from: PanicFrom, at: u64, acked: &[Acked]) {
+    let clock = ManualClock::new(T0);
+    let store = Store::open_with(path, real_options(&clock))
+        .unwrap_or_else(|e| panic!("{from:?} at {at}: the store no longer opens: {e}"));
+    let v = store.verify(VerifyOptions { deep: true }).unwrap();
+    assert!(v.is_intact(), "{from:?} at {at}: {v:?}");
+    let last = store.last_seq().unwrap();
+    for (unit, version, content, seq) in acked {
+        if matches!(from, PanicFrom::RelaxedClock) && *seq > last {
+            continue;
+        }
+        let snap = store.snapshot_at(*seq).unwrap();
+        let e = snap.get(unit).unwrap().unwrap_or_else(|| {
+            panic!("{from:?} at {at}: {unit}@{version} was answered at seq {seq}, the store has no entry then (last seq {last})")
+        });
+        assert_eq!(
+            (e.source_version, snap.read_object(&e).unwrap()),
+            (*version, content.clone()),
+            "{from:?} at {at}: {unit} as of seq {seq}"
+        );
+    }
+}
+
+#[test]
+fn a_panic_fails_the_store_before_another_group_is_decided() {
+    for (from, points) in [
+        (PanicFrom::FileOp, [5u64, 9, 14, 20, 27, 35, 44, 60]),
+        (PanicFrom::RelaxedClock, [2u64, 3, 5, 8, 12, 17, 23, 30]),
+    ] {
+        for at in points {
+            let dir = tempfile::tempdir().unwrap();
+            let path = dir.path().join("lake");
+            let acked = panic_round(&path, from, at);
+            check_panic_round(&path, from, at, &acked);
+        }
+    }
+}
+
+/// A panic of the caller's clock inside the backlog's apply (a reader that waits for the backlog
+/// applies it) fails the store and leaves nobody waiting: the reader gets an error, and every
+/// later flush, verify, GC and the close return instead of hanging on a batch marked as being
+/// applied forever.
+#[test]
+fn a_panic_while_applying_the_backlog_fails_the_store_and_hangs_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("lake");
+    let clock = ManualClock::new(T0);
+    let panicky = PanickyClock::new(&clock);
+    let options = oncelake::Options {
+        clock: panicky.clone(),
+        // The groups wait in the backlog until a reader needs them.
+        background_apply: false,
+        apply_min_bytes: usize::MAX,
+        ..oncelake::Options::default()
+    };
+    let store = Store::open_with(&path, options).unwrap();
+    for i in 0..5u64 {
+        store.put(&format!("u{i}"), 1, b"x").unwrap();
+    }
+    panicky.panic_in(1);
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        // Verify reads the B-trees, so it applies the backlog first: the clock panics there.
+        let verify = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            store.verify(VerifyOptions::default())
+        }));
+        assert!(panicky.disarm(), "the armed reading came while applying");
+        let failed = store.failure();
+        let flush = store.flush();
+        let gc = store.gc(oncelake::gc::GcOptions::default());
+        let again = store.verify(VerifyOptions::default());
+        drop(store);
+        tx.send((
+            verify.map(|v| v.is_ok()),
+            failed,
+            flush.is_err(),
+            gc.is_err(),
+            again.is_err(),
+        ))
+        .unwrap();
+    });
+    let (verify, failed, flush_err, gc_err, again_err) = rx
+        .recv_timeout(Duration::from_secs(60))
+        .expect("a flush, GC, verify or close hung after a panic while applying the backlog");
+    assert_eq!(
+        verify.ok(),
+        Some(false),
+        "verify answers an error, it does not unwind"
+    );
+    assert!(
+        failed.as_deref().is_some_and(|c| c.contains("panicked")),
+        "{failed:?}"
+    );
+    assert!(flush_err && gc_err && again_err);
+    // Every acknowledged commit is durable in the write-ahead log: the reopen has them all.
+    let store = Store::open_with(&path, real_options(&clock)).unwrap();
+    for i in 0..5u64 {
+        assert!(store.get(&format!("u{i}")).unwrap().is_some(), "u{i}");
+    }
 }

@@ -197,6 +197,11 @@ pub(crate) fn apply_group(inner: &Core, ops: Vec<Op>) -> Vec<Result<Done>> {
     // on, every snapshot sees the group (in its tail), and GC's second look, a reader of the
     // tables, waits for it to be applied.
     let pins = pins_of(&ops);
+    // Declared after the pins, so that a panic fails the store before they drop (and before the
+    // queue hands leadership on): GC must never act on an unpinned object of a group whose fate
+    // is unknown, and no later group may be decided from the overlay and counters a panicked
+    // leader left half-written (SPEC I10).
+    let _fence = inner.fail_on_unwind("a commit leader panicked while deciding or writing a group");
     let result = match write_group(inner, ops) {
         Ok((dones, index, counts)) => {
             {

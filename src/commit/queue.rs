@@ -43,7 +43,7 @@
 //! The items are `pub` only so that the loom build can re-export them (`loom_support`); the module
 //! itself is private to the crate.
 
-use crate::sync::{Arc, AtomicPtr, AtomicU8, Condvar, Mutex, Ordering, UnsafeCell};
+use crate::sync::{Arc, AtomicBool, AtomicPtr, AtomicU8, Condvar, Mutex, Ordering, UnsafeCell};
 use std::ptr;
 
 /// Where a node is in the protocol. Stored in [`Node::state`] as its `u8` discriminant; every
@@ -100,9 +100,11 @@ pub trait Weighted {
     fn weight(&self) -> usize;
 }
 
-/// The response every member gets if the leader's processing panicked: nobody may wait forever.
+/// The response every member gets if the leader's processing panicked, and every member of
+/// every later group (the queue is poisoned): nobody may wait forever, and nobody is decided
+/// from what a panicked leader left behind (SPEC I10).
 pub trait LeaderPanicked {
-    /// The response for a request whose leader panicked.
+    /// The response for a request whose leader, or an earlier leader, panicked.
     fn leader_panicked() -> Self;
 }
 
@@ -202,6 +204,12 @@ pub struct WriteQueue<Req, Resp> {
     newest: AtomicPtr<Node<Req, Resp>>,
     /// The group bound; fixed at creation.
     max_weight: usize,
+    /// Set (Release) by a leader whose processing panicked, *before* it hands leadership on;
+    /// read (Acquire) by every later leader before it processes anything. Leadership passes by
+    /// `set_state(Leader)` (Release/Acquire) or by the close and push CASes (AcqRel), so every
+    /// later leader sees it. Never cleared: the caller's state behind the queue is unknown
+    /// after a panic, so no later group may be decided on it.
+    poisoned: AtomicBool,
 }
 
 /// The group a leader took: the nodes (their queue references reclaimed, oldest first) and their
@@ -222,6 +230,7 @@ impl<Req: Weighted + Send, Resp: LeaderPanicked + Send> WriteQueue<Req, Resp> {
         WriteQueue {
             newest: AtomicPtr::new(ptr::null_mut()),
             max_weight: max_weight.max(1),
+            poisoned: AtomicBool::new(false),
         }
     }
 
@@ -315,7 +324,7 @@ impl<Req: Weighted + Send, Resp: LeaderPanicked + Send> WriteQueue<Req, Resp> {
                 .last()
                 .expect("invariant: a group holds at least its leader"),
         );
-        let resps = Self::process_group(reqs, process);
+        let resps = self.process_group(reqs, process);
         self.hand_over(last);
         Self::answer(&nodes, resps, me);
     }
@@ -362,16 +371,25 @@ impl<Req: Weighted + Send, Resp: LeaderPanicked + Send> WriteQueue<Req, Resp> {
         }
     }
 
-    /// Runs the caller's processing on the group's requests; if it panics, every member gets
-    /// [`LeaderPanicked::leader_panicked`] (nobody may wait forever).
-    fn process_group<F>(reqs: Vec<Req>, process: &F) -> Vec<Resp>
+    /// Runs the caller's processing on the group's requests. If it panics, every member gets
+    /// [`LeaderPanicked::leader_panicked`] (nobody may wait forever) and the queue is poisoned
+    /// before the caller hands leadership on; a poisoned queue answers every later group the
+    /// same way without processing it (SPEC I10).
+    fn process_group<F>(&self, reqs: Vec<Req>, process: &F) -> Vec<Resp>
     where
         F: Fn(Vec<Req>) -> Vec<Resp>,
     {
         let count = reqs.len();
+        let panicked = || (0..count).map(|_| Resp::leader_panicked()).collect();
+        if self.poisoned.load(Ordering::Acquire) {
+            return panicked();
+        }
         let resps = match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| process(reqs))) {
             Ok(r) => r,
-            Err(_) => (0..count).map(|_| Resp::leader_panicked()).collect(),
+            Err(_) => {
+                self.poisoned.store(true, Ordering::Release);
+                panicked()
+            }
         };
         assert_eq!(
             resps.len(),
@@ -379,6 +397,13 @@ impl<Req: Weighted + Send, Resp: LeaderPanicked + Send> WriteQueue<Req, Resp> {
             "invariant: the group processor returns one response per request"
         );
         resps
+    }
+
+    #[cfg(any(test, loom))]
+    /// Whether a leader's processing panicked: every later request is answered with
+    /// [`LeaderPanicked::leader_panicked`].
+    pub fn is_poisoned(&self) -> bool {
+        self.poisoned.load(Ordering::Acquire)
     }
 
     /// The *close* CAS, then the hand-over: if `last` (the group's newest node, still owned by
@@ -495,16 +520,76 @@ mod tests {
     }
 
     #[test]
-    fn a_panicking_leader_answers_every_member() {
+    fn a_panicking_leader_answers_every_member_and_poisons_the_queue() {
         let q = WriteQueue::<Req, Resp>::new(8);
-        let r = q.submit(Req(1), |_| panic!("boom"));
-        assert_eq!(r, Resp::Panicked);
-        // The queue still works afterwards.
-        let r = q.submit(Req(2), |reqs| {
+        let done = |reqs: Vec<Req>| -> Vec<Resp> {
             reqs.into_iter()
                 .map(|r| Resp::Done { req: r.0, group: 0 })
                 .collect()
+        };
+        assert_eq!(q.submit(Req(0), done), Resp::Done { req: 0, group: 0 });
+        assert!(!q.is_poisoned());
+        let r = q.submit(Req(1), |_| panic!("boom"));
+        assert_eq!(r, Resp::Panicked);
+        assert!(q.is_poisoned());
+        // No later group is processed: its leader would decide from what the panic left.
+        let processed = AtomicUsize::new(0);
+        let r = q.submit(Req(2), |reqs| {
+            processed.fetch_add(1, Ordering::SeqCst);
+            done(reqs)
         });
-        assert_eq!(r, Resp::Done { req: 2, group: 0 });
+        assert_eq!(r, Resp::Panicked);
+        assert_eq!(processed.load(Ordering::SeqCst), 0);
+    }
+
+    /// Many writers, one leader panics: every request answered before the panic was processed
+    /// by a group that began before it, and every group that began after it was answered
+    /// without being processed, whatever the interleaving.
+    #[test]
+    fn no_group_is_processed_after_a_panicked_one() {
+        for round in 0..20 {
+            let q = std::sync::Arc::new(WriteQueue::<Req, Resp>::new(4));
+            // Group numbers in processing order; `usize::MAX` marks the panicked one.
+            let order = std::sync::Arc::new(parking_lot::Mutex::new(Vec::new()));
+            let handles: Vec<_> = (0..8)
+                .map(|t| {
+                    let (q, order) = (q.clone(), order.clone());
+                    std::thread::spawn(move || {
+                        let mut answers = Vec::new();
+                        for i in 0..50 {
+                            let id = t * 1000 + i;
+                            let resp = q.submit(Req(id), |reqs| {
+                                let mut o = order.lock();
+                                if o.len() == 20 + round {
+                                    o.push(usize::MAX);
+                                    drop(o);
+                                    panic!("planned");
+                                }
+                                let g = o.len();
+                                o.push(g);
+                                reqs.into_iter()
+                                    .map(|r| Resp::Done { req: r.0, group: g })
+                                    .collect()
+                            });
+                            answers.push(resp);
+                        }
+                        answers
+                    })
+                })
+                .collect();
+            let answers: Vec<Resp> = handles
+                .into_iter()
+                .flat_map(|h| h.join().expect("a writer thread"))
+                .collect();
+            let order = order.lock().clone();
+            let at = order.iter().position(|&g| g == usize::MAX);
+            let at = at.expect("the planned panic happened");
+            assert_eq!(order.len(), at + 1, "a group was processed after the panic");
+            for a in answers {
+                if let Resp::Done { group, .. } = a {
+                    assert!(group < at);
+                }
+            }
+        }
     }
 }

@@ -63,7 +63,7 @@ impl<'a> View<'a> {
         overlay.drop_applied(core.backlog.applied());
         Ok(View {
             overlay,
-            db: &*core.db,
+            db: &**core.db,
             txn: None,
             manifest: None,
             claims: None,

@@ -218,3 +218,47 @@ pub fn real_options(clock: &oncelake::ManualClock) -> oncelake::Options {
         ..oncelake::Options::default()
     }
 }
+
+/// A caller's clock that panics at one reading, when armed (quietly: the panic unwinds with
+/// `resume_unwind`, so no panic hook prints it); otherwise it reads `inner`.
+#[derive(Debug)]
+pub struct PanickyClock {
+    inner: ManualClock,
+    calls: std::sync::atomic::AtomicU64,
+    panic_at: std::sync::atomic::AtomicU64,
+}
+
+impl PanickyClock {
+    /// A clock that reads `inner` (sharing its time) and is not armed.
+    pub fn new(inner: &ManualClock) -> Arc<PanickyClock> {
+        Arc::new(PanickyClock {
+            inner: inner.clone(),
+            calls: Default::default(),
+            panic_at: Default::default(),
+        })
+    }
+
+    /// Arms the clock: the `n`-th reading from now (1: the next) panics.
+    pub fn panic_in(&self, n: u64) {
+        use std::sync::atomic::Ordering::SeqCst;
+        self.panic_at.store(self.calls.load(SeqCst) + n, SeqCst);
+    }
+
+    /// Disarms the clock; returns whether the armed reading came (and panicked).
+    pub fn disarm(&self) -> bool {
+        use std::sync::atomic::Ordering::SeqCst;
+        let at = self.panic_at.swap(0, SeqCst);
+        at != 0 && self.calls.load(SeqCst) >= at
+    }
+}
+
+impl oncelake::Clock for PanickyClock {
+    fn now_ms(&self) -> u64 {
+        use std::sync::atomic::Ordering::SeqCst;
+        let n = self.calls.fetch_add(1, SeqCst) + 1;
+        if n == self.panic_at.load(SeqCst) {
+            std::panic::resume_unwind(Box::new(format!("injected clock panic at reading {n}")));
+        }
+        oncelake::Clock::now_ms(&self.inner)
+    }
+}
