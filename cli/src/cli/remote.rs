@@ -17,11 +17,12 @@ use std::io::Write;
 use std::path::Path;
 use std::time::Duration;
 
-/// Runs the command through the server of its store, if a server answers; `None` to run it
-/// in-process.
-pub(crate) fn route(cmd: &Command) -> Option<Result<u8, CliError>> {
+/// Runs the command through the server of its store, if a server answers and proves it is the
+/// server of this store directory (see `Client::for_store_within`), waiting for its first answer
+/// no longer than `wait` allows; `None` to run it in-process.
+pub(crate) fn route(cmd: &Command, wait: Duration) -> Option<Result<u8, CliError>> {
     let store = store_of(cmd)?;
-    let client = match Client::for_store(store) {
+    let client = match Client::for_store_within(store, super::probe_timeout(wait)) {
         Ok(c) => c,
         Err(ClientError::NotServed { .. }) => return None,
         Err(e) => return Some(Err(client_error(e))),
@@ -333,6 +334,12 @@ pub(crate) fn client_error(e: ClientError) -> CliError {
         ClientError::Input(source) => CliError::io("read the input", source),
         // The client's own size and CRC32 check: the very error an in-process read gives.
         ClientError::Damaged(e) => e.into(),
+        // The store is held by a server that does not answer: busy, as a held lock is, but
+        // naming the server rather than "another process".
+        e @ ClientError::NoAnswer { .. } => served("locked", exit::BUSY, e.to_string(), ""),
+        e @ ClientError::NotItsServer { .. } => {
+            served("impostor", exit::FAILURE, e.to_string(), "")
+        }
         other => CliError::io("oncelake server", std::io::Error::other(other.to_string())),
     }
 }
