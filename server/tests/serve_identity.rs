@@ -101,7 +101,31 @@ fn a_dead_servers_port_taken_over_gets_neither_token_nor_payload() {
     let squatter = Squatter::on(TcpListener::bind(&addr).unwrap(), Some(PLAUSIBLE));
 
     let payload = b"PAYLOAD-only-for-the-real-server";
+    let nothing_sent = |what: &str| {
+        let got = squatter.received();
+        assert!(
+            !got.is_empty(),
+            "{what}: the squatter was asked (so the test tests something)"
+        );
+        assert!(
+            !contains(&got, token.as_bytes()),
+            "{what}: the token reached the squatter"
+        );
+        assert!(
+            !contains(&got, b"Authorization"),
+            "{what}: a credential reached the squatter"
+        );
+        assert!(
+            !contains(&got, payload),
+            "{what}: the payload reached the squatter"
+        );
+        assert!(
+            !contains(&got, b"/v1/put"),
+            "{what}: a put reached the squatter"
+        );
+    };
     let out = oncelake_with_input(&["put", s, "u", "1", "-"], payload);
+    nothing_sent("put");
     let err = String::from_utf8_lossy(&out.stderr);
     assert_ne!(out.status.code(), Some(0), "{out:?}");
     assert!(
@@ -126,22 +150,7 @@ fn a_dead_servers_port_taken_over_gets_neither_token_nor_payload() {
         Err(ClientError::NotItsServer { .. }) => {}
         other => panic!("{other:?}"),
     }
-
-    let got = squatter.received();
-    assert!(
-        !got.is_empty(),
-        "the squatter was asked (so the test tests something)"
-    );
-    assert!(
-        !contains(&got, token.as_bytes()),
-        "the token reached the squatter"
-    );
-    assert!(
-        !contains(&got, b"Authorization"),
-        "a credential reached the squatter"
-    );
-    assert!(!contains(&got, payload), "the payload reached the squatter");
-    assert!(!contains(&got, b"/v1/put"), "a put reached the squatter");
+    nothing_sent("Client");
 
     // Once the stranger is gone the store is used as before, and holds only what was committed.
     std::fs::remove_file(store.join("serve.json")).unwrap();
@@ -173,10 +182,6 @@ fn a_put_through_a_copy_of_a_served_store_never_writes_the_original() {
         let c = copy.to_str().unwrap();
         let out = oncelake_with_input(&["put", c, "via-copy", "1", "-"], b"copy bytes");
         assert_eq!(out.status.code(), Some(0), "{listen:?} {out:?}");
-        assert!(matches!(
-            Client::for_store(&copy),
-            Err(ClientError::NotServed { .. })
-        ));
         let served: BTreeSet<String> = {
             let client = Client::for_store(&store).unwrap();
             let mut all = BTreeSet::new();
@@ -193,6 +198,10 @@ fn a_put_through_a_copy_of_a_served_store_never_writes_the_original() {
             BTreeSet::from(["orig".to_string()]),
             "{listen:?}: the original changed"
         );
+        assert!(matches!(
+            Client::for_store(&copy),
+            Err(ClientError::NotServed { .. })
+        ));
         server.stop();
         assert_eq!(units(&store), BTreeSet::from(["orig".to_string()]));
         assert_eq!(
