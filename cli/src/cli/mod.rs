@@ -33,6 +33,7 @@ mod common;
 mod error;
 mod maint_cmds;
 mod output;
+mod output_file;
 mod pipeline_cmds;
 mod progress;
 mod reconcile_cmd;

@@ -3,12 +3,13 @@
 //! called with the engine's own types, which the client rebuilds from the answers. A socket or
 //! address file left by a killed server answers nothing: the command then runs in-process.
 
+use super::output_file::{check_output_path, OutputFile};
 use super::pipeline_cmds::PipelineCommand;
 use super::progress::CountingReader;
 use super::sim_cmds::{print_claim, print_prometheus, print_release, print_stats};
 use super::store_cmds::{
-    check_output_path, ls_shows_internal, no_entry, outcome_code, print_init, print_log, print_ls,
-    print_ls_end, print_put,
+    ls_shows_internal, no_entry, outcome_code, print_init, print_log, print_ls, print_ls_end,
+    print_put,
 };
 use super::table_cmds::TableCommand;
 use super::{exit, open_input, write_out_bytes, CliError, Command, Output};
@@ -392,22 +393,25 @@ fn get(client: &Client, a: &super::store_cmds::GetArgs) -> Result<u8, CliError> 
         };
     };
     check_output_path(path)?;
-    let tmp = path.with_extension("oncelake-tmp");
-    let mut f = std::fs::File::create(&tmp)
-        .map_err(|e| CliError::io(format!("write {}", tmp.display()), e))?;
-    let found = client.read_object(&a.unit, a.at, &mut f);
-    drop(f);
-    match found {
-        Ok(Some(_)) => std::fs::rename(&tmp, path)
-            .map(|()| 0)
-            .map_err(|e| CliError::io(format!("write {}", path.display()), e)),
-        other => {
-            let _ = std::fs::remove_file(&tmp);
-            match other {
-                Ok(_) => Err(no_entry(a)),
-                Err(e) => Err(client_error(e)),
+    let mut out = OutputFile::create(path)?;
+    if out.in_place() {
+        // A pipe's reader sees every byte at once: only a checked object goes in, as on
+        // standard output.
+        let mut bytes = Vec::new();
+        return match client.read_object(&a.unit, a.at, &mut bytes) {
+            Ok(Some(_)) => {
+                out.write_all(&bytes)?;
+                out.finish().map(|()| exit::OK)
             }
-        }
+            Ok(None) => Err(no_entry(a)),
+            Err(e) => Err(client_error(e)),
+        };
+    }
+    // Streamed into the temporary file, which is removed unless the object arrived whole.
+    match client.read_object(&a.unit, a.at, out.file()) {
+        Ok(Some(_)) => out.finish().map(|()| exit::OK),
+        Ok(None) => Err(no_entry(a)),
+        Err(e) => Err(client_error(e)),
     }
 }
 
