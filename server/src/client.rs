@@ -310,6 +310,13 @@ impl Client {
             pool: Arc::default(),
             verified: None,
         };
+        // A hung server must not hang every command: the probe has a timeout, the client none.
+        let mut conn = match client.connect_only() {
+            Ok(c) => c,
+            Err(ClientError::Connect { .. }) => return Err(not_served()),
+            Err(e) => return Err(e),
+        };
+        // Something listens there: it must prove what serve.json lets it prove.
         let expect = match crate::identity::Expected::new(&info, dir) {
             Ok(e) => e,
             Err(found) => return Err(client.not_its_server(store, info.pid, found)),
@@ -319,12 +326,6 @@ impl Client {
             pid: info.pid,
             expect,
         }));
-        // A hung server must not hang every command: the probe has a timeout, the client none.
-        let mut conn = match client.connect_only() {
-            Ok(c) => c,
-            Err(ClientError::Connect { .. }) => return Err(not_served()),
-            Err(e) => return Err(e),
-        };
         match client.ask_identity(&mut conn) {
             Ok(()) => {}
             // The genuine server of the original of this copy: nobody serves this directory.
@@ -1062,6 +1063,18 @@ impl Client {
                 "it sent more than an answer, or closed the connection after it".into(),
             ));
         }
+        if head.status == 503 {
+            // A server shedding load answers every request so: its error, as any call would get.
+            let resp = Response {
+                status: head.status,
+                headers: head.headers,
+                body: Box::new(std::io::Cursor::new(body)),
+            };
+            return Err(match check(resp, crate::identity::PATH) {
+                Err(e) => Asked::Refused(e),
+                Ok(_) => Asked::NotProved("it answered HTTP 503".into()),
+            });
+        }
         if head.status != 200 {
             let text = String::from_utf8_lossy(&body);
             let text: String = text.chars().take(200).collect();
@@ -1110,6 +1123,7 @@ impl Client {
                 ),
             ),
             Asked::NotProved(found) => self.not_its_server(&v.store, v.pid, found),
+            Asked::Refused(e) => e,
         }
     }
 
@@ -1153,6 +1167,8 @@ enum Asked {
     NotProved(String),
     /// Another I/O failure.
     Io(std::io::Error),
+    /// An error answer the server gives every request now (503: overloaded).
+    Refused(ClientError),
 }
 
 /// The longest identity answer read (a real one is about 300 bytes).
