@@ -54,7 +54,8 @@ pub(crate) struct GetArgs {
     /// Read as of this seq instead of the newest.
     #[arg(long)]
     pub at: Option<u64>,
-    /// Write to this file instead of standard output.
+    /// Write to this file instead of standard output: replaced whole once the object is read and
+    /// checked (a pipe or terminal is written in place; other special files are refused).
     #[arg(short = 'o', long)]
     pub output: Option<PathBuf>,
     /// An error as one JSON object on standard error, as every command under --json (the
