@@ -287,7 +287,7 @@ impl Client {
     /// server's), or the genuine server of another directory (a copy of a served store carries
     /// the original's `serve.json`): the store is used in-process. [`ClientError::NotItsServer`]:
     /// something else answers there. [`ClientError::NoAnswer`]: a connection is accepted but
-    /// nothing answers within `probe`.
+    /// nothing answers (or no connection is accepted) within `probe`.
     pub fn for_store_within(store: &Path, probe: Duration) -> Result<Client> {
         let not_served = || ClientError::NotServed {
             store: store.to_path_buf(),
@@ -312,6 +312,22 @@ impl Client {
         };
         // A hung server must not hang every command: the probe has a timeout, the client none.
         let mut conn = match client.connect_only() {
+            // Something listens there but takes no connection in time: a hung server's full
+            // queue (or a stranger's).
+            Err(ClientError::Connect { source, .. })
+                if matches!(
+                    source.kind(),
+                    std::io::ErrorKind::TimedOut | std::io::ErrorKind::WouldBlock
+                ) =>
+            {
+                return Err(ClientError::NoAnswer {
+                    store: store.to_path_buf(),
+                    address: client.address(),
+                    pid: info.pid,
+                    running: process_running(info.pid),
+                    waited: probe,
+                })
+            }
             Ok(c) => c,
             Err(ClientError::Connect { .. }) => return Err(not_served()),
             Err(e) => return Err(e),
@@ -1008,7 +1024,7 @@ impl Client {
     fn connect_only(&self) -> Result<Box<dyn Conn>> {
         let conn: Box<dyn Conn> = match &self.address {
             Address::Unix(p) => Box::new(PollFirst::new(
-                std::os::unix::net::UnixStream::connect(p).map_err(|e| self.connect_failed(e))?,
+                unix_connect(p, self.timeout).map_err(|e| self.connect_failed(e))?,
             )),
             Address::Tcp(a) => {
                 let s = tcp_connect(a, self.timeout).map_err(|e| self.connect_failed(e))?;
@@ -1182,6 +1198,79 @@ fn process_running(pid: u32) -> bool {
     // SAFETY: kill with signal 0 sends nothing; it only reports whether the process exists.
     let r = unsafe { libc::kill(pid, 0) };
     r == 0 || std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM)
+}
+
+/// A Unix socket connection, within `timeout` when there is one: `connect` waits while the
+/// server's queue of connections not yet accepted is full (a hung server's fills), for ever
+/// unless the socket has a send timeout, which std's `UnixStream::connect` cannot set first.
+fn unix_connect(
+    path: &Path,
+    timeout: Option<Duration>,
+) -> std::io::Result<std::os::unix::net::UnixStream> {
+    use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+    use std::os::unix::ffi::OsStrExt;
+    let Some(t) = timeout else {
+        return std::os::unix::net::UnixStream::connect(path);
+    };
+    // SAFETY: sockaddr_un is plain data; all zeroes is a valid (empty) value.
+    let mut addr: libc::sockaddr_un = unsafe { std::mem::zeroed() };
+    let bytes = path.as_os_str().as_bytes();
+    if bytes.len() >= addr.sun_path.len() || bytes.contains(&0) {
+        // What std says of such a path; its own connect reports it the same way.
+        return std::os::unix::net::UnixStream::connect(path);
+    }
+    addr.sun_family = libc::AF_UNIX as libc::sa_family_t;
+    for (d, s) in addr.sun_path.iter_mut().zip(bytes) {
+        *d = *s as libc::c_char;
+    }
+    // SAFETY: socket(2) with constant arguments; the descriptor is owned right below.
+    let fd = unsafe { libc::socket(libc::AF_UNIX, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0) };
+    if fd < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: `fd` is a new descriptor nothing else owns.
+    let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+    // A zero send timeout means none at all: at least a millisecond.
+    let t = t.max(Duration::from_millis(1));
+    let tv = libc::timeval {
+        tv_sec: libc::time_t::try_from(t.as_secs()).unwrap_or(libc::time_t::MAX),
+        tv_usec: libc::suseconds_t::from(t.subsec_micros() as i32),
+    };
+    // SAFETY: a timeval of the size given, read during the call only.
+    let r = unsafe {
+        libc::setsockopt(
+            fd.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_SNDTIMEO,
+            (&tv as *const libc::timeval).cast(),
+            std::mem::size_of::<libc::timeval>() as libc::socklen_t,
+        )
+    };
+    if r != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    let len = std::mem::size_of::<libc::sa_family_t>() + bytes.len() + 1;
+    // SAFETY: `addr` is a sockaddr_un whose path is NUL-terminated within `len` bytes.
+    let r = unsafe {
+        libc::connect(
+            fd.as_raw_fd(),
+            (&addr as *const libc::sockaddr_un).cast(),
+            len as libc::socklen_t,
+        )
+    };
+    if r != 0 {
+        let e = std::io::Error::last_os_error();
+        // A full queue past the send timeout is EAGAIN: say what it is.
+        return Err(if e.kind() == std::io::ErrorKind::WouldBlock {
+            std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                format!("the server accepted no connection within {t:?}"),
+            )
+        } else {
+            e
+        });
+    }
+    Ok(std::os::unix::net::UnixStream::from(fd))
 }
 
 /// A TCP connection, within `timeout` when there is one (a listener whose queue is full

@@ -265,3 +265,80 @@ fn a_hung_server_costs_no_more_than_wait_and_is_named() {
     );
     assert!(!contains(&squatter.received(), b"secret-token"));
 }
+
+/// A server that takes no connection at all (its queue of connections not yet accepted is
+/// full, as a hung server's fills): `connect` on its Unix socket would wait for ever; `ls --wait
+/// 1s` exits 6 within a few seconds, naming it.
+#[test]
+fn a_server_whose_queue_is_full_costs_no_more_than_wait() {
+    use std::os::fd::{FromRawFd, OwnedFd};
+    use std::os::unix::ffi::OsStrExt;
+    let (_dir, store) = new_store();
+    let sock = std::path::absolute(store.join("serve.sock")).unwrap();
+    let _listener = std::os::unix::net::UnixListener::bind(&sock).unwrap();
+    // Fill the queue: non-blocking connections until one would have to wait.
+    let mut held = Vec::new();
+    let c = std::ffi::CString::new(sock.as_os_str().as_bytes()).unwrap();
+    loop {
+        assert!(held.len() < 100_000, "the queue never filled");
+        // SAFETY: socket(2) with constant arguments; the descriptor is owned right below.
+        let fd = unsafe {
+            libc::socket(
+                libc::AF_UNIX,
+                libc::SOCK_STREAM | libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC,
+                0,
+            )
+        };
+        assert!(fd >= 0);
+        // SAFETY: a new descriptor nothing else owns.
+        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+        // SAFETY: zeroed sockaddr_un filled with a NUL-terminated path shorter than sun_path.
+        let r = unsafe {
+            let mut a: libc::sockaddr_un = std::mem::zeroed();
+            a.sun_family = libc::AF_UNIX as libc::sa_family_t;
+            for (d, s) in a.sun_path.iter_mut().zip(c.as_bytes()) {
+                *d = *s as libc::c_char;
+            }
+            libc::connect(
+                std::os::fd::AsRawFd::as_raw_fd(&fd),
+                (&a as *const libc::sockaddr_un).cast(),
+                std::mem::size_of::<libc::sockaddr_un>() as libc::socklen_t,
+            )
+        };
+        if r != 0 {
+            let e = std::io::Error::last_os_error();
+            assert_eq!(e.kind(), std::io::ErrorKind::WouldBlock, "{e}");
+            break;
+        }
+        held.push(fd);
+    }
+    let info = serde_json::json!({
+        "address": format!("unix:{}", sock.display()),
+        "pid": std::process::id(),
+        "token": null,
+        "key": "cd".repeat(32),
+        "store_id": 1,
+    });
+    std::fs::write(store.join("serve.json"), info.to_string()).unwrap();
+    let t0 = Instant::now();
+    let mut child = std::process::Command::new(bin::oncelake())
+        .args(["ls", store.to_str().unwrap(), "--wait", "1s"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    while child.try_wait().unwrap().is_none() && t0.elapsed() < Duration::from_secs(20) {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let took = t0.elapsed();
+    let _ = child.kill();
+    let out = child.wait_with_output().unwrap();
+    assert!(took < Duration::from_secs(8), "took {took:?}: {out:?}");
+    assert_eq!(out.status.code(), Some(6), "{out:?}");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains(&sock.display().to_string()) && err.contains("pid"),
+        "{err}"
+    );
+    drop(held);
+}
