@@ -70,7 +70,7 @@ fn serve_json(store: &Path) -> serde_json::Value {
 const PLAUSIBLE: &str =
     "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n{}";
 
-/// The listing of the store, read in-process (no server may hold it).
+/// The units listed by `ls` (through the store's server when one proves itself).
 fn units(store: &Path) -> BTreeSet<String> {
     let (code, out) = run(&["ls", store.to_str().unwrap(), "--json"]);
     assert_eq!(code, 0, "{out}");
@@ -152,9 +152,12 @@ fn a_dead_servers_port_taken_over_gets_neither_token_nor_payload() {
     }
     nothing_sent("Client");
 
-    // Once the stranger is gone the store is used as before, and holds only what was committed.
-    std::fs::remove_file(store.join("serve.json")).unwrap();
+    // A new `serve` is not stopped by the stranger (the lock decides) and replaces serve.json;
+    // the store holds only what the real server committed.
+    let again = Server::start(&store);
     assert_eq!(units(&store), BTreeSet::from(["before".to_string()]));
+    again.stop();
+    nothing_sent("after");
 }
 
 /// A copy (`cp -a`) of a served store carries the original's `serve.json`: a put through the
@@ -264,6 +267,11 @@ fn a_hung_server_costs_no_more_than_wait_and_is_named() {
         "{m}"
     );
     assert!(!contains(&squatter.received(), b"secret-token"));
+    // Nor does it keep a new server from starting: the store's lock is free, so it is served.
+    let server = Server::start(&store);
+    let (code, _) = run(&["ls", s, "--wait", "1s"]);
+    assert_eq!(code, 0);
+    server.stop();
 }
 
 /// A server that takes no connection at all (its queue of connections not yet accepted is
