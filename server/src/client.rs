@@ -88,7 +88,14 @@ pub enum ClientError {
     Protocol(String),
     /// What answers at the address in the store's `serve.json` is not the server of this store
     /// (SPEC R20): it could not prove that it holds it. Neither the token nor any data was sent.
-    #[error("{address}, named by {store}/serve.json, is not the server of {store}: {found}. Nothing              was sent to it (neither the token nor any data). The server that wrote serve.json              (pid {pid}) may have been killed and its address taken over by another process: start              `oncelake serve {store}` again (it replaces serve.json), or remove {store}/serve.json              to use the store in-process", store = .store.display())]
+    #[error(
+        "{address}, named by {store}/serve.json, is not the server of {store}: {found}. Nothing \
+         was sent to it (neither the token nor any data). The server that wrote serve.json (pid \
+         {pid}) may have been killed and its address taken over by another process: start \
+         `oncelake serve {store}` again (it replaces serve.json), or remove {store}/serve.json \
+         to use the store in-process",
+        store = .store.display()
+    )]
     NotItsServer {
         /// The store directory.
         store: PathBuf,
@@ -101,9 +108,13 @@ pub enum ClientError {
     },
     /// The server of the store accepted the connection but did not answer in time: it holds the
     /// store (or something holds its address) and is hung or overloaded.
-    #[error("the oncelake server of {store} at {address} (pid {pid}{running}) accepted the              connection but did not answer within {waited:?}; it is hung or overloaded and the              store is busy: wait longer (--wait), or stop it (`kill {pid}`) and run again",
-             store = .store.display(),
-             running = if *.running { "" } else { ", no longer running" })]
+    #[error(
+        "the oncelake server of {store} at {address} (pid {pid}{running}) accepted the \
+         connection but did not answer within {waited:?}; it is hung or overloaded and the store \
+         is busy: wait longer (--wait), or stop it (`kill {pid}`) and run again",
+        store = .store.display(),
+        running = if *.running { "" } else { ", no longer running" }
+    )]
     NoAnswer {
         /// The store directory.
         store: PathBuf,
@@ -1860,6 +1871,46 @@ mod tests {
         }
         .read_to_string(&mut out);
         assert!(r.is_err(), "a cut body must not look complete: {out:?}");
+    }
+
+    /// The refusals name what was found and say what to do, in one clean sentence each.
+    #[test]
+    fn refusals_name_the_address_and_pid_and_read_cleanly() {
+        let not_its = ClientError::NotItsServer {
+            store: "/s".into(),
+            address: "tcp:127.0.0.1:9".into(),
+            pid: 41,
+            found: "it answered HTTP 404".into(),
+        }
+        .to_string();
+        let silent = ClientError::NoAnswer {
+            store: "/s".into(),
+            address: "unix:/s/serve.sock".into(),
+            pid: 42,
+            running: false,
+            waited: Duration::from_secs(1),
+        }
+        .to_string();
+        for (m, what) in [
+            (
+                &not_its,
+                ["tcp:127.0.0.1:9", "pid 41", "HTTP 404", "oncelake serve /s"],
+            ),
+            (
+                &silent,
+                [
+                    "unix:/s/serve.sock",
+                    "pid 42, no longer running",
+                    "1s",
+                    "kill 42",
+                ],
+            ),
+        ] {
+            for w in what {
+                assert!(m.contains(w), "{w:?} missing: {m}");
+            }
+            assert!(!m.contains("  "), "{m}");
+        }
     }
 
     #[test]
