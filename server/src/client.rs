@@ -1069,9 +1069,12 @@ impl Client {
         );
         conn.write_all(question.as_bytes()).map_err(io)?;
         conn.flush().map_err(io)?;
-        let mut r = BufReader::with_capacity(4096, &mut **conn);
+        // Bounded: a stranger sending an endless line must not fill this process' memory.
+        let mut r = BufReader::with_capacity(4096, (&mut **conn).take(IDENTITY_MAX));
         let head = read_head_from(&mut r).map_err(|e| match e.kind() {
-            std::io::ErrorKind::Other => Asked::NotProved(format!("it does not speak HTTP ({e})")),
+            std::io::ErrorKind::Other | std::io::ErrorKind::InvalidData => {
+                Asked::NotProved(format!("it does not speak HTTP ({e})"))
+            }
             _ => io(e),
         })?;
         let Length::Exact(n) = head.length else {
@@ -1198,7 +1201,7 @@ enum Asked {
     Refused(ClientError),
 }
 
-/// The longest identity answer read (a real one is about 300 bytes).
+/// The longest identity answer read, head and body (a real one is about 400 bytes).
 const IDENTITY_MAX: u64 = 16 << 10;
 
 /// Whether `pid` is a live process (signal 0: delivered nowhere, only checked).
@@ -1871,6 +1874,76 @@ mod tests {
         }
         .read_to_string(&mut out);
         assert!(r.is_err(), "a cut body must not look complete: {out:?}");
+    }
+
+    /// What a stranger may answer the identity question with — an endless line, bytes that are
+    /// not text, a plausible answer without the right MAC — proves nothing and is read no
+    /// further than an answer's length.
+    #[test]
+    fn a_strangers_answers_to_the_identity_question_prove_nothing() {
+        let info = discovery::ServeInfo {
+            address: "unix:/nowhere".into(),
+            pid: 1,
+            token: None,
+            key: Some("ab".repeat(32)),
+            store_id: Some(7),
+        };
+        let dir = crate::identity::DirId { dev: 1, ino: 2 };
+        let client = Client {
+            address: Address::Unix("/nowhere".into()),
+            token: None,
+            timeout: Some(Duration::from_secs(2)),
+            pool: Arc::default(),
+            verified: Some(Arc::new(Verified {
+                store: "/s".into(),
+                pid: 1,
+                expect: crate::identity::Expected::new(&info, dir).unwrap(),
+            })),
+        };
+        let forged = serde_json::json!({
+            "store_id": 7, "pid": 1, "path": "/s", "dir": {"dev": 1, "ino": 2},
+            "mac": "00".repeat(32),
+        })
+        .to_string();
+        let answers: [Vec<u8>; 3] = [
+            vec![b'A'; 1 << 20],
+            b"\xff\xfe\r\n\r\n".to_vec(),
+            format!(
+                "HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n{forged}",
+                forged.len()
+            )
+            .into_bytes(),
+        ];
+        for answer in answers {
+            let (ours, mut theirs) = std::os::unix::net::UnixStream::pair().unwrap();
+            let peer = std::thread::spawn(move || {
+                let mut q = Vec::new();
+                let mut b = [0u8; 512];
+                while !q.windows(4).any(|w| w == b"\r\n\r\n") {
+                    let n = theirs.read(&mut b).unwrap();
+                    q.extend_from_slice(&b[..n]);
+                }
+                let _ = theirs.write_all(&answer);
+                // Kept open until the client is done: an end of stream would answer for it.
+                let _ = theirs.read(&mut b);
+                q
+            });
+            let mut conn: Box<dyn Conn> = Box::new(PollFirst::new(ours));
+            conn.set_timeouts(client.timeout).unwrap();
+            let r = client.ask_identity(&mut conn);
+            assert!(
+                matches!(r, Err(Asked::NotProved(_))),
+                "{:?}",
+                r.err().map(|e| client.asked_error(e))
+            );
+            drop(conn);
+            let question = String::from_utf8(peer.join().unwrap()).unwrap();
+            assert!(
+                question.starts_with("GET /v1/identity?nonce="),
+                "{question}"
+            );
+            assert!(!question.contains("Authorization"), "{question}");
+        }
     }
 
     /// The refusals name what was found and say what to do, in one clean sentence each.
