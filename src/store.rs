@@ -216,6 +216,12 @@ impl Store {
         &self.inner.core.dir
     }
 
+    /// The store's random 64-bit identity, made when it was created (a copy of the directory
+    /// carries the same one). `oncelake serve` proves it to its clients (SPEC R20).
+    pub fn store_id(&self) -> u64 {
+        self.inner.core.store_id
+    }
+
     /// Stages `bytes` as an object (hash, CRC32, fsync, atomic publish).
     pub fn stage_bytes(&self, bytes: &[u8]) -> Result<Staged> {
         self.stage_reader(bytes)

@@ -1,5 +1,7 @@
 //! The per-connection service: the bearer-token check (TCP only) in front of the router, so a
 //! request without the right token is answered 401 before any handler runs and changes nothing.
+//! The one request answered without the token is the identity question ([`crate::identity`]),
+//! which a client asks precisely so as not to send its token to a stranger.
 
 use crate::http::{ApiError, App};
 use axum::body::Body;
@@ -27,6 +29,7 @@ pub(crate) fn service(
     router: Router,
     app: Arc<App>,
     token: Option<Arc<str>>,
+    identity: Arc<crate::identity::Identity>,
 ) -> impl hyper::service::Service<
     Request<Incoming>,
     Response = Response,
@@ -37,8 +40,18 @@ pub(crate) fn service(
         let mut router = router.clone();
         let app = app.clone();
         let token = token.clone();
+        let identity = identity.clone();
         let fut: BoxFut = Box::pin(async move {
             app.live.request();
+            if req.uri().path() == crate::identity::PATH {
+                return Ok(match identity.answer(req.uri().query()) {
+                    Ok(a) => axum::Json(a).into_response(),
+                    Err(message) => {
+                        app.live.bad_request();
+                        ApiError::bad(message).into_response()
+                    }
+                });
+            }
             if let Some(t) = &token {
                 if !authorized(&req, t) {
                     app.live.unauthorized();

@@ -86,10 +86,51 @@ pub enum ClientError {
     /// The server answered something this client does not understand.
     #[error("unexpected answer from the oncelake server: {0}; are the client and server the same version?")]
     Protocol(String),
+    /// What answers at the address in the store's `serve.json` is not the server of this store
+    /// (SPEC R20): it could not prove that it holds it. Neither the token nor any data was sent.
+    #[error(
+        "{address}, named by {store}/serve.json, is not the server of {store}: {found}. Nothing \
+         was sent to it (neither the token nor any data). The server that wrote serve.json (pid \
+         {pid}) may have been killed and its address taken over by another process: start \
+         `oncelake serve {store}` again (it replaces serve.json), or remove {store}/serve.json \
+         to use the store in-process",
+        store = .store.display()
+    )]
+    NotItsServer {
+        /// The store directory.
+        store: PathBuf,
+        /// The address in `serve.json`.
+        address: String,
+        /// The pid in `serve.json`.
+        pid: u32,
+        /// What was found there instead.
+        found: String,
+    },
+    /// The server of the store accepted the connection but did not answer in time: it holds the
+    /// store (or something holds its address) and is hung or overloaded.
+    #[error(
+        "the oncelake server of {store} at {address} (pid {pid}{running}) accepted the \
+         connection but did not answer within {waited:?}; it is hung or overloaded and the store \
+         is busy: wait longer (--wait), or stop it (`kill {pid}`) and run again",
+        store = .store.display(),
+        running = if *.running { "" } else { ", no longer running" }
+    )]
+    NoAnswer {
+        /// The store directory.
+        store: PathBuf,
+        /// The address in `serve.json`.
+        address: String,
+        /// The pid in `serve.json`.
+        pid: u32,
+        /// Whether that pid is a live process.
+        running: bool,
+        /// How long the client waited.
+        waited: Duration,
+    },
 }
 
-/// How long [`Client::for_store`] waits for the server's health answer.
-const HEALTH_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long [`Client::for_store`] waits for the server's answer to its identity question.
+pub const HEALTH_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Result of client calls.
 pub type Result<T> = std::result::Result<T, ClientError>;
@@ -102,6 +143,17 @@ pub struct Client {
     token: Option<String>,
     timeout: Option<Duration>,
     pool: Arc<Pool>,
+    /// The server this client must reach, when it was found through a store's `serve.json`:
+    /// each new TCP connection asks the identity question before anything else is sent on it.
+    verified: Option<Arc<Verified>>,
+}
+
+/// What the server of a store found through its `serve.json` must prove.
+#[derive(Debug)]
+struct Verified {
+    store: PathBuf,
+    pid: u32,
+    expect: crate::identity::Expected,
 }
 
 /// Most idle connections a client keeps.
@@ -216,6 +268,7 @@ impl Client {
             token: None,
             timeout: None,
             pool: Arc::default(),
+            verified: None,
         }
     }
 
@@ -226,13 +279,27 @@ impl Client {
             token: Some(token.into()),
             timeout: None,
             pool: Arc::default(),
+            verified: None,
         }
     }
 
     /// The client of the server that holds `store`, found through its `serve.json`, if one
-    /// answers its health check. A missing file or one left by a killed server (nothing
-    /// answers) is [`ClientError::NotServed`].
+    /// answers and proves that it is the server of this store directory (SPEC R20,
+    /// [`crate::identity`]) within [`HEALTH_TIMEOUT`]; see [`Client::for_store_within`].
     pub fn for_store(store: &Path) -> Result<Client> {
+        Client::for_store_within(store, HEALTH_TIMEOUT)
+    }
+
+    /// The client of the server that holds `store`, if the server named by its `serve.json`
+    /// proves within `probe` that it holds this store directory. Nothing else is sent before it
+    /// has (no token, no data), and every new TCP connection of the client asks again.
+    ///
+    /// [`ClientError::NotServed`]: no `serve.json`, nothing listening at its address (a killed
+    /// server's), or the genuine server of another directory (a copy of a served store carries
+    /// the original's `serve.json`): the store is used in-process. [`ClientError::NotItsServer`]:
+    /// something else answers there. [`ClientError::NoAnswer`]: a connection is accepted but
+    /// nothing answers (or no connection is accepted) within `probe`.
+    pub fn for_store_within(store: &Path, probe: Duration) -> Result<Client> {
         let not_served = || ClientError::NotServed {
             store: store.to_path_buf(),
         };
@@ -246,20 +313,59 @@ impl Client {
             }
             a => a,
         };
-        let client = Client {
+        let dir = crate::identity::DirId::of(store).map_err(|_| not_served())?;
+        let mut client = Client {
             address,
-            token: info.token,
-            timeout: None,
+            token: info.token.clone(),
+            timeout: Some(probe),
             pool: Arc::default(),
+            verified: None,
         };
         // A hung server must not hang every command: the probe has a timeout, the client none.
-        match client.clone().with_timeout(HEALTH_TIMEOUT).health() {
-            Ok(_) => Ok(client),
-            Err(ClientError::Connect { .. }) | Err(ClientError::ConnectionLost { .. }) => {
-                Err(not_served())
+        let mut conn = match client.connect_only() {
+            // Something listens there but takes no connection in time: a hung server's full
+            // queue (or a stranger's).
+            Err(ClientError::Connect { source, .. })
+                if matches!(
+                    source.kind(),
+                    std::io::ErrorKind::TimedOut | std::io::ErrorKind::WouldBlock
+                ) =>
+            {
+                return Err(ClientError::NoAnswer {
+                    store: store.to_path_buf(),
+                    address: client.address(),
+                    pid: info.pid,
+                    running: process_running(info.pid),
+                    waited: probe,
+                })
             }
-            Err(e) => Err(e),
+            Ok(c) => c,
+            Err(ClientError::Connect { .. }) => return Err(not_served()),
+            Err(e) => return Err(e),
+        };
+        // Something listens there: it must prove what serve.json lets it prove.
+        let expect = match crate::identity::Expected::new(&info, dir) {
+            Ok(e) => e,
+            Err(found) => return Err(client.not_its_server(store, info.pid, found)),
+        };
+        client.verified = Some(Arc::new(Verified {
+            store: store.to_path_buf(),
+            pid: info.pid,
+            expect,
+        }));
+        match client.ask_identity(&mut conn) {
+            Ok(()) => {}
+            // The genuine server of the original of this copy: nobody serves this directory.
+            Err(Asked::OtherDirectory(_)) => return Err(not_served()),
+            // Closed before answering (a server shutting down): not served, as a refused
+            // connection is. Nothing but the question was sent.
+            Err(Asked::Closed) => return Err(not_served()),
+            Err(e) => return Err(client.asked_error(e)),
         }
+        client.timeout = None;
+        // The proved connection carries the first call (with this client's timeout then).
+        client.pool.put(BufReader::new(conn), Some(probe));
+        Ok(client)
     }
 
     /// Sets a read/write timeout on every call (none by default: a commit waits for its group).
@@ -722,7 +828,11 @@ impl Client {
                 Err(Exchange::Unanswered(e)) => {
                     // A fresh connection that cannot even connect means the server went away:
                     // the first attempt's outcome is what is unknown.
-                    let conn = self.connect().map_err(|_| ClientError::from(e))?;
+                    let conn = self.connect().map_err(|c| match c {
+                        // Whoever answers now is not our server: say so, not "lost".
+                        c @ (ClientError::NotItsServer { .. } | ClientError::NoAnswer { .. }) => c,
+                        _ => ClientError::from(e),
+                    })?;
                     return self.finish(self.exchange_on(
                         BufReader::new(conn),
                         self.timeout,
@@ -891,33 +1001,169 @@ impl Client {
         Ok(())
     }
 
+    /// A new connection, proved to reach the server of this client's store first when it is
+    /// TCP ([`Client::for_store`]): a port is anyone's to take once its server is gone, while the
+    /// Unix socket lives in the owner-only store directory (and was proved when found).
     fn connect(&self) -> Result<Box<dyn Conn>> {
+        let mut conn = self.connect_only()?;
+        if matches!(self.address, Address::Tcp(_)) && self.verified.is_some() {
+            // The question is answered without waiting for the store: bounded even for a
+            // client without a timeout, so that a stranger that never answers cannot hang it.
+            let bound = self.timeout.unwrap_or(HEALTH_TIMEOUT);
+            if self.timeout.is_none() {
+                conn.set_timeouts(Some(bound))
+                    .map_err(|e| self.connect_failed(e))?;
+            }
+            self.ask_identity(&mut conn)
+                .map_err(|e| self.asked_error(e))?;
+            if self.timeout.is_none() {
+                conn.set_timeouts(None)
+                    .map_err(|e| self.connect_failed(e))?;
+            }
+        }
+        Ok(conn)
+    }
+
+    fn connect_failed(&self, source: std::io::Error) -> ClientError {
+        ClientError::Connect {
+            address: self.address(),
+            source,
+        }
+    }
+
+    /// A new connection, not proved.
+    fn connect_only(&self) -> Result<Box<dyn Conn>> {
         let conn: Box<dyn Conn> = match &self.address {
             Address::Unix(p) => Box::new(PollFirst::new(
-                std::os::unix::net::UnixStream::connect(p).map_err(|source| {
-                    ClientError::Connect {
-                        address: self.address(),
-                        source,
-                    }
-                })?,
+                unix_connect(p, self.timeout).map_err(|e| self.connect_failed(e))?,
             )),
             Address::Tcp(a) => {
-                let s = std::net::TcpStream::connect(a.as_str()).map_err(|source| {
-                    ClientError::Connect {
-                        address: self.address(),
-                        source,
-                    }
-                })?;
+                let s = tcp_connect(a, self.timeout).map_err(|e| self.connect_failed(e))?;
                 let _ = s.set_nodelay(true);
                 Box::new(s)
             }
         };
         conn.set_timeouts(self.timeout)
-            .map_err(|source| ClientError::Connect {
-                address: self.address(),
-                source,
-            })?;
+            .map_err(|e| self.connect_failed(e))?;
         Ok(conn)
+    }
+
+    /// Asks the identity question on a fresh connection and checks the answer (a client
+    /// without a store to prove asks nothing). Only the question is sent: no token, no data.
+    fn ask_identity(&self, conn: &mut Box<dyn Conn>) -> std::result::Result<(), Asked> {
+        let Some(v) = &self.verified else {
+            return Ok(());
+        };
+        let io = |e: std::io::Error| match e.kind() {
+            std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut => Asked::Silent,
+            std::io::ErrorKind::UnexpectedEof
+            | std::io::ErrorKind::ConnectionReset
+            | std::io::ErrorKind::BrokenPipe => Asked::Closed,
+            _ => Asked::Io(e),
+        };
+        let nonce = crate::identity::random().map_err(Asked::Io)?;
+        let question = format!(
+            "GET {}?nonce={} HTTP/1.1\r\nHost: localhost\r\nContent-Length: 0\r\n\r\n",
+            crate::identity::PATH,
+            wire::to_hex(&nonce)
+        );
+        conn.write_all(question.as_bytes()).map_err(io)?;
+        conn.flush().map_err(io)?;
+        // Bounded: a stranger sending an endless line must not fill this process' memory.
+        let mut r = BufReader::with_capacity(4096, (&mut **conn).take(IDENTITY_MAX));
+        let head = read_head_from(&mut r).map_err(|e| match e.kind() {
+            std::io::ErrorKind::Other | std::io::ErrorKind::InvalidData => {
+                Asked::NotProved(format!("it does not speak HTTP ({e})"))
+            }
+            _ => io(e),
+        })?;
+        let Length::Exact(n) = head.length else {
+            return Err(Asked::NotProved("its answer has no length".into()));
+        };
+        if n > IDENTITY_MAX {
+            return Err(Asked::NotProved(format!("its answer is {n} bytes long")));
+        }
+        let mut body = Vec::new();
+        (&mut r).take(n).read_to_end(&mut body).map_err(io)?;
+        if (body.len() as u64) < n {
+            return Err(Asked::Closed);
+        }
+        if !r.buffer().is_empty() || !head.keep_alive {
+            return Err(Asked::NotProved(
+                "it sent more than an answer, or closed the connection after it".into(),
+            ));
+        }
+        if head.status == 503 {
+            // A server shedding load answers every request so: its error, as any call would get.
+            let resp = Response {
+                status: head.status,
+                headers: head.headers,
+                body: Box::new(std::io::Cursor::new(body)),
+            };
+            return Err(match check(resp, crate::identity::PATH) {
+                Err(e) => Asked::Refused(e),
+                Ok(_) => Asked::NotProved("it answered HTTP 503".into()),
+            });
+        }
+        if head.status != 200 {
+            let text = String::from_utf8_lossy(&body);
+            let text: String = text.chars().take(200).collect();
+            return Err(Asked::NotProved(format!(
+                "it answered the identity question with HTTP {} ({text}); an `oncelake serve` \
+                 older than this client answers so too",
+                head.status
+            )));
+        }
+        let answer: crate::identity::IdentityW = serde_json::from_slice(&body).map_err(|e| {
+            Asked::NotProved(format!(
+                "its answer to the identity question is no identity ({e})"
+            ))
+        })?;
+        match v.expect.check(&nonce, &answer) {
+            crate::identity::Verdict::Ours => Ok(()),
+            crate::identity::Verdict::OtherDirectory { path } => Err(Asked::OtherDirectory(path)),
+            crate::identity::Verdict::NotProved(found) => Err(Asked::NotProved(found)),
+        }
+    }
+
+    /// The error of a failed identity question.
+    fn asked_error(&self, e: Asked) -> ClientError {
+        let Some(v) = &self.verified else {
+            return ClientError::Protocol("an identity question without a store".into());
+        };
+        match e {
+            Asked::Io(source) => self.connect_failed(source),
+            Asked::Closed => self.connect_failed(std::io::Error::new(
+                std::io::ErrorKind::ConnectionAborted,
+                "the connection was closed before the server proved its identity",
+            )),
+            Asked::Silent => ClientError::NoAnswer {
+                store: v.store.clone(),
+                address: self.address(),
+                pid: v.pid,
+                running: process_running(v.pid),
+                waited: self.timeout.unwrap_or(HEALTH_TIMEOUT),
+            },
+            Asked::OtherDirectory(path) => self.not_its_server(
+                &v.store,
+                v.pid,
+                format!(
+                    "it is the server of {path}, another directory of the same store (this one \
+                     is a copy of it, or that one of this)"
+                ),
+            ),
+            Asked::NotProved(found) => self.not_its_server(&v.store, v.pid, found),
+            Asked::Refused(e) => e,
+        }
+    }
+
+    fn not_its_server(&self, store: &Path, pid: u32, found: String) -> ClientError {
+        ClientError::NotItsServer {
+            store: store.to_path_buf(),
+            address: self.address(),
+            pid,
+            found,
+        }
     }
 
     /// Sends one request on a connection of its own and reads the answer's head (its body is
@@ -937,6 +1183,130 @@ impl Client {
             Err(e) => Err(lost(&during, sent.err().unwrap_or(e))),
         }
     }
+}
+
+/// Why the identity question failed.
+enum Asked {
+    /// No answer within the timeout.
+    Silent,
+    /// The connection ended before a whole answer.
+    Closed,
+    /// The genuine server of another directory (the original of a copy), named.
+    OtherDirectory(String),
+    /// An answer that proves nothing: what it was.
+    NotProved(String),
+    /// Another I/O failure.
+    Io(std::io::Error),
+    /// An error answer the server gives every request now (503: overloaded).
+    Refused(ClientError),
+}
+
+/// The longest identity answer read, head and body (a real one is about 400 bytes).
+const IDENTITY_MAX: u64 = 16 << 10;
+
+/// Whether `pid` is a live process (signal 0: delivered nowhere, only checked).
+fn process_running(pid: u32) -> bool {
+    let Ok(pid) = libc::pid_t::try_from(pid) else {
+        return false;
+    };
+    // SAFETY: kill with signal 0 sends nothing; it only reports whether the process exists.
+    let r = unsafe { libc::kill(pid, 0) };
+    r == 0 || std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM)
+}
+
+/// A Unix socket connection, within `timeout` when there is one: `connect` waits while the
+/// server's queue of connections not yet accepted is full (a hung server's fills), for ever
+/// unless the socket has a send timeout, which std's `UnixStream::connect` cannot set first.
+fn unix_connect(
+    path: &Path,
+    timeout: Option<Duration>,
+) -> std::io::Result<std::os::unix::net::UnixStream> {
+    use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+    use std::os::unix::ffi::OsStrExt;
+    let Some(t) = timeout else {
+        return std::os::unix::net::UnixStream::connect(path);
+    };
+    // SAFETY: sockaddr_un is plain data; all zeroes is a valid (empty) value.
+    let mut addr: libc::sockaddr_un = unsafe { std::mem::zeroed() };
+    let bytes = path.as_os_str().as_bytes();
+    if bytes.len() >= addr.sun_path.len() || bytes.contains(&0) {
+        // What std says of such a path; its own connect reports it the same way.
+        return std::os::unix::net::UnixStream::connect(path);
+    }
+    addr.sun_family = libc::AF_UNIX as libc::sa_family_t;
+    for (d, s) in addr.sun_path.iter_mut().zip(bytes) {
+        *d = *s as libc::c_char;
+    }
+    // SAFETY: socket(2) with constant arguments; the descriptor is owned right below.
+    let fd = unsafe { libc::socket(libc::AF_UNIX, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0) };
+    if fd < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: `fd` is a new descriptor nothing else owns.
+    let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+    // A zero send timeout means none at all: at least a millisecond.
+    let t = t.max(Duration::from_millis(1));
+    let tv = libc::timeval {
+        tv_sec: libc::time_t::try_from(t.as_secs()).unwrap_or(libc::time_t::MAX),
+        tv_usec: libc::suseconds_t::from(t.subsec_micros() as i32),
+    };
+    // SAFETY: a timeval of the size given, read during the call only.
+    let r = unsafe {
+        libc::setsockopt(
+            fd.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_SNDTIMEO,
+            (&tv as *const libc::timeval).cast(),
+            std::mem::size_of::<libc::timeval>() as libc::socklen_t,
+        )
+    };
+    if r != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    let len = std::mem::size_of::<libc::sa_family_t>() + bytes.len() + 1;
+    // SAFETY: `addr` is a sockaddr_un whose path is NUL-terminated within `len` bytes.
+    let r = unsafe {
+        libc::connect(
+            fd.as_raw_fd(),
+            (&addr as *const libc::sockaddr_un).cast(),
+            len as libc::socklen_t,
+        )
+    };
+    if r != 0 {
+        let e = std::io::Error::last_os_error();
+        // A full queue past the send timeout is EAGAIN: say what it is.
+        return Err(if e.kind() == std::io::ErrorKind::WouldBlock {
+            std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                format!("the server accepted no connection within {t:?}"),
+            )
+        } else {
+            e
+        });
+    }
+    Ok(std::os::unix::net::UnixStream::from(fd))
+}
+
+/// A TCP connection, within `timeout` when there is one (a listener whose queue is full
+/// otherwise keeps `connect` waiting for minutes).
+fn tcp_connect(address: &str, timeout: Option<Duration>) -> std::io::Result<std::net::TcpStream> {
+    use std::net::ToSocketAddrs;
+    let Some(t) = timeout else {
+        return std::net::TcpStream::connect(address);
+    };
+    let mut last = None;
+    for a in address.to_socket_addrs()? {
+        match std::net::TcpStream::connect_timeout(&a, t) {
+            Ok(s) => return Ok(s),
+            Err(e) => last = Some(e),
+        }
+    }
+    Err(last.unwrap_or_else(|| {
+        std::io::Error::new(
+            std::io::ErrorKind::NotFound,
+            format!("{address} names no address"),
+        )
+    }))
 }
 
 /// How a kept-alive exchange failed.
@@ -1504,6 +1874,116 @@ mod tests {
         }
         .read_to_string(&mut out);
         assert!(r.is_err(), "a cut body must not look complete: {out:?}");
+    }
+
+    /// What a stranger may answer the identity question with — an endless line, bytes that are
+    /// not text, a plausible answer without the right MAC — proves nothing and is read no
+    /// further than an answer's length.
+    #[test]
+    fn a_strangers_answers_to_the_identity_question_prove_nothing() {
+        let info = discovery::ServeInfo {
+            address: "unix:/nowhere".into(),
+            pid: 1,
+            token: None,
+            key: Some("ab".repeat(32)),
+            store_id: Some(7),
+        };
+        let dir = crate::identity::DirId { dev: 1, ino: 2 };
+        let client = Client {
+            address: Address::Unix("/nowhere".into()),
+            token: None,
+            timeout: Some(Duration::from_secs(2)),
+            pool: Arc::default(),
+            verified: Some(Arc::new(Verified {
+                store: "/s".into(),
+                pid: 1,
+                expect: crate::identity::Expected::new(&info, dir).unwrap(),
+            })),
+        };
+        let forged = serde_json::json!({
+            "store_id": 7, "pid": 1, "path": "/s", "dir": {"dev": 1, "ino": 2},
+            "mac": "00".repeat(32),
+        })
+        .to_string();
+        let answers: [Vec<u8>; 3] = [
+            vec![b'A'; 1 << 20],
+            b"\xff\xfe\r\n\r\n".to_vec(),
+            format!(
+                "HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n{forged}",
+                forged.len()
+            )
+            .into_bytes(),
+        ];
+        for answer in answers {
+            let (ours, mut theirs) = std::os::unix::net::UnixStream::pair().unwrap();
+            let peer = std::thread::spawn(move || {
+                let mut q = Vec::new();
+                let mut b = [0u8; 512];
+                while !q.windows(4).any(|w| w == b"\r\n\r\n") {
+                    let n = theirs.read(&mut b).unwrap();
+                    q.extend_from_slice(&b[..n]);
+                }
+                let _ = theirs.write_all(&answer);
+                // Kept open until the client is done: an end of stream would answer for it.
+                let _ = theirs.read(&mut b);
+                q
+            });
+            let mut conn: Box<dyn Conn> = Box::new(PollFirst::new(ours));
+            conn.set_timeouts(client.timeout).unwrap();
+            let r = client.ask_identity(&mut conn);
+            assert!(
+                matches!(r, Err(Asked::NotProved(_))),
+                "{:?}",
+                r.err().map(|e| client.asked_error(e))
+            );
+            drop(conn);
+            let question = String::from_utf8(peer.join().unwrap()).unwrap();
+            assert!(
+                question.starts_with("GET /v1/identity?nonce="),
+                "{question}"
+            );
+            assert!(!question.contains("Authorization"), "{question}");
+        }
+    }
+
+    /// The refusals name what was found and say what to do, in one clean sentence each.
+    #[test]
+    fn refusals_name_the_address_and_pid_and_read_cleanly() {
+        let not_its = ClientError::NotItsServer {
+            store: "/s".into(),
+            address: "tcp:127.0.0.1:9".into(),
+            pid: 41,
+            found: "it answered HTTP 404".into(),
+        }
+        .to_string();
+        let silent = ClientError::NoAnswer {
+            store: "/s".into(),
+            address: "unix:/s/serve.sock".into(),
+            pid: 42,
+            running: false,
+            waited: Duration::from_secs(1),
+        }
+        .to_string();
+        for (m, what) in [
+            (
+                &not_its,
+                ["tcp:127.0.0.1:9", "pid 41", "HTTP 404", "oncelake serve /s"],
+            ),
+            (
+                &silent,
+                [
+                    "unix:/s/serve.sock",
+                    "pid 42, no longer running",
+                    "1s",
+                    "kill 42",
+                ],
+            ),
+        ] {
+            for w in what {
+                assert!(m.contains(w), "{w:?} missing: {m}");
+            }
+            assert!(!m.contains("  "), "{m}");
+        }
     }
 
     #[test]

@@ -16,6 +16,7 @@ mod conns;
 pub mod discovery;
 #[cfg(feature = "server")]
 mod http;
+pub mod identity;
 #[cfg(feature = "server")]
 mod live;
 pub mod load;

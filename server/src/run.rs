@@ -195,6 +195,9 @@ async fn serve_async(
     let dir: PathBuf = store.path().to_path_buf();
     // We hold the lock: whatever socket or address file is there was left by a dead server.
     discovery::remove_files(&dir);
+    let store_id = store.store_id();
+    let identity = crate::identity::Identity::new(store_id, &dir)
+        .map_err(io(format!("read the identity of {}", dir.display())))?;
     let (listener, address, token) = listen(&dir, &opts).await?;
     let conns = crate::conns::ConnThreads::start(
         opts.connection_threads,
@@ -216,6 +219,8 @@ async fn serve_async(
         address: address.clone(),
         pid: std::process::id(),
         token: token.clone(),
+        key: Some(identity.key_hex()),
+        store_id: Some(store_id),
     };
     discovery::write_info(&dir, &info).map_err(io(format!(
         "write {}",
@@ -224,7 +229,15 @@ async fn serve_async(
     // Installed before the ready line: a SIGTERM sent as soon as it is read must drain.
     let shutdown = shutdown_signal().map_err(io("install the SIGTERM/SIGINT handlers"))?;
     ready(&address);
-    let result = accept_loop(listener, app.clone(), &conns, token, &opts, shutdown).await;
+    let result = accept_loop(
+        listener,
+        app.clone(),
+        &conns,
+        (token, Arc::new(identity)),
+        &opts,
+        shutdown,
+    )
+    .await;
     discovery::remove_files(&dir);
     // Stops the connection threads (connections still open after the drain are dropped), which
     // releases their references to the app.
@@ -282,7 +295,7 @@ async fn accept_loop(
     listener: Listener,
     app: Arc<App>,
     conns: &crate::conns::ConnThreads,
-    token: Option<String>,
+    (token, identity): (Option<String>, Arc<crate::identity::Identity>),
     opts: &ServeOptions,
     shutdown: impl std::future::Future<Output = ()>,
 ) -> Result<(), ServeError> {
@@ -312,7 +325,12 @@ async fn accept_loop(
                         Err(_) => continue,
                     }
                 };
-                let svc = crate::auth::service(router.clone(), app.clone(), token.clone());
+                let svc = crate::auth::service(
+                    router.clone(),
+                    app.clone(),
+                    token.clone(),
+                    identity.clone(),
+                );
                 let conn = builder.serve_connection(io, svc);
                 let watched = graceful.watch(conn);
                 let guard = crate::live::Live::connection(&app);

@@ -117,7 +117,7 @@ pub(crate) fn open_store(path: &Path, wait: Duration, create: bool) -> Result<St
     }
     let options = Options {
         lock_wait: wait,
-        lock_wait_stop: Some(stop_when_served(path)),
+        lock_wait_stop: Some(stop_when_served(path, wait)),
         ..Options::default()
     };
     match Store::open_with(path, options.clone()) {
@@ -140,12 +140,23 @@ pub(crate) fn open_store(path: &Path, wait: Duration, create: bool) -> Result<St
 /// server, which will not let go, and the command goes through it instead (`cli::run`). Asked
 /// when the waiter wakes — on a release, or a file appearing in the store directory, as the
 /// server's address file does when it is ready — so no timer looks for it.
-pub(crate) fn stop_when_served(store: &Path) -> oncelake::LockWaitStop {
+pub(crate) fn stop_when_served(store: &Path, wait: Duration) -> oncelake::LockWaitStop {
     let store = store.to_path_buf();
     oncelake::LockWaitStop(std::sync::Arc::new(move || {
-        oncelake_server::Client::for_store(&store).is_ok()
+        oncelake_server::Client::for_store_within(&store, probe_timeout(wait)).is_ok()
     }))
 }
+
+/// How long a command waits for a server's answer to its first question: what `--wait` allows
+/// (so that a hung server costs a command no more than a held lock would), but at least
+/// [`MIN_PROBE`] and at most the client's own bound.
+pub(crate) fn probe_timeout(wait: Duration) -> Duration {
+    wait.clamp(MIN_PROBE, oncelake_server::client::HEALTH_TIMEOUT)
+}
+
+/// The shortest wait for a server's first answer, even under `--wait 0`: a server that answers
+/// at all answers the identity question at once.
+const MIN_PROBE: Duration = Duration::from_secs(1);
 
 fn cannot_write(e: &std::io::Error) -> bool {
     matches!(

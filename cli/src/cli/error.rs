@@ -187,6 +187,7 @@ pub(crate) const ERROR_KINDS: &[&str] = &[
     "corrupt",
     "missing_object",
     "internal",
+    "impostor",
 ];
 
 impl From<oncelake::table::TableError> for CliError {

@@ -33,6 +33,7 @@ mod common;
 mod error;
 mod maint_cmds;
 mod output;
+mod output_file;
 mod pipeline_cmds;
 mod progress;
 mod reconcile_cmd;
@@ -258,7 +259,7 @@ fn report(e: &CliError) {
 fn run(cli: Cli) -> Result<u8, CliError> {
     let wait = cli.wait;
     // A store held by a live `oncelake serve` is used through it (SPEC R20).
-    if let Some(done) = remote::route(&cli.command) {
+    if let Some(done) = remote::route(&cli.command, wait) {
         return done;
     }
     let result = match cli.command {
@@ -293,7 +294,7 @@ fn run(cli: Cli) -> Result<u8, CliError> {
         // parsed again from the same arguments.
         Err(CliError::Engine(oncelake::Error::Locked { .. })) => match Cli::try_parse() {
             Ok(again) if !matches!(again.command, Command::Serve(_)) => {
-                remote::route(&again.command).unwrap_or(result)
+                remote::route(&again.command, wait).unwrap_or(result)
             }
             _ => result,
         },

@@ -3,12 +3,13 @@
 //! called with the engine's own types, which the client rebuilds from the answers. A socket or
 //! address file left by a killed server answers nothing: the command then runs in-process.
 
+use super::output_file::{check_output_path, OutputFile};
 use super::pipeline_cmds::PipelineCommand;
 use super::progress::CountingReader;
 use super::sim_cmds::{print_claim, print_prometheus, print_release, print_stats};
 use super::store_cmds::{
-    check_output_path, ls_shows_internal, no_entry, outcome_code, print_init, print_log, print_ls,
-    print_ls_end, print_put,
+    ls_shows_internal, no_entry, outcome_code, print_init, print_log, print_ls, print_ls_end,
+    print_put,
 };
 use super::table_cmds::TableCommand;
 use super::{exit, open_input, write_out_bytes, CliError, Command, Output};
@@ -17,11 +18,12 @@ use std::io::Write;
 use std::path::Path;
 use std::time::Duration;
 
-/// Runs the command through the server of its store, if a server answers; `None` to run it
-/// in-process.
-pub(crate) fn route(cmd: &Command) -> Option<Result<u8, CliError>> {
+/// Runs the command through the server of its store, if a server answers and proves it is the
+/// server of this store directory (see `Client::for_store_within`), waiting for its first answer
+/// no longer than `wait` allows; `None` to run it in-process.
+pub(crate) fn route(cmd: &Command, wait: Duration) -> Option<Result<u8, CliError>> {
     let store = store_of(cmd)?;
-    let client = match Client::for_store(store) {
+    let client = match Client::for_store_within(store, super::probe_timeout(wait)) {
         Ok(c) => c,
         Err(ClientError::NotServed { .. }) => return None,
         Err(e) => return Some(Err(client_error(e))),
@@ -333,6 +335,12 @@ pub(crate) fn client_error(e: ClientError) -> CliError {
         ClientError::Input(source) => CliError::io("read the input", source),
         // The client's own size and CRC32 check: the very error an in-process read gives.
         ClientError::Damaged(e) => e.into(),
+        // The store is held by a server that does not answer: busy, as a held lock is, but
+        // naming the server rather than "another process".
+        e @ ClientError::NoAnswer { .. } => served("locked", exit::BUSY, e.to_string(), ""),
+        e @ ClientError::NotItsServer { .. } => {
+            served("impostor", exit::FAILURE, e.to_string(), "")
+        }
         other => CliError::io("oncelake server", std::io::Error::other(other.to_string())),
     }
 }
@@ -385,22 +393,25 @@ fn get(client: &Client, a: &super::store_cmds::GetArgs) -> Result<u8, CliError> 
         };
     };
     check_output_path(path)?;
-    let tmp = path.with_extension("oncelake-tmp");
-    let mut f = std::fs::File::create(&tmp)
-        .map_err(|e| CliError::io(format!("write {}", tmp.display()), e))?;
-    let found = client.read_object(&a.unit, a.at, &mut f);
-    drop(f);
-    match found {
-        Ok(Some(_)) => std::fs::rename(&tmp, path)
-            .map(|()| 0)
-            .map_err(|e| CliError::io(format!("write {}", path.display()), e)),
-        other => {
-            let _ = std::fs::remove_file(&tmp);
-            match other {
-                Ok(_) => Err(no_entry(a)),
-                Err(e) => Err(client_error(e)),
+    let mut out = OutputFile::create(path)?;
+    if out.in_place() {
+        // A pipe's reader sees every byte at once: only a checked object goes in, as on
+        // standard output.
+        let mut bytes = Vec::new();
+        return match client.read_object(&a.unit, a.at, &mut bytes) {
+            Ok(Some(_)) => {
+                out.write_all(&bytes)?;
+                out.finish().map(|()| exit::OK)
             }
-        }
+            Ok(None) => Err(no_entry(a)),
+            Err(e) => Err(client_error(e)),
+        };
+    }
+    // Streamed into the temporary file, which is removed unless the object arrived whole.
+    match client.read_object(&a.unit, a.at, out.file()) {
+        Ok(Some(_)) => out.finish().map(|()| exit::OK),
+        Ok(None) => Err(no_entry(a)),
+        Err(e) => Err(client_error(e)),
     }
 }
 

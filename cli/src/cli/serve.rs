@@ -51,7 +51,7 @@ pub(crate) fn serve(a: ServeArgs, wait: Duration) -> Result<u8, CliError> {
             a.store.display()
         )));
     }
-    if let Some(code) = already_served(&a.store)? {
+    if let Some(code) = already_served(&a.store, wait, false)? {
         return Ok(code);
     }
     let mut opts = ServeOptions {
@@ -60,7 +60,7 @@ pub(crate) fn serve(a: ServeArgs, wait: Duration) -> Result<u8, CliError> {
         lock_wait: wait,
         // Another `serve` that took the lock first will not let go: stop waiting once it
         // answers, and say so (below) instead of "locked" at the end of --wait.
-        lock_wait_stop: Some(super::stop_when_served(&a.store)),
+        lock_wait_stop: Some(super::stop_when_served(&a.store, wait)),
         header_timeout: a.request_timeout,
         cache_bytes: a.cache_mib.map(|m| m << 20),
         connection_threads: a.connection_threads,
@@ -80,7 +80,7 @@ pub(crate) fn serve(a: ServeArgs, wait: Duration) -> Result<u8, CliError> {
     match served {
         Ok(()) => Ok(0),
         Err(ServeError::Store(e @ oncelake::Error::Locked { .. })) => {
-            already_served(&a.store)?.ok_or(CliError::Engine(e))
+            already_served(&a.store, wait, true)?.ok_or(CliError::Engine(e))
         }
         Err(ServeError::Store(e)) => Err(CliError::Engine(e)),
         Err(e @ ServeError::NotLoopback(_)) => Err(CliError::Usage(e.to_string())),
@@ -92,9 +92,18 @@ pub(crate) fn serve(a: ServeArgs, wait: Duration) -> Result<u8, CliError> {
 }
 
 /// Exit 6 (`Some`) with a message naming the running server when one answers for the store.
-fn already_served(store: &std::path::Path) -> Result<Option<u8>, CliError> {
-    match Client::for_store(store) {
-        Err(ClientError::NotServed { .. }) => Ok(None),
+/// Something else at the address of a `serve.json` left behind (a stranger on a dead server's
+/// port) serves nothing: the store's lock decides, and the new server replaces the file. So
+/// does a server that does not answer, until the lock turns out to be held (`locked`): then
+/// the error names that server rather than "another process".
+fn already_served(
+    store: &std::path::Path,
+    wait: Duration,
+    locked: bool,
+) -> Result<Option<u8>, CliError> {
+    match Client::for_store_within(store, super::probe_timeout(wait)) {
+        Err(ClientError::NotServed { .. } | ClientError::NotItsServer { .. }) => Ok(None),
+        Err(ClientError::NoAnswer { .. }) if !locked => Ok(None),
         Ok(c) => {
             errln!(
                 "error: store {} is already served at {}; use that server (every command finds it by itself)",

@@ -1,5 +1,6 @@
 //! The store commands of the script contract: init, put, get, ls, log.
 
+use super::output_file::{check_output_path, OutputFile};
 use super::progress::CountingReader;
 use super::{
     exit, open_input, open_store, print_json, rfc3339, stdout_open, write_out_bytes, CliError,
@@ -53,7 +54,8 @@ pub(crate) struct GetArgs {
     /// Read as of this seq instead of the newest.
     #[arg(long)]
     pub at: Option<u64>,
-    /// Write to this file instead of standard output.
+    /// Write to this file instead of standard output: replaced whole once the object is read and
+    /// checked (a pipe or terminal is written in place; other special files are refused).
     #[arg(short = 'o', long)]
     pub output: Option<PathBuf>,
     /// An error as one JSON object on standard error, as every command under --json (the
@@ -298,10 +300,9 @@ pub(crate) fn get(a: GetArgs, wait: Duration) -> Result<u8, CliError> {
     let bytes = snap.read_object(&entry)?;
     match &a.output {
         Some(path) => {
-            let tmp = path.with_extension("oncelake-tmp");
-            std::fs::write(&tmp, &bytes)
-                .and_then(|_| std::fs::rename(&tmp, path))
-                .map_err(|e| CliError::io(format!("write {}", path.display()), e))?;
+            let mut out = OutputFile::create(path)?;
+            out.write_all(&bytes)?;
+            out.finish()?;
         }
         None => {
             // A closed pipe (`| head -c 10`) is not an error; other failures are reported at exit.
@@ -319,29 +320,6 @@ pub(crate) fn no_entry(a: &GetArgs) -> CliError {
         a.at.map(|s| format!(" as of seq {s}")).unwrap_or_default(),
         a.store.display()
     ))
-}
-
-/// Refuses, before the store is opened, an output path that cannot be written: a directory, or
-/// one whose directory is missing.
-pub(crate) fn check_output_path(path: &std::path::Path) -> Result<(), CliError> {
-    if path.is_dir() {
-        return Err(CliError::Usage(format!(
-            "{} is a directory; pass a file path to -o",
-            path.display()
-        )));
-    }
-    let parent = match path.parent() {
-        Some(p) if !p.as_os_str().is_empty() => p,
-        _ => std::path::Path::new("."),
-    };
-    if !parent.is_dir() {
-        return Err(CliError::Usage(format!(
-            "{}: directory {} does not exist; create it first or pass another -o path",
-            path.display(),
-            parent.display()
-        )));
-    }
-    Ok(())
 }
 
 /// An entry's JSON object: `unit, source_version, revision, object, size, crc32, seq,
