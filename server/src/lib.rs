@@ -10,6 +10,8 @@ mod auth;
 pub mod bench;
 pub mod client;
 #[cfg(feature = "server")]
+mod bounds;
+#[cfg(feature = "server")]
 mod committer;
 #[cfg(feature = "server")]
 mod conns;
@@ -61,4 +63,4 @@ pub use http::Limits;
 #[cfg(feature = "server")]
 pub use pool::DEFAULT_STORE_THREADS;
 #[cfg(feature = "server")]
-pub use run::{serve, ServeError, ServeOptions, MALLOC_ARENAS};
+pub use run::{serve, serve_until, ServeError, ServeOptions, BLOCKING_KEEP_ALIVE, MALLOC_ARENAS};
