@@ -337,19 +337,25 @@ fn slow_uploads_are_bounded_shed_and_cut_off() {
     }
     assert_eq!(held.len(), 6, "uploads held at once");
     assert_eq!(shed, 10);
-    // The trickle: a byte every 200 ms from each, while /healthz is probed.
-    let trickle = std::thread::scope(|sc| {
+    // The trickle: a byte every 200 ms from each (never idle for the 3 s idle timeout), while
+    // /healthz is probed, until the server has answered each or 15 s have passed.
+    let trickling = Instant::now();
+    std::thread::scope(|sc| {
         let trickler = sc.spawn(|| {
-            let mut cut = 0;
-            for _ in 0..20 {
-                for s in &mut held {
-                    if s.write_all(b"y").is_err() {
-                        cut += 1;
+            let mut answered = vec![false; held.len()];
+            while answered.contains(&false) && trickling.elapsed() < Duration::from_secs(15) {
+                for (s, done) in held.iter_mut().zip(&mut answered) {
+                    s.set_nonblocking(true).unwrap();
+                    let mut b = [0u8; 1];
+                    // Anything to read (the answer) or the end: the server has cut it off.
+                    *done |= !matches!(s.peek(&mut b), Err(e) if e.kind() == std::io::ErrorKind::WouldBlock);
+                    s.set_nonblocking(false).unwrap();
+                    if !*done {
+                        let _ = s.write_all(b"y");
                     }
                 }
                 std::thread::sleep(Duration::from_millis(200));
             }
-            cut
         });
         healthz_stays_quick(&server, 10);
         // An honest client's upload while the pool is full: refused at once, clearly.
@@ -357,10 +363,14 @@ fn slow_uploads_are_bounded_shed_and_cut_off() {
         let a = answered_within(&mut honest, Duration::from_secs(2))
             .expect("an upload over the bounds is answered at once");
         assert_shed(&a);
-        trickler.join().unwrap()
+        trickler.join().unwrap();
     });
-    let _ = trickle;
-    // Each slow upload was cut off with 408 (its window of 3 s brought less than 3,000 bytes).
+    // Each slow upload was cut off while it still trickled, with 408: the second window of 3 s
+    // brought less than 3,000 bytes.
+    assert!(
+        trickling.elapsed() < Duration::from_secs(15),
+        "the trickling uploads were not cut off"
+    );
     for s in &mut held {
         let (status, _, body) = answer(s);
         assert_eq!(status, 408, "{body}");
