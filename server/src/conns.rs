@@ -170,6 +170,7 @@ impl Drop for ConnThreads {
 pub(crate) fn tracked<S>(
     inner: S,
     conn: Arc<crate::bounds::Conn>,
+    app: Arc<crate::http::App>,
 ) -> impl hyper::service::Service<
     hyper::Request<hyper::body::Incoming>,
     Response = axum::response::Response,
@@ -190,8 +191,13 @@ where
         let busy = conn.request();
         let client = conn.client().clone();
         let answer = inner.call(req);
+        let app = app.clone();
         let fut: TrackedFuture = Box::pin(async move {
             let resp = crate::bounds::as_client(client, answer).await?;
+            // Only a shed request carries `Retry-After`.
+            if resp.headers().contains_key(axum::http::header::RETRY_AFTER) {
+                app.live.overloaded();
+            }
             Ok(resp.map(|body| {
                 axum::body::Body::new(Tracked {
                     inner: body,
@@ -206,9 +212,8 @@ where
 /// The future of a [`tracked`] service's call.
 pub(crate) type TrackedFuture = std::pin::Pin<
     Box<
-        dyn std::future::Future<
-                Output = Result<axum::response::Response, std::convert::Infallible>,
-            > + Send,
+        dyn std::future::Future<Output = Result<axum::response::Response, std::convert::Infallible>>
+            + Send,
     >,
 >;
 
@@ -246,17 +251,19 @@ static REFUSING: AtomicUsize = AtomicUsize::new(0);
 /// Answers a connection the table refused with `503` and `Retry-After`, then closes it: the
 /// client is told why instead of seeing a reset. The request is read (at most 64 KiB, for at
 /// most a second) only so that closing does not reset the connection before the answer is read.
-pub(crate) fn refuse<S>(mut stream: S, over: crate::bounds::Overloaded)
+pub(crate) fn refuse<S>(mut stream: S, over: crate::bounds::Overloaded, live: &crate::live::Live)
 where
     S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Send + Unpin + 'static,
 {
+    live.overloaded();
     if REFUSING.fetch_add(1, Ordering::Relaxed) >= MAX_REFUSING {
         REFUSING.fetch_sub(1, Ordering::Relaxed);
         return;
     }
     tokio::spawn(async move {
         use tokio::io::{AsyncReadExt, AsyncWriteExt};
-        let body = serde_json::json!({"error": "overloaded", "message": over.message()}).to_string();
+        let body =
+            serde_json::json!({"error": "overloaded", "message": over.message()}).to_string();
         let answer = format!(
             "HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\n\
              retry-after: {}\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",

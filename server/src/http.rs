@@ -117,10 +117,7 @@ impl App {
                 limits.max_blocking_per_client,
                 limits.max_blocking,
             ),
-            staged: crate::staging::Registry::new(
-                limits.max_staged_per_client,
-                limits.max_staged,
-            ),
+            staged: crate::staging::Registry::new(limits.max_staged_per_client, limits.max_staged),
             committers,
             store_threads,
             store,
@@ -431,7 +428,10 @@ async fn healthz(State(app): State<Arc<App>>) -> Response {
 
 async fn metrics(State(app): State<Arc<App>>) -> Response {
     let app2 = app.clone();
-    let text = match app.blocking(move || crate::stats::prometheus(&app2.store)).await {
+    let text = match app
+        .blocking(move || crate::stats::prometheus(&app2.store))
+        .await
+    {
         Ok(t) => t,
         Err(e) => return e.into_response(),
     };
@@ -445,7 +445,9 @@ async fn metrics(State(app): State<Arc<App>>) -> Response {
 
 async fn stats(State(app): State<Arc<App>>) -> ApiResult<Response> {
     let app2 = app.clone();
-    let v = app.blocking(move || crate::stats::stats(&app2.store, &app2.live)).await?;
+    let v = app
+        .blocking(move || crate::stats::stats(&app2.store, &app2.live))
+        .await?;
     Ok(json(&v))
 }
 
@@ -655,7 +657,9 @@ async fn entry(
     let q = query(q)?;
     oncelake::validate_key(&q.unit).map_err(ApiError::from)?;
     let app2 = app.clone();
-    let e = app.blocking(move || snapshot(&app2.store, q.at)?.get(&q.unit)).await?;
+    let e = app
+        .blocking(move || snapshot(&app2.store, q.at)?.get(&q.unit))
+        .await?;
     Ok(json(
         &serde_json::json!({ "entry": e.as_ref().map(EntryW::from) }),
     ))
@@ -671,18 +675,19 @@ async fn object(
     oncelake::validate_key(&q.unit).map_err(ApiError::from)?;
     let app2 = app.clone();
     let unit = q.unit.clone();
-    let found = app.blocking(move || {
-        let snap = snapshot(&app2.store, q.at)?;
-        match snap.get(&q.unit)? {
-            Some(e) => {
-                let file = snap.open_object(&e)?;
-                crate::object_check::check_length(&file, &e)?;
-                Ok(Some((file, e)))
+    let found = app
+        .blocking(move || {
+            let snap = snapshot(&app2.store, q.at)?;
+            match snap.get(&q.unit)? {
+                Some(e) => {
+                    let file = snap.open_object(&e)?;
+                    crate::object_check::check_length(&file, &e)?;
+                    Ok(Some((file, e)))
+                }
+                None => Ok(None),
             }
-            None => Ok(None),
-        }
-    })
-    .await?;
+        })
+        .await?;
     let Some((file, entry)) = found else {
         return Err(ApiError::new(
             StatusCode::NOT_FOUND,
@@ -822,7 +827,9 @@ async fn changes(
         rx.borrow_and_update();
         let app2 = app.clone();
         let since = q.since;
-        let page = app.blocking(move || read_changes(&app2.store, since, limit)).await?;
+        let page = app
+            .blocking(move || read_changes(&app2.store, since, limit))
+            .await?;
         if !page.records.is_empty() || tokio::time::Instant::now() >= deadline {
             return Ok(json(&page));
         }
@@ -934,7 +941,9 @@ async fn verify(State(app): State<Arc<App>>, body: Body) -> ApiResult<Response> 
         return verify_streamed(app, r.deep);
     }
     let app2 = app.clone();
-    let rep = app.blocking(move || app2.store.verify(oncelake::VerifyOptions { deep: r.deep })).await?;
+    let rep = app
+        .blocking(move || app2.store.verify(oncelake::VerifyOptions { deep: r.deep }))
+        .await?;
     Ok(json(&crate::stats::verify_json(&rep)))
 }
 
@@ -1023,8 +1032,7 @@ async fn upload(app: &Arc<App>, mut body: Body) -> ApiResult<Staged> {
     // The writer holds a thread of the pool for as long as the client takes to send the body:
     // bounded per client and in total like every call there, so slow uploads cannot take the
     // threads that reads and other clients need.
-    let writer = match app.spawn_blocking(move || app2.store.stage_reader(ChannelReader::new(rx)))
-    {
+    let writer = match app.spawn_blocking(move || app2.store.stage_reader(ChannelReader::new(rx))) {
         Ok(w) => w,
         Err(over) => {
             app.live.upload_aborted();

@@ -8,9 +8,9 @@
 #[cfg(feature = "server")]
 mod auth;
 pub mod bench;
-pub mod client;
 #[cfg(feature = "server")]
 mod bounds;
+pub mod client;
 #[cfg(feature = "server")]
 mod committer;
 #[cfg(feature = "server")]

@@ -38,7 +38,9 @@ pub(crate) async fn set_source(
     let q = query(q)?;
     let input = read_bytes(&app, body).await?;
     let app2 = app.clone();
-    let u = app.blocking(move || set_source_version(&app2.store, &q.unit, q.version, &input)).await?;
+    let u = app
+        .blocking(move || set_source_version(&app2.store, &q.unit, q.version, &input))
+        .await?;
     // A commit like a put's: long-polls waiting on the feed wake for it.
     app.note_seq(app.store.last_seq().ok());
     Ok(json(&UnitOutcomeW::from(&u)))

@@ -33,7 +33,9 @@ impl WithDefinition for DefReq {
 pub(crate) async fn define(State(app): State<Arc<App>>, body: Body) -> ApiResult<Response> {
     let (_, p) = def_call::<DefReq>(&app, body).await?;
     let app2 = app.clone();
-    let seq = app.blocking(move || p.record_definition(&app2.store)).await?;
+    let seq = app
+        .blocking(move || p.record_definition(&app2.store))
+        .await?;
     app.note_seq(seq);
     Ok(json(&serde_json::json!({ "recorded_seq": seq })))
 }
@@ -83,15 +85,16 @@ pub(crate) async fn claim(State(app): State<Arc<App>>, body: Body) -> ApiResult<
     let (r, p) = def_call::<ClaimReq>(&app, body).await?;
     let cell = r.cell.to_engine().map_err(ApiError::bad)?;
     let app2 = app.clone();
-    let c = app.blocking(move || {
-        p.claim(
-            &app2.store,
-            &cell,
-            &r.worker,
-            Duration::from_millis(r.ttl_ms),
-        )
-    })
-    .await?;
+    let c = app
+        .blocking(move || {
+            p.claim(
+                &app2.store,
+                &cell,
+                &r.worker,
+                Duration::from_millis(r.ttl_ms),
+            )
+        })
+        .await?;
     app.note_seq(app.store.last_seq().ok());
     Ok(json(&ClaimCellW::from(&c)))
 }
@@ -153,7 +156,9 @@ pub(crate) async fn fail(State(app): State<Arc<App>>, body: Body) -> ApiResult<R
     let (r, p) = def_call::<FailReq>(&app, body).await?;
     let attempt = Attempt::from(&r.attempt);
     let app2 = app.clone();
-    let f = app.blocking(move || p.fail(&app2.store, &attempt, &r.error)).await?;
+    let f = app
+        .blocking(move || p.fail(&app2.store, &attempt, &r.error))
+        .await?;
     if let oncelake::pipeline::FailOutcome::Recorded { seq, .. } = f {
         app.note_seq(Some(seq));
     }
@@ -173,7 +178,9 @@ pub(crate) async fn input(State(app): State<Arc<App>>, body: Body) -> ApiResult<
     let r: InputReq = read_json(&app, body).await?;
     let cell = r.cell.to_engine().map_err(ApiError::bad)?;
     let app2 = app.clone();
-    let bytes = app.blocking(move || cell.read_input(&app2.store, r.stage.as_deref())).await?;
+    let bytes = app
+        .blocking(move || cell.read_input(&app2.store, r.stage.as_deref()))
+        .await?;
     Ok((
         StatusCode::OK,
         [(header::CONTENT_TYPE, "application/octet-stream")],

@@ -97,9 +97,8 @@ pub(crate) async fn reconcile(
     let spool = spool_file(&spec.tmp)?;
     let (tx, rx) = tokio::sync::mpsc::channel::<Piece>(4);
     let app2 = app.clone();
-    let pass = app.spawn_blocking(move || {
-        plan_to_spool(&app2.store, ChannelReader::new(rx), &spec, spool)
-    })?;
+    let pass = app
+        .spawn_blocking(move || plan_to_spool(&app2.store, ChannelReader::new(rx), &spec, spool))?;
     feed(&app, &mut body, tx, Vec::new(), 0, Pace::new(&app.limits)).await?;
     // The pass may stop early (a bad line): read the rest of the body so that the client, which
     // sends it whole before reading, gets this answer instead of a broken connection.

@@ -198,7 +198,9 @@ fn connection_budget(limits: &Limits, store_threads: usize) -> usize {
         return limits.max_connections;
     };
     let others = 2 * (limits.max_blocking + HEALTH_THREADS) + store_threads + 128;
-    let room = usize::try_from(fds).unwrap_or(usize::MAX).saturating_sub(others);
+    let room = usize::try_from(fds)
+        .unwrap_or(usize::MAX)
+        .saturating_sub(others);
     limits.max_connections.min(room.max(16))
 }
 
@@ -295,7 +297,16 @@ async fn serve_async(
         connection_budget(&opts.limits, opts.store_threads),
     );
     ready(&address);
-    let result = accept_loop(listener, app.clone(), &conns, &table, token, &opts, shutdown).await;
+    let result = accept_loop(
+        listener,
+        app.clone(),
+        &conns,
+        &table,
+        token,
+        &opts,
+        shutdown,
+    )
+    .await;
     discovery::remove_files(&dir);
     // Stops the connection threads (connections still open after the drain are dropped), which
     // releases their references to the app.
@@ -384,7 +395,7 @@ async fn accept_loop(
                 let ticket = match table.admit(accepted.client()) {
                     Ok(t) => t,
                     Err(over) => {
-                        accepted.refuse(over);
+                        accepted.refuse(over, &app.live);
                         continue;
                     }
                 };
@@ -401,6 +412,7 @@ async fn accept_loop(
                 let svc = crate::conns::tracked(
                     crate::auth::service(router.clone(), app.clone(), token.clone()),
                     ticket.0.clone(),
+                    app.clone(),
                 );
                 let conn = builder.serve_connection(io, svc);
                 let watched = graceful.watch(conn);
@@ -455,10 +467,10 @@ impl Accepted {
     }
 
     /// Answers `503` and closes ([`crate::conns::refuse`]), on the accept loop's runtime.
-    fn refuse(self, over: crate::bounds::Overloaded) {
+    fn refuse(self, over: crate::bounds::Overloaded, live: &crate::live::Live) {
         match self {
-            Accepted::Unix(s) => crate::conns::refuse(s, over),
-            Accepted::Tcp(s) => crate::conns::refuse(s, over),
+            Accepted::Unix(s) => crate::conns::refuse(s, over, live),
+            Accepted::Tcp(s) => crate::conns::refuse(s, over, live),
         }
     }
 

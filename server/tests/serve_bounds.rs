@@ -325,7 +325,13 @@ fn slow_uploads_are_bounded_shed_and_cut_off() {
     let mut shed = 0;
     for host in [2u8, 3] {
         for i in 0..8 {
-            let mut s = start_upload(&server, host, &format!("slow/h{host}-{i}"), 1 << 20, 70 << 10);
+            let mut s = start_upload(
+                &server,
+                host,
+                &format!("slow/h{host}-{i}"),
+                1 << 20,
+                70 << 10,
+            );
             match answered_within(&mut s, Duration::from_millis(300)) {
                 Some(a) => {
                     assert_shed(&a);
@@ -377,9 +383,19 @@ fn slow_uploads_are_bounded_shed_and_cut_off() {
         assert!(body.contains("slower than"), "{body}");
     }
     assert!(server.metric("oncelake_server_uploads_aborted_total") >= 16.0);
-    assert!(units(&server, "slow/").is_empty(), "a cut-off upload was committed");
+    // The 10 uploads and the honest one shed were counted.
+    assert_eq!(server.metric("oncelake_server_overloaded_total"), 11.0);
+    assert!(
+        units(&server, "slow/").is_empty(),
+        "a cut-off upload was committed"
+    );
     // With the attack gone, the honest upload goes through.
-    let (status, _, body) = server.call(1, "PUT", "/v1/put?unit=honest/big&version=1", &[7u8; 100 << 10]);
+    let (status, _, body) = server.call(
+        1,
+        "PUT",
+        "/v1/put?unit=honest/big&version=1",
+        &[7u8; 100 << 10],
+    );
     assert_eq!(status, 200, "{body}");
     assert_eq!(units(&server, "honest/"), ["honest/big"]);
     // The pool's threads exit once idle: back to the idle count.
@@ -509,8 +525,14 @@ fn huge_pipeline_definitions_stall_no_lookup() {
             took.push(t.elapsed());
             std::thread::sleep(Duration::from_millis(30));
         }
-        let late = took.iter().filter(|t| **t > Duration::from_millis(100)).count();
-        assert!(late <= 1 && took.iter().all(|t| *t < Duration::from_secs(1)), "lookups took {took:?}");
+        let late = took
+            .iter()
+            .filter(|t| **t > Duration::from_millis(100))
+            .count();
+        assert!(
+            late <= 1 && took.iter().all(|t| *t < Duration::from_secs(1)),
+            "lookups took {took:?}"
+        );
         healthz_stays_quick(&server, 5);
         for c in calls {
             let (status, _, b) = c.join().unwrap();
@@ -534,13 +556,22 @@ fn huge_pipeline_definitions_stall_no_lookup() {
         1,
         "POST",
         "/v1/pipeline/status",
-        serde_json::json!({ "pipeline": over }).to_string().as_bytes(),
+        serde_json::json!({ "pipeline": over })
+            .to_string()
+            .as_bytes(),
     );
     for b in [b] {
         let v: serde_json::Value = serde_json::from_str(&b).unwrap();
-        assert_eq!((status, v["error"].as_str()), (413, Some("too_large")), "{b}");
+        assert_eq!(
+            (status, v["error"].as_str()),
+            (413, Some("too_large")),
+            "{b}"
+        );
         assert!(
-            v["message"].as_str().unwrap().contains(&(4u64 << 20).to_string()),
+            v["message"]
+                .as_str()
+                .unwrap()
+                .contains(&(4u64 << 20).to_string()),
             "{b}"
         );
     }
@@ -558,7 +589,14 @@ fn staging_handles_are_bounded_per_client_and_in_total() {
         ..Limits::default()
     };
     let server = InProcess::start(limits, |_| {});
-    let stage = |host: u8, i: usize| server.call(host, "POST", "/v1/stage", format!("object {host}/{i}").as_bytes());
+    let stage = |host: u8, i: usize| {
+        server.call(
+            host,
+            "POST",
+            "/v1/stage",
+            format!("object {host}/{i}").as_bytes(),
+        )
+    };
     let id = |a: &(u16, String, String)| -> u64 {
         assert_eq!(a.0, 200, "{}", a.2);
         let v: serde_json::Value = serde_json::from_str(&a.2).unwrap();
@@ -569,14 +607,18 @@ fn staging_handles_are_bounded_per_client_and_in_total() {
     assert_eq!(status, 429, "{body}");
     let v: serde_json::Value = serde_json::from_str(&body).unwrap();
     assert_eq!(v["error"], "too_many_staged");
-    assert!(v["message"].as_str().unwrap().contains("commit them or drop them"));
+    assert!(v["message"]
+        .as_str()
+        .unwrap()
+        .contains("commit them or drop them"));
     let theirs: Vec<u64> = (0..3).map(|i| id(&stage(3, i))).collect();
     assert_shed(&stage(3, 3));
     assert_eq!(server.metric("oncelake_server_staged_handles"), 8.0);
     // Dropping one and committing another makes room for two.
     let (status, _, body) = server.call(2, "DELETE", &format!("/v1/stage?id={}", mine[0]), b"");
     assert_eq!(status, 200, "{body}");
-    let commit = serde_json::json!({"items": [{"unit": "h/1", "source_version": 1, "staged": mine[1]}]});
+    let commit =
+        serde_json::json!({"items": [{"unit": "h/1", "source_version": 1, "staged": mine[1]}]});
     let (status, _, body) = server.call(2, "POST", "/v1/commit", commit.to_string().as_bytes());
     assert_eq!(status, 200, "{body}");
     id(&stage(3, 4));
@@ -616,10 +658,85 @@ fn after_a_burst_the_pool_threads_exit() {
     }
     assert_eq!(units(&server, "burst/").len(), 16);
     // (Slack for pool threads that were there, idle, when the burst came.)
-    assert!(peak >= idle + 12, "the burst ran on {peak} threads, {idle} before it");
+    assert!(
+        peak >= idle + 12,
+        "the burst ran on {peak} threads, {idle} before it"
+    );
     assert!(
         eventually(Duration::from_secs(10), || threads() <= idle + 1),
         "{} threads after the burst, {idle} before it",
         threads()
     );
+}
+
+/// This process's CPU time so far, in clock ticks (utime + stime of `/proc/self/stat`, read
+/// through `stat`, opened beforehand: it is read while no descriptor is left).
+fn cpu_ticks(stat: &mut std::fs::File) -> u64 {
+    use std::io::Seek;
+    stat.seek(std::io::SeekFrom::Start(0)).unwrap();
+    let mut text = String::new();
+    stat.read_to_string(&mut text).unwrap();
+    // After the command name in parentheses: state is field 3, utime 14, stime 15.
+    let rest = &text[text.rfind(')').unwrap() + 2..];
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    f[11].parse::<u64>().unwrap() + f[12].parse::<u64>().unwrap()
+}
+
+/// Out of descriptors, accepting fails while connections wait in the listen backlog (finding:
+/// the accept loop then retried at once, in a loop that took a whole core). It now waits before
+/// each new try, and serves again once descriptors are free.
+#[test]
+fn out_of_descriptors_the_accept_loop_does_not_spin() {
+    let _one = serial();
+    let server = InProcess::start(Limits::default(), |_| {});
+    server.healthz();
+    let mut stat = std::fs::File::open("/proc/self/stat").unwrap();
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit writes into `lim`, which we own.
+    assert_eq!(unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) }, 0);
+    // Client sockets made (and bound) while descriptors are free, connected once the limit is
+    // down to 10 more than this process holds: the server accepts about 10, then the rest wait
+    // in the backlog while every accept fails.
+    let sockets: Vec<tokio::net::TcpSocket> = (0..30)
+        .map(|_| {
+            let s = tokio::net::TcpSocket::new_v4().unwrap();
+            s.bind(SocketAddr::from(([127, 0, 0, 2], 0))).unwrap();
+            s
+        })
+        .collect();
+    let low = libc::rlimit {
+        rlim_cur: (fds() + 10) as libc::rlim_t,
+        rlim_max: lim.rlim_max,
+    };
+    // SAFETY: setrlimit reads `low`; lowering the soft limit is always allowed.
+    assert_eq!(unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &low) }, 0);
+    let addr = server.addr;
+    let clients: Vec<_> = runtime().block_on(async move {
+        let mut out = Vec::new();
+        for s in sockets {
+            out.push(s.connect(addr).await);
+        }
+        out
+    });
+    std::thread::sleep(Duration::from_millis(300));
+    let before = cpu_ticks(&mut stat);
+    std::thread::sleep(Duration::from_secs(1));
+    let spent = cpu_ticks(&mut stat) - before;
+    // SAFETY: as above, restoring the limit we read.
+    assert_eq!(unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &lim) }, 0);
+    assert!(
+        clients.iter().all(|c| c.is_ok()),
+        "connecting needs no new descriptor"
+    );
+    drop(clients);
+    // SAFETY: sysconf only reads a configuration value.
+    let per_second = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as u64;
+    assert!(
+        spent * 4 < per_second,
+        "the process spent {spent} of {per_second} ticks in a second while accepting failed"
+    );
+    healthz_stays_quick(&server, 5);
 }
