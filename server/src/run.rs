@@ -187,6 +187,8 @@ fn raise_fd_limit() -> Option<u64> {
             lim = raised;
         }
     }
+    // rlim_t is u64 on Linux but not on every target.
+    #[allow(clippy::unnecessary_cast)]
     Some(lim.rlim_cur as u64)
 }
 
