@@ -2,7 +2,8 @@
 //! a commit group run on the connection's own thread ([`crate::conns`]: one per connection while
 //! there are free ones), so that commits from many connections are in flight at once and share
 //! the engine's commit groups (the engine's queue does the grouping; the server adds no lock of
-//! its own); the rest run on the main runtime's blocking pool.
+//! its own); the rest run on the main runtime's blocking pool, each call counted against the
+//! bounds per client and in total of [`crate::bounds`] ([`App::spawn_blocking`]: `503` beyond).
 
 use crate::live::Live;
 use crate::wire::{
