@@ -11,6 +11,10 @@
 //! each commit then cost the server three wake-ups (the request waking its thread, the engine's
 //! queue parking and waking it, the answer) against one in-process, and at 64 clients on two
 //! cores the wake-ups were a third of the server's CPU (BENCHMARKS.md, "Server").
+//!
+//! Every connection has a place in the connection table ([`crate::bounds::ConnTable`]), bounded
+//! per client and in total; [`tracked`] tells the table which connections are answering a
+//! request, and [`refuse`] answers one the table has no place for.
 
 use std::cell::OnceCell;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -157,6 +161,132 @@ impl Drop for ConnThreads {
             }
         }
     }
+}
+
+/// The connection's service, tracked: each request runs as its connection's client
+/// ([`crate::bounds::as_client`], for the per-client bounds) and marks the connection busy until
+/// its answer has been sent, so that a full connection table evicts only connections that are
+/// between requests or still waiting for a request's head.
+pub(crate) fn tracked<S>(
+    inner: S,
+    conn: Arc<crate::bounds::Conn>,
+    app: Arc<crate::http::App>,
+) -> impl hyper::service::Service<
+    hyper::Request<hyper::body::Incoming>,
+    Response = axum::response::Response,
+    Error = std::convert::Infallible,
+    Future = TrackedFuture,
+> + Clone
+where
+    S: hyper::service::Service<
+            hyper::Request<hyper::body::Incoming>,
+            Response = axum::response::Response,
+            Error = std::convert::Infallible,
+        > + Clone
+        + Send
+        + 'static,
+    S::Future: Send + 'static,
+{
+    hyper::service::service_fn(move |req| {
+        let busy = conn.request();
+        let client = conn.client().clone();
+        let answer = inner.call(req);
+        let app = app.clone();
+        let fut: TrackedFuture = Box::pin(async move {
+            let resp = crate::bounds::as_client(client, answer).await?;
+            // Only a shed request carries `Retry-After`.
+            if resp.headers().contains_key(axum::http::header::RETRY_AFTER) {
+                app.live.overloaded();
+            }
+            Ok(resp.map(|body| {
+                axum::body::Body::new(Tracked {
+                    inner: body,
+                    _busy: busy,
+                })
+            }))
+        });
+        fut
+    })
+}
+
+/// The future of a [`tracked`] service's call.
+pub(crate) type TrackedFuture = std::pin::Pin<
+    Box<
+        dyn std::future::Future<Output = Result<axum::response::Response, std::convert::Infallible>>
+            + Send,
+    >,
+>;
+
+/// An answer's body that keeps its connection marked busy until it is sent or dropped.
+struct Tracked {
+    inner: axum::body::Body,
+    _busy: crate::bounds::BusyGuard,
+}
+
+impl hyper::body::Body for Tracked {
+    type Data = axum::body::Bytes;
+    type Error = axum::Error;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<hyper::body::Frame<Self::Data>, Self::Error>>> {
+        std::pin::Pin::new(&mut self.inner).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> hyper::body::SizeHint {
+        self.inner.size_hint()
+    }
+}
+
+/// Refusals being written now at most; beyond, a refused connection is closed without a word
+/// (a flood must not make the refusals themselves a resource it can exhaust).
+const MAX_REFUSING: usize = 64;
+static REFUSING: AtomicUsize = AtomicUsize::new(0);
+
+/// Answers a connection the table refused with `503` and `Retry-After`, then closes it: the
+/// client is told why instead of seeing a reset. The request is read (at most 64 KiB, for at
+/// most a second) only so that closing does not reset the connection before the answer is read.
+pub(crate) fn refuse<S>(mut stream: S, over: crate::bounds::Overloaded, live: &crate::live::Live)
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Send + Unpin + 'static,
+{
+    live.overloaded();
+    if REFUSING.fetch_add(1, Ordering::Relaxed) >= MAX_REFUSING {
+        REFUSING.fetch_sub(1, Ordering::Relaxed);
+        return;
+    }
+    tokio::spawn(async move {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let body =
+            serde_json::json!({"error": "overloaded", "message": over.message()}).to_string();
+        let answer = format!(
+            "HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\n\
+             retry-after: {}\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+            crate::bounds::RETRY_AFTER_SECS,
+            body.len()
+        );
+        let limit = std::time::Duration::from_secs(1);
+        let _ = tokio::time::timeout(limit, async {
+            stream.write_all(answer.as_bytes()).await?;
+            stream.shutdown().await?;
+            let mut sink = [0u8; 4096];
+            let mut read = 0;
+            while read < 64 << 10 {
+                match stream.read(&mut sink).await? {
+                    0 => break,
+                    n => read += n,
+                }
+            }
+            std::io::Result::Ok(())
+        })
+        .await;
+        REFUSING.fetch_sub(1, Ordering::Relaxed);
+    });
 }
 
 #[cfg(test)]

@@ -2,7 +2,8 @@
 //! a commit group run on the connection's own thread ([`crate::conns`]: one per connection while
 //! there are free ones), so that commits from many connections are in flight at once and share
 //! the engine's commit groups (the engine's queue does the grouping; the server adds no lock of
-//! its own); the rest run on the main runtime's blocking pool.
+//! its own); the rest run on the main runtime's blocking pool, each call counted against the
+//! bounds per client and in total of [`crate::bounds`] ([`App::spawn_blocking`]: `503` beyond).
 
 use crate::live::Live;
 use crate::wire::{
@@ -25,19 +26,43 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-/// Limits that protect the server from a buggy or hostile client.
+/// Limits that protect the server from a buggy or hostile client (SPEC R20). The `*_per_client`
+/// bounds count what one client holds ([`crate::bounds`]: a process on the Unix socket, a host on
+/// TCP); the others what all clients hold together.
 #[derive(Clone, Debug)]
 pub struct Limits {
     /// Largest JSON request body (413 beyond).
     pub max_json: usize,
     /// Largest upload (413 beyond; the staging is discarded).
     pub max_upload: u64,
-    /// Longest wait for the next piece of a request body before it is abandoned (408).
+    /// Longest wait for the next piece of a request body before it is abandoned (408); also the
+    /// window over which an upload's rate is checked against `min_body_rate`.
     pub body_idle: Duration,
+    /// Slowest upload accepted, in bytes per second, averaged over each `body_idle` window (408
+    /// below it, the staging discarded): a client trickling bytes must not hold its upload,
+    /// its file and its thread forever. 0 checks no rate.
+    pub min_body_rate: u64,
     /// Longest long-poll wait a client may ask for.
     pub max_poll: Duration,
     /// How long an uncommitted staging handle is kept after its upload.
     pub staged_ttl: Duration,
+    /// Open connections, all clients together. When full, the connection idle longest is
+    /// closed to make room; when none is idle, a new one gets `503`.
+    pub max_connections: usize,
+    /// Open connections of one client (`503` beyond).
+    pub max_connections_per_client: usize,
+    /// Store calls running on the blocking pool at once (streamed uploads and answers, reads,
+    /// listings, verify, gc, pipeline and table calls), all clients together (`503` beyond).
+    /// The pool has this many threads plus a few kept for `/healthz`.
+    pub max_blocking: usize,
+    /// Store calls of one client on the blocking pool at once (`503` beyond).
+    pub max_blocking_per_client: usize,
+    /// Uncommitted staging handles, all clients together (`503` beyond).
+    pub max_staged: usize,
+    /// Uncommitted staging handles of one client (`429 too_many_staged` beyond).
+    pub max_staged_per_client: usize,
+    /// Largest pipeline definition, in bytes of its text (`413` beyond).
+    pub max_definition: usize,
 }
 
 impl Default for Limits {
@@ -46,8 +71,16 @@ impl Default for Limits {
             max_json: 16 << 20,
             max_upload: 64 << 30,
             body_idle: Duration::from_secs(30),
+            min_body_rate: 64,
             max_poll: Duration::from_secs(60),
             staged_ttl: Duration::from_secs(600),
+            max_connections: 1024,
+            max_connections_per_client: 256,
+            max_blocking: 128,
+            max_blocking_per_client: 32,
+            max_staged: 65_536,
+            max_staged_per_client: 4096,
+            max_definition: 1 << 20,
         }
     }
 }
@@ -64,8 +97,10 @@ pub(crate) struct App {
     pub seq: tokio::sync::watch::Sender<u64>,
     /// Where commits go ([`commit_queued`]).
     pub committers: crate::committer::Committers,
-    /// Where the other store calls a request waits on go ([`on_store_thread`]).
+    /// Where small uploads are staged ([`upload`]).
     pub store_threads: crate::pool::StoreThreads,
+    /// The calls on the blocking pool, per client and in total ([`App::spawn_blocking`]).
+    pub pool_calls: Arc<crate::bounds::Quota>,
 }
 
 impl App {
@@ -78,13 +113,18 @@ impl App {
     ) -> oncelake::Result<App> {
         let seq = store.last_seq()?;
         Ok(App {
+            pool_calls: crate::bounds::Quota::new(
+                "calls on the server's blocking pool",
+                limits.max_blocking_per_client,
+                limits.max_blocking,
+            ),
+            staged: crate::staging::Registry::new(limits.max_staged_per_client, limits.max_staged),
             committers,
             store_threads,
             store,
             dir,
             limits,
             live: Live::default(),
-            staged: Default::default(),
             snapshots: Default::default(),
             seq: tokio::sync::watch::channel(seq).0,
         })
@@ -100,6 +140,33 @@ impl App {
                 newer
             });
         }
+    }
+
+    /// Runs `f` on the blocking pool as the current request's client's call: refused at once
+    /// ([`crate::bounds::Overloaded`], a `503`) when that client, or all clients together, run
+    /// as many as they may. The call's place is given back when `f` returns, so a producer
+    /// that waits for a slow client holds it for as long as it waits.
+    pub(crate) fn spawn_blocking<F, R>(
+        &self,
+        f: F,
+    ) -> Result<tokio::task::JoinHandle<R>, crate::bounds::Overloaded>
+    where
+        F: FnOnce() -> R + Send + 'static,
+        R: Send + 'static,
+    {
+        let permit = self.pool_calls.take(crate::bounds::current_client())?;
+        Ok(crate::conns::spawn_blocking(move || {
+            let _permit = permit;
+            f()
+        }))
+    }
+
+    /// Runs a store call on the blocking pool ([`App::spawn_blocking`]) and waits for it.
+    pub(crate) async fn blocking<T: Send + 'static>(
+        &self,
+        f: impl FnOnce() -> oncelake::Result<T> + Send + 'static,
+    ) -> ApiResult<T> {
+        joined(self.spawn_blocking(f)?.await)?.map_err(ApiError::from)
     }
 
     /// Drops staging handles no commit named within the TTL (their objects become orphans
@@ -169,6 +236,8 @@ pub(crate) struct ApiError {
     pub status: StatusCode,
     pub kind: &'static str,
     pub message: String,
+    /// Seconds to send in `Retry-After` (a shed request).
+    pub retry_after: Option<u64>,
 }
 
 impl ApiError {
@@ -177,7 +246,14 @@ impl ApiError {
             status,
             kind,
             message: message.into(),
+            retry_after: None,
         }
+    }
+
+    /// The same error, telling the client to retry after `secs` seconds.
+    pub(crate) fn retry_after(mut self, secs: u64) -> Self {
+        self.retry_after = Some(secs);
+        self
     }
 
     pub(crate) fn bad(message: impl Into<String>) -> Self {
@@ -191,7 +267,12 @@ impl IntoResponse for ApiError {
             error: self.kind.to_string(),
             message: self.message,
         };
-        (self.status, axum::Json(body)).into_response()
+        let mut resp = (self.status, axum::Json(body)).into_response();
+        if let Some(secs) = self.retry_after {
+            resp.headers_mut()
+                .insert(header::RETRY_AFTER, header::HeaderValue::from(secs));
+        }
+        resp
     }
 }
 
@@ -248,18 +329,15 @@ fn mismatched(what: &str, got: &Written) -> ApiError {
     )
 }
 
-/// Runs a store call on the blocking pool.
-pub(crate) async fn blocking<T: Send + 'static>(
-    f: impl FnOnce() -> oncelake::Result<T> + Send + 'static,
-) -> ApiResult<T> {
-    match crate::conns::spawn_blocking(f).await {
-        Ok(r) => r.map_err(ApiError::from),
-        Err(e) => Err(ApiError::new(
+/// A blocking call's result, or why it did not finish (it panicked).
+pub(crate) fn joined<T>(r: Result<T, tokio::task::JoinError>) -> ApiResult<T> {
+    r.map_err(|e| {
+        ApiError::new(
             StatusCode::INTERNAL_SERVER_ERROR,
             "internal",
             format!("the store call did not finish ({e}); nothing is known to have changed"),
-        )),
-    }
+        )
+    })
 }
 
 pub(crate) fn query<T>(q: Result<Query<T>, QueryRejection>) -> ApiResult<T> {
@@ -274,17 +352,27 @@ pub(crate) async fn read_body(
     body: Body,
     too_large: impl FnOnce(usize) -> String,
 ) -> ApiResult<axum::body::Bytes> {
+    read_body_max(app, body, app.limits.max_json, too_large).await
+}
+
+/// [`read_body`] with a limit of `max` bytes.
+pub(crate) async fn read_body_max(
+    app: &App,
+    body: Body,
+    max: usize,
+    too_large: impl FnOnce(usize) -> String,
+) -> ApiResult<axum::body::Bytes> {
     // A declared length over the limit is refused before any of it is read: waiting for bytes
     // that will be refused anyway would hold the connection until the idle timeout.
-    if body.size_hint().lower() > app.limits.max_json as u64 {
+    if body.size_hint().lower() > max as u64 {
         app.live.too_large();
         return Err(ApiError::new(
             StatusCode::PAYLOAD_TOO_LARGE,
             "too_large",
-            too_large(app.limits.max_json),
+            too_large(max),
         ));
     }
-    let limited = http_body_util::Limited::new(body, app.limits.max_json);
+    let limited = http_body_util::Limited::new(body, max);
     let collected = tokio::time::timeout(app.limits.body_idle, limited.collect())
         .await
         .map_err(|_| {
@@ -297,11 +385,7 @@ pub(crate) async fn read_body(
     let collected = collected.map_err(|e| {
         if e.is::<http_body_util::LengthLimitError>() {
             app.live.too_large();
-            ApiError::new(
-                StatusCode::PAYLOAD_TOO_LARGE,
-                "too_large",
-                too_large(app.limits.max_json),
-            )
+            ApiError::new(StatusCode::PAYLOAD_TOO_LARGE, "too_large", too_large(max))
         } else {
             ApiError::bad(format!("could not read the request body: {e}"))
         }
@@ -324,7 +408,11 @@ async fn healthz(State(app): State<Arc<App>>) -> Response {
     // Read from the store: the seq this server last noted misses the writes that do not go
     // through a handler that notes it (a renewal, a pipeline source version, a table publish).
     let app2 = app.clone();
-    let seq = match blocking(move || app2.store.last_seq()).await {
+    // Its own lane: no per-client or total bound, and the pool keeps threads beyond
+    // `max_blocking` for it, so it answers while clients hold every call they may.
+    let seq = match joined(crate::conns::spawn_blocking(move || app2.store.last_seq()).await)
+        .and_then(|r| r.map_err(ApiError::from))
+    {
         Ok(seq) => {
             app.note_seq(Some(seq));
             seq
@@ -341,7 +429,10 @@ async fn healthz(State(app): State<Arc<App>>) -> Response {
 
 async fn metrics(State(app): State<Arc<App>>) -> Response {
     let app2 = app.clone();
-    let text = match blocking(move || crate::stats::prometheus(&app2.store)).await {
+    let text = match app
+        .blocking(move || crate::stats::prometheus(&app2.store))
+        .await
+    {
         Ok(t) => t,
         Err(e) => return e.into_response(),
     };
@@ -355,7 +446,9 @@ async fn metrics(State(app): State<Arc<App>>) -> Response {
 
 async fn stats(State(app): State<Arc<App>>) -> ApiResult<Response> {
     let app2 = app.clone();
-    let v = blocking(move || crate::stats::stats(&app2.store, &app2.live)).await?;
+    let v = app
+        .blocking(move || crate::stats::stats(&app2.store, &app2.live))
+        .await?;
     Ok(json(&v))
 }
 
@@ -413,15 +506,13 @@ async fn stage(
         .ttl_ms
         .map_or(app.limits.staged_ttl, Duration::from_millis)
         .min(app.limits.staged_ttl);
+    // Refused before the body is read when the client, or all clients, hold as many handles
+    // as they may; checked again when the handle is kept.
+    let client = crate::bounds::current_client();
+    app.staged.room_for(&client)?;
     let staged = upload(&app, body).await?;
     let meta: ObjectW = staged.meta().into();
-    let (id, n) = app.staged.insert(staged, ttl).ok_or_else(|| {
-        ApiError::new(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "io",
-            "the system gave no randomness for a staging handle; retry",
-        )
-    })?;
+    let (id, n) = app.staged.insert(staged, ttl, client)?;
     app.live.set_staged_handles(n as u64);
     Ok(json(&StagedW { staged: id, meta }))
 }
@@ -546,7 +637,7 @@ async fn lookup(
         app.store.lookup(&q.unit).map_err(ApiError::from)?
     } else {
         let app2 = app.clone();
-        blocking(move || app2.store.lookup(&q.unit)).await?
+        app.blocking(move || app2.store.lookup(&q.unit)).await?
     };
     Ok(json(
         &serde_json::json!({ "committed": c.as_ref().map(CommittedW::from) }),
@@ -567,7 +658,9 @@ async fn entry(
     let q = query(q)?;
     oncelake::validate_key(&q.unit).map_err(ApiError::from)?;
     let app2 = app.clone();
-    let e = blocking(move || snapshot(&app2.store, q.at)?.get(&q.unit)).await?;
+    let e = app
+        .blocking(move || snapshot(&app2.store, q.at)?.get(&q.unit))
+        .await?;
     Ok(json(
         &serde_json::json!({ "entry": e.as_ref().map(EntryW::from) }),
     ))
@@ -583,18 +676,19 @@ async fn object(
     oncelake::validate_key(&q.unit).map_err(ApiError::from)?;
     let app2 = app.clone();
     let unit = q.unit.clone();
-    let found = blocking(move || {
-        let snap = snapshot(&app2.store, q.at)?;
-        match snap.get(&q.unit)? {
-            Some(e) => {
-                let file = snap.open_object(&e)?;
-                crate::object_check::check_length(&file, &e)?;
-                Ok(Some((file, e)))
+    let found = app
+        .blocking(move || {
+            let snap = snapshot(&app2.store, q.at)?;
+            match snap.get(&q.unit)? {
+                Some(e) => {
+                    let file = snap.open_object(&e)?;
+                    crate::object_check::check_length(&file, &e)?;
+                    Ok(Some((file, e)))
+                }
+                None => Ok(None),
             }
-            None => Ok(None),
-        }
-    })
-    .await?;
+        })
+        .await?;
     let Some((file, entry)) = found else {
         return Err(ApiError::new(
             StatusCode::NOT_FOUND,
@@ -602,16 +696,20 @@ async fn object(
             format!("unit {unit:?} has no entry"),
         ));
     };
-    Ok(object_response(file, &entry))
+    object_response(&app, file, &entry)
 }
 
 /// An object's answer: its entry in the `x-oncelake-entry` header (JSON), its bytes as the body,
 /// read from `file` in chunks on the blocking pool (never the whole object in memory).
-pub(crate) fn object_response(file: std::fs::File, entry: &oncelake::Entry) -> Response {
+pub(crate) fn object_response(
+    app: &App,
+    file: std::fs::File,
+    entry: &oncelake::Entry,
+) -> ApiResult<Response> {
     let (tx, rx) = tokio::sync::mpsc::channel::<Result<Bytes, std::io::Error>>(4);
-    crate::conns::spawn_blocking(move || pump_file(file, tx));
+    app.spawn_blocking(move || pump_file(file, tx))?;
     let header_json = serde_json::to_string(&EntryW::from(entry)).unwrap_or_default();
-    (
+    Ok((
         [
             (header::CONTENT_TYPE, "application/octet-stream".to_string()),
             (header::CONTENT_LENGTH, entry.object.size.to_string()),
@@ -622,7 +720,7 @@ pub(crate) fn object_response(file: std::fs::File, entry: &oncelake::Entry) -> R
         ],
         Body::from_stream(receiver_stream(rx)),
     )
-        .into_response()
+        .into_response())
 }
 
 /// The chunks a blocking producer sends, as a body stream.
@@ -674,9 +772,9 @@ async fn ls(
     let q = query(q)?;
     let app2 = app.clone();
     let at = q.at;
-    let snap = blocking(move || snapshot(&app2.store, at)).await?;
+    let snap = app.blocking(move || snapshot(&app2.store, at)).await?;
     let (tx, rx) = tokio::sync::mpsc::channel::<Result<Bytes, std::io::Error>>(16);
-    crate::conns::spawn_blocking(move || {
+    app.spawn_blocking(move || {
         let entries = match snap.prefix(&q.prefix) {
             Ok(it) => it,
             Err(e) => {
@@ -697,7 +795,7 @@ async fn ls(
                 return;
             }
         }
-    });
+    })?;
     let stream = receiver_stream(rx);
     Ok((
         [(header::CONTENT_TYPE, "application/x-ndjson")],
@@ -730,7 +828,9 @@ async fn changes(
         rx.borrow_and_update();
         let app2 = app.clone();
         let since = q.since;
-        let page = blocking(move || read_changes(&app2.store, since, limit)).await?;
+        let page = app
+            .blocking(move || read_changes(&app2.store, since, limit))
+            .await?;
         if !page.records.is_empty() || tokio::time::Instant::now() >= deadline {
             return Ok(json(&page));
         }
@@ -783,7 +883,7 @@ async fn gc(State(app): State<Arc<App>>, body: Body) -> ApiResult<Response> {
     // Handles and snapshot leases past their deadline pin nothing this GC should keep.
     app.expire_staged();
     let app2 = app.clone();
-    let rep = blocking(move || app2.store.gc(o)).await?;
+    let rep = app.blocking(move || app2.store.gc(o)).await?;
     Ok(json(&crate::wire::GcReportW::from(&rep)))
 }
 
@@ -799,9 +899,11 @@ struct VerifyReq {
 
 /// A verify that reports its progress as it goes (a deep verify of a large store takes minutes,
 /// and the CLI prints progress lines as it does in-process).
-fn verify_streamed(app: Arc<App>, deep: bool) -> Response {
+fn verify_streamed(app: Arc<App>, deep: bool) -> ApiResult<Response> {
     let (tx, rx) = tokio::sync::mpsc::channel::<Result<Bytes, std::io::Error>>(16);
-    crate::conns::spawn_blocking(move || {
+    let app2 = app.clone();
+    app.spawn_blocking(move || {
+        let app = app2;
         let mut last: Option<Instant> = None;
         let report =
             app.store
@@ -822,13 +924,13 @@ fn verify_streamed(app: Arc<App>, deep: bool) -> Response {
             }
         };
         let _ = tx.blocking_send(Ok(Bytes::from(end.to_string() + "\n")));
-    });
+    })?;
     let stream = receiver_stream(rx);
-    (
+    Ok((
         [(header::CONTENT_TYPE, "application/x-ndjson")],
         Body::from_stream(stream),
     )
-        .into_response()
+        .into_response())
 }
 
 /// How often a verify with `progress` sends a progress line.
@@ -837,10 +939,12 @@ const PROGRESS_EVERY: Duration = Duration::from_millis(200);
 async fn verify(State(app): State<Arc<App>>, body: Body) -> ApiResult<Response> {
     let r: VerifyReq = read_json(&app, body).await?;
     if r.progress {
-        return Ok(verify_streamed(app, r.deep));
+        return verify_streamed(app, r.deep);
     }
     let app2 = app.clone();
-    let rep = blocking(move || app2.store.verify(oncelake::VerifyOptions { deep: r.deep })).await?;
+    let rep = app
+        .blocking(move || app2.store.verify(oncelake::VerifyOptions { deep: r.deep }))
+        .await?;
     Ok(json(&crate::stats::verify_json(&rep)))
 }
 
@@ -893,9 +997,10 @@ async fn upload(app: &Arc<App>, mut body: Body) -> ApiResult<Staged> {
     }
     let mut head: Vec<Bytes> = Vec::new();
     let mut total: u64 = 0;
+    let mut pace = Pace::new(&app.limits);
     if crate::conns::on_connection_thread() {
         while total <= SMALL_UPLOAD {
-            match next_data(app, &mut body, &mut total).await {
+            match next_data(app, &mut body, &mut total, &mut pace).await {
                 Err(e) => {
                     app.live.upload_aborted();
                     return Err(e);
@@ -923,11 +1028,19 @@ async fn upload(app: &Arc<App>, mut body: Body) -> ApiResult<Staged> {
             }
         }
     }
-    let (tx, rx) = std::sync::mpsc::sync_channel::<Piece>(4);
+    let (tx, rx) = tokio::sync::mpsc::channel::<Piece>(4);
     let app2 = app.clone();
-    let writer =
-        crate::conns::spawn_blocking(move || app2.store.stage_reader(ChannelReader::new(rx)));
-    let fed = feed(app, &mut body, tx, head, total).await;
+    // The writer holds a thread of the pool for as long as the client takes to send the body:
+    // bounded per client and in total like every call there, so slow uploads cannot take the
+    // threads that reads and other clients need.
+    let writer = match app.spawn_blocking(move || app2.store.stage_reader(ChannelReader::new(rx))) {
+        Ok(w) => w,
+        Err(over) => {
+            app.live.upload_aborted();
+            return Err(over.into());
+        }
+    };
+    let fed = feed(app, &mut body, tx, head, total, pace).await;
     let staged = writer.await;
     if let Err(e) = fed {
         app.live.upload_aborted();
@@ -964,12 +1077,86 @@ impl Read for PiecesReader {
     }
 }
 
-/// The next piece of an upload's data (`None` at its end), within the idle timeout, counted into
-/// `total` against the upload limit.
-async fn next_data(app: &App, body: &mut Body, total: &mut u64) -> ApiResult<Option<Bytes>> {
+/// The pace of an upload: the bytes that arrived in the current window of `body_idle`, which
+/// must reach `min_body_rate` per second over the window (a slow-loris trickling a byte now and
+/// then is cut off, not kept with its file and thread forever).
+pub(crate) struct Pace {
+    window: Duration,
+    /// Bytes each window must bring (0: no rate is checked).
+    need: u64,
+    ends: tokio::time::Instant,
+    got: u64,
+}
+
+impl Pace {
+    pub(crate) fn new(limits: &Limits) -> Pace {
+        let window = limits.body_idle;
+        Pace {
+            window,
+            need: (limits.min_body_rate as u128 * window.as_millis() / 1000) as u64,
+            ends: tokio::time::Instant::now() + window,
+            got: 0,
+        }
+    }
+
+    /// When the wait for the next piece ends: the idle timeout, or sooner the window's end while
+    /// the window has not brought its bytes.
+    fn deadline(&self) -> tokio::time::Instant {
+        let idle = tokio::time::Instant::now() + self.window;
+        if self.got < self.need {
+            idle.min(self.ends)
+        } else {
+            idle
+        }
+    }
+
+    /// Counts `n` bytes arrived; starts the next window once this one has ended.
+    fn arrived(&mut self, n: usize) -> Result<(), ()> {
+        self.got += n as u64;
+        self.check()
+    }
+
+    /// At or after the window's end: whether it brought enough, and a new window if so.
+    fn check(&mut self) -> Result<(), ()> {
+        let now = tokio::time::Instant::now();
+        if now < self.ends {
+            return Ok(());
+        }
+        if self.got < self.need {
+            return Err(());
+        }
+        self.ends = now + self.window;
+        self.got = 0;
+        Ok(())
+    }
+
+    fn too_slow(&self) -> ApiError {
+        ApiError::new(
+            StatusCode::REQUEST_TIMEOUT,
+            "timeout",
+            format!(
+                "the upload arrived slower than {} bytes in {:?}; the staging was discarded and \
+                 nothing committed. Send the body at once",
+                self.need, self.window
+            ),
+        )
+    }
+}
+
+/// The next piece of an upload's data (`None` at its end), within the idle timeout and the
+/// slowest pace accepted, counted into `total` against the upload limit.
+async fn next_data(
+    app: &App,
+    body: &mut Body,
+    total: &mut u64,
+    pace: &mut Pace,
+) -> ApiResult<Option<Bytes>> {
     loop {
-        let frame = match tokio::time::timeout(app.limits.body_idle, body.frame()).await {
+        let frame = match tokio::time::timeout_at(pace.deadline(), body.frame()).await {
             Err(_) => {
+                if pace.check().is_err() {
+                    return Err(pace.too_slow());
+                }
                 return Err(ApiError::new(
                     StatusCode::REQUEST_TIMEOUT,
                     "timeout",
@@ -977,7 +1164,7 @@ async fn next_data(app: &App, body: &mut Body, total: &mut u64) -> ApiResult<Opt
                         "no upload data for {:?}; the staging was discarded and nothing committed",
                         app.limits.body_idle
                     ),
-                ))
+                ));
             }
             Ok(None) => return Ok(None),
             Ok(Some(Err(e))) => {
@@ -995,6 +1182,9 @@ async fn next_data(app: &App, body: &mut Body, total: &mut u64) -> ApiResult<Opt
             app.live.too_large();
             return Err(upload_too_large(app));
         }
+        if pace.arrived(data.len()).is_err() {
+            return Err(pace.too_slow());
+        }
         return Ok(Some(data));
     }
 }
@@ -1011,51 +1201,39 @@ fn upload_too_large(app: &App) -> ApiError {
 }
 
 /// Feeds an upload into the staging writer's channel: first `head` (the pieces already read,
-/// `total` bytes), then the rest of the body. Any error is also sent, so the staging fails.
+/// `total` bytes), then the rest of the body. Any error is also sent, so the staging fails. A
+/// full channel (the disk is slower than the network) is waited for here, on the connection's
+/// runtime, holding no thread.
 pub(crate) async fn feed(
     app: &App,
     body: &mut Body,
-    tx: std::sync::mpsc::SyncSender<Piece>,
+    tx: tokio::sync::mpsc::Sender<Piece>,
     head: Vec<Bytes>,
     mut total: u64,
+    mut pace: Pace,
 ) -> ApiResult<()> {
     for data in head {
-        if send(&tx, Piece::Data(data)).await.is_err() {
+        if tx.send(Piece::Data(data)).await.is_err() {
             // The staging writer stopped (its error is reported by `upload`).
             return Ok(());
         }
     }
     loop {
-        match next_data(app, body, &mut total).await {
+        match next_data(app, body, &mut total, &mut pace).await {
             Err(e) => {
-                let _ = send(&tx, Piece::Failed(e.message.clone())).await;
+                let _ = tx.send(Piece::Failed(e.message.clone())).await;
                 return Err(e);
             }
             Ok(None) => {
-                let _ = send(&tx, Piece::End).await;
+                let _ = tx.send(Piece::End).await;
                 return Ok(());
             }
             Ok(Some(data)) => {
-                if send(&tx, Piece::Data(data)).await.is_err() {
+                if tx.send(Piece::Data(data)).await.is_err() {
                     // The staging writer stopped (its error is reported by `upload`).
                     return Ok(());
                 }
             }
-        }
-    }
-}
-
-/// Sends into the bounded channel without blocking the async worker: a full channel (the disk
-/// is slower than the network) is waited for on the blocking pool.
-async fn send(tx: &std::sync::mpsc::SyncSender<Piece>, item: Piece) -> Result<(), ()> {
-    match tx.try_send(item) {
-        Ok(()) => Ok(()),
-        Err(std::sync::mpsc::TrySendError::Disconnected(_)) => Err(()),
-        Err(std::sync::mpsc::TrySendError::Full(item)) => {
-            let tx = tx.clone();
-            crate::conns::spawn_blocking(move || tx.send(item).map_err(|_| ()))
-                .await
-                .unwrap_or(Err(()))
         }
     }
 }
@@ -1073,13 +1251,14 @@ pub(crate) enum Piece {
 /// vanished (the handler was dropped because the client went away) is an error, so a cut-off
 /// upload never becomes a (truncated) object.
 pub(crate) struct ChannelReader {
-    rx: std::sync::mpsc::Receiver<Piece>,
+    rx: tokio::sync::mpsc::Receiver<Piece>,
     cur: Bytes,
     ended: bool,
 }
 
 impl ChannelReader {
-    pub(crate) fn new(rx: std::sync::mpsc::Receiver<Piece>) -> Self {
+    /// Reads `rx` from a thread of the blocking pool (it blocks for each piece).
+    pub(crate) fn new(rx: tokio::sync::mpsc::Receiver<Piece>) -> Self {
         ChannelReader {
             rx,
             cur: Bytes::new(),
@@ -1094,11 +1273,11 @@ impl Read for ChannelReader {
             if self.ended {
                 return Ok(0);
             }
-            match self.rx.recv() {
-                Ok(Piece::Data(b)) => self.cur = b,
-                Ok(Piece::End) => self.ended = true,
-                Ok(Piece::Failed(why)) => return Err(std::io::Error::other(why)),
-                Err(_) => {
+            match self.rx.blocking_recv() {
+                Some(Piece::Data(b)) => self.cur = b,
+                Some(Piece::End) => self.ended = true,
+                Some(Piece::Failed(why)) => return Err(std::io::Error::other(why)),
+                None => {
                     return Err(std::io::Error::new(
                         std::io::ErrorKind::UnexpectedEof,
                         "the upload was cut off",

@@ -8,6 +8,8 @@
 #[cfg(feature = "server")]
 mod auth;
 pub mod bench;
+#[cfg(feature = "server")]
+mod bounds;
 pub mod client;
 #[cfg(feature = "server")]
 mod committer;
@@ -62,4 +64,4 @@ pub use http::Limits;
 #[cfg(feature = "server")]
 pub use pool::DEFAULT_STORE_THREADS;
 #[cfg(feature = "server")]
-pub use run::{serve, ServeError, ServeOptions, MALLOC_ARENAS};
+pub use run::{serve, serve_until, ServeError, ServeOptions, BLOCKING_KEEP_ALIVE, MALLOC_ARENAS};

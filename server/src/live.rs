@@ -11,6 +11,7 @@ pub(crate) struct Live {
     unauthorized: AtomicU64,
     bad_requests: AtomicU64,
     too_large: AtomicU64,
+    overloaded: AtomicU64,
     uploads_in_flight: AtomicU64,
     uploads_aborted: AtomicU64,
     staged_handles: AtomicU64,
@@ -49,6 +50,9 @@ impl Live {
     pub(crate) fn too_large(&self) {
         self.too_large.fetch_add(1, Relaxed);
     }
+    pub(crate) fn overloaded(&self) {
+        self.overloaded.fetch_add(1, Relaxed);
+    }
     pub(crate) fn upload_started(&self) -> UploadGuard<'_> {
         self.uploads_in_flight.fetch_add(1, Relaxed);
         UploadGuard(&self.uploads_in_flight)
@@ -65,7 +69,7 @@ impl Live {
         ConnGuard(app.clone())
     }
 
-    fn values(&self) -> [(&'static str, &'static str, bool, u64); 9] {
+    fn values(&self) -> [(&'static str, &'static str, bool, u64); 10] {
         [
             (
                 "requests",
@@ -90,6 +94,12 @@ impl Live {
                 "requests over a size limit (413)",
                 true,
                 self.too_large.load(Relaxed),
+            ),
+            (
+                "overloaded",
+                "requests and connections shed over a bound of the server (503 overloaded)",
+                true,
+                self.overloaded.load(Relaxed),
             ),
             (
                 "uploads_aborted",

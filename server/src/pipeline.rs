@@ -3,13 +3,19 @@
 //! why each cell of a unit is in its state (`POST /v1/pipeline/explain`).
 //! The pipeline's definition travels with each call (the CLI reads it from its file), so the
 //! server keeps no pipeline state of its own: the cells live in the store.
+//!
+//! A definition is bounded (`Limits::max_definition`, `413` beyond) and read — the request's
+//! JSON and the definition's text — on the blocking pool, not on a connection thread: a large
+//! one takes real time, and the connection threads answer every other client's lookups (SPEC
+//! R20).
 
-use crate::http::{blocking, json, query, read_body, read_json, ApiError, ApiResult, App};
+use crate::http::{json, query, read_body, read_body_max, ApiError, ApiResult, App};
 use crate::wire::UnitOutcomeW;
 use crate::wire_pipeline::{ExplainW, StatusW};
 use axum::body::Body;
 use axum::extract::rejection::QueryRejection;
 use axum::extract::{Query, State};
+use axum::http::StatusCode;
 use axum::response::Response;
 use oncelake::pipeline::{set_source_version, Pipeline, PipelineDef};
 use serde::Deserialize;
@@ -32,7 +38,9 @@ pub(crate) async fn set_source(
     let q = query(q)?;
     let input = read_bytes(&app, body).await?;
     let app2 = app.clone();
-    let u = blocking(move || set_source_version(&app2.store, &q.unit, q.version, &input)).await?;
+    let u = app
+        .blocking(move || set_source_version(&app2.store, &q.unit, q.version, &input))
+        .await?;
     // A commit like a put's: long-polls waiting on the feed wake for it.
     app.note_seq(app.store.last_seq().ok());
     Ok(json(&UnitOutcomeW::from(&u)))
@@ -48,6 +56,69 @@ async fn read_bytes(app: &App, body: Body) -> ApiResult<Vec<u8>> {
     Ok(bytes.to_vec())
 }
 
+/// A pipeline call's body: a JSON object with the definition's text under `pipeline`.
+pub(crate) trait WithDefinition: for<'de> Deserialize<'de> + Send + 'static {
+    /// The definition's text.
+    fn definition(&self) -> &str;
+}
+
+/// Room in a pipeline call's body for what comes with the definition (a unit, a cell, a worker,
+/// an error message).
+const BODY_MARGIN: usize = 64 << 10;
+
+/// Why a definition is refused for its size.
+pub(crate) fn definition_too_large(app: &App, len: usize) -> ApiError {
+    app.live.too_large();
+    ApiError::new(
+        StatusCode::PAYLOAD_TOO_LARGE,
+        "too_large",
+        format!(
+            "the pipeline definition is {len} bytes, over this server's limit of {} bytes; split \
+             the pipeline, or serve with a larger limit",
+            app.limits.max_definition
+        ),
+    )
+}
+
+/// Reads a pipeline call's body and, on the blocking pool, parses it and its definition.
+pub(crate) async fn def_call<T: WithDefinition>(
+    app: &Arc<App>,
+    body: Body,
+) -> ApiResult<(T, Pipeline)> {
+    let max = app
+        .limits
+        .max_definition
+        .saturating_add(BODY_MARGIN)
+        .min(app.limits.max_json);
+    let bytes = read_body_max(app, body, max, |max| {
+        format!(
+            "the request is larger than {max} bytes: its pipeline definition may be at most {} \
+             bytes",
+            app.limits.max_definition
+        )
+    })
+    .await?;
+    let app2 = app.clone();
+    let parsed = app.spawn_blocking(move || -> ApiResult<(T, Pipeline)> {
+        let r: T = serde_json::from_slice(&bytes).map_err(|e| {
+            ApiError::bad(format!("the request body is not the expected JSON: {e}"))
+        })?;
+        let p = parse_definition(&app2, r.definition())?;
+        Ok((r, p))
+    })?;
+    crate::http::joined(parsed.await)?
+}
+
+/// A definition's text, checked against the size limit and parsed (call on the blocking pool).
+pub(crate) fn parse_definition(app: &App, text: &str) -> ApiResult<Pipeline> {
+    if text.len() > app.limits.max_definition {
+        return Err(definition_too_large(app, text.len()));
+    }
+    PipelineDef::parse(text)
+        .map(Pipeline::new)
+        .map_err(|e| ApiError::bad(format!("the pipeline definition: {e}")))
+}
+
 /// A pipeline definition as the body of a call.
 #[derive(Deserialize)]
 pub(crate) struct DefReq {
@@ -55,18 +126,17 @@ pub(crate) struct DefReq {
     pipeline: String,
 }
 
-fn pipeline_of(text: &str) -> ApiResult<Pipeline> {
-    PipelineDef::parse(text)
-        .map(Pipeline::new)
-        .map_err(|e| ApiError::bad(format!("the pipeline definition: {e}")))
+impl WithDefinition for DefReq {
+    fn definition(&self) -> &str {
+        &self.pipeline
+    }
 }
 
 /// The cell counts of a pipeline.
 pub(crate) async fn status(State(app): State<Arc<App>>, body: Body) -> ApiResult<Response> {
-    let r: DefReq = read_json(&app, body).await?;
-    let p = pipeline_of(&r.pipeline)?;
+    let (_, p) = def_call::<DefReq>(&app, body).await?;
     let app2 = app.clone();
-    let st = blocking(move || p.status(&app2.store)).await?;
+    let st = app.blocking(move || p.status(&app2.store)).await?;
     Ok(json(&StatusW::from(&st)))
 }
 
@@ -77,11 +147,18 @@ pub(crate) struct ExplainReq {
     unit: String,
 }
 
+impl WithDefinition for ExplainReq {
+    fn definition(&self) -> &str {
+        &self.pipeline
+    }
+}
+
 /// Why each cell of a unit is in its state.
 pub(crate) async fn explain(State(app): State<Arc<App>>, body: Body) -> ApiResult<Response> {
-    let r: ExplainReq = read_json(&app, body).await?;
-    let p = pipeline_of(&r.pipeline)?;
+    let (r, p) = def_call::<ExplainReq>(&app, body).await?;
     let app2 = app.clone();
-    let e = blocking(move || p.explain(&app2.store, &r.unit)).await?;
+    let e = app
+        .blocking(move || p.explain(&app2.store, &r.unit))
+        .await?;
     Ok(json(&ExplainW::from(&e)))
 }

@@ -5,7 +5,7 @@
 //! whole body before it reads the answer (a plan streamed back at once could fill both socket
 //! buffers and stall both sides). Memory stays bounded on both sides whatever the sizes.
 
-use crate::http::{feed, query, ApiError, ApiResult, App, ChannelReader, Piece};
+use crate::http::{feed, query, ApiError, ApiResult, App, ChannelReader, Pace, Piece};
 use crate::wire_reconcile::{ErrorLineW, PlanLineW, SortedW, SummaryW};
 use axum::body::{Body, Bytes};
 use axum::extract::rejection::QueryRejection;
@@ -95,12 +95,11 @@ pub(crate) async fn reconcile(
 ) -> ApiResult<Response> {
     let spec = spec(query(q)?)?;
     let spool = spool_file(&spec.tmp)?;
-    let (tx, rx) = std::sync::mpsc::sync_channel::<Piece>(4);
+    let (tx, rx) = tokio::sync::mpsc::channel::<Piece>(4);
     let app2 = app.clone();
-    let pass = crate::conns::spawn_blocking(move || {
-        plan_to_spool(&app2.store, ChannelReader::new(rx), &spec, spool)
-    });
-    feed(&app, &mut body, tx, Vec::new(), 0).await?;
+    let pass = app
+        .spawn_blocking(move || plan_to_spool(&app2.store, ChannelReader::new(rx), &spec, spool))?;
+    feed(&app, &mut body, tx, Vec::new(), 0, Pace::new(&app.limits)).await?;
     // The pass may stop early (a bad line): read the rest of the body so that the client, which
     // sends it whole before reading, gets this answer instead of a broken connection.
     drain(&app, &mut body).await?;
@@ -112,10 +111,10 @@ pub(crate) async fn reconcile(
         )
     })??;
     let (tx, rx) = tokio::sync::mpsc::channel::<Result<Bytes, std::io::Error>>(4);
-    crate::conns::spawn_blocking(move || {
+    app.spawn_blocking(move || {
         crate::http::pump_file(spool, tx.clone());
         let _ = tx.blocking_send(Ok(Bytes::from(last)));
-    });
+    })?;
     let stream = crate::http::receiver_stream(rx);
     Ok((
         [(header::CONTENT_TYPE, "application/x-ndjson")],

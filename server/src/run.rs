@@ -46,6 +46,10 @@ pub struct ServeOptions {
     /// default (8 per core). Process-wide: a program that embeds the server and tunes its own
     /// allocator sets `None`. See [`MALLOC_ARENAS`].
     pub malloc_arenas: Option<usize>,
+    /// How long an idle thread of the blocking pool is kept before it exits, so that the
+    /// threads a burst made (at most `limits.max_blocking` and a few for `/healthz`) are gone
+    /// again once it has passed.
+    pub blocking_keep_alive: Duration,
 }
 
 /// The server's default arena limit: one. With glibc's default each thread allocates from one of
@@ -72,6 +76,7 @@ impl Default for ServeOptions {
             committers: crate::committer::DEFAULT_COMMITTERS,
             store_threads: crate::pool::DEFAULT_STORE_THREADS,
             malloc_arenas: Some(MALLOC_ARENAS),
+            blocking_keep_alive: BLOCKING_KEEP_ALIVE,
         }
     }
 }
@@ -117,6 +122,17 @@ enum Listener {
 /// once requests are accepted. On return the store is closed (its index snapshot written) and
 /// the socket and address files are removed.
 pub fn serve(dir: &Path, opts: ServeOptions, ready: impl FnOnce(&str)) -> Result<(), ServeError> {
+    serve_until(dir, opts, ready, None)
+}
+
+/// [`serve`], stopping also when `stop` completes (a program that embeds the server and ends it
+/// itself). The signal handlers are installed either way.
+pub fn serve_until(
+    dir: &Path,
+    opts: ServeOptions,
+    ready: impl FnOnce(&str),
+    stop: Option<std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>>,
+) -> Result<(), ServeError> {
     if let Some(addr) = opts.listen {
         if !addr.ip().is_loopback() && !opts.allow_remote {
             return Err(ServeError::NotLoopback(addr));
@@ -131,16 +147,63 @@ pub fn serve(dir: &Path, opts: ServeOptions, ready: impl FnOnce(&str)) -> Result
         .worker_threads(1)
         .enable_all()
         // The store calls that wait for no commit group (uploads, reads, listings, verify...)
-        // run on the blocking pool; uploads and streamed answers hold a thread while their
-        // client is slow, so the pool must be large enough not to starve.
-        .max_blocking_threads(1024)
-        // An idle pool thread stays (tokio's default lets it exit after 10 s): a load that comes
-        // and goes reuses the threads it made instead of making new ones, each with a fresh
-        // stack and per-thread malloc cache.
-        .thread_keep_alive(BLOCKING_KEEP_ALIVE)
+        // run on the blocking pool, at most `max_blocking` at once (`crate::bounds`), and
+        // `/healthz` beside them on threads of its own.
+        .max_blocking_threads(opts.limits.max_blocking.max(1) + HEALTH_THREADS)
+        // An idle pool thread exits after this: the footprint returns to idle after a burst.
+        .thread_keep_alive(opts.blocking_keep_alive)
         .build()
         .map_err(io("start the server runtime"))?;
-    runtime.block_on(serve_async(dir, opts, ready))
+    runtime.block_on(serve_async(dir, opts, ready, stop))
+}
+
+/// Threads of the blocking pool beyond `max_blocking`: `/healthz` is counted against no bound,
+/// so it finds a thread while clients run every call they may.
+const HEALTH_THREADS: usize = 4;
+
+/// How long the server waits after accepting failed (out of file descriptors, say) before it
+/// tries again, instead of retrying at once in a loop that takes a whole core.
+const ACCEPT_BACKOFF: Duration = Duration::from_millis(50);
+
+/// Raises the soft limit on open files to the hard limit (servers hold a descriptor per
+/// connection; the usual soft limit is 1024) and returns the soft limit now, if known.
+fn raise_fd_limit() -> Option<u64> {
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit writes the limits into `lim`, a valid rlimit we own.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } != 0 {
+        return None;
+    }
+    if lim.rlim_cur < lim.rlim_max {
+        let raised = libc::rlimit {
+            rlim_cur: lim.rlim_max,
+            rlim_max: lim.rlim_max,
+        };
+        // SAFETY: setrlimit only reads `raised`; raising the soft limit up to the hard one is
+        // always permitted.
+        if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &raised) } == 0 {
+            lim = raised;
+        }
+    }
+    // rlim_t is u64 on Linux but not on every target.
+    #[allow(clippy::unnecessary_cast)]
+    Some(lim.rlim_cur as u64)
+}
+
+/// The connections the server may hold open: the configured bound, but never so many that the
+/// descriptors the other bounded resources need (a file per call on the blocking pool and per
+/// store thread, the store's own files, a margin) would run out, since accepting then fails.
+fn connection_budget(limits: &Limits, store_threads: usize) -> usize {
+    let Some(fds) = raise_fd_limit() else {
+        return limits.max_connections;
+    };
+    let others = 2 * (limits.max_blocking + HEALTH_THREADS) + store_threads + 128;
+    let room = usize::try_from(fds)
+        .unwrap_or(usize::MAX)
+        .saturating_sub(others);
+    limits.max_connections.min(room.max(16))
 }
 
 /// Sets glibc's arena limit before the server's threads start (arenas are made as threads first
@@ -160,13 +223,15 @@ fn limit_malloc_arenas(n: usize) {
 #[cfg(not(all(target_os = "linux", target_env = "gnu")))]
 fn limit_malloc_arenas(_: usize) {}
 
-/// How long an idle thread of the blocking pool is kept.
-const BLOCKING_KEEP_ALIVE: Duration = Duration::from_secs(3600);
+/// How long an idle thread of the blocking pool is kept unless told otherwise: a load that
+/// comes and goes within it reuses the threads it made.
+pub const BLOCKING_KEEP_ALIVE: Duration = Duration::from_secs(10);
 
 async fn serve_async(
     dir: &Path,
     opts: ServeOptions,
     ready: impl FnOnce(&str),
+    stop: Option<std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>>,
 ) -> Result<(), ServeError> {
     // Absolute, because every path the server hands out — the socket's in `serve.json` and the
     // ready line, objects' (`/v1/snapshot/object_path`), tables', verify's — goes to clients
@@ -227,12 +292,23 @@ async fn serve_async(
         dir.join(discovery::INFO_FILE).display()
     )))?;
     // Installed before the ready line: a SIGTERM sent as soon as it is read must drain.
-    let shutdown = shutdown_signal().map_err(io("install the SIGTERM/SIGINT handlers"))?;
+    let signalled = shutdown_signal().map_err(io("install the SIGTERM/SIGINT handlers"))?;
+    let shutdown = async move {
+        match stop {
+            Some(stop) => tokio::select! { _ = signalled => {}, _ = stop => {} },
+            None => signalled.await,
+        }
+    };
+    let table = crate::bounds::ConnTable::new(
+        opts.limits.max_connections_per_client,
+        connection_budget(&opts.limits, opts.store_threads),
+    );
     ready(&address);
     let result = accept_loop(
         listener,
         app.clone(),
         &conns,
+        &table,
         (token, Arc::new(identity)),
         &opts,
         shutdown,
@@ -295,6 +371,7 @@ async fn accept_loop(
     listener: Listener,
     app: Arc<App>,
     conns: &crate::conns::ConnThreads,
+    table: &Arc<crate::bounds::ConnTable>,
     (token, identity): (Option<String>, Arc<crate::identity::Identity>),
     opts: &ServeOptions,
     shutdown: impl std::future::Future<Output = ()>,
@@ -314,7 +391,21 @@ async fn accept_loop(
             _ = &mut shutdown => break,
             _ = expire.tick() => app.expire_staged(),
             conn = accept(&listener) => {
-                let Ok(accepted) = conn else { continue };
+                let accepted = match conn {
+                    Ok(a) => a,
+                    Err(_) => {
+                        // Out of descriptors or memory: try again in a while, not in a loop.
+                        tokio::time::sleep(ACCEPT_BACKOFF).await;
+                        continue;
+                    }
+                };
+                let ticket = match table.admit(accepted.client()) {
+                    Ok(t) => t,
+                    Err(over) => {
+                        accepted.refuse(over, &app.live);
+                        continue;
+                    }
+                };
                 // The connection is served on a connection thread's runtime, so its socket is
                 // registered with that runtime's reactor.
                 let slot = conns.pick();
@@ -325,20 +416,29 @@ async fn accept_loop(
                         Err(_) => continue,
                     }
                 };
-                let svc = crate::auth::service(
-                    router.clone(),
+                let svc = crate::conns::tracked(
+                    crate::auth::service(
+                        router.clone(),
+                        app.clone(),
+                        token.clone(),
+                        identity.clone(),
+                    ),
+                    ticket.0.clone(),
                     app.clone(),
-                    token.clone(),
-                    identity.clone(),
                 );
                 let conn = builder.serve_connection(io, svc);
                 let watched = graceful.watch(conn);
                 let guard = crate::live::Live::connection(&app);
                 let handle = slot.handle.clone();
                 handle.spawn(async move {
-                    let _ = watched.await;
+                    // A connection the table evicted (it needed the place) is dropped, closed.
+                    tokio::select! {
+                        _ = watched => {}
+                        _ = ticket.0.evicted() => {}
+                    }
                     drop(guard);
                     drop(slot);
+                    drop(ticket);
                 });
             }
         }
@@ -359,6 +459,33 @@ enum Accepted {
 }
 
 impl Accepted {
+    /// Who connected, for the per-client bounds: the peer's process on the Unix socket, its
+    /// host on TCP.
+    fn client(&self) -> crate::bounds::ClientId {
+        use crate::bounds::ClientId;
+        match self {
+            Accepted::Unix(s) => match s.peer_cred() {
+                Ok(c) => match c.pid() {
+                    Some(pid) => ClientId::Process(pid),
+                    None => ClientId::User(c.uid()),
+                },
+                Err(_) => ClientId::Unknown,
+            },
+            Accepted::Tcp(s) => match s.peer_addr() {
+                Ok(a) => ClientId::Host(a.ip()),
+                Err(_) => ClientId::Unknown,
+            },
+        }
+    }
+
+    /// Answers `503` and closes ([`crate::conns::refuse`]), on the accept loop's runtime.
+    fn refuse(self, over: crate::bounds::Overloaded, live: &crate::live::Live) {
+        match self {
+            Accepted::Unix(s) => crate::conns::refuse(s, over, live),
+            Accepted::Tcp(s) => crate::conns::refuse(s, over, live),
+        }
+    }
+
     /// Moves the socket to the reactor of the runtime entered now (a connection thread's), its
     /// writes failing once stalled for `write_timeout` (a client that stopped reading).
     fn adopt(self, write_timeout: Duration) -> std::io::Result<Io> {

@@ -8,9 +8,7 @@
 //!
 //! Also the log's position (`GET /v1/seq`) and `POST /v1/flush`.
 
-use crate::http::{
-    blocking, json, object_response, query, receiver_stream, ApiError, ApiResult, App,
-};
+use crate::http::{json, object_response, query, receiver_stream, ApiError, ApiResult, App};
 use crate::wire::{ChangesW, EntryW, RecordW};
 use axum::body::{Body, Bytes};
 use axum::extract::rejection::QueryRejection;
@@ -124,11 +122,12 @@ pub(crate) async fn open(
         .map_or(DEFAULT_TTL, Duration::from_millis)
         .min(MAX_TTL);
     let app2 = app.clone();
-    let snap = blocking(move || match q.at {
-        Some(seq) => app2.store.snapshot_at(seq),
-        None => app2.store.snapshot(),
-    })
-    .await?;
+    let snap = app
+        .blocking(move || match q.at {
+            Some(seq) => app2.store.snapshot_at(seq),
+            None => app2.store.snapshot(),
+        })
+        .await?;
     let (seq, history_from) = (snap.seq(), snap.history_from());
     app.snapshots.expire();
     let id = app
@@ -189,7 +188,7 @@ pub(crate) async fn entry(
     let q = query(q)?;
     oncelake::validate_key(&q.unit).map_err(ApiError::from)?;
     let snap = app.snapshots.touch(q.id)?;
-    let e = blocking(move || snap.get(&q.unit)).await?;
+    let e = app.blocking(move || snap.get(&q.unit)).await?;
     Ok(json(
         &serde_json::json!({ "entry": e.as_ref().map(EntryW::from) }),
     ))
@@ -205,15 +204,16 @@ pub(crate) async fn object(
     oncelake::validate_key(&q.unit).map_err(ApiError::from)?;
     let snap = app.snapshots.touch(q.id)?;
     let unit = q.unit.clone();
-    let found = blocking(move || match snap.get(&q.unit)? {
-        Some(e) => {
-            let file = snap.open_object(&e)?;
-            crate::object_check::check_length(&file, &e)?;
-            Ok(Some((file, e)))
-        }
-        None => Ok(None),
-    })
-    .await?;
+    let found = app
+        .blocking(move || match snap.get(&q.unit)? {
+            Some(e) => {
+                let file = snap.open_object(&e)?;
+                crate::object_check::check_length(&file, &e)?;
+                Ok(Some((file, e)))
+            }
+            None => Ok(None),
+        })
+        .await?;
     let Some((file, entry)) = found else {
         return Err(ApiError::new(
             StatusCode::NOT_FOUND,
@@ -221,7 +221,7 @@ pub(crate) async fn object(
             format!("unit {unit:?} has no entry in this snapshot"),
         ));
     };
-    Ok(object_response(file, &entry))
+    object_response(&app, file, &entry)
 }
 
 #[derive(Deserialize)]
@@ -239,7 +239,7 @@ pub(crate) async fn ls(
     let q = query(q)?;
     let snap = app.snapshots.touch(q.id)?;
     let (tx, rx) = tokio::sync::mpsc::channel::<Result<Bytes, std::io::Error>>(16);
-    crate::conns::spawn_blocking(move || {
+    app.spawn_blocking(move || {
         let entries = match snap.prefix(&q.prefix) {
             Ok(it) => it,
             Err(e) => {
@@ -259,7 +259,7 @@ pub(crate) async fn ls(
                 return;
             }
         }
-    });
+    })?;
     Ok((
         [(header::CONTENT_TYPE, "application/x-ndjson")],
         Body::from_stream(receiver_stream(rx)),
@@ -284,21 +284,22 @@ pub(crate) async fn changes(
     let q = query(q)?;
     let snap = app.snapshots.touch(q.id)?;
     let limit = q.limit.unwrap_or(10_000).clamp(1, 100_000);
-    let page = blocking(move || {
-        let mut records = Vec::new();
-        for r in snap.changes_since(q.since)?.take(limit) {
-            let r = r?;
-            records.push(RecordW {
-                seq: r.seq,
-                record: crate::wire::to_hex(&r.encode()),
-            });
-        }
-        Ok(ChangesW {
-            records,
-            seq: snap.seq(),
+    let page = app
+        .blocking(move || {
+            let mut records = Vec::new();
+            for r in snap.changes_since(q.since)?.take(limit) {
+                let r = r?;
+                records.push(RecordW {
+                    seq: r.seq,
+                    record: crate::wire::to_hex(&r.encode()),
+                });
+            }
+            Ok(ChangesW {
+                records,
+                seq: snap.seq(),
+            })
         })
-    })
-    .await?;
+        .await?;
     Ok(json(&page))
 }
 
@@ -325,14 +326,14 @@ pub(crate) async fn object_path(
 /// `GET /v1/seq`: the newest seq, read from the store.
 pub(crate) async fn last_seq(State(app): State<Arc<App>>) -> ApiResult<Response> {
     let app2 = app.clone();
-    let seq = blocking(move || app2.store.last_seq()).await?;
+    let seq = app.blocking(move || app2.store.last_seq()).await?;
     Ok(json(&serde_json::json!({ "seq": seq })))
 }
 
 /// `POST /v1/flush`: makes everything acknowledged so far durable.
 pub(crate) async fn flush(State(app): State<Arc<App>>) -> ApiResult<Response> {
     let app2 = app.clone();
-    blocking(move || app2.store.flush()).await?;
+    app.blocking(move || app2.store.flush()).await?;
     Ok(json(&serde_json::json!({ "flushed": true })))
 }
 

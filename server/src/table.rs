@@ -31,8 +31,8 @@ async fn run<T: Send + 'static>(
     app: &Arc<App>,
     f: impl FnOnce(&Store) -> TableResult<T> + Send + 'static,
 ) -> ApiResult<T> {
-    let app = app.clone();
-    match crate::conns::spawn_blocking(move || f(&app.store)).await {
+    let app2 = app.clone();
+    match app.spawn_blocking(move || f(&app2.store))?.await {
         Ok(r) => r.map_err(ApiError::from),
         Err(e) => Err(ApiError::new(
             StatusCode::INTERNAL_SERVER_ERROR,

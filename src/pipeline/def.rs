@@ -208,15 +208,20 @@ impl PipelineDef {
             }
         }
         let mut downstream = vec![Vec::new(); stages.len()];
+        // Indices seen in the current stage's list, so that the check is linear in the number of
+        // edges (a scan of the list so far per name was quadratic: one stage listing 50,000
+        // upstream stages took seconds, with a server's connection thread waiting on it).
+        let mut listed = std::collections::HashSet::new();
         for (i, s) in stages.iter().enumerate() {
-            for (j, up) in s.upstream.iter().enumerate() {
+            listed.clear();
+            for up in &s.upstream {
                 let Some(&u) = by_name.get(up) else {
                     return Err(PipelineError::UnknownUpstream {
                         stage: s.name.clone(),
                         upstream: crate::text::shorten(up, 80),
                     });
                 };
-                if s.upstream[..j].contains(up) {
+                if !listed.insert(u) {
                     return Err(PipelineError::DuplicateUpstream {
                         stage: s.name.clone(),
                         upstream: up.clone(),
@@ -808,6 +813,47 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// A stage may list tens of thousands of upstream stages: the checks stay linear in the
+    /// number of edges (they scanned the list once per name, which took minutes here in a
+    /// debug build). A bound far above the linear cost, not a speed measurement.
+    #[test]
+    fn a_stage_with_a_huge_upstream_list_is_checked_in_linear_time() {
+        const N: usize = 100_000;
+        let mut stages: Vec<StageDef> = (0..N)
+            .map(|i| StageDef {
+                name: format!("s{i}"),
+                code_version: 1,
+                upstream: Vec::new(),
+                max_attempts: DEFAULT_MAX_ATTEMPTS,
+            })
+            .collect();
+        let all: Vec<String> = stages.iter().map(|s| s.name.clone()).collect();
+        stages.push(StageDef {
+            name: "sink".into(),
+            code_version: 1,
+            upstream: all.clone(),
+            max_attempts: DEFAULT_MAX_ATTEMPTS,
+        });
+        let started = std::time::Instant::now();
+        let def = PipelineDef::new(stages.clone()).unwrap();
+        assert_eq!(def.stage("sink").unwrap().upstream.len(), N);
+        // The same list with its last name repeated: found, and named.
+        let last = stages.len() - 1;
+        stages[last].upstream.push(all[N / 2].clone());
+        assert_eq!(
+            PipelineDef::new(stages).unwrap_err(),
+            PipelineError::DuplicateUpstream {
+                stage: "sink".into(),
+                upstream: all[N / 2].clone()
+            }
+        );
+        let took = started.elapsed();
+        assert!(
+            took < std::time::Duration::from_secs(20),
+            "checking 2 x {N} edges took {took:?}"
+        );
     }
 
     #[test]
