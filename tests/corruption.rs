@@ -396,3 +396,60 @@ fn every_table_record_is_sealed_against_a_flipped_bit() {
         }
     }
 }
+
+/// Seals a meta value as the engine does (`schema::codec`): payload ++ crc32 over the table
+/// name the seals cover, the key and the payload.
+fn sealed_meta(key: &str, value: u64) -> Vec<u8> {
+    let payload = value.to_le_bytes();
+    let mut h = crc32fast::Hasher::new();
+    h.update(b"meta");
+    h.update(&[0]);
+    h.update(&(key.len() as u64).to_le_bytes());
+    h.update(key.as_bytes());
+    h.update(&payload);
+    let mut v = payload.to_vec();
+    v.extend_from_slice(&h.finalize().to_le_bytes());
+    v
+}
+
+#[test]
+fn a_stored_token_at_or_above_the_next_one_is_refused_as_damage_not_a_panic() {
+    // Damage the fencing tokens' order (I5) without breaking any seal: the store's next token
+    // goes back to 1, below every token its claims rows hold. The grant that would follow must
+    // not hand out a token that does not rise: the store answers an error naming the damage.
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("s");
+    {
+        let store = Store::open(&dir).unwrap();
+        for i in 0..3 {
+            store.claim(&format!("c/{i}"), 1, "w", LONG).unwrap();
+        }
+    }
+    {
+        let db = redb::Database::open(dir.join(DB_FILE)).unwrap();
+        let txn = db.begin_write().unwrap();
+        {
+            let def: redb::TableDefinition<&str, &[u8]> = redb::TableDefinition::new("store_meta");
+            let mut meta = txn.open_table(def).unwrap();
+            meta.insert("next_token", sealed_meta("next_token", 1).as_slice())
+                .unwrap();
+        }
+        txn.commit().unwrap();
+    }
+    let store = Store::open(&dir).unwrap();
+    // The holder moves on to version 2: a fresh grant, which would take token 1 again.
+    let got = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        store.claim("c/2", 2, "w", LONG)
+    }));
+    let got = got.unwrap_or_else(|_| panic!("damage made the claim panic"));
+    let e = got.expect_err("a grant below a stored token must be refused");
+    let m = e.to_string();
+    assert!(m.contains("corrupt") && m.contains("fencing token"), "{m}");
+    // Nothing was granted: the unit's lease is still the undamaged one.
+    drop(store);
+    let store = Store::open(&dir).unwrap();
+    match store.claim("c/2", 1, "intruder", LONG) {
+        Ok(ClaimOutcome::Held { worker, .. }) => assert_eq!(worker, "w"),
+        other => panic!("{other:?}"),
+    }
+}
