@@ -5,6 +5,7 @@
 mod each;
 mod lock_wait;
 mod open;
+mod shadow;
 mod submit;
 
 use crate::claim::{validate_worker, ClaimOutcome, Lease, ReleaseOutcome, RenewOutcome};
@@ -83,6 +84,15 @@ impl std::fmt::Debug for Store {
     }
 }
 
+/// What an open reads of the store's own state.
+struct Loaded {
+    store_id: u64,
+    index: crate::index::DedupIndex,
+    open_report: crate::index_snap::OpenReport,
+    persisted: Vec<(String, u64)>,
+    leader: crate::overlay::LeaderState,
+}
+
 /// Refuses backlog limits that could never hold a group, before anything is opened.
 fn check_backlog_limits(o: &Options) -> Result<()> {
     if o.apply_batch_bytes == 0 || o.backlog_bytes < o.apply_batch_bytes {
@@ -112,28 +122,50 @@ impl Store {
     pub fn open_with(dir: impl AsRef<Path>, options: Options) -> Result<Store> {
         let dir = dir.as_ref().to_path_buf();
         check_backlog_limits(&options)?;
-        let (db, lock, created, wal) = if options.read_only {
+        // What the store reads of its own state on open; for a read-write open of an existing
+        // store it is first read over the validated shadow (`open`), before anything is written.
+        let read_state = |db: &crate::core::Db| -> Result<Loaded> {
+            let (store_id, index, open_report) =
+                crate::error::contain(|| crate::core::load_state(db, &dir, options.vfs.as_ref()))?;
+            let persisted = crate::error::contain(|| crate::schema::meta::stored_counters(&**db))?;
+            // A read-only open never leads a group: it starts empty.
+            let leader = if options.read_only {
+                crate::overlay::LeaderState::default()
+            } else {
+                crate::error::contain(|| crate::overlay::LeaderState::load(&**db))?
+            };
+            Ok(Loaded {
+                store_id,
+                index,
+                open_report,
+                persisted,
+                leader,
+            })
+        };
+        let (db, lock, created, wal, loaded) = if options.read_only {
             let (db, lock) = crate::error::contain(|| open_read_only(&dir, &options))?;
-            (db, lock, false, None)
+            let loaded = read_state(&db)?;
+            (db, lock, false, None, loaded)
         } else {
-            let (db, lock, created, wal) =
-                crate::error::contain(|| open_read_write(&dir, &options))?;
-            (db, lock, created, Some(wal))
+            let o = crate::error::contain(|| open_read_write(&dir, &options, read_state))?;
+            // Recovery: the groups the write-ahead log holds beyond the database go in before
+            // anything reads the database (the state below included).
+            if let crate::core::Db::Write(main) = &o.db {
+                crate::error::contain(|| o.wal.recover(main))?;
+            }
+            let loaded = match o.checked {
+                Some(loaded) => loaded,
+                None => read_state(&o.db)?,
+            };
+            (o.db, o.lock, o.created, Some(o.wal), loaded)
         };
-        // Recovery: the groups the write-ahead log holds beyond the database go in before
-        // anything reads the database (the index below included).
-        if let (Some(wal), crate::core::Db::Write(main)) = (&wal, &db) {
-            crate::error::contain(|| wal.recover(main))?;
-        }
-        let (store_id, index, open_report) =
-            crate::error::contain(|| crate::core::load_state(&db, &dir, options.vfs.as_ref()))?;
-        let persisted = crate::error::contain(|| crate::schema::meta::stored_counters(&*db))?;
-        // A read-only open never leads a group (and may be of an older format): it starts empty.
-        let leader = if options.read_only {
-            crate::overlay::LeaderState::default()
-        } else {
-            crate::error::contain(|| crate::overlay::LeaderState::load(&*db))?
-        };
+        let Loaded {
+            store_id,
+            index,
+            open_report,
+            persisted,
+            leader,
+        } = loaded;
         let backlog = crate::backlog::Backlog::with_start(
             leader.group,
             options.backlog_bytes,
