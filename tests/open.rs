@@ -525,3 +525,25 @@ fn backlog_limits_that_cannot_hold_a_group_are_refused_before_anything_is_opened
     }
     assert_eq!(store.snapshot().unwrap().prefix("").unwrap().count(), 200);
 }
+
+#[test]
+fn the_files_a_store_locks_are_created_owner_only_under_a_permissive_umask() {
+    // A flock (and redb's byte-range locks) needs only a descriptor open for reading: a user
+    // who could read LOCK or a database file could lock the owner out (R20). Under umask 022
+    // (files 0644 by default) they are created 0600; the objects stay as the umask says.
+    use std::os::unix::fs::PermissionsExt;
+    // SAFETY: umask only changes the process's creation mask; 022 is the common default, so
+    // other tests of this binary creating files meanwhile get the modes they would anyway.
+    let old = unsafe { libc::umask(0o022) };
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("lake");
+    let store = Store::open(&dir).unwrap();
+    store.put("u", 1, b"x").unwrap();
+    drop(store);
+    // SAFETY: as above.
+    unsafe { libc::umask(old) };
+    for name in ["LOCK", DB_FILE, "wal.redb"] {
+        let mode = std::fs::metadata(dir.join(name)).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o600, "{name}: {mode:o}");
+    }
+}

@@ -49,10 +49,15 @@ use crate::vfs::Vfs;
 use redb::ReadableDatabase;
 use std::fs::{File, OpenOptions};
 use std::io::{Read, Write};
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 use std::time::Instant;
 
 const MARKER_TMP: &str = "ONCELAKE.tmp";
+/// The mode the files that are locked are created with (`LOCK`, `oncelake.redb`, `wal.redb`):
+/// a `flock` or a byte-range lock needs only a descriptor open for reading, so a user who can
+/// read them could lock the owner out (R20). The umask can only narrow it further.
+const OWNER_ONLY: u32 = 0o600;
 
 /// What a directory holds, as far as opening it is concerned.
 #[derive(Debug)]
@@ -405,7 +410,11 @@ fn acquire_lock(dir: &Path, options: &Options, shared: bool) -> Result<File> {
     if shared {
         how.read(true);
     } else {
-        how.read(true).write(true).create(true).truncate(false);
+        how.read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .mode(OWNER_ONLY);
     }
     let file = how
         .open(&path)
@@ -576,6 +585,7 @@ fn open_db(path: &Path, options: &Options, create: bool) -> Result<redb::Databas
         .write(true)
         .create(create)
         .truncate(false)
+        .mode(OWNER_ONLY)
         .open(path)
         .ctx(|| format!("open {}", path.display()))?;
     let mut b = redb::Builder::new();
