@@ -37,8 +37,8 @@ pub use each::{Write, Written};
 /// checksum over its table, key and value (`schema::codec::seal`); format 3 adds the write-ahead
 /// log (`wal.redb`, `schema::wal`) and the database's applied-group counter; format 4 keeps only
 /// the entries a newer one replaced in the history, the current entry in the manifest alone.
-/// Older stores are upgraded in place on their first read-write open (see `upgrade`); format-2
-/// and format-3 stores also open read-only as they are.
+/// No older format was ever released: a store of one (from a development build) is refused by
+/// every open with [`Error::OlderFormat`], unchanged; none is upgraded.
 pub const FORMAT_VERSION: u32 = 4;
 const REDB_MAGIC: [u8; 9] = [b'r', b'e', b'd', b'b', 0x1A, 0x0A, 0xA9, 0x0D, 0x0A];
 
@@ -109,7 +109,8 @@ impl Store {
     /// Opens the store in `dir`, creating it if the directory is missing or empty.
     ///
     /// Refuses, without changing anything, a directory that is not a store, a store of a newer
-    /// format, a damaged database file, and a store another process has open.
+    /// or an older format, a damaged store (everything the open reads is read, over a shadow of
+    /// its files, before anything is written: SPEC I9), and a store another process has open.
     pub fn open(dir: impl AsRef<Path>) -> Result<Store> {
         Self::open_with(dir, Options::default())
     }

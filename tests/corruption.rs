@@ -465,7 +465,10 @@ fn sweep_read(store: &Store) -> R<(Vec<String>, Vec<String>, Vec<String>)> {
     let mut gets = Vec::new();
     for i in 0..SWEEP_UNITS + 2 {
         let unit = format!("u/{i:02}");
-        gets.push(format!("{unit}: {:?}", snap.get(&unit)?.map(|e| entry_text(&e))));
+        gets.push(format!(
+            "{unit}: {:?}",
+            snap.get(&unit)?.map(|e| entry_text(&e))
+        ));
     }
     let log = snap
         .changes_since(0)?
@@ -597,14 +600,22 @@ fn swept_damage_to_both_files_never_panics_never_answers_wrongly_and_a_refused_s
                     {
                         earlier += 1
                     }
-                    Ok(Ok(got)) => wrong.push(format!("{what}: log {} of {}, ls {:?}", got.2.len(), want.2.len(), got.0.iter().zip(&want.0).find(|(a, b)| a != b))),
+                    Ok(Ok(got)) => wrong.push(format!(
+                        "{what}: log {} of {}, ls {:?}",
+                        got.2.len(),
+                        want.2.len(),
+                        got.0.iter().zip(&want.0).find(|(a, b)| a != b)
+                    )),
                 }
             }
         }
     }
     eprintln!("library: {refused} refused, {answered} answered, {earlier} as of an earlier state");
     assert!(wrong.is_empty(), "wrong answers: {wrong:#?}");
-    assert!(refused > 0 && answered > 0, "{refused} refused, {answered} answered");
+    assert!(
+        refused > 0 && answered > 0,
+        "{refused} refused, {answered} answered"
+    );
 }
 
 #[test]
@@ -652,7 +663,10 @@ fn swept_damage_through_the_cli_never_panics_and_reading_commands_change_no_file
                     out.status.code() != Some(101) && !stderr.contains("panicked"),
                     "{what}: {stderr}"
                 );
-                assert!(common::tree(&work) == before, "{what}: a reading command wrote");
+                assert!(
+                    common::tree(&work) == before,
+                    "{what}: a reading command wrote"
+                );
                 match out.status.code() {
                     Some(0) if &out.stdout == want => harmless += 1,
                     // Possibly an earlier durable state (a torn last append): the library's

@@ -355,7 +355,11 @@ fn a_store_of_an_older_format_is_refused_unchanged_by_every_open_and_every_comma
             ..Options::default()
         };
         match Store::open_with(&lake, options) {
-            Err(oncelake::Error::OlderFormat { found: 1, supported, .. }) => {
+            Err(oncelake::Error::OlderFormat {
+                found: 1,
+                supported,
+                ..
+            }) => {
                 assert_eq!(supported, FORMAT_VERSION)
             }
             other => panic!("read_only {read_only}: {other:?}"),
@@ -543,7 +547,10 @@ fn the_files_a_store_locks_are_created_owner_only_under_a_permissive_umask() {
     // SAFETY: as above.
     unsafe { libc::umask(old) };
     for name in ["LOCK", DB_FILE, "wal.redb"] {
-        let mode = std::fs::metadata(dir.join(name)).unwrap().permissions().mode();
+        let mode = std::fs::metadata(dir.join(name))
+            .unwrap()
+            .permissions()
+            .mode();
         assert_eq!(mode & 0o777, 0o600, "{name}: {mode:o}");
     }
 }

@@ -261,7 +261,11 @@ fn acknowledged_commits_are_in_the_log_alone_and_the_open_replays_them() {
     let store = Store::open_with(&dir, ro.clone()).unwrap();
     assert_eq!(view(&store.snapshot().unwrap()), acked.model);
     drop(store);
-    assert_eq!(common::tree(&dir), before, "a read-only open writes nothing");
+    assert_eq!(
+        common::tree(&dir),
+        before,
+        "a read-only open writes nothing"
+    );
 
     check(&dir, &clock, &acked, "after the cut");
     // After a clean close the log is empty and a read-only open works.

@@ -2,8 +2,8 @@
 
 use super::progress::CountingReader;
 use super::{
-    exit, open_input, open_store, open_store_to_read, print_json, rfc3339, stdout_open, write_out_bytes, CliError,
-    Output, Progress,
+    exit, open_input, open_store, open_store_to_read, print_json, rfc3339, stdout_open,
+    write_out_bytes, CliError, Output, Progress,
 };
 use oncelake::log::{Record, RecordBody};
 use oncelake::{Batch, Entry, ObjectMeta, Outcome, Store, UnitOutcome};
