@@ -95,7 +95,7 @@ impl StorageBackend for ShadowFile {
             st.visible = st.visible.min(len);
             let first_gone = len.div_ceil(BLOCK);
             st.blocks.split_off(&first_gone);
-            if len % BLOCK != 0 {
+            if !len.is_multiple_of(BLOCK) {
                 if let Some(b) = st.blocks.get_mut(&(len / BLOCK)) {
                     b[(len % BLOCK) as usize..].fill(0);
                 }
