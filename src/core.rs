@@ -155,13 +155,16 @@ pub(crate) enum Db {
     Write(redb::Database),
     /// Opened with [`Options::read_only`]: never written.
     Read(redb::ReadOnlyDatabase),
+    /// Opened over a shadow of its files (`store::shadow`): redb's repair and the write-ahead
+    /// log's replay were written to memory only. Read-only, like [`Db::Read`].
+    Shadow(redb::Database),
 }
 
 impl std::ops::Deref for Db {
     type Target = dyn ReadableDatabase;
     fn deref(&self) -> &Self::Target {
         match self {
-            Db::Write(db) => db,
+            Db::Write(db) | Db::Shadow(db) => db,
             Db::Read(db) => db,
         }
     }
@@ -172,7 +175,7 @@ impl Db {
     pub(crate) fn begin_write(&self) -> Result<redb::WriteTransaction> {
         match self {
             Db::Write(db) => db.begin_write().db("begin a write transaction"),
-            Db::Read(_) => Err(Error::InvalidRequest(
+            Db::Read(_) | Db::Shadow(_) => Err(Error::InvalidRequest(
                 "the store is open read-only; writes are refused".into(),
             )),
         }

@@ -41,6 +41,17 @@ pub enum Error {
         /// The newest version this build reads.
         supported: u32,
     },
+    /// The store has a format from before this build's: only development builds of this
+    /// repository ever wrote one (no older format was released), and none is upgraded.
+    #[error("store {path} has format version {found}, written by a development build of oncelake before format {supported}; this build reads only format {supported} and upgrades none (nothing was changed) — open it with the build that wrote it and copy its entries into a new store")]
+    OlderFormat {
+        /// The store directory.
+        path: PathBuf,
+        /// The version stamped in the store.
+        found: u32,
+        /// The only version this build reads.
+        supported: u32,
+    },
     /// A store file is damaged.
     ///
     /// Also every record read back from the database that fails its checksum, or that redb

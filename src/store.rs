@@ -5,6 +5,7 @@
 mod each;
 mod lock_wait;
 mod open;
+mod shadow;
 mod submit;
 
 use crate::claim::{validate_worker, ClaimOutcome, Lease, ReleaseOutcome, RenewOutcome};
@@ -36,8 +37,8 @@ pub use each::{Write, Written};
 /// checksum over its table, key and value (`schema::codec::seal`); format 3 adds the write-ahead
 /// log (`wal.redb`, `schema::wal`) and the database's applied-group counter; format 4 keeps only
 /// the entries a newer one replaced in the history, the current entry in the manifest alone.
-/// Older stores are upgraded in place on their first read-write open (see `upgrade`); format-2
-/// and format-3 stores also open read-only as they are.
+/// No older format was ever released: a store of one (from a development build) is refused by
+/// every open with [`Error::OlderFormat`], unchanged; none is upgraded.
 pub const FORMAT_VERSION: u32 = 4;
 const REDB_MAGIC: [u8; 9] = [b'r', b'e', b'd', b'b', 0x1A, 0x0A, 0xA9, 0x0D, 0x0A];
 
@@ -83,6 +84,15 @@ impl std::fmt::Debug for Store {
     }
 }
 
+/// What an open reads of the store's own state.
+struct Loaded {
+    store_id: u64,
+    index: crate::index::DedupIndex,
+    open_report: crate::index_snap::OpenReport,
+    persisted: Vec<(String, u64)>,
+    leader: crate::overlay::LeaderState,
+}
+
 /// Refuses backlog limits that could never hold a group, before anything is opened.
 fn check_backlog_limits(o: &Options) -> Result<()> {
     if o.apply_batch_bytes == 0 || o.backlog_bytes < o.apply_batch_bytes {
@@ -99,7 +109,8 @@ impl Store {
     /// Opens the store in `dir`, creating it if the directory is missing or empty.
     ///
     /// Refuses, without changing anything, a directory that is not a store, a store of a newer
-    /// format, a damaged database file, and a store another process has open.
+    /// or an older format, a damaged store (everything the open reads is read, over a shadow of
+    /// its files, before anything is written: SPEC I9), and a store another process has open.
     pub fn open(dir: impl AsRef<Path>) -> Result<Store> {
         Self::open_with(dir, Options::default())
     }
@@ -112,28 +123,50 @@ impl Store {
     pub fn open_with(dir: impl AsRef<Path>, options: Options) -> Result<Store> {
         let dir = dir.as_ref().to_path_buf();
         check_backlog_limits(&options)?;
-        let (db, lock, created, wal) = if options.read_only {
+        // What the store reads of its own state on open; for a read-write open of an existing
+        // store it is first read over the validated shadow (`open`), before anything is written.
+        let read_state = |db: &crate::core::Db| -> Result<Loaded> {
+            let (store_id, index, open_report) =
+                crate::error::contain(|| crate::core::load_state(db, &dir, options.vfs.as_ref()))?;
+            let persisted = crate::error::contain(|| crate::schema::meta::stored_counters(&**db))?;
+            // A read-only open never leads a group: it starts empty.
+            let leader = if options.read_only {
+                crate::overlay::LeaderState::default()
+            } else {
+                crate::error::contain(|| crate::overlay::LeaderState::load(&**db))?
+            };
+            Ok(Loaded {
+                store_id,
+                index,
+                open_report,
+                persisted,
+                leader,
+            })
+        };
+        let (db, lock, created, wal, loaded) = if options.read_only {
             let (db, lock) = crate::error::contain(|| open_read_only(&dir, &options))?;
-            (db, lock, false, None)
+            let loaded = read_state(&db)?;
+            (db, lock, false, None, loaded)
         } else {
-            let (db, lock, created, wal) =
-                crate::error::contain(|| open_read_write(&dir, &options))?;
-            (db, lock, created, Some(wal))
+            let o = crate::error::contain(|| open_read_write(&dir, &options, read_state))?;
+            // Recovery: the groups the write-ahead log holds beyond the database go in before
+            // anything reads the database (the state below included).
+            if let crate::core::Db::Write(main) = &o.db {
+                crate::error::contain(|| o.wal.recover(main))?;
+            }
+            let loaded = match o.checked {
+                Some(loaded) => loaded,
+                None => read_state(&o.db)?,
+            };
+            (o.db, o.lock, o.created, Some(o.wal), loaded)
         };
-        // Recovery: the groups the write-ahead log holds beyond the database go in before
-        // anything reads the database (the index below included).
-        if let (Some(wal), crate::core::Db::Write(main)) = (&wal, &db) {
-            crate::error::contain(|| wal.recover(main))?;
-        }
-        let (store_id, index, open_report) =
-            crate::error::contain(|| crate::core::load_state(&db, &dir, options.vfs.as_ref()))?;
-        let persisted = crate::error::contain(|| crate::schema::meta::stored_counters(&*db))?;
-        // A read-only open never leads a group (and may be of an older format): it starts empty.
-        let leader = if options.read_only {
-            crate::overlay::LeaderState::default()
-        } else {
-            crate::error::contain(|| crate::overlay::LeaderState::load(&*db))?
-        };
+        let Loaded {
+            store_id,
+            index,
+            open_report,
+            persisted,
+            leader,
+        } = loaded;
         let backlog = crate::backlog::Backlog::with_start(
             leader.group,
             options.backlog_bytes,

@@ -1,11 +1,11 @@
 //! Opening a store (SPEC R1): concurrent first opens end with one store, an interrupted creation
-//! is completed by the next open, a format-1 store is upgraded in place (crash-safely), and a
-//! store on read-only media can be read.
+//! is completed by the next open, a store of an older format is refused unchanged (none is
+//! upgraded), and a store on read-only media can be read.
 
 mod bin;
 mod common;
 
-use common::{copy_dir, tree};
+use common::tree;
 use oncelake::fault::{FaultPlan, FaultyVfs};
 use oncelake::vfs::RealVfs;
 use oncelake::{Error, Options, Store, DB_FILE, FORMAT_VERSION, MARKER_FILE};
@@ -324,48 +324,6 @@ fn downgrade_to_format_1(dir: &Path, keep_store_id: bool) {
     std::fs::write(&marker, "oncelake store\nformat 1\n").unwrap();
 }
 
-/// Everything the upgrade must keep: current entries, every as-of view, the log, claims.
-#[derive(Debug, PartialEq)]
-struct Answers {
-    current: Model,
-    as_of: Vec<Model>,
-    log: Vec<oncelake::log::Record>,
-    claim: String,
-}
-
-fn answers(store: &Store) -> Answers {
-    let snap = store.snapshot().unwrap();
-    let seq = snap.seq();
-    let as_of = (1..=seq)
-        .map(|s| {
-            let snap = store.snapshot_at(s).unwrap();
-            snap.iter()
-                .unwrap()
-                .map(|e| {
-                    let e = e.unwrap();
-                    (
-                        e.unit.clone(),
-                        (e.source_version, e.revision, e.object.id.to_hex(), e.seq),
-                    )
-                })
-                .collect()
-        })
-        .collect();
-    let claim = match store
-        .claim("claimed", 3, "other", Duration::from_secs(600))
-        .unwrap()
-    {
-        oncelake::ClaimOutcome::Held { worker, .. } => worker,
-        other => format!("{other:?}"),
-    };
-    Answers {
-        current: current(store),
-        as_of,
-        log: snap.changes_since(0).unwrap().map(|r| r.unwrap()).collect(),
-        claim,
-    }
-}
-
 fn populated_format_1(dir: &Path) {
     let store = Store::open(dir).unwrap();
     for i in 0..20 {
@@ -383,78 +341,51 @@ fn populated_format_1(dir: &Path) {
 }
 
 #[test]
-fn a_format_1_store_is_upgraded_in_place_and_answers_the_same() {
+fn a_store_of_an_older_format_is_refused_unchanged_by_every_open_and_every_command() {
+    // No format before 4 was released: none is upgraded (docs/format.md). Such a store — from a
+    // development build — is refused by the library's opens and by reading and writing commands,
+    // saying what it is, with every file as it was.
     let tmp = tempfile::tempdir().unwrap();
-    let reference = tmp.path().join("reference");
     let lake = tmp.path().join("lake");
     populated_format_1(&lake);
-    // The reference: the same history, kept in the current format (the claim answer adds no
-    // log record, so both stores stay equal).
-    copy_dir(&lake, &reference);
-    let store = Store::open(&lake).unwrap();
-    let upgraded = answers(&store);
-    drop(store);
-    let marker = std::fs::read_to_string(lake.join(MARKER_FILE)).unwrap();
-    assert_eq!(marker, format!("oncelake store\nformat {FORMAT_VERSION}\n"));
-    assert_eq!(upgraded.current.len(), 20);
-    assert_eq!(upgraded.claim, "w1");
-    assert_eq!(upgraded.current["u03"].1, 1, "the correction is kept");
-    assert_eq!(upgraded.current["u04"].0, 9);
-    // Reopening an upgraded store changes nothing more.
-    let store = Store::open(&lake).unwrap();
-    assert_eq!(answers(&store), upgraded);
-    assert!(store.verify(Default::default()).unwrap().is_clean());
-    drop(store);
-
-    // An upgrade crashed at any point completes on the next open with the same answers.
-    // (Operations after the open are those of the close.)
-    let plan = FaultPlan::new();
-    let counted = tmp.path().join("counted");
-    copy_dir(&reference, &counted);
-    let store = Store::open_with(&counted, faulty(&plan)).unwrap();
-    let in_open = plan.ops();
-    drop(store);
-    let total = plan.ops();
-    assert!(in_open > 0);
-    for n in 1..=total {
-        let dir = tmp.path().join(format!("crash{n}"));
-        copy_dir(&reference, &dir);
-        let plan = FaultPlan::new();
-        plan.crash_at(n);
-        let r = Store::open_with(&dir, faulty(&plan));
-        assert!(
-            r.is_err() || n > in_open,
-            "a crash at operation {n} of {in_open} fails the open"
-        );
-        drop(r);
-        let store =
-            Store::open_with(&dir, waiting()).unwrap_or_else(|e| panic!("crash at {n}: {e}"));
-        assert_eq!(answers(&store), upgraded, "crash at {n}");
-        drop(store);
-        std::fs::remove_dir_all(&dir).unwrap();
+    let before = tree(&lake);
+    for read_only in [false, true] {
+        let options = Options {
+            read_only,
+            ..Options::default()
+        };
+        match Store::open_with(&lake, options) {
+            Err(oncelake::Error::OlderFormat {
+                found: 1,
+                supported,
+                ..
+            }) => {
+                assert_eq!(supported, FORMAT_VERSION)
+            }
+            other => panic!("read_only {read_only}: {other:?}"),
+        }
+        assert_eq!(tree(&lake), before, "read_only {read_only}");
     }
-}
-
-#[test]
-fn a_format_1_store_without_a_store_id_gets_one_and_its_index_snapshot_is_used() {
-    let tmp = tempfile::tempdir().unwrap();
-    let lake = tmp.path().join("lake");
-    let store = Store::open(&lake).unwrap();
-    for i in 0..30 {
-        store.put(&format!("u{i}"), 1, b"x").unwrap();
+    // The marker says format 1 too: also refused from the marker, before the database is read.
+    std::fs::write(lake.join(MARKER_FILE), "oncelake store\nformat 1\n").unwrap();
+    let before = tree(&lake);
+    assert!(matches!(
+        Store::open(&lake),
+        Err(oncelake::Error::OlderFormat { found: 1, .. })
+    ));
+    for args in [
+        vec!["ls", s(&lake)],
+        vec!["get", s(&lake), "u01"],
+        vec!["log", s(&lake)],
+        vec!["verify", s(&lake)],
+        vec!["put", s(&lake), "u99", "1", "-"],
+    ] {
+        let out = oncelake(&args);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
+        assert!(stderr.contains("format version 1"), "{args:?}: {stderr}");
+        assert_eq!(tree(&lake), before, "{args:?}");
     }
-    let model = current(&store);
-    drop(store);
-    std::fs::remove_file(lake.join("index.snap")).unwrap();
-    downgrade_to_format_1(&lake, false);
-    let store = Store::open(&lake).unwrap();
-    assert_eq!(store.open_report().fallback.as_deref(), Some("no snapshot"));
-    assert_eq!(current(&store), model);
-    drop(store);
-    // The identity stamped by the upgrade is the one the snapshot written at close carries.
-    let store = Store::open(&lake).unwrap();
-    assert!(store.open_report().index_from_snapshot);
-    assert_eq!(current(&store), model);
 }
 
 // ---- read-only ----------------------------------------------------------------------------
@@ -597,4 +528,29 @@ fn backlog_limits_that_cannot_hold_a_group_are_refused_before_anything_is_opened
         store.put(&format!("u{i}"), 1, &i.to_le_bytes()).unwrap();
     }
     assert_eq!(store.snapshot().unwrap().prefix("").unwrap().count(), 200);
+}
+
+#[test]
+fn the_files_a_store_locks_are_created_owner_only_under_a_permissive_umask() {
+    // A flock (and redb's byte-range locks) needs only a descriptor open for reading: a user
+    // who could read LOCK or a database file could lock the owner out (R20). Under umask 022
+    // (files 0644 by default) they are created 0600; the objects stay as the umask says.
+    use std::os::unix::fs::PermissionsExt;
+    // SAFETY: umask only changes the process's creation mask; 022 is the common default, so
+    // other tests of this binary creating files meanwhile get the modes they would anyway.
+    let old = unsafe { libc::umask(0o022) };
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("lake");
+    let store = Store::open(&dir).unwrap();
+    store.put("u", 1, b"x").unwrap();
+    drop(store);
+    // SAFETY: as above.
+    unsafe { libc::umask(old) };
+    for name in ["LOCK", DB_FILE, "wal.redb"] {
+        let mode = std::fs::metadata(dir.join(name))
+            .unwrap()
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o777, 0o600, "{name}: {mode:o}");
+    }
 }

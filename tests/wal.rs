@@ -10,7 +10,7 @@
 //! * every kind of row a group writes (claims, renewals, releases, corrections) comes back from
 //!   the log alone: a live lease still holds and no token is handed out twice (I6 across a cut);
 //! * a read-only open of a store that needs its log replayed says what to do;
-//! * a format-2 store opens read-only as it is and is upgraded by a read-write open.
+//! * a store of format 2 or 3 (development builds only) is refused by both opens, unchanged.
 
 mod common;
 
@@ -251,14 +251,21 @@ fn acknowledged_commits_are_in_the_log_alone_and_the_open_replays_them() {
         );
     }
 
-    // Read-only, the store cannot be answered from without replaying: it says so.
+    // Read-only, the store is answered from the log replayed in memory: every acknowledged
+    // commit, and not a byte of the store written.
     let ro = Options {
         read_only: true,
         ..real_options(&clock)
     };
-    let err = Store::open_with(&dir, ro.clone()).unwrap_err();
-    assert!(matches!(err, Error::ReadOnly { .. }), "{err}");
-    assert!(err.to_string().contains("write-ahead log"), "{err}");
+    let before = common::tree(&dir);
+    let store = Store::open_with(&dir, ro.clone()).unwrap();
+    assert_eq!(view(&store.snapshot().unwrap()), acked.model);
+    drop(store);
+    assert_eq!(
+        common::tree(&dir),
+        before,
+        "a read-only open writes nothing"
+    );
 
     check(&dir, &clock, &acked, "after the cut");
     // After a clean close the log is empty and a read-only open works.
@@ -270,12 +277,12 @@ fn acknowledged_commits_are_in_the_log_alone_and_the_open_replays_them() {
 }
 
 #[test]
-fn a_format_2_store_is_read_as_it_is_and_upgraded_by_a_read_write_open() {
+fn a_format_2_store_is_refused_unchanged() {
     let tmp = scratch("oncelake-wal");
     let dir = tmp.path().join("lake");
     let clock = ManualClock::new(T0);
     let store = Store::open_with(&dir, real_options(&clock)).unwrap();
-    let acked = run(&store, &script(20));
+    run(&store, &script(20));
     drop(store);
     // Rewrite it as format 2 wrote it: no log file, no applied-group counter, format 2.
     std::fs::remove_file(dir.join("wal.redb")).unwrap();
@@ -292,31 +299,24 @@ fn a_format_2_store_is_read_as_it_is_and_upgraded_by_a_read_write_open() {
         txn.commit().unwrap();
     }
     std::fs::write(dir.join(MARKER_FILE), "oncelake store\nformat 2\n").unwrap();
+    refused_unchanged(&dir, &clock, 2);
+}
 
-    let ro = Options {
-        read_only: true,
-        ..real_options(&clock)
-    };
-    let store = Store::open_with(&dir, ro).unwrap();
-    assert_eq!(view(&store.snapshot().unwrap()), acked.model);
-    drop(store);
-    assert!(
-        !dir.join("wal.redb").exists(),
-        "a read-only open writes nothing"
-    );
-
-    let store = Store::open_with(&dir, real_options(&clock)).unwrap();
-    assert_eq!(view(&store.snapshot().unwrap()), acked.model);
-    for (seq, model) in &acked.views {
-        assert_eq!(&view(&store.snapshot_at(*seq).unwrap()), model);
+/// A store of an older format is refused by both opens, with every file as it was (no format
+/// before 4 was released: none is upgraded, see docs/format.md).
+fn refused_unchanged(dir: &Path, clock: &ManualClock, format: u32) {
+    let before = common::tree(dir);
+    for read_only in [true, false] {
+        let options = Options {
+            read_only,
+            ..real_options(clock)
+        };
+        match Store::open_with(dir, options) {
+            Err(oncelake::Error::OlderFormat { found, .. }) => assert_eq!(found, format),
+            other => panic!("format {format}, read_only {read_only}: {other:?}"),
+        }
+        assert_eq!(common::tree(dir), before, "read_only {read_only}");
     }
-    drop(store);
-    assert_eq!(
-        std::fs::read_to_string(dir.join(MARKER_FILE)).unwrap(),
-        format!("oncelake store\nformat {}\n", oncelake::FORMAT_VERSION)
-    );
-    assert!(dir.join("wal.redb").exists());
-    check(&dir, &clock, &acked, "upgraded");
 }
 
 /// A value sealed as the engine seals it: `payload | crc32(table, 0, key length, key, payload)`.
@@ -383,7 +383,7 @@ fn rewrite_as_format_3(dir: &Path) -> usize {
 }
 
 #[test]
-fn a_format_3_store_is_read_as_it_is_and_upgraded_with_its_copies_of_current_entries() {
+fn a_format_3_store_is_refused_unchanged() {
     let tmp = scratch("oncelake-wal");
     let dir = tmp.path().join("lake");
     let clock = ManualClock::new(T0);
@@ -392,82 +392,7 @@ fn a_format_3_store_is_read_as_it_is_and_upgraded_with_its_copies_of_current_ent
     drop(store);
     let copies = rewrite_as_format_3(&dir);
     assert_eq!(copies, acked.model.len());
-
-    let ro = Options {
-        read_only: true,
-        ..real_options(&clock)
-    };
-    let store = Store::open_with(&dir, ro).unwrap();
-    assert_eq!(view(&store.snapshot().unwrap()), acked.model);
-    for (seq, model) in &acked.views {
-        assert_eq!(
-            &view(&store.snapshot_at(*seq).unwrap()),
-            model,
-            "as of {seq}"
-        );
-    }
-    drop(store);
-
-    // Upgraded in place; then the units whose current entry has a copy are replaced, so that
-    // the copy becomes the history row it would have been.
-    let store = Store::open_with(&dir, real_options(&clock)).unwrap();
-    assert_eq!(
-        std::fs::read_to_string(dir.join(MARKER_FILE)).unwrap(),
-        format!("oncelake store\nformat {}\n", oncelake::FORMAT_VERSION)
-    );
-    assert!(store.check_invariants().unwrap().is_empty());
-    let mut more = Vec::new();
-    for (unit, (version, _)) in acked.model.iter().take(4) {
-        more.push(vec![(
-            unit.clone(),
-            version + 1,
-            format!("{unit} again").into_bytes(),
-        )]);
-    }
-    let acked = run_on(&store, &more, acked);
-    assert_eq!(view(&store.snapshot().unwrap()), acked.model);
-    for (seq, model) in &acked.views {
-        assert_eq!(
-            &view(&store.snapshot_at(*seq).unwrap()),
-            model,
-            "as of {seq}"
-        );
-    }
-    assert!(store.check_invariants().unwrap().is_empty());
-    // A prune with no retention removes every replaced entry (the old copies among them, now
-    // history rows), keeps the copies of entries still current, and every view it keeps reads
-    // as before.
-    let report = store
-        .gc(oncelake::gc::GcOptions {
-            dry_run: false,
-            grace: Duration::ZERO,
-            retain: Duration::ZERO,
-        })
-        .unwrap();
-    assert!(report.history_rows_pruned > 0, "{report:?}");
-    for (seq, model) in acked
-        .views
-        .iter()
-        .filter(|(s, _)| *s >= report.history_from)
-    {
-        assert_eq!(
-            &view(&store.snapshot_at(*seq).unwrap()),
-            model,
-            "as of {seq}"
-        );
-    }
-    assert!(store.check_invariants().unwrap().is_empty());
-    assert!(store.verify(Default::default()).unwrap().is_intact());
-    drop(store);
-    let acked = Acked {
-        views: acked
-            .views
-            .into_iter()
-            .filter(|(s, _)| *s >= report.history_from)
-            .collect(),
-        ..acked
-    };
-    check(&dir, &clock, &acked, "upgraded from format 3");
+    refused_unchanged(&dir, &clock, 3);
 }
 
 #[test]

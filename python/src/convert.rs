@@ -85,7 +85,7 @@ pub(crate) fn engine_err(py: Python<'_>, e: oncelake::Error) -> PyErr {
                 ("newest", o(py, *newest)),
             ],
         ),
-        E::NotAStore { path, .. } | E::NewerFormat { path, .. } => (
+        E::NotAStore { path, .. } | E::NewerFormat { path, .. } | E::OlderFormat { path, .. } => (
             "invalid_input",
             vec![("path", o(py, path.display().to_string()))],
         ),

@@ -220,10 +220,18 @@ pub(crate) fn apply_group(inner: &Core, ops: Vec<Op>) -> Vec<Result<Done>> {
             let cause = e.to_string();
             inner.fail(&cause);
             add(&inner.metrics.c.sync_failures, 1);
+            // A damaged record the group read is reported as what it is (SPEC I9), to every
+            // member; any other error as the failed state it caused.
             (0..n)
                 .map(|_| {
-                    Err(Error::Failed {
-                        cause: cause.clone(),
+                    Err(match &e {
+                        Error::Corrupt { path, detail } => Error::Corrupt {
+                            path: path.clone(),
+                            detail: detail.clone(),
+                        },
+                        _ => Error::Failed {
+                            cause: cause.clone(),
+                        },
                     })
                 })
                 .collect()
@@ -764,11 +772,19 @@ impl Writer<'_> {
             }
         }
         let token = self.next_token;
+        // Tokens rise on every grant (I5); a stored one at or above the next to grant can only
+        // come from damage (the claims row or meta's counter), so it is refused, not granted (I9).
+        if let Some(r) = existing.as_ref().filter(|r| r.token >= token) {
+            return Err(Error::corrupt_record(
+                "claims",
+                &unit,
+                format!(
+                    "its fencing token {} is not below the next token to grant ({token})",
+                    r.token
+                ),
+            ));
+        }
         self.next_token += 1;
-        assert!(
-            existing.as_ref().is_none_or(|r| r.token < token),
-            "invariant: fencing tokens rise on every grant"
-        );
         let rec = ClaimRecord {
             worker,
             token,

@@ -1,5 +1,5 @@
-//! Opening a store (SPEC R1): creating it, completing an interrupted creation, upgrading an older
-//! format, and opening read-only.
+//! Opening a store (SPEC R1): creating it, completing an interrupted creation, validating an
+//! existing one before writing it, and opening read-only.
 //!
 //! The protocol, and why it holds:
 //!
@@ -11,7 +11,7 @@
 //!   lock; the others find it complete.
 //! * **Never re-initialised.** The initial transaction (format, seq, tokens, horizon, store id)
 //!   runs only when the database holds no metadata at all; an existing database is only ever
-//!   completed (marker) or upgraded.
+//!   completed (marker).
 //! * **Crash-safe and idempotent creation.** Creation writes, in order: `LOCK`, the layout
 //!   (`objects/00..ff`, `staging/`, each `create_dir_all`, then directory syncs), the database
 //!   with its initial transaction, then the marker (`ONCELAKE.tmp`, fsync, rename, directory
@@ -20,41 +20,44 @@
 //!   creation, and the next open completes it — each step again, idempotently; a database file
 //!   redb cannot open there holds no data and is recreated. Anything else without a marker is
 //!   refused untouched.
-//! * **Upgrades in one transaction.** A format-1 store has its values re-encoded with their
-//!   checksums and its meta table moved, in one redb transaction: a crash leaves it wholly
-//!   format 1 or wholly format 2. The marker is rewritten afterwards; a marker older than the
-//!   database is accepted (the database's stamp decides) and rewritten.
+//! * **Validated before anything is written (I9).** An existing store is first opened over a
+//!   shadow of its files (`shadow`: redb's repair and the write-ahead log's replay write to
+//!   memory only), and everything the open reads — format, log, counters, the dedup index — is
+//!   read there. Only a store that passes is opened for writing; a refused one is left exactly
+//!   as it was found (only `LOCK`, which holds no data, may be created). A read-only open reads
+//!   a store not closed cleanly the same way, so reading never writes a store either.
+//! * **No upgrades.** No build before format 4 was ever released: a store of an older format
+//!   can only come from a development build of this repository. It is refused, unchanged,
+//!   by every open (see `docs/format.md`).
 //!
 //! Every file operation of creation goes through the [`Vfs`] seam except `LOCK` (it needs a file
 //! descriptor to `flock`) and the database file (redb's own I/O, under the fault backend).
 
+use super::shadow::ShadowFile;
 use super::{new_store_id, FORMAT_VERSION, REDB_MAGIC};
-
-/// The first format with a write-ahead log (`wal.redb`).
-const FIRST_WAL_FORMAT: u32 = 3;
 use crate::core::{Db, Options};
 use crate::error::{DbContext, Error, IoContext, Result};
 use crate::fault::FaultyBackend;
 use crate::layout::{DB_FILE, LOCK_FILE, MARKER_FILE};
-use crate::schema::claim::ClaimRecord;
-use crate::schema::manifest::EntryValue;
 use crate::schema::meta::{
     self, FORMAT as META_FORMAT, HISTORY_FROM as META_HISTORY_FROM, NEXT_SEQ as META_NEXT_SEQ,
     NEXT_TOKEN as META_NEXT_TOKEN, STORE_ID as META_STORE_ID, WAL_GROUP as META_WAL_GROUP,
 };
 use crate::schema::wal::{Wal, WAL_FILE};
-use crate::schema::{extension, CLAIMS, EXTENSIONS, HISTORY, LOG, MANIFEST, META, META_V1};
+use crate::schema::{CLAIMS, HISTORY, LOG, MANIFEST, META, META_V1};
 use crate::vfs::Vfs;
-use redb::{ReadableDatabase, ReadableTable, TableDefinition};
+use redb::ReadableDatabase;
 use std::fs::{File, OpenOptions};
 use std::io::{Read, Write};
-use std::ops::Bound;
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 use std::time::Instant;
 
 const MARKER_TMP: &str = "ONCELAKE.tmp";
-/// Rows re-encoded per step of the upgrade (bounds the memory it holds at once).
-const UPGRADE_CHUNK: usize = 4096;
+/// The mode the files that are locked are created with (`LOCK`, `oncelake.redb`, `wal.redb`):
+/// a `flock` or a byte-range lock needs only a descriptor open for reading, so a user who can
+/// read them could lock the owner out (R20). The umask can only narrow it further.
+const OWNER_ONLY: u32 = 0o600;
 
 /// What a directory holds, as far as opening it is concerned.
 #[derive(Debug)]
@@ -67,35 +70,77 @@ enum DirState {
     Foreign,
 }
 
+/// What a read-write open hands back.
+pub(super) struct Opened<T> {
+    pub(super) db: Db,
+    pub(super) lock: File,
+    /// Whether this open created (or completed) the store.
+    pub(super) created: bool,
+    pub(super) wal: Wal,
+    /// What `check` answered on the validated shadow, when the store's files hold exactly what
+    /// it read there (the write-ahead log had nothing to replay); `None` when it must be read
+    /// again after recovery (or the store was just created).
+    pub(super) checked: Option<T>,
+}
+
 /// Opens (creating or completing if need be) the store for reading and writing.
-/// Also says whether it created (or completed) the store.
-pub(super) fn open_read_write(dir: &Path, options: &Options) -> Result<(Db, File, bool, Wal)> {
+///
+/// An existing store is validated first, without writing it: opened over a shadow of its files
+/// (`dry_open`), then handed to `check` (the store's own reads of its state); an error of either
+/// refuses the store with every file as it was.
+pub(super) fn open_read_write<T>(
+    dir: &Path,
+    options: &Options,
+    check: impl FnOnce(&Db) -> Result<T>,
+) -> Result<Opened<T>> {
     let vfs = options.vfs.as_ref();
     refuse_nesting(dir, vfs)?;
     ensure_dir(dir, vfs)?;
-    // Lockless: refuse what can never be a store without writing anything, not even LOCK.
-    if let DirState::Foreign = classify(dir, vfs)? {
-        return Err(not_a_store(dir));
+    // Lockless: refuse what can never be opened without writing anything, not even LOCK.
+    match classify(dir, vfs)? {
+        DirState::Foreign => return Err(not_a_store(dir)),
+        DirState::Store(marker) if marker < FORMAT_VERSION => return Err(older(dir, marker)),
+        _ => {}
     }
     let lock = acquire_lock(dir, options, false)?;
-    let (db, created) = match classify(dir, vfs)? {
-        DirState::Foreign => return Err(not_a_store(dir)),
-        DirState::Store(marker) => {
+    match classify(dir, vfs)? {
+        DirState::Foreign => Err(not_a_store(dir)),
+        DirState::Store(marker) if marker < FORMAT_VERSION => Err(older(dir, marker)),
+        DirState::Store(_) => {
             let path = dir.join(DB_FILE);
-            validate_db_file(&path)?;
+            check_magic(&path)?;
+            let (dry, replayed) = dry_open(dir, options)?;
+            let checked = check(&Db::Shadow(dry))?;
             let db = open_db(&path, options, false)?;
-            (finish(db, dir, options, Some(marker))?, false)
+            let wal = open_wal(dir, options, false)?;
+            Ok(Opened {
+                db: Db::Write(db),
+                lock,
+                created: false,
+                wal,
+                checked: (replayed == 0).then_some(checked),
+            })
         }
-        DirState::Creatable => (create(dir, options)?, true),
-    };
-    let (db, wal) = db;
-    Ok((Db::Write(db), lock, created, wal))
+        DirState::Creatable => {
+            let (db, wal) = create(dir, options)?;
+            Ok(Opened {
+                db: Db::Write(db),
+                lock,
+                created: true,
+                wal,
+                checked: None,
+            })
+        }
+    }
 }
 
-/// Opens an existing store of the current format without writing anything.
+/// Opens an existing store of the current format without writing anything. A store not closed
+/// cleanly (its database needs redb's repair, or its write-ahead log holds unapplied groups) is
+/// read over a shadow of its files, recovered in memory.
 pub(super) fn open_read_only(dir: &Path, options: &Options) -> Result<(Db, File)> {
     let vfs = options.vfs.as_ref();
     match classify(dir, vfs) {
+        Ok(DirState::Store(marker)) if marker < FORMAT_VERSION => return Err(older(dir, marker)),
         Ok(DirState::Store(_)) => {}
         Ok(_) => return Err(not_a_store(dir)),
         Err(Error::Io { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => {
@@ -114,33 +159,70 @@ pub(super) fn open_read_only(dir: &Path, options: &Options) -> Result<(Db, File)
     let db = match b.open_read_only(&path) {
         Ok(db) => db,
         Err(redb::DatabaseError::RepairAborted) => {
-            return Err(read_only(
-                dir,
-                "its database needs crash recovery, which writes it: open it once read-write on writable media",
-            ))
+            return Ok((Db::Shadow(dry_open(dir, options)?.0), lock))
         }
         Err(redb::DatabaseError::DatabaseAlreadyOpen) => return Err(locked(dir)),
         Err(e) => return Err(corrupt(&path, e.to_string())),
     };
-    match read_format(&db)? {
-        // Format 2 differs only by having no write-ahead log: read as it is.
-        Some(2) => Ok((Db::Read(db), lock)),
-        // Format 3 differs only by copies of the current entries in the history: read as it is.
-        Some(f) if f == FIRST_WAL_FORMAT || f == FORMAT_VERSION => {
-            if crate::schema::wal::has_unapplied(dir, &db)? {
-                return Err(read_only(
-                    dir,
-                    "its write-ahead log (wal.redb) holds commits not yet applied to its database (it was not closed cleanly): open it once read-write on writable media to apply them",
-                ));
-            }
-            Ok((Db::Read(db), lock))
+    check_format(dir, &path, read_format(&db)?)?;
+    if crate::schema::wal::has_unapplied(dir, &db)? {
+        drop(db);
+        return Ok((Db::Shadow(dry_open(dir, options)?.0), lock));
+    }
+    Ok((Db::Read(db), lock))
+}
+
+/// Opens the store's database and write-ahead log over shadows of their files and replays the
+/// log's unapplied groups there: the store as a read-write open would find it after recovery,
+/// with nothing written. Also says how many groups it replayed.
+fn dry_open(dir: &Path, options: &Options) -> Result<(redb::Database, u64)> {
+    let path = dir.join(DB_FILE);
+    let main = open_shadow(&path, options)?;
+    check_format(dir, &path, read_format(&main)?)?;
+    let wal_path = dir.join(WAL_FILE);
+    if !wal_path.exists() {
+        return Err(crate::schema::wal::damaged(
+            &wal_path,
+            "the file is missing, and with it any commit not yet checkpointed",
+        ));
+    }
+    let wal_db = match open_shadow(&wal_path, options) {
+        Err(Error::Corrupt { detail, .. }) => {
+            return Err(crate::schema::wal::damaged(&wal_path, detail))
         }
+        r => r?,
+    };
+    let wal = Wal::new(wal_db, wal_path, options.clock.now_ms())?;
+    let replayed = wal.recover(&main)?;
+    Ok((main, replayed))
+}
+
+/// Opens the redb file at `path` over a [`ShadowFile`]: writable, but only in memory.
+fn open_shadow(path: &Path, options: &Options) -> Result<redb::Database> {
+    check_magic(path)?;
+    let file = File::open(path).ctx(|| format!("open {}", path.display()))?;
+    let shadow = ShadowFile::new(file).ctx(|| format!("stat {}", path.display()))?;
+    let mut b = redb::Builder::new();
+    b.set_cache_size(options.cache_bytes);
+    match b.create_with_backend(shadow) {
+        Ok(db) => Ok(db),
+        Err(redb::DatabaseError::Storage(redb::StorageError::Io(e)))
+            if e.kind() != std::io::ErrorKind::UnexpectedEof
+                && e.kind() != std::io::ErrorKind::InvalidData =>
+        {
+            Err(Error::io(format!("read {}", path.display()), e))
+        }
+        Err(e) => Err(corrupt(path, e.to_string())),
+    }
+}
+
+/// Refuses a database whose stamped format is not this build's.
+fn check_format(dir: &Path, path: &Path, format: Option<u32>) -> Result<()> {
+    match format {
+        Some(FORMAT_VERSION) => Ok(()),
         Some(f) if f > FORMAT_VERSION => Err(newer(dir, f)),
-        Some(f) => Err(read_only(
-            dir,
-            &format!("it has format {f}, which is upgraded in place by the first read-write open (on writable media)"),
-        )),
-        None => Err(corrupt(&path, "no format version is stamped".into())),
+        Some(f) => Err(older(dir, f)),
+        None => Err(corrupt(path, "no format version is stamped".into())),
     }
 }
 
@@ -165,17 +247,18 @@ fn newer(dir: &Path, found: u32) -> Error {
     }
 }
 
+fn older(dir: &Path, found: u32) -> Error {
+    Error::OlderFormat {
+        path: dir.to_path_buf(),
+        found,
+        supported: FORMAT_VERSION,
+    }
+}
+
 fn corrupt(path: &Path, detail: String) -> Error {
     Error::Corrupt {
         path: path.to_path_buf(),
         detail,
-    }
-}
-
-fn read_only(dir: &Path, why: &str) -> Error {
-    Error::ReadOnly {
-        path: dir.to_path_buf(),
-        why: why.to_string(),
     }
 }
 
@@ -327,7 +410,11 @@ fn acquire_lock(dir: &Path, options: &Options, shared: bool) -> Result<File> {
     if shared {
         how.read(true);
     } else {
-        how.read(true).write(true).create(true).truncate(false);
+        how.read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .mode(OWNER_ONLY);
     }
     let file = how
         .open(&path)
@@ -364,37 +451,17 @@ fn create(dir: &Path, options: &Options) -> Result<(redb::Database, Wal)> {
     if read_format(&db)?.is_none() {
         initialise(&db)?;
     }
-    finish(db, dir, options, None)
+    finish(db, dir, options)
 }
 
-/// Checks the database's format, upgrades an older one, and (re)writes a marker that does not
-/// say the current format.
-///
-/// The write-ahead log is created (anew) by every open that creates or completes a store, or
-/// upgrades one from before the log (format 3), before the marker says a format with a log: no
-/// group was ever appended before that marker is written (commits begin only after an open
-/// returned, and every open that returns has written it), so whatever an interrupted creation or
-/// upgrade left there is recreated. A store whose marker says format 3 or later must have a
-/// sound log, which is kept (an upgrade from format 3 keeps it: it may hold acknowledged groups).
-fn finish(
-    db: redb::Database,
-    dir: &Path,
-    options: &Options,
-    marker: Option<u32>,
-) -> Result<(redb::Database, Wal)> {
+/// Completes a creation: checks the database's format, creates the write-ahead log (anew: no
+/// group was ever appended before the marker exists, since commits begin only after an open
+/// returned and every open that returns has written it), then writes the marker.
+fn finish(db: redb::Database, dir: &Path, options: &Options) -> Result<(redb::Database, Wal)> {
     let vfs = options.vfs.as_ref();
-    let format = read_format(&db)?
-        .ok_or_else(|| corrupt(&dir.join(DB_FILE), "no format version is stamped".into()))?;
-    if format > FORMAT_VERSION {
-        return Err(newer(dir, format));
-    }
-    let wal = open_wal(dir, options, marker.is_none_or(|m| m < FIRST_WAL_FORMAT))?;
-    if format < FORMAT_VERSION {
-        upgrade(&db, format)?;
-    }
-    if marker != Some(FORMAT_VERSION) {
-        write_marker(dir, vfs)?;
-    }
+    check_format(dir, &dir.join(DB_FILE), read_format(&db)?)?;
+    let wal = open_wal(dir, options, true)?;
+    write_marker(dir, vfs)?;
     Ok((db, wal))
 }
 
@@ -490,24 +557,6 @@ fn check_magic(path: &Path) -> Result<()> {
     Ok(())
 }
 
-/// Checks what can be checked of the database file without letting redb touch it: that it is
-/// there, carries redb's magic number, and opens read-only (which refuses rather than repairs).
-fn validate_db_file(path: &Path) -> Result<()> {
-    check_magic(path)?;
-    let dir = path.parent().unwrap_or(path);
-    match redb::Builder::new().open_read_only(path) {
-        Ok(db) => match read_format(&db)? {
-            Some(f) if f > FORMAT_VERSION => Err(newer(dir, f)),
-            Some(_) => Ok(()),
-            None => Err(corrupt(path, "no format version is stamped".into())),
-        },
-        // Needs crash recovery: legitimate after a crash, and the read-write open will do it.
-        Err(redb::DatabaseError::RepairAborted) => Ok(()),
-        Err(redb::DatabaseError::DatabaseAlreadyOpen) => Err(locked(dir)),
-        Err(e) => Err(corrupt(path, e.to_string())),
-    }
-}
-
 /// The database's format: from the sealed meta table (format 2 on), from format 1's plain one,
 /// or `None` when it holds no metadata at all (a creation cut before its first transaction).
 pub(super) fn read_format(db: &dyn ReadableDatabase) -> Result<Option<u32>> {
@@ -536,6 +585,7 @@ fn open_db(path: &Path, options: &Options, create: bool) -> Result<redb::Databas
         .write(true)
         .create(create)
         .truncate(false)
+        .mode(OWNER_ONLY)
         .open(path)
         .ctx(|| format!("open {}", path.display()))?;
     let mut b = redb::Builder::new();
@@ -573,158 +623,4 @@ fn initialise(db: &redb::Database) -> Result<()> {
         txn.open_table(CLAIMS).db("create the claims")?;
     }
     txn.commit().db("create the store")
-}
-
-/// Format 1 → 2 in one transaction: every manifest, history, claim and extension value gets its
-/// seal, the meta values move to the sealed table (a store id is stamped if the store predates
-/// it). A value that does not decode stops the upgrade with nothing changed.
-fn upgrade(db: &redb::Database, from: u32) -> Result<()> {
-    match from {
-        3 => return stamp_format(db),
-        2 => return upgrade_to_wal(db),
-        _ => {}
-    }
-    let mut txn = db.begin_write().db("begin the upgrade")?;
-    txn.set_durability(redb::Durability::Immediate)
-        .db("set the durability")?;
-    {
-        let old: Vec<(String, u64)> = {
-            let t = txn.open_table(META_V1).db("open the format-1 meta table")?;
-            let rows = t.iter().db("read the format-1 meta table")?;
-            rows.map(|r| {
-                let (k, v) = r.db("read the format-1 meta table")?;
-                Ok((k.value().to_string(), v.value()))
-            })
-            .collect::<Result<_>>()?
-        };
-        txn.delete_table(META_V1)
-            .db("remove the format-1 meta table")?;
-        let mut meta = txn.open_table(META).db("create the meta table")?;
-        for key in [META_NEXT_SEQ, META_NEXT_TOKEN, META_HISTORY_FROM] {
-            let v = old.iter().find(|(k, _)| k == key).map(|(_, v)| *v);
-            let v = v.ok_or_else(|| Error::corrupt_record("meta", key, "it is missing"))?;
-            meta::put(&mut meta, key, v)?;
-        }
-        let id = old
-            .iter()
-            .find(|(k, _)| k == META_STORE_ID)
-            .map(|(_, v)| *v);
-        meta::put(&mut meta, META_STORE_ID, id.unwrap_or_else(new_store_id))?;
-        meta::put(&mut meta, META_FORMAT, FORMAT_VERSION as u64)?;
-        reseal_by_unit(&txn, MANIFEST, |unit, v| {
-            Ok(EntryValue::decode_payload("manifest", unit, v)?.encode(unit))
-        })?;
-        reseal_by_unit(&txn, CLAIMS, |unit, v| {
-            Ok(ClaimRecord::decode_payload(unit, v)?.encode(unit))
-        })?;
-        reseal_by_unit(&txn, EXTENSIONS, |key, v| {
-            let (seq, data) = extension::decode_payload(key, v)?;
-            Ok(extension::encode(key, seq, data))
-        })?;
-        reseal_history(&txn)?;
-        meta::put(&mut meta, META_WAL_GROUP, 0)?;
-    }
-    txn.commit().db("commit the upgrade")
-}
-
-/// Format 2 → 3: the store gains its write-ahead log (`wal.redb`, created by the open that
-/// follows); its database only gets the new format and the applied-group counter (0).
-fn upgrade_to_wal(db: &redb::Database) -> Result<()> {
-    stamp(
-        db,
-        &[(META_FORMAT, FORMAT_VERSION as u64), (META_WAL_GROUP, 0)],
-    )
-}
-
-/// Format 3 → 4: the history stops holding the current entry (it holds the entries the current
-/// one replaced). Nothing is rewritten: every reader of format 4 takes a history row of the
-/// current entry for the copy it is, and the write-ahead log (kept: it may hold acknowledged
-/// groups, whose records still carry such rows) replays onto the upgraded store as it is.
-fn stamp_format(db: &redb::Database) -> Result<()> {
-    stamp(db, &[(META_FORMAT, FORMAT_VERSION as u64)])
-}
-
-/// Writes meta `rows` in one synced transaction: an upgrade that changes nothing else.
-fn stamp(db: &redb::Database, rows: &[(&str, u64)]) -> Result<()> {
-    let mut txn = db.begin_write().db("begin the upgrade")?;
-    txn.set_durability(redb::Durability::Immediate)
-        .db("set the durability")?;
-    {
-        let mut meta = txn.open_table(META).db("open the meta table")?;
-        for (key, value) in rows {
-            meta::put(&mut meta, key, *value)?;
-        }
-    }
-    txn.commit().db("commit the upgrade")
-}
-
-type Reseal<'a> = &'a dyn Fn(&str, &[u8]) -> Result<Vec<u8>>;
-
-/// Re-encodes every value of a unit-keyed table, a chunk at a time.
-fn reseal_by_unit(
-    txn: &redb::WriteTransaction,
-    def: TableDefinition<&str, &[u8]>,
-    f: impl Fn(&str, &[u8]) -> Result<Vec<u8>>,
-) -> Result<()> {
-    let f: Reseal = &f;
-    let mut t = txn.open_table(def).db("open a table to upgrade")?;
-    let mut after: Option<String> = None;
-    loop {
-        let chunk: Vec<(String, Vec<u8>)> = {
-            let lower = match &after {
-                Some(a) => Bound::Excluded(a.as_str()),
-                None => Bound::Unbounded,
-            };
-            let rows = t
-                .range::<&str>((lower, Bound::Unbounded))
-                .db("read a table to upgrade")?;
-            rows.take(UPGRADE_CHUNK)
-                .map(|r| {
-                    let (k, v) = r.db("read a table to upgrade")?;
-                    Ok((k.value().to_string(), f(k.value(), v.value())?))
-                })
-                .collect::<Result<_>>()?
-        };
-        let Some((last, _)) = chunk.last() else {
-            return Ok(());
-        };
-        after = Some(last.clone());
-        for (k, v) in &chunk {
-            t.insert(k.as_str(), v.as_slice())
-                .db("write an upgraded value")?;
-        }
-    }
-}
-
-/// Re-encodes every history value, a chunk at a time.
-fn reseal_history(txn: &redb::WriteTransaction) -> Result<()> {
-    let mut t = txn.open_table(HISTORY).db("open the history")?;
-    let mut after: Option<(String, u64)> = None;
-    loop {
-        let chunk: Vec<(String, u64, Vec<u8>)> = {
-            let lower = match &after {
-                Some((u, s)) => Bound::Excluded((u.as_str(), *s)),
-                None => Bound::Unbounded,
-            };
-            let rows = t
-                .range::<(&str, u64)>((lower, Bound::Unbounded))
-                .db("read the history")?;
-            rows.take(UPGRADE_CHUNK)
-                .map(|r| {
-                    let (k, v) = r.db("read the history")?;
-                    let (unit, seq) = k.value();
-                    let e = EntryValue::decode_payload("history", unit, v.value())?;
-                    Ok((unit.to_string(), seq, e.encode_history(unit)))
-                })
-                .collect::<Result<_>>()?
-        };
-        let Some((u, s, _)) = chunk.last() else {
-            return Ok(());
-        };
-        after = Some((u.clone(), *s));
-        for (u, s, v) in &chunk {
-            t.insert((u.as_str(), *s), v.as_slice())
-                .db("write an upgraded value")?;
-        }
-    }
 }

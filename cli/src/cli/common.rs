@@ -136,6 +136,28 @@ pub(crate) fn open_store(path: &Path, wait: Duration, create: bool) -> Result<St
     }
 }
 
+/// Opens an existing store for a command that only reads it (`ls`, `get`, `log`, `verify`):
+/// read-only, so the command never changes a file of the store (SPEC I9), also when the store
+/// was not closed cleanly (the library recovers it in memory). Waits up to `wait` for its lock.
+pub(crate) fn open_store_to_read(path: &Path, wait: Duration) -> Result<Store, CliError> {
+    if !path.join(oncelake::MARKER_FILE).exists() {
+        return Err(CliError::NotAStore(format!(
+            "{} is not an oncelake store; create one with `oncelake init {}`",
+            path.display(),
+            path.display()
+        )));
+    }
+    Ok(Store::open_with(
+        path,
+        Options {
+            lock_wait: wait,
+            lock_wait_stop: Some(stop_when_served(path, wait)),
+            read_only: true,
+            ..Options::default()
+        },
+    )?)
+}
+
 /// Stops waiting for the store's lock once a server of the store answers: its holder is then a
 /// server, which will not let go, and the command goes through it instead (`cli::run`). Asked
 /// when the waiter wakes — on a release, or a file appearing in the store directory, as the

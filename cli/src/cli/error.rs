@@ -119,6 +119,7 @@ impl CliError {
                 | E::NotAStore { .. }
                 | E::NestedStore { .. }
                 | E::NewerFormat { .. }
+                | E::OlderFormat { .. }
                 | E::SeqOutOfRange { .. } => exit::USAGE,
                 E::Locked { .. } => exit::BUSY,
                 _ => exit::FAILURE,
@@ -147,6 +148,7 @@ impl CliError {
                 E::NotAStore { .. } => "not_a_store",
                 E::NestedStore { .. } => "nested_store",
                 E::NewerFormat { .. } => "newer_format",
+                E::OlderFormat { .. } => "older_format",
                 E::SeqOutOfRange { .. } => "seq_out_of_range",
                 E::Locked { .. } => "locked",
                 E::ReadOnly { .. } => "read_only",
@@ -181,6 +183,7 @@ pub(crate) const ERROR_KINDS: &[&str] = &[
     "not_a_store",
     "nested_store",
     "newer_format",
+    "older_format",
     "seq_out_of_range",
     "locked",
     "read_only",

@@ -1,6 +1,9 @@
 //! Maintenance commands: gc and verify (SPEC R14, R15, R17).
 
-use super::{exit, open_store, parse_duration, print_json, CliError, Heartbeat, Output, Progress};
+use super::{
+    exit, open_store, open_store_to_read, parse_duration, print_json, CliError, Heartbeat, Output,
+    Progress,
+};
 use oncelake::gc::{GcOptions, GcReport};
 use oncelake::verify::{ObjectProblem, Reclaimable, VerifyOptions, VerifyReport};
 use serde_json::json;
@@ -158,7 +161,7 @@ fn gc_json(r: &GcReport) -> serde_json::Value {
 }
 
 pub(crate) fn verify(a: VerifyArgs, wait: Duration) -> Result<u8, CliError> {
-    let store = open_store(&a.store, wait, false)?;
+    let store = open_store_to_read(&a.store, wait)?;
     let options = VerifyOptions { deep: a.deep };
     let progress = Progress::new("verify", "objects", None);
     let report = store.verify_with_progress(options, &mut |done, total| {

@@ -3,8 +3,8 @@
 use super::output_file::{check_output_path, OutputFile};
 use super::progress::CountingReader;
 use super::{
-    exit, open_input, open_store, print_json, rfc3339, stdout_open, write_out_bytes, CliError,
-    Output, Progress,
+    exit, open_input, open_store, open_store_to_read, print_json, rfc3339, stdout_open,
+    write_out_bytes, CliError, Output, Progress,
 };
 use oncelake::log::{Record, RecordBody};
 use oncelake::{Batch, Entry, ObjectMeta, Outcome, Store, UnitOutcome};
@@ -292,7 +292,7 @@ pub(crate) fn get(a: GetArgs, wait: Duration) -> Result<u8, CliError> {
     if let Some(path) = &a.output {
         check_output_path(path)?;
     }
-    let store = open_store(&a.store, wait, false)?;
+    let store = open_store_to_read(&a.store, wait)?;
     let snap = snapshot(&store, a.at)?;
     let Some(entry) = snap.get(&a.unit)? else {
         return Err(no_entry(&a));
@@ -342,7 +342,7 @@ pub(crate) fn entry_json(e: &Entry) -> Map<String, Value> {
 }
 
 pub(crate) fn ls(a: LsArgs, wait: Duration) -> Result<u8, CliError> {
-    let store = open_store(&a.store, wait, false)?;
+    let store = open_store_to_read(&a.store, wait)?;
     let snap = snapshot(&store, a.at)?;
     let out = Output::new(a.json);
     let show_internal = ls_shows_internal(&a);
@@ -422,7 +422,7 @@ pub(crate) fn print_ls(out: &Output, entries: &[Entry]) -> bool {
 }
 
 pub(crate) fn log(a: LogArgs, wait: Duration) -> Result<u8, CliError> {
-    let store = open_store(&a.store, wait, false)?;
+    let store = open_store_to_read(&a.store, wait)?;
     let snap = store.snapshot()?;
     let out = Output::new(a.json);
     let mut chunk = Vec::with_capacity(CHUNK);
