@@ -320,8 +320,13 @@ impl Drop for Core {
         // Make the acknowledged tail durable in the database on a clean close (relaxed mode's
         // unsynced groups, the durable mode's groups since the last checkpoint), then trim the
         // write-ahead log it covered: a cleanly closed store has nothing to replay.
+        // The counts of groups that changed no row (duplicates, refusals) were written with no
+        // group of their own: the close writes them.
+        let counters = self.leader.lock().counters.clone();
         let synced = self.db.begin_write().is_ok_and(|mut txn| {
-            txn.set_durability(redb::Durability::Immediate).is_ok() && txn.commit().is_ok()
+            txn.set_durability(redb::Durability::Immediate).is_ok()
+                && write_counters(&txn, &counters).is_ok()
+                && txn.commit().is_ok()
         });
         if !synced {
             return;
@@ -339,6 +344,17 @@ impl Drop for Core {
         // Best effort: a missing or stale snapshot only costs the next open a scan or a replay.
         let _ = self.persist_index();
     }
+}
+
+/// Writes the leader's cumulative store-scope counters into `txn`'s meta table (none yet: nothing).
+fn write_counters(txn: &redb::WriteTransaction, counters: &[(String, u64)]) -> Result<()> {
+    if counters.is_empty() {
+        return Ok(());
+    }
+    let mut t = txn.open_table(META).db("open the meta table")?;
+    t.insert(meta::COUNTERS, meta::sealed_counters(counters).as_slice())
+        .db("write the counters")?;
+    Ok(())
 }
 
 /// A panic's message, for the error that replaces it.
@@ -456,13 +472,8 @@ impl Core {
                 cause: format!("applying a commit group panicked: {}", panic_text(&p)),
             })
         });
-        match r {
-            Ok(()) => {
-                if synced {
-                    self.synced_through(groups, now_ms);
-                }
-                Ok(())
-            }
+        match r.and_then(|()| self.after_apply(groups, synced, now_ms)) {
+            Ok(()) => Ok(()),
             Err(e) => {
                 let cause = e.to_string();
                 self.fail(&cause);
@@ -482,6 +493,19 @@ impl Core {
             self.synced_through(std::slice::from_ref(group), now_ms);
         }
         Ok(())
+    }
+
+    /// After the applier's batch: a checkpoint (`synced`) makes the write-ahead records it covers
+    /// removable, and the applier removes them itself, so no commit's append carries the trim.
+    fn after_apply(&self, groups: &[GroupRedo], synced: bool, now_ms: u64) -> Result<()> {
+        if !synced {
+            return Ok(());
+        }
+        self.synced_through(groups, now_ms);
+        match &self.wal {
+            Some(wal) => wal.trim(),
+            None => Ok(()),
+        }
     }
 
     fn synced_through(&self, groups: &[GroupRedo], now_ms: u64) {

@@ -461,6 +461,16 @@ impl Store {
         self.inner.core.backlog.size()
     }
 
+    /// How many records the write-ahead log holds (0 without one): tests see what a group
+    /// appended and what a checkpoint trimmed.
+    #[doc(hidden)]
+    pub fn wal_records(&self) -> Result<u64> {
+        match &self.inner.core.wal {
+            Some(wal) => wal.records(),
+            None => Ok(0),
+        }
+    }
+
     /// Whether a thread of the store's own applies its backlog (`Options::background_apply` on a
     /// durable read-write open), rather than the writers after their commits.
     #[doc(hidden)]

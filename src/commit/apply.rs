@@ -326,6 +326,15 @@ fn write_group(inner: &Core, ops: Vec<Op>) -> Result<GroupResult> {
     let Writer {
         mut redo, index, ..
     } = w;
+    if path == Path::Logged && redo.is_empty() {
+        // The group changes no row: every answer is a duplicate or a refusal, decided from rows
+        // that are durable already (earlier groups' records synced before this group began). It
+        // writes no record and takes no group number; its counts stay in the leader's counters
+        // and are written with the next group that changes a row, or by the close (docs/commit.md,
+        // "A group that changes nothing").
+        drop(st);
+        return Ok((dones, index, counts));
+    }
     redo.meta(NEXT_SEQ, &meta::sealed_u64(NEXT_SEQ, *next_seq));
     redo.meta(NEXT_TOKEN, &meta::sealed_u64(NEXT_TOKEN, *next_token));
     redo.meta(HISTORY_FROM, &meta::sealed_u64(HISTORY_FROM, *history_from));

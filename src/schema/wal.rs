@@ -70,6 +70,10 @@ pub(crate) struct Redo {
 }
 
 impl Redo {
+    /// Whether no row was recorded yet.
+    pub(crate) fn is_empty(&self) -> bool {
+        self.buf.is_empty()
+    }
     fn head(&mut self, t: Tbl, remove: bool) {
         self.buf.push(t as u8);
         self.buf.push(u8::from(remove));
@@ -548,7 +552,7 @@ pub(crate) struct Wal {
 #[derive(Debug, Default)]
 struct State {
     /// Records up to this group are covered by a synced commit of the store's database and may
-    /// be trimmed (by the next append).
+    /// be trimmed (by the checkpoint's applier, [`Wal::trim`]).
     checkpointed: u64,
     /// Records up to this group are trimmed.
     trimmed: u64,
@@ -609,32 +613,61 @@ impl Wal {
         s.last_checkpoint_ms = now_ms;
     }
 
-    /// Appends `record` as group `group` and makes it durable (one synced redb commit); the
-    /// records a checkpoint covers are trimmed in the same commit. Called by the commit leader
-    /// only, so appends are in group order.
+    /// Appends `record` as group `group` and makes it durable (one synced redb commit). Called by
+    /// the commit leader only, so appends are in group order. It trims nothing: the records a
+    /// checkpoint covers are removed by the checkpoint's applier ([`Wal::trim`]), off the commit
+    /// path.
     pub(crate) fn append(&self, group: u64, record: &[u8]) -> Result<()> {
-        let (trim_to, trimmed) = {
-            let s = self.state.lock();
-            (s.checkpointed, s.trimmed)
-        };
         let mut txn = self.db.begin_write().db("begin a write-ahead append")?;
         txn.set_durability(redb::Durability::Immediate)
             .db("set the durability")?;
         {
             let mut t = txn.open_table(WAL).db("open the write-ahead log")?;
-            if trim_to > trimmed {
-                t.retain_in(..=trim_to, |_, _| false)
-                    .db("trim the write-ahead log")?;
-            }
             t.insert(group, record)
                 .db("append to the write-ahead log")?;
         }
         txn.commit().db("commit a write-ahead append")?;
         let mut s = self.state.lock();
-        s.trimmed = s.trimmed.max(trim_to);
         s.bytes += record.len() as u64;
         s.groups += 1;
         Ok(())
+    }
+
+    /// Removes the records a checkpoint covers ([`Wal::checkpointed`]), if any are left. Called by
+    /// whoever took the checkpoint (the applier), not by the leader: the leader's append then
+    /// writes one row only. Not synced: a trim lost in a crash leaves records at or below the
+    /// database's `wal_group`, which recovery skips; the next synced append makes it durable.
+    pub(crate) fn trim(&self) -> Result<()> {
+        let (trim_to, trimmed) = {
+            let s = self.state.lock();
+            (s.checkpointed, s.trimmed)
+        };
+        if trim_to <= trimmed {
+            return Ok(());
+        }
+        let mut txn = self
+            .db
+            .begin_write()
+            .db("begin trimming the write-ahead log")?;
+        txn.set_durability(redb::Durability::None)
+            .db("set the durability")?;
+        {
+            let mut t = txn.open_table(WAL).db("open the write-ahead log")?;
+            t.retain_in(..=trim_to, |_, _| false)
+                .db("trim the write-ahead log")?;
+        }
+        txn.commit().db("trim the write-ahead log")?;
+        let mut s = self.state.lock();
+        s.trimmed = s.trimmed.max(trim_to);
+        Ok(())
+    }
+
+    /// How many records the log holds (tests: what a checkpoint trimmed, what a group appended).
+    pub(crate) fn records(&self) -> Result<u64> {
+        use redb::ReadableTableMetadata;
+        let txn = self.db.begin_read().db("read the write-ahead log")?;
+        let t = txn.open_table(WAL).db("open the write-ahead log")?;
+        t.len().db("count the write-ahead log")
     }
 
     /// Removes every record (after a checkpoint that covers them all: on close), synced.
