@@ -72,8 +72,12 @@ impl Snapshot {
 
     fn begin(core: &Arc<Core>, at: Option<u64>) -> Result<Snapshot> {
         let readers = &core.readers;
-        // Shared: many snapshots open at once; only a prune in progress holds them off.
-        let _gate = readers.shared();
+        // Pinned before the read begins, at or before the seq it reads as of, so a prune either
+        // sees the pin or keeps this view whole (`ReaderPins`).
+        let pin = match at {
+            Some(seq) => readers.register_at(seq),
+            None => readers.register_newest(),
+        };
         let (txn, tail) = core.begin_read_with_tail()?;
         let tail = Tail::new(tail);
         let (txn_newest, txn_from) = seq_and_horizon(&txn)?;
@@ -97,7 +101,7 @@ impl Snapshot {
             tail,
             history_from,
             core: core.clone(),
-            _pin: readers.register(seq),
+            _pin: pin,
         })
     }
 

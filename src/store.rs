@@ -11,7 +11,7 @@ use crate::claim::{validate_worker, ClaimOutcome, Lease, ReleaseOutcome, RenewOu
 use crate::commit::apply::{self, Done, Op};
 use crate::commit::queue::WriteQueue;
 use crate::commit::{Batch, CommitReport, UnitOutcome};
-use crate::core::{Core, StoreLock};
+use crate::core::{Core, ReaderPins, StoreLock};
 use crate::error::{Error, IoContext, Result};
 use crate::key::{validate_key, validate_user_key};
 use crate::metrics::MetricsSnapshot;
@@ -147,7 +147,7 @@ impl Store {
         let queue = WriteQueue::new(options.max_group_units);
         let core = Core {
             stager,
-            readers: Arc::default(),
+            readers: Arc::new(ReaderPins::new(leader.next_seq.saturating_sub(1))),
             index: RwLock::new(index),
             failed: Mutex::new(None),
             metrics: crate::metrics::Metrics::from_persisted(&persisted),

@@ -106,3 +106,191 @@ fn the_checkpoint_trims_the_log_without_a_commit() {
     }
     assert!(emptied, "a checkpoint trimmed what it covers");
 }
+
+/// A clock whose calls on the thread named `gc` stop, from the `from`-th on (counting from 1):
+/// each such call reports itself and waits until the test acknowledges it or releases them all.
+/// So a test holds GC at a known step (the clock is read where a group is decided and where the
+/// backlog is applied) and looks at what the other threads can do meanwhile.
+#[derive(Debug)]
+struct StepClock {
+    inner: ManualClock,
+    from: u64,
+    state: Mutex<Steps>,
+    changed: Condvar,
+}
+
+#[derive(Debug, Default)]
+struct Steps {
+    calls: u64,
+    reached: u64,
+    acked: u64,
+    released: bool,
+}
+
+impl StepClock {
+    fn new(from: u64) -> Arc<StepClock> {
+        Arc::new(StepClock {
+            inner: ManualClock::new(1_000_000),
+            from,
+            state: Mutex::default(),
+            changed: Condvar::new(),
+        })
+    }
+
+    /// Waits until GC's `k`-th call is held; `false` if it is not within `within`.
+    fn wait_reached(&self, k: u64, within: Duration) -> bool {
+        let s = self.state.lock().unwrap();
+        let (s, _) = self
+            .changed
+            .wait_timeout_while(s, within, |s| s.reached < k)
+            .unwrap();
+        s.reached >= k
+    }
+
+    /// Lets GC's `k`-th call return.
+    fn ack(&self, k: u64) {
+        self.state.lock().unwrap().acked = k;
+        self.changed.notify_all();
+    }
+
+    /// Lets every held and later call return.
+    fn release(&self) {
+        self.state.lock().unwrap().released = true;
+        self.changed.notify_all();
+    }
+}
+
+impl Clock for StepClock {
+    fn now_ms(&self) -> u64 {
+        if std::thread::current().name() == Some("gc") {
+            let mut s = self.state.lock().unwrap();
+            s.calls += 1;
+            let k = s.calls;
+            if k >= self.from && !s.released {
+                s.reached = k;
+                self.changed.notify_all();
+                let _s = self
+                    .changed
+                    .wait_while(s, |s| s.acked < k && !s.released)
+                    .unwrap();
+            }
+        }
+        self.inner.now_ms()
+    }
+}
+
+/// Runs `f` on a thread of its own; its result if it returns within `within`.
+fn within<T: Send + 'static>(within: Duration, f: impl FnOnce() -> T + Send + 'static) -> Option<T> {
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(f());
+    });
+    rx.recv_timeout(within).ok()
+}
+
+fn spawn_gc(
+    store: &Store,
+    options: GcOptions,
+) -> std::thread::JoinHandle<oncelake::Result<oncelake::gc::GcReport>> {
+    let store = store.clone();
+    std::thread::Builder::new()
+        .name("gc".into())
+        .spawn(move || store.gc(options))
+        .unwrap()
+}
+
+/// GC's prune drains the backlog (and syncs) in the leader; meanwhile every reader of the newest
+/// seq goes on: held inside the prune group's drain, GC holds no `get`, snapshot or scan.
+#[test]
+fn a_get_during_gcs_prune_does_not_wait_for_its_drain() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = StepClock::new(2);
+    let store = Store::open_with(dir.path().join("lake"), held_backlog(clock.clone())).unwrap();
+    for v in 1..=3 {
+        for i in 0..20 {
+            store
+                .put(&format!("u{i}"), v, format!("{i}@{v}").as_bytes())
+                .unwrap();
+        }
+    }
+    assert!(store.backlog().units > 0, "the prune's group has a backlog to drain");
+    let gc = spawn_gc(
+        &store,
+        GcOptions {
+            retain: Duration::ZERO,
+            grace: Duration::ZERO,
+            dry_run: false,
+        },
+    );
+    // Call 1 is GC's cutoff; call 2 the prune group's decision; call 3 the drain's apply.
+    assert!(clock.wait_reached(2, Duration::from_secs(10)), "GC submits its prune");
+    clock.ack(2);
+    assert!(
+        clock.wait_reached(3, Duration::from_secs(10)),
+        "the prune's group drains the backlog"
+    );
+    let reader = store.clone();
+    let read = within(Duration::from_secs(5), move || {
+        let got = reader.get("u7").unwrap().map(|e| e.source_version);
+        let all = reader.snapshot().unwrap().iter().unwrap().count();
+        (got, all)
+    });
+    clock.release();
+    let report = gc.join().unwrap().unwrap();
+    assert_eq!(
+        read,
+        Some((Some(3), 20)),
+        "a get and a scan answered while the prune drained"
+    );
+    assert_eq!(report.history_rows_pruned, 40);
+    assert_eq!(store.get("u7").unwrap().unwrap().source_version, 3);
+}
+
+/// GC's second look (under the pin lock) reads the groups acknowledged before it from the backlog
+/// instead of waiting for them to be applied: a writer staging meanwhile is not held, and what GC
+/// keeps is still everything the commits since its first look reference.
+#[test]
+fn staging_does_not_wait_while_gcs_second_look_needs_the_backlog() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = StepClock::new(2);
+    let store = Store::open_with(dir.path().join("lake"), held_backlog(clock.clone())).unwrap();
+    store.put("a", 1, b"a1").unwrap();
+    // An object nobody references, so GC gets as far as deciding.
+    drop(store.stage_bytes(b"garbage").unwrap());
+    let gc = spawn_gc(
+        &store,
+        GcOptions {
+            retain: Duration::ZERO,
+            grace: Duration::ZERO,
+            dry_run: true,
+        },
+    );
+    // Call 1: the cutoff; call 2: the dry run's read applies the backlog; call 3: the first look
+    // applies the commit made during call 2. A commit during call 3 is in the backlog when GC
+    // takes its second look.
+    for (k, unit) in [(2, "x"), (3, "y")] {
+        assert!(
+            clock.wait_reached(k, Duration::from_secs(10)),
+            "GC applies at call {k}"
+        );
+        store.put(unit, 1, unit.as_bytes()).unwrap();
+        clock.ack(k);
+    }
+    // Either GC is done, or it is held applying at its second look.
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while !gc.is_finished() && !clock.wait_reached(4, Duration::from_millis(20)) {
+        assert!(std::time::Instant::now() < deadline, "GC neither ends nor applies");
+    }
+    let stager = store.clone();
+    let staged = within(Duration::from_secs(5), move || {
+        stager.stage_bytes(b"staged meanwhile").is_ok()
+    });
+    clock.release();
+    let report = gc.join().unwrap().unwrap();
+    assert_eq!(staged, Some(true), "staging was not held by GC's second look");
+    assert_eq!(report.objects, 1, "only the garbage would go: {report:?}");
+    for unit in ["a", "x", "y"] {
+        let e = store.get(unit).unwrap().unwrap();
+        store.snapshot().unwrap().read_object(&e).unwrap();
+    }
+}

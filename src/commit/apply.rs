@@ -58,12 +58,9 @@ pub(crate) enum Op {
     /// Garbage collection's history pruning (SPEC R14): delete the HISTORY rows superseded before
     /// `cutoff_ms` and advance the `history_from` horizon past them. Runs in the leader so it
     /// serialises with commits, and is always synced: GC deletes objects on the strength of it, so
-    /// it must not be lost in a crash while the deletions survive. Rows whose successor is newer
-    /// than `keep_for_seq` are kept: an open snapshot reads as of that seq.
-    Prune {
-        cutoff_ms: u64,
-        keep_for_seq: Option<u64>,
-    },
+    /// it must not be lost in a crash while the deletions survive. Rows an open snapshot reads,
+    /// or a snapshot begun while the prune is written may read, are kept (`ReaderPins`).
+    Prune { cutoff_ms: u64 },
     /// A higher layer's state change (pipelines): one `RecordBody::Extension` log record plus
     /// `EXTENSIONS[key] = seq ++ data`, in the same transaction. With a [`Fence`] it obeys the
     /// lease rules of a commit of `fence.unit` (fenced, busy) and, when written, ends that unit's
@@ -167,6 +164,8 @@ struct Writer<'v> {
     /// Every row the group writes, with its exact bytes: what the write-ahead log records and
     /// what is applied to the B-trees.
     redo: Redo,
+    /// A prune's decision, held until the group is durable.
+    prune_guard: Option<crate::core::PruneGuard>,
 }
 
 /// One item of a batch, decided.
@@ -307,6 +306,7 @@ fn write_group(inner: &Core, ops: Vec<Op>) -> Result<GroupResult> {
         index: Vec::new(),
         expired_leases: 0,
         redo: Redo::default(),
+        prune_guard: None,
     };
     let mut dones = Vec::with_capacity(ops.len());
     for op in ops {
@@ -324,8 +324,12 @@ fn write_group(inner: &Core, ops: Vec<Op>) -> Result<GroupResult> {
     }
     meta::add_to_counters(counters, &counts, seq_before);
     let Writer {
-        mut redo, index, ..
+        mut redo,
+        index,
+        prune_guard,
+        ..
     } = w;
+    let newest = next_seq.saturating_sub(1);
     if path == Path::Logged && redo.is_empty() {
         // The group changes no row: every answer is a duplicate or a refusal, decided from rows
         // that are durable already (earlier groups' records synced before this group began). It
@@ -362,6 +366,9 @@ fn write_group(inner: &Core, ops: Vec<Op>) -> Result<GroupResult> {
         }
         (Path::InPlace(synced), _) => inner.apply_in_place(&pending, synced)?,
     }
+    // A read begun from now on sees the group: a snapshot may pin its newest seq.
+    inner.readers.publish(newest);
+    drop(prune_guard);
     Ok((dones, index, counts))
 }
 
@@ -481,10 +488,7 @@ impl Writer<'_> {
             Op::Renew { lease, ttl_ms } => Done::Renew(self.renew(lease, ttl_ms)?),
             Op::Release { lease } => Done::Release(self.release(lease)?),
             Op::Flush => Done::Flushed,
-            Op::Prune {
-                cutoff_ms,
-                keep_for_seq,
-            } => self.prune(cutoff_ms, keep_for_seq)?,
+            Op::Prune { cutoff_ms } => self.prune(cutoff_ms)?,
             Op::Extension {
                 tag,
                 key,
@@ -693,7 +697,12 @@ impl Writer<'_> {
 
     /// Deletes the history rows superseded before `cutoff_ms` (see [`crate::schema::manifest::plan_prune`]) and
     /// moves the horizon so that no read as of a seq whose view lost a row is served.
-    fn prune(&mut self, cutoff_ms: u64, keep_for_seq: Option<u64>) -> Result<Done> {
+    fn prune(&mut self, cutoff_ms: u64) -> Result<Done> {
+        // Decided here, on the drained backlog, and held until the group is durable: a snapshot
+        // registered from now on reads as of `keep_for_seq` or later (`ReaderPins`).
+        let (keep_for_seq, guard) = self.core.readers.begin_prune();
+        self.prune_guard = Some(guard);
+        let keep_for_seq = Some(keep_for_seq);
         // A prune's group is applied in place on a drained backlog, so the applied history is
         // the whole history (but for rows this very group added, which it keeps: pruning less
         // is always safe).
