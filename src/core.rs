@@ -20,7 +20,7 @@ use crate::schema::meta::{self, seq_and_horizon};
 use crate::schema::wal::GroupRedo;
 use crate::schema::{MANIFEST, META};
 use crate::stage::Stager;
-use crate::tail::Tables;
+use crate::tail::{LiveTail, Tables};
 use crate::vfs::{RealVfs, Vfs};
 use parking_lot::{Mutex, RwLock};
 use redb::{ReadableDatabase, ReadableTableMetadata};
@@ -301,7 +301,11 @@ impl ReaderPins {
     pub(crate) fn begin_prune(self: &Arc<Self>) -> (u64, PruneGuard) {
         let mut s = self.state.lock();
         let published = self.published.load(Ordering::SeqCst);
-        let keep = s.seqs.keys().next().map_or(published, |&p| p.min(published));
+        let keep = s
+            .seqs
+            .keys()
+            .next()
+            .map_or(published, |&p| p.min(published));
         s.pruning = Some(keep);
         (keep, PruneGuard { pins: self.clone() })
     }
@@ -492,6 +496,32 @@ impl Core {
             }
         }
         Ok(ids)
+    }
+
+    /// Begins a read transaction without waiting for the backlog, with the acknowledged groups it
+    /// lacks as a [`LiveTail`] (their numbers only, read in place from the backlog): a snapshot's
+    /// start, in constant time whatever the backlog holds. With `limit` the tail stops at that
+    /// group (a snapshot that reads again from a newer transaction keeps its own seq).
+    pub(crate) fn begin_read_live(
+        &self,
+        limit: Option<u64>,
+    ) -> Result<(redb::ReadTransaction, LiveTail)> {
+        self.owner.check(&self.dir)?;
+        let (applied, acked, newest) = self.backlog.listing().map_err(|e| self.stopped(e))?;
+        let txn = self.db.begin_read().db("begin a read transaction")?;
+        let in_txn =
+            crate::schema::wal::applied_group(&txn.open_table(META).db("open the meta table")?)?;
+        assert!(
+            in_txn >= applied,
+            "invariant: a read transaction holds every group the backlog reported applied \
+             before it began (it holds {in_txn}, the backlog said {applied})"
+        );
+        let upto = limit.map_or(acked, |l| l.min(acked));
+        // The newest listed group gives the tail's seq; a tail cut at `limit` needs none (its
+        // snapshot knows its seq).
+        let newest = newest.filter(|g| g.number() == upto);
+        let tail = LiveTail::new(in_txn, upto, newest.as_ref())?;
+        Ok((txn, tail))
     }
 
     /// Applies pending groups of the backlog if nobody else is (every writer calls it once its

@@ -180,7 +180,10 @@ impl Clock for StepClock {
 }
 
 /// Runs `f` on a thread of its own; its result if it returns within `within`.
-fn within<T: Send + 'static>(within: Duration, f: impl FnOnce() -> T + Send + 'static) -> Option<T> {
+fn within<T: Send + 'static>(
+    within: Duration,
+    f: impl FnOnce() -> T + Send + 'static,
+) -> Option<T> {
     let (tx, rx) = mpsc::channel();
     std::thread::spawn(move || {
         let _ = tx.send(f());
@@ -213,7 +216,10 @@ fn a_get_during_gcs_prune_does_not_wait_for_its_drain() {
                 .unwrap();
         }
     }
-    assert!(store.backlog().units > 0, "the prune's group has a backlog to drain");
+    assert!(
+        store.backlog().units > 0,
+        "the prune's group has a backlog to drain"
+    );
     let gc = spawn_gc(
         &store,
         GcOptions {
@@ -223,7 +229,10 @@ fn a_get_during_gcs_prune_does_not_wait_for_its_drain() {
         },
     );
     // Call 1 is GC's cutoff; call 2 the prune group's decision; call 3 the drain's apply.
-    assert!(clock.wait_reached(2, Duration::from_secs(10)), "GC submits its prune");
+    assert!(
+        clock.wait_reached(2, Duration::from_secs(10)),
+        "GC submits its prune"
+    );
     clock.ack(2);
     assert!(
         clock.wait_reached(3, Duration::from_secs(10)),
@@ -279,7 +288,10 @@ fn staging_does_not_wait_while_gcs_second_look_needs_the_backlog() {
     // Either GC is done, or it is held applying at its second look.
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
     while !gc.is_finished() && !clock.wait_reached(4, Duration::from_millis(20)) {
-        assert!(std::time::Instant::now() < deadline, "GC neither ends nor applies");
+        assert!(
+            std::time::Instant::now() < deadline,
+            "GC neither ends nor applies"
+        );
     }
     let stager = store.clone();
     let staged = within(Duration::from_secs(5), move || {
@@ -287,7 +299,11 @@ fn staging_does_not_wait_while_gcs_second_look_needs_the_backlog() {
     });
     clock.release();
     let report = gc.join().unwrap().unwrap();
-    assert_eq!(staged, Some(true), "staging was not held by GC's second look");
+    assert_eq!(
+        staged,
+        Some(true),
+        "staging was not held by GC's second look"
+    );
     assert_eq!(report.objects, 1, "only the garbage would go: {report:?}");
     for unit in ["a", "x", "y"] {
         let e = store.get(unit).unwrap().unwrap();

@@ -60,7 +60,9 @@ pub(crate) enum Op {
     /// serialises with commits, and is always synced: GC deletes objects on the strength of it, so
     /// it must not be lost in a crash while the deletions survive. Rows an open snapshot reads,
     /// or a snapshot begun while the prune is written may read, are kept (`ReaderPins`).
-    Prune { cutoff_ms: u64 },
+    Prune {
+        cutoff_ms: u64,
+    },
     /// A higher layer's state change (pipelines): one `RecordBody::Extension` log record plus
     /// `EXTENSIONS[key] = seq ++ data`, in the same transaction. With a [`Fence`] it obeys the
     /// lease rules of a commit of `fence.unit` (fenced, busy) and, when written, ends that unit's
@@ -356,6 +358,8 @@ fn write_group(inner: &Core, ops: Vec<Op>) -> Result<GroupResult> {
         // (their snapshots read its redo there, `tail`), and it is pushed there only after this
         // append synced (I3).
         (Path::Logged, Some(wal)) if pending.len() <= MAX_RECORD => {
+            // Readers look the group's keys up in the backlog's index from its push on.
+            pending.parse_for_readers()?;
             wal.append(group, &pending.frame())?;
             inner.backlog.push(pending);
         }

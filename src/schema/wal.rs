@@ -170,6 +170,20 @@ struct ReadRows {
     history_from: Option<Span>,
 }
 
+impl Keyed {
+    /// Every table, in [`Keyed::slot`] order.
+    pub(crate) const ALL: [Keyed; 3] = [Keyed::Manifest, Keyed::Claims, Keyed::Extensions];
+
+    /// Its place among the tables (the backlog's key index, `crate::backlog::KEY_TABLES`).
+    pub(crate) fn slot(self) -> usize {
+        match self {
+            Keyed::Manifest => 0,
+            Keyed::Claims => 1,
+            Keyed::Extensions => 2,
+        }
+    }
+}
+
 impl ReadRows {
     fn keyed(&self, table: Keyed) -> &[(Span, Span)] {
         match table {
@@ -259,6 +273,44 @@ impl GroupRedo {
             .keyed(table)
             .iter()
             .map(move |(k, v)| (&p[k.clone()], &p[v.clone()])))
+    }
+
+    /// Parses the rows a reader needs now (the leader, before queuing the group: the backlog's
+    /// key index needs them, [`GroupRedo::index_keys`]).
+    pub(crate) fn parse_for_readers(&self) -> Result<()> {
+        self.read_rows().map(|_| ())
+    }
+
+    /// Every keyed row as `(table slot, key, place among the table's rows)`, in the redo's order.
+    /// Empty if the rows do not parse, which [`GroupRedo::parse_for_readers`] rules out before
+    /// the group is queued.
+    pub(crate) fn index_keys(&self) -> Vec<(usize, &[u8], u32)> {
+        let Ok(rows) = self.read_rows() else {
+            return Vec::new();
+        };
+        let p = self.payload();
+        Keyed::ALL
+            .iter()
+            .flat_map(|&t| {
+                rows.keyed(t)
+                    .iter()
+                    .enumerate()
+                    .map(move |(i, (k, _))| (t.slot(), &p[k.clone()], i as u32))
+            })
+            .collect()
+    }
+
+    /// Its `row`-th row of `table` (a place [`GroupRedo::index_keys`] gave), as the table stores
+    /// it: `(key, sealed value)`.
+    pub(crate) fn keyed_row(&self, table: Keyed, row: u32) -> Result<(&[u8], &[u8])> {
+        let p = self.payload();
+        match self.read_rows()?.keyed(table).get(row as usize) {
+            Some((k, v)) => Ok((&p[k.clone()], &p[v.clone()])),
+            None => Err(damaged(
+                Path::new(IN_MEMORY),
+                format!("group {} has no row {row} of {table:?}", self.group),
+            )),
+        }
     }
 
     /// Its log records, `(seq, framed record)`, in seq order.
