@@ -585,4 +585,71 @@ mod tests {
         assert_eq!(applied.borrow().last(), Some(&vec![4]));
         assert_eq!((b.applied(), b.size().units), (4, 0));
     }
+
+    /// A group writing one row under each of its keys (table 0).
+    #[derive(Debug, Clone)]
+    struct K(u64, Vec<&'static str>);
+    impl Group for K {
+        fn number(&self) -> u64 {
+            self.0
+        }
+        fn weight(&self) -> usize {
+            100
+        }
+        fn units(&self) -> usize {
+            self.1.len()
+        }
+        fn keys(&self) -> Vec<(usize, &[u8], u32)> {
+            (self.1.iter().enumerate())
+                .map(|(i, k)| (0, k.as_bytes(), i as u32))
+                .collect()
+        }
+    }
+
+    impl<G: Group + Clone> Backlog<G> {
+        fn indexed_keys(&self) -> usize {
+            self.state.lock().keys.iter().map(|t| t.len()).sum()
+        }
+    }
+
+    /// A key's rows are found among many groups by the key alone — only the groups holding it
+    /// come back, newest first, within the range asked — and the index forgets every group once
+    /// applied; a range whose groups were applied is refused as such.
+    #[test]
+    fn the_key_index_finds_only_the_groups_holding_the_key_and_forgets_applied_ones() {
+        let b = Backlog::new(0, 1 << 30, 1 << 30);
+        for n in 1..=1000 {
+            let keys = if n % 100 == 0 {
+                vec!["hot", "k"]
+            } else {
+                vec!["k"]
+            };
+            b.push(K(n, keys));
+        }
+        let found = |after, upto| -> Vec<(u64, u32)> {
+            b.rows_of(0, b"hot", after, upto)
+                .unwrap()
+                .iter()
+                .map(|(g, row)| (g.0, *row))
+                .collect()
+        };
+        let model = |after: u64, upto: u64| -> Vec<(u64, u32)> {
+            (after + 1..=upto)
+                .rev()
+                .filter(|n| n % 100 == 0)
+                .map(|n| (n, 0))
+                .collect()
+        };
+        for (after, upto) in [(0, 1000), (0, 999), (250, 1000), (300, 300), (299, 300), (0, 50)] {
+            assert_eq!(found(after, upto), model(after, upto), "({after}, {upto}]");
+        }
+        assert!(b.rows_of(0, b"cold", 0, 1000).unwrap().is_empty());
+        assert_eq!(b.between(997, 1000).unwrap().len(), 3);
+        assert_eq!(b.indexed_keys(), 2);
+        b.drain(|_: &[K]| -> Result<(), String> { Ok(()) }).unwrap();
+        assert_eq!(b.indexed_keys(), 0, "every entry forgotten once applied");
+        assert_eq!(b.rows_of(0, b"hot", 0, 1000).unwrap_err(), Unlisted::Applied);
+        assert_eq!(b.between(10, 1000).unwrap_err(), Unlisted::Applied);
+        assert!(b.rows_of(0, b"hot", 1000, 1000).unwrap().is_empty());
+    }
 }

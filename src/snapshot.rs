@@ -540,3 +540,46 @@ impl Iterator for AsOf {
         None
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::{Options, Store};
+
+    /// A snapshot begins without copying the backlog's groups and keeps none of them: open
+    /// snapshots and their reads leave a queued group with its one holder (the backlog), and
+    /// once it is applied nobody holds it, while every snapshot still reads as of its seq.
+    #[test]
+    fn snapshots_keep_no_group_of_the_backlog_alive() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open_with(
+            dir.path().join("lake"),
+            Options {
+                background_apply: false,
+                apply_min_bytes: 64 << 20,
+                ..Options::default()
+            },
+        )
+        .unwrap();
+        for i in 0..50 {
+            store.put(&format!("u{i}"), 1, b"v1").unwrap();
+        }
+        let (_, _, newest) = store.core().backlog.listing().unwrap();
+        let newest = newest.unwrap();
+        assert_eq!(newest.holders(), 2, "the backlog and this test");
+        let snaps: Vec<_> = (0..20).map(|_| store.snapshot().unwrap()).collect();
+        for s in &snaps {
+            assert_eq!(s.get("u49").unwrap().unwrap().source_version, 1);
+            assert_eq!(s.iter().unwrap().count(), 50);
+        }
+        assert_eq!(newest.holders(), 2, "no snapshot holds the group");
+        store.put("u0", 2, b"v2").unwrap();
+        store.flush().unwrap();
+        assert_eq!(newest.holders(), 1, "applied: only this test holds it");
+        for s in &snaps {
+            assert_eq!(s.get("u0").unwrap().unwrap().source_version, 1);
+            assert_eq!(s.get("u49").unwrap().unwrap().source_version, 1);
+            assert_eq!(s.iter().unwrap().count(), 50);
+        }
+        assert_eq!(store.get("u0").unwrap().unwrap().source_version, 2);
+    }
+}

@@ -222,6 +222,11 @@ impl GroupRedo {
     pub(crate) fn number(&self) -> u64 {
         self.group
     }
+    /// How many handles share its redo (tests: who keeps a group alive).
+    #[cfg(test)]
+    pub(crate) fn holders(&self) -> usize {
+        Arc::strong_count(&self.shared)
+    }
     fn payload(&self) -> &[u8] {
         &self.shared.payload
     }
