@@ -640,7 +640,14 @@ mod tests {
                 .map(|n| (n, 0))
                 .collect()
         };
-        for (after, upto) in [(0, 1000), (0, 999), (250, 1000), (300, 300), (299, 300), (0, 50)] {
+        for (after, upto) in [
+            (0, 1000),
+            (0, 999),
+            (250, 1000),
+            (300, 300),
+            (299, 300),
+            (0, 50),
+        ] {
             assert_eq!(found(after, upto), model(after, upto), "({after}, {upto}]");
         }
         assert!(b.rows_of(0, b"cold", 0, 1000).unwrap().is_empty());
@@ -648,7 +655,10 @@ mod tests {
         assert_eq!(b.indexed_keys(), 2);
         b.drain(|_: &[K]| -> Result<(), String> { Ok(()) }).unwrap();
         assert_eq!(b.indexed_keys(), 0, "every entry forgotten once applied");
-        assert_eq!(b.rows_of(0, b"hot", 0, 1000).unwrap_err(), Unlisted::Applied);
+        assert_eq!(
+            b.rows_of(0, b"hot", 0, 1000).unwrap_err(),
+            Unlisted::Applied
+        );
         assert_eq!(b.between(10, 1000).unwrap_err(), Unlisted::Applied);
         assert!(b.rows_of(0, b"hot", 1000, 1000).unwrap().is_empty());
     }
