@@ -166,8 +166,8 @@ struct Writer<'v> {
     /// Every row the group writes, with its exact bytes: what the write-ahead log records and
     /// what is applied to the B-trees.
     redo: Redo,
-    /// A prune's decision, held until the group is durable.
-    prune_guard: Option<crate::core::PruneGuard>,
+    /// A prune's decision (the seq it keeps views from), held until the group is durable.
+    prune_guard: Option<(u64, crate::core::PruneGuard)>,
 }
 
 /// One item of a batch, decided.
@@ -704,8 +704,15 @@ impl Writer<'_> {
     fn prune(&mut self, cutoff_ms: u64) -> Result<Done> {
         // Decided here, on the drained backlog, and held until the group is durable: a snapshot
         // registered from now on reads as of `keep_for_seq` or later (`ReaderPins`).
-        let (keep_for_seq, guard) = self.core.readers.begin_prune();
-        self.prune_guard = Some(guard);
+        // A second prune in the same group (two GCs at once) keeps what the first decided.
+        let keep_for_seq = match &self.prune_guard {
+            Some((keep, _)) => *keep,
+            None => {
+                let (keep, guard) = self.core.readers.begin_prune();
+                self.prune_guard = Some((keep, guard));
+                keep
+            }
+        };
         let keep_for_seq = Some(keep_for_seq);
         // A prune's group is applied in place on a drained backlog, so the applied history is
         // the whole history (but for rows this very group added, which it keeps: pruning less
