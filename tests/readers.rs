@@ -5,7 +5,6 @@
 
 use oncelake::gc::GcOptions;
 use oncelake::{Clock, ManualClock, Options, Outcome, Store};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc;
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
