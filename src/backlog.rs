@@ -70,6 +70,9 @@ impl Group for crate::schema::wal::GroupRedo {
     fn units(&self) -> usize {
         crate::schema::wal::GroupRedo::units(self)
     }
+    fn keys(&self) -> Vec<(usize, &[u8], u32)> {
+        crate::schema::wal::GroupRedo::index_keys(self)
+    }
 }
 
 /// What the backlog needs to know of a group.
@@ -80,7 +83,37 @@ pub trait Group {
     fn weight(&self) -> usize;
     /// The units it commits (for the figures only).
     fn units(&self) -> usize;
+    /// The rows a reader looks up one key at a time ([`Backlog::rows_of`]): per row its
+    /// table (below [`KEY_TABLES`]), its key and its place among the group's rows of that table,
+    /// in the group's order. None by default.
+    fn keys(&self) -> Vec<(usize, &[u8], u32)> {
+        Vec::new()
+    }
 }
+
+/// How many tables [`Group::keys`] names rows of.
+pub const KEY_TABLES: usize = 3;
+
+/// Per table, per key: the groups of the queue holding a row of it, oldest first, each with the
+/// row's place in its group — a point read's way into the queue without scanning it. Entries of
+/// groups already applied may linger a little (the applier removes them after its batch, a
+/// chunk at a time); no reader looks at them (see [`Backlog::rows_of`]).
+type KeyIndex = [std::collections::HashMap<Box<[u8]>, Vec<(u64, u32)>, foldhash::fast::RandomState>;
+    KEY_TABLES];
+
+/// Why the backlog cannot answer a read of groups `after + 1 ..= upto`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Unlisted {
+    /// Some of them are applied and left the queue: the B-trees hold them now (a reader reads
+    /// them from a newer read transaction).
+    Applied,
+    /// An apply failed: the B-trees no longer follow the log.
+    Stopped(String),
+}
+
+/// The keys removed from the index under one lock: a batch's removal must not hold the leader's
+/// next push (or a reader) for long.
+const FORGET_CHUNK: usize = 512;
 
 /// The shared state, under [`Backlog::state`]. Every field is read and written under the lock.
 #[derive(Debug)]
@@ -107,6 +140,8 @@ struct State<G> {
     /// Set once, when the store closes: the applier thread returns from
     /// [`Backlog::next_batch_due`] and ends. Readers, flushes and the close go on applying.
     stopping: bool,
+    /// The rows of `pending` by key (see [`KeyIndex`]).
+    keys: KeyIndex,
 }
 
 /// Durable groups waiting to be applied; see the module documentation for the protocol.
@@ -165,6 +200,7 @@ impl<G: Group + Clone> Backlog<G> {
                 max_units: 0,
                 failed: None,
                 stopping: false,
+                keys: Default::default(),
             }),
             changed: Condvar::new(),
             bound,
@@ -187,6 +223,12 @@ impl<G: Group + Clone> Backlog<G> {
         s.weight += group.weight();
         s.units += group.units();
         s.max_units = s.max_units.max(s.units);
+        for (table, key, row) in group.keys() {
+            s.keys[table]
+                .entry(key.into())
+                .or_default()
+                .push((group.number(), row));
+        }
         s.pending.push_back(group);
         // The applier thread waits for the start to be reached (or for an apply to end, which
         // notifies anyway): wake it when this push reaches it.
@@ -294,8 +336,30 @@ impl<G: Group + Clone> Backlog<G> {
             }
             Err(e) => s.failed = Some(e),
         }
+        let through = s.applied;
         drop(s);
         self.changed.notify_all();
+        self.forget(&batch, through);
+    }
+
+    /// Removes from the key index the entries of `batch`'s groups up to group `through` (applied),
+    /// a chunk at a time.
+    fn forget(&self, batch: &[G], through: u64) {
+        let keys: Vec<_> = batch.iter().flat_map(G::keys).collect();
+        for chunk in keys.chunks(FORGET_CHUNK) {
+            let mut s = self.state.lock();
+            for (table, key, _) in chunk {
+                let index = &mut s.keys[*table];
+                let Some(groups) = index.get_mut(*key) else {
+                    continue;
+                };
+                let gone = groups.partition_point(|&(g, _)| g <= through);
+                groups.drain(..gone);
+                if groups.is_empty() {
+                    index.remove(*key);
+                }
+            }
+        }
     }
 
     /// Takes the oldest pending groups, up to the batch weight (at least one), and marks the
@@ -334,6 +398,70 @@ impl<G: Group + Clone> Backlog<G> {
             "invariant: the queue holds every group after the applied one, without a gap"
         );
         Ok((s.applied, s.pending.iter().cloned().collect()))
+    }
+
+    /// The newest group applied, the newest acknowledged, and a handle on the latter (if it is
+    /// not applied): what a snapshot begins with, in constant time. A read transaction begun
+    /// after this call holds the B-trees at or past the applied group, and the groups after it
+    /// up to the acknowledged one can be read from the queue ([`Backlog::rows_of`],
+    /// [`Backlog::between`]) for as long as they are not applied.
+    pub fn listing(&self) -> Result<(u64, u64, Option<G>), Stopped> {
+        let s = self.state.lock();
+        if let Some(why) = &s.failed {
+            return Err(Stopped(why.clone()));
+        }
+        Ok((s.applied, s.acked, s.pending.back().cloned()))
+    }
+
+    /// Among the groups `after + 1 ..= upto`, those holding a row of `key` in `table`, newest
+    /// first, each with the row's place in it ([`Group::keys`]); usually one or none. Constant
+    /// time in the queue's length: one hash probe, a binary search among the key's groups.
+    pub fn rows_of(
+        &self,
+        table: usize,
+        key: &[u8],
+        after: u64,
+        upto: u64,
+    ) -> Result<Vec<(G, u32)>, Unlisted> {
+        let s = self.state.lock();
+        Self::check_listed(&s, after)?;
+        let Some(groups) = s.keys[table].get(key) else {
+            return Ok(Vec::new());
+        };
+        let newer = groups.partition_point(|&(g, _)| g <= upto);
+        Ok(groups[..newer]
+            .iter()
+            .rev()
+            // Above `after`, hence above `applied`: in the queue (older entries may linger).
+            .take_while(|&&(g, _)| g > after)
+            .map(|&(g, row)| {
+                let at = usize::try_from(g - s.applied - 1)
+                    .expect("invariant: a queued group's offset fits in memory");
+                (s.pending[at].clone(), row)
+            })
+            .collect())
+    }
+
+    /// The groups `after + 1 ..= upto`, oldest first (a range scan of a snapshot's tail).
+    pub fn between(&self, after: u64, upto: u64) -> Result<Vec<G>, Unlisted> {
+        let s = self.state.lock();
+        Self::check_listed(&s, after)?;
+        let from = usize::try_from(after - s.applied)
+            .expect("invariant: a queued group's offset fits in memory");
+        let to = usize::try_from(upto.saturating_sub(s.applied))
+            .expect("invariant: a queued group's offset fits in memory");
+        Ok(s.pending.range(from..to.max(from)).cloned().collect())
+    }
+
+    /// Whether the groups after `after` are all still queued.
+    fn check_listed(s: &State<G>, after: u64) -> Result<(), Unlisted> {
+        if let Some(why) = &s.failed {
+            return Err(Unlisted::Stopped(why.clone()));
+        }
+        if s.applied > after {
+            return Err(Unlisted::Applied);
+        }
+        Ok(())
     }
 
     /// Waits until every group acknowledged when it was called is applied, applying them itself
@@ -466,5 +594,82 @@ mod tests {
         b.drain(apply).unwrap();
         assert_eq!(applied.borrow().last(), Some(&vec![4]));
         assert_eq!((b.applied(), b.size().units), (4, 0));
+    }
+
+    /// A group writing one row under each of its keys (table 0).
+    #[derive(Debug, Clone)]
+    struct K(u64, Vec<&'static str>);
+    impl Group for K {
+        fn number(&self) -> u64 {
+            self.0
+        }
+        fn weight(&self) -> usize {
+            100
+        }
+        fn units(&self) -> usize {
+            self.1.len()
+        }
+        fn keys(&self) -> Vec<(usize, &[u8], u32)> {
+            (self.1.iter().enumerate())
+                .map(|(i, k)| (0, k.as_bytes(), i as u32))
+                .collect()
+        }
+    }
+
+    impl<G: Group + Clone> Backlog<G> {
+        fn indexed_keys(&self) -> usize {
+            self.state.lock().keys.iter().map(|t| t.len()).sum()
+        }
+    }
+
+    /// A key's rows are found among many groups by the key alone — only the groups holding it
+    /// come back, newest first, within the range asked — and the index forgets every group once
+    /// applied; a range whose groups were applied is refused as such.
+    #[test]
+    fn the_key_index_finds_only_the_groups_holding_the_key_and_forgets_applied_ones() {
+        let b = Backlog::new(0, 1 << 30, 1 << 30);
+        for n in 1..=1000 {
+            let keys = if n % 100 == 0 {
+                vec!["hot", "k"]
+            } else {
+                vec!["k"]
+            };
+            b.push(K(n, keys));
+        }
+        let found = |after, upto| -> Vec<(u64, u32)> {
+            b.rows_of(0, b"hot", after, upto)
+                .unwrap()
+                .iter()
+                .map(|(g, row)| (g.0, *row))
+                .collect()
+        };
+        let model = |after: u64, upto: u64| -> Vec<(u64, u32)> {
+            (after + 1..=upto)
+                .rev()
+                .filter(|n| n % 100 == 0)
+                .map(|n| (n, 0))
+                .collect()
+        };
+        for (after, upto) in [
+            (0, 1000),
+            (0, 999),
+            (250, 1000),
+            (300, 300),
+            (299, 300),
+            (0, 50),
+        ] {
+            assert_eq!(found(after, upto), model(after, upto), "({after}, {upto}]");
+        }
+        assert!(b.rows_of(0, b"cold", 0, 1000).unwrap().is_empty());
+        assert_eq!(b.between(997, 1000).unwrap().len(), 3);
+        assert_eq!(b.indexed_keys(), 2);
+        b.drain(|_: &[K]| -> Result<(), String> { Ok(()) }).unwrap();
+        assert_eq!(b.indexed_keys(), 0, "every entry forgotten once applied");
+        assert_eq!(
+            b.rows_of(0, b"hot", 0, 1000).unwrap_err(),
+            Unlisted::Applied
+        );
+        assert_eq!(b.between(10, 1000).unwrap_err(), Unlisted::Applied);
+        assert!(b.rows_of(0, b"hot", 1000, 1000).unwrap().is_empty());
     }
 }

@@ -20,9 +20,9 @@ use crate::schema::meta::{self, seq_and_horizon};
 use crate::schema::wal::GroupRedo;
 use crate::schema::{MANIFEST, META};
 use crate::stage::Stager;
-use crate::tail::Tables;
+use crate::tail::{LiveTail, Tables};
 use crate::vfs::{RealVfs, Vfs};
-use parking_lot::{Mutex, RwLock, RwLockWriteGuard};
+use parking_lot::{Mutex, RwLock};
 use redb::{ReadableDatabase, ReadableTableMetadata};
 use std::collections::BTreeMap;
 use std::fs::File;
@@ -252,40 +252,107 @@ impl Drop for StoreLock {
 }
 
 /// The seqs that open snapshots read as of, shared by a store's snapshots and its GC.
+///
+/// A snapshot registers its pin *before* it begins its read, at a seq no newer than the one it
+/// will read as of: the seq it asked for, or for a view of the newest seq the newest seq
+/// published so far ([`ReaderPins::publish`], a lower bound of what its read will find). A prune
+/// decides which rows it keeps in the leader, on a drained backlog, from the lowest pin and the
+/// published seq ([`ReaderPins::begin_prune`]), and holds that decision until its group is
+/// durable: so a snapshot either is pinned when the prune decides, or registers afterwards at a
+/// seq the prune keeps whole. Only a view as of a seq older than that (an old `snapshot_at`)
+/// waits, for the prune's own synced commit: never for the backlog's drain, and a view of the
+/// newest seq never waits (docs/gc-verify-faults.md).
 #[derive(Debug, Default)]
 pub(crate) struct ReaderPins {
-    /// Taken shared by a snapshot from before its read transaction begins until its seq is
-    /// registered, and exclusively by GC from reading the lowest pin until its prune is durable:
-    /// so a snapshot either is registered when GC reads the pins, or begins its read transaction
-    /// after the prune committed (and then sees the new horizon).
-    gate: RwLock<()>,
+    state: Mutex<PinsState>,
+    /// Notified when a prune's decision is durable.
+    pruned: parking_lot::Condvar,
+    /// The newest seq whose group a new read can see (a lower bound: set after the group is
+    /// queued or applied).
+    published: AtomicU64,
+}
+
+#[derive(Debug, Default)]
+struct PinsState {
     /// Open snapshots per seq.
-    seqs: Mutex<BTreeMap<u64, usize>>,
+    seqs: BTreeMap<u64, usize>,
+    /// While a prune's group is decided and written: the seq it keeps every view at or after.
+    pruning: Option<u64>,
 }
 
 impl ReaderPins {
-    /// Holds off new snapshots while a prune is decided and written; then `min_pinned` stays
-    /// valid until the guard is dropped (pins can only be released meanwhile, never added).
-    pub(crate) fn exclusive(&self) -> RwLockWriteGuard<'_, ()> {
-        self.gate.write()
+    /// Pins with `newest` published (the store's newest seq at open).
+    pub(crate) fn new(newest: u64) -> ReaderPins {
+        ReaderPins {
+            published: AtomicU64::new(newest),
+            ..ReaderPins::default()
+        }
+    }
+
+    /// Notes that every seq up to `seq` is visible to a read begun from now on (the leader, after
+    /// queuing or applying a group).
+    pub(crate) fn publish(&self, seq: u64) {
+        self.published.fetch_max(seq, Ordering::SeqCst);
     }
 
     /// The lowest seq an open snapshot reads as of, if any snapshot is open.
     pub(crate) fn min_pinned(&self) -> Option<u64> {
-        self.seqs.lock().keys().next().copied()
+        self.state.lock().seqs.keys().next().copied()
     }
 
-    /// Taken by a snapshot from before its read transaction begins until its seq is registered.
-    pub(crate) fn shared(&self) -> parking_lot::RwLockReadGuard<'_, ()> {
-        self.gate.read()
+    /// The leader, deciding a prune: the seq every view at or after which the prune must keep
+    /// whole (the lowest pin, or the published seq — the newest any view begun from now on can
+    /// be older than), held until the guard is dropped once the prune is durable (or failed).
+    pub(crate) fn begin_prune(self: &Arc<Self>) -> (u64, PruneGuard) {
+        let mut s = self.state.lock();
+        let published = self.published.load(Ordering::SeqCst);
+        let keep = s
+            .seqs
+            .keys()
+            .next()
+            .map_or(published, |&p| p.min(published));
+        s.pruning = Some(keep);
+        (keep, PruneGuard { pins: self.clone() })
     }
 
-    pub(crate) fn register(self: &Arc<Self>, seq: u64) -> ReaderPin {
-        *self.seqs.lock().entry(seq).or_insert(0) += 1;
+    /// Pins the newest seq for a snapshot about to begin its read: the seq returned is at or
+    /// before the one it will read. Never waits.
+    pub(crate) fn register_newest(self: &Arc<Self>) -> ReaderPin {
+        let mut s = self.state.lock();
+        let seq = self.published.load(Ordering::SeqCst);
+        *s.seqs.entry(seq).or_insert(0) += 1;
         ReaderPin {
             seq,
             pins: self.clone(),
         }
+    }
+
+    /// Pins `seq` for a snapshot as of it, about to begin its read. Waits only while a prune
+    /// that keeps views from a newer seq on is being written (it may remove rows this view reads;
+    /// once it is durable the view's read sees the new horizon and is refused if it is past it).
+    pub(crate) fn register_at(self: &Arc<Self>, seq: u64) -> ReaderPin {
+        let mut s = self.state.lock();
+        while s.pruning.is_some_and(|keep| seq < keep) {
+            self.pruned.wait(&mut s);
+        }
+        *s.seqs.entry(seq).or_insert(0) += 1;
+        ReaderPin {
+            seq,
+            pins: self.clone(),
+        }
+    }
+}
+
+/// A prune's decision being written (see [`ReaderPins::begin_prune`]); dropping it lets views as
+/// of older seqs register again.
+pub(crate) struct PruneGuard {
+    pins: Arc<ReaderPins>,
+}
+
+impl Drop for PruneGuard {
+    fn drop(&mut self) {
+        self.pins.state.lock().pruning = None;
+        self.pins.pruned.notify_all();
     }
 }
 
@@ -297,7 +364,7 @@ pub(crate) struct ReaderPin {
 
 impl Drop for ReaderPin {
     fn drop(&mut self) {
-        let mut seqs = self.pins.seqs.lock();
+        let seqs = &mut self.pins.state.lock().seqs;
         if let Some(n) = seqs.get_mut(&self.seq) {
             *n -= 1;
             if *n == 0 {
@@ -347,8 +414,13 @@ impl Core {
         // Make the acknowledged tail durable in the database on a clean close (relaxed mode's
         // unsynced groups, the durable mode's groups since the last checkpoint), then trim the
         // write-ahead log it covered: a cleanly closed store has nothing to replay.
+        // The counts of groups that changed no row (duplicates, refusals) were written with no
+        // group of their own: the close writes them.
+        let counters = self.leader.lock().counters.clone();
         let synced = self.db.begin_write().is_ok_and(|mut txn| {
-            txn.set_durability(redb::Durability::Immediate).is_ok() && txn.commit().is_ok()
+            txn.set_durability(redb::Durability::Immediate).is_ok()
+                && write_counters(&txn, &counters).is_ok()
+                && txn.commit().is_ok()
         });
         if !synced {
             return;
@@ -383,6 +455,17 @@ impl Drop for FailOnUnwind<'_> {
             self.core.fail(self.cause);
         }
     }
+}
+
+/// Writes the leader's cumulative store-scope counters into `txn`'s meta table (none yet: nothing).
+fn write_counters(txn: &redb::WriteTransaction, counters: &[(String, u64)]) -> Result<()> {
+    if counters.is_empty() {
+        return Ok(());
+    }
+    let mut t = txn.open_table(META).db("open the meta table")?;
+    t.insert(meta::COUNTERS, meta::sealed_counters(counters).as_slice())
+        .db("write the counters")?;
+    Ok(())
 }
 
 /// Index probes are hashed and run in chunks of this many under one read lock: long enough to
@@ -427,6 +510,54 @@ impl Core {
             "invariant: the unapplied groups continue the read transaction without a gap"
         );
         Ok((txn, groups))
+    }
+
+    /// The objects the commits after seq `after` reference, as of every group acknowledged
+    /// before the call: the applied log's records and the backlog's, without waiting for the
+    /// backlog (GC and verify ask under the pin lock, which every stager needs).
+    pub(crate) fn objects_committed_after(
+        &self,
+        after: u64,
+    ) -> Result<std::collections::HashSet<ObjectId>> {
+        let (txn, groups) = self.begin_read_with_tail()?;
+        let (txn_seq, _) = seq_and_horizon(&txn)?;
+        let mut ids = if txn_seq > after {
+            crate::schema::log::LogTable::open(&txn)?.objects_committed(after + 1..=txn_seq)?
+        } else {
+            Default::default()
+        };
+        for rec in crate::tail::Tail::new(groups).records(after, u64::MAX)? {
+            if let crate::schema::log::RecordBody::Commit { entries } = rec.body {
+                ids.extend(entries.iter().map(|e| e.object.id));
+            }
+        }
+        Ok(ids)
+    }
+
+    /// Begins a read transaction without waiting for the backlog, with the acknowledged groups it
+    /// lacks as a [`LiveTail`] (their numbers only, read in place from the backlog): a snapshot's
+    /// start, in constant time whatever the backlog holds. With `limit` the tail stops at that
+    /// group (a snapshot that reads again from a newer transaction keeps its own seq).
+    pub(crate) fn begin_read_live(
+        &self,
+        limit: Option<u64>,
+    ) -> Result<(redb::ReadTransaction, LiveTail)> {
+        self.owner.check(&self.dir)?;
+        let (applied, acked, newest) = self.backlog.listing().map_err(|e| self.stopped(e))?;
+        let txn = self.db.begin_read().db("begin a read transaction")?;
+        let in_txn =
+            crate::schema::wal::applied_group(&txn.open_table(META).db("open the meta table")?)?;
+        assert!(
+            in_txn >= applied,
+            "invariant: a read transaction holds every group the backlog reported applied \
+             before it began (it holds {in_txn}, the backlog said {applied})"
+        );
+        let upto = limit.map_or(acked, |l| l.min(acked));
+        // The newest listed group gives the tail's seq; a tail cut at `limit` needs none (its
+        // snapshot knows its seq).
+        let newest = newest.filter(|g| g.number() == upto);
+        let tail = LiveTail::new(in_txn, upto, newest.as_ref())?;
+        Ok((txn, tail))
     }
 
     /// Applies pending groups of the backlog if nobody else is (every writer calls it once its
@@ -516,10 +647,7 @@ impl Core {
             let now_ms = self.now_ms();
             let synced = self.wal.as_ref().is_some_and(|w| w.checkpoint_due(now_ms));
             crate::error::contain(|| self.apply_groups(groups, synced))?;
-            if synced {
-                self.synced_through(groups, now_ms);
-            }
-            Ok(())
+            self.after_apply(groups, synced, now_ms)
         }))
         .unwrap_or_else(|p| {
             Err(Error::Failed {
@@ -550,6 +678,19 @@ impl Core {
             self.synced_through(std::slice::from_ref(group), now_ms);
         }
         Ok(())
+    }
+
+    /// After the applier's batch: a checkpoint (`synced`) makes the write-ahead records it covers
+    /// removable, and the applier removes them itself, so no commit's append carries the trim.
+    fn after_apply(&self, groups: &[GroupRedo], synced: bool, now_ms: u64) -> Result<()> {
+        if !synced {
+            return Ok(());
+        }
+        self.synced_through(groups, now_ms);
+        match &self.wal {
+            Some(wal) => wal.trim(),
+            None => Ok(()),
+        }
     }
 
     fn synced_through(&self, groups: &[GroupRedo], now_ms: u64) {

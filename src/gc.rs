@@ -23,7 +23,6 @@ use crate::commit::apply::{Done, Op};
 use crate::error::{Error, IoContext, Result};
 use crate::metrics::add;
 use crate::object::ObjectId;
-use crate::schema::log::LogTable;
 use crate::schema::manifest::{plan_prune_as_of, referenced_objects};
 use crate::schema::meta::seq_and_horizon;
 use crate::stage::{PinSet, StagingOwner};
@@ -312,16 +311,10 @@ impl Store {
             report.history_from = plan.horizon.max(seq_and_horizon(&txn)?.1);
             return Ok(plan.rows.into_iter().collect());
         }
-        // No snapshot may register between reading the lowest pin and the prune being durable:
-        // one that did could begin its read before the prune and read a row it removes.
-        let gate = readers.exclusive();
-        let keep_for_seq = readers.min_pinned();
-        let done = self.submit(Op::Prune {
-            cutoff_ms,
-            keep_for_seq,
-        })?;
-        drop(gate);
-        match done {
+        // The leader reads the pins when it decides the prune, on the drained backlog, and holds
+        // that decision until the prune is durable (`ReaderPins::begin_prune`): no reader waits
+        // for the drain, and a view of the newest seq never waits.
+        match self.submit(Op::Prune { cutoff_ms })? {
             Done::Pruned { rows, .. } => report.history_rows_pruned = rows,
             other => {
                 unreachable!("invariant: a prune op is answered by a prune report, got {other:?}")
@@ -346,12 +339,9 @@ impl Store {
         if !options.dry_run {
             self.check_writable()?;
         }
-        let s2 = self.core().begin_read()?;
-        let (s2_seq, _) = seq_and_horizon(&s2)?;
-        if s2_seq > s1_seq {
-            referenced.extend(LogTable::open(&s2)?.objects_committed(s1_seq + 1..=s2_seq)?);
-        }
-        drop(s2);
+        // S2 reads the groups the B-trees lack from the backlog: applying them here would hold
+        // every stager for as long.
+        referenced.extend(self.core().objects_committed_after(s1_seq)?);
         let mut doomed = Vec::new();
         for o in &listing.objects {
             if referenced.contains(&o.id) {

@@ -91,7 +91,7 @@ pub use verify::{VerifyOptions, VerifyReport};
 #[doc(hidden)]
 pub mod loom_support {
     //! The commit queue, exposed to the loom models in `tests/loom.rs`.
-    pub use crate::backlog::{Backlog, Group, Stopped};
+    pub use crate::backlog::{Backlog, Group, Stopped, Unlisted};
     pub use crate::commit::queue::{LeaderPanicked, Weighted, WriteQueue};
 }
 

@@ -7,7 +7,9 @@
 //! decided: they are counted by the commit leader per group and added to a persisted row in the
 //! group's own rows (`schema::meta::add_to_counters`, written with the group's redo), so they are exactly as durable as the
 //! commits they count, survive restarts and crashes, and a freshly opened store reports them
-//! from that row. The [`Scope::Process`] counters (staging, computations, GC, histograms...) are
+//! from that row. A group that changes no row (duplicates and refusals only) writes no record:
+//! its counts go with the next group that does, or with the close, so only a crash can lose
+//! them, and only such counts (docs/commit.md, "A group that changes nothing"). The [`Scope::Process`] counters (staging, computations, GC, histograms...) are
 //! only known to the running process and start at zero in each one; every output labels them so.
 
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};

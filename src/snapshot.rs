@@ -17,7 +17,8 @@ use crate::schema::log::{LogTable, Record};
 use crate::schema::manifest::{Entry, EntryValue};
 use crate::schema::meta::seq_and_horizon;
 use crate::schema::{HISTORY, MANIFEST, MANIFEST_TABLE};
-use crate::tail::Tail;
+use crate::tail::{Gone, LiveTail};
+use parking_lot::RwLock;
 use redb::ReadOnlyTable;
 use std::fs::File;
 use std::io::Read;
@@ -29,17 +30,14 @@ use std::sync::Arc;
 /// While it is open it pins what it can read: GC keeps the history rows it reads, and their
 /// objects, whatever the retention. Dropping it releases the pin.
 pub struct Snapshot {
-    manifest: ReadOnlyTable<&'static str, &'static [u8]>,
-    history: ReadOnlyTable<(&'static str, u64), &'static [u8]>,
-    log: LogTable,
+    /// What its reads read: a read transaction, and the acknowledged groups it lacks (read in
+    /// place from the backlog). Replaced by a newer transaction read as of the same seq once the
+    /// backlog applied those groups ([`Snapshot::reread`]).
+    view: RwLock<Arc<View>>,
     /// The newest seq this view contains.
     seq: u64,
-    /// Set when the view is of a seq older than its read transaction: reads go to the history
-    /// (the tail, whose seqs are all newer, plays no part).
-    at: Option<u64>,
-    /// The acknowledged groups the read transaction lacks; their entries of seq `seq` or older
-    /// answer before the transaction's.
-    tail: Tail,
+    /// The newest group it contains.
+    group: u64,
     history_from: u64,
     core: Arc<Core>,
     /// Keeps GC from pruning the rows (and deleting the objects) this view reads.
@@ -56,9 +54,23 @@ impl Drop for Snapshot {
     }
 }
 
-/// The current manifest table and the tail's entries over it ([`Snapshot::current_manifest`]).
-pub(crate) type CurrentManifest<'a> = (
-    &'a ReadOnlyTable<&'static str, &'static [u8]>,
+/// One read transaction's tables and the tail of acknowledged groups it lacks, read as of the
+/// snapshot's seq.
+struct View {
+    manifest: ReadOnlyTable<&'static str, &'static [u8]>,
+    history: ReadOnlyTable<(&'static str, u64), &'static [u8]>,
+    log: LogTable,
+    /// Set when the transaction is newer than the snapshot's seq: reads go to the history (the
+    /// tail, whose seqs are all newer than the transaction's, plays no part).
+    at: Option<u64>,
+    /// The acknowledged groups the transaction lacks; their entries of the snapshot's seq or
+    /// older answer before the transaction's.
+    tail: LiveTail,
+}
+
+/// The current manifest's rows and the tail's entries over them ([`Snapshot::current_manifest`]).
+pub(crate) type CurrentManifest = (
+    redb::Range<'static, &'static str, &'static [u8]>,
     std::collections::BTreeMap<String, EntryValue>,
 );
 
@@ -72,12 +84,15 @@ impl Snapshot {
 
     fn begin(core: &Arc<Core>, at: Option<u64>) -> Result<Snapshot> {
         let readers = &core.readers;
-        // Shared: many snapshots open at once; only a prune in progress holds them off.
-        let _gate = readers.shared();
-        let (txn, tail) = core.begin_read_with_tail()?;
-        let tail = Tail::new(tail);
+        // Pinned before the read begins, at or before the seq it reads as of, so a prune either
+        // sees the pin or keeps this view whole (`ReaderPins`).
+        let pin = match at {
+            Some(seq) => readers.register_at(seq),
+            None => readers.register_newest(),
+        };
+        let (txn, tail) = core.begin_read_live(None)?;
         let (txn_newest, txn_from) = seq_and_horizon(&txn)?;
-        let (newest, history_from) = tail.seq_and_horizon()?.unwrap_or((txn_newest, txn_from));
+        let (newest, history_from) = tail.seq_and_horizon().unwrap_or((txn_newest, txn_from));
         if let Some(asked) = at {
             if asked > newest || asked < history_from {
                 return Err(Error::SeqOutOfRange {
@@ -88,17 +103,41 @@ impl Snapshot {
             }
         }
         let seq = at.unwrap_or(newest);
+        let group = tail.upto();
         Ok(Snapshot {
-            manifest: txn.open_table(MANIFEST).db("open the manifest")?,
-            history: txn.open_table(HISTORY).db("open the history")?,
-            log: LogTable::open(&txn)?,
+            view: RwLock::new(Arc::new(View::open(&txn, seq, tail)?)),
             seq,
-            at: at.filter(|&a| a < txn_newest),
-            tail,
+            group,
             history_from,
             core: core.clone(),
-            _pin: readers.register(seq),
+            _pin: pin,
         })
+    }
+
+    /// Runs a read on the current view; when the backlog applied groups the view read from its
+    /// queue, on a view of a newer transaction as of the same seq.
+    fn read<T>(&self, mut f: impl FnMut(&View) -> Result<Result<T, Gone>>) -> Result<T> {
+        loop {
+            let view = self.view.read().clone();
+            match f(&view)? {
+                Ok(t) => return Ok(t),
+                Err(Gone) => self.reread(&view)?,
+            }
+        }
+    }
+
+    /// Replaces `stale` (unless another read did) by a view of a new read transaction, which holds
+    /// the groups applied since, with the tail cut at this snapshot's group and the reads as of
+    /// its seq. The pin keeps every history row such a read needs (I8). So a snapshot keeps no
+    /// group's redo alive: what open snapshots hold in memory is bounded by the backlog alone.
+    fn reread(&self, stale: &Arc<View>) -> Result<()> {
+        let mut view = self.view.write();
+        if !Arc::ptr_eq(&view, stale) {
+            return Ok(());
+        }
+        let (txn, tail) = self.core.begin_read_live(Some(self.group))?;
+        *view = Arc::new(View::open(&txn, self.seq, tail)?);
+        Ok(())
     }
 
     /// The newest seq visible in this view.
@@ -106,17 +145,22 @@ impl Snapshot {
         self.seq
     }
 
-    /// When this view is of the newest seq: the current manifest table and, by unit, the tail's
-    /// entries that replace or add to its rows (reconcile walks the two directly, merging them,
-    /// to avoid building whole entries).
-    pub(crate) fn current_manifest(&self) -> Result<Option<CurrentManifest<'_>>> {
-        match self.at {
-            None => Ok(Some((
-                &self.manifest,
-                self.tail.entries("", None, self.seq)?,
-            ))),
-            Some(_) => Ok(None),
-        }
+    /// When this view reads the newest rows of its transaction: the current manifest's rows
+    /// and, by unit, the tail's entries that replace or add to them (reconcile walks the two
+    /// directly, merging them, to avoid building whole entries).
+    pub(crate) fn current_manifest(&self) -> Result<Option<CurrentManifest>> {
+        self.read(|v| {
+            if v.at.is_some() {
+                return Ok(Ok(None));
+            }
+            let tail = match v.tail.groups(&self.core.backlog)? {
+                Ok(tail) => tail,
+                Err(gone) => return Ok(Err(gone)),
+            };
+            let entries = tail.entries("", None, self.seq)?;
+            let rows = v.manifest.range::<&str>(..).db("scan the manifest")?;
+            Ok(Ok(Some((rows, entries))))
+        })
     }
 
     /// The oldest seq that can still be read as of.
@@ -126,57 +170,16 @@ impl Snapshot {
 
     /// The unit's entry as of this view.
     pub fn get(&self, unit: &str) -> Result<Option<Entry>> {
-        crate::error::contain(|| match self.at {
-            None => match self.tail.entry(unit, self.seq)? {
-                Some(v) => Ok(Some(v.into_entry(unit))),
-                None => self.get_current(unit),
-            },
-            Some(at) => self.get_as_of(unit, at),
+        crate::error::contain(|| {
+            self.read(|v| match v.at {
+                None => match v.tail.entry(&self.core.backlog, unit)? {
+                    Ok(Some(e)) => Ok(Ok(Some(e.into_entry(unit)))),
+                    Ok(None) => v.get_current(unit).map(Ok),
+                    Err(gone) => Ok(Err(gone)),
+                },
+                Some(at) => v.get_as_of(unit, at).map(Ok),
+            })
         })
-    }
-
-    fn get_current(&self, unit: &str) -> Result<Option<Entry>> {
-        let v = crate::schema::codec::get_sealed(
-            &self.manifest,
-            MANIFEST_TABLE,
-            unit,
-            EntryValue::decode,
-        )?;
-        Ok(v.map(|v| v.into_entry(unit)))
-    }
-
-    fn get_as_of(&self, unit: &str, at: u64) -> Result<Option<Entry>> {
-        // The current entry lives in the manifest only; the history holds the entries it
-        // replaced. So the view as of `at` is the current entry when that is old enough.
-        if let Some(current) = self.get_current(unit)? {
-            if current.seq <= at {
-                return Ok(Some(current));
-            }
-        }
-        let mut rows = self
-            .history
-            .range((unit, 0)..=(unit, at))
-            .db("read the history")?;
-        let found = match rows.next_back() {
-            None => None,
-            Some(row) => {
-                let (k, v) = row.db("read the history")?;
-                let (_, seq) = k.value();
-                Some(EntryValue::decode_history(unit, seq, v.value())?.into_entry(unit))
-            }
-        };
-        // As for the manifest: a damaged key next to the answer could hide a newer row.
-        let next = self
-            .history
-            .range((unit, at.saturating_add(1))..)
-            .db("read the history")?;
-        let prev = self.history.range(..(unit, 0)).db("read the history")?;
-        for row in next.take(1).chain(prev.rev().take(1)) {
-            let (k, v) = row.db("read the history")?;
-            let (u, seq) = k.value();
-            EntryValue::decode_history(u, seq, v.value())?;
-        }
-        Ok(found)
     }
 
     /// Every entry, in key order.
@@ -196,64 +199,10 @@ impl Snapshot {
 
     /// The entries with `start <= key < end` (no end: to the last key), in key order.
     pub fn range(&self, start: &str, end: Option<&str>) -> Result<Entries> {
-        let entries = crate::error::contain(|| self.range_uncontained(start, end))?;
+        let entries = crate::error::contain(|| {
+            self.read(|v| v.range(&self.core.backlog, self.seq, start, end))
+        })?;
         Ok(Box::new(crate::error::Contained::new(entries)))
-    }
-
-    fn range_uncontained(&self, start: &str, end: Option<&str>) -> Result<Entries> {
-        let tail = match self.at {
-            None => self.tail.entries(start, end, self.seq)?,
-            Some(_) => Default::default(),
-        };
-        let end = end.map(str::to_string);
-        let before_end = move |unit: &str| end.as_deref().is_none_or(|e| unit < e);
-        match self.at {
-            None => {
-                let rows = self
-                    .manifest
-                    .range::<&str>(start..)
-                    .db("scan the manifest")?;
-                let table = rows
-                    .map(|row| {
-                        let (k, v) = row.db("scan the manifest")?;
-                        Ok(EntryValue::decode(k.value(), v.value())?.into_entry(k.value()))
-                    })
-                    .take_while(move |e: &Result<Entry>| match e {
-                        Ok(e) => before_end(&e.unit),
-                        Err(_) => true,
-                    });
-                if tail.is_empty() {
-                    return Ok(Box::new(table));
-                }
-                Ok(Box::new(OverTail {
-                    table: table.peekable(),
-                    tail: tail.into_iter().peekable(),
-                }))
-            }
-            Some(at) => {
-                let manifest = self
-                    .manifest
-                    .range::<&str>(start..)
-                    .db("scan the manifest")?;
-                let history = self
-                    .history
-                    .range::<(&str, u64)>((start, 0)..)
-                    .db("scan the history")?
-                    .peekable();
-                Ok(Box::new(
-                    AsOf {
-                        manifest,
-                        history,
-                        at,
-                        done: false,
-                    }
-                    .take_while(move |e: &Result<Entry>| match e {
-                        Ok(e) => before_end(&e.unit),
-                        Err(_) => true,
-                    }),
-                ))
-            }
-        }
     }
 
     /// The path of the entry's object.
@@ -306,9 +255,17 @@ impl Snapshot {
     /// The log records after `seq`, oldest first, streaming.
     pub fn changes_since(&self, seq: u64) -> Result<impl Iterator<Item = Result<Record>>> {
         let upto = self.seq;
-        let rows = crate::error::contain(|| self.log.range(seq.saturating_add(1)..))?;
-        // The tail's records are all newer than the transaction's.
-        let tail = crate::error::contain(|| self.tail.records(seq, upto))?;
+        let (rows, tail) = crate::error::contain(|| {
+            self.read(|v| {
+                let tail = match v.tail.groups(&self.core.backlog)? {
+                    Ok(tail) => tail,
+                    Err(gone) => return Ok(Err(gone)),
+                };
+                // The tail's records are all newer than the transaction's.
+                let records = tail.records(seq, upto)?;
+                Ok(Ok((v.log.range(seq.saturating_add(1)..)?, records)))
+            })
+        })?;
         let records = rows.map(|row| {
             let (key, rec) = row?;
             let rec = rec?;
@@ -324,6 +281,133 @@ impl Snapshot {
         Ok(crate::error::Contained::new(records)
             .take_while(move |r| r.as_ref().map_or(true, |r| r.seq <= upto))
             .chain(tail.into_iter().map(Ok)))
+    }
+}
+
+impl View {
+    /// The tables of `txn`, with `tail` over them, read as of `seq`.
+    fn open(txn: &redb::ReadTransaction, seq: u64, tail: LiveTail) -> Result<View> {
+        let (txn_newest, _) = seq_and_horizon(txn)?;
+        let at = (seq < txn_newest).then_some(seq);
+        Ok(View {
+            manifest: txn.open_table(MANIFEST).db("open the manifest")?,
+            history: txn.open_table(HISTORY).db("open the history")?,
+            log: LogTable::open(txn)?,
+            at,
+            tail: match at {
+                Some(_) => tail.emptied(),
+                None => tail.as_of(seq),
+            },
+        })
+    }
+
+    fn get_current(&self, unit: &str) -> Result<Option<Entry>> {
+        let v = crate::schema::codec::get_sealed(
+            &self.manifest,
+            MANIFEST_TABLE,
+            unit,
+            EntryValue::decode,
+        )?;
+        Ok(v.map(|v| v.into_entry(unit)))
+    }
+
+    fn get_as_of(&self, unit: &str, at: u64) -> Result<Option<Entry>> {
+        // The current entry lives in the manifest only; the history holds the entries it
+        // replaced. So the view as of `at` is the current entry when that is old enough.
+        if let Some(current) = self.get_current(unit)? {
+            if current.seq <= at {
+                return Ok(Some(current));
+            }
+        }
+        let mut rows = self
+            .history
+            .range((unit, 0)..=(unit, at))
+            .db("read the history")?;
+        let found = match rows.next_back() {
+            None => None,
+            Some(row) => {
+                let (k, v) = row.db("read the history")?;
+                let (_, seq) = k.value();
+                Some(EntryValue::decode_history(unit, seq, v.value())?.into_entry(unit))
+            }
+        };
+        // As for the manifest: a damaged key next to the answer could hide a newer row.
+        let next = self
+            .history
+            .range((unit, at.saturating_add(1))..)
+            .db("read the history")?;
+        let prev = self.history.range(..(unit, 0)).db("read the history")?;
+        for row in next.take(1).chain(prev.rev().take(1)) {
+            let (k, v) = row.db("read the history")?;
+            let (u, seq) = k.value();
+            EntryValue::decode_history(u, seq, v.value())?;
+        }
+        Ok(found)
+    }
+
+    fn range(
+        &self,
+        backlog: &crate::backlog::Backlog<crate::schema::wal::GroupRedo>,
+        seq: u64,
+        start: &str,
+        end: Option<&str>,
+    ) -> Result<Result<Entries, Gone>> {
+        let tail = match self.at {
+            None => match self.tail.groups(backlog)? {
+                Ok(tail) => tail.entries(start, end, seq)?,
+                Err(gone) => return Ok(Err(gone)),
+            },
+            Some(_) => Default::default(),
+        };
+        let end = end.map(str::to_string);
+        let before_end = move |unit: &str| end.as_deref().is_none_or(|e| unit < e);
+        match self.at {
+            None => {
+                let rows = self
+                    .manifest
+                    .range::<&str>(start..)
+                    .db("scan the manifest")?;
+                let table = rows
+                    .map(|row| {
+                        let (k, v) = row.db("scan the manifest")?;
+                        Ok(EntryValue::decode(k.value(), v.value())?.into_entry(k.value()))
+                    })
+                    .take_while(move |e: &Result<Entry>| match e {
+                        Ok(e) => before_end(&e.unit),
+                        Err(_) => true,
+                    });
+                if tail.is_empty() {
+                    return Ok(Ok(Box::new(table)));
+                }
+                Ok(Ok(Box::new(OverTail {
+                    table: table.peekable(),
+                    tail: tail.into_iter().peekable(),
+                })))
+            }
+            Some(at) => {
+                let manifest = self
+                    .manifest
+                    .range::<&str>(start..)
+                    .db("scan the manifest")?;
+                let history = self
+                    .history
+                    .range::<(&str, u64)>((start, 0)..)
+                    .db("scan the history")?
+                    .peekable();
+                Ok(Ok(Box::new(
+                    AsOf {
+                        manifest,
+                        history,
+                        at,
+                        done: false,
+                    }
+                    .take_while(move |e: &Result<Entry>| match e {
+                        Ok(e) => before_end(&e.unit),
+                        Err(_) => true,
+                    }),
+                )))
+            }
+        }
     }
 }
 
@@ -454,5 +538,48 @@ impl Iterator for AsOf {
             }
         }
         None
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::{Options, Store};
+
+    /// A snapshot begins without copying the backlog's groups and keeps none of them: open
+    /// snapshots and their reads leave a queued group with its one holder (the backlog), and
+    /// once it is applied nobody holds it, while every snapshot still reads as of its seq.
+    #[test]
+    fn snapshots_keep_no_group_of_the_backlog_alive() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open_with(
+            dir.path().join("lake"),
+            Options {
+                background_apply: false,
+                apply_min_bytes: 64 << 20,
+                ..Options::default()
+            },
+        )
+        .unwrap();
+        for i in 0..50 {
+            store.put(&format!("u{i}"), 1, b"v1").unwrap();
+        }
+        let (_, _, newest) = store.core().backlog.listing().unwrap();
+        let newest = newest.unwrap();
+        assert_eq!(newest.holders(), 2, "the backlog and this test");
+        let snaps: Vec<_> = (0..20).map(|_| store.snapshot().unwrap()).collect();
+        for s in &snaps {
+            assert_eq!(s.get("u49").unwrap().unwrap().source_version, 1);
+            assert_eq!(s.iter().unwrap().count(), 50);
+        }
+        assert_eq!(newest.holders(), 2, "no snapshot holds the group");
+        store.put("u0", 2, b"v2").unwrap();
+        store.flush().unwrap();
+        assert_eq!(newest.holders(), 1, "applied: only this test holds it");
+        for s in &snaps {
+            assert_eq!(s.get("u0").unwrap().unwrap().source_version, 1);
+            assert_eq!(s.get("u49").unwrap().unwrap().source_version, 1);
+            assert_eq!(s.iter().unwrap().count(), 50);
+        }
+        assert_eq!(store.get("u0").unwrap().unwrap().source_version, 2);
     }
 }

@@ -12,7 +12,7 @@ use crate::claim::{validate_worker, ClaimOutcome, Lease, ReleaseOutcome, RenewOu
 use crate::commit::apply::{self, Done, Op};
 use crate::commit::queue::WriteQueue;
 use crate::commit::{Batch, CommitReport, UnitOutcome};
-use crate::core::{Core, StoreLock};
+use crate::core::{Core, ReaderPins, StoreLock};
 use crate::error::{Error, IoContext, Result};
 use crate::key::{validate_key, validate_user_key};
 use crate::metrics::MetricsSnapshot;
@@ -180,7 +180,7 @@ impl Store {
         let queue = WriteQueue::new(options.max_group_units);
         let core = Core {
             stager,
-            readers: Arc::default(),
+            readers: Arc::new(ReaderPins::new(leader.next_seq.saturating_sub(1))),
             index: RwLock::new(index),
             failed: Mutex::new(None),
             metrics: crate::metrics::Metrics::from_persisted(&persisted),
@@ -507,6 +507,16 @@ impl Store {
     #[doc(hidden)]
     pub fn backlog(&self) -> crate::backlog::BacklogSize {
         self.inner.core.backlog.size()
+    }
+
+    /// How many records the write-ahead log holds (0 without one): tests see what a group
+    /// appended and what a checkpoint trimmed.
+    #[doc(hidden)]
+    pub fn wal_records(&self) -> Result<u64> {
+        match &self.inner.core.wal {
+            Some(wal) => wal.records(),
+            None => Ok(0),
+        }
     }
 
     /// Whether a thread of the store's own applies its backlog (`Options::background_apply` on a

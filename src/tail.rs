@@ -18,12 +18,14 @@
 mod tables;
 pub(crate) use tables::Tables;
 
+use crate::backlog::{Backlog, Unlisted};
 use crate::error::{Error, Result};
 use crate::schema::log::Record;
 use crate::schema::manifest::EntryValue;
 use crate::schema::wal::{GroupRedo, Keyed};
 use std::cmp::Ordering;
 use std::collections::BTreeMap;
+use std::sync::OnceLock;
 
 /// The next step of a merge of a scan of the read transaction's manifest with the tail's
 /// entries (both in key order), from the key each side holds next (`Err` for a row of the scan
@@ -39,11 +41,139 @@ pub(crate) fn merge_step(table: Option<Result<&str, ()>>, tail: Option<&str>) ->
     })
 }
 
-/// The unapplied groups a snapshot reads over its read transaction, oldest first, numbered one
-/// after the other from the transaction's newest group on.
+/// A snapshot's tail as it keeps it: the numbers of the groups its read transaction lacks
+/// (`after + 1 ..= upto`), read in place from the backlog's queue and its key index, and the seq
+/// and horizon the newest of them leaves. It holds no redo: a snapshot costs the same whatever the
+/// backlog holds, a point read is one probe of the backlog's key index, and what open snapshots
+/// keep in memory is nothing beyond the backlog itself (which the backlog's bound bounds). Once a
+/// group of it is applied the backlog no longer lists it ([`Gone`]): the snapshot then reads as
+/// of its seq from a newer read transaction, which holds the group (`snapshot`).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct LiveTail {
+    after: u64,
+    upto: u64,
+    /// `(newest seq, history horizon)` once the tail is applied; `None` for an empty tail.
+    seq_rows: Option<(u64, u64)>,
+    /// Entries of a newer seq are not read (a view as of a seq within the tail).
+    seq_limit: u64,
+}
+
+/// The groups of a [`LiveTail`] were applied meanwhile: read them from a newer read transaction.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Gone;
+
+impl LiveTail {
+    /// The groups `after + 1 ..= upto`; `newest` is group `upto` (when `upto > after`).
+    pub(crate) fn new(after: u64, upto: u64, newest: Option<&GroupRedo>) -> Result<LiveTail> {
+        let seq_rows = match newest {
+            Some(g) if upto > after => {
+                assert_eq!(
+                    g.number(),
+                    upto,
+                    "invariant: a live tail's seq comes from its own newest group"
+                );
+                let (next_seq, history_from) = g.seq_rows()?;
+                Some((next_seq.saturating_sub(1), history_from))
+            }
+            _ => None,
+        };
+        Ok(LiveTail {
+            after,
+            upto: upto.max(after),
+            seq_rows,
+            seq_limit: u64::MAX,
+        })
+    }
+
+    /// The same tail read as of `seq`: entries of newer seqs are left out.
+    pub(crate) fn as_of(self, seq: u64) -> LiveTail {
+        LiveTail {
+            seq_limit: seq,
+            ..self
+        }
+    }
+
+    /// The tail without its groups (a view that reads the transaction alone).
+    pub(crate) fn emptied(self) -> LiveTail {
+        LiveTail {
+            upto: self.after,
+            seq_rows: None,
+            ..self
+        }
+    }
+
+    /// The newest group it reaches (the transaction's own when it is empty).
+    pub(crate) fn upto(&self) -> u64 {
+        self.upto
+    }
+
+    /// The store's newest seq and history horizon once the tail is applied (`None` for an empty
+    /// tail: the transaction's own hold).
+    pub(crate) fn seq_and_horizon(&self) -> Option<(u64, u64)> {
+        self.seq_rows
+    }
+
+    /// Whether it holds no group.
+    pub(crate) fn is_empty(&self) -> bool {
+        self.upto == self.after
+    }
+
+    /// The unit's newest entry the tail holds; `None` when it holds none (the transaction's
+    /// current entry then answers, which is older than any of the tail's).
+    pub(crate) fn entry(
+        &self,
+        backlog: &Backlog<GroupRedo>,
+        unit: &str,
+    ) -> Result<Result<Option<EntryValue>, Gone>> {
+        if self.is_empty() {
+            return Ok(Ok(None));
+        }
+        let rows = match backlog.rows_of(
+            Keyed::Manifest.slot(),
+            unit.as_bytes(),
+            self.after,
+            self.upto,
+        ) {
+            Ok(rows) => rows,
+            Err(Unlisted::Applied) => return Ok(Err(Gone)),
+            Err(Unlisted::Stopped(cause)) => return Err(Error::Failed { cause }),
+        };
+        for (group, row) in rows {
+            let (_, value) = group.keyed_row(Keyed::Manifest, row)?;
+            let v = EntryValue::decode(unit, value)?;
+            // Rows come newest first (a group's own rows of the unit too): a view as of a seq
+            // within the tail skips those of newer seqs.
+            if v.seq <= self.seq_limit {
+                return Ok(Ok(Some(v)));
+            }
+        }
+        Ok(Ok(None))
+    }
+
+    /// Its groups, held for one read that walks them all (a range scan, the change feed).
+    pub(crate) fn groups(&self, backlog: &Backlog<GroupRedo>) -> Result<Result<Tail, Gone>> {
+        if self.is_empty() {
+            return Ok(Ok(Tail::default()));
+        }
+        match backlog.between(self.after, self.upto) {
+            Ok(groups) => Ok(Ok(Tail::new(groups))),
+            Err(Unlisted::Applied) => Ok(Err(Gone)),
+            Err(Unlisted::Stopped(cause)) => Err(Error::Failed { cause }),
+        }
+    }
+}
+
+/// Per table, per key: where its newest row is among a [`Tail`]'s groups (group, row).
+type LocalIndex = [std::collections::HashMap<Box<[u8]>, (usize, u32)>; crate::backlog::KEY_TABLES];
+
+/// Unapplied groups held for the length of one read (a range scan, the change feed) or of one
+/// call's typed table reads ([`Tables`]), oldest first, numbered one after the other from the
+/// read transaction's newest group on.
 #[derive(Debug, Default)]
 pub(crate) struct Tail {
     groups: Vec<GroupRedo>,
+    /// Built by the first point read ([`Tail::newest`]), so each costs one probe after it.
+    index: OnceLock<LocalIndex>,
 }
 
 impl Tail {
@@ -54,34 +184,34 @@ impl Tail {
                 .all(|w| w[1].number() == w[0].number() + 1),
             "invariant: a tail's groups follow one another"
         );
-        Tail { groups }
+        Tail {
+            groups,
+            index: OnceLock::new(),
+        }
     }
 
-    /// The store's newest seq and history horizon once the tail is applied (`None` for an empty
-    /// tail: the transaction's own hold).
-    pub(crate) fn seq_and_horizon(&self) -> Result<Option<(u64, u64)>> {
-        let Some(last) = self.groups.last() else {
-            return Ok(None);
-        };
-        let (next_seq, history_from) = last.seq_rows()?;
-        Ok(Some((next_seq.saturating_sub(1), history_from)))
-    }
-
-    /// The unit's newest entry of seq `upto` or older that the tail holds; `None` when it holds
-    /// none (the transaction's current entry then answers, which is older than any of the tail's).
-    pub(crate) fn entry(&self, unit: &str, upto: u64) -> Result<Option<EntryValue>> {
-        for g in self.groups.iter().rev() {
-            for (key, value) in g.keyed_rows(Keyed::Manifest)?.rev() {
-                if key != unit.as_bytes() {
-                    continue;
-                }
-                let v = EntryValue::decode(unit, value)?;
-                if v.seq <= upto {
-                    return Ok(Some(v));
-                }
+    fn index(&self) -> Result<&LocalIndex> {
+        if let Some(index) = self.index.get() {
+            return Ok(index);
+        }
+        let mut index = LocalIndex::default();
+        for (at, g) in self.groups.iter().enumerate() {
+            g.parse_for_readers()?;
+            // Oldest group first, rows in order: a later row of a key replaces an earlier one.
+            for (table, key, row) in g.index_keys() {
+                index[table].insert(key.into(), (at, row));
             }
         }
-        Ok(None)
+        Ok(self.index.get_or_init(|| index))
+    }
+
+    /// The unit's newest entry that the tail holds; `None` when it holds none (the
+    /// transaction's current entry then answers, which is older than any of the tail's).
+    pub(crate) fn entry(&self, unit: &str) -> Result<Option<EntryValue>> {
+        match self.newest(Keyed::Manifest, unit)? {
+            Some(v) => EntryValue::decode(unit, v).map(Some),
+            None => Ok(None),
+        }
     }
 
     /// Per unit with `start <= unit < end` (no end: every unit from `start`), the newest entry of
@@ -112,16 +242,10 @@ impl Tail {
     /// The newest row of `key` in `table` that the tail holds, as the table would store it;
     /// `None` when it holds none (the transaction's row then answers, which is older).
     pub(crate) fn newest(&self, table: Keyed, key: &str) -> Result<Option<&[u8]>> {
-        for g in self.groups.iter().rev() {
-            if let Some((_, v)) = g
-                .keyed_rows(table)?
-                .rev()
-                .find(|(k, _)| *k == key.as_bytes())
-            {
-                return Ok(Some(v));
-            }
-        }
-        Ok(None)
+        let Some(&(at, row)) = self.index()?[table.slot()].get(key.as_bytes()) else {
+            return Ok(None);
+        };
+        self.groups[at].keyed_row(table, row).map(|(_, v)| Some(v))
     }
 
     /// Per key of `table` that starts with `prefix`, the newest row the tail holds, in key

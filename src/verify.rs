@@ -368,12 +368,8 @@ impl Store {
             return Ok(Vec::new());
         }
         let pins = self.core().stager.pins.lock();
-        let txn2 = self.core().begin_read()?;
-        let s2_seq = seq_and_horizon(&txn2)?.0;
-        let mut later = HashSet::new();
-        if s2_seq > s1_seq {
-            later = LogTable::open(&txn2)?.objects_committed(s1_seq + 1..=s2_seq)?;
-        }
+        // Read from the backlog, not waited for: every stager needs the pin lock.
+        let later = self.core().objects_committed_after(s1_seq)?;
         unreferenced.retain(|(id, _, _)| !later.contains(id) && !pins.is_pinned(id));
         Ok(unreferenced
             .into_iter()

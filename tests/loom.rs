@@ -15,7 +15,7 @@ use loom::cell::UnsafeCell;
 use loom::sync::Arc;
 use loom::thread;
 use oncelake::commit::rules::{decide, Current, Decision, Incoming, Intent};
-use oncelake::loom_support::{Backlog, Group, LeaderPanicked, Weighted, WriteQueue};
+use oncelake::loom_support::{Backlog, Group, LeaderPanicked, Unlisted, Weighted, WriteQueue};
 use oncelake::ObjectId;
 
 /// A request of weight `weight`, named by `id`.
@@ -712,6 +712,65 @@ fn tail_a_reader_finds_every_acknowledged_group_applied_or_listed() {
             seen >= 2,
             "groups 1 and 2 were acknowledged, the reader sees up to {seen}"
         );
+
+        applier.join().unwrap();
+        leader.join().unwrap();
+        backlog.drain(|g: &[G]| applied.apply(g)).unwrap();
+        assert_eq!(
+            applied.snapshot(),
+            vec![1, 2, 3],
+            "each group once, in order"
+        );
+    });
+}
+
+/// (j) A snapshot's live tail (src/tail.rs `LiveTail`, `Core::begin_read_live`): a reader takes
+/// the backlog's numbers (`Backlog::listing`), then reads the applied state (its read
+/// transaction), then asks the queue for the groups after that state up to the listed one
+/// (`Backlog::between`, as a scan or the change feed does at each read), while an applier applies
+/// groups 1 and 2, one a batch, and the leader pushes group 3. Whatever the interleaving, the
+/// queue hands over every group after the state up to the listed one, without a gap, or says
+/// they were applied — and then the applied state is past the reader's, so the newer read
+/// transaction the snapshot begins holds them.
+#[test]
+fn live_tail_a_reader_gets_every_group_after_its_state_or_is_told_they_were_applied() {
+    loom::model(|| {
+        let backlog = Arc::new(Backlog::<G>::new(0, 100, 1));
+        let applied = Arc::new(Applied::new());
+        backlog.push(G(1));
+        backlog.push(G(2));
+        let (b, a) = (backlog.clone(), applied.clone());
+        let applier = thread::spawn(move || {
+            b.help(|g: &[G]| a.apply(g));
+            b.help(|g: &[G]| a.apply(g));
+        });
+        let b = backlog.clone();
+        let leader = thread::spawn(move || b.push(G(3)));
+
+        let (from, acked, _) = backlog.listing().expect("nothing fails in this model");
+        assert!(
+            acked >= 2,
+            "groups 1 and 2 were acknowledged before the reader began"
+        );
+        let state = applied.snapshot();
+        let newest = state.last().copied().unwrap_or(0);
+        assert!(
+            newest >= from,
+            "the state is behind what the backlog said applied"
+        );
+        let upto = acked.max(newest);
+        match backlog.between(newest, upto) {
+            Ok(groups) => assert_eq!(
+                groups.iter().map(|g| g.0).collect::<Vec<_>>(),
+                (newest + 1..=upto).collect::<Vec<_>>(),
+                "the queue continues the state without a gap up to the listed group"
+            ),
+            Err(Unlisted::Applied) => assert!(
+                applied.snapshot().len() as u64 > newest,
+                "told applied, yet the state is not past the reader's"
+            ),
+            Err(other) => panic!("nothing fails in this model: {other:?}"),
+        }
 
         applier.join().unwrap();
         leader.join().unwrap();

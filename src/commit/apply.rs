@@ -58,11 +58,10 @@ pub(crate) enum Op {
     /// Garbage collection's history pruning (SPEC R14): delete the HISTORY rows superseded before
     /// `cutoff_ms` and advance the `history_from` horizon past them. Runs in the leader so it
     /// serialises with commits, and is always synced: GC deletes objects on the strength of it, so
-    /// it must not be lost in a crash while the deletions survive. Rows whose successor is newer
-    /// than `keep_for_seq` are kept: an open snapshot reads as of that seq.
+    /// it must not be lost in a crash while the deletions survive. Rows an open snapshot reads,
+    /// or a snapshot begun while the prune is written may read, are kept (`ReaderPins`).
     Prune {
         cutoff_ms: u64,
-        keep_for_seq: Option<u64>,
     },
     /// A higher layer's state change (pipelines): one `RecordBody::Extension` log record plus
     /// `EXTENSIONS[key] = seq ++ data`, in the same transaction. With a [`Fence`] it obeys the
@@ -167,6 +166,8 @@ struct Writer<'v> {
     /// Every row the group writes, with its exact bytes: what the write-ahead log records and
     /// what is applied to the B-trees.
     redo: Redo,
+    /// A prune's decision (the seq it keeps views from), held until the group is durable.
+    prune_guard: Option<(u64, crate::core::PruneGuard)>,
 }
 
 /// One item of a batch, decided.
@@ -320,6 +321,7 @@ fn write_group(inner: &Core, ops: Vec<Op>) -> Result<GroupResult> {
         index: Vec::new(),
         expired_leases: 0,
         redo: Redo::default(),
+        prune_guard: None,
     };
     let mut dones = Vec::with_capacity(ops.len());
     for op in ops {
@@ -337,8 +339,21 @@ fn write_group(inner: &Core, ops: Vec<Op>) -> Result<GroupResult> {
     }
     meta::add_to_counters(counters, &counts, seq_before);
     let Writer {
-        mut redo, index, ..
+        mut redo,
+        index,
+        prune_guard,
+        ..
     } = w;
+    let newest = next_seq.saturating_sub(1);
+    if path == Path::Logged && redo.is_empty() {
+        // The group changes no row: every answer is a duplicate or a refusal, decided from rows
+        // that are durable already (earlier groups' records synced before this group began). It
+        // writes no record and takes no group number; its counts stay in the leader's counters
+        // and are written with the next group that changes a row, or by the close (docs/commit.md,
+        // "A group that changes nothing").
+        drop(st);
+        return Ok((dones, index, counts));
+    }
     redo.meta(NEXT_SEQ, &meta::sealed_u64(NEXT_SEQ, *next_seq));
     redo.meta(NEXT_TOKEN, &meta::sealed_u64(NEXT_TOKEN, *next_token));
     redo.meta(HISTORY_FROM, &meta::sealed_u64(HISTORY_FROM, *history_from));
@@ -356,6 +371,8 @@ fn write_group(inner: &Core, ops: Vec<Op>) -> Result<GroupResult> {
         // (their snapshots read its redo there, `tail`), and it is pushed there only after this
         // append synced (I3).
         (Path::Logged, Some(wal)) if pending.len() <= MAX_RECORD => {
+            // Readers look the group's keys up in the backlog's index from its push on.
+            pending.parse_for_readers()?;
             wal.append(group, &pending.frame())?;
             inner.backlog.push(pending);
         }
@@ -366,6 +383,9 @@ fn write_group(inner: &Core, ops: Vec<Op>) -> Result<GroupResult> {
         }
         (Path::InPlace(synced), _) => inner.apply_in_place(&pending, synced)?,
     }
+    // A read begun from now on sees the group: a snapshot may pin its newest seq.
+    inner.readers.publish(newest);
+    drop(prune_guard);
     Ok((dones, index, counts))
 }
 
@@ -485,10 +505,7 @@ impl Writer<'_> {
             Op::Renew { lease, ttl_ms } => Done::Renew(self.renew(lease, ttl_ms)?),
             Op::Release { lease } => Done::Release(self.release(lease)?),
             Op::Flush => Done::Flushed,
-            Op::Prune {
-                cutoff_ms,
-                keep_for_seq,
-            } => self.prune(cutoff_ms, keep_for_seq)?,
+            Op::Prune { cutoff_ms } => self.prune(cutoff_ms)?,
             Op::Extension {
                 tag,
                 key,
@@ -697,7 +714,19 @@ impl Writer<'_> {
 
     /// Deletes the history rows superseded before `cutoff_ms` (see [`crate::schema::manifest::plan_prune`]) and
     /// moves the horizon so that no read as of a seq whose view lost a row is served.
-    fn prune(&mut self, cutoff_ms: u64, keep_for_seq: Option<u64>) -> Result<Done> {
+    fn prune(&mut self, cutoff_ms: u64) -> Result<Done> {
+        // Decided here, on the drained backlog, and held until the group is durable: a snapshot
+        // registered from now on reads as of `keep_for_seq` or later (`ReaderPins`).
+        // A second prune in the same group (two GCs at once) keeps what the first decided.
+        let keep_for_seq = match &self.prune_guard {
+            Some((keep, _)) => *keep,
+            None => {
+                let (keep, guard) = self.core.readers.begin_prune();
+                self.prune_guard = Some((keep, guard));
+                keep
+            }
+        };
+        let keep_for_seq = Some(keep_for_seq);
         // A prune's group is applied in place on a drained backlog, so the applied history is
         // the whole history (but for rows this very group added, which it keeps: pruning less
         // is always safe).

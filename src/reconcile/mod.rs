@@ -406,10 +406,7 @@ impl ManifestCursor {
 
     fn open_uncontained(snap: &Snapshot) -> Result<Self, Error> {
         Ok(match snap.current_manifest()? {
-            Some((table, tail)) => {
-                let rows = table
-                    .range::<&str>(..)
-                    .db("scan the manifest for reconcile")?;
+            Some((rows, tail)) => {
                 if tail.is_empty() {
                     ManifestCursor::Table(rows)
                 } else {

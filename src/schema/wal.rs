@@ -70,6 +70,10 @@ pub(crate) struct Redo {
 }
 
 impl Redo {
+    /// Whether no row was recorded yet.
+    pub(crate) fn is_empty(&self) -> bool {
+        self.buf.is_empty()
+    }
     fn head(&mut self, t: Tbl, remove: bool) {
         self.buf.push(t as u8);
         self.buf.push(u8::from(remove));
@@ -166,6 +170,20 @@ struct ReadRows {
     history_from: Option<Span>,
 }
 
+impl Keyed {
+    /// Every table, in [`Keyed::slot`] order.
+    pub(crate) const ALL: [Keyed; 3] = [Keyed::Manifest, Keyed::Claims, Keyed::Extensions];
+
+    /// Its place among the tables (the backlog's key index, `crate::backlog::KEY_TABLES`).
+    pub(crate) fn slot(self) -> usize {
+        match self {
+            Keyed::Manifest => 0,
+            Keyed::Claims => 1,
+            Keyed::Extensions => 2,
+        }
+    }
+}
+
 impl ReadRows {
     fn keyed(&self, table: Keyed) -> &[(Span, Span)] {
         match table {
@@ -203,6 +221,11 @@ impl GroupRedo {
     /// The group's number.
     pub(crate) fn number(&self) -> u64 {
         self.group
+    }
+    /// How many handles share its redo (tests: who keeps a group alive).
+    #[cfg(test)]
+    pub(crate) fn holders(&self) -> usize {
+        Arc::strong_count(&self.shared)
     }
     fn payload(&self) -> &[u8] {
         &self.shared.payload
@@ -255,6 +278,44 @@ impl GroupRedo {
             .keyed(table)
             .iter()
             .map(move |(k, v)| (&p[k.clone()], &p[v.clone()])))
+    }
+
+    /// Parses the rows a reader needs now (the leader, before queuing the group: the backlog's
+    /// key index needs them, [`GroupRedo::index_keys`]).
+    pub(crate) fn parse_for_readers(&self) -> Result<()> {
+        self.read_rows().map(|_| ())
+    }
+
+    /// Every keyed row as `(table slot, key, place among the table's rows)`, in the redo's order.
+    /// Empty if the rows do not parse, which [`GroupRedo::parse_for_readers`] rules out before
+    /// the group is queued.
+    pub(crate) fn index_keys(&self) -> Vec<(usize, &[u8], u32)> {
+        let Ok(rows) = self.read_rows() else {
+            return Vec::new();
+        };
+        let p = self.payload();
+        Keyed::ALL
+            .iter()
+            .flat_map(|&t| {
+                rows.keyed(t)
+                    .iter()
+                    .enumerate()
+                    .map(move |(i, (k, _))| (t.slot(), &p[k.clone()], i as u32))
+            })
+            .collect()
+    }
+
+    /// Its `row`-th row of `table` (a place [`GroupRedo::index_keys`] gave), as the table stores
+    /// it: `(key, sealed value)`.
+    pub(crate) fn keyed_row(&self, table: Keyed, row: u32) -> Result<(&[u8], &[u8])> {
+        let p = self.payload();
+        match self.read_rows()?.keyed(table).get(row as usize) {
+            Some((k, v)) => Ok((&p[k.clone()], &p[v.clone()])),
+            None => Err(damaged(
+                Path::new(IN_MEMORY),
+                format!("group {} has no row {row} of {table:?}", self.group),
+            )),
+        }
     }
 
     /// Its log records, `(seq, framed record)`, in seq order.
@@ -548,7 +609,7 @@ pub(crate) struct Wal {
 #[derive(Debug, Default)]
 struct State {
     /// Records up to this group are covered by a synced commit of the store's database and may
-    /// be trimmed (by the next append).
+    /// be trimmed (by the checkpoint's applier, [`Wal::trim`]).
     checkpointed: u64,
     /// Records up to this group are trimmed.
     trimmed: u64,
@@ -609,32 +670,61 @@ impl Wal {
         s.last_checkpoint_ms = now_ms;
     }
 
-    /// Appends `record` as group `group` and makes it durable (one synced redb commit); the
-    /// records a checkpoint covers are trimmed in the same commit. Called by the commit leader
-    /// only, so appends are in group order.
+    /// Appends `record` as group `group` and makes it durable (one synced redb commit). Called by
+    /// the commit leader only, so appends are in group order. It trims nothing: the records a
+    /// checkpoint covers are removed by the checkpoint's applier ([`Wal::trim`]), off the commit
+    /// path.
     pub(crate) fn append(&self, group: u64, record: &[u8]) -> Result<()> {
-        let (trim_to, trimmed) = {
-            let s = self.state.lock();
-            (s.checkpointed, s.trimmed)
-        };
         let mut txn = self.db.begin_write().db("begin a write-ahead append")?;
         txn.set_durability(redb::Durability::Immediate)
             .db("set the durability")?;
         {
             let mut t = txn.open_table(WAL).db("open the write-ahead log")?;
-            if trim_to > trimmed {
-                t.retain_in(..=trim_to, |_, _| false)
-                    .db("trim the write-ahead log")?;
-            }
             t.insert(group, record)
                 .db("append to the write-ahead log")?;
         }
         txn.commit().db("commit a write-ahead append")?;
         let mut s = self.state.lock();
-        s.trimmed = s.trimmed.max(trim_to);
         s.bytes += record.len() as u64;
         s.groups += 1;
         Ok(())
+    }
+
+    /// Removes the records a checkpoint covers ([`Wal::checkpointed`]), if any are left. Called by
+    /// whoever took the checkpoint (the applier), not by the leader: the leader's append then
+    /// writes one row only. Not synced: a trim lost in a crash leaves records at or below the
+    /// database's `wal_group`, which recovery skips; the next synced append makes it durable.
+    pub(crate) fn trim(&self) -> Result<()> {
+        let (trim_to, trimmed) = {
+            let s = self.state.lock();
+            (s.checkpointed, s.trimmed)
+        };
+        if trim_to <= trimmed {
+            return Ok(());
+        }
+        let mut txn = self
+            .db
+            .begin_write()
+            .db("begin trimming the write-ahead log")?;
+        txn.set_durability(redb::Durability::None)
+            .db("set the durability")?;
+        {
+            let mut t = txn.open_table(WAL).db("open the write-ahead log")?;
+            t.retain_in(..=trim_to, |_, _| false)
+                .db("trim the write-ahead log")?;
+        }
+        txn.commit().db("trim the write-ahead log")?;
+        let mut s = self.state.lock();
+        s.trimmed = s.trimmed.max(trim_to);
+        Ok(())
+    }
+
+    /// How many records the log holds (tests: what a checkpoint trimmed, what a group appended).
+    pub(crate) fn records(&self) -> Result<u64> {
+        use redb::ReadableTableMetadata;
+        let txn = self.db.begin_read().db("read the write-ahead log")?;
+        let t = txn.open_table(WAL).db("open the write-ahead log")?;
+        t.len().db("count the write-ahead log")
     }
 
     /// Removes every record (after a checkpoint that covers them all: on close), synced.

@@ -49,7 +49,7 @@ impl Tables {
     /// `unit`'s current entry (checked as `codec::get_sealed` checks).
     pub(crate) fn entry(&self, unit: &str) -> Result<Option<EntryValue>> {
         // The snapshot's `get` reads the tail the same way (with its own seq as the bound).
-        if let Some(v) = self.tail.entry(unit, u64::MAX)? {
+        if let Some(v) = self.tail.entry(unit)? {
             return Ok(Some(v));
         }
         codec::get_sealed(&self.manifest, MANIFEST_TABLE, unit, EntryValue::decode)
