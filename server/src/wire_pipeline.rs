@@ -2,7 +2,7 @@
 //! the engine's [`Status`] and [`Explain`] field for field, shared by the server and the
 //! [`crate::Client`] (so a client-only build has them without the server's dependencies).
 
-use oncelake::pipeline::{CellState, CellView, Explain, StageStatus, StaleReason, Status};
+use oncelake::pipeline::{CellState, CellView, Explain, StageStatus, StaleReason, Status, Wave};
 use serde::{Deserialize, Serialize};
 
 /// The engine's [`Status`], field for field.
@@ -26,6 +26,8 @@ pub struct StageStatusW {
     pub blocked: u64,
     pub failed: u64,
     pub stale: u64,
+    #[serde(default)]
+    pub cut_off: u64,
 }
 
 impl From<&Status> for StatusW {
@@ -44,6 +46,7 @@ impl From<&Status> for StatusW {
                     blocked: s.blocked,
                     failed: s.failed,
                     stale: s.stale,
+                    cut_off: s.cut_off,
                 })
                 .collect(),
         }
@@ -66,6 +69,7 @@ impl From<&StatusW> for Status {
                     blocked: s.blocked,
                     failed: s.failed,
                     stale: s.stale,
+                    cut_off: s.cut_off,
                 })
                 .collect(),
         }
@@ -94,6 +98,84 @@ pub struct CellViewW {
     pub state: CellStateW,
     /// Why an earlier completion no longer counts.
     pub stale: Option<StaleW>,
+    /// Whether a done cell re-ran or was cut off (SPEC R24).
+    #[serde(default)]
+    pub wave: Option<WaveW>,
+}
+
+/// The engine's [`Wave`], hashes in hex.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(tag = "wave", rename_all = "snake_case")]
+#[allow(missing_docs)]
+pub enum WaveW {
+    Reran {
+        previous_version: u64,
+        previous_object: String,
+        object: String,
+    },
+    CutOff {
+        completed: u64,
+        current: u64,
+        /// (upstream stage, or `null` for the source; output hash).
+        unchanged: Vec<(Option<String>, String)>,
+    },
+}
+
+impl From<&Wave> for WaveW {
+    fn from(w: &Wave) -> Self {
+        match w {
+            Wave::Reran {
+                previous_version,
+                previous_object,
+                object,
+            } => WaveW::Reran {
+                previous_version: *previous_version,
+                previous_object: previous_object.to_hex(),
+                object: object.to_hex(),
+            },
+            Wave::CutOff {
+                completed,
+                current,
+                unchanged,
+            } => WaveW::CutOff {
+                completed: *completed,
+                current: *current,
+                unchanged: unchanged
+                    .iter()
+                    .map(|(s, id)| (s.clone(), id.to_hex()))
+                    .collect(),
+            },
+        }
+    }
+}
+
+impl WaveW {
+    fn to_engine(&self) -> Result<Wave, String> {
+        use crate::wire::parse_id;
+        Ok(match self {
+            WaveW::Reran {
+                previous_version,
+                previous_object,
+                object,
+            } => Wave::Reran {
+                previous_version: *previous_version,
+                previous_object: parse_id(previous_object)?,
+                object: parse_id(object)?,
+            },
+            WaveW::CutOff {
+                completed,
+                current,
+                unchanged,
+            } => Wave::CutOff {
+                completed: *completed,
+                current: *current,
+                unchanged: unchanged
+                    .iter()
+                    .map(|(s, id)| Ok((s.clone(), parse_id(id)?)))
+                    .collect::<Result<_, String>>()?,
+            },
+        })
+    }
 }
 
 /// The engine's [`CellState`].
@@ -210,6 +292,7 @@ impl From<&CellView> for CellViewW {
             key: c.key.clone(),
             state,
             stale,
+            wave: c.wave.as_ref().map(WaveW::from),
         }
     }
 }
@@ -298,6 +381,7 @@ impl CellViewW {
             key: self.key.clone(),
             state,
             stale,
+            wave: self.wave.as_ref().map(WaveW::to_engine).transpose()?,
         })
     }
 }
