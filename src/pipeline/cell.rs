@@ -338,7 +338,10 @@ impl std::fmt::Display for Wave {
                         None => write!(f, "{sep}the source (hash {})", short(id))?,
                     }
                 }
-                write!(f, "; its completion for source version {completed} still counts")
+                write!(
+                    f,
+                    "; its completion for source version {completed} still counts"
+                )
             }
         }
     }

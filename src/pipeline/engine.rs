@@ -15,7 +15,7 @@ use crate::schema::claim::ClaimRecord;
 use crate::schema::manifest::{Entry, EntryValue};
 use crate::store::Store;
 use crate::tail::Tables;
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 
 /// A pipeline definition bound to the engine: the operations on its cells.
@@ -447,8 +447,8 @@ impl Pipeline {
         let same_bytes = before.is_some_and(|b| {
             b.object.id == crate::object::ObjectId::of(input) && b.source_version < source_version
         });
-        if same_bytes && matches!(out.outcome, Outcome::Committed { .. }) {
-            self.count_cut_off(store, unit, None)?;
+        if let (true, Outcome::Committed { seq, .. }) = (same_bytes, &out.outcome) {
+            self.count_cut_off(store, unit, *seq, true)?;
         }
         Ok(out)
     }
@@ -638,9 +638,10 @@ impl Pipeline {
             }
             let stale = stale_reason(s, completions, current, done.is_some(), version);
             let claim = l.claims.get(&key).filter(|c| c.is_live(l.now_ms));
-            let blocked = s.upstream.iter().zip(&upstream).find_map(|(u, e)| {
-                (e.done.is_none()).then(|| (u.clone(), e.view.state.name()))
-            });
+            let blocked =
+                s.upstream.iter().zip(&upstream).find_map(|(u, e)| {
+                    (e.done.is_none()).then(|| (u.clone(), e.view.state.name()))
+                });
             let failure = l.failures.get(&key).filter(|f| f.source_version == version);
             let state = cell_state(s, done, claim, blocked, failure);
             index.insert(s.name.as_str(), out.len());
@@ -687,14 +688,13 @@ impl Pipeline {
         }
         let mut unchanged = Vec::with_capacity(inputs.len());
         for (stage, key, now) in inputs {
-            let read_then = if now.seq < completion.seq
-                && now.source_version <= completion.source_version
-            {
-                Some(now)
-            } else {
-                l.tables
-                    .entry_before(&key, completion.seq, completion.source_version)?
-            };
+            let read_then =
+                if now.seq < completion.seq && now.source_version <= completion.source_version {
+                    Some(now)
+                } else {
+                    l.tables
+                        .entry_before(&key, completion.seq, completion.source_version)?
+                };
             match read_then {
                 Some(then) if then.object.id == now.object.id => {
                     unchanged.push((stage, now.object.id))
@@ -715,11 +715,13 @@ impl Pipeline {
         let Some(max) = done.source_version.checked_sub(1) else {
             return Ok(None);
         };
-        Ok(l.tables.entry_before(key, done.seq, max)?.map(|p| Wave::Reran {
-            previous_version: p.source_version,
-            previous_object: p.object.id,
-            object: done.object.id,
-        }))
+        Ok(l.tables
+            .entry_before(key, done.seq, max)?
+            .map(|p| Wave::Reran {
+                previous_version: p.source_version,
+                previous_object: p.object.id,
+                object: done.object.id,
+            }))
     }
 
     fn ready_cell(
@@ -945,40 +947,52 @@ impl Pipeline {
             let unchanged = before.is_some_and(|b| {
                 b.object.id == staged.id() && b.source_version < attempt.source_version
             });
-            if unchanged {
-                self.count_cut_off(store, &attempt.unit, Some(&attempt.stage))?;
+            if let (true, Outcome::Committed { seq, .. }) = (unchanged, &out.outcome) {
+                self.count_cut_off(store, &attempt.unit, *seq, false)?;
             }
         }
         Ok(out)
     }
 
-    /// Counts (metric `pipeline_cells_cut_off`) the cells of `unit` downstream of `changed` (`None`:
-    /// the source) that are cut off now. Called after `changed` committed an output equal to its
-    /// previous one: those cells were not done before that commit (they waited for it) and are
-    /// done now without running, so each is counted once, by the commit that cut it off. The
-    /// count is informational; what is done is decided from the tables alone.
-    fn count_cut_off(&self, store: &Store, unit: &str, changed: Option<&str>) -> Result<()> {
+    /// Counts (metric `pipeline_cells_cut_off`) the cells of `unit` that the commit of seq
+    /// `seq` cut off: a completion whose output equals the cell's previous one, or (`source`) a
+    /// new source version with the bytes of the previous one. A cut-off cell is attributed to the
+    /// newest commit among the cells above it that re-ran for the current source version (the one
+    /// that made it done), or to the source's commit when none re-ran; so each is counted once
+    /// however the completions interleave, as long as the source does not move on meanwhile. The
+    /// count is informational: what is done is decided from the tables alone.
+    fn count_cut_off(&self, store: &Store, unit: &str, seq: u64, source: bool) -> Result<()> {
         if !self.cutoff {
             return Ok(());
         }
-        let mut below: HashSet<&str> = HashSet::new();
-        for s in self.def.topo_order() {
-            let reached = match changed {
-                None => true,
-                Some(c) => s.upstream.iter().any(|u| u == c || below.contains(u.as_str())),
-            };
-            if reached {
-                below.insert(s.name.as_str());
-            }
-        }
         let e = self.explain(store, unit)?;
-        let n = e
-            .cells
-            .iter()
-            .filter(|c| below.contains(c.stage.as_str()))
-            .filter(|c| c.wave.as_ref().is_some_and(Wave::is_cut_off))
-            .count();
-        add(&store.core().metrics.c.pipeline_cells_cut_off, n as u64);
+        let Some(version) = e.source_version else {
+            return Ok(());
+        };
+        // Per stage: the newest seq of a cell at or above it that re-ran for `version`.
+        let mut newest_rerun: HashMap<&str, Option<u64>> = HashMap::new();
+        let mut n = 0;
+        for (s, c) in self.def.topo_order().zip(&e.cells) {
+            let above = s
+                .upstream
+                .iter()
+                .filter_map(|u| newest_rerun.get(u.as_str()).copied().flatten())
+                .max();
+            let cut_off = c.wave.as_ref().is_some_and(Wave::is_cut_off);
+            let own = match c.state {
+                CellState::Done {
+                    source_version,
+                    seq,
+                    ..
+                } if source_version == version && !cut_off => Some(seq),
+                _ => None,
+            };
+            if cut_off && above.map_or(source, |a| !source && a == seq) {
+                n += 1;
+            }
+            newest_rerun.insert(s.name.as_str(), above.max(own));
+        }
+        add(&store.core().metrics.c.pipeline_cells_cut_off, n);
         Ok(())
     }
 

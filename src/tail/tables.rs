@@ -12,8 +12,8 @@ use crate::schema::{
     MANIFEST_TABLE,
 };
 use redb::ReadOnlyTable;
-use std::cmp::Ordering;
 use std::cell::OnceCell;
+use std::cmp::Ordering;
 use std::collections::{BTreeMap, HashMap};
 
 type StrTable = ReadOnlyTable<&'static str, &'static [u8]>;
@@ -81,7 +81,10 @@ impl Tables {
                 self.tail_entries.get_or_init(|| built)
             }
         };
-        if let Some(v) = tail.get(unit).and_then(|rows| rows.iter().rev().find(|v| fits(v))) {
+        if let Some(v) = tail
+            .get(unit)
+            .and_then(|rows| rows.iter().rev().find(|v| fits(v)))
+        {
             return Ok(Some(*v));
         }
         let current = codec::get_sealed(&self.manifest, MANIFEST_TABLE, unit, EntryValue::decode)?;
