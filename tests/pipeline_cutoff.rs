@@ -266,7 +266,10 @@ fn model_rounds(def: PipelineDef, workers: usize, fail: bool, seed: u64) {
             // Before any claim (a claim read applies the backlog): the bumps wait in the tail, and
             // what readers are told is the same once they are applied.
             let before = views(&p, &store, &units);
-            assert!(store.backlog().units > 0, "round {round}: the tail holds the bumps");
+            assert!(
+                store.backlog().units > 0,
+                "round {round}: the tail holds the bumps"
+            );
             store.flush().unwrap();
             assert_eq!(views(&p, &store, &units), before, "round {round}");
         }
@@ -777,4 +780,89 @@ fn cli_diamond_join_reruns_only_if_an_input_changed() {
         .as_str()
         .unwrap()
         .contains("unchanged output of b (hash"));
+}
+
+/// The entries a cut-off decision compares can be superseded inside the backlog's tail (nothing
+/// applied yet): the answer is the same as once they are applied.
+#[test]
+fn cutoff_reads_superseded_entries_from_the_tail() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = open(&dir, false);
+    let p = Pipeline::new(chain());
+    let complete = |stage: &str, v: u64, out: &[u8]| {
+        let attempt = oncelake::pipeline::Attempt {
+            unit: "u".into(),
+            stage: stage.into(),
+            source_version: v,
+            worker: "w".into(),
+            token: None,
+        };
+        assert!(p
+            .complete(&store, &attempt, out)
+            .unwrap()
+            .outcome
+            .is_success());
+    };
+    p.set_source_version(&store, "u", 1, b"same").unwrap();
+    for s in ["a", "b", "c"] {
+        complete(s, 1, s.as_bytes());
+    }
+    // The source's version-1 entry is superseded in the tail: a is cut off by it.
+    p.set_source_version(&store, "u", 2, b"same").unwrap();
+    // New bytes; a's re-run commits its old output, superseding a@1 in the tail: b and c are
+    // cut off.
+    p.set_source_version(&store, "u", 3, b"other").unwrap();
+    assert_eq!(p.ready(&store, 10).unwrap()[0].stage, "a");
+    complete("a", 3, b"a");
+    assert!(store.backlog().units >= 7, "{:?}", store.backlog());
+    let over_tail = p.explain(&store, "u").unwrap();
+    for c in &over_tail.cells[1..] {
+        assert!(c.wave.as_ref().is_some_and(Wave::is_cut_off), "{c}");
+    }
+    assert!(p.ready(&store, 10).unwrap().is_empty());
+    store.flush().unwrap();
+    assert_eq!(store.backlog().units, 0);
+    assert_eq!(p.explain(&store, "u").unwrap(), over_tail);
+}
+
+/// A completion read only inputs committed before it: an upstream output committed later for a
+/// source version no newer than the completion's (the library's `complete` does not check that
+/// upstream cells are done) is not what the completion consumed, and cannot cut it off.
+#[test]
+fn only_inputs_committed_before_a_completion_can_cut_it_off() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = open(&dir, true);
+    let p = Pipeline::new(chain());
+    let complete = |stage: &str, v: u64, out: &[u8]| {
+        let attempt = oncelake::pipeline::Attempt {
+            unit: "u".into(),
+            stage: stage.into(),
+            source_version: v,
+            worker: "w".into(),
+            token: None,
+        };
+        assert!(p
+            .complete(&store, &attempt, out)
+            .unwrap()
+            .outcome
+            .is_success());
+    };
+    p.set_source_version(&store, "u", 1, b"one").unwrap();
+    complete("a", 1, b"a1");
+    complete("b", 1, b"b1");
+    complete("c", 1, b"c1");
+    p.set_source_version(&store, "u", 2, b"two").unwrap();
+    // b for version 2 before a: it read a's version-1 output.
+    complete("b", 2, b"b from a1");
+    complete("a", 2, b"a2");
+    p.set_source_version(&store, "u", 3, b"three").unwrap();
+    complete("a", 3, b"a2");
+    // a's output now (a2) is not what b read (a1): b re-runs.
+    let ready: Vec<String> = p
+        .ready(&store, 10)
+        .unwrap()
+        .into_iter()
+        .map(|c| c.stage)
+        .collect();
+    assert_eq!(ready, ["b"]);
 }
