@@ -60,6 +60,20 @@ fn diamond() -> PipelineDef {
         .unwrap()
 }
 
+/// Two branches below a, joined at the end: completions on one branch must not count the other
+/// branch's cut-off cells again.
+fn branches() -> PipelineDef {
+    PipelineDef::builder()
+        .stage("a", 1, &[])
+        .stage("b", 1, &["a"])
+        .stage("c", 1, &["a"])
+        .stage("d", 1, &["b"])
+        .stage("e", 1, &["c"])
+        .stage("f", 1, &["d", "e"])
+        .build()
+        .unwrap()
+}
+
 fn seed() -> PipelineDef {
     PipelineDef::builder()
         .stage("ingest", 1, &[])
@@ -357,6 +371,11 @@ fn cutoff_follows_the_model_on_a_chain_read_over_the_tail() {
 #[test]
 fn cutoff_follows_the_model_on_a_diamond_read_over_the_tail() {
     model_rounds(diamond(), 1, false, 2);
+}
+
+#[test]
+fn cutoff_follows_the_model_on_two_branches() {
+    model_rounds(branches(), 1, false, 5);
 }
 
 #[test]
@@ -865,4 +884,34 @@ fn only_inputs_committed_before_a_completion_can_cut_it_off() {
         .map(|c| c.stage)
         .collect();
     assert_eq!(ready, ["b"]);
+}
+
+/// The metric counts each cut-off cell once, by the commit that cut it off, also when two
+/// branches stop their waves one after the other.
+#[test]
+fn each_cut_off_cell_is_counted_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = open(&dir, true);
+    let p = Pipeline::new(branches());
+    let run = |s: &Store| {
+        p.work(s, "w", |c| {
+            Ok(match c.stage.as_str() {
+                "a" => inputs_of(s, c).concat(),
+                other => other.as_bytes().to_vec(),
+            })
+        })
+        .unwrap()
+    };
+    p.set_source_version(&store, "u", 1, b"one").unwrap();
+    assert_eq!(run(&store).completed, 6);
+    p.set_source_version(&store, "u", 2, b"two").unwrap();
+    // a changes; b and c re-run to their old outputs: d, e and f are cut off.
+    assert_eq!(run(&store).completed, 3);
+    let st = p.status(&store).unwrap();
+    let cut: Vec<u64> = st.stages.iter().map(|s| s.cut_off).collect();
+    assert_eq!(cut, [0, 0, 0, 1, 1, 1]);
+    assert_eq!(store.metrics().pipeline_cells_cut_off, 3);
+    // The same bytes again: all six are cut off by the source's commit.
+    p.set_source_version(&store, "u", 3, b"two").unwrap();
+    assert_eq!(store.metrics().pipeline_cells_cut_off, 9);
 }
