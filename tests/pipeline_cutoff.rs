@@ -742,6 +742,14 @@ fn cli_chain_same_output_stops_the_wave_and_a_changed_one_propagates() {
         e["a"]["unchanged_inputs"][0]["stage"].is_null(),
         "the source"
     );
+    // The counter is exported with the other pipeline counters (this process's: zero here).
+    let (code, text, err) = cli.run(&["stats", &cli.lake, "--prometheus"]);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(
+        text.lines()
+            .any(|l| l.starts_with("oncelake_pipeline_cells_cut_off_total ")),
+        "{text}"
+    );
 }
 
 #[test]
@@ -914,4 +922,68 @@ fn each_cut_off_cell_is_counted_once() {
     // The same bytes again: all six are cut off by the source's commit.
     p.set_source_version(&store, "u", 3, b"two").unwrap();
     assert_eq!(store.metrics().pipeline_cells_cut_off, 9);
+    assert!(store
+        .metrics()
+        .to_prometheus()
+        .contains("\noncelake_pipeline_cells_cut_off_total 9\n"));
+}
+
+// ---- The worked example's pipeline mode ----
+
+/// The model of the pipeline mode: every bumped unit re-runs its first stage; only those whose
+/// first-stage output changed re-run the stages below, the others are cut off there. Without the
+/// cutoff, every cell of a bumped unit re-runs. Both end with the same outputs.
+fn check_pipeline_report(r: &oncelake::simulate::pipeline::PipelineSimReport, units: u64) {
+    assert_eq!(r.units, units);
+    assert_eq!(r.bumped, (units as f64 * 0.01).round() as u64);
+    assert_eq!(r.changed, (r.bumped as f64 * 0.5).round() as u64);
+    let unchanged = r.bumped - r.changed;
+    assert_eq!(r.with_cutoff.runs, [r.bumped, r.changed, r.changed]);
+    assert_eq!(r.with_cutoff.cut_off, [0, unchanged, unchanged]);
+    assert_eq!(r.with_cutoff.cut_off_counted, 2 * unchanged);
+    assert_eq!(r.without_cutoff.runs, [r.bumped; 3]);
+    assert_eq!(r.without_cutoff.cut_off, [0, 0, 0]);
+    assert_eq!(r.with_cutoff.done, 3 * units);
+    assert_eq!(r.without_cutoff.done, 3 * units);
+    assert!(
+        r.outputs_equal,
+        "the cutoff skipped only work whose result it had"
+    );
+}
+
+#[test]
+fn simulate_pipeline_mode_measures_runs_with_and_without_cutoff() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = oncelake::simulate::pipeline::PipelineSimConfig {
+        units: 3_000,
+        ..oncelake::simulate::pipeline::PipelineSimConfig::new(dir.path().join("sim"))
+    };
+    let r = oncelake::simulate::pipeline::simulate_pipeline(&cfg).unwrap();
+    check_pipeline_report(&r, 3_000);
+    assert!(r.with_cutoff.total_runs() < r.without_cutoff.total_runs());
+}
+
+#[test]
+fn cli_simulate_pipeline_prints_its_figures() {
+    let out = std::process::Command::new(bin::oncelake())
+        .args(["simulate", "--pipeline", "--units", "1000", "--json"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["mode"], "pipeline");
+    let n = |k: &str| v[k].as_u64().unwrap();
+    assert_eq!(n("bumped_units"), 10, "1% of --units");
+    assert_eq!(n("changed_units"), n("bumped_units") / 2);
+    assert_eq!(
+        n("cells_run_with_cutoff"),
+        n("bumped_units") + 2 * n("changed_units")
+    );
+    assert_eq!(n("cells_run_without_cutoff"), 3 * n("bumped_units"));
+    assert_eq!(v["outputs_equal"], true);
+    let bad = std::process::Command::new(bin::oncelake())
+        .args(["simulate", "--pipeline", "--bump", "2"])
+        .output()
+        .unwrap();
+    assert_eq!(bad.status.code(), Some(2), "{bad:?}");
 }
