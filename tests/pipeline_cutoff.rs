@@ -689,12 +689,12 @@ fn cli_chain_same_output_stops_the_wave_and_a_changed_one_propagates() {
     assert_eq!(e["a"]["state"], "done");
     assert_eq!(e["a"]["reran"], true);
     assert_eq!(e["a"]["output_unchanged"], true);
-    assert_eq!(e["a"]["cut_off"], false);
+    assert_eq!(e["a"]["wave"], "reran");
     let a_hash = ObjectId::of(&v1("a")).to_hex();
     assert_eq!(e["a"]["object"], a_hash.as_str());
     for s in ["b", "c"] {
         assert_eq!(e[s]["state"], "done", "{}", e[s]);
-        assert_eq!(e[s]["cut_off"], true, "{}", e[s]);
+        assert_eq!(e[s]["wave"], "cut_off", "{}", e[s]);
         assert_eq!(e[s]["reran"], false, "{}", e[s]);
         assert_eq!(
             e[s]["source_version"], 1,
@@ -706,7 +706,7 @@ fn cli_chain_same_output_stops_the_wave_and_a_changed_one_propagates() {
             e[s]
         );
     }
-    assert_eq!(e["b"]["unchanged_inputs"][0]["stage"], "a");
+    assert_eq!(e["b"]["unchanged_inputs"][0]["upstream"], "a");
     assert_eq!(e["b"]["unchanged_inputs"][0]["object"], a_hash.as_str());
     let st = cli.status();
     assert_eq!(
@@ -729,8 +729,8 @@ fn cli_chain_same_output_stops_the_wave_and_a_changed_one_propagates() {
     assert!(cli.ready_stages().is_empty());
     let e = cli.explain("u1");
     assert_eq!(e["b"]["output_unchanged"], true);
-    assert_eq!(e["c"]["cut_off"], true);
-    assert_eq!(e["c"]["unchanged_inputs"][0]["stage"], "b");
+    assert_eq!(e["c"]["wave"], "cut_off");
+    assert_eq!(e["c"]["unchanged_inputs"][0]["upstream"], "b");
 
     // The source bumped with the same bytes: nothing is ready, all three are cut off.
     cli.set_version("u1", 4, b"input changed again");
@@ -739,7 +739,7 @@ fn cli_chain_same_output_stops_the_wave_and_a_changed_one_propagates() {
     assert!(st.values().all(|s| s["cut_off"] == 1), "{st:?}");
     let e = cli.explain("u1");
     assert!(
-        e["a"]["unchanged_inputs"][0]["stage"].is_null(),
+        e["a"]["unchanged_inputs"][0]["upstream"].is_null(),
         "the source"
     );
     // The counter is exported with the other pipeline counters (this process's: zero here).
@@ -767,12 +767,12 @@ fn cli_diamond_join_reruns_only_if_an_input_changed() {
     assert!(cli.ready_stages().is_empty());
     let e = cli.explain("u1");
     for s in ["b", "c", "d"] {
-        assert_eq!(e[s]["cut_off"], true, "{}", e[s]);
+        assert_eq!(e[s]["wave"], "cut_off", "{}", e[s]);
     }
     let e2 = cli.explain("u2");
     assert!(e2
         .values()
-        .all(|c| c["cut_off"] == false && c["state"] == "done"));
+        .all(|c| c["wave"].is_null() && c["state"] == "done"));
 
     // u1 again: a changes; b re-runs unchanged, c changed: d re-runs.
     cli.set_version("u1", 3, b"in 3");
@@ -797,7 +797,7 @@ fn cli_diamond_join_reruns_only_if_an_input_changed() {
         "no input of the join changed"
     );
     let e = cli.explain("u1");
-    assert_eq!(e["d"]["cut_off"], true);
+    assert_eq!(e["d"]["wave"], "cut_off");
     assert_eq!(e["d"]["state"], "done");
     assert_eq!(e["d"]["source_version"], 3);
     let st = cli.status();

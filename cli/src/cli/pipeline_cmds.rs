@@ -583,10 +583,11 @@ pub(crate) fn print_fail(out: &Output, a: &Attempt, cell: &str, outcome: &FailOu
 /// A cell's JSON object under `pipeline explain`, the same fields whatever its state (`null`
 /// where one does not apply). `source_version` is the version the cell is about, as in `pipeline
 /// ready`: the one it was completed at (done), its lease's (running), else the unit's current one.
-/// The early-cutoff fields (SPEC R24): `reran` (a done cell completed again for the current source
-/// version), `output_unchanged` and `previous_object` (its output against its previous one, when
-/// it re-ran), `cut_off` (done without re-running), `unchanged_inputs` (a cut-off cell's inputs,
-/// `{"stage", "object"}`, `stage` null for the source) and `wave` (the sentence).
+/// The early-cutoff fields (SPEC R24): `wave` (`reran`: completed again for the current source
+/// version; `cut_off`: done without re-running because no input changed; else null), `reran`,
+/// `output_unchanged` and `previous_object` (a re-run's output against its previous one), and
+/// `unchanged_inputs` (a cut-off cell's inputs, `{"upstream", "object"}`, `upstream` null for the
+/// source).
 fn cell_json(e: &Explain, c: &CellView) -> Value {
     let mut v = json!({
         "unit": e.unit, "stage": c.stage, "state": c.state.name(), "cell": c.key,
@@ -596,11 +597,10 @@ fn cell_json(e: &Explain, c: &CellView) -> Value {
         "object": Value::Null, "worker": Value::Null, "token": Value::Null,
         "expires_at_ms": Value::Null, "attempts": Value::Null, "last_error": Value::Null,
         "blocked_on": Value::Null,
+        "wave": c.wave.as_ref().map(|w| if w.is_cut_off() { "cut_off" } else { "reran" }),
         "reran": matches!(c.wave, Some(Wave::Reran { .. })),
         "output_unchanged": Value::Null, "previous_object": Value::Null,
-        "cut_off": c.wave.as_ref().is_some_and(Wave::is_cut_off),
         "unchanged_inputs": Value::Null,
-        "wave": c.wave.as_ref().map(|w| w.to_string()),
     });
     match &c.wave {
         Some(Wave::Reran {
@@ -614,7 +614,7 @@ fn cell_json(e: &Explain, c: &CellView) -> Value {
         Some(Wave::CutOff { unchanged, .. }) => {
             v["unchanged_inputs"] = unchanged
                 .iter()
-                .map(|(stage, id)| json!({"stage": stage, "object": id.to_hex()}))
+                .map(|(stage, id)| json!({"upstream": stage, "object": id.to_hex()}))
                 .collect();
         }
         None => {}
