@@ -208,7 +208,7 @@ fn drain(p: &Pipeline, store: &Store, workers: usize, fail: bool) -> Runs {
                 };
                 p.work_with(&store, &format!("w{w}"), &opts, |c| {
                     let h = blake3::hash(format!("{}{}", c.key, c.source_version).as_bytes());
-                    if fail && c.attempts == 0 && h.as_bytes()[0] % 5 == 0 {
+                    if fail && c.attempts == 0 && h.as_bytes()[0].is_multiple_of(5) {
                         return Err("injected".into());
                     }
                     let out = stage_fn(&c.stage, &inputs_of(&store, c));
@@ -260,7 +260,7 @@ fn model_rounds(def: PipelineDef, workers: usize, fail: bool, seed: u64) {
         let mut expect = Runs::new();
         for u in &units {
             // Round 0 gives every unit its first version; later rounds bump about half.
-            if round > 0 && next() % 2 == 0 {
+            if round > 0 && next().is_multiple_of(2) {
                 continue;
             }
             let bytes = format!("source {}", next() % 3).into_bytes();

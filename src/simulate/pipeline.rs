@@ -165,7 +165,7 @@ fn bumps(cfg: &PipelineSimConfig) -> Vec<(u64, bool)> {
             (i, *h.finalize().as_bytes())
         })
         .collect();
-    order.sort_by(|a, b| a.1.cmp(&b.1));
+    order.sort_by_key(|a| a.1);
     order
         .into_iter()
         .take(n as usize)
