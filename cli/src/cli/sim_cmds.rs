@@ -68,8 +68,9 @@ pub(crate) struct SimulateArgs {
     /// of --bump of them, cells run with and without early cutoff.
     #[arg(long)]
     pub pipeline: bool,
-    /// Pipeline mode: worker threads draining the pipeline.
-    #[arg(long, default_value_t = 2, requires = "pipeline")]
+    /// Pipeline mode: worker threads draining the pipeline (each idle one rescans every cell
+    /// while others run, so more workers cost scans here, not cells).
+    #[arg(long, default_value_t = 1, requires = "pipeline")]
     pub pipeline_workers: usize,
     /// Pipeline mode: fraction of the units given a new source version.
     #[arg(long, default_value_t = 0.01, requires = "pipeline")]
