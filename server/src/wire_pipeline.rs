@@ -385,3 +385,61 @@ impl CellViewW {
         })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use oncelake::ObjectId;
+
+    /// A served explain says what a local one says about early cutoff (SPEC R24): both waves
+    /// survive the wire, the source named as `null`.
+    #[test]
+    fn waves_round_trip_through_the_wire() {
+        let done = CellState::Done {
+            source_version: 1,
+            code_version: 1,
+            seq: 4,
+            object: ObjectId::of(b"x"),
+        };
+        let e = Explain {
+            unit: "u".into(),
+            source_version: Some(3),
+            cells: vec![
+                CellView {
+                    stage: "a".into(),
+                    key: "ka".into(),
+                    state: done.clone(),
+                    stale: None,
+                    wave: Some(Wave::CutOff {
+                        completed: 1,
+                        current: 3,
+                        unchanged: vec![(None, ObjectId::of(b"s"))],
+                    }),
+                },
+                CellView {
+                    stage: "b".into(),
+                    key: "kb".into(),
+                    state: done,
+                    stale: None,
+                    wave: Some(Wave::Reran {
+                        previous_version: 2,
+                        previous_object: ObjectId::of(b"p"),
+                        object: ObjectId::of(b"x"),
+                    }),
+                },
+            ],
+        };
+        let text = serde_json::to_string(&ExplainW::from(&e)).unwrap();
+        let back: ExplainW = serde_json::from_str(&text).unwrap();
+        assert_eq!(back.to_engine().unwrap(), e);
+        // A peer without the field (an older server) reads as no wave.
+        let old = text.replace(",\"wave\":", ",\"old_wave\":");
+        let back: ExplainW = serde_json::from_str(&old).unwrap();
+        assert!(back
+            .to_engine()
+            .unwrap()
+            .cells
+            .iter()
+            .all(|c| c.wave.is_none()));
+    }
+}
