@@ -67,7 +67,7 @@ fn print_table(r: &PipelineSimReport) {
         r.changed
     );
     outln!(
-        "{:<16}{:>14}{:>16}{:>10}",
+        "{:<16}{:>18}{:>18}{:>10}",
         "stage",
         "runs (cutoff)",
         "runs (no cutoff)",
@@ -75,14 +75,14 @@ fn print_table(r: &PipelineSimReport) {
     );
     for (i, s) in r.stages.iter().enumerate() {
         outln!(
-            "{s:<16}{:>14}{:>16}{:>10}",
+            "{s:<16}{:>18}{:>18}{:>10}",
             r.with_cutoff.runs[i],
             r.without_cutoff.runs[i],
             r.with_cutoff.cut_off[i]
         );
     }
     outln!(
-        "{:<16}{:>14}{:>16}{:>10}",
+        "{:<16}{:>18}{:>18}{:>10}",
         "total",
         r.with_cutoff.total_runs(),
         r.without_cutoff.total_runs(),
