@@ -221,6 +221,9 @@ counters! {
     pipeline_cells_retried,
     /// Pipeline cell runs that redo an invalidated (stale) completion.
     pipeline_cells_invalidated,
+    /// Pipeline cells cut off (SPEC R24): not re-run after a newer source version because the
+    /// completion this process committed (or the source it recorded) left their inputs unchanged.
+    pipeline_cells_cut_off,
 }
 
 /// The engine's metrics. Read them with [`crate::Store::metrics`].

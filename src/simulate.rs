@@ -81,6 +81,8 @@
 //! stager is writing) and any object no entry references; `orphans_collected` is what it reports.
 //! A dry-run GC afterwards must find nothing (`orphans_left`).
 
+pub mod pipeline;
+
 use crate::clock::{Clock, ManualClock, SystemClock};
 use crate::error::{Error, IoContext, Result};
 use crate::gc::GcOptions;

@@ -24,7 +24,7 @@ use crate::schema::log::Record;
 use crate::schema::manifest::EntryValue;
 use crate::schema::wal::{GroupRedo, Keyed};
 use std::cmp::Ordering;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::OnceLock;
 
 /// The next step of a merge of a scan of the read transaction's manifest with the tail's
@@ -234,6 +234,20 @@ impl Tail {
                 if v.seq <= upto {
                     out.insert(unit.to_string(), v);
                 }
+            }
+        }
+        Ok(out)
+    }
+
+    /// Every manifest row the tail holds, by unit, oldest first (a reader that looks up many
+    /// units' older entries builds this once instead of walking the groups per unit).
+    pub(crate) fn entries_by_unit(&self) -> Result<HashMap<String, Vec<EntryValue>>> {
+        let mut out: HashMap<String, Vec<EntryValue>> = HashMap::new();
+        for g in &self.groups {
+            for (key, value) in g.keyed_rows(Keyed::Manifest)? {
+                let unit = utf8(key)?;
+                let v = EntryValue::decode(unit, value)?;
+                out.entry(unit.to_string()).or_default().push(v);
             }
         }
         Ok(out)

@@ -414,6 +414,19 @@ fn every_json_output_uses_one_name_per_concept_and_the_same_fields_per_command()
         None,
         0,
     );
+    // The same input at a newer version: the done cells of u/1 are cut off (SPEC R24).
+    r.json(
+        "set-version",
+        &["pipeline", "set-version", l, "u/1", "4", "-", "--json"],
+        Some(b"in"),
+        0,
+    );
+    r.json(
+        "explain",
+        &["pipeline", "explain", l, "--pipeline", p, "u/1", "--json"],
+        None,
+        0,
+    );
     // Reads, maintenance, tables.
     r.json("ls", &["ls", l, "--json"], None, 0);
     r.json("ls", &["ls", l, "--all", "--json"], None, 0);
@@ -468,6 +481,12 @@ fn every_json_output_uses_one_name_per_concept_and_the_same_fields_per_command()
             "both",
             "--json",
         ],
+        None,
+        0,
+    );
+    r.json(
+        "simulate",
+        &["simulate", "--pipeline", "--units", "300", "--json"],
         None,
         0,
     );

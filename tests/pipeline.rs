@@ -841,7 +841,7 @@ fn cli_status_dot_is_valid_graphviz() {
     let (code, dot, err) = run(&["pipeline", "status", lake_s, "--pipeline", def_s, "--dot"]);
     assert_eq!(code, Some(0), "{err}");
     assert_eq!(check_dot(&dot), Ok((4, 3)), "{dot}");
-    assert!(dot.contains("\"store_c\" [label=\"store_c (code v1)\\ndone 1 | ready 0 | running 0\\nblocked 1 | failed 1 | stale 0\", fillcolor=\"salmon\"]"), "{dot}");
+    assert!(dot.contains("\"store_c\" [label=\"store_c (code v1)\\ndone 1 (cut off 0) | ready 0 | running 0\\nblocked 1 | failed 1 | stale 0\", fillcolor=\"salmon\"]"), "{dot}");
     assert!(dot.contains("\"transform\" -> \"store_b\";"));
     if let Ok(out) = std::process::Command::new("dot")
         .args(["-Tpng", "-o"])

@@ -521,7 +521,8 @@ impl PyPipeline {
     }
 
     /// Why each cell of ``unit`` is in its state: ``{"unit", "source_version", "cells": [...]}``,
-    /// each cell with ``stage``, ``state`` (done, running, ready, blocked, failed), ``stale`` and
+    /// each cell with ``stage``, ``state`` (done, running, ready, blocked, failed), ``stale``,
+    /// ``wave`` (whether a done cell re-ran or was cut off, and why; SPEC R24), ``cut_off`` and
     /// the state's facts.
     fn explain<'py>(&self, py: Python<'py>, unit: &str) -> PyResult<Bound<'py, PyDict>> {
         let e = self.explained(py, unit)?;
@@ -534,6 +535,11 @@ impl PyPipeline {
                     ("key", o(py, c.key.as_str())),
                     ("state", o(py, c.state.name())),
                     ("stale", o(py, c.stale.as_ref().map(|s| s.to_string()))),
+                    ("wave", o(py, c.wave.as_ref().map(|w| w.to_string()))),
+                    (
+                        "cut_off",
+                        o(py, c.wave.as_ref().is_some_and(|w| w.is_cut_off())),
+                    ),
                 ],
             )?;
             match &c.state {
@@ -588,7 +594,7 @@ impl PyPipeline {
     }
 
     /// Counts per stage: ``{"units", "stages": [{"stage", "code_version", "done", "ready",
-    /// "running", "blocked", "failed", "stale"}]}``.
+    /// "running", "blocked", "failed", "stale", "cut_off"}]}``.
     fn status<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
         let s = self.counts(py)?;
         let stages = PyList::empty(py);
@@ -604,6 +610,7 @@ impl PyPipeline {
                     ("blocked", o(py, st.blocked)),
                     ("failed", o(py, st.failed)),
                     ("stale", o(py, st.stale)),
+                    ("cut_off", o(py, st.cut_off)),
                 ],
             )?)?;
         }

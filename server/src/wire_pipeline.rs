@@ -2,7 +2,7 @@
 //! the engine's [`Status`] and [`Explain`] field for field, shared by the server and the
 //! [`crate::Client`] (so a client-only build has them without the server's dependencies).
 
-use oncelake::pipeline::{CellState, CellView, Explain, StageStatus, StaleReason, Status};
+use oncelake::pipeline::{CellState, CellView, Explain, StageStatus, StaleReason, Status, Wave};
 use serde::{Deserialize, Serialize};
 
 /// The engine's [`Status`], field for field.
@@ -26,6 +26,8 @@ pub struct StageStatusW {
     pub blocked: u64,
     pub failed: u64,
     pub stale: u64,
+    #[serde(default)]
+    pub cut_off: u64,
 }
 
 impl From<&Status> for StatusW {
@@ -44,6 +46,7 @@ impl From<&Status> for StatusW {
                     blocked: s.blocked,
                     failed: s.failed,
                     stale: s.stale,
+                    cut_off: s.cut_off,
                 })
                 .collect(),
         }
@@ -66,6 +69,7 @@ impl From<&StatusW> for Status {
                     blocked: s.blocked,
                     failed: s.failed,
                     stale: s.stale,
+                    cut_off: s.cut_off,
                 })
                 .collect(),
         }
@@ -94,6 +98,84 @@ pub struct CellViewW {
     pub state: CellStateW,
     /// Why an earlier completion no longer counts.
     pub stale: Option<StaleW>,
+    /// Whether a done cell re-ran or was cut off (SPEC R24).
+    #[serde(default)]
+    pub wave: Option<WaveW>,
+}
+
+/// The engine's [`Wave`], hashes in hex.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(tag = "wave", rename_all = "snake_case")]
+#[allow(missing_docs)]
+pub enum WaveW {
+    Reran {
+        previous_version: u64,
+        previous_object: String,
+        object: String,
+    },
+    CutOff {
+        completed: u64,
+        current: u64,
+        /// (upstream stage, or `null` for the source; output hash).
+        unchanged: Vec<(Option<String>, String)>,
+    },
+}
+
+impl From<&Wave> for WaveW {
+    fn from(w: &Wave) -> Self {
+        match w {
+            Wave::Reran {
+                previous_version,
+                previous_object,
+                object,
+            } => WaveW::Reran {
+                previous_version: *previous_version,
+                previous_object: previous_object.to_hex(),
+                object: object.to_hex(),
+            },
+            Wave::CutOff {
+                completed,
+                current,
+                unchanged,
+            } => WaveW::CutOff {
+                completed: *completed,
+                current: *current,
+                unchanged: unchanged
+                    .iter()
+                    .map(|(s, id)| (s.clone(), id.to_hex()))
+                    .collect(),
+            },
+        }
+    }
+}
+
+impl WaveW {
+    fn to_engine(&self) -> Result<Wave, String> {
+        use crate::wire::parse_id;
+        Ok(match self {
+            WaveW::Reran {
+                previous_version,
+                previous_object,
+                object,
+            } => Wave::Reran {
+                previous_version: *previous_version,
+                previous_object: parse_id(previous_object)?,
+                object: parse_id(object)?,
+            },
+            WaveW::CutOff {
+                completed,
+                current,
+                unchanged,
+            } => Wave::CutOff {
+                completed: *completed,
+                current: *current,
+                unchanged: unchanged
+                    .iter()
+                    .map(|(s, id)| Ok((s.clone(), parse_id(id)?)))
+                    .collect::<Result<_, String>>()?,
+            },
+        })
+    }
 }
 
 /// The engine's [`CellState`].
@@ -210,6 +292,7 @@ impl From<&CellView> for CellViewW {
             key: c.key.clone(),
             state,
             stale,
+            wave: c.wave.as_ref().map(WaveW::from),
         }
     }
 }
@@ -298,6 +381,65 @@ impl CellViewW {
             key: self.key.clone(),
             state,
             stale,
+            wave: self.wave.as_ref().map(WaveW::to_engine).transpose()?,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use oncelake::ObjectId;
+
+    /// A served explain says what a local one says about early cutoff (SPEC R24): both waves
+    /// survive the wire, the source named as `null`.
+    #[test]
+    fn waves_round_trip_through_the_wire() {
+        let done = CellState::Done {
+            source_version: 1,
+            code_version: 1,
+            seq: 4,
+            object: ObjectId::of(b"x"),
+        };
+        let e = Explain {
+            unit: "u".into(),
+            source_version: Some(3),
+            cells: vec![
+                CellView {
+                    stage: "a".into(),
+                    key: "ka".into(),
+                    state: done.clone(),
+                    stale: None,
+                    wave: Some(Wave::CutOff {
+                        completed: 1,
+                        current: 3,
+                        unchanged: vec![(None, ObjectId::of(b"s"))],
+                    }),
+                },
+                CellView {
+                    stage: "b".into(),
+                    key: "kb".into(),
+                    state: done,
+                    stale: None,
+                    wave: Some(Wave::Reran {
+                        previous_version: 2,
+                        previous_object: ObjectId::of(b"p"),
+                        object: ObjectId::of(b"x"),
+                    }),
+                },
+            ],
+        };
+        let text = serde_json::to_string(&ExplainW::from(&e)).unwrap();
+        let back: ExplainW = serde_json::from_str(&text).unwrap();
+        assert_eq!(back.to_engine().unwrap(), e);
+        // A peer without the field (an older server) reads as no wave.
+        let old = text.replace(",\"wave\":", ",\"old_wave\":");
+        let back: ExplainW = serde_json::from_str(&old).unwrap();
+        assert!(back
+            .to_engine()
+            .unwrap()
+            .cells
+            .iter()
+            .all(|c| c.wave.is_none()));
     }
 }

@@ -257,6 +257,96 @@ impl std::fmt::Display for StaleReason {
     }
 }
 
+/// How the latest change of a unit's source reached a done cell (SPEC R24): the cell re-ran, or
+/// the wave of re-runs stopped above it because none of its inputs changed (early cutoff).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Wave {
+    /// It re-ran: completed for the unit's current source version after an earlier completion of
+    /// the same cell (same code versions) for `previous_version`. When `object` equals
+    /// `previous_object` its output is unchanged and the wave stops here: the cells downstream of
+    /// it that depend on nothing else that changed are cut off.
+    Reran {
+        /// The source version of its previous completion.
+        previous_version: u64,
+        /// That completion's output.
+        previous_object: ObjectId,
+        /// The output it has now.
+        object: ObjectId,
+    },
+    /// Cut off: it did not re-run. Its completion for an older source version counts as done at
+    /// the current one because every input it read then (the source bytes, or each upstream
+    /// cell's output) is the input it would read now.
+    CutOff {
+        /// The source version its completion (still counting) was computed for.
+        completed: u64,
+        /// The unit's current source version.
+        current: u64,
+        /// Each unchanged input: the upstream stage (`None`: the unit's source) and the hash of
+        /// its output, the same then and now.
+        unchanged: Vec<(Option<String>, ObjectId)>,
+    },
+}
+
+impl Wave {
+    /// True for a cut-off cell.
+    pub fn is_cut_off(&self) -> bool {
+        matches!(self, Wave::CutOff { .. })
+    }
+}
+
+/// A hash, short, for people (the JSON forms carry it whole).
+fn short(id: &ObjectId) -> String {
+    id.to_hex()[..16].to_string()
+}
+
+impl std::fmt::Display for Wave {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Wave::Reran {
+                previous_version,
+                previous_object,
+                object,
+            } if previous_object == object => write!(
+                f,
+                "re-ran: unchanged output (hash {}, as for source version {previous_version}); \
+                 the wave stops here",
+                short(object)
+            ),
+            Wave::Reran {
+                previous_version,
+                previous_object,
+                object,
+            } => write!(
+                f,
+                "re-ran: output changed (hash {} for source version {previous_version}, now {})",
+                short(previous_object),
+                short(object)
+            ),
+            Wave::CutOff {
+                completed,
+                current,
+                unchanged,
+            } => {
+                write!(
+                    f,
+                    "cut off at source version {current}, not re-run: unchanged output of "
+                )?;
+                for (i, (stage, id)) in unchanged.iter().enumerate() {
+                    let sep = if i == 0 { "" } else { ", " };
+                    match stage {
+                        Some(s) => write!(f, "{sep}{s} (hash {})", short(id))?,
+                        None => write!(f, "{sep}the source (hash {})", short(id))?,
+                    }
+                }
+                write!(
+                    f,
+                    "; its completion for source version {completed} still counts"
+                )
+            }
+        }
+    }
+}
+
 /// A cell's state, as [`crate::pipeline::Pipeline::explain`] reports it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum CellState {
@@ -330,6 +420,10 @@ pub struct CellView {
     pub state: CellState,
     /// Set when the cell was completed before but that completion no longer counts.
     pub stale: Option<StaleReason>,
+    /// For a done cell: whether it re-ran for the current source version or was cut off
+    /// (`None`: neither, e.g. its first completion). [`crate::pipeline::Pipeline::status`] and
+    /// [`crate::pipeline::Pipeline::cells`] leave `Reran` out (it costs a history read per cell).
+    pub wave: Option<Wave>,
 }
 
 impl std::fmt::Display for CellView {
@@ -380,6 +474,9 @@ impl std::fmt::Display for CellView {
         }
         if let Some(s) = &self.stale {
             write!(f, "; stale: {s}")?;
+        }
+        if let Some(w) = &self.wave {
+            write!(f, "; {w}")?;
         }
         Ok(())
     }

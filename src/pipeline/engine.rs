@@ -2,7 +2,7 @@
 //! and failures through the store's commit path, explaining a unit, counting states per stage.
 
 use super::cell::{
-    source_key, validate_pipeline_unit, CellKey, CellState, CellView, Failure, StaleReason,
+    source_key, validate_pipeline_unit, CellKey, CellState, CellView, Failure, StaleReason, Wave,
     CELL_PREFIX, DEFINITION_KEY, MAX_ERROR_LEN, SOURCE_PREFIX, TAG_CELL_FAILED, TAG_DEFINITION,
 };
 use super::def::{PipelineDef, StageDef};
@@ -14,6 +14,7 @@ use crate::metrics::add;
 use crate::schema::claim::ClaimRecord;
 use crate::schema::manifest::{Entry, EntryValue};
 use crate::store::Store;
+use crate::tail::Tables;
 use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 
@@ -21,6 +22,8 @@ use std::time::Duration;
 #[derive(Clone, Debug)]
 pub struct Pipeline {
     def: PipelineDef,
+    /// Early cutoff (SPEC R24) on; off only to measure what it saves.
+    cutoff: bool,
 }
 
 /// An input of a ready cell: the unit's source entry (`stage: None`) or an upstream cell's
@@ -173,6 +176,9 @@ pub struct StageStatus {
     pub failed: u64,
     /// Cells (not done) whose earlier completion was invalidated; also counted in their state.
     pub stale: u64,
+    /// Done cells that were cut off (SPEC R24): not re-run at the current source version because
+    /// none of their inputs changed; also counted in `done`.
+    pub cut_off: u64,
 }
 
 /// Cell counts of a whole pipeline.
@@ -226,8 +232,10 @@ pub struct WorkReport {
     pub invalidated: u64,
 }
 
-/// What the tables say about the pipeline, read in one transaction.
+/// What the tables say about the pipeline, read in one transaction; `tables` stays open for the
+/// older entries early cutoff compares with, so those come from the same read.
 struct Loaded {
+    tables: Tables,
     now_ms: u64,
     sources: BTreeMap<String, EntryValue>,
     /// (stage, unit) → every completion of the cell, under any lineage.
@@ -314,7 +322,8 @@ fn cell_state(
     }
 }
 
-/// One stage's evaluated cell of a unit, with its done entry.
+/// One stage's evaluated cell of a unit, with its done entry (for a cut-off cell its completion
+/// for an older source version, which downstream cells read as their input).
 struct Evaluated {
     view: CellView,
     done: Option<Entry>,
@@ -382,7 +391,15 @@ pub fn set_source_versions(
 impl Pipeline {
     /// Binds a validated definition.
     pub fn new(def: PipelineDef) -> Pipeline {
-        Pipeline { def }
+        Pipeline { def, cutoff: true }
+    }
+
+    /// Turns early cutoff (SPEC R24) on (the default) or off. Without it every cell of a unit
+    /// re-runs after a newer source version, whatever its inputs: only for measuring what the
+    /// cutoff saves (`oncelake simulate --pipeline`).
+    pub fn with_cutoff(mut self, on: bool) -> Pipeline {
+        self.cutoff = on;
+        self
     }
 
     /// The definition.
@@ -424,7 +441,16 @@ impl Pipeline {
         source_version: u64,
         input: &[u8],
     ) -> Result<UnitOutcome> {
-        set_source_version(store, unit, source_version, input)
+        validate_pipeline_unit(unit)?;
+        let before = store.core().tables()?.entry(&source_key(unit))?;
+        let out = set_source_version(store, unit, source_version, input)?;
+        let same_bytes = before.is_some_and(|b| {
+            b.object.id == crate::object::ObjectId::of(input) && b.source_version < source_version
+        });
+        if let (true, Outcome::Committed { seq, .. }) = (same_bytes, &out.outcome) {
+            self.count_cut_off(store, unit, *seq, true)?;
+        }
+        Ok(out)
     }
 
     /// Records the definition in the log if it differs from the last one recorded, with the
@@ -487,22 +513,16 @@ impl Pipeline {
         parts.join("; ")
     }
 
-    /// Reads what the tables say, for every unit or for one (a redb panic on a damaged page is
+    /// Reads what the tables say, for every unit or for one. Callers run it, and the evaluation
+    /// that reads on from the same tables, inside `contain` (a redb panic on a damaged page is
     /// reported as `Corrupt`).
-    fn load(&self, store: &Store, unit: Option<&str>) -> Result<Loaded> {
-        crate::error::contain(|| self.load_uncontained(store, unit))
-    }
-
     fn load_uncontained(&self, store: &Store, unit: Option<&str>) -> Result<Loaded> {
         let now_ms = store.core().now_ms();
         let tables = store.core().tables()?;
-        let mut l = Loaded {
-            now_ms,
-            sources: BTreeMap::new(),
-            cells: HashMap::new(),
-            failures: HashMap::new(),
-            claims: HashMap::new(),
-        };
+        let mut sources = BTreeMap::new();
+        let mut cells: HashMap<(String, String), Vec<(CellKey, EntryValue)>> = HashMap::new();
+        let mut failures = HashMap::new();
+        let mut claims = HashMap::new();
         let source_prefix = match unit {
             Some(u) => source_key(u),
             None => SOURCE_PREFIX.to_string(),
@@ -510,7 +530,7 @@ impl Pipeline {
         tables.entries_with_prefix(&source_prefix, |k, v| {
             let u = &k[SOURCE_PREFIX.len()..];
             if unit.is_none_or(|want| want == u) {
-                l.sources.insert(u.to_string(), v);
+                sources.insert(u.to_string(), v);
             }
             Ok(())
         })?;
@@ -527,7 +547,7 @@ impl Pipeline {
         for prefix in &cell_prefixes {
             tables.entries_with_prefix(prefix, |k, value| {
                 if let Some(ck) = CellKey::parse(k).filter(&wanted) {
-                    l.cells
+                    cells
                         .entry((ck.stage.clone(), ck.unit.clone()))
                         .or_default()
                         .push((ck, value));
@@ -536,35 +556,55 @@ impl Pipeline {
             })?;
             tables.claims_with_prefix(prefix, |k, c| {
                 if CellKey::parse(k).filter(&wanted).is_some() {
-                    l.claims.insert(k.to_string(), c);
+                    claims.insert(k.to_string(), c);
                 }
                 Ok(())
             })?;
             tables.extensions_with_prefix(prefix, |k, _, data| {
                 if CellKey::parse(k).filter(&wanted).is_some() {
-                    l.failures.insert(k.to_string(), Failure::decode(data)?);
+                    failures.insert(k.to_string(), Failure::decode(data)?);
                 }
                 Ok(())
             })?;
         }
-        Ok(l)
+        Ok(Loaded {
+            tables,
+            now_ms,
+            sources,
+            cells,
+            failures,
+            claims,
+        })
     }
 
-    /// The explanation of one unit's cells from already loaded state.
-    fn explain_loaded(&self, l: &Loaded, unit: &str, source: &EntryValue) -> Explain {
-        Explain {
+    /// The explanation of one unit's cells from already loaded state; with `detail` it also says
+    /// which done cells re-ran (a history read per done cell).
+    fn explain_loaded(
+        &self,
+        l: &Loaded,
+        unit: &str,
+        source: &EntryValue,
+        detail: bool,
+    ) -> Result<Explain> {
+        Ok(Explain {
             unit: unit.to_string(),
             source_version: Some(source.source_version),
             cells: self
-                .evaluate(l, unit, source)
+                .evaluate(l, unit, source, detail)?
                 .into_iter()
                 .map(|e| e.view)
                 .collect(),
-        }
+        })
     }
 
     /// Evaluates every cell of `unit` (upstream first) against its current source version.
-    fn evaluate(&self, l: &Loaded, unit: &str, source: &EntryValue) -> Vec<Evaluated> {
+    fn evaluate(
+        &self,
+        l: &Loaded,
+        unit: &str,
+        source: &EntryValue,
+        detail: bool,
+    ) -> Result<Vec<Evaluated>> {
         let version = source.source_version;
         let mut out: Vec<Evaluated> = Vec::with_capacity(self.def.stages().len());
         let mut index: HashMap<&str, usize> = HashMap::new();
@@ -581,14 +621,27 @@ impl Pipeline {
             let current = completions
                 .and_then(|c| c.iter().find(|(ck, _)| ck.lineage == lineage))
                 .map(|(_, v)| *v);
-            let done = current.filter(|v| v.source_version >= version);
+            // invariant: topological order evaluates every upstream stage before this one.
+            let upstream: Vec<&Evaluated> =
+                s.upstream.iter().map(|u| &out[index[u.as_str()]]).collect();
+            let mut wave = None;
+            let mut done = current.filter(|v| v.source_version >= version);
+            match (done, current) {
+                (None, Some(c)) if self.cutoff => {
+                    wave = self.cut_off(l, unit, source, s, &upstream, c)?;
+                    if wave.is_some() {
+                        done = Some(c);
+                    }
+                }
+                (Some(c), _) if detail => wave = self.reran(l, &key, c)?,
+                _ => {}
+            }
             let stale = stale_reason(s, completions, current, done.is_some(), version);
             let claim = l.claims.get(&key).filter(|c| c.is_live(l.now_ms));
-            let blocked = s.upstream.iter().find_map(|u| {
-                // invariant: topological order evaluates every upstream stage before this one.
-                let e = &out[index[u.as_str()]];
-                (e.done.is_none()).then(|| (u.clone(), e.view.state.name()))
-            });
+            let blocked =
+                s.upstream.iter().zip(&upstream).find_map(|(u, e)| {
+                    (e.done.is_none()).then(|| (u.clone(), e.view.state.name()))
+                });
             let failure = l.failures.get(&key).filter(|f| f.source_version == version);
             let state = cell_state(s, done, claim, blocked, failure);
             index.insert(s.name.as_str(), out.len());
@@ -599,10 +652,76 @@ impl Pipeline {
                     key,
                     state,
                     stale,
+                    wave,
                 },
             });
         }
-        out
+        Ok(out)
+    }
+
+    /// Early cutoff (SPEC R24): whether the cell of stage `s`, whose completion under its current
+    /// lineage `completion` is for an older source version than the unit's current one, still
+    /// counts as done. It does when every input is there now (each upstream cell done, re-run or
+    /// itself cut off) and is the input the completion was computed from: the output an upstream
+    /// cell (or the source) has now is the one it had then — its newest entry committed before
+    /// the completion and for a source version no newer than the completion's. Every entry
+    /// compared comes from the one read in `l`; one whose history GC pruned is not found, and the
+    /// cell re-runs.
+    fn cut_off(
+        &self,
+        l: &Loaded,
+        unit: &str,
+        source: &EntryValue,
+        s: &StageDef,
+        upstream: &[&Evaluated],
+        completion: EntryValue,
+    ) -> Result<Option<Wave>> {
+        let mut inputs: Vec<(Option<String>, String, EntryValue)> = Vec::new();
+        if s.upstream.is_empty() {
+            inputs.push((None, source_key(unit), *source));
+        }
+        for (name, e) in s.upstream.iter().zip(upstream) {
+            let Some(entry) = &e.done else {
+                return Ok(None);
+            };
+            inputs.push((Some(name.clone()), e.view.key.clone(), entry.value()));
+        }
+        let mut unchanged = Vec::with_capacity(inputs.len());
+        for (stage, key, now) in inputs {
+            let read_then =
+                if now.seq < completion.seq && now.source_version <= completion.source_version {
+                    Some(now)
+                } else {
+                    l.tables
+                        .entry_before(&key, completion.seq, completion.source_version)?
+                };
+            match read_then {
+                Some(then) if then.object.id == now.object.id => {
+                    unchanged.push((stage, now.object.id))
+                }
+                _ => return Ok(None),
+            }
+        }
+        Ok(Some(Wave::CutOff {
+            completed: completion.source_version,
+            current: source.source_version,
+            unchanged,
+        }))
+    }
+
+    /// For a cell done at the current source version: its previous completion under the same key,
+    /// if it had one (and its history is kept), i.e. whether it re-ran and with what output.
+    fn reran(&self, l: &Loaded, key: &str, done: EntryValue) -> Result<Option<Wave>> {
+        let Some(max) = done.source_version.checked_sub(1) else {
+            return Ok(None);
+        };
+        Ok(l.tables
+            .entry_before(key, done.seq, max)?
+            .map(|p| Wave::Reran {
+                previous_version: p.source_version,
+                previous_object: p.object.id,
+                object: done.object.id,
+            }))
     }
 
     fn ready_cell(
@@ -656,7 +775,11 @@ impl Pipeline {
     /// Why each cell of `unit` is in its state.
     pub fn explain(&self, store: &Store, unit: &str) -> Result<Explain> {
         validate_pipeline_unit(unit)?;
-        let l = self.load(store, Some(unit))?;
+        crate::error::contain(|| self.explain_uncontained(store, unit))
+    }
+
+    fn explain_uncontained(&self, store: &Store, unit: &str) -> Result<Explain> {
+        let l = self.load_uncontained(store, Some(unit))?;
         let Some(source) = l.sources.get(unit) else {
             return Ok(Explain {
                 unit: unit.to_string(),
@@ -664,21 +787,27 @@ impl Pipeline {
                 cells: Vec::new(),
             });
         };
-        Ok(self.explain_loaded(&l, unit, source))
+        self.explain_loaded(&l, unit, source, true)
     }
 
     /// Every unit's cells, explained, in unit order.
     pub fn cells(&self, store: &Store) -> Result<Vec<Explain>> {
-        let l = self.load(store, None)?;
-        Ok(l.sources
-            .iter()
-            .map(|(unit, source)| self.explain_loaded(&l, unit, source))
-            .collect())
+        crate::error::contain(|| {
+            let l = self.load_uncontained(store, None)?;
+            l.sources
+                .iter()
+                .map(|(unit, source)| self.explain_loaded(&l, unit, source, false))
+                .collect()
+        })
     }
 
     /// Cell counts per stage.
     pub fn status(&self, store: &Store) -> Result<Status> {
-        let l = self.load(store, None)?;
+        crate::error::contain(|| self.status_uncontained(store))
+    }
+
+    fn status_uncontained(&self, store: &Store) -> Result<Status> {
+        let l = self.load_uncontained(store, None)?;
         let mut stages: Vec<StageStatus> = self
             .def
             .topo_order()
@@ -689,7 +818,10 @@ impl Pipeline {
             })
             .collect();
         for (unit, source) in &l.sources {
-            for (st, e) in stages.iter_mut().zip(self.evaluate(&l, unit, source)) {
+            for (st, e) in stages
+                .iter_mut()
+                .zip(self.evaluate(&l, unit, source, false)?)
+            {
                 match e.view.state {
                     CellState::Done { .. } => st.done += 1,
                     CellState::Running { .. } => st.running += 1,
@@ -698,6 +830,7 @@ impl Pipeline {
                     CellState::Failed { .. } => st.failed += 1,
                 }
                 st.stale += e.view.stale.is_some() as u64;
+                st.cut_off += e.view.wave.as_ref().is_some_and(Wave::is_cut_off) as u64;
             }
         }
         Ok(Status {
@@ -713,11 +846,19 @@ impl Pipeline {
     }
 
     fn ready_and_running(&self, store: &Store, limit: usize) -> Result<(Vec<ReadyCell>, u64)> {
-        let l = self.load(store, None)?;
+        crate::error::contain(|| self.ready_and_running_uncontained(store, limit))
+    }
+
+    fn ready_and_running_uncontained(
+        &self,
+        store: &Store,
+        limit: usize,
+    ) -> Result<(Vec<ReadyCell>, u64)> {
+        let l = self.load_uncontained(store, None)?;
         let mut ready = Vec::new();
         let mut running = 0;
         for (unit, source) in &l.sources {
-            let cells = self.evaluate(&l, unit, source);
+            let cells = self.evaluate(&l, unit, source, false)?;
             for i in 0..cells.len() {
                 match cells[i].view.state {
                     CellState::Ready { .. } if ready.len() < limit => {
@@ -789,6 +930,8 @@ impl Pipeline {
         validate_pipeline_unit(&attempt.unit)?;
         let key = self.cell_key(&attempt.unit, &attempt.stage)?;
         let staged = store.stage_bytes(output)?;
+        // Only for the cut-off count below, never for a decision.
+        let before = store.core().tables()?.entry(&key)?;
         let batch = match attempt.token {
             Some(t) => Batch::new()
                 .internal()
@@ -801,8 +944,56 @@ impl Pipeline {
         let out = r.units.remove(0);
         if matches!(out.outcome, Outcome::Committed { .. }) {
             add(&store.core().metrics.c.pipeline_cells_completed, 1);
+            let unchanged = before.is_some_and(|b| {
+                b.object.id == staged.id() && b.source_version < attempt.source_version
+            });
+            if let (true, Outcome::Committed { seq, .. }) = (unchanged, &out.outcome) {
+                self.count_cut_off(store, &attempt.unit, *seq, false)?;
+            }
         }
         Ok(out)
+    }
+
+    /// Counts (metric `pipeline_cells_cut_off`) the cells of `unit` that the commit of seq
+    /// `seq` cut off: a completion whose output equals the cell's previous one, or (`source`) a
+    /// new source version with the bytes of the previous one. A cut-off cell is attributed to the
+    /// newest commit among the cells above it that re-ran for the current source version (the one
+    /// that made it done), or to the source's commit when none re-ran; so each is counted once
+    /// however the completions interleave, as long as the source does not move on meanwhile. The
+    /// count is informational: what is done is decided from the tables alone.
+    fn count_cut_off(&self, store: &Store, unit: &str, seq: u64, source: bool) -> Result<()> {
+        if !self.cutoff {
+            return Ok(());
+        }
+        let e = self.explain(store, unit)?;
+        let Some(version) = e.source_version else {
+            return Ok(());
+        };
+        // Per stage: the newest seq of a cell at or above it that re-ran for `version`.
+        let mut newest_rerun: HashMap<&str, Option<u64>> = HashMap::new();
+        let mut n = 0;
+        for (s, c) in self.def.topo_order().zip(&e.cells) {
+            let above = s
+                .upstream
+                .iter()
+                .filter_map(|u| newest_rerun.get(u.as_str()).copied().flatten())
+                .max();
+            let cut_off = c.wave.as_ref().is_some_and(Wave::is_cut_off);
+            let own = match c.state {
+                CellState::Done {
+                    source_version,
+                    seq,
+                    ..
+                } if source_version == version && !cut_off => Some(seq),
+                _ => None,
+            };
+            if cut_off && above.map_or(source, |a| !source && a == seq) {
+                n += 1;
+            }
+            newest_rerun.insert(s.name.as_str(), above.max(own));
+        }
+        add(&store.core().metrics.c.pipeline_cells_cut_off, n);
+        Ok(())
     }
 
     /// Records a failed run of a cell: a log record with the error as its reason, and the cell's
@@ -977,9 +1168,9 @@ impl Pipeline {
                 "white"
             };
             out.push_str(&format!(
-                "  \"{}\" [label=\"{} (code v{})\\ndone {} | ready {} | running {}\\nblocked {} | failed {} | stale {}\", fillcolor=\"{colour}\"];\n",
-                st.stage, st.stage, st.code_version, st.done, st.ready, st.running, st.blocked,
-                st.failed, st.stale
+                "  \"{}\" [label=\"{} (code v{})\\ndone {} (cut off {}) | ready {} | running {}\\nblocked {} | failed {} | stale {}\", fillcolor=\"{colour}\"];\n",
+                st.stage, st.stage, st.code_version, st.done, st.cut_off, st.ready, st.running,
+                st.blocked, st.failed, st.stale
             ));
         }
         for s in self.def.topo_order() {

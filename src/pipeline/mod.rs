@@ -43,7 +43,7 @@ pub mod cell;
 pub mod def;
 mod engine;
 
-pub use cell::{CellKey, CellState, CellView, Failure, StaleReason};
+pub use cell::{CellKey, CellState, CellView, Failure, StaleReason, Wave};
 pub use def::{PipelineDef, PipelineDefBuilder, PipelineError, StageDef};
 pub use engine::{
     set_source_version, set_source_versions, Attempt, Claim, Explain, FailOutcome, Input, Pipeline,

@@ -8,11 +8,13 @@ use crate::schema::claim::ClaimRecord;
 use crate::schema::manifest::EntryValue;
 use crate::schema::wal::Keyed;
 use crate::schema::{
-    codec, extension, CLAIMS, CLAIMS_TABLE, EXTENSIONS, EXTENSIONS_TABLE, MANIFEST, MANIFEST_TABLE,
+    codec, extension, CLAIMS, CLAIMS_TABLE, EXTENSIONS, EXTENSIONS_TABLE, HISTORY, MANIFEST,
+    MANIFEST_TABLE,
 };
 use redb::ReadOnlyTable;
+use std::cell::OnceCell;
 use std::cmp::Ordering;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 
 type StrTable = ReadOnlyTable<&'static str, &'static [u8]>;
 
@@ -27,7 +29,11 @@ pub(crate) struct Tables {
     claims: StrTable,
     /// `None` in a store whose B-trees hold no extension yet (its tail may).
     extensions: Option<StrTable>,
+    /// Superseded manifest entries by (unit, seq), for [`Tables::entry_before`].
+    history: ReadOnlyTable<(&'static str, u64), &'static [u8]>,
     tail: Tail,
+    /// The tail's manifest rows by unit, built on the first [`Tables::entry_before`].
+    tail_entries: OnceCell<HashMap<String, Vec<EntryValue>>>,
 }
 
 impl Tables {
@@ -42,7 +48,9 @@ impl Tables {
             manifest: txn.open_table(MANIFEST).db("open the manifest")?,
             claims: txn.open_table(CLAIMS).db("open the claims")?,
             extensions,
+            history: txn.open_table(HISTORY).db("open the history")?,
             tail,
+            tail_entries: OnceCell::new(),
         })
     }
 
@@ -53,6 +61,49 @@ impl Tables {
             return Ok(Some(v));
         }
         codec::get_sealed(&self.manifest, MANIFEST_TABLE, unit, EntryValue::decode)
+    }
+
+    /// `unit`'s newest entry of seq below `before_seq` and source version at most `max_version`,
+    /// current or superseded: the tail's rows first (all newer than the transaction's), then the
+    /// transaction's current entry, then its history rows. `None` when there is none, also when
+    /// GC pruned the history row that would answer.
+    pub(crate) fn entry_before(
+        &self,
+        unit: &str,
+        before_seq: u64,
+        max_version: u64,
+    ) -> Result<Option<EntryValue>> {
+        let fits = |v: &EntryValue| v.seq < before_seq && v.source_version <= max_version;
+        let tail = match self.tail_entries.get() {
+            Some(t) => t,
+            None => {
+                let built = self.tail.entries_by_unit()?;
+                self.tail_entries.get_or_init(|| built)
+            }
+        };
+        if let Some(v) = tail
+            .get(unit)
+            .and_then(|rows| rows.iter().rev().find(|v| fits(v)))
+        {
+            return Ok(Some(*v));
+        }
+        let current = codec::get_sealed(&self.manifest, MANIFEST_TABLE, unit, EntryValue::decode)?;
+        if let Some(v) = current.filter(fits) {
+            return Ok(Some(v));
+        }
+        let rows = self
+            .history
+            .range((unit, 0)..(unit, before_seq))
+            .db("read the history")?;
+        for row in rows.rev() {
+            let (k, v) = row.db("read the history")?;
+            let (_, seq) = k.value();
+            let v = EntryValue::decode_history(unit, seq, v.value())?;
+            if fits(&v) {
+                return Ok(Some(v));
+            }
+        }
+        Ok(None)
     }
 
     /// `unit`'s newest lease.

@@ -40,6 +40,7 @@ mod reconcile_cmd;
 mod remote;
 mod serve;
 mod sim_cmds;
+mod sim_pipeline;
 mod store_cmds;
 mod table_bench;
 mod table_cmds;

@@ -8,7 +8,7 @@ use super::{exit, open_input, open_store, parse_duration, print_json, rfc3339, C
 use oncelake::pipeline::cell::validate_pipeline_unit;
 use oncelake::pipeline::{
     set_source_version, Attempt, CellState, CellView, Claim, Explain, FailOutcome, Pipeline,
-    PipelineDef, ReadyCell, Status,
+    PipelineDef, ReadyCell, Status, Wave,
 };
 use oncelake::{FenceReason, Lease, Outcome, Store, UnitOutcome};
 use serde_json::{json, Value};
@@ -290,14 +290,14 @@ pub(crate) fn print_status(out: &Output, st: &Status) {
             print_json(&json!({
                 "stage": s.stage, "code_version": s.code_version, "done": s.done,
                 "ready": s.ready, "running": s.running, "blocked": s.blocked,
-                "failed": s.failed, "stale": s.stale,
+                "failed": s.failed, "stale": s.stale, "cut_off": s.cut_off,
             }));
         }
         return;
     }
     outln!("{} units", st.units);
     outln!(
-        "{:<24} {:>5} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8}",
+        "{:<24} {:>5} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8}",
         "stage",
         "code",
         "done",
@@ -305,11 +305,12 @@ pub(crate) fn print_status(out: &Output, st: &Status) {
         "running",
         "blocked",
         "failed",
-        "stale"
+        "stale",
+        "cut off"
     );
     for s in &st.stages {
         outln!(
-            "{:<24} {:>5} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8}",
+            "{:<24} {:>5} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8}",
             s.stage,
             s.code_version,
             s.done,
@@ -317,7 +318,8 @@ pub(crate) fn print_status(out: &Output, st: &Status) {
             s.running,
             s.blocked,
             s.failed,
-            s.stale
+            s.stale,
+            s.cut_off
         );
     }
 }
@@ -581,6 +583,11 @@ pub(crate) fn print_fail(out: &Output, a: &Attempt, cell: &str, outcome: &FailOu
 /// A cell's JSON object under `pipeline explain`, the same fields whatever its state (`null`
 /// where one does not apply). `source_version` is the version the cell is about, as in `pipeline
 /// ready`: the one it was completed at (done), its lease's (running), else the unit's current one.
+/// The early-cutoff fields (SPEC R24): `wave` (`reran`: completed again for the current source
+/// version; `cut_off`: done without re-running because no input changed; else null), `reran`,
+/// `output_unchanged` and `previous_object` (a re-run's output against its previous one), and
+/// `unchanged_inputs` (a cut-off cell's inputs, `{"upstream", "object"}`, `upstream` null for the
+/// source).
 fn cell_json(e: &Explain, c: &CellView) -> Value {
     let mut v = json!({
         "unit": e.unit, "stage": c.stage, "state": c.state.name(), "cell": c.key,
@@ -590,7 +597,28 @@ fn cell_json(e: &Explain, c: &CellView) -> Value {
         "object": Value::Null, "worker": Value::Null, "token": Value::Null,
         "expires_at_ms": Value::Null, "attempts": Value::Null, "last_error": Value::Null,
         "blocked_on": Value::Null,
+        "wave": c.wave.as_ref().map(|w| if w.is_cut_off() { "cut_off" } else { "reran" }),
+        "reran": matches!(c.wave, Some(Wave::Reran { .. })),
+        "output_unchanged": Value::Null, "previous_object": Value::Null,
+        "unchanged_inputs": Value::Null,
     });
+    match &c.wave {
+        Some(Wave::Reran {
+            previous_object,
+            object,
+            ..
+        }) => {
+            v["output_unchanged"] = json!(previous_object == object);
+            v["previous_object"] = json!(previous_object.to_hex());
+        }
+        Some(Wave::CutOff { unchanged, .. }) => {
+            v["unchanged_inputs"] = unchanged
+                .iter()
+                .map(|(stage, id)| json!({"upstream": stage, "object": id.to_hex()}))
+                .collect();
+        }
+        None => {}
+    }
     match &c.state {
         CellState::Done {
             source_version,

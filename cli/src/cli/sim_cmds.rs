@@ -64,6 +64,20 @@ pub(crate) struct SimulateArgs {
     /// One JSON object per mode.
     #[arg(long)]
     pub json: bool,
+    /// Run the pipeline mode instead (SPEC R24): a 3-stage pipeline over --units, a source bump
+    /// of --bump of them, cells run with and without early cutoff.
+    #[arg(long)]
+    pub pipeline: bool,
+    /// Pipeline mode: worker threads draining the pipeline (each idle one rescans every cell
+    /// while others run, so more workers cost scans here, not cells).
+    #[arg(long, default_value_t = 1, requires = "pipeline")]
+    pub pipeline_workers: usize,
+    /// Pipeline mode: fraction of the units given a new source version.
+    #[arg(long, default_value_t = 0.01, requires = "pipeline")]
+    pub bump: f64,
+    /// Pipeline mode: fraction of the bumped units whose first-stage output changes.
+    #[arg(long, default_value_t = 0.5, requires = "pipeline")]
+    pub changed: f64,
 }
 
 #[derive(clap::Args, Debug)]
@@ -135,6 +149,21 @@ pub(crate) fn simulate_cmd(a: SimulateArgs) -> Result<u8, CliError> {
         }
         None => (temp_root(), true),
     };
+    if a.pipeline {
+        let args = super::sim_pipeline::PipelineSimArgs {
+            units: a.units,
+            workers: a.pipeline_workers,
+            bump: a.bump,
+            changed: a.changed,
+            seed: a.seed,
+            json: a.json,
+        };
+        let result = super::sim_pipeline::run(&args, &root);
+        if temporary {
+            let _ = std::fs::remove_dir_all(&root);
+        }
+        return result;
+    }
     let result = run_modes(&a, modes, &root, temporary);
     if temporary {
         let _ = std::fs::remove_dir_all(&root);
