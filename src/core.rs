@@ -496,6 +496,18 @@ impl Core {
     pub(crate) fn begin_read_with_tail(&self) -> Result<(redb::ReadTransaction, Vec<GroupRedo>)> {
         self.owner.check(&self.dir)?;
         let (applied, mut groups) = self.backlog.unapplied().map_err(|e| self.stopped(e))?;
+        let (txn, in_txn) = self.begin_read_after(applied)?;
+        groups.retain(|g| g.number() > in_txn);
+        assert!(
+            groups.first().is_none_or(|g| g.number() == in_txn + 1),
+            "invariant: the unapplied groups continue the read transaction without a gap"
+        );
+        Ok((txn, groups))
+    }
+
+    /// A read transaction begun after the backlog reported group `applied` applied, and the
+    /// newest group it holds (at least that one: the B-trees only move forward).
+    fn begin_read_after(&self, applied: u64) -> Result<(redb::ReadTransaction, u64)> {
         let txn = self.db.begin_read().db("begin a read transaction")?;
         let in_txn =
             crate::schema::wal::applied_group(&txn.open_table(META).db("open the meta table")?)?;
@@ -504,12 +516,7 @@ impl Core {
             "invariant: a read transaction holds every group the backlog reported applied \
              before it began (it holds {in_txn}, the backlog said {applied})"
         );
-        groups.retain(|g| g.number() > in_txn);
-        assert!(
-            groups.first().is_none_or(|g| g.number() == in_txn + 1),
-            "invariant: the unapplied groups continue the read transaction without a gap"
-        );
-        Ok((txn, groups))
+        Ok((txn, in_txn))
     }
 
     /// The objects the commits after seq `after` reference, as of every group acknowledged
@@ -544,14 +551,7 @@ impl Core {
     ) -> Result<(redb::ReadTransaction, LiveTail)> {
         self.owner.check(&self.dir)?;
         let (applied, acked, newest) = self.backlog.listing().map_err(|e| self.stopped(e))?;
-        let txn = self.db.begin_read().db("begin a read transaction")?;
-        let in_txn =
-            crate::schema::wal::applied_group(&txn.open_table(META).db("open the meta table")?)?;
-        assert!(
-            in_txn >= applied,
-            "invariant: a read transaction holds every group the backlog reported applied \
-             before it began (it holds {in_txn}, the backlog said {applied})"
-        );
+        let (txn, in_txn) = self.begin_read_after(applied)?;
         let upto = limit.map_or(acked, |l| l.min(acked));
         // The newest listed group gives the tail's seq; a tail cut at `limit` needs none (its
         // snapshot knows its seq).

@@ -644,6 +644,21 @@ async fn lookup(
     ))
 }
 
+/// The unit's entry in `snap` and its object, opened and checked against the entry's length.
+pub(crate) fn open_unit(
+    snap: &oncelake::Snapshot,
+    unit: &str,
+) -> oncelake::Result<Option<(std::fs::File, oncelake::Entry)>> {
+    match snap.get(unit)? {
+        Some(e) => {
+            let file = snap.open_object(&e)?;
+            crate::object_check::check_length(&file, &e)?;
+            Ok(Some((file, e)))
+        }
+        None => Ok(None),
+    }
+}
+
 fn snapshot(store: &Store, at: Option<u64>) -> oncelake::Result<oncelake::Snapshot> {
     match at {
         Some(seq) => store.snapshot_at(seq),
@@ -677,17 +692,7 @@ async fn object(
     let app2 = app.clone();
     let unit = q.unit.clone();
     let found = app
-        .blocking(move || {
-            let snap = snapshot(&app2.store, q.at)?;
-            match snap.get(&q.unit)? {
-                Some(e) => {
-                    let file = snap.open_object(&e)?;
-                    crate::object_check::check_length(&file, &e)?;
-                    Ok(Some((file, e)))
-                }
-                None => Ok(None),
-            }
-        })
+        .blocking(move || open_unit(&snapshot(&app2.store, q.at)?, &q.unit))
         .await?;
     let Some((file, entry)) = found else {
         return Err(ApiError::new(
@@ -845,7 +850,16 @@ async fn changes(
 }
 
 fn read_changes(store: &Store, since: u64, limit: usize) -> oncelake::Result<ChangesW> {
-    let snap = store.snapshot()?;
+    changes_page(&store.snapshot()?, since, limit)
+}
+
+/// At most `limit` of `snap`'s log records after `since`, and the seq it is as of (a served
+/// snapshot's pages and the store's change feed).
+pub(crate) fn changes_page(
+    snap: &oncelake::Snapshot,
+    since: u64,
+    limit: usize,
+) -> oncelake::Result<ChangesW> {
     let mut records = Vec::new();
     for r in snap.changes_since(since)?.take(limit) {
         let r = r?;

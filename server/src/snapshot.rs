@@ -9,7 +9,7 @@
 //! Also the log's position (`GET /v1/seq`) and `POST /v1/flush`.
 
 use crate::http::{json, object_response, query, receiver_stream, ApiError, ApiResult, App};
-use crate::wire::{ChangesW, EntryW, RecordW};
+use crate::wire::EntryW;
 use axum::body::{Body, Bytes};
 use axum::extract::rejection::QueryRejection;
 use axum::extract::{Query, State};
@@ -205,14 +205,7 @@ pub(crate) async fn object(
     let snap = app.snapshots.touch(q.id)?;
     let unit = q.unit.clone();
     let found = app
-        .blocking(move || match snap.get(&q.unit)? {
-            Some(e) => {
-                let file = snap.open_object(&e)?;
-                crate::object_check::check_length(&file, &e)?;
-                Ok(Some((file, e)))
-            }
-            None => Ok(None),
-        })
+        .blocking(move || crate::http::open_unit(&snap, &q.unit))
         .await?;
     let Some((file, entry)) = found else {
         return Err(ApiError::new(
@@ -285,20 +278,7 @@ pub(crate) async fn changes(
     let snap = app.snapshots.touch(q.id)?;
     let limit = q.limit.unwrap_or(10_000).clamp(1, 100_000);
     let page = app
-        .blocking(move || {
-            let mut records = Vec::new();
-            for r in snap.changes_since(q.since)?.take(limit) {
-                let r = r?;
-                records.push(RecordW {
-                    seq: r.seq,
-                    record: crate::wire::to_hex(&r.encode()),
-                });
-            }
-            Ok(ChangesW {
-                records,
-                seq: snap.seq(),
-            })
-        })
+        .blocking(move || crate::http::changes_page(&snap, q.since, limit))
         .await?;
     Ok(json(&page))
 }
