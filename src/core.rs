@@ -243,6 +243,8 @@ impl Drop for StoreLock {
         if !self.owner.is_current() {
             return;
         }
+        // The holder's record goes first, while the lock is still ours (see `store::holder`).
+        crate::store::clear_holder(&self.file);
         // Best effort: if it fails, closing the descriptor releases the lock as before.
         let _ = self.file.unlock();
     }

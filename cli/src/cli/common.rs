@@ -117,23 +117,103 @@ pub(crate) fn open_store(path: &Path, wait: Duration, create: bool) -> Result<St
     }
     let options = Options {
         lock_wait: wait,
-        lock_wait_stop: Some(stop_when_served(path, wait)),
+        lock_wait_stop: Some(say_waiting(path, wait, stop_when_served(path, wait))),
         ..Options::default()
     };
-    match Store::open_with(path, options.clone()) {
+    let opened = match Store::open_with(path, options.clone()) {
         // A store on read-only media (or in a directory this user cannot write): open it
         // read-only, so reads work and writes are refused with a clear error.
         Err(oncelake::Error::Io { source, .. }) if !create && cannot_write(&source) => {
-            Ok(Store::open_with(
+            Store::open_with(
                 path,
                 Options {
                     read_only: true,
                     ..options
                 },
-            )?)
+            )
         }
+        other => other,
+    };
+    match opened {
+        Err(oncelake::Error::Locked { .. }) => Err(locked(path, wait, false)),
         other => Ok(other?),
     }
+}
+
+/// Who holds the store's lock, for people: `pid N (`command`)`, or `another process` when it
+/// recorded nothing (a read-only holder, or one from before holders were recorded).
+fn holder_text(store: &Path) -> String {
+    match oncelake::lock_holder(store) {
+        Some(h) => format!("pid {} (`{}`)", h.pid, h.command),
+        None => "another process".into(),
+    }
+}
+
+/// `--wait` as it would be written on the command line (`10s`, `1500ms`, `5m`).
+pub(crate) fn wait_text(wait: Duration) -> String {
+    let (s, ms) = (wait.as_secs(), wait.as_millis());
+    if ms % 1000 != 0 {
+        format!("{ms}ms")
+    } else if s != 0 && s % 3600 == 0 {
+        format!("{}h", s / 3600)
+    } else if s != 0 && s % 60 == 0 {
+        format!("{}m", s / 60)
+    } else {
+        format!("{s}s")
+    }
+}
+
+/// The error of a command that waited --wait for the store's lock and gave up: who holds it and
+/// what to do, in the CLI's words (the engine's message speaks of its Rust options). `serving`:
+/// the command is `oncelake serve` itself.
+pub(crate) fn locked(store: &Path, wait: Duration, serving: bool) -> CliError {
+    let d = store.display();
+    let fix = if serving {
+        "serve the store once that process has finished, or wait longer (e.g. --wait 5m)".into()
+    } else {
+        format!(
+            "to let several processes use the store at once, run `oncelake serve {d}` (every \
+             command then goes through it), or wait longer (e.g. --wait 5m)"
+        )
+    };
+    CliError::Locked(format!(
+        "store {d} is locked by {}, which held it longer than --wait {}; {fix}",
+        holder_text(store),
+        wait_text(wait)
+    ))
+}
+
+/// Says once on standard error that the command waits for the store's lock and for whom
+/// ("waiting for the store's lock, held by pid N (`oncelake ...`)"), as progress is said: not
+/// under --quiet, at once on a terminal, else once the wait has lasted a progress period (a
+/// lock let go within it costs no line). `stop` is asked first: a wait that ends because a
+/// server of the store answers (the command then goes through it) says nothing.
+fn say_waiting(
+    store: &Path,
+    wait: Duration,
+    stop: oncelake::LockWaitStop,
+) -> oncelake::LockWaitStop {
+    let store = store.to_path_buf();
+    let started = std::time::Instant::now();
+    let said = std::sync::atomic::AtomicBool::new(false);
+    oncelake::LockWaitStop(std::sync::Arc::new(move || {
+        if (stop.0)() {
+            return true;
+        }
+        if !said.load(std::sync::atomic::Ordering::Relaxed)
+            && super::progress::note_due(started)
+            && !said.swap(true, std::sync::atomic::Ordering::Relaxed)
+        {
+            errln!(
+                "oncelake: waiting for the store's lock, held by {}; up to --wait {} (`oncelake \
+                 serve {}` lets several processes share the store)",
+                holder_text(&store),
+                wait_text(wait),
+                store.display()
+            );
+        }
+        false
+    }))
 }
 
 /// Stops waiting for the store's lock once a server of the store answers: its holder is then a

@@ -8,7 +8,7 @@ use super::pipeline_cmds::PipelineCommand;
 use super::progress::CountingReader;
 use super::sim_cmds::{print_claim, print_prometheus, print_release, print_stats};
 use super::store_cmds::{
-    ls_shows_internal, no_entry, outcome_code, print_init, print_log, print_ls, print_ls_end,
+    ls_shows_internal, no_entry, outcome_code, print_wrote, print_init, print_log, print_ls, print_ls_end,
     print_put,
 };
 use super::table_cmds::TableCommand;
@@ -201,6 +201,19 @@ fn table_publish(client: &Client, a: &super::table_cmds::PublishArgs) -> Result<
         errln!("{NO_TABLES}");
     }
     for r in &reports {
+        if r.version.is_none() {
+            let prefix = client
+                .table_ls()
+                .map_err(client_error)?
+                .into_iter()
+                .find(|t| t.table == r.table)
+                .map(|t| t.prefix)
+                .unwrap_or_default();
+            errln!(
+                "{}",
+                super::table_cmds::nothing_yet(&a.store, &r.table, &prefix)
+            );
+        }
         if a.json {
             super::print_json(&serde_json::json!({
                 "table": r.table,
@@ -213,16 +226,11 @@ fn table_publish(client: &Client, a: &super::table_cmds::PublishArgs) -> Result<
                 "seq": r.seq,
             }));
         } else {
-            let at = match r.version {
-                Some(v) => format!("at version {v} (seq {})", r.seq),
-                None => "nothing published yet (no Parquet unit under the prefix)".into(),
-            };
             outln!(
-                "{}: {} new versions, {} files added, {} removed; {at}",
-                r.table,
-                r.versions,
-                r.adds,
-                r.removes
+                "{}",
+                super::table_cmds::publish_line(
+                    &r.table, r.versions, r.adds, r.removes, r.version, r.seq
+                )
             );
             for s in &r.skipped {
                 outln!(
@@ -399,9 +407,11 @@ fn get(client: &Client, a: &super::store_cmds::GetArgs) -> Result<u8, CliError> 
         // standard output.
         let mut bytes = Vec::new();
         return match client.read_object(&a.unit, a.at, &mut bytes) {
-            Ok(Some(_)) => {
+            Ok(Some(e)) => {
                 out.write_all(&bytes)?;
-                out.finish().map(|()| exit::OK)
+                out.finish()?;
+                print_wrote(a, &e, path);
+                Ok(exit::OK)
             }
             Ok(None) => Err(no_entry(a)),
             Err(e) => Err(client_error(e)),
@@ -409,7 +419,11 @@ fn get(client: &Client, a: &super::store_cmds::GetArgs) -> Result<u8, CliError> 
     }
     // Streamed into the temporary file, which is removed unless the object arrived whole.
     match client.read_object(&a.unit, a.at, out.file()) {
-        Ok(Some(_)) => out.finish().map(|()| exit::OK),
+        Ok(Some(e)) => {
+            out.finish()?;
+            print_wrote(a, &e, path);
+            Ok(exit::OK)
+        }
         Ok(None) => Err(no_entry(a)),
         Err(e) => Err(client_error(e)),
     }
