@@ -503,7 +503,7 @@ fn reconcile(client: &Client, a: &super::reconcile_cmd::ReconcileArgs) -> Result
     };
     let output = Output::new(a.json);
     let mut out = std::io::BufWriter::with_capacity(1 << 16, std::io::stdout().lock());
-    let (mut sorted_seen, mut write_failed) = (false, None);
+    let (mut sorted_seen, mut write_failed, mut header) = (false, None, true);
     let end = client
         .reconcile(&mut input, &form, |event| match event {
             PlanEvent::Sorted {
@@ -517,7 +517,7 @@ fn reconcile(client: &Client, a: &super::reconcile_cmd::ReconcileArgs) -> Result
                 }
                 true
             }
-            PlanEvent::Item(item) => match print_plan_item(&output, &mut out, item) {
+            PlanEvent::Item(item) => match print_plan_item(&output, &mut out, &mut header, item) {
                 Ok(()) => true,
                 Err(e) => {
                     write_failed = Some(e);

@@ -337,7 +337,7 @@ pub(crate) fn seed001_worker(a: Seed001WorkerArgs) -> Result<u8, CliError> {
 /// memory sampled, every acknowledged commit checked afterwards (issue 13 point 5).
 #[derive(clap::Args, Debug)]
 #[command(
-    after_help = "Example:\n  oncelake bench serve-load --clients 4 --seconds 1 --json\n  # P7-sized (a minute of load): oncelake bench serve-load --clients 64 --seconds 60"
+    after_help = super::help::join("Example:\n  oncelake bench serve-load --clients 4 --seconds 1 --json\n  # P7-sized (a minute of load): oncelake bench serve-load --clients 64 --seconds 60", super::help::BENCH_CODES)
 )]
 pub(crate) struct ServeLoadArgs {
     /// Client threads (sharing one client and its kept-alive connections).

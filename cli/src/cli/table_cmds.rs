@@ -21,7 +21,7 @@ Examples:
 
 /// `oncelake table <command>`.
 #[derive(clap::Args, Debug)]
-#[command(after_help = EXAMPLES)]
+#[command(after_help = super::help::join(EXAMPLES, super::help::TABLE_CODES))]
 pub(crate) struct TableArgs {
     #[command(subcommand)]
     pub command: TableCommand,
