@@ -1370,7 +1370,17 @@ fn a_waiting_command_names_the_locks_holder_and_the_fix() {
     assert!(!err.contains("Options::"), "{err}");
     // --json: the kind; --quiet: no waiting line.
     let out = run_env(
-        &["put", l, "other/unit", "1", "-", "--wait", "1s", "--json", "-q"],
+        &[
+            "put",
+            l,
+            "other/unit",
+            "1",
+            "-",
+            "--wait",
+            "1s",
+            "--json",
+            "-q",
+        ],
         Some(b"x"),
         &every_update,
     );
@@ -1387,7 +1397,10 @@ fn a_waiting_command_names_the_locks_holder_and_the_fix() {
     drop(holder.stdin.take());
     assert!(holder.wait().unwrap().success());
     assert_eq!(std::fs::read_to_string(lake.join("LOCK")).unwrap(), "");
-    let out = run(&["put", l, "other/unit", "1", "-", "--wait", "0"], Some(b"x"));
+    let out = run(
+        &["put", l, "other/unit", "1", "-", "--wait", "0"],
+        Some(b"x"),
+    );
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
 }
 
@@ -1404,7 +1417,12 @@ fn the_tours_output_reads_right() {
     assert_eq!(run(&["init", l], None).status.code(), Some(0));
     let ok = |args: &[&str]| {
         let out = run(args, None);
-        assert_eq!(out.status.code(), Some(0), "{args:?}: {}", text(&out.stderr));
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{args:?}: {}",
+            text(&out.stderr)
+        );
         (text(&out.stdout), text(&out.stderr))
     };
     ok(&["table", "create", l, "sales", "--prefix", "sales/"]);
@@ -1416,7 +1434,9 @@ fn the_tours_output_reads_right() {
         let (_, err) = ok(&args);
         assert!(
             err.contains("nothing to publish — no units under its prefix \"sales/\" yet")
-                && err.contains(&format!("`oncelake put {l} sales/date=2026-11-29 1 part.parquet`")),
+                && err.contains(&format!(
+                    "`oncelake put {l} sales/date=2026-11-29 1 part.parquet`"
+                )),
             "{err}"
         );
     }
@@ -1462,5 +1482,8 @@ fn the_tours_output_reads_right() {
         "{out}"
     );
     assert!(!out.to_lowercase().contains("seed"), "{out}");
-    assert!(out.contains("rebalancing") && out.contains("check-then-act"), "{out}");
+    assert!(
+        out.contains("rebalancing") && out.contains("check-then-act"),
+        "{out}"
+    );
 }

@@ -110,7 +110,10 @@ fn run_lines(dir: &Path, source: &str, lines: &[String]) -> Vec<String> {
             .args(["-c", &format!("set -o pipefail\n{line}")])
             .current_dir(dir)
             .env("PATH", &path)
-            .env("ONCELAKE_EXAMPLES", Path::new(env!("CARGO_MANIFEST_DIR")).join("examples"))
+            .env(
+                "ONCELAKE_EXAMPLES",
+                Path::new(env!("CARGO_MANIFEST_DIR")).join("examples"),
+            )
             .env("TMPDIR", dir)
             .env("ONCELAKE_PROGRESS_INTERVAL", "1h")
             .output()
@@ -262,7 +265,9 @@ fn readme_program_is_a_whole_main_rs_with_its_cargo_toml() {
     std::fs::create_dir_all(project.join("src")).unwrap();
     std::fs::write(
         project.join("Cargo.toml"),
-        format!("[package]\nname = \"hello-lake\"\nversion = \"0.1.0\"\nedition = \"2021\"\n\n{toml}"),
+        format!(
+            "[package]\nname = \"hello-lake\"\nversion = \"0.1.0\"\nedition = \"2021\"\n\n{toml}"
+        ),
     )
     .unwrap();
     std::fs::write(project.join("src/main.rs"), &main).unwrap();
@@ -310,11 +315,17 @@ fn every_commands_help_has_examples_and_exit_codes() {
         let args: Vec<&str> = path.iter().map(String::as_str).collect();
         let text = help_text(&args);
         if help_lines(&args).is_empty() {
-            missing.push(format!("`oncelake {} --help` has no example", path.join(" ")));
+            missing.push(format!(
+                "`oncelake {} --help` has no example",
+                path.join(" ")
+            ));
         }
         let codes = text.to_lowercase().find("exit codes").map(|i| &text[i..]);
         if !codes.is_some_and(|c| c.contains("  0 ") || c.contains(": 0 ")) {
-            missing.push(format!("`oncelake {} --help` has no exit codes", path.join(" ")));
+            missing.push(format!(
+                "`oncelake {} --help` has no exit codes",
+                path.join(" ")
+            ));
         }
     }
     assert!(missing.is_empty(), "{}", missing.join("\n"));

@@ -40,7 +40,11 @@ pub(crate) fn record(lock: &File) {
         command.truncate(end);
         command.push('…');
     }
-    let text = format!("pid {}\n{}\n", std::process::id(), command.replace('\n', " "));
+    let text = format!(
+        "pid {}\n{}\n",
+        std::process::id(),
+        command.replace('\n', " ")
+    );
     let _ = lock.set_len(0).and_then(|()| {
         let mut f = lock;
         std::io::Seek::seek(&mut f, std::io::SeekFrom::Start(0))?;
@@ -92,7 +96,10 @@ mod tests {
             .unwrap();
         record(&f);
         let text = std::fs::read_to_string(&path).unwrap();
-        assert!(text.starts_with(&format!("pid {}\n", std::process::id())), "{text}");
+        assert!(
+            text.starts_with(&format!("pid {}\n", std::process::id())),
+            "{text}"
+        );
         assert_eq!(lock_holder(dir.path()), None, "this process is left out");
         // pid 1 lives wherever /proc exists.
         std::fs::write(&path, "pid 1\ninit\n").unwrap();

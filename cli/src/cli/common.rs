@@ -152,11 +152,11 @@ fn holder_text(store: &Path) -> String {
 /// `--wait` as it would be written on the command line (`10s`, `1500ms`, `5m`).
 pub(crate) fn wait_text(wait: Duration) -> String {
     let (s, ms) = (wait.as_secs(), wait.as_millis());
-    if ms % 1000 != 0 {
+    if !ms.is_multiple_of(1000) {
         format!("{ms}ms")
-    } else if s != 0 && s % 3600 == 0 {
+    } else if s != 0 && s.is_multiple_of(3600) {
         format!("{}h", s / 3600)
-    } else if s != 0 && s % 60 == 0 {
+    } else if s != 0 && s.is_multiple_of(60) {
         format!("{}m", s / 60)
     } else {
         format!("{s}s")

@@ -304,12 +304,14 @@ fn run(cli: Cli) -> Result<u8, CliError> {
         // when one announces itself, see `open_store`): the command goes through it after all.
         // Nothing was done before the store was opened, so the command runs from the start,
         // parsed again from the same arguments.
-        Err(CliError::Locked(_) | CliError::Engine(oncelake::Error::Locked { .. })) => match Cli::try_parse() {
-            Ok(again) if !matches!(again.command, Command::Serve(_)) => {
-                remote::route(&again.command, wait).unwrap_or(result)
+        Err(CliError::Locked(_) | CliError::Engine(oncelake::Error::Locked { .. })) => {
+            match Cli::try_parse() {
+                Ok(again) if !matches!(again.command, Command::Serve(_)) => {
+                    remote::route(&again.command, wait).unwrap_or(result)
+                }
+                _ => result,
             }
-            _ => result,
-        },
+        }
         other => other,
     }
 }

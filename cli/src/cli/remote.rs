@@ -8,8 +8,8 @@ use super::pipeline_cmds::PipelineCommand;
 use super::progress::CountingReader;
 use super::sim_cmds::{print_claim, print_prometheus, print_release, print_stats};
 use super::store_cmds::{
-    ls_shows_internal, no_entry, outcome_code, print_wrote, print_init, print_log, print_ls, print_ls_end,
-    print_put,
+    ls_shows_internal, no_entry, outcome_code, print_init, print_log, print_ls, print_ls_end,
+    print_put, print_wrote,
 };
 use super::table_cmds::TableCommand;
 use super::{exit, open_input, write_out_bytes, CliError, Command, Output};

@@ -79,8 +79,9 @@ pub(crate) fn serve(a: ServeArgs, wait: Duration) -> Result<u8, CliError> {
     });
     match served {
         Ok(()) => Ok(0),
-        Err(ServeError::Store(oncelake::Error::Locked { .. })) => already_served(&a.store, wait, true)?
-            .ok_or_else(|| super::locked(&a.store, wait, true)),
+        Err(ServeError::Store(oncelake::Error::Locked { .. })) => {
+            already_served(&a.store, wait, true)?.ok_or_else(|| super::locked(&a.store, wait, true))
+        }
         Err(ServeError::Store(e)) => Err(CliError::Engine(e)),
         Err(e @ ServeError::NotLoopback(_)) => Err(CliError::Usage(e.to_string())),
         Err(ServeError::Listen { address, source }) => {

@@ -199,7 +199,7 @@ pub(crate) fn nothing_yet(store: &Path, table: &str, prefix: &str) -> String {
     let (store, example) = (store.display(), format!("{prefix}date=2026-11-29"));
     format!(
         "table {table}: nothing to publish — no units under its prefix {prefix:?} yet; a table \
-         publishes the Parquet files committed under its prefix (`oncelake put {store} {example} 1 \
+         publishes the Parquet files put under its prefix (`oncelake put {store} {example} 1 \
          part.parquet`), then `oncelake table publish {store} {table}` again"
     )
 }
