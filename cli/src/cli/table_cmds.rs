@@ -14,7 +14,8 @@ Examples:
   oncelake table create ./lake sales --prefix sales/
   oncelake table publish ./lake sales --json
   oncelake table ls ./lake
-  # With a Parquet file of your own (part.parquet), and the Python deltalake package to read it:
+  # With a Parquet file (the repository's examples/sales.parquet is a tiny one), and the Python
+  # deltalake package to read the table (docs/tables.md: deltalake and DuckDB):
   #   oncelake put ./lake sales/date=2026-11-29/region=eu 1 part.parquet
   #   oncelake table publish ./lake sales
   #   python -c \"import deltalake as d; print(d.DeltaTable('lake/tables/sales').version())\"";
