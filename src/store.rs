@@ -20,7 +20,6 @@ use crate::object::ObjectId;
 use crate::schema::manifest::Entry;
 use crate::snapshot::Snapshot;
 use crate::stage::{Staged, Stager};
-pub(crate) use holder::clear as clear_holder;
 pub use holder::{lock_holder, LockHolder};
 use open::{open_read_only, open_read_write};
 use parking_lot::{Mutex, RwLock};

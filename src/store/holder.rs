@@ -1,8 +1,9 @@
 //! Who holds the store's lock, for a process that waits for it: the lock's holder writes its pid
 //! and command line into the `LOCK` file once its open has succeeded (the file holds nothing
 //! else; an open that is refused, and a read-only open, write nothing to it) and empties it when
-//! it lets go. A waiter reads it to say whom it waits for ([`lock_holder`]). The record is a
-//! hint for people, never used to decide anything: the lock itself is the `flock`.
+//! it lets go (`core::StoreLock`'s drop). A waiter reads it to say whom it waits for
+//! ([`lock_holder`]). The record is a hint for people, never used to decide anything: the lock
+//! itself is the `flock`.
 
 use std::fs::File;
 use std::io::Write;
@@ -50,11 +51,6 @@ pub(crate) fn record(lock: &File) {
         std::io::Seek::seek(&mut f, std::io::SeekFrom::Start(0))?;
         f.write_all(text.as_bytes())
     });
-}
-
-/// Empties the record when the holder lets go (best effort, as [`record`]).
-pub(crate) fn clear(lock: &File) {
-    let _ = lock.set_len(0);
 }
 
 /// The process recorded as holding the store's lock at `store`, if a live process other than
@@ -110,7 +106,8 @@ mod tests {
                 command: "init".into()
             })
         );
-        clear(&f);
+        // A holder empties it when it lets go (`StoreLock`'s drop).
+        f.set_len(0).unwrap();
         assert_eq!(lock_holder(dir.path()), None);
     }
 }
