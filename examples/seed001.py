@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Seed 001's scenario, twice: its check-then-act `process_batch`, and `oncelake.run_once`.
+"""A batch job handed overlapping batches, twice: check-then-act `process_batch`, and `oncelake.run_once`.
 
 Workers are handed overlapping batch ids (a share of the batches is delivered to two workers at
 about the same time, as a rebalancing scheduler does) and one worker is killed mid-batch; the
@@ -9,7 +9,7 @@ outputs per batch and the wall time.
 
 1. **check-then-act on SQLite** (the standard library's `sqlite3`, WAL, one connection per
    worker): `SELECT` the checkpoint, run the ETL (which writes the batch's output), `INSERT` the
-   checkpoint — the seed's `process_batch`, with each statement in its own transaction as under
+   checkpoint — the usual `process_batch`, with each statement in its own transaction as under
    PostgreSQL's READ COMMITTED. N worker *processes*; the victim process is killed (SIGKILL)
    between its ETL and its checkpoint insert.
 
@@ -20,7 +20,8 @@ outputs per batch and the wall time.
    lease expires, and is then taken over.
 
 Run: `python examples/seed001.py [--workers 4] [--batches 40] [--json] [--oncelake-bin PATH]`
-(the binary defaults to $ONCELAKE_BIN, else the debug build: `cargo build -p oncelake-cli`).
+(the binary: --oncelake-bin, else $ONCELAKE_BIN, else `oncelake` on PATH, else this repository's
+target/release, else target/debug — `cargo build --release -p oncelake-cli` makes one).
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ import json
 import multiprocessing as mp
 import os
 import random
+import shutil
 import signal
 import sqlite3
 import sys
@@ -93,7 +95,7 @@ def sqlite_worker(wid: int, batch_ids: List[str], db: str, log_path: str, seed: 
     for n, batch_id in enumerate(batch_ids):
         data = payload(batch_id)
         content_hash = hashlib.sha256(data).hexdigest()
-        # The seed's process_batch: check ...
+        # The usual process_batch: check ...
         existing = conn.execute(
             "SELECT 1 FROM checkpoints WHERE batch_id = ? AND hash = ?", (batch_id, content_hash)
         ).fetchone()
@@ -135,14 +137,24 @@ def run_sqlite(workdir: str, lists: List[List[str]], seed: int) -> Dict[str, obj
 
 
 def oncelake_bin(explicit: Optional[str]) -> str:
-    """The `oncelake` binary that serves the store: --oncelake-bin, $ONCELAKE_BIN, or the debug build."""
+    """The `oncelake` binary that serves the store: --oncelake-bin, $ONCELAKE_BIN, `oncelake` on
+    PATH, or this repository's release build, then its debug build."""
+    if explicit or os.environ.get("ONCELAKE_BIN"):
+        path = explicit or os.environ["ONCELAKE_BIN"]
+        if not os.access(path, os.X_OK):
+            sys.exit(f"no oncelake binary at {path}")
+        return path
+    on_path = shutil.which("oncelake")
+    if on_path:
+        return on_path
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    path = explicit or os.environ.get("ONCELAKE_BIN") or os.path.join(
-        os.environ.get("CARGO_TARGET_DIR") or os.path.join(root, "target"), "debug", "oncelake")
-    if not os.access(path, os.X_OK):
-        sys.exit(f"no oncelake binary at {path}: build it with `cargo build -p oncelake-cli --bin oncelake`, "
-                 "or pass --oncelake-bin / set ONCELAKE_BIN")
-    return path
+    target = os.environ.get("CARGO_TARGET_DIR") or os.path.join(root, "target")
+    tried = [os.path.join(target, profile, "oncelake") for profile in ("release", "debug")]
+    for path in tried:
+        if os.access(path, os.X_OK):
+            return path
+    sys.exit("no oncelake binary on PATH nor at " + " or ".join(tried) + ": build it with "
+             "`cargo build --release -p oncelake-cli`, or pass --oncelake-bin / set ONCELAKE_BIN")
 
 
 def oncelake_victim(lake: str, batch_id: str, ttl: float, log_path: str, ready) -> None:
@@ -256,13 +268,49 @@ def summarize(name: str, lists: List[List[str]], outputs: Counter, log_path: str
     }
 
 
+def print_table(results: List[Dict[str, object]]) -> None:
+    """The patterns side by side, each row saying what it counts, then one line per pattern on
+    whether every batch ended with exactly one output."""
+    first = results[0]
+    print(f"{first['batches']} batches, {first['deliveries']} deliveries: "
+          f"{first['deliveries'] - first['batches']} batches were handed to two workers at once (a rebalancing "
+          f"scheduler), and one worker was killed mid-batch; its batches were handed out again.")
+    if "worker_processes" in results[-1]:
+        print(f"oncelake.run_once: {results[-1]['worker_processes']} worker processes, each with its own "
+              "oncelake.Store, through one `oncelake serve`.")
+    print()
+    width = 36
+    print(" " * width + "".join(f"{r['pattern']:>28}" for r in results))
+
+    def row(label: str, cell) -> None:
+        print(f"{label:<{width}}" + "".join(f"{cell(r):>28}" for r in results))
+
+    def exactly_one(r) -> str:
+        return f"{r['outputs_per_batch'].get('1', 0)} of {r['batches']}"
+
+    row("batches processed more than once", lambda r: str(r["processed_more_than_once"]))
+    row("extra outputs (a batch written again)", lambda r: str(r["duplicate_side_effects"]))
+    row("batches with exactly one output", exactly_one)
+    row("batches with no output", lambda r: str(r["outputs_per_batch"].get("0", 0)))
+    row("wall time", lambda r: f"{r['wall_s']:.2f} s")
+    print()
+    for r in results:
+        held = r["duplicate_side_effects"] == 0 and r["outputs_per_batch"].get("1", 0) == r["batches"]
+        verdict = "exactly-once held" if held else "exactly-once did NOT hold"
+        print(f"{r['pattern']}: {verdict}: {r['batches']} batches, "
+              f"{r['outputs_per_batch'].get('1', 0)} with exactly one output, {r['duplicate_side_effects']} extra outputs")
+        if "done_twice_while_lease_live" in r:
+            print(f"  (processed more than once: only the killed worker's {r['victim_batch']}, re-run after its "
+                  f"lease expired; while a lease was live: {r['done_twice_while_lease_live']})")
+
+
 def main(argv: List[str]) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--workers", type=int, default=4)
     ap.add_argument("--batches", type=int, default=40)
     ap.add_argument("--overlap", type=float, default=0.5, help="share of batches delivered to two workers")
     ap.add_argument("--ttl", type=float, default=1.0, help="run_once lease, seconds")
-    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--seed", type=int, default=1, help="random seed of the deliveries (the same number, the same run)")
     ap.add_argument("--only", choices=["sqlite", "oncelake"])
     ap.add_argument("--json", action="store_true", help="one JSON object per pattern")
     ap.add_argument("--oncelake-bin", help="the oncelake binary that serves the store (default: $ONCELAKE_BIN)")
@@ -279,19 +327,11 @@ def main(argv: List[str]) -> int:
             os.mkdir(os.path.join(workdir, "oncelake"))
             binary = oncelake_bin(a.oncelake_bin)
             results.append(run_oncelake(os.path.join(workdir, "oncelake"), lists, a.seed, a.ttl, binary))
-    for r in results:
-        if a.json:
+    if a.json:
+        for r in results:
             print(json.dumps(r))
-        else:
-            how = f", {r['worker_processes']} worker processes through `oncelake serve`" if "worker_processes" in r else ""
-            print(f"== {r['pattern']}: {r['batches']} batches, {r['deliveries']} deliveries, {r['killed_workers']} worker killed mid-batch{how}")
-            print(f"   batches processed more than once: {r['processed_more_than_once']}")
-            print(f"   duplicate side effects:           {r['duplicate_side_effects']}")
-            print(f"   final outputs per batch:          {r['outputs_per_batch']}  (outputs: batches)")
-            if "done_twice_while_lease_live" in r:
-                print(f"   done twice while a lease was live: {r['done_twice_while_lease_live']}"
-                      f" (the killed worker's {r['victim_batch']} was re-run after its lease expired)")
-            print(f"   wall time:                        {r['wall_s']} s")
+    else:
+        print_table(results)
     return 0
 
 

@@ -246,6 +246,9 @@ impl Drop for StoreLock {
         if !self.owner.is_current() {
             return;
         }
+        // The holder's record (pid and command line, for a waiter to name it; `store::holder`)
+        // goes first, while the lock is still ours. Best effort: a stale record only misnames.
+        let _ = self.file.set_len(0);
         // Best effort: if it fails, closing the descriptor releases the lock as before.
         let _ = self.file.unlock();
     }

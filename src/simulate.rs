@@ -151,7 +151,7 @@ impl Schedule {
     pub fn describe(&self) -> &'static str {
         match self {
             Schedule::Premise => {
-                "the seed's premise: both workers of each overlapped unit check or claim it \
+                "worst case: both workers of each unit handed out twice look it up or claim it \
                  before either commits (their chunks meet inside the work)"
             }
             Schedule::Natural => {
@@ -278,6 +278,9 @@ pub struct SimReport {
     pub busy: u64,
     /// Entries in the manifest at the end.
     pub entries: u64,
+    /// Units committed (engine counter `units_committed`): one per unit when every unit was
+    /// written once; a unit written twice (a second output, a new revision) counts again.
+    pub units_committed: u64,
     /// Wasted share of all work: (redundant + crashed) / computations.
     pub wasted_fraction: f64,
     /// Commits collapsed as duplicates (engine counter).
@@ -307,6 +310,22 @@ pub struct SimReport {
     pub replay_clean: bool,
     /// Wall time of the whole simulation, store creation to final checks.
     pub elapsed: Duration,
+}
+
+impl SimReport {
+    /// Units whose output was committed more than once: commits of units beyond one per entry.
+    pub fn written_twice(&self) -> u64 {
+        self.units_committed.saturating_sub(self.entries)
+    }
+
+    /// Whether exactly-once held: one entry per unit, each written once, no orphan left, and
+    /// the log replays to the manifest.
+    pub fn exactly_once(&self) -> bool {
+        self.entries == self.units
+            && self.units_committed == self.units
+            && self.orphans_left == 0
+            && self.replay_clean
+    }
 }
 
 /// Progress: (attempts finished, attempts scheduled so far). Called from the calling thread.
@@ -381,6 +400,7 @@ pub fn simulate(cfg: &SimConfig, progress: Progress<'_>) -> Result<SimReport> {
         already_done: m.runs_already_done,
         busy: m.runs_busy,
         entries,
+        units_committed: m.units_committed,
         wasted_fraction: if m.computations == 0 {
             0.0
         } else {

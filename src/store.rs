@@ -3,6 +3,7 @@
 //! group-commit queue; reads go through snapshots. Opening is in `open`.
 
 mod each;
+mod holder;
 mod lock_wait;
 mod open;
 mod shadow;
@@ -20,6 +21,7 @@ use crate::object::ObjectId;
 use crate::schema::manifest::Entry;
 use crate::snapshot::Snapshot;
 use crate::stage::{Staged, Stager};
+pub use holder::{lock_holder, LockHolder};
 use open::{open_read_only, open_read_write};
 use parking_lot::{Mutex, RwLock};
 use std::fs::File;
@@ -175,6 +177,10 @@ impl Store {
         );
         let owner = crate::owner::Owner::this_process();
         let lock = StoreLock { file: lock, owner };
+        if !options.read_only {
+            // For a process that waits for the lock: who holds it (see `holder`).
+            holder::record(&lock.file);
+        }
         let now = options.clock.now_ms();
         let stager = Stager::new(&dir, options.vfs.clone());
         let queue = WriteQueue::new(options.max_group_units);

@@ -3,7 +3,9 @@
 //!
 //! Each line runs in bash (`set -o pipefail`), in one temporary directory, with the binary
 //! first on `PATH`, and must exit 0. README lines starting with `cargo ` build and test this
-//! repository itself; they are the one thing not run here.
+//! repository itself; they are the one thing not run here. Each line runs in a shell of its
+//! own, so what the README's setup lines export (`PATH`, `ONCELAKE_EXAMPLES`) is given to
+//! every line, and `mktemp` makes its directories inside the test's one (`TMPDIR`).
 
 mod bin;
 
@@ -14,6 +16,15 @@ use std::process::Command;
 /// top-level ones, in the same directory). `serve` is last: its examples stop the server they
 /// start. `help_examples_are_all_run` checks that no subcommand with examples is missing here.
 const HELP_WITH_EXAMPLES: &[&[&str]] = &[
+    &["init"],
+    &["put"],
+    &["get"],
+    &["ls"],
+    &["log"],
+    &["claim"],
+    &["release"],
+    &["stats"],
+    &["simulate"],
     &["gc"],
     &["verify"],
     &["reconcile"],
@@ -21,6 +32,8 @@ const HELP_WITH_EXAMPLES: &[&[&str]] = &[
     &["table"],
     &["bench", "commit"],
     &["bench", "stage"],
+    &["bench", "dedup"],
+    &["bench", "reconcile"],
     &["bench", "serve-load"],
     &["serve"],
 ];
@@ -97,6 +110,11 @@ fn run_lines(dir: &Path, source: &str, lines: &[String]) -> Vec<String> {
             .args(["-c", &format!("set -o pipefail\n{line}")])
             .current_dir(dir)
             .env("PATH", &path)
+            .env(
+                "ONCELAKE_EXAMPLES",
+                Path::new(env!("CARGO_MANIFEST_DIR")).join("examples"),
+            )
+            .env("TMPDIR", dir)
             .env("ONCELAKE_PROGRESS_INTERVAL", "1h")
             .output()
             .unwrap();
@@ -175,7 +193,166 @@ fn readme_shell_examples_run_as_written_in_order() {
         std::fs::read(dir.path().join("out.parquet")).unwrap(),
         b"rows\n"
     );
-    assert!(dir.path().join("lake/tables/sales").is_dir());
+    // The tour's table has a version that adds the one Parquet unit, a hard link to its object.
+    let table = dir.path().join("lake/tables/sales");
+    let v0 = std::fs::read_to_string(table.join("_delta_log/00000000000000000000.json")).unwrap();
+    let adds: Vec<&str> = v0.lines().filter(|l| l.starts_with("{\"add\"")).collect();
+    assert_eq!(adds.len(), 1, "{v0}");
+    assert!(adds[0].contains("numRecords\\\":3"), "{v0}");
+    let files: Vec<_> = std::fs::read_dir(table.join("date=2026-11-29"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    assert_eq!(files.len(), 1, "{files:?}");
+    assert_eq!(
+        std::fs::read(&files[0]).unwrap(),
+        std::fs::read(Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/sales.parquet"))
+            .unwrap()
+    );
+    // The serve section's new store was served and let go.
+    assert!(dir.path().join("shared/oncelake.redb").is_file());
+    assert!(!dir.path().join("shared/serve.sock").exists());
+}
+
+/// The README's setup exports what `run_lines` gives every line: the binary on `PATH` and
+/// `ONCELAKE_EXAMPLES` pointing at the repository's `examples/` ("$PWD" is the repository root
+/// where the README says to run it).
+#[test]
+fn readme_setup_exports_what_the_lines_are_given() {
+    let lines = readme_lines();
+    let export = lines
+        .iter()
+        .find(|l| l.starts_with("export PATH="))
+        .expect("README says how to put oncelake on PATH");
+    assert!(
+        export.contains("PATH=\"$PWD/target/release:$PATH\"")
+            && export.contains("ONCELAKE_EXAMPLES=\"$PWD/examples\""),
+        "{export}"
+    );
+    assert!(Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("examples/sales.parquet")
+        .is_file());
+}
+
+/// The README's "complete program": its `Cargo.toml` line resolves, offline, in a new project
+/// next to the repository (as `cargo new hello-lake` beside the clone makes it), and its
+/// `main.rs` is the whole file — no hidden `# ` lines — which `cargo test` compiles and runs as
+/// a doc test of the README (src/lib.rs includes it).
+#[test]
+fn readme_program_is_a_whole_main_rs_with_its_cargo_toml() {
+    let readme =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("README.md")).unwrap();
+    let block = |lang: &str| -> String {
+        let start = readme
+            .find(&format!("```{lang}\n"))
+            .unwrap_or_else(|| panic!("README has a {lang} block"))
+            + lang.len()
+            + 4;
+        let len = readme[start..].find("```").unwrap();
+        readme[start..start + len].to_string()
+    };
+    let main = block("rust");
+    assert!(main.contains("fn main()"), "{main}");
+    assert!(
+        !main.lines().any(|l| l.trim_start().starts_with("# ")),
+        "hidden lines do not paste: {main}"
+    );
+    assert!(!main.contains("tempfile"), "a new project has no tempfile");
+    let toml = block("toml");
+    let dir = tempfile::tempdir().unwrap();
+    std::os::unix::fs::symlink(env!("CARGO_MANIFEST_DIR"), dir.path().join("oncelake")).unwrap();
+    let project = dir.path().join("hello-lake");
+    std::fs::create_dir_all(project.join("src")).unwrap();
+    std::fs::write(
+        project.join("Cargo.toml"),
+        format!(
+            "[package]\nname = \"hello-lake\"\nversion = \"0.1.0\"\nedition = \"2021\"\n\n{toml}"
+        ),
+    )
+    .unwrap();
+    std::fs::write(project.join("src/main.rs"), &main).unwrap();
+    // The repository's lock file pins the versions already in the local registry cache.
+    std::fs::copy(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("Cargo.lock"),
+        project.join("Cargo.lock"),
+    )
+    .unwrap();
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    // Resolving only (for this platform), nothing built: cheap.
+    let out = Command::new(cargo)
+        .args(["tree", "--offline", "-e", "normal", "--depth", "1"])
+        .current_dir(&project)
+        .output()
+        .unwrap();
+    let tree = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        tree.contains("oncelake v"),
+        "the oncelake dependency resolved: {tree}"
+    );
+}
+
+/// Every command's `--help` teaches: examples (run by `help_examples_run_as_written_in_order`)
+/// and its exit codes, each code one of the table of `oncelake --help`. `put` names every
+/// outcome with its code.
+#[test]
+fn every_commands_help_has_examples_and_exit_codes() {
+    // `bench` is only a group: its kinds are the commands.
+    let mut commands: Vec<Vec<String>> = subcommands(&[])
+        .into_iter()
+        .filter(|c| c != "bench")
+        .map(|c| vec![c])
+        .collect();
+    for sub in subcommands(&["bench"]) {
+        commands.push(vec!["bench".into(), sub]);
+    }
+    let mut missing = Vec::new();
+    for path in &commands {
+        let args: Vec<&str> = path.iter().map(String::as_str).collect();
+        let text = help_text(&args);
+        if help_lines(&args).is_empty() {
+            missing.push(format!(
+                "`oncelake {} --help` has no example",
+                path.join(" ")
+            ));
+        }
+        let codes = text.to_lowercase().find("exit codes").map(|i| &text[i..]);
+        if !codes.is_some_and(|c| c.contains("  0 ") || c.contains(": 0 ")) {
+            missing.push(format!(
+                "`oncelake {} --help` has no exit codes",
+                path.join(" ")
+            ));
+        }
+    }
+    assert!(missing.is_empty(), "{}", missing.join("\n"));
+    let put = help_text(&["put"]);
+    for (code, outcome) in [
+        (0, "committed"),
+        (0, "duplicate"),
+        (3, "conflict"),
+        (4, "stale"),
+        (5, "fenced"),
+        (6, "busy"),
+    ] {
+        assert!(
+            put.lines()
+                .any(|l| l.trim_start().starts_with(&format!("{code}  {outcome}"))),
+            "put --help lacks `{code}  {outcome}`:\n{put}"
+        );
+    }
+}
+
+fn help_text(args: &[&str]) -> String {
+    let out = Command::new(bin::oncelake())
+        .args(args)
+        .arg("--help")
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
 #[test]
@@ -199,5 +376,10 @@ fn help_examples_run_as_written_in_order() {
     assert!(
         !dir.path().join("lake/serve.sock").exists(),
         "the serve examples stop their server"
+    );
+    // The put examples' outcomes, in order: committed, duplicate, conflict, stale, correction.
+    assert_eq!(
+        std::fs::read(dir.path().join("day.parquet")).unwrap(),
+        b"rows\n"
     );
 }

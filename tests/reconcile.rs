@@ -710,10 +710,15 @@ fn cli_reconcile_plans_and_exits_by_the_contract() {
     assert_eq!(code, 0, "{err}");
     let lines: Vec<&str> = out.lines().collect();
     assert_eq!(
-        &lines[..3],
-        ["behind\ta\t2\t1", "missing\tb\t1\t-", "unknown\td\t-\t5"]
+        &lines[..4],
+        [
+            "action\tunit\tsource_version\tcurrent_version",
+            "behind\ta\t2\t1",
+            "missing\tb\t1\t-",
+            "unknown\td\t-\t5"
+        ]
     );
-    assert!(lines[3].starts_with("summary: 2 to process"), "{out}");
+    assert!(lines[4].starts_with("summary: 2 to process"), "{out}");
 
     // JSON lines, sniffed from the content (no extension), listing up-to-date units too.
     let jl = dir.path().join("changes");
@@ -781,7 +786,11 @@ fn cli_reconcile_plans_and_exits_by_the_contract() {
 
     // An unsorted full listing, from a file or from standard input, is sorted, with a note.
     let unsorted = "d,5\nc,4\nb,1\na,2\n";
-    let want = ["behind\ta\t2\t1", "missing\tb\t1\t-"];
+    let want = [
+        "action\tunit\tsource_version\tcurrent_version",
+        "behind\ta\t2\t1",
+        "missing\tb\t1\t-",
+    ];
     let p = dir.path().join("unsorted.csv");
     std::fs::write(&p, unsorted).unwrap();
     let tmp = dir.path().join("tmp");
@@ -797,8 +806,8 @@ fn cli_reconcile_plans_and_exits_by_the_contract() {
     assert_eq!(code, 0, "{err}");
     assert!(err.contains("not sorted"), "{err}");
     let lines: Vec<&str> = out.lines().collect();
-    assert_eq!(&lines[..2], want, "{out}");
-    assert!(lines[2].starts_with("summary: 2 to process"), "{out}");
+    assert_eq!(&lines[..3], want, "{out}");
+    assert!(lines[3].starts_with("summary: 2 to process"), "{out}");
     let mut child = Command::new(bin::oncelake())
         .args(["reconcile", &store, "--source", "-", "--json"])
         .stdin(std::process::Stdio::piped())

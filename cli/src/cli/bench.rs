@@ -82,8 +82,9 @@ pub(crate) struct CommitBenchArgs {
     /// to back; the ratio printed is the median of the rounds' ratios (the machine may be shared).
     #[arg(long, default_value_t = 1, requires = "via_server")]
     pub rounds: usize,
-    /// With --via-server: run seed 001's scenario instead (16 worker processes, 2,000 batches each
-    /// delivered twice, 2–20 ms of work, claim → work → fenced put) (P9).
+    /// With --via-server: run the batch-job scenario of examples/seed001.py instead (16 worker
+    /// processes, 2,000 batches each delivered twice, 2–20 ms of work, claim → work → fenced
+    /// put) (P9).
     #[arg(long, requires = "via_server")]
     pub seed001: bool,
 }

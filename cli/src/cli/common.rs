@@ -108,30 +108,26 @@ pub(crate) fn write_err(args: std::fmt::Arguments<'_>, newline: bool) {
 
 /// Opens an existing store (or creates one if `create`), waiting up to `wait` for its lock.
 pub(crate) fn open_store(path: &Path, wait: Duration, create: bool) -> Result<Store, CliError> {
-    if !create && !path.join(oncelake::MARKER_FILE).exists() {
-        return Err(CliError::NotAStore(format!(
-            "{} is not an oncelake store; create one with `oncelake init {}`",
-            path.display(),
-            path.display()
-        )));
+    if !create {
+        must_be_a_store(path)?;
     }
-    let options = Options {
-        lock_wait: wait,
-        lock_wait_stop: Some(stop_when_served(path, wait)),
-        ..Options::default()
-    };
-    match Store::open_with(path, options.clone()) {
+    let options = waiting(path, wait);
+    let opened = match Store::open_with(path, options.clone()) {
         // A store on read-only media (or in a directory this user cannot write): open it
         // read-only, so reads work and writes are refused with a clear error.
         Err(oncelake::Error::Io { source, .. }) if !create && cannot_write(&source) => {
-            Ok(Store::open_with(
+            Store::open_with(
                 path,
                 Options {
                     read_only: true,
                     ..options
                 },
-            )?)
+            )
         }
+        other => other,
+    };
+    match opened {
+        Err(oncelake::Error::Locked { .. }) => Err(locked(path, wait, false)),
         other => Ok(other?),
     }
 }
@@ -140,22 +136,113 @@ pub(crate) fn open_store(path: &Path, wait: Duration, create: bool) -> Result<St
 /// read-only, so the command never changes a file of the store (SPEC I9), also when the store
 /// was not closed cleanly (the library recovers it in memory). Waits up to `wait` for its lock.
 pub(crate) fn open_store_to_read(path: &Path, wait: Duration) -> Result<Store, CliError> {
-    if !path.join(oncelake::MARKER_FILE).exists() {
-        return Err(CliError::NotAStore(format!(
-            "{} is not an oncelake store; create one with `oncelake init {}`",
-            path.display(),
-            path.display()
-        )));
+    must_be_a_store(path)?;
+    let options = Options {
+        read_only: true,
+        ..waiting(path, wait)
+    };
+    match Store::open_with(path, options) {
+        Err(oncelake::Error::Locked { .. }) => Err(locked(path, wait, false)),
+        other => Ok(other?),
     }
-    Ok(Store::open_with(
-        path,
-        Options {
-            lock_wait: wait,
-            lock_wait_stop: Some(stop_when_served(path, wait)),
-            read_only: true,
-            ..Options::default()
-        },
-    )?)
+}
+
+/// Refuses a directory that holds no store, saying how to create one.
+fn must_be_a_store(path: &Path) -> Result<(), CliError> {
+    if path.join(oncelake::MARKER_FILE).exists() {
+        return Ok(());
+    }
+    Err(CliError::NotAStore(format!(
+        "{} is not an oncelake store; create one with `oncelake init {}`",
+        path.display(),
+        path.display()
+    )))
+}
+
+/// The options of a command's open: it waits up to `wait` for the store's lock, says once whom
+/// it waits for, and stops waiting once a server of the store answers.
+fn waiting(path: &Path, wait: Duration) -> Options {
+    Options {
+        lock_wait: wait,
+        lock_wait_stop: Some(say_waiting(path, wait, stop_when_served(path, wait))),
+        ..Options::default()
+    }
+}
+
+/// Who holds the store's lock, for people: `pid N (`command`)`, or `another process` when it
+/// recorded nothing (a read-only holder, or one from before holders were recorded).
+fn holder_text(store: &Path) -> String {
+    match oncelake::lock_holder(store) {
+        Some(h) => format!("pid {} (`{}`)", h.pid, h.command),
+        None => "another process".into(),
+    }
+}
+
+/// `--wait` as it would be written on the command line (`10s`, `1500ms`, `5m`).
+pub(crate) fn wait_text(wait: Duration) -> String {
+    let (s, ms) = (wait.as_secs(), wait.as_millis());
+    if !ms.is_multiple_of(1000) {
+        format!("{ms}ms")
+    } else if s != 0 && s.is_multiple_of(3600) {
+        format!("{}h", s / 3600)
+    } else if s != 0 && s.is_multiple_of(60) {
+        format!("{}m", s / 60)
+    } else {
+        format!("{s}s")
+    }
+}
+
+/// The error of a command that waited --wait for the store's lock and gave up: who holds it and
+/// what to do, in the CLI's words (the engine's message speaks of its Rust options). `serving`:
+/// the command is `oncelake serve` itself.
+pub(crate) fn locked(store: &Path, wait: Duration, serving: bool) -> CliError {
+    let d = store.display();
+    let fix = if serving {
+        "serve the store once that process has finished, or wait longer (e.g. --wait 5m)".into()
+    } else {
+        format!(
+            "to let several processes use the store at once, run `oncelake serve {d}` (every \
+             command then goes through it), or wait longer (e.g. --wait 5m)"
+        )
+    };
+    CliError::Locked(format!(
+        "store {d} is locked by {}, which held it longer than --wait {}; {fix}",
+        holder_text(store),
+        wait_text(wait)
+    ))
+}
+
+/// Says once on standard error that the command waits for the store's lock and for whom
+/// ("waiting for the store's lock, held by pid N (`oncelake ...`)"), as progress is said: not
+/// under --quiet, at once on a terminal, else once the wait has lasted a progress period (a
+/// lock let go within it costs no line). `stop` is asked first: a wait that ends because a
+/// server of the store answers (the command then goes through it) says nothing.
+fn say_waiting(
+    store: &Path,
+    wait: Duration,
+    stop: oncelake::LockWaitStop,
+) -> oncelake::LockWaitStop {
+    let store = store.to_path_buf();
+    let started = std::time::Instant::now();
+    let said = std::sync::atomic::AtomicBool::new(false);
+    oncelake::LockWaitStop(std::sync::Arc::new(move || {
+        if (stop.0)() {
+            return true;
+        }
+        if !said.load(std::sync::atomic::Ordering::Relaxed)
+            && super::progress::note_due(started)
+            && !said.swap(true, std::sync::atomic::Ordering::Relaxed)
+        {
+            errln!(
+                "oncelake: waiting for the store's lock, held by {}; up to --wait {} (`oncelake \
+                 serve {}` lets several processes share the store)",
+                holder_text(&store),
+                wait_text(wait),
+                store.display()
+            );
+        }
+        false
+    }))
 }
 
 /// Stops waiting for the store's lock once a server of the store answers: its holder is then a

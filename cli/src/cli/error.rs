@@ -47,6 +47,14 @@ pub(crate) enum CliError {
     /// The path given as a store is no store: exit 2.
     #[error("{0}")]
     NotAStore(String),
+    /// The unit asked for has no entry (`get`), now or at --at: exit 2, as other bad input,
+    /// with a kind of its own so that a script tells it from a mistyped command.
+    #[error("{0}")]
+    NotFound(String),
+    /// The store's lock is held by another process for longer than --wait: exit 6. The
+    /// message names the holder and what to do in the CLI's words (see `open_store`).
+    #[error("{0}")]
+    Locked(String),
     /// An engine error, mapped by kind; its message gets the CLI's hint (see [`cli_hint`]).
     #[error("{0}{hint}", hint = cli_hint(.0))]
     Engine(#[from] oncelake::Error),
@@ -110,7 +118,11 @@ impl CliError {
     pub(crate) fn exit_code(&self) -> u8 {
         use oncelake::Error as E;
         match self {
-            CliError::Usage(_) | CliError::Input(_) | CliError::NotAStore(_) => exit::USAGE,
+            CliError::Usage(_)
+            | CliError::Input(_)
+            | CliError::NotAStore(_)
+            | CliError::NotFound(_) => exit::USAGE,
+            CliError::Locked(_) => exit::BUSY,
             CliError::Io { .. } => exit::FAILURE,
             CliError::Served { exit, .. } => *exit,
             CliError::Engine(e) => match e {
@@ -138,6 +150,8 @@ impl CliError {
             CliError::Usage(_) => "usage",
             CliError::Input(_) => "bad_input",
             CliError::NotAStore(_) => "not_a_store",
+            CliError::NotFound(_) => "not_found",
+            CliError::Locked(_) => "locked",
             CliError::Io { .. } => "io",
             CliError::Served { kind, .. } => kind,
             CliError::Table(oncelake::table::TableError::Damaged { .. }) => "table_damaged",
@@ -181,6 +195,7 @@ pub(crate) const ERROR_KINDS: &[&str] = &[
     "invalid_key",
     "invalid_request",
     "not_a_store",
+    "not_found",
     "nested_store",
     "newer_format",
     "older_format",

@@ -11,11 +11,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 #[derive(clap::Args, Debug)]
-#[command(after_help = "\
-Examples:
-  oncelake gc ./lake --dry-run           # what would be removed, with the defaults
-  oncelake gc ./lake --retain 30d        # keep 30 days of history readable with --at
-  oncelake gc ./lake --grace 0 --json    # also remove unknown staging files left just now")]
+#[command(after_help = super::help::GC)]
 pub(crate) struct GcArgs {
     /// The store.
     pub store: PathBuf,
@@ -35,14 +31,7 @@ pub(crate) struct GcArgs {
 }
 
 #[derive(clap::Args, Debug)]
-#[command(after_help = "\
-Examples:
-  oncelake verify ./lake                 # sizes and CRC32 of every referenced object, log replay
-  oncelake verify ./lake --deep --json   # also BLAKE3 of every object against its name
-
-Exit code 7 when a referenced object is missing or corrupt, a file in objects/ is not an object,
-or the log disagrees with the manifest. Unreferenced objects (rejected puts) and staging files of
-writers that are gone are reported as reclaimable by `oncelake gc`, with exit code 0.")]
+#[command(after_help = super::help::VERIFY)]
 pub(crate) struct VerifyArgs {
     /// The store.
     pub store: PathBuf,

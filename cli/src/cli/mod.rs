@@ -31,6 +31,7 @@ mod bench_reconcile;
 mod bench_stage;
 mod common;
 mod error;
+mod help;
 mod maint_cmds;
 mod output;
 mod output_file;
@@ -116,14 +117,19 @@ pub(crate) struct Cli {
 #[derive(Subcommand, Debug)]
 pub(crate) enum Command {
     /// Create a store in a missing or empty directory.
+    #[command(after_help = help::INIT)]
     Init(store_cmds::InitArgs),
     /// Stage a file (or standard input) and commit it as the output of UNIT at VERSION.
+    #[command(after_help = help::PUT)]
     Put(store_cmds::PutArgs),
     /// Write a unit's current object (or its object as of --at SEQ).
+    #[command(after_help = help::GET)]
     Get(store_cmds::GetArgs),
     /// List current entries.
+    #[command(after_help = help::LS)]
     Ls(store_cmds::LsArgs),
     /// Show the commit log.
+    #[command(after_help = help::LOG)]
     Log(store_cmds::LogArgs),
     /// Remove orphaned objects, old staging files and history beyond the retention window.
     Gc(maint_cmds::GcArgs),
@@ -132,12 +138,16 @@ pub(crate) enum Command {
     /// Pipelines: ready cells, completions, failures, explanations, the DAG's status.
     Pipeline(pipeline_cmds::PipelineArgs),
     /// Run the worked example: workers, overlapping units, optional crashes; print what it measured.
+    #[command(after_help = help::SIMULATE)]
     Simulate(sim_cmds::SimulateArgs),
     /// Show the store's metrics (table, --json or --prometheus).
+    #[command(after_help = help::STATS)]
     Stats(sim_cmds::StatsArgs),
     /// Claim a unit for a worker (coordinator mode by hand); exit 6 if another worker holds it.
+    #[command(after_help = help::CLAIM)]
     Claim(sim_cmds::ClaimArgs),
     /// Give back a lease by its fencing token; exit 5 if it is no longer the live lease.
+    #[command(after_help = help::RELEASE)]
     Release(sim_cmds::ReleaseArgs),
     /// Plan what must be (re)processed, from the source's listing of (unit, version).
     Reconcile(reconcile_cmd::ReconcileArgs),
@@ -148,7 +158,7 @@ pub(crate) enum Command {
     Table(table_cmds::TableArgs),
     /// Serve the store to other processes over HTTP (Unix socket, or loopback TCP with a token);
     /// every command finds the server by itself.
-    #[command(after_help = SERVE_EXAMPLES)]
+    #[command(after_help = help::join(SERVE_EXAMPLES, help::SERVE_CODES))]
     Serve(serve::ServeArgs),
 }
 
@@ -156,21 +166,23 @@ pub(crate) enum Command {
 #[derive(Subcommand, Debug)]
 pub(crate) enum BenchCommand {
     /// Durable commits of one unit each (or --units-per-commit N), objects pre-staged (P1),
-    /// against one redb transaction per commit (b1) and the seed 001 pattern on SQLite (b2), at
-    /// several thread counts.
+    /// against one redb transaction per commit (b1) and a check-then-act job's pattern on SQLite
+    /// (b2), at several thread counts.
     #[command(
-        after_help = "Example:\n  oncelake bench commit --threads 1,4 --commits 200 --preload 10000 --systems oncelake,redb --json"
+        after_help = help::join("Example:\n  oncelake bench commit --threads 1,4 --commits 200 --preload 10000 --systems oncelake,redb --json", help::BENCH_CODES)
     )]
     Commit(bench::CommitBenchArgs),
     /// Staging and committing objects (P4) against raw write + fdatasync of the same bytes,
     /// same threads, same file system, alternating round by round.
     #[command(
-        after_help = "Example:\n  oncelake bench stage --threads 2 --sizes 64KiB --rounds 1 --bytes 1MiB --json"
+        after_help = help::join("Example:\n  oncelake bench stage --threads 2 --sizes 64KiB --rounds 1 --bytes 1MiB --json", help::BENCH_CODES)
     )]
     Stage(bench_stage::StageBenchArgs),
     /// Dedup decision (P2) via the in-memory index vs a plain redb point lookup; open time (P6).
+    #[command(after_help = help::BENCH_DEDUP)]
     Dedup(bench_dedup::DedupArgs),
     /// Full and incremental reconcile (P3) vs one redb lookup per listed unit.
+    #[command(after_help = help::BENCH_RECONCILE)]
     Reconcile(bench_reconcile::ReconcileBenchArgs),
     /// Many clients against one `oncelake serve` for a while: server memory sampled, every
     /// acknowledged commit checked afterwards.
@@ -293,12 +305,14 @@ fn run(cli: Cli) -> Result<u8, CliError> {
         // when one announces itself, see `open_store`): the command goes through it after all.
         // Nothing was done before the store was opened, so the command runs from the start,
         // parsed again from the same arguments.
-        Err(CliError::Engine(oncelake::Error::Locked { .. })) => match Cli::try_parse() {
-            Ok(again) if !matches!(again.command, Command::Serve(_)) => {
-                remote::route(&again.command, wait).unwrap_or(result)
+        Err(CliError::Locked(_) | CliError::Engine(oncelake::Error::Locked { .. })) => {
+            match Cli::try_parse() {
+                Ok(again) if !matches!(again.command, Command::Serve(_)) => {
+                    remote::route(&again.command, wait).unwrap_or(result)
+                }
+                _ => result,
             }
-            _ => result,
-        },
+        }
         other => other,
     }
 }

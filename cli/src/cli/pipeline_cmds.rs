@@ -43,7 +43,7 @@ A cell claimed with --claim is completed (or failed) with the token `ready --cla
 
 /// Pipelines: a DAG of stages with exactly-once cells per (unit, stage).
 #[derive(clap::Args, Debug)]
-#[command(after_help = EXAMPLES)]
+#[command(after_help = super::help::join(EXAMPLES, super::help::PIPELINE_CODES))]
 pub(crate) struct PipelineArgs {
     #[command(subcommand)]
     pub command: PipelineCommand,

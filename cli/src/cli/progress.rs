@@ -18,6 +18,17 @@ pub(crate) fn set_quiet(on: bool) {
     QUIET.store(on, Ordering::Relaxed);
 }
 
+/// Whether `--quiet` was given (it also quiets the notes for people on standard error).
+pub(crate) fn quiet() -> bool {
+    QUIET.load(Ordering::Relaxed)
+}
+
+/// Whether a note about work under way since `started` is due, by the rules of progress: never
+/// under --quiet, at once on a terminal, else once a period has passed.
+pub(crate) fn note_due(started: Instant) -> bool {
+    !quiet() && (std::io::stderr().is_terminal() || started.elapsed() >= interval())
+}
+
 fn interval() -> Duration {
     std::env::var("ONCELAKE_PROGRESS_INTERVAL")
         .ok()

@@ -39,7 +39,7 @@ pub(crate) enum FormatArg {
 }
 
 #[derive(clap::Args, Debug)]
-#[command(after_help = EXAMPLES)]
+#[command(after_help = super::help::join(EXAMPLES, super::help::RECONCILE_CODES))]
 pub(crate) struct ReconcileArgs {
     /// The store.
     pub store: PathBuf,
@@ -97,7 +97,8 @@ pub(crate) fn reconcile(a: ReconcileArgs, wait: Duration) -> Result<u8, CliError
     let stdout = std::io::stdout();
     let mut out = std::io::BufWriter::with_capacity(1 << 16, stdout.lock());
     let output = Output::new(a.json);
-    let sink = |item: PlanItem<'_>| print_plan_item(&output, &mut out, item);
+    let mut header = true;
+    let sink = |item: PlanItem<'_>| print_plan_item(&output, &mut out, &mut header, item);
     let result = plan(&a, &store, listing, sort, format, sink);
     progress.finish();
     let summary = match result? {
@@ -288,11 +289,19 @@ pub(crate) fn bad_listing_message(
 
 /// Prints one unit of the plan: `unit, action, source_version, current_version` (the version the
 /// store holds).
+/// The header of the plan's rows for people, printed before the first row (`header` is then
+/// set false): no row, no header.
+pub(crate) const PLAN_HEADER: &str = "action\tunit\tsource_version\tcurrent_version";
+
 pub(crate) fn print_plan_item(
     output: &Output,
     out: &mut impl Write,
+    header: &mut bool,
     item: PlanItem<'_>,
 ) -> std::io::Result<()> {
+    if !output.json && std::mem::take(header) {
+        writeln!(out, "{PLAN_HEADER}")?;
+    }
     if output.json {
         let v = json!({
             "unit": item.unit,

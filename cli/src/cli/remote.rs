@@ -9,7 +9,7 @@ use super::progress::CountingReader;
 use super::sim_cmds::{print_claim, print_prometheus, print_release, print_stats};
 use super::store_cmds::{
     ls_shows_internal, no_entry, outcome_code, print_init, print_log, print_ls, print_ls_end,
-    print_put,
+    print_put, print_wrote,
 };
 use super::table_cmds::TableCommand;
 use super::{exit, open_input, write_out_bytes, CliError, Command, Output};
@@ -201,6 +201,19 @@ fn table_publish(client: &Client, a: &super::table_cmds::PublishArgs) -> Result<
         errln!("{NO_TABLES}");
     }
     for r in &reports {
+        if r.version.is_none() {
+            let prefix = client
+                .table_ls()
+                .map_err(client_error)?
+                .into_iter()
+                .find(|t| t.table == r.table)
+                .map(|t| t.prefix)
+                .unwrap_or_default();
+            errln!(
+                "{}",
+                super::table_cmds::nothing_yet(&a.store, &r.table, &prefix)
+            );
+        }
         if a.json {
             super::print_json(&serde_json::json!({
                 "table": r.table,
@@ -213,16 +226,11 @@ fn table_publish(client: &Client, a: &super::table_cmds::PublishArgs) -> Result<
                 "seq": r.seq,
             }));
         } else {
-            let at = match r.version {
-                Some(v) => format!("at version {v} (seq {})", r.seq),
-                None => "nothing published yet (no Parquet unit under the prefix)".into(),
-            };
             outln!(
-                "{}: {} new versions, {} files added, {} removed; {at}",
-                r.table,
-                r.versions,
-                r.adds,
-                r.removes
+                "{}",
+                super::table_cmds::publish_line(
+                    &r.table, r.versions, r.adds, r.removes, r.version, r.seq
+                )
             );
             for s in &r.skipped {
                 outln!(
@@ -399,9 +407,11 @@ fn get(client: &Client, a: &super::store_cmds::GetArgs) -> Result<u8, CliError> 
         // standard output.
         let mut bytes = Vec::new();
         return match client.read_object(&a.unit, a.at, &mut bytes) {
-            Ok(Some(_)) => {
+            Ok(Some(e)) => {
                 out.write_all(&bytes)?;
-                out.finish().map(|()| exit::OK)
+                out.finish()?;
+                print_wrote(a, &e, path);
+                Ok(exit::OK)
             }
             Ok(None) => Err(no_entry(a)),
             Err(e) => Err(client_error(e)),
@@ -409,7 +419,11 @@ fn get(client: &Client, a: &super::store_cmds::GetArgs) -> Result<u8, CliError> 
     }
     // Streamed into the temporary file, which is removed unless the object arrived whole.
     match client.read_object(&a.unit, a.at, out.file()) {
-        Ok(Some(_)) => out.finish().map(|()| exit::OK),
+        Ok(Some(e)) => {
+            out.finish()?;
+            print_wrote(a, &e, path);
+            Ok(exit::OK)
+        }
         Ok(None) => Err(no_entry(a)),
         Err(e) => Err(client_error(e)),
     }
@@ -489,7 +503,7 @@ fn reconcile(client: &Client, a: &super::reconcile_cmd::ReconcileArgs) -> Result
     };
     let output = Output::new(a.json);
     let mut out = std::io::BufWriter::with_capacity(1 << 16, std::io::stdout().lock());
-    let (mut sorted_seen, mut write_failed) = (false, None);
+    let (mut sorted_seen, mut write_failed, mut header) = (false, None, true);
     let end = client
         .reconcile(&mut input, &form, |event| match event {
             PlanEvent::Sorted {
@@ -503,7 +517,7 @@ fn reconcile(client: &Client, a: &super::reconcile_cmd::ReconcileArgs) -> Result
                 }
                 true
             }
-            PlanEvent::Item(item) => match print_plan_item(&output, &mut out, item) {
+            PlanEvent::Item(item) => match print_plan_item(&output, &mut out, &mut header, item) {
                 Ok(()) => true,
                 Err(e) => {
                     write_failed = Some(e);

@@ -79,8 +79,8 @@ pub(crate) fn serve(a: ServeArgs, wait: Duration) -> Result<u8, CliError> {
     });
     match served {
         Ok(()) => Ok(0),
-        Err(ServeError::Store(e @ oncelake::Error::Locked { .. })) => {
-            already_served(&a.store, wait, true)?.ok_or(CliError::Engine(e))
+        Err(ServeError::Store(oncelake::Error::Locked { .. })) => {
+            already_served(&a.store, wait, true)?.ok_or_else(|| super::locked(&a.store, wait, true))
         }
         Err(ServeError::Store(e)) => Err(CliError::Engine(e)),
         Err(e @ ServeError::NotLoopback(_)) => Err(CliError::Usage(e.to_string())),
@@ -338,7 +338,7 @@ pub(crate) fn seed001_worker(a: Seed001WorkerArgs) -> Result<u8, CliError> {
 /// memory sampled, every acknowledged commit checked afterwards (issue 13 point 5).
 #[derive(clap::Args, Debug)]
 #[command(
-    after_help = "Example:\n  oncelake bench serve-load --clients 4 --seconds 1 --json\n  # P7-sized (a minute of load): oncelake bench serve-load --clients 64 --seconds 60"
+    after_help = super::help::join("Example:\n  oncelake bench serve-load --clients 4 --seconds 1 --json\n  # P7-sized (a minute of load): oncelake bench serve-load --clients 64 --seconds 60", super::help::BENCH_CODES)
 )]
 pub(crate) struct ServeLoadArgs {
     /// Client threads (sharing one client and its kept-alive connections).

@@ -12,7 +12,7 @@ use std::time::Duration;
 /// When the two workers of an overlapped unit work on it.
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum ScheduleArg {
-    /// The seed's premise: both workers of each overlapped unit try it before either commits.
+    /// Worst case: both workers of each unit handed out twice try it before either commits.
     Premise,
     /// Real timing decides; the report says what happened.
     Natural,
@@ -50,11 +50,12 @@ pub(crate) struct SimulateArgs {
     /// Tasks a worker takes at once and runs through one batched engine call (1..=4096).
     #[arg(long, default_value_t = oncelake::simulate::DEFAULT_CHUNK)]
     pub chunk: usize,
-    /// Seed choosing the overlapped units and the crashing attempts.
+    /// Random seed choosing the overlapped units and the crashing attempts (the same number
+    /// gives the same run).
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
-    /// When the two workers of an overlapped unit work on it: `premise` (the seed's premise, both
-    /// try it before either commits) or `natural` (real timing decides).
+    /// When the two workers of a unit handed out twice work on it: `premise` (the worst case,
+    /// both try it before either commits) or `natural` (real timing decides).
     #[arg(long, value_enum, default_value = "premise")]
     pub schedule: ScheduleArg,
     /// Keep the stores in this (missing or empty) directory instead of a temporary one that is
@@ -170,11 +171,9 @@ pub(crate) fn simulate_cmd(a: SimulateArgs) -> Result<u8, CliError> {
     }
     let reports = result?;
     if !a.json {
-        print_table(&reports);
+        print_table(&a, &reports);
     }
-    let ok = reports
-        .iter()
-        .all(|r| r.entries == r.units && r.orphans_left == 0 && r.replay_clean);
+    let ok = reports.iter().all(SimReport::exactly_once);
     Ok(if ok { exit::OK } else { exit::FAILURE })
 }
 
@@ -267,6 +266,9 @@ fn report_json(r: &SimReport, a: &SimulateArgs) -> serde_json::Value {
         "already_done": r.already_done,
         "busy": r.busy,
         "manifest_entries": r.entries,
+        "units_committed": r.units_committed,
+        "written_twice": r.written_twice(),
+        "exactly_once": r.exactly_once(),
         "wasted_fraction": r.wasted_fraction,
         "duplicates_collapsed": r.duplicates_collapsed,
         "claims_granted": r.claims_granted,
@@ -357,10 +359,87 @@ fn table_rows() -> Vec<(&'static str, Cell)> {
     ]
 }
 
-fn print_table(reports: &[SimReport]) {
+/// `100000` as `100,000`.
+fn thousands(n: u64) -> String {
+    let digits = n.to_string();
+    let mut out = String::new();
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i).is_multiple_of(3) {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
+/// `0.02` as `2`, `0.015` as `1.5` (a percentage without float noise).
+fn percent(fraction: f64) -> String {
+    let s = format!("{:.3}", fraction * 100.0);
+    s.trim_end_matches('0').trim_end_matches('.').to_string()
+}
+
+/// The scenario in the product's words, above the table: what the workers are handed and what a
+/// check-then-act job would do with it.
+fn print_scenario(a: &SimulateArgs, r: &SimReport) {
+    outln!(
+        "{} units of work (one output each, like a day's partition) go to {} workers; a rebalancing \
+         scheduler hands {} of them ({}%) to two workers at once.",
+        thousands(r.units),
+        r.workers,
+        thousands(r.overlapped),
+        percent(a.overlap)
+    );
+    outln!(
+        "A check-then-act job (look the unit up, compute, write, record it as done) writes those \
+         units twice. Here: optimistic — both workers compute, the engine keeps one output (the \
+         second commit is a duplicate); coordinated — the second worker finds the unit claimed \
+         (busy) and does not compute."
+    );
+    if a.crash_rate > 0.0 {
+        outln!(
+            "Workers crash in {}% of attempts, losing their chunk; the scheduler hands it out again.",
+            percent(a.crash_rate)
+        );
+    }
+    outln!("Timing — {}.", r.schedule.describe());
+}
+
+/// The last line: whether exactly-once held, with the numbers (one line when every mode agrees).
+fn print_verdict(reports: &[SimReport]) {
+    let line = |r: &SimReport| {
+        format!(
+            "{}: {} units, {} entries, {} written twice",
+            if r.exactly_once() {
+                "exactly-once held"
+            } else {
+                "exactly-once FAILED"
+            },
+            thousands(r.units),
+            thousands(r.entries),
+            thousands(r.written_twice())
+        )
+    };
+    let lines: Vec<String> = reports.iter().map(line).collect();
+    if lines.windows(2).all(|w| w[0] == w[1]) {
+        if let Some(first) = lines.first() {
+            let modes = if reports.len() > 1 {
+                " (every mode)".to_string()
+            } else {
+                String::new()
+            };
+            outln!("{first}{modes}");
+        }
+    } else {
+        for (r, l) in reports.iter().zip(&lines) {
+            outln!("{l} ({})", r.mode.name());
+        }
+    }
+}
+
+fn print_table(a: &SimulateArgs, reports: &[SimReport]) {
     let rows = table_rows();
     if let Some(r) = reports.first() {
-        outln!("schedule: {}", r.schedule.describe());
+        print_scenario(a, r);
     }
     out!("{:<26}", "");
     for r in reports {
@@ -374,6 +453,7 @@ fn print_table(reports: &[SimReport]) {
         }
         outln!();
     }
+    print_verdict(reports);
 }
 
 pub(crate) fn stats(a: StatsArgs, wait: Duration) -> Result<u8, CliError> {
@@ -488,10 +568,23 @@ fn print_stats_table(
         0 => String::new(),
         s => format!(" since seq {s}"),
     };
+    // One column for every name, the longest included (`pipeline_cells_invalidated` once
+    // pushed its value out of line).
+    let w = m
+        .counters()
+        .iter()
+        .map(|(n, _)| n.len())
+        .chain(match server {
+            Some(Value::Object(live)) => live.keys().map(String::len).collect(),
+            _ => Vec::new(),
+        })
+        .chain(["commit latency us".len()])
+        .max()
+        .unwrap_or(0);
     outln!("counters of the store (persisted with its commits{since}):");
     for (name, n) in m.counters() {
         if scope_of(name) == Scope::Store {
-            outln!("  {name:<24} {n}");
+            outln!("  {name:<w$} {n}");
         }
     }
     outln!();
@@ -501,7 +594,7 @@ fn print_stats_table(
     }
     for (name, n) in m.counters() {
         if scope_of(name) == Scope::Process {
-            outln!("  {name:<24} {n}");
+            outln!("  {name:<w$} {n}");
         }
     }
     for (name, h) in [
@@ -509,7 +602,7 @@ fn print_stats_table(
         ("commit latency us", &m.commit_latency_us),
     ] {
         outln!(
-            "  {name:<24} count {} mean {:.1} p50 ≤{} p99 ≤{}",
+            "  {name:<w$} count {} mean {:.1} p50 ≤{} p99 ≤{}",
             h.count,
             h.mean(),
             h.quantile(0.5),
@@ -520,7 +613,7 @@ fn print_stats_table(
         outln!();
         outln!("the server's own counters (this server process only):");
         for (name, v) in live {
-            outln!("  {name:<24} {v}");
+            outln!("  {name:<w$} {v}");
         }
     }
 }

@@ -303,6 +303,7 @@ pub(crate) fn get(a: GetArgs, wait: Duration) -> Result<u8, CliError> {
             let mut out = OutputFile::create(path)?;
             out.write_all(&bytes)?;
             out.finish()?;
+            print_wrote(&a, &entry, path);
         }
         None => {
             // A closed pipe (`| head -c 10`) is not an error; other failures are reported at exit.
@@ -312,9 +313,24 @@ pub(crate) fn get(a: GetArgs, wait: Duration) -> Result<u8, CliError> {
     Ok(exit::OK)
 }
 
+/// What `get -o` wrote, on standard error (standard output may be the file itself), for people:
+/// not under --json (whose standard error is for an error object) nor --quiet.
+pub(crate) fn print_wrote(a: &GetArgs, e: &Entry, path: &Path) {
+    if !a.json && !super::progress::quiet() {
+        errln!(
+            "wrote {} bytes of {}@{} (seq {}) to {}",
+            e.object.size,
+            e.unit,
+            e.source_version,
+            e.seq,
+            path.display()
+        );
+    }
+}
+
 /// The error of a `get` whose unit has no entry (in-process or through a server).
 pub(crate) fn no_entry(a: &GetArgs) -> CliError {
-    CliError::Usage(format!(
+    CliError::NotFound(format!(
         "unit {:?} has no entry{}; list units with `oncelake ls {}`",
         a.unit,
         a.at.map(|s| format!(" as of seq {s}")).unwrap_or_default(),

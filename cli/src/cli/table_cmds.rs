@@ -4,7 +4,7 @@ use super::{open_store, print_json, CliError};
 use oncelake::table::{position, PublishReport, TableDef, TableFormat};
 use oncelake::Store;
 use serde_json::json;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 /// Runs as written when pasted in order after `oncelake init ./lake` (tests/cli_examples.rs);
@@ -14,14 +14,15 @@ Examples:
   oncelake table create ./lake sales --prefix sales/
   oncelake table publish ./lake sales --json
   oncelake table ls ./lake
-  # With a Parquet file of your own (part.parquet), and the Python deltalake package to read it:
+  # With a Parquet file (the repository's examples/sales.parquet is a tiny one), and the Python
+  # deltalake package to read the table (docs/tables.md: deltalake and DuckDB):
   #   oncelake put ./lake sales/date=2026-11-29/region=eu 1 part.parquet
   #   oncelake table publish ./lake sales
   #   python -c \"import deltalake as d; print(d.DeltaTable('lake/tables/sales').version())\"";
 
 /// `oncelake table <command>`.
 #[derive(clap::Args, Debug)]
-#[command(after_help = EXAMPLES)]
+#[command(after_help = super::help::join(EXAMPLES, super::help::TABLE_CODES))]
 pub(crate) struct TableArgs {
     #[command(subcommand)]
     pub command: TableCommand,
@@ -167,6 +168,43 @@ fn report_json(r: &PublishReport) -> serde_json::Value {
     })
 }
 
+/// `1 file`, `2 files`.
+fn plural(n: u64, one: &str, many: &str) -> String {
+    format!("{n} {}", if n == 1 { one } else { many })
+}
+
+/// The line of a publish report for people (in-process and through a server).
+pub(crate) fn publish_line(
+    table: &str,
+    versions: u64,
+    adds: u64,
+    removes: u64,
+    version: Option<u64>,
+    seq: u64,
+) -> String {
+    let at = match version {
+        Some(v) => format!("at version {v} (seq {seq})"),
+        None => "nothing published yet".into(),
+    };
+    format!(
+        "{table}: {}, {} added, {removes} removed; {at}",
+        plural(versions, "new version", "new versions"),
+        plural(adds, "file", "files"),
+    )
+}
+
+/// Why a table has no version after a publish, and what to do (standard error, also under
+/// --json): its first version needs a Parquet unit under its prefix. A unit there that is not
+/// Parquet stops the publish with an error, so a publish that leaves no version found none.
+pub(crate) fn nothing_yet(store: &Path, table: &str, prefix: &str) -> String {
+    let (store, example) = (store.display(), format!("{prefix}date=2026-11-29"));
+    format!(
+        "table {table}: nothing to publish — no units under its prefix {prefix:?} yet; a table \
+         publishes the Parquet files put under its prefix (`oncelake put {store} {example} 1 \
+         part.parquet`), then `oncelake table publish {store} {table}` again"
+    )
+}
+
 fn publish(a: PublishArgs, wait: Duration) -> Result<u8, CliError> {
     let store = open_store(&a.store, wait, false)?;
     let reports = match &a.name {
@@ -177,19 +215,16 @@ fn publish(a: PublishArgs, wait: Duration) -> Result<u8, CliError> {
         errln!("no tables; create one with `oncelake table create STORE NAME --prefix P`");
     }
     for r in &reports {
+        if r.version.is_none() {
+            let prefix = store.table(&r.table)?.prefix;
+            errln!("{}", nothing_yet(&a.store, &r.table, &prefix));
+        }
         if a.json {
             print_json(&report_json(r));
         } else {
-            let at = match r.version {
-                Some(v) => format!("at version {v} (seq {})", r.seq),
-                None => "nothing published yet (no Parquet unit under the prefix)".into(),
-            };
             outln!(
-                "{}: {} new versions, {} files added, {} removed; {at}",
-                r.table,
-                r.versions,
-                r.adds,
-                r.removes
+                "{}",
+                publish_line(&r.table, r.versions, r.adds, r.removes, r.version, r.seq)
             );
             for (unit, seq) in &r.skipped {
                 outln!("  left out unit {unit:?} seq {seq}: unpublishable and superseded");
