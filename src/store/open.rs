@@ -77,9 +77,10 @@ pub(super) struct Opened<T> {
     /// Whether this open created (or completed) the store.
     pub(super) created: bool,
     pub(super) wal: Wal,
-    /// What `check` answered on the validated shadow, when the store's files hold exactly what
-    /// it read there (the write-ahead log had nothing to replay); `None` when it must be read
-    /// again after recovery (or the store was just created).
+    /// What `check` answered on the validated shadow: the store's state after recovery, since
+    /// the recovery of the real files replays the same write-ahead groups onto the same database
+    /// the shadow started from (deterministically, under the lock). `None` for a store this open
+    /// created.
     pub(super) checked: Option<T>,
 }
 
@@ -109,7 +110,7 @@ pub(super) fn open_read_write<T>(
         DirState::Store(_) => {
             let path = dir.join(DB_FILE);
             check_magic(&path)?;
-            let (dry, replayed) = dry_open(dir, options)?;
+            let dry = dry_open(dir, options)?;
             let checked = check(&Db::Shadow(dry))?;
             let db = open_db(&path, options, false)?;
             let wal = open_wal(dir, options, false)?;
@@ -118,7 +119,7 @@ pub(super) fn open_read_write<T>(
                 lock,
                 created: false,
                 wal,
-                checked: (replayed == 0).then_some(checked),
+                checked: Some(checked),
             })
         }
         DirState::Creatable => {
@@ -159,7 +160,7 @@ pub(super) fn open_read_only(dir: &Path, options: &Options) -> Result<(Db, File)
     let db = match b.open_read_only(&path) {
         Ok(db) => db,
         Err(redb::DatabaseError::RepairAborted) => {
-            return Ok((Db::Shadow(dry_open(dir, options)?.0), lock))
+            return Ok((Db::Shadow(dry_open(dir, options)?), lock))
         }
         Err(redb::DatabaseError::DatabaseAlreadyOpen) => return Err(locked(dir)),
         Err(e) => return Err(corrupt(&path, e.to_string())),
@@ -167,15 +168,15 @@ pub(super) fn open_read_only(dir: &Path, options: &Options) -> Result<(Db, File)
     check_format(dir, &path, read_format(&db)?)?;
     if crate::schema::wal::has_unapplied(dir, &db)? {
         drop(db);
-        return Ok((Db::Shadow(dry_open(dir, options)?.0), lock));
+        return Ok((Db::Shadow(dry_open(dir, options)?), lock));
     }
     Ok((Db::Read(db), lock))
 }
 
 /// Opens the store's database and write-ahead log over shadows of their files and replays the
 /// log's unapplied groups there: the store as a read-write open would find it after recovery,
-/// with nothing written. Also says how many groups it replayed.
-fn dry_open(dir: &Path, options: &Options) -> Result<(redb::Database, u64)> {
+/// with nothing written.
+fn dry_open(dir: &Path, options: &Options) -> Result<redb::Database> {
     let path = dir.join(DB_FILE);
     let main = open_shadow(&path, options)?;
     check_format(dir, &path, read_format(&main)?)?;
@@ -193,8 +194,8 @@ fn dry_open(dir: &Path, options: &Options) -> Result<(redb::Database, u64)> {
         r => r?,
     };
     let wal = Wal::new(wal_db, wal_path, options.clock.now_ms())?;
-    let replayed = wal.recover(&main)?;
-    Ok((main, replayed))
+    wal.recover(&main)?;
+    Ok(main)
 }
 
 /// Opens the redb file at `path` over a [`ShadowFile`]: writable, but only in memory.
