@@ -74,17 +74,18 @@ impl StorageBackend for ShadowFile {
         if end > st.len {
             return Err(std::io::Error::from(std::io::ErrorKind::UnexpectedEof));
         }
-        let mut at = offset;
-        while at < end {
-            let block = at / BLOCK;
-            let within = (at % BLOCK) as usize;
-            let n = ((BLOCK - within as u64).min(end - at)) as usize;
+        for Span {
+            block,
+            within,
+            n,
+            at,
+        } in spans(offset, end)
+        {
             let dst = &mut out[(at - offset) as usize..][..n];
             match st.blocks.get(&block) {
                 Some(b) => dst.copy_from_slice(&b[within..within + n]),
                 None => self.read_file(st.visible, at, dst)?,
             }
-            at += n as u64;
         }
         Ok(())
     }
@@ -115,11 +116,13 @@ impl StorageBackend for ShadowFile {
         if end > st.len {
             return Err(std::io::Error::from(std::io::ErrorKind::UnexpectedEof));
         }
-        let mut at = offset;
-        while at < end {
-            let block = at / BLOCK;
-            let within = (at % BLOCK) as usize;
-            let n = ((BLOCK - within as u64).min(end - at)) as usize;
+        for Span {
+            block,
+            within,
+            n,
+            at,
+        } in spans(offset, end)
+        {
             if !st.blocks.contains_key(&block) {
                 let mut b = vec![0u8; BLOCK as usize];
                 self.read_file(st.visible, block * BLOCK, &mut b)?;
@@ -129,10 +132,40 @@ impl StorageBackend for ShadowFile {
             if let Some(b) = st.blocks.get_mut(&block) {
                 b[within..within + n].copy_from_slice(src);
             }
-            at += n as u64;
         }
         Ok(())
     }
+}
+
+/// The part of one block that a byte range `at..` covers.
+struct Span {
+    block: u64,
+    /// Where in the block it starts.
+    within: usize,
+    /// How many bytes of the block it covers.
+    n: usize,
+    /// Its offset in the file.
+    at: u64,
+}
+
+/// The byte range `offset..end` cut at block boundaries, in order.
+fn spans(offset: u64, end: u64) -> impl Iterator<Item = Span> {
+    let mut at = offset;
+    std::iter::from_fn(move || {
+        if at >= end {
+            return None;
+        }
+        let within = (at % BLOCK) as usize;
+        let n = ((BLOCK - within as u64).min(end - at)) as usize;
+        let span = Span {
+            block: at / BLOCK,
+            within,
+            n,
+            at,
+        };
+        at += n as u64;
+        Some(span)
+    })
 }
 
 #[cfg(test)]
