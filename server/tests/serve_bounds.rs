@@ -226,7 +226,9 @@ fn fds() -> usize {
     std::fs::read_dir("/proc/self/fd").unwrap().count()
 }
 
-/// Probes `/healthz` `n` times, 50 ms apart: the 100 ms rule (see the module docs).
+/// Probes `/healthz` `n` times, 50 ms apart: the 100 ms rule (see the module docs). One late
+/// probe in ten, rounded up: of five probes one may be late (a 250 ms scheduling hiccup on a
+/// busy CI machine failed five probes held to zero).
 fn healthz_stays_quick(server: &InProcess, n: usize) {
     let took: Vec<Duration> = (0..n)
         .map(|_| {
@@ -240,7 +242,7 @@ fn healthz_stays_quick(server: &InProcess, n: usize) {
         .filter(|t| **t > Duration::from_millis(100))
         .count();
     assert!(
-        late * 10 <= n && took.iter().all(|t| *t < Duration::from_secs(1)),
+        late <= n.div_ceil(10) && took.iter().all(|t| *t < Duration::from_secs(1)),
         "/healthz took {took:?}"
     );
 }
