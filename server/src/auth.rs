@@ -53,7 +53,9 @@ pub(crate) fn service(
                 });
             }
             if let Some(t) = &token {
-                if !authorized(&req, t) {
+                if !authorized(&req, t)
+                    && !crate::status_page::is_public(req.method(), req.uri().path())
+                {
                     app.live.unauthorized();
                     return Ok(ApiError::new(
                         StatusCode::UNAUTHORIZED,

@@ -101,6 +101,8 @@ pub(crate) struct App {
     pub store_threads: crate::pool::StoreThreads,
     /// The calls on the blocking pool, per client and in total ([`App::spawn_blocking`]).
     pub pool_calls: Arc<crate::bounds::Quota>,
+    /// The latest GC and verify, for the status page.
+    pub recent: crate::status_page::Recent,
 }
 
 impl App {
@@ -126,6 +128,7 @@ impl App {
             limits,
             live: Live::default(),
             snapshots: Default::default(),
+            recent: Default::default(),
             seq: tokio::sync::watch::channel(seq).0,
         })
     }
@@ -181,6 +184,7 @@ impl App {
 pub(crate) fn router(app: Arc<App>) -> Router {
     Router::new()
         .route("/healthz", get(healthz))
+        .merge(crate::status_page::routes())
         .route("/metrics", get(metrics))
         .route("/v1/stats", get(stats))
         .route("/v1/put", put(put_unit))
@@ -898,6 +902,7 @@ async fn gc(State(app): State<Arc<App>>, body: Body) -> ApiResult<Response> {
     app.expire_staged();
     let app2 = app.clone();
     let rep = app.blocking(move || app2.store.gc(o)).await?;
+    app.recent.note_gc(&rep);
     Ok(json(&crate::wire::GcReportW::from(&rep)))
 }
 
@@ -931,7 +936,10 @@ fn verify_streamed(app: Arc<App>, deep: bool) -> ApiResult<Response> {
                     let _ = tx.try_send(Ok(Bytes::from(line.to_string() + "\n")));
                 });
         let end = match report {
-            Ok(rep) => crate::stats::verify_json(&rep),
+            Ok(rep) => {
+                app.recent.note_verify(&rep);
+                crate::stats::verify_json(&rep)
+            }
             Err(e) => {
                 let e = ApiError::from(e);
                 serde_json::json!({"error": e.kind, "message": e.message})
@@ -959,6 +967,7 @@ async fn verify(State(app): State<Arc<App>>, body: Body) -> ApiResult<Response> 
     let rep = app
         .blocking(move || app2.store.verify(oncelake::VerifyOptions { deep: r.deep }))
         .await?;
+    app.recent.note_verify(&rep);
     Ok(json(&crate::stats::verify_json(&rep)))
 }
 

@@ -41,6 +41,8 @@ mod staging;
 #[cfg(feature = "server")]
 mod stall;
 #[cfg(feature = "server")]
+mod status_page;
+#[cfg(feature = "server")]
 mod table;
 #[cfg(feature = "server")]
 mod workers;
