@@ -140,10 +140,11 @@ function drawCounters(stats, now) {
     return card(key, label, v, fmt(v), rate, level);
   });
   const lat = latency(stats);
-  const show = v => (v === null ? '–' : micros(v));
+  // The histogram's buckets are powers of two: a percentile is the bound of its bucket.
+  const show = v => (v === null ? '–' : '≤ ' + micros(v));
   cards.push(card('commit_p50', 'commit latency p50', lat.p50 || 0, show(lat.p50), lat.window));
   cards.push(card('commit_p99', 'commit latency p99', lat.p99 || 0, show(lat.p99),
-    'mean ' + show(lat.mean)));
+    'mean ' + (lat.mean === null ? '–' : micros(lat.mean))));
   document.getElementById('counters').replaceChildren(...cards);
 }
 
