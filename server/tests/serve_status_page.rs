@@ -131,6 +131,8 @@ fn overview_lists_what_the_model_holds() {
             u.as_bytes(),
         );
     }
+    let latest = json_of(&to, "GET", "/v1/overview?records=4", b"");
+    assert_eq!(latest["records"][3]["kind"], "definition", "{latest}");
     let status = json_of(&to, "POST", "/v1/pipeline/status", def.as_bytes());
     let p = &json_of(&to, "GET", "/v1/overview", b"")["pipeline"];
     assert_eq!(p["units"], 3);

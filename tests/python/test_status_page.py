@@ -254,6 +254,8 @@ def test_status_page_in_chromium(tmp_path):
         # The latest commits, newest first, starting at the store's seq.
         seqs = browser.js("return [...document.querySelectorAll('#records tbody tr')].map(r => +r.dataset.seq)")
         assert seqs[0] == stats["seq"] and seqs == sorted(seqs, reverse=True), seqs
+        kinds = browser.js("return [...document.querySelectorAll('#records tbody tr')].map(r => r.children[2].textContent)")
+        assert {"commit", "claim", "cell failed"} <= set(kinds), kinds
 
         # A commit through the API appears without a reload.
         browser.js("window.__sameDocument = 'yes'")

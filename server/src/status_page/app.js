@@ -262,7 +262,7 @@ function drawRecords(ov) {
       (u.size === null ? '' : ' (' + bytes(u.size) + ')')).join('\n') +
       (r.more ? '\n… and ' + r.more + ' more' : '');
     const tr = el('tr', { 'data-seq': String(r.seq), class: r.seq > lastSeq && lastSeq ? 'fresh' : '' },
-      el('td', {}, fmt(r.seq)), el('td', {}, ago(ov.now_ms - r.time_ms)), el('td', {}, r.kind),
+      el('td', {}, fmt(r.seq)), el('td', {}, ago(ov.now_ms - r.time_ms)), el('td', {}, r.kind.replace('_', ' ')),
       el('td', { class: 'units' }, units), el('td', {}, r.worker || ''));
     return tr;
   });

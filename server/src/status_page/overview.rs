@@ -11,6 +11,7 @@ use axum::extract::rejection::QueryRejection;
 use axum::extract::{Query, State};
 use axum::response::Response;
 use oncelake::log::{Record, RecordBody};
+use oncelake::pipeline::cell::{TAG_CELL_FAILED, TAG_DEFINITION};
 use oncelake::pipeline::{Pipeline, PipelineDef};
 use oncelake::Store;
 use serde::{Deserialize, Serialize};
@@ -49,7 +50,8 @@ struct OverviewW {
 struct RecordW {
     seq: u64,
     time_ms: u64,
-    /// `commit`, `claim`, `release` or `extension`.
+    /// `commit`, `claim`, `release`, `cell_failed` (a pipeline cell's failure), `definition` (a
+    /// pipeline definition recorded) or `extension` (another higher layer's record).
     kind: &'static str,
     /// The first units of a commit, or the unit of a claim or release.
     units: Vec<UnitW>,
@@ -163,7 +165,16 @@ fn shorten(r: &Record) -> RecordW {
             0,
             Some(c.worker.clone()),
         ),
-        RecordBody::Extension { .. } => ("extension", Vec::new(), 0, None),
+        RecordBody::Extension { tag, .. } => (
+            match *tag {
+                TAG_CELL_FAILED => "cell_failed",
+                TAG_DEFINITION => "definition",
+                _ => "extension",
+            },
+            Vec::new(),
+            0,
+            None,
+        ),
     };
     RecordW {
         seq: r.seq,
