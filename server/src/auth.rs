@@ -1,7 +1,9 @@
 //! The per-connection service: the bearer-token check (TCP only) in front of the router, so a
 //! request without the right token is answered 401 before any handler runs and changes nothing.
-//! The one request answered without the token is the identity question ([`crate::identity`]),
-//! which a client asks precisely so as not to send its token to a stranger.
+//! Answered without the token are the identity question ([`crate::identity`]), which a client
+//! asks precisely so as not to send its token to a stranger, and `GET` of the status page's
+//! static files ([`crate::status_page::is_public`]), which carry no data of the store: the
+//! page's script sends the token for everything it shows.
 
 use crate::http::{ApiError, App};
 use axum::body::Body;
