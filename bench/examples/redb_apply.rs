@@ -18,7 +18,7 @@ const PRELOAD: u64 = 1_000_000;
 /// About the size of a sealed manifest entry and of a one-unit commit record.
 const VALUE: [u8; 110] = [7; 110];
 
-/// The key of unit number `i`: P1's random keys, as `oncelake bench commit` makes them.
+/// The key of unit number `i`: P1's random keys, as `oncelake-bench commit` makes them.
 fn key(i: u64) -> String {
     oncelake_bench::bench_commit::unit_key(oncelake_bench::bench_commit::Keys::Random, i)
 }

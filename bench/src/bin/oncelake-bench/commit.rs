@@ -1,6 +1,6 @@
-//! `oncelake bench commit` (SPEC P1): durable commits against their baselines in the same run.
+//! `oncelake-bench commit` (SPEC P1): durable commits against their baselines in the same run.
 
-use super::{print_json, CliError};
+use super::{print_json, BenchError};
 use oncelake_bench::bench_commit::{
     self as workload, Bench, Keys, Measurement, Plan, System, Workload,
 };
@@ -93,13 +93,13 @@ fn parse_keys(s: &str) -> Result<Keys, String> {
     Keys::parse(s).ok_or_else(|| format!("unknown key order {s:?}; choose random or sequential"))
 }
 
-fn parse_systems(names: &[String]) -> Result<Vec<System>, CliError> {
+fn parse_systems(names: &[String]) -> Result<Vec<System>, BenchError> {
     names
         .iter()
         .map(|s| {
             System::parse(s).ok_or_else(|| {
                 let known: Vec<&str> = System::ALL.iter().map(|s| s.name()).collect();
-                CliError::Usage(format!(
+                BenchError::Usage(format!(
                     "unknown system {s:?}; choose from oncelake, redb, sqlite, sqlite_shared ({})",
                     known.join(", ")
                 ))
@@ -108,10 +108,10 @@ fn parse_systems(names: &[String]) -> Result<Vec<System>, CliError> {
         .collect()
 }
 
-/// `oncelake bench commit`.
-pub(crate) fn commit(a: CommitBenchArgs) -> Result<u8, CliError> {
+/// `oncelake-bench commit`.
+pub(crate) fn commit(a: CommitBenchArgs) -> Result<u8, BenchError> {
     if a.seed001 {
-        return super::serve::bench_seed001(a.dir, a.json);
+        return super::served::seed001(a.dir, a.json);
     }
     if a.via_server {
         // The via-server bench's defaults stay the fresh store with sequential keys it was first
@@ -121,21 +121,21 @@ pub(crate) fn commit(a: CommitBenchArgs) -> Result<u8, CliError> {
             keys: a.keys.unwrap_or(Keys::Sequential),
             tuning: Default::default(),
         };
-        return super::serve::bench_via_server(
+        return super::served::via_server(
             &a.clients, a.rounds, a.commits, a.seconds, workload, a.dir, a.json,
         );
     }
     let systems = parse_systems(&a.systems)?;
     if a.threads.is_empty() || a.threads.contains(&0) {
-        return Err(CliError::Usage(
+        return Err(BenchError::Usage(
             "--threads needs positive thread counts, e.g. --threads 1,4,16,64".into(),
         ));
     }
     if a.commits == 0 {
-        return Err(CliError::Usage("--commits must be at least 1".into()));
+        return Err(BenchError::Usage("--commits must be at least 1".into()));
     }
     if a.units_per_commit == 0 {
-        return Err(CliError::Usage(
+        return Err(BenchError::Usage(
             "--units-per-commit must be at least 1 (P1 commits one unit each)".into(),
         ));
     }
@@ -155,7 +155,7 @@ pub(crate) fn commit(a: CommitBenchArgs) -> Result<u8, CliError> {
     bar.set_draw_target(indicatif::ProgressDrawTarget::stderr());
     let probe = |when: &str| {
         workload::fsync_probe(&scratch, 50)
-            .map_err(|e| CliError::Usage(format!("{e} (pass --dir to bench on another disk)")))
+            .map_err(|e| BenchError::Usage(format!("{e} (pass --dir to bench on another disk)")))
             .map(|d| (when.to_string(), d))
     };
     let mut probes = vec![probe("before")?];
@@ -167,7 +167,7 @@ pub(crate) fn commit(a: CommitBenchArgs) -> Result<u8, CliError> {
             workload.preload
         ));
         let mut bench = Bench::new(system, workload, &scratch)
-            .map_err(|e| CliError::Usage(format!("bench {} preload: {e}", system.name())))?;
+            .map_err(|e| BenchError::Usage(format!("bench {} preload: {e}", system.name())))?;
         for &threads in &a.threads {
             bar.set_message(format!("{} at {threads} threads", system.name()));
             let plan = Plan {
@@ -177,7 +177,7 @@ pub(crate) fn commit(a: CommitBenchArgs) -> Result<u8, CliError> {
             };
             let m = bench
                 .run(plan)
-                .map_err(|e| CliError::Usage(format!("bench {}: {e}", system.name())))?;
+                .map_err(|e| BenchError::Usage(format!("bench {}: {e}", system.name())))?;
             bar.inc(1);
             results.push(m);
         }
@@ -359,18 +359,20 @@ fn print_table(
 
 /// The directory a bench puts its scratch stores in: `--dir`, created if it is missing, or the
 /// system's temporary directory.
-pub(crate) fn scratch_dir(dir: Option<std::path::PathBuf>) -> Result<std::path::PathBuf, CliError> {
+pub(crate) fn scratch_dir(
+    dir: Option<std::path::PathBuf>,
+) -> Result<std::path::PathBuf, BenchError> {
     let Some(dir) = dir else {
         return Ok(std::env::temp_dir());
     };
     if dir.exists() && !dir.is_dir() {
-        return Err(CliError::Usage(format!(
+        return Err(BenchError::Usage(format!(
             "--dir {} is not a directory; pass a directory for the scratch stores",
             dir.display()
         )));
     }
     std::fs::create_dir_all(&dir).map_err(|e| {
-        CliError::Usage(format!(
+        BenchError::Usage(format!(
             "cannot create --dir {}: {e}; pass a directory you can write to",
             dir.display()
         ))
