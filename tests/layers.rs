@@ -51,7 +51,6 @@ const LAYERS: &[(&str, &[&str])] = &[
             "run",
         ],
     ),
-    ("tools", &["simulate", "fuzzing"]),
 ];
 
 /// Top-level modules outside the engine's layering: the binary's code.
