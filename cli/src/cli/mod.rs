@@ -27,6 +27,7 @@ macro_rules! errln {
 
 mod bench_moved;
 mod common;
+mod duration;
 mod error;
 mod help;
 mod maint_cmds;
@@ -44,6 +45,7 @@ mod table_cmds;
 
 use clap::{Parser, Subcommand};
 pub(crate) use common::*;
+pub(crate) use duration::parse_duration;
 pub(crate) use error::{exit, CliError};
 pub(crate) use output::{print_json, rfc3339, Output};
 pub(crate) use progress::{Heartbeat, Progress};

@@ -150,7 +150,7 @@ pub(crate) fn commit(a: CommitBenchArgs) -> Result<u8, BenchError> {
             background_apply: a.apply_on_writers.then_some(false),
         },
     };
-    let scratch = scratch_dir(a.dir.clone())?;
+    let scratch = super::scratch::scratch_dir(a.dir.clone())?;
     let bar = indicatif::ProgressBar::new((a.threads.len() * systems.len()) as u64);
     bar.set_draw_target(indicatif::ProgressDrawTarget::stderr());
     let probe = |when: &str| {
@@ -355,27 +355,4 @@ fn print_table(
             fmt(ratio_sqlite_best(results, t))
         );
     }
-}
-
-/// The directory a bench puts its scratch stores in: `--dir`, created if it is missing, or the
-/// system's temporary directory.
-pub(crate) fn scratch_dir(
-    dir: Option<std::path::PathBuf>,
-) -> Result<std::path::PathBuf, BenchError> {
-    let Some(dir) = dir else {
-        return Ok(std::env::temp_dir());
-    };
-    if dir.exists() && !dir.is_dir() {
-        return Err(BenchError::Usage(format!(
-            "--dir {} is not a directory; pass a directory for the scratch stores",
-            dir.display()
-        )));
-    }
-    std::fs::create_dir_all(&dir).map_err(|e| {
-        BenchError::Usage(format!(
-            "cannot create --dir {}: {e}; pass a directory you can write to",
-            dir.display()
-        ))
-    })?;
-    Ok(dir)
 }

@@ -215,7 +215,7 @@ pub(crate) struct WorkDir {
 
 impl WorkDir {
     pub(crate) fn new(args: &SizeArgs, bench: &str, n: u64) -> Result<WorkDir, BenchError> {
-        let base = super::commit::scratch_dir(args.dir.clone())?;
+        let base = super::scratch::scratch_dir(args.dir.clone())?;
         let path = base.join(format!("oncelake-bench-{bench}-{}-{n}", std::process::id()));
         std::fs::create_dir_all(&path)
             .map_err(|e| BenchError::io(format!("create {}", path.display()), e))?;

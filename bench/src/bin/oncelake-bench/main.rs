@@ -25,6 +25,7 @@ mod error;
 mod help;
 mod output;
 mod reconcile;
+mod scratch;
 mod served;
 mod stage;
 mod table;

@@ -61,7 +61,7 @@ pub(crate) fn via_server(
                 .into(),
         ));
     }
-    let scratch = super::commit::scratch_dir(dir)?;
+    let scratch = super::scratch::scratch_dir(dir)?;
     let exe = oncelake_binary()?;
     if !json {
         outln!(
@@ -199,7 +199,7 @@ fn via_server_round(
 
 /// `oncelake-bench commit --via-server --seed001`: seed 001's scenario through a server (P9).
 pub(crate) fn seed001(dir: Option<PathBuf>, json: bool) -> Result<u8, BenchError> {
-    let scratch = super::commit::scratch_dir(dir)?;
+    let scratch = super::scratch::scratch_dir(dir)?;
     let exe = oncelake_binary()?;
     let r = oncelake_bench::seed001::seed001_via_server(&exe, &own_binary()?, &scratch, 16, 2_000)
         .map_err(|e| BenchError::Usage(format!("bench seed001 via server: {e}")))?;
@@ -290,7 +290,7 @@ pub(crate) struct ServeLoadArgs {
 }
 
 pub(crate) fn serve_load(a: ServeLoadArgs) -> Result<u8, BenchError> {
-    let scratch = super::commit::scratch_dir(a.dir)?;
+    let scratch = super::scratch::scratch_dir(a.dir)?;
     let exe = oncelake_binary()?;
     let opts = oncelake_bench::serve_load::LoadOptions {
         clients: a.clients.max(1),

@@ -113,7 +113,7 @@ pub(crate) fn run(a: StageBenchArgs) -> Result<u8, BenchError> {
                 .into(),
         ));
     }
-    let scratch = super::commit::scratch_dir(a.dir.clone())?;
+    let scratch = super::scratch::scratch_dir(a.dir.clone())?;
     let probe = |when: &str| {
         fsync_probe(&scratch, 50)
             .map_err(|e| BenchError::Usage(format!("{e} (pass --dir to bench on another disk)")))
