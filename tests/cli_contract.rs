@@ -1,4 +1,4 @@
-//! The uniform command-line contract of docs/cli.md (SPEC R17, issue 13 point 6): one JSON field
+//! The uniform command-line contract of docs/cli.md (SPEC R17): one JSON field
 //! name per concept in every command (checked against the field table of docs/cli.md), the same
 //! fields whatever the outcome, errors as JSON objects under --json with stable kinds, one exit
 //! code per failure, dates in human output, progress on a non-terminal, internal units protected
@@ -1344,8 +1344,8 @@ fn message_says_what_to_do(v: &Value) -> bool {
 /// A second process that finds the store's lock held says once, on standard error, for whom it
 /// waits (the holder's pid and command line, from the `LOCK` file), and on giving up names the
 /// holder and the fix in the CLI's words (`oncelake serve`, `--wait`), never the Rust API's
-/// `Options::lock_wait`; exit 6, `locked` under --json; nothing under --quiet. (Issue 39: the
-/// wait was silent and the message named `Options::lock_wait`.)
+/// `Options::lock_wait`; exit 6, `locked` under --json; nothing under --quiet. (The wait was once
+/// silent and the message named `Options::lock_wait`.)
 #[test]
 fn a_waiting_command_names_the_locks_holder_and_the_fix() {
     let dir = tempfile::tempdir().unwrap();

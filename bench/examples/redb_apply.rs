@@ -1,4 +1,4 @@
-//! What one applier transaction costs redb per unit on a 1,000,000-row manifest (issue 12's
+//! What one applier transaction costs redb per unit on a 1,000,000-row manifest (the
 //! "B-trees written in bulk"): P1's rows — half new units, half new versions whose replaced entry
 //! becomes a history row — plus one log row each, applied in transactions of N units
 //! (`Durability::None`, as the backlog's applier between checkpoints), keys in arrival order or
