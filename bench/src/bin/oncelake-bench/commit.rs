@@ -115,7 +115,7 @@ pub(crate) fn commit(a: CommitBenchArgs) -> Result<u8, BenchError> {
     }
     if a.via_server {
         // The via-server bench's defaults stay the fresh store with sequential keys it was first
-        // quoted on (BENCHMARKS.md, "Server"); `--preload 1000000 --keys random` is SPEC P1's.
+        // quoted on (BENCHMARKS.md, "Server: P7"); `--preload 1000000 --keys random` is SPEC P1's.
         let workload = Workload {
             preload: a.preload.unwrap_or(0),
             keys: a.keys.unwrap_or(Keys::Sequential),
