@@ -71,6 +71,12 @@ pub(crate) struct CommitBenchArgs {
     /// acknowledged before it, so it waits for the backlog acknowledged by then.
     #[arg(long)]
     pub read_probe: bool,
+    /// The RocksDB peer program (`bench/peers/rocks_p1.cc` built, e.g. `target/rocks_p1` by
+    /// `.ci/run`): with it, RocksDB's `TransactionDB` (GetForUpdate + Put + Commit) and plain
+    /// Put/WriteBatch, both sync=true, run at every thread count after the other systems, same
+    /// preload, time and units a call (`rocksdb_txn`, `rocksdb_put`).
+    #[arg(long, value_name = "PROGRAM", conflicts_with_all = ["via_server", "seed001"])]
+    pub rocksdb: Option<PathBuf>,
     /// Commit through `oncelake serve` from --clients connections instead, beside in-process
     /// threads of the same counts in the same run (P7).
     #[arg(long)]
@@ -158,6 +164,11 @@ pub(crate) fn commit(a: CommitBenchArgs) -> Result<u8, BenchError> {
             .map_err(|e| BenchError::Usage(format!("{e} (pass --dir to bench on another disk)")))
             .map(|d| (when.to_string(), d))
     };
+    let peer = a
+        .rocksdb
+        .as_deref()
+        .map(|p| super::rocksdb::RocksPeer::new(p, &scratch))
+        .transpose()?;
     let mut probes = vec![probe("before")?];
     let mut results: Vec<Measurement> = Vec::new();
     for &system in &systems {
@@ -182,14 +193,79 @@ pub(crate) fn commit(a: CommitBenchArgs) -> Result<u8, BenchError> {
             results.push(m);
         }
     }
+    let mut rocks = Vec::new();
+    if let Some(peer) = peer {
+        for mode in super::rocksdb::MODES {
+            for &threads in &a.threads {
+                bar.set_message(format!("rocksdb_{mode} at {threads} threads"));
+                let r = peer.run(
+                    mode,
+                    threads,
+                    a.seconds,
+                    workload.preload,
+                    a.units_per_commit,
+                );
+                rocks.push(r?);
+            }
+        }
+    }
     bar.finish_and_clear();
     probes.push(probe("after")?);
     if a.json {
         print_jsons(&results, &probes, workload, a.units_per_commit);
+        print_rocks_jsons(&results, &rocks, workload);
     } else {
         print_table(&results, &a.threads, &probes, workload, a.units_per_commit);
+        print_rocks_table(&results, &rocks);
     }
     Ok(0)
+}
+
+/// oncelake's units/s over the RocksDB run's at the same thread count.
+fn ratio_vs_rocks(results: &[Measurement], r: &super::rocksdb::RocksRun) -> Option<f64> {
+    let ours = find(results, System::Oncelake, r.threads)?;
+    Some(ours.units_per_sec() / r.units_per_s.max(1e-9))
+}
+
+fn print_rocks_jsons(results: &[Measurement], rocks: &[super::rocksdb::RocksRun], w: Workload) {
+    for r in rocks {
+        print_json(&json!({
+            "bench": "commit",
+            "system": r.system,
+            "threads": r.threads,
+            "preload": w.preload,
+            "units_per_commit": r.units_per_commit,
+            "units_per_s": r.units_per_s,
+            "p50_us": r.p50_us,
+            "p99_us": r.p99_us,
+            "oncelake_ratio": ratio_vs_rocks(results, r),
+        }));
+    }
+}
+
+fn print_rocks_table(results: &[Measurement], rocks: &[super::rocksdb::RocksRun]) {
+    if rocks.is_empty() {
+        return;
+    }
+    outln!(
+        "{:>8} {:>14} {:>10} {:>10} {:>12}",
+        "threads",
+        "RocksDB",
+        "units/s",
+        "p99 µs",
+        "oncelake ×"
+    );
+    for r in rocks {
+        let ratio = ratio_vs_rocks(results, r).map_or("-".to_string(), |x| format!("{x:.2}"));
+        outln!(
+            "{:>8} {:>14} {:>10.0} {:>10} {:>12}",
+            r.threads,
+            r.system,
+            r.units_per_s,
+            r.p99_us,
+            ratio
+        );
+    }
 }
 
 fn find(results: &[Measurement], system: System, threads: usize) -> Option<&Measurement> {

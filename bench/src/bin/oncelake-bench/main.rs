@@ -25,6 +25,7 @@ mod error;
 mod help;
 mod output;
 mod reconcile;
+mod rocksdb;
 mod scratch;
 mod served;
 mod stage;
