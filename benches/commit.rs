@@ -1,6 +1,6 @@
 //! SPEC P1 under criterion: durable commits of one pre-staged unit each at 1, 4, 16 and 64
 //! threads, for oncelake and its two baselines (one redb transaction per commit; the seed 001
-//! pattern on SQLite). The workload is the very code `oncelake bench commit` runs.
+//! pattern on SQLite). The workload is the very code `oncelake-bench commit` runs.
 //!
 //! `cargo bench --bench commit` (one criterion element = one committed unit; one iteration
 //! commits `8 × threads` units, so that every writer commits several times per iteration). Each

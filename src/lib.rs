@@ -36,8 +36,6 @@ mod dedup;
 mod error;
 pub mod fault;
 mod feed;
-#[doc(hidden)]
-pub mod fuzzing;
 pub mod gc;
 mod index;
 mod index_snap;
@@ -54,7 +52,6 @@ pub mod reconcile;
 mod replay;
 mod run;
 mod schema;
-pub mod simulate;
 mod snapshot;
 mod stage;
 mod store;

@@ -1,4 +1,4 @@
-//! The uniform command-line contract of docs/cli.md (SPEC R17, issue 13 point 6): one JSON field
+//! The uniform command-line contract of docs/cli.md (SPEC R17): one JSON field
 //! name per concept in every command (checked against the field table of docs/cli.md), the same
 //! fields whatever the outcome, errors as JSON objects under --json with stable kinds, one exit
 //! code per failure, dates in human output, progress on a non-terminal, internal units protected
@@ -490,29 +490,6 @@ fn every_json_output_uses_one_name_per_concept_and_the_same_fields_per_command()
         None,
         0,
     );
-    let scratch = dir.path().join("bench");
-    std::fs::create_dir(&scratch).unwrap();
-    r.json(
-        "bench stage",
-        &[
-            "bench",
-            "stage",
-            "--threads",
-            "2",
-            "--sizes",
-            "4KiB",
-            "--rounds",
-            "1",
-            "--bytes",
-            "16KiB",
-            "--dir",
-            s(&scratch),
-            "--json",
-        ],
-        None,
-        0,
-    );
-
     // The log holds every kind of record.
     let kinds: BTreeSet<String> = r.by_label["log"]
         .iter()
@@ -801,6 +778,9 @@ fn errors_under_json_are_json_objects_with_stable_kinds_and_one_exit_code_per_fa
         (vec!["frobnicate"], "usage", 2),
         (vec!["get", l, "no/such/unit"], "not_found", 2),
         (vec!["init", s(&inner)], "nested_store", 2),
+        // The benchmarks moved to `oncelake-bench`: the old commands say so (see below).
+        (vec!["bench", "commit", "--threads", "64"], "usage", 2),
+        (vec!["table", "bench", d, "--changes", "10"], "usage", 2),
     ];
     for (args, kind, code) in cases {
         // Human form first: a plain `error:` line, the same exit code.
@@ -852,6 +832,33 @@ fn errors_under_json_are_json_objects_with_stable_kinds_and_one_exit_code_per_fa
     let v: Value = serde_json::from_str(text(&out.stderr).trim()).unwrap();
     assert_eq!(v["error"], "locked", "{v}");
     drop(store);
+}
+
+/// `oncelake bench ...` (and `table bench`) runs nothing and names the `oncelake-bench` command
+/// with the same arguments; no scratch store is left behind.
+#[test]
+fn the_benchmarks_moved_to_oncelake_bench_and_the_old_commands_say_where() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = s(dir.path());
+    let cases: [(&[&str], &str); 3] = [
+        (
+            &["bench", "commit", "--threads", "64", "--dir", d],
+            "`oncelake-bench commit --threads 64 --dir ",
+        ),
+        (&["bench"], "`oncelake-bench --help`"),
+        (
+            &["table", "bench", d, "--versions", "3"],
+            "`oncelake-bench table ",
+        ),
+    ];
+    for (args, names) in cases {
+        let out = run(args, None);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {out:?}");
+        let err = text(&out.stderr);
+        assert!(err.contains(names), "{args:?}: {err}");
+        assert!(out.stdout.is_empty(), "{args:?}: {}", text(&out.stdout));
+    }
+    assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
 }
 
 /// `2026-11-30T08:15:00.123Z`-shaped dates.
@@ -1337,8 +1344,8 @@ fn message_says_what_to_do(v: &Value) -> bool {
 /// A second process that finds the store's lock held says once, on standard error, for whom it
 /// waits (the holder's pid and command line, from the `LOCK` file), and on giving up names the
 /// holder and the fix in the CLI's words (`oncelake serve`, `--wait`), never the Rust API's
-/// `Options::lock_wait`; exit 6, `locked` under --json; nothing under --quiet. (Issue 39: the
-/// wait was silent and the message named `Options::lock_wait`.)
+/// `Options::lock_wait`; exit 6, `locked` under --json; nothing under --quiet. (The wait was once
+/// silent and the message named `Options::lock_wait`.)
 #[test]
 fn a_waiting_command_names_the_locks_holder_and_the_fix() {
     let dir = tempfile::tempdir().unwrap();

@@ -30,11 +30,6 @@ const HELP_WITH_EXAMPLES: &[&[&str]] = &[
     &["reconcile"],
     &["pipeline"],
     &["table"],
-    &["bench", "commit"],
-    &["bench", "stage"],
-    &["bench", "dedup"],
-    &["bench", "reconcile"],
-    &["bench", "serve-load"],
     &["serve"],
 ];
 
@@ -301,15 +296,7 @@ fn readme_program_is_a_whole_main_rs_with_its_cargo_toml() {
 /// outcome with its code.
 #[test]
 fn every_commands_help_has_examples_and_exit_codes() {
-    // `bench` is only a group: its kinds are the commands.
-    let mut commands: Vec<Vec<String>> = subcommands(&[])
-        .into_iter()
-        .filter(|c| c != "bench")
-        .map(|c| vec![c])
-        .collect();
-    for sub in subcommands(&["bench"]) {
-        commands.push(vec!["bench".into(), sub]);
-    }
+    let commands: Vec<Vec<String>> = subcommands(&[]).into_iter().map(|c| vec![c]).collect();
     let mut missing = Vec::new();
     for path in &commands {
         let args: Vec<&str> = path.iter().map(String::as_str).collect();

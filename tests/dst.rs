@@ -1,4 +1,4 @@
-//! A deterministic simulation of the whole engine (issue 10, item 10).
+//! A deterministic simulation of the whole engine.
 //!
 //! One seed drives everything: which simulated writer acts next and what it does (put, correct,
 //! claim, renew, release, commit under its lease, retry old outputs long after a correction,

@@ -1,5 +1,9 @@
 //! Replays every committed fuzz corpus file through the same check the fuzz target runs
-//! (`oncelake::fuzzing`), so a crash the fuzzer once found stays fixed (SPEC R19).
+//! (`fuzz/checks.rs`, included here by path), so a crash the fuzzer once found stays fixed
+//! (SPEC R19). The checks' own unit tests run in this test binary too.
+
+#[path = "../fuzz/checks.rs"]
+mod checks;
 
 use std::path::Path;
 
@@ -27,22 +31,22 @@ fn replay(target: &str, check: fn(&[u8])) {
 
 #[test]
 fn log_record_corpus() {
-    replay("log_record", oncelake::fuzzing::log_record);
+    replay("log_record", checks::log_record);
 }
 
 #[test]
 fn commit_rules_corpus() {
-    replay("commit_rules", oncelake::fuzzing::commit_rules);
+    replay("commit_rules", checks::commit_rules);
 }
 
 #[test]
 fn listing_line_corpus() {
-    replay("listing_line", oncelake::fuzzing::listing_line);
+    replay("listing_line", checks::listing_line);
 }
 
 #[test]
 fn pipeline_def_corpus() {
-    replay("pipeline_def", oncelake::fuzzing::pipeline_def);
+    replay("pipeline_def", checks::pipeline_def);
 }
 
 /// The replay must be able to fail: a check that panics is reported.
@@ -138,7 +142,7 @@ fn commit_rules_on_seeded_random_sequences() {
     for case in 0..20_000 {
         let len = 3 * (1 + next() % 60) as usize;
         let data: Vec<u8> = (0..len).map(|_| next() as u8).collect();
-        let outcome = std::panic::catch_unwind(|| oncelake::fuzzing::commit_rules(&data));
+        let outcome = std::panic::catch_unwind(|| checks::commit_rules(&data));
         assert!(outcome.is_ok(), "case {case} fails: {data:02x?}");
     }
 }

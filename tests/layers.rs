@@ -4,6 +4,11 @@
 //! `lib.rs`) count as their module. The test fails when a module uses one in a higher layer, when
 //! the graph has a cycle, or when a module is missing from the layer table.
 //!
+//! Inside each folder of modules (`src/table/`, `src/commit/`, …, and the binaries' `cli/src/cli/`
+//! and `bench/src/bin/oncelake-bench/`) the files must not form an import cycle either: a file's
+//! `super::X` and `crate::<folder>::X` paths, with the names its parent re-exports mapped to their
+//! file, are its uses of its siblings.
+//!
 //! `cargo test --test layers -- --nocapture` prints the graph (one `module -> deps` line each).
 //! `ONCELAKE_LAYERS_SRC=<dir>` checks another tree's `src` instead (e.g. an older commit's, from
 //! `git archive <rev> src | tar -x -C /tmp/old`), to print its graph and cycles.
@@ -51,7 +56,6 @@ const LAYERS: &[(&str, &[&str])] = &[
             "run",
         ],
     ),
-    ("tools", &["simulate", "fuzzing"]),
 ];
 
 /// Top-level modules outside the engine's layering: the binary's code.
@@ -316,6 +320,231 @@ fn modules_use_only_their_layer_and_below_without_cycles() {
     }
     let problems: Vec<String> = problems.into_iter().collect();
     assert!(problems.is_empty(), "{}", problems.join("\n"));
+}
+
+/// A folder of modules: its directory (relative to the repository), its parent module's file
+/// and the path its files name it by from the crate root.
+struct Folder {
+    dir: PathBuf,
+    parent: PathBuf,
+    crate_path: String,
+}
+
+/// Every folder of modules to check: each `src/<m>/` (parent `src/<m>.rs` or `src/<m>/mod.rs`),
+/// and the command-line modules of the two binaries.
+fn folders(root: &Path) -> Vec<Folder> {
+    let mut out = Vec::new();
+    let src = root.join("src");
+    for e in std::fs::read_dir(&src).expect("read src") {
+        let dir = e.expect("dir entry").path();
+        if !dir.is_dir() {
+            continue;
+        }
+        let name = dir
+            .file_name()
+            .expect("a name")
+            .to_string_lossy()
+            .into_owned();
+        let parent = [src.join(format!("{name}.rs")), dir.join("mod.rs")]
+            .into_iter()
+            .find(|p| p.is_file())
+            .unwrap_or_else(|| panic!("{} has no parent module file", dir.display()));
+        out.push(Folder {
+            dir,
+            parent,
+            crate_path: format!("crate::{name}"),
+        });
+    }
+    out.push(Folder {
+        dir: root.join("cli/src/cli"),
+        parent: root.join("cli/src/cli/mod.rs"),
+        crate_path: "crate::cli".into(),
+    });
+    let bench = root.join("bench/src/bin/oncelake-bench");
+    out.push(Folder {
+        parent: bench.join("main.rs"),
+        dir: bench,
+        crate_path: "crate".into(),
+    });
+    out
+}
+
+/// The names an item definition introduces (`pub fn x`, `pub(crate) struct X`, `macro_rules! x`…).
+fn defined_names(code: &str) -> BTreeSet<String> {
+    let mut names = BTreeSet::new();
+    for line in code.lines() {
+        let mut words = line.split_whitespace().peekable();
+        while let Some(w) = words.next() {
+            let kind = matches!(
+                w,
+                "fn" | "struct" | "enum" | "const" | "static" | "trait" | "type" | "macro_rules!"
+            );
+            if kind {
+                if let Some(next) = words.peek() {
+                    names.insert(ident_at(next).to_string());
+                }
+            }
+        }
+    }
+    names
+}
+
+/// A folder's graph: each child module (a file, or a subfolder with all its files) -> the
+/// siblings it uses.
+fn folder_graph(f: &Folder) -> Graph {
+    let mut children: BTreeMap<String, Vec<PathBuf>> = BTreeMap::new();
+    for e in std::fs::read_dir(&f.dir).expect("read a folder") {
+        let p = e.expect("dir entry").path();
+        let stem = p
+            .file_stem()
+            .expect("a name")
+            .to_string_lossy()
+            .into_owned();
+        if p == f.parent || stem == "mod" {
+            continue;
+        }
+        if p.is_dir() {
+            let mut files = Vec::new();
+            rust_files(&p, &mut files);
+            children.entry(stem).or_default().extend(files);
+        } else if p.extension().is_some_and(|x| x == "rs") {
+            children.entry(stem).or_default().push(p);
+        }
+    }
+    // The parent's re-exports: `pub use child::{a, b}` and `pub(crate) use child::*`.
+    let parent_code = code_of(&std::fs::read_to_string(&f.parent).expect("read a parent"));
+    let mut reexports: BTreeMap<String, String> = BTreeMap::new();
+    for stmt in parent_code.split(';') {
+        let s = stmt.trim();
+        let Some(rest) = s.split_once("use ").map(|(pre, rest)| (pre.trim(), rest)) else {
+            continue;
+        };
+        if !rest.0.starts_with("pub") {
+            continue;
+        }
+        let path = rest.1.trim().trim_start_matches("self::");
+        let Some((child, items)) = path.split_once("::") else {
+            continue;
+        };
+        let Some(files) = children.get(child) else {
+            continue;
+        };
+        let names: BTreeSet<String> = if items.trim() == "*" {
+            files
+                .iter()
+                .flat_map(|p| defined_names(&code_of(&std::fs::read_to_string(p).expect("read"))))
+                .collect()
+        } else {
+            items
+                .trim_matches(|c| c == '{' || c == '}')
+                .split(',')
+                .map(|n| {
+                    n.trim()
+                        .rsplit("::")
+                        .next()
+                        .unwrap_or("")
+                        .trim()
+                        .to_string()
+                })
+                .filter(|n| !n.is_empty())
+                .collect()
+        };
+        for n in names {
+            reexports.insert(n, child.to_string());
+        }
+    }
+    let mut g = Graph::new();
+    for (child, files) in &children {
+        let deps = g.entry(child.clone()).or_default();
+        for file in files {
+            if is_unit_test_file(file) {
+                continue;
+            }
+            let code = code_of(&std::fs::read_to_string(file).expect("read a source file"));
+            let direct = file.parent() == Some(f.dir.as_path());
+            let mut prefixes = vec![format!("{}::", f.crate_path)];
+            if direct {
+                prefixes.push("super::".into());
+            }
+            for prefix in &prefixes {
+                for (i, _) in code.match_indices(prefix.as_str()) {
+                    // `crate::` must not match inside `crate::table::`'s own prefix of another.
+                    let before = code[..i].chars().next_back();
+                    if before.is_some_and(|c| c.is_alphanumeric() || c == '_' || c == ':') {
+                        continue;
+                    }
+                    let rest = &code[i + prefix.len()..];
+                    let names: Vec<&str> = match rest.strip_prefix('{') {
+                        Some(group) => group[..group.find('}').unwrap_or(group.len())]
+                            .split(',')
+                            .map(|item| ident_at(item.trim()))
+                            .collect(),
+                        None => vec![ident_at(rest)],
+                    };
+                    for name in names {
+                        let target = if children.contains_key(name) {
+                            Some(name.to_string())
+                        } else {
+                            reexports.get(name).cloned()
+                        };
+                        if let Some(t) = target.filter(|t| t != child) {
+                            deps.insert(t);
+                        }
+                    }
+                }
+            }
+        }
+    }
+    g
+}
+
+#[test]
+fn the_files_of_each_folder_use_each_other_without_cycles() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut problems = Vec::new();
+    for f in folders(root) {
+        let g = folder_graph(&f);
+        println!("{}:", f.dir.strip_prefix(root).unwrap_or(&f.dir).display());
+        print_graph(&g);
+        for c in cycles(&g) {
+            problems.push(format!(
+                "import cycle in {} among {}",
+                f.dir.strip_prefix(root).unwrap_or(&f.dir).display(),
+                c.join(", ")
+            ));
+        }
+    }
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+}
+
+#[test]
+fn the_folder_check_sees_a_cycle_through_a_reexport() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    std::fs::write(
+        d.join("mod.rs"),
+        "mod a;\nmod b;\npub(crate) use a::*;\npub use b::{Thing};\n",
+    )
+    .unwrap();
+    // a uses b by a re-exported name; b uses a through a glob re-export.
+    std::fs::write(
+        d.join("a.rs"),
+        "pub(crate) fn helper() {}\nuse super::Thing;\n",
+    )
+    .unwrap();
+    std::fs::write(
+        d.join("b.rs"),
+        "pub struct Thing;\nfn f() { super::helper() }\n",
+    )
+    .unwrap();
+    std::fs::write(d.join("c.rs"), "use crate::m::a;\n// super::b\n").unwrap();
+    let g = folder_graph(&Folder {
+        dir: d.to_path_buf(),
+        parent: d.join("mod.rs"),
+        crate_path: "crate::m".into(),
+    });
+    assert_eq!(cycles(&g), vec![vec!["a".to_string(), "b".to_string()]]);
+    assert_eq!(g["c"], BTreeSet::from(["a".to_string()]), "{g:?}");
 }
 
 #[test]

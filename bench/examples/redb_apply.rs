@@ -1,4 +1,4 @@
-//! What one applier transaction costs redb per unit on a 1,000,000-row manifest (issue 12's
+//! What one applier transaction costs redb per unit on a 1,000,000-row manifest (the
 //! "B-trees written in bulk"): P1's rows — half new units, half new versions whose replaced entry
 //! becomes a history row — plus one log row each, applied in transactions of N units
 //! (`Durability::None`, as the backlog's applier between checkpoints), keys in arrival order or
@@ -18,7 +18,7 @@ const PRELOAD: u64 = 1_000_000;
 /// About the size of a sealed manifest entry and of a one-unit commit record.
 const VALUE: [u8; 110] = [7; 110];
 
-/// The key of unit number `i`: P1's random keys, as `oncelake bench commit` makes them.
+/// The key of unit number `i`: P1's random keys, as `oncelake-bench commit` makes them.
 fn key(i: u64) -> String {
     oncelake_bench::bench_commit::unit_key(oncelake_bench::bench_commit::Keys::Random, i)
 }

@@ -1,4 +1,4 @@
-//! How many bytes of write-ahead record a commit adds (issue 12: what a group's durable append
+//! How many bytes of write-ahead record a commit adds (what a group's durable append
 //! carries): one-unit commits with P1's keys, new units and then new versions of them, made as
 //! groups of 1 and of 32 (`Store::write_each`), with the backlog kept from being applied so that
 //! its size is the redo written.

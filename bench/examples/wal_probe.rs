@@ -1,5 +1,5 @@
-//! What redb can carry as an append-only write-ahead log (issue 12's question before building
-//! one): durable appends of one group's record each to a table whose keys only grow, in a
+//! What redb can carry as an append-only write-ahead log (the question asked before
+//! building one): durable appends of one group's record each to a table whose keys only grow, in a
 //! database of its own, from one thread and from two threads on two databases (the overlapped
 //! sync: one group's append syncs while the next one's is written).
 //!

@@ -1,4 +1,4 @@
-//! The commit workload of SPEC P1, shared by `oncelake bench commit` and `benches/commit.rs`,
+//! The commit workload of SPEC P1, shared by `oncelake-bench commit` and `benches/commit.rs`,
 //! so that both measure exactly the same thing.
 //!
 //! Every system starts from a store preloaded with [`Workload::preload`] units (built once per
@@ -486,7 +486,7 @@ pub fn unit_key(keys: Keys, i: u64) -> String {
 const PRELOAD_VERSION: u64 = 1;
 
 /// The keys and versions of the timed commits, shared by the threads of one system's runs
-/// (public for `oncelake bench commit --via-server`, whose clients commit the same keys).
+/// (public for `oncelake-bench commit --via-server`, whose clients commit the same keys).
 pub struct KeySource {
     workload: Workload,
     /// The next new unit's number (starts after the preload).
@@ -590,7 +590,7 @@ fn preload_chunks(w: Workload) -> impl Iterator<Item = Vec<String>> {
 }
 
 /// Creates an oncelake store at `path` holding `w`'s preload, and closes it (what the P1 run and
-/// `oncelake bench commit --via-server`'s server start from).
+/// `oncelake-bench commit --via-server`'s server start from).
 pub fn preload_oncelake_store(path: &Path, w: Workload) -> Result<(), String> {
     let e = |e: oncelake::Error| e.to_string();
     let store = crate::bench_fixtures::open_bench_store(path).map_err(e)?;

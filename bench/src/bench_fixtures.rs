@@ -1,4 +1,4 @@
-//! Workloads shared by `oncelake bench dedup|reconcile` and the criterion benches
+//! Workloads shared by `oncelake-bench dedup|reconcile` and the criterion benches
 //! (`benches/dedup.rs`, `benches/reconcile.rs`), so both measure the same thing. Only the library
 //! and redb are used here: no CLI crates.
 

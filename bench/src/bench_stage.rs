@@ -1,4 +1,4 @@
-//! The staging workload of SPEC P4, used by `oncelake bench stage`: `threads` threads each
+//! The staging workload of SPEC P4, used by `oncelake-bench stage`: `threads` threads each
 //! write objects of one size, durably, against the same bytes written the plainest durable way.
 //!
 //! * **oncelake**: per object `Store::stage_bytes` (hash and CRC32 while writing, the file

@@ -7,7 +7,6 @@
 
 #[cfg(feature = "server")]
 mod auth;
-pub mod bench;
 #[cfg(feature = "server")]
 mod bounds;
 pub mod client;
@@ -21,7 +20,6 @@ mod http;
 pub mod identity;
 #[cfg(feature = "server")]
 mod live;
-pub mod load;
 pub mod object_check;
 #[cfg(feature = "server")]
 mod pipeline;
@@ -33,7 +31,6 @@ mod pool;
 mod reconcile;
 #[cfg(feature = "server")]
 mod run;
-pub mod seed001;
 #[cfg(feature = "server")]
 mod snapshot;
 #[cfg(feature = "server")]

@@ -156,7 +156,7 @@ impl Live {
     /// process has allocated and not freed, and what the allocator holds from the system for
     /// it. Resident memory above the second is stacks and file pages; between the two is memory
     /// freed but kept by the allocator (fragmentation), which only the first tells from a leak
-    /// (`oncelake bench serve-load` samples both; BENCHMARKS.md, serve-load memory).
+    /// (`oncelake-bench serve-load` samples both; BENCHMARKS.md, serve-load memory).
     pub(crate) fn heap_prometheus() -> String {
         let Some((in_use, held)) = heap_bytes() else {
             return String::new();

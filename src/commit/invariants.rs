@@ -7,7 +7,7 @@
 //!   ([`assert_holds`]): a violation there is an engine bug, caught where it happens;
 //! - `verify` runs the whole-store checks (`check_state`) and reports what they find as
 //!   problems (`VerifyReport::invariants`);
-//! - the fuzz targets' shared code (`crate::fuzzing`) and the model and simulation tests run the
+//! - the fuzz targets' shared checks (`fuzz/checks.rs`) and the model and simulation tests run the
 //!   same functions after every step ([`check_version_advance`], [`check_token_admitted`],
 //!   [`Store::check_invariants`](crate::Store::check_invariants)).
 //!

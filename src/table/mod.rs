@@ -25,6 +25,8 @@ mod plan;
 mod publish;
 #[cfg(feature = "tables")]
 mod stages;
+#[cfg(feature = "tables")]
+mod version;
 
 #[cfg(feature = "tables")]
 pub use auto::AutoPublisher;

@@ -9,7 +9,7 @@
 
 use super::layout::{data_file, partition_of};
 use super::position::Position;
-use super::publish::FileRef;
+use super::version::FileRef;
 use super::{TableDef, TableResult};
 use crate::schema::log::RecordBody;
 use crate::snapshot::Snapshot;

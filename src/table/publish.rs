@@ -10,8 +10,8 @@
 use super::footer::{FooterReader, ObjectDir};
 use super::layout::{data_file, partition_of, Partition};
 use super::plan::{resolve_priors, PriorFiles};
-use super::position::Position;
 use super::stages::{FooterFeed, Footers, Stages};
+use super::version::{FileAdd, FileRef, FormatLog, TableCommit, TableSchema};
 use super::{TableDef, TableError, TableFormat, TableResult};
 use crate::schema::log::{LogEntry, RecordBody};
 use crate::snapshot::Snapshot;
@@ -21,53 +21,6 @@ use serde_json::Value;
 use std::collections::{BTreeSet, HashMap};
 use std::path::PathBuf;
 use std::sync::{Arc, OnceLock};
-
-/// A data file of a table.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) struct FileRef {
-    /// Relative to the table root, as on disk.
-    pub path: String,
-    /// Partition values.
-    pub partition: Vec<(String, String)>,
-    /// Bytes.
-    pub size: u64,
-}
-
-/// A data file a version adds.
-#[derive(Clone, Debug)]
-pub(crate) struct FileAdd {
-    pub file: FileRef,
-    pub object: crate::ObjectId,
-    pub num_records: i64,
-}
-
-/// One table version: the net change of one store commit.
-#[derive(Clone, Debug)]
-pub(crate) struct TableCommit {
-    /// The store commit (the last seq the version includes).
-    pub seq: u64,
-    /// Its commit time, ms since the epoch: every time the version records.
-    pub time_ms: u64,
-    pub removes: Vec<FileRef>,
-    pub adds: Vec<FileAdd>,
-}
-
-/// A table's data columns (Delta struct fields) and partition columns.
-#[derive(Clone, Debug, PartialEq)]
-pub(crate) struct TableSchema {
-    pub fields: Vec<Value>,
-    pub partition_columns: Vec<String>,
-}
-
-/// A table format's log, as a publisher needs it.
-pub(crate) trait FormatLog: Send {
-    /// Where the log says the table is published to.
-    fn position(&self) -> Position;
-    /// The schema the table was published with (`None` before its first version).
-    fn schema(&self) -> Option<&TableSchema>;
-    /// Appends the next version, created exclusively and durable on return.
-    fn append(&mut self, commit: &TableCommit, schema: &TableSchema) -> TableResult<()>;
-}
 
 fn open_format(store: &Store, def: &TableDef) -> TableResult<Box<dyn FormatLog>> {
     match def.format {

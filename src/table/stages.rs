@@ -9,7 +9,7 @@
 //! at a chunk boundary: what is appended is whole versions whose files exist.
 
 use super::footer::{Footer, FooterReader, ObjectDir, ObjectRel};
-use super::publish::{FormatLog, TableCommit, TableSchema};
+use super::version::{FormatLog, TableCommit, TableSchema};
 use super::{io_err, TableDef, TableResult};
 use crate::object::ObjectId;
 use crate::schema::log::LogEntry;

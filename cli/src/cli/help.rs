@@ -137,20 +137,6 @@ Exit codes:
   1  it did not (the last line says how), or an I/O failure
   2  bad arguments";
 
-pub(crate) const BENCH_DEDUP: &str = "Example:
-  oncelake bench dedup --units 1000 --rounds 1 --queries 1000 --open-rounds 1 --json
-
-Exit codes: 0 measured; 1 I/O failure; 2 bad arguments.";
-
-pub(crate) const BENCH_RECONCILE: &str = "Example:
-  oncelake bench reconcile --units 1000 --rounds 1 --json
-
-Exit codes: 0 measured; 1 I/O failure; 2 bad arguments.";
-
-/// The exit codes of `bench commit`, `bench stage` and `bench serve-load` (after their examples).
-pub(crate) const BENCH_CODES: &str = "Exit codes: 0 measured; 1 I/O failure (or, for serve-load, \
-                                      an acknowledged commit missing afterwards); 2 bad arguments.";
-
 /// Examples, a blank line, then the exit codes: for the commands whose examples live with them.
 pub(crate) fn join(examples: &str, codes: &str) -> String {
     format!("{examples}\n\n{codes}")

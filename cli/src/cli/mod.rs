@@ -25,11 +25,9 @@ macro_rules! errln {
     };
 }
 
-mod bench;
-mod bench_dedup;
-mod bench_reconcile;
-mod bench_stage;
+mod bench_moved;
 mod common;
+mod duration;
 mod error;
 mod help;
 mod maint_cmds;
@@ -43,11 +41,11 @@ mod serve;
 mod sim_cmds;
 mod sim_pipeline;
 mod store_cmds;
-mod table_bench;
 mod table_cmds;
 
 use clap::{Parser, Subcommand};
 pub(crate) use common::*;
+pub(crate) use duration::parse_duration;
 pub(crate) use error::{exit, CliError};
 pub(crate) use output::{print_json, rfc3339, Output};
 pub(crate) use progress::{Heartbeat, Progress};
@@ -68,8 +66,7 @@ Examples:
   oncelake gc ./lake --dry-run
   oncelake verify ./lake --deep
   oncelake stats ./lake --prometheus
-  oncelake simulate --units 2000 --mode both --json
-  oncelake bench commit --threads 1 --commits 200 --seconds 1 --preload 10000 --systems oncelake";
+  oncelake simulate --units 2000 --mode both --json";
 
 /// The examples of `oncelake serve --help`, runnable pasted in order (tests/cli_examples.rs): the
 /// server runs in the background until the `kill`, which drains it and removes its socket.
@@ -151,51 +148,16 @@ pub(crate) enum Command {
     Release(sim_cmds::ReleaseArgs),
     /// Plan what must be (re)processed, from the source's listing of (unit, version).
     Reconcile(reconcile_cmd::ReconcileArgs),
-    /// Built-in benchmarks, with their baselines in the same run.
-    #[command(subcommand)]
-    Bench(BenchCommand),
+    /// Moved: the benchmarks are the `oncelake-bench` binary, with the same subcommands and
+    /// flags; this only says so.
+    #[command(hide = true)]
+    Bench(bench_moved::MovedArgs),
     /// Lake tables: publish a unit prefix as a Delta Lake table under STORE/tables/NAME.
     Table(table_cmds::TableArgs),
     /// Serve the store to other processes over HTTP (Unix socket, or loopback TCP with a token);
     /// every command finds the server by itself.
     #[command(after_help = help::join(SERVE_EXAMPLES, help::SERVE_CODES))]
     Serve(serve::ServeArgs),
-}
-
-/// `oncelake bench <kind>`: each kind runs its baselines side by side in the same run.
-#[derive(Subcommand, Debug)]
-pub(crate) enum BenchCommand {
-    /// Durable commits of one unit each (or --units-per-commit N), objects pre-staged (P1),
-    /// against one redb transaction per commit (b1) and a check-then-act job's pattern on SQLite
-    /// (b2), at several thread counts.
-    #[command(
-        after_help = help::join("Example:\n  oncelake bench commit --threads 1,4 --commits 200 --preload 10000 --systems oncelake,redb --json", help::BENCH_CODES)
-    )]
-    Commit(bench::CommitBenchArgs),
-    /// Staging and committing objects (P4) against raw write + fdatasync of the same bytes,
-    /// same threads, same file system, alternating round by round.
-    #[command(
-        after_help = help::join("Example:\n  oncelake bench stage --threads 2 --sizes 64KiB --rounds 1 --bytes 1MiB --json", help::BENCH_CODES)
-    )]
-    Stage(bench_stage::StageBenchArgs),
-    /// Dedup decision (P2) via the in-memory index vs a plain redb point lookup; open time (P6).
-    #[command(after_help = help::BENCH_DEDUP)]
-    Dedup(bench_dedup::DedupArgs),
-    /// Full and incremental reconcile (P3) vs one redb lookup per listed unit.
-    #[command(after_help = help::BENCH_RECONCILE)]
-    Reconcile(bench_reconcile::ReconcileBenchArgs),
-    /// Many clients against one `oncelake serve` for a while: server memory sampled, every
-    /// acknowledged commit checked afterwards.
-    ServeLoad(serve::ServeLoadArgs),
-    /// Open a store and print the open time and peak memory (used by `bench dedup`).
-    #[command(hide = true)]
-    Open(bench_dedup::OpenArgs),
-    /// Durable commits, then an abort without closing the store (a crash for `bench open`).
-    #[command(hide = true)]
-    Crash(bench_dedup::CrashArgs),
-    /// One worker process of `bench commit --via-server --seed001` (talks to the bench on stdio).
-    #[command(hide = true)]
-    Seed001Worker(serve::Seed001WorkerArgs),
 }
 
 pub(crate) fn main() -> ExitCode {
@@ -289,14 +251,7 @@ fn run(cli: Cli) -> Result<u8, CliError> {
         Command::Claim(a) => sim_cmds::claim(a, wait),
         Command::Release(a) => sim_cmds::release(a, wait),
         Command::Reconcile(a) => reconcile_cmd::reconcile(a, wait),
-        Command::Bench(BenchCommand::Dedup(a)) => bench_dedup::run(a),
-        Command::Bench(BenchCommand::Reconcile(a)) => bench_reconcile::run(a),
-        Command::Bench(BenchCommand::Open(a)) => bench_dedup::open_only(a),
-        Command::Bench(BenchCommand::Crash(a)) => bench_dedup::crash(a),
-        Command::Bench(BenchCommand::Commit(a)) => bench::commit(a),
-        Command::Bench(BenchCommand::Stage(a)) => bench_stage::run(a),
-        Command::Bench(BenchCommand::ServeLoad(a)) => serve::bench_serve_load(a),
-        Command::Bench(BenchCommand::Seed001Worker(a)) => serve::seed001_worker(a),
+        Command::Bench(a) => bench_moved::run(a),
         Command::Table(a) => table_cmds::run(a, wait),
         Command::Serve(a) => serve::serve(a, wait),
     };

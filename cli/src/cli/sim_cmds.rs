@@ -3,8 +3,8 @@
 
 use super::{exit, open_store, parse_duration, print_json, rfc3339, CliError, Output, Progress};
 use oncelake::metrics::{scope_of, Scope};
-use oncelake::simulate::{simulate, Schedule, SimConfig, SimMode, SimReport};
 use oncelake::{ClaimOutcome, Lease, MetricsSnapshot, ReleaseOutcome};
+use oncelake_sim::{simulate, Schedule, SimConfig, SimMode, SimReport};
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -48,7 +48,7 @@ pub(crate) struct SimulateArgs {
     #[arg(long, default_value_t = 0.0)]
     pub crash_rate: f64,
     /// Tasks a worker takes at once and runs through one batched engine call (1..=4096).
-    #[arg(long, default_value_t = oncelake::simulate::DEFAULT_CHUNK)]
+    #[arg(long, default_value_t = oncelake_sim::DEFAULT_CHUNK)]
     pub chunk: usize,
     /// Random seed choosing the overlapped units and the crashing attempts (the same number
     /// gives the same run).
@@ -221,7 +221,7 @@ fn run_modes(
         if temporary {
             let dir = cfg.store_dir.clone();
             removals.push(std::thread::spawn(move || {
-                let _ = oncelake::simulate::remove_store(&dir);
+                let _ = oncelake_sim::remove_store(&dir);
             }));
         }
     }

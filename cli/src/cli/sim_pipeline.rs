@@ -1,8 +1,8 @@
 //! `oncelake simulate --pipeline`: the worked example's pipeline mode (SPEC R24), cells run with
-//! and without early cutoff after a source bump (`oncelake::simulate::pipeline`).
+//! and without early cutoff after a source bump (`oncelake_sim::pipeline`).
 
 use super::{exit, print_json, CliError};
-use oncelake::simulate::pipeline::{simulate_pipeline, PipelineSimConfig, PipelineSimReport};
+use oncelake_sim::pipeline::{simulate_pipeline, PipelineSimConfig, PipelineSimReport};
 use serde_json::json;
 use std::path::Path;
 

@@ -1,4 +1,5 @@
-//! `oncelake table ...`: lake tables (SPEC R21) — create, list, publish, and the P8 benchmark.
+//! `oncelake table ...`: lake tables (SPEC R21) — create, list, publish (the P8 benchmark is
+//! `oncelake-bench table`).
 
 use super::{open_store, print_json, CliError};
 use oncelake::table::{position, PublishReport, TableDef, TableFormat};
@@ -36,7 +37,8 @@ pub(crate) enum TableCommand {
     Ls(LsArgs),
     /// Publish the commits since each table's last version (one table version per commit).
     Publish(PublishArgs),
-    /// P8: publish N unit changes into a fresh table, then grow one to many versions.
+    /// Moved: the P8 benchmark is `oncelake-bench table`; this only says so.
+    #[command(hide = true)]
     Bench(BenchArgs),
 }
 
@@ -77,22 +79,12 @@ pub(crate) struct PublishArgs {
     pub json: bool,
 }
 
+/// `table bench ...`: moved to `oncelake-bench table` (see `bench_moved`).
 #[derive(clap::Args, Debug)]
 pub(crate) struct BenchArgs {
-    /// Directory for the benchmark's stores (created; must be missing or empty).
-    pub dir: PathBuf,
-    /// Unit changes to publish in one run.
-    #[arg(long, default_value_t = 100_000)]
-    pub changes: u64,
-    /// Units per store commit in the publish run.
-    #[arg(long, default_value_t = 1_000)]
-    pub per_commit: u64,
-    /// Versions of the second table (one unit change per commit).
-    #[arg(long, default_value_t = 10_000)]
-    pub versions: u64,
-    /// Print the result as a JSON line.
-    #[arg(long)]
-    pub json: bool,
+    /// The benchmark's directory and flags, as `oncelake-bench table` takes them.
+    #[arg(trailing_var_arg = true, allow_hyphen_values = true, num_args = 0..)]
+    pub args: Vec<std::ffi::OsString>,
 }
 
 pub(crate) fn run(a: TableArgs, wait: Duration) -> Result<u8, CliError> {
@@ -100,7 +92,7 @@ pub(crate) fn run(a: TableArgs, wait: Duration) -> Result<u8, CliError> {
         TableCommand::Create(a) => create(a, wait),
         TableCommand::Ls(a) => ls(a, wait),
         TableCommand::Publish(a) => publish(a, wait),
-        TableCommand::Bench(a) => super::table_bench::run(a),
+        TableCommand::Bench(a) => Err(super::bench_moved::moved("table", &a.args)),
     }
 }
 

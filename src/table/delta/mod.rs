@@ -11,8 +11,8 @@
 mod checkpoint;
 
 use super::position::{commit_file, published, Position, DELTA_LOG};
-use super::publish::{FileRef, FormatLog, TableCommit, TableSchema};
 use super::registry::write_synced;
+use super::version::{FileRef, FormatLog, TableCommit, TableSchema};
 use super::{io_err, TableDef, TableError, TableResult};
 use crate::store::Store;
 use crate::vfs::Vfs;

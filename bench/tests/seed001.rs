@@ -3,14 +3,13 @@
 
 mod support;
 
-use support::bin;
-
 #[test]
 fn seed001_worker_processes_write_no_batch_twice() {
     let scratch = tempfile::tempdir().unwrap();
     let (workers, batches) = (4, 60);
-    let r = oncelake_server::seed001::seed001_via_server(
-        bin::oncelake(),
+    let r = oncelake_bench::seed001::seed001_via_server(
+        support::oncelake(),
+        support::oncelake_bench_path(),
         scratch.path(),
         workers,
         batches,

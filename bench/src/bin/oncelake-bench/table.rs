@@ -1,34 +1,52 @@
-//! `oncelake table bench` (P8): publish rate of N unit changes into a fresh Delta table, and a
+//! `oncelake-bench table` (P8): publish rate of N unit changes into a fresh Delta table, and a
 //! table grown to many versions (checkpointed every 100) whose open time a reader measures.
 
-use super::table_cmds::BenchArgs;
-use super::{print_json, CliError};
+use super::{print_json, BenchError};
 use arrow_array::{ArrayRef, Int64Array, RecordBatch, StringArray};
 use oncelake::{Batch, Durability, Options, Store};
 use serde_json::json;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+/// `oncelake-bench table DIR`.
+#[derive(clap::Args, Debug)]
+pub(crate) struct TableBenchArgs {
+    /// Directory for the benchmark's stores (created; must be missing or empty).
+    pub dir: PathBuf,
+    /// Unit changes to publish in one run.
+    #[arg(long, default_value_t = 100_000)]
+    pub changes: u64,
+    /// Units per store commit in the publish run.
+    #[arg(long, default_value_t = 1_000)]
+    pub per_commit: u64,
+    /// Versions of the second table (one unit change per commit).
+    #[arg(long, default_value_t = 10_000)]
+    pub versions: u64,
+    /// Print the result as a JSON line.
+    #[arg(long)]
+    pub json: bool,
+}
+
 /// A small Parquet file: `rows` rows of (id, unit).
-fn parquet_bytes(id: u64, unit: &str, rows: usize) -> Result<Vec<u8>, CliError> {
+fn parquet_bytes(id: u64, unit: &str, rows: usize) -> Result<Vec<u8>, BenchError> {
     let ids: ArrayRef = Arc::new(Int64Array::from_iter_values(
         (0..rows as i64).map(|r| id as i64 * 1000 + r),
     ));
     let units: ArrayRef = Arc::new(StringArray::from_iter_values((0..rows).map(|_| unit)));
     let batch = RecordBatch::try_from_iter([("id", ids), ("unit", units)])
-        .map_err(|e| CliError::Usage(format!("building a bench batch: {e}")))?;
+        .map_err(|e| BenchError::Usage(format!("building a bench batch: {e}")))?;
     let mut w = parquet::arrow::ArrowWriter::try_new(Vec::new(), batch.schema(), None)
-        .map_err(|e| CliError::Usage(format!("writing a bench file: {e}")))?;
+        .map_err(|e| BenchError::Usage(format!("writing a bench file: {e}")))?;
     w.write(&batch)
-        .map_err(|e| CliError::Usage(format!("writing a bench file: {e}")))?;
+        .map_err(|e| BenchError::Usage(format!("writing a bench file: {e}")))?;
     w.into_inner()
-        .map_err(|e| CliError::Usage(format!("writing a bench file: {e}")))
+        .map_err(|e| BenchError::Usage(format!("writing a bench file: {e}")))
 }
 
-fn open(dir: &Path) -> Result<Store, CliError> {
+fn open(dir: &Path) -> Result<Store, BenchError> {
     if dir.exists() {
-        return Err(CliError::Usage(format!(
+        return Err(BenchError::Usage(format!(
             "{} exists; give the bench a missing directory",
             dir.display()
         )));
@@ -45,7 +63,7 @@ fn open(dir: &Path) -> Result<Store, CliError> {
 /// Commits `total` changes, `per_commit` units per commit, cycling over `units` unit keys so
 /// later changes are new versions (a remove and an add each). Objects are staged on 16 threads
 /// (their fsyncs overlap), 1,000 at a time.
-fn fill(store: &Store, total: u64, per_commit: u64, units: u64) -> Result<(), CliError> {
+fn fill(store: &Store, total: u64, per_commit: u64, units: u64) -> Result<(), BenchError> {
     let unit_of = |j: u64| format!("bench/part={}/u{}", (j % units) % 16, j % units);
     let mut i = 0u64;
     while i < total {
@@ -60,7 +78,7 @@ fn fill(store: &Store, total: u64, per_commit: u64, units: u64) -> Result<(), Cl
                             .map(|j| {
                                 Ok((j, store.stage_bytes(&parquet_bytes(j, &unit_of(j), 4)?)?))
                             })
-                            .collect::<Result<Vec<_>, CliError>>()
+                            .collect::<Result<Vec<_>, BenchError>>()
                     })
                 })
                 .collect();
@@ -68,7 +86,7 @@ fn fill(store: &Store, total: u64, per_commit: u64, units: u64) -> Result<(), Cl
                 .into_iter()
                 .map(|h| {
                     h.join().unwrap_or_else(|_| {
-                        Err(CliError::Usage("a staging thread panicked".into()))
+                        Err(BenchError::Usage("a staging thread panicked".into()))
                     })
                 })
                 .collect::<Result<Vec<_>, _>>()
@@ -91,8 +109,8 @@ fn fill(store: &Store, total: u64, per_commit: u64, units: u64) -> Result<(), Cl
     Ok(())
 }
 
-pub(crate) fn run(a: BenchArgs) -> Result<u8, CliError> {
-    std::fs::create_dir_all(&a.dir).map_err(|e| CliError::io("create the bench dir", e))?;
+pub(crate) fn run(a: TableBenchArgs) -> Result<u8, BenchError> {
+    std::fs::create_dir_all(&a.dir).map_err(|e| BenchError::io("create the bench dir", e))?;
     // P8a: N unit changes (half new units, half new versions) published in one run.
     let s1 = open(&a.dir.join("publish"))?;
     let per_commit = a.per_commit.max(1);

@@ -1,14 +1,15 @@
-//! The properties the fuzz targets check (SPEC R19), in the library so that the cargo-fuzz
-//! targets in `fuzz/` and the corpus replay in `tests/fuzz_corpus.rs` run the very same code and
-//! cannot drift apart. Every function takes arbitrary bytes and panics when a property fails;
-//! bad input itself must never panic.
-//!
-//! Not a public API: hidden from the docs, no stability promise.
+//! The properties the fuzz targets check (SPEC R19), on the engine's public API. One file,
+//! included by path (`#[path]`) by each cargo-fuzz target in `fuzz/fuzz_targets/` and by the
+//! corpus replay in `tests/fuzz_corpus.rs`, so both run the very same code and cannot drift
+//! apart, and the engine crate carries no fuzzing code. Every function takes arbitrary bytes and
+//! panics when a property fails; bad input itself must never panic.
 
-use crate::commit::invariants::{assert_ok, check_token_admitted, check_version_advance};
-use crate::commit::rules::{decide, Current, Decision, Incoming, Intent, LeaseState, LeaseStatus};
-use crate::object::ObjectId;
-use crate::schema::log::Record;
+use oncelake::commit::invariants::{assert_ok, check_token_admitted, check_version_advance};
+use oncelake::commit::rules::{
+    decide, Current, Decision, Incoming, Intent, LeaseState, LeaseStatus,
+};
+use oncelake::log::Record;
+use oncelake::ObjectId;
 
 /// `log_record`: decoding arbitrary bytes never panics, and whatever decodes re-encodes to the
 /// very same bytes (the frame is canonical) and decodes again to the same record.
@@ -286,19 +287,19 @@ fn decide_one(unit: &mut ModelUnit, inc: &Incoming, next_seq: u64) -> u64 {
 }
 
 /// `listing_line`: the reconcile listing parser (SPEC R19). For every line of the input (lossily
-/// decoded) and both formats, [`parse_line`](crate::reconcile::parse_line) never panics and
+/// decoded) and both formats, [`parse_line`](oncelake::reconcile::parse_line) never panics and
 /// whatever it accepts is a valid key that survives [`write_listing_line`] and parsing back. The
 /// whole input, as raw bytes, then goes through the streaming [`ListingReader`] and
 /// [`check_sorted_listing`] in both formats: see [`check_listing_rows`].
 ///
-/// [`ListingReader`]: crate::reconcile::ListingReader
-/// [`check_sorted_listing`]: crate::reconcile::check_sorted_listing
+/// [`ListingReader`]: oncelake::reconcile::ListingReader
+/// [`check_sorted_listing`]: oncelake::reconcile::check_sorted_listing
 pub fn listing_line(data: &[u8]) {
-    use crate::reconcile::ListingFormat;
+    use oncelake::reconcile::ListingFormat;
     let text = String::from_utf8_lossy(data);
     for line in text.split('\n') {
         for format in [ListingFormat::Csv, ListingFormat::JsonLines] {
-            if let Ok((unit, version)) = crate::reconcile::parse_line(format, line) {
+            if let Ok((unit, version)) = oncelake::reconcile::parse_line(format, line) {
                 if let Err(e) = check_listing_pair(format, &unit, version) {
                     panic!("{format:?} line {line:?} parsed to ({unit:?}, {version}): {e}");
                 }
@@ -312,16 +313,16 @@ pub fn listing_line(data: &[u8]) {
     }
 }
 
-/// A listing line in `format` that [`parse_line`](crate::reconcile::parse_line) reads back as
+/// A listing line in `format` that [`parse_line`](oncelake::reconcile::parse_line) reads back as
 /// `(unit, version)`. With `quoted`, a CSV unit is always written as a quoted field; otherwise only
 /// when it must be (it starts with a quote). JSON escapes only `"`, `\` and control characters.
 pub fn write_listing_line(
-    format: crate::reconcile::ListingFormat,
+    format: oncelake::reconcile::ListingFormat,
     unit: &str,
     version: u64,
     quoted: bool,
 ) -> String {
-    use crate::reconcile::ListingFormat;
+    use oncelake::reconcile::ListingFormat;
     match format {
         // The version is the text after the last comma, so commas in the unit need no quoting.
         ListingFormat::Csv if quoted || unit.starts_with('"') => {
@@ -348,16 +349,16 @@ pub fn write_listing_line(
 /// unit, which no source lists) and both spellings of the pair written by [`write_listing_line`]
 /// parse back to the same pair.
 pub fn check_listing_pair(
-    format: crate::reconcile::ListingFormat,
+    format: oncelake::reconcile::ListingFormat,
     unit: &str,
     version: u64,
 ) -> Result<(), String> {
-    if let Err(e) = crate::validate_user_key(unit) {
+    if let Err(e) = oncelake::validate_user_key(unit) {
         return Err(format!("an accepted unit breaks the key rules: {e}"));
     }
     for quoted in [false, true] {
         let line = write_listing_line(format, unit, version, quoted);
-        match crate::reconcile::parse_line(format, &line) {
+        match oncelake::reconcile::parse_line(format, &line) {
             Ok((u, v)) if u == unit && v == version => {}
             Ok(other) => return Err(format!("re-serialised as {line:?}, parses to {other:?}")),
             Err(e) => return Err(format!("re-serialised as {line:?}, refused: {e}")),
@@ -368,15 +369,15 @@ pub fn check_listing_pair(
 
 /// The streaming reader over a whole listing, against a model that splits the lines itself: it
 /// terminates, every row comes from a later line than the one before and equals what
-/// [`parse_line`](crate::reconcile::parse_line) makes of that line (without its `\r`, and without
+/// [`parse_line`](oncelake::reconcile::parse_line) makes of that line (without its `\r`, and without
 /// a byte order mark on line 1), every error names a line that exists, and
-/// [`check_sorted_listing`](crate::reconcile::check_sorted_listing) accepts the listing exactly
+/// [`check_sorted_listing`](oncelake::reconcile::check_sorted_listing) accepts the listing exactly
 /// when the rows are sorted without a unit listed at two versions.
 pub fn check_listing_rows(
-    format: crate::reconcile::ListingFormat,
+    format: oncelake::reconcile::ListingFormat,
     data: &[u8],
 ) -> Result<(), String> {
-    use crate::reconcile::{check_sorted_listing, ListingReader};
+    use oncelake::reconcile::{check_sorted_listing, ListingReader};
     let sorted = check_sorted_listing(ListingReader::new(data, format));
     check_listing_source(format, data, ListingReader::new(data, format), sorted)
 }
@@ -384,12 +385,12 @@ pub fn check_listing_rows(
 /// [`check_listing_rows`] with the rows read from `reader` and the verdict of
 /// `check_sorted_listing` given, so a test can show that a wrong reader is caught.
 pub fn check_listing_source(
-    format: crate::reconcile::ListingFormat,
+    format: oncelake::reconcile::ListingFormat,
     data: &[u8],
-    mut reader: impl crate::reconcile::ListingSource,
-    sorted: Result<u64, crate::reconcile::ListingError>,
+    mut reader: impl oncelake::reconcile::ListingSource,
+    sorted: Result<u64, oncelake::reconcile::ListingError>,
 ) -> Result<(), String> {
-    use crate::reconcile::parse_line;
+    use oncelake::reconcile::parse_line;
     let lines: Vec<&[u8]> = {
         let mut v: Vec<&[u8]> = data.split(|&b| b == b'\n').collect();
         if v.last().is_some_and(|l| l.is_empty()) {
@@ -457,12 +458,12 @@ pub fn check_listing_source(
     }
 }
 
-/// `pipeline_def`: [`PipelineDef::parse`](crate::pipeline::PipelineDef::parse) never panics on any
+/// `pipeline_def`: [`PipelineDef::parse`](oncelake::pipeline::PipelineDef::parse) never panics on any
 /// (lossily decoded) input; a syntax error names an existing line; whatever parses is a DAG
-/// ([`check_pipeline_dag`]) and reads back from [`to_text`](crate::pipeline::PipelineDef::to_text)
+/// ([`check_pipeline_dag`]) and reads back from [`to_text`](oncelake::pipeline::PipelineDef::to_text)
 /// to an equal definition.
 pub fn pipeline_def(data: &[u8]) {
-    use crate::pipeline::{PipelineDef, PipelineError};
+    use oncelake::pipeline::{PipelineDef, PipelineError};
     let text = String::from_utf8_lossy(data);
     let def = match PipelineDef::parse(&text) {
         Ok(def) => def,
@@ -507,7 +508,7 @@ pub fn pipeline_def(data: &[u8]) {
 /// upstream a defined stage listed once, and `topo` lists every stage once, each after all of its
 /// upstream stages (so no cycle).
 pub fn check_pipeline_dag(
-    stages: &[crate::pipeline::StageDef],
+    stages: &[oncelake::pipeline::StageDef],
     topo: &[&str],
 ) -> Result<(), String> {
     use std::collections::HashMap;
@@ -516,7 +517,7 @@ pub fn check_pipeline_dag(
     }
     let mut pos: HashMap<&str, usize> = HashMap::new();
     for s in stages {
-        crate::pipeline::def::validate_stage_name(&s.name).map_err(|e| e.to_string())?;
+        oncelake::pipeline::def::validate_stage_name(&s.name).map_err(|e| e.to_string())?;
         if pos.insert(s.name.as_str(), usize::MAX).is_some() {
             return Err(format!("stage {:?} defined twice", s.name));
         }
@@ -557,8 +558,8 @@ pub fn check_pipeline_dag(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::pipeline::StageDef;
-    use crate::reconcile::ListingFormat::{Csv, JsonLines};
+    use oncelake::pipeline::StageDef;
+    use oncelake::reconcile::ListingFormat::{Csv, JsonLines};
 
     fn stage(name: &str, upstream: &[&str]) -> StageDef {
         StageDef {
@@ -595,7 +596,7 @@ mod tests {
     /// exist, or a sortedness verdict that contradicts the rows are all caught.
     #[test]
     fn listing_reader_check_can_fail() {
-        use crate::reconcile::{ListingError, Pairs};
+        use oncelake::reconcile::{ListingError, Pairs};
         let data = b"a,1\nb,2\n";
         let ok = check_listing_source(Csv, data, Pairs::new([("a", 1), ("b", 2)]), Ok(2));
         assert!(ok.is_ok(), "{ok:?}");

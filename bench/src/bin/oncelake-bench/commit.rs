@@ -1,6 +1,6 @@
-//! `oncelake bench commit` (SPEC P1): durable commits against their baselines in the same run.
+//! `oncelake-bench commit` (SPEC P1): durable commits against their baselines in the same run.
 
-use super::{print_json, CliError};
+use super::{print_json, BenchError};
 use oncelake_bench::bench_commit::{
     self as workload, Bench, Keys, Measurement, Plan, System, Workload,
 };
@@ -71,6 +71,12 @@ pub(crate) struct CommitBenchArgs {
     /// acknowledged before it, so it waits for the backlog acknowledged by then.
     #[arg(long)]
     pub read_probe: bool,
+    /// The RocksDB peer program (`bench/peers/rocks_p1.cc` built, e.g. `target/rocks_p1` by
+    /// `.ci/run`): with it, RocksDB's `TransactionDB` (GetForUpdate + Put + Commit) and plain
+    /// Put/WriteBatch, both sync=true, run at every thread count after the other systems, same
+    /// preload, time and units a call (`rocksdb_txn`, `rocksdb_put`).
+    #[arg(long, value_name = "PROGRAM", conflicts_with_all = ["via_server", "seed001"])]
+    pub rocksdb: Option<PathBuf>,
     /// Commit through `oncelake serve` from --clients connections instead, beside in-process
     /// threads of the same counts in the same run (P7).
     #[arg(long)]
@@ -93,13 +99,13 @@ fn parse_keys(s: &str) -> Result<Keys, String> {
     Keys::parse(s).ok_or_else(|| format!("unknown key order {s:?}; choose random or sequential"))
 }
 
-fn parse_systems(names: &[String]) -> Result<Vec<System>, CliError> {
+fn parse_systems(names: &[String]) -> Result<Vec<System>, BenchError> {
     names
         .iter()
         .map(|s| {
             System::parse(s).ok_or_else(|| {
                 let known: Vec<&str> = System::ALL.iter().map(|s| s.name()).collect();
-                CliError::Usage(format!(
+                BenchError::Usage(format!(
                     "unknown system {s:?}; choose from oncelake, redb, sqlite, sqlite_shared ({})",
                     known.join(", ")
                 ))
@@ -108,34 +114,34 @@ fn parse_systems(names: &[String]) -> Result<Vec<System>, CliError> {
         .collect()
 }
 
-/// `oncelake bench commit`.
-pub(crate) fn commit(a: CommitBenchArgs) -> Result<u8, CliError> {
+/// `oncelake-bench commit`.
+pub(crate) fn commit(a: CommitBenchArgs) -> Result<u8, BenchError> {
     if a.seed001 {
-        return super::serve::bench_seed001(a.dir, a.json);
+        return super::served::seed001(a.dir, a.json);
     }
     if a.via_server {
         // The via-server bench's defaults stay the fresh store with sequential keys it was first
-        // quoted on (BENCHMARKS.md, "Server"); `--preload 1000000 --keys random` is SPEC P1's.
+        // quoted on (BENCHMARKS.md, "Server: P7"); `--preload 1000000 --keys random` is SPEC P1's.
         let workload = Workload {
             preload: a.preload.unwrap_or(0),
             keys: a.keys.unwrap_or(Keys::Sequential),
             tuning: Default::default(),
         };
-        return super::serve::bench_via_server(
+        return super::served::via_server(
             &a.clients, a.rounds, a.commits, a.seconds, workload, a.dir, a.json,
         );
     }
     let systems = parse_systems(&a.systems)?;
     if a.threads.is_empty() || a.threads.contains(&0) {
-        return Err(CliError::Usage(
+        return Err(BenchError::Usage(
             "--threads needs positive thread counts, e.g. --threads 1,4,16,64".into(),
         ));
     }
     if a.commits == 0 {
-        return Err(CliError::Usage("--commits must be at least 1".into()));
+        return Err(BenchError::Usage("--commits must be at least 1".into()));
     }
     if a.units_per_commit == 0 {
-        return Err(CliError::Usage(
+        return Err(BenchError::Usage(
             "--units-per-commit must be at least 1 (P1 commits one unit each)".into(),
         ));
     }
@@ -150,14 +156,19 @@ pub(crate) fn commit(a: CommitBenchArgs) -> Result<u8, CliError> {
             background_apply: a.apply_on_writers.then_some(false),
         },
     };
-    let scratch = scratch_dir(a.dir.clone())?;
+    let scratch = super::scratch::scratch_dir(a.dir.clone())?;
     let bar = indicatif::ProgressBar::new((a.threads.len() * systems.len()) as u64);
     bar.set_draw_target(indicatif::ProgressDrawTarget::stderr());
     let probe = |when: &str| {
         workload::fsync_probe(&scratch, 50)
-            .map_err(|e| CliError::Usage(format!("{e} (pass --dir to bench on another disk)")))
+            .map_err(|e| BenchError::Usage(format!("{e} (pass --dir to bench on another disk)")))
             .map(|d| (when.to_string(), d))
     };
+    let peer = a
+        .rocksdb
+        .as_deref()
+        .map(|p| super::rocksdb::RocksPeer::new(p, &scratch))
+        .transpose()?;
     let mut probes = vec![probe("before")?];
     let mut results: Vec<Measurement> = Vec::new();
     for &system in &systems {
@@ -167,7 +178,7 @@ pub(crate) fn commit(a: CommitBenchArgs) -> Result<u8, CliError> {
             workload.preload
         ));
         let mut bench = Bench::new(system, workload, &scratch)
-            .map_err(|e| CliError::Usage(format!("bench {} preload: {e}", system.name())))?;
+            .map_err(|e| BenchError::Usage(format!("bench {} preload: {e}", system.name())))?;
         for &threads in &a.threads {
             bar.set_message(format!("{} at {threads} threads", system.name()));
             let plan = Plan {
@@ -177,19 +188,84 @@ pub(crate) fn commit(a: CommitBenchArgs) -> Result<u8, CliError> {
             };
             let m = bench
                 .run(plan)
-                .map_err(|e| CliError::Usage(format!("bench {}: {e}", system.name())))?;
+                .map_err(|e| BenchError::Usage(format!("bench {}: {e}", system.name())))?;
             bar.inc(1);
             results.push(m);
+        }
+    }
+    let mut rocks = Vec::new();
+    if let Some(peer) = peer {
+        for mode in super::rocksdb::MODES {
+            for &threads in &a.threads {
+                bar.set_message(format!("rocksdb_{mode} at {threads} threads"));
+                let r = peer.run(
+                    mode,
+                    threads,
+                    a.seconds,
+                    workload.preload,
+                    a.units_per_commit,
+                );
+                rocks.push(r?);
+            }
         }
     }
     bar.finish_and_clear();
     probes.push(probe("after")?);
     if a.json {
         print_jsons(&results, &probes, workload, a.units_per_commit);
+        print_rocks_jsons(&results, &rocks, workload);
     } else {
         print_table(&results, &a.threads, &probes, workload, a.units_per_commit);
+        print_rocks_table(&results, &rocks);
     }
     Ok(0)
+}
+
+/// oncelake's units/s over the RocksDB run's at the same thread count.
+fn ratio_vs_rocks(results: &[Measurement], r: &super::rocksdb::RocksRun) -> Option<f64> {
+    let ours = find(results, System::Oncelake, r.threads)?;
+    Some(ours.units_per_sec() / r.units_per_s.max(1e-9))
+}
+
+fn print_rocks_jsons(results: &[Measurement], rocks: &[super::rocksdb::RocksRun], w: Workload) {
+    for r in rocks {
+        print_json(&json!({
+            "bench": "commit",
+            "system": r.system,
+            "threads": r.threads,
+            "preload": w.preload,
+            "units_per_commit": r.units_per_commit,
+            "units_per_s": r.units_per_s,
+            "p50_us": r.p50_us,
+            "p99_us": r.p99_us,
+            "oncelake_ratio": ratio_vs_rocks(results, r),
+        }));
+    }
+}
+
+fn print_rocks_table(results: &[Measurement], rocks: &[super::rocksdb::RocksRun]) {
+    if rocks.is_empty() {
+        return;
+    }
+    outln!(
+        "{:>8} {:>14} {:>10} {:>10} {:>12}",
+        "threads",
+        "RocksDB",
+        "units/s",
+        "p99 µs",
+        "oncelake ×"
+    );
+    for r in rocks {
+        let ratio = ratio_vs_rocks(results, r).map_or("-".to_string(), |x| format!("{x:.2}"));
+        outln!(
+            "{:>8} {:>14} {:>10.0} {:>10} {:>12}",
+            r.threads,
+            r.system,
+            r.units_per_s,
+            r.p99_us,
+            ratio
+        );
+    }
 }
 
 fn find(results: &[Measurement], system: System, threads: usize) -> Option<&Measurement> {
@@ -355,25 +431,4 @@ fn print_table(
             fmt(ratio_sqlite_best(results, t))
         );
     }
-}
-
-/// The directory a bench puts its scratch stores in: `--dir`, created if it is missing, or the
-/// system's temporary directory.
-pub(crate) fn scratch_dir(dir: Option<std::path::PathBuf>) -> Result<std::path::PathBuf, CliError> {
-    let Some(dir) = dir else {
-        return Ok(std::env::temp_dir());
-    };
-    if dir.exists() && !dir.is_dir() {
-        return Err(CliError::Usage(format!(
-            "--dir {} is not a directory; pass a directory for the scratch stores",
-            dir.display()
-        )));
-    }
-    std::fs::create_dir_all(&dir).map_err(|e| {
-        CliError::Usage(format!(
-            "cannot create --dir {}: {e}; pass a directory you can write to",
-            dir.display()
-        ))
-    })?;
-    Ok(dir)
 }

@@ -1,14 +1,14 @@
-//! `oncelake bench dedup`: the dedup decision (SPEC P2) and opening a large store (P6), with a
+//! `oncelake-bench dedup`: the dedup decision (SPEC P2) and opening a large store (P6), with a
 //! plain redb point lookup as the same-run baseline.
 
-use super::{print_json, CliError};
+use super::{print_json, BenchError};
 use oncelake_bench::bench_fixtures as fx;
 use serde_json::json;
 use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-/// Options shared by `bench dedup` and `bench reconcile`.
+/// Options shared by `oncelake-bench dedup` and `oncelake-bench reconcile`.
 #[derive(clap::Args, Debug)]
 pub(crate) struct SizeArgs {
     /// Manifest sizes to measure, comma-separated.
@@ -69,17 +69,17 @@ pub(crate) struct OpenArgs {
 /// Where `bench open --no-snapshot` keeps `index.snap` while it opens the store.
 const SNAP_ASIDE: &str = "index.snap.bench-aside";
 
-/// `oncelake bench open STORE` (hidden): opens a store in a fresh process and prints the open time
-/// and the process's peak RSS, so `bench dedup` can measure P6 without its own allocations in the
+/// `oncelake-bench open STORE` (hidden): opens a store in a fresh process and prints the open time
+/// and the process's peak RSS, so `oncelake-bench dedup` can measure P6 without its own allocations in the
 /// figure. With `--no-snapshot` the index comes from the manifest scan; with `--crash` the process
 /// ends without a clean close, so the next open is the one after a crash.
-pub(crate) fn open_only(a: OpenArgs) -> Result<u8, CliError> {
+pub(crate) fn open_only(a: OpenArgs) -> Result<u8, BenchError> {
     let snap = a.store.join("index.snap");
     let aside = a.store.join(SNAP_ASIDE);
     let moved = a.no_snapshot && snap.exists();
     if moved {
         std::fs::rename(&snap, &aside)
-            .map_err(|e| CliError::io(format!("move {} aside", snap.display()), e))?;
+            .map_err(|e| BenchError::io(format!("move {} aside", snap.display()), e))?;
     }
     let cpu_before = fx::cpu_time();
     let start = Instant::now();
@@ -94,7 +94,7 @@ pub(crate) fn open_only(a: OpenArgs) -> Result<u8, CliError> {
     if moved {
         // Put back before anything else can fail: a clean close then rewrites it anyway.
         std::fs::rename(&aside, &snap)
-            .map_err(|e| CliError::io(format!("put back {}", snap.display()), e))?;
+            .map_err(|e| BenchError::io(format!("put back {}", snap.display()), e))?;
     }
     let store = opened?;
     let report = store.open_report();
@@ -129,11 +129,11 @@ pub(crate) struct CrashArgs {
     pub threads: u64,
 }
 
-/// `oncelake bench crash STORE` (hidden): durable one-unit commits from several threads (each a
+/// `oncelake-bench crash STORE` (hidden): durable one-unit commits from several threads (each a
 /// new version of an existing unit), then the process aborts without closing the store. The
 /// next open replays the write-ahead log's unapplied groups and catches the index up with the
 /// log records after `index.snap` (or scans the manifest).
-pub(crate) fn crash(a: CrashArgs) -> Result<u8, CliError> {
+pub(crate) fn crash(a: CrashArgs) -> Result<u8, BenchError> {
     let store = oncelake::Store::open(&a.store)?;
     let staged = store.stage_bytes(b"bench crash output")?;
     // Newer than every earlier run's: the bench versions are 1..=5, then seconds since the epoch.
@@ -142,11 +142,11 @@ pub(crate) fn crash(a: CrashArgs) -> Result<u8, CliError> {
         .map_or(6, |d| d.as_secs());
     let start = Instant::now();
     let threads = a.threads.max(1);
-    std::thread::scope(|s| -> Result<(), CliError> {
+    std::thread::scope(|s| -> Result<(), BenchError> {
         let workers: Vec<_> = (0..threads)
             .map(|t| {
                 let (store, staged) = (&store, &staged);
-                s.spawn(move || -> Result<(), CliError> {
+                s.spawn(move || -> Result<(), BenchError> {
                     let mut i = t;
                     while i < a.commits {
                         let batch = oncelake::Batch::new().put(fx::unit_key(i), version, staged);
@@ -159,7 +159,7 @@ pub(crate) fn crash(a: CrashArgs) -> Result<u8, CliError> {
             .collect();
         for w in workers {
             w.join()
-                .map_err(|_| CliError::Usage("a committing thread panicked".into()))??;
+                .map_err(|_| BenchError::Usage("a committing thread panicked".into()))??;
         }
         Ok(())
     })?;
@@ -173,7 +173,7 @@ pub(crate) fn crash(a: CrashArgs) -> Result<u8, CliError> {
     std::process::abort();
 }
 
-/// What one `bench open` child measured.
+/// What one `oncelake-bench open` child measured.
 #[derive(Clone, Debug, Default)]
 struct ChildOpen {
     ms: f64,
@@ -183,19 +183,18 @@ struct ChildOpen {
     from_snapshot: bool,
 }
 
-/// Runs `bench open` on `store` in a child process (with `flags`).
-fn open_in_child(store: &Path, flags: &[&str]) -> Result<ChildOpen, CliError> {
-    let exe = std::env::current_exe().map_err(|e| CliError::io("find this executable", e))?;
+/// Runs `oncelake-bench open` on `store` in a child process (with `flags`).
+fn open_in_child(store: &Path, flags: &[&str]) -> Result<ChildOpen, BenchError> {
+    let exe = std::env::current_exe().map_err(|e| BenchError::io("find this executable", e))?;
     let out = std::process::Command::new(exe)
-        .arg("bench")
         .arg("open")
         .arg(store)
         .args(flags)
         .output()
-        .map_err(|e| CliError::io("run `oncelake bench open`", e))?;
+        .map_err(|e| BenchError::io("run `oncelake-bench open`", e))?;
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).map_err(|_| {
-        CliError::Usage(format!(
-            "`oncelake bench open` failed: {}",
+        BenchError::Usage(format!(
+            "`oncelake-bench open` failed: {}",
             String::from_utf8_lossy(&out.stderr)
         ))
     })?;
@@ -215,11 +214,11 @@ pub(crate) struct WorkDir {
 }
 
 impl WorkDir {
-    pub(crate) fn new(args: &SizeArgs, bench: &str, n: u64) -> Result<WorkDir, CliError> {
-        let base = super::bench::scratch_dir(args.dir.clone())?;
+    pub(crate) fn new(args: &SizeArgs, bench: &str, n: u64) -> Result<WorkDir, BenchError> {
+        let base = super::scratch::scratch_dir(args.dir.clone())?;
         let path = base.join(format!("oncelake-bench-{bench}-{}-{n}", std::process::id()));
         std::fs::create_dir_all(&path)
-            .map_err(|e| CliError::io(format!("create {}", path.display()), e))?;
+            .map_err(|e| BenchError::io(format!("create {}", path.display()), e))?;
         Ok(WorkDir {
             path,
             keep: args.keep,
@@ -247,7 +246,7 @@ pub(crate) fn per_sec(count: u64, d: Duration) -> f64 {
     count as f64 / d.as_secs_f64().max(1e-9)
 }
 
-pub(crate) fn build_store(dir: &Path, n: u64) -> Result<(oncelake::Store, Duration), CliError> {
+pub(crate) fn build_store(dir: &Path, n: u64) -> Result<(oncelake::Store, Duration), BenchError> {
     status(&format!("building a {n}-unit store in {}", dir.display()));
     let start = Instant::now();
     let store = fx::open_bench_store(dir)?;
@@ -255,22 +254,22 @@ pub(crate) fn build_store(dir: &Path, n: u64) -> Result<(oncelake::Store, Durati
     Ok((store, start.elapsed()))
 }
 
-fn redb_err(e: redb::Error) -> CliError {
-    CliError::Usage(format!("baseline redb database: {e}"))
+fn redb_err(e: redb::Error) -> BenchError {
+    BenchError::Usage(format!("baseline redb database: {e}"))
 }
 
-pub(crate) fn run(a: DedupArgs) -> Result<u8, CliError> {
+pub(crate) fn run(a: DedupArgs) -> Result<u8, BenchError> {
     if !a.size.json {
         print_header(&a);
     }
     if a.store.is_some() && a.size.units.len() != 1 {
-        return Err(CliError::Usage(
+        return Err(BenchError::Usage(
             "--store takes one --units (the units that store holds)".into(),
         ));
     }
     for &n in &a.size.units {
         if n == 0 {
-            return Err(CliError::Usage("--units must be positive".into()));
+            return Err(BenchError::Usage("--units must be positive".into()));
         }
         let work = WorkDir::new(&a.size, "dedup", n)?;
         let row = measure_size(&a, n, &work)?;
@@ -339,7 +338,7 @@ struct Rates {
 
 /// Builds an `n`-unit store (or takes `--store`) and its redb baseline in `work` and measures
 /// both.
-fn measure_size(a: &DedupArgs, n: u64, work: &WorkDir) -> Result<DedupRow, CliError> {
+fn measure_size(a: &DedupArgs, n: u64, work: &WorkDir) -> Result<DedupRow, BenchError> {
     let (store_dir, build) = match &a.store {
         Some(dir) => (dir.clone(), Duration::ZERO),
         None => {
@@ -394,7 +393,7 @@ fn open_footprint(
     work: &WorkDir,
     store_dir: &Path,
     rounds: usize,
-) -> Result<OpenFootprint, CliError> {
+) -> Result<OpenFootprint, BenchError> {
     let mut f = OpenFootprint {
         clean: Vec::new(),
         scan: Vec::new(),
@@ -454,7 +453,7 @@ fn time_lookups(
     db: &redb::Database,
     queries: &[(String, u64)],
     rounds: usize,
-) -> Result<Rates, CliError> {
+) -> Result<Rates, BenchError> {
     let mut t_lookup = Vec::new();
     let mut t_redb = Vec::new();
     let mut t_snap = Vec::new();
@@ -476,7 +475,7 @@ fn time_lookups(
         agree &= x == y && y == z && z == m && x == queries.len() as u64;
     }
     if !agree {
-        return Err(CliError::Usage(
+        return Err(BenchError::Usage(
             "bench dedup: the three lookup paths disagreed; this is a bug, please report it".into(),
         ));
     }

@@ -1,12 +1,11 @@
-//! `oncelake bench stage` (SPEC P4) run tiny: no timing is asserted (speed is measured, not
+//! `oncelake-bench stage` (SPEC P4) run tiny: no timing is asserted (speed is measured, not
 //! tested), only that both systems wrote what the plan says, alternating round by round, that
 //! the summary is the ratio of the medians it printed, and that nothing is left behind.
 
-mod bin;
+mod support;
 
 use serde_json::Value;
 use std::collections::BTreeMap;
-use std::process::Command;
 
 fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(f64::total_cmp);
@@ -21,9 +20,8 @@ fn median(mut v: Vec<f64>) -> f64 {
 #[test]
 fn bench_stage_writes_the_planned_objects_for_both_systems_and_reports_their_ratio() {
     let scratch = tempfile::tempdir().unwrap();
-    let out = Command::new(bin::oncelake())
+    let out = support::oncelake_bench()
         .args([
-            "bench",
             "stage",
             "--threads",
             "3",
@@ -144,9 +142,8 @@ fn a_missing_bench_dir_is_created_and_a_file_in_its_place_is_refused_with_what_t
     let base = tempfile::tempdir().unwrap();
     let missing = base.path().join("not/yet/there");
     let run = |dir: &std::path::Path| {
-        Command::new(bin::oncelake())
+        support::oncelake_bench()
             .args([
-                "bench",
                 "stage",
                 "--threads",
                 "1",

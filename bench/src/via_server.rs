@@ -1,9 +1,9 @@
-//! The workload of `oncelake bench commit --via-server` (SPEC P7): durable one-unit commits from
+//! The workload of `oncelake-bench commit --via-server` (SPEC P7): durable one-unit commits from
 //! N client connections through a real `oncelake serve` process, objects pre-staged (one per
 //! client, kept), measured like the in-process P1 workload it is printed beside.
 
-use crate::wire::CommitItemW;
-use crate::Client;
+use oncelake_server::wire::CommitItemW;
+use oncelake_server::Client;
 use std::path::Path;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Barrier, OnceLock};
@@ -88,9 +88,9 @@ pub fn commits_via_server_with(
     let _ = std::fs::remove_dir_all(&dir);
     let store = dir.join("lake");
     let run = (workload.prepare)(&store).and_then(|()| {
-        crate::load::start_server(exe, &store, &[]).and_then(|mut server| {
+        crate::serve_load::start_server(exe, &store, &[]).and_then(|mut server| {
             let run = drive(&store, clients, max_units, max_time, workload.keys);
-            crate::load::stop_server(&mut server);
+            crate::serve_load::stop_server(&mut server);
             run
         })
     });

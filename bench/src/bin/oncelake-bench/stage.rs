@@ -1,7 +1,7 @@
-//! `oncelake bench stage` (SPEC P4): staging and committing objects against raw write + fsync of
+//! `oncelake-bench stage` (SPEC P4): staging and committing objects against raw write + fsync of
 //! the same bytes, alternating round by round in the same run.
 
-use super::{print_json, CliError};
+use super::{print_json, BenchError};
 use oncelake_bench::bench_commit::fsync_probe;
 use oncelake_bench::bench_stage::{Measurement, Plan, StageBench, System};
 use serde_json::json;
@@ -104,23 +104,23 @@ fn medians(results: &[(usize, Measurement)], size: usize) -> (Option<f64>, Optio
     (of(System::Raw), of(System::Oncelake))
 }
 
-/// `oncelake bench stage`.
-pub(crate) fn run(a: StageBenchArgs) -> Result<u8, CliError> {
+/// `oncelake-bench stage`.
+pub(crate) fn run(a: StageBenchArgs) -> Result<u8, BenchError> {
     if a.threads == 0 || a.rounds == 0 || a.sizes.is_empty() {
-        return Err(CliError::Usage(
+        return Err(BenchError::Usage(
             "--threads, --rounds and --sizes need positive values, e.g. --threads 4 --rounds 3 \
              --sizes 1MiB,64KiB"
                 .into(),
         ));
     }
-    let scratch = super::bench::scratch_dir(a.dir.clone())?;
+    let scratch = super::scratch::scratch_dir(a.dir.clone())?;
     let probe = |when: &str| {
         fsync_probe(&scratch, 50)
-            .map_err(|e| CliError::Usage(format!("{e} (pass --dir to bench on another disk)")))
+            .map_err(|e| BenchError::Usage(format!("{e} (pass --dir to bench on another disk)")))
             .map(|d| (when.to_string(), d))
     };
     let mut probes = vec![probe("before")?];
-    let mut bench = StageBench::new(&scratch).map_err(CliError::Usage)?;
+    let mut bench = StageBench::new(&scratch).map_err(BenchError::Usage)?;
     let runs = a.sizes.len() * a.rounds * System::ALL.len();
     let bar = indicatif::ProgressBar::new(runs as u64);
     bar.set_draw_target(indicatif::ProgressDrawTarget::stderr());
@@ -135,9 +135,9 @@ pub(crate) fn run(a: StageBenchArgs) -> Result<u8, CliError> {
         for round in 1..=a.rounds {
             for system in System::ALL {
                 bar.set_message(format!("{} {} B round {round}", system.name(), size));
-                let m = bench
-                    .run(system, plan)
-                    .map_err(|e| CliError::Usage(format!("bench stage {}: {e}", system.name())))?;
+                let m = bench.run(system, plan).map_err(|e| {
+                    BenchError::Usage(format!("bench stage {}: {e}", system.name()))
+                })?;
                 bar.inc(1);
                 results.push((round, m));
             }

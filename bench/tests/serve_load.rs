@@ -1,10 +1,10 @@
 //! The short load test of `oncelake serve`: 16 clients for a few seconds against one server; its
 //! memory stays bounded and every acknowledged commit is there afterwards, through the server
-//! and after reopening the store (the long run is `oncelake bench serve-load`, BENCHMARKS.md).
+//! and after reopening the store (the long run is `oncelake-bench serve-load`, BENCHMARKS.md).
 
 mod support;
 
-use oncelake_server::load::{serve_load, LoadOptions};
+use oncelake_bench::serve_load::{serve_load, LoadOptions};
 use std::time::Duration;
 
 #[test]
@@ -16,7 +16,7 @@ fn sixteen_clients_lose_nothing_and_server_memory_stays_bounded() {
         units_per_client: 16,
         ..LoadOptions::default()
     };
-    let r = serve_load(support::bin::oncelake(), scratch.path(), &opts).unwrap();
+    let r = serve_load(support::oncelake(), scratch.path(), &opts).unwrap();
     assert_eq!(r.error_count, 0, "{:?}", r.errors);
     assert!(r.committed > 0 && r.model_units > 0, "{r:?}");
     assert!(r.served_mismatches.is_empty(), "{:?}", r.served_mismatches);

@@ -1,12 +1,11 @@
-//! `oncelake bench commit` (SPEC P1) run tiny: no timing is asserted (speed is measured, not
+//! `oncelake-bench commit` (SPEC P1) run tiny: no timing is asserted (speed is measured, not
 //! tested), only that every system commits the units the plan asks, as many per commit as
 //! `--units-per-commit` says, and that a bad count is refused with what to do; `--apply-on-writers`
 //! runs the same plan; `--read-probe` reports its reads.
 
-mod bin;
+mod support;
 
 use serde_json::Value;
-use std::process::Command;
 
 fn bench_commit(extra: &[&str]) -> std::process::Output {
     bench_commit_for(60, "60s", extra)
@@ -15,8 +14,8 @@ fn bench_commit(extra: &[&str]) -> std::process::Output {
 /// A run of `commits` units or `seconds`, whichever ends first.
 fn bench_commit_for(commits: usize, seconds: &str, extra: &[&str]) -> std::process::Output {
     let scratch = tempfile::tempdir().unwrap();
-    Command::new(bin::oncelake())
-        .args(["bench", "commit", "--preload", "2000", "--threads", "1,3"])
+    support::oncelake_bench()
+        .args(["commit", "--preload", "2000", "--threads", "1,3"])
         .args(["--commits", &commits.to_string(), "--seconds", seconds])
         .args(["--json", "-q", "--dir"])
         .arg(scratch.path())

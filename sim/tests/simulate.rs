@@ -1,13 +1,15 @@
 //! The worked example (SPEC R18) at a smaller scale, checked against the store it leaves behind,
 //! and the `simulate`, `stats`, `claim` and `release` commands (R16, R17).
 
+#[path = "../../tests/bin/mod.rs"]
 mod bin;
 
+#[path = "../../tests/common/mod.rs"]
 mod common;
 
 use common::scratch;
-use oncelake::simulate::{simulate, Schedule, SimConfig, SimMode, SimReport};
 use oncelake::{ManualClock, Options, Store};
+use oncelake_sim::{simulate, Schedule, SimConfig, SimMode, SimReport};
 use std::collections::HashSet;
 use std::path::Path;
 use std::process::Command;
@@ -88,7 +90,7 @@ fn optimistic_mode_measures_the_overlap_as_redundant_work() {
 /// a group holds at most 4 and 2,100 commits need at least 525 groups (coordinated: 4,100
 /// operations, 1,025 groups).
 fn assert_batched(r: &SimReport) {
-    assert_eq!(r.chunk, oncelake::simulate::DEFAULT_CHUNK);
+    assert_eq!(r.chunk, oncelake_sim::DEFAULT_CHUNK);
     assert!(
         r.commit_groups < 100,
         "{:?}: {} commit groups for {} units",

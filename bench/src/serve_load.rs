@@ -1,12 +1,12 @@
-//! The load test of `oncelake serve` (issue 13 point 5): many clients for a while against one
+//! The load test of `oncelake serve`: many clients for a while against one
 //! server process, its resident memory sampled from `/proc/PID/status`, and every acknowledged
 //! commit checked afterwards against a model — through the server, then in-process after the
 //! server stopped. The key space is fixed (each client rewrites its own units with rising
 //! versions), so the store's in-memory index cannot grow with time: memory that keeps growing
 //! is the server's own.
 
-use crate::Client;
 use oncelake::{ObjectId, Outcome};
+use oncelake_server::Client;
 use std::collections::BTreeMap;
 use std::io::BufRead;
 use std::path::{Path, PathBuf};

@@ -1,5 +1,5 @@
 //! Seed 001's scenario through `oncelake serve` (SPEC P9): `workers` worker *processes* (the
-//! same binary, `oncelake bench seed001-worker`), each taking deliveries from one shared queue
+//! benchmark's own binary, `oncelake-bench seed001-worker`), each taking deliveries from one shared queue
 //! until it is empty; each delivery claims its batch, works 2–20 ms (a fixed pseudo-random time
 //! per batch) and commits its output fenced by the lease's token. Every batch is delivered twice,
 //! the two deliveries next to each other in the queue, so they race.
@@ -8,7 +8,7 @@
 //! and gets it on its stdin, like a message-queue consumer; it reports what each delivery did on
 //! the same line protocol, so "written twice" is counted from the server's answers.
 
-use crate::Client;
+use oncelake_server::Client;
 use std::io::{BufRead, BufReader, Write};
 use std::path::Path;
 use std::process::{Command, Stdio};
@@ -48,9 +48,12 @@ impl Seed001Run {
     }
 }
 
-/// Runs the scenario against `exe serve` on a fresh store under `scratch` (removed afterwards).
+/// Runs the scenario against `server serve` (the `oncelake` binary) on a fresh store under
+/// `scratch` (removed afterwards), with `worker seed001-worker` (the `oncelake-bench` binary) as
+/// the worker processes.
 pub fn seed001_via_server(
-    exe: &Path,
+    server: &Path,
+    worker: &Path,
     scratch: &Path,
     workers: usize,
     batches: usize,
@@ -59,9 +62,9 @@ pub fn seed001_via_server(
     let _ = std::fs::remove_dir_all(&dir);
     let store = dir.join("lake");
     drop(oncelake::Store::open(&store).map_err(|e| e.to_string())?);
-    let run = crate::load::start_server(exe, &store, &[]).and_then(|mut server| {
-        let run = drive(exe, &store, workers.max(1), batches);
-        crate::load::stop_server(&mut server);
+    let run = crate::serve_load::start_server(server, &store, &[]).and_then(|mut server| {
+        let run = drive(worker, &store, workers.max(1), batches);
+        crate::serve_load::stop_server(&mut server);
         run
     });
     let _ = std::fs::remove_dir_all(&dir);
@@ -94,7 +97,7 @@ fn drive(exe: &Path, store: &Path, workers: usize, batches: usize) -> Result<See
     let mut children = Vec::new();
     for w in 0..workers {
         let child = Command::new(exe)
-            .args(["bench", "seed001-worker"])
+            .arg("seed001-worker")
             .arg(store)
             .args(["--worker", &format!("worker-{w}")])
             .stdin(Stdio::piped())
@@ -224,7 +227,7 @@ fn talk(
     }
 }
 
-/// The worker process (`oncelake bench seed001-worker STORE --worker NAME`): reaches the server
+/// The worker process (`oncelake-bench seed001-worker STORE --worker NAME`): reaches the server
 /// of `store`, says `ready`, then asks for deliveries on `output` and reads them from `input`
 /// until `end`, reporting each (`granted B`, `already B`, `held B`, `committed B`, `error ...`).
 pub fn worker(
@@ -257,7 +260,7 @@ pub fn worker(
             .parse()
             .map_err(|_| format!("not a delivery: {line:?}"))?;
         let unit = format!("seed001/batch={b:05}");
-        let step = (|| -> Result<String, crate::ClientError> {
+        let step = (|| -> Result<String, oncelake_server::ClientError> {
             let lease = match client.claim(&unit, 1, name, Duration::from_secs(60))? {
                 ClaimOutcome::Granted { lease, .. } => lease,
                 ClaimOutcome::AlreadyDone(_) => return Ok(format!("already {b}\n")),

@@ -1,4 +1,4 @@
-//! `oncelake bench commit --via-server` runs the workload it is given on both sides: by default a
+//! `oncelake-bench commit --via-server` runs the workload it is given on both sides: by default a
 //! fresh store with sequential keys, with `--preload N --keys random` SPEC P1's (a preloaded
 //! store, half new units and half new versions of preloaded ones) — through the server too.
 
@@ -7,7 +7,6 @@ mod support;
 fn bench_lines(extra: &[&str]) -> Vec<serde_json::Value> {
     let scratch = tempfile::tempdir().unwrap();
     let mut args = vec![
-        "bench",
         "commit",
         "--via-server",
         "--clients",
@@ -21,7 +20,10 @@ fn bench_lines(extra: &[&str]) -> Vec<serde_json::Value> {
         scratch.path().to_str().unwrap(),
     ];
     args.extend_from_slice(extra);
-    let out = support::oncelake(&args);
+    let out = support::oncelake_bench_served()
+        .args(&args)
+        .output()
+        .unwrap();
     assert!(out.status.success(), "{out:?}");
     let lines: Vec<serde_json::Value> = String::from_utf8(out.stdout)
         .unwrap()
@@ -67,7 +69,7 @@ fn the_served_store_holds_the_preload_and_updates_rise() {
         tuning: Default::default(),
     };
     let source = KeySource::new(w);
-    let keys = |t: usize, n: usize| -> oncelake_server::bench::KeyGen<'_> {
+    let keys = |t: usize, n: usize| -> oncelake_bench::via_server::KeyGen<'_> {
         let mut wr = source.writer(t, n);
         let source = &source;
         Box::new(move || {
@@ -85,12 +87,12 @@ fn the_served_store_holds_the_preload_and_updates_rise() {
         seen.lock().unwrap().push(found);
         Ok(())
     };
-    let served = oncelake_server::bench::Workload {
+    let served = oncelake_bench::via_server::Workload {
         prepare: &prepare,
         keys: &keys,
     };
-    let r = oncelake_server::bench::commits_via_server_with(
-        support::bin::oncelake(),
+    let r = oncelake_bench::via_server::commits_via_server_with(
+        support::oncelake(),
         scratch.path(),
         4,
         200,
@@ -124,12 +126,18 @@ fn rounds_quote_the_median_of_the_rounds_ratios() {
 
 #[test]
 fn rounds_must_be_positive_and_go_with_via_server() {
-    let zero = support::oncelake(&["bench", "commit", "--via-server", "--rounds", "0"]);
+    let zero = support::oncelake_bench()
+        .args(["commit", "--via-server", "--rounds", "0"])
+        .output()
+        .unwrap();
     assert_eq!(zero.status.code(), Some(2), "{zero:?}");
     assert!(
         String::from_utf8_lossy(&zero.stderr).contains("--rounds"),
         "{zero:?}"
     );
-    let alone = support::oncelake(&["bench", "commit", "--rounds", "2"]);
+    let alone = support::oncelake_bench()
+        .args(["commit", "--rounds", "2"])
+        .output()
+        .unwrap();
     assert_eq!(alone.status.code(), Some(2), "{alone:?}");
 }

@@ -14,13 +14,9 @@
 //! The initial completions are committed in bulk (the setup, not measured): the same bytes the
 //! stage functions give, under the same cell keys `Pipeline::complete` uses.
 
-use crate::commit::Batch;
-use crate::error::{Error, Result};
-use crate::object::ObjectId;
-use crate::pipeline::cell::source_key;
-use crate::pipeline::{CellState, Pipeline, PipelineDef, Wave, WorkOptions};
-use crate::stage::Staged;
-use crate::store::{Durability, Options, Store};
+use oncelake::pipeline::cell::source_key;
+use oncelake::pipeline::{CellState, Pipeline, PipelineDef, Wave, WorkOptions};
+use oncelake::{Batch, Durability, Error, ObjectId, Options, Result, Staged, Store};
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -314,13 +310,13 @@ fn setup(store: &Store, p: &Pipeline, units: u64) -> Result<()> {
     while i < units {
         let end = (i + SETUP_BATCH as u64).min(units);
         let mut bytes: Vec<Vec<u8>> = (i..end).map(|u| source(u % PAYLOADS, 0)).collect();
-        let mut batch = Batch::new().internal();
+        let mut batch = Batch::new().internal_for_testing();
         for (u, b) in (i..end).zip(&bytes) {
             batch = batch.put(source_key(&unit_key(u)), 1, &stage(b)?);
         }
         commit_all(store, batch)?;
         for s in STAGES {
-            let mut batch = Batch::new().internal();
+            let mut batch = Batch::new().internal_for_testing();
             for (u, b) in (i..end).zip(bytes.iter_mut()) {
                 *b = run_stage(s, b);
                 batch = batch.put(p.cell_key(&unit_key(u), s)?, 1, &stage(b)?);

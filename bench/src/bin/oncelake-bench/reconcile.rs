@@ -1,8 +1,8 @@
-//! `oncelake bench reconcile`: full and incremental reconcile (SPEC P3), with one redb point
+//! `oncelake-bench reconcile`: full and incremental reconcile (SPEC P3), with one redb point
 //! lookup per listed unit as the same-run baseline.
 
-use super::bench_dedup::{build_store, per_sec, status, SizeArgs, WorkDir};
-use super::{print_json, CliError};
+use super::dedup::{build_store, per_sec, status, SizeArgs, WorkDir};
+use super::{print_json, BenchError};
 use oncelake::reconcile::{
     reconcile_changes, reconcile_full, ListingFormat, ListingReader, Pairs, PlanItem,
     ReconcileError, ReconcileOptions, Summary,
@@ -23,10 +23,10 @@ const EVICT_BYTES: usize = 128 << 20;
 /// Timed incremental passes per round.
 const INCREMENTAL_REPEAT: usize = 10;
 
-fn rec_err(e: ReconcileError) -> CliError {
+fn rec_err(e: ReconcileError) -> BenchError {
     match e {
         ReconcileError::Store(e) => e.into(),
-        other => CliError::Usage(format!("bench reconcile: {other}")),
+        other => BenchError::Usage(format!("bench reconcile: {other}")),
     }
 }
 
@@ -52,14 +52,14 @@ fn naive(snap: &oncelake::Snapshot, listing: &[(String, u64)]) -> oncelake::Resu
     Ok(work)
 }
 
-pub(crate) fn run(a: ReconcileBenchArgs) -> Result<u8, CliError> {
+pub(crate) fn run(a: ReconcileBenchArgs) -> Result<u8, BenchError> {
     let rounds = a.size.rounds.max(1);
     if !a.size.json {
         print_header(rounds);
     }
     for &n in &a.size.units {
         if n == 0 {
-            return Err(CliError::Usage("--units must be positive".into()));
+            return Err(BenchError::Usage("--units must be positive".into()));
         }
         let work = WorkDir::new(&a.size, "reconcile", n)?;
         let row = measure_size(n, rounds, &work)?;
@@ -119,7 +119,7 @@ struct Rounds {
 
 /// Builds an `n`-unit store in `work`, times every reconcile pass `rounds` times and checks each
 /// plan against the workload's known answer.
-fn measure_size(n: u64, rounds: usize, work: &WorkDir) -> Result<ReconcileRow, CliError> {
+fn measure_size(n: u64, rounds: usize, work: &WorkDir) -> Result<ReconcileRow, BenchError> {
     let (store, build) = build_store(&work.path.join("store"), n)?;
     status("generating the listing");
     let w = fx::reconcile_workload(n);
@@ -157,7 +157,7 @@ fn time_rounds(
     snap: &oncelake::Snapshot,
     w: &fx::ReconcileWorkload,
     rounds: usize,
-) -> Result<Rounds, CliError> {
+) -> Result<Rounds, BenchError> {
     let opts = ReconcileOptions::default();
     let mut r = Rounds::default();
     let mut evict = vec![0u8; EVICT_BYTES];
@@ -203,7 +203,7 @@ fn time_rounds(
 }
 
 /// Every round's full, csv and incremental plans must match the workload's known answer.
-fn check_plans(sums: &[Summary], w: &fx::ReconcileWorkload) -> Result<(), CliError> {
+fn check_plans(sums: &[Summary], w: &fx::ReconcileWorkload) -> Result<(), BenchError> {
     let expected = |s: &Summary| s.behind == w.behind && s.missing == w.missing;
     let ok = !sums.is_empty()
         && sums.iter().all(expected)
@@ -213,7 +213,7 @@ fn check_plans(sums: &[Summary], w: &fx::ReconcileWorkload) -> Result<(), CliErr
     if ok {
         Ok(())
     } else {
-        Err(CliError::Usage(
+        Err(BenchError::Usage(
             "bench reconcile: a plan differed from the workload's known answer; this is a bug, please report it".into(),
         ))
     }

@@ -81,13 +81,14 @@
 //! stager is writing) and any object no entry references; `orphans_collected` is what it reports.
 //! A dry-run GC afterwards must find nothing (`orphans_left`).
 
+#![warn(missing_docs)]
+
 pub mod pipeline;
 
-use crate::clock::{Clock, ManualClock, SystemClock};
-use crate::error::{Error, IoContext, Result};
-use crate::gc::GcOptions;
-use crate::run::{RunError, RunOutcome};
-use crate::store::{Options, Store};
+use oncelake::gc::GcOptions;
+use oncelake::{
+    Clock, Error, ManualClock, Options, Result, RunError, RunOutcome, Store, SystemClock,
+};
 use parking_lot::{Condvar, Mutex};
 use std::cell::Cell;
 use std::io::Write;
@@ -335,7 +336,7 @@ pub type Progress<'a> = &'a dyn Fn(u64, u64);
 ///
 /// ```
 /// # fn main() -> oncelake::Result<()> {
-/// use oncelake::simulate::{simulate, SimConfig, SimMode};
+/// use oncelake_sim::{simulate, SimConfig, SimMode};
 /// let dir = tempfile::tempdir().unwrap();
 /// let cfg = SimConfig { units: 500, workers: 4, overlap: 0.1, ..SimConfig::new(dir.path().join("sim")) };
 /// let r = simulate(&cfg, &|_, _| {})?;
@@ -349,12 +350,12 @@ pub fn simulate(cfg: &SimConfig, progress: Progress<'_>) -> Result<SimReport> {
     let options = Options {
         clock: Arc::new(clock.clone()),
         // Per-unit commits: see "The store" above for why not `Durable`.
-        durability: crate::store::Durability::Relaxed {
+        durability: oncelake::Durability::Relaxed {
             max_delay: Duration::from_millis(50),
         },
         ..Options::default()
     };
-    if cfg.store_dir.join(crate::MARKER_FILE).exists() {
+    if cfg.store_dir.join(oncelake::MARKER_FILE).exists() {
         return Err(Error::InvalidRequest(format!(
             "{} already holds a store; the simulation needs a missing or empty directory",
             cfg.store_dir.display()
@@ -375,7 +376,7 @@ pub fn simulate(cfg: &SimConfig, progress: Progress<'_>) -> Result<SimReport> {
     // Counting the entries and replaying the log read the same snapshot, each on its own core.
     let (entries, replay_clean) = std::thread::scope(|s| {
         let count = s.spawn(|| snap.iter().map(|entries| entries.count() as u64));
-        let replay = crate::replay::replay(&snap).map(|r| r.is_clean());
+        let replay = oncelake::replay(&snap).map(|r| r.is_clean());
         let count = count
             .join()
             .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
@@ -427,7 +428,7 @@ pub fn simulate(cfg: &SimConfig, progress: Progress<'_>) -> Result<SimReport> {
 /// machine with idle cores need not run one after the other. Refuses a directory that is not an
 /// oncelake store, so that a wrong path cannot delete anything else.
 pub fn remove_store(dir: &Path) -> Result<()> {
-    if !dir.join(crate::MARKER_FILE).is_file() {
+    if !dir.join(oncelake::MARKER_FILE).is_file() {
         return Err(Error::InvalidRequest(format!(
             "{} is not an oncelake store; only a store is removed",
             dir.display()
@@ -452,7 +453,10 @@ pub fn remove_store(dir: &Path) -> Result<()> {
             });
         }
     });
-    std::fs::remove_dir_all(dir).ctx(|| format!("remove {}", dir.display()))
+    std::fs::remove_dir_all(dir).map_err(|source| Error::Io {
+        context: format!("remove {}", dir.display()),
+        source,
+    })
 }
 
 /// The real garbage collector, with no grace and no retention: every staging file not being
@@ -827,14 +831,19 @@ impl Sim<'_> {
             .path()
             .join("staging")
             .join(format!("sim-crash-{n}.part"));
-        let vfs = &self.store.core().vfs();
-        vfs.create_new(&path)
+        // A new file, as a killed worker's half-written staging file would be (never a name the
+        // stager writes: GC removes it as an abandoned staging file).
+        std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&path)
             .and_then(|mut f| f.write_all(&output[..output.len() / 2]))
-            .ctx(|| {
-                format!(
+            .map_err(|source| Error::Io {
+                context: format!(
                     "write the crashed attempt at {unit:?} to {}",
                     path.display()
-                )
+                ),
+                source,
             })?;
         Ok(())
     }

@@ -1,0 +1,32 @@
+//! The two binaries the benchmark tests run: `oncelake-bench` (this package's) and `oncelake`
+//! (the CLI member's, whose `serve` the benchmarks through a server drive).
+#![allow(dead_code)]
+
+#[path = "../../../tests/bin/mod.rs"]
+mod bin;
+
+use std::path::Path;
+use std::process::Command;
+
+/// The `oncelake` binary (built on first use, or `$ONCELAKE_BIN`).
+pub fn oncelake() -> &'static Path {
+    bin::oncelake()
+}
+
+/// `oncelake-bench`, for the in-process benchmarks.
+pub fn oncelake_bench() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_oncelake-bench"))
+}
+
+/// `oncelake-bench` with `ONCELAKE_BIN` pointing at the `oncelake` binary, so that its
+/// benchmarks through a server find the server whatever the test's profile.
+pub fn oncelake_bench_served() -> Command {
+    let mut c = oncelake_bench();
+    c.env("ONCELAKE_BIN", oncelake());
+    c
+}
+
+/// The path of `oncelake-bench` (for the worker processes of seed 001).
+pub fn oncelake_bench_path() -> &'static Path {
+    Path::new(env!("CARGO_BIN_EXE_oncelake-bench"))
+}
