@@ -32,6 +32,7 @@ const LAYERS: &[(&str, &[&str])] = &[
             "backlog",
             "overlay",
             "tail",
+            "lake",
         ],
     ),
     ("core", &["core"]),

@@ -19,9 +19,21 @@ pub(crate) const INIT: &str = concat!(
     "Examples:
   oncelake init ./lake2                  # a new store in a missing or empty directory
   oncelake init ./lake2 --json           # again: nothing changes, \"created\": false
+  oncelake init ./node1 --lake s3://lake/sales   # a node of a shared lake (AWS_* variables)
 
 Exit codes:
   0  created, or already a store (nothing changed)
+",
+    failures!()
+);
+
+pub(crate) const SYNC: &str = concat!(
+    "Examples:
+  oncelake sync ./node2                  # apply what other nodes committed to the lake
+  oncelake sync ./node2 --json           # {\"store\":...,\"lake\":...,\"seq\":N}
+
+Exit codes:
+  0  in sync (a local store: nothing to do)
 ",
     failures!()
 );
