@@ -427,3 +427,26 @@ fn a_binding_is_kept_and_a_local_store_with_commits_is_not_bound() {
     );
     assert!(bad.unwrap_err().to_string().contains("s3://BUCKET/PREFIX"));
 }
+
+#[test]
+fn gc_of_a_lake_node_is_refused_until_the_gc_fence_and_deletes_nothing() {
+    let url = lake_url("gc");
+    let d = tempfile::tempdir().unwrap();
+    let clock = ManualClock::new(T0);
+    let a = node(&d.path().join("a"), &url, &clock);
+    put(&a, "u", 1, b"old");
+    put(&a, "u", 2, b"new");
+    clock.advance_ms(10 * 24 * 3600 * 1000);
+    let e = a
+        .gc(oncelake::GcOptions {
+            retain: Duration::ZERO,
+            ..oncelake::GcOptions::default()
+        })
+        .unwrap_err();
+    assert!(e.to_string().contains("GC fence"), "{e}");
+    // The superseded version is still readable as of its seq, object and all.
+    let snap = a.snapshot_at(1).unwrap();
+    let old = snap.get("u").unwrap().unwrap();
+    assert_eq!(snap.read_object(&old).unwrap(), b"old");
+    check_node(&a);
+}
