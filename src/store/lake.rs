@@ -33,6 +33,9 @@ pub(super) fn binding(
                     dir.display()
                 )));
             }
+            // The lake must answer before the directory is bound to it for good.
+            #[cfg(feature = "lake")]
+            crate::lake::Lake::connect(asked, 0, 0)?.read_segment(1)?;
             write_binding(dir, asked)?;
             Ok(Some(asked.to_string()))
         }
