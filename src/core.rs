@@ -110,6 +110,11 @@ pub struct Options {
     /// thread, in the same order every run, as the deterministic tests need). Readers, flushes,
     /// back-pressure and the close apply what they need themselves either way.
     pub background_apply: bool,
+    /// The lake to bind a new node directory to (SPEC R23): `s3://BUCKET/PREFIX`,
+    /// `file:///PATH` or `memory://NAME`; needs the `lake` feature. A node directory keeps its
+    /// binding (the file `LAKE`), so later opens need not repeat it; an open that names another
+    /// lake than the bound one is refused, and so is binding a store that holds commits.
+    pub lake: Option<String>,
     /// Open for reading only: nothing in the directory is written (not even redb's header),
     /// other readers may share the store, and every write is refused with
     /// [`Error::ReadOnly`]. For stores on read-only media. The store must exist, be of the
@@ -133,6 +138,7 @@ impl Default for Options {
             apply_min_bytes: crate::backlog::DEFAULT_MIN_BYTES,
             background_apply: true,
             read_only: false,
+            lake: None,
         }
     }
 }
@@ -207,6 +213,9 @@ pub(crate) struct Core {
     pub(crate) backlog: Backlog<GroupRedo>,
     /// What the commit leader decides from (`commit::view`); only the leader locks it.
     pub(crate) leader: Mutex<LeaderState>,
+    /// The shared lake of a lake node (SPEC R23): its log is the truth, the database its replica.
+    #[cfg(feature = "lake")]
+    pub(crate) lake: Option<Arc<crate::lake::Lake>>,
     /// Writes decided groups to the B-trees in one transaction, synced or not
     /// (`commit::apply::apply_groups`, handed in by the store: the core is below the leader).
     pub(crate) applier: Applier,

@@ -95,6 +95,19 @@ pub enum Error {
         /// The error that put the store in this state.
         cause: String,
     },
+    /// The shared lake (SPEC R23) could not be used: its URL is wrong, its object store
+    /// refused or kept failing a request, or what it holds does not follow this node's replica.
+    #[error("lake {url}: {what} failed: {detail}; {todo}")]
+    Lake {
+        /// The lake's URL, as the node is bound to it.
+        url: String,
+        /// What the node was doing.
+        what: String,
+        /// The object store's or the check's own words.
+        detail: String,
+        /// What to do about it.
+        todo: &'static str,
+    },
     /// An operating-system I/O error, with what the engine was doing.
     #[error("{context}: {source}")]
     Io {

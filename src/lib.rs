@@ -40,6 +40,8 @@ pub mod gc;
 mod index;
 mod index_snap;
 mod key;
+#[cfg(feature = "lake")]
+mod lake;
 mod layout;
 pub use commit::invariants;
 pub use schema::log;
@@ -71,6 +73,13 @@ pub use gc::{GcOptions, GcReport};
 #[doc(hidden)]
 pub use index_snap::OpenReport;
 pub use key::{is_internal_key, validate_key, validate_user_key, INTERNAL_PREFIXES, MAX_KEY_LEN};
+/// Fault injection for a shared lake's object store (tests, the simulation).
+#[cfg(feature = "lake")]
+#[doc(hidden)]
+pub use lake::faults::{FaultCounts, FaultRates, LakeFault, LakeFaults};
+/// The file that binds a node directory to its shared lake (SPEC R23).
+#[cfg(feature = "lake")]
+pub use lake::node::LAKE_FILE;
 pub use metrics::MetricsSnapshot;
 pub use object::{ObjectId, ObjectMeta};
 pub use replay::{replay, ReplayReport};

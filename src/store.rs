@@ -4,6 +4,7 @@
 
 mod each;
 mod holder;
+mod lake;
 mod lock_wait;
 mod open;
 mod shadow;
@@ -169,6 +170,11 @@ impl Store {
             persisted,
             leader,
         } = loaded;
+        let lake_url = lake::binding(&dir, &options, &leader)?;
+        #[cfg(feature = "lake")]
+        let lake = lake::connect(lake_url, store_id, &leader)?;
+        #[cfg(not(feature = "lake"))]
+        let _ = lake_url;
         let backlog = crate::backlog::Backlog::with_start(
             leader.group,
             options.backlog_bytes,
@@ -194,6 +200,8 @@ impl Store {
             wal,
             backlog,
             leader: Mutex::new(leader),
+            #[cfg(feature = "lake")]
+            lake,
             applier: apply::apply_groups,
             options,
             db: std::mem::ManuallyDrop::new(db),
@@ -220,13 +228,31 @@ impl Store {
         } else {
             None
         };
-        Ok(Store {
+        let store = Store {
             inner: Arc::new(Inner {
                 queue,
                 core,
                 applier,
             }),
-        })
+        };
+        lake::catch_up(&store.inner.core)?;
+        Ok(store)
+    }
+
+    /// Brings a lake node up to date with its lake (SPEC R23): applies every group other nodes
+    /// committed since this node last looked, so that what is read next includes every commit
+    /// acknowledged anywhere before the call (read-after-write across nodes). Every commit syncs
+    /// first by itself. On a local store it does nothing.
+    pub fn sync(&self) -> Result<()> {
+        lake::catch_up(&self.inner.core)
+    }
+
+    /// The URL of the lake this store is a node of, if it is one.
+    pub fn lake_url(&self) -> Option<String> {
+        #[cfg(feature = "lake")]
+        return self.inner.core.lake.as_ref().map(|l| l.url.clone());
+        #[cfg(not(feature = "lake"))]
+        None
     }
 
     /// The core below the store: what the higher layers (GC, verify, pipelines, reconcile, runs)

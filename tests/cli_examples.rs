@@ -17,6 +17,7 @@ use std::process::Command;
 /// start. `help_examples_are_all_run` checks that no subcommand with examples is missing here.
 const HELP_WITH_EXAMPLES: &[&[&str]] = &[
     &["init"],
+    &["sync"],
     &["put"],
     &["get"],
     &["ls"],

@@ -37,6 +37,7 @@ const LAYERS: &[(&str, &[&str])] = &[
             "backlog",
             "overlay",
             "tail",
+            "lake",
         ],
     ),
     ("core", &["core"]),

@@ -29,8 +29,8 @@ use crate::schema::wal::{GroupRedo as Pending, Redo, MAX_RECORD};
 use crate::stage::Staged;
 use std::sync::atomic::Ordering;
 
-/// One request in the write queue.
-#[derive(Debug)]
+/// One request in the write queue. Cloned by a lake node, which may decide a group again.
+#[derive(Debug, Clone)]
 pub(crate) enum Op {
     Commit(Batch),
     Claim {
@@ -254,7 +254,7 @@ fn pins_of(ops: &[Op]) -> Vec<Staged> {
 }
 
 /// The group's answers, its index updates, and its counts (persisted with it).
-type GroupResult = (
+pub(super) type GroupResult = (
     Vec<Done>,
     Vec<(String, bool, EntryValue)>,
     crate::metrics::Counters,
@@ -262,7 +262,7 @@ type GroupResult = (
 
 /// How a group reaches the B-trees.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Path {
+pub(super) enum Path {
     /// Durable by its write-ahead record; applied later, from the backlog.
     Logged,
     /// Applied by the leader itself, after the backlog is drained, in a transaction that is
@@ -271,6 +271,11 @@ enum Path {
 }
 
 fn write_group(inner: &Core, ops: Vec<Op>) -> Result<GroupResult> {
+    // A lake node's groups are made durable in the lake's log (docs/lake.md).
+    #[cfg(feature = "lake")]
+    if let Some(lake) = &inner.lake {
+        return crate::commit::lake::write_group(inner, lake, ops);
+    }
     let now_ms = inner.options.clock.now_ms();
     let flush_or_prune = ops
         .iter()
@@ -294,6 +299,63 @@ fn write_group(inner: &Core, ops: Vec<Op>) -> Result<GroupResult> {
         Path::InPlace(_) => inner.drain()?,
         Path::Logged => inner.make_room()?,
     }
+    let DecidedGroup {
+        dones,
+        index,
+        counts,
+        pending,
+        newest,
+        prune_guard,
+    } = decide_group(inner, ops, now_ms, path)?;
+    let Some(pending) = pending else {
+        return Ok((dones, index, counts));
+    };
+    match (path, inner.wal.as_ref()) {
+        // Durable before anyone can see it: readers see a group only once it is in the backlog
+        // (their snapshots read its redo there, `tail`), and it is pushed there only after this
+        // append synced (I3).
+        (Path::Logged, Some(wal)) if pending.len() <= MAX_RECORD => {
+            // Readers look the group's keys up in the backlog's index from its push on.
+            pending.parse_for_readers()?;
+            wal.append(pending.number(), &pending.frame())?;
+            inner.backlog.push(pending);
+        }
+        // A group this large (a bulk load) gains nothing from the log: it is a checkpoint.
+        (Path::Logged, _) => {
+            inner.drain()?;
+            inner.apply_in_place(&pending, true)?;
+        }
+        (Path::InPlace(synced), _) => inner.apply_in_place(&pending, synced)?,
+    }
+    // A read begun from now on sees the group: a snapshot may pin its newest seq.
+    inner.readers.publish(newest);
+    drop(prune_guard);
+    Ok((dones, index, counts))
+}
+
+/// A group decided on the leader's state, not yet durable.
+pub(super) struct DecidedGroup {
+    pub(super) dones: Vec<Done>,
+    pub(super) index: Vec<(String, bool, EntryValue)>,
+    pub(super) counts: crate::metrics::Counters,
+    /// Its redo, or `None` when it writes nothing (every answer is a duplicate or a refusal
+    /// decided from durable rows, or a flush).
+    pub(super) pending: Option<Pending>,
+    /// The newest seq once it is applied.
+    pub(super) newest: u64,
+    /// A prune's decision, held until the group is durable.
+    pub(super) prune_guard: Option<(u64, crate::core::PruneGuard)>,
+}
+
+/// Decides `ops`, oldest first, on the leader's state at `now_ms`, advancing the state (overlay,
+/// counters, group number) as if the group were then made durable: a caller that cannot make it
+/// durable must reload the state (a lake node that lost the race, `commit::lake`).
+pub(super) fn decide_group(
+    inner: &Core,
+    ops: Vec<Op>,
+    now_ms: u64,
+    path: Path,
+) -> Result<DecidedGroup> {
     let mut st = inner.leader.lock();
     let LeaderState {
         next_seq,
@@ -333,6 +395,7 @@ fn write_group(inner: &Core, ops: Vec<Op>) -> Result<GroupResult> {
     add(&counts.claims_expired, w.expired_leases);
     *next_seq = w.next_seq;
     *next_token = w.next_token;
+    let pruned = w.history_from.is_some();
     if let Some(h) = w.history_from {
         // The horizon only rises: a prune never makes readable again what was refused.
         *history_from = (*history_from).max(h);
@@ -345,14 +408,22 @@ fn write_group(inner: &Core, ops: Vec<Op>) -> Result<GroupResult> {
         ..
     } = w;
     let newest = next_seq.saturating_sub(1);
-    if path == Path::Logged && redo.is_empty() {
-        // The group changes no row: every answer is a duplicate or a refusal, decided from rows
-        // that are durable already (earlier groups' records synced before this group began). It
-        // writes no record and takes no group number; its counts stay in the leader's counters
-        // and are written with the next group that changes a row, or by the close (docs/commit.md,
-        // "A group that changes nothing").
-        drop(st);
-        return Ok((dones, index, counts));
+    // The group changes no row: every answer is a duplicate or a refusal, decided from rows that
+    // are durable already (earlier groups' records synced before this group began). It writes no
+    // record and takes no group number; its counts stay in the leader's counters and are written
+    // with the next group that changes a row, or by the close (docs/commit.md, "A group that
+    // changes nothing"). In place, only a lake node skips it (its flush has nothing to sync: the
+    // lake is durable); a local store's in-place group is a sync.
+    let lake = path == Path::InPlace(false) && lake_node(inner);
+    if redo.is_empty() && !pruned && (path == Path::Logged || lake) {
+        return Ok(DecidedGroup {
+            dones,
+            index,
+            counts,
+            pending: None,
+            newest,
+            prune_guard,
+        });
     }
     redo.meta(NEXT_SEQ, &meta::sealed_u64(NEXT_SEQ, *next_seq));
     redo.meta(NEXT_TOKEN, &meta::sealed_u64(NEXT_TOKEN, *next_token));
@@ -366,27 +437,25 @@ fn write_group(inner: &Core, ops: Vec<Op>) -> Result<GroupResult> {
     let pending = Pending::new(group, redo, index.len());
     #[cfg(debug_assertions)]
     crate::commit::invariants::assert_objects_published(inner, &pending)?;
-    match (path, inner.wal.as_ref()) {
-        // Durable before anyone can see it: readers see a group only once it is in the backlog
-        // (their snapshots read its redo there, `tail`), and it is pushed there only after this
-        // append synced (I3).
-        (Path::Logged, Some(wal)) if pending.len() <= MAX_RECORD => {
-            // Readers look the group's keys up in the backlog's index from its push on.
-            pending.parse_for_readers()?;
-            wal.append(group, &pending.frame())?;
-            inner.backlog.push(pending);
-        }
-        // A group this large (a bulk load) gains nothing from the log: it is a checkpoint.
-        (Path::Logged, _) => {
-            inner.drain()?;
-            inner.apply_in_place(&pending, true)?;
-        }
-        (Path::InPlace(synced), _) => inner.apply_in_place(&pending, synced)?,
+    Ok(DecidedGroup {
+        dones,
+        index,
+        counts,
+        pending: Some(pending),
+        newest,
+        prune_guard,
+    })
+}
+
+/// Whether the store is a node of a shared lake.
+fn lake_node(inner: &Core) -> bool {
+    #[cfg(feature = "lake")]
+    return inner.lake.is_some();
+    #[cfg(not(feature = "lake"))]
+    {
+        let _ = inner;
+        false
     }
-    // A read begun from now on sees the group: a snapshot may pin its newest seq.
-    inner.readers.publish(newest);
-    drop(prune_guard);
-    Ok((dones, index, counts))
 }
 
 /// Writes decided groups to the B-trees in one transaction, synced when `synced` (a checkpoint);

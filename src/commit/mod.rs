@@ -4,6 +4,8 @@
 
 pub(crate) mod apply;
 pub mod invariants;
+#[cfg(feature = "lake")]
+pub(crate) mod lake;
 pub(crate) mod queue;
 pub mod rules;
 pub(crate) mod view;

@@ -206,6 +206,15 @@ impl GroupRedo {
             }),
         }
     }
+    /// Group `group` from its framed write-ahead record (a lake segment carries one), checked
+    /// like a record recovery reads; `path` names where it was read in errors.
+    #[cfg(feature = "lake")]
+    pub(crate) fn from_frame(path: &Path, group: u64, rec: &[u8]) -> Result<GroupRedo> {
+        let payload = unframe(path, group, rec)?.to_vec();
+        let g = GroupRedo::new(group, Redo { buf: payload }, 0);
+        let units = g.read_rows()?.keyed(Keyed::Manifest).len();
+        Ok(GroupRedo { units, ..g })
+    }
     /// The units it commits.
     pub(crate) fn units(&self) -> usize {
         self.units

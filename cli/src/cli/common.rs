@@ -132,11 +132,28 @@ pub(crate) fn open_store(path: &Path, wait: Duration, create: bool) -> Result<St
     }
 }
 
+/// Creates (or opens) the lake node `path` bound to the lake `url` (SPEC R23).
+pub(crate) fn open_node(path: &Path, wait: Duration, url: &str) -> Result<Store, CliError> {
+    let options = Options {
+        lake: Some(url.to_string()),
+        ..waiting(path, wait)
+    };
+    match Store::open_with(path, options) {
+        Err(oncelake::Error::Locked { .. }) => Err(locked(path, wait, false)),
+        other => Ok(other?),
+    }
+}
+
 /// Opens an existing store for a command that only reads it (`ls`, `get`, `log`, `verify`):
 /// read-only, so the command never changes a file of the store (SPEC I9), also when the store
 /// was not closed cleanly (the library recovers it in memory). Waits up to `wait` for its lock.
 pub(crate) fn open_store_to_read(path: &Path, wait: Duration) -> Result<Store, CliError> {
     must_be_a_store(path)?;
+    // A lake node's reads must see the lake as of now (SPEC R23): it is opened to sync, which
+    // writes its replica (never a commit of its own).
+    if path.join(oncelake::LAKE_FILE).exists() {
+        return open_store(path, wait, false);
+    }
     let options = Options {
         read_only: true,
         ..waiting(path, wait)

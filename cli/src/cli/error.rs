@@ -169,6 +169,7 @@ impl CliError {
                 E::Corrupt { .. } | E::BadRecord(_) => "corrupt",
                 E::MissingObject { .. } => "missing_object",
                 E::Io { .. } | E::Database { .. } | E::Failed { .. } => "io",
+                E::Lake { .. } => "lake",
                 _ => "internal",
             },
         }

@@ -19,9 +19,22 @@ pub(crate) const INIT: &str = concat!(
     "Examples:
   oncelake init ./lake2                  # a new store in a missing or empty directory
   oncelake init ./lake2 --json           # again: nothing changes, \"created\": false
+  oncelake init ./node1 --lake file:///tmp/oncelake-help-lake   # a node of a shared lake
+  oncelake init ./node2 --lake file:///tmp/oncelake-help-lake   # (s3://BUCKET/PREFIX: AWS_* vars)
 
 Exit codes:
   0  created, or already a store (nothing changed)
+",
+    failures!()
+);
+
+pub(crate) const SYNC: &str = concat!(
+    "Examples:
+  oncelake sync ./node2                  # apply what other nodes committed to the lake
+  oncelake sync ./node1 --json           # {\"lake\":...,\"seq\":N,\"store\":...}
+
+Exit codes:
+  0  in sync (a local store: nothing to do)
 ",
     failures!()
 );

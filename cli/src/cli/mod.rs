@@ -119,6 +119,9 @@ pub(crate) enum Command {
     /// Stage a file (or standard input) and commit it as the output of UNIT at VERSION.
     #[command(after_help = help::PUT)]
     Put(store_cmds::PutArgs),
+    /// Bring a lake node up to date with its lake (every command on a node does this first).
+    #[command(after_help = help::SYNC)]
+    Sync(store_cmds::SyncArgs),
     /// Write a unit's current object (or its object as of --at SEQ).
     #[command(after_help = help::GET)]
     Get(store_cmds::GetArgs),
@@ -241,6 +244,7 @@ fn run(cli: Cli) -> Result<u8, CliError> {
         Command::Init(a) => store_cmds::init(a, wait),
         Command::Put(a) => store_cmds::put(a, wait),
         Command::Get(a) => store_cmds::get(a, wait),
+        Command::Sync(a) => store_cmds::sync(a, wait),
         Command::Ls(a) => store_cmds::ls(a, wait),
         Command::Log(a) => store_cmds::log(a, wait),
         Command::Gc(a) => maint_cmds::gc(a, wait),

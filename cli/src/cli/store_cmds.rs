@@ -3,7 +3,7 @@
 use super::output_file::{check_output_path, OutputFile};
 use super::progress::CountingReader;
 use super::{
-    exit, open_input, open_store, open_store_to_read, print_json, rfc3339, stdout_open,
+    exit, open_input, open_node, open_store, open_store_to_read, print_json, rfc3339, stdout_open,
     write_out_bytes, CliError, Output, Progress,
 };
 use oncelake::log::{Record, RecordBody};
@@ -19,6 +19,10 @@ const CHUNK: usize = 1024;
 pub(crate) struct InitArgs {
     /// Directory for the new store (missing or empty).
     pub store: PathBuf,
+    /// Make the store a node of this shared lake: s3://BUCKET/PREFIX (endpoint, region and
+    /// credentials from the AWS_* environment variables), file:///PATH or memory://NAME.
+    #[arg(long, value_name = "URL")]
+    pub lake: Option<String>,
     /// Print the result as a JSON line.
     #[arg(long)]
     pub json: bool,
@@ -97,8 +101,45 @@ pub(crate) struct LogArgs {
 
 pub(crate) fn init(a: InitArgs, wait: Duration) -> Result<u8, CliError> {
     // Idempotent: creates the store, completes an interrupted creation, or finds it there.
-    let store = open_store(&a.store, wait, true)?;
+    let store = match &a.lake {
+        None => open_store(&a.store, wait, true)?,
+        // A node of a shared lake (SPEC R23): bound once, caught up with the lake on open.
+        Some(url) => open_node(&a.store, wait, url)?,
+    };
     print_init(&Output::new(a.json), store.path(), store.created());
+    Ok(exit::OK)
+}
+
+#[derive(clap::Args, Debug)]
+pub(crate) struct SyncArgs {
+    /// The lake node.
+    pub store: PathBuf,
+    /// Print the result as a JSON line.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `oncelake sync NODE`: applies every group other nodes committed to the lake (every command
+/// on a node does this first); prints the newest seq the node now reads.
+pub(crate) fn sync(a: SyncArgs, wait: Duration) -> Result<u8, CliError> {
+    let store = open_store(&a.store, wait, false)?;
+    store.sync()?;
+    let seq = store.last_seq()?;
+    let lake = store.lake_url();
+    if Output::new(a.json).json {
+        print_json(&json!({"store": store.path().display().to_string(), "lake": lake, "seq": seq}));
+    } else {
+        match lake {
+            Some(url) => outln!(
+                "{} is in sync with {url} at seq {seq}",
+                store.path().display()
+            ),
+            None => outln!(
+                "{} is a local store (not a lake node): nothing to sync, seq {seq}",
+                store.path().display()
+            ),
+        }
+    }
     Ok(exit::OK)
 }
 

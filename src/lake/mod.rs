@@ -1,0 +1,184 @@
+//! A shared lake (SPEC R23): several nodes, each a store directory of its own, commit to one
+//! log in object storage, the only distributed system involved. The log is the truth; a node's
+//! redb database is its replica of it. See `docs/lake.md` for the protocol and why it is
+//! correct.
+//!
+//! This module is the lake's I/O and formats, below the core: the connection ([`url`]), the
+//! segment format ([`segment`]), the log's put-if-absent with lost responses resolved by reading
+//! back ([`log`]), objects ([`objects`]) and the node directory's binding ([`node`]). The
+//! leader's lake path, which decides, publishes and applies, is `commit::lake`.
+
+pub mod faults;
+pub(crate) mod log;
+pub(crate) mod node;
+pub(crate) mod objects;
+pub(crate) mod segment;
+pub(crate) mod url;
+
+use crate::error::{Error, Result};
+use crate::object::ObjectId;
+use object_store::ObjectStore;
+use parking_lot::{Mutex, MutexGuard};
+use std::collections::HashSet;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// How long a request that keeps failing (errors other than an answer) is retried before the
+/// error is returned (and the store failed: whether the group won is then decided by the log
+/// when the node is reopened).
+pub(crate) const RETRY_FOR: Duration = Duration::from_secs(60);
+
+/// What this node has applied of the log.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Head {
+    /// The newest segment applied (0: none).
+    pub applied: u64,
+    /// BLAKE3 of that segment (zeros for none): what segment `applied + 1` must name.
+    pub hash: [u8; 32],
+    /// Its log time.
+    pub time_ms: u64,
+}
+
+/// A node's connection to its lake.
+pub(crate) struct Lake {
+    pub(crate) url: String,
+    store: Arc<dyn ObjectStore>,
+    /// The object store client's runtime (a small one, owned by the handle).
+    rt: tokio::runtime::Runtime,
+    /// This node's id (its store id): written into every segment it publishes.
+    pub(crate) node: u64,
+    /// Held by whoever applies segments or publishes one: the leader's lake path and `sync`.
+    head: Mutex<Head>,
+    uploaded: Mutex<HashSet<ObjectId>>,
+}
+
+impl std::fmt::Debug for Lake {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Lake")
+            .field("url", &self.url)
+            .field("node", &self.node)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Lake {
+    /// Connects node `node` to the lake at `url`, its replica having applied segment
+    /// `applied`; reads that segment back to learn its hash (a replica ahead of the lake, or
+    /// bound to another lake, is refused).
+    pub(crate) fn connect(url: &str, node: u64, applied: u64) -> Result<Lake> {
+        let bad = |detail: String| Error::Lake {
+            url: url.to_string(),
+            what: "connecting".into(),
+            detail,
+            todo: "check the URL and the AWS_* environment variables",
+        };
+        let store = url::LakeUrl::parse(url)
+            .and_then(|u| u.connect())
+            .map_err(bad)?;
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .thread_name("oncelake-lake")
+            .enable_all()
+            .build()
+            .map_err(|e| Error::io("start the lake client's runtime", e))?;
+        let lake = Lake {
+            url: url.to_string(),
+            store,
+            rt,
+            node,
+            head: Mutex::new(Head {
+                applied: 0,
+                hash: [0; 32],
+                time_ms: 0,
+            }),
+            uploaded: Mutex::new(HashSet::new()),
+        };
+        if applied > 0 {
+            let Some(bytes) = lake.read_segment(applied)? else {
+                return Err(lake.error(
+                    format!("finding segment {applied}, which this node has applied"),
+                    "the lake has no such segment".into(),
+                    "this node's replica is not of this lake (or the lake lost segments): \
+                     initialise a new node directory with --lake",
+                ));
+            };
+            let seg = segment::Segment::decode(applied, &bytes).map_err(|d| lake.corrupt(d))?;
+            *lake.head.lock() = Head {
+                applied,
+                hash: segment::hash(&bytes),
+                time_ms: seg.time_ms,
+            };
+        }
+        Ok(lake)
+    }
+
+    /// Takes the head: whoever applies or publishes segments holds it.
+    pub(crate) fn head(&self) -> MutexGuard<'_, Head> {
+        self.head.lock()
+    }
+
+    pub(crate) fn block_on<F: std::future::Future>(&self, f: F) -> F::Output {
+        self.rt.block_on(f)
+    }
+
+    /// An error of this lake.
+    pub(crate) fn error(&self, what: String, detail: String, todo: &'static str) -> Error {
+        Error::Lake {
+            url: self.url.clone(),
+            what,
+            detail,
+            todo,
+        }
+    }
+
+    /// Damage found in the lake's log.
+    pub(crate) fn corrupt(&self, detail: String) -> Error {
+        Error::Corrupt {
+            path: std::path::PathBuf::from(format!("{}/log", self.url)),
+            detail,
+        }
+    }
+}
+
+/// Retries of one request: jittered exponential backoff from 5 ms to 1 s, for at most
+/// [`RETRY_FOR`] without an answer.
+pub(crate) struct Retry {
+    started: Instant,
+    attempt: u32,
+}
+
+impl Retry {
+    pub(crate) fn new() -> Retry {
+        Retry {
+            started: Instant::now(),
+            attempt: 0,
+        }
+    }
+
+    /// Sleeps before the next attempt, or returns the error once retrying has lasted too long.
+    pub(crate) fn wait_or_fail(
+        &mut self,
+        lake: &Lake,
+        what: &str,
+        e: &object_store::Error,
+    ) -> Result<()> {
+        if self.started.elapsed() >= RETRY_FOR {
+            return Err(lake.error(
+                what.to_string(),
+                e.to_string(),
+                "the object store kept failing; check it is reachable and the credentials, \
+                 then reopen the node (the log decides whether the last group was written)",
+            ));
+        }
+        backoff(self.attempt);
+        self.attempt = self.attempt.saturating_add(1);
+        Ok(())
+    }
+}
+
+/// Sleeps a jittered exponential backoff for attempt `attempt` (5 ms doubling, at most 1 s).
+pub(crate) fn backoff(attempt: u32) {
+    let cap = 5u64.saturating_mul(1 << attempt.min(8)).min(1_000);
+    let ms = segment::nonce() % cap.max(1) + 1;
+    std::thread::sleep(Duration::from_millis(ms));
+}
