@@ -5,28 +5,14 @@
 //! answers (ls, objects, reconcile plans) use a connection of their own. Uploads are streamed with
 //! chunked transfer encoding, never held in memory.
 
-use crate::conn::process_running;
-use crate::conn::tcp_connect;
-use crate::conn::unix_connect;
-use crate::conn::Conn;
-use crate::conn::PollFirst;
+use crate::conn::{process_running, tcp_connect, unix_connect, Conn, PollFirst};
 use crate::discovery;
 use crate::discovery::Address;
-use crate::error::lost;
-use crate::error::ClientError;
-use crate::error::Result;
-use crate::http1::check;
-use crate::http1::read_head;
-use crate::http1::read_head_from;
-use crate::http1::send_chunked;
-use crate::http1::Chunked;
-use crate::http1::Length;
-use crate::http1::Response;
-use crate::http1::Sent;
-use crate::pool::Pool;
-use crate::pool::Pooled;
-use crate::pool::POOL_IDLE;
-use crate::pool::UPLOAD_REUSE;
+use crate::error::{lost, ClientError, Result};
+use crate::http1::{
+    check, read_head, read_head_from, send_chunked, Chunked, Length, Response, Sent,
+};
+use crate::pool::{Pool, Pooled, POOL_IDLE, UPLOAD_REUSE};
 use crate::wire;
 use std::io::{BufReader, Read, Write};
 use std::path::{Path, PathBuf};

@@ -1,8 +1,7 @@
 //! HTTP/1.1 framing on a connection: request bodies sent chunked, answers' heads and bodies read.
 
 use crate::conn::Conn;
-use crate::error::ClientError;
-use crate::error::Result;
+use crate::error::{ClientError, Result};
 use crate::wire::ErrorBody;
 use std::io::{BufRead, BufReader, Read, Write};
 

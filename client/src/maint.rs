@@ -1,12 +1,8 @@
 //! Maintenance over the API: gc, verify, reconcile.
 
-use crate::client::Client;
-use crate::client::Payload;
-use crate::error::lost;
-use crate::error::ClientError;
-use crate::error::Result;
-use crate::http1::encode;
-use crate::http1::to_json;
+use crate::client::{Client, Payload};
+use crate::error::{lost, ClientError, Result};
+use crate::http1::{encode, to_json};
 use crate::wire;
 use crate::wire_reconcile;
 use std::io::{BufRead, BufReader, Read};

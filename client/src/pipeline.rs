@@ -1,12 +1,8 @@
 //! Pipelines and lake tables over the API.
 
-use crate::client::Client;
-use crate::client::Payload;
-use crate::error::lost;
-use crate::error::ClientError;
-use crate::error::Result;
-use crate::http1::encode;
-use crate::http1::to_json;
+use crate::client::{Client, Payload};
+use crate::error::{lost, ClientError, Result};
+use crate::http1::{encode, to_json};
 use crate::wire::UnitOutcomeW;
 use oncelake::UnitOutcome;
 use std::io::Read;

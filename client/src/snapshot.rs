@@ -1,15 +1,10 @@
 //! Staging handles, snapshot leases and the log's position over the API.
 
-use crate::client::Client;
-use crate::client::Payload;
-use crate::error::lost;
-use crate::error::ClientError;
-use crate::error::Result;
+use crate::client::{Client, Payload};
+use crate::error::{lost, ClientError, Result};
 use crate::http1::encode;
 use crate::wire;
-use crate::wire::ChangesW;
-use crate::wire::EntryW;
-use crate::wire::StagedW;
+use crate::wire::{ChangesW, EntryW, StagedW};
 use oncelake::log::Record;
 use oncelake::Entry;
 use oncelake::ObjectMeta;

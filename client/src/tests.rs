@@ -1,16 +1,11 @@
 //! Unit tests of the transport.
 
 use super::*;
-use crate::client::Asked;
-use crate::client::Verified;
-use crate::conn::Conn;
-use crate::conn::PollFirst;
+use crate::client::{Asked, Verified};
+use crate::conn::{Conn, PollFirst};
 use crate::discovery::Address;
-use crate::http1::encode;
-use crate::http1::Chunked;
-use crate::pool::Pool;
-use crate::pool::Pooled;
-use crate::pool::POOL_IDLE;
+use crate::http1::{encode, Chunked};
+use crate::pool::{Pool, Pooled, POOL_IDLE};
 use std::io::{BufReader, Read, Write};
 use std::sync::Arc;
 use std::time::Duration;

@@ -1,30 +1,14 @@
 //! The unit operations of the API: health, stats, put and stage, commit, leases, reads,
 //! listings and the change feed.
 
-use crate::client::Client;
-use crate::client::Payload;
-use crate::error::lost;
-use crate::error::ClientError;
-use crate::error::Result;
-use crate::http1::encode;
-use crate::http1::to_json;
-use crate::http1::unit_query;
+use crate::client::{Client, Payload};
+use crate::error::{lost, ClientError, Result};
+use crate::http1::{encode, to_json, unit_query};
 use crate::wire;
-use crate::wire::ChangesW;
-use crate::wire::ClaimReqW;
-use crate::wire::ClaimW;
-use crate::wire::CommitItemW;
-use crate::wire::CommitReportW;
-use crate::wire::CommitW;
-use crate::wire::CommittedW;
-use crate::wire::EntryW;
-use crate::wire::LeaseW;
-use crate::wire::PutW;
-use crate::wire::ReleaseReqW;
-use crate::wire::ReleaseW;
-use crate::wire::RenewReqW;
-use crate::wire::RenewW;
-use crate::wire::StagedW;
+use crate::wire::{
+    ChangesW, ClaimReqW, ClaimW, CommitItemW, CommitReportW, CommitW, CommittedW, EntryW, LeaseW,
+    PutW, ReleaseReqW, ReleaseW, RenewReqW, RenewW, StagedW,
+};
 use oncelake::log::Record;
 use oncelake::ClaimOutcome;
 use oncelake::CommitReport;

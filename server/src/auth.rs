@@ -3,7 +3,8 @@
 //! The one request answered without the token is the identity question ([`crate::identity`]),
 //! which a client asks precisely so as not to send its token to a stranger.
 
-use crate::http::{ApiError, App};
+use crate::api_error::ApiError;
+use crate::app::App;
 use axum::body::Body;
 use axum::http::{header, Request, StatusCode};
 use axum::response::{IntoResponse, Response};

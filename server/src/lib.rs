@@ -6,33 +6,40 @@
 //!
 //! The engine crate stays free of tokio, hyper and axum: they are this crate's dependencies only.
 
+mod api_error;
+mod app;
 mod auth;
 pub mod bench;
+mod body;
 mod bounds;
 mod committer;
 mod conns;
 mod http;
 mod live;
 pub mod load;
+mod maint;
 mod pipeline;
 mod pipeline_cells;
 mod pool;
+mod reads;
 mod reconcile;
 mod run;
 pub mod seed001;
 mod snapshot;
+mod snapshot_leases;
 mod staging;
 mod stall;
 mod stats;
 mod table;
+mod units;
 mod workers;
 
 // The client, the wire shapes, the discovery file and the identity proof are the
 // `oncelake-client` crate's (std-only, shared with the CLI and the Python binding); re-exported so
 // `oncelake_server::Client` and `oncelake_server::wire` keep working.
+pub use app::Limits;
 pub use committer::DEFAULT_COMMITTERS;
 pub use conns::DEFAULT_CONNECTION_THREADS;
-pub use http::Limits;
 pub use oncelake_client as client;
 pub use oncelake_client::{
     discovery, identity, object_check, wire, wire_cells, wire_pipeline, wire_reconcile, wire_stats,
