@@ -3,7 +3,6 @@
 use crate::client::{Client, Payload};
 use crate::error::{lost, ClientError, Result};
 use crate::http1::{encode, to_json};
-use crate::wire;
 use crate::wire_reconcile;
 use std::io::{BufRead, BufReader, Read};
 use std::path::PathBuf;
@@ -22,8 +21,7 @@ impl Client {
             "grace_ms": grace.map(|d| d.as_millis() as u64),
             "retain_ms": retain.map(|d| d.as_millis() as u64),
         }))?;
-        let r: wire::GcReportW = self.json("POST", "/v1/gc", Payload::Json(body))?;
-        Ok((&r).into())
+        self.json("POST", "/v1/gc", Payload::Json(body))
     }
 
     /// Runs verify on the server: the engine's whole report, as `Store::verify` returns it.

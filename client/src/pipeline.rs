@@ -3,7 +3,6 @@
 use crate::client::{Client, Payload};
 use crate::error::{lost, ClientError, Result};
 use crate::http1::{encode, to_json};
-use crate::wire::UnitOutcomeW;
 use oncelake::UnitOutcome;
 use std::io::Read;
 use std::time::Duration;
@@ -21,8 +20,7 @@ impl Client {
             "/v1/pipeline/source?unit={}&version={source_version}",
             encode(unit)
         );
-        let r: UnitOutcomeW = self.json("PUT", &q, Payload::Stream(&mut input))?;
-        r.to_unit_outcome().map_err(ClientError::Protocol)
+        self.json("PUT", &q, Payload::Stream(&mut input))
     }
 
     /// The cell counts of the pipeline defined by `definition` (its TOML text).
@@ -137,8 +135,7 @@ impl Client {
         }))?;
         body.push(b'\n');
         body.extend_from_slice(output);
-        let r: UnitOutcomeW = self.json("POST", "/v1/pipeline/complete", Payload::Json(body))?;
-        r.to_unit_outcome().map_err(ClientError::Protocol)
+        self.json("POST", "/v1/pipeline/complete", Payload::Json(body))
     }
 
     /// Records a failed run of a cell.

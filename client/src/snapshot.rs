@@ -4,7 +4,7 @@ use crate::client::{Client, Payload};
 use crate::error::{lost, ClientError, Result};
 use crate::http1::encode;
 use crate::wire;
-use crate::wire::{ChangesW, EntryW, StagedW};
+use crate::wire::{ChangesW, StagedW};
 use oncelake::log::Record;
 use oncelake::Entry;
 use oncelake::ObjectMeta;
@@ -37,7 +37,7 @@ impl Client {
             None => "/v1/stage".to_string(),
         };
         let r: StagedW = self.json("POST", &path, Payload::Stream(&mut input))?;
-        Ok((r.staged, r.meta.to_meta().map_err(ClientError::Protocol)?))
+        Ok((r.staged, r.meta))
     }
 
     /// Drops a staging handle (its object is unpinned); whether the server still had it.
@@ -89,13 +89,11 @@ impl Client {
     pub fn snapshot_get(&self, id: u64, unit: &str) -> Result<Option<Entry>> {
         #[derive(serde::Deserialize)]
         struct R {
-            entry: Option<EntryW>,
+            entry: Option<Entry>,
         }
         let path = format!("/v1/snapshot/entry?id={id}&unit={}", encode(unit));
         let r: R = self.json("GET", &path, Payload::Empty)?;
-        r.entry
-            .map(|e| e.to_entry().map_err(ClientError::Protocol))
-            .transpose()
+        Ok(r.entry)
     }
 
     /// Copies the unit's object in the view `id` into `out`, streamed; its entry, or `None`.
@@ -121,9 +119,9 @@ impl Client {
         let resp = self.request("GET", &path, Payload::Empty)?;
         for line in BufReader::new(resp.body).lines() {
             let line = line.map_err(|e| lost("GET /v1/snapshot/ls", e))?;
-            let e: EntryW = serde_json::from_str(&line)
+            let e: Entry = serde_json::from_str(&line)
                 .map_err(|e| ClientError::Protocol(format!("an ls line: {e}")))?;
-            if !each(e.to_entry().map_err(ClientError::Protocol)?) {
+            if !each(e) {
                 break;
             }
         }

@@ -6,8 +6,8 @@ use crate::error::{lost, ClientError, Result};
 use crate::http1::{encode, to_json, unit_query};
 use crate::wire;
 use crate::wire::{
-    ChangesW, ClaimReqW, ClaimW, CommitItemW, CommitReportW, CommitW, CommittedW, EntryW, LeaseW,
-    PutW, ReleaseReqW, ReleaseW, RenewReqW, RenewW, StagedW,
+    ChangesW, ClaimReqW, ClaimW, CommitItemW, CommitW, LeaseW, PutW, ReleaseReqW, ReleaseW,
+    RenewReqW, RenewW, StagedW,
 };
 use oncelake::log::Record;
 use oncelake::ClaimOutcome;
@@ -62,16 +62,13 @@ impl Client {
             q.push_str("&correct=true");
         }
         let r: PutW = self.json("PUT", &q, Payload::Stream(&mut input))?;
-        Ok((
-            r.unit.to_unit_outcome().map_err(ClientError::Protocol)?,
-            r.staged.to_meta().map_err(ClientError::Protocol)?,
-        ))
+        Ok((r.unit, r.staged))
     }
 
     /// Streams `input` into the server's staging: a handle for [`Client::commit`].
     pub fn stage_reader(&self, mut input: impl Read) -> Result<(u64, ObjectMeta)> {
         let r: StagedW = self.json("POST", "/v1/stage", Payload::Stream(&mut input))?;
-        Ok((r.staged, r.meta.to_meta().map_err(ClientError::Protocol)?))
+        Ok((r.staged, r.meta))
     }
 
     /// Commits a batch of staged handles (all-or-nothing unless `partial`); the handles are
@@ -93,8 +90,7 @@ impl Client {
             partial,
             keep_staged,
         })?;
-        let r: CommitReportW = self.json("POST", "/v1/commit", Payload::Json(body))?;
-        r.to_report().map_err(ClientError::Protocol)
+        self.json("POST", "/v1/commit", Payload::Json(body))
     }
 
     /// Claims `unit` for `worker` (coordinator mode).
@@ -138,28 +134,24 @@ impl Client {
     pub fn lookup(&self, unit: &str) -> Result<Option<Committed>> {
         #[derive(serde::Deserialize)]
         struct R {
-            committed: Option<CommittedW>,
+            committed: Option<Committed>,
         }
         let r: R = self.json(
             "GET",
             &format!("/v1/lookup?unit={}", encode(unit)),
             Payload::Empty,
         )?;
-        r.committed
-            .map(|c| c.to_committed().map_err(ClientError::Protocol))
-            .transpose()
+        Ok(r.committed)
     }
 
     /// The unit's entry, newest or as of `at`.
     pub fn get(&self, unit: &str, at: Option<u64>) -> Result<Option<Entry>> {
         #[derive(serde::Deserialize)]
         struct R {
-            entry: Option<EntryW>,
+            entry: Option<Entry>,
         }
         let r: R = self.json("GET", &unit_query("/v1/entry", unit, at), Payload::Empty)?;
-        r.entry
-            .map(|e| e.to_entry().map_err(ClientError::Protocol))
-            .transpose()
+        Ok(r.entry)
     }
 
     /// Copies the unit's object (newest or as of `at`) into `out`, streamed; its entry, or
@@ -187,11 +179,10 @@ impl Client {
             Err(ClientError::Store { status: 404, .. }) => return Ok(None),
             other => other?,
         };
-        let entry: EntryW = resp
+        let entry: Entry = resp
             .header("x-oncelake-entry")
             .and_then(|h| serde_json::from_str(h).ok())
             .ok_or_else(|| ClientError::Protocol("an object without its entry header".into()))?;
-        let entry = entry.to_entry().map_err(ClientError::Protocol)?;
         let mut checked = crate::object_check::Checking::new(out);
         std::io::copy(&mut resp.body, &mut checked).map_err(|e| lost(what, e))?;
         // The in-process read's size and CRC32 check (SPEC I2), made as the bytes arrived.
@@ -216,9 +207,9 @@ impl Client {
         let resp = self.request("GET", &path, Payload::Empty)?;
         for line in BufReader::new(resp.body).lines() {
             let line = line.map_err(|e| lost("GET /v1/ls", e))?;
-            let e: EntryW = serde_json::from_str(&line)
+            let e: Entry = serde_json::from_str(&line)
                 .map_err(|e| ClientError::Protocol(format!("an ls line: {e}")))?;
-            if !each(e.to_entry().map_err(ClientError::Protocol)?) {
+            if !each(e) {
                 break;
             }
         }

@@ -1,10 +1,10 @@
-//! The JSON shapes of the HTTP API and their exact conversions to and from the engine's types,
-//! so that a client gets back the very values an in-process caller would (and the CLI prints
-//! them with the same code).
+//! The JSON shapes of the HTTP API that are not the engine's own types: requests, the lease and
+//! claim answers, the change feed's pages. The entries, objects, outcomes, commit and GC reports
+//! cross the wire as the engine's types (its `serde` feature), so a client gets back the very
+//! values an in-process caller would (and the CLI prints them with the same code).
 
 use oncelake::{
-    ClaimOutcome, CommitReport, Committed, Entry, GcReport, Lease, ObjectId, ObjectMeta, Outcome,
-    ReleaseOutcome, RenewOutcome, UnitOutcome,
+    ClaimOutcome, Entry, Lease, ObjectId, ObjectMeta, ReleaseOutcome, RenewOutcome, UnitOutcome,
 };
 use serde::{Deserialize, Serialize};
 
@@ -17,273 +17,10 @@ pub struct ErrorBody {
     pub message: String,
 }
 
-/// An object's identity as the engine computed it.
-#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
-pub struct ObjectW {
-    /// BLAKE3, 64 hex digits.
-    pub object: String,
-    /// Bytes.
-    pub size: u64,
-    /// CRC32.
-    pub crc32: u32,
-}
-
-impl From<ObjectMeta> for ObjectW {
-    fn from(m: ObjectMeta) -> Self {
-        ObjectW {
-            object: m.id.to_hex(),
-            size: m.size,
-            crc32: m.crc32,
-        }
-    }
-}
-
-impl ObjectW {
-    /// Back to the engine's type.
-    pub fn to_meta(&self) -> Result<ObjectMeta, String> {
-        Ok(ObjectMeta {
-            id: parse_id(&self.object)?,
-            size: self.size,
-            crc32: self.crc32,
-        })
-    }
-}
-
 /// Parses an object id.
 pub fn parse_id(hex: &str) -> Result<ObjectId, String> {
     hex.parse()
         .map_err(|_| format!("{hex:?} is not an object id (64 hex digits)"))
-}
-
-/// A manifest entry.
-#[derive(Clone, Debug, Serialize, Deserialize)]
-pub struct EntryW {
-    /// Unit key.
-    pub unit: String,
-    /// Source version.
-    pub source_version: u64,
-    /// Revision (corrections).
-    pub revision: u32,
-    /// Its object.
-    #[serde(flatten)]
-    pub object: ObjectW,
-    /// The commit that made it visible.
-    pub seq: u64,
-    /// Commit time, ms since the Unix epoch.
-    pub committed_at_ms: u64,
-}
-
-impl From<&Entry> for EntryW {
-    fn from(e: &Entry) -> Self {
-        EntryW {
-            unit: e.unit.clone(),
-            source_version: e.source_version,
-            revision: e.revision,
-            object: e.object.into(),
-            seq: e.seq,
-            committed_at_ms: e.committed_at_ms,
-        }
-    }
-}
-
-impl EntryW {
-    /// Back to the engine's type.
-    pub fn to_entry(&self) -> Result<Entry, String> {
-        Ok(Entry {
-            unit: self.unit.clone(),
-            source_version: self.source_version,
-            revision: self.revision,
-            object: self.object.to_meta()?,
-            seq: self.seq,
-            committed_at_ms: self.committed_at_ms,
-        })
-    }
-}
-
-/// A unit's outcome in a commit.
-#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
-#[serde(tag = "outcome", rename_all = "snake_case")]
-pub enum OutcomeW {
-    /// See [`Outcome::Committed`].
-    Committed {
-        /// seq
-        seq: u64,
-        /// revision
-        revision: u32,
-        /// superseded version
-        superseded: Option<u64>,
-    },
-    /// See [`Outcome::Duplicate`].
-    Duplicate {
-        /// seq
-        seq: u64,
-    },
-    /// See [`Outcome::Conflict`].
-    Conflict {
-        /// the winner's seq
-        winner_seq: u64,
-        /// the winner's object
-        winner: String,
-    },
-    /// See [`Outcome::Stale`].
-    Stale {
-        /// the committed version
-        current_version: u64,
-    },
-    /// See [`Outcome::Fenced`].
-    Fenced {
-        /// the token used
-        token: u64,
-        /// the unit's newest token
-        newest_token: u64,
-    },
-    /// See [`Outcome::Busy`].
-    Busy {
-        /// lease expiry
-        expires_at_ms: u64,
-    },
-    /// See [`Outcome::Aborted`].
-    Aborted,
-}
-
-impl From<&Outcome> for OutcomeW {
-    fn from(o: &Outcome) -> Self {
-        match *o {
-            Outcome::Committed {
-                seq,
-                revision,
-                superseded,
-            } => OutcomeW::Committed {
-                seq,
-                revision,
-                superseded,
-            },
-            Outcome::Duplicate { seq } => OutcomeW::Duplicate { seq },
-            Outcome::Conflict { winner_seq, winner } => OutcomeW::Conflict {
-                winner_seq,
-                winner: winner.to_hex(),
-            },
-            Outcome::Stale { current_version } => OutcomeW::Stale { current_version },
-            Outcome::Fenced {
-                token,
-                newest_token,
-            } => OutcomeW::Fenced {
-                token,
-                newest_token,
-            },
-            Outcome::Busy { expires_at_ms } => OutcomeW::Busy { expires_at_ms },
-            Outcome::Aborted => OutcomeW::Aborted,
-        }
-    }
-}
-
-impl OutcomeW {
-    /// Back to the engine's type.
-    pub fn to_outcome(&self) -> Result<Outcome, String> {
-        Ok(match self {
-            OutcomeW::Committed {
-                seq,
-                revision,
-                superseded,
-            } => Outcome::Committed {
-                seq: *seq,
-                revision: *revision,
-                superseded: *superseded,
-            },
-            OutcomeW::Duplicate { seq } => Outcome::Duplicate { seq: *seq },
-            OutcomeW::Conflict { winner_seq, winner } => Outcome::Conflict {
-                winner_seq: *winner_seq,
-                winner: parse_id(winner)?,
-            },
-            OutcomeW::Stale { current_version } => Outcome::Stale {
-                current_version: *current_version,
-            },
-            OutcomeW::Fenced {
-                token,
-                newest_token,
-            } => Outcome::Fenced {
-                token: *token,
-                newest_token: *newest_token,
-            },
-            OutcomeW::Busy { expires_at_ms } => Outcome::Busy {
-                expires_at_ms: *expires_at_ms,
-            },
-            OutcomeW::Aborted => Outcome::Aborted,
-        })
-    }
-}
-
-/// One unit's answer in a commit.
-#[derive(Clone, Debug, Serialize, Deserialize)]
-pub struct UnitOutcomeW {
-    /// Unit key.
-    pub unit: String,
-    /// Source version asked for.
-    pub source_version: u64,
-    /// The object asked for.
-    pub object: String,
-    /// The worker holding the lease of a busy unit.
-    pub holder: Option<String>,
-    /// What happened.
-    #[serde(flatten)]
-    pub outcome: OutcomeW,
-}
-
-impl From<&UnitOutcome> for UnitOutcomeW {
-    fn from(u: &UnitOutcome) -> Self {
-        UnitOutcomeW {
-            unit: u.unit.clone(),
-            source_version: u.source_version,
-            object: u.object.to_hex(),
-            holder: u.holder.clone(),
-            outcome: (&u.outcome).into(),
-        }
-    }
-}
-
-impl UnitOutcomeW {
-    /// Back to the engine's type.
-    pub fn to_unit_outcome(&self) -> Result<UnitOutcome, String> {
-        Ok(UnitOutcome {
-            unit: self.unit.clone(),
-            source_version: self.source_version,
-            object: parse_id(&self.object)?,
-            outcome: self.outcome.to_outcome()?,
-            holder: self.holder.clone(),
-        })
-    }
-}
-
-/// A commit's report.
-#[derive(Clone, Debug, Serialize, Deserialize)]
-pub struct CommitReportW {
-    /// The log record's seq, if anything was written.
-    pub seq: Option<u64>,
-    /// Per unit, in batch order.
-    pub units: Vec<UnitOutcomeW>,
-}
-
-impl From<&CommitReport> for CommitReportW {
-    fn from(r: &CommitReport) -> Self {
-        CommitReportW {
-            seq: r.seq,
-            units: r.units.iter().map(Into::into).collect(),
-        }
-    }
-}
-
-impl CommitReportW {
-    /// Back to the engine's type.
-    pub fn to_report(&self) -> Result<CommitReport, String> {
-        Ok(CommitReport {
-            seq: self.seq,
-            units: self
-                .units
-                .iter()
-                .map(UnitOutcomeW::to_unit_outcome)
-                .collect::<Result<_, _>>()?,
-        })
-    }
 }
 
 /// The answer of a one-unit put: the unit's outcome and the staged object.
@@ -291,9 +28,9 @@ impl CommitReportW {
 pub struct PutW {
     /// The unit's outcome.
     #[serde(flatten)]
-    pub unit: UnitOutcomeW,
+    pub unit: UnitOutcome,
     /// The object staged from the upload.
-    pub staged: ObjectW,
+    pub staged: ObjectMeta,
 }
 
 /// The answer of a staging upload: a handle for a later commit.
@@ -304,7 +41,7 @@ pub struct StagedW {
     pub staged: u64,
     /// What staging computed.
     #[serde(flatten)]
-    pub meta: ObjectW,
+    pub meta: ObjectMeta,
 }
 
 /// One item of a batch commit.
@@ -411,7 +148,7 @@ pub enum ClaimW {
     /// Already committed at or above the version.
     AlreadyDone {
         /// The entry.
-        entry: EntryW,
+        entry: Entry,
     },
 }
 
@@ -429,7 +166,7 @@ impl From<&ClaimOutcome> for ClaimW {
                 worker: worker.clone(),
                 expires_at_ms: *expires_at_ms,
             },
-            ClaimOutcome::AlreadyDone(e) => ClaimW::AlreadyDone { entry: e.into() },
+            ClaimOutcome::AlreadyDone(e) => ClaimW::AlreadyDone { entry: e.clone() },
         }
     }
 }
@@ -449,7 +186,7 @@ impl ClaimW {
                 worker: worker.clone(),
                 expires_at_ms: *expires_at_ms,
             },
-            ClaimW::AlreadyDone { entry } => ClaimOutcome::AlreadyDone(entry.to_entry()?),
+            ClaimW::AlreadyDone { entry } => ClaimOutcome::AlreadyDone(entry.clone()),
         })
     }
 }
@@ -554,38 +291,6 @@ impl From<&ReleaseW> for ReleaseOutcome {
     }
 }
 
-/// The dedup fast path's answer.
-#[derive(Clone, Debug, Serialize, Deserialize)]
-pub struct CommittedW {
-    /// Committed source version.
-    pub source_version: u64,
-    /// Its object.
-    pub object: String,
-    /// The commit's seq.
-    pub seq: u64,
-}
-
-impl From<&Committed> for CommittedW {
-    fn from(c: &Committed) -> Self {
-        CommittedW {
-            source_version: c.source_version,
-            object: c.object.to_hex(),
-            seq: c.seq,
-        }
-    }
-}
-
-impl CommittedW {
-    /// Back to the engine's type.
-    pub fn to_committed(&self) -> Result<Committed, String> {
-        Ok(Committed {
-            source_version: self.source_version,
-            object: parse_id(&self.object)?,
-            seq: self.seq,
-        })
-    }
-}
-
 /// One record of the change feed: its exact encoding (hex), so a client decodes the engine's
 /// own [`oncelake::log::Record`].
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -625,65 +330,120 @@ pub fn from_hex(s: &str) -> Result<Vec<u8>, String> {
         .collect()
 }
 
-/// A GC report, field for field.
-#[derive(Clone, Debug, Serialize, Deserialize)]
-pub struct GcReportW {
-    /// See [`GcReport`].
-    pub dry_run: bool,
-    /// See [`GcReport`].
-    pub staging_files: u64,
-    /// See [`GcReport`].
-    pub staging_bytes: u64,
-    /// See [`GcReport`].
-    pub staging_files_young: u64,
-    /// See [`GcReport`].
-    pub objects: u64,
-    /// See [`GcReport`].
-    pub object_bytes: u64,
-    /// See [`GcReport`].
-    pub history_rows_pruned: u64,
-    /// See [`GcReport`].
-    pub history_from: u64,
-    /// See [`GcReport`].
-    pub objects_referenced: u64,
-    /// See [`GcReport`].
-    pub objects_pinned: u64,
-    /// See [`GcReport`].
-    pub stray_files: u64,
-}
+#[cfg(test)]
+mod tests {
+    use oncelake::{CommitReport, Entry, GcReport, ObjectId, ObjectMeta, Outcome, UnitOutcome};
 
-impl From<&GcReport> for GcReportW {
-    fn from(r: &GcReport) -> Self {
-        GcReportW {
-            dry_run: r.dry_run,
-            staging_files: r.staging_files,
-            staging_bytes: r.staging_bytes,
-            staging_files_young: r.staging_files_young,
-            objects: r.objects,
-            object_bytes: r.object_bytes,
-            history_rows_pruned: r.history_rows_pruned,
-            history_from: r.history_from,
-            objects_referenced: r.objects_referenced,
-            objects_pinned: r.objects_pinned,
-            stray_files: r.stray_files,
+    /// The engine's types on the wire keep the API's JSON byte for byte (the shapes
+    /// docs/server.md shows), and read back to the very values sent.
+    #[test]
+    fn engine_types_keep_the_apis_json_and_read_back_exactly() {
+        let id = ObjectId::of(b"x");
+        let hex = id.to_hex();
+        let entry = Entry {
+            unit: "orders/d=1".into(),
+            source_version: 7,
+            revision: 1,
+            object: ObjectMeta {
+                id,
+                size: 3,
+                crc32: 9,
+            },
+            seq: 18,
+            committed_at_ms: 5,
+        };
+        let text = serde_json::to_string(&entry).unwrap();
+        assert_eq!(
+            text,
+            format!(
+                r#"{{"unit":"orders/d=1","source_version":7,"revision":1,"object":"{hex}","size":3,"crc32":9,"seq":18,"committed_at_ms":5}}"#
+            )
+        );
+        assert_eq!(serde_json::from_str::<Entry>(&text).unwrap(), entry);
+
+        let outcomes = [
+            (
+                Outcome::Committed {
+                    seq: 18,
+                    revision: 0,
+                    superseded: None,
+                },
+                r#""outcome":"committed","seq":18,"revision":0,"superseded":null"#.to_string(),
+            ),
+            (
+                Outcome::Duplicate { seq: 4 },
+                r#""outcome":"duplicate","seq":4"#.into(),
+            ),
+            (
+                Outcome::Conflict {
+                    winner_seq: 2,
+                    winner: id,
+                },
+                format!(r#""outcome":"conflict","winner_seq":2,"winner":"{hex}""#),
+            ),
+            (
+                Outcome::Stale { current_version: 9 },
+                r#""outcome":"stale","current_version":9"#.into(),
+            ),
+            (
+                Outcome::Fenced {
+                    token: 12,
+                    newest_token: 14,
+                },
+                r#""outcome":"fenced","token":12,"newest_token":14"#.into(),
+            ),
+            (
+                Outcome::Busy { expires_at_ms: 77 },
+                r#""outcome":"busy","expires_at_ms":77"#.into(),
+            ),
+            (Outcome::Aborted, r#""outcome":"aborted""#.into()),
+        ];
+        let mut report = CommitReport {
+            seq: Some(19),
+            units: Vec::new(),
+        };
+        for (i, (outcome, fields)) in outcomes.into_iter().enumerate() {
+            let holder = matches!(outcome, Outcome::Busy { .. }).then(|| "w2".to_string());
+            let u = UnitOutcome {
+                unit: format!("u{i}"),
+                source_version: 7,
+                object: id,
+                holder: holder.clone(),
+                outcome,
+            };
+            let holder = holder.map_or("null".into(), |h| format!("\"{h}\""));
+            let text = serde_json::to_string(&u).unwrap();
+            assert_eq!(
+                text,
+                format!(
+                    r#"{{"unit":"u{i}","source_version":7,"object":"{hex}","holder":{holder},{fields}}}"#
+                )
+            );
+            assert_eq!(serde_json::from_str::<UnitOutcome>(&text).unwrap(), u);
+            report.units.push(u);
         }
+        let text = serde_json::to_string(&report).unwrap();
+        assert_eq!(serde_json::from_str::<CommitReport>(&text).unwrap(), report);
+
+        let gc = GcReport {
+            dry_run: true,
+            objects: 3,
+            history_from: 2,
+            ..GcReport::default()
+        };
+        let text = serde_json::to_string(&gc).unwrap();
+        assert!(
+            text.starts_with(r#"{"dry_run":true,"staging_files":0,"#),
+            "{text}"
+        );
+        assert_eq!(serde_json::from_str::<GcReport>(&text).unwrap(), gc);
     }
-}
 
-impl From<&GcReportW> for GcReport {
-    fn from(r: &GcReportW) -> Self {
-        GcReport {
-            dry_run: r.dry_run,
-            staging_files: r.staging_files,
-            staging_bytes: r.staging_bytes,
-            staging_files_young: r.staging_files_young,
-            objects: r.objects,
-            object_bytes: r.object_bytes,
-            history_rows_pruned: r.history_rows_pruned,
-            history_from: r.history_from,
-            objects_referenced: r.objects_referenced,
-            objects_pinned: r.objects_pinned,
-            stray_files: r.stray_files,
-        }
+    #[test]
+    fn a_bad_object_id_is_refused_with_what_it_should_be() {
+        let e = serde_json::from_str::<ObjectMeta>(r#"{"object":"zz","size":1,"crc32":2}"#)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("64 hex digits"), "{e}");
     }
 }

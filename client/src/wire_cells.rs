@@ -2,9 +2,10 @@
 //! `fail`, `input`): the engine's [`ReadyCell`], [`Claim`], [`Attempt`] and [`FailOutcome`] field
 //! for field, shared by the server and the [`crate::Client`] (a client-only build has them).
 
-use crate::wire::{EntryW, LeaseW};
+use crate::wire::LeaseW;
 use crate::wire_pipeline::StaleW;
 use oncelake::pipeline::{Attempt, Claim, FailOutcome, Input, ReadyCell, StaleReason};
+use oncelake::Entry;
 use serde::{Deserialize, Serialize};
 
 /// The engine's [`ReadyCell`].
@@ -26,7 +27,7 @@ pub struct ReadyCellW {
 #[allow(missing_docs)]
 pub struct InputW {
     pub stage: Option<String>,
-    pub entry: EntryW,
+    pub entry: Entry,
 }
 
 /// The engine's [`Claim`].
@@ -115,7 +116,7 @@ impl From<&ReadyCell> for ReadyCellW {
                 .iter()
                 .map(|i| InputW {
                     stage: i.stage.clone(),
-                    entry: EntryW::from(&i.entry),
+                    entry: i.entry.clone(),
                 })
                 .collect(),
         }
@@ -139,7 +140,7 @@ impl ReadyCellW {
                 .map(|i| {
                     Ok(Input {
                         stage: i.stage.clone(),
-                        entry: i.entry.to_entry()?,
+                        entry: i.entry.clone(),
                     })
                 })
                 .collect::<Result<_, String>>()?,

@@ -36,7 +36,7 @@ pub(crate) async fn gc(State(app): State<Arc<App>>, body: Body) -> ApiResult<Res
     app.expire_staged();
     let app2 = app.clone();
     let rep = app.blocking(move || app2.store.gc(o)).await?;
-    Ok(json(&crate::wire::GcReportW::from(&rep)))
+    Ok(json(&rep))
 }
 
 #[derive(Deserialize)]

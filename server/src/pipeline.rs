@@ -12,7 +12,6 @@
 use crate::api_error::{json, query, ApiError, ApiResult};
 use crate::app::App;
 use crate::body::{read_body, read_body_max};
-use crate::wire::UnitOutcomeW;
 use crate::wire_pipeline::{ExplainW, StatusW};
 use axum::body::Body;
 use axum::extract::rejection::QueryRejection;
@@ -45,7 +44,7 @@ pub(crate) async fn set_source(
         .await?;
     // A commit like a put's: long-polls waiting on the feed wake for it.
     app.note_seq(app.store.last_seq().ok());
-    Ok(json(&UnitOutcomeW::from(&u)))
+    Ok(json(&u))
 }
 
 async fn read_bytes(app: &App, body: Body) -> ApiResult<Vec<u8>> {

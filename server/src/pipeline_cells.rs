@@ -8,7 +8,6 @@ use crate::api_error::{json, ApiError, ApiResult};
 use crate::app::App;
 use crate::body::{read_body, read_json};
 use crate::pipeline::{def_call, parse_definition, WithDefinition};
-use crate::wire::UnitOutcomeW;
 use crate::wire_cells::{AttemptW, ClaimCellW, FailOutcomeW, ReadyCellW};
 use axum::body::Body;
 use axum::extract::State;
@@ -137,7 +136,7 @@ pub(crate) async fn complete(State(app): State<Arc<App>>, body: Body) -> ApiResu
     if let oncelake::Outcome::Committed { seq, .. } = u.outcome {
         app.note_seq(Some(seq));
     }
-    Ok(json(&UnitOutcomeW::from(&u)))
+    Ok(json(&u))
 }
 
 #[derive(Deserialize)]

@@ -2,7 +2,7 @@
 
 use crate::api_error::{json, query, ApiError, ApiResult};
 use crate::app::App;
-use crate::wire::{ChangesW, CommittedW, EntryW, RecordW};
+use crate::wire::{ChangesW, RecordW};
 use axum::body::{Body, Bytes};
 use axum::extract::rejection::QueryRejection;
 use axum::extract::{Query, State};
@@ -36,9 +36,7 @@ pub(crate) async fn lookup(
         let app2 = app.clone();
         app.blocking(move || app2.store.lookup(&q.unit)).await?
     };
-    Ok(json(
-        &serde_json::json!({ "committed": c.as_ref().map(CommittedW::from) }),
-    ))
+    Ok(json(&serde_json::json!({ "committed": c })))
 }
 
 /// The unit's entry in `snap` and its object, opened and checked against the entry's length.
@@ -73,9 +71,7 @@ pub(crate) async fn entry(
     let e = app
         .blocking(move || snapshot(&app2.store, q.at)?.get(&q.unit))
         .await?;
-    Ok(json(
-        &serde_json::json!({ "entry": e.as_ref().map(EntryW::from) }),
-    ))
+    Ok(json(&serde_json::json!({ "entry": e })))
 }
 
 /// Streams a unit's object: its entry in the `x-oncelake-entry` header (JSON), its bytes as the
@@ -110,7 +106,7 @@ pub(crate) fn object_response(
 ) -> ApiResult<Response> {
     let (tx, rx) = tokio::sync::mpsc::channel::<Result<Bytes, std::io::Error>>(4);
     app.spawn_blocking(move || pump_file(file, tx))?;
-    let header_json = serde_json::to_string(&EntryW::from(entry)).unwrap_or_default();
+    let header_json = serde_json::to_string(entry).unwrap_or_default();
     Ok((
         [
             (header::CONTENT_TYPE, "application/octet-stream".to_string()),
@@ -186,7 +182,7 @@ pub(crate) async fn ls(
         };
         for e in entries {
             let line = match e {
-                Ok(e) => serde_json::to_string(&EntryW::from(&e)).map(|s| s + "\n"),
+                Ok(e) => serde_json::to_string(&e).map(|s| s + "\n"),
                 Err(e) => {
                     let _ = tx.blocking_send(Err(std::io::Error::other(e.to_string())));
                     return;

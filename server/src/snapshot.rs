@@ -12,7 +12,6 @@ use crate::api_error::{json, query, ApiError, ApiResult};
 use crate::app::App;
 use crate::reads::{object_response, receiver_stream};
 use crate::snapshot_leases::{DEFAULT_TTL, MAX_OPEN, MAX_TTL};
-use crate::wire::EntryW;
 use axum::body::{Body, Bytes};
 use axum::extract::rejection::QueryRejection;
 use axum::extract::{Query, State};
@@ -106,9 +105,7 @@ pub(crate) async fn entry(
     oncelake::validate_key(&q.unit).map_err(ApiError::from)?;
     let snap = app.snapshots.touch(q.id)?;
     let e = app.blocking(move || snap.get(&q.unit)).await?;
-    Ok(json(
-        &serde_json::json!({ "entry": e.as_ref().map(EntryW::from) }),
-    ))
+    Ok(json(&serde_json::json!({ "entry": e })))
 }
 
 /// `GET /v1/snapshot/object?id=&unit=`: the unit's object in the view, streamed, with its entry
@@ -159,7 +156,7 @@ pub(crate) async fn ls(
         };
         for e in entries {
             let line = match e {
-                Ok(e) => serde_json::to_string(&EntryW::from(&e)).unwrap_or_default() + "\n",
+                Ok(e) => serde_json::to_string(&e).unwrap_or_default() + "\n",
                 Err(e) => {
                     let _ = tx.blocking_send(Err(std::io::Error::other(e.to_string())));
                     return;

@@ -10,8 +10,7 @@ use crate::api_error::{joined, json, query, ApiError, ApiResult};
 use crate::app::App;
 use crate::body::{read_json, upload};
 use crate::wire::{
-    ClaimReqW, ClaimW, CommitReportW, CommitW, ObjectW, PutW, ReleaseReqW, ReleaseW, RenewReqW,
-    RenewW, StagedW, UnitOutcomeW,
+    ClaimReqW, ClaimW, CommitW, PutW, ReleaseReqW, ReleaseW, RenewReqW, RenewW, StagedW,
 };
 use axum::body::Body;
 use axum::extract::rejection::QueryRejection;
@@ -134,8 +133,8 @@ pub(crate) async fn put_unit(
         )
     })?;
     Ok(json(&PutW {
-        unit: UnitOutcomeW::from(unit),
-        staged: staged.meta().into(),
+        unit: unit.clone(),
+        staged: staged.meta(),
     }))
 }
 
@@ -160,7 +159,7 @@ pub(crate) async fn stage(
     let client = crate::bounds::current_client();
     app.staged.room_for(&client)?;
     let staged = upload(&app, body).await?;
-    let meta: ObjectW = staged.meta().into();
+    let meta = staged.meta();
     let (id, n) = app.staged.insert(staged, ttl, client)?;
     app.live.set_staged_handles(n as u64);
     Ok(json(&StagedW { staged: id, meta }))
@@ -215,7 +214,7 @@ pub(crate) async fn commit(State(app): State<Arc<App>>, body: Body) -> ApiResult
         let (_, n) = app.staged.remove(req.items.iter().map(|it| it.staged));
         app.live.set_staged_handles(n as u64);
     }
-    Ok(json(&CommitReportW::from(&report)))
+    Ok(json(&report))
 }
 
 pub(crate) async fn claim(State(app): State<Arc<App>>, body: Body) -> ApiResult<Response> {
