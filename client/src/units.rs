@@ -6,8 +6,8 @@ use crate::error::{lost, ClientError, Result};
 use crate::http1::{encode, to_json, unit_query};
 use crate::wire;
 use crate::wire::{
-    ChangesW, ClaimReqW, ClaimW, CommitItemW, CommitW, LeaseW, PutW, ReleaseReqW, ReleaseW,
-    RenewReqW, RenewW, StagedW,
+    ChangesW, ClaimReqW, ClaimW, CommitItemW, CommitW, PutW, ReleaseReqW, RenewReqW, RenewW,
+    StagedW,
 };
 use oncelake::log::Record;
 use oncelake::ClaimOutcome;
@@ -114,7 +114,7 @@ impl Client {
     /// Renews a lease.
     pub fn renew(&self, lease: &Lease, ttl: Duration) -> Result<RenewOutcome> {
         let body = to_json(&RenewReqW {
-            lease: LeaseW::from(lease),
+            lease: lease.clone(),
             ttl_ms: ttl.as_millis() as u64,
         })?;
         let r: RenewW = self.json("POST", "/v1/renew", Payload::Json(body))?;
@@ -124,10 +124,9 @@ impl Client {
     /// Releases a lease.
     pub fn release(&self, lease: &Lease) -> Result<ReleaseOutcome> {
         let body = to_json(&ReleaseReqW {
-            lease: LeaseW::from(lease),
+            lease: lease.clone(),
         })?;
-        let r: ReleaseW = self.json("POST", "/v1/release", Payload::Json(body))?;
-        Ok((&r).into())
+        self.json("POST", "/v1/release", Payload::Json(body))
     }
 
     /// The dedup fast path: the unit's committed version, if any.

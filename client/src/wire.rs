@@ -3,9 +3,7 @@
 //! cross the wire as the engine's types (its `serde` feature), so a client gets back the very
 //! values an in-process caller would (and the CLI prints them with the same code).
 
-use oncelake::{
-    ClaimOutcome, Entry, Lease, ObjectId, ObjectMeta, ReleaseOutcome, RenewOutcome, UnitOutcome,
-};
+use oncelake::{ClaimOutcome, Entry, Lease, ObjectId, ObjectMeta, RenewOutcome, UnitOutcome};
 use serde::{Deserialize, Serialize};
 
 /// An error answer: a stable kind and a message that says what to do.
@@ -75,45 +73,6 @@ pub struct CommitW {
     pub keep_staged: bool,
 }
 
-/// A lease.
-#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
-pub struct LeaseW {
-    /// Unit key.
-    pub unit: String,
-    /// Worker.
-    pub worker: String,
-    /// Fencing token.
-    pub token: u64,
-    /// Source version.
-    pub source_version: u64,
-    /// Expiry, ms since the Unix epoch.
-    pub expires_at_ms: u64,
-}
-
-impl From<&Lease> for LeaseW {
-    fn from(l: &Lease) -> Self {
-        LeaseW {
-            unit: l.unit.clone(),
-            worker: l.worker.clone(),
-            token: l.token,
-            source_version: l.source_version,
-            expires_at_ms: l.expires_at_ms,
-        }
-    }
-}
-
-impl From<&LeaseW> for Lease {
-    fn from(l: &LeaseW) -> Self {
-        Lease {
-            unit: l.unit.clone(),
-            worker: l.worker.clone(),
-            token: l.token,
-            source_version: l.source_version,
-            expires_at_ms: l.expires_at_ms,
-        }
-    }
-}
-
 /// A claim request.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct ClaimReqW {
@@ -134,7 +93,7 @@ pub enum ClaimW {
     /// Granted.
     Granted {
         /// The lease.
-        lease: LeaseW,
+        lease: Lease,
         /// Took over an expired lease.
         took_over: bool,
     },
@@ -156,7 +115,7 @@ impl From<&ClaimOutcome> for ClaimW {
     fn from(c: &ClaimOutcome) -> Self {
         match c {
             ClaimOutcome::Granted { lease, took_over } => ClaimW::Granted {
-                lease: lease.into(),
+                lease: lease.clone(),
                 took_over: *took_over,
             },
             ClaimOutcome::Held {
@@ -176,7 +135,7 @@ impl ClaimW {
     pub fn to_outcome(&self) -> Result<ClaimOutcome, String> {
         Ok(match self {
             ClaimW::Granted { lease, took_over } => ClaimOutcome::Granted {
-                lease: lease.into(),
+                lease: lease.clone(),
                 took_over: *took_over,
             },
             ClaimW::Held {
@@ -195,7 +154,7 @@ impl ClaimW {
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct RenewReqW {
     /// The lease.
-    pub lease: LeaseW,
+    pub lease: Lease,
     /// New lease length in ms.
     pub ttl_ms: u64,
 }
@@ -207,7 +166,7 @@ pub enum RenewW {
     /// Renewed.
     Renewed {
         /// The renewed lease.
-        lease: LeaseW,
+        lease: Lease,
     },
     /// Lost.
     Lost {
@@ -219,7 +178,7 @@ pub enum RenewW {
 impl From<&RenewOutcome> for RenewW {
     fn from(r: &RenewOutcome) -> Self {
         match r {
-            RenewOutcome::Renewed(l) => RenewW::Renewed { lease: l.into() },
+            RenewOutcome::Renewed(l) => RenewW::Renewed { lease: l.clone() },
             RenewOutcome::Lost { newest_token } => RenewW::Lost {
                 newest_token: *newest_token,
             },
@@ -230,7 +189,7 @@ impl From<&RenewOutcome> for RenewW {
 impl From<&RenewW> for RenewOutcome {
     fn from(r: &RenewW) -> Self {
         match r {
-            RenewW::Renewed { lease } => RenewOutcome::Renewed(lease.into()),
+            RenewW::Renewed { lease } => RenewOutcome::Renewed(lease.clone()),
             RenewW::Lost { newest_token } => RenewOutcome::Lost {
                 newest_token: *newest_token,
             },
@@ -242,53 +201,7 @@ impl From<&RenewW> for RenewOutcome {
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct ReleaseReqW {
     /// The lease.
-    pub lease: LeaseW,
-}
-
-/// A release's answer.
-#[derive(Clone, Debug, Serialize, Deserialize)]
-#[serde(tag = "release", rename_all = "snake_case")]
-pub enum ReleaseW {
-    /// Released.
-    Released,
-    /// Another worker holds it.
-    NotHolder {
-        /// The holder.
-        holder: String,
-    },
-    /// Not a lease that can still end.
-    Lost {
-        /// The unit's newest token.
-        newest_token: u64,
-    },
-}
-
-impl From<&ReleaseOutcome> for ReleaseW {
-    fn from(r: &ReleaseOutcome) -> Self {
-        match r {
-            ReleaseOutcome::Released => ReleaseW::Released,
-            ReleaseOutcome::NotHolder { holder } => ReleaseW::NotHolder {
-                holder: holder.clone(),
-            },
-            ReleaseOutcome::Lost { newest_token } => ReleaseW::Lost {
-                newest_token: *newest_token,
-            },
-        }
-    }
-}
-
-impl From<&ReleaseW> for ReleaseOutcome {
-    fn from(r: &ReleaseW) -> Self {
-        match r {
-            ReleaseW::Released => ReleaseOutcome::Released,
-            ReleaseW::NotHolder { holder } => ReleaseOutcome::NotHolder {
-                holder: holder.clone(),
-            },
-            ReleaseW::Lost { newest_token } => ReleaseOutcome::Lost {
-                newest_token: *newest_token,
-            },
-        }
-    }
+    pub lease: Lease,
 }
 
 /// One record of the change feed: its exact encoding (hex), so a client decodes the engine's
@@ -332,7 +245,10 @@ pub fn from_hex(s: &str) -> Result<Vec<u8>, String> {
 
 #[cfg(test)]
 mod tests {
-    use oncelake::{CommitReport, Entry, GcReport, ObjectId, ObjectMeta, Outcome, UnitOutcome};
+    use oncelake::{
+        CommitReport, Entry, GcReport, Lease, ObjectId, ObjectMeta, Outcome, ReleaseOutcome,
+        UnitOutcome,
+    };
 
     /// The engine's types on the wire keep the API's JSON byte for byte (the shapes
     /// docs/server.md shows), and read back to the very values sent.
@@ -437,6 +353,40 @@ mod tests {
             "{text}"
         );
         assert_eq!(serde_json::from_str::<GcReport>(&text).unwrap(), gc);
+    }
+
+    /// A lease and a release's answer as docs/server.md shows them.
+    #[test]
+    fn leases_and_releases_keep_the_apis_json() {
+        let lease = Lease {
+            unit: "u".into(),
+            worker: "w1".into(),
+            token: 12,
+            source_version: 7,
+            expires_at_ms: 99,
+        };
+        let text = serde_json::to_string(&lease).unwrap();
+        assert_eq!(
+            text,
+            r#"{"unit":"u","worker":"w1","token":12,"source_version":7,"expires_at_ms":99}"#
+        );
+        assert_eq!(serde_json::from_str::<Lease>(&text).unwrap(), lease);
+        for (out, text) in [
+            (ReleaseOutcome::Released, r#"{"release":"released"}"#),
+            (
+                ReleaseOutcome::NotHolder {
+                    holder: "w2".into(),
+                },
+                r#"{"release":"not_holder","holder":"w2"}"#,
+            ),
+            (
+                ReleaseOutcome::Lost { newest_token: 15 },
+                r#"{"release":"lost","newest_token":15}"#,
+            ),
+        ] {
+            assert_eq!(serde_json::to_string(&out).unwrap(), text);
+            assert_eq!(serde_json::from_str::<ReleaseOutcome>(text).unwrap(), out);
+        }
     }
 
     #[test]

@@ -9,9 +9,7 @@
 use crate::api_error::{joined, json, query, ApiError, ApiResult};
 use crate::app::App;
 use crate::body::{read_json, upload};
-use crate::wire::{
-    ClaimReqW, ClaimW, CommitW, PutW, ReleaseReqW, ReleaseW, RenewReqW, RenewW, StagedW,
-};
+use crate::wire::{ClaimReqW, ClaimW, CommitW, PutW, ReleaseReqW, RenewReqW, RenewW, StagedW};
 use axum::body::Body;
 use axum::extract::rejection::QueryRejection;
 use axum::extract::{Query, State};
@@ -240,7 +238,7 @@ pub(crate) async fn claim(State(app): State<Arc<App>>, body: Body) -> ApiResult<
 pub(crate) async fn renew(State(app): State<Arc<App>>, body: Body) -> ApiResult<Response> {
     let r: RenewReqW = read_json(&app, body).await?;
     let write = Write::Renew {
-        lease: (&r.lease).into(),
+        lease: r.lease,
         ttl: Duration::from_millis(r.ttl_ms),
     };
     let out = match write_queued(&app, write).await? {
@@ -254,13 +252,11 @@ pub(crate) async fn renew(State(app): State<Arc<App>>, body: Body) -> ApiResult<
 
 pub(crate) async fn release(State(app): State<Arc<App>>, body: Body) -> ApiResult<Response> {
     let r: ReleaseReqW = read_json(&app, body).await?;
-    let write = Write::Release {
-        lease: (&r.lease).into(),
-    };
+    let write = Write::Release { lease: r.lease };
     let out = match write_queued(&app, write).await? {
         Written::Release(out) => out,
         other => return Err(mismatched("a release", &other)),
     };
     app.note_seq(app.store.last_seq().ok());
-    Ok(json(&ReleaseW::from(&out)))
+    Ok(json(&out))
 }
