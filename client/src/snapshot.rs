@@ -1,14 +1,14 @@
 //! Staging handles, snapshot leases and the log's position over the API.
 
 use crate::client::{Client, Payload};
-use crate::error::{lost, ClientError, Result};
+use crate::error::{ClientError, Result};
 use crate::http1::encode;
 use crate::wire;
 use crate::wire::{ChangesW, StagedW};
 use oncelake::log::Record;
 use oncelake::Entry;
 use oncelake::ObjectMeta;
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{Read, Write};
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -113,19 +113,10 @@ impl Client {
         &self,
         id: u64,
         prefix: &str,
-        mut each: impl FnMut(Entry) -> bool,
+        each: impl FnMut(Entry) -> bool,
     ) -> Result<()> {
         let path = format!("/v1/snapshot/ls?id={id}&prefix={}", encode(prefix));
-        let resp = self.request("GET", &path, Payload::Empty)?;
-        for line in BufReader::new(resp.body).lines() {
-            let line = line.map_err(|e| lost("GET /v1/snapshot/ls", e))?;
-            let e: Entry = serde_json::from_str(&line)
-                .map_err(|e| ClientError::Protocol(format!("an ls line: {e}")))?;
-            if !each(e) {
-                break;
-            }
-        }
-        Ok(())
+        self.entries(&path, "GET /v1/snapshot/ls", each)
     }
 
     /// The log records after `since` up to the view's seq (at most `limit`).

@@ -193,19 +193,25 @@ impl Client {
 
     /// The entries under `prefix` (newest or as of `at`), streamed to `each` in key order until
     /// it returns `false`.
-    pub fn ls(
-        &self,
-        prefix: &str,
-        at: Option<u64>,
-        mut each: impl FnMut(Entry) -> bool,
-    ) -> Result<()> {
+    pub fn ls(&self, prefix: &str, at: Option<u64>, each: impl FnMut(Entry) -> bool) -> Result<()> {
         let mut path = format!("/v1/ls?prefix={}", encode(prefix));
         if let Some(at) = at {
             path.push_str(&format!("&at={at}"));
         }
-        let resp = self.request("GET", &path, Payload::Empty)?;
+        self.entries(&path, "GET /v1/ls", each)
+    }
+
+    /// The entries streamed as JSON lines by `GET path` (an ls, of the store or of a view), to
+    /// `each` in key order until it returns `false`.
+    pub(crate) fn entries(
+        &self,
+        path: &str,
+        during: &str,
+        mut each: impl FnMut(Entry) -> bool,
+    ) -> Result<()> {
+        let resp = self.request("GET", path, Payload::Empty)?;
         for line in BufReader::new(resp.body).lines() {
-            let line = line.map_err(|e| lost("GET /v1/ls", e))?;
+            let line = line.map_err(|e| lost(during, e))?;
             let e: Entry = serde_json::from_str(&line)
                 .map_err(|e| ClientError::Protocol(format!("an ls line: {e}")))?;
             if !each(e) {

@@ -171,9 +171,18 @@ pub(crate) async fn ls(
     let app2 = app.clone();
     let at = q.at;
     let snap = app.blocking(move || snapshot(&app2.store, at)).await?;
+    entries_stream(&app, Arc::new(snap), q.prefix)
+}
+
+/// The entries of `snap` under `prefix` as JSON lines, one entry each, produced on the blocking
+/// pool as the client reads them (`ls`, of the store or of a snapshot lease).
+pub(crate) fn entries_stream<S>(app: &App, snap: S, prefix: String) -> ApiResult<Response>
+where
+    S: std::ops::Deref<Target = oncelake::Snapshot> + Send + 'static,
+{
     let (tx, rx) = tokio::sync::mpsc::channel::<Result<Bytes, std::io::Error>>(16);
     app.spawn_blocking(move || {
-        let entries = match snap.prefix(&q.prefix) {
+        let entries = match snap.prefix(&prefix) {
             Ok(it) => it,
             Err(e) => {
                 let _ = tx.blocking_send(Err(std::io::Error::other(e.to_string())));
@@ -182,22 +191,20 @@ pub(crate) async fn ls(
         };
         for e in entries {
             let line = match e {
-                Ok(e) => serde_json::to_string(&e).map(|s| s + "\n"),
+                Ok(e) => serde_json::to_string(&e).unwrap_or_default() + "\n",
                 Err(e) => {
                     let _ = tx.blocking_send(Err(std::io::Error::other(e.to_string())));
                     return;
                 }
             };
-            let line = line.unwrap_or_default();
             if tx.blocking_send(Ok(Bytes::from(line))).is_err() {
                 return;
             }
         }
     })?;
-    let stream = receiver_stream(rx);
     Ok((
         [(header::CONTENT_TYPE, "application/x-ndjson")],
-        Body::from_stream(stream),
+        Body::from_stream(receiver_stream(rx)),
     )
         .into_response())
 }

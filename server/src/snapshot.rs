@@ -10,13 +10,12 @@
 
 use crate::api_error::{json, query, ApiError, ApiResult};
 use crate::app::App;
-use crate::reads::{object_response, receiver_stream};
+use crate::reads::object_response;
 use crate::snapshot_leases::{DEFAULT_TTL, MAX_OPEN, MAX_TTL};
-use axum::body::{Body, Bytes};
 use axum::extract::rejection::QueryRejection;
 use axum::extract::{Query, State};
-use axum::http::{header, StatusCode};
-use axum::response::{IntoResponse, Response};
+use axum::http::StatusCode;
+use axum::response::Response;
 use serde::Deserialize;
 use std::sync::Arc;
 use std::time::Duration;
@@ -145,33 +144,7 @@ pub(crate) async fn ls(
 ) -> ApiResult<Response> {
     let q = query(q)?;
     let snap = app.snapshots.touch(q.id)?;
-    let (tx, rx) = tokio::sync::mpsc::channel::<Result<Bytes, std::io::Error>>(16);
-    app.spawn_blocking(move || {
-        let entries = match snap.prefix(&q.prefix) {
-            Ok(it) => it,
-            Err(e) => {
-                let _ = tx.blocking_send(Err(std::io::Error::other(e.to_string())));
-                return;
-            }
-        };
-        for e in entries {
-            let line = match e {
-                Ok(e) => serde_json::to_string(&e).unwrap_or_default() + "\n",
-                Err(e) => {
-                    let _ = tx.blocking_send(Err(std::io::Error::other(e.to_string())));
-                    return;
-                }
-            };
-            if tx.blocking_send(Ok(Bytes::from(line))).is_err() {
-                return;
-            }
-        }
-    })?;
-    Ok((
-        [(header::CONTENT_TYPE, "application/x-ndjson")],
-        Body::from_stream(receiver_stream(rx)),
-    )
-        .into_response())
+    crate::reads::entries_stream(&app, snap, q.prefix)
 }
 
 #[derive(Deserialize)]
