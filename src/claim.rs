@@ -45,6 +45,11 @@ pub enum RenewOutcome {
 
 /// The answer to a release.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[cfg_attr(
+    feature = "serde",
+    derive(serde::Serialize, serde::Deserialize),
+    serde(tag = "release", rename_all = "snake_case")
+)]
 pub enum ReleaseOutcome {
     /// The lease ended: its token no longer commits, and the unit may be claimed at once.
     Released,

@@ -145,6 +145,7 @@ impl Default for Options {
 
 /// What the dedup fast path knows about a unit's current entry.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct Committed {
     /// The committed source version.
     pub source_version: u64,

@@ -59,6 +59,7 @@ impl Default for GcOptions {
 
 /// What a garbage collection removed (or, in a dry run, would remove).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct GcReport {
     /// Whether this was a dry run (nothing was removed).
     pub dry_run: bool,

@@ -52,10 +52,30 @@ impl FromStr for ObjectId {
     }
 }
 
+// An object id crosses the wire as its 64 hex digits, as it is shown everywhere else.
+#[cfg(feature = "serde")]
+impl serde::Serialize for ObjectId {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&self.to_hex())
+    }
+}
+
+#[cfg(feature = "serde")]
+impl<'de> serde::Deserialize<'de> for ObjectId {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let hex = <std::borrow::Cow<'de, str>>::deserialize(d)?;
+        hex.parse().map_err(|_| {
+            serde::de::Error::custom(format!("{hex:?} is not an object id (64 hex digits)"))
+        })
+    }
+}
+
 /// What staging computed for an object: its id, size and CRC32.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct ObjectMeta {
     /// BLAKE3 content hash.
+    #[cfg_attr(feature = "serde", serde(rename = "object"))]
     pub id: ObjectId,
     /// Length in bytes.
     pub size: u64,

@@ -6,7 +6,7 @@
 use crate::convert::{engine_err, o};
 use oncelake::ObjectMeta;
 use oncelake::Staged;
-use oncelake_server::Client;
+use oncelake_client::Client;
 use pyo3::exceptions::{PyFileNotFoundError, PyTypeError};
 use pyo3::prelude::*;
 use pyo3::pybacked::PyBackedBytes;

@@ -9,7 +9,7 @@ use oncelake::pipeline::{
     ReadyCell, Status, WorkOptions, WorkReport,
 };
 use oncelake::{Lease, Outcome, UnitOutcome};
-use oncelake_server::Client;
+use oncelake_client::Client;
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyList};

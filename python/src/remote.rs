@@ -6,8 +6,8 @@
 use crate::convert::{self, kw, o};
 use crate::data::{Data, ServedStaged};
 use oncelake::{ClaimOutcome, CommitReport, Lease, ObjectMeta, ReleaseOutcome, RenewOutcome};
-use oncelake_server::wire::CommitItemW;
-use oncelake_server::{Client, ClientError};
+use oncelake_client::wire::CommitItemW;
+use oncelake_client::{Client, ClientError};
 use pyo3::exceptions::PyFileNotFoundError;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyList};
@@ -410,7 +410,7 @@ pub(crate) fn reconcile(
     list_up_to_date: bool,
 ) -> PyResult<oncelake::reconcile::Plan> {
     use oncelake::reconcile::{ListingFormat, Plan};
-    use oncelake_server::{PlanEnd, PlanEvent, ReconcileForm};
+    use oncelake_client::{PlanEnd, PlanEvent, ReconcileForm};
     let mut listing = Vec::new();
     for (unit, version) in pairs {
         let line = serde_json::json!({ "unit": unit, "version": version });

@@ -8,7 +8,7 @@ use crate::remote::{self, Remote};
 use crate::store::lost;
 use crate::store::Backend;
 use oncelake::{Begin, ClaimOutcome, Lease, RenewOutcome};
-use oncelake_server::Client;
+use oncelake_client::Client;
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use std::sync::{Mutex, MutexGuard};

@@ -4,7 +4,7 @@
 use crate::convert::{self, Py2};
 use crate::remote::Remote;
 use oncelake::Snapshot;
-use oncelake_server::{Client, SnapshotLease};
+use oncelake_client::{Client, SnapshotLease};
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyList, PyTuple};
@@ -194,7 +194,7 @@ impl PySnapshot {
                 const PAGE: usize = 10_000;
                 let records = py
                     .detach(
-                        || -> Result<Vec<oncelake::log::Record>, oncelake_server::ClientError> {
+                        || -> Result<Vec<oncelake::log::Record>, oncelake_client::ClientError> {
                             let mut all = Vec::new();
                             let mut since = seq;
                             loop {

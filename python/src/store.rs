@@ -8,7 +8,7 @@ use crate::run::PyRun;
 use crate::snapshot::{self, PySnapshot};
 use oncelake::reconcile::{Pairs, Plan, ReconcileError, ReconcileOptions, SortConfig};
 use oncelake::{Batch, ClaimOutcome, Durability, Options, RenewOutcome};
-use oncelake_server::{Client, ClientError};
+use oncelake_client::{Client, ClientError};
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList, PyTuple};

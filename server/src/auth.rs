@@ -5,7 +5,8 @@
 //! static files ([`crate::status_page::is_public`]), which carry no data of the store: the
 //! page's script sends the token for everything it shows.
 
-use crate::http::{ApiError, App};
+use crate::api_error::ApiError;
+use crate::app::App;
 use axum::body::Body;
 use axum::http::{header, Request, StatusCode};
 use axum::response::{IntoResponse, Response};

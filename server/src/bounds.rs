@@ -9,7 +9,7 @@
 //! a process (the peer's pid from the socket's credentials), on TCP a host (the peer's address;
 //! all processes of the machine on loopback are one client there, so the totals protect them).
 
-use crate::http::ApiError;
+use crate::api_error::ApiError;
 use axum::http::StatusCode;
 use std::collections::HashMap;
 use std::fmt;

@@ -170,7 +170,7 @@ impl Drop for ConnThreads {
 pub(crate) fn tracked<S>(
     inner: S,
     conn: Arc<crate::bounds::Conn>,
-    app: Arc<crate::http::App>,
+    app: Arc<crate::app::App>,
 ) -> impl hyper::service::Service<
     hyper::Request<hyper::body::Incoming>,
     Response = axum::response::Response,

@@ -28,15 +28,6 @@ impl Drop for UploadGuard<'_> {
     }
 }
 
-/// Decrements the open connections when dropped.
-pub(crate) struct ConnGuard(std::sync::Arc<crate::http::App>);
-
-impl Drop for ConnGuard {
-    fn drop(&mut self) {
-        self.0.live.connections_open.fetch_sub(1, Relaxed);
-    }
-}
-
 impl Live {
     pub(crate) fn request(&self) {
         self.requests.fetch_add(1, Relaxed);
@@ -63,10 +54,14 @@ impl Live {
     pub(crate) fn set_staged_handles(&self, n: u64) {
         self.staged_handles.store(n, Relaxed);
     }
-    pub(crate) fn connection(app: &std::sync::Arc<crate::http::App>) -> ConnGuard {
-        app.live.connections_open.fetch_add(1, Relaxed);
-        app.live.connections_total.fetch_add(1, Relaxed);
-        ConnGuard(app.clone())
+    /// A connection opened; [`Live::connection_closed`] when it ends.
+    pub(crate) fn connection_opened(&self) {
+        self.connections_open.fetch_add(1, Relaxed);
+        self.connections_total.fetch_add(1, Relaxed);
+    }
+    /// A connection ended.
+    pub(crate) fn connection_closed(&self) {
+        self.connections_open.fetch_sub(1, Relaxed);
     }
 
     fn values(&self) -> [(&'static str, &'static str, bool, u64); 10] {

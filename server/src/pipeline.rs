@@ -9,8 +9,9 @@
 //! one takes real time, and the connection threads answer every other client's lookups (SPEC
 //! R20).
 
-use crate::http::{json, query, read_body, read_body_max, ApiError, ApiResult, App};
-use crate::wire::UnitOutcomeW;
+use crate::api_error::{json, query, ApiError, ApiResult};
+use crate::app::App;
+use crate::body::{read_body, read_body_max};
 use crate::wire_pipeline::{ExplainW, StatusW};
 use axum::body::Body;
 use axum::extract::rejection::QueryRejection;
@@ -43,7 +44,7 @@ pub(crate) async fn set_source(
         .await?;
     // A commit like a put's: long-polls waiting on the feed wake for it.
     app.note_seq(app.store.last_seq().ok());
-    Ok(json(&UnitOutcomeW::from(&u)))
+    Ok(json(&u))
 }
 
 async fn read_bytes(app: &App, body: Body) -> ApiResult<Vec<u8>> {
@@ -106,7 +107,7 @@ pub(crate) async fn def_call<T: WithDefinition>(
         let p = parse_definition(&app2, r.definition())?;
         Ok((r, p))
     })?;
-    crate::http::joined(parsed.await)?
+    crate::api_error::joined(parsed.await)?
 }
 
 /// A definition's text, checked against the size limit and parsed (call on the blocking pool).

@@ -4,9 +4,10 @@
 //! attempts, exactly-once completion) is the engine's. As for status and explain, the definition
 //! travels with each call and the server keeps no pipeline state of its own.
 
-use crate::http::{json, read_body, read_json, ApiError, ApiResult, App};
+use crate::api_error::{json, ApiError, ApiResult};
+use crate::app::App;
+use crate::body::{read_body, read_json};
 use crate::pipeline::{def_call, parse_definition, WithDefinition};
-use crate::wire::UnitOutcomeW;
 use crate::wire_cells::{AttemptW, ClaimCellW, FailOutcomeW, ReadyCellW};
 use axum::body::Body;
 use axum::extract::State;
@@ -127,7 +128,7 @@ pub(crate) async fn complete(State(app): State<Arc<App>>, body: Body) -> ApiResu
         let p = parse_definition(&app2, &head.pipeline)?;
         Ok((p, Attempt::from(&head.attempt), bytes.slice(nl + 1..)))
     })?;
-    let (p, attempt, output) = crate::http::joined(read.await)??;
+    let (p, attempt, output) = crate::api_error::joined(read.await)??;
     let app2 = app.clone();
     let u = app
         .blocking(move || p.complete(&app2.store, &attempt, &output))
@@ -135,7 +136,7 @@ pub(crate) async fn complete(State(app): State<Arc<App>>, body: Body) -> ApiResu
     if let oncelake::Outcome::Committed { seq, .. } = u.outcome {
         app.note_seq(Some(seq));
     }
-    Ok(json(&UnitOutcomeW::from(&u)))
+    Ok(json(&u))
 }
 
 #[derive(Deserialize)]

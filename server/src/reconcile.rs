@@ -5,7 +5,9 @@
 //! whole body before it reads the answer (a plan streamed back at once could fill both socket
 //! buffers and stall both sides). Memory stays bounded on both sides whatever the sizes.
 
-use crate::http::{feed, query, ApiError, ApiResult, App, ChannelReader, Pace, Piece};
+use crate::api_error::{query, ApiError, ApiResult};
+use crate::app::App;
+use crate::body::{feed, ChannelReader, Pace, Piece};
 use crate::wire_reconcile::{ErrorLineW, PlanLineW, SortedW, SummaryW};
 use axum::body::{Body, Bytes};
 use axum::extract::rejection::QueryRejection;
@@ -112,10 +114,10 @@ pub(crate) async fn reconcile(
     })??;
     let (tx, rx) = tokio::sync::mpsc::channel::<Result<Bytes, std::io::Error>>(4);
     app.spawn_blocking(move || {
-        crate::http::pump_file(spool, tx.clone());
+        crate::reads::pump_file(spool, tx.clone());
         let _ = tx.blocking_send(Ok(Bytes::from(last)));
     })?;
-    let stream = crate::http::receiver_stream(rx);
+    let stream = crate::reads::receiver_stream(rx);
     Ok((
         [(header::CONTENT_TYPE, "application/x-ndjson")],
         Body::from_stream(stream),

@@ -1,8 +1,9 @@
 //! Running a server: take the store (its lock decides who serves it), clear what a killed
 //! server left, listen, announce, serve until SIGTERM/SIGINT, then drain and clean up.
 
+use crate::app::{App, Limits};
 use crate::discovery::{self, ServeInfo, SOCKET_FILE};
-use crate::http::{router, App, Limits};
+use crate::http::router;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -428,7 +429,7 @@ async fn accept_loop(
                 );
                 let conn = builder.serve_connection(io, svc);
                 let watched = graceful.watch(conn);
-                let guard = crate::live::Live::connection(&app);
+                let guard = crate::app::ConnGuard::open(&app);
                 let handle = slot.handle.clone();
                 handle.spawn(async move {
                     // A connection the table evicted (it needed the place) is dropped, closed.

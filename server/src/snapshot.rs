@@ -8,102 +8,17 @@
 //!
 //! Also the log's position (`GET /v1/seq`) and `POST /v1/flush`.
 
-use crate::http::{json, object_response, query, receiver_stream, ApiError, ApiResult, App};
-use crate::wire::EntryW;
-use axum::body::{Body, Bytes};
+use crate::api_error::{json, query, ApiError, ApiResult};
+use crate::app::App;
+use crate::reads::object_response;
+use crate::snapshot_leases::{DEFAULT_TTL, MAX_OPEN, MAX_TTL};
 use axum::extract::rejection::QueryRejection;
 use axum::extract::{Query, State};
-use axum::http::{header, StatusCode};
-use axum::response::{IntoResponse, Response};
-use oncelake::Snapshot;
+use axum::http::StatusCode;
+use axum::response::Response;
 use serde::Deserialize;
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
-
-/// How long an unused snapshot lease lives when the client does not say.
-const DEFAULT_TTL: Duration = Duration::from_secs(600);
-/// The longest a client may ask for: a forgotten view must not pin objects for days.
-const MAX_TTL: Duration = Duration::from_secs(24 * 3600);
-/// Open leases at most: each holds a read transaction and pins objects, so a buggy or hostile
-/// client that never closes its views must not grow them without bound.
-const MAX_OPEN: usize = 4096;
-
-struct Lease {
-    snap: Arc<Snapshot>,
-    ttl: Duration,
-    deadline: Instant,
-}
-
-/// The open snapshot leases of one server.
-#[derive(Default)]
-pub(crate) struct Leases {
-    open: Mutex<HashMap<u64, Lease>>,
-}
-
-impl Leases {
-    fn map(&self) -> std::sync::MutexGuard<'_, HashMap<u64, Lease>> {
-        self.open.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    /// Keeps `snap` under a new random id; `Ok(None)` when `MAX_OPEN` leases are open already.
-    fn insert(&self, snap: Snapshot, ttl: Duration) -> Result<Option<u64>, getrandom::Error> {
-        let mut m = self.map();
-        if m.len() >= MAX_OPEN {
-            return Ok(None);
-        }
-        loop {
-            let mut b = [0u8; 8];
-            getrandom::fill(&mut b)?;
-            let id = u64::from_le_bytes(b);
-            if id != 0 && !m.contains_key(&id) {
-                m.insert(
-                    id,
-                    Lease {
-                        snap: Arc::new(snap),
-                        ttl,
-                        deadline: Instant::now() + ttl,
-                    },
-                );
-                return Ok(Some(id));
-            }
-        }
-    }
-
-    /// The view of a live lease, its TTL started again.
-    fn touch(&self, id: u64) -> ApiResult<Arc<Snapshot>> {
-        let mut m = self.map();
-        let now = Instant::now();
-        match m.get_mut(&id) {
-            Some(l) if now < l.deadline => {
-                l.deadline = now + l.ttl;
-                Ok(l.snap.clone())
-            }
-            _ => {
-                m.remove(&id);
-                Err(ApiError::new(
-                    StatusCode::GONE,
-                    "snapshot_gone",
-                    format!(
-                        "snapshot {id} is not open on this server: it was closed, it was not \
-                         used for its TTL (each read renews it), the server restarted, or the id \
-                         was never issued here; take a new snapshot"
-                    ),
-                ))
-            }
-        }
-    }
-
-    /// Ends the leases whose TTL passed (their objects become collectable).
-    pub(crate) fn expire(&self) {
-        let now = Instant::now();
-        self.map().retain(|_, l| now < l.deadline);
-    }
-
-    fn close(&self, id: u64) -> bool {
-        self.map().remove(&id).is_some()
-    }
-}
+use std::sync::Arc;
+use std::time::Duration;
 
 #[derive(Deserialize)]
 pub(crate) struct OpenQ {
@@ -189,9 +104,7 @@ pub(crate) async fn entry(
     oncelake::validate_key(&q.unit).map_err(ApiError::from)?;
     let snap = app.snapshots.touch(q.id)?;
     let e = app.blocking(move || snap.get(&q.unit)).await?;
-    Ok(json(
-        &serde_json::json!({ "entry": e.as_ref().map(EntryW::from) }),
-    ))
+    Ok(json(&serde_json::json!({ "entry": e })))
 }
 
 /// `GET /v1/snapshot/object?id=&unit=`: the unit's object in the view, streamed, with its entry
@@ -205,7 +118,7 @@ pub(crate) async fn object(
     let snap = app.snapshots.touch(q.id)?;
     let unit = q.unit.clone();
     let found = app
-        .blocking(move || crate::http::open_unit(&snap, &q.unit))
+        .blocking(move || crate::reads::open_unit(&snap, &q.unit))
         .await?;
     let Some((file, entry)) = found else {
         return Err(ApiError::new(
@@ -231,33 +144,7 @@ pub(crate) async fn ls(
 ) -> ApiResult<Response> {
     let q = query(q)?;
     let snap = app.snapshots.touch(q.id)?;
-    let (tx, rx) = tokio::sync::mpsc::channel::<Result<Bytes, std::io::Error>>(16);
-    app.spawn_blocking(move || {
-        let entries = match snap.prefix(&q.prefix) {
-            Ok(it) => it,
-            Err(e) => {
-                let _ = tx.blocking_send(Err(std::io::Error::other(e.to_string())));
-                return;
-            }
-        };
-        for e in entries {
-            let line = match e {
-                Ok(e) => serde_json::to_string(&EntryW::from(&e)).unwrap_or_default() + "\n",
-                Err(e) => {
-                    let _ = tx.blocking_send(Err(std::io::Error::other(e.to_string())));
-                    return;
-                }
-            };
-            if tx.blocking_send(Ok(Bytes::from(line))).is_err() {
-                return;
-            }
-        }
-    })?;
-    Ok((
-        [(header::CONTENT_TYPE, "application/x-ndjson")],
-        Body::from_stream(receiver_stream(rx)),
-    )
-        .into_response())
+    crate::reads::entries_stream(&app, snap, q.prefix)
 }
 
 #[derive(Deserialize)]
@@ -278,7 +165,7 @@ pub(crate) async fn changes(
     let snap = app.snapshots.touch(q.id)?;
     let limit = q.limit.unwrap_or(10_000).clamp(1, 100_000);
     let page = app
-        .blocking(move || crate::http::changes_page(&snap, q.since, limit))
+        .blocking(move || crate::reads::changes_page(&snap, q.since, limit))
         .await?;
     Ok(json(&page))
 }
@@ -315,52 +202,4 @@ pub(crate) async fn flush(State(app): State<Arc<App>>) -> ApiResult<Response> {
     let app2 = app.clone();
     app.blocking(move || app2.store.flush()).await?;
     Ok(json(&serde_json::json!({ "flushed": true })))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn leases_are_random_bounded_renewed_by_reads_and_end_at_their_ttl() {
-        let dir = tempfile::tempdir().unwrap();
-        let store = oncelake::Store::open(dir.path()).unwrap();
-        let leases = Leases::default();
-        let a = leases
-            .insert(store.snapshot().unwrap(), Duration::from_millis(300))
-            .unwrap()
-            .unwrap();
-        let b = leases
-            .insert(store.snapshot().unwrap(), Duration::ZERO)
-            .unwrap()
-            .unwrap();
-        assert!(a.abs_diff(b) > 1 << 20, "ids are not a counter: {a} {b}");
-        assert!(leases.touch(b).is_err(), "a lease past its TTL is gone");
-        // Reads renew: touched every 100 ms, a 300 ms lease outlives 600 ms.
-        for _ in 0..6 {
-            std::thread::sleep(Duration::from_millis(100));
-            assert!(leases.touch(a).is_ok());
-        }
-        std::thread::sleep(Duration::from_millis(400));
-        leases.expire();
-        assert!(leases.touch(a).is_err(), "unread for its TTL: closed");
-        // At most MAX_OPEN at once; closing one makes room.
-        let ids: Vec<u64> = (0..MAX_OPEN)
-            .map(|_| {
-                leases
-                    .insert(store.snapshot().unwrap(), DEFAULT_TTL)
-                    .unwrap()
-                    .unwrap()
-            })
-            .collect();
-        assert!(leases
-            .insert(store.snapshot().unwrap(), DEFAULT_TTL)
-            .unwrap()
-            .is_none());
-        assert!(leases.close(ids[0]) && !leases.close(ids[0]));
-        assert!(leases
-            .insert(store.snapshot().unwrap(), DEFAULT_TTL)
-            .unwrap()
-            .is_some());
-    }
 }

@@ -13,8 +13,8 @@
 //! number is bounded per client ([`crate::bounds::ClientId`]; `429` beyond: commit or drop some)
 //! and in total (`503` beyond) (SPEC R20).
 
+use crate::api_error::ApiError;
 use crate::bounds::ClientId;
-use crate::http::ApiError;
 use axum::http::StatusCode;
 use oncelake::Staged;
 use std::collections::HashMap;

@@ -2,7 +2,9 @@
 //! engine calls the CLI makes in-process, on the served store. Publishing runs on the blocking
 //! pool; the engine makes concurrent publishes safe (what is published is never written again).
 
-use crate::http::{json, read_json, ApiError, ApiResult, App};
+use crate::api_error::{json, ApiError, ApiResult};
+use crate::app::App;
+use crate::body::read_json;
 use crate::wire_table::{CreateReqW, PublishReqW, PublishW, SkippedW, TableW};
 use axum::body::Body;
 use axum::extract::State;

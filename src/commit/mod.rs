@@ -197,6 +197,11 @@ impl Batch {
 
 /// What happened to one unit of a commit.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(
+    feature = "serde",
+    derive(serde::Serialize, serde::Deserialize),
+    serde(tag = "outcome", rename_all = "snake_case")
+)]
 pub enum Outcome {
     /// The entry is now visible.
     Committed {
@@ -299,8 +304,10 @@ impl Outcome {
     }
 }
 
-/// One unit's outcome, named.
+/// One unit's outcome, named. (`holder` comes before the flattened outcome: the API's JSON
+/// order, which docs/server.md shows.)
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct UnitOutcome {
     /// Unit key.
     pub unit: String,
@@ -308,15 +315,17 @@ pub struct UnitOutcome {
     pub source_version: u64,
     /// The object asked for.
     pub object: ObjectId,
-    /// What happened.
-    pub outcome: Outcome,
     /// For a [`Outcome::Busy`] unit: the worker holding the live lease. `None` otherwise.
     pub holder: Option<String>,
+    /// What happened.
+    #[cfg_attr(feature = "serde", serde(flatten))]
+    pub outcome: Outcome,
 }
 
 /// The result of a commit: its seq (if anything was written) and every unit's outcome, in the
 /// order of the batch.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct CommitReport {
     /// The seq of the log record written, `None` when nothing changed (all duplicates, or aborted).
     pub seq: Option<u64>,

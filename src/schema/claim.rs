@@ -8,6 +8,7 @@ use crate::error::{Error, Result};
 
 /// A granted lease: the right to work on `unit` at `source_version` until `expires_at_ms`.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct Lease {
     /// Unit key.
     pub unit: String,

@@ -21,6 +21,7 @@ use std::collections::HashSet;
 
 /// One committed output of a unit: what it was derived from and which object holds it.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct Entry {
     /// The unit key.
     pub unit: String,
@@ -29,6 +30,7 @@ pub struct Entry {
     /// 0 for the first output of this source version; +1 for every deliberate correction.
     pub revision: u32,
     /// The object (content hash), size and CRC32.
+    #[cfg_attr(feature = "serde", serde(flatten))]
     pub object: ObjectMeta,
     /// The sequence number of the commit that made this entry visible.
     pub seq: u64,

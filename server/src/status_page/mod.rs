@@ -15,7 +15,7 @@
 mod overview;
 mod recent;
 
-use crate::http::App;
+use crate::app::App;
 use axum::http::{header, HeaderValue, Method};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;

@@ -5,7 +5,8 @@
 //! commit path for it.
 
 use super::recent::{now_ms, GcSeen, VerifySeen};
-use crate::http::{json, query, ApiResult, App};
+use crate::api_error::{json, query, ApiResult};
+use crate::app::App;
 use crate::wire_pipeline::{StageStatusW, StatusW};
 use axum::extract::rejection::QueryRejection;
 use axum::extract::{Query, State};

@@ -32,14 +32,14 @@ fn object_path(entry: &Entry) -> String {
 }
 
 /// A writer that counts and checksums what passes through it.
-pub(crate) struct Checking<'w> {
+pub struct Checking<'w> {
     inner: &'w mut dyn Write,
     crc: crc32fast::Hasher,
     len: u64,
 }
 
 impl<'w> Checking<'w> {
-    pub(crate) fn new(inner: &'w mut dyn Write) -> Self {
+    pub fn new(inner: &'w mut dyn Write) -> Self {
         Checking {
             inner,
             crc: crc32fast::Hasher::new(),
@@ -48,7 +48,7 @@ impl<'w> Checking<'w> {
     }
 
     /// The engine's error if what passed through is not `entry`'s object.
-    pub(crate) fn damaged(self, entry: &Entry) -> Option<oncelake::Error> {
+    pub fn damaged(self, entry: &Entry) -> Option<oncelake::Error> {
         damaged(entry, self.len, self.crc.finalize())
     }
 }
@@ -69,8 +69,7 @@ impl Write for Checking<'_> {
 /// The server's check before it answers with an object: a file whose length is not the entry's
 /// is damaged (its CRC32 is computed, streaming, only then, for the engine's message). The
 /// CRC32 of a file of the right length is the client's to check as the bytes arrive.
-#[cfg(feature = "server")]
-pub(crate) fn check_length(file: &std::fs::File, entry: &Entry) -> oncelake::Result<()> {
+pub fn check_length(file: &std::fs::File, entry: &Entry) -> oncelake::Result<()> {
     use std::io::Read;
     let io = |e| oncelake::Error::Io {
         context: format!("read object {}", entry.object.id),

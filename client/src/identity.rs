@@ -104,8 +104,7 @@ pub fn parse32(hex: &str) -> Option<[u8; LEN]> {
 }
 
 /// What the server of a store is: its half of the handshake.
-#[cfg(feature = "server")]
-pub(crate) struct Identity {
+pub struct Identity {
     key: [u8; LEN],
     store_id: u64,
     pid: u32,
@@ -113,11 +112,10 @@ pub(crate) struct Identity {
     dir: DirId,
 }
 
-#[cfg(feature = "server")]
 impl Identity {
     /// The identity of this process serving the store `store_id` opened at `dir`, with a fresh
     /// key (its hex goes into `serve.json`).
-    pub(crate) fn new(store_id: u64, dir: &Path) -> std::io::Result<Identity> {
+    pub fn new(store_id: u64, dir: &Path) -> std::io::Result<Identity> {
         Ok(Identity {
             key: random()?,
             store_id,
@@ -128,12 +126,12 @@ impl Identity {
     }
 
     /// The key, hex, for `serve.json`.
-    pub(crate) fn key_hex(&self) -> String {
+    pub fn key_hex(&self) -> String {
         crate::wire::to_hex(&self.key)
     }
 
     /// The answer to the question with this query string (`nonce=HEX`), or why it is malformed.
-    pub(crate) fn answer(&self, query: Option<&str>) -> Result<IdentityW, String> {
+    pub fn answer(&self, query: Option<&str>) -> Result<IdentityW, String> {
         let nonce = query
             .unwrap_or("")
             .split('&')
@@ -161,7 +159,7 @@ impl Identity {
 /// What a client expects of the server of its store: from `serve.json` (the key, the store id,
 /// the pid) and from the store directory itself (its identity).
 #[derive(Clone, Debug)]
-pub(crate) struct Expected {
+pub struct Expected {
     key: [u8; LEN],
     store_id: Option<u64>,
     pid: u32,
@@ -170,7 +168,7 @@ pub(crate) struct Expected {
 
 /// How an answer compares with what the client expects.
 #[derive(Debug, PartialEq, Eq)]
-pub(crate) enum Verdict {
+pub enum Verdict {
     /// The server of this store.
     Ours,
     /// The genuine server of another directory with this `serve.json`: the original of a copy.
@@ -185,7 +183,7 @@ pub(crate) enum Verdict {
 impl Expected {
     /// What the server named by `serve.json`'s `info` must prove for the store directory `dir`;
     /// `Err` says why nothing can be proved (a file written by a server without a key).
-    pub(crate) fn new(info: &crate::discovery::ServeInfo, dir: DirId) -> Result<Expected, String> {
+    pub fn new(info: &crate::discovery::ServeInfo, dir: DirId) -> Result<Expected, String> {
         let key = info.key.as_deref().and_then(parse32).ok_or_else(|| {
             "serve.json holds no identity key, so no server can prove it holds the store \
              (written by an older `oncelake serve`?)"
@@ -200,7 +198,7 @@ impl Expected {
     }
 
     /// Checks the answer to `nonce`.
-    pub(crate) fn check(&self, nonce: &[u8; LEN], a: &IdentityW) -> Verdict {
+    pub fn check(&self, nonce: &[u8; LEN], a: &IdentityW) -> Verdict {
         let proved = parse32(&a.mac).is_some_and(|m| {
             // `blake3::Hash` compares in constant time.
             blake3::Hash::from_bytes(m) == mac(&self.key, nonce, a.store_id, a.pid, &a.path, a.dir)
@@ -231,7 +229,7 @@ impl Expected {
     }
 }
 
-#[cfg(all(test, feature = "server"))]
+#[cfg(test)]
 mod tests {
     use super::*;
     use crate::discovery::ServeInfo;

@@ -2,9 +2,9 @@
 //! `fail`, `input`): the engine's [`ReadyCell`], [`Claim`], [`Attempt`] and [`FailOutcome`] field
 //! for field, shared by the server and the [`crate::Client`] (a client-only build has them).
 
-use crate::wire::{EntryW, LeaseW};
 use crate::wire_pipeline::StaleW;
 use oncelake::pipeline::{Attempt, Claim, FailOutcome, Input, ReadyCell, StaleReason};
+use oncelake::{Entry, Lease};
 use serde::{Deserialize, Serialize};
 
 /// The engine's [`ReadyCell`].
@@ -26,7 +26,7 @@ pub struct ReadyCellW {
 #[allow(missing_docs)]
 pub struct InputW {
     pub stage: Option<String>,
-    pub entry: EntryW,
+    pub entry: Entry,
 }
 
 /// The engine's [`Claim`].
@@ -34,7 +34,7 @@ pub struct InputW {
 #[serde(tag = "claim", rename_all = "snake_case")]
 #[allow(missing_docs)]
 pub enum ClaimCellW {
-    Granted { lease: LeaseW, cell: ReadyCellW },
+    Granted { lease: Lease, cell: ReadyCellW },
     Held { worker: String, expires_at_ms: u64 },
     AlreadyDone,
     GaveUp { attempts: u32 },
@@ -115,7 +115,7 @@ impl From<&ReadyCell> for ReadyCellW {
                 .iter()
                 .map(|i| InputW {
                     stage: i.stage.clone(),
-                    entry: EntryW::from(&i.entry),
+                    entry: i.entry.clone(),
                 })
                 .collect(),
         }
@@ -139,7 +139,7 @@ impl ReadyCellW {
                 .map(|i| {
                     Ok(Input {
                         stage: i.stage.clone(),
-                        entry: i.entry.to_entry()?,
+                        entry: i.entry.clone(),
                     })
                 })
                 .collect::<Result<_, String>>()?,
@@ -151,7 +151,7 @@ impl From<&Claim> for ClaimCellW {
     fn from(c: &Claim) -> Self {
         match c {
             Claim::Granted { lease, cell } => ClaimCellW::Granted {
-                lease: LeaseW::from(lease),
+                lease: lease.clone(),
                 cell: cell.into(),
             },
             Claim::Held {
@@ -174,7 +174,7 @@ impl ClaimCellW {
     pub fn to_engine(&self) -> Result<Claim, String> {
         Ok(match self {
             ClaimCellW::Granted { lease, cell } => Claim::Granted {
-                lease: lease.into(),
+                lease: lease.clone(),
                 cell: cell.to_engine()?,
             },
             ClaimCellW::Held {
