@@ -3,6 +3,7 @@
 //! that applies a group in one redb transaction ([`apply`]).
 
 pub(crate) mod apply;
+pub(crate) mod group;
 pub mod invariants;
 #[cfg(feature = "lake")]
 pub(crate) mod lake;

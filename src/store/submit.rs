@@ -4,7 +4,7 @@
 //! back, and what every writer does once answered (the latency metric, helping the backlog).
 
 use super::Store;
-use crate::commit::apply::{self, Done, Op};
+use crate::commit::apply::{Done, Op};
 use crate::commit::queue::{LeaderPanicked, Weighted};
 use crate::core::Core;
 use crate::error::{Error, Result};
@@ -188,7 +188,7 @@ fn lead(inner: &Core, reqs: Vec<Request>) -> Vec<Answer> {
 
 fn decide(inner: &Core, ops: Vec<Op>) -> Vec<Result<Done>> {
     let n = ops.len();
-    match crate::error::contain(|| Ok(apply::apply_group(inner, ops))) {
+    match crate::error::contain(|| Ok(crate::commit::group::apply_group(inner, ops))) {
         Ok(dones) => dones,
         // redb panicked on a damaged page. Whether the group's transaction reached the disk is
         // unknown if it panicked while committing: fail the store (writes are refused until a
