@@ -2,8 +2,8 @@
 //! view (`commit::view`: the overlay of decided, unapplied rows, the dedup index, the applied
 //! B-trees), record every row it writes as the group's redo, make the group durable with one sync
 //! — in the durable mode the synced append of its write-ahead record ([`crate::schema::wal`]) —
-//! queue it on the backlog ([`crate::backlog`]) for the B-trees, and only then publish the results
-//! (dedup index, metrics) and answer the writers. Groups the log does not carry (a flush, a
+//! queue it on the backlog ([`crate::backlog`]) for the B-trees; only then does
+//! [`crate::commit::group`] publish the results (dedup index, metrics) and answer the writers. Groups the log does not carry (a flush, a
 //! prune, a bulk load, the relaxed mode) are applied in place on a drained backlog instead.
 //! [`apply_groups`] is the applier's transaction for both.
 //!
