@@ -315,7 +315,7 @@ impl Store {
         // The leader reads the pins when it decides the prune, on the drained backlog, and holds
         // that decision until the prune is durable (`ReaderPins::begin_prune`): no reader waits
         // for the drain, and a view of the newest seq never waits.
-        match self.submit(Op::Prune { cutoff_ms })? {
+        match self.submit_op(Op::Prune { cutoff_ms })? {
             Done::Pruned { rows, .. } => report.history_rows_pruned = rows,
             other => {
                 unreachable!("invariant: a prune op is answered by a prune report, got {other:?}")

@@ -4,6 +4,7 @@
 
 mod each;
 mod holder;
+mod inflight;
 mod lake;
 mod lock_wait;
 mod open;
@@ -35,6 +36,7 @@ use std::time::Duration;
 pub use crate::core::{Committed, Durability, LockWaitStop, Options};
 pub use crate::layout::{DB_FILE, MARKER_FILE};
 pub use each::{Write, Written};
+pub use inflight::CommitHandle;
 
 /// The newest store format this build reads and writes. Format 2 seals every redb value with a
 /// checksum over its table, key and value (`schema::codec::seal`); format 3 adds the write-ahead
@@ -53,6 +55,8 @@ struct Inner {
     /// opens only). It holds a reference to the core; the last store handle stops and joins it
     /// before the core is dropped, so a store is closed when its last handle is.
     applier: Option<std::thread::JoinHandle<()>>,
+    /// [`Store::submit`]'s queue and threads (started at the first submission).
+    submissions: inflight::Submissions,
 }
 
 impl Drop for Inner {
@@ -63,8 +67,10 @@ impl Drop for Inner {
             // from ever being dropped in this process.
             std::mem::forget(self.applier.take());
             std::mem::forget(Arc::clone(&self.core));
+            self.submissions.forget();
             return;
         }
+        self.submissions.stop();
         if let Some(thread) = self.applier.take() {
             self.core.backlog.stop();
             // A panic in the thread was already turned into the failed state (`apply_backlog`).
@@ -233,6 +239,7 @@ impl Store {
                 queue,
                 core,
                 applier,
+                submissions: inflight::Submissions::default(),
             }),
         };
         lake::catch_up(&store.inner.core)?;
@@ -324,7 +331,7 @@ impl Store {
     /// the report.
     pub fn commit(&self, batch: Batch) -> Result<CommitReport> {
         self.check_batch(&batch)?;
-        match self.submit(Op::Commit(batch))? {
+        match self.submit_op(Op::Commit(batch))? {
             Done::Commit(r) => Ok(r),
             other => {
                 unreachable!("invariant: a commit op is answered by a commit report, got {other:?}")
@@ -422,7 +429,7 @@ impl Store {
         worker: &str,
         ttl: Duration,
     ) -> Result<ClaimOutcome> {
-        match self.submit(claim_op(
+        match self.submit_op(claim_op(
             unit.to_string(),
             source_version,
             worker.to_string(),
@@ -463,7 +470,7 @@ impl Store {
         if units.is_empty() {
             return Ok(Vec::new());
         }
-        match self.submit(Op::ClaimMany {
+        match self.submit_op(Op::ClaimMany {
             units: units.iter().map(|(u, v)| (u.to_string(), *v)).collect(),
             worker: worker.to_string(),
             ttl_ms: ttl.as_millis() as u64,
@@ -477,7 +484,7 @@ impl Store {
 
     /// Extends a lease that is still yours.
     pub fn renew(&self, lease: &Lease, ttl: Duration) -> Result<RenewOutcome> {
-        match self.submit(Op::Renew {
+        match self.submit_op(Op::Renew {
             lease: lease.clone(),
             ttl_ms: ttl.as_millis() as u64,
         })? {
@@ -492,7 +499,7 @@ impl Store {
     /// the unit's live (or expired, not yet ended) lease; anything else is refused and changes
     /// nothing. After a release the token never commits.
     pub fn release(&self, lease: &Lease) -> Result<ReleaseOutcome> {
-        match self.submit(release_op(lease.clone())?)? {
+        match self.submit_op(release_op(lease.clone())?)? {
             Done::Release(r) => Ok(r),
             other => unreachable!(
                 "invariant: a release op is answered by a release outcome, got {other:?}"
@@ -502,7 +509,7 @@ impl Store {
 
     /// Makes everything acknowledged so far durable (useful with [`Durability::Relaxed`]).
     pub fn flush(&self) -> Result<()> {
-        self.submit(Op::Flush).map(|_| ())
+        self.submit_op(Op::Flush).map(|_| ())
     }
 
     /// The newest seq (0 for an empty log).

@@ -423,3 +423,184 @@ fn a_failed_sync_fails_every_write_of_the_call_and_loses_nothing_acknowledged() 
     }
     assert!(store.lookup("after/a").unwrap().is_none());
 }
+
+// `Store::submit`: commits in flight from one thread, answered through handles.
+
+/// What the R3 rules answer for `unit` at `version` with object `o`, given the model of what is
+/// committed (unit → (version, object)); the model takes the commit.
+fn model_decides(
+    model: &mut BTreeMap<String, (u64, usize)>,
+    unit: &str,
+    version: u64,
+    o: usize,
+) -> &'static str {
+    match model.get(unit) {
+        Some(&(v, _)) if v > version => "stale",
+        Some(&(v, oo)) if v == version => {
+            if oo == o {
+                "duplicate"
+            } else {
+                "conflict"
+            }
+        }
+        _ => {
+            model.insert(unit.to_string(), (version, o));
+            "committed"
+        }
+    }
+}
+
+/// Many commits in flight from one thread, each of distinct units within its window (so their
+/// order does not matter), some of several units: every handle's report is what the R3 rules
+/// say against a model of what is committed, and the store ends holding exactly the model.
+#[test]
+fn submitted_commits_are_answered_by_the_rules_and_the_store_ends_as_the_model() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path().join("lake")).unwrap();
+    let objects: Vec<Staged> = (0..2)
+        .map(|i| store.stage_bytes(format!("object {i}").as_bytes()).unwrap())
+        .collect();
+    let mut model: BTreeMap<String, (u64, usize)> = BTreeMap::new();
+    let mut rng = Rng(7);
+    let mut seen = BTreeMap::<&str, usize>::new();
+    for _window in 0..12 {
+        // Up to 40 units, cut into batches of 1-3; each unit once per window.
+        let mut units: Vec<String> = (0..60).map(|i| format!("orders/u{i:02}")).collect();
+        let take = 1 + rng.below(40) as usize;
+        let mut in_flight = Vec::new();
+        while in_flight.len() < take && !units.is_empty() {
+            let size = (1 + rng.below(3) as usize).min(units.len());
+            let items: Vec<(String, u64, usize)> = (0..size)
+                .map(|_| {
+                    let u = units.swap_remove(rng.below(units.len() as u64) as usize);
+                    (u, 1 + rng.below(4), rng.below(2) as usize)
+                })
+                .collect();
+            let batch = items.iter().fold(Batch::new().partial(), |b, (u, v, o)| {
+                b.put(u.as_str(), *v, &objects[*o])
+            });
+            in_flight.push((items, store.submit(batch).unwrap()));
+        }
+        for (items, handle) in in_flight {
+            let report = handle.wait().unwrap();
+            assert_eq!(report.units.len(), items.len());
+            for ((u, v, o), got) in items.iter().zip(&report.units) {
+                let want = model_decides(&mut model, u, *v, *o);
+                assert_eq!(got.outcome.name(), want, "{u}@{v} object {o}: {got:?}");
+                *seen.entry(want).or_default() += 1;
+            }
+        }
+    }
+    for kind in ["committed", "duplicate", "stale", "conflict"] {
+        assert!(seen.contains_key(kind), "no {kind} outcome in {seen:?}");
+    }
+    let snap = store.snapshot().unwrap();
+    let stored: BTreeMap<String, (u64, oncelake::ObjectId)> = snap
+        .iter()
+        .unwrap()
+        .map(|e| {
+            let e = e.unwrap();
+            (e.unit.clone(), (e.source_version, e.object.id))
+        })
+        .collect();
+    let want: BTreeMap<String, (u64, oncelake::ObjectId)> = model
+        .iter()
+        .map(|(u, &(v, o))| (u.clone(), (v, objects[o].id())))
+        .collect();
+    assert_eq!(stored, want);
+}
+
+/// Dropping every handle, and then the store, loses no commit and cuts none: the store stays
+/// open until every queued batch is answered, and a reopen finds each batch whole.
+#[test]
+fn dropped_handles_and_store_neither_lose_nor_cut_a_submitted_commit() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("lake");
+    let store = Store::open(&path).unwrap();
+    let staged = store.stage_bytes(b"rows").unwrap();
+    for i in 0..200 {
+        let batch = (0..3).fold(Batch::new(), |b, k| b.put(format!("d/{i}/{k}"), 1, &staged));
+        drop(store.submit(batch).unwrap());
+    }
+    drop((staged, store));
+    // The last queued commit closes the store on a submission thread: wait for its lock.
+    let store = Store::open_with(
+        &path,
+        Options {
+            lock_wait: Duration::from_secs(60),
+            ..Options::default()
+        },
+    )
+    .unwrap();
+    for i in 0..200 {
+        for k in 0..3 {
+            assert!(
+                store.lookup(&format!("d/{i}/{k}")).unwrap().is_some(),
+                "d/{i}/{k} was submitted and is missing"
+            );
+        }
+    }
+}
+
+/// A leader that panics (the caller's clock) answers every handle in flight — none waits
+/// forever (I10) — and after a reopen every batch answered as committed is there, and every
+/// batch is whole or absent.
+#[test]
+fn a_leader_panic_answers_every_submitted_handle() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("lake");
+    let manual = ManualClock::new(1_800_000_000_000);
+    let clock = common::PanickyClock::new(&manual);
+    let store = Store::open_with(
+        &path,
+        Options {
+            clock: clock.clone(),
+            ..Options::default()
+        },
+    )
+    .unwrap();
+    let staged = store.stage_bytes(b"rows").unwrap();
+    let batch =
+        |i: usize| (0..2).fold(Batch::new(), |b, k| b.put(format!("p/{i}/{k}"), 1, &staged));
+    let mut handles: Vec<_> = (0..20).map(|i| store.submit(batch(i)).unwrap()).collect();
+    clock.panic_in(1);
+    handles.extend(
+        (20..60)
+            .map(|i| store.submit(batch(i)))
+            .filter_map(|h| h.ok()),
+    );
+    let mut answered = Vec::new();
+    for h in handles {
+        match h.wait_timeout(Duration::from_secs(60)) {
+            Ok(r) => answered.push(r.map(|r| r.applied())),
+            Err(_) => panic!("a submitted commit was not answered within a minute"),
+        }
+    }
+    assert!(clock.disarm(), "the armed clock reading never came");
+    assert!(
+        answered.iter().any(|a| matches!(
+            a,
+            Err(oncelake::Error::LeaderPanicked | oncelake::Error::Failed { .. })
+        )),
+        "no handle learned of the panic: {answered:?}"
+    );
+    drop((staged, store));
+    let store = Store::open_with(
+        &path,
+        Options {
+            lock_wait: Duration::from_secs(60),
+            clock: Arc::new(manual.clone()),
+            ..Options::default()
+        },
+    )
+    .unwrap();
+    for (i, a) in answered.iter().enumerate() {
+        let there: Vec<bool> = (0..2)
+            .map(|k| store.lookup(&format!("p/{i}/{k}")).unwrap().is_some())
+            .collect();
+        assert_eq!(there[0], there[1], "batch p/{i} is there in part");
+        if matches!(a, Ok(true)) {
+            assert!(there[0], "batch p/{i} was acknowledged and is missing");
+        }
+    }
+}

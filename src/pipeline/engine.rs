@@ -336,7 +336,7 @@ fn submit_extension(
     data: Vec<u8>,
     fence: Option<Fence>,
 ) -> Result<ExtensionOutcome> {
-    match store.submit(Op::Extension {
+    match store.submit_op(Op::Extension {
         tag,
         key,
         data,

@@ -48,7 +48,7 @@ impl LeaderPanicked for Answer {
 
 impl Store {
     /// Submits one operation and waits for its answer; then helps apply the backlog.
-    pub(crate) fn submit(&self, op: Op) -> Result<Done> {
+    pub(crate) fn submit_op(&self, op: Op) -> Result<Done> {
         self.check_writable()?;
         op.check_record_size()?;
         if matches!(op, Op::Prune { .. }) && self.lake_url().is_some() {
