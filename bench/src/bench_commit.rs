@@ -167,6 +167,10 @@ pub struct Plan {
     /// so it waits for (or applies) the backlog acknowledged by then: what a reader pays under
     /// the write load.
     pub read_probe: bool,
+    /// oncelake: commits each writer keeps in flight through [`oncelake::Store::submit`] (0:
+    /// one blocking [`oncelake::Store::commit`] at a time). A commit's latency is from its
+    /// submission to its answer.
+    pub in_flight: usize,
 }
 
 impl Plan {
@@ -178,6 +182,7 @@ impl Plan {
             max_time,
             units_per_commit: 1,
             read_probe: false,
+            in_flight: 0,
         }
     }
 }
@@ -645,26 +650,24 @@ fn oncelake_commits(
     let reader = plan
         .read_probe
         .then(|| ReadProbe::start(store, keys.workload()));
-    let timings = drive(
-        plan,
-        |t| Ok(keys.writer(t, plan.threads)),
-        |w| {
-            let units = keys.next_units(w, plan.units_per_commit.max(1));
-            let batch = units.iter().fold(oncelake::Batch::new(), |b, u| {
-                b.put(u.key.as_str(), u.version, staged)
-            });
-            let report = store.commit(batch).map_err(|e| e.to_string())?;
-            for (u, r) in units.iter().zip(&report.units) {
-                if !matches!(r.outcome, oncelake::Outcome::Committed { .. }) {
-                    return Err(format!(
-                        "{}@{} was not committed: {:?}",
-                        u.key, u.version, r.outcome
-                    ));
-                }
-            }
-            Ok(())
-        },
-    )?;
+    let batch_of = |units: &[Next]| {
+        units.iter().fold(oncelake::Batch::new(), |b, u| {
+            b.put(u.key.as_str(), u.version, staged)
+        })
+    };
+    let timings = if plan.in_flight > 0 {
+        drive_in_flight(store, keys, plan, &batch_of)?
+    } else {
+        drive(
+            plan,
+            |t| Ok(keys.writer(t, plan.threads)),
+            |w| {
+                let units = keys.next_units(w, plan.units_per_commit.max(1));
+                let report = store.commit(batch_of(&units)).map_err(|e| e.to_string())?;
+                all_committed(&units, &report)
+            },
+        )?
+    };
     let samples = sampler.stop();
     let reads = reader.map(ReadProbe::stop).transpose()?;
     let drain = std::time::Instant::now();
@@ -688,6 +691,80 @@ fn oncelake_commits(
     m.groups = Some(groups);
     m.mean_group = units as f64 / groups.max(1) as f64;
     Ok(m)
+}
+
+fn all_committed(units: &[Next], report: &oncelake::CommitReport) -> Result<(), String> {
+    for (u, r) in units.iter().zip(&report.units) {
+        if !matches!(r.outcome, oncelake::Outcome::Committed { .. }) {
+            return Err(format!(
+                "{}@{} was not committed: {:?}",
+                u.key, u.version, r.outcome
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// [`drive`] through [`oncelake::Store::submit`]: each writer keeps `plan.in_flight` commits in
+/// flight, waiting for its oldest before it submits another, and waits for all of them at the
+/// end. Counts the acknowledged units.
+fn drive_in_flight(
+    store: &oncelake::Store,
+    keys: &KeySource,
+    plan: Plan,
+    batch_of: &(dyn Fn(&[Next]) -> oncelake::Batch + Sync),
+) -> Result<Timings, String> {
+    let per_commit = plan.units_per_commit.max(1);
+    let next = AtomicUsize::new(0);
+    let start = Instant::now();
+    type InFlight = (Instant, Vec<Next>, oncelake::CommitHandle);
+    let answer = |(t0, units, h): InFlight| -> Result<u32, String> {
+        let report = h.wait().map_err(|e| e.to_string())?;
+        all_committed(&units, &report)?;
+        Ok(t0.elapsed().as_micros().min(u32::MAX as u128) as u32)
+    };
+    let results: Vec<Result<Vec<u32>, String>> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..plan.threads.max(1))
+            .map(|t| {
+                let (next, answer) = (&next, &answer);
+                s.spawn(move || {
+                    let mut w = keys.writer(t, plan.threads);
+                    let mut flight = std::collections::VecDeque::new();
+                    let mut lat = Vec::new();
+                    loop {
+                        let i = next.fetch_add(per_commit, Ordering::Relaxed);
+                        if i >= plan.max_units || start.elapsed() >= plan.max_time {
+                            break;
+                        }
+                        let units = keys.next_units(&mut w, per_commit);
+                        let h = store.submit(batch_of(&units)).map_err(|e| e.to_string())?;
+                        flight.push_back((Instant::now(), units, h));
+                        if flight.len() >= plan.in_flight {
+                            lat.push(answer(flight.pop_front().expect("just pushed"))?);
+                        }
+                    }
+                    for f in flight {
+                        lat.push(answer(f)?);
+                    }
+                    Ok(lat)
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().unwrap_or_else(|_| Err("a writer panicked".into())))
+            .collect()
+    });
+    let elapsed = start.elapsed();
+    let mut latencies_us = Vec::new();
+    for r in results {
+        latencies_us.extend(r?);
+    }
+    Ok(Timings {
+        units: (latencies_us.len() * per_commit) as u64,
+        elapsed,
+        latencies_us,
+    })
 }
 
 /// Samples a store's backlog (units acknowledged, not yet applied) every 20 ms on its own thread.

@@ -71,6 +71,11 @@ pub(crate) struct CommitBenchArgs {
     /// acknowledged before it, so it waits for the backlog acknowledged by then.
     #[arg(long)]
     pub read_probe: bool,
+    /// oncelake: each writer thread keeps this many commits in flight through `Store::submit`
+    /// (a handle each, waited for oldest first) instead of one blocking `Store::commit` at a
+    /// time; e.g. `--threads 1 --in-flight 64`. Latency is from submission to answer.
+    #[arg(long, default_value_t = 0)]
+    pub in_flight: usize,
     /// The RocksDB peer program (`bench/peers/rocks_p1.cc` built, e.g. `target/rocks_p1` by
     /// `.ci/run`): with it, RocksDB's `TransactionDB` (GetForUpdate + Put + Commit) and plain
     /// Put/WriteBatch, both sync=true, run at every thread count after the other systems, same
@@ -184,6 +189,7 @@ pub(crate) fn commit(a: CommitBenchArgs) -> Result<u8, BenchError> {
             let plan = Plan {
                 units_per_commit: a.units_per_commit,
                 read_probe: a.read_probe,
+                in_flight: a.in_flight,
                 ..Plan::new(threads, a.commits, a.seconds)
             };
             let m = bench
