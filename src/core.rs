@@ -6,7 +6,6 @@
 //! Layering (see `docs/layers.md`): the core uses the schema, the index and staging; the commit
 //! leader and snapshots use the core; the store uses those; nothing here names the store.
 
-use crate::backlog::Backlog;
 use crate::clock::{Clock, SystemClock};
 use crate::error::{DbContext, Error, Result};
 use crate::fault::FaultPlan;
@@ -14,14 +13,15 @@ use crate::index::{DedupIndex, Lookup};
 use crate::index_snap::OpenReport;
 use crate::metrics::Metrics;
 use crate::object::ObjectId;
-use crate::overlay::LeaderState;
 use crate::owner::Owner;
 use crate::schema::meta::{self, seq_and_horizon};
-use crate::schema::wal::GroupRedo;
 use crate::schema::{MANIFEST, META};
 use crate::stage::Stager;
-use crate::tail::{LiveTail, Tables};
 use crate::vfs::{RealVfs, Vfs};
+use crate::wal::backlog::Backlog;
+use crate::wal::overlay::LeaderState;
+use crate::wal::redo::GroupRedo;
+use crate::wal::tail::{LiveTail, Tables};
 use parking_lot::{Mutex, RwLock};
 use redb::{ReadableDatabase, ReadableTableMetadata};
 use std::collections::BTreeMap;
@@ -133,9 +133,9 @@ impl Default for Options {
             vfs: Arc::new(RealVfs),
             faults: None,
             cache_bytes: 64 << 20,
-            backlog_bytes: crate::backlog::DEFAULT_BOUND_BYTES,
-            apply_batch_bytes: crate::backlog::DEFAULT_BATCH_BYTES,
-            apply_min_bytes: crate::backlog::DEFAULT_MIN_BYTES,
+            backlog_bytes: crate::wal::backlog::DEFAULT_BOUND_BYTES,
+            apply_batch_bytes: crate::wal::backlog::DEFAULT_BATCH_BYTES,
+            apply_min_bytes: crate::wal::backlog::DEFAULT_MIN_BYTES,
             background_apply: true,
             read_only: false,
             lake: None,
@@ -209,7 +209,7 @@ pub(crate) struct Core {
     pub(crate) metrics: Metrics,
     pub(crate) last_durable_ms: AtomicU64,
     /// The write-ahead log (`None` on a read-only open).
-    pub(crate) wal: Option<crate::schema::wal::Wal>,
+    pub(crate) wal: Option<crate::wal::redo::Wal>,
     /// Durable groups not yet applied to the B-trees (`commit::backlog`).
     pub(crate) backlog: Backlog<GroupRedo>,
     /// What the commit leader decides from (`commit::view`); only the leader locks it.
@@ -523,7 +523,7 @@ impl Core {
     fn begin_read_after(&self, applied: u64) -> Result<(redb::ReadTransaction, u64)> {
         let txn = self.db.begin_read().db("begin a read transaction")?;
         let in_txn =
-            crate::schema::wal::applied_group(&txn.open_table(META).db("open the meta table")?)?;
+            crate::wal::redo::applied_group(&txn.open_table(META).db("open the meta table")?)?;
         assert!(
             in_txn >= applied,
             "invariant: a read transaction holds every group the backlog reported applied \
@@ -546,7 +546,7 @@ impl Core {
         } else {
             Default::default()
         };
-        for rec in crate::tail::Tail::new(groups).records(after, u64::MAX)? {
+        for rec in crate::wal::tail::Tail::new(groups).records(after, u64::MAX)? {
             if let crate::schema::log::RecordBody::Commit { entries } = rec.body {
                 ids.extend(entries.iter().map(|e| e.object.id));
             }
@@ -647,7 +647,7 @@ impl Core {
         }
     }
 
-    fn stopped(&self, e: crate::backlog::Stopped) -> Error {
+    fn stopped(&self, e: crate::wal::backlog::Stopped) -> Error {
         Error::Failed { cause: e.0 }
     }
 
@@ -686,7 +686,7 @@ impl Core {
         let now_ms = self.now_ms();
         self.apply_groups(std::slice::from_ref(group), synced)?;
         self.backlog
-            .applied_in_place(crate::backlog::Group::number(group));
+            .applied_in_place(crate::wal::backlog::Group::number(group));
         if synced {
             self.synced_through(std::slice::from_ref(group), now_ms);
         }
@@ -709,7 +709,7 @@ impl Core {
     fn synced_through(&self, groups: &[GroupRedo], now_ms: u64) {
         self.last_durable_ms.store(now_ms, Ordering::Relaxed);
         if let (Some(wal), Some(last)) = (&self.wal, groups.last()) {
-            wal.checkpointed(crate::backlog::Group::number(last), now_ms);
+            wal.checkpointed(crate::wal::backlog::Group::number(last), now_ms);
         }
     }
 
@@ -723,7 +723,7 @@ impl Core {
     /// neither waits for the backlog nor applies it.
     pub(crate) fn tables(&self) -> Result<Tables> {
         let (txn, groups) = self.begin_read_with_tail()?;
-        Tables::open(&txn, crate::tail::Tail::new(groups))
+        Tables::open(&txn, crate::wal::tail::Tail::new(groups))
     }
 
     /// The clock's time, ms since the Unix epoch.

@@ -27,7 +27,6 @@
 //! ```
 #![warn(missing_docs)]
 
-mod backlog;
 pub mod claim;
 pub mod clock;
 pub mod commit;
@@ -47,7 +46,6 @@ pub use commit::invariants;
 pub use schema::log;
 pub mod metrics;
 mod object;
-mod overlay;
 mod owner;
 pub mod pipeline;
 pub mod reconcile;
@@ -59,12 +57,11 @@ mod stage;
 mod store;
 pub(crate) mod sync;
 pub mod table;
-mod tail;
 mod text;
 pub mod verify;
 pub mod vfs;
+mod wal;
 
-pub use backlog::BacklogSize;
 pub use claim::{ClaimOutcome, Lease, ReleaseOutcome, RenewOutcome};
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use commit::{Atomicity, Batch, CommitReport, FenceReason, Intent, Outcome, UnitOutcome};
@@ -92,13 +89,14 @@ pub use store::{
     Write, Written, DB_FILE, FORMAT_VERSION, MARKER_FILE,
 };
 pub use verify::{VerifyOptions, VerifyReport};
+pub use wal::backlog::BacklogSize;
 
 #[cfg(loom)]
 #[doc(hidden)]
 pub mod loom_support {
     //! The commit queue, exposed to the loom models in `tests/loom.rs`.
-    pub use crate::backlog::{Backlog, Group, Stopped, Unlisted};
     pub use crate::commit::queue::{LeaderPanicked, Weighted, WriteQueue};
+    pub use crate::wal::backlog::{Backlog, Group, Stopped, Unlisted};
 }
 
 /// The README's examples, compiled and run as doc tests so they cannot rot.

@@ -17,7 +17,7 @@ use crate::schema::log::{LogTable, Record};
 use crate::schema::manifest::{Entry, EntryValue};
 use crate::schema::meta::seq_and_horizon;
 use crate::schema::{HISTORY, MANIFEST, MANIFEST_TABLE};
-use crate::tail::{Gone, LiveTail};
+use crate::wal::tail::{Gone, LiveTail};
 use parking_lot::RwLock;
 use redb::ReadOnlyTable;
 use std::fs::File;
@@ -347,7 +347,7 @@ impl View {
 
     fn range(
         &self,
-        backlog: &crate::backlog::Backlog<crate::schema::wal::GroupRedo>,
+        backlog: &crate::wal::backlog::Backlog<crate::wal::redo::GroupRedo>,
         seq: u64,
         start: &str,
         end: Option<&str>,
@@ -445,7 +445,7 @@ impl<T: Iterator<Item = Result<Entry>>> Iterator for OverTail<T> {
             .table
             .peek()
             .map(|r| r.as_ref().map(|e| e.unit.as_str()).map_err(|_| ()));
-        let order = crate::tail::merge_step(table, self.tail.peek().map(|(u, _)| u.as_str()))?;
+        let order = crate::wal::tail::merge_step(table, self.tail.peek().map(|(u, _)| u.as_str()))?;
         if order != Greater {
             let row = self.table.next();
             if order == Less {

@@ -40,7 +40,7 @@ pub use inflight::CommitHandle;
 
 /// The newest store format this build reads and writes. Format 2 seals every redb value with a
 /// checksum over its table, key and value (`schema::codec::seal`); format 3 adds the write-ahead
-/// log (`wal.redb`, `schema::wal`) and the database's applied-group counter; format 4 keeps only
+/// log (`wal.redb`, `wal::redo`) and the database's applied-group counter; format 4 keeps only
 /// the entries a newer one replaced in the history, the current entry in the manifest alone.
 /// No older format was ever released: a store of one (from a development build) is refused by
 /// every open with [`Error::OlderFormat`], unchanged; none is upgraded.
@@ -99,7 +99,7 @@ struct Loaded {
     index: crate::index::DedupIndex,
     open_report: crate::index_snap::OpenReport,
     persisted: Vec<(String, u64)>,
-    leader: crate::overlay::LeaderState,
+    leader: crate::wal::overlay::LeaderState,
 }
 
 /// Refuses backlog limits that could never hold a group, before anything is opened.
@@ -140,9 +140,9 @@ impl Store {
             let persisted = crate::error::contain(|| crate::schema::meta::stored_counters(&**db))?;
             // A read-only open never leads a group: it starts empty.
             let leader = if options.read_only {
-                crate::overlay::LeaderState::default()
+                crate::wal::overlay::LeaderState::default()
             } else {
-                crate::error::contain(|| crate::overlay::LeaderState::load(&**db))?
+                crate::error::contain(|| crate::wal::overlay::LeaderState::load(&**db))?
             };
             Ok(Loaded {
                 store_id,
@@ -181,7 +181,7 @@ impl Store {
         let lake = lake::connect(lake_url, store_id, &leader)?;
         #[cfg(not(feature = "lake"))]
         let _ = lake_url;
-        let backlog = crate::backlog::Backlog::with_start(
+        let backlog = crate::wal::backlog::Backlog::with_start(
             leader.group,
             options.backlog_bytes,
             options.apply_batch_bytes,
@@ -544,7 +544,7 @@ impl Store {
 
     /// The durable groups not yet applied to the B-trees (benchmarks report it).
     #[doc(hidden)]
-    pub fn backlog(&self) -> crate::backlog::BacklogSize {
+    pub fn backlog(&self) -> crate::wal::backlog::BacklogSize {
         self.inner.core.backlog.size()
     }
 

@@ -1,4 +1,4 @@
-//! The backlog of the durable commit path (src/backlog.rs, docs/commit.md "The write-ahead
+//! The backlog of the durable commit path (src/wal/backlog.rs, docs/commit.md "The write-ahead
 //! path"): a group is acknowledged once its write-ahead record is synced and reaches the B-trees
 //! later. These tests hold the engine to what readers must see all the same: every commit
 //! acknowledged before a read began is in it (with the seq it was answered), nothing whose record

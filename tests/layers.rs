@@ -29,16 +29,7 @@ const LAYERS: &[(&str, &[&str])] = &[
     ("schema", &["schema"]),
     (
         "state",
-        &[
-            "index",
-            "index_snap",
-            "stage",
-            "claim",
-            "backlog",
-            "overlay",
-            "tail",
-            "lake",
-        ],
+        &["index", "index_snap", "stage", "claim", "wal", "lake"],
     ),
     ("core", &["core"]),
     ("leader and views", &["commit", "snapshot"]),

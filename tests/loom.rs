@@ -437,7 +437,7 @@ fn a_panicking_leader_poisons_the_queue_before_the_hand_off() {
 static PANICKED_RUNS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
 
 // ---------------------------------------------------------------------------------------------
-// The backlog (src/backlog.rs): durable groups handed from the leader to whoever applies them.
+// The backlog (src/wal/backlog.rs): durable groups handed from the leader to whoever applies them.
 
 /// A group of the models below: its number, one unit, weight 1.
 #[derive(Debug, Clone)]
@@ -620,7 +620,7 @@ fn backlog_back_pressure_bounds_what_waits() {
     });
 }
 
-/// (h) The leader's overlay (src/overlay.rs, read through src/commit/view.rs): rows of decided
+/// (h) The leader's overlay (src/wal/overlay.rs, read through src/commit/view.rs): rows of decided
 /// groups stay in memory until their group is applied, and a group reads a key from the overlay,
 /// else from the applied state. Modelled here on the production backlog with one key: the
 /// leader decides group g after reading the key (it must see group g-1's value, never an older
@@ -667,7 +667,7 @@ fn overlay_the_leader_always_reads_what_it_decided_last() {
     });
 }
 
-/// (i) A snapshot's tail (src/tail.rs, `Core::begin_read_with_tail`): a reader lists the
+/// (i) A snapshot's tail (src/wal/tail.rs, `Core::begin_read_with_tail`): a reader lists the
 /// acknowledged, unapplied groups (`Backlog::unapplied`), then reads the applied state (its read
 /// transaction), while an applier applies groups 1 and 2, one a batch, and the leader pushes
 /// group 3. Whatever the interleaving, the applied state holds a prefix of the groups, the list
@@ -724,7 +724,7 @@ fn tail_a_reader_finds_every_acknowledged_group_applied_or_listed() {
     });
 }
 
-/// (j) A snapshot's live tail (src/tail.rs `LiveTail`, `Core::begin_read_live`): a reader takes
+/// (j) A snapshot's live tail (src/wal/tail.rs `LiveTail`, `Core::begin_read_live`): a reader takes
 /// the backlog's numbers (`Backlog::listing`), then reads the applied state (its read
 /// transaction), then asks the queue for the groups after that state up to the listed one
 /// (`Backlog::between`, as a scan or the change feed does at each read), while an applier applies

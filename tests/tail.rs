@@ -1,4 +1,4 @@
-//! A snapshot's tail (src/tail.rs, docs/commit.md "Readers"): a snapshot reads the B-trees as of
+//! A snapshot's tail (src/wal/tail.rs, docs/commit.md "Readers"): a snapshot reads the B-trees as of
 //! its read transaction plus the redo of the acknowledged groups the backlog has not applied
 //! yet, and neither waits for nor applies them. These tests keep part of every store's commits
 //! unapplied (`background_apply` off, a start and a batch of a few groups, so the B-trees hold

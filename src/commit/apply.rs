@@ -1,8 +1,8 @@
 //! The commit leader's work: decide every operation of a group in log order from the leader's
 //! view (`commit::view`: the overlay of decided, unapplied rows, the dedup index, the applied
 //! B-trees), record every row it writes as the group's redo, make the group durable with one sync
-//! — in the durable mode the synced append of its write-ahead record ([`crate::schema::wal`]) —
-//! queue it on the backlog ([`crate::backlog`]) for the B-trees; only then does
+//! — in the durable mode the synced append of its write-ahead record ([`crate::wal::redo`]) —
+//! queue it on the backlog ([`crate::wal::backlog`]) for the B-trees; only then does
 //! [`crate::commit::group`] publish the results (dedup index, metrics) and answer the writers. Groups the log does not carry (a flush, a
 //! prune, a bulk load, the relaxed mode) are applied in place on a drained backlog instead.
 //! [`apply_groups`] is the applier's transaction for both.
@@ -19,13 +19,13 @@ use crate::commit::{Atomicity, Batch, BatchItem, CommitReport, Outcome, UnitOutc
 use crate::core::{Core, Durability};
 use crate::error::{DbContext, Error, Result};
 use crate::metrics::add;
-use crate::overlay::LeaderState;
 use crate::schema::claim::ClaimRecord;
 use crate::schema::extension;
 use crate::schema::log::{ClaimChange, LogEntry, Record, RecordBody};
 use crate::schema::manifest::EntryValue;
 use crate::schema::meta::{self, COUNTERS, HISTORY_FROM, NEXT_SEQ, NEXT_TOKEN, WAL_GROUP};
-use crate::schema::wal::{GroupRedo as Pending, Redo, MAX_RECORD};
+use crate::wal::overlay::LeaderState;
+use crate::wal::redo::{GroupRedo as Pending, Redo, MAX_RECORD};
 use std::sync::atomic::Ordering;
 
 /// One request in the write queue. Cloned by a lake node, which may decide a group again.
@@ -396,7 +396,7 @@ pub(crate) fn apply_groups(core: &Core, groups: &[Pending], synced: bool) -> Res
         &txn.open_table(crate::schema::META)
             .db("open the meta table")?,
     )?;
-    crate::schema::wal::apply_groups(&txn, &core.dir.join(crate::layout::DB_FILE), groups)?;
+    crate::wal::redo::apply_groups(&txn, &core.dir.join(crate::layout::DB_FILE), groups)?;
     #[cfg(debug_assertions)]
     crate::commit::invariants::assert_group(
         &txn.open_table(crate::schema::LOG).db("open the log")?,
@@ -677,7 +677,7 @@ impl Writer<'_> {
             committed_at_ms: self.now_ms,
         };
         // No history row: the entry this one replaces becomes one when the group is applied
-        // (`schema::wal`), and this entry when it is replaced in turn.
+        // (`wal::redo`), and this entry when it is replaced in turn.
         self.redo.manifest(&item.unit, &value.encode(&item.unit));
         self.view.overlay.put_entry(self.group, &item.unit, value);
         self.index.push((item.unit.clone(), new_unit, value));

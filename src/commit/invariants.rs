@@ -525,7 +525,7 @@ pub(crate) fn check_objects_published(
 #[cfg_attr(not(debug_assertions), allow(dead_code))]
 pub(crate) fn assert_objects_published(
     inner: &crate::core::Core,
-    group: &crate::schema::wal::GroupRedo,
+    group: &crate::wal::redo::GroupRedo,
 ) -> Result<()> {
     let size = |m: &ObjectMeta| {
         let path = inner.stager.object_path(&m.id);

@@ -16,9 +16,9 @@ use crate::error::{Error, Result};
 use crate::lake::log::Published;
 use crate::lake::segment::{self, Segment};
 use crate::lake::{Head, Lake};
-use crate::overlay::LeaderState;
 use crate::schema::manifest::EntryValue;
-use crate::schema::wal::{GroupRedo, Keyed};
+use crate::wal::overlay::LeaderState;
+use crate::wal::redo::{GroupRedo, Keyed};
 use std::collections::HashSet;
 
 /// Decides and publishes one group on a lake node; see the module documentation.

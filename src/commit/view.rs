@@ -17,10 +17,10 @@ use crate::core::Core;
 use crate::error::{DbContext, Result};
 use crate::index::Lookup;
 use crate::object::ObjectId;
-use crate::overlay::Overlay;
 use crate::schema::claim::ClaimRecord;
 use crate::schema::manifest::EntryValue;
 use crate::schema::{CLAIMS, CLAIMS_TABLE, HISTORY, MANIFEST};
+use crate::wal::overlay::Overlay;
 use redb::ReadOnlyTable;
 
 /// A unit's current entry as the leader sees it: always its version, object and seq; its full

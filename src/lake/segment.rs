@@ -3,7 +3,7 @@
 //!
 //! ```text
 //! "OLSEG" | version u8 | N u64 | BLAKE3 of segment N-1 [32] | node u64 | nonce u64 | time_ms u64
-//!         | frame length u32 | the group's write-ahead frame (schema::wal) | CRC32 of all before
+//!         | frame length u32 | the group's write-ahead frame (wal::redo) | CRC32 of all before
 //! ```
 //!
 //! The frame is the group's physical redo, the record a single store appends to its write-ahead

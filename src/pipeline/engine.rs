@@ -14,7 +14,7 @@ use crate::metrics::add;
 use crate::schema::claim::ClaimRecord;
 use crate::schema::manifest::{Entry, EntryValue};
 use crate::store::Store;
-use crate::tail::Tables;
+use crate::wal::tail::Tables;
 use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 

@@ -473,7 +473,8 @@ fn next_over_tail(
     let table = rows
         .peek()
         .map(|r| r.as_ref().map(|(k, _)| k.value()).map_err(|_| ()));
-    let Some(order) = crate::tail::merge_step(table, tail.peek().map(|(u, _)| u.as_str())) else {
+    let Some(order) = crate::wal::tail::merge_step(table, tail.peek().map(|(u, _)| u.as_str()))
+    else {
         return Ok(None);
     };
     if order != Greater {

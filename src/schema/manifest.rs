@@ -9,7 +9,7 @@
 //! collection what the retention window still references. Writing a history row only when an
 //! entry is replaced halves the random B-tree inserts of a store whose commits are mostly new
 //! units, and the row is written by whoever applies the replacing commit, from the manifest row
-//! it overwrites (`schema::wal`).
+//! it overwrites (`wal::redo`).
 
 use super::codec::{put_u32, put_u64, seal, unseal, Reader};
 use super::{HISTORY_TABLE, MANIFEST_TABLE};

@@ -26,7 +26,6 @@ pub(crate) mod index_snap;
 pub mod log;
 pub(crate) mod manifest;
 pub(crate) mod meta;
-pub(crate) mod wal;
 
 use redb::TableDefinition;
 

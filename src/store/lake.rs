@@ -3,7 +3,7 @@
 
 use crate::core::{Core, Options};
 use crate::error::{Error, Result};
-use crate::overlay::LeaderState;
+use crate::wal::overlay::LeaderState;
 use std::path::Path;
 
 /// The lake `dir` is bound to, binding it first when `options.lake` asks for a store that has

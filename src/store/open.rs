@@ -43,9 +43,9 @@ use crate::schema::meta::{
     self, FORMAT as META_FORMAT, HISTORY_FROM as META_HISTORY_FROM, NEXT_SEQ as META_NEXT_SEQ,
     NEXT_TOKEN as META_NEXT_TOKEN, STORE_ID as META_STORE_ID, WAL_GROUP as META_WAL_GROUP,
 };
-use crate::schema::wal::{Wal, WAL_FILE};
 use crate::schema::{CLAIMS, HISTORY, LOG, MANIFEST, META, META_V1};
 use crate::vfs::Vfs;
+use crate::wal::redo::{Wal, WAL_FILE};
 use redb::ReadableDatabase;
 use std::fs::{File, OpenOptions};
 use std::io::{Read, Write};
@@ -166,7 +166,7 @@ pub(super) fn open_read_only(dir: &Path, options: &Options) -> Result<(Db, File)
         Err(e) => return Err(corrupt(&path, e.to_string())),
     };
     check_format(dir, &path, read_format(&db)?)?;
-    if crate::schema::wal::has_unapplied(dir, &db)? {
+    if crate::wal::redo::has_unapplied(dir, &db)? {
         drop(db);
         return Ok((Db::Shadow(dry_open(dir, options)?), lock));
     }
@@ -182,14 +182,14 @@ fn dry_open(dir: &Path, options: &Options) -> Result<redb::Database> {
     check_format(dir, &path, read_format(&main)?)?;
     let wal_path = dir.join(WAL_FILE);
     if !wal_path.exists() {
-        return Err(crate::schema::wal::damaged(
+        return Err(crate::wal::redo::damaged(
             &wal_path,
             "the file is missing, and with it any commit not yet checkpointed",
         ));
     }
     let wal_db = match open_shadow(&wal_path, options) {
         Err(Error::Corrupt { detail, .. }) => {
-            return Err(crate::schema::wal::damaged(&wal_path, detail))
+            return Err(crate::wal::redo::damaged(&wal_path, detail))
         }
         r => r?,
     };
@@ -371,7 +371,7 @@ fn is_creation_leftover(entry: &std::fs::DirEntry) -> Result<bool> {
             .is_none())
     };
     Ok(match name {
-        LOCK_FILE | DB_FILE | MARKER_TMP | crate::schema::wal::WAL_FILE => kind.is_file(),
+        LOCK_FILE | DB_FILE | MARKER_TMP | crate::wal::redo::WAL_FILE => kind.is_file(),
         "staging" => kind.is_dir() && empty_dir(&path)?,
         "objects" if kind.is_dir() => {
             for sub in std::fs::read_dir(&path).ctx(|| format!("list {}", path.display()))? {
@@ -495,18 +495,16 @@ fn open_wal(dir: &Path, options: &Options, fresh: bool) -> Result<Wal> {
             _ => {}
         }
     } else if !path.exists() {
-        return Err(crate::schema::wal::damaged(
+        return Err(crate::wal::redo::damaged(
             &path,
             "the file is missing, and with it any commit not yet checkpointed",
         ));
     }
     let db = match open_db(&path, options, fresh) {
-        Err(Error::Corrupt { detail, .. }) => {
-            return Err(crate::schema::wal::damaged(&path, detail))
-        }
+        Err(Error::Corrupt { detail, .. }) => return Err(crate::wal::redo::damaged(&path, detail)),
         // redb reports a file that is not a database (bad magic number) as invalid data.
         Err(Error::Io { source, .. }) if source.kind() == std::io::ErrorKind::InvalidData => {
-            return Err(crate::schema::wal::damaged(&path, source.to_string()))
+            return Err(crate::wal::redo::damaged(&path, source.to_string()))
         }
         r => r?,
     };

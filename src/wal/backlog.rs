@@ -60,18 +60,18 @@ pub(crate) const DEFAULT_BATCH_BYTES: usize = 4 << 20;
 /// applied (about 500 one-unit commits, a few milliseconds of applying).
 pub(crate) const DEFAULT_MIN_BYTES: usize = 256 << 10;
 
-impl Group for crate::schema::wal::GroupRedo {
+impl Group for crate::wal::redo::GroupRedo {
     fn number(&self) -> u64 {
-        crate::schema::wal::GroupRedo::number(self)
+        crate::wal::redo::GroupRedo::number(self)
     }
     fn weight(&self) -> usize {
         self.len()
     }
     fn units(&self) -> usize {
-        crate::schema::wal::GroupRedo::units(self)
+        crate::wal::redo::GroupRedo::units(self)
     }
     fn keys(&self) -> Vec<(usize, &[u8], u32)> {
-        crate::schema::wal::GroupRedo::index_keys(self)
+        crate::wal::redo::GroupRedo::index_keys(self)
     }
 }
 

@@ -174,7 +174,7 @@ impl Keyed {
     /// Every table, in [`Keyed::slot`] order.
     pub(crate) const ALL: [Keyed; 3] = [Keyed::Manifest, Keyed::Claims, Keyed::Extensions];
 
-    /// Its place among the tables (the backlog's key index, `crate::backlog::KEY_TABLES`).
+    /// Its place among the tables (the backlog's key index, `crate::wal::backlog::KEY_TABLES`).
     pub(crate) fn slot(self) -> usize {
         match self {
             Keyed::Manifest => 0,

@@ -18,11 +18,11 @@
 mod tables;
 pub(crate) use tables::Tables;
 
-use crate::backlog::{Backlog, Unlisted};
 use crate::error::{Error, Result};
 use crate::schema::log::Record;
 use crate::schema::manifest::EntryValue;
-use crate::schema::wal::{GroupRedo, Keyed};
+use crate::wal::backlog::{Backlog, Unlisted};
+use crate::wal::redo::{GroupRedo, Keyed};
 use std::cmp::Ordering;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::OnceLock;
@@ -164,7 +164,8 @@ impl LiveTail {
 }
 
 /// Per table, per key: where its newest row is among a [`Tail`]'s groups (group, row).
-type LocalIndex = [std::collections::HashMap<Box<[u8]>, (usize, u32)>; crate::backlog::KEY_TABLES];
+type LocalIndex =
+    [std::collections::HashMap<Box<[u8]>, (usize, u32)>; crate::wal::backlog::KEY_TABLES];
 
 /// Unapplied groups held for the length of one read (a range scan, the change feed) or of one
 /// call's typed table reads ([`Tables`]), oldest first, numbered one after the other from the
@@ -318,7 +319,7 @@ fn utf8(key: &[u8]) -> Result<&str> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::schema::wal::Redo;
+    use crate::wal::redo::Redo;
 
     fn group(number: u64, rows: &[(Keyed, &str, &str)]) -> GroupRedo {
         let mut redo = Redo::default();

@@ -6,11 +6,11 @@ use super::{merge_step, Tail};
 use crate::error::{DbContext, Error, Result};
 use crate::schema::claim::ClaimRecord;
 use crate::schema::manifest::EntryValue;
-use crate::schema::wal::Keyed;
 use crate::schema::{
     codec, extension, CLAIMS, CLAIMS_TABLE, EXTENSIONS, EXTENSIONS_TABLE, HISTORY, MANIFEST,
     MANIFEST_TABLE,
 };
+use crate::wal::redo::Keyed;
 use redb::ReadOnlyTable;
 use std::cell::OnceCell;
 use std::cmp::Ordering;
