@@ -46,6 +46,7 @@ pub use commit::invariants;
 pub use schema::log;
 pub mod metrics;
 mod object;
+mod options;
 mod owner;
 pub mod pipeline;
 pub mod reconcile;

@@ -31,7 +31,7 @@ const LAYERS: &[(&str, &[&str])] = &[
         "state",
         &["index", "index_snap", "stage", "claim", "wal", "lake"],
     ),
-    ("core", &["core"]),
+    ("core", &["options", "core"]),
     ("leader and views", &["commit", "snapshot"]),
     ("store", &["store"]),
     (
