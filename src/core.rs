@@ -76,8 +76,14 @@ impl Db {
     }
 }
 
-/// How the core applies decided groups (see [`Core::applier`]).
-pub(crate) type Applier = fn(&Core, &[GroupRedo], bool) -> Result<()>;
+/// How the core writes decided groups to the B-trees: one write transaction, synced when it is
+/// a checkpoint. The transaction is the commit layer's (`commit::apply::GroupWriter`: in debug
+/// builds it runs the group checks of `commit::invariants` before the commit), and the core is
+/// below that layer, so the store hands it in at open.
+pub(crate) trait ApplyGroups: Send + Sync {
+    /// Writes `groups`, in order, in one transaction of `core`'s database.
+    fn apply(&self, core: &Core, groups: &[GroupRedo], synced: bool) -> Result<()>;
+}
 
 /// The engine's state below [`crate::Store`]: the database, the dedup index, staging, the
 /// snapshot pins, the failed flag, options and metrics. The commit leader (`commit::apply`) works
@@ -104,9 +110,8 @@ pub(crate) struct Core {
     /// The shared lake of a lake node (SPEC R23): its log is the truth, the database its replica.
     #[cfg(feature = "lake")]
     pub(crate) lake: Option<Arc<crate::lake::Lake>>,
-    /// Writes decided groups to the B-trees in one transaction, synced or not
-    /// (`commit::apply::apply_groups`, handed in by the store: the core is below the leader).
-    pub(crate) applier: Applier,
+    /// Writes decided groups to the B-trees ([`ApplyGroups`]).
+    pub(crate) applier: &'static dyn ApplyGroups,
     /// This store's identity (META `store_id`).
     pub(crate) store_id: u64,
     /// Whether this open created the store (or completed an interrupted creation).
@@ -602,7 +607,7 @@ impl Core {
 
     /// Writes decided groups to the B-trees in one transaction (synced: a checkpoint).
     fn apply_groups(&self, groups: &[GroupRedo], synced: bool) -> Result<()> {
-        (self.applier)(self, groups, synced)
+        self.applier.apply(self, groups, synced)
     }
 
     /// Typed reads of the unit-keyed tables as of a new read transaction and the acknowledged

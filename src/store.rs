@@ -208,7 +208,7 @@ impl Store {
             leader: Mutex::new(leader),
             #[cfg(feature = "lake")]
             lake,
-            applier: apply::apply_groups,
+            applier: &apply::GroupWriter,
             options,
             db: std::mem::ManuallyDrop::new(db),
             dir,

@@ -378,9 +378,18 @@ fn lake_node(inner: &Core) -> bool {
     }
 }
 
-/// Writes decided groups to the B-trees in one transaction, synced when `synced` (a checkpoint);
-/// the core's [`crate::core::Applier`]. In debug builds the group checks of
-/// `commit::invariants` run on the transaction before it commits.
+/// The core's [`crate::core::ApplyGroups`]: [`apply_groups`].
+pub(crate) struct GroupWriter;
+
+impl crate::core::ApplyGroups for GroupWriter {
+    fn apply(&self, core: &Core, groups: &[Pending], synced: bool) -> Result<()> {
+        apply_groups(core, groups, synced)
+    }
+}
+
+/// Writes decided groups to the B-trees in one transaction, synced when `synced` (a checkpoint).
+/// In debug builds the group checks of `commit::invariants` run on the transaction before it
+/// commits.
 pub(crate) fn apply_groups(core: &Core, groups: &[Pending], synced: bool) -> Result<()> {
     // Every caller checked already; the B-trees must not be written from a forked child.
     core.owner.check(&core.dir)?;
