@@ -1089,9 +1089,13 @@ mod tests {
         for system in System::ALL {
             let mut bench = Bench::new(system, w, scratch.path()).unwrap();
             let mut total = 0;
-            for (threads, per_commit) in [(1, 1), (4, 1), (4, 5)] {
+            // In flight: oncelake through `Store::submit` (the other systems ignore it).
+            for (threads, per_commit, in_flight) in
+                [(1, 1, 0), (4, 1, 0), (4, 5, 0), (1, 1, 16), (2, 5, 4)]
+            {
                 let plan = Plan {
                     units_per_commit: per_commit,
+                    in_flight,
                     ..Plan::new(threads, 200, Duration::from_secs(600))
                 };
                 let before = match &bench.target {
