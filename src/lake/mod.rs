@@ -74,6 +74,7 @@ impl Lake {
         };
         let store = url::LakeUrl::parse(url)
             .and_then(|u| u.connect())
+            .map(|s| faults::wrap_for_url(url, s))
             .map_err(bad)?;
         let rt = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(1)

@@ -79,6 +79,20 @@ pub(crate) struct SimulateArgs {
     /// Pipeline mode: fraction of the bumped units whose first-stage output changes.
     #[arg(long, default_value_t = 0.5, requires = "pipeline")]
     pub changed: f64,
+    /// Run across this many node processes on one shared lake (SPEC R23); --workers are spread
+    /// over them.
+    #[arg(long, conflicts_with = "pipeline")]
+    pub nodes: Option<usize>,
+    /// With --nodes: the lake. `auto`: the S3 endpoint of AWS_ENDPOINT_URL if set, else a
+    /// temporary SeaweedFS (`weed` from ONCELAKE_WEED or PATH), else a shared directory.
+    #[arg(long, value_enum, default_value = "auto", requires = "nodes")]
+    pub lake: super::sim_nodes::LakeArg,
+    /// A node process's lake (set by `simulate --nodes` for the processes it starts).
+    #[arg(long, hide = true, requires = "node_index")]
+    pub node_lake: Option<String>,
+    /// A node process's index (set by `simulate --nodes`).
+    #[arg(long, hide = true, requires = "node_lake")]
+    pub node_index: Option<usize>,
 }
 
 #[derive(clap::Args, Debug)]
@@ -135,6 +149,9 @@ pub(crate) fn simulate_cmd(a: SimulateArgs) -> Result<u8, CliError> {
         ModeArg::Coordinated => &[SimMode::Coordinated],
         ModeArg::Both => &[SimMode::Optimistic, SimMode::Coordinated],
     };
+    if a.node_lake.is_some() {
+        return super::sim_nodes::run_node(&a);
+    }
     let (root, temporary) = match &a.store {
         Some(dir) => {
             let empty = std::fs::read_dir(dir)
@@ -160,6 +177,13 @@ pub(crate) fn simulate_cmd(a: SimulateArgs) -> Result<u8, CliError> {
             json: a.json,
         };
         let result = super::sim_pipeline::run(&args, &root);
+        if temporary {
+            let _ = std::fs::remove_dir_all(&root);
+        }
+        return result;
+    }
+    if let Some(nodes) = a.nodes {
+        let result = super::sim_nodes::run(&a, modes, nodes, &root);
         if temporary {
             let _ = std::fs::remove_dir_all(&root);
         }
@@ -234,7 +258,7 @@ fn run_modes(
 /// A fresh directory for throwaway stores: in memory (`/dev/shm`) where the system has it, else
 /// under the temporary directory. The simulation measures coordination and the commit path; on a
 /// disk shared with other writers, the metadata journal of its 100,000 small files would dominate.
-fn temp_root() -> PathBuf {
+pub(crate) fn temp_root() -> PathBuf {
     let nanos = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.subsec_nanos())
@@ -360,7 +384,7 @@ fn table_rows() -> Vec<(&'static str, Cell)> {
 }
 
 /// `100000` as `100,000`.
-fn thousands(n: u64) -> String {
+pub(crate) fn thousands(n: u64) -> String {
     let digits = n.to_string();
     let mut out = String::new();
     for (i, c) in digits.chars().enumerate() {
