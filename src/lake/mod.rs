@@ -113,6 +113,11 @@ impl Lake {
         Ok(lake)
     }
 
+    /// The lake's object store (the lake tables copy their versions through it).
+    pub(crate) fn object_store(&self) -> &Arc<dyn ObjectStore> {
+        &self.store
+    }
+
     /// Takes the head: whoever applies or publishes segments holds it.
     pub(crate) fn head(&self) -> MutexGuard<'_, Head> {
         self.head.lock()
