@@ -114,6 +114,7 @@ impl Lake {
     }
 
     /// The lake's object store (the lake tables copy their versions through it).
+    #[cfg(feature = "tables")]
     pub(crate) fn object_store(&self) -> &Arc<dyn ObjectStore> {
         &self.store
     }

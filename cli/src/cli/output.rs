@@ -81,3 +81,16 @@ mod tests {
         assert_eq!(rfc3339(4_102_444_799_999), "2099-12-31T23:59:59.999Z");
     }
 }
+
+/// `100000` as `100,000`.
+pub(crate) fn thousands(n: u64) -> String {
+    let digits = n.to_string();
+    let mut out = String::new();
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i).is_multiple_of(3) {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}

@@ -1,6 +1,8 @@
 //! The coordination commands: `simulate` (the worked example, SPEC R18), `stats` (R16) and the
 //! coordinator mode by hand, `claim` and `release` (R9).
 
+use super::output::thousands;
+use super::sim_nodes::{LakeArg, NodeArgs};
 use super::{exit, open_store, parse_duration, print_json, rfc3339, CliError, Output, Progress};
 use oncelake::metrics::{scope_of, Scope};
 use oncelake::{ClaimOutcome, Lease, MetricsSnapshot, ReleaseOutcome};
@@ -86,7 +88,7 @@ pub(crate) struct SimulateArgs {
     /// With --nodes: the lake. `auto`: the S3 endpoint of AWS_ENDPOINT_URL if set, else a
     /// temporary SeaweedFS (`weed` from ONCELAKE_WEED or PATH), else a shared directory.
     #[arg(long, value_enum, default_value = "auto", requires = "nodes")]
-    pub lake: super::sim_nodes::LakeArg,
+    pub lake: LakeArg,
     /// A node process's lake (set by `simulate --nodes` for the processes it starts).
     #[arg(long, hide = true, requires = "node_index")]
     pub node_lake: Option<String>,
@@ -150,7 +152,7 @@ pub(crate) fn simulate_cmd(a: SimulateArgs) -> Result<u8, CliError> {
         ModeArg::Both => &[SimMode::Optimistic, SimMode::Coordinated],
     };
     if a.node_lake.is_some() {
-        return super::sim_nodes::run_node(&a);
+        return super::sim_nodes::run_node(&node_args(&a));
     }
     let (root, temporary) = match &a.store {
         Some(dir) => {
@@ -183,7 +185,7 @@ pub(crate) fn simulate_cmd(a: SimulateArgs) -> Result<u8, CliError> {
         return result;
     }
     if let Some(nodes) = a.nodes {
-        let result = super::sim_nodes::run(&a, modes, nodes, &root);
+        let result = super::sim_nodes::run(&node_args(&a), modes, nodes, &root);
         if temporary {
             let _ = std::fs::remove_dir_all(&root);
         }
@@ -253,6 +255,29 @@ fn run_modes(
         let _ = r.join();
     }
     Ok(reports)
+}
+
+/// What `simulate --nodes` and a node process need of the arguments.
+fn node_args(a: &SimulateArgs) -> NodeArgs {
+    NodeArgs {
+        workers: a.workers,
+        units: a.units,
+        overlap: a.overlap,
+        crash_rate: a.crash_rate,
+        chunk: a.chunk,
+        seed: a.seed,
+        json: a.json,
+        lake: a.lake,
+        nodes: a.nodes,
+        node_lake: a.node_lake.clone(),
+        node_index: a.node_index,
+        store: a.store.clone(),
+        mode: match a.mode {
+            ModeArg::Optimistic => Some(SimMode::Optimistic),
+            ModeArg::Coordinated => Some(SimMode::Coordinated),
+            ModeArg::Both => None,
+        },
+    }
 }
 
 /// A fresh directory for throwaway stores: in memory (`/dev/shm`) where the system has it, else
@@ -381,19 +406,6 @@ fn table_rows() -> Vec<(&'static str, Cell)> {
             Box::new(|r| format!("{:.2} s", r.elapsed.as_secs_f64())),
         ),
     ]
-}
-
-/// `100000` as `100,000`.
-pub(crate) fn thousands(n: u64) -> String {
-    let digits = n.to_string();
-    let mut out = String::new();
-    for (i, c) in digits.chars().enumerate() {
-        if i > 0 && (digits.len() - i).is_multiple_of(3) {
-            out.push(',');
-        }
-        out.push(c);
-    }
-    out
 }
 
 /// `0.02` as `2`, `0.015` as `1.5` (a percentage without float noise).

@@ -1,14 +1,14 @@
 //! `oncelake simulate --nodes N`: the worked example (SPEC R18) across N node processes of this
 //! binary on one shared lake (R23), and the hidden node mode those processes run.
 
-use super::sim_cmds::{thousands, ModeArg, SimulateArgs};
+use super::output::thousands;
 use super::{exit, print_json, CliError};
 use oncelake_sim::lake_env::{LakeChoice, LakeEnv};
 use oncelake_sim::nodes::{run_node as node_share, simulate_nodes, workers_of, NodeShare};
 use oncelake_sim::nodes::{NodeFigures, NodesReport};
 use oncelake_sim::{SimConfig, SimMode};
 use serde_json::json;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 
 /// Where `simulate --nodes` keeps the lake.
@@ -25,9 +25,27 @@ pub(crate) enum LakeArg {
     File,
 }
 
+/// What the run across nodes and a node process take from `simulate`'s arguments.
+pub(crate) struct NodeArgs {
+    pub workers: usize,
+    pub units: u64,
+    pub overlap: f64,
+    pub crash_rate: f64,
+    pub chunk: usize,
+    pub seed: u64,
+    pub json: bool,
+    pub lake: LakeArg,
+    pub nodes: Option<usize>,
+    pub node_lake: Option<String>,
+    pub node_index: Option<usize>,
+    pub store: Option<PathBuf>,
+    /// `None`: both modes.
+    pub mode: Option<SimMode>,
+}
+
 /// The run across nodes: each mode on a lake of its own, node directories under `root`.
 pub(crate) fn run(
-    a: &SimulateArgs,
+    a: &NodeArgs,
     modes: &[SimMode],
     nodes: usize,
     root: &Path,
@@ -86,7 +104,7 @@ pub(crate) fn run(
 /// The command that runs node `i` of `n`.
 fn node_command(
     exe: &Path,
-    a: &SimulateArgs,
+    a: &NodeArgs,
     cfg: &SimConfig,
     lake: &LakeEnv,
     url: &str,
@@ -110,7 +128,7 @@ fn node_command(
 }
 
 /// The hidden node mode: one node process's share, its figures on standard output.
-pub(crate) fn run_node(a: &SimulateArgs) -> Result<u8, CliError> {
+pub(crate) fn run_node(a: &NodeArgs) -> Result<u8, CliError> {
     let (Some(lake), Some(index), Some(nodes), Some(store)) =
         (&a.node_lake, a.node_index, a.nodes, &a.store)
     else {
@@ -118,14 +136,10 @@ pub(crate) fn run_node(a: &SimulateArgs) -> Result<u8, CliError> {
             "a node process needs --node-lake, --node-index, --nodes and --store".into(),
         ));
     };
-    let mode = match a.mode {
-        ModeArg::Optimistic => SimMode::Optimistic,
-        ModeArg::Coordinated => SimMode::Coordinated,
-        ModeArg::Both => {
-            return Err(CliError::Usage(
-                "a node process runs one mode: optimistic or coordinated".into(),
-            ))
-        }
+    let Some(mode) = a.mode else {
+        return Err(CliError::Usage(
+            "a node process runs one mode: optimistic or coordinated".into(),
+        ));
     };
     let cfg = SimConfig {
         workers: a.workers,
