@@ -69,19 +69,6 @@ fn civil_from_days(z: i64) -> (i64, u32, u32) {
     (y, m, d)
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn dates() {
-        assert_eq!(rfc3339(0), "1970-01-01T00:00:00.000Z");
-        assert_eq!(rfc3339(951_782_400_000), "2000-02-29T00:00:00.000Z");
-        assert_eq!(rfc3339(1_796_026_500_123), "2026-11-30T08:15:00.123Z");
-        assert_eq!(rfc3339(4_102_444_799_999), "2099-12-31T23:59:59.999Z");
-    }
-}
-
 /// `100000` as `100,000`.
 pub(crate) fn thousands(n: u64) -> String {
     let digits = n.to_string();
@@ -93,4 +80,17 @@ pub(crate) fn thousands(n: u64) -> String {
         out.push(c);
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn dates() {
+        assert_eq!(rfc3339(0), "1970-01-01T00:00:00.000Z");
+        assert_eq!(rfc3339(951_782_400_000), "2000-02-29T00:00:00.000Z");
+        assert_eq!(rfc3339(1_796_026_500_123), "2026-11-30T08:15:00.123Z");
+        assert_eq!(rfc3339(4_102_444_799_999), "2099-12-31T23:59:59.999Z");
+    }
 }
