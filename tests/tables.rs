@@ -652,3 +652,73 @@ fn an_auto_publisher_keeps_tables_up_to_date() {
     assert_eq!((pos.version, pos.seq), (Some(19), last));
     drop(auto);
 }
+
+/// A lake node's table goes into the lake (SPEC R21, R23): every version and data file the node
+/// publishes is under `<lake>/tables/NAME/` with the node's bytes, the versions hold one live
+/// file per unit with its row count (the model); a second node publishing the same table is
+/// refused by the log's put-if-absent and changes nothing in the lake; a later publish adds
+/// the new versions.
+#[cfg(feature = "lake")]
+#[test]
+fn a_lake_nodes_table_is_published_into_the_lake_by_one_node() {
+    let dir = tempfile::tempdir().unwrap();
+    let lake_dir = dir.path().join("lake");
+    let url = format!("file://{}", lake_dir.display());
+    let node = |name: &str| {
+        let opts = Options {
+            lake: Some(url.clone()),
+            ..Options::default()
+        };
+        Store::open_with(dir.path().join(name), opts).unwrap()
+    };
+    let n1 = node("node1");
+    n1.create_table("t", "t/", TableFormat::Delta).unwrap();
+    let mut model: BTreeMap<String, i64> = BTreeMap::new();
+    fn commit(store: &Store, model: &mut BTreeMap<String, i64>, from: u64, to: u64) {
+        for i in from..to {
+            let (unit, rows) = (format!("t/d={}/u{}", i % 3, i % 11), (i % 4 + 1) as usize);
+            store
+                .put(&unit, i + 1, &parquet(i as i64, rows, "n"))
+                .unwrap();
+            model.insert(unit, rows as i64);
+        }
+    }
+    // The lake's copy: every file of the node's table but the node's own bookkeeping.
+    let node_files = |store: &Store| {
+        let mut files = all_files(&store.table_dir("t"));
+        files.retain(|p, _| !p.to_string_lossy().starts_with("_oncelake_"));
+        files
+    };
+    let lake_table = lake_dir.join("tables").join("t");
+    commit(&n1, &mut model, 0, 20);
+    n1.publish_table("t").unwrap();
+    commit(&n1, &mut model, 20, 30);
+    let r = n1.publish_table("t").unwrap();
+    assert_eq!(all_files(&lake_table), node_files(&n1));
+    let vs = versions(&lake_table);
+    assert_eq!(vs.len() as u64, r.version.unwrap() + 1);
+    let live = live_files(&vs, r.version.unwrap());
+    let mut got: Vec<i64> = live.values().copied().collect();
+    let mut want: Vec<i64> = model.values().copied().collect();
+    got.sort();
+    want.sort();
+    assert_eq!(got, want, "one live file per unit with its rows");
+
+    // Node 2 sees the same units, and its versions carry its own appId: refused, lake unchanged.
+    let n2 = node("node2");
+    n2.sync().unwrap();
+    n2.create_table("t", "t/", TableFormat::Delta).unwrap();
+    let before = all_files(&lake_table);
+    match n2.publish_table("t") {
+        Err(TableError::LakeTable { detail, .. }) => assert!(detail.contains("another node")),
+        other => panic!("a second publishing node must be refused: {other:?}"),
+    }
+    assert_eq!(all_files(&lake_table), before);
+
+    // Node 1 goes on: the lake gets the new versions.
+    n1.sync().unwrap();
+    commit(&n1, &mut model, 30, 36);
+    let r = n1.publish_table("t").unwrap();
+    assert_eq!(all_files(&lake_table), node_files(&n1));
+    assert_eq!(versions(&lake_table).len() as u64, r.version.unwrap() + 1);
+}

@@ -36,6 +36,7 @@ fn every_benchmarks_help_has_examples_that_run_and_exit_codes() {
         "reconcile",
         "serve-load",
         "table",
+        "lake",
     ] {
         assert!(commands.iter().any(|c| c == expected), "{commands:?}");
     }

@@ -28,7 +28,12 @@ class Staged:
 class Store:
     """An oncelake store; a context manager. See ``help(oncelake.Store)``."""
 
-    def __init__(self, path: Union[str, "os.PathLike[str]"], *, lock_wait: float = 0.0, relaxed: Optional[float] = None) -> None: ...
+    def __init__(self, path: Union[str, "os.PathLike[str]"], *, lock_wait: float = 0.0, relaxed: Optional[float] = None, lake: Optional[str] = None) -> None: ...
+    @property
+    def lake(self) -> Optional[str]:
+        """The shared lake this node is bound to (in-process), or None."""
+    def sync(self) -> None:
+        """A lake node: apply what other nodes committed since (read-after-write across nodes)."""
     @property
     def path(self) -> str: ...
     @property

@@ -95,11 +95,20 @@ impl PyStore {
     /// ``lock_wait``: seconds to wait while another process has the store open (default: fail at
     /// once with ``Locked``). ``relaxed``: ``None`` for durable commits (acknowledged after fsync,
     /// the default), or the longest delay in seconds between synced groups (a crash may lose that
-    /// much acknowledged work, never part of a commit).
+    /// much acknowledged work, never part of a commit). ``lake``: bind a new node directory to a
+    /// shared lake (``s3://BUCKET/PREFIX``, ``file:///PATH``, ``memory://NAME``); a bound node
+    /// reopens without it.
     #[new]
-    #[pyo3(signature = (path, *, lock_wait = 0.0, relaxed = None))]
-    fn new(py: Python<'_>, path: PathBuf, lock_wait: f64, relaxed: Option<f64>) -> PyResult<Self> {
+    #[pyo3(signature = (path, *, lock_wait = 0.0, relaxed = None, lake = None))]
+    fn new(
+        py: Python<'_>,
+        path: PathBuf,
+        lock_wait: f64,
+        relaxed: Option<f64>,
+        lake: Option<String>,
+    ) -> PyResult<Self> {
         let options = Options {
+            lake,
             lock_wait: seconds("lock_wait", lock_wait)?,
             durability: match relaxed {
                 None => Durability::Durable,
@@ -465,6 +474,24 @@ impl PyStore {
         }
     }
 
+    /// The shared lake this node is bound to, or ``None`` for a local store.
+    #[getter]
+    fn lake(&self) -> PyResult<Option<String>> {
+        Ok(self.local_lake()?.flatten())
+    }
+
+    /// A lake node: applies what other nodes committed to the lake since, so that what is read
+    /// next sees it (read-after-write across nodes). A local store: nothing to do.
+    fn sync(&self, py: Python<'_>) -> PyResult<()> {
+        match self.backend()? {
+            Backend::Local(store) => py.detach(|| store.sync()).py(py),
+            Backend::Served(_) => Err(PyValueError::new_err(
+                "sync through a server is not supported yet: the served node syncs before each \
+                 commit; run `oncelake sync` on the node when no server holds it",
+            )),
+        }
+    }
+
     /// Makes everything acknowledged so far durable (useful with ``relaxed=``).
     fn flush(&self, py: Python<'_>) -> PyResult<()> {
         match self.backend()? {
@@ -671,6 +698,14 @@ fn open_backend(path: &std::path::Path, options: Options) -> Result<Backend, Ope
 }
 
 impl PyStore {
+    /// The lake of the store opened in this process (`None` through a server).
+    fn local_lake(&self) -> PyResult<Option<Option<String>>> {
+        Ok(match self.backend()? {
+            Backend::Local(store) => Some(store.lake_url()),
+            Backend::Served(_) => None,
+        })
+    }
+
     /// The unit's committed version, in-process or through the server.
     fn lookup_committed(
         &self,

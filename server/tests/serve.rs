@@ -498,3 +498,77 @@ fn a_large_upload_is_streamed_not_buffered() {
         size >> 10
     );
 }
+
+/// A served lake node (SPEC R20, R23), the server built with the engine's `lake` feature of its
+/// own: `serve_until` serves node 1 of a file:// lake in this process; commits through it (a new
+/// unit, a duplicate, a conflicting output) get the rules' answers, and node 2, opened beside it
+/// and synced, holds exactly the model.
+#[test]
+fn a_served_lake_node_commits_into_the_lake_and_another_node_sees_it_after_sync() {
+    use oncelake::{Options, Outcome, Store};
+    let dir = tempfile::tempdir().unwrap();
+    let lake = format!("file://{}", dir.path().join("lake").display());
+    let bound = |name: &str| {
+        let node = dir.path().join(name);
+        let opts = Options {
+            lake: Some(lake.clone()),
+            ..Options::default()
+        };
+        drop(Store::open_with(&node, opts).unwrap());
+        node
+    };
+    let (node1, node2) = (bound("node1"), bound("node2"));
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let (ready, address) = std::sync::mpsc::channel::<String>();
+    let served = node1.clone();
+    let server = std::thread::spawn(move || {
+        let opts = oncelake_server::ServeOptions {
+            listen: Some("127.0.0.1:0".parse().unwrap()),
+            malloc_arenas: None,
+            ..oncelake_server::ServeOptions::default()
+        };
+        let stop = Box::pin(async move {
+            let _ = stopped.await;
+        });
+        oncelake_server::serve_until(&served, opts, |a| ready.send(a.into()).unwrap(), Some(stop))
+    });
+    address.recv_timeout(Duration::from_secs(60)).unwrap();
+    let client = Client::for_store(&node1).unwrap();
+    let mut model = BTreeMap::new();
+    for i in 0..6u64 {
+        let (unit, bytes) = (format!("sales/day={i}"), format!("rows {i}").into_bytes());
+        let (o, _) = client
+            .put_reader(&unit, 1, None, false, &bytes[..])
+            .unwrap();
+        assert!(matches!(o.outcome, Outcome::Committed { .. }), "{o:?}");
+        model.insert(unit, (1u64, hex_of(&bytes)));
+    }
+    let (again, _) = client
+        .put_reader("sales/day=0", 1, None, false, &b"rows 0"[..])
+        .unwrap();
+    assert!(
+        matches!(again.outcome, Outcome::Duplicate { .. }),
+        "{again:?}"
+    );
+    let (other, _) = client
+        .put_reader("sales/day=0", 1, None, false, &b"other rows"[..])
+        .unwrap();
+    assert!(
+        matches!(other.outcome, Outcome::Conflict { .. }),
+        "{other:?}"
+    );
+
+    let node2 = Store::open(&node2).unwrap();
+    node2.sync().unwrap();
+    let seen: BTreeMap<String, (u64, String)> = node2
+        .snapshot()
+        .unwrap()
+        .iter()
+        .unwrap()
+        .map(|e| e.unwrap())
+        .map(|e| (e.unit, (e.source_version, e.object.id.to_hex())))
+        .collect();
+    assert_eq!(seen, model);
+    stop.send(()).unwrap();
+    server.join().unwrap().unwrap();
+}

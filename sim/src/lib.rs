@@ -83,6 +83,8 @@
 
 #![warn(missing_docs)]
 
+pub mod lake_env;
+pub mod nodes;
 pub mod pipeline;
 
 use oncelake::gc::GcOptions;
@@ -187,6 +189,10 @@ pub struct SimConfig {
     /// Tasks a worker takes at once and runs through one batched engine call
     /// ([`Store::run_optimistic_many`] / [`Store::run_once_many`]).
     pub chunk: usize,
+    /// Run as one node process of a run across nodes on a shared lake ([`nodes`]): the store is
+    /// a node of that lake, only this node's chunks run, in one round (no crashes), and no GC
+    /// runs (a lake node's GC is refused).
+    pub node: Option<nodes::NodeShare>,
 }
 
 impl SimConfig {
@@ -204,6 +210,7 @@ impl SimConfig {
             store_dir: store_dir.into(),
             object_bytes: 256,
             chunk: DEFAULT_CHUNK,
+            node: None,
         }
     }
 
@@ -240,6 +247,16 @@ impl SimConfig {
         }
         if self.object_bytes < 2 {
             return bad("object_bytes must be at least 2".into());
+        }
+        if let Some(n) = &self.node {
+            if n.index >= n.nodes || self.crash_rate > 0.0 {
+                return bad(format!(
+                    "node {} of {} with crash rate {}: a run across nodes needs an index below \
+                     the node count and no crashes (a crashed chunk's retry is not built across \
+                     nodes)",
+                    n.index, n.nodes, self.crash_rate
+                ));
+            }
         }
         Ok(())
     }
@@ -348,6 +365,7 @@ pub fn simulate(cfg: &SimConfig, progress: Progress<'_>) -> Result<SimReport> {
     let start = Instant::now();
     let clock = ManualClock::new(SystemClock.now_ms());
     let options = Options {
+        lake: cfg.node.as_ref().map(|n| n.lake.clone()),
         clock: Arc::new(clock.clone()),
         // Per-unit commits: see "The store" above for why not `Durable`.
         durability: oncelake::Durability::Relaxed {
@@ -371,7 +389,10 @@ pub fn simulate(cfg: &SimConfig, progress: Progress<'_>) -> Result<SimReport> {
     };
     let overlapped = cfg.overlapped_units();
     let rounds = sim.run_rounds(&clock, overlapped, progress)?;
-    let (collected, left) = collect_orphans(&store)?;
+    let (collected, left) = match cfg.node {
+        Some(_) => (0, 0),
+        None => collect_orphans(&store)?,
+    };
     let snap = store.snapshot()?;
     // Counting the entries and replaying the log read the same snapshot, each on its own core.
     let (entries, replay_clean) = std::thread::scope(|s| {
@@ -389,7 +410,11 @@ pub fn simulate(cfg: &SimConfig, progress: Progress<'_>) -> Result<SimReport> {
     let crashed = sim.crashed.load(Ordering::Relaxed);
     Ok(SimReport {
         mode: cfg.mode,
-        schedule: cfg.schedule,
+        // Across node processes the pairs cannot meet in memory: real timing decides.
+        schedule: match cfg.node {
+            Some(_) => Schedule::Natural,
+            None => cfg.schedule,
+        },
         workers: cfg.workers,
         chunk: cfg.chunk,
         units: cfg.units,
@@ -682,8 +707,19 @@ impl Sim<'_> {
         progress: Progress<'_>,
     ) -> Result<u32> {
         let cfg = self.cfg;
-        let meet = cfg.schedule == Schedule::Premise && cfg.workers > 1;
+        let meet = cfg.schedule == Schedule::Premise && cfg.workers > 1 && cfg.node.is_none();
         let mut chunks = first_round(cfg.units, overlapped, cfg.seed, cfg.chunk, meet);
+        if let Some(n) = &cfg.node {
+            // This node's chunks; the others' are the other nodes' (see `nodes`).
+            let mine = chunks
+                .into_iter()
+                .enumerate()
+                .filter(|(k, _)| k % n.nodes == n.index);
+            chunks = mine.map(|(_, c)| c).collect();
+            let tasks = chunks.iter().map(|c| c.units.len() as u64).sum();
+            self.round(1, &chunks, &|done| progress(done, tasks))?;
+            return Ok(1);
+        }
         let (mut done_before, mut scheduled) = (0u64, cfg.units + overlapped);
         let mut rounds = 0;
         loop {
@@ -731,7 +767,11 @@ impl Sim<'_> {
                     let (cursor, finished, abort, first_error) =
                         (&cursor, &finished, &abort, &first_error);
                     s.spawn(move || {
-                        let worker = format!("worker-{w}");
+                        // Worker names are lease holders: unique across the nodes of a lake too.
+                        let worker = match &self.cfg.node {
+                            Some(n) => format!("node{}-worker-{w}", n.index),
+                            None => format!("worker-{w}"),
+                        };
                         // One chunk at a time, taken in queue order: see "Schedule" in the module
                         // doc for why the meetings cannot deadlock.
                         while !abort.load(Ordering::Relaxed) {

@@ -530,3 +530,96 @@ fn stats_prometheus_output_is_valid_exposition_format() {
     assert_eq!(v["units"], 20);
     assert!(v["last_seq"].as_u64().unwrap() >= 20);
 }
+
+/// `simulate --nodes 3` on a file:// lake: each mode's JSON line accounts for every task (each
+/// was computed, found done or found busy), and every node directory it leaves, opened here and
+/// synced, holds exactly the model's entries — one per unit at version 1, the same on every node.
+#[test]
+fn simulate_across_three_node_processes_ends_with_one_entry_per_unit_on_every_node() {
+    let dir = scratch("oncelake-test");
+    let root = dir.path().join("sim");
+    let (units, overlap) = (600u64, 0.1);
+    let out = Command::new(bin::oncelake())
+        .args(["simulate", "--nodes", "3", "--lake", "file", "--json"])
+        .args(["--units", &units.to_string(), "--workers", "5"])
+        .args(["--overlap", &overlap.to_string(), "--chunk", "32"])
+        .arg("--store")
+        .arg(&root)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let lines: Vec<serde_json::Value> = String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines.len(), 2, "one line per mode");
+    let model: std::collections::BTreeMap<String, u64> = (0..units)
+        .map(|i| (format!("orders/customer={i:06}/date=2026-11-29"), 1))
+        .collect();
+    for l in &lines {
+        let n = |k: &str| l[k].as_u64().unwrap_or_else(|| panic!("{k} in {l}"));
+        assert_eq!(l["nodes"], 3);
+        assert!(l["lake"].as_str().unwrap().contains("file://"), "{l}");
+        assert_eq!((n("units"), n("overlapped_units")), (units, 60));
+        // Every task handed out was computed, found done or found busy.
+        assert_eq!(
+            n("computations") + n("already_done") + n("busy"),
+            units + 60
+        );
+        assert_eq!(n("computations"), units + n("redundant"), "{l}");
+        assert_eq!(n("manifest_entries"), units);
+        assert_eq!(
+            (&l["views_identical"], &l["exactly_once"]),
+            (&true.into(), &true.into())
+        );
+        let per_node = l["per_node"].as_array().unwrap();
+        let sum = |k: &str| per_node.iter().map(|p| p[k].as_u64().unwrap()).sum::<u64>();
+        assert_eq!(sum("computations"), n("computations"));
+        assert_eq!(sum("workers"), 5);
+        if l["mode"] == "coordinated" {
+            assert_eq!(n("redundant"), 0, "a claim is exclusive across nodes: {l}");
+        }
+        // The node directories, opened here: each is the model.
+        let mode_dir = root.join(l["mode"].as_str().unwrap());
+        for i in 0..3 {
+            let store = Store::open(mode_dir.join(format!("node{i}"))).unwrap();
+            store.sync().unwrap();
+            let snap = store.snapshot().unwrap();
+            let got: std::collections::BTreeMap<String, u64> = snap
+                .iter()
+                .unwrap()
+                .map(|e| e.unwrap())
+                .map(|e| (e.unit, e.source_version))
+                .collect();
+            assert_eq!(got, model, "node{i} of {}", l["mode"]);
+            assert!(oncelake::replay(&snap).unwrap().is_clean());
+        }
+    }
+}
+
+/// The same on a temporary SeaweedFS when `weed` is found (ONCELAKE_WEED or PATH); skipped
+/// loudly without it.
+#[test]
+fn simulate_across_nodes_on_seaweedfs_is_exactly_once() {
+    if oncelake_sim::lake_env::find_weed().is_none() {
+        eprintln!("SKIPPED: no `weed` (set ONCELAKE_WEED or put weed on PATH)");
+        return;
+    }
+    let out = Command::new(bin::oncelake())
+        .args(["simulate", "--nodes", "3", "--lake", "weed", "--json"])
+        .args(["--units", "300", "--workers", "3", "--mode", "coordinated"])
+        .args(["--overlap", "0.1", "--chunk", "16"])
+        .env_remove("AWS_ENDPOINT_URL")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let l: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(l["lake"].as_str().unwrap().contains("SeaweedFS"), "{l}");
+    assert_eq!(l["manifest_entries"], 300);
+    assert_eq!(l["redundant"], 0);
+    assert_eq!(
+        (&l["views_identical"], &l["exactly_once"]),
+        (&true.into(), &true.into())
+    );
+}

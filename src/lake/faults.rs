@@ -77,6 +77,19 @@ fn plans() -> &'static Mutex<HashMap<String, Arc<LakeFaults>>> {
     PLANS.get_or_init(|| Mutex::new(HashMap::new()))
 }
 
+/// The key of a plan installed on a whole URL ([`LakeFaults::install_on`]).
+fn url_key(url: &str) -> String {
+    format!("url {url}")
+}
+
+/// `store` behind the plan installed on `url` with [`LakeFaults::install_on`], if any.
+pub(crate) fn wrap_for_url(url: &str, store: Arc<dyn ObjectStore>) -> Arc<dyn ObjectStore> {
+    match plan_for(&url_key(url)) {
+        Some(plan) => Arc::new(Faulty { inner: store, plan }),
+        None => store,
+    }
+}
+
 /// The plan installed for `memory://name`, if any (read when a node connects).
 pub(crate) fn plan_for(name: &str) -> Option<Arc<LakeFaults>> {
     plans().lock().get(name).cloned()
@@ -96,6 +109,13 @@ impl LakeFaults {
         });
         plans().lock().insert(name.to_string(), plan.clone());
         plan
+    }
+
+    /// Installs a plan on the lake at `url`, whatever its form (`s3://`, `file://`, `memory://`):
+    /// nodes of this process that connect to that URL from now on go through it (the P10
+    /// benchmark's lost responses on SeaweedFS).
+    pub fn install_on(url: &str, seed: u64) -> Arc<LakeFaults> {
+        Self::install(&url_key(url), seed)
     }
 
     /// Sets the odds of random faults.

@@ -74,6 +74,7 @@ impl Lake {
         };
         let store = url::LakeUrl::parse(url)
             .and_then(|u| u.connect())
+            .map(|s| faults::wrap_for_url(url, s))
             .map_err(bad)?;
         let rt = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(1)
@@ -110,6 +111,12 @@ impl Lake {
             };
         }
         Ok(lake)
+    }
+
+    /// The lake's object store (the lake tables copy their versions through it).
+    #[cfg(feature = "tables")]
+    pub(crate) fn object_store(&self) -> &Arc<dyn ObjectStore> {
+        &self.store
     }
 
     /// Takes the head: whoever applies or publishes segments holds it.

@@ -19,6 +19,8 @@ mod auto;
 mod delta;
 #[cfg(feature = "tables")]
 mod footer;
+#[cfg(all(feature = "tables", feature = "lake"))]
+mod lake;
 #[cfg(feature = "tables")]
 mod plan;
 #[cfg(feature = "tables")]
@@ -117,6 +119,19 @@ pub enum TableError {
         found: String,
         /// The table's partition columns, comma-separated.
         expected: String,
+    },
+    /// Copying a table's versions into the shared lake (SPEC R21, R23) failed or was refused;
+    /// the node's own copy under its directory is complete.
+    #[error("table {name:?}: publishing into the lake {url} failed: {detail}; {todo}")]
+    LakeTable {
+        /// The table.
+        name: String,
+        /// The lake.
+        url: String,
+        /// What failed.
+        detail: String,
+        /// What to do.
+        todo: &'static str,
     },
 }
 

@@ -140,6 +140,9 @@ fn publish(store: &Store, def: &TableDef) -> TableResult<PublishReport> {
     let end = log.position();
     p.report.version = end.version;
     p.report.seq = end.seq;
+    // A lake node's table goes into the lake too, under the same lock.
+    #[cfg(feature = "lake")]
+    super::lake::copy_to_lake(store, &def.name)?;
     Ok(p.report)
 }
 

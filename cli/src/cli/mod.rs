@@ -39,6 +39,7 @@ mod reconcile_cmd;
 mod remote;
 mod serve;
 mod sim_cmds;
+mod sim_nodes;
 mod sim_pipeline;
 mod store_cmds;
 mod table_cmds;

@@ -1,6 +1,8 @@
 //! The coordination commands: `simulate` (the worked example, SPEC R18), `stats` (R16) and the
 //! coordinator mode by hand, `claim` and `release` (R9).
 
+use super::output::thousands;
+use super::sim_nodes::{LakeArg, NodeArgs};
 use super::{exit, open_store, parse_duration, print_json, rfc3339, CliError, Output, Progress};
 use oncelake::metrics::{scope_of, Scope};
 use oncelake::{ClaimOutcome, Lease, MetricsSnapshot, ReleaseOutcome};
@@ -79,6 +81,20 @@ pub(crate) struct SimulateArgs {
     /// Pipeline mode: fraction of the bumped units whose first-stage output changes.
     #[arg(long, default_value_t = 0.5, requires = "pipeline")]
     pub changed: f64,
+    /// Run across this many node processes on one shared lake (SPEC R23); --workers are spread
+    /// over them.
+    #[arg(long, conflicts_with = "pipeline")]
+    pub nodes: Option<usize>,
+    /// With --nodes: the lake. `auto`: the S3 endpoint of AWS_ENDPOINT_URL if set, else a
+    /// temporary SeaweedFS (`weed` from ONCELAKE_WEED or PATH), else a shared directory.
+    #[arg(long, value_enum, default_value = "auto", requires = "nodes")]
+    pub lake: LakeArg,
+    /// A node process's lake (set by `simulate --nodes` for the processes it starts).
+    #[arg(long, hide = true, requires = "node_index")]
+    pub node_lake: Option<String>,
+    /// A node process's index (set by `simulate --nodes`).
+    #[arg(long, hide = true, requires = "node_lake")]
+    pub node_index: Option<usize>,
 }
 
 #[derive(clap::Args, Debug)]
@@ -135,6 +151,9 @@ pub(crate) fn simulate_cmd(a: SimulateArgs) -> Result<u8, CliError> {
         ModeArg::Coordinated => &[SimMode::Coordinated],
         ModeArg::Both => &[SimMode::Optimistic, SimMode::Coordinated],
     };
+    if a.node_lake.is_some() {
+        return super::sim_nodes::run_node(&node_args(&a));
+    }
     let (root, temporary) = match &a.store {
         Some(dir) => {
             let empty = std::fs::read_dir(dir)
@@ -160,6 +179,13 @@ pub(crate) fn simulate_cmd(a: SimulateArgs) -> Result<u8, CliError> {
             json: a.json,
         };
         let result = super::sim_pipeline::run(&args, &root);
+        if temporary {
+            let _ = std::fs::remove_dir_all(&root);
+        }
+        return result;
+    }
+    if let Some(nodes) = a.nodes {
+        let result = super::sim_nodes::run(&node_args(&a), modes, nodes, &root);
         if temporary {
             let _ = std::fs::remove_dir_all(&root);
         }
@@ -231,10 +257,33 @@ fn run_modes(
     Ok(reports)
 }
 
+/// What `simulate --nodes` and a node process need of the arguments.
+fn node_args(a: &SimulateArgs) -> NodeArgs {
+    NodeArgs {
+        workers: a.workers,
+        units: a.units,
+        overlap: a.overlap,
+        crash_rate: a.crash_rate,
+        chunk: a.chunk,
+        seed: a.seed,
+        json: a.json,
+        lake: a.lake,
+        nodes: a.nodes,
+        node_lake: a.node_lake.clone(),
+        node_index: a.node_index,
+        store: a.store.clone(),
+        mode: match a.mode {
+            ModeArg::Optimistic => Some(SimMode::Optimistic),
+            ModeArg::Coordinated => Some(SimMode::Coordinated),
+            ModeArg::Both => None,
+        },
+    }
+}
+
 /// A fresh directory for throwaway stores: in memory (`/dev/shm`) where the system has it, else
 /// under the temporary directory. The simulation measures coordination and the commit path; on a
 /// disk shared with other writers, the metadata journal of its 100,000 small files would dominate.
-fn temp_root() -> PathBuf {
+pub(crate) fn temp_root() -> PathBuf {
     let nanos = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.subsec_nanos())
@@ -357,19 +406,6 @@ fn table_rows() -> Vec<(&'static str, Cell)> {
             Box::new(|r| format!("{:.2} s", r.elapsed.as_secs_f64())),
         ),
     ]
-}
-
-/// `100000` as `100,000`.
-fn thousands(n: u64) -> String {
-    let digits = n.to_string();
-    let mut out = String::new();
-    for (i, c) in digits.chars().enumerate() {
-        if i > 0 && (digits.len() - i).is_multiple_of(3) {
-            out.push(',');
-        }
-        out.push(c);
-    }
-    out
 }
 
 /// `0.02` as `2`, `0.015` as `1.5` (a percentage without float noise).

@@ -23,6 +23,7 @@ mod commit;
 mod dedup;
 mod error;
 mod help;
+mod lake;
 mod output;
 mod reconcile;
 mod rocksdb;
@@ -71,6 +72,11 @@ enum Command {
     /// to many versions for a reader to open.
     #[command(after_help = help::join(help::TABLE, help::BENCH_CODES))]
     Table(table::TableBenchArgs),
+    /// A shared lake (P10): N nodes × T threads, one unit per call on overlapping units, beside
+    /// the same run's single node and one node more; lost responses injected and every answer
+    /// checked against the log; a new node opening the lake.
+    #[command(after_help = help::join(help::LAKE, help::BENCH_CODES))]
+    Lake(lake::LakeBenchArgs),
     /// Open a store and print the open time and peak memory (used by `dedup`).
     #[command(hide = true)]
     Open(dedup::OpenArgs),
@@ -103,6 +109,7 @@ fn main() -> ExitCode {
         Command::Reconcile(a) => reconcile::run(a),
         Command::ServeLoad(a) => served::serve_load(a),
         Command::Table(a) => table::run(a),
+        Command::Lake(a) => lake::run(a),
         Command::Open(a) => dedup::open_only(a),
         Command::Crash(a) => dedup::crash(a),
         Command::Seed001Worker(a) => served::seed001_worker(a),
