@@ -88,8 +88,8 @@ pub use schema::manifest::Entry;
 pub use snapshot::{check_object, Entries, Snapshot};
 pub use stage::Staged;
 pub use store::{
-    lock_holder, Committed, Durability, LockHolder, LockWaitStop, Options, Store, Write, Written,
-    DB_FILE, FORMAT_VERSION, MARKER_FILE,
+    lock_holder, CheckpointReport, Committed, Durability, LockHolder, LockWaitStop, Options, Store,
+    Write, Written, DB_FILE, FORMAT_VERSION, MARKER_FILE,
 };
 pub use verify::{VerifyOptions, VerifyReport};
 

@@ -327,6 +327,16 @@ impl Store {
         let total = expected.len() as u64;
         for (i, (id, exp)) in expected.iter().enumerate() {
             let path = self.object_path(id);
+            // A lake node started from a checkpoint fetches objects when first read (SPEC R23).
+            if let Err(e) = self.fetch_from_lake(&exp.meta) {
+                report.missing.push(ObjectProblem {
+                    object: *id,
+                    path,
+                    detail: e.to_string(),
+                    units: exp.units.clone(),
+                });
+                continue;
+            }
             if !exp.disagreements.is_empty() {
                 report.corrupt.push(ObjectProblem {
                     object: *id,

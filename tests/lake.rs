@@ -461,3 +461,281 @@ fn gc_of_a_lake_node_is_refused_until_the_gc_fence_and_deletes_nothing() {
     assert_eq!(snap.read_object(&old).unwrap(), b"old");
     check_node(&a);
 }
+
+// ---- Checkpoints in the lake ----------------------------------------------------------------
+
+/// `n` writes spread over `nodes`, on overlapping unit versions (some with differing bytes), a
+/// claim now and then; each answer recorded for `check_answers`.
+fn writes(nodes: &[&Store], rng: &mut Rng, n: usize, out: &mut Vec<Answer>) {
+    for _ in 0..n {
+        let store = nodes[rng.below(nodes.len() as u64) as usize];
+        let unit = format!("u{}", rng.below(12));
+        let version = 1 + rng.below(8);
+        let bytes = format!("{unit}@{version}#{}", rng.below(2));
+        if rng.chance(10) {
+            let claimed = store.claim(
+                &format!("job/{unit}"),
+                version,
+                "w",
+                Duration::from_secs(60),
+            );
+            assert!(claimed.is_ok(), "{claimed:?}");
+        }
+        let outcome = put(store, &unit, version, bytes.as_bytes());
+        out.push(Answer {
+            unit,
+            version,
+            object: ObjectId::of(bytes.as_bytes()),
+            outcome,
+        });
+    }
+}
+
+/// A node that writes a checkpoint at the lake's head agrees with every other node's replica:
+/// the checkpoint's per-table digests cover the whole replicated state (manifest, history, log,
+/// claims, extensions, meta), so this is an equality check of the complete replicas.
+fn assert_same_state(writer: &Store, others: &[&Store]) {
+    let w = writer.checkpoint().unwrap();
+    for o in others {
+        let r = o.checkpoint().unwrap();
+        assert_eq!(r.segment, w.segment, "the nodes are at different segments");
+        assert!(
+            !r.written,
+            "the checkpoint at {} was there already",
+            r.segment
+        );
+    }
+}
+
+fn file_lake(dir: &Path) -> String {
+    std::fs::create_dir_all(dir).unwrap();
+    format!("file://{}", dir.display())
+}
+
+fn ckpt_file(lake: &Path, n: u64) -> std::path::PathBuf {
+    lake.join(format!("checkpoints/{n:020}.ckpt"))
+}
+
+#[test]
+fn a_new_node_starts_from_the_newest_checkpoint_and_equals_a_full_replay() {
+    for seed in [1u64, 2, 3] {
+        let url = lake_url("ckpt");
+        let d = tempfile::tempdir().unwrap();
+        let clock = ManualClock::new(T0);
+        let a = node(&d.path().join("a"), &url, &clock);
+        // b replays the whole log (it joins before any checkpoint exists).
+        let b = node(&d.path().join("b"), &url, &clock);
+        assert_eq!(b.lake_seeded_from(), None);
+        let mut rng = Rng(seed);
+        let mut answers = Vec::new();
+        writes(&[&a, &b], &mut rng, 60, &mut answers);
+        let first = a.checkpoint().unwrap();
+        assert!(first.written && first.segment > 0, "{first:?}");
+        // The tail after it.
+        writes(&[&a, &b], &mut rng, 40, &mut answers);
+        let c = node(&d.path().join("c"), &url, &clock);
+        assert_eq!(c.lake_seeded_from(), Some(first.segment), "seed {seed}");
+        check_answers(&answers, &[&a, &b, &c]);
+        assert_same_state(&a, &[&b, &c]);
+        // The new node goes on like any other, and is reopened from its own replica.
+        writes(&[&c, &a], &mut rng, 20, &mut answers);
+        drop(c);
+        let c = Store::open(d.path().join("c")).unwrap();
+        assert_eq!(c.lake_seeded_from(), None);
+        check_answers(&answers, &[&a, &b, &c]);
+        assert_same_state(&b, &[&a, &c]);
+    }
+}
+
+#[test]
+fn a_lagging_listing_only_costs_a_longer_tail() {
+    let name = format!("ckpt-lag-{}", std::process::id());
+    let faults = LakeFaults::install(&name, 7);
+    let url = format!("memory://{name}");
+    let d = tempfile::tempdir().unwrap();
+    let clock = ManualClock::new(T0);
+    let a = node(&d.path().join("a"), &url, &clock);
+    let mut rng = Rng(11);
+    let mut answers = Vec::new();
+    writes(&[&a], &mut rng, 30, &mut answers);
+    let older = a.checkpoint().unwrap().segment;
+    writes(&[&a], &mut rng, 30, &mut answers);
+    let newer = a.checkpoint().unwrap().segment;
+    assert!(newer > older);
+    writes(&[&a], &mut rng, 10, &mut answers);
+    // The listing misses the newest checkpoint: the older one and a longer tail.
+    faults.set_list_lag(1);
+    let b = node(&d.path().join("b"), &url, &clock);
+    assert_eq!(b.lake_seeded_from(), Some(older));
+    // It misses both: the whole log.
+    faults.set_list_lag(2);
+    let c = node(&d.path().join("c"), &url, &clock);
+    assert_eq!(c.lake_seeded_from(), None);
+    faults.set_list_lag(0);
+    let e = node(&d.path().join("e"), &url, &clock);
+    assert_eq!(e.lake_seeded_from(), Some(newer));
+    check_answers(&answers, &[&a, &b, &c, &e]);
+    assert_same_state(&a, &[&b, &c, &e]);
+}
+
+#[test]
+fn a_damaged_checkpoint_is_skipped_and_a_crash_mid_checkpoint_leaves_the_lake_usable() {
+    let d = tempfile::tempdir().unwrap();
+    let lake = d.path().join("lake");
+    let url = file_lake(&lake);
+    let clock = ManualClock::new(T0);
+    let a = node(&d.path().join("a"), &url, &clock);
+    let mut rng = Rng(5);
+    let mut answers = Vec::new();
+    writes(&[&a], &mut rng, 20, &mut answers);
+    let older = a.checkpoint().unwrap().segment;
+    writes(&[&a], &mut rng, 20, &mut answers);
+    let newer = a.checkpoint().unwrap().segment;
+    // What a crash mid-upload can leave: a temporary file beside the checkpoints (the lake's
+    // put-if-absent makes an object visible whole or not at all).
+    std::fs::write(lake.join("checkpoints/partial.tmp"), b"half a checkpo").unwrap();
+    // The newest checkpoint damaged: a flipped byte in its database.
+    let path = ckpt_file(&lake, newer);
+    let mut bytes = std::fs::read(&path).unwrap();
+    let mid = bytes.len() / 2;
+    bytes[mid] ^= 0x01;
+    std::fs::write(&path, &bytes).unwrap();
+    let b = node(&d.path().join("b"), &url, &clock);
+    assert_eq!(b.lake_seeded_from(), Some(older));
+    // Both damaged (the older one truncated): the whole log.
+    let path = ckpt_file(&lake, older);
+    let len = std::fs::metadata(&path).unwrap().len();
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&path)
+        .unwrap()
+        .set_len(len / 3)
+        .unwrap();
+    let c = node(&d.path().join("c"), &url, &clock);
+    assert_eq!(c.lake_seeded_from(), None);
+    writes(&[&a, &b, &c], &mut rng, 10, &mut answers);
+    check_answers(&answers, &[&a, &b, &c]);
+    assert_same_state(&c, &[&a, &b]);
+}
+
+#[test]
+fn checkpoints_are_written_every_k_segments_by_themselves() {
+    let d = tempfile::tempdir().unwrap();
+    let lake = d.path().join("lake");
+    let url = file_lake(&lake);
+    let clock = ManualClock::new(T0);
+    let a = Store::open_with(
+        d.path().join("a"),
+        Options {
+            lake: Some(url.clone()),
+            clock: Arc::new(clock.clone()),
+            lake_checkpoint_every: 4,
+            ..Options::default()
+        },
+    )
+    .unwrap();
+    let mut answers = Vec::new();
+    for i in 0..10u64 {
+        let bytes = format!("v{i}");
+        let outcome = put(&a, &format!("u{i}"), 1, bytes.as_bytes());
+        assert!(matches!(outcome, Outcome::Committed { .. }), "{outcome:?}");
+        answers.push(Answer {
+            unit: format!("u{i}"),
+            version: 1,
+            object: ObjectId::of(bytes.as_bytes()),
+            outcome,
+        });
+    }
+    // Written in the background after segments 4 and 8 (one at a time: 4 may be skipped while
+    // an earlier one runs, never both).
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while !ckpt_file(&lake, 8).exists() && !ckpt_file(&lake, 4).exists() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no checkpoint written"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    while !ckpt_file(&lake, 8).exists() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "checkpoint 8 not written"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(!ckpt_file(&lake, 10).exists());
+    let b = node(&d.path().join("b"), &url, &clock);
+    assert_eq!(b.lake_seeded_from(), Some(8));
+    check_answers(&answers, &[&a, &b]);
+}
+
+#[test]
+fn a_forged_divergence_is_detected_and_named() {
+    let d = tempfile::tempdir().unwrap();
+    let url = lake_url("diverge");
+    let clock = ManualClock::new(T0);
+    let a = node(&d.path().join("a"), &url, &clock);
+    let b = node(&d.path().join("b"), &url, &clock);
+    put(&a, "u", 1, b"x");
+    assert!(matches!(
+        a.claim("job", 1, "w", Duration::from_secs(60)).unwrap(),
+        ClaimOutcome::Granted { .. }
+    ));
+    put(&a, "v", 1, b"y");
+    b.sync().unwrap();
+    drop(b);
+    // Forge: b's replica loses its claims behind the engine's back (every other row intact,
+    // every seal valid).
+    {
+        let db = redb::Database::open(d.path().join("b").join(oncelake::DB_FILE)).unwrap();
+        let w = db.begin_write().unwrap();
+        w.delete_table(redb::TableDefinition::<&str, &[u8]>::new("claims"))
+            .unwrap();
+        w.commit().unwrap();
+    }
+    let b = Store::open(d.path().join("b")).unwrap();
+    a.checkpoint().unwrap();
+    let e = b.checkpoint().unwrap_err();
+    assert!(matches!(e, oncelake::Error::Corrupt { .. }), "{e:?}");
+    let msg = e.to_string();
+    assert!(msg.contains("diverged") && msg.contains("claims"), "{msg}");
+    assert!(!msg.contains("manifest"), "only the claims differ: {msg}");
+    // The store is failed: nothing more is decided from the diverged replica.
+    assert!(b.put("w", 1, b"z").is_err());
+    // The other node is unaffected.
+    a.checkpoint().unwrap();
+    assert!(matches!(put(&a, "w", 1, b"z"), Outcome::Committed { .. }));
+}
+
+#[test]
+fn a_damaged_segment_fails_the_store_cleanly() {
+    let d = tempfile::tempdir().unwrap();
+    let lake = d.path().join("lake");
+    let url = file_lake(&lake);
+    let clock = ManualClock::new(T0);
+    let a = node(&d.path().join("a"), &url, &clock);
+    let b = node(&d.path().join("b"), &url, &clock);
+    put(&a, "u", 1, b"x");
+    b.sync().unwrap();
+    put(&a, "u", 2, b"y");
+    put(&a, "v", 1, b"z");
+    let seg = lake.join("log/00000000000000000002");
+    let mut bytes = std::fs::read(&seg).unwrap();
+    bytes[20] ^= 0x08;
+    std::fs::write(&seg, &bytes).unwrap();
+    // A node that reaches it: Corrupt, naming the log, and failed; no panic.
+    let e = b.sync().unwrap_err();
+    assert!(matches!(e, oncelake::Error::Corrupt { .. }), "{e:?}");
+    assert!(e.to_string().contains("segment 2"), "{e}");
+    assert!(b.put("w", 1, b"w").is_err());
+    // A new node that replays through it is refused the same way.
+    let e = Store::open_with(
+        d.path().join("c"),
+        Options {
+            lake: Some(url.clone()),
+            ..Options::default()
+        },
+    )
+    .unwrap_err();
+    assert!(matches!(e, oncelake::Error::Corrupt { .. }), "{e:?}");
+}

@@ -25,6 +25,7 @@ use std::collections::HashSet;
 pub(crate) fn write_group(inner: &Core, lake: &Lake, ops: Vec<Op>) -> Result<GroupResult> {
     // Nothing is ever queued on a lake node's backlog; a group applied in place needs it empty.
     inner.drain()?;
+    check_diverged(inner, lake)?;
     let mut head = lake.head();
     let mut lost = 0u32;
     loop {
@@ -68,6 +69,9 @@ pub(crate) fn write_group(inner: &Core, lake: &Lake, ops: Vec<Op>) -> Result<Gro
                 };
                 inner.readers.publish(newest);
                 drop(prune_guard);
+                if lake.checkpoint_every > 0 && n % lake.checkpoint_every == 0 {
+                    super::lake_checkpoint::spawn(inner, *head);
+                }
                 return Ok((dones, index, counts));
             }
             Published::Lost(winner) => {
@@ -89,8 +93,20 @@ pub(crate) fn sync(inner: &Core, lake: &Lake) -> Result<()> {
         return Err(Error::Failed { cause });
     }
     inner.drain()?;
+    check_diverged(inner, lake)?;
     let mut head = lake.head();
     sync_locked(inner, lake, &mut head)
+}
+
+/// Fails the store if a background checkpoint found its replica diverged from the lake.
+fn check_diverged(inner: &Core, lake: &Lake) -> Result<()> {
+    match lake.diverged.lock().take() {
+        Some(e) => {
+            inner.fail(&e.to_string());
+            Err(e)
+        }
+        None => Ok(()),
+    }
 }
 
 /// Applies segments after `head` until the lake has no next one. A failure while applying fails

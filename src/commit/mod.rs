@@ -7,6 +7,8 @@ pub(crate) mod group;
 pub mod invariants;
 #[cfg(feature = "lake")]
 pub(crate) mod lake;
+#[cfg(feature = "lake")]
+pub(crate) mod lake_checkpoint;
 pub(crate) mod queue;
 pub mod rules;
 pub(crate) mod view;

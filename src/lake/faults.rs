@@ -70,6 +70,7 @@ struct State {
     rates: FaultRates,
     scripted: Vec<(String, LakeFault)>,
     counts: FaultCounts,
+    list_lag: usize,
 }
 
 fn plans() -> &'static Mutex<HashMap<String, Arc<LakeFaults>>> {
@@ -92,6 +93,7 @@ impl LakeFaults {
                 rates: FaultRates::default(),
                 scripted: Vec::new(),
                 counts: FaultCounts::default(),
+                list_lag: 0,
             }),
         });
         plans().lock().insert(name.to_string(), plan.clone());
@@ -106,6 +108,12 @@ impl LakeFaults {
     /// Injects `fault` into the next PUT whose path starts with `prefix` (`"log/"`, `"objects/"`).
     pub fn script(&self, prefix: &str, fault: LakeFault) {
         self.state.lock().scripted.push((prefix.to_string(), fault));
+    }
+
+    /// Listing lag: every LIST leaves out the `newest` objects (by name) it would return, as
+    /// a listing that has not caught up with the newest writes does.
+    pub fn set_list_lag(&self, newest: usize) {
+        self.state.lock().list_lag = newest;
     }
 
     /// What was injected so far.
@@ -270,7 +278,27 @@ impl ObjectStore for Faulty {
     }
 
     fn list(&self, prefix: Option<&Path>) -> BoxStream<'static, object_store::Result<ObjectMeta>> {
-        self.inner.list(prefix)
+        use futures_util::StreamExt;
+        let lag = self.plan.state.lock().list_lag;
+        let listed = self.inner.list(prefix);
+        if lag == 0 {
+            return listed;
+        }
+        futures_util::stream::once(async move {
+            let (mut found, errors): (Vec<_>, Vec<_>) = listed
+                .collect::<Vec<_>>()
+                .await
+                .into_iter()
+                .partition(Result::is_ok);
+            found.sort_by(|a, b| match (a, b) {
+                (Ok(a), Ok(b)) => a.location.cmp(&b.location),
+                _ => std::cmp::Ordering::Equal,
+            });
+            found.truncate(found.len().saturating_sub(lag));
+            futures_util::stream::iter(found.into_iter().chain(errors))
+        })
+        .flatten()
+        .boxed()
     }
 
     async fn list_with_delimiter(&self, prefix: Option<&Path>) -> object_store::Result<ListResult> {

@@ -5,13 +5,16 @@
 //!
 //! This module is the lake's I/O and formats, below the core: the connection ([`url`]), the
 //! segment format ([`segment`]), the log's put-if-absent with lost responses resolved by reading
-//! back ([`log`]), objects ([`objects`]) and the node directory's binding ([`node`]). The
+//! back ([`log`]), objects ([`objects`]), checkpoints ([`checkpoint`]) and starting a node from
+//! one ([`seed`]), and the node directory's binding ([`node`]). The
 //! leader's lake path, which decides, publishes and applies, is `commit::lake`.
 
+pub(crate) mod checkpoint;
 pub mod faults;
 pub(crate) mod log;
 pub(crate) mod node;
 pub(crate) mod objects;
+pub(crate) mod seed;
 pub(crate) mod segment;
 pub(crate) mod url;
 
@@ -50,6 +53,14 @@ pub(crate) struct Lake {
     /// Held by whoever applies segments or publishes one: the leader's lake path and `sync`.
     head: Mutex<Head>,
     uploaded: Mutex<HashSet<ObjectId>>,
+    /// Write a checkpoint after winning every segment whose number is a multiple of this
+    /// (0: only on demand).
+    pub(crate) checkpoint_every: u64,
+    /// Set while a background checkpoint runs: at most one at a time.
+    pub(crate) checkpointing: std::sync::atomic::AtomicBool,
+    /// Set by a background checkpoint that found this node's replica diverged from the lake;
+    /// the next commit or sync fails the store with it.
+    pub(crate) diverged: Mutex<Option<Error>>,
 }
 
 impl std::fmt::Debug for Lake {
@@ -92,6 +103,9 @@ impl Lake {
                 time_ms: 0,
             }),
             uploaded: Mutex::new(HashSet::new()),
+            checkpoint_every: 0,
+            checkpointing: std::sync::atomic::AtomicBool::new(false),
+            diverged: Mutex::new(None),
         };
         if applied > 0 {
             let Some(bytes) = lake.read_segment(applied)? else {
