@@ -67,7 +67,9 @@ pub mod vfs;
 pub use backlog::BacklogSize;
 pub use claim::{ClaimOutcome, Lease, ReleaseOutcome, RenewOutcome};
 pub use clock::{Clock, ManualClock, SystemClock};
-pub use commit::{Atomicity, Batch, CommitReport, FenceReason, Intent, Outcome, UnitOutcome};
+pub use commit::{
+    Atomicity, Batch, CheckpointReport, CommitReport, FenceReason, Intent, Outcome, UnitOutcome,
+};
 pub use error::{Error, Result};
 pub use gc::{GcOptions, GcReport};
 #[doc(hidden)]
@@ -88,8 +90,8 @@ pub use schema::manifest::Entry;
 pub use snapshot::{check_object, Entries, Snapshot};
 pub use stage::Staged;
 pub use store::{
-    lock_holder, CheckpointReport, Committed, Durability, LockHolder, LockWaitStop, Options, Store,
-    Write, Written, DB_FILE, FORMAT_VERSION, MARKER_FILE,
+    lock_holder, Committed, Durability, LockHolder, LockWaitStop, Options, Store, Write, Written,
+    DB_FILE, FORMAT_VERSION, MARKER_FILE,
 };
 pub use verify::{VerifyOptions, VerifyReport};
 

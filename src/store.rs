@@ -23,7 +23,6 @@ use crate::schema::manifest::Entry;
 use crate::snapshot::Snapshot;
 use crate::stage::{Staged, Stager};
 pub use holder::{lock_holder, LockHolder};
-pub use lake::CheckpointReport;
 use open::{open_read_only, open_read_write};
 use parking_lot::{Mutex, RwLock};
 use std::fs::File;
@@ -259,7 +258,7 @@ impl Store {
     /// it instead, and a difference is [`Error::Corrupt`] naming what diverged (the store is
     /// then failed). Lake nodes also write one by themselves every
     /// [`Options::lake_checkpoint_every`] segments. Refused on a local store.
-    pub fn checkpoint(&self) -> Result<CheckpointReport> {
+    pub fn checkpoint(&self) -> Result<crate::commit::CheckpointReport> {
         lake::checkpoint(&self.inner.core)
     }
 

@@ -739,3 +739,78 @@ fn a_damaged_segment_fails_the_store_cleanly() {
     .unwrap_err();
     assert!(matches!(e, oncelake::Error::Corrupt { .. }), "{e:?}");
 }
+
+/// P10's open figure: a new node opens a lake of `ONCELAKE_P10_UNITS` units (default 1,000,000)
+/// from its newest checkpoint plus a tail of 10 segments, beside the same-run baseline of a node
+/// replaying the whole log; on a `memory://` lake and a `file://` one. Prints the figures (never
+/// asserts a speed): `cargo test --release --features lake --test lake -- --ignored p10 --nocapture`.
+#[test]
+#[ignore]
+fn p10_a_new_node_opens_a_big_lake_from_its_checkpoint() {
+    let units: u64 = std::env::var("ONCELAKE_P10_UNITS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1_000_000);
+    let d = tempfile::tempdir().unwrap();
+    for url in [lake_url("p10"), file_lake(&d.path().join("lake"))] {
+        let kind = &url[..url.find(':').unwrap()];
+        let dir = d.path().join(kind);
+        let opts = || Options {
+            lake: Some(url.clone()),
+            lake_checkpoint_every: 0,
+            ..Options::default()
+        };
+        let a = Store::open_with(dir.join("a"), opts()).unwrap();
+        let t = std::time::Instant::now();
+        let staged = a.stage_bytes(b"one small object").unwrap();
+        let per = 4096u64;
+        let mut done = 0u64;
+        while done < units {
+            let mut b = Batch::new();
+            for i in done..(done + per).min(units) {
+                b = b.put(format!("table/part={:07}", i), 1, &staged);
+            }
+            done = (done + per).min(units);
+            a.commit(b).unwrap();
+        }
+        let build = t.elapsed();
+        let t = std::time::Instant::now();
+        let r = a.checkpoint().unwrap();
+        let write = t.elapsed();
+        for i in 0..10 {
+            a.commit(Batch::new().put(format!("tail/{i}"), 1, &staged))
+                .unwrap();
+        }
+        let t = std::time::Instant::now();
+        let n = Store::open_with(dir.join("new"), opts()).unwrap();
+        let open = t.elapsed();
+        assert_eq!(n.lake_seeded_from(), Some(r.segment));
+        assert_eq!(n.last_seq().unwrap(), a.last_seq().unwrap());
+        drop(n);
+        // The same-run baseline: replaying the whole log (no checkpoint listed).
+        std::fs::create_dir_all(dir.join("replay")).unwrap();
+        let t = std::time::Instant::now();
+        let replayed = if kind == "file" {
+            let ck = d.path().join("lake/checkpoints");
+            std::fs::rename(&ck, d.path().join("hidden")).unwrap();
+            let s = Store::open_with(dir.join("replay"), opts()).unwrap();
+            std::fs::rename(d.path().join("hidden"), &ck).unwrap();
+            Some(s)
+        } else {
+            None
+        };
+        let replay = t.elapsed();
+        println!(
+            "P10 open {kind}: {units} units in {} segments (built in {build:.1?}); checkpoint of \
+             segment {} = {} MB written in {write:.2?}; new node open (checkpoint + 10-segment \
+             tail) {open:.2?}{}",
+            r.segment,
+            r.segment,
+            r.bytes >> 20,
+            match replayed {
+                Some(_) => format!("; full replay of the log {replay:.2?}"),
+                None => String::new(),
+            }
+        );
+    }
+}

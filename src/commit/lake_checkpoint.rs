@@ -8,18 +8,18 @@
 //! already, this node's digests are compared with it: a difference means this replica diverged
 //! from the lake, and the store fails naming the tables that differ.
 
+use crate::commit::CheckpointReport;
 use crate::core::Core;
 use crate::error::{Error, IoContext, Result};
 use crate::lake::checkpoint::{self, Checkpoint, Put, TableDigest};
 use crate::lake::{Head, Lake};
-use crate::store::CheckpointReport;
 use redb::ReadTransaction;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-/// Writes (or checks) the checkpoint of this node's replica at the lake's head.
+/// Writes (or checks) the checkpoint of this node's replica at its head (the caller syncs
+/// first).
 pub(crate) fn checkpoint(inner: &Core, lake: &Lake) -> Result<CheckpointReport> {
-    super::lake::sync(inner, lake)?;
     let head = lake.head();
     let txn = inner
         .db

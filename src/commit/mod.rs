@@ -21,6 +21,18 @@ pub use rules::{Decision, FenceReason, Intent};
 
 use std::collections::HashSet;
 
+/// What [`crate::Store::checkpoint`] (a lake node's) did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CheckpointReport {
+    /// The segment the checkpoint is of (0: the lake has no segment yet, nothing was written).
+    pub segment: u64,
+    /// Its size in the lake.
+    pub bytes: u64,
+    /// `true`: this call wrote it; `false`: the lake held it already (and this node's replica
+    /// was found equal to it).
+    pub written: bool,
+}
+
 /// How a multi-unit commit treats rejected units (SPEC R4).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum Atomicity {

@@ -102,18 +102,6 @@ pub(super) fn connect(
     .transpose()
 }
 
-/// What [`crate::Store::checkpoint`] did.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct CheckpointReport {
-    /// The segment the checkpoint is of (0: the lake has no segment yet, nothing was written).
-    pub segment: u64,
-    /// Its size in the lake.
-    pub bytes: u64,
-    /// `true`: this call wrote it; `false`: the lake held it already (and this node's replica
-    /// was found equal to it).
-    pub written: bool,
-}
-
 /// Starts a new lake node directory from its lake's newest checkpoint (docs/lake.md), before
 /// the open creates the store in it: only when the open asks for a lake and `dir` holds no
 /// store and no database yet. Returns the checkpoint used, if any.
@@ -131,9 +119,10 @@ pub(super) fn seed(dir: &Path, options: &Options) -> Result<Option<u64>> {
 }
 
 /// Writes (or checks against the lake's) a checkpoint of a lake node's replica.
-pub(super) fn checkpoint(core: &Core) -> Result<CheckpointReport> {
+pub(super) fn checkpoint(core: &Core) -> Result<crate::commit::CheckpointReport> {
     #[cfg(feature = "lake")]
     if let Some(lake) = &core.lake {
+        crate::commit::lake::sync(core, lake)?;
         return crate::commit::lake_checkpoint::checkpoint(core, lake);
     }
     Err(Error::InvalidRequest(format!(
