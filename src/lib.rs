@@ -78,7 +78,7 @@ pub use key::{is_internal_key, validate_key, validate_user_key, INTERNAL_PREFIXE
 /// Fault injection for a shared lake's object store (tests, the simulation).
 #[cfg(feature = "lake")]
 #[doc(hidden)]
-pub use lake::faults::{FaultCounts, FaultRates, LakeFault, LakeFaults};
+pub use lake::faults::{FaultCounts, FaultRates, Hold, LakeFault, LakeFaults};
 /// The file that binds a node directory to its shared lake (SPEC R23).
 #[cfg(feature = "lake")]
 pub use lake::node::LAKE_FILE;

@@ -216,7 +216,9 @@ impl Snapshot {
         // A lake node started from a checkpoint fetches objects when first read (SPEC R23).
         #[cfg(feature = "lake")]
         let _pin = match &self.core.lake {
-            Some(lake) if !path.exists() => Some(lake.fetch(&entry.object, &self.core.stager)?),
+            Some(lake) if !path.exists() => {
+                Some(lake.fetch(&entry.object, entry.seq, &self.core.stager)?)
+            }
             _ => None,
         };
         File::open(&path).map_err(|e| match e.kind() {

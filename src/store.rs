@@ -268,16 +268,17 @@ impl Store {
         self.inner.seeded_from
     }
 
-    /// On a lake node, fetches object `meta` from the lake into `objects/` if this node lacks
-    /// it (a node started from a checkpoint fetches objects when first read).
-    pub(crate) fn fetch_from_lake(&self, meta: &crate::object::ObjectMeta) -> Result<()> {
+    /// On a lake node, fetches object `meta` (as the commit of `seq` references it) from the
+    /// lake into `objects/` if this node lacks it (a node started from a checkpoint fetches
+    /// objects when first read).
+    pub(crate) fn fetch_from_lake(&self, meta: &crate::object::ObjectMeta, seq: u64) -> Result<()> {
         #[cfg(feature = "lake")]
         if let Some(lake) = &self.inner.core.lake {
             if !self.object_path(&meta.id).exists() {
-                lake.fetch(meta, &self.inner.core.stager)?;
+                lake.fetch(meta, seq, &self.inner.core.stager)?;
             }
         }
-        let _ = meta;
+        let _ = (meta, seq);
         Ok(())
     }
 

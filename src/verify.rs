@@ -328,7 +328,8 @@ impl Store {
         for (i, (id, exp)) in expected.iter().enumerate() {
             let path = self.object_path(id);
             // A lake node started from a checkpoint fetches objects when first read (SPEC R23).
-            if let Err(e) = self.fetch_from_lake(&exp.meta) {
+            let seq = exp.units.first().map_or(0, |u| u.seq);
+            if let Err(e) = self.fetch_from_lake(&exp.meta, seq) {
                 report.missing.push(ObjectProblem {
                     object: *id,
                     path,

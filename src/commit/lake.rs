@@ -159,8 +159,11 @@ fn apply_segment(inner: &Core, lake: &Lake, head: &mut Head, bytes: &[u8]) -> Re
             detail: "a manifest row's unit key is not UTF-8".into(),
         })?;
         let v = EntryValue::decode(unit, value)?;
+        // An object the lake no longer holds was deleted by a GC after a later prune dropped
+        // every entry of it (a replay of old segments cannot tell): the entry is applied, and a
+        // read of it fetches, or reports it missing (verify checks what is still referenced).
         if !inner.stager.object_path(&v.object.id).exists() {
-            pins.push(lake.fetch(&v.object, &inner.stager)?);
+            pins.extend(lake.fetch_if_present(&v.object, v.seq, &inner.stager)?);
         }
         let new_unit = seen.insert(unit.to_string()) && inner.probe(unit)?.is_none();
         updates.push((unit.to_string(), new_unit, v));
@@ -192,7 +195,7 @@ fn upload_objects(inner: &Core, lake: &Lake, group: &GroupRedo) -> Result<()> {
             detail: "a manifest row's unit key is not UTF-8".into(),
         })?;
         let v = EntryValue::decode(unit, value)?;
-        lake.upload(&v.object.id, &inner.stager.object_path(&v.object.id))?;
+        lake.upload(&v.object.id, v.seq, &inner.stager.object_path(&v.object.id))?;
     }
     Ok(())
 }

@@ -71,6 +71,40 @@ struct State {
     scripted: Vec<(String, LakeFault)>,
     counts: FaultCounts,
     list_lag: usize,
+    holds: Vec<(String, Arc<Hold>)>,
+}
+
+/// A PUT held before it reaches the store, until released ([`LakeFaults::hold_next_put`]): a
+/// node paused inside a group (between its uploads and its segment's create, say).
+#[derive(Debug, Default)]
+pub struct Hold {
+    state: std::sync::Mutex<(bool, bool)>,
+    changed: std::sync::Condvar,
+}
+
+impl Hold {
+    /// Waits until a PUT is held here.
+    pub fn wait_held(&self) {
+        let mut s = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        while !s.0 {
+            s = self.changed.wait(s).unwrap_or_else(|p| p.into_inner());
+        }
+    }
+
+    /// Lets the held PUT (or the next one to arrive) go on.
+    pub fn release(&self) {
+        self.state.lock().unwrap_or_else(|p| p.into_inner()).1 = true;
+        self.changed.notify_all();
+    }
+
+    fn hold(&self) {
+        let mut s = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        s.0 = true;
+        self.changed.notify_all();
+        while !s.1 {
+            s = self.changed.wait(s).unwrap_or_else(|p| p.into_inner());
+        }
+    }
 }
 
 fn plans() -> &'static Mutex<HashMap<String, Arc<LakeFaults>>> {
@@ -94,6 +128,7 @@ impl LakeFaults {
                 scripted: Vec::new(),
                 counts: FaultCounts::default(),
                 list_lag: 0,
+                holds: Vec::new(),
             }),
         });
         plans().lock().insert(name.to_string(), plan.clone());
@@ -114,6 +149,17 @@ impl LakeFaults {
     /// a listing that has not caught up with the newest writes does.
     pub fn set_list_lag(&self, newest: usize) {
         self.state.lock().list_lag = newest;
+    }
+
+    /// Holds the next PUT whose path starts with `prefix` before it reaches the store, until
+    /// the returned [`Hold`] is released. The thread that makes the PUT blocks.
+    pub fn hold_next_put(&self, prefix: &str) -> Arc<Hold> {
+        let hold = Arc::new(Hold::default());
+        self.state
+            .lock()
+            .holds
+            .push((prefix.to_string(), hold.clone()));
+        hold
     }
 
     /// What was injected so far.
@@ -222,6 +268,17 @@ impl ObjectStore for Faulty {
         opts: PutOptions,
     ) -> object_store::Result<PutResult> {
         let create = matches!(opts.mode, PutMode::Create);
+        let held = {
+            let mut s = self.plan.state.lock();
+            let i = s
+                .holds
+                .iter()
+                .position(|(p, _)| location.as_ref().starts_with(p.as_str()));
+            i.map(|i| s.holds.remove(i).1)
+        };
+        if let Some(hold) = held {
+            hold.hold();
+        }
         let (fault, latency) = self.plan.draw_put(location.as_ref(), create);
         delay(latency).await;
         let count = |f: fn(&mut FaultCounts)| f(&mut self.plan.state.lock().counts);

@@ -6,11 +6,12 @@
 //! This module is the lake's I/O and formats, below the core: the connection ([`url`]), the
 //! segment format ([`segment`]), the log's put-if-absent with lost responses resolved by reading
 //! back ([`log`]), objects ([`objects`]), checkpoints ([`checkpoint`]) and starting a node from
-//! one ([`seed`]), and the node directory's binding ([`node`]). The
+//! one ([`seed`]), deleting from the lake ([`gc`]), and the node directory's binding ([`node`]). The
 //! leader's lake path, which decides, publishes and applies, is `commit::lake`.
 
 pub(crate) mod checkpoint;
 pub mod faults;
+pub(crate) mod gc;
 pub(crate) mod log;
 pub(crate) mod node;
 pub(crate) mod objects;
@@ -52,7 +53,7 @@ pub(crate) struct Lake {
     pub(crate) node: u64,
     /// Held by whoever applies segments or publishes one: the leader's lake path and `sync`.
     head: Mutex<Head>,
-    uploaded: Mutex<HashSet<ObjectId>>,
+    uploaded: Mutex<HashSet<(ObjectId, u64)>>,
     /// Write a checkpoint after winning every segment whose number is a multiple of this
     /// (0: only on demand).
     pub(crate) checkpoint_every: u64,
