@@ -806,9 +806,17 @@ fn checkpoints_are_written_every_k_segments_by_themselves() {
     // Written in the background after segments 4 and 8, one at a time: one that is won while
     // an earlier one runs is skipped.
     let deadline = std::time::Instant::now() + Duration::from_secs(60);
-    let written = || [4u64, 8].into_iter().filter(|n| ckpt_file(&lake, *n).exists()).max();
+    let written = || {
+        [4u64, 8]
+            .into_iter()
+            .filter(|n| ckpt_file(&lake, *n).exists())
+            .max()
+    };
     while written().is_none() {
-        assert!(std::time::Instant::now() < deadline, "no checkpoint written");
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no checkpoint written"
+        );
         std::thread::sleep(Duration::from_millis(20));
     }
     let newest = written();

@@ -316,6 +316,9 @@ impl Lake {
                 Ok(_) => return Ok(Put::Written),
                 Err(e) => e,
             };
+            if super::refused(&err) {
+                retry.wait_or_fail(self, &format!("create checkpoint {n}"), &err)?;
+            }
             match self.read_checkpoint(n)? {
                 Some(found) if found == bytes => return Ok(Put::Written),
                 Some(found) => {

@@ -30,6 +30,13 @@ pub enum LakeFault {
     Conflict,
     /// A create that took effect is answered `AlreadyExists` (a 5xx, retried, answered 412).
     AfterAlreadyExists,
+    /// The node crashes before the request reaches the store: it is answered with an error the
+    /// lake client does not retry (`PermissionDenied`), so the node's operation fails there,
+    /// as if its process had died, and the store is failed until reopened.
+    Crash,
+    /// The same, after the request took effect (a crash between a segment's create and its
+    /// apply, say).
+    CrashAfter,
 }
 
 /// Random faults: each request draws one with these odds (per mille).
@@ -56,6 +63,8 @@ pub struct FaultCounts {
     pub lost_responses: u64,
     /// Creates answered `AlreadyExists` without taking effect.
     pub conflicts: u64,
+    /// Crashes injected ([`LakeFault::Crash`], [`LakeFault::CrashAfter`]).
+    pub crashes: u64,
 }
 
 /// The fault plan of one in-memory lake.
@@ -149,6 +158,11 @@ impl LakeFaults {
     /// a listing that has not caught up with the newest writes does.
     pub fn set_list_lag(&self, newest: usize) {
         self.state.lock().list_lag = newest;
+    }
+
+    /// Forgets the scripted faults no PUT has drawn yet.
+    pub fn clear_scripts(&self) {
+        self.state.lock().scripted.clear();
     }
 
     /// Holds the next PUT whose path starts with `prefix` before it reaches the store, until
@@ -246,6 +260,13 @@ fn injected(what: &str) -> object_store::Error {
     }
 }
 
+fn crashed(path: &Path) -> object_store::Error {
+    object_store::Error::PermissionDenied {
+        path: path.to_string(),
+        source: "injected fault: the node crashed here".into(),
+    }
+}
+
 fn exists(path: &Path) -> object_store::Error {
     object_store::Error::AlreadyExists {
         path: path.to_string(),
@@ -290,6 +311,15 @@ impl ObjectStore for Faulty {
             Some(LakeFault::Conflict) => {
                 count(|c| c.conflicts += 1);
                 Err(exists(location))
+            }
+            Some(LakeFault::Crash) => {
+                count(|c| c.crashes += 1);
+                Err(crashed(location))
+            }
+            Some(LakeFault::CrashAfter) => {
+                self.inner.put_opts(location, payload, opts).await?;
+                count(|c| c.crashes += 1);
+                Err(crashed(location))
             }
             Some(f @ (LakeFault::After | LakeFault::AfterAlreadyExists)) => {
                 let r = self.inner.put_opts(location, payload, opts).await;

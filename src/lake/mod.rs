@@ -170,13 +170,23 @@ impl Retry {
         }
     }
 
-    /// Sleeps before the next attempt, or returns the error once retrying has lasted too long.
+    /// Sleeps before the next attempt, or returns the error once retrying has lasted too long
+    /// (at once for a refusal no retry changes: see [`refused`]).
     pub(crate) fn wait_or_fail(
         &mut self,
         lake: &Lake,
         what: &str,
         e: &object_store::Error,
     ) -> Result<()> {
+        if refused(e) {
+            return Err(lake.error(
+                what.to_string(),
+                e.to_string(),
+                "the object store refused the request; check the credentials and the bucket's \
+                 permissions, then reopen the node (the log decides whether the last group was \
+                 written)",
+            ));
+        }
         if self.started.elapsed() >= RETRY_FOR {
             return Err(lake.error(
                 what.to_string(),
@@ -189,6 +199,15 @@ impl Retry {
         self.attempt = self.attempt.saturating_add(1);
         Ok(())
     }
+}
+
+/// Whether the object store refused a request for good (403, 401): retrying is pointless, and
+/// whether a refused create took effect is left to the log when the node is reopened.
+pub(crate) fn refused(e: &object_store::Error) -> bool {
+    matches!(
+        e,
+        object_store::Error::PermissionDenied { .. } | object_store::Error::Unauthenticated { .. }
+    )
 }
 
 /// Sleeps a jittered exponential backoff for attempt `attempt` (5 ms doubling, at most 1 s).
