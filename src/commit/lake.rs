@@ -69,7 +69,7 @@ pub(crate) fn write_group(inner: &Core, lake: &Lake, ops: Vec<Op>) -> Result<Gro
                 };
                 inner.readers.publish(newest);
                 drop(prune_guard);
-                if lake.checkpoint_every > 0 && n % lake.checkpoint_every == 0 {
+                if lake.checkpoint_every > 0 && n.is_multiple_of(lake.checkpoint_every) {
                     super::lake_checkpoint::spawn(inner, *head);
                 }
                 return Ok((dones, index, counts));

@@ -127,8 +127,16 @@ pub(crate) fn print_gc(out: &Output, store: &Path, report: &GcReport) {
     if report.lake_objects > 0 {
         outln!(
             "{} {} from the lake",
-            if report.dry_run { "would delete" } else { "deleted" },
-            plural(report.lake_objects, "unreferenced object", "unreferenced objects")
+            if report.dry_run {
+                "would delete"
+            } else {
+                "deleted"
+            },
+            plural(
+                report.lake_objects,
+                "unreferenced object",
+                "unreferenced objects"
+            )
         );
     }
     if report.stray_files > 0 {

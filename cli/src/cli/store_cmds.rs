@@ -163,6 +163,8 @@ pub(crate) fn checkpoint(a: CheckpointArgs, wait: Duration) -> Result<u8, CliErr
             &json!({"store": store.path().display().to_string(), "segment": r.segment,
             "bytes": r.bytes, "written": r.written}),
         );
+    } else if r.segment == 0 {
+        outln!("the lake has no segment yet: nothing to checkpoint");
     } else if r.written {
         outln!(
             "checkpoint of segment {} written ({} bytes)",
