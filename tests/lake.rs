@@ -542,17 +542,22 @@ fn a_paused_uploader_across_a_gc_fence_never_references_a_deleted_object() {
         hold.wait_held();
         // Meanwhile g commits (taking the slot and the seq p decided) and runs a GC round: the
         // fence is past p's seq, p's upload is referenced by nothing, and it is deleted.
-        put(&g, "other", 1, b"other bytes");
-        let doomed = g.lake_sweep_plan().unwrap();
-        let id = ObjectId::of(b"paused bytes").to_hex();
-        assert!(
-            doomed.iter().any(|n| n.contains(&id)),
-            "the paused upload is not doomed: {doomed:?}"
-        );
-        g.lake_sweep_delete(&doomed).unwrap();
+        // (Released before anything is asserted: a failed assertion must not leave p held.)
+        let doomed = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            put(&g, "other", 1, b"other bytes");
+            let doomed = g.lake_sweep_plan().unwrap();
+            g.lake_sweep_delete(&doomed).unwrap();
+            doomed
+        }));
         hold.release();
-        h.join().unwrap()
+        (h.join().unwrap(), doomed.unwrap())
     });
+    let (answer, doomed) = answer;
+    let id = ObjectId::of(b"paused bytes").to_hex();
+    assert!(
+        doomed.iter().any(|n| n.contains(&id)),
+        "the paused upload is not doomed: {doomed:?}"
+    );
     // p's create failed (the slot was taken); it applied g's segment and decided again, with a
     // new seq and a new upload.
     let Outcome::Committed { seq, .. } = answer else {
@@ -568,6 +573,42 @@ fn a_paused_uploader_across_a_gc_fence_never_references_a_deleted_object() {
         check_node(n);
     }
     assert_same_state(&g, &[&p, &c]);
+}
+
+#[test]
+fn a_gc_round_decided_while_an_upload_is_in_flight_leaves_the_upload_alone() {
+    let name = format!("inflight-upload-{}", std::process::id());
+    let faults = LakeFaults::install(&name, 2);
+    let url = format!("memory://{name}");
+    let d = tempfile::tempdir().unwrap();
+    let clock = ManualClock::new(T0);
+    let p = node(&d.path().join("p"), &url, &clock);
+    let g = node(&d.path().join("g"), &url, &clock);
+    put(&g, "seed", 1, b"s");
+    // p uploads for the next seq and pauses before its segment; nothing lands meanwhile, so its
+    // seq is not decided at g's fence and its upload must survive g's round.
+    let hold = faults.hold_next_put("log/");
+    let answer = std::thread::scope(|s| {
+        let h = s.spawn(|| put(&p, "inflight", 1, b"in flight"));
+        hold.wait_held();
+        // (Released before anything is asserted: a failed assertion must not leave p held.)
+        let doomed = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            let doomed = g.lake_sweep_plan().unwrap();
+            g.lake_sweep_delete(&doomed).unwrap();
+            doomed
+        }));
+        hold.release();
+        (h.join().unwrap(), doomed.unwrap())
+    });
+    let (answer, doomed) = answer;
+    let id = ObjectId::of(b"in flight").to_hex();
+    assert!(!doomed.iter().any(|n| n.contains(&id)), "{doomed:?}");
+    assert!(matches!(answer, Outcome::Committed { .. }), "{answer:?}");
+    let c = node(&d.path().join("c"), &url, &clock);
+    let snap = c.snapshot().unwrap();
+    let e = snap.get("inflight").unwrap().unwrap();
+    assert_eq!(snap.read_object(&e).unwrap(), b"in flight");
+    check_node(&c);
 }
 
 #[test]
