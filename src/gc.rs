@@ -84,6 +84,10 @@ pub struct GcReport {
     pub objects_pinned: u64,
     /// Files in `objects/` that are not named like objects; left alone (`verify` lists them).
     pub stray_files: u64,
+    /// On a lake node: objects deleted from the lake (a dry run: that would be), decided at the
+    /// node's applied segment after the prune (docs/lake.md, "GC of the lake").
+    #[cfg_attr(feature = "serde", serde(default))]
+    pub lake_objects: u64,
 }
 
 /// A file in `objects/` named like an object.
@@ -255,6 +259,14 @@ impl Store {
         };
         self.gc_staging(&options, &mut report)?;
         let skip_rows = self.prune_history(&options, &mut report)?;
+        // On a lake node the prune was a segment; the lake's objects go after it.
+        if self.lake_url().is_some() {
+            let doomed = self.lake_sweep_plan()?;
+            report.lake_objects = doomed.len() as u64;
+            if !options.dry_run {
+                self.lake_sweep_delete(&doomed)?;
+            }
+        }
 
         // (1) S1: everything the kept history references.
         let s1 = self.core().begin_read()?;
@@ -283,6 +295,38 @@ impl Store {
         }
         // Removals are not synced: an orphan that a crash brings back is removed by the next run.
         Ok(report)
+    }
+
+    /// A lake node's GC round, first half: syncs, and decides at the applied segment (the
+    /// fence) which lake objects go (docs/lake.md). Split from [`Store::lake_sweep_delete`] so
+    /// that tests can pause a round between the two. Empty on a local store.
+    #[doc(hidden)]
+    pub fn lake_sweep_plan(&self) -> Result<Vec<String>> {
+        #[cfg(feature = "lake")]
+        if let Some(lake) = &self.core().lake {
+            self.sync()?;
+            let txn = {
+                let _head = lake.head();
+                self.core().begin_read()?
+            };
+            let sweep = lake.plan_sweep(&txn)?;
+            return Ok(sweep.doomed.iter().map(|p| p.to_string()).collect());
+        }
+        Ok(Vec::new())
+    }
+
+    /// A lake node's GC round, second half: deletes what [`Store::lake_sweep_plan`] decided,
+    /// however long ago.
+    #[doc(hidden)]
+    pub fn lake_sweep_delete(&self, names: &[String]) -> Result<()> {
+        #[cfg(feature = "lake")]
+        if let Some(lake) = &self.core().lake {
+            for name in names {
+                lake.delete_object(&object_store::path::Path::from(name.as_str()))?;
+            }
+        }
+        let _ = names;
+        Ok(())
     }
 
     /// How many stagers wait for a GC to unlink a doomed copy of the object they publish (tests

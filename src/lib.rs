@@ -65,7 +65,9 @@ mod wal;
 
 pub use claim::{ClaimOutcome, Lease, ReleaseOutcome, RenewOutcome};
 pub use clock::{Clock, ManualClock, SystemClock};
-pub use commit::{Atomicity, Batch, CommitReport, FenceReason, Intent, Outcome, UnitOutcome};
+pub use commit::{
+    Atomicity, Batch, CheckpointReport, CommitReport, FenceReason, Intent, Outcome, UnitOutcome,
+};
 pub use error::{Error, Result};
 pub use gc::{GcOptions, GcReport};
 #[doc(hidden)]
@@ -74,7 +76,7 @@ pub use key::{is_internal_key, validate_key, validate_user_key, INTERNAL_PREFIXE
 /// Fault injection for a shared lake's object store (tests, the simulation).
 #[cfg(feature = "lake")]
 #[doc(hidden)]
-pub use lake::faults::{FaultCounts, FaultRates, LakeFault, LakeFaults};
+pub use lake::faults::{FaultCounts, FaultRates, Hold, LakeFault, LakeFaults};
 /// The file that binds a node directory to its shared lake (SPEC R23).
 #[cfg(feature = "lake")]
 pub use lake::node::LAKE_FILE;

@@ -91,6 +91,11 @@ pub struct Options {
     /// binding (the file `LAKE`), so later opens need not repeat it; an open that names another
     /// lake than the bound one is refused, and so is binding a store that holds commits.
     pub lake: Option<String>,
+    /// On a lake node: after winning a segment whose number is a multiple of this, write a
+    /// checkpoint of the replica into the lake in the background, so a new node starts from
+    /// it instead of replaying the whole log (docs/lake.md). 0: only on demand
+    /// (`Store::checkpoint`). Default 1,000 segments.
+    pub lake_checkpoint_every: u64,
     /// Open for reading only: nothing in the directory is written (not even redb's header),
     /// other readers may share the store, and every write is refused with
     /// [`Error::ReadOnly`]. For stores on read-only media. The store must exist, be of the
@@ -115,6 +120,7 @@ impl Default for Options {
             background_apply: true,
             read_only: false,
             lake: None,
+            lake_checkpoint_every: 1_000,
         }
     }
 }

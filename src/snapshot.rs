@@ -213,6 +213,14 @@ impl Snapshot {
     /// Opens the entry's object for streaming reads.
     pub fn open_object(&self, entry: &Entry) -> Result<File> {
         let path = self.object_path(entry);
+        // A lake node started from a checkpoint fetches objects when first read (SPEC R23).
+        #[cfg(feature = "lake")]
+        let _pin = match &self.core.lake {
+            Some(lake) if !path.exists() => {
+                Some(lake.fetch(&entry.object, entry.seq, &self.core.stager)?)
+            }
+            _ => None,
+        };
         File::open(&path).map_err(|e| match e.kind() {
             std::io::ErrorKind::NotFound => Error::MissingObject {
                 object: entry.object.id.to_hex(),

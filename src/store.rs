@@ -57,6 +57,8 @@ struct Inner {
     applier: Option<std::thread::JoinHandle<()>>,
     /// [`Store::submit`]'s queue and threads (started at the first submission).
     submissions: inflight::Submissions,
+    /// The lake checkpoint the open started this node from.
+    seeded_from: Option<u64>,
 }
 
 impl Drop for Inner {
@@ -132,6 +134,8 @@ impl Store {
     pub fn open_with(dir: impl AsRef<Path>, options: Options) -> Result<Store> {
         let dir = dir.as_ref().to_path_buf();
         check_backlog_limits(&options)?;
+        // A new lake node starts from the lake's newest checkpoint, if it has one.
+        let seeded_from = lake::seed(&dir, &options)?;
         // What the store reads of its own state on open; for a read-write open of an existing
         // store it is first read over the validated shadow (`open`), before anything is written.
         let read_state = |db: &crate::core::Db| -> Result<Loaded> {
@@ -178,7 +182,7 @@ impl Store {
         } = loaded;
         let lake_url = lake::binding(&dir, &options, &leader)?;
         #[cfg(feature = "lake")]
-        let lake = lake::connect(lake_url, store_id, &leader)?;
+        let lake = lake::connect(lake_url, store_id, &leader, &options)?;
         #[cfg(not(feature = "lake"))]
         let _ = lake_url;
         let backlog = crate::wal::backlog::Backlog::with_start(
@@ -240,6 +244,7 @@ impl Store {
                 core,
                 applier,
                 submissions: inflight::Submissions::default(),
+                seeded_from,
             }),
         };
         lake::catch_up(&store.inner.core)?;
@@ -252,6 +257,36 @@ impl Store {
     /// first by itself. On a local store it does nothing.
     pub fn sync(&self) -> Result<()> {
         lake::catch_up(&self.inner.core)
+    }
+
+    /// Writes a checkpoint of a lake node's replica into the lake (SPEC R23), after syncing:
+    /// a new node then starts from it and the segments after it instead of replaying the whole
+    /// log. If the lake holds one at that segment already, this node's replica is compared with
+    /// it instead, and a difference is [`Error::Corrupt`] naming what diverged (the store is
+    /// then failed). Lake nodes also write one by themselves every
+    /// [`Options::lake_checkpoint_every`] segments. Refused on a local store.
+    pub fn checkpoint(&self) -> Result<crate::commit::CheckpointReport> {
+        lake::checkpoint(&self.inner.core)
+    }
+
+    /// The lake checkpoint this handle's open started the node from (a new node directory
+    /// opened on a lake that had one); `None` otherwise.
+    pub fn lake_seeded_from(&self) -> Option<u64> {
+        self.inner.seeded_from
+    }
+
+    /// On a lake node, fetches object `meta` (as the commit of `seq` references it) from the
+    /// lake into `objects/` if this node lacks it (a node started from a checkpoint fetches
+    /// objects when first read).
+    pub(crate) fn fetch_from_lake(&self, meta: &crate::object::ObjectMeta, seq: u64) -> Result<()> {
+        #[cfg(feature = "lake")]
+        if let Some(lake) = &self.inner.core.lake {
+            if !self.object_path(&meta.id).exists() {
+                lake.fetch(meta, seq, &self.inner.core.stager)?;
+            }
+        }
+        let _ = (meta, seq);
+        Ok(())
     }
 
     /// The URL of the lake this store is a node of, if it is one.

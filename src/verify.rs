@@ -327,6 +327,17 @@ impl Store {
         let total = expected.len() as u64;
         for (i, (id, exp)) in expected.iter().enumerate() {
             let path = self.object_path(id);
+            // A lake node started from a checkpoint fetches objects when first read (SPEC R23).
+            let seq = exp.units.first().map_or(0, |u| u.seq);
+            if let Err(e) = self.fetch_from_lake(&exp.meta, seq) {
+                report.missing.push(ObjectProblem {
+                    object: *id,
+                    path,
+                    detail: e.to_string(),
+                    units: exp.units.clone(),
+                });
+                continue;
+            }
             if !exp.disagreements.is_empty() {
                 report.corrupt.push(ObjectProblem {
                     object: *id,

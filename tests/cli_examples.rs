@@ -18,6 +18,7 @@ use std::process::Command;
 const HELP_WITH_EXAMPLES: &[&[&str]] = &[
     &["init"],
     &["sync"],
+    &["checkpoint"],
     &["put"],
     &["get"],
     &["ls"],

@@ -348,6 +348,46 @@ fn nodes_on_seaweedfs_commit_overlapping_units_survive_a_kill_and_agree() {
     for n in nodes.iter().chain([&late]) {
         ok(&run(&weed, &["verify", n.to_str().unwrap(), "--json"]));
     }
+    // On SeaweedFS too: a checkpoint (put-if-absent of one big object, then LIST), a GC round
+    // that prunes the history and deletes from the lake, and a node started from the checkpoint.
+    let written = ok(&run(
+        &weed,
+        &["checkpoint", late.to_str().unwrap(), "--json"],
+    ));
+    let written: serde_json::Value = serde_json::from_str(written.trim()).unwrap();
+    assert_eq!(written["written"], true, "{written}");
+    let again = ok(&run(
+        &weed,
+        &["checkpoint", nodes[0].to_str().unwrap(), "--json"],
+    ));
+    let again: serde_json::Value = serde_json::from_str(again.trim()).unwrap();
+    assert_eq!(again["segment"], written["segment"], "{again}");
+    assert_eq!(
+        again["written"], false,
+        "node0 agrees with the late node's checkpoint"
+    );
+    let gc = ok(&run(
+        &weed,
+        &[
+            "gc",
+            nodes[1].to_str().unwrap(),
+            "--retain",
+            "0s",
+            "--grace",
+            "0s",
+            "--json",
+        ],
+    ));
+    eprintln!("lake_s3 gc: {}", gc.trim());
+    let fresh = dir.path().join("fresh");
+    ok(&run(
+        &weed,
+        &["init", fresh.to_str().unwrap(), "--lake", url],
+    ));
+    for n in nodes.iter().chain([&late, &fresh]) {
+        assert_eq!(ls(&weed, n), first, "{} differs after GC", n.display());
+        ok(&run(&weed, &["verify", n.to_str().unwrap(), "--json"]));
+    }
     eprintln!(
         "lake_s3: {} answers, {} commits, {} processes killed, {} units",
         answers.len(),

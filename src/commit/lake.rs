@@ -25,6 +25,7 @@ use std::collections::HashSet;
 pub(crate) fn write_group(inner: &Core, lake: &Lake, ops: Vec<Op>) -> Result<GroupResult> {
     // Nothing is ever queued on a lake node's backlog; a group applied in place needs it empty.
     inner.drain()?;
+    check_diverged(inner, lake)?;
     let mut head = lake.head();
     let mut lost = 0u32;
     loop {
@@ -68,6 +69,9 @@ pub(crate) fn write_group(inner: &Core, lake: &Lake, ops: Vec<Op>) -> Result<Gro
                 };
                 inner.readers.publish(newest);
                 drop(prune_guard);
+                if lake.checkpoint_every > 0 && n.is_multiple_of(lake.checkpoint_every) {
+                    super::lake_checkpoint::spawn(inner, *head);
+                }
                 return Ok((dones, index, counts));
             }
             Published::Lost(winner) => {
@@ -89,8 +93,20 @@ pub(crate) fn sync(inner: &Core, lake: &Lake) -> Result<()> {
         return Err(Error::Failed { cause });
     }
     inner.drain()?;
+    check_diverged(inner, lake)?;
     let mut head = lake.head();
     sync_locked(inner, lake, &mut head)
+}
+
+/// Fails the store if a background checkpoint found its replica diverged from the lake.
+fn check_diverged(inner: &Core, lake: &Lake) -> Result<()> {
+    match lake.diverged.lock().take() {
+        Some(e) => {
+            inner.fail(&e.to_string());
+            Err(e)
+        }
+        None => Ok(()),
+    }
 }
 
 /// Applies segments after `head` until the lake has no next one. A failure while applying fails
@@ -143,8 +159,11 @@ fn apply_segment(inner: &Core, lake: &Lake, head: &mut Head, bytes: &[u8]) -> Re
             detail: "a manifest row's unit key is not UTF-8".into(),
         })?;
         let v = EntryValue::decode(unit, value)?;
+        // An object the lake no longer holds was deleted by a GC after a later prune dropped
+        // every entry of it (a replay of old segments cannot tell): the entry is applied, and a
+        // read of it fetches, or reports it missing (verify checks what is still referenced).
         if !inner.stager.object_path(&v.object.id).exists() {
-            pins.push(lake.fetch(&v.object, &inner.stager)?);
+            pins.extend(lake.fetch_if_present(&v.object, v.seq, &inner.stager)?);
         }
         let new_unit = seen.insert(unit.to_string()) && inner.probe(unit)?.is_none();
         updates.push((unit.to_string(), new_unit, v));
@@ -176,7 +195,7 @@ fn upload_objects(inner: &Core, lake: &Lake, group: &GroupRedo) -> Result<()> {
             detail: "a manifest row's unit key is not UTF-8".into(),
         })?;
         let v = EntryValue::decode(unit, value)?;
-        lake.upload(&v.object.id, &inner.stager.object_path(&v.object.id))?;
+        lake.upload(&v.object.id, v.seq, &inner.stager.object_path(&v.object.id))?;
     }
     Ok(())
 }

@@ -7,6 +7,8 @@ pub(crate) mod group;
 pub mod invariants;
 #[cfg(feature = "lake")]
 pub(crate) mod lake;
+#[cfg(feature = "lake")]
+pub(crate) mod lake_checkpoint;
 pub(crate) mod queue;
 pub mod rules;
 pub(crate) mod view;
@@ -18,6 +20,18 @@ use crate::stage::Staged;
 pub use rules::{Decision, FenceReason, Intent};
 
 use std::collections::HashSet;
+
+/// What [`crate::Store::checkpoint`] (a lake node's) did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CheckpointReport {
+    /// The segment the checkpoint is of (0: the lake has no segment yet, nothing was written).
+    pub segment: u64,
+    /// Its size in the lake.
+    pub bytes: u64,
+    /// `true`: this call wrote it; `false`: the lake held it already (and this node's replica
+    /// was found equal to it).
+    pub written: bool,
+}
 
 /// How a multi-unit commit treats rejected units (SPEC R4).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

@@ -30,6 +30,13 @@ pub enum LakeFault {
     Conflict,
     /// A create that took effect is answered `AlreadyExists` (a 5xx, retried, answered 412).
     AfterAlreadyExists,
+    /// The node crashes before the request reaches the store: it is answered with an error the
+    /// lake client does not retry (`PermissionDenied`), so the node's operation fails there,
+    /// as if its process had died, and the store is failed until reopened.
+    Crash,
+    /// The same, after the request took effect (a crash between a segment's create and its
+    /// apply, say).
+    CrashAfter,
 }
 
 /// Random faults: each request draws one with these odds (per mille).
@@ -56,6 +63,8 @@ pub struct FaultCounts {
     pub lost_responses: u64,
     /// Creates answered `AlreadyExists` without taking effect.
     pub conflicts: u64,
+    /// Crashes injected ([`LakeFault::Crash`], [`LakeFault::CrashAfter`]).
+    pub crashes: u64,
 }
 
 /// The fault plan of one in-memory lake.
@@ -70,6 +79,41 @@ struct State {
     rates: FaultRates,
     scripted: Vec<(String, LakeFault)>,
     counts: FaultCounts,
+    list_lag: usize,
+    holds: Vec<(String, Arc<Hold>)>,
+}
+
+/// A PUT held before it reaches the store, until released ([`LakeFaults::hold_next_put`]): a
+/// node paused inside a group (between its uploads and its segment's create, say).
+#[derive(Debug, Default)]
+pub struct Hold {
+    state: std::sync::Mutex<(bool, bool)>,
+    changed: std::sync::Condvar,
+}
+
+impl Hold {
+    /// Waits until a PUT is held here.
+    pub fn wait_held(&self) {
+        let mut s = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        while !s.0 {
+            s = self.changed.wait(s).unwrap_or_else(|p| p.into_inner());
+        }
+    }
+
+    /// Lets the held PUT (or the next one to arrive) go on.
+    pub fn release(&self) {
+        self.state.lock().unwrap_or_else(|p| p.into_inner()).1 = true;
+        self.changed.notify_all();
+    }
+
+    fn hold(&self) {
+        let mut s = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        s.0 = true;
+        self.changed.notify_all();
+        while !s.1 {
+            s = self.changed.wait(s).unwrap_or_else(|p| p.into_inner());
+        }
+    }
 }
 
 fn plans() -> &'static Mutex<HashMap<String, Arc<LakeFaults>>> {
@@ -105,6 +149,8 @@ impl LakeFaults {
                 rates: FaultRates::default(),
                 scripted: Vec::new(),
                 counts: FaultCounts::default(),
+                list_lag: 0,
+                holds: Vec::new(),
             }),
         });
         plans().lock().insert(name.to_string(), plan.clone());
@@ -126,6 +172,28 @@ impl LakeFaults {
     /// Injects `fault` into the next PUT whose path starts with `prefix` (`"log/"`, `"objects/"`).
     pub fn script(&self, prefix: &str, fault: LakeFault) {
         self.state.lock().scripted.push((prefix.to_string(), fault));
+    }
+
+    /// Listing lag: every LIST leaves out the `newest` objects (by name) it would return, as
+    /// a listing that has not caught up with the newest writes does.
+    pub fn set_list_lag(&self, newest: usize) {
+        self.state.lock().list_lag = newest;
+    }
+
+    /// Forgets the scripted faults no PUT has drawn yet.
+    pub fn clear_scripts(&self) {
+        self.state.lock().scripted.clear();
+    }
+
+    /// Holds the next PUT whose path starts with `prefix` before it reaches the store, until
+    /// the returned [`Hold`] is released. The thread that makes the PUT blocks.
+    pub fn hold_next_put(&self, prefix: &str) -> Arc<Hold> {
+        let hold = Arc::new(Hold::default());
+        self.state
+            .lock()
+            .holds
+            .push((prefix.to_string(), hold.clone()));
+        hold
     }
 
     /// What was injected so far.
@@ -212,6 +280,13 @@ fn injected(what: &str) -> object_store::Error {
     }
 }
 
+fn crashed(path: &Path) -> object_store::Error {
+    object_store::Error::PermissionDenied {
+        path: path.to_string(),
+        source: "injected fault: the node crashed here".into(),
+    }
+}
+
 fn exists(path: &Path) -> object_store::Error {
     object_store::Error::AlreadyExists {
         path: path.to_string(),
@@ -234,6 +309,17 @@ impl ObjectStore for Faulty {
         opts: PutOptions,
     ) -> object_store::Result<PutResult> {
         let create = matches!(opts.mode, PutMode::Create);
+        let held = {
+            let mut s = self.plan.state.lock();
+            let i = s
+                .holds
+                .iter()
+                .position(|(p, _)| location.as_ref().starts_with(p.as_str()));
+            i.map(|i| s.holds.remove(i).1)
+        };
+        if let Some(hold) = held {
+            hold.hold();
+        }
         let (fault, latency) = self.plan.draw_put(location.as_ref(), create);
         delay(latency).await;
         let count = |f: fn(&mut FaultCounts)| f(&mut self.plan.state.lock().counts);
@@ -245,6 +331,15 @@ impl ObjectStore for Faulty {
             Some(LakeFault::Conflict) => {
                 count(|c| c.conflicts += 1);
                 Err(exists(location))
+            }
+            Some(LakeFault::Crash) => {
+                count(|c| c.crashes += 1);
+                Err(crashed(location))
+            }
+            Some(LakeFault::CrashAfter) => {
+                self.inner.put_opts(location, payload, opts).await?;
+                count(|c| c.crashes += 1);
+                Err(crashed(location))
             }
             Some(f @ (LakeFault::After | LakeFault::AfterAlreadyExists)) => {
                 let r = self.inner.put_opts(location, payload, opts).await;
@@ -290,7 +385,27 @@ impl ObjectStore for Faulty {
     }
 
     fn list(&self, prefix: Option<&Path>) -> BoxStream<'static, object_store::Result<ObjectMeta>> {
-        self.inner.list(prefix)
+        use futures_util::StreamExt;
+        let lag = self.plan.state.lock().list_lag;
+        let listed = self.inner.list(prefix);
+        if lag == 0 {
+            return listed;
+        }
+        futures_util::stream::once(async move {
+            let (mut found, errors): (Vec<_>, Vec<_>) = listed
+                .collect::<Vec<_>>()
+                .await
+                .into_iter()
+                .partition(Result::is_ok);
+            found.sort_by(|a, b| match (a, b) {
+                (Ok(a), Ok(b)) => a.location.cmp(&b.location),
+                _ => std::cmp::Ordering::Equal,
+            });
+            found.truncate(found.len().saturating_sub(lag));
+            futures_util::stream::iter(found.into_iter().chain(errors))
+        })
+        .flatten()
+        .boxed()
     }
 
     async fn list_with_delimiter(&self, prefix: Option<&Path>) -> object_store::Result<ListResult> {

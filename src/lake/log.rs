@@ -58,6 +58,9 @@ impl Lake {
                 Ok(_) => return Ok(Published::Won),
                 Err(e) => e,
             };
+            if super::refused(&err) {
+                retry.wait_or_fail(self, &format!("create segment {n}"), &err)?;
+            }
             match self.read_segment(n)? {
                 Some(found) if found == bytes => return Ok(Published::Won),
                 Some(found) => return Ok(Published::Lost(found)),

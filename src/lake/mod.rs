@@ -5,13 +5,17 @@
 //!
 //! This module is the lake's I/O and formats, below the core: the connection ([`url`]), the
 //! segment format ([`segment`]), the log's put-if-absent with lost responses resolved by reading
-//! back ([`log`]), objects ([`objects`]) and the node directory's binding ([`node`]). The
+//! back ([`log`]), objects ([`objects`]), checkpoints ([`checkpoint`]) and starting a node from
+//! one ([`seed`]), deleting from the lake ([`gc`]), and the node directory's binding ([`node`]). The
 //! leader's lake path, which decides, publishes and applies, is `commit::lake`.
 
+pub(crate) mod checkpoint;
 pub mod faults;
+pub(crate) mod gc;
 pub(crate) mod log;
 pub(crate) mod node;
 pub(crate) mod objects;
+pub(crate) mod seed;
 pub(crate) mod segment;
 pub(crate) mod url;
 
@@ -49,7 +53,15 @@ pub(crate) struct Lake {
     pub(crate) node: u64,
     /// Held by whoever applies segments or publishes one: the leader's lake path and `sync`.
     head: Mutex<Head>,
-    uploaded: Mutex<HashSet<ObjectId>>,
+    uploaded: Mutex<HashSet<(ObjectId, u64)>>,
+    /// Write a checkpoint after winning every segment whose number is a multiple of this
+    /// (0: only on demand).
+    pub(crate) checkpoint_every: u64,
+    /// Set while a background checkpoint runs: at most one at a time.
+    pub(crate) checkpointing: std::sync::atomic::AtomicBool,
+    /// Set by a background checkpoint that found this node's replica diverged from the lake;
+    /// the next commit or sync fails the store with it.
+    pub(crate) diverged: Mutex<Option<Error>>,
 }
 
 impl std::fmt::Debug for Lake {
@@ -93,6 +105,9 @@ impl Lake {
                 time_ms: 0,
             }),
             uploaded: Mutex::new(HashSet::new()),
+            checkpoint_every: 0,
+            checkpointing: std::sync::atomic::AtomicBool::new(false),
+            diverged: Mutex::new(None),
         };
         if applied > 0 {
             let Some(bytes) = lake.read_segment(applied)? else {
@@ -162,13 +177,23 @@ impl Retry {
         }
     }
 
-    /// Sleeps before the next attempt, or returns the error once retrying has lasted too long.
+    /// Sleeps before the next attempt, or returns the error once retrying has lasted too long
+    /// (at once for a refusal no retry changes: see [`refused`]).
     pub(crate) fn wait_or_fail(
         &mut self,
         lake: &Lake,
         what: &str,
         e: &object_store::Error,
     ) -> Result<()> {
+        if refused(e) {
+            return Err(lake.error(
+                what.to_string(),
+                e.to_string(),
+                "the object store refused the request; check the credentials and the bucket's \
+                 permissions, then reopen the node (the log decides whether the last group was \
+                 written)",
+            ));
+        }
         if self.started.elapsed() >= RETRY_FOR {
             return Err(lake.error(
                 what.to_string(),
@@ -181,6 +206,15 @@ impl Retry {
         self.attempt = self.attempt.saturating_add(1);
         Ok(())
     }
+}
+
+/// Whether the object store refused a request for good (403, 401): retrying is pointless, and
+/// whether a refused create took effect is left to the log when the node is reopened.
+pub(crate) fn refused(e: &object_store::Error) -> bool {
+    matches!(
+        e,
+        object_store::Error::PermissionDenied { .. } | object_store::Error::Unauthenticated { .. }
+    )
 }
 
 /// Sleeps a jittered exponential backoff for attempt `attempt` (5 ms doubling, at most 1 s).

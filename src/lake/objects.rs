@@ -1,10 +1,13 @@
 //! Objects in the lake: uploaded before the segment that references them, fetched into the
 //! node's own `objects/` before a segment that references them is applied (SPEC R23, I2).
 //!
-//! Names are content addressed (`objects/<hh>/<blake3>`), the same relative path as in a store
-//! directory, so an upload is idempotent and a fetch needs nothing but the entry. That is safe
-//! only while nothing deletes objects from the lake: the GC fence of the design (unique names,
-//! deletes after a fence record) is not built yet, and no command deletes lake objects.
+//! Names are unique per commit: `objects/<hh>/<blake3>.<seq>`, the content hash and the seq of
+//! the commit that references the object (decided before the upload). A fetch needs nothing
+//! but the entry (its object and its seq), and no name is ever referenced by two commits: a seq
+//! is committed once, and every segment after a node's replica at `A` commits seqs of at least
+//! `next_seq(A)`. That is what makes deleting from the lake safe (`lake::gc`): a name whose seq
+//! is below `next_seq(A)` and that nothing at `A` references can never be referenced again, so
+//! a paused uploader's object may be deleted only when its segment can no longer land.
 
 use super::{Lake, Retry};
 use crate::error::{Error, IoContext, Result};
@@ -13,19 +16,32 @@ use crate::stage::{Staged, Stager};
 use object_store::path::Path as ObjectPath;
 use object_store::{ObjectStore, PutOptions, PutPayload};
 
-fn path_of(id: &ObjectId) -> ObjectPath {
-    ObjectPath::from(format!("objects/{}", id.rel_path()))
+/// The lake's name of object `id` as referenced by the commit of `seq`.
+pub(crate) fn path_of(id: &ObjectId, seq: u64) -> ObjectPath {
+    ObjectPath::from(format!("objects/{}.{seq}", id.rel_path()))
+}
+
+/// The object and seq a lake object's name is for, if it is one (`objects/<hh>/<hex>.<seq>`).
+pub(crate) fn parse_name(name: &str) -> Option<(ObjectId, u64)> {
+    let rest = name.strip_prefix("objects/")?;
+    let (fan, file) = rest.split_once('/')?;
+    let (hex, seq) = file.split_once('.')?;
+    let id: ObjectId = hex.parse().ok()?;
+    (fan.len() == 2 && hex.starts_with(fan) && hex.len() == 64)
+        .then(|| seq.parse().ok().map(|s| (id, s)))
+        .flatten()
 }
 
 impl Lake {
-    /// Uploads the object at `local` as `id`, unless this node uploaded it already.
-    pub(crate) fn upload(&self, id: &ObjectId, local: &std::path::Path) -> Result<()> {
-        if self.uploaded.lock().contains(id) {
+    /// Uploads the object at `local` as `id` for the commit of `seq`, unless this node uploaded
+    /// it under that name already.
+    pub(crate) fn upload(&self, id: &ObjectId, seq: u64, local: &std::path::Path) -> Result<()> {
+        if self.uploaded.lock().contains(&(*id, seq)) {
             return Ok(());
         }
         let bytes =
             std::fs::read(local).ctx(|| format!("read {} to upload it", local.display()))?;
-        let path = path_of(id);
+        let path = path_of(id, seq);
         let mut retry = Retry::new();
         loop {
             let payload = PutPayload::from(bytes.clone());
@@ -39,14 +55,33 @@ impl Lake {
         if up.len() >= 1 << 16 {
             up.clear();
         }
-        up.insert(*id);
+        up.insert((*id, seq));
         Ok(())
     }
 
-    /// Fetches object `meta` into the node's `objects/` (through staging, so it is checked
-    /// against its hash, size and CRC like any staged object); the handle pins it.
-    pub(crate) fn fetch(&self, meta: &ObjectMeta, stager: &Stager) -> Result<Staged> {
-        let path = path_of(&meta.id);
+    /// Fetches object `meta`, as the commit of `seq` references it, into the node's `objects/`
+    /// (through staging, so it is checked against its hash, size and CRC like any staged
+    /// object); the handle pins it.
+    pub(crate) fn fetch(&self, meta: &ObjectMeta, seq: u64, stager: &Stager) -> Result<Staged> {
+        self.fetch_if_present(meta, seq, stager)?.ok_or_else(|| {
+            self.error(
+                format!("fetch object {}", meta.id),
+                format!("{} is not in the lake", path_of(&meta.id, seq)),
+                "the log references an object the lake does not hold: it was deleted by hand, \
+                 or by GC after its history was pruned, or the lake is damaged; restore it \
+                 from a backup",
+            )
+        })
+    }
+
+    /// [`Lake::fetch`], or `None` if the lake does not hold the object.
+    pub(crate) fn fetch_if_present(
+        &self,
+        meta: &ObjectMeta,
+        seq: u64,
+        stager: &Stager,
+    ) -> Result<Option<Staged>> {
+        let path = path_of(&meta.id, seq);
         let mut retry = Retry::new();
         let bytes = loop {
             let r = self.block_on(async {
@@ -57,14 +92,7 @@ impl Lake {
             });
             match r {
                 Ok(b) => break b,
-                Err(e @ object_store::Error::NotFound { .. }) => {
-                    return Err(self.error(
-                        format!("fetch object {}", meta.id),
-                        e.to_string(),
-                        "the log references an object the lake does not hold: it was deleted \
-                         by hand or the lake is damaged; restore it from a backup",
-                    ))
-                }
+                Err(object_store::Error::NotFound { .. }) => return Ok(None),
                 Err(e) => retry.wait_or_fail(self, &format!("fetch object {}", meta.id), &e)?,
             }
         };
@@ -79,6 +107,6 @@ impl Lake {
                 ),
             });
         }
-        Ok(staged)
+        Ok(Some(staged))
     }
 }

@@ -92,9 +92,43 @@ pub(super) fn connect(
     url: Option<String>,
     store_id: u64,
     leader: &LeaderState,
+    options: &Options,
 ) -> Result<Option<std::sync::Arc<crate::lake::Lake>>> {
-    url.map(|u| crate::lake::Lake::connect(&u, store_id, leader.group).map(std::sync::Arc::new))
-        .transpose()
+    url.map(|u| {
+        let mut lake = crate::lake::Lake::connect(&u, store_id, leader.group)?;
+        lake.checkpoint_every = options.lake_checkpoint_every;
+        Ok(std::sync::Arc::new(lake))
+    })
+    .transpose()
+}
+
+/// Starts a new lake node directory from its lake's newest checkpoint (docs/lake.md), before
+/// the open creates the store in it: only when the open asks for a lake and `dir` holds no
+/// store and no database yet. Returns the checkpoint used, if any.
+pub(super) fn seed(dir: &Path, options: &Options) -> Result<Option<u64>> {
+    #[cfg(feature = "lake")]
+    if let (Some(url), false) = (options.lake.as_deref(), options.read_only) {
+        let fresh = !dir.join(crate::layout::MARKER_FILE).exists()
+            && !dir.join(crate::layout::DB_FILE).exists();
+        if fresh {
+            return Ok(crate::lake::seed::seed(dir, url)?.from);
+        }
+    }
+    let _ = (dir, options);
+    Ok(None)
+}
+
+/// Writes (or checks against the lake's) a checkpoint of a lake node's replica.
+pub(super) fn checkpoint(core: &Core) -> Result<crate::commit::CheckpointReport> {
+    #[cfg(feature = "lake")]
+    if let Some(lake) = &core.lake {
+        crate::commit::lake::sync(core, lake)?;
+        return crate::commit::lake_checkpoint::checkpoint(core, lake);
+    }
+    Err(Error::InvalidRequest(format!(
+        "{} is not a node of a shared lake: only a lake node writes checkpoints",
+        core.dir.display()
+    )))
 }
 
 /// Catches a freshly opened lake node up with its lake.

@@ -353,7 +353,8 @@ fn classify(dir: &Path, vfs: &dyn Vfs) -> Result<DirState> {
     }
 }
 
-/// Whether `entry` is something creation writes before the marker: `LOCK`, the database file,
+/// Whether `entry` is something creation writes before the marker: `LOCK`, the database file, a
+/// lake node's binding,
 /// the marker's temp file, an empty `staging/`, or `objects/` holding only empty `00`..`ff`.
 fn is_creation_leftover(entry: &std::fs::DirEntry) -> Result<bool> {
     let path = entry.path();
@@ -372,6 +373,9 @@ fn is_creation_leftover(entry: &std::fs::DirEntry) -> Result<bool> {
     };
     Ok(match name {
         LOCK_FILE | DB_FILE | MARKER_TMP | crate::wal::redo::WAL_FILE => kind.is_file(),
+        // A new lake node's binding, written before the lake's checkpoint is installed as its
+        // database (`lake::seed`); the name `lake::node` gives it.
+        "LAKE" => kind.is_file(),
         "staging" => kind.is_dir() && empty_dir(&path)?,
         "objects" if kind.is_dir() => {
             for sub in std::fs::read_dir(&path).ctx(|| format!("list {}", path.display()))? {

@@ -39,6 +39,18 @@ Exit codes:
     failures!()
 );
 
+pub(crate) const CHECKPOINT: &str = concat!(
+    "Examples:
+  oncelake checkpoint ./node1            # new nodes of its lake start from it, not segment 1
+  oncelake checkpoint ./node2 --json     # {\"bytes\":N,\"segment\":N,\"store\":...,\"written\":false}
+
+Exit codes:
+  0  written, or the lake holds it already and this node agrees with it
+  1  also: this node's replica diverged from the lake (the message names what differs)
+",
+    failures!()
+);
+
 pub(crate) const PUT: &str = concat!(
     "Examples:
   echo 'day one' > part.csv

@@ -124,6 +124,21 @@ pub(crate) fn print_gc(out: &Output, store: &Path, report: &GcReport) {
             plural(report.staging_files_young, "staging file", "staging files")
         );
     }
+    if report.lake_objects > 0 {
+        outln!(
+            "{} {} from the lake",
+            if report.dry_run {
+                "would delete"
+            } else {
+                "deleted"
+            },
+            plural(
+                report.lake_objects,
+                "unreferenced object",
+                "unreferenced objects"
+            )
+        );
+    }
     if report.stray_files > 0 {
         errln!(
             "note: {} in objects/ not named like objects were left alone; `oncelake verify {}` lists them",
@@ -146,6 +161,7 @@ fn gc_json(r: &GcReport) -> serde_json::Value {
         "objects_referenced": r.objects_referenced,
         "objects_pinned": r.objects_pinned,
         "stray_files": r.stray_files,
+        "lake_objects": r.lake_objects,
     })
 }
 

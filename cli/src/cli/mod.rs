@@ -123,6 +123,9 @@ pub(crate) enum Command {
     /// Bring a lake node up to date with its lake (every command on a node does this first).
     #[command(after_help = help::SYNC)]
     Sync(store_cmds::SyncArgs),
+    /// Write a checkpoint of a lake node into its lake, so new nodes start from it.
+    #[command(after_help = help::CHECKPOINT)]
+    Checkpoint(store_cmds::CheckpointArgs),
     /// Write a unit's current object (or its object as of --at SEQ).
     #[command(after_help = help::GET)]
     Get(store_cmds::GetArgs),
@@ -246,6 +249,7 @@ fn run(cli: Cli) -> Result<u8, CliError> {
         Command::Put(a) => store_cmds::put(a, wait),
         Command::Get(a) => store_cmds::get(a, wait),
         Command::Sync(a) => store_cmds::sync(a, wait),
+        Command::Checkpoint(a) => store_cmds::checkpoint(a, wait),
         Command::Ls(a) => store_cmds::ls(a, wait),
         Command::Log(a) => store_cmds::log(a, wait),
         Command::Gc(a) => maint_cmds::gc(a, wait),

@@ -143,6 +143,43 @@ pub(crate) fn sync(a: SyncArgs, wait: Duration) -> Result<u8, CliError> {
     Ok(exit::OK)
 }
 
+/// Arguments of `oncelake checkpoint`.
+#[derive(clap::Args, Debug)]
+pub(crate) struct CheckpointArgs {
+    /// The lake node.
+    pub store: PathBuf,
+    /// Print the result as a JSON line.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `oncelake checkpoint NODE`: writes a checkpoint of the node's replica into its lake (or
+/// checks the node against the one there), so new nodes start from it.
+pub(crate) fn checkpoint(a: CheckpointArgs, wait: Duration) -> Result<u8, CliError> {
+    let store = open_store(&a.store, wait, false)?;
+    let r = store.checkpoint()?;
+    if Output::new(a.json).json {
+        print_json(
+            &json!({"store": store.path().display().to_string(), "segment": r.segment,
+            "bytes": r.bytes, "written": r.written}),
+        );
+    } else if r.segment == 0 {
+        outln!("the lake has no segment yet: nothing to checkpoint");
+    } else if r.written {
+        outln!(
+            "checkpoint of segment {} written ({} bytes)",
+            r.segment,
+            r.bytes
+        );
+    } else {
+        outln!(
+            "the lake holds the checkpoint of segment {} already; this node agrees with it",
+            r.segment
+        );
+    }
+    Ok(exit::OK)
+}
+
 /// Prints the result of `init`.
 pub(crate) fn print_init(out: &Output, path: &Path, created: bool) {
     if out.json {
