@@ -1,0 +1,13 @@
+//! Maintenance and the work built on the store: gc, reconcile, fencing, and pipelines (with cut-off). One test binary, one module per subject.
+
+#[path = "../common/mod.rs"]
+mod common;
+#[path = "../bin/mod.rs"]
+mod bin;
+
+mod fencing;
+mod gc;
+mod gc_stress;
+mod pipeline;
+mod pipeline_cutoff;
+mod reconcile;
