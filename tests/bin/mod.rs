@@ -1,7 +1,7 @@
-//! The `oncelake` binary for the tests that run the command line. It belongs to the `cli/`
-//! workspace member, so Cargo gives these engine tests no `CARGO_BIN_EXE_oncelake`; instead the
-//! binary comes from `$ONCELAKE_BIN` if set, else it is built once per test process with the
-//! same Cargo, profile and target directory as the running test. The build cannot wait on the
+//! The `oncelake` binary for the tests that run the command line. The `cli/` member's own tests
+//! get it from Cargo (`CARGO_BIN_EXE_oncelake`). It belongs to that member, so Cargo gives the
+//! tests of other packages none; for them it comes from `$ONCELAKE_BIN` if set, else it is built
+//! once per test process with the same Cargo, profile and target directory as the running test. The build cannot wait on the
 //! outer `cargo test`: Cargo releases the build-directory lock before it runs test binaries.
 
 use std::path::{Path, PathBuf};
@@ -11,9 +11,14 @@ use std::sync::OnceLock;
 /// The path of the `oncelake` binary (built on first use).
 pub fn oncelake() -> &'static Path {
     static BIN: OnceLock<PathBuf> = OnceLock::new();
-    BIN.get_or_init(|| match std::env::var_os("ONCELAKE_BIN") {
-        Some(path) => PathBuf::from(path),
-        None => build(),
+    BIN.get_or_init(|| {
+        if let Some(path) = option_env!("CARGO_BIN_EXE_oncelake") {
+            return PathBuf::from(path);
+        }
+        match std::env::var_os("ONCELAKE_BIN") {
+            Some(path) => PathBuf::from(path),
+            None => build(),
+        }
     })
 }
 

@@ -4,7 +4,7 @@
 //! acknowledged before a read began is in it (with the seq it was answered), nothing whose record
 //! did not sync ever is, views never go back, and every unit ends with exactly one entry.
 
-mod common;
+use crate::common;
 
 use common::{created_then_faulty, faulty_options, real_options, SplitMix64 as Rng};
 use oncelake::{Batch, Error, ManualClock, Store};

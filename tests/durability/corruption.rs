@@ -5,8 +5,8 @@
 //! `ONCELAKE_CORRUPTION_ROUNDS` raises the number of rounds (default 300 in the library, 40
 //! through the CLI); the seed of each round is printed on failure.
 
-mod bin;
-mod common;
+use crate::bin;
+use crate::common;
 
 use common::{copy_dir, XorShift64Star as Rng};
 use oncelake::pipeline::{self, Attempt, Pipeline, PipelineDef, RecordedState};

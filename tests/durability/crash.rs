@@ -73,13 +73,19 @@ fn acknowledged_commits_survive_sigkill() {
     let path = dir.path().join("lake");
     Store::open(&path).unwrap();
     let exe = std::env::current_exe().unwrap();
+    let child_test = crate::common::test_path(module_path!(), "crash_child");
     // unit -> (version, object) of its newest acknowledged commit
     let mut acked: BTreeMap<String, (u64, String)> = BTreeMap::new();
     let mut total_acks = 0usize;
     let mut rng = 0x5eed_u64;
     for round in 0..ROUNDS {
         let mut child = Command::new(&exe)
-            .args(["crash_child", "--exact", "--nocapture", "--test-threads=1"])
+            .args([
+                child_test.as_str(),
+                "--exact",
+                "--nocapture",
+                "--test-threads=1",
+            ])
             .env(CHILD_ENV, format!("{}|{round}", path.display()))
             .stdout(Stdio::piped())
             .stderr(Stdio::null())

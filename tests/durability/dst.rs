@@ -29,7 +29,7 @@
 //! The scheduling is single-threaded, so a seed replays exactly (see
 //! `a_seed_replays_exactly`).
 
-mod common;
+use crate::common;
 
 use common::{scratch, PanickyClock, SplitMix64 as Rng};
 use oncelake::fault::{FaultPlan, FaultyVfs, PowerLoss};

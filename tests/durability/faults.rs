@@ -10,7 +10,7 @@
 //!   (`fail_at(N)`: only operation N fails). After each run the store is dropped, reopened with
 //!   the real file system, and checked against a model of what was acknowledged.
 
-mod common;
+use crate::common;
 
 use common::{created_then_faulty, faulty_options, real_options, scratch, PanickyClock};
 use oncelake::fault::FaultPlan;

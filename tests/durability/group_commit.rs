@@ -14,7 +14,7 @@
 //! * every log entry belongs to exactly one committed outcome (nothing unacknowledged, nothing
 //!   twice), the final manifest equals the model (one entry per unit), and `replay` is clean.
 
-mod common;
+use crate::common;
 
 use common::XorShift64Star as Rng;
 use oncelake::commit::rules::{decide, Current, Decision, Incoming, Intent};

@@ -3,7 +3,7 @@
 //! scan. After every open the index must answer exactly as the manifest: `lookup` equals
 //! `snapshot().get` for every unit, whichever path built it.
 
-mod common;
+use crate::common;
 
 use common::{open_relaxed as open, XorShift64Star as Rng};
 use oncelake::{Batch, Committed, Store};
@@ -196,7 +196,11 @@ fn a_crash_after_a_long_tail_scans_instead_of_catching_up() {
     let (mut model, mut rng) = (Model::new(), Rng(19));
     fill(&dir, &mut model, &mut rng, 20, 100);
     let status = Command::new(std::env::current_exe().unwrap())
-        .args(["--exact", "crash_child", "--nocapture"])
+        .args([
+            "--exact",
+            &common::test_path(module_path!(), "crash_child"),
+            "--nocapture",
+        ])
         .env(CHILD_ENV, &dir)
         .env(LONG_TAIL_ENV, "1")
         .status()
@@ -222,7 +226,11 @@ fn a_crash_without_a_clean_close_is_caught_up() {
     fill(&dir, &mut model, &mut rng, 20, 100);
     let snap_seq = open(&dir).last_seq().unwrap();
     let status = Command::new(std::env::current_exe().unwrap())
-        .args(["--exact", "crash_child", "--nocapture"])
+        .args([
+            "--exact",
+            &common::test_path(module_path!(), "crash_child"),
+            "--nocapture",
+        ])
         .env(CHILD_ENV, &dir)
         .status()
         .unwrap();

@@ -6,8 +6,6 @@
 //! `range`, `seq`, `history_from`, `changes_since`, and all of them as of older seqs — to a
 //! model of what was acknowledged, while checking that the read left the backlog as it was.
 
-mod common;
-
 use oncelake::log::RecordBody;
 use oncelake::{Batch, Error, GcOptions, Options, Outcome, Store};
 use proptest::prelude::*;

@@ -12,7 +12,7 @@
 //! * a read-only open of a store that needs its log replayed says what to do;
 //! * a store of format 2 or 3 (development builds only) is refused by both opens, unchanged.
 
-mod common;
+use crate::common;
 
 use common::{copy_dir, faulty_options, real_options, scratch, SplitMix64};
 use oncelake::fault::FaultPlan;

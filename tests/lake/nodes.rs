@@ -3,7 +3,7 @@
 //! lake against the invariants. Lost responses and 409s come from the lake's fault plan
 //! (`LakeFaults`). Needs the `lake` feature: `cargo test --features lake --test lake`.
 
-mod common;
+use crate::common;
 
 use common::SplitMix64 as Rng;
 use oncelake::{

@@ -11,7 +11,7 @@
 //! is there (I2, verify), every acknowledged commit is readable at its seq, and the log never
 //! admits a stale token (I6: each fenced commit carries its unit's newest granted token).
 
-mod common;
+use crate::common;
 
 use common::SplitMix64 as Rng;
 use oncelake::log::RecordBody;

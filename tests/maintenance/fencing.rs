@@ -3,8 +3,8 @@
 //! under a live lease, releases by the wrong worker, pipeline completions and failures — through the
 //! library and through the command line.
 
-mod bin;
-mod common;
+use crate::bin;
+use crate::common;
 
 use common::{granted, open_relaxed_with_clock as open};
 use oncelake::pipeline::{Attempt, Claim, FailOutcome, Pipeline, PipelineDef};

@@ -3,7 +3,7 @@
 //! objects that GC just found unreferenced — while GC runs in a loop with no grace period and no
 //! history retention. No committed entry may ever lose its object.
 
-mod common;
+use crate::common;
 
 use common::scratch;
 use oncelake::gc::GcOptions;

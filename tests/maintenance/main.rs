@@ -1,9 +1,9 @@
 //! Maintenance and the work built on the store: gc, reconcile, fencing, and pipelines (with cut-off). One test binary, one module per subject.
 
-#[path = "../common/mod.rs"]
-mod common;
 #[path = "../bin/mod.rs"]
 mod bin;
+#[path = "../common/mod.rs"]
+mod common;
 
 mod fencing;
 mod gc;

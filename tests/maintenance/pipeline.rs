@@ -1,7 +1,7 @@
 //! Pipelines (SPEC R13): exactly-once cells, retries of only what failed, transitive
 //! invalidation, explanations, concurrency, log replay, definition errors and the dot output.
 
-mod bin;
+use crate::bin;
 
 use oncelake::log::RecordBody;
 use oncelake::pipeline::{

@@ -5,7 +5,7 @@
 //! re-run would give), with concurrent workers and injected failures, over the backlog's tail and
 //! the applied tables, after GC pruned the history, and through the CLI.
 
-mod bin;
+use crate::bin;
 
 use oncelake::gc::GcOptions;
 use oncelake::pipeline::{CellState, Explain, Pipeline, PipelineDef, ReadyCell, Wave, WorkOptions};

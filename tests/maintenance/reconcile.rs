@@ -2,7 +2,7 @@
 //! stores, bad listings refused with the line named and the store untouched, and the CLI contract
 //! of `oncelake reconcile` and `oncelake log --since`.
 
-mod bin;
+use crate::bin;
 
 use oncelake::reconcile::{
     check_sorted_listing, reconcile_full, reconcile_full_unsorted, Action, ListingError,

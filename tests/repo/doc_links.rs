@@ -2,7 +2,7 @@
 //! heading of that file (GitHub's anchor rule: lower case, punctuation dropped, spaces to hyphens, `-1`, `-2`
 //! for repeats). Links to the web are not followed.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeSet;
 use std::fs;

@@ -2,7 +2,7 @@
 //! (`fuzz/checks.rs`, included here by path), so a crash the fuzzer once found stays fixed
 //! (SPEC R19). The checks' own unit tests run in this test binary too.
 
-#[path = "../fuzz/checks.rs"]
+#[path = "../../fuzz/checks.rs"]
 mod checks;
 
 use std::path::Path;

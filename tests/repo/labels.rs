@@ -6,7 +6,7 @@
 //! and every Markdown page; `docs/SPEC.md` defines a requirement by a paragraph starting `**Rn `, an invariant by
 //! a list item `- In `, a target by a table row `| Pn |` and a section by a heading `## N.`.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeSet;
 use std::fs;

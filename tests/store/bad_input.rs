@@ -1,6 +1,6 @@
 //! Bad input gets a clear error and changes nothing (SPEC R1, R19).
 
-mod common;
+use crate::common;
 
 use common::tree;
 use oncelake::{Error, Store};

@@ -1,7 +1,7 @@
 //! Coordinator mode (SPEC R9) and run_once (R11): takeover and fencing, renew, release, durability
 //! of claims, clocks that jump, and run_once under many threads.
 
-mod common;
+use crate::common;
 
 use common::{open_relaxed_with_clock as open_relaxed, open_with_clock as open, SplitMix64 as Rng};
 use oncelake::{

@@ -1,9 +1,9 @@
 //! The store's API: opening, commits and claims, readers, runs, metrics, bad input, verify, and the model-checked property tests. One test binary (link time), one module per subject.
 
-#[path = "../common/mod.rs"]
-mod common;
 #[path = "../bin/mod.rs"]
 mod bin;
+#[path = "../common/mod.rs"]
+mod common;
 
 mod bad_input;
 mod claims;

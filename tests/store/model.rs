@@ -5,7 +5,7 @@
 //! every step. The model decides R3 (lease rows included) and claims on its own, independently of
 //! the engine's rules; `Store::check_invariants` also checks I6 from the commit log alone.
 
-mod common;
+use crate::common;
 
 use common::open_with_clock as open;
 use oncelake::{

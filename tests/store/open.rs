@@ -2,8 +2,8 @@
 //! is completed by the next open, a store of an older format is refused unchanged (none is
 //! upgraded), and a store on read-only media can be read.
 
-mod bin;
-mod common;
+use crate::bin;
+use crate::common;
 
 use common::tree;
 use oncelake::fault::{FaultPlan, FaultyVfs};

@@ -3,7 +3,7 @@
 //! lease given back on every path that records nothing, and exactly one computation per unit under
 //! many threads.
 
-mod common;
+use crate::common;
 
 use common::{granted, open_with_clock as open};
 use oncelake::{Begin, ManualClock, Outcome, Run};

@@ -5,7 +5,7 @@
 //! crashes the whole batch; and threads racing over overlapping batches compute every unit at most
 //! once under a live lease (coordinated) and leave one entry per unit.
 
-mod common;
+use crate::common;
 
 use common::{granted, open_with_clock as open, SplitMix64};
 use oncelake::{ClaimOutcome, ManualClock, Outcome, RunError, RunOutcome};

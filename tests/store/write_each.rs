@@ -6,7 +6,7 @@
 //! of commits (good, duplicate, stale, conflicting, corrected, fenced, partial, with a bad key or
 //! another store's handle), claims, renewals and releases, cut into random runs.
 
-mod common;
+use crate::common;
 
 use common::SplitMix64 as Rng;
 use oncelake::{

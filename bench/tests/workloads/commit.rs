@@ -3,7 +3,7 @@
 //! `--units-per-commit` says, and that a bad count is refused with what to do; `--apply-on-writers`
 //! runs the same plan; `--read-probe` reports its reads.
 
-mod support;
+use crate::support;
 
 use serde_json::Value;
 

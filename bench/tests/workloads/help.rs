@@ -1,7 +1,7 @@
 //! Every benchmark's `--help` teaches: it has an example and the exit codes, and the examples
 //! run as written (tiny sizes) and exit 0, in an empty directory.
 
-mod support;
+use crate::support;
 
 /// The subcommands `oncelake-bench --help` lists under `Commands:` (without `help`).
 fn subcommands() -> Vec<String> {

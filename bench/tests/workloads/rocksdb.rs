@@ -3,7 +3,7 @@
 //! distribution's librocksdb. Without g++ and librocksdb-dev the run-through test says so and
 //! passes, unless `ONCELAKE_REQUIRE_ROCKSDB=1` (`.ci/run` sets it after installing them).
 
-mod support;
+use crate::support;
 
 use serde_json::Value;
 use std::path::{Path, PathBuf};

@@ -1,7 +1,7 @@
 //! Seed 001's scenario through a server with worker *processes* (P9's shape, small): no batch
 //! written twice, every batch committed once, every delivery accounted for.
 
-mod support;
+use crate::support;
 
 #[test]
 fn seed001_worker_processes_write_no_batch_twice() {

@@ -2,7 +2,7 @@
 //! memory stays bounded and every acknowledged commit is there afterwards, through the server
 //! and after reopening the store (the long run is `oncelake-bench serve-load`, BENCHMARKS.md).
 
-mod support;
+use crate::support;
 
 use oncelake_bench::serve_load::{serve_load, LoadOptions};
 use std::time::Duration;

@@ -2,7 +2,7 @@
 //! tested), only that both systems wrote what the plan says, alternating round by round, that
 //! the summary is the ratio of the medians it printed, and that nothing is left behind.
 
-mod support;
+use crate::support;
 
 use serde_json::Value;
 use std::collections::BTreeMap;

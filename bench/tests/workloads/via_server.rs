@@ -2,7 +2,7 @@
 //! fresh store with sequential keys, with `--preload N --keys random` SPEC P1's (a preloaded
 //! store, half new units and half new versions of preloaded ones) — through the server too.
 
-mod support;
+use crate::support;
 
 fn bench_lines(extra: &[&str]) -> Vec<serde_json::Value> {
     let scratch = tempfile::tempdir().unwrap();

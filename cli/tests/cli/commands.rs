@@ -1,6 +1,6 @@
 //! The script contract of the command line (SPEC R17): arguments, JSON fields, exit codes.
 
-mod bin;
+use crate::bin;
 
 use std::collections::BTreeMap;
 use std::io::Write;

@@ -4,7 +4,7 @@
 //! code per failure, dates in human output, progress on a non-terminal, internal units protected
 //! and hidden, and no store nested in another.
 
-mod bin;
+use crate::bin;
 
 use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet};
@@ -65,8 +65,7 @@ struct Field {
 /// The field table of docs/cli.md (section "JSON output"), plus the engine's counter names that
 /// `stats --json` prints as `uint` fields.
 fn field_table() -> BTreeMap<String, Field> {
-    let doc =
-        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/cli.md")).unwrap();
+    let doc = std::fs::read_to_string(Path::new(crate::REPO).join("docs/cli.md")).unwrap();
     let section = doc
         .split("## JSON output")
         .nth(1)
@@ -1439,7 +1438,7 @@ fn the_tours_output_reads_right() {
     let dir = tempfile::tempdir().unwrap();
     let lake = dir.path().join("lake");
     let l = s(&lake);
-    let parquet = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/sales.parquet");
+    let parquet = Path::new(crate::REPO).join("examples/sales.parquet");
     assert_eq!(run(&["init", l], None).status.code(), Some(0));
     let ok = |args: &[&str]| {
         let out = run(args, None);

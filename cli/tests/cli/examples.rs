@@ -7,7 +7,7 @@
 //! own, so what the README's setup lines export (`PATH`, `ONCELAKE_EXAMPLES`) is given to
 //! every line, and `mktemp` makes its directories inside the test's one (`TMPDIR`).
 
-mod bin;
+use crate::bin;
 
 use std::path::Path;
 use std::process::Command;
@@ -106,10 +106,7 @@ fn run_lines(dir: &Path, source: &str, lines: &[String]) -> Vec<String> {
             .args(["-c", &format!("set -o pipefail\n{line}")])
             .current_dir(dir)
             .env("PATH", &path)
-            .env(
-                "ONCELAKE_EXAMPLES",
-                Path::new(env!("CARGO_MANIFEST_DIR")).join("examples"),
-            )
+            .env("ONCELAKE_EXAMPLES", Path::new(crate::REPO).join("examples"))
             .env("TMPDIR", dir)
             .env("ONCELAKE_PROGRESS_INTERVAL", "1h")
             .output()
@@ -128,8 +125,7 @@ fn run_lines(dir: &Path, source: &str, lines: &[String]) -> Vec<String> {
 
 /// The command lines of README.md's ```sh blocks, in order.
 fn readme_lines() -> Vec<String> {
-    let readme =
-        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("README.md")).unwrap();
+    let readme = std::fs::read_to_string(Path::new(crate::REPO).join("README.md")).unwrap();
     let mut lines = Vec::new();
     let mut in_sh = false;
     for line in readme.lines() {
@@ -202,8 +198,7 @@ fn readme_shell_examples_run_as_written_in_order() {
     assert_eq!(files.len(), 1, "{files:?}");
     assert_eq!(
         std::fs::read(&files[0]).unwrap(),
-        std::fs::read(Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/sales.parquet"))
-            .unwrap()
+        std::fs::read(Path::new(crate::REPO).join("examples/sales.parquet")).unwrap()
     );
     // The serve section's new store was served and let go.
     assert!(dir.path().join("shared/oncelake.redb").is_file());
@@ -225,7 +220,7 @@ fn readme_setup_exports_what_the_lines_are_given() {
             && export.contains("ONCELAKE_EXAMPLES=\"$PWD/examples\""),
         "{export}"
     );
-    assert!(Path::new(env!("CARGO_MANIFEST_DIR"))
+    assert!(Path::new(crate::REPO)
         .join("examples/sales.parquet")
         .is_file());
 }
@@ -236,8 +231,7 @@ fn readme_setup_exports_what_the_lines_are_given() {
 /// a doc test of the README (src/lib.rs includes it).
 #[test]
 fn readme_program_is_a_whole_main_rs_with_its_cargo_toml() {
-    let readme =
-        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("README.md")).unwrap();
+    let readme = std::fs::read_to_string(Path::new(crate::REPO).join("README.md")).unwrap();
     let block = |lang: &str| -> String {
         let start = readme
             .find(&format!("```{lang}\n"))
@@ -256,7 +250,7 @@ fn readme_program_is_a_whole_main_rs_with_its_cargo_toml() {
     assert!(!main.contains("tempfile"), "a new project has no tempfile");
     let toml = block("toml");
     let dir = tempfile::tempdir().unwrap();
-    std::os::unix::fs::symlink(env!("CARGO_MANIFEST_DIR"), dir.path().join("oncelake")).unwrap();
+    std::os::unix::fs::symlink(crate::REPO, dir.path().join("oncelake")).unwrap();
     let project = dir.path().join("hello-lake");
     std::fs::create_dir_all(project.join("src")).unwrap();
     std::fs::write(
@@ -269,7 +263,7 @@ fn readme_program_is_a_whole_main_rs_with_its_cargo_toml() {
     std::fs::write(project.join("src/main.rs"), &main).unwrap();
     // The repository's lock file pins the versions already in the local registry cache.
     std::fs::copy(
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("Cargo.lock"),
+        Path::new(crate::REPO).join("Cargo.lock"),
         project.join("Cargo.lock"),
     )
     .unwrap();

@@ -5,6 +5,9 @@ mod bin;
 #[path = "../../../tests/common/mod.rs"]
 mod common;
 
+/// The repository root (the README, docs/ and examples/ these tests read).
+const REPO: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/..");
+
 mod commands;
 mod contract;
 mod examples;

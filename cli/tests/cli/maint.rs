@@ -1,6 +1,6 @@
 //! `oncelake gc` and `oncelake verify` as scripts use them: JSON fields and exit codes.
 
-mod bin;
+use crate::bin;
 
 use std::process::Command;
 

@@ -4,7 +4,7 @@
 //! store figures (units, bytes stored, seq, the persisted counters) survive a restart; the 400
 //! counter counts each refused request once.
 
-mod support;
+use crate::support;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::{BufRead, BufReader, Read, Write};

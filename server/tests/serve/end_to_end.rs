@@ -2,7 +2,7 @@
 //! against a model, the metrics scrape, the bearer token, bad and cut-off requests, the server
 //! killed under load, and SIGTERM.
 
-mod support;
+use crate::support;
 
 use oncelake_server::wire::CommitItemW;
 use oncelake_server::{Client, ClientError};

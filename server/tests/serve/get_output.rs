@@ -3,7 +3,7 @@
 //! directory never share a temporary file, a pipe is written in place and any other special
 //! file is refused, never replaced.
 
-mod support;
+use crate::support;
 
 use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::path::Path;

@@ -2,7 +2,7 @@
 //! over by another process, a copied store directory, and a server that accepts but never
 //! answers. Each fake server here is a plain `TcpListener` that records every byte it is sent.
 
-mod support;
+use crate::support;
 
 use oncelake_server::{Client, ClientError};
 use std::collections::BTreeSet;

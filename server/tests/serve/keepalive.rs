@@ -2,7 +2,7 @@
 //! on one connection, and the server's idle timeout still closes an idle connection (a client
 //! whose pooled connection the server closed still gets through).
 
-mod support;
+use crate::support;
 
 use oncelake_server::wire::CommitItemW;
 use oncelake_server::Client;

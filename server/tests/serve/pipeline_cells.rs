@@ -3,7 +3,7 @@
 //! print the same and exit with the same code; the cells' states afterwards are checked against
 //! a model of what was recorded.
 
-mod support;
+use crate::support;
 
 use serde_json::Value;
 use std::path::Path;

@@ -2,7 +2,7 @@
 //! non-terminal stderr as in-process (issue 13 point 6): a large put, verify, gc, reconcile —
 //! with the same stdout and exit code. `ONCELAKE_PROGRESS_INTERVAL=0` makes every update a line.
 
-mod support;
+use crate::support;
 
 use std::io::Write;
 use std::path::Path;

@@ -2,7 +2,7 @@
 //! exit code (SPEC R17, R20): verify, reconcile and the pipeline commands, each compared with the
 //! in-process run on the same store.
 
-mod support;
+use crate::support;
 
 use std::path::Path;
 use support::{new_store, put, served_and_in_process, Server};

@@ -3,7 +3,7 @@
 //! authentication on TCP — only the page's three files answer without the token. The page itself
 //! is tested in a real browser by `tests/python/test_status_page.py`.
 
-mod support;
+use crate::support;
 
 use serde_json::{json, Value};
 use std::collections::BTreeMap;

@@ -2,7 +2,7 @@
 //! with the same exit codes (SPEC R20, R21), on a served store and an in-process twin with the
 //! same history; the published Delta log is checked against a model of the units.
 
-mod support;
+use crate::support;
 
 use arrow_array::{ArrayRef, Int64Array, RecordBatch, StringArray};
 use std::collections::BTreeSet;

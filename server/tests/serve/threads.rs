@@ -4,7 +4,7 @@
 //! with `block_in_place` or tokio's blocking pool, whose thread count follows the number of calls
 //! in flight and stays at its peak). And (glibc) all of them allocate from one malloc arena.
 
-mod support;
+use crate::support;
 
 use oncelake_server::wire::CommitItemW;
 use oncelake_server::Client;

@@ -1,11 +1,7 @@
 //! The worked example (SPEC R18) at a smaller scale, checked against the store it leaves behind,
 //! and the `simulate`, `stats`, `claim` and `release` commands (R16, R17).
 
-#[path = "../../tests/bin/mod.rs"]
-mod bin;
-
-#[path = "../../tests/common/mod.rs"]
-mod common;
+use crate::{bin, common};
 
 use common::scratch;
 use oncelake::{ManualClock, Options, Store};
