@@ -4,12 +4,13 @@
 //! `lib.rs`) count as their module. The test fails when a module uses one in a higher layer, when
 //! the graph has a cycle, or when a module is missing from the layer table.
 //!
-//! Inside each folder of modules (`src/table/`, `src/commit/`, …, and the binaries' `cli/src/cli/`
-//! and `bench/src/bin/oncelake-bench/`) the files must not form an import cycle either: a file's
-//! `super::X` and `crate::<folder>::X` paths, with the names its parent re-exports mapped to their
-//! file, are its uses of its siblings.
+//! Inside each folder of modules, at any depth (`src/table/`, `src/table/delta/`, …) the files must
+//! not form an import cycle either: a file's `super::X` and `crate::<folder>::X` paths, with the
+//! names its parent re-exports mapped to their file, are its uses of its siblings. The other crates
+//! of the workspace (server, client, cli, sim, bench and its binary, python/src) are held to the
+//! same: no cycle among their top-level modules, nor inside any of their folders.
 //!
-//! `cargo test --test layers -- --nocapture` prints the graph (one `module -> deps` line each).
+//! `cargo test --test repo layers -- --nocapture` prints the graph (one `module -> deps` line each).
 //! `ONCELAKE_LAYERS_SRC=<dir>` checks another tree's `src` instead (e.g. an older commit's, from
 //! `git archive <rev> src | tar -x -C /tmp/old`), to print its graph and cycles.
 
@@ -201,7 +202,13 @@ fn is_unit_test_file(file: &Path) -> bool {
 
 /// The module graph of the tree at `src`.
 fn graph(src: &Path) -> Graph {
-    let lib = std::fs::read_to_string(src.join("lib.rs")).expect("read lib.rs");
+    crate_graph(src, "lib.rs", OUTSIDE)
+}
+
+/// The graph of a crate's top-level modules (the files and folders in `src` beside its root
+/// file `root`, but those named in `skip`): each module -> the modules its `crate::…` paths name.
+fn crate_graph(src: &Path, root: &str, skip: &[&str]) -> Graph {
+    let lib = std::fs::read_to_string(src.join(root)).expect("read the crate root");
     let reexports = root_reexports(&lib);
     let mut files = Vec::new();
     rust_files(src, &mut files);
@@ -214,7 +221,10 @@ fn graph(src: &Path) -> Graph {
             .to_string_lossy()
             .trim_end_matches(".rs")
             .to_string();
-        if module == "lib" || OUTSIDE.contains(&module.as_str()) || is_unit_test_file(&f) {
+        if module == root.trim_end_matches(".rs")
+            || skip.contains(&module.as_str())
+            || is_unit_test_file(&f)
+        {
             continue;
         }
         let code = code_of(&std::fs::read_to_string(&f).expect("read a source file"));
@@ -297,7 +307,7 @@ fn modules_use_only_their_layer_and_below_without_cycles() {
     let mut problems = BTreeSet::new();
     for (m, deps) in &g {
         let Some(lm) = layer_of(m) else {
-            problems.insert(format!("module {m} is in no layer of tests/layers.rs"));
+            problems.insert(format!("module {m} is in no layer of tests/repo/layers.rs"));
             continue;
         };
         for d in deps {
@@ -310,7 +320,7 @@ fn modules_use_only_their_layer_and_below_without_cycles() {
                 }
                 Some(_) => {}
                 None if g.contains_key(d) => {
-                    problems.insert(format!("module {d} is in no layer of tests/layers.rs"));
+                    problems.insert(format!("module {d} is in no layer of tests/repo/layers.rs"));
                 }
                 None => {} // not a module of the crate (a macro's path, a re-exported name)
             }
@@ -331,43 +341,59 @@ struct Folder {
     crate_path: String,
 }
 
-/// Every folder of modules to check: each `src/<m>/` (parent `src/<m>.rs` or `src/<m>/mod.rs`),
-/// and the command-line modules of the two binaries.
+/// The crates of the workspace (and of `python/`) outside the engine: the directory of each
+/// one's modules, its root file, and the directories in it that are other crates.
+const CRATES: &[(&str, &str, &[&str])] = &[
+    ("server/src", "lib.rs", &[]),
+    ("client/src", "lib.rs", &[]),
+    ("cli/src", "main.rs", &[]),
+    ("sim/src", "lib.rs", &[]),
+    ("bench/src", "lib.rs", &["bin"]),
+    ("bench/src/bin/oncelake-bench", "main.rs", &[]),
+    ("python/src", "lib.rs", &[]),
+];
+
+/// Every folder of modules to check, at any depth: the engine's (`src/table/`,
+/// `src/table/delta/`, …) and those of every other crate (`cli/src/cli/`, …). A folder's parent
+/// module is `<dir>.rs` beside it or its own `mod.rs`.
 fn folders(root: &Path) -> Vec<Folder> {
     let mut out = Vec::new();
-    let src = root.join("src");
-    for e in std::fs::read_dir(&src).expect("read src") {
-        let dir = e.expect("dir entry").path();
-        if !dir.is_dir() {
-            continue;
-        }
-        let name = dir
+    let mut crates = vec![(root.join("src"), Vec::new())];
+    for (dir, _, skip) in CRATES {
+        crates.push((root.join(dir), skip.iter().map(|s| root.join(dir).join(s)).collect()));
+    }
+    for (src, skip) in crates {
+        subfolders(&src, "crate", &skip, &mut out);
+    }
+    out
+}
+
+/// The folders of modules below `dir` (whose modules `crate_path` names), depth first.
+fn subfolders(dir: &Path, crate_path: &str, skip: &[PathBuf], out: &mut Vec<Folder>) {
+    let mut dirs: Vec<PathBuf> = std::fs::read_dir(dir)
+        .expect("read a source folder")
+        .map(|e| e.expect("dir entry").path())
+        .filter(|p| p.is_dir() && !skip.contains(p))
+        .collect();
+    dirs.sort();
+    for sub in dirs {
+        let name = sub
             .file_name()
             .expect("a name")
             .to_string_lossy()
             .into_owned();
-        let parent = [src.join(format!("{name}.rs")), dir.join("mod.rs")]
+        let parent = [dir.join(format!("{name}.rs")), sub.join("mod.rs")]
             .into_iter()
             .find(|p| p.is_file())
-            .unwrap_or_else(|| panic!("{} has no parent module file", dir.display()));
+            .unwrap_or_else(|| panic!("{} has no parent module file", sub.display()));
+        let path = format!("{crate_path}::{name}");
+        subfolders(&sub, &path, skip, out);
         out.push(Folder {
-            dir,
+            dir: sub,
             parent,
-            crate_path: format!("crate::{name}"),
+            crate_path: path,
         });
     }
-    out.push(Folder {
-        dir: root.join("cli/src/cli"),
-        parent: root.join("cli/src/cli/mod.rs"),
-        crate_path: "crate::cli".into(),
-    });
-    let bench = root.join("bench/src/bin/oncelake-bench");
-    out.push(Folder {
-        parent: bench.join("main.rs"),
-        dir: bench,
-        crate_path: "crate".into(),
-    });
-    out
 }
 
 /// The names an item definition introduces (`pub fn x`, `pub(crate) struct X`, `macro_rules! x`…).
@@ -513,6 +539,23 @@ fn the_files_of_each_folder_use_each_other_without_cycles() {
                 f.dir.strip_prefix(root).unwrap_or(&f.dir).display(),
                 c.join(", ")
             ));
+        }
+    }
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+}
+
+/// The other crates of the workspace: their top-level modules use each other without a cycle
+/// (they have no layer table; the engine's layering is the test above).
+#[test]
+fn the_modules_of_every_other_crate_use_each_other_without_cycles() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut problems = Vec::new();
+    for (dir, file, skip) in CRATES {
+        let g = crate_graph(&root.join(dir), file, skip);
+        println!("{dir}:");
+        print_graph(&g);
+        for c in cycles(&g) {
+            problems.push(format!("import cycle in {dir} among {}", c.join(", ")));
         }
     }
     assert!(problems.is_empty(), "{}", problems.join("\n"));
