@@ -3,7 +3,7 @@
 //! under a live lease, releases by the wrong worker, pipeline completions and failures — through the
 //! library and through the command line.
 
-use crate::bin;
+use crate::bin::run as oncelake;
 use crate::common;
 
 use common::{granted, open_relaxed_with_clock as open};
@@ -11,7 +11,7 @@ use oncelake::pipeline::{Attempt, Claim, FailOutcome, Pipeline, PipelineDef};
 use oncelake::{
     Batch, ClaimOutcome, FenceReason, Lease, ManualClock, Outcome, ReleaseOutcome, Store,
 };
-use std::process::{Command, Output, Stdio};
+use std::process::Output;
 use std::time::Duration;
 
 const T0: u64 = 1_800_000_000_000;
@@ -27,6 +27,20 @@ fn put(store: &Store, unit: &str, version: u64, bytes: &[u8], token: Option<u64>
         oncelake::Intent::Put,
     );
     store.commit(batch).unwrap().units[0].outcome
+}
+
+/// Puts, and fails unless the put committed.
+#[track_caller]
+fn commits(store: &Store, unit: &str, version: u64, bytes: &[u8], token: Option<u64>) {
+    let outcome = put(store, unit, version, bytes, token);
+    assert!(matches!(outcome, Outcome::Committed { .. }), "{outcome:?}");
+}
+
+/// Puts, and fails unless the put was a duplicate of the unit's newest commit.
+#[track_caller]
+fn is_duplicate(store: &Store, unit: &str, version: u64, bytes: &[u8], token: Option<u64>) {
+    let outcome = put(store, unit, version, bytes, token);
+    assert!(matches!(outcome, Outcome::Duplicate { .. }), "{outcome:?}");
 }
 
 fn fenced(token: u64, newest_token: u64) -> Outcome {
@@ -62,10 +76,7 @@ fn tokens_never_issued_are_fenced_whatever_their_number() {
     assert_eq!(version_of(&store, "u"), None);
     assert_eq!(version_of(&store, "never-claimed"), None);
     // The holder is unaffected.
-    assert!(matches!(
-        put(&store, "u", 5, b"mine", Some(4)),
-        Outcome::Committed { .. }
-    ));
+    commits(&store, "u", 5, b"mine", Some(4));
     assert_eq!(store.metrics().fenced_rejections, 3);
 }
 
@@ -89,10 +100,7 @@ fn a_token_issued_for_another_unit_is_fenced_and_the_holder_commits() {
         put(&store, "c", 1, b"from b", Some(on_b.token)),
         fenced(on_b.token, on_c.token)
     );
-    assert!(matches!(
-        put(&store, "b", 1, b"w2's", Some(on_b.token)),
-        Outcome::Committed { .. }
-    ));
+    commits(&store, "b", 1, b"w2's", Some(on_b.token));
     let snap = store.snapshot().unwrap();
     let entry = snap.get("b").unwrap().unwrap();
     assert_eq!(snap.read_object(&entry).unwrap(), b"w2's".to_vec());
@@ -123,10 +131,7 @@ fn a_commit_without_a_token_under_a_live_lease_is_busy() {
         .unwrap();
     assert!(matches!(r.units[0].outcome, Outcome::Busy { .. }));
     assert_eq!(version_of(&store, "unitA"), None);
-    assert!(matches!(
-        put(&store, "unitA", 5, b"w1's", Some(lease.token)),
-        Outcome::Committed { .. }
-    ));
+    commits(&store, "unitA", 5, b"w1's", Some(lease.token));
     assert_eq!(store.metrics().busy_rejections, 2);
 }
 
@@ -139,10 +144,7 @@ fn a_commit_without_a_token_after_expiry_fences_every_earlier_token() {
     let store = open(&dir.path().join("s"), &clock);
     let lease = granted(store.claim("u", 1, "w1", TTL).unwrap());
     clock.advance_ms(TTL.as_millis() as u64);
-    assert!(matches!(
-        put(&store, "u", 1, b"anon", None),
-        Outcome::Committed { .. }
-    ));
+    commits(&store, "u", 1, b"anon", None);
     assert_eq!(
         put(&store, "u", 2, b"late", Some(lease.token)),
         fenced(lease.token, lease.token)
@@ -151,10 +153,7 @@ fn a_commit_without_a_token_after_expiry_fences_every_earlier_token() {
     // After a release too.
     let l2 = granted(store.claim("u", 3, "w1", TTL).unwrap());
     assert!(store.release(&l2).unwrap().is_released());
-    assert!(matches!(
-        put(&store, "u", 3, b"anon3", None),
-        Outcome::Committed { .. }
-    ));
+    commits(&store, "u", 3, b"anon3", None);
     assert_eq!(
         put(&store, "u", 4, b"late", Some(l2.token)),
         fenced(l2.token, l2.token)
@@ -170,15 +169,9 @@ fn an_expired_lease_whose_token_is_still_the_newest_commits() {
     let store = open(&dir.path().join("s"), &clock);
     let lease = granted(store.claim("u", 1, "w1", Duration::from_millis(1)).unwrap());
     clock.advance_ms(365 * 86_400_000);
-    assert!(matches!(
-        put(&store, "u", 1, b"slow but newest", Some(lease.token)),
-        Outcome::Committed { .. }
-    ));
+    commits(&store, "u", 1, b"slow but newest", Some(lease.token));
     // Its commit ended the lease: a retry of the same bytes is a duplicate, other bytes fenced.
-    assert!(matches!(
-        put(&store, "u", 1, b"slow but newest", Some(lease.token)),
-        Outcome::Duplicate { .. }
-    ));
+    is_duplicate(&store, "u", 1, b"slow but newest", Some(lease.token));
     assert_eq!(
         put(&store, "u", 2, b"more", Some(lease.token)),
         fenced(lease.token, lease.token)
@@ -252,10 +245,7 @@ fn a_released_token_is_fenced_even_for_an_exact_retry_but_a_committed_one_hears_
     // Released by its holder, then someone commits exactly what the holder would have.
     let gave_up = granted(store.claim("r", 1, "w1", TTL).unwrap());
     assert_eq!(store.release(&gave_up).unwrap(), ReleaseOutcome::Released);
-    assert!(matches!(
-        put(&store, "r", 1, b"same", None),
-        Outcome::Committed { .. }
-    ));
+    commits(&store, "r", 1, b"same", None);
     assert_eq!(
         put(&store, "r", 1, b"same", Some(gave_up.token)),
         fenced(gave_up.token, gave_up.token),
@@ -458,23 +448,6 @@ fn pipeline_complete_and_fail_obey_the_lease_rules() {
 }
 
 // ---- The command line ----
-
-fn oncelake(args: &[&str], stdin: Option<&[u8]>) -> Output {
-    let mut child = Command::new(bin::oncelake())
-        .args(args)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut input = child.stdin.take().unwrap();
-    if let Some(data) = stdin {
-        use std::io::Write;
-        let _ = input.write_all(data); // the command may exit before it reads its input
-    }
-    drop(input);
-    child.wait_with_output().unwrap()
-}
 
 fn code(out: &Output) -> Option<i32> {
     out.status.code()
@@ -888,10 +861,7 @@ fn a_lease_is_found_in_the_overlay_in_the_applied_table_and_after_a_reopen() {
     let busy = |o: Outcome| matches!(o, Outcome::Busy { .. });
     let token = {
         let store = common::open_with_clock(&path, &clock);
-        assert!(matches!(
-            put(&store, "free", 1, b"a", None),
-            Outcome::Committed { .. }
-        ));
+        commits(&store, "free", 1, b"a", None);
         let lease = granted(store.claim("held", 1, "w1", TTL).unwrap());
         assert!(busy(put(&store, "held", 1, b"b", None)), "from the overlay");
         store.flush().unwrap();
@@ -906,9 +876,6 @@ fn a_lease_is_found_in_the_overlay_in_the_applied_table_and_after_a_reopen() {
     let store = common::open_with_clock(&path, &clock);
     assert!(busy(put(&store, "held", 1, b"b", None)), "after a reopen");
     assert_eq!(put(&store, "held", 1, b"b", Some(0)), fenced(0, token));
-    assert!(matches!(
-        put(&store, "never-claimed", 1, b"c", None),
-        Outcome::Committed { .. }
-    ));
+    commits(&store, "never-claimed", 1, b"c", None);
     assert_eq!(version_of(&store, "held"), None);
 }

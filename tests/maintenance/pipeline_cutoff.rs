@@ -41,47 +41,41 @@ fn open(dir: &tempfile::TempDir, apply_in_background: bool) -> Store {
     .unwrap()
 }
 
+/// A pipeline of `(stage, upstream stages)`, each at code version 1.
+fn def(stages: &[(&str, &[&str])]) -> PipelineDef {
+    let builder = PipelineDef::builder();
+    let builder = stages.iter().fold(builder, |b, (s, up)| b.stage(s, 1, up));
+    builder.build().unwrap()
+}
+
 fn chain() -> PipelineDef {
-    PipelineDef::builder()
-        .stage("a", 1, &[])
-        .stage("b", 1, &["a"])
-        .stage("c", 1, &["b"])
-        .build()
-        .unwrap()
+    def(&[("a", &[]), ("b", &["a"]), ("c", &["b"])])
 }
 
 fn diamond() -> PipelineDef {
-    PipelineDef::builder()
-        .stage("a", 1, &[])
-        .stage("b", 1, &["a"])
-        .stage("c", 1, &["a"])
-        .stage("d", 1, &["b", "c"])
-        .build()
-        .unwrap()
+    def(&[("a", &[]), ("b", &["a"]), ("c", &["a"]), ("d", &["b", "c"])])
 }
 
 /// Two branches below a, joined at the end: completions on one branch must not count the other
 /// branch's cut-off cells again.
 fn branches() -> PipelineDef {
-    PipelineDef::builder()
-        .stage("a", 1, &[])
-        .stage("b", 1, &["a"])
-        .stage("c", 1, &["a"])
-        .stage("d", 1, &["b"])
-        .stage("e", 1, &["c"])
-        .stage("f", 1, &["d", "e"])
-        .build()
-        .unwrap()
+    def(&[
+        ("a", &[]),
+        ("b", &["a"]),
+        ("c", &["a"]),
+        ("d", &["b"]),
+        ("e", &["c"]),
+        ("f", &["d", "e"]),
+    ])
 }
 
 fn seed() -> PipelineDef {
-    PipelineDef::builder()
-        .stage("ingest", 1, &[])
-        .stage("transform", 1, &["ingest"])
-        .stage("store_b", 1, &["transform"])
-        .stage("store_c", 1, &["transform"])
-        .build()
-        .unwrap()
+    def(&[
+        ("ingest", &[]),
+        ("transform", &["ingest"]),
+        ("store_b", &["transform"]),
+        ("store_c", &["transform"]),
+    ])
 }
 
 /// A deterministic stage that often maps different inputs to the same output (so re-runs
@@ -248,13 +242,8 @@ fn model_rounds(def: PipelineDef, workers: usize, fail: bool, seed: u64) {
     let p = Pipeline::new(def.clone());
     let mut model = Model::default();
     let units: Vec<String> = (0..12).map(|i| format!("u/{i:02}")).collect();
-    let mut rng = seed;
-    let mut next = || {
-        rng = rng
-            .wrapping_mul(6364136223846793005)
-            .wrapping_add(1442695040888963407);
-        (rng >> 33) as u32
-    };
+    let mut rng = crate::common::SplitMix64(seed);
+    let mut next = || rng.next() as u32;
     let mut cut_total = 0;
     for round in 0..6 {
         let mut expect = Runs::new();

@@ -130,15 +130,8 @@ fn pipeline_seeds_parse_as_expected() {
 /// (forged, foreign, superseded and ended tokens, expiries, releases, token-less commits).
 #[test]
 fn commit_rules_on_seeded_random_sequences() {
-    let mut state = 0x5EED_u64;
-    let mut next = || {
-        // splitmix64: reproducible without a dependency.
-        state = state.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = state;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    };
+    let mut rng = crate::common::SplitMix64(0x5EED);
+    let mut next = || rng.next();
     for case in 0..20_000 {
         let len = 3 * (1 + next() % 60) as usize;
         let data: Vec<u8> = (0..len).map(|_| next() as u8).collect();

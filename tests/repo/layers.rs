@@ -360,7 +360,10 @@ fn folders(root: &Path) -> Vec<Folder> {
     let mut out = Vec::new();
     let mut crates = vec![(root.join("src"), Vec::new())];
     for (dir, _, skip) in CRATES {
-        crates.push((root.join(dir), skip.iter().map(|s| root.join(dir).join(s)).collect()));
+        crates.push((
+            root.join(dir),
+            skip.iter().map(|s| root.join(dir).join(s)).collect(),
+        ));
     }
     for (src, skip) in crates {
         subfolders(&src, "crate", &skip, &mut out);

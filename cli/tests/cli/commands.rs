@@ -1,27 +1,12 @@
 //! The script contract of the command line (SPEC R17): arguments, JSON fields, exit codes.
 
 use crate::bin;
+use crate::bin::run as oncelake;
 
 use std::collections::BTreeMap;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
-
-fn oncelake(args: &[&str], stdin: Option<&[u8]>) -> Output {
-    let mut child = Command::new(bin::oncelake())
-        .args(args)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut input = child.stdin.take().unwrap();
-    if let Some(data) = stdin {
-        let _ = input.write_all(data); // the command may exit before it reads its input
-    }
-    drop(input);
-    child.wait_with_output().unwrap()
-}
 
 fn json_line(out: &Output) -> serde_json::Value {
     let text = String::from_utf8_lossy(&out.stdout);

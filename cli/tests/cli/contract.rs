@@ -5,35 +5,12 @@
 //! and hidden, and no store nested in another.
 
 use crate::bin;
+use crate::bin::{run, run_env};
 
 use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet};
-use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
-
-fn run_env(args: &[&str], stdin: Option<&[u8]>, env: &[(&str, &str)]) -> Output {
-    let mut cmd = Command::new(bin::oncelake());
-    cmd.args(args)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .env_remove("ONCELAKE_PROGRESS_INTERVAL");
-    for (k, v) in env {
-        cmd.env(k, v);
-    }
-    let mut child = cmd.spawn().unwrap();
-    let mut input = child.stdin.take().unwrap();
-    if let Some(data) = stdin {
-        let _ = input.write_all(data);
-    }
-    drop(input);
-    child.wait_with_output().unwrap()
-}
-
-fn run(args: &[&str], stdin: Option<&[u8]>) -> Output {
-    run_env(args, stdin, &[])
-}
 
 fn s(p: &Path) -> &str {
     p.to_str().unwrap()
