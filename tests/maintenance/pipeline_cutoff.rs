@@ -917,7 +917,7 @@ fn each_cut_off_cell_is_counted_once() {
         .contains("\noncelake_pipeline_cells_cut_off_total 9\n"));
 }
 
-// ---- The worked example's pipeline mode through the CLI (the library's: sim/tests/pipeline.rs) ----
+// ---- The worked example's pipeline mode through the CLI (the library's: sim/tests/sim/pipeline.rs) ----
 
 #[test]
 fn cli_simulate_pipeline_prints_its_figures() {
