@@ -1,4 +1,6 @@
-//! What survives a crash, a power loss or a fault: the write-ahead log and its backlog, group commit, the index snapshot, the tail, corruption, and the seeded simulation (dst). One test binary, one module per subject.
+//! What survives a crash, a power loss or a fault: the write-ahead log and its backlog, group
+//! commit, the index snapshot, the tail, corruption, and the seeded simulation (dst). One test
+//! binary, one module per subject.
 
 #[path = "../bin/mod.rs"]
 mod bin;

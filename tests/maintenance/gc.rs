@@ -1,5 +1,6 @@
 //! Garbage collection (SPEC R14): what it removes, what it keeps, dry runs, retention.
 
+use crate::hooked_vfs::{Hook, Hooked};
 use oncelake::gc::GcOptions;
 use oncelake::verify::VerifyOptions;
 use oncelake::{Batch, Error, ManualClock, Options, Store};
@@ -347,69 +348,35 @@ impl Gate {
     }
 }
 
+/// Parks each removal in objects/ until the gate is released, and counts the links into
+/// objects/ made meanwhile.
 #[derive(Debug)]
-struct ParkingVfs {
-    inner: oncelake::vfs::RealVfs,
-    gate: Arc<Gate>,
-}
+struct Parking(Arc<Gate>);
 
 fn is_object(path: &std::path::Path) -> bool {
     path.components().any(|c| c.as_os_str() == "objects")
 }
 
-impl oncelake::vfs::Vfs for ParkingVfs {
-    fn create_new(
-        &self,
-        path: &std::path::Path,
-    ) -> std::io::Result<Box<dyn oncelake::vfs::VfsFile>> {
-        self.inner.create_new(path)
-    }
-    fn link_no_replace(
-        &self,
-        from: &std::path::Path,
-        to: &std::path::Path,
-    ) -> std::io::Result<bool> {
+impl Hook for Parking {
+    fn before_link(&self, to: &std::path::Path) {
         if is_object(to) {
-            let mut s = self.gate.state.lock().unwrap();
+            let mut s = self.0.state.lock().unwrap();
             if s.parked > 0 {
                 s.links_while_parked += 1;
-                self.gate.cv.notify_all();
+                self.0.cv.notify_all();
             }
         }
-        self.inner.link_no_replace(from, to)
     }
-    fn remove(&self, path: &std::path::Path) -> std::io::Result<()> {
+    fn before_remove(&self, path: &std::path::Path) {
         if is_object(path) {
-            let mut s = self.gate.state.lock().unwrap();
+            let mut s = self.0.state.lock().unwrap();
             s.parked += 1;
-            self.gate.cv.notify_all();
+            self.0.cv.notify_all();
             while !s.released {
-                s = self.gate.cv.wait(s).unwrap();
+                s = self.0.cv.wait(s).unwrap();
             }
             s.parked -= 1;
         }
-        self.inner.remove(path)
-    }
-    fn sync_dir(&self, path: &std::path::Path) -> std::io::Result<()> {
-        self.inner.sync_dir(path)
-    }
-    fn set_read_only(&self, path: &std::path::Path) -> std::io::Result<()> {
-        self.inner.set_read_only(path)
-    }
-    fn creates_read_only(&self) -> bool {
-        self.inner.creates_read_only()
-    }
-    fn create_dir_all(&self, path: &std::path::Path) -> std::io::Result<()> {
-        self.inner.create_dir_all(path)
-    }
-    fn rename(&self, from: &std::path::Path, to: &std::path::Path) -> std::io::Result<()> {
-        self.inner.rename(from, to)
-    }
-    fn metadata(&self, path: &std::path::Path) -> std::io::Result<std::fs::Metadata> {
-        self.inner.metadata(path)
-    }
-    fn read(&self, path: &std::path::Path) -> std::io::Result<Vec<u8>> {
-        self.inner.read(path)
     }
 }
 
@@ -419,10 +386,7 @@ fn parking_store() -> (tempfile::TempDir, Store, Arc<Gate>) {
     let store = Store::open_with(
         dir.path().join("lake"),
         Options {
-            vfs: Arc::new(ParkingVfs {
-                inner: oncelake::vfs::RealVfs,
-                gate: gate.clone(),
-            }),
+            vfs: Arc::new(Hooked::real(Parking(gate.clone()))),
             ..Options::default()
         },
     )
@@ -718,52 +682,20 @@ fn a_handle_staged_by_another_store_is_refused_and_nothing_is_committed() {
 // durable — also after a restart (SPEC R2, R5, I2).
 
 /// Fails the next directory sync once armed, as a crash between a link and its sync would leave
-/// things; everything else goes to `inner`.
+/// things.
 #[derive(Debug)]
 struct FailDirSyncOnce {
-    inner: Arc<dyn oncelake::vfs::Vfs>,
     armed: std::sync::atomic::AtomicBool,
 }
 
-impl oncelake::vfs::Vfs for FailDirSyncOnce {
-    fn create_new(
-        &self,
-        path: &std::path::Path,
-    ) -> std::io::Result<Box<dyn oncelake::vfs::VfsFile>> {
-        self.inner.create_new(path)
-    }
-    fn link_no_replace(
-        &self,
-        from: &std::path::Path,
-        to: &std::path::Path,
-    ) -> std::io::Result<bool> {
-        self.inner.link_no_replace(from, to)
-    }
-    fn remove(&self, path: &std::path::Path) -> std::io::Result<()> {
-        self.inner.remove(path)
-    }
-    fn sync_dir(&self, path: &std::path::Path) -> std::io::Result<()> {
-        if self.armed.swap(false, std::sync::atomic::Ordering::SeqCst) {
-            return Err(std::io::Error::other(
+impl Hook for FailDirSyncOnce {
+    fn sync_dir(&self, _path: &std::path::Path) -> Option<std::io::Result<()>> {
+        let armed = self.armed.swap(false, std::sync::atomic::Ordering::SeqCst);
+        armed.then(|| {
+            Err(std::io::Error::other(
                 "injected: crashed before the directory sync",
-            ));
-        }
-        self.inner.sync_dir(path)
-    }
-    fn set_read_only(&self, path: &std::path::Path) -> std::io::Result<()> {
-        self.inner.set_read_only(path)
-    }
-    fn create_dir_all(&self, path: &std::path::Path) -> std::io::Result<()> {
-        self.inner.create_dir_all(path)
-    }
-    fn rename(&self, from: &std::path::Path, to: &std::path::Path) -> std::io::Result<()> {
-        self.inner.rename(from, to)
-    }
-    fn metadata(&self, path: &std::path::Path) -> std::io::Result<std::fs::Metadata> {
-        self.inner.metadata(path)
-    }
-    fn read(&self, path: &std::path::Path) -> std::io::Result<Vec<u8>> {
-        self.inner.read(path)
+            ))
+        })
     }
 }
 
@@ -778,12 +710,14 @@ fn an_object_found_after_a_restart_is_made_durable_before_it_is_committed() {
         Store::open_with(
             &lake,
             Options {
-                vfs: Arc::new(FailDirSyncOnce {
+                vfs: Arc::new(Hooked {
                     inner: Arc::new(FaultyVfs::new(
                         Arc::new(oncelake::vfs::RealVfs),
                         plan.clone(),
                     )),
-                    armed: fail_next_dir_sync.into(),
+                    hook: FailDirSyncOnce {
+                        armed: fail_next_dir_sync.into(),
+                    },
                 }),
                 ..Options::default()
             },

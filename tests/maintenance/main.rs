@@ -1,9 +1,12 @@
-//! Maintenance and the work built on the store: gc, reconcile, fencing, and pipelines (with cut-off). One test binary, one module per subject.
+//! Maintenance and the work built on the store: gc, reconcile, fencing, and pipelines (with
+//! cut-off). One test binary, one module per subject.
 
 #[path = "../bin/mod.rs"]
 mod bin;
 #[path = "../common/mod.rs"]
 mod common;
+#[path = "../common/vfs.rs"]
+mod hooked_vfs;
 
 mod fencing;
 mod gc;

@@ -3,12 +3,13 @@
 
 use crate::bin;
 
+use crate::hooked_vfs::{Hook, Hooked};
 use oncelake::log::RecordBody;
 use oncelake::pipeline::{
     self, cell, Attempt, CellState, Claim, FailOutcome, Pipeline, PipelineDef, PipelineError,
     StaleReason, WorkOptions,
 };
-use oncelake::vfs::{RealVfs, Vfs, VfsFile};
+use oncelake::vfs::VfsFile;
 use oncelake::{Durability, ManualClock, Options, Outcome, Store};
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
@@ -37,33 +38,15 @@ impl VfsFile for NoSyncFile {
     }
 }
 
-impl Vfs for NoSyncVfs {
-    fn create_new(&self, path: &Path) -> std::io::Result<Box<dyn VfsFile>> {
-        Ok(Box::new(NoSyncFile(RealVfs.create_new(path)?)))
+impl Hook for NoSyncVfs {
+    fn sync_dir(&self, _: &Path) -> Option<std::io::Result<()>> {
+        Some(Ok(()))
     }
-    fn link_no_replace(&self, from: &Path, to: &Path) -> std::io::Result<bool> {
-        RealVfs.link_no_replace(from, to)
+    fn creates_read_only(&self) -> Option<bool> {
+        Some(false) // objects made read-only by a call of their own, as before
     }
-    fn remove(&self, path: &Path) -> std::io::Result<()> {
-        RealVfs.remove(path)
-    }
-    fn sync_dir(&self, _: &Path) -> std::io::Result<()> {
-        Ok(())
-    }
-    fn set_read_only(&self, path: &Path) -> std::io::Result<()> {
-        RealVfs.set_read_only(path)
-    }
-    fn create_dir_all(&self, path: &Path) -> std::io::Result<()> {
-        RealVfs.create_dir_all(path)
-    }
-    fn rename(&self, from: &Path, to: &Path) -> std::io::Result<()> {
-        RealVfs.rename(from, to)
-    }
-    fn metadata(&self, path: &Path) -> std::io::Result<std::fs::Metadata> {
-        RealVfs.metadata(path)
-    }
-    fn read(&self, path: &Path) -> std::io::Result<Vec<u8>> {
-        RealVfs.read(path)
+    fn file(&self, file: Box<dyn VfsFile>) -> Box<dyn VfsFile> {
+        Box::new(NoSyncFile(file))
     }
 }
 
@@ -74,7 +57,7 @@ fn open(dir: &tempfile::TempDir) -> Store {
             durability: Durability::Relaxed {
                 max_delay: Duration::from_secs(3600),
             },
-            vfs: Arc::new(NoSyncVfs),
+            vfs: Arc::new(Hooked::real(NoSyncVfs)),
             ..Options::default()
         },
     )

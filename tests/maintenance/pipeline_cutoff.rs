@@ -798,6 +798,21 @@ fn cli_diamond_join_reruns_only_if_an_input_changed() {
         .contains("unchanged output of b (hash"));
 }
 
+/// Completes the cell of unit `u` at `stage` for source version `v` with `out`, without a claim
+/// (the library's `complete` takes any attempt), and fails unless it committed.
+#[track_caller]
+fn complete_unclaimed(store: &Store, p: &Pipeline, stage: &str, v: u64, out: &[u8]) {
+    let attempt = oncelake::pipeline::Attempt {
+        unit: "u".into(),
+        stage: stage.into(),
+        source_version: v,
+        worker: "w".into(),
+        token: None,
+    };
+    let done = p.complete(store, &attempt, out).unwrap();
+    assert!(done.outcome.is_success(), "{done:?}");
+}
+
 /// The entries a cut-off decision compares can be superseded inside the backlog's tail (nothing
 /// applied yet): the answer is the same as once they are applied.
 #[test]
@@ -805,20 +820,7 @@ fn cutoff_reads_superseded_entries_from_the_tail() {
     let dir = tempfile::tempdir().unwrap();
     let store = open(&dir, false);
     let p = Pipeline::new(chain());
-    let complete = |stage: &str, v: u64, out: &[u8]| {
-        let attempt = oncelake::pipeline::Attempt {
-            unit: "u".into(),
-            stage: stage.into(),
-            source_version: v,
-            worker: "w".into(),
-            token: None,
-        };
-        assert!(p
-            .complete(&store, &attempt, out)
-            .unwrap()
-            .outcome
-            .is_success());
-    };
+    let complete = |stage: &str, v: u64, out: &[u8]| complete_unclaimed(&store, &p, stage, v, out);
     p.set_source_version(&store, "u", 1, b"same").unwrap();
     for s in ["a", "b", "c"] {
         complete(s, 1, s.as_bytes());
@@ -849,20 +851,7 @@ fn only_inputs_committed_before_a_completion_can_cut_it_off() {
     let dir = tempfile::tempdir().unwrap();
     let store = open(&dir, true);
     let p = Pipeline::new(chain());
-    let complete = |stage: &str, v: u64, out: &[u8]| {
-        let attempt = oncelake::pipeline::Attempt {
-            unit: "u".into(),
-            stage: stage.into(),
-            source_version: v,
-            worker: "w".into(),
-            token: None,
-        };
-        assert!(p
-            .complete(&store, &attempt, out)
-            .unwrap()
-            .outcome
-            .is_success());
-    };
+    let complete = |stage: &str, v: u64, out: &[u8]| complete_unclaimed(&store, &p, stage, v, out);
     p.set_source_version(&store, "u", 1, b"one").unwrap();
     complete("a", 1, b"a1");
     complete("b", 1, b"b1");

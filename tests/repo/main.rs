@@ -1,4 +1,5 @@
-//! Checks of the repository itself: doc links, cited labels, module layering, and the fuzz corpus replayed.
+//! Checks of the repository itself: doc links, cited labels, module layering, and the fuzz
+//! corpus replayed.
 
 #[path = "../common/mod.rs"]
 mod common;

@@ -1,4 +1,5 @@
-//! The store's API: opening, commits and claims, readers, runs, metrics, bad input, verify, and the model-checked property tests. One test binary (link time), one module per subject.
+//! The store's API: opening, commits and claims, readers, runs, metrics, bad input, verify, and
+//! the model-checked property tests. One test binary (link time), one module per subject.
 
 #[path = "../bin/mod.rs"]
 mod bin;

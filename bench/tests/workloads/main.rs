@@ -1,4 +1,5 @@
-//! The benchmark workloads of `oncelake-bench` run small: their answers, their help, and the peers. One test binary, one module per workload.
+//! The benchmark workloads of `oncelake-bench` run small: their answers, their help, and the
+//! peers. One test binary, one module per workload.
 
 mod support;
 

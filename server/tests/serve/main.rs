@@ -1,4 +1,5 @@
-//! `oncelake serve` (SPEC R20) end to end and per concern. One test binary; `serve_bounds` (it lowers the process's descriptor limit and measures its CPU) is its own.
+//! `oncelake serve` (SPEC R20) end to end and per concern. One test binary; `serve_bounds` (it
+//! lowers the process's descriptor limit and measures its CPU) is its own.
 
 mod support;
 
