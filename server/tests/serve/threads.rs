@@ -32,6 +32,35 @@ fn threads_of(pid: i32) -> (usize, Vec<u64>) {
 
 /// Runs `op(client, i)` for `i` in `0..each` on `clients` threads at once (released together)
 /// while sampling the server's threads; returns (the most threads at once, every thread seen).
+/// After a burst: `units` units under `prefix`, and at most `slack` threads more than the
+/// `before` there were, at the peak and all told.
+#[track_caller]
+fn check_burst(
+    c: &Client,
+    prefix: &str,
+    units: usize,
+    before: usize,
+    (peak, seen): (usize, HashSet<u64>),
+    slack: usize,
+) {
+    let mut found = BTreeSet::new();
+    c.ls(prefix, None, |e| {
+        found.insert(e.unit);
+        true
+    })
+    .unwrap();
+    assert_eq!(found.len(), units);
+    assert!(
+        peak <= before + slack,
+        "{peak} threads during the burst, {before} before it"
+    );
+    assert!(
+        seen.len() <= before + slack,
+        "{} distinct threads seen during the burst, {before} before it",
+        seen.len()
+    );
+}
+
 fn burst(
     pid: i32,
     clients: usize,
@@ -106,26 +135,11 @@ fn a_burst_of_concurrent_commits_adds_no_threads() {
         let r = c.commit_with(vec![item], false, true).unwrap();
         assert!(r.applied(), "{:?}", r.units);
     });
-    // Every commit is there.
-    let mut units = BTreeSet::new();
-    c.ls("burst/", None, |e| {
-        units.insert(e.unit);
-        true
-    })
-    .unwrap();
-    assert_eq!(units.len(), CLIENTS * EACH);
-    // The threads of the burst are the ones there before it: the connection threads and the
-    // committers were made at start, and no commit made a thread of its own. (Slack of 4 for a thread of the blocking
-    // pool serving a request of the sampler's kind, none of which this burst sends.)
-    assert!(
-        peak <= before + 4,
-        "{peak} threads during the burst, {before} before it"
-    );
-    assert!(
-        seen.len() <= before + 4,
-        "{} distinct threads seen during the burst, {before} before it",
-        seen.len()
-    );
+    // Every commit is there, and the threads of the burst are the ones there before it: the
+    // connection threads and the committers were made at start, and no commit made a thread of
+    // its own. (Slack of 4 for a thread of the blocking pool serving a request of the sampler's
+    // kind, none of which this burst sends.)
+    check_burst(&c, "burst/", CLIENTS * EACH, before, (peak, seen), 4);
     // The connection threads and the committers were there before it.
     assert!(before > CONNECTION_THREADS + COMMITTERS, "{before} threads");
     server.stop();
@@ -157,22 +171,7 @@ fn a_burst_of_small_puts_adds_no_threads() {
             "{o:?}"
         );
     });
-    let mut units = BTreeSet::new();
-    c.ls("burst/t=", None, |e| {
-        units.insert(e.unit);
-        true
-    })
-    .unwrap();
-    assert_eq!(units.len(), CLIENTS * EACH);
-    assert!(
-        peak <= before + 2,
-        "{peak} threads during the burst, {before} before it"
-    );
-    assert!(
-        seen.len() <= before + 2,
-        "{} distinct threads seen during the burst, {before} before it",
-        seen.len()
-    );
+    check_burst(&c, "burst/t=", CLIENTS * EACH, before, (peak, seen), 2);
     server.stop();
 }
 
