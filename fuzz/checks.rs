@@ -1,6 +1,6 @@
 //! The properties the fuzz targets check (SPEC R19), on the engine's public API. One file,
 //! included by path (`#[path]`) by each cargo-fuzz target in `fuzz/fuzz_targets/` and by the
-//! corpus replay in `tests/fuzz_corpus.rs`, so both run the very same code and cannot drift
+//! corpus replay in `tests/repo/fuzz_corpus.rs`, so both run the very same code and cannot drift
 //! apart, and the engine crate carries no fuzzing code. Every function takes arbitrary bytes and
 //! panics when a property fails; bad input itself must never panic.
 

@@ -331,6 +331,7 @@ impl Store {
 
     /// How many stagers wait for a GC to unlink a doomed copy of the object they publish (tests
     /// use it to see a publisher parked behind an unlink).
+    #[cfg(feature = "testing")]
     #[doc(hidden)]
     pub fn publishers_waiting_for_gc(&self) -> usize {
         self.core().stager.pins.waiting()

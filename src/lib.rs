@@ -33,7 +33,12 @@ pub mod commit;
 mod core;
 mod dedup;
 mod error;
+// Fault injection and the file-operation seam it wraps: public to tests and test tools only.
+#[cfg(feature = "testing")]
 pub mod fault;
+#[cfg(not(feature = "testing"))]
+#[allow(dead_code)]
+mod fault;
 mod feed;
 pub mod gc;
 mod index;
@@ -60,7 +65,11 @@ pub(crate) mod sync;
 pub mod table;
 mod text;
 pub mod verify;
+#[cfg(feature = "testing")]
 pub mod vfs;
+#[cfg(not(feature = "testing"))]
+#[allow(dead_code)]
+mod vfs;
 mod wal;
 
 pub use claim::{ClaimOutcome, Lease, ReleaseOutcome, RenewOutcome};
@@ -74,7 +83,7 @@ pub use gc::{GcOptions, GcReport};
 pub use index_snap::OpenReport;
 pub use key::{is_internal_key, validate_key, validate_user_key, INTERNAL_PREFIXES, MAX_KEY_LEN};
 /// Fault injection for a shared lake's object store (tests, the simulation).
-#[cfg(feature = "lake")]
+#[cfg(all(feature = "lake", feature = "testing"))]
 #[doc(hidden)]
 pub use lake::faults::{FaultCounts, FaultRates, Hold, LakeFault, LakeFaults};
 /// The file that binds a node directory to its shared lake (SPEC R23).

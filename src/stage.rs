@@ -97,6 +97,7 @@ impl PinSet {
     }
 
     /// How many publishers wait for GC to unlink a doomed copy of their object.
+    #[cfg_attr(not(feature = "testing"), allow(dead_code))]
     pub(crate) fn waiting(&self) -> usize {
         self.state.lock().waiting
     }

@@ -585,6 +585,7 @@ impl Store {
 
     /// How many records the write-ahead log holds (0 without one): tests see what a group
     /// appended and what a checkpoint trimmed.
+    #[cfg(feature = "testing")]
     #[doc(hidden)]
     pub fn wal_records(&self) -> Result<u64> {
         match &self.inner.core.wal {

@@ -93,6 +93,16 @@ fn all_files(dir: &Path) -> BTreeMap<PathBuf, Vec<u8>> {
     out
 }
 
+/// The seq of a write that must have committed (fails otherwise).
+#[track_caller]
+fn seq_of(written: oncelake::Result<oncelake::UnitOutcome>) -> u64 {
+    let written = written.unwrap();
+    written
+        .outcome
+        .seq()
+        .unwrap_or_else(|| panic!("{:?}", written.outcome))
+}
+
 #[test]
 fn tables_are_defined_once_and_listed() {
     let dir = tempfile::tempdir().unwrap();
@@ -477,12 +487,7 @@ fn bad_objects_stop_publish_naming_unit_and_seq_and_a_correction_continues() {
     let store = Store::open(dir.path().join("lake")).unwrap();
     store.create_table("t", "t/", TableFormat::Delta).unwrap();
     store.put("t/d=1/a", 1, &parquet(0, 3, "a")).unwrap();
-    let bad = store
-        .put("t/d=1/b", 1, b"id,name\n1,b\n")
-        .unwrap()
-        .outcome
-        .seq()
-        .unwrap();
+    let bad = seq_of(store.put("t/d=1/b", 1, b"id,name\n1,b\n"));
     let e = store.publish_table("t").unwrap_err();
     assert!(
         matches!(&e, TableError::BadUnit { unit, seq, .. } if unit == "t/d=1/b" && *seq == bad),
@@ -500,12 +505,7 @@ fn bad_objects_stop_publish_naming_unit_and_seq_and_a_correction_continues() {
     );
     // Again: still stopped, still nothing partial.
     assert!(store.publish_table("t").is_err());
-    let fix = store
-        .correct("t/d=1/b", 1, &parquet(10, 1, "b"))
-        .unwrap()
-        .outcome
-        .seq()
-        .unwrap();
+    let fix = seq_of(store.correct("t/d=1/b", 1, &parquet(10, 1, "b")));
     let r = store.publish_table("t").unwrap();
     assert_eq!(r.skipped, vec![("t/d=1/b".to_string(), bad)]);
     assert_eq!(r.seq, fix);
@@ -525,12 +525,7 @@ fn bad_objects_stop_publish_naming_unit_and_seq_and_a_correction_continues() {
         w.write(&b).unwrap();
         w.into_inner().unwrap()
     };
-    let s = store
-        .put("t/d=2/c", 1, &other)
-        .unwrap()
-        .outcome
-        .seq()
-        .unwrap();
+    let s = seq_of(store.put("t/d=2/c", 1, &other));
     let e = store.publish_table("t").unwrap_err();
     assert!(
         matches!(&e, TableError::BadUnit { seq, reason, .. } if *seq == s && reason.contains("schema")),
@@ -538,12 +533,7 @@ fn bad_objects_stop_publish_naming_unit_and_seq_and_a_correction_continues() {
     );
     store.correct("t/d=2/c", 1, &parquet(20, 1, "c")).unwrap();
     store.publish_table("t").unwrap();
-    let s = store
-        .put("t/flat", 1, &parquet(30, 1, "f"))
-        .unwrap()
-        .outcome
-        .seq()
-        .unwrap();
+    let s = seq_of(store.put("t/flat", 1, &parquet(30, 1, "f")));
     let e = store.publish_table("t").unwrap_err();
     assert!(
         matches!(&e, TableError::BadPartitions { seq, .. } if *seq == s),
@@ -637,12 +627,7 @@ fn an_auto_publisher_keeps_tables_up_to_date() {
     let auto = AutoPublisher::start(store.clone(), Duration::from_millis(5));
     let mut last = 0;
     for i in 0..20u64 {
-        last = store
-            .put(&format!("t/u{}", i % 4), i + 1, &parquet(i as i64, 1, "a"))
-            .unwrap()
-            .outcome
-            .seq()
-            .unwrap();
+        last = seq_of(store.put(&format!("t/u{}", i % 4), i + 1, &parquet(i as i64, 1, "a")));
     }
     assert_eq!(
         auto.wait_published(last, Duration::from_secs(120)),

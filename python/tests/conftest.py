@@ -10,6 +10,18 @@ import oncelake
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+# The two-stage pipeline the API, manual and served tests define (ingest, then report with two
+# attempts), the same text everywhere so their cells compare.
+PIPELINE = """
+[stage.ingest]
+code_version = 1
+
+[stage.report]
+code_version = 1
+upstream = ["ingest"]
+max_attempts = 2
+"""
+
 
 @pytest.fixture
 def store(tmp_path):

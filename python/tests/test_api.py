@@ -8,6 +8,7 @@ import sys
 import pytest
 
 import oncelake
+from conftest import PIPELINE
 from oncelake import errors
 
 
@@ -254,17 +255,6 @@ def test_reconcile_incremental_and_full_match_the_model(store):
         store.reconcile([("bad\x00", 1)])
     with pytest.raises(ValueError):
         store.reconcile([("a", "x")])
-
-
-PIPELINE = """
-[stage.ingest]
-code_version = 1
-
-[stage.report]
-code_version = 1
-upstream = ["ingest"]
-max_attempts = 2
-"""
 
 
 def test_pipelines_run_each_cell_once_and_record_failures(store):

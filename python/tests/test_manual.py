@@ -6,16 +6,7 @@ import os
 import pytest
 
 import oncelake
-
-PIPELINE = """
-[stage.ingest]
-code_version = 1
-
-[stage.report]
-code_version = 1
-upstream = ["ingest"]
-max_attempts = 2
-"""
+from conftest import PIPELINE
 
 
 def ready_model(p):

@@ -16,7 +16,7 @@ from collections import Counter
 import pytest
 
 import oncelake
-from conftest import serving
+from conftest import PIPELINE, serving
 from test_stream import CHILD, run_child
 
 # Facts that depend on when and in which order things ran, not on what the engine decided.
@@ -95,17 +95,6 @@ def script(store):
     call(lambda: store.gc(dry_run=True).dry_run)
     out.extend(script_more(store))
     return out
-
-
-PIPELINE = """
-[stage.ingest]
-code_version = 1
-
-[stage.report]
-code_version = 1
-upstream = ["ingest"]
-max_attempts = 2
-"""
 
 
 def cell_shape(c):

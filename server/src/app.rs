@@ -84,7 +84,7 @@ pub(crate) struct App {
     /// The calls on the blocking pool, per client and in total ([`App::spawn_blocking`]).
     pub pool_calls: Arc<crate::bounds::Quota>,
     /// The latest GC and verify, for the status page.
-    pub recent: crate::status_page::Recent,
+    pub recent: crate::recent::Recent,
 }
 
 impl App {

@@ -166,11 +166,12 @@ impl Drop for ConnThreads {
 /// The connection's service, tracked: each request runs as its connection's client
 /// ([`crate::bounds::as_client`], for the per-client bounds) and marks the connection busy until
 /// its answer has been sent, so that a full connection table evicts only connections that are
-/// between requests or still waiting for a request's head.
+/// between requests or still waiting for a request's head. `on_shed` counts each request shed
+/// with `Retry-After` (the server's live counters; passed in, so this module needs no `App`).
 pub(crate) fn tracked<S>(
     inner: S,
     conn: Arc<crate::bounds::Conn>,
-    app: Arc<crate::app::App>,
+    on_shed: Arc<dyn Fn() + Send + Sync>,
 ) -> impl hyper::service::Service<
     hyper::Request<hyper::body::Incoming>,
     Response = axum::response::Response,
@@ -191,12 +192,12 @@ where
         let busy = conn.request();
         let client = conn.client().clone();
         let answer = inner.call(req);
-        let app = app.clone();
+        let on_shed = on_shed.clone();
         let fut: TrackedFuture = Box::pin(async move {
             let resp = crate::bounds::as_client(client, answer).await?;
             // Only a shed request carries `Retry-After`.
             if resp.headers().contains_key(axum::http::header::RETRY_AFTER) {
-                app.live.overloaded();
+                on_shed();
             }
             Ok(resp.map(|body| {
                 axum::body::Body::new(Tracked {

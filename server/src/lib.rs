@@ -20,6 +20,7 @@ mod pipeline;
 mod pipeline_cells;
 mod pool;
 mod reads;
+mod recent;
 mod reconcile;
 mod run;
 mod snapshot;

@@ -425,7 +425,10 @@ async fn accept_loop(
                         identity.clone(),
                     ),
                     ticket.0.clone(),
-                    app.clone(),
+                    {
+                        let app = app.clone();
+                        Arc::new(move || app.live.overloaded())
+                    },
                 );
                 let conn = builder.serve_connection(io, svc);
                 let watched = graceful.watch(conn);

@@ -139,6 +139,8 @@ pub(crate) fn plan_for(name: &str) -> Option<Arc<LakeFaults>> {
     plans().lock().get(name).cloned()
 }
 
+// Installed and steered by tests and the simulation only (`testing`).
+#[cfg_attr(not(feature = "testing"), allow(dead_code))]
 impl LakeFaults {
     /// Installs a plan on the in-memory lake `memory://name`, seeded with `seed`, with no faults
     /// yet; nodes that connect to it from now on go through it.

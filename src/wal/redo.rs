@@ -729,6 +729,7 @@ impl Wal {
     }
 
     /// How many records the log holds (tests: what a checkpoint trimmed, what a group appended).
+    #[cfg_attr(not(feature = "testing"), allow(dead_code))]
     pub(crate) fn records(&self) -> Result<u64> {
         use redb::ReadableTableMetadata;
         let txn = self.db.begin_read().db("read the write-ahead log")?;

@@ -1,19 +1,27 @@
-//! The `oncelake` binary for the tests that run the command line. It belongs to the `cli/`
-//! workspace member, so Cargo gives these engine tests no `CARGO_BIN_EXE_oncelake`; instead the
-//! binary comes from `$ONCELAKE_BIN` if set, else it is built once per test process with the
-//! same Cargo, profile and target directory as the running test. The build cannot wait on the
+//! The `oncelake` binary for the tests that run the command line. The `cli/` member's own tests
+//! get it from Cargo (`CARGO_BIN_EXE_oncelake`). It belongs to that member, so Cargo gives the
+//! tests of other packages none; for them it comes from `$ONCELAKE_BIN` if set, else it is built
+//! once per test process with the same Cargo, profile and target directory as the running test. The build cannot wait on the
 //! outer `cargo test`: Cargo releases the build-directory lock before it runs test binaries.
 
+#![allow(dead_code)] // each binary uses a part
+
+use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::{Command, Output, Stdio};
 use std::sync::OnceLock;
 
 /// The path of the `oncelake` binary (built on first use).
 pub fn oncelake() -> &'static Path {
     static BIN: OnceLock<PathBuf> = OnceLock::new();
-    BIN.get_or_init(|| match std::env::var_os("ONCELAKE_BIN") {
-        Some(path) => PathBuf::from(path),
-        None => build(),
+    BIN.get_or_init(|| {
+        if let Some(path) = option_env!("CARGO_BIN_EXE_oncelake") {
+            return PathBuf::from(path);
+        }
+        match std::env::var_os("ONCELAKE_BIN") {
+            Some(path) => PathBuf::from(path),
+            None => build(),
+        }
     })
 }
 
@@ -64,4 +72,31 @@ fn build() -> PathBuf {
         bin.display()
     );
     bin
+}
+
+/// Runs `oncelake ARGS` to its end with `stdin` as its input (none: an empty input) and
+/// `env` added to its environment, capturing its output. The progress interval a caller's
+/// environment may set is removed, so that progress lines come only where a test asks for them.
+pub fn run_env(args: &[&str], stdin: Option<&[u8]>, env: &[(&str, &str)]) -> Output {
+    let mut cmd = Command::new(oncelake());
+    cmd.args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .env_remove("ONCELAKE_PROGRESS_INTERVAL");
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let mut child = cmd.spawn().expect("run the oncelake binary");
+    let mut input = child.stdin.take().expect("a piped stdin");
+    if let Some(data) = stdin {
+        let _ = input.write_all(data); // the command may exit before it reads its input
+    }
+    drop(input);
+    child.wait_with_output().expect("wait for oncelake")
+}
+
+/// [`run_env`] with the caller's environment as it is.
+pub fn run(args: &[&str], stdin: Option<&[u8]>) -> Output {
+    run_env(args, stdin, &[])
 }

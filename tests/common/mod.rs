@@ -262,3 +262,12 @@ impl oncelake::Clock for PanickyClock {
         oncelake::Clock::now_ms(&self.inner)
     }
 }
+
+/// The harness's name of test `name` in the module `module_path` (its `module_path!()`): what a
+/// test passes with `--exact` to run one test of its own binary in a child process.
+pub fn test_path(module_path: &str, name: &str) -> String {
+    match module_path.split_once("::") {
+        Some((_, module)) => format!("{module}::{name}"),
+        None => name.to_string(),
+    }
+}

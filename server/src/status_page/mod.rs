@@ -13,7 +13,6 @@
 //! docs/server.md, "The status page".
 
 mod overview;
-mod recent;
 
 use crate::app::App;
 use axum::http::{header, HeaderValue, Method};
@@ -21,8 +20,6 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::Router;
 use std::sync::Arc;
-
-pub(crate) use recent::Recent;
 
 /// The page's files: (path, content type, text).
 const ASSETS: [(&str, &str, &str); 3] = [

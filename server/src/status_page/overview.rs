@@ -4,9 +4,9 @@
 //! commits do not wait for) or from what the server already keeps; nothing is counted on the
 //! commit path for it.
 
-use super::recent::{now_ms, GcSeen, VerifySeen};
 use crate::api_error::{json, query, ApiResult};
 use crate::app::App;
+use crate::recent::{now_ms, GcSeen, VerifySeen};
 use crate::wire_pipeline::{StageStatusW, StatusW};
 use axum::extract::rejection::QueryRejection;
 use axum::extract::{Query, State};

@@ -1,0 +1,1016 @@
+//! A shared lake (SPEC R23, I11): several nodes in this process on one `memory://` lake commit
+//! overlapping units; every answer is checked against a model of what must be there, and the
+//! lake against the invariants. Lost responses and 409s come from the lake's fault plan
+//! (`LakeFaults`). Needs the `lake` feature: `cargo test --features lake --test lake`.
+
+use crate::common;
+
+use common::SplitMix64 as Rng;
+use oncelake::{
+    Batch, ClaimOutcome, Entry, LakeFault, LakeFaults, ManualClock, ObjectId, Options, Outcome,
+    Store, VerifyOptions,
+};
+use std::collections::{BTreeMap, HashMap};
+use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+const T0: u64 = 1_800_000_000_000;
+
+/// A lake of its own for each test (memory lakes are shared by name within the process).
+fn lake_url(test: &str) -> String {
+    static N: AtomicU64 = AtomicU64::new(0);
+    format!("memory://{test}-{}", N.fetch_add(1, Ordering::Relaxed))
+}
+
+fn node(dir: &Path, url: &str, clock: &ManualClock) -> Store {
+    Store::open_with(
+        dir,
+        Options {
+            lake: Some(url.to_string()),
+            clock: Arc::new(clock.clone()),
+            ..Options::default()
+        },
+    )
+    .unwrap()
+}
+
+fn put(store: &Store, unit: &str, version: u64, bytes: &[u8]) -> Outcome {
+    store.put(unit, version, bytes).unwrap().outcome
+}
+
+/// Every entry of a node's snapshot, after a sync: unit -> (version, object, seq).
+fn entries(store: &Store) -> BTreeMap<String, (u64, ObjectId, u64)> {
+    store.sync().unwrap();
+    let snap = store.snapshot().unwrap();
+    snap.iter()
+        .unwrap()
+        .map(|e| {
+            let e: Entry = e.unwrap();
+            (e.unit, (e.source_version, e.object.id, e.seq))
+        })
+        .collect()
+}
+
+/// The invariants a node's replica must hold: I1/I2 (verify: every entry's object is there,
+/// with its size and CRC), I7 (replaying the log reproduces the manifest).
+fn check_node(store: &Store) {
+    store.sync().unwrap();
+    let report = store.verify(VerifyOptions::default()).unwrap();
+    assert!(report.is_ok(), "verify: {report:?}");
+    let replay = oncelake::replay(&store.snapshot().unwrap()).unwrap();
+    assert!(replay.problems.is_empty(), "replay: {replay:?}");
+}
+
+#[test]
+fn a_commit_on_one_node_is_seen_by_another_after_sync_and_its_object_is_fetched() {
+    let url = lake_url("seen");
+    let d = tempfile::tempdir().unwrap();
+    let clock = ManualClock::new(T0);
+    let a = node(&d.path().join("a"), &url, &clock);
+    let b = node(&d.path().join("b"), &url, &clock);
+    let out = put(&a, "orders/day=1", 7, b"parquet of day 1");
+    let Outcome::Committed { seq, .. } = out else {
+        panic!("expected a commit, got {out:?}");
+    };
+    // b has not synced: its replica is behind. After sync it reads a's commit and its bytes.
+    b.sync().unwrap();
+    let snap = b.snapshot().unwrap();
+    let e = snap
+        .get("orders/day=1")
+        .unwrap()
+        .expect("b sees a's commit");
+    assert_eq!((e.source_version, e.seq), (7, seq));
+    assert_eq!(snap.read_object(&e).unwrap(), b"parquet of day 1");
+    assert_eq!(b.lake_url().as_deref(), Some(url.as_str()));
+    check_node(&a);
+    check_node(&b);
+}
+
+#[test]
+fn a_conflict_is_decided_by_the_same_rules_on_either_node() {
+    let url = lake_url("conflict");
+    let d = tempfile::tempdir().unwrap();
+    let clock = ManualClock::new(T0);
+    let a = node(&d.path().join("a"), &url, &clock);
+    let b = node(&d.path().join("b"), &url, &clock);
+    let won = put(&a, "u", 1, b"first");
+    assert!(matches!(won, Outcome::Committed { .. }), "{won:?}");
+    let first = ObjectId::of(b"first");
+    // Every commit syncs before it decides: b's replica was behind, its answer is not.
+    for (store, bytes) in [(&b, &b"other"[..]), (&a, &b"other"[..])] {
+        match put(store, "u", 1, bytes) {
+            Outcome::Conflict { winner, .. } => assert_eq!(winner, first),
+            o => panic!("expected a conflict, got {o:?}"),
+        }
+    }
+    assert!(matches!(
+        put(&b, "u", 1, b"first"),
+        Outcome::Duplicate { .. }
+    ));
+    assert!(matches!(
+        put(&b, "u", 0, b"older"),
+        Outcome::Stale { current_version: 1 }
+    ));
+    assert_eq!(entries(&a), entries(&b));
+}
+
+/// What one writer was answered.
+#[derive(Debug, Clone)]
+struct Answer {
+    unit: String,
+    version: u64,
+    object: ObjectId,
+    outcome: Outcome,
+}
+
+/// Checks the answers of a run against the lake's final state, as the model says it must be:
+/// at most one commit per unit version (I11), versions rising with seq (I5), every acknowledged
+/// commit readable at its seq on every node (nothing acknowledged is missing), the current entry
+/// the acknowledged commit of highest seq, and duplicates and conflicts naming that commit.
+fn check_answers(answers: &[Answer], nodes: &[&Store]) {
+    let mut committed: BTreeMap<(String, u64), (ObjectId, u64)> = BTreeMap::new();
+    let mut model: BTreeMap<String, (u64, ObjectId, u64)> = BTreeMap::new();
+    let mut seqs: HashMap<u64, String> = HashMap::new();
+    for a in answers {
+        if let Outcome::Committed { seq, .. } = a.outcome {
+            let again = committed.insert((a.unit.clone(), a.version), (a.object, seq));
+            assert!(again.is_none(), "two commits of {}@{}", a.unit, a.version);
+            if let Some(other) = seqs.insert(seq, a.unit.clone()) {
+                assert_eq!(
+                    other, a.unit,
+                    "seq {seq} answered for two units in two commits"
+                );
+            }
+            let cur = model
+                .entry(a.unit.clone())
+                .or_insert((a.version, a.object, seq));
+            if seq >= cur.2 {
+                *cur = (a.version, a.object, seq);
+            }
+        }
+    }
+    // I5: per unit, committed versions rise with seq.
+    let mut by_unit: BTreeMap<&str, Vec<(u64, u64)>> = BTreeMap::new();
+    for ((unit, version), (_, seq)) in &committed {
+        by_unit.entry(unit).or_default().push((*seq, *version));
+    }
+    for (unit, mut v) in by_unit {
+        v.sort();
+        assert!(v.windows(2).all(|w| w[0].1 < w[1].1), "{unit}: {v:?}");
+    }
+    for a in answers {
+        match a.outcome {
+            Outcome::Duplicate { seq } => {
+                let (obj, s) = committed[&(a.unit.clone(), a.version)];
+                assert_eq!((obj, s), (a.object, seq), "duplicate of {a:?}");
+            }
+            Outcome::Conflict { winner, winner_seq } => {
+                let (obj, s) = committed[&(a.unit.clone(), a.version)];
+                assert_eq!((obj, s), (winner, winner_seq), "conflict of {a:?}");
+                assert_ne!(obj, a.object);
+            }
+            Outcome::Stale { current_version } => assert!(current_version > a.version),
+            Outcome::Committed { .. } => {}
+            o => panic!("unexpected answer {o:?} to {a:?}"),
+        }
+    }
+    for n in nodes {
+        let got = entries(n);
+        assert_eq!(got, model, "a node's manifest differs from the model");
+        let newest = n.last_seq().unwrap();
+        for ((unit, _), (obj, seq)) in &committed {
+            let snap = n.snapshot_at(*seq).unwrap();
+            let e = snap
+                .get(unit)
+                .unwrap()
+                .expect("an acknowledged commit is missing");
+            assert_eq!((e.object.id, e.seq), (*obj, *seq));
+            assert!(*seq <= newest);
+        }
+        check_node(n);
+    }
+}
+
+/// Threads on several nodes commit overlapping unit versions, some with differing bytes.
+fn race(url: &str, dir: &Path, nodes: usize, threads: usize, writes: usize, seed: u64) {
+    let clock = ManualClock::new(T0);
+    let stores: Vec<Store> = (0..nodes)
+        .map(|i| node(&dir.join(format!("n{i}")), url, &clock))
+        .collect();
+    let answers = std::thread::scope(|s| {
+        let hs: Vec<_> = (0..nodes * threads)
+            .map(|t| {
+                let store = stores[t % nodes].clone();
+                s.spawn(move || {
+                    let mut rng = Rng(seed ^ ((t as u64 + 1) * 0x1234_5678));
+                    let mut out = Vec::new();
+                    for _ in 0..writes {
+                        let unit = format!("u{}", rng.below(6));
+                        let version = 1 + rng.below(4);
+                        let bytes = format!("{unit}@{version}#{}", rng.below(2));
+                        let outcome = put(&store, &unit, version, bytes.as_bytes());
+                        out.push(Answer {
+                            unit,
+                            version,
+                            object: ObjectId::of(bytes.as_bytes()),
+                            outcome,
+                        });
+                    }
+                    out
+                })
+            })
+            .collect();
+        hs.into_iter()
+            .flat_map(|h| h.join().unwrap())
+            .collect::<Vec<_>>()
+    });
+    assert_eq!(answers.len(), nodes * threads * writes);
+    let refs: Vec<&Store> = stores.iter().collect();
+    check_answers(&answers, &refs);
+}
+
+#[test]
+fn nodes_racing_on_overlapping_units_agree_with_the_model() {
+    let d = tempfile::tempdir().unwrap();
+    race(&lake_url("race"), d.path(), 3, 3, 40, 0xA11CE);
+}
+
+#[test]
+fn lost_responses_and_409s_never_commit_twice_nor_fail_a_winner() {
+    let url = lake_url("lost");
+    let plan = LakeFaults::install(url.trim_start_matches("memory://"), 7);
+    let d = tempfile::tempdir().unwrap();
+    let clock = ManualClock::new(T0);
+    let a = node(&d.path().join("a"), &url, &clock);
+    let b = node(&d.path().join("b"), &url, &clock);
+    let mut answers = Vec::new();
+    for (i, fault) in [
+        LakeFault::After,
+        LakeFault::AfterAlreadyExists,
+        LakeFault::Conflict,
+        LakeFault::Before,
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        plan.script("log/", fault);
+        let unit = format!("u{i}");
+        let outcome = put(&a, &unit, 1, b"x");
+        assert!(
+            matches!(outcome, Outcome::Committed { .. }),
+            "{fault:?}: {outcome:?}"
+        );
+        answers.push(Answer {
+            unit: unit.clone(),
+            version: 1,
+            object: ObjectId::of(b"x"),
+            outcome,
+        });
+        // The retry of the writer that won is a duplicate, on either node.
+        for n in [&a, &b] {
+            let again = put(n, &unit, 1, b"x");
+            assert!(matches!(again, Outcome::Duplicate { .. }), "{again:?}");
+            answers.push(Answer {
+                outcome: again,
+                ..answers.last().unwrap().clone()
+            });
+        }
+    }
+    let c = plan.counts();
+    assert_eq!(
+        (c.lost_responses, c.conflicts, c.before),
+        (2, 1, 1),
+        "{c:?}"
+    );
+    // Four groups, four segments: a lost response never wrote a second one.
+    assert_eq!(a.last_seq().unwrap(), 4);
+    check_answers(&answers, &[&a, &b]);
+}
+
+#[test]
+fn random_faults_under_a_race_keep_every_answer_definitive_and_right() {
+    // Which requests draw a fault depends on how the threads interleave, so one race may miss a
+    // kind: race again, on a fresh lake, until every kind was injected (each race checks all of
+    // its answers), and fail if eight races never injected one.
+    let (mut lost, mut conflicts, mut before) = (0, 0, 0);
+    for round in 0..8u64 {
+        let url = lake_url("faulty-race");
+        let plan = LakeFaults::install(url.trim_start_matches("memory://"), 11 + round);
+        plan.set_rates(oncelake::FaultRates {
+            before: 40,
+            after: 40,
+            conflict: 40,
+            after_already_exists: 40,
+            max_latency_ms: 2,
+        });
+        let d = tempfile::tempdir().unwrap();
+        race(&url, d.path(), 3, 2, 30, 0xFA17 + round);
+        let c = plan.counts();
+        (lost, conflicts, before) = (
+            lost + c.lost_responses,
+            conflicts + c.conflicts,
+            before + c.before,
+        );
+        if lost > 0 && conflicts > 0 && before > 0 {
+            return;
+        }
+    }
+    panic!("eight races injected {lost} lost responses, {conflicts} conflicts, {before} failures before the write: every kind must occur");
+}
+
+#[test]
+fn a_takeover_on_one_node_fences_the_old_holder_on_another_whatever_its_clock_says() {
+    let url = lake_url("fence");
+    let d = tempfile::tempdir().unwrap();
+    // Each node has its own clock: a's stands still (it was paused past its lease), b's moved.
+    let clock_a = ManualClock::new(T0);
+    let clock_b = ManualClock::new(T0);
+    let a = node(&d.path().join("a"), &url, &clock_a);
+    let b = node(&d.path().join("b"), &url, &clock_b);
+    let ttl = Duration::from_secs(30);
+    let ClaimOutcome::Granted { lease: old, .. } = a.claim("u", 1, "wa", ttl).unwrap() else {
+        panic!("a's claim is granted");
+    };
+    // While the lease is live by b's clock, b is told it is held.
+    assert!(matches!(
+        b.claim("u", 1, "wb", ttl).unwrap(),
+        ClaimOutcome::Held { .. }
+    ));
+    clock_b.advance_ms(31_000);
+    let ClaimOutcome::Granted {
+        lease: new,
+        took_over,
+    } = b.claim("u", 1, "wb", ttl).unwrap()
+    else {
+        panic!("b takes the expired lease over");
+    };
+    assert!(took_over && new.token > old.token);
+    // a's clock says its lease is live; the log says it was taken over: fenced.
+    let staged = a.stage_bytes(b"late").unwrap();
+    let late = a
+        .commit(Batch::new().put_fenced("u", 1, &staged, old.token))
+        .unwrap();
+    match late.units[0].outcome {
+        Outcome::Fenced {
+            token,
+            newest_token,
+        } => assert_eq!((token, newest_token), (old.token, new.token)),
+        o => panic!("expected fenced, got {o:?}"),
+    }
+    let staged = b.stage_bytes(b"new holder").unwrap();
+    let ok = b
+        .commit(Batch::new().put_fenced("u", 1, &staged, new.token))
+        .unwrap();
+    assert!(matches!(ok.units[0].outcome, Outcome::Committed { .. }));
+    let e = a.snapshot().map(|_| ()).and_then(|_| {
+        a.sync()?;
+        a.get("u")
+    });
+    assert_eq!(e.unwrap().unwrap().object.id, ObjectId::of(b"new holder"));
+}
+
+#[test]
+fn a_node_reopened_or_joining_late_catches_up_from_the_lake() {
+    let url = lake_url("join");
+    let d = tempfile::tempdir().unwrap();
+    let clock = ManualClock::new(T0);
+    let a = node(&d.path().join("a"), &url, &clock);
+    let b = node(&d.path().join("b"), &url, &clock);
+    for i in 0..20u64 {
+        let n = if i % 2 == 0 { &a } else { &b };
+        assert!(matches!(
+            put(n, &format!("u{}", i % 7), i + 1, format!("v{i}").as_bytes()),
+            Outcome::Committed { .. }
+        ));
+    }
+    drop(a);
+    put(&b, "after-a-closed", 1, b"x");
+    // Reopened without naming the lake: the directory's binding names it.
+    let a = Store::open(d.path().join("a")).unwrap();
+    assert_eq!(entries(&a), entries(&b));
+    let c = node(&d.path().join("c"), &url, &clock);
+    assert_eq!(entries(&c), entries(&b));
+    let snap = c.snapshot().unwrap();
+    let e = snap.get("after-a-closed").unwrap().unwrap();
+    assert_eq!(snap.read_object(&e).unwrap(), b"x");
+    check_node(&c);
+}
+
+#[test]
+fn a_binding_is_kept_and_a_local_store_with_commits_is_not_bound() {
+    let url = lake_url("bind");
+    let d = tempfile::tempdir().unwrap();
+    let clock = ManualClock::new(T0);
+    drop(node(&d.path().join("a"), &url, &clock));
+    let other = Store::open_with(
+        d.path().join("a"),
+        Options {
+            lake: Some(lake_url("bind-other")),
+            ..Options::default()
+        },
+    );
+    assert!(other
+        .unwrap_err()
+        .to_string()
+        .contains("is a node of the lake"));
+    let local = Store::open(d.path().join("local")).unwrap();
+    local.put("u", 1, b"x").unwrap();
+    drop(local);
+    let bound = Store::open_with(
+        d.path().join("local"),
+        Options {
+            lake: Some(url.clone()),
+            ..Options::default()
+        },
+    );
+    assert!(bound
+        .unwrap_err()
+        .to_string()
+        .contains("local store with commits"));
+    let bad = Store::open_with(
+        d.path().join("bad"),
+        Options {
+            lake: Some("http://nope".into()),
+            ..Options::default()
+        },
+    );
+    assert!(bad.unwrap_err().to_string().contains("s3://BUCKET/PREFIX"));
+}
+
+/// The lake's object names (`objects/<hh>/<hex>.<seq>`) as (object, seq), from a `file://`
+/// lake's directory.
+fn lake_objects(lake: &Path) -> std::collections::BTreeSet<(ObjectId, u64)> {
+    let mut out = std::collections::BTreeSet::new();
+    let Ok(fans) = std::fs::read_dir(lake.join("objects")) else {
+        return out;
+    };
+    for fan in fans {
+        for f in std::fs::read_dir(fan.unwrap().path()).unwrap() {
+            let name = f.unwrap().file_name().into_string().unwrap();
+            let (hex, seq) = name.split_once('.').unwrap();
+            out.insert((hex.parse().unwrap(), seq.parse().unwrap()));
+        }
+    }
+    out
+}
+
+/// Every (object, seq) the entries of a node reference, current and kept history (read
+/// through snapshots as of each seq from the history horizon on).
+fn referenced(store: &Store) -> std::collections::BTreeSet<(ObjectId, u64)> {
+    store.sync().unwrap();
+    let newest = store.last_seq().unwrap();
+    let mut out = std::collections::BTreeSet::new();
+    for seq in 1..=newest {
+        let Ok(snap) = store.snapshot_at(seq) else {
+            continue;
+        };
+        for e in snap.iter().unwrap() {
+            let e = e.unwrap();
+            out.insert((e.object.id, e.seq));
+        }
+    }
+    out
+}
+
+#[test]
+fn gc_on_a_lake_node_prunes_the_same_history_everywhere_and_deletes_only_the_unreferenced() {
+    let d = tempfile::tempdir().unwrap();
+    let lake = d.path().join("lake");
+    let url = file_lake(&lake);
+    let clock = ManualClock::new(T0);
+    let a = node(&d.path().join("a"), &url, &clock);
+    let b = node(&d.path().join("b"), &url, &clock);
+    let mut rng = Rng(3);
+    let mut answers = Vec::new();
+    writes(&[&a, &b], &mut rng, 40, &mut answers);
+    clock.advance_ms(10 * 24 * 3600 * 1000);
+    writes(&[&a, &b], &mut rng, 10, &mut answers);
+    let before = lake_objects(&lake);
+    let report = a
+        .gc(oncelake::GcOptions {
+            retain: Duration::ZERO,
+            grace: Duration::ZERO,
+            ..oncelake::GcOptions::default()
+        })
+        .unwrap();
+    assert!(report.history_rows_pruned > 0, "{report:?}");
+    assert!(report.lake_objects > 0, "{report:?}");
+    let after = lake_objects(&lake);
+    // Every node prunes the same rows (the prune is a segment) and reads the same.
+    assert_eq!(entries(&a), entries(&b));
+    let refs = referenced(&a);
+    assert_eq!(refs, referenced(&b));
+    // Nothing referenced was deleted, and what was deleted was not referenced.
+    assert!(refs.is_subset(&after), "a referenced object was deleted");
+    assert_eq!(
+        before.len() - after.len(),
+        report.lake_objects as usize,
+        "the report counts the deletions"
+    );
+    for gone in before.difference(&after) {
+        assert!(!refs.contains(gone), "{gone:?} was referenced");
+    }
+    // A node replaying the whole log through the pruned stretch, and one from a checkpoint.
+    let c = node(&d.path().join("c"), &url, &clock);
+    assert_eq!(c.lake_seeded_from(), None);
+    a.checkpoint().unwrap();
+    let e = node(&d.path().join("e"), &url, &clock);
+    assert!(e.lake_seeded_from().is_some());
+    for n in [&a, &b, &c, &e] {
+        assert_eq!(entries(n), entries(&a));
+        check_node(n);
+    }
+    assert_same_state(&a, &[&b, &c, &e]);
+}
+
+#[test]
+fn a_paused_uploader_across_a_gc_fence_never_references_a_deleted_object() {
+    let name = format!("paused-uploader-{}", std::process::id());
+    let faults = LakeFaults::install(&name, 1);
+    let url = format!("memory://{name}");
+    let d = tempfile::tempdir().unwrap();
+    let clock = ManualClock::new(T0);
+    let p = node(&d.path().join("p"), &url, &clock);
+    let g = node(&d.path().join("g"), &url, &clock);
+    put(&g, "seed", 1, b"s");
+    // p decides, uploads its object under the seq it decided, and pauses before its segment.
+    let hold = faults.hold_next_put("log/");
+    let answer = std::thread::scope(|s| {
+        let h = s.spawn(|| put(&p, "paused", 1, b"paused bytes"));
+        hold.wait_held();
+        // Meanwhile g commits (taking the slot and the seq p decided) and runs a GC round: the
+        // fence is past p's seq, p's upload is referenced by nothing, and it is deleted.
+        // (Released before anything is asserted: a failed assertion must not leave p held.)
+        let doomed = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            put(&g, "other", 1, b"other bytes");
+            let doomed = g.lake_sweep_plan().unwrap();
+            g.lake_sweep_delete(&doomed).unwrap();
+            doomed
+        }));
+        hold.release();
+        (h.join().unwrap(), doomed.unwrap())
+    });
+    let (answer, doomed) = answer;
+    let id = ObjectId::of(b"paused bytes").to_hex();
+    assert!(
+        doomed.iter().any(|n| n.contains(&id)),
+        "the paused upload is not doomed: {doomed:?}"
+    );
+    // p's create failed (the slot was taken); it applied g's segment and decided again, with a
+    // new seq and a new upload.
+    let Outcome::Committed { seq, .. } = answer else {
+        panic!("expected a commit, got {answer:?}");
+    };
+    let c = node(&d.path().join("c"), &url, &clock);
+    for n in [&p, &g, &c] {
+        n.sync().unwrap();
+        let snap = n.snapshot().unwrap();
+        let e = snap.get("paused").unwrap().unwrap();
+        assert_eq!(e.seq, seq);
+        assert_eq!(snap.read_object(&e).unwrap(), b"paused bytes");
+        check_node(n);
+    }
+    assert_same_state(&g, &[&p, &c]);
+}
+
+#[test]
+fn a_gc_round_decided_while_an_upload_is_in_flight_leaves_the_upload_alone() {
+    let name = format!("inflight-upload-{}", std::process::id());
+    let faults = LakeFaults::install(&name, 2);
+    let url = format!("memory://{name}");
+    let d = tempfile::tempdir().unwrap();
+    let clock = ManualClock::new(T0);
+    let p = node(&d.path().join("p"), &url, &clock);
+    let g = node(&d.path().join("g"), &url, &clock);
+    put(&g, "seed", 1, b"s");
+    // p uploads for the next seq and pauses before its segment; nothing lands meanwhile, so its
+    // seq is not decided at g's fence and its upload must survive g's round.
+    let hold = faults.hold_next_put("log/");
+    let answer = std::thread::scope(|s| {
+        let h = s.spawn(|| put(&p, "inflight", 1, b"in flight"));
+        hold.wait_held();
+        // (Released before anything is asserted: a failed assertion must not leave p held.)
+        let doomed = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            let doomed = g.lake_sweep_plan().unwrap();
+            g.lake_sweep_delete(&doomed).unwrap();
+            doomed
+        }));
+        hold.release();
+        (h.join().unwrap(), doomed.unwrap())
+    });
+    let (answer, doomed) = answer;
+    let id = ObjectId::of(b"in flight").to_hex();
+    assert!(!doomed.iter().any(|n| n.contains(&id)), "{doomed:?}");
+    assert!(matches!(answer, Outcome::Committed { .. }), "{answer:?}");
+    let c = node(&d.path().join("c"), &url, &clock);
+    let snap = c.snapshot().unwrap();
+    let e = snap.get("inflight").unwrap().unwrap();
+    assert_eq!(snap.read_object(&e).unwrap(), b"in flight");
+    check_node(&c);
+}
+
+#[test]
+fn overlapping_gc_rounds_and_a_round_paused_between_fence_and_deletes_are_safe() {
+    let d = tempfile::tempdir().unwrap();
+    let lake = d.path().join("lake");
+    let url = file_lake(&lake);
+    let clock = ManualClock::new(T0);
+    let a = node(&d.path().join("a"), &url, &clock);
+    let b = node(&d.path().join("b"), &url, &clock);
+    let mut rng = Rng(9);
+    let mut answers = Vec::new();
+    let gc = |s: &Store| {
+        s.gc(oncelake::GcOptions {
+            retain: Duration::ZERO,
+            grace: Duration::ZERO,
+            ..oncelake::GcOptions::default()
+        })
+        .unwrap()
+    };
+    for round in 0..4 {
+        writes(&[&a, &b], &mut rng, 30, &mut answers);
+        clock.advance_ms(24 * 3600 * 1000);
+        // a decides a round (its fence) and pauses; b prunes and sweeps, the nodes commit more
+        // (content equal to what a doomed, under new names), b decides a round of its own;
+        // then both delete, in either order.
+        let a_doomed = a.lake_sweep_plan().unwrap();
+        gc(&b);
+        writes(&[&a, &b], &mut rng, 20, &mut answers);
+        let b_doomed = b.lake_sweep_plan().unwrap();
+        if round % 2 == 0 {
+            a.lake_sweep_delete(&a_doomed).unwrap();
+            b.lake_sweep_delete(&b_doomed).unwrap();
+        } else {
+            b.lake_sweep_delete(&b_doomed).unwrap();
+            a.lake_sweep_delete(&a_doomed).unwrap();
+        }
+        let refs = referenced(&a);
+        assert!(
+            refs.is_subset(&lake_objects(&lake)),
+            "round {round}: a referenced object was deleted"
+        );
+    }
+    let c = node(&d.path().join("c"), &url, &clock);
+    for n in [&a, &b, &c] {
+        assert_eq!(entries(n), entries(&a));
+        check_node(n);
+    }
+    assert_same_state(&a, &[&b, &c]);
+}
+
+// ---- Checkpoints in the lake ----------------------------------------------------------------
+
+/// `n` writes spread over `nodes`, on overlapping unit versions (some with differing bytes), a
+/// claim now and then; each answer recorded for `check_answers`.
+fn writes(nodes: &[&Store], rng: &mut Rng, n: usize, out: &mut Vec<Answer>) {
+    for _ in 0..n {
+        let store = nodes[rng.below(nodes.len() as u64) as usize];
+        let unit = format!("u{}", rng.below(12));
+        let version = 1 + rng.below(8);
+        let bytes = format!("{unit}@{version}#{}", rng.below(2));
+        if rng.chance(10) {
+            let claimed = store.claim(
+                &format!("job/{unit}"),
+                version,
+                "w",
+                Duration::from_secs(60),
+            );
+            assert!(claimed.is_ok(), "{claimed:?}");
+        }
+        let outcome = put(store, &unit, version, bytes.as_bytes());
+        out.push(Answer {
+            unit,
+            version,
+            object: ObjectId::of(bytes.as_bytes()),
+            outcome,
+        });
+    }
+}
+
+/// A node that writes a checkpoint at the lake's head agrees with every other node's replica:
+/// the checkpoint's per-table digests cover the whole replicated state (manifest, history, log,
+/// claims, extensions, meta), so this is an equality check of the complete replicas.
+fn assert_same_state(writer: &Store, others: &[&Store]) {
+    let w = writer.checkpoint().unwrap();
+    for o in others {
+        let r = o.checkpoint().unwrap();
+        assert_eq!(r.segment, w.segment, "the nodes are at different segments");
+        assert!(
+            !r.written,
+            "the checkpoint at {} was there already",
+            r.segment
+        );
+    }
+}
+
+fn file_lake(dir: &Path) -> String {
+    std::fs::create_dir_all(dir).unwrap();
+    format!("file://{}", dir.display())
+}
+
+fn ckpt_file(lake: &Path, n: u64) -> std::path::PathBuf {
+    lake.join(format!("checkpoints/{n:020}.ckpt"))
+}
+
+#[test]
+fn a_new_node_starts_from_the_newest_checkpoint_and_equals_a_full_replay() {
+    for seed in [1u64, 2, 3] {
+        let url = lake_url("ckpt");
+        let d = tempfile::tempdir().unwrap();
+        let clock = ManualClock::new(T0);
+        let a = node(&d.path().join("a"), &url, &clock);
+        // b replays the whole log (it joins before any checkpoint exists).
+        let b = node(&d.path().join("b"), &url, &clock);
+        assert_eq!(b.lake_seeded_from(), None);
+        let mut rng = Rng(seed);
+        let mut answers = Vec::new();
+        writes(&[&a, &b], &mut rng, 60, &mut answers);
+        let first = a.checkpoint().unwrap();
+        assert!(first.written && first.segment > 0, "{first:?}");
+        // The tail after it.
+        writes(&[&a, &b], &mut rng, 40, &mut answers);
+        let c = node(&d.path().join("c"), &url, &clock);
+        assert_eq!(c.lake_seeded_from(), Some(first.segment), "seed {seed}");
+        check_answers(&answers, &[&a, &b, &c]);
+        assert_same_state(&a, &[&b, &c]);
+        // The new node goes on like any other, and is reopened from its own replica.
+        writes(&[&c, &a], &mut rng, 20, &mut answers);
+        drop(c);
+        let c = Store::open(d.path().join("c")).unwrap();
+        assert_eq!(c.lake_seeded_from(), None);
+        check_answers(&answers, &[&a, &b, &c]);
+        assert_same_state(&b, &[&a, &c]);
+    }
+}
+
+#[test]
+fn a_lagging_listing_only_costs_a_longer_tail() {
+    let name = format!("ckpt-lag-{}", std::process::id());
+    let faults = LakeFaults::install(&name, 7);
+    let url = format!("memory://{name}");
+    let d = tempfile::tempdir().unwrap();
+    let clock = ManualClock::new(T0);
+    let a = node(&d.path().join("a"), &url, &clock);
+    let mut rng = Rng(11);
+    let mut answers = Vec::new();
+    writes(&[&a], &mut rng, 30, &mut answers);
+    let older = a.checkpoint().unwrap().segment;
+    writes(&[&a], &mut rng, 30, &mut answers);
+    let newer = a.checkpoint().unwrap().segment;
+    assert!(newer > older);
+    writes(&[&a], &mut rng, 10, &mut answers);
+    // The listing misses the newest checkpoint: the older one and a longer tail.
+    faults.set_list_lag(1);
+    let b = node(&d.path().join("b"), &url, &clock);
+    assert_eq!(b.lake_seeded_from(), Some(older));
+    // It misses both: the whole log.
+    faults.set_list_lag(2);
+    let c = node(&d.path().join("c"), &url, &clock);
+    assert_eq!(c.lake_seeded_from(), None);
+    faults.set_list_lag(0);
+    let e = node(&d.path().join("e"), &url, &clock);
+    assert_eq!(e.lake_seeded_from(), Some(newer));
+    check_answers(&answers, &[&a, &b, &c, &e]);
+    assert_same_state(&a, &[&b, &c, &e]);
+}
+
+#[test]
+fn a_damaged_checkpoint_is_skipped_and_a_crash_mid_checkpoint_leaves_the_lake_usable() {
+    let d = tempfile::tempdir().unwrap();
+    let lake = d.path().join("lake");
+    let url = file_lake(&lake);
+    let clock = ManualClock::new(T0);
+    let a = node(&d.path().join("a"), &url, &clock);
+    let mut rng = Rng(5);
+    let mut answers = Vec::new();
+    writes(&[&a], &mut rng, 20, &mut answers);
+    let older = a.checkpoint().unwrap().segment;
+    writes(&[&a], &mut rng, 20, &mut answers);
+    let newer = a.checkpoint().unwrap().segment;
+    // What a crash mid-upload can leave: a temporary file beside the checkpoints (the lake's
+    // put-if-absent makes an object visible whole or not at all).
+    std::fs::write(lake.join("checkpoints/partial.tmp"), b"half a checkpo").unwrap();
+    // The newest checkpoint damaged: a flipped byte in its database.
+    let path = ckpt_file(&lake, newer);
+    let mut bytes = std::fs::read(&path).unwrap();
+    let mid = bytes.len() / 2;
+    bytes[mid] ^= 0x01;
+    std::fs::write(&path, &bytes).unwrap();
+    let b = node(&d.path().join("b"), &url, &clock);
+    assert_eq!(b.lake_seeded_from(), Some(older));
+    // Both damaged (the older one truncated): the whole log.
+    let path = ckpt_file(&lake, older);
+    let len = std::fs::metadata(&path).unwrap().len();
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&path)
+        .unwrap()
+        .set_len(len / 3)
+        .unwrap();
+    let c = node(&d.path().join("c"), &url, &clock);
+    assert_eq!(c.lake_seeded_from(), None);
+    writes(&[&a, &b, &c], &mut rng, 10, &mut answers);
+    check_answers(&answers, &[&a, &b, &c]);
+    assert_same_state(&c, &[&a, &b]);
+}
+
+#[test]
+fn checkpoints_are_written_every_k_segments_by_themselves() {
+    let d = tempfile::tempdir().unwrap();
+    let lake = d.path().join("lake");
+    let url = file_lake(&lake);
+    let clock = ManualClock::new(T0);
+    let a = Store::open_with(
+        d.path().join("a"),
+        Options {
+            lake: Some(url.clone()),
+            clock: Arc::new(clock.clone()),
+            lake_checkpoint_every: 4,
+            ..Options::default()
+        },
+    )
+    .unwrap();
+    let mut answers = Vec::new();
+    for i in 0..10u64 {
+        let bytes = format!("v{i}");
+        let outcome = put(&a, &format!("u{i}"), 1, bytes.as_bytes());
+        assert!(matches!(outcome, Outcome::Committed { .. }), "{outcome:?}");
+        answers.push(Answer {
+            unit: format!("u{i}"),
+            version: 1,
+            object: ObjectId::of(bytes.as_bytes()),
+            outcome,
+        });
+    }
+    // Written in the background after segments 4 and 8, one at a time: one that is won while
+    // an earlier one runs is skipped.
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    let written = || {
+        [4u64, 8]
+            .into_iter()
+            .filter(|n| ckpt_file(&lake, *n).exists())
+            .max()
+    };
+    while written().is_none() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no checkpoint written"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let newest = written();
+    for n in [1, 2, 3, 5, 6, 7, 9, 10] {
+        assert!(!ckpt_file(&lake, n).exists(), "checkpoint {n} written");
+    }
+    let b = node(&d.path().join("b"), &url, &clock);
+    assert_eq!(b.lake_seeded_from(), newest);
+    check_answers(&answers, &[&a, &b]);
+}
+
+#[test]
+fn a_forged_divergence_is_detected_and_named() {
+    let d = tempfile::tempdir().unwrap();
+    let url = lake_url("diverge");
+    let clock = ManualClock::new(T0);
+    let a = node(&d.path().join("a"), &url, &clock);
+    let b = node(&d.path().join("b"), &url, &clock);
+    put(&a, "u", 1, b"x");
+    assert!(matches!(
+        a.claim("job", 1, "w", Duration::from_secs(60)).unwrap(),
+        ClaimOutcome::Granted { .. }
+    ));
+    put(&a, "v", 1, b"y");
+    b.sync().unwrap();
+    drop(b);
+    // Forge: b's replica loses its claims behind the engine's back (every other row intact,
+    // every seal valid).
+    {
+        let db = redb::Database::open(d.path().join("b").join(oncelake::DB_FILE)).unwrap();
+        let w = db.begin_write().unwrap();
+        w.delete_table(redb::TableDefinition::<&str, &[u8]>::new("claims"))
+            .unwrap();
+        w.commit().unwrap();
+    }
+    let b = Store::open(d.path().join("b")).unwrap();
+    a.checkpoint().unwrap();
+    let e = b.checkpoint().unwrap_err();
+    assert!(matches!(e, oncelake::Error::Corrupt { .. }), "{e:?}");
+    let msg = e.to_string();
+    assert!(msg.contains("diverged") && msg.contains("claims"), "{msg}");
+    assert!(!msg.contains("manifest"), "only the claims differ: {msg}");
+    // The store is failed: nothing more is decided from the diverged replica.
+    assert!(b.put("w", 1, b"z").is_err());
+    // The other node is unaffected.
+    a.checkpoint().unwrap();
+    assert!(matches!(put(&a, "w", 1, b"z"), Outcome::Committed { .. }));
+}
+
+#[test]
+fn a_damaged_segment_fails_the_store_cleanly() {
+    let d = tempfile::tempdir().unwrap();
+    let lake = d.path().join("lake");
+    let url = file_lake(&lake);
+    let clock = ManualClock::new(T0);
+    let a = node(&d.path().join("a"), &url, &clock);
+    let b = node(&d.path().join("b"), &url, &clock);
+    put(&a, "u", 1, b"x");
+    b.sync().unwrap();
+    put(&a, "u", 2, b"y");
+    put(&a, "v", 1, b"z");
+    let seg = lake.join("log/00000000000000000002");
+    let mut bytes = std::fs::read(&seg).unwrap();
+    bytes[20] ^= 0x08;
+    std::fs::write(&seg, &bytes).unwrap();
+    // A node that reaches it: Corrupt, naming the log, and failed; no panic.
+    let e = b.sync().unwrap_err();
+    assert!(matches!(e, oncelake::Error::Corrupt { .. }), "{e:?}");
+    assert!(e.to_string().contains("segment 2"), "{e}");
+    assert!(b.put("w", 1, b"w").is_err());
+    // A new node that replays through it is refused the same way.
+    let e = Store::open_with(
+        d.path().join("c"),
+        Options {
+            lake: Some(url.clone()),
+            ..Options::default()
+        },
+    )
+    .unwrap_err();
+    assert!(matches!(e, oncelake::Error::Corrupt { .. }), "{e:?}");
+}
+
+/// P10's open figure: a new node opens a lake of `ONCELAKE_P10_UNITS` units (default 1,000,000)
+/// from its newest checkpoint plus a tail of 10 segments, beside the same-run baseline of a node
+/// replaying the whole log; on a `memory://` lake and a `file://` one. Prints the figures (never
+/// asserts a speed): `cargo test --release --features lake --test lake -- --ignored p10 --nocapture`.
+#[test]
+#[ignore]
+fn p10_a_new_node_opens_a_big_lake_from_its_checkpoint() {
+    let units: u64 = std::env::var("ONCELAKE_P10_UNITS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1_000_000);
+    let d = tempfile::tempdir().unwrap();
+    for url in [lake_url("p10"), file_lake(&d.path().join("lake"))] {
+        let kind = &url[..url.find(':').unwrap()];
+        let dir = d.path().join(kind);
+        let opts = || Options {
+            lake: Some(url.clone()),
+            lake_checkpoint_every: 0,
+            ..Options::default()
+        };
+        let a = Store::open_with(dir.join("a"), opts()).unwrap();
+        let t = std::time::Instant::now();
+        let staged = a.stage_bytes(b"one small object").unwrap();
+        let per = 4096u64;
+        let mut done = 0u64;
+        while done < units {
+            let mut b = Batch::new();
+            for i in done..(done + per).min(units) {
+                b = b.put(format!("table/part={:07}", i), 1, &staged);
+            }
+            done = (done + per).min(units);
+            a.commit(b).unwrap();
+        }
+        let build = t.elapsed();
+        let t = std::time::Instant::now();
+        let r = a.checkpoint().unwrap();
+        let write = t.elapsed();
+        for i in 0..10 {
+            a.commit(Batch::new().put(format!("tail/{i}"), 1, &staged))
+                .unwrap();
+        }
+        let t = std::time::Instant::now();
+        let n = Store::open_with(dir.join("new"), opts()).unwrap();
+        let open = t.elapsed();
+        assert_eq!(n.lake_seeded_from(), Some(r.segment));
+        assert_eq!(n.last_seq().unwrap(), a.last_seq().unwrap());
+        drop(n);
+        // The same-run baseline: replaying the whole log (no checkpoint listed).
+        std::fs::create_dir_all(dir.join("replay")).unwrap();
+        let t = std::time::Instant::now();
+        let replayed = if kind == "file" {
+            let ck = d.path().join("lake/checkpoints");
+            std::fs::rename(&ck, d.path().join("hidden")).unwrap();
+            let s = Store::open_with(dir.join("replay"), opts()).unwrap();
+            std::fs::rename(d.path().join("hidden"), &ck).unwrap();
+            Some(s)
+        } else {
+            None
+        };
+        let replay = t.elapsed();
+        println!(
+            "P10 open {kind}: {units} units in {} segments (built in {build:.1?}); checkpoint of \
+             segment {} = {} MB written in {write:.2?}; new node open (checkpoint + 10-segment \
+             tail) {open:.2?}{}",
+            r.segment,
+            r.segment,
+            r.bytes >> 20,
+            match replayed {
+                Some(_) => format!("; full replay of the log {replay:.2?}"),
+                None => String::new(),
+            }
+        );
+    }
+}
