@@ -27,6 +27,7 @@
 //! ```
 #![warn(missing_docs)]
 
+pub mod api;
 mod backlog;
 pub mod claim;
 pub mod clock;
@@ -64,6 +65,7 @@ mod text;
 pub mod verify;
 pub mod vfs;
 
+pub use api::{Put, UnitStore};
 pub use backlog::BacklogSize;
 pub use claim::{ClaimOutcome, Lease, ReleaseOutcome, RenewOutcome};
 pub use clock::{Clock, ManualClock, SystemClock};

@@ -6,8 +6,7 @@ use crate::error::{lost, ClientError, Result};
 use crate::http1::{encode, to_json, unit_query};
 use crate::wire;
 use crate::wire::{
-    ChangesW, ClaimReqW, ClaimW, CommitItemW, CommitW, PutW, ReleaseReqW, RenewReqW, RenewW,
-    StagedW,
+    ChangesW, ClaimReqW, CommitItemW, CommitW, PutW, ReleaseReqW, RenewReqW, StagedW,
 };
 use oncelake::log::Record;
 use oncelake::ClaimOutcome;
@@ -107,8 +106,7 @@ impl Client {
             worker: worker.into(),
             ttl_ms: ttl.as_millis() as u64,
         })?;
-        let r: ClaimW = self.json("POST", "/v1/claim", Payload::Json(body))?;
-        r.to_outcome().map_err(ClientError::Protocol)
+        self.json("POST", "/v1/claim", Payload::Json(body))
     }
 
     /// Renews a lease.
@@ -117,8 +115,7 @@ impl Client {
             lease: lease.clone(),
             ttl_ms: ttl.as_millis() as u64,
         })?;
-        let r: RenewW = self.json("POST", "/v1/renew", Payload::Json(body))?;
-        Ok((&r).into())
+        self.json("POST", "/v1/renew", Payload::Json(body))
     }
 
     /// Releases a lease.

@@ -190,33 +190,9 @@ impl PySnapshot {
     fn changes_since<'py>(&self, py: Python<'py>, seq: u64) -> PyResult<Bound<'py, PyList>> {
         self.with(|v| match v {
             View::Local(s, _) => changes_of(py, s, seq),
-            View::Served(s) => {
-                const PAGE: usize = 10_000;
-                let records = py
-                    .detach(
-                        || -> Result<Vec<oncelake::log::Record>, oncelake_client::ClientError> {
-                            let mut all = Vec::new();
-                            let mut since = seq;
-                            loop {
-                                let page = s.client.snapshot_changes(s.lease.id, since, PAGE)?;
-                                let Some(last) = page.last() else { break };
-                                since = last.seq;
-                                let full = page.len() == PAGE;
-                                all.extend(page);
-                                if !full {
-                                    break;
-                                }
-                            }
-                            Ok(all)
-                        },
-                    )
-                    .py(py)?;
-                let list = PyList::empty(py);
-                for r in &records {
-                    list.append(convert::record(py, r)?)?;
-                }
-                Ok(list)
-            }
+            View::Served(s) => crate::remote::every_record(py, seq, |since, limit| {
+                s.client.snapshot_changes(s.lease.id, since, limit)
+            }),
         })
     }
 

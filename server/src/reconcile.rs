@@ -8,7 +8,7 @@
 use crate::api_error::{query, ApiError, ApiResult};
 use crate::app::App;
 use crate::body::{feed, ChannelReader, Pace, Piece};
-use crate::wire_reconcile::{ErrorLineW, PlanLineW, SortedW, SummaryW};
+use crate::wire_reconcile::{ErrorLineW, PlanLineW, SortedW};
 use axum::body::{Body, Bytes};
 use axum::extract::rejection::QueryRejection;
 use axum::extract::{Query, State};
@@ -193,7 +193,7 @@ fn plan_to_spool(
     let listing = ListingReader::new(BufReader::with_capacity(1 << 16, input), spec.format);
     let result = run_pass(store, listing, spec, &mut out);
     let last = match result {
-        Ok(summary) => line(&PlanLineW::Summary(SummaryW::from(&summary))),
+        Ok(summary) => line(&PlanLineW::Summary(summary)),
         Err(ReconcileError::Listing(e)) => line(&PlanLineW::Error(ErrorLineW::listing(&e))),
         Err(ReconcileError::Output(e)) => return Err(io(e)),
         Err(ReconcileError::Store(e)) => {

@@ -9,7 +9,7 @@
 use crate::api_error::{joined, json, query, ApiError, ApiResult};
 use crate::app::App;
 use crate::body::{read_json, upload};
-use crate::wire::{ClaimReqW, ClaimW, CommitW, PutW, ReleaseReqW, RenewReqW, RenewW, StagedW};
+use crate::wire::{ClaimReqW, CommitW, PutW, ReleaseReqW, RenewReqW, StagedW};
 use axum::body::Body;
 use axum::extract::rejection::QueryRejection;
 use axum::extract::{Query, State};
@@ -232,7 +232,7 @@ pub(crate) async fn claim(State(app): State<Arc<App>>, body: Body) -> ApiResult<
         other => return Err(mismatched("a claim", &other)),
     };
     app.note_seq(app.store.last_seq().ok());
-    Ok(json(&ClaimW::from(&c)))
+    Ok(json(&c))
 }
 
 pub(crate) async fn renew(State(app): State<Arc<App>>, body: Body) -> ApiResult<Response> {
@@ -247,7 +247,7 @@ pub(crate) async fn renew(State(app): State<Arc<App>>, body: Body) -> ApiResult<
     };
     // A renewal is a log record: long-polls waiting on the feed wake for it.
     app.note_seq(app.store.last_seq().ok());
-    Ok(json(&RenewW::from(&out)))
+    Ok(json(&out))
 }
 
 pub(crate) async fn release(State(app): State<Arc<App>>, body: Body) -> ApiResult<Response> {

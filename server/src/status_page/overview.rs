@@ -7,12 +7,12 @@
 use super::recent::{now_ms, GcSeen, VerifySeen};
 use crate::api_error::{json, query, ApiResult};
 use crate::app::App;
-use crate::wire_pipeline::{StageStatusW, StatusW};
 use axum::extract::rejection::QueryRejection;
 use axum::extract::{Query, State};
 use axum::response::Response;
 use oncelake::log::{Record, RecordBody};
 use oncelake::pipeline::cell::{TAG_CELL_FAILED, TAG_DEFINITION};
+use oncelake::pipeline::StageStatus;
 use oncelake::pipeline::{Pipeline, PipelineDef};
 use oncelake::Store;
 use serde::{Deserialize, Serialize};
@@ -84,7 +84,7 @@ struct PipelineW {
 struct StageW {
     upstream: Vec<String>,
     #[serde(flatten)]
-    cells: StageStatusW,
+    cells: StageStatus,
 }
 
 pub(crate) async fn overview(
@@ -202,7 +202,7 @@ fn pipeline(store: &Store) -> oncelake::Result<Result<Option<PipelineW>, String>
         .iter()
         .map(|s| (s.name.clone(), s.upstream.clone()))
         .collect();
-    let status = StatusW::from(&Pipeline::new(def).status(store)?);
+    let status = Pipeline::new(def).status(store)?;
     let stages = status
         .stages
         .into_iter()
