@@ -12,11 +12,8 @@ use crate::schema::manifest::Entry;
 
 /// The answer to a claim.
 #[derive(Clone, Debug, PartialEq, Eq)]
-#[cfg_attr(
-    feature = "serde",
-    derive(serde::Serialize, serde::Deserialize),
-    serde(tag = "claim", rename_all = "snake_case")
-)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "serde", serde(tag = "claim", rename_all = "snake_case"))]
 pub enum ClaimOutcome {
     /// The lease is yours.
     Granted {
@@ -38,11 +35,8 @@ pub enum ClaimOutcome {
 
 /// The answer to a renewal.
 #[derive(Clone, Debug, PartialEq, Eq)]
-#[cfg_attr(
-    feature = "serde",
-    derive(serde::Serialize, serde::Deserialize),
-    serde(tag = "renew", rename_all = "snake_case")
-)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "serde", serde(tag = "renew", rename_all = "snake_case"))]
 pub enum RenewOutcome {
     /// The lease now runs until the new expiry.
     Renewed(#[cfg_attr(feature = "serde", serde(with = "as_field::lease"))] Lease),
@@ -55,11 +49,8 @@ pub enum RenewOutcome {
 
 /// The answer to a release.
 #[derive(Clone, Debug, PartialEq, Eq)]
-#[cfg_attr(
-    feature = "serde",
-    derive(serde::Serialize, serde::Deserialize),
-    serde(tag = "release", rename_all = "snake_case")
-)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "serde", serde(tag = "release", rename_all = "snake_case"))]
 pub enum ReleaseOutcome {
     /// The lease ended: its token no longer commits, and the unit may be claimed at once.
     Released,

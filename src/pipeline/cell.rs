@@ -218,11 +218,8 @@ impl DefinitionRecord {
 
 /// Why a cell's earlier completion no longer counts.
 #[derive(Clone, Debug, PartialEq, Eq)]
-#[cfg_attr(
-    feature = "serde",
-    derive(serde::Serialize, serde::Deserialize),
-    serde(tag = "reason", rename_all = "snake_case")
-)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "serde", serde(tag = "reason", rename_all = "snake_case"))]
 pub enum StaleReason {
     /// It was completed for an older source version of the unit.
     NewerSource {
@@ -265,11 +262,8 @@ impl std::fmt::Display for StaleReason {
 /// How the latest change of a unit's source reached a done cell (SPEC R24): the cell re-ran, or
 /// the wave of re-runs stopped above it because none of its inputs changed (early cutoff).
 #[derive(Clone, Debug, PartialEq, Eq)]
-#[cfg_attr(
-    feature = "serde",
-    derive(serde::Serialize, serde::Deserialize),
-    serde(tag = "wave", rename_all = "snake_case")
-)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "serde", serde(tag = "wave", rename_all = "snake_case"))]
 pub enum Wave {
     /// It re-ran: completed for the unit's current source version after an earlier completion of
     /// the same cell (same code versions) for `previous_version`. When `object` equals
@@ -359,11 +353,8 @@ impl std::fmt::Display for Wave {
 
 /// A cell's state, as [`crate::pipeline::Pipeline::explain`] reports it.
 #[derive(Clone, Debug, PartialEq, Eq)]
-#[cfg_attr(
-    feature = "serde",
-    derive(serde::Serialize, serde::Deserialize),
-    serde(tag = "state", rename_all = "snake_case")
-)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "serde", serde(tag = "state", rename_all = "snake_case"))]
 pub enum CellState {
     /// Completed for the unit's current source version with the stage's current lineage.
     Done {

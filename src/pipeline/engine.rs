@@ -79,11 +79,8 @@ impl ReadyCell {
 
 /// The answer to [`Pipeline::claim`].
 #[derive(Clone, Debug, PartialEq, Eq)]
-#[cfg_attr(
-    feature = "serde",
-    derive(serde::Serialize, serde::Deserialize),
-    serde(tag = "claim", rename_all = "snake_case")
-)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "serde", serde(tag = "claim", rename_all = "snake_case"))]
 pub enum Claim {
     /// The cell is yours: run it, then complete or fail it with the lease's token.
     Granted {
@@ -126,11 +123,8 @@ pub struct Attempt {
 
 /// The answer to [`Pipeline::fail`].
 #[derive(Clone, Debug, PartialEq, Eq)]
-#[cfg_attr(
-    feature = "serde",
-    derive(serde::Serialize, serde::Deserialize),
-    serde(tag = "outcome", rename_all = "snake_case")
-)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "serde", serde(tag = "outcome", rename_all = "snake_case"))]
 pub enum FailOutcome {
     /// The failure is in the log at `seq`.
     Recorded {
