@@ -153,8 +153,12 @@ impl PyPipeline {
         worker: &str,
         ttl: std::time::Duration,
     ) -> PyResult<Claim> {
-        with_store!(&self.on, py, |s| s
-            .claim_cell(&self.pipeline, cell, worker, ttl))
+        with_store!(&self.on, py, |s| s.claim_cell(
+            &self.pipeline,
+            cell,
+            worker,
+            ttl
+        ))
     }
 
     fn complete_cell(
@@ -163,12 +167,19 @@ impl PyPipeline {
         attempt: &Attempt,
         output: &[u8],
     ) -> PyResult<UnitOutcome> {
-        with_store!(&self.on, py, |s| s
-            .complete_cell(&self.pipeline, attempt, output))
+        with_store!(&self.on, py, |s| s.complete_cell(
+            &self.pipeline,
+            attempt,
+            output
+        ))
     }
 
     fn fail_cell(&self, py: Python<'_>, attempt: &Attempt, error: &str) -> PyResult<FailOutcome> {
-        with_store!(&self.on, py, |s| s.fail_cell(&self.pipeline, attempt, error))
+        with_store!(&self.on, py, |s| s.fail_cell(
+            &self.pipeline,
+            attempt,
+            error
+        ))
     }
 
     fn explained(&self, py: Python<'_>, unit: &str) -> PyResult<Explain> {
@@ -176,7 +187,10 @@ impl PyPipeline {
     }
 
     fn counts(&self, py: Python<'_>) -> PyResult<Status> {
-        with_store!(&self.on, py, |s| UnitStore::pipeline_status(s, &self.pipeline))
+        with_store!(&self.on, py, |s| UnitStore::pipeline_status(
+            s,
+            &self.pipeline
+        ))
     }
 }
 

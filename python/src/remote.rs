@@ -320,11 +320,7 @@ pub(crate) fn ls<'py>(
         })
     })
     .py(py)?;
-    let list = PyList::empty(py);
-    for e in &entries {
-        list.append(convert::entry(py, e)?)?;
-    }
-    Ok(list)
+    convert::entries(py, &entries)
 }
 
 /// `Store.changes_since` through the server: every record after `seq`, page by page.
@@ -363,11 +359,7 @@ pub(crate) fn every_record<'py>(
             Ok(all)
         })
         .py(py)?;
-    let list = PyList::empty(py);
-    for r in &records {
-        list.append(convert::record(py, r)?)?;
-    }
-    Ok(list)
+    convert::records(py, &records)
 }
 
 /// `Store.reconcile` through the server: the (unit, version) pairs streamed as a JSON-lines

@@ -162,11 +162,7 @@ impl PySnapshot {
                     })
                 })
                 .py(py)?;
-                let list = PyList::empty(py);
-                for e in &entries {
-                    list.append(convert::entry(py, e)?)?;
-                }
-                Ok(list)
+                convert::entries(py, &entries)
             }
         })
     }
@@ -254,11 +250,7 @@ pub(crate) fn ls_of<'py>(
     let entries = py
         .detach(|| s.prefix(prefix)?.collect::<oncelake::Result<Vec<_>>>())
         .py(py)?;
-    let list = PyList::empty(py);
-    for e in &entries {
-        list.append(convert::entry(py, e)?)?;
-    }
-    Ok(list)
+    convert::entries(py, &entries)
 }
 
 pub(crate) fn changes_of<'py>(
@@ -269,9 +261,5 @@ pub(crate) fn changes_of<'py>(
     let records = py
         .detach(|| s.changes_since(seq)?.collect::<oncelake::Result<Vec<_>>>())
         .py(py)?;
-    let list = PyList::empty(py);
-    for r in &records {
-        list.append(convert::record(py, r)?)?;
-    }
-    Ok(list)
+    convert::records(py, &records)
 }

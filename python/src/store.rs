@@ -60,12 +60,12 @@ pub(crate) enum Backend {
 macro_rules! with_store {
     ($backend:expr, $py:expr, |$s:ident| $body:expr) => {
         match $backend {
-            $crate::store::Backend::Local($s) => {
-                $py.detach(|| $body).map_err(|e| $crate::convert::engine_err($py, e))
-            }
-            $crate::store::Backend::Served($s) => {
-                $py.detach(|| $body).map_err(|e| $crate::remote::client_err($py, e))
-            }
+            $crate::store::Backend::Local($s) => $py
+                .detach(|| $body)
+                .map_err(|e| $crate::convert::engine_err($py, e)),
+            $crate::store::Backend::Served($s) => $py
+                .detach(|| $body)
+                .map_err(|e| $crate::remote::client_err($py, e)),
         }
     };
 }
