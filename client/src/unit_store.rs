@@ -1,10 +1,12 @@
 //! The engine's [`UnitStore`] over the API: each operation one call (or, for a batch commit,
 //! one upload per unit and one commit), answering the engine's own types, so a program written
-//! over the trait runs the same on a served store as on one open in its process.
+//! over the trait runs the same on a served store as on one open in its process. Leases
+//! (claim, renew, release) are the trait's methods only: bring `oncelake::UnitStore` into scope.
 
-use crate::client::Client;
+use crate::client::{Client, Payload};
 use crate::error::{ClientError, Result};
-use crate::wire::CommitItemW;
+use crate::http1::to_json;
+use crate::wire::{ClaimReqW, CommitItemW, ReleaseReqW, RenewReqW};
 use oncelake::log::Record;
 use oncelake::pipeline::{Attempt, Claim, Explain, FailOutcome, Pipeline, ReadyCell, Status};
 use oncelake::{
@@ -61,15 +63,28 @@ impl UnitStore for Client {
         worker: &str,
         ttl: Duration,
     ) -> Result<ClaimOutcome> {
-        Client::claim(self, unit, source_version, worker, ttl)
+        let body = to_json(&ClaimReqW {
+            unit: unit.into(),
+            source_version,
+            worker: worker.into(),
+            ttl_ms: ttl.as_millis() as u64,
+        })?;
+        self.json("POST", "/v1/claim", Payload::Json(body))
     }
 
     fn renew(&self, lease: &Lease, ttl: Duration) -> Result<RenewOutcome> {
-        Client::renew(self, lease, ttl)
+        let body = to_json(&RenewReqW {
+            lease: lease.clone(),
+            ttl_ms: ttl.as_millis() as u64,
+        })?;
+        self.json("POST", "/v1/renew", Payload::Json(body))
     }
 
     fn release(&self, lease: &Lease) -> Result<ReleaseOutcome> {
-        Client::release(self, lease)
+        let body = to_json(&ReleaseReqW {
+            lease: lease.clone(),
+        })?;
+        self.json("POST", "/v1/release", Payload::Json(body))
     }
 
     fn gc(&self, options: GcOptions) -> Result<GcReport> {
