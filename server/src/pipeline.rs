@@ -9,12 +9,11 @@
 //! one takes real time, and the connection threads answer every other client's lookups (SPEC
 //! R20).
 
-use crate::api_error::{json, query, ApiError, ApiResult};
+use crate::api_error::{json, ApiError, ApiResult, Q};
 use crate::app::App;
 use crate::body::{read_body, read_body_max};
 use axum::body::Body;
-use axum::extract::rejection::QueryRejection;
-use axum::extract::{Query, State};
+use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::Response;
 use oncelake::pipeline::{set_source_version, Pipeline, PipelineDef};
@@ -33,10 +32,9 @@ pub(crate) struct SourceQ {
 /// call takes it; at most the JSON body limit).
 pub(crate) async fn set_source(
     State(app): State<Arc<App>>,
-    q: Result<Query<SourceQ>, QueryRejection>,
+    Q(q): Q<SourceQ>,
     body: Body,
 ) -> ApiResult<Response> {
-    let q = query(q)?;
     let input = read_bytes(&app, body).await?;
     let app2 = app.clone();
     let u = app

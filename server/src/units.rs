@@ -6,13 +6,12 @@
 //! against the bounds per client and in total of [`crate::bounds`] ([`App::spawn_blocking`]:
 //! `503` beyond).
 
-use crate::api_error::{joined, json, query, ApiError, ApiResult};
+use crate::api_error::{joined, json, ApiError, ApiResult, Q};
 use crate::app::App;
 use crate::body::{read_json, upload};
 use crate::wire::{ClaimReqW, CommitW, PutW, ReleaseReqW, RenewReqW, StagedW};
 use axum::body::Body;
-use axum::extract::rejection::QueryRejection;
-use axum::extract::{Query, State};
+use axum::extract::State;
 use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
 use oncelake::{Batch, Intent, Write, Written};
@@ -109,10 +108,9 @@ pub(crate) struct PutQ {
 
 pub(crate) async fn put_unit(
     State(app): State<Arc<App>>,
-    q: Result<Query<PutQ>, QueryRejection>,
+    Q(q): Q<PutQ>,
     body: Body,
 ) -> ApiResult<Response> {
-    let q = query(q)?;
     oncelake::validate_key(&q.unit).map_err(ApiError::from)?;
     let staged = upload(&app, body).await?;
     let intent = if q.correct {
@@ -144,10 +142,9 @@ pub(crate) struct StageQ {
 
 pub(crate) async fn stage(
     State(app): State<Arc<App>>,
-    q: Result<Query<StageQ>, QueryRejection>,
+    Q(q): Q<StageQ>,
     body: Body,
 ) -> ApiResult<Response> {
-    let q = query(q)?;
     let ttl = q
         .ttl_ms
         .map_or(app.limits.staged_ttl, Duration::from_millis)
@@ -168,11 +165,7 @@ pub(crate) struct IdQ {
     id: u64,
 }
 
-pub(crate) async fn unstage(
-    State(app): State<Arc<App>>,
-    q: Result<Query<IdQ>, QueryRejection>,
-) -> ApiResult<Response> {
-    let q = query(q)?;
+pub(crate) async fn unstage(State(app): State<Arc<App>>, Q(q): Q<IdQ>) -> ApiResult<Response> {
     let (found, n) = app.staged.remove([q.id]);
     app.live.set_staged_handles(n as u64);
     Ok(json(&serde_json::json!({ "dropped": found })))

@@ -5,10 +5,9 @@
 //! commit path for it.
 
 use super::recent::{now_ms, GcSeen, VerifySeen};
-use crate::api_error::{json, query, ApiResult};
+use crate::api_error::{json, ApiResult, Q};
 use crate::app::App;
-use axum::extract::rejection::QueryRejection;
-use axum::extract::{Query, State};
+use axum::extract::State;
 use axum::response::Response;
 use oncelake::log::{Record, RecordBody};
 use oncelake::pipeline::cell::{TAG_CELL_FAILED, TAG_DEFINITION};
@@ -89,9 +88,9 @@ struct StageW {
 
 pub(crate) async fn overview(
     State(app): State<Arc<App>>,
-    q: Result<Query<OverviewQ>, QueryRejection>,
+    Q(q): Q<OverviewQ>,
 ) -> ApiResult<Response> {
-    let n = query(q)?.records.unwrap_or(20).min(MAX_RECORDS);
+    let n = q.records.unwrap_or(20).min(MAX_RECORDS);
     let app2 = app.clone();
     let (gc, verify) = app.recent.seen();
     let v = app
