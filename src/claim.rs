@@ -12,6 +12,8 @@ use crate::schema::manifest::Entry;
 
 /// The answer to a claim.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "serde", serde(tag = "claim", rename_all = "snake_case"))]
 pub enum ClaimOutcome {
     /// The lease is yours.
     Granted {
@@ -28,14 +30,16 @@ pub enum ClaimOutcome {
         expires_at_ms: u64,
     },
     /// The unit is already committed at or above the asked version.
-    AlreadyDone(Entry),
+    AlreadyDone(#[cfg_attr(feature = "serde", serde(with = "as_field::entry"))] Entry),
 }
 
 /// The answer to a renewal.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "serde", serde(tag = "renew", rename_all = "snake_case"))]
 pub enum RenewOutcome {
     /// The lease now runs until the new expiry.
-    Renewed(Lease),
+    Renewed(#[cfg_attr(feature = "serde", serde(with = "as_field::lease"))] Lease),
     /// The lease was taken over or released; stop working on the unit.
     Lost {
         /// The newest token granted for the unit.
@@ -45,11 +49,8 @@ pub enum RenewOutcome {
 
 /// The answer to a release.
 #[derive(Clone, Debug, PartialEq, Eq)]
-#[cfg_attr(
-    feature = "serde",
-    derive(serde::Serialize, serde::Deserialize),
-    serde(tag = "release", rename_all = "snake_case")
-)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "serde", serde(tag = "release", rename_all = "snake_case"))]
 pub enum ReleaseOutcome {
     /// The lease ended: its token no longer commits, and the unit may be claimed at once.
     Released,
@@ -72,6 +73,42 @@ impl ReleaseOutcome {
     pub fn is_released(&self) -> bool {
         matches!(self, ReleaseOutcome::Released)
     }
+}
+
+/// The wire names the value of a one-field variant (`{"claim":"already_done","entry":{..}}`,
+/// `{"renew":"renewed","lease":{..}}`), the API's JSON since its first version; the engine's
+/// variants stay tuple variants, so this writes the value as a one-field object.
+#[cfg(feature = "serde")]
+mod as_field {
+    macro_rules! field {
+        ($name:ident, $ty:ty) => {
+            pub(super) mod $name {
+                use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+                #[derive(Serialize)]
+                struct Out<'a> {
+                    $name: &'a $ty,
+                }
+
+                #[derive(Deserialize)]
+                struct In {
+                    $name: $ty,
+                }
+
+                pub(crate) fn serialize<S: Serializer>(v: &$ty, s: S) -> Result<S::Ok, S::Error> {
+                    Out { $name: v }.serialize(s)
+                }
+
+                pub(crate) fn deserialize<'de, D: Deserializer<'de>>(
+                    d: D,
+                ) -> Result<$ty, D::Error> {
+                    Ok(In::deserialize(d)?.$name)
+                }
+            }
+        };
+    }
+    field!(entry, crate::schema::manifest::Entry);
+    field!(lease, crate::schema::claim::Lease);
 }
 
 /// Checks a worker name: 1..=256 bytes, no control characters.

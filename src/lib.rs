@@ -27,6 +27,7 @@
 //! ```
 #![warn(missing_docs)]
 
+pub mod api;
 pub mod claim;
 pub mod clock;
 pub mod commit;
@@ -72,6 +73,7 @@ pub mod vfs;
 mod vfs;
 mod wal;
 
+pub use api::{Put, UnitStore};
 pub use claim::{ClaimOutcome, Lease, ReleaseOutcome, RenewOutcome};
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use commit::{

@@ -64,6 +64,7 @@ impl Histogram {
 
 /// A histogram's state: per bucket its inclusive upper bound and count.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct HistogramSnapshot {
     /// (inclusive upper bound, count) per bucket, ascending.
     pub buckets: Vec<(u64, u64)>,

@@ -26,7 +26,7 @@ use crate::bench_fixtures::Rng;
 use redb::ReadableTable;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Barrier, Mutex};
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 /// A system under test.
@@ -368,46 +368,13 @@ where
     C: Fn(&mut W) -> Result<(), String> + Sync,
 {
     let per_commit = plan.units_per_commit.max(1);
-    let threads = plan.threads.max(1);
-    let next = AtomicUsize::new(0);
-    let start_line = Barrier::new(threads + 1);
-    let start = std::sync::OnceLock::new();
-    let results: Vec<Result<Vec<u32>, String>> = std::thread::scope(|s| {
-        let handles: Vec<_> = (0..threads)
-            .map(|t| {
-                let (setup, commit, next, start_line, start) =
-                    (&setup, &commit, &next, &start_line, &start);
-                s.spawn(move || {
-                    let state = setup(t);
-                    start_line.wait();
-                    let mut state = state?;
-                    let start: &Instant = start.wait();
-                    let mut lat = Vec::new();
-                    loop {
-                        let i = next.fetch_add(per_commit, Ordering::Relaxed);
-                        if i >= plan.max_units || start.elapsed() >= plan.max_time {
-                            break;
-                        }
-                        let t0 = Instant::now();
-                        commit(&mut state)?;
-                        lat.push(t0.elapsed().as_micros().min(u32::MAX as u128) as u32);
-                    }
-                    Ok(lat)
-                })
-            })
-            .collect();
-        start_line.wait();
-        let _ = start.set(Instant::now());
-        handles
-            .into_iter()
-            .map(|h| h.join().unwrap_or_else(|_| Err("a writer panicked".into())))
-            .collect()
-    });
-    let elapsed = start.get().map(|s| s.elapsed()).unwrap_or_default();
-    let mut latencies_us = Vec::new();
-    for r in results {
-        latencies_us.extend(r?);
-    }
+    let run = crate::writers::Run {
+        threads: plan.threads,
+        step: per_commit as u64,
+        limit: plan.max_units as u64,
+        max_time: plan.max_time,
+    };
+    let (latencies_us, elapsed) = crate::writers::drive(&run, setup, commit)?;
     Ok(Timings {
         units: (latencies_us.len() * per_commit) as u64,
         elapsed,

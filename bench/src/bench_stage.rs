@@ -24,8 +24,7 @@ use crate::bench_fixtures::Rng;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::Barrier;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// A system under test.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -204,45 +203,13 @@ where
     S: Fn(usize) -> W + Sync,
     F: Fn(&mut W) -> Result<(), String> + Sync,
 {
-    let threads = plan.threads.max(1);
-    let max_objects = plan.max_objects();
-    let next = AtomicU64::new(0);
-    let start_line = Barrier::new(threads + 1);
-    let start = std::sync::OnceLock::new();
-    let results: Vec<Result<Vec<u32>, String>> = std::thread::scope(|s| {
-        let handles: Vec<_> = (0..threads)
-            .map(|t| {
-                let (setup, write, next, start_line, start) =
-                    (&setup, &write, &next, &start_line, &start);
-                s.spawn(move || {
-                    let mut state = setup(t);
-                    start_line.wait();
-                    let start: &Instant = start.wait();
-                    let mut lat = Vec::new();
-                    while next.fetch_add(1, Ordering::Relaxed) < max_objects
-                        && start.elapsed() < plan.max_time
-                    {
-                        let t0 = Instant::now();
-                        write(&mut state)?;
-                        lat.push(t0.elapsed().as_micros().min(u32::MAX as u128) as u32);
-                    }
-                    Ok(lat)
-                })
-            })
-            .collect();
-        start_line.wait();
-        let _ = start.set(Instant::now());
-        handles
-            .into_iter()
-            .map(|h| h.join().unwrap_or_else(|_| Err("a writer panicked".into())))
-            .collect()
-    });
-    let elapsed = start.get().map(|s| s.elapsed()).unwrap_or_default();
-    let mut latencies = Vec::new();
-    for r in results {
-        latencies.extend(r?);
-    }
-    Ok((latencies, elapsed))
+    let run = crate::writers::Run {
+        threads: plan.threads,
+        step: 1,
+        limit: plan.max_objects(),
+        max_time: plan.max_time,
+    };
+    crate::writers::drive(&run, |t| Ok(setup(t)), write)
 }
 
 fn finish(

@@ -13,3 +13,4 @@ pub mod seed001;
 pub mod serve_load;
 #[cfg(feature = "cli")]
 pub mod via_server;
+mod writers;

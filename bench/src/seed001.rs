@@ -8,6 +8,7 @@
 //! and gets it on its stdin, like a message-queue consumer; it reports what each delivery did on
 //! the same line protocol, so "written twice" is counted from the server's answers.
 
+use oncelake::UnitStore;
 use oncelake_server::Client;
 use std::io::{BufRead, BufReader, Write};
 use std::path::Path;

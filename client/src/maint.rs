@@ -115,7 +115,7 @@ impl Client {
                 wire_reconcile::PlanLineW::Item(i) => {
                     each(PlanEvent::Item(i.to_item().map_err(ClientError::Protocol)?))
                 }
-                wire_reconcile::PlanLineW::Summary(s) => return Ok(PlanEnd::Complete(s.into())),
+                wire_reconcile::PlanLineW::Summary(s) => return Ok(PlanEnd::Complete(*s)),
                 wire_reconcile::PlanLineW::Error(e) => return plan_error(e),
             };
             if !go_on {

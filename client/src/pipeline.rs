@@ -1,7 +1,7 @@
 //! Pipelines and lake tables over the API.
 
 use crate::client::{Client, Payload};
-use crate::error::{lost, ClientError, Result};
+use crate::error::{lost, Result};
 use crate::http1::{encode, to_json};
 use oncelake::UnitOutcome;
 use std::io::Read;
@@ -26,9 +26,7 @@ impl Client {
     /// The cell counts of the pipeline defined by `definition` (its TOML text).
     pub fn pipeline_status(&self, definition: &str) -> Result<oncelake::pipeline::Status> {
         let body = to_json(&serde_json::json!({ "pipeline": definition }))?;
-        let r: crate::wire_pipeline::StatusW =
-            self.json("POST", "/v1/pipeline/status", Payload::Json(body))?;
-        Ok((&r).into())
+        self.json("POST", "/v1/pipeline/status", Payload::Json(body))
     }
 
     /// Why each cell of `unit` is in its state, in the pipeline defined by `definition`.
@@ -38,9 +36,7 @@ impl Client {
         unit: &str,
     ) -> Result<oncelake::pipeline::Explain> {
         let body = to_json(&serde_json::json!({ "pipeline": definition, "unit": unit }))?;
-        let r: crate::wire_pipeline::ExplainW =
-            self.json("POST", "/v1/pipeline/explain", Payload::Json(body))?;
-        r.to_engine().map_err(ClientError::Protocol)
+        self.json("POST", "/v1/pipeline/explain", Payload::Json(body))
     }
 
     /// Defines a lake table (`oncelake table create`): the table and how far it is published.
@@ -93,14 +89,11 @@ impl Client {
     ) -> Result<Vec<oncelake::pipeline::ReadyCell>> {
         #[derive(serde::Deserialize)]
         struct R {
-            cells: Vec<crate::wire_cells::ReadyCellW>,
+            cells: Vec<oncelake::pipeline::ReadyCell>,
         }
         let body = to_json(&serde_json::json!({ "pipeline": definition, "limit": limit }))?;
         let r: R = self.json("POST", "/v1/pipeline/ready", Payload::Json(body))?;
-        r.cells
-            .iter()
-            .map(|c| c.to_engine().map_err(ClientError::Protocol))
-            .collect()
+        Ok(r.cells)
     }
 
     /// Claims a ready cell for `worker`.
@@ -113,13 +106,11 @@ impl Client {
     ) -> Result<oncelake::pipeline::Claim> {
         let body = to_json(&serde_json::json!({
             "pipeline": definition,
-            "cell": crate::wire_cells::ReadyCellW::from(cell),
+            "cell": cell,
             "worker": worker,
             "ttl_ms": ttl.as_millis() as u64,
         }))?;
-        let r: crate::wire_cells::ClaimCellW =
-            self.json("POST", "/v1/pipeline/claim", Payload::Json(body))?;
-        r.to_engine().map_err(ClientError::Protocol)
+        self.json("POST", "/v1/pipeline/claim", Payload::Json(body))
     }
 
     /// Completes a cell with `output`.
@@ -131,7 +122,7 @@ impl Client {
     ) -> Result<UnitOutcome> {
         let mut body = to_json(&serde_json::json!({
             "pipeline": definition,
-            "attempt": crate::wire_cells::AttemptW::from(attempt),
+            "attempt": attempt,
         }))?;
         body.push(b'\n');
         body.extend_from_slice(output);
@@ -147,12 +138,10 @@ impl Client {
     ) -> Result<oncelake::pipeline::FailOutcome> {
         let body = to_json(&serde_json::json!({
             "pipeline": definition,
-            "attempt": crate::wire_cells::AttemptW::from(attempt),
+            "attempt": attempt,
             "error": error,
         }))?;
-        let r: crate::wire_cells::FailOutcomeW =
-            self.json("POST", "/v1/pipeline/fail", Payload::Json(body))?;
-        Ok((&r).into())
+        self.json("POST", "/v1/pipeline/fail", Payload::Json(body))
     }
 
     /// The bytes of a ready cell's input: `stage` `None` for the unit's source, else an upstream
@@ -163,7 +152,7 @@ impl Client {
         stage: Option<&str>,
     ) -> Result<Vec<u8>> {
         let body = to_json(&serde_json::json!({
-            "cell": crate::wire_cells::ReadyCellW::from(cell),
+            "cell": cell,
             "stage": stage,
         }))?;
         let mut resp = self.request("POST", "/v1/pipeline/input", Payload::Json(body))?;

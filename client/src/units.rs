@@ -5,19 +5,12 @@ use crate::client::{Client, Payload};
 use crate::error::{lost, ClientError, Result};
 use crate::http1::{encode, to_json, unit_query};
 use crate::wire;
-use crate::wire::{
-    ChangesW, ClaimReqW, ClaimW, CommitItemW, CommitW, PutW, ReleaseReqW, RenewReqW, RenewW,
-    StagedW,
-};
+use crate::wire::{ChangesW, CommitItemW, CommitW, PutW, StagedW};
 use oncelake::log::Record;
-use oncelake::ClaimOutcome;
 use oncelake::CommitReport;
 use oncelake::Committed;
 use oncelake::Entry;
-use oncelake::Lease;
 use oncelake::ObjectMeta;
-use oncelake::ReleaseOutcome;
-use oncelake::RenewOutcome;
 use oncelake::UnitOutcome;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::time::Duration;
@@ -91,42 +84,6 @@ impl Client {
             keep_staged,
         })?;
         self.json("POST", "/v1/commit", Payload::Json(body))
-    }
-
-    /// Claims `unit` for `worker` (coordinator mode).
-    pub fn claim(
-        &self,
-        unit: &str,
-        source_version: u64,
-        worker: &str,
-        ttl: Duration,
-    ) -> Result<ClaimOutcome> {
-        let body = to_json(&ClaimReqW {
-            unit: unit.into(),
-            source_version,
-            worker: worker.into(),
-            ttl_ms: ttl.as_millis() as u64,
-        })?;
-        let r: ClaimW = self.json("POST", "/v1/claim", Payload::Json(body))?;
-        r.to_outcome().map_err(ClientError::Protocol)
-    }
-
-    /// Renews a lease.
-    pub fn renew(&self, lease: &Lease, ttl: Duration) -> Result<RenewOutcome> {
-        let body = to_json(&RenewReqW {
-            lease: lease.clone(),
-            ttl_ms: ttl.as_millis() as u64,
-        })?;
-        let r: RenewW = self.json("POST", "/v1/renew", Payload::Json(body))?;
-        Ok((&r).into())
-    }
-
-    /// Releases a lease.
-    pub fn release(&self, lease: &Lease) -> Result<ReleaseOutcome> {
-        let body = to_json(&ReleaseReqW {
-            lease: lease.clone(),
-        })?;
-        self.json("POST", "/v1/release", Payload::Json(body))
     }
 
     /// The dedup fast path: the unit's committed version, if any.

@@ -3,7 +3,7 @@
 //! cross the wire as the engine's types (its `serde` feature), so a client gets back the very
 //! values an in-process caller would (and the CLI prints them with the same code).
 
-use oncelake::{ClaimOutcome, Entry, Lease, ObjectId, ObjectMeta, RenewOutcome, UnitOutcome};
+use oncelake::{Lease, ObjectId, ObjectMeta, UnitOutcome};
 use serde::{Deserialize, Serialize};
 
 /// An error answer: a stable kind and a message that says what to do.
@@ -86,70 +86,6 @@ pub struct ClaimReqW {
     pub ttl_ms: u64,
 }
 
-/// A claim's answer.
-#[derive(Clone, Debug, Serialize, Deserialize)]
-#[serde(tag = "claim", rename_all = "snake_case")]
-pub enum ClaimW {
-    /// Granted.
-    Granted {
-        /// The lease.
-        lease: Lease,
-        /// Took over an expired lease.
-        took_over: bool,
-    },
-    /// Held by another worker.
-    Held {
-        /// Who.
-        worker: String,
-        /// Until when.
-        expires_at_ms: u64,
-    },
-    /// Already committed at or above the version.
-    AlreadyDone {
-        /// The entry.
-        entry: Entry,
-    },
-}
-
-impl From<&ClaimOutcome> for ClaimW {
-    fn from(c: &ClaimOutcome) -> Self {
-        match c {
-            ClaimOutcome::Granted { lease, took_over } => ClaimW::Granted {
-                lease: lease.clone(),
-                took_over: *took_over,
-            },
-            ClaimOutcome::Held {
-                worker,
-                expires_at_ms,
-            } => ClaimW::Held {
-                worker: worker.clone(),
-                expires_at_ms: *expires_at_ms,
-            },
-            ClaimOutcome::AlreadyDone(e) => ClaimW::AlreadyDone { entry: e.clone() },
-        }
-    }
-}
-
-impl ClaimW {
-    /// Back to the engine's type.
-    pub fn to_outcome(&self) -> Result<ClaimOutcome, String> {
-        Ok(match self {
-            ClaimW::Granted { lease, took_over } => ClaimOutcome::Granted {
-                lease: lease.clone(),
-                took_over: *took_over,
-            },
-            ClaimW::Held {
-                worker,
-                expires_at_ms,
-            } => ClaimOutcome::Held {
-                worker: worker.clone(),
-                expires_at_ms: *expires_at_ms,
-            },
-            ClaimW::AlreadyDone { entry } => ClaimOutcome::AlreadyDone(entry.clone()),
-        })
-    }
-}
-
 /// A renew request.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct RenewReqW {
@@ -157,44 +93,6 @@ pub struct RenewReqW {
     pub lease: Lease,
     /// New lease length in ms.
     pub ttl_ms: u64,
-}
-
-/// A renewal's answer.
-#[derive(Clone, Debug, Serialize, Deserialize)]
-#[serde(tag = "renew", rename_all = "snake_case")]
-pub enum RenewW {
-    /// Renewed.
-    Renewed {
-        /// The renewed lease.
-        lease: Lease,
-    },
-    /// Lost.
-    Lost {
-        /// The unit's newest token.
-        newest_token: u64,
-    },
-}
-
-impl From<&RenewOutcome> for RenewW {
-    fn from(r: &RenewOutcome) -> Self {
-        match r {
-            RenewOutcome::Renewed(l) => RenewW::Renewed { lease: l.clone() },
-            RenewOutcome::Lost { newest_token } => RenewW::Lost {
-                newest_token: *newest_token,
-            },
-        }
-    }
-}
-
-impl From<&RenewW> for RenewOutcome {
-    fn from(r: &RenewW) -> Self {
-        match r {
-            RenewW::Renewed { lease } => RenewOutcome::Renewed(lease.clone()),
-            RenewW::Lost { newest_token } => RenewOutcome::Lost {
-                newest_token: *newest_token,
-            },
-        }
-    }
 }
 
 /// A release request.
@@ -387,6 +285,97 @@ mod tests {
             assert_eq!(serde_json::to_string(&out).unwrap(), text);
             assert_eq!(serde_json::from_str::<ReleaseOutcome>(text).unwrap(), out);
         }
+    }
+
+    /// Claims, renewals and the pipeline's cell answers as the API has always spelled them (the
+    /// engine's tuple variants carry their value under a field name), and back to equal values.
+    #[test]
+    fn claims_renewals_and_cells_keep_the_apis_json() {
+        use oncelake::pipeline::{CellState, Claim, FailOutcome, StaleReason};
+        use oncelake::{ClaimOutcome, RenewOutcome};
+        let lease = Lease {
+            unit: "u".into(),
+            worker: "w1".into(),
+            token: 12,
+            source_version: 7,
+            expires_at_ms: 99,
+        };
+        let lease_json = serde_json::to_string(&lease).unwrap();
+        let entry = Entry {
+            unit: "u".into(),
+            source_version: 7,
+            revision: 0,
+            object: ObjectMeta {
+                id: ObjectId::of(b"x"),
+                size: 1,
+                crc32: 2,
+            },
+            seq: 3,
+            committed_at_ms: 4,
+        };
+        let entry_json = serde_json::to_string(&entry).unwrap();
+        fn same<T>(value: T, text: &str)
+        where
+            T: serde::Serialize + serde::de::DeserializeOwned + PartialEq + std::fmt::Debug,
+        {
+            assert_eq!(serde_json::to_string(&value).unwrap(), text);
+            assert_eq!(serde_json::from_str::<T>(text).unwrap(), value);
+        }
+        same(
+            ClaimOutcome::Granted {
+                lease: lease.clone(),
+                took_over: true,
+            },
+            &format!(r#"{{"claim":"granted","lease":{lease_json},"took_over":true}}"#),
+        );
+        same(
+            ClaimOutcome::Held {
+                worker: "w2".into(),
+                expires_at_ms: 5,
+            },
+            r#"{"claim":"held","worker":"w2","expires_at_ms":5}"#,
+        );
+        same(
+            ClaimOutcome::AlreadyDone(entry.clone()),
+            &format!(r#"{{"claim":"already_done","entry":{entry_json}}}"#),
+        );
+        same(
+            RenewOutcome::Renewed(lease.clone()),
+            &format!(r#"{{"renew":"renewed","lease":{lease_json}}}"#),
+        );
+        same(
+            RenewOutcome::Lost { newest_token: 9 },
+            r#"{"renew":"lost","newest_token":9}"#,
+        );
+        same(Claim::AlreadyDone, r#"{"claim":"already_done"}"#);
+        same(
+            Claim::GaveUp { attempts: 3 },
+            r#"{"claim":"gave_up","attempts":3}"#,
+        );
+        same(
+            FailOutcome::Busy {
+                worker: "w".into(),
+                expires_at_ms: 8,
+            },
+            r#"{"outcome":"busy","worker":"w","expires_at_ms":8}"#,
+        );
+        same(
+            StaleReason::CodeChanged { from: 1, to: 2 },
+            r#"{"reason":"code_changed","from":1,"to":2}"#,
+        );
+        same(
+            CellState::Blocked {
+                upstream: "parse".into(),
+                upstream_state: "failed",
+            },
+            r#"{"state":"blocked","upstream":"parse","upstream_state":"failed"}"#,
+        );
+        let e = serde_json::from_str::<CellState>(
+            r#"{"state":"blocked","upstream":"parse","upstream_state":"odd"}"#,
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("unknown cell state"), "{e}");
     }
 
     #[test]

@@ -14,7 +14,7 @@ pub enum PlanLineW {
     /// A planned unit.
     Item(PlanItemW),
     /// The counts of a complete plan.
-    Summary(SummaryW),
+    Summary(Summary),
     /// Why the plan stopped.
     Error(ErrorLineW),
 }
@@ -72,57 +72,6 @@ impl PlanItemW {
             source_version: self.source_version,
             manifest_version: self.current_version,
         })
-    }
-}
-
-/// The engine's [`Summary`], field for field.
-#[derive(Clone, Debug, Serialize, Deserialize)]
-pub struct SummaryW {
-    /// See [`Summary`].
-    pub listed: u64,
-    /// See [`Summary`].
-    pub missing: u64,
-    /// See [`Summary`].
-    pub behind: u64,
-    /// See [`Summary`].
-    pub up_to_date: u64,
-    /// See [`Summary`].
-    pub manifest_ahead: u64,
-    /// See [`Summary`].
-    pub unknown: u64,
-    /// See [`Summary`].
-    pub duplicate_lines: u64,
-    /// See [`Summary`].
-    pub manifest_units: u64,
-}
-
-impl From<&Summary> for SummaryW {
-    fn from(s: &Summary) -> Self {
-        SummaryW {
-            listed: s.listed,
-            missing: s.missing,
-            behind: s.behind,
-            up_to_date: s.up_to_date,
-            manifest_ahead: s.manifest_ahead,
-            unknown: s.unknown,
-            duplicate_lines: s.duplicate_lines,
-            manifest_units: s.manifest_units,
-        }
-    }
-}
-
-impl From<&SummaryW> for Summary {
-    fn from(s: &SummaryW) -> Self {
-        Summary {
-            listed: s.listed,
-            missing: s.missing,
-            behind: s.behind,
-            up_to_date: s.up_to_date,
-            manifest_ahead: s.manifest_ahead,
-            unknown: s.unknown,
-            duplicate_lines: s.duplicate_lines,
-            manifest_units: s.manifest_units,
-        }
     }
 }
 

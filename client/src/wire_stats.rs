@@ -7,17 +7,6 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use std::collections::BTreeMap;
 
-/// A histogram on the wire.
-#[derive(Clone, Debug, Serialize, Deserialize)]
-pub struct HistogramW {
-    /// (inclusive upper bound, count) per bucket.
-    pub buckets: Vec<(u64, u64)>,
-    /// Sum of the values.
-    pub sum: u64,
-    /// Number of values.
-    pub count: u64,
-}
-
 /// `/v1/stats`.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct StatsW {
@@ -26,9 +15,9 @@ pub struct StatsW {
     /// Every counter's scope: `store` or `process`.
     pub scopes: BTreeMap<String, String>,
     /// Units per commit group (process only).
-    pub group_units: HistogramW,
+    pub group_units: HistogramSnapshot,
     /// Commit latency in µs (process only).
-    pub commit_latency_us: HistogramW,
+    pub commit_latency_us: HistogramSnapshot,
     /// The seq the store-scope counters count from.
     pub counted_since_seq: u64,
     /// Units with a current entry (read from the store).
@@ -51,26 +40,9 @@ impl StatsW {
         for (name, v) in &self.counters {
             m.set_counter(name, *v);
         }
-        m.group_units = hist_back(&self.group_units);
-        m.commit_latency_us = hist_back(&self.commit_latency_us);
+        m.group_units = self.group_units.clone();
+        m.commit_latency_us = self.commit_latency_us.clone();
         m.counted_since_seq = self.counted_since_seq;
         m
-    }
-}
-
-/// A histogram of the engine, for the wire.
-pub fn hist(h: &HistogramSnapshot) -> HistogramW {
-    HistogramW {
-        buckets: h.buckets.clone(),
-        sum: h.sum,
-        count: h.count,
-    }
-}
-
-fn hist_back(h: &HistogramW) -> HistogramSnapshot {
-    HistogramSnapshot {
-        buckets: h.buckets.clone(),
-        sum: h.sum,
-        count: h.count,
     }
 }

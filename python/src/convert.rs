@@ -132,6 +132,24 @@ fn crc(c: u32) -> String {
     format!("{c:08x}")
 }
 
+/// Entries as a list of `oncelake.Entry`.
+pub(crate) fn entries<'py>(py: Python<'py>, es: &[Entry]) -> PyResult<Bound<'py, PyList>> {
+    let list = PyList::empty(py);
+    for e in es {
+        list.append(entry(py, e)?)?;
+    }
+    Ok(list)
+}
+
+/// Log records as a list of `oncelake.Record`.
+pub(crate) fn records<'py>(py: Python<'py>, rs: &[Record]) -> PyResult<Bound<'py, PyList>> {
+    let list = PyList::empty(py);
+    for r in rs {
+        list.append(record(py, r)?)?;
+    }
+    Ok(list)
+}
+
 /// An entry as `oncelake.Entry`.
 pub(crate) fn entry<'py>(py: Python<'py>, e: &Entry) -> PyResult<Bound<'py, PyAny>> {
     let args = kw(

@@ -3,13 +3,12 @@
 
 use crate::convert::{self, kw, make, o, Py2};
 use crate::remote::Remote;
-use crate::store::Backend;
+use crate::store::{with_store, Backend};
 use oncelake::pipeline::{
-    set_source_version, Attempt, CellState, Claim, Explain, FailOutcome, Pipeline, PipelineDef,
-    ReadyCell, Status, WorkOptions, WorkReport,
+    Attempt, CellState, Claim, Explain, FailOutcome, Pipeline, PipelineDef, ReadyCell, Status,
+    WorkOptions, WorkReport,
 };
-use oncelake::{Lease, Outcome, UnitOutcome};
-use oncelake_client::Client;
+use oncelake::{Lease, UnitOutcome, UnitStore};
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyList};
@@ -17,23 +16,15 @@ use pyo3::types::{PyBytes, PyDict, PyList};
 /// A pipeline of stages over a store; ``Store.pipeline(definition)`` makes one.
 #[pyclass(module = "oncelake", name = "Pipeline", frozen)]
 pub struct PyPipeline {
-    on: On,
+    on: Backend,
     pipeline: Pipeline,
-}
-
-/// Where the pipeline's cells live: the engine in this process, or the server that holds the
-/// store (then each call carries the definition's text, as the server keeps no pipeline state).
-#[derive(Clone)]
-enum On {
-    Local(oncelake::Store),
-    Served(Client, String),
 }
 
 /// A ready pipeline cell: handed to the stage function of ``Pipeline.work``, listed by
 /// ``Pipeline.ready`` and returned, with its lease, by ``Pipeline.claim``.
 #[pyclass(module = "oncelake", name = "Cell", frozen)]
 pub struct PyCell {
-    on: On,
+    on: Backend,
     cell: ReadyCell,
     /// The lease of a claimed cell (``Pipeline.claim``); its token fences the completion.
     lease: Option<Lease>,
@@ -91,10 +82,7 @@ impl PyCell {
         py: Python<'py>,
         stage: Option<&str>,
     ) -> PyResult<Bound<'py, PyBytes>> {
-        let b = match &self.on {
-            On::Local(store) => py.detach(|| self.cell.read_input(store, stage)).py(py)?,
-            On::Served(c, _) => py.detach(|| c.pipeline_input(&self.cell, stage)).py(py)?,
-        };
+        let b = with_store!(&self.on, py, |s| s.cell_input(&self.cell, stage))?;
         Ok(PyBytes::new(py, &b))
     }
     fn __repr__(&self) -> String {
@@ -139,18 +127,11 @@ impl PyPipeline {
             Err(err) => err,
         })?;
         let pipeline = Pipeline::new(def);
-        let on = match backend {
-            Backend::Local(store) => {
-                py.detach(|| pipeline.record_definition(&store)).py(py)?;
-                On::Local(store)
-            }
-            Backend::Served(c) => {
-                let text = pipeline.def().to_text();
-                py.detach(|| c.pipeline_define(&text)).py(py)?;
-                On::Served(c, text)
-            }
-        };
-        Ok(PyPipeline { on, pipeline })
+        with_store!(&backend, py, |s| s.define(&pipeline))?;
+        Ok(PyPipeline {
+            on: backend,
+            pipeline,
+        })
     }
 
     fn cell(&self, cell: ReadyCell, lease: Option<Lease>) -> PyCell {
@@ -162,10 +143,7 @@ impl PyPipeline {
     }
 
     fn ready_cells(&self, py: Python<'_>, limit: usize) -> PyResult<Vec<ReadyCell>> {
-        match &self.on {
-            On::Local(store) => py.detach(|| self.pipeline.ready(store, limit)).py(py),
-            On::Served(c, def) => py.detach(|| c.pipeline_ready(def, limit)).py(py),
-        }
+        with_store!(&self.on, py, |s| s.ready_cells(&self.pipeline, limit))
     }
 
     fn claim_cell(
@@ -175,14 +153,12 @@ impl PyPipeline {
         worker: &str,
         ttl: std::time::Duration,
     ) -> PyResult<Claim> {
-        match &self.on {
-            On::Local(store) => py
-                .detach(|| self.pipeline.claim(store, cell, worker, ttl))
-                .py(py),
-            On::Served(c, def) => py
-                .detach(|| c.pipeline_claim(def, cell, worker, ttl))
-                .py(py),
-        }
+        with_store!(&self.on, py, |s| s.claim_cell(
+            &self.pipeline,
+            cell,
+            worker,
+            ttl
+        ))
     }
 
     fn complete_cell(
@@ -191,90 +167,30 @@ impl PyPipeline {
         attempt: &Attempt,
         output: &[u8],
     ) -> PyResult<UnitOutcome> {
-        match &self.on {
-            On::Local(store) => py
-                .detach(|| self.pipeline.complete(store, attempt, output))
-                .py(py),
-            On::Served(c, def) => py
-                .detach(|| c.pipeline_complete(def, attempt, output))
-                .py(py),
-        }
+        with_store!(&self.on, py, |s| s.complete_cell(
+            &self.pipeline,
+            attempt,
+            output
+        ))
     }
 
     fn fail_cell(&self, py: Python<'_>, attempt: &Attempt, error: &str) -> PyResult<FailOutcome> {
-        match &self.on {
-            On::Local(store) => py
-                .detach(|| self.pipeline.fail(store, attempt, error))
-                .py(py),
-            On::Served(c, def) => py.detach(|| c.pipeline_fail(def, attempt, error)).py(py),
-        }
-    }
-
-    /// `work` through a server: the engine's loop (`Pipeline::work_with`) over the served calls —
-    /// list the ready cells, claim each, run the stage function, complete or fail the cell under
-    /// the lease's token — until none is ready. Every rule is applied by the server's engine.
-    fn work_served(
-        &self,
-        py: Python<'_>,
-        worker: &str,
-        stage_fn: &Py<PyAny>,
-        ttl: std::time::Duration,
-    ) -> PyResult<WorkReport> {
-        let mut report = WorkReport::default();
-        loop {
-            let ready = self.ready_cells(py, usize::MAX)?;
-            if ready.is_empty() {
-                return Ok(report);
-            }
-            for cell in &ready {
-                let (lease, cell) = match self.claim_cell(py, cell, worker, ttl)? {
-                    Claim::Granted { lease, cell } => (lease, cell),
-                    _ => continue,
-                };
-                report.runs += 1;
-                report.retried += (cell.attempts > 0) as u64;
-                report.invalidated += cell.stale.is_some() as u64;
-                let attempt = Attempt {
-                    unit: cell.unit.clone(),
-                    stage: cell.stage.clone(),
-                    source_version: cell.source_version,
-                    worker: worker.to_string(),
-                    token: Some(lease.token),
-                };
-                let out = stage_fn
-                    .bind(py)
-                    .call1((self.cell(cell, None),))
-                    .and_then(|out| out.extract::<Vec<u8>>())
-                    .map_err(|e| e.to_string());
-                match out {
-                    Ok(output) => match self.complete_cell(py, &attempt, &output)?.outcome {
-                        Outcome::Committed { .. } => report.completed += 1,
-                        Outcome::Duplicate { .. } => report.duplicates += 1,
-                        _ => report.rejected += 1,
-                    },
-                    Err(e) => match self.fail_cell(py, &attempt, &e)? {
-                        FailOutcome::Recorded { .. } => report.failed += 1,
-                        FailOutcome::Fenced { .. } | FailOutcome::Busy { .. } => {
-                            report.rejected += 1
-                        }
-                    },
-                }
-            }
-        }
+        with_store!(&self.on, py, |s| s.fail_cell(
+            &self.pipeline,
+            attempt,
+            error
+        ))
     }
 
     fn explained(&self, py: Python<'_>, unit: &str) -> PyResult<Explain> {
-        match &self.on {
-            On::Local(store) => py.detach(|| self.pipeline.explain(store, unit)).py(py),
-            On::Served(c, def) => py.detach(|| c.pipeline_explain(def, unit)).py(py),
-        }
+        with_store!(&self.on, py, |s| s.explain(&self.pipeline, unit))
     }
 
     fn counts(&self, py: Python<'_>) -> PyResult<Status> {
-        match &self.on {
-            On::Local(store) => py.detach(|| self.pipeline.status(store)).py(py),
-            On::Served(c, def) => py.detach(|| c.pipeline_status(def)).py(py),
-        }
+        with_store!(&self.on, py, |s| UnitStore::pipeline_status(
+            s,
+            &self.pipeline
+        ))
     }
 }
 
@@ -289,17 +205,9 @@ impl PyPipeline {
         version: u64,
         input: &[u8],
     ) -> PyResult<Bound<'py, PyAny>> {
-        let out = match &self.on {
-            On::Local(store) => py
-                .detach(|| set_source_version(store, unit, version, input))
-                .py(py)?,
-            On::Served(c, _) => {
-                // The engine's key check here, so a bad key raises with its facts as in-process.
-                oncelake::pipeline::cell::validate_pipeline_unit(unit).py(py)?;
-                py.detach(|| c.pipeline_set_version(unit, version, input))
-                    .py(py)?
-            }
-        };
+        // The engine's key check here, so a bad key raises with its facts also when served.
+        oncelake::pipeline::cell::validate_pipeline_unit(unit).py(py)?;
+        let out = with_store!(&self.on, py, |s| s.set_source_version(unit, version, input))?;
         let meta = oncelake::ObjectMeta {
             id: out.object,
             size: input.len() as u64,
@@ -323,26 +231,26 @@ impl PyPipeline {
             ttl: crate::store::seconds("ttl", ttl)?,
             ..WorkOptions::default()
         };
-        let store = match &self.on {
-            On::Local(store) => store,
-            On::Served(..) => {
-                return work_counts(py, &self.work_served(py, worker, &stage_fn, opts.ttl)?)
-            }
-        };
-        let report = py
-            .detach(|| {
-                self.pipeline.work_with(store, worker, &opts, |cell| {
-                    Python::attach(|py| {
-                        let c = self.cell(cell.clone(), None);
-                        stage_fn
-                            .bind(py)
-                            .call1((c,))
-                            .and_then(|out| out.extract::<Vec<u8>>())
-                            .map_err(|e| e.to_string())
-                    })
-                })
+        // The engine's one worker loop (`oncelake::api::work`) on either store; in-process it
+        // checks the worker name first, as a server does on each claim.
+        let run = |cell: &ReadyCell| {
+            Python::attach(|py| {
+                let c = self.cell(cell.clone(), None);
+                stage_fn
+                    .bind(py)
+                    .call1((c,))
+                    .and_then(|out| out.extract::<Vec<u8>>())
+                    .map_err(|e| e.to_string())
             })
-            .py(py)?;
+        };
+        let report = match &self.on {
+            Backend::Local(store) => py
+                .detach(|| self.pipeline.work_with(store, worker, &opts, run))
+                .py(py)?,
+            Backend::Served(c) => py
+                .detach(|| oncelake::api::work(c, &self.pipeline, worker, &opts, run))
+                .py(py)?,
+        };
         work_counts(py, &report)
     }
 

@@ -5,7 +5,7 @@
 
 use crate::convert::{self, kw, o};
 use crate::data::{Data, ServedStaged};
-use oncelake::{ClaimOutcome, CommitReport, Lease, ObjectMeta, ReleaseOutcome, RenewOutcome};
+use oncelake::{CommitReport, ObjectMeta};
 use oncelake_client::wire::CommitItemW;
 use oncelake_client::{Client, ClientError};
 use pyo3::exceptions::PyFileNotFoundError;
@@ -262,47 +262,6 @@ fn upload<T: Send>(
     }
 }
 
-/// `Store.claim` through the server.
-pub(crate) fn claim<'py>(
-    py: Python<'py>,
-    client: &Client,
-    unit: &str,
-    version: u64,
-    worker: &str,
-    ttl: Duration,
-) -> PyResult<Bound<'py, PyAny>> {
-    match py
-        .detach(|| client.claim(unit, version, worker, ttl))
-        .py(py)?
-    {
-        ClaimOutcome::Granted { lease, took_over } => convert::lease(py, &lease, took_over),
-        ClaimOutcome::Held {
-            worker,
-            expires_at_ms,
-        } => Err(convert::busy(py, unit, &worker, expires_at_ms)),
-        ClaimOutcome::AlreadyDone(e) => Err(convert::already_done(py, unit, &e)),
-    }
-}
-
-/// `Store.renew` through the server.
-pub(crate) fn renew<'py>(
-    py: Python<'py>,
-    client: &Client,
-    l: &Lease,
-    ttl: Duration,
-) -> PyResult<Bound<'py, PyAny>> {
-    match py.detach(|| client.renew(l, ttl)).py(py)? {
-        RenewOutcome::Renewed(new) => convert::lease(py, &new, false),
-        RenewOutcome::Lost { newest_token } => Err(crate::store::lost(py, l, newest_token)),
-    }
-}
-
-/// `Store.release` through the server.
-pub(crate) fn release(py: Python<'_>, client: &Client, l: &Lease) -> PyResult<bool> {
-    let outcome = py.detach(|| client.release(l)).py(py)?;
-    Ok(outcome == ReleaseOutcome::Released)
-}
-
 /// `Store.entry` through the server.
 pub(crate) fn entry<'py>(
     py: Python<'py>,
@@ -361,11 +320,7 @@ pub(crate) fn ls<'py>(
         })
     })
     .py(py)?;
-    let list = PyList::empty(py);
-    for e in &entries {
-        list.append(convert::entry(py, e)?)?;
-    }
-    Ok(list)
+    convert::entries(py, &entries)
 }
 
 /// `Store.changes_since` through the server: every record after `seq`, page by page.
@@ -374,13 +329,25 @@ pub(crate) fn changes_since<'py>(
     client: &Client,
     seq: u64,
 ) -> PyResult<Bound<'py, PyList>> {
+    every_record(py, seq, |since, limit| {
+        Ok(client.changes_since(since, Duration::ZERO, limit)?.0)
+    })
+}
+
+/// Every record after `seq`, read through the server a page at a time by `page(since, limit)`
+/// (of the store or of a snapshot lease), as a list of `oncelake.Record`.
+pub(crate) fn every_record<'py>(
+    py: Python<'py>,
+    seq: u64,
+    page: impl Fn(u64, usize) -> Result<Vec<oncelake::log::Record>, ClientError> + Sync,
+) -> PyResult<Bound<'py, PyList>> {
     const PAGE: usize = 10_000;
     let records = py
         .detach(|| -> Result<Vec<oncelake::log::Record>, ClientError> {
             let mut all = Vec::new();
             let mut since = seq;
             loop {
-                let (page, _) = client.changes_since(since, Duration::ZERO, PAGE)?;
+                let page = page(since, PAGE)?;
                 let Some(last) = page.last() else { break };
                 since = last.seq;
                 let full = page.len() == PAGE;
@@ -392,11 +359,7 @@ pub(crate) fn changes_since<'py>(
             Ok(all)
         })
         .py(py)?;
-    let list = PyList::empty(py);
-    for r in &records {
-        list.append(convert::record(py, r)?)?;
-    }
-    Ok(list)
+    convert::records(py, &records)
 }
 
 /// `Store.reconcile` through the server: the (unit, version) pairs streamed as a JSON-lines

@@ -7,6 +7,7 @@ use crate::data::Data;
 use crate::remote::{self, Remote};
 use crate::store::lost;
 use crate::store::Backend;
+use oncelake::UnitStore;
 use oncelake::{Begin, ClaimOutcome, Lease, RenewOutcome};
 use oncelake_client::Client;
 use pyo3::exceptions::PyValueError;

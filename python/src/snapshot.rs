@@ -162,11 +162,7 @@ impl PySnapshot {
                     })
                 })
                 .py(py)?;
-                let list = PyList::empty(py);
-                for e in &entries {
-                    list.append(convert::entry(py, e)?)?;
-                }
-                Ok(list)
+                convert::entries(py, &entries)
             }
         })
     }
@@ -190,33 +186,9 @@ impl PySnapshot {
     fn changes_since<'py>(&self, py: Python<'py>, seq: u64) -> PyResult<Bound<'py, PyList>> {
         self.with(|v| match v {
             View::Local(s, _) => changes_of(py, s, seq),
-            View::Served(s) => {
-                const PAGE: usize = 10_000;
-                let records = py
-                    .detach(
-                        || -> Result<Vec<oncelake::log::Record>, oncelake_client::ClientError> {
-                            let mut all = Vec::new();
-                            let mut since = seq;
-                            loop {
-                                let page = s.client.snapshot_changes(s.lease.id, since, PAGE)?;
-                                let Some(last) = page.last() else { break };
-                                since = last.seq;
-                                let full = page.len() == PAGE;
-                                all.extend(page);
-                                if !full {
-                                    break;
-                                }
-                            }
-                            Ok(all)
-                        },
-                    )
-                    .py(py)?;
-                let list = PyList::empty(py);
-                for r in &records {
-                    list.append(convert::record(py, r)?)?;
-                }
-                Ok(list)
-            }
+            View::Served(s) => crate::remote::every_record(py, seq, |since, limit| {
+                s.client.snapshot_changes(s.lease.id, since, limit)
+            }),
         })
     }
 
@@ -278,11 +250,7 @@ pub(crate) fn ls_of<'py>(
     let entries = py
         .detach(|| s.prefix(prefix)?.collect::<oncelake::Result<Vec<_>>>())
         .py(py)?;
-    let list = PyList::empty(py);
-    for e in &entries {
-        list.append(convert::entry(py, e)?)?;
-    }
-    Ok(list)
+    convert::entries(py, &entries)
 }
 
 pub(crate) fn changes_of<'py>(
@@ -293,9 +261,5 @@ pub(crate) fn changes_of<'py>(
     let records = py
         .detach(|| s.changes_since(seq)?.collect::<oncelake::Result<Vec<_>>>())
         .py(py)?;
-    let list = PyList::empty(py);
-    for r in &records {
-        list.append(convert::record(py, r)?)?;
-    }
-    Ok(list)
+    convert::records(py, &records)
 }

@@ -7,7 +7,7 @@ use crate::remote::{self, Remote};
 use crate::run::PyRun;
 use crate::snapshot::{self, PySnapshot};
 use oncelake::reconcile::{Pairs, Plan, ReconcileError, ReconcileOptions, SortConfig};
-use oncelake::{Batch, ClaimOutcome, Durability, Options, RenewOutcome};
+use oncelake::{Batch, ClaimOutcome, Durability, Options, RenewOutcome, UnitStore};
 use oncelake_client::{Client, ClientError};
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
@@ -51,6 +51,25 @@ pub(crate) enum Backend {
     Local(oncelake::Store),
     Served(Client),
 }
+
+/// Runs `$body` with `$s` bound to the backend's `oncelake::UnitStore` (the engine's `Store` or
+/// the server's `Client`), the GIL released, and raises its error as the matching Python
+/// exception: an operation is written once over the trait. (A macro, not a generic function:
+/// the two stores' errors convert to Python differently, and a closure cannot be generic over
+/// the store it is given.)
+macro_rules! with_store {
+    ($backend:expr, $py:expr, |$s:ident| $body:expr) => {
+        match $backend {
+            $crate::store::Backend::Local($s) => $py
+                .detach(|| $body)
+                .map_err(|e| $crate::convert::engine_err($py, e)),
+            $crate::store::Backend::Served($s) => $py
+                .detach(|| $body)
+                .map_err(|e| $crate::remote::client_err($py, e)),
+        }
+    };
+}
+pub(crate) use with_store;
 
 impl PyStore {
     /// The open backend, or an error once closed.
@@ -307,14 +326,9 @@ impl PyStore {
         ttl: f64,
     ) -> PyResult<Bound<'py, PyAny>> {
         let ttl = seconds("ttl", ttl)?;
-        if let Some(c) = self.served()? {
-            return remote::claim(py, &c, unit, version, worker, ttl);
-        }
-        let store = self.local()?;
-        match py
-            .detach(|| store.claim(unit, version, worker, ttl))
-            .py(py)?
-        {
+        match with_store!(&self.backend()?, py, |s| UnitStore::claim(
+            s, unit, version, worker, ttl
+        ))? {
             ClaimOutcome::Granted { lease, took_over } => convert::lease(py, &lease, took_over),
             ClaimOutcome::Held {
                 worker,
@@ -334,11 +348,7 @@ impl PyStore {
     ) -> PyResult<Bound<'py, PyAny>> {
         let l = convert::lease_from(lease)?;
         let ttl = seconds("ttl", ttl)?;
-        if let Some(c) = self.served()? {
-            return remote::renew(py, &c, &l, ttl);
-        }
-        let store = self.local()?;
-        match py.detach(|| store.renew(&l, ttl)).py(py)? {
+        match with_store!(&self.backend()?, py, |s| UnitStore::renew(s, &l, ttl))? {
             RenewOutcome::Renewed(new) => convert::lease(py, &new, false),
             RenewOutcome::Lost { newest_token } => Err(lost(py, &l, newest_token)),
         }
@@ -348,11 +358,7 @@ impl PyStore {
     /// was taken over, released or ended by a commit): nothing changed then.
     fn release(&self, py: Python<'_>, lease: &Bound<'_, PyAny>) -> PyResult<bool> {
         let l = convert::lease_from(lease)?;
-        if let Some(c) = self.served()? {
-            return remote::release(py, &c, &l);
-        }
-        let store = self.local()?;
-        let outcome = py.detach(|| store.release(&l)).py(py)?;
+        let outcome = with_store!(&self.backend()?, py, |s| UnitStore::release(s, &l))?;
         Ok(outcome == oncelake::ReleaseOutcome::Released)
     }
 
@@ -614,14 +620,7 @@ impl PyStore {
             grace: seconds("grace", grace)?,
             retain: seconds("retain", retain)?,
         };
-        if let Some(c) = self.served()? {
-            let report = py
-                .detach(|| c.gc(dry_run, Some(options.grace), Some(options.retain)))
-                .py(py)?;
-            return crate::maint::gc_report(py, &report);
-        }
-        let store = self.local()?;
-        let report = py.detach(|| store.gc(options)).py(py)?;
+        let report = with_store!(&self.backend()?, py, |s| UnitStore::gc(s, options))?;
         crate::maint::gc_report(py, &report)
     }
 
@@ -631,12 +630,7 @@ impl PyStore {
     /// CLI's exit 7); space left for GC is listed under ``reclaimable`` and is not a problem.
     #[pyo3(signature = (*, deep = false))]
     fn verify<'py>(&self, py: Python<'py>, deep: bool) -> PyResult<Bound<'py, PyAny>> {
-        let report = match self.backend()? {
-            Backend::Local(store) => py
-                .detach(|| store.verify(oncelake::VerifyOptions { deep }))
-                .py(py)?,
-            Backend::Served(c) => py.detach(|| c.verify(deep)).py(py)?,
-        };
+        let report = with_store!(&self.backend()?, py, |s| UnitStore::verify(s, deep))?;
         crate::maint::verify_report(py, &report)
     }
 

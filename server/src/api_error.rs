@@ -87,7 +87,26 @@ pub(crate) fn joined<T>(r: Result<T, tokio::task::JoinError>) -> ApiResult<T> {
     })
 }
 
-pub(crate) fn query<T>(q: Result<Query<T>, QueryRejection>) -> ApiResult<T> {
+fn query<T>(q: Result<Query<T>, QueryRejection>) -> ApiResult<T> {
     q.map(|Query(v)| v)
         .map_err(|e| ApiError::bad(format!("bad query string: {}", e.body_text())))
+}
+
+/// A handler's query string, refused as `bad_request` with axum's reason before the handler
+/// runs (one extractor for every handler rather than a check at the top of each).
+pub(crate) struct Q<T>(pub T);
+
+impl<T, S> axum::extract::FromRequestParts<S> for Q<T>
+where
+    T: serde::de::DeserializeOwned,
+    S: Send + Sync,
+{
+    type Rejection = ApiError;
+
+    async fn from_request_parts(
+        parts: &mut axum::http::request::Parts,
+        state: &S,
+    ) -> Result<Self, ApiError> {
+        query(Query::<T>::from_request_parts(parts, state).await).map(Q)
+    }
 }

@@ -9,16 +9,15 @@
 //! one takes real time, and the connection threads answer every other client's lookups (SPEC
 //! R20).
 
-use crate::api_error::{json, query, ApiError, ApiResult};
+use crate::api_error::{json, ApiError, ApiResult, Q};
 use crate::app::App;
 use crate::body::{read_body, read_body_max};
-use crate::wire_pipeline::{ExplainW, StatusW};
 use axum::body::Body;
-use axum::extract::rejection::QueryRejection;
-use axum::extract::{Query, State};
+use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::Response;
 use oncelake::pipeline::{set_source_version, Pipeline, PipelineDef};
+use serde::de::DeserializeOwned;
 use serde::Deserialize;
 use std::sync::Arc;
 
@@ -33,10 +32,9 @@ pub(crate) struct SourceQ {
 /// call takes it; at most the JSON body limit).
 pub(crate) async fn set_source(
     State(app): State<Arc<App>>,
-    q: Result<Query<SourceQ>, QueryRejection>,
+    Q(q): Q<SourceQ>,
     body: Body,
 ) -> ApiResult<Response> {
-    let q = query(q)?;
     let input = read_bytes(&app, body).await?;
     let app2 = app.clone();
     let u = app
@@ -57,11 +55,18 @@ async fn read_bytes(app: &App, body: Body) -> ApiResult<Vec<u8>> {
     Ok(bytes.to_vec())
 }
 
-/// A pipeline call's body: a JSON object with the definition's text under `pipeline`.
-pub(crate) trait WithDefinition: for<'de> Deserialize<'de> + Send + 'static {
-    /// The definition's text.
-    fn definition(&self) -> &str;
+/// A pipeline call's body: a JSON object with the definition's text under `pipeline` beside the
+/// call's own fields (`args`).
+#[derive(Deserialize)]
+struct DefCall<T> {
+    pipeline: String,
+    #[serde(flatten)]
+    args: T,
 }
+
+/// The fields of a call that takes nothing but the definition.
+#[derive(Deserialize)]
+pub(crate) struct NoArgs {}
 
 /// Room in a pipeline call's body for what comes with the definition (a unit, a cell, a worker,
 /// an error message).
@@ -82,7 +87,7 @@ pub(crate) fn definition_too_large(app: &App, len: usize) -> ApiError {
 }
 
 /// Reads a pipeline call's body and, on the blocking pool, parses it and its definition.
-pub(crate) async fn def_call<T: WithDefinition>(
+pub(crate) async fn def_call<T: DeserializeOwned + Send + 'static>(
     app: &Arc<App>,
     body: Body,
 ) -> ApiResult<(T, Pipeline)> {
@@ -101,11 +106,11 @@ pub(crate) async fn def_call<T: WithDefinition>(
     .await?;
     let app2 = app.clone();
     let parsed = app.spawn_blocking(move || -> ApiResult<(T, Pipeline)> {
-        let r: T = serde_json::from_slice(&bytes).map_err(|e| {
+        let r: DefCall<T> = serde_json::from_slice(&bytes).map_err(|e| {
             ApiError::bad(format!("the request body is not the expected JSON: {e}"))
         })?;
-        let p = parse_definition(&app2, r.definition())?;
-        Ok((r, p))
+        let p = parse_definition(&app2, &r.pipeline)?;
+        Ok((r.args, p))
     })?;
     crate::api_error::joined(parsed.await)?
 }
@@ -120,38 +125,18 @@ pub(crate) fn parse_definition(app: &App, text: &str) -> ApiResult<Pipeline> {
         .map_err(|e| ApiError::bad(format!("the pipeline definition: {e}")))
 }
 
-/// A pipeline definition as the body of a call.
-#[derive(Deserialize)]
-pub(crate) struct DefReq {
-    /// The definition's text (the TOML of `oncelake pipeline --pipeline FILE`).
-    pipeline: String,
-}
-
-impl WithDefinition for DefReq {
-    fn definition(&self) -> &str {
-        &self.pipeline
-    }
-}
-
 /// The cell counts of a pipeline.
 pub(crate) async fn status(State(app): State<Arc<App>>, body: Body) -> ApiResult<Response> {
-    let (_, p) = def_call::<DefReq>(&app, body).await?;
+    let (_, p) = def_call::<NoArgs>(&app, body).await?;
     let app2 = app.clone();
     let st = app.blocking(move || p.status(&app2.store)).await?;
-    Ok(json(&StatusW::from(&st)))
+    Ok(json(&st))
 }
 
-/// The body of `POST /v1/pipeline/explain`.
+/// The fields of `POST /v1/pipeline/explain` beside the definition.
 #[derive(Deserialize)]
 pub(crate) struct ExplainReq {
-    pipeline: String,
     unit: String,
-}
-
-impl WithDefinition for ExplainReq {
-    fn definition(&self) -> &str {
-        &self.pipeline
-    }
 }
 
 /// Why each cell of a unit is in its state.
@@ -161,5 +146,5 @@ pub(crate) async fn explain(State(app): State<Arc<App>>, body: Body) -> ApiResul
     let e = app
         .blocking(move || p.explain(&app2.store, &r.unit))
         .await?;
-    Ok(json(&ExplainW::from(&e)))
+    Ok(json(&e))
 }

@@ -7,32 +7,20 @@
 use crate::api_error::{json, ApiError, ApiResult};
 use crate::app::App;
 use crate::body::{read_body, read_json};
-use crate::pipeline::{def_call, parse_definition, WithDefinition};
-use crate::wire_cells::{AttemptW, ClaimCellW, FailOutcomeW, ReadyCellW};
+use crate::pipeline::{def_call, parse_definition, NoArgs};
 use axum::body::Body;
 use axum::extract::State;
 use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
-use oncelake::pipeline::Attempt;
+use oncelake::pipeline::{Attempt, ReadyCell};
 use serde::Deserialize;
 use std::sync::Arc;
 use std::time::Duration;
 
-#[derive(Deserialize)]
-pub(crate) struct DefReq {
-    pipeline: String,
-}
-
-impl WithDefinition for DefReq {
-    fn definition(&self) -> &str {
-        &self.pipeline
-    }
-}
-
 /// `POST /v1/pipeline/define`: records the definition in the log if it changed (what binding a
 /// pipeline to a store does in-process); the record's seq, or null when it was already current.
 pub(crate) async fn define(State(app): State<Arc<App>>, body: Body) -> ApiResult<Response> {
-    let (_, p) = def_call::<DefReq>(&app, body).await?;
+    let (_, p) = def_call::<NoArgs>(&app, body).await?;
     let app2 = app.clone();
     let seq = app
         .blocking(move || p.record_definition(&app2.store))
@@ -43,7 +31,6 @@ pub(crate) async fn define(State(app): State<Arc<App>>, body: Body) -> ApiResult
 
 #[derive(Deserialize)]
 pub(crate) struct ReadyReq {
-    pipeline: String,
     #[serde(default = "default_limit")]
     limit: usize,
 }
@@ -52,39 +39,25 @@ fn default_limit() -> usize {
     100
 }
 
-impl WithDefinition for ReadyReq {
-    fn definition(&self) -> &str {
-        &self.pipeline
-    }
-}
-
 /// `POST /v1/pipeline/ready`: up to `limit` ready cells, with their inputs' entries.
 pub(crate) async fn ready(State(app): State<Arc<App>>, body: Body) -> ApiResult<Response> {
     let (r, p) = def_call::<ReadyReq>(&app, body).await?;
     let app2 = app.clone();
     let cells = app.blocking(move || p.ready(&app2.store, r.limit)).await?;
-    let cells: Vec<ReadyCellW> = cells.iter().map(ReadyCellW::from).collect();
     Ok(json(&serde_json::json!({ "cells": cells })))
 }
 
 #[derive(Deserialize)]
 pub(crate) struct ClaimReq {
-    pipeline: String,
-    cell: ReadyCellW,
+    cell: ReadyCell,
     worker: String,
     ttl_ms: u64,
-}
-
-impl WithDefinition for ClaimReq {
-    fn definition(&self) -> &str {
-        &self.pipeline
-    }
 }
 
 /// `POST /v1/pipeline/claim`: claims a cell listed by `ready`.
 pub(crate) async fn claim(State(app): State<Arc<App>>, body: Body) -> ApiResult<Response> {
     let (r, p) = def_call::<ClaimReq>(&app, body).await?;
-    let cell = r.cell.to_engine().map_err(ApiError::bad)?;
+    let cell = r.cell;
     let app2 = app.clone();
     let c = app
         .blocking(move || {
@@ -97,13 +70,13 @@ pub(crate) async fn claim(State(app): State<Arc<App>>, body: Body) -> ApiResult<
         })
         .await?;
     app.note_seq(app.store.last_seq().ok());
-    Ok(json(&ClaimCellW::from(&c)))
+    Ok(json(&c))
 }
 
 #[derive(Deserialize)]
 pub(crate) struct CompleteHead {
     pipeline: String,
-    attempt: AttemptW,
+    attempt: Attempt,
 }
 
 /// `POST /v1/pipeline/complete`: the body is one JSON line `{"pipeline", "attempt"}`, then the
@@ -126,7 +99,7 @@ pub(crate) async fn complete(State(app): State<Arc<App>>, body: Body) -> ApiResu
             ))
         })?;
         let p = parse_definition(&app2, &head.pipeline)?;
-        Ok((p, Attempt::from(&head.attempt), bytes.slice(nl + 1..)))
+        Ok((p, head.attempt, bytes.slice(nl + 1..)))
     })?;
     let (p, attempt, output) = crate::api_error::joined(read.await)??;
     let app2 = app.clone();
@@ -141,21 +114,14 @@ pub(crate) async fn complete(State(app): State<Arc<App>>, body: Body) -> ApiResu
 
 #[derive(Deserialize)]
 pub(crate) struct FailReq {
-    pipeline: String,
-    attempt: AttemptW,
+    attempt: Attempt,
     error: String,
-}
-
-impl WithDefinition for FailReq {
-    fn definition(&self) -> &str {
-        &self.pipeline
-    }
 }
 
 /// `POST /v1/pipeline/fail`: records a failed run of a cell.
 pub(crate) async fn fail(State(app): State<Arc<App>>, body: Body) -> ApiResult<Response> {
     let (r, p) = def_call::<FailReq>(&app, body).await?;
-    let attempt = Attempt::from(&r.attempt);
+    let attempt = r.attempt;
     let app2 = app.clone();
     let f = app
         .blocking(move || p.fail(&app2.store, &attempt, &r.error))
@@ -163,12 +129,12 @@ pub(crate) async fn fail(State(app): State<Arc<App>>, body: Body) -> ApiResult<R
     if let oncelake::pipeline::FailOutcome::Recorded { seq, .. } = f {
         app.note_seq(Some(seq));
     }
-    Ok(json(&FailOutcomeW::from(&f)))
+    Ok(json(&f))
 }
 
 #[derive(Deserialize)]
 pub(crate) struct InputReq {
-    cell: ReadyCellW,
+    cell: ReadyCell,
     stage: Option<String>,
 }
 
@@ -177,7 +143,7 @@ pub(crate) struct InputReq {
 /// checked).
 pub(crate) async fn input(State(app): State<Arc<App>>, body: Body) -> ApiResult<Response> {
     let r: InputReq = read_json(&app, body).await?;
-    let cell = r.cell.to_engine().map_err(ApiError::bad)?;
+    let cell = r.cell;
     let app2 = app.clone();
     let bytes = app
         .blocking(move || cell.read_input(&app2.store, r.stage.as_deref()))

@@ -1,11 +1,10 @@
 //! The read handlers: lookup, entry and object, ls and the change feed.
 
-use crate::api_error::{json, query, ApiError, ApiResult};
+use crate::api_error::{json, ApiError, ApiResult, Q};
 use crate::app::App;
 use crate::wire::{ChangesW, RecordW};
 use axum::body::{Body, Bytes};
-use axum::extract::rejection::QueryRejection;
-use axum::extract::{Query, State};
+use axum::extract::State;
 use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
 use oncelake::Store;
@@ -20,11 +19,7 @@ pub(crate) struct UnitQ {
     at: Option<u64>,
 }
 
-pub(crate) async fn lookup(
-    State(app): State<Arc<App>>,
-    q: Result<Query<UnitQ>, QueryRejection>,
-) -> ApiResult<Response> {
-    let q = query(q)?;
+pub(crate) async fn lookup(State(app): State<Arc<App>>, Q(q): Q<UnitQ>) -> ApiResult<Response> {
     // A key no unit can have is a mistake to report, not a unit without an entry (in-process,
     // every command checks the key before it asks the store).
     oncelake::validate_key(&q.unit).map_err(ApiError::from)?;
@@ -61,11 +56,7 @@ pub(crate) fn snapshot(store: &Store, at: Option<u64>) -> oncelake::Result<oncel
     }
 }
 
-pub(crate) async fn entry(
-    State(app): State<Arc<App>>,
-    q: Result<Query<UnitQ>, QueryRejection>,
-) -> ApiResult<Response> {
-    let q = query(q)?;
+pub(crate) async fn entry(State(app): State<Arc<App>>, Q(q): Q<UnitQ>) -> ApiResult<Response> {
     oncelake::validate_key(&q.unit).map_err(ApiError::from)?;
     let app2 = app.clone();
     let e = app
@@ -76,11 +67,7 @@ pub(crate) async fn entry(
 
 /// Streams a unit's object: its entry in the `x-oncelake-entry` header (JSON), its bytes as the
 /// body, read in chunks on the blocking pool (never the whole object in memory).
-pub(crate) async fn object(
-    State(app): State<Arc<App>>,
-    q: Result<Query<UnitQ>, QueryRejection>,
-) -> ApiResult<Response> {
-    let q = query(q)?;
+pub(crate) async fn object(State(app): State<Arc<App>>, Q(q): Q<UnitQ>) -> ApiResult<Response> {
     oncelake::validate_key(&q.unit).map_err(ApiError::from)?;
     let app2 = app.clone();
     let unit = q.unit.clone();
@@ -163,11 +150,7 @@ pub(crate) struct LsQ {
 
 /// Streams the entries under a prefix as JSON lines, one entry each, produced on the blocking
 /// pool as the client reads them.
-pub(crate) async fn ls(
-    State(app): State<Arc<App>>,
-    q: Result<Query<LsQ>, QueryRejection>,
-) -> ApiResult<Response> {
-    let q = query(q)?;
+pub(crate) async fn ls(State(app): State<Arc<App>>, Q(q): Q<LsQ>) -> ApiResult<Response> {
     let app2 = app.clone();
     let at = q.at;
     let snap = app.blocking(move || snapshot(&app2.store, at)).await?;
@@ -220,11 +203,7 @@ pub(crate) struct ChangesQ {
 
 /// The change feed after `since`; with `wait_ms`, waits (long-polls) for the next commit when
 /// nothing is there yet.
-pub(crate) async fn changes(
-    State(app): State<Arc<App>>,
-    q: Result<Query<ChangesQ>, QueryRejection>,
-) -> ApiResult<Response> {
-    let q = query(q)?;
+pub(crate) async fn changes(State(app): State<Arc<App>>, Q(q): Q<ChangesQ>) -> ApiResult<Response> {
     let limit = q.limit.unwrap_or(10_000).clamp(1, 100_000);
     let wait = Duration::from_millis(q.wait_ms).min(app.limits.max_poll);
     let deadline = tokio::time::Instant::now() + wait;

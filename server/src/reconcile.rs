@@ -5,13 +5,12 @@
 //! whole body before it reads the answer (a plan streamed back at once could fill both socket
 //! buffers and stall both sides). Memory stays bounded on both sides whatever the sizes.
 
-use crate::api_error::{query, ApiError, ApiResult};
+use crate::api_error::{ApiError, ApiResult, Q};
 use crate::app::App;
 use crate::body::{feed, ChannelReader, Pace, Piece};
-use crate::wire_reconcile::{ErrorLineW, PlanLineW, SortedW, SummaryW};
+use crate::wire_reconcile::{ErrorLineW, PlanLineW, SortedW};
 use axum::body::{Body, Bytes};
-use axum::extract::rejection::QueryRejection;
-use axum::extract::{Query, State};
+use axum::extract::State;
 use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
 use http_body_util::BodyExt;
@@ -92,10 +91,10 @@ fn spec(q: ReconcileQ) -> ApiResult<PlanSpec> {
 /// plan and its last line (the summary, or why the plan stopped).
 pub(crate) async fn reconcile(
     State(app): State<Arc<App>>,
-    q: Result<Query<ReconcileQ>, QueryRejection>,
+    Q(q): Q<ReconcileQ>,
     mut body: Body,
 ) -> ApiResult<Response> {
-    let spec = spec(query(q)?)?;
+    let spec = spec(q)?;
     let spool = spool_file(&spec.tmp)?;
     let (tx, rx) = tokio::sync::mpsc::channel::<Piece>(4);
     let app2 = app.clone();
@@ -193,7 +192,7 @@ fn plan_to_spool(
     let listing = ListingReader::new(BufReader::with_capacity(1 << 16, input), spec.format);
     let result = run_pass(store, listing, spec, &mut out);
     let last = match result {
-        Ok(summary) => line(&PlanLineW::Summary(SummaryW::from(&summary))),
+        Ok(summary) => line(&PlanLineW::Summary(summary)),
         Err(ReconcileError::Listing(e)) => line(&PlanLineW::Error(ErrorLineW::listing(&e))),
         Err(ReconcileError::Output(e)) => return Err(io(e)),
         Err(ReconcileError::Store(e)) => {

@@ -8,12 +8,11 @@
 //!
 //! Also the log's position (`GET /v1/seq`) and `POST /v1/flush`.
 
-use crate::api_error::{json, query, ApiError, ApiResult};
+use crate::api_error::{json, ApiError, ApiResult, Q};
 use crate::app::App;
 use crate::reads::object_response;
 use crate::snapshot_leases::{DEFAULT_TTL, MAX_OPEN, MAX_TTL};
-use axum::extract::rejection::QueryRejection;
-use axum::extract::{Query, State};
+use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::Response;
 use serde::Deserialize;
@@ -27,11 +26,7 @@ pub(crate) struct OpenQ {
 }
 
 /// `POST /v1/snapshot?at=SEQ&ttl_ms=MS`: opens a view (newest, or as of `at`).
-pub(crate) async fn open(
-    State(app): State<Arc<App>>,
-    q: Result<Query<OpenQ>, QueryRejection>,
-) -> ApiResult<Response> {
-    let q = query(q)?;
+pub(crate) async fn open(State(app): State<Arc<App>>, Q(q): Q<OpenQ>) -> ApiResult<Response> {
     let ttl = q
         .ttl_ms
         .map_or(DEFAULT_TTL, Duration::from_millis)
@@ -79,11 +74,7 @@ pub(crate) struct IdQ {
 }
 
 /// `DELETE /v1/snapshot?id=`: ends the lease.
-pub(crate) async fn close(
-    State(app): State<Arc<App>>,
-    q: Result<Query<IdQ>, QueryRejection>,
-) -> ApiResult<Response> {
-    let q = query(q)?;
+pub(crate) async fn close(State(app): State<Arc<App>>, Q(q): Q<IdQ>) -> ApiResult<Response> {
     Ok(json(
         &serde_json::json!({ "closed": app.snapshots.close(q.id) }),
     ))
@@ -96,11 +87,7 @@ pub(crate) struct UnitQ {
 }
 
 /// `GET /v1/snapshot/entry?id=&unit=`.
-pub(crate) async fn entry(
-    State(app): State<Arc<App>>,
-    q: Result<Query<UnitQ>, QueryRejection>,
-) -> ApiResult<Response> {
-    let q = query(q)?;
+pub(crate) async fn entry(State(app): State<Arc<App>>, Q(q): Q<UnitQ>) -> ApiResult<Response> {
     oncelake::validate_key(&q.unit).map_err(ApiError::from)?;
     let snap = app.snapshots.touch(q.id)?;
     let e = app.blocking(move || snap.get(&q.unit)).await?;
@@ -109,11 +96,7 @@ pub(crate) async fn entry(
 
 /// `GET /v1/snapshot/object?id=&unit=`: the unit's object in the view, streamed, with its entry
 /// in the `x-oncelake-entry` header (as `GET /v1/object`).
-pub(crate) async fn object(
-    State(app): State<Arc<App>>,
-    q: Result<Query<UnitQ>, QueryRejection>,
-) -> ApiResult<Response> {
-    let q = query(q)?;
+pub(crate) async fn object(State(app): State<Arc<App>>, Q(q): Q<UnitQ>) -> ApiResult<Response> {
     oncelake::validate_key(&q.unit).map_err(ApiError::from)?;
     let snap = app.snapshots.touch(q.id)?;
     let unit = q.unit.clone();
@@ -138,11 +121,7 @@ pub(crate) struct LsQ {
 }
 
 /// `GET /v1/snapshot/ls?id=&prefix=`: the view's entries under a prefix as JSON lines.
-pub(crate) async fn ls(
-    State(app): State<Arc<App>>,
-    q: Result<Query<LsQ>, QueryRejection>,
-) -> ApiResult<Response> {
-    let q = query(q)?;
+pub(crate) async fn ls(State(app): State<Arc<App>>, Q(q): Q<LsQ>) -> ApiResult<Response> {
     let snap = app.snapshots.touch(q.id)?;
     crate::reads::entries_stream(&app, snap, q.prefix)
 }
@@ -157,11 +136,7 @@ pub(crate) struct ChangesQ {
 
 /// `GET /v1/snapshot/changes?id=&since=&limit=`: the log records after `since` up to the view's
 /// seq (at most `limit`); `seq` is the view's.
-pub(crate) async fn changes(
-    State(app): State<Arc<App>>,
-    q: Result<Query<ChangesQ>, QueryRejection>,
-) -> ApiResult<Response> {
-    let q = query(q)?;
+pub(crate) async fn changes(State(app): State<Arc<App>>, Q(q): Q<ChangesQ>) -> ApiResult<Response> {
     let snap = app.snapshots.touch(q.id)?;
     let limit = q.limit.unwrap_or(10_000).clamp(1, 100_000);
     let page = app
@@ -180,9 +155,8 @@ pub(crate) struct PathQ {
 /// immutable file a client on this node may stream itself while the view is open).
 pub(crate) async fn object_path(
     State(app): State<Arc<App>>,
-    q: Result<Query<PathQ>, QueryRejection>,
+    Q(q): Q<PathQ>,
 ) -> ApiResult<Response> {
-    let q = query(q)?;
     app.snapshots.touch(q.id)?;
     let id = crate::wire::parse_id(&q.object).map_err(ApiError::bad)?;
     Ok(json(

@@ -4,7 +4,7 @@
 //! process-only counters. Every counter's scope (`store`: persisted with the commits;
 //! `process`: this server process only) is in the output.
 
-use crate::wire_stats::{hist, StatsW};
+use crate::wire_stats::StatsW;
 use oncelake::metrics::scope_of;
 use oncelake::{Store, VerifyReport};
 use serde_json::{json, Value};
@@ -24,8 +24,8 @@ pub(crate) fn stats(store: &Store, live: &crate::live::Live) -> oncelake::Result
             .into_iter()
             .map(|(n, _)| (n.to_string(), scope_of(n).name().to_string()))
             .collect(),
-        group_units: hist(&m.group_units),
-        commit_latency_us: hist(&m.commit_latency_us),
+        group_units: m.group_units.clone(),
+        commit_latency_us: m.commit_latency_us.clone(),
         counted_since_seq: m.counted_since_seq,
         units: fig.units,
         bytes_stored: fig.bytes_stored,

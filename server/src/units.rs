@@ -6,13 +6,12 @@
 //! against the bounds per client and in total of [`crate::bounds`] ([`App::spawn_blocking`]:
 //! `503` beyond).
 
-use crate::api_error::{joined, json, query, ApiError, ApiResult};
+use crate::api_error::{joined, json, ApiError, ApiResult, Q};
 use crate::app::App;
 use crate::body::{read_json, upload};
-use crate::wire::{ClaimReqW, ClaimW, CommitW, PutW, ReleaseReqW, RenewReqW, RenewW, StagedW};
+use crate::wire::{ClaimReqW, CommitW, PutW, ReleaseReqW, RenewReqW, StagedW};
 use axum::body::Body;
-use axum::extract::rejection::QueryRejection;
-use axum::extract::{Query, State};
+use axum::extract::State;
 use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
 use oncelake::{Batch, Intent, Write, Written};
@@ -109,10 +108,9 @@ pub(crate) struct PutQ {
 
 pub(crate) async fn put_unit(
     State(app): State<Arc<App>>,
-    q: Result<Query<PutQ>, QueryRejection>,
+    Q(q): Q<PutQ>,
     body: Body,
 ) -> ApiResult<Response> {
-    let q = query(q)?;
     oncelake::validate_key(&q.unit).map_err(ApiError::from)?;
     let staged = upload(&app, body).await?;
     let intent = if q.correct {
@@ -144,10 +142,9 @@ pub(crate) struct StageQ {
 
 pub(crate) async fn stage(
     State(app): State<Arc<App>>,
-    q: Result<Query<StageQ>, QueryRejection>,
+    Q(q): Q<StageQ>,
     body: Body,
 ) -> ApiResult<Response> {
-    let q = query(q)?;
     let ttl = q
         .ttl_ms
         .map_or(app.limits.staged_ttl, Duration::from_millis)
@@ -168,11 +165,7 @@ pub(crate) struct IdQ {
     id: u64,
 }
 
-pub(crate) async fn unstage(
-    State(app): State<Arc<App>>,
-    q: Result<Query<IdQ>, QueryRejection>,
-) -> ApiResult<Response> {
-    let q = query(q)?;
+pub(crate) async fn unstage(State(app): State<Arc<App>>, Q(q): Q<IdQ>) -> ApiResult<Response> {
     let (found, n) = app.staged.remove([q.id]);
     app.live.set_staged_handles(n as u64);
     Ok(json(&serde_json::json!({ "dropped": found })))
@@ -232,7 +225,7 @@ pub(crate) async fn claim(State(app): State<Arc<App>>, body: Body) -> ApiResult<
         other => return Err(mismatched("a claim", &other)),
     };
     app.note_seq(app.store.last_seq().ok());
-    Ok(json(&ClaimW::from(&c)))
+    Ok(json(&c))
 }
 
 pub(crate) async fn renew(State(app): State<Arc<App>>, body: Body) -> ApiResult<Response> {
@@ -247,7 +240,7 @@ pub(crate) async fn renew(State(app): State<Arc<App>>, body: Body) -> ApiResult<
     };
     // A renewal is a log record: long-polls waiting on the feed wake for it.
     app.note_seq(app.store.last_seq().ok());
-    Ok(json(&RenewW::from(&out)))
+    Ok(json(&out))
 }
 
 pub(crate) async fn release(State(app): State<Arc<App>>, body: Body) -> ApiResult<Response> {

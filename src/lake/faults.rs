@@ -21,6 +21,8 @@ use std::time::Duration;
 
 /// One fault, scripted with [`LakeFaults::script`] for the next PUT under a path prefix.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+// Without `testing` only the engine's own uses are compiled: the crash faults are scripted by tests.
+#[cfg_attr(not(feature = "testing"), allow(dead_code))]
 pub enum LakeFault {
     /// The request fails before it reaches the store (nothing written).
     Before,
@@ -91,6 +93,8 @@ pub struct Hold {
     changed: std::sync::Condvar,
 }
 
+// Held PUTs are released by tests (`testing`); the engine only holds them.
+#[cfg_attr(not(feature = "testing"), allow(dead_code))]
 impl Hold {
     /// Waits until a PUT is held here.
     pub fn wait_held(&self) {

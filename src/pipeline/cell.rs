@@ -218,6 +218,8 @@ impl DefinitionRecord {
 
 /// Why a cell's earlier completion no longer counts.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "serde", serde(tag = "reason", rename_all = "snake_case"))]
 pub enum StaleReason {
     /// It was completed for an older source version of the unit.
     NewerSource {
@@ -260,6 +262,8 @@ impl std::fmt::Display for StaleReason {
 /// How the latest change of a unit's source reached a done cell (SPEC R24): the cell re-ran, or
 /// the wave of re-runs stopped above it because none of its inputs changed (early cutoff).
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "serde", serde(tag = "wave", rename_all = "snake_case"))]
 pub enum Wave {
     /// It re-ran: completed for the unit's current source version after an earlier completion of
     /// the same cell (same code versions) for `previous_version`. When `object` equals
@@ -349,6 +353,8 @@ impl std::fmt::Display for Wave {
 
 /// A cell's state, as [`crate::pipeline::Pipeline::explain`] reports it.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "serde", serde(tag = "state", rename_all = "snake_case"))]
 pub enum CellState {
     /// Completed for the unit's current source version with the stage's current lineage.
     Done {
@@ -384,7 +390,10 @@ pub enum CellState {
         /// The first upstream stage (in the order listed) whose cell is not done.
         upstream: String,
         /// That cell's state, in a word (ready, running, blocked, failed).
-        upstream_state: &'static str,
+        // The long path keeps serde from borrowing the word from the input (it reads back as
+        // one of the engine's own words, `state_word`).
+        #[cfg_attr(feature = "serde", serde(deserialize_with = "state_word"))]
+        upstream_state: &'static std::primitive::str,
     },
     /// It failed `max_attempts` times at this source version and is not retried until the source
     /// version or a code version changes.
@@ -409,8 +418,20 @@ impl CellState {
     }
 }
 
+/// A state's word read back as the engine's own `&'static str` (the five of [`CellState::name`]).
+#[cfg(feature = "serde")]
+fn state_word<'de, D: serde::Deserializer<'de>>(d: D) -> Result<&'static str, D::Error> {
+    const WORDS: [&str; 5] = ["done", "running", "ready", "blocked", "failed"];
+    let word = <String as serde::Deserialize>::deserialize(d)?;
+    WORDS
+        .into_iter()
+        .find(|w| *w == word)
+        .ok_or_else(|| serde::de::Error::custom(format!("unknown cell state {word:?}")))
+}
+
 /// One cell of a unit, explained.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct CellView {
     /// The stage.
     pub stage: String,
@@ -423,6 +444,7 @@ pub struct CellView {
     /// For a done cell: whether it re-ran for the current source version or was cut off
     /// (`None`: neither, e.g. its first completion). [`crate::pipeline::Pipeline::status`] and
     /// [`crate::pipeline::Pipeline::cells`] leave `Reran` out (it costs a history read per cell).
+    #[cfg_attr(feature = "serde", serde(default))]
     pub wave: Option<Wave>,
 }
 

@@ -29,6 +29,7 @@ pub struct Pipeline {
 /// An input of a ready cell: the unit's source entry (`stage: None`) or an upstream cell's
 /// completed entry.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct Input {
     /// The upstream stage, or `None` for the unit's source.
     pub stage: Option<String>,
@@ -38,6 +39,7 @@ pub struct Input {
 
 /// A cell that may run now.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct ReadyCell {
     /// The unit.
     pub unit: String,
@@ -77,6 +79,8 @@ impl ReadyCell {
 
 /// The answer to [`Pipeline::claim`].
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "serde", serde(tag = "claim", rename_all = "snake_case"))]
 pub enum Claim {
     /// The cell is yours: run it, then complete or fail it with the lease's token.
     Granted {
@@ -103,6 +107,7 @@ pub enum Claim {
 
 /// One run of a cell, as [`Pipeline::complete`] and [`Pipeline::fail`] record it.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct Attempt {
     /// The unit.
     pub unit: String,
@@ -118,6 +123,8 @@ pub struct Attempt {
 
 /// The answer to [`Pipeline::fail`].
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "serde", serde(tag = "outcome", rename_all = "snake_case"))]
 pub enum FailOutcome {
     /// The failure is in the log at `seq`.
     Recorded {
@@ -148,6 +155,7 @@ pub enum FailOutcome {
 
 /// A unit's cells, explained.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct Explain {
     /// The unit.
     pub unit: String,
@@ -159,6 +167,7 @@ pub struct Explain {
 
 /// Cell counts of one stage.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct StageStatus {
     /// The stage.
     pub stage: String,
@@ -178,11 +187,13 @@ pub struct StageStatus {
     pub stale: u64,
     /// Done cells that were cut off (SPEC R24): not re-run at the current source version because
     /// none of their inputs changed; also counted in `done`.
+    #[cfg_attr(feature = "serde", serde(default))]
     pub cut_off: u64,
 }
 
 /// Cell counts of a whole pipeline.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct Status {
     /// Units with a source version.
     pub units: u64,
@@ -845,7 +856,11 @@ impl Pipeline {
         Ok(self.ready_and_running(store, limit)?.0)
     }
 
-    fn ready_and_running(&self, store: &Store, limit: usize) -> Result<(Vec<ReadyCell>, u64)> {
+    pub(crate) fn ready_and_running(
+        &self,
+        store: &Store,
+        limit: usize,
+    ) -> Result<(Vec<ReadyCell>, u64)> {
         crate::error::contain(|| self.ready_and_running_uncontained(store, limit))
     }
 
@@ -1051,7 +1066,7 @@ impl Pipeline {
     }
 
     /// Whether another worker holds a live lease on the cell key.
-    fn held_by_other(&self, store: &Store, key: &str, worker: &str) -> Result<bool> {
+    pub(crate) fn held_by_other(&self, store: &Store, key: &str, worker: &str) -> Result<bool> {
         let now = store.core().now_ms();
         let held = match store.core().tables()?.claim(key)? {
             Some(c) => c.is_live(now) && c.worker != worker,
@@ -1065,85 +1080,6 @@ impl Pipeline {
         match store.core().tables()?.extension(key)? {
             Some((_, data)) => Failure::decode(&data).map(Some),
             None => Ok(None),
-        }
-    }
-
-    /// Runs ready cells until none is ready: claims each, runs `stage_fn` on it, completes it with
-    /// the output or records the error as a failure. Failed cells are retried (by this or a later
-    /// call) until their stage's `max_attempts`.
-    pub fn work<F>(&self, store: &Store, worker: &str, stage_fn: F) -> Result<WorkReport>
-    where
-        F: FnMut(&ReadyCell) -> std::result::Result<Vec<u8>, String>,
-    {
-        self.work_with(store, worker, &WorkOptions::default(), stage_fn)
-    }
-
-    /// [`Pipeline::work`] with options.
-    pub fn work_with<F>(
-        &self,
-        store: &Store,
-        worker: &str,
-        opts: &WorkOptions,
-        mut stage_fn: F,
-    ) -> Result<WorkReport>
-    where
-        F: FnMut(&ReadyCell) -> std::result::Result<Vec<u8>, String>,
-    {
-        validate_worker(worker)?;
-        self.record_definition(store)?;
-        let mut report = WorkReport::default();
-        // Workers start at different places in the ready list so they rarely race for a cell.
-        let spread = blake3::hash(worker.as_bytes()).as_bytes()[0] as usize;
-        let mut idle = 0u32;
-        loop {
-            let (ready, running) = self.ready_and_running(store, usize::MAX)?;
-            if ready.is_empty() {
-                if opts.wait_for_running && running > 0 {
-                    // Back off while waiting: every poll is a full scan.
-                    idle = (idle + 1).min(10);
-                    std::thread::sleep(opts.poll * idle);
-                    continue;
-                }
-                return Ok(report);
-            }
-            idle = 0;
-            let start = spread % ready.len();
-            for cell in ready[start..].iter().chain(&ready[..start]) {
-                // Cheap checks first (memory, one read): skip cells another worker completed or
-                // holds since the scan, without a round trip through the commit leader.
-                if store.is_done(&cell.key, cell.source_version)?
-                    || self.held_by_other(store, &cell.key, worker)?
-                {
-                    continue;
-                }
-                let (lease, cell) = match self.claim(store, cell, worker, opts.ttl)? {
-                    Claim::Granted { lease, cell } => (lease, cell),
-                    _ => continue,
-                };
-                report.runs += 1;
-                report.retried += (cell.attempts > 0) as u64;
-                report.invalidated += cell.stale.is_some() as u64;
-                let attempt = Attempt {
-                    unit: cell.unit.clone(),
-                    stage: cell.stage.clone(),
-                    source_version: cell.source_version,
-                    worker: worker.to_string(),
-                    token: Some(lease.token),
-                };
-                match stage_fn(&cell) {
-                    Ok(output) => match self.complete(store, &attempt, &output)?.outcome {
-                        Outcome::Committed { .. } => report.completed += 1,
-                        Outcome::Duplicate { .. } => report.duplicates += 1,
-                        _ => report.rejected += 1,
-                    },
-                    Err(e) => match self.fail(store, &attempt, &e)? {
-                        FailOutcome::Recorded { .. } => report.failed += 1,
-                        FailOutcome::Fenced { .. } | FailOutcome::Busy { .. } => {
-                            report.rejected += 1
-                        }
-                    },
-                }
-            }
         }
     }
 

@@ -107,6 +107,7 @@ impl From<PlanItem<'_>> for PlannedUnit {
 
 /// Counts of a reconcile pass.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct Summary {
     /// Listing rows read (duplicates included).
     pub listed: u64,

@@ -49,6 +49,7 @@ const LAYERS: &[(&str, &[&str])] = &[
             "run",
         ],
     ),
+    ("operations", &["api"]),
 ];
 
 /// Top-level modules outside the engine's layering: the binary's code.

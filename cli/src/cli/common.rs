@@ -106,6 +106,11 @@ pub(crate) fn write_err(args: std::fmt::Arguments<'_>, newline: bool) {
     });
 }
 
+/// How a command written once over the engine's `UnitStore` gets its store from the store
+/// directory: opened in this process (`open_store`), or the client of the server that holds it
+/// (`remote.rs`).
+pub(crate) type Open<'a, S> = &'a dyn Fn(&Path) -> Result<S, CliError>;
+
 /// Opens an existing store (or creates one if `create`), waiting up to `wait` for its lock.
 pub(crate) fn open_store(path: &Path, wait: Duration, create: bool) -> Result<Store, CliError> {
     if !create {

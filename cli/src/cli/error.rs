@@ -1,5 +1,7 @@
 //! The CLI's error type, its stable error kinds, and the one table of exit codes scripts rely on
-//! (SPEC R17, docs/cli.md).
+//! (SPEC R17, docs/cli.md), and the same failure of a served store (`client_error`).
+
+use oncelake_server::ClientError;
 
 /// The exit codes, one per kind of result: the same failure exits with the same code in every
 /// command. `docs/cli.md` has the same table; `tests/cli_contract.rs` checks them.
@@ -62,7 +64,7 @@ pub(crate) enum CliError {
     #[error(transparent)]
     Table(oncelake::table::TableError),
     /// A failure the server of the store reported (SPEC R20), with the kind and exit code the
-    /// same failure has in-process (see `remote::client_error`) and the in-process hint.
+    /// same failure has in-process (see `client_error`) and the in-process hint.
     #[error("{message}{hint}")]
     Served {
         kind: &'static str,
@@ -208,6 +210,55 @@ pub(crate) const ERROR_KINDS: &[&str] = &[
     "internal",
     "impostor",
 ];
+
+/// A served store's failure as the CLI error of the same failure in-process.
+impl From<ClientError> for CliError {
+    fn from(e: ClientError) -> Self {
+        client_error(e)
+    }
+}
+
+/// The CLI error of a client error: the error kind, exit code and hint of the same failure
+/// in-process (see `CliError::kind`), from the stable kind the server answered with — the
+/// server's message is the engine's, so the text is the in-process one too.
+pub(crate) fn client_error(e: ClientError) -> CliError {
+    let served = |kind, exit, message, hint| CliError::Served {
+        kind,
+        exit,
+        message,
+        hint,
+    };
+    match e {
+        ClientError::BadRequest { kind, message } => match kind.as_str() {
+            "invalid_key" => served("invalid_key", exit::USAGE, message, ""),
+            "invalid_request" => served("invalid_request", exit::USAGE, message, ""),
+            "seq_out_of_range" => served("seq_out_of_range", exit::USAGE, message, SEQ_HINT),
+            // A refused table call (`TableError` other than damage): `CliError::Table`.
+            "table" => served("table", exit::USAGE, message, ""),
+            // A request the server found malformed (`bad_request`): the caller's arguments.
+            _ => CliError::Usage(message),
+        },
+        ClientError::Store { kind, message, .. } => match kind.as_str() {
+            "corrupt" => served("corrupt", exit::FAILURE, message, VERIFY_HINT),
+            "missing_object" => served("missing_object", exit::FAILURE, message, VERIFY_HINT),
+            "read_only" => served("read_only", exit::FAILURE, message, ""),
+            "table_damaged" => served("table_damaged", exit::FAILURE, message, ""),
+            // The engine's `Io`, `Database` and `Failed` are all kind `io` in-process.
+            "io" | "failed" => served("io", exit::FAILURE, message, ""),
+            _ => CliError::io("oncelake server", std::io::Error::other(message)),
+        },
+        ClientError::Input(source) => CliError::io("read the input", source),
+        // The client's own size and CRC32 check: the very error an in-process read gives.
+        ClientError::Damaged(e) => e.into(),
+        // The store is held by a server that does not answer: busy, as a held lock is, but
+        // naming the server rather than "another process".
+        e @ ClientError::NoAnswer { .. } => served("locked", exit::BUSY, e.to_string(), ""),
+        e @ ClientError::NotItsServer { .. } => {
+            served("impostor", exit::FAILURE, e.to_string(), "")
+        }
+        other => CliError::io("oncelake server", std::io::Error::other(other.to_string())),
+    }
+}
 
 impl From<oncelake::table::TableError> for CliError {
     fn from(e: oncelake::table::TableError) -> Self {

@@ -1,11 +1,12 @@
 //! Maintenance commands: gc and verify (SPEC R14, R15, R17).
 
 use super::{
-    exit, open_store, open_store_to_read, parse_duration, print_json, CliError, Heartbeat, Output,
+    exit, open_store_to_read, parse_duration, print_json, CliError, Heartbeat, Open, Output,
     Progress,
 };
 use oncelake::gc::{GcOptions, GcReport};
 use oncelake::verify::{ObjectProblem, Reclaimable, VerifyOptions, VerifyReport};
+use oncelake::UnitStore;
 use serde_json::json;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -63,8 +64,11 @@ fn plural(n: u64, one: &str, many: &str) -> String {
     format!("{n} {}", if n == 1 { one } else { many })
 }
 
-pub(crate) fn gc(a: GcArgs, wait: Duration) -> Result<u8, CliError> {
-    let store = open_store(&a.store, wait, false)?;
+pub(crate) fn gc<S: UnitStore>(a: &GcArgs, open: Open<S>) -> Result<u8, CliError>
+where
+    CliError: From<S::Error>,
+{
+    let store = open(&a.store)?;
     // GC reports no progress of its own: a heartbeat says it is alive.
     let heartbeat = Heartbeat::start("gc");
     let report = store.gc(GcOptions {

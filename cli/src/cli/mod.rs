@@ -27,7 +27,6 @@ macro_rules! errln {
 
 mod bench_moved;
 mod common;
-mod duration;
 mod error;
 mod help;
 mod maint_cmds;
@@ -46,8 +45,8 @@ mod table_cmds;
 
 use clap::{Parser, Subcommand};
 pub(crate) use common::*;
-pub(crate) use duration::parse_duration;
 pub(crate) use error::{exit, CliError};
+pub(crate) use oncelake_server::client::duration::parse_duration;
 pub(crate) use output::{print_json, rfc3339, Output};
 pub(crate) use progress::{Heartbeat, Progress};
 use std::process::ExitCode;
@@ -252,13 +251,13 @@ fn run(cli: Cli) -> Result<u8, CliError> {
         Command::Checkpoint(a) => store_cmds::checkpoint(a, wait),
         Command::Ls(a) => store_cmds::ls(a, wait),
         Command::Log(a) => store_cmds::log(a, wait),
-        Command::Gc(a) => maint_cmds::gc(a, wait),
+        Command::Gc(a) => maint_cmds::gc(&a, &|p| open_store(p, wait, false)),
         Command::Verify(a) => maint_cmds::verify(a, wait),
         Command::Pipeline(a) => pipeline_cmds::run(a, wait),
         Command::Simulate(a) => sim_cmds::simulate_cmd(a),
         Command::Stats(a) => sim_cmds::stats(a, wait),
-        Command::Claim(a) => sim_cmds::claim(a, wait),
-        Command::Release(a) => sim_cmds::release(a, wait),
+        Command::Claim(a) => sim_cmds::claim(&a, &|p| open_store(p, wait, false)),
+        Command::Release(a) => sim_cmds::release(&a, &|p| open_store(p, wait, false)),
         Command::Reconcile(a) => reconcile_cmd::reconcile(a, wait),
         Command::Bench(a) => bench_moved::run(a),
         Command::Table(a) => table_cmds::run(a, wait),

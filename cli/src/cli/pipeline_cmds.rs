@@ -4,13 +4,15 @@
 //! (stored as `.pipeline/source/<unit>` entries); the definition comes from `--pipeline FILE`.
 
 use super::store_cmds::{outcome_code, outcome_json, refusal_text};
-use super::{exit, open_input, open_store, parse_duration, print_json, rfc3339, CliError, Output};
+use super::{
+    exit, open_input, open_store, parse_duration, print_json, rfc3339, CliError, Open, Output,
+};
 use oncelake::pipeline::cell::validate_pipeline_unit;
 use oncelake::pipeline::{
-    set_source_version, Attempt, CellState, CellView, Claim, Explain, FailOutcome, Pipeline,
-    PipelineDef, ReadyCell, Status, Wave,
+    Attempt, CellState, CellView, Claim, Explain, FailOutcome, Pipeline, PipelineDef, ReadyCell,
+    Status, Wave,
 };
-use oncelake::{FenceReason, Lease, Outcome, Store, UnitOutcome};
+use oncelake::{FenceReason, Lease, Outcome, UnitOutcome, UnitStore};
 use serde_json::{json, Value};
 use std::io::Read;
 use std::path::{Path, PathBuf};
@@ -188,13 +190,28 @@ pub(crate) struct ExplainArgs {
 }
 
 pub(crate) fn run(a: PipelineArgs, wait: Duration) -> Result<u8, CliError> {
-    match a.command {
-        PipelineCommand::SetVersion(a) => set_version(a, wait),
-        PipelineCommand::Status(a) => status(a, wait),
-        PipelineCommand::Ready(a) => ready(a, wait),
-        PipelineCommand::Complete(a) => complete(a, wait),
-        PipelineCommand::Fail(a) => fail(a, wait),
-        PipelineCommand::Explain(a) => explain(a, wait),
+    run_on(&a.command, &|path| open_store(path, wait, false))
+}
+
+/// Runs a pipeline command on the store `open` gives for its directory: the store in this
+/// process, or the client of the server that holds it (`remote.rs`). Each command is written
+/// once, over the engine's `UnitStore`; what it checks before it opens the store leaves the
+/// store untouched when refused.
+pub(crate) fn run_on<S>(
+    cmd: &PipelineCommand,
+    open: &dyn Fn(&Path) -> Result<S, CliError>,
+) -> Result<u8, CliError>
+where
+    S: UnitStore,
+    CliError: From<S::Error>,
+{
+    match cmd {
+        PipelineCommand::SetVersion(a) => set_version(a, open),
+        PipelineCommand::Status(a) => status(a, open),
+        PipelineCommand::Ready(a) => ready(a, open),
+        PipelineCommand::Complete(a) => complete(a, open),
+        PipelineCommand::Fail(a) => fail(a, open),
+        PipelineCommand::Explain(a) => explain(a, open),
     }
 }
 
@@ -226,15 +243,17 @@ pub(crate) fn read_input(file: &str) -> Result<Vec<u8>, CliError> {
     Ok(buf)
 }
 
-fn set_version(a: SetVersionArgs, wait: Duration) -> Result<u8, CliError> {
+fn set_version<S: UnitStore>(a: &SetVersionArgs, open: Open<S>) -> Result<u8, CliError>
+where
+    CliError: From<S::Error>,
+{
     // Before the store is opened: a refused unit leaves the store's files untouched.
     validate_pipeline_unit(&a.unit)?;
     let input = match &a.file {
         Some(f) => read_input(f)?,
         None => Vec::new(),
     };
-    let store = open_store(&a.store, wait, false)?;
-    let u = set_source_version(&store, &a.unit, a.version, &input)?;
+    let u = open(&a.store)?.set_source_version(&a.unit, a.version, &input)?;
     print_set_version(&Output::new(a.json), &a.unit, &u);
     Ok(outcome_code(&u.outcome))
 }
@@ -270,10 +289,12 @@ pub(crate) fn print_set_version(out: &Output, unit: &str, u: &UnitOutcome) {
     }
 }
 
-fn status(a: StatusArgs, wait: Duration) -> Result<u8, CliError> {
+fn status<S: UnitStore>(a: &StatusArgs, open: Open<S>) -> Result<u8, CliError>
+where
+    CliError: From<S::Error>,
+{
     let p = load_def(&a.def.pipeline)?;
-    let store = open_store(&a.store, wait, false)?;
-    let st = p.status(&store)?;
+    let st = open(&a.store)?.pipeline_status(&p)?;
     let out = Output::new(a.json);
     if a.dot {
         out!("{}", p.to_dot(&st));
@@ -324,10 +345,13 @@ pub(crate) fn print_status(out: &Output, st: &Status) {
     }
 }
 
-fn ready(a: ReadyArgs, wait: Duration) -> Result<u8, CliError> {
+fn ready<S: UnitStore>(a: &ReadyArgs, open: Open<S>) -> Result<u8, CliError>
+where
+    CliError: From<S::Error>,
+{
     let p = load_def(&a.def.pipeline)?;
-    let store = open_store(&a.store, wait, false)?;
-    let cells = p.ready(&store, a.limit)?;
+    let store = open(&a.store)?;
+    let cells = store.ready_cells(&p, a.limit)?;
     let out = Output::new(a.json);
     for c in cells {
         if !a.claim {
@@ -335,7 +359,7 @@ fn ready(a: ReadyArgs, wait: Duration) -> Result<u8, CliError> {
             continue;
         }
         let worker = a.worker.as_deref().unwrap_or_default();
-        match p.claim(&store, &c, worker, a.ttl)? {
+        match store.claim_cell(&p, &c, worker, a.ttl)? {
             // The count as of the grant: another worker may have failed it since.
             Claim::Granted { lease, cell } => print_ready(&out, &cell, Some(&lease)),
             // Someone else got there between the listing and the claim.
@@ -387,12 +411,15 @@ pub(crate) fn print_ready(out: &Output, c: &ReadyCell, lease: Option<&Lease>) {
 }
 
 /// The unit's explanation, refusing a unit without a source version.
-fn explained(p: &Pipeline, store: &Store, unit: &str) -> Result<Explain, CliError> {
-    with_source_version(p.explain(store, unit)?, unit)
+fn explained<S: UnitStore>(p: &Pipeline, store: &S, unit: &str) -> Result<Explain, CliError>
+where
+    CliError: From<S::Error>,
+{
+    with_source_version(store.explain(p, unit)?, unit)
 }
 
 /// The explanation, or the error for a unit without a source version.
-pub(crate) fn with_source_version(e: Explain, unit: &str) -> Result<Explain, CliError> {
+fn with_source_version(e: Explain, unit: &str) -> Result<Explain, CliError> {
     if e.source_version.is_none() {
         return Err(CliError::Usage(format!(
             "unit {unit:?} has no source version; record one with `oncelake pipeline set-version STORE {unit} VERSION`"
@@ -401,7 +428,7 @@ pub(crate) fn with_source_version(e: Explain, unit: &str) -> Result<Explain, Cli
     Ok(e)
 }
 
-pub(crate) fn cell_of<'e>(e: &'e Explain, stage: &str) -> Result<&'e CellView, CliError> {
+fn cell_of<'e>(e: &'e Explain, stage: &str) -> Result<&'e CellView, CliError> {
     e.cells.iter().find(|c| c.stage == stage).ok_or_else(|| {
         CliError::Usage(format!(
             "the pipeline has no stage {stage:?}; its stages are {}",
@@ -416,7 +443,7 @@ pub(crate) fn cell_of<'e>(e: &'e Explain, stage: &str) -> Result<&'e CellView, C
 
 /// A blocked cell cannot have run (its inputs are not there): neither its completion nor its
 /// failure can be recorded.
-pub(crate) fn refuse_blocked(cell: &CellView, unit: &str, what: &str) -> Result<(), CliError> {
+fn refuse_blocked(cell: &CellView, unit: &str, what: &str) -> Result<(), CliError> {
     match &cell.state {
         CellState::Blocked { upstream, .. } => Err(CliError::Usage(format!(
             "cell {unit} {} is blocked on {upstream}, so it cannot be {what}; complete {upstream} for this unit first",
@@ -426,12 +453,15 @@ pub(crate) fn refuse_blocked(cell: &CellView, unit: &str, what: &str) -> Result<
     }
 }
 
-fn complete(a: CompleteArgs, wait: Duration) -> Result<u8, CliError> {
+fn complete<S: UnitStore>(a: &CompleteArgs, open: Open<S>) -> Result<u8, CliError>
+where
+    CliError: From<S::Error>,
+{
     validate_pipeline_unit(&a.unit)?;
     let p = load_def(&a.def.pipeline)?;
     let output = read_input(&a.file)?;
-    let store = open_store(&a.store, wait, false)?;
-    p.record_definition(&store)?;
+    let store = open(&a.store)?;
+    store.define(&p)?;
     let e = explained(&p, &store, &a.unit)?;
     refuse_blocked(cell_of(&e, &a.stage)?, &a.unit, "completed")?;
     let attempt = Attempt {
@@ -441,7 +471,7 @@ fn complete(a: CompleteArgs, wait: Duration) -> Result<u8, CliError> {
         worker: "cli".into(),
         token: a.token,
     };
-    let u = p.complete(&store, &attempt, &output)?;
+    let u = store.complete_cell(&p, &attempt, &output)?;
     print_complete(&Output::new(a.json), &attempt, &u);
     Ok(outcome_code(&u.outcome))
 }
@@ -482,11 +512,14 @@ pub(crate) fn print_complete(out: &Output, attempt: &Attempt, u: &UnitOutcome) {
     }
 }
 
-fn fail(a: FailArgs, wait: Duration) -> Result<u8, CliError> {
+fn fail<S: UnitStore>(a: &FailArgs, open: Open<S>) -> Result<u8, CliError>
+where
+    CliError: From<S::Error>,
+{
     validate_pipeline_unit(&a.unit)?;
     let p = load_def(&a.def.pipeline)?;
-    let store = open_store(&a.store, wait, false)?;
-    p.record_definition(&store)?;
+    let store = open(&a.store)?;
+    store.define(&p)?;
     let e = explained(&p, &store, &a.unit)?;
     let cell = cell_of(&e, &a.stage)?;
     refuse_blocked(cell, &a.unit, "failed")?;
@@ -497,7 +530,7 @@ fn fail(a: FailArgs, wait: Duration) -> Result<u8, CliError> {
         worker: a.worker.clone(),
         token: a.token,
     };
-    let outcome = p.fail(&store, &attempt, &a.error)?;
+    let outcome = store.fail_cell(&p, &attempt, &a.error)?;
     Ok(print_fail(
         &Output::new(a.json),
         &attempt,
@@ -619,53 +652,27 @@ fn cell_json(e: &Explain, c: &CellView) -> Value {
         }
         None => {}
     }
-    match &c.state {
-        CellState::Done {
-            source_version,
-            code_version,
-            seq,
-            object,
-        } => {
-            v["source_version"] = json!(source_version);
-            v["code_version"] = json!(code_version);
-            v["seq"] = json!(seq);
-            v["object"] = json!(object.to_hex());
+    // The state's own fields, as the engine's type spells them on the wire; a blocked cell's
+    // upstream is `blocked_on` here, beside `state`.
+    if let Ok(Value::Object(facts)) = serde_json::to_value(&c.state) {
+        for (name, value) in facts {
+            match name.as_str() {
+                "state" | "upstream_state" => {}
+                "upstream" => v["blocked_on"] = value,
+                _ => v[name.as_str()] = value,
+            }
         }
-        CellState::Running {
-            worker,
-            token,
-            expires_at_ms,
-            source_version,
-        } => {
-            v["source_version"] = json!(source_version);
-            v["worker"] = json!(worker);
-            v["token"] = json!(token);
-            v["expires_at_ms"] = json!(expires_at_ms);
-        }
-        CellState::Ready {
-            attempts,
-            last_error,
-        } => {
-            v["attempts"] = json!(attempts);
-            v["last_error"] = json!(last_error);
-        }
-        CellState::Failed {
-            attempts,
-            last_error,
-        } => {
-            v["attempts"] = json!(attempts);
-            v["last_error"] = json!(last_error);
-        }
-        CellState::Blocked { upstream, .. } => v["blocked_on"] = json!(upstream),
     }
     v
 }
 
-fn explain(a: ExplainArgs, wait: Duration) -> Result<u8, CliError> {
+fn explain<S: UnitStore>(a: &ExplainArgs, open: Open<S>) -> Result<u8, CliError>
+where
+    CliError: From<S::Error>,
+{
     validate_pipeline_unit(&a.unit)?;
     let p = load_def(&a.def.pipeline)?;
-    let store = open_store(&a.store, wait, false)?;
-    let e = explained(&p, &store, &a.unit)?;
+    let e = explained(&p, &open(&a.store)?, &a.unit)?;
     print_explain(&Output::new(a.json), &e);
     Ok(exit::OK)
 }

@@ -3,10 +3,11 @@
 //! called with the engine's own types, which the client rebuilds from the answers. A socket or
 //! address file left by a killed server answers nothing: the command then runs in-process.
 
+use super::error::client_error;
 use super::output_file::{check_output_path, OutputFile};
 use super::pipeline_cmds::PipelineCommand;
 use super::progress::CountingReader;
-use super::sim_cmds::{print_claim, print_prometheus, print_release, print_stats};
+use super::sim_cmds::{print_prometheus, print_stats};
 use super::store_cmds::{
     ls_shows_internal, no_entry, outcome_code, print_init, print_log, print_ls, print_ls_end,
     print_put, print_wrote,
@@ -35,20 +36,9 @@ pub(crate) fn route(cmd: &Command, wait: Duration) -> Option<Result<u8, CliError
         Command::Ls(a) => ls(&client, a),
         Command::Log(a) => log(&client, a),
         Command::Stats(a) => stats(&client, a),
-        Command::Claim(a) => claim(&client, a),
-        Command::Release(a) => release(&client, a),
-        Command::Gc(a) => {
-            // As in-process: GC reports no progress of its own, a heartbeat says it is alive.
-            let heartbeat = super::Heartbeat::start("gc");
-            let r = client.gc(a.dry_run, Some(a.grace), Some(a.retain));
-            drop(heartbeat);
-            r
-        }
-        .map(|r| {
-            super::maint_cmds::print_gc(&Output::new(a.json), &a.store, &r);
-            exit::OK
-        })
-        .map_err(client_error),
+        Command::Claim(a) => super::sim_cmds::claim(a, &|_| Ok(client.clone())),
+        Command::Release(a) => super::sim_cmds::release(a, &|_| Ok(client.clone())),
+        Command::Gc(a) => super::maint_cmds::gc(a, &|_| Ok(client.clone())),
         Command::Verify(a) => {
             // The same progress as in-process: objects checked, reported by the server.
             let progress = super::Progress::new("verify", "objects", None);
@@ -75,14 +65,7 @@ pub(crate) fn route(cmd: &Command, wait: Duration) -> Option<Result<u8, CliError
             TableCommand::Publish(a) => table_publish(&client, a),
             TableCommand::Bench(_) => not_routed(store, &client),
         },
-        Command::Pipeline(p) => match &p.command {
-            PipelineCommand::SetVersion(a) => pipeline_set_version(&client, a),
-            PipelineCommand::Status(a) => pipeline_status(&client, a),
-            PipelineCommand::Explain(a) => pipeline_explain(&client, a),
-            PipelineCommand::Ready(a) => pipeline_ready(&client, a),
-            PipelineCommand::Complete(a) => pipeline_complete(&client, a),
-            PipelineCommand::Fail(a) => pipeline_fail(&client, a),
-        },
+        Command::Pipeline(p) => super::pipeline_cmds::run_on(&p.command, &|_| Ok(client.clone())),
         _ => not_routed(store, &client),
     })
 }
@@ -107,31 +90,6 @@ fn stats(client: &Client, a: &super::sim_cmds::StatsArgs) -> Result<u8, CliError
         print_stats(&out, &a.store, &fig, &s.metrics(), Some(&s.server));
     }
     Ok(exit::OK)
-}
-
-fn claim(client: &Client, a: &super::sim_cmds::ClaimArgs) -> Result<u8, CliError> {
-    // A lease on an internal unit would block the pipeline engine's own cells.
-    oncelake::validate_user_key(&a.unit)?;
-    client
-        .claim(&a.unit, a.version, &a.worker, a.ttl)
-        .map(|o| print_claim(&Output::new(a.json), &a.unit, a.version, &o))
-        .map_err(client_error)
-}
-
-fn release(client: &Client, a: &super::sim_cmds::ReleaseArgs) -> Result<u8, CliError> {
-    oncelake::validate_key(&a.unit)?;
-    // The worker and the token identify the lease, as in-process.
-    let lease = oncelake::Lease {
-        unit: a.unit.clone(),
-        worker: a.worker.clone(),
-        token: a.token,
-        source_version: 0,
-        expires_at_ms: 0,
-    };
-    client
-        .release(&lease)
-        .map(|o| print_release(&Output::new(a.json), &lease, &o))
-        .map_err(client_error)
 }
 
 // `oncelake table ...` through the server: the output of `table_cmds` line for line (the
@@ -308,49 +266,6 @@ fn not_routed(store: &Path, client: &Client) -> Result<u8, CliError> {
     Err(CliError::Engine(oncelake::Error::Locked {
         path: store.to_path_buf(),
     }))
-}
-
-/// The CLI error of a client error: the error kind, exit code and hint of the same failure
-/// in-process (see `CliError::kind`), from the stable kind the server answered with — the
-/// server's message is the engine's, so the text is the in-process one too.
-pub(crate) fn client_error(e: ClientError) -> CliError {
-    use super::error::{SEQ_HINT, VERIFY_HINT};
-    let served = |kind, exit, message, hint| CliError::Served {
-        kind,
-        exit,
-        message,
-        hint,
-    };
-    match e {
-        ClientError::BadRequest { kind, message } => match kind.as_str() {
-            "invalid_key" => served("invalid_key", exit::USAGE, message, ""),
-            "invalid_request" => served("invalid_request", exit::USAGE, message, ""),
-            "seq_out_of_range" => served("seq_out_of_range", exit::USAGE, message, SEQ_HINT),
-            // A refused table call (`TableError` other than damage): `CliError::Table`.
-            "table" => served("table", exit::USAGE, message, ""),
-            // A request the server found malformed (`bad_request`): the caller's arguments.
-            _ => CliError::Usage(message),
-        },
-        ClientError::Store { kind, message, .. } => match kind.as_str() {
-            "corrupt" => served("corrupt", exit::FAILURE, message, VERIFY_HINT),
-            "missing_object" => served("missing_object", exit::FAILURE, message, VERIFY_HINT),
-            "read_only" => served("read_only", exit::FAILURE, message, ""),
-            "table_damaged" => served("table_damaged", exit::FAILURE, message, ""),
-            // The engine's `Io`, `Database` and `Failed` are all kind `io` in-process.
-            "io" | "failed" => served("io", exit::FAILURE, message, ""),
-            _ => CliError::io("oncelake server", std::io::Error::other(message)),
-        },
-        ClientError::Input(source) => CliError::io("read the input", source),
-        // The client's own size and CRC32 check: the very error an in-process read gives.
-        ClientError::Damaged(e) => e.into(),
-        // The store is held by a server that does not answer: busy, as a held lock is, but
-        // naming the server rather than "another process".
-        e @ ClientError::NoAnswer { .. } => served("locked", exit::BUSY, e.to_string(), ""),
-        e @ ClientError::NotItsServer { .. } => {
-            served("impostor", exit::FAILURE, e.to_string(), "")
-        }
-        other => CliError::io("oncelake server", std::io::Error::other(other.to_string())),
-    }
 }
 
 fn put(client: &Client, a: &super::store_cmds::PutArgs) -> Result<u8, CliError> {
@@ -548,151 +463,6 @@ fn reconcile(client: &Client, a: &super::reconcile_cmd::ReconcileArgs) -> Result
             Ok(exit::OK)
         }
     }
-}
-
-/// `pipeline set-version` through the server: the input is read as in-process (whole, as the
-/// engine's call takes it), then sent.
-fn pipeline_set_version(
-    client: &Client,
-    a: &super::pipeline_cmds::SetVersionArgs,
-) -> Result<u8, CliError> {
-    oncelake::pipeline::cell::validate_pipeline_unit(&a.unit)?;
-    let input = match &a.file {
-        Some(f) => super::pipeline_cmds::read_input(f)?,
-        None => Vec::new(),
-    };
-    let u = client
-        .pipeline_set_version(&a.unit, a.version, &input)
-        .map_err(client_error)?;
-    super::pipeline_cmds::print_set_version(&Output::new(a.json), &a.unit, &u);
-    Ok(outcome_code(&u.outcome))
-}
-
-/// `pipeline status` through the server: the definition is read here and sent with the call;
-/// `--dot` is drawn here from the counts.
-fn pipeline_status(client: &Client, a: &super::pipeline_cmds::StatusArgs) -> Result<u8, CliError> {
-    let p = super::pipeline_cmds::load_def(&a.def.pipeline)?;
-    let st = client
-        .pipeline_status(&p.def().to_text())
-        .map_err(client_error)?;
-    let out = Output::new(a.json);
-    if a.dot {
-        out!("{}", p.to_dot(&st));
-    } else {
-        super::pipeline_cmds::print_status(&out, &st);
-    }
-    Ok(exit::OK)
-}
-
-/// `pipeline explain` through the server.
-fn pipeline_explain(
-    client: &Client,
-    a: &super::pipeline_cmds::ExplainArgs,
-) -> Result<u8, CliError> {
-    let p = super::pipeline_cmds::load_def(&a.def.pipeline)?;
-    let e = client
-        .pipeline_explain(&p.def().to_text(), &a.unit)
-        .map_err(client_error)?;
-    let e = super::pipeline_cmds::with_source_version(e, &a.unit)?;
-    super::pipeline_cmds::print_explain(&Output::new(a.json), &e);
-    Ok(exit::OK)
-}
-
-/// `pipeline ready` through the server: the listing, and with `--claim` each cell claimed in
-/// turn, printed as in-process (a cell someone else claimed between the two is skipped).
-fn pipeline_ready(client: &Client, a: &super::pipeline_cmds::ReadyArgs) -> Result<u8, CliError> {
-    use oncelake::pipeline::Claim;
-    let p = super::pipeline_cmds::load_def(&a.def.pipeline)?;
-    let def = p.def().to_text();
-    let cells = client.pipeline_ready(&def, a.limit).map_err(client_error)?;
-    let out = Output::new(a.json);
-    for c in cells {
-        if !a.claim {
-            super::pipeline_cmds::print_ready(&out, &c, None);
-            continue;
-        }
-        let worker = a.worker.as_deref().unwrap_or_default();
-        match client
-            .pipeline_claim(&def, &c, worker, a.ttl)
-            .map_err(client_error)?
-        {
-            Claim::Granted { lease, cell } => {
-                super::pipeline_cmds::print_ready(&out, &cell, Some(&lease))
-            }
-            _ => continue,
-        }
-    }
-    Ok(exit::OK)
-}
-
-/// The definition recorded and the unit's cell checked as `pipeline complete`/`fail` do
-/// in-process: the unit needs a source version, the stage must exist and not be blocked.
-/// Returns the attempt's source version and the cell's key.
-fn checked_attempt(
-    client: &Client,
-    def: &str,
-    unit: &str,
-    stage: &str,
-    version: Option<u64>,
-    what: &str,
-) -> Result<(u64, String), CliError> {
-    use super::pipeline_cmds::{cell_of, refuse_blocked, with_source_version};
-    client.pipeline_define(def).map_err(client_error)?;
-    let e = client.pipeline_explain(def, unit).map_err(client_error)?;
-    let e = with_source_version(e, unit)?;
-    let cell = cell_of(&e, stage)?;
-    refuse_blocked(cell, unit, what)?;
-    Ok((
-        version.or(e.source_version).unwrap_or_default(),
-        cell.key.clone(),
-    ))
-}
-
-/// `pipeline complete` through the server: the output is read here (whole, as the engine's
-/// call takes it) and sent with the attempt.
-fn pipeline_complete(
-    client: &Client,
-    a: &super::pipeline_cmds::CompleteArgs,
-) -> Result<u8, CliError> {
-    let p = super::pipeline_cmds::load_def(&a.def.pipeline)?;
-    let output = super::pipeline_cmds::read_input(&a.file)?;
-    let def = p.def().to_text();
-    let attempt = oncelake::pipeline::Attempt {
-        unit: a.unit.clone(),
-        stage: a.stage.clone(),
-        source_version: checked_attempt(client, &def, &a.unit, &a.stage, a.version, "completed")?.0,
-        worker: "cli".into(),
-        token: a.token,
-    };
-    let u = client
-        .pipeline_complete(&def, &attempt, &output)
-        .map_err(client_error)?;
-    super::pipeline_cmds::print_complete(&Output::new(a.json), &attempt, &u);
-    Ok(outcome_code(&u.outcome))
-}
-
-/// `pipeline fail` through the server.
-fn pipeline_fail(client: &Client, a: &super::pipeline_cmds::FailArgs) -> Result<u8, CliError> {
-    let p = super::pipeline_cmds::load_def(&a.def.pipeline)?;
-    let def = p.def().to_text();
-    let (source_version, cell) =
-        checked_attempt(client, &def, &a.unit, &a.stage, a.version, "failed")?;
-    let attempt = oncelake::pipeline::Attempt {
-        unit: a.unit.clone(),
-        stage: a.stage.clone(),
-        source_version,
-        worker: a.worker.clone(),
-        token: a.token,
-    };
-    let outcome = client
-        .pipeline_fail(&def, &attempt, &a.error)
-        .map_err(client_error)?;
-    Ok(super::pipeline_cmds::print_fail(
-        &Output::new(a.json),
-        &attempt,
-        &cell,
-        &outcome,
-    ))
 }
 
 #[cfg(test)]

@@ -112,6 +112,6 @@ fn already_served(
             );
             Ok(Some(super::exit::BUSY))
         }
-        Err(e) => Err(super::remote::client_error(e)),
+        Err(e) => Err(super::error::client_error(e)),
     }
 }

@@ -3,9 +3,11 @@
 
 use super::output::thousands;
 use super::sim_nodes::{LakeArg, NodeArgs};
-use super::{exit, open_store, parse_duration, print_json, rfc3339, CliError, Output, Progress};
+use super::{
+    exit, open_store, parse_duration, print_json, rfc3339, CliError, Open, Output, Progress,
+};
 use oncelake::metrics::{scope_of, Scope};
-use oncelake::{ClaimOutcome, Lease, MetricsSnapshot, ReleaseOutcome};
+use oncelake::{ClaimOutcome, Lease, MetricsSnapshot, ReleaseOutcome, UnitStore};
 use oncelake_sim::{simulate, Schedule, SimConfig, SimMode, SimReport};
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
@@ -654,11 +656,13 @@ fn print_stats_table(
     }
 }
 
-pub(crate) fn claim(a: ClaimArgs, wait: Duration) -> Result<u8, CliError> {
+pub(crate) fn claim<S: UnitStore>(a: &ClaimArgs, open: Open<S>) -> Result<u8, CliError>
+where
+    CliError: From<S::Error>,
+{
     // A lease on an internal unit would block the pipeline engine's own cells.
     oncelake::validate_user_key(&a.unit)?;
-    let store = open_store(&a.store, wait, false)?;
-    let outcome = store.claim(&a.unit, a.version, &a.worker, a.ttl)?;
+    let outcome = open(&a.store)?.claim(&a.unit, a.version, &a.worker, a.ttl)?;
     Ok(print_claim(
         &Output::new(a.json),
         &a.unit,
@@ -733,9 +737,12 @@ pub(crate) fn print_claim(out: &Output, unit: &str, version: u64, outcome: &Clai
     code
 }
 
-pub(crate) fn release(a: ReleaseArgs, wait: Duration) -> Result<u8, CliError> {
+pub(crate) fn release<S: UnitStore>(a: &ReleaseArgs, open: Open<S>) -> Result<u8, CliError>
+where
+    CliError: From<S::Error>,
+{
     oncelake::validate_key(&a.unit)?;
-    let store = open_store(&a.store, wait, false)?;
+    let store = open(&a.store)?;
     // The worker and the token identify the lease; only its holder may give it back.
     let lease = Lease {
         unit: a.unit.clone(),

@@ -4,15 +4,14 @@
 //! commits do not wait for) or from what the server already keeps; nothing is counted on the
 //! commit path for it.
 
-use crate::api_error::{json, query, ApiResult};
+use crate::api_error::{json, ApiResult, Q};
 use crate::app::App;
 use crate::recent::{now_ms, GcSeen, VerifySeen};
-use crate::wire_pipeline::{StageStatusW, StatusW};
-use axum::extract::rejection::QueryRejection;
-use axum::extract::{Query, State};
+use axum::extract::State;
 use axum::response::Response;
 use oncelake::log::{Record, RecordBody};
 use oncelake::pipeline::cell::{TAG_CELL_FAILED, TAG_DEFINITION};
+use oncelake::pipeline::StageStatus;
 use oncelake::pipeline::{Pipeline, PipelineDef};
 use oncelake::Store;
 use serde::{Deserialize, Serialize};
@@ -84,14 +83,14 @@ struct PipelineW {
 struct StageW {
     upstream: Vec<String>,
     #[serde(flatten)]
-    cells: StageStatusW,
+    cells: StageStatus,
 }
 
 pub(crate) async fn overview(
     State(app): State<Arc<App>>,
-    q: Result<Query<OverviewQ>, QueryRejection>,
+    Q(q): Q<OverviewQ>,
 ) -> ApiResult<Response> {
-    let n = query(q)?.records.unwrap_or(20).min(MAX_RECORDS);
+    let n = q.records.unwrap_or(20).min(MAX_RECORDS);
     let app2 = app.clone();
     let (gc, verify) = app.recent.seen();
     let v = app
@@ -202,7 +201,7 @@ fn pipeline(store: &Store) -> oncelake::Result<Result<Option<PipelineW>, String>
         .iter()
         .map(|s| (s.name.clone(), s.upstream.clone()))
         .collect();
-    let status = StatusW::from(&Pipeline::new(def).status(store)?);
+    let status = Pipeline::new(def).status(store)?;
     let stages = status
         .stages
         .into_iter()

@@ -572,3 +572,167 @@ fn a_served_lake_node_commits_into_the_lake_and_another_node_sees_it_after_sync(
     stop.send(()).unwrap();
     server.join().unwrap().unwrap();
 }
+
+/// One sequence of the store's operations, written once over `oncelake::UnitStore`, checked
+/// against a model (a BTreeMap of each unit's current version and bytes) and the commit rules;
+/// returns what it saw, so that a store in this process and a served one can be compared.
+fn operations_against_a_model<S: oncelake::UnitStore>(s: &S) -> Vec<String>
+where
+    S::Error: std::fmt::Debug,
+{
+    use oncelake::pipeline::{PipelineDef, WorkOptions};
+    use oncelake::{ClaimOutcome, Put, ReleaseOutcome, RenewOutcome};
+    let mut model: BTreeMap<String, (u64, Vec<u8>)> = BTreeMap::new();
+    let mut seen = Vec::new();
+    let mut x = 7u64;
+    for _ in 0..40 {
+        x = x
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        let unit = format!("t/u{}", (x >> 33) % 6);
+        let version = (x >> 40) % 5;
+        let bytes = format!("{unit}@{version}:{}", (x >> 50) % 2).into_bytes();
+        let expect = match model.get(&unit) {
+            None => "committed",
+            Some((v, _)) if version > *v => "committed",
+            Some((v, b)) if version == *v && *b == bytes => "duplicate",
+            Some((v, _)) if version == *v => "conflict",
+            Some(_) => "stale",
+        };
+        let out = s.put(&unit, version, &bytes).unwrap();
+        assert_eq!(out.outcome.name(), expect, "{unit} at {version}");
+        if expect == "committed" {
+            model.insert(unit.clone(), (version, bytes));
+        }
+        seen.push(format!("{unit} {version} {expect}"));
+    }
+    // A batch: all-or-nothing refuses every unit for one stale one; partial applies the rest.
+    let stale_unit = model.keys().next().unwrap().clone();
+    let batch = [
+        Put {
+            unit: "t/new",
+            source_version: 1,
+            bytes: b"new",
+            token: None,
+            correct: false,
+        },
+        Put {
+            unit: &stale_unit,
+            source_version: 0,
+            bytes: b"older",
+            token: None,
+            correct: false,
+        },
+    ];
+    // (The older bytes are stale, or a conflict at version 0: refused either way.)
+    let whole = s.commit(&batch, false).unwrap();
+    assert_eq!(whole.seq, None, "{whole:?}");
+    assert!(!whole.units[1].outcome.is_success(), "{whole:?}");
+    let partial = s.commit(&batch, true).unwrap();
+    assert!(partial.units[0].outcome.is_success(), "{partial:?}");
+    model.insert("t/new".into(), (1, b"new".to_vec()));
+    seen.push(format!(
+        "batch {:?}",
+        whole
+            .units
+            .iter()
+            .map(|u| u.outcome.name())
+            .collect::<Vec<_>>()
+    ));
+    // Reads agree with the model.
+    let mut listed = BTreeMap::new();
+    s.ls("t/", &mut |e| {
+        listed.insert(e.unit.clone(), e.source_version);
+        true
+    })
+    .unwrap();
+    let versions: BTreeMap<String, u64> = model.iter().map(|(u, (v, _))| (u.clone(), *v)).collect();
+    assert_eq!(listed, versions);
+    for (unit, (version, bytes)) in &model {
+        let (entry, read) = s.read(unit).unwrap().unwrap();
+        assert_eq!((entry.source_version, &read), (*version, bytes));
+        assert_eq!(s.get(unit).unwrap(), Some(entry));
+    }
+    assert_eq!(s.get("t/none").unwrap(), None);
+    let records = s.changes(0, usize::MAX).unwrap();
+    assert!(records.windows(2).all(|w| w[0].seq < w[1].seq));
+    seen.push(format!("{} records", records.len()));
+    // Coordinator mode: a lease, its renewal and fencing, ended by the commit it fenced.
+    let lease = match s.claim("c/x", 1, "w1", Duration::from_secs(30)).unwrap() {
+        ClaimOutcome::Granted { lease, .. } => lease,
+        other => panic!("{other:?}"),
+    };
+    assert!(matches!(
+        s.claim("c/x", 1, "w2", Duration::from_secs(30)).unwrap(),
+        ClaimOutcome::Held { .. }
+    ));
+    let lease = match s.renew(&lease, Duration::from_secs(60)).unwrap() {
+        RenewOutcome::Renewed(l) => l,
+        other => panic!("{other:?}"),
+    };
+    let fenced = Put {
+        unit: "c/x",
+        source_version: 1,
+        bytes: b"claimed",
+        token: Some(lease.token),
+        correct: false,
+    };
+    assert!(s.commit(&[fenced], false).unwrap().units[0]
+        .outcome
+        .is_success());
+    assert!(matches!(
+        s.release(&lease).unwrap(),
+        ReleaseOutcome::Lost { .. }
+    ));
+    assert!(matches!(
+        s.claim("c/x", 1, "w2", Duration::from_secs(30)).unwrap(),
+        ClaimOutcome::AlreadyDone(_)
+    ));
+    // The pipeline's worker loop over the trait: every cell once, then nothing left.
+    let p = oncelake::pipeline::Pipeline::new(
+        PipelineDef::builder()
+            .stage("upper", 1, &[])
+            .build()
+            .unwrap(),
+    );
+    for (i, unit) in ["a", "b", "c"].into_iter().enumerate() {
+        s.set_source_version(unit, i as u64 + 1, unit.as_bytes())
+            .unwrap();
+    }
+    let run = |expect: u64| {
+        let report = oncelake::api::work(s, &p, "w1", &WorkOptions::default(), |cell| {
+            let input = s.cell_input(cell, None).map_err(|e| format!("{e:?}"))?;
+            Ok(input.to_ascii_uppercase())
+        })
+        .unwrap();
+        assert_eq!(
+            (report.runs, report.completed),
+            (expect, expect),
+            "{report:?}"
+        );
+    };
+    run(3);
+    run(0);
+    let status = s.pipeline_status(&p).unwrap();
+    assert_eq!(status.stages[0].done, 3, "{status:?}");
+    let gc = s
+        .gc(oncelake::GcOptions {
+            dry_run: true,
+            ..Default::default()
+        })
+        .unwrap();
+    assert!(gc.dry_run);
+    assert!(s.verify(true).unwrap().is_ok());
+    seen
+}
+
+/// The operations written once answer alike in this process and through `oncelake serve`.
+#[test]
+fn the_store_operations_answer_alike_in_process_and_served() {
+    let (_local_dir, local) = new_store();
+    let in_process = operations_against_a_model(&oncelake::Store::open(&local).unwrap());
+    let (_dir, store) = new_store();
+    let _server = Server::start(&store);
+    let served = operations_against_a_model(&Client::for_store(&store).unwrap());
+    assert_eq!(in_process, served);
+}

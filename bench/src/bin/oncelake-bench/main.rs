@@ -34,7 +34,8 @@ mod table;
 
 use clap::{Parser, Subcommand};
 use error::BenchError;
-use output::{parse_duration, print_json, Progress};
+use oncelake_server::client::duration::parse_duration;
+use output::{print_json, Progress};
 use std::process::ExitCode;
 
 /// The benchmarks of oncelake (SPEC P1–P10), each beside its baselines in the same run.

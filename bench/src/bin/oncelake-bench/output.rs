@@ -69,28 +69,3 @@ impl Progress {
         }
     }
 }
-
-/// A duration written like 30s, 500ms, 5m, 1h or 7d (a bare number is seconds).
-pub(crate) fn parse_duration(s: &str) -> Result<Duration, String> {
-    let s = s.trim();
-    let (num, unit) = match s.find(|c: char| !c.is_ascii_digit() && c != '.') {
-        Some(i) => (&s[..i], &s[i..]),
-        None => (s, "s"),
-    };
-    let n: f64 = num
-        .parse()
-        .map_err(|_| format!("{s:?} is not a duration; write it like 30s, 500ms, 5m or 1h"))?;
-    let secs = match unit {
-        "ms" => n / 1000.0,
-        "s" => n,
-        "m" => n * 60.0,
-        "h" => n * 3600.0,
-        "d" => n * 86_400.0,
-        _ => {
-            return Err(format!(
-                "{s:?}: unknown unit {unit:?}; use ms, s, m, h or d"
-            ))
-        }
-    };
-    Duration::try_from_secs_f64(secs).map_err(|_| format!("{s:?} is not a duration we can wait"))
-}

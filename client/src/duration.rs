@@ -1,10 +1,11 @@
-//! Durations as flags write them (`30s`, `5m`, `7d`), for every command and for the progress
-//! period (`ONCELAKE_PROGRESS_INTERVAL`).
+//! Durations as command-line flags write them (`30s`, `5m`, `7d`): one parser for `oncelake`
+//! (every command, and the progress period `ONCELAKE_PROGRESS_INTERVAL`) and `oncelake-bench`,
+//! both of which link this crate.
 
 use std::time::Duration;
 
 /// Parses `30s`, `5m`, `1h`, `7d`, `250ms`, or a bare number of seconds.
-pub(crate) fn parse_duration(s: &str) -> Result<Duration, String> {
+pub fn parse_duration(s: &str) -> Result<Duration, String> {
     let s = s.trim();
     let (num, unit) = match s.find(|c: char| !c.is_ascii_digit() && c != '.') {
         Some(i) => (&s[..i], &s[i..]),

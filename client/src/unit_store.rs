@@ -1,0 +1,154 @@
+//! The engine's [`UnitStore`] over the API: each operation one call (or, for a batch commit,
+//! one upload per unit and one commit), answering the engine's own types, so a program written
+//! over the trait runs the same on a served store as on one open in its process. Leases
+//! (claim, renew, release) are the trait's methods only: bring `oncelake::UnitStore` into scope.
+
+use crate::client::{Client, Payload};
+use crate::error::{ClientError, Result};
+use crate::http1::to_json;
+use crate::wire::{ClaimReqW, CommitItemW, ReleaseReqW, RenewReqW};
+use oncelake::log::Record;
+use oncelake::pipeline::{Attempt, Claim, Explain, FailOutcome, Pipeline, ReadyCell, Status};
+use oncelake::{
+    ClaimOutcome, CommitReport, Entry, GcOptions, GcReport, Lease, Put, ReleaseOutcome,
+    RenewOutcome, UnitOutcome, UnitStore, VerifyReport,
+};
+use std::time::Duration;
+
+impl UnitStore for Client {
+    type Error = ClientError;
+
+    fn put(&self, unit: &str, source_version: u64, bytes: &[u8]) -> Result<UnitOutcome> {
+        Ok(self.put_reader(unit, source_version, None, false, bytes)?.0)
+    }
+
+    fn commit(&self, puts: &[Put<'_>], partial: bool) -> Result<CommitReport> {
+        let mut items = Vec::with_capacity(puts.len());
+        for p in puts {
+            let (staged, _) = self.stage_reader(p.bytes)?;
+            items.push(CommitItemW {
+                unit: p.unit.to_string(),
+                source_version: p.source_version,
+                staged,
+                token: p.token,
+                correct: p.correct,
+            });
+        }
+        Client::commit(self, items, partial)
+    }
+
+    fn get(&self, unit: &str) -> Result<Option<Entry>> {
+        Client::get(self, unit, None)
+    }
+
+    fn read(&self, unit: &str) -> Result<Option<(Entry, Vec<u8>)>> {
+        let mut bytes = Vec::new();
+        Ok(self
+            .read_object(unit, None, &mut bytes)?
+            .map(|entry| (entry, bytes)))
+    }
+
+    fn ls(&self, prefix: &str, each: &mut dyn FnMut(Entry) -> bool) -> Result<()> {
+        Client::ls(self, prefix, None, each)
+    }
+
+    fn changes(&self, since: u64, limit: usize) -> Result<Vec<Record>> {
+        Ok(self.changes_since(since, Duration::ZERO, limit)?.0)
+    }
+
+    fn claim(
+        &self,
+        unit: &str,
+        source_version: u64,
+        worker: &str,
+        ttl: Duration,
+    ) -> Result<ClaimOutcome> {
+        let body = to_json(&ClaimReqW {
+            unit: unit.into(),
+            source_version,
+            worker: worker.into(),
+            ttl_ms: ttl.as_millis() as u64,
+        })?;
+        self.json("POST", "/v1/claim", Payload::Json(body))
+    }
+
+    fn renew(&self, lease: &Lease, ttl: Duration) -> Result<RenewOutcome> {
+        let body = to_json(&RenewReqW {
+            lease: lease.clone(),
+            ttl_ms: ttl.as_millis() as u64,
+        })?;
+        self.json("POST", "/v1/renew", Payload::Json(body))
+    }
+
+    fn release(&self, lease: &Lease) -> Result<ReleaseOutcome> {
+        let body = to_json(&ReleaseReqW {
+            lease: lease.clone(),
+        })?;
+        self.json("POST", "/v1/release", Payload::Json(body))
+    }
+
+    fn gc(&self, options: GcOptions) -> Result<GcReport> {
+        Client::gc(
+            self,
+            options.dry_run,
+            Some(options.grace),
+            Some(options.retain),
+        )
+    }
+
+    fn verify(&self, deep: bool) -> Result<VerifyReport> {
+        Client::verify(self, deep)
+    }
+
+    fn define(&self, pipeline: &Pipeline) -> Result<Option<u64>> {
+        self.pipeline_define(&pipeline.def().to_text())
+    }
+
+    fn set_source_version(&self, unit: &str, version: u64, input: &[u8]) -> Result<UnitOutcome> {
+        self.pipeline_set_version(unit, version, input)
+    }
+
+    fn ready_cells(&self, pipeline: &Pipeline, limit: usize) -> Result<Vec<ReadyCell>> {
+        self.pipeline_ready(&pipeline.def().to_text(), limit)
+    }
+
+    fn claim_cell(
+        &self,
+        pipeline: &Pipeline,
+        cell: &ReadyCell,
+        worker: &str,
+        ttl: Duration,
+    ) -> Result<Claim> {
+        self.pipeline_claim(&pipeline.def().to_text(), cell, worker, ttl)
+    }
+
+    fn complete_cell(
+        &self,
+        pipeline: &Pipeline,
+        attempt: &Attempt,
+        output: &[u8],
+    ) -> Result<UnitOutcome> {
+        self.pipeline_complete(&pipeline.def().to_text(), attempt, output)
+    }
+
+    fn fail_cell(
+        &self,
+        pipeline: &Pipeline,
+        attempt: &Attempt,
+        error: &str,
+    ) -> Result<FailOutcome> {
+        self.pipeline_fail(&pipeline.def().to_text(), attempt, error)
+    }
+
+    fn cell_input(&self, cell: &ReadyCell, stage: Option<&str>) -> Result<Vec<u8>> {
+        self.pipeline_input(cell, stage)
+    }
+
+    fn pipeline_status(&self, pipeline: &Pipeline) -> Result<Status> {
+        Client::pipeline_status(self, &pipeline.def().to_text())
+    }
+
+    fn explain(&self, pipeline: &Pipeline, unit: &str) -> Result<Explain> {
+        self.pipeline_explain(&pipeline.def().to_text(), unit)
+    }
+}
