@@ -161,4 +161,29 @@ impl Client {
         let _: serde_json::Value = self.json("POST", "/v1/flush", Payload::Empty)?;
         Ok(())
     }
+
+    /// Brings the served lake node up to date with its lake (nothing on a local store): the
+    /// newest seq after it, and the lake's URL (`None` for a local store).
+    pub fn sync(&self) -> Result<(u64, Option<String>)> {
+        #[derive(serde::Deserialize)]
+        struct R {
+            seq: u64,
+            lake: Option<String>,
+        }
+        let r: R = self.json("POST", "/v1/sync", Payload::Empty)?;
+        Ok((r.seq, r.lake))
+    }
+
+    /// Writes the served lake node's checkpoint into its lake: (segment, bytes, written), as
+    /// `Store::checkpoint` reports it.
+    pub fn checkpoint(&self) -> Result<(u64, u64, bool)> {
+        #[derive(serde::Deserialize)]
+        struct R {
+            segment: u64,
+            bytes: u64,
+            written: bool,
+        }
+        let r: R = self.json("POST", "/v1/checkpoint", Payload::Empty)?;
+        Ok((r.segment, r.bytes, r.written))
+    }
 }

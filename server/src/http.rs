@@ -66,6 +66,8 @@ pub(crate) fn router(app: Arc<App>) -> Router {
         )
         .route("/v1/seq", get(crate::snapshot::last_seq))
         .route("/v1/flush", post(crate::snapshot::flush))
+        .route("/v1/sync", post(crate::snapshot::sync))
+        .route("/v1/checkpoint", post(crate::snapshot::checkpoint))
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .with_state(app)

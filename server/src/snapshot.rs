@@ -6,7 +6,8 @@
 //! through it starts the TTL again. Ids are random like staging handles: a view is read only by
 //! whoever opened it.
 //!
-//! Also the log's position (`GET /v1/seq`) and `POST /v1/flush`.
+//! Also the log's position (`GET /v1/seq`), `POST /v1/flush`, and on a lake node `POST /v1/sync`
+//! and `POST /v1/checkpoint` (the server holds the node, so `oncelake sync`/`checkpoint` go here).
 
 use crate::api_error::{json, ApiError, ApiResult, Q};
 use crate::app::App;
@@ -176,4 +177,26 @@ pub(crate) async fn flush(State(app): State<Arc<App>>) -> ApiResult<Response> {
     let app2 = app.clone();
     app.blocking(move || app2.store.flush()).await?;
     Ok(json(&serde_json::json!({ "flushed": true })))
+}
+
+/// `POST /v1/sync`: applies what other nodes of the lake committed (nothing on a local store),
+/// then the newest seq and the lake's URL (`null` on a local store).
+pub(crate) async fn sync(State(app): State<Arc<App>>) -> ApiResult<Response> {
+    let app2 = app.clone();
+    let seq = app
+        .blocking(move || app2.store.sync().and_then(|()| app2.store.last_seq()))
+        .await?;
+    Ok(json(
+        &serde_json::json!({ "seq": seq, "lake": app.store.lake_url() }),
+    ))
+}
+
+/// `POST /v1/checkpoint`: writes the lake node's checkpoint into its lake (refused on a local
+/// store, as in-process).
+pub(crate) async fn checkpoint(State(app): State<Arc<App>>) -> ApiResult<Response> {
+    let app2 = app.clone();
+    let r = app.blocking(move || app2.store.checkpoint()).await?;
+    Ok(json(&serde_json::json!({
+        "segment": r.segment, "bytes": r.bytes, "written": r.written
+    })))
 }

@@ -29,8 +29,23 @@ pub(crate) fn route(cmd: &Command, wait: Duration) -> Option<Result<u8, CliError
         Err(ClientError::NotServed { .. }) => return None,
         Err(e) => return Some(Err(client_error(e))),
     };
+    // A lake node's commands see the lake as of now (SPEC R23), in-process by the sync of the
+    // open; the server holds the node open, so it is asked to sync first.
+    if store.join(oncelake::LAKE_FILE).exists() && !matches!(cmd, Command::Init(_)) {
+        if let Err(e) = client.sync() {
+            return Some(Err(client_error(e)));
+        }
+    }
     Some(match cmd {
         Command::Init(a) => Ok(init(a)),
+        Command::Sync(a) => client.sync().map_err(client_error).map(|(seq, lake)| {
+            super::store_cmds::print_sync(a.json, &a.store, lake, seq);
+            exit::OK
+        }),
+        Command::Checkpoint(a) => client.checkpoint().map_err(client_error).map(|(n, b, w)| {
+            super::store_cmds::print_checkpoint(a.json, &a.store, n, b, w);
+            exit::OK
+        }),
         Command::Put(a) => put(&client, a),
         Command::Get(a) => get(&client, a),
         Command::Ls(a) => ls(&client, a),
@@ -227,6 +242,8 @@ impl<R: std::io::Read> std::io::Read for LineCounter<'_, R> {
 fn store_of(cmd: &Command) -> Option<&Path> {
     Some(match cmd {
         Command::Init(a) => &a.store,
+        Command::Sync(a) => &a.store,
+        Command::Checkpoint(a) => &a.store,
         Command::Put(a) => &a.store,
         Command::Get(a) => &a.store,
         Command::Ls(a) => &a.store,

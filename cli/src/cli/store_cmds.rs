@@ -124,23 +124,23 @@ pub(crate) struct SyncArgs {
 pub(crate) fn sync(a: SyncArgs, wait: Duration) -> Result<u8, CliError> {
     let store = open_store(&a.store, wait, false)?;
     store.sync()?;
-    let seq = store.last_seq()?;
-    let lake = store.lake_url();
-    if Output::new(a.json).json {
-        print_json(&json!({"store": store.path().display().to_string(), "lake": lake, "seq": seq}));
+    print_sync(a.json, store.path(), store.lake_url(), store.last_seq()?);
+    Ok(exit::OK)
+}
+
+/// Prints the answer of `sync`, in-process or through the node's server.
+pub(crate) fn print_sync(json: bool, store: &Path, lake: Option<String>, seq: u64) {
+    if Output::new(json).json {
+        print_json(&json!({"store": store.display().to_string(), "lake": lake, "seq": seq}));
     } else {
         match lake {
-            Some(url) => outln!(
-                "{} is in sync with {url} at seq {seq}",
-                store.path().display()
-            ),
+            Some(url) => outln!("{} is in sync with {url} at seq {seq}", store.display()),
             None => outln!(
                 "{} is a local store (not a lake node): nothing to sync, seq {seq}",
-                store.path().display()
+                store.display()
             ),
         }
     }
-    Ok(exit::OK)
 }
 
 /// Arguments of `oncelake checkpoint`.
@@ -158,26 +158,26 @@ pub(crate) struct CheckpointArgs {
 pub(crate) fn checkpoint(a: CheckpointArgs, wait: Duration) -> Result<u8, CliError> {
     let store = open_store(&a.store, wait, false)?;
     let r = store.checkpoint()?;
-    if Output::new(a.json).json {
+    print_checkpoint(a.json, store.path(), r.segment, r.bytes, r.written);
+    Ok(exit::OK)
+}
+
+/// Prints the answer of `checkpoint`, in-process or through the node's server.
+pub(crate) fn print_checkpoint(json: bool, store: &Path, segment: u64, bytes: u64, written: bool) {
+    if Output::new(json).json {
         print_json(
-            &json!({"store": store.path().display().to_string(), "segment": r.segment,
-            "bytes": r.bytes, "written": r.written}),
+            &json!({"store": store.display().to_string(), "segment": segment,
+            "bytes": bytes, "written": written}),
         );
-    } else if r.segment == 0 {
+    } else if segment == 0 {
         outln!("the lake has no segment yet: nothing to checkpoint");
-    } else if r.written {
-        outln!(
-            "checkpoint of segment {} written ({} bytes)",
-            r.segment,
-            r.bytes
-        );
+    } else if written {
+        outln!("checkpoint of segment {segment} written ({bytes} bytes)");
     } else {
         outln!(
-            "the lake holds the checkpoint of segment {} already; this node agrees with it",
-            r.segment
+            "the lake holds the checkpoint of segment {segment} already; this node agrees with it"
         );
     }
-    Ok(exit::OK)
 }
 
 /// Prints the result of `init`.
