@@ -319,18 +319,25 @@ impl Metrics {
     /// process-scope ones at zero.
     pub(crate) fn from_persisted(persisted: &[(String, u64)]) -> Metrics {
         let m = Metrics::default();
+        m.set_persisted(persisted);
+        m
+    }
+
+    /// Sets the store-scope counters to the persisted `rows`: a lake node that applied other
+    /// nodes' segments holds their counts in its replica, which a running process must report
+    /// as a fresh one would (SPEC R16, R23).
+    pub(crate) fn set_persisted(&self, persisted: &[(String, u64)]) {
         for (name, v) in persisted {
             if name == SINCE_SEQ {
-                m.counted_since_seq.store(*v, Relaxed);
+                self.counted_since_seq.store(*v, Relaxed);
             }
             if scope_of(name) != Scope::Store {
                 continue;
             }
-            if let Some((_, c)) = m.c.fields().into_iter().find(|(n, _)| n == name) {
+            if let Some((_, c)) = self.c.fields().into_iter().find(|(n, _)| n == name) {
                 c.store(*v, Relaxed);
             }
         }
-        m
     }
 }
 

@@ -129,6 +129,7 @@ fn sync_locked(inner: &Core, lake: &Lake, head: &mut Head) -> Result<()> {
 /// The leader state of the replica as it is now (nothing is unapplied on a lake node).
 fn reload(inner: &Core) -> Result<()> {
     let state = LeaderState::load(&**inner.db)?;
+    inner.metrics.set_persisted(&state.counters);
     *inner.leader.lock() = state;
     Ok(())
 }

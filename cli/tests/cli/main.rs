@@ -13,4 +13,5 @@ const REPO: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/..");
 mod commands;
 mod contract;
 mod examples;
+mod lake;
 mod maint;

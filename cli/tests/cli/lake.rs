@@ -1,0 +1,593 @@
+//! Every store command of SPEC R17's table on the nodes of a shared lake (SPEC R23), driven only
+//! through the `oncelake` binary: one script of steps spread over two nodes of one `file://`
+//! lake, each answer checked against a model of what the lake must hold, and against what the
+//! same script answers on one local store (both "nodes" of the local run are that store).
+//!
+//! Normalized before the lake and local answers are compared: times (`committed_at_ms`,
+//! `expires_at_ms`, the date in `explain`'s `why`), the directories and URLs (`store`, `path`,
+//! `lake`), the table's `app_id` (it holds the store id), error `message`s (they name paths),
+//! and in `stats` the per-process counters the answer itself lists in `process_only`, `groups`
+//! (how many groups a run took is not an answer) and the refusal counters (see
+//! [`NODE_LOCAL_COUNTERS`]).
+
+use crate::bin::run as oncelake;
+use serde_json::Value;
+use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+
+/// Counters of refusals that changed nothing (duplicates, conflicts, stale, fenced, busy, held):
+/// a lake node logs no segment for them, so they are counted by the node that answered and are
+/// not the lake's whole count (docs/lake.md, "Using a lake").
+const NODE_LOCAL_COUNTERS: &[&str] = &[
+    "duplicates_collapsed",
+    "conflicts",
+    "stale_rejections",
+    "fenced_rejections",
+    "busy_rejections",
+    "claims_held",
+    "claims_already_done",
+];
+
+/// GC's count of a node's own orphaned objects.
+const ORPHANS: &[&str] = &["objects", "object_bytes"];
+
+/// Keys whose values differ between runs by nature, never by the answer.
+const VOLATILE: &[&str] = &[
+    "committed_at_ms",
+    "expires_at_ms",
+    "store",
+    "path",
+    "lake",
+    "app_id",
+    "message",
+    "groups",
+];
+
+/// How a step's answer is compared between the lake and the local store.
+#[derive(Clone, Copy, PartialEq, Debug)]
+enum Cmp {
+    /// Every stdout line as JSON (normalized), and a `--json` error's kind.
+    Json,
+    /// Stdout byte for byte.
+    Bytes,
+}
+
+/// One command of the script: on node 0 or 1, its arguments (`{S}` is the node, `{D}` the
+/// scratch directory), its input, the exit code it must have, and what a success commits.
+struct Step {
+    node: usize,
+    args: &'static str,
+    stdin: Option<&'static [u8]>,
+    code: i32,
+    cmp: Cmp,
+    /// A commit the model gains when the step succeeds: (unit, version, bytes).
+    commits: Option<(&'static str, u64, &'static [u8])>,
+    /// Wait this long first (a lease's TTL running out).
+    sleep_ms: u64,
+    /// Fields left out of this step's comparison with the local store (never of the model's).
+    node_local: &'static [&'static str],
+}
+
+fn step(node: usize, args: &'static str, code: i32) -> Step {
+    Step {
+        node,
+        args,
+        stdin: None,
+        code,
+        cmp: Cmp::Json,
+        commits: None,
+        sleep_ms: 0,
+        node_local: &[],
+    }
+}
+
+impl Step {
+    fn input(mut self, b: &'static [u8]) -> Step {
+        self.stdin = Some(b);
+        self
+    }
+    fn commits(mut self, unit: &'static str, version: u64, bytes: &'static [u8]) -> Step {
+        self.commits = Some((unit, version, bytes));
+        self
+    }
+    fn bytes(mut self) -> Step {
+        self.cmp = Cmp::Bytes;
+        self
+    }
+    fn after_ms(mut self, ms: u64) -> Step {
+        self.sleep_ms = ms;
+        self
+    }
+    fn node_local(mut self, keys: &'static [&'static str]) -> Step {
+        self.node_local = keys;
+        self
+    }
+}
+
+/// Puts from stdin and from a file, duplicate, conflict and stale on the other node, bad input,
+/// reads, time travel.
+fn writes_and_reads() -> Vec<Step> {
+    vec![
+        step(0, "put {S} orders/day=1 7 - --json", 0)
+            .input(b"rows")
+            .commits("orders/day=1", 7, b"rows"),
+        step(1, "put {S} orders/day=1 7 {D}/rows.bin --json", 0),
+        step(1, "put {S} orders/day=1 7 {D}/other.bin --json", 3),
+        step(1, "put {S} orders/day=1 6 - --json", 4).input(b"older"),
+        step(1, "put {S} orders/day=2 1 {D}/other.bin --json", 0).commits(
+            "orders/day=2",
+            1,
+            b"other",
+        ),
+        step(0, "put {S} orders/day=1 8 - --json", 0)
+            .input(b"rows v8")
+            .commits("orders/day=1", 8, b"rows v8"),
+        step(1, "get {S} orders/day=1", 0).bytes(),
+        step(1, "get {S} orders/day=1 --at 1", 0).bytes(),
+        step(1, "get {S} orders/day=1 -o {D}/got.bin --json", 0),
+        step(0, "ls {S} --json", 0),
+        step(0, "ls {S} --at 2 --prefix orders/ --json", 0),
+        step(1, "log {S} --json", 0),
+        step(1, "log {S} --since 2 --json", 0),
+        step(1, "get {S} orders/none --json", 2),
+        step(0, "put {S} bad\u{1}key 1 - --json", 2).input(b"x"),
+        step(0, "put {S} orders/day=3 notanumber - --json", 2).input(b"x"),
+        step(0, "ls {S} --at 999 --json", 2),
+    ]
+}
+
+/// A lease claimed on node 0 runs out, node 1 takes the unit over: node 0's token is fenced.
+fn claims() -> Vec<Step> {
+    vec![
+        step(0, "claim {S} jobs/a 1 --worker w1 --ttl 1s --json", 0),
+        step(1, "claim {S} jobs/a 1 --worker w3 --ttl 30s --json", 6),
+        step(1, "claim {S} jobs/a 1 --worker w2 --ttl 30s --json", 0).after_ms(1300),
+        step(0, "put {S} jobs/a 1 - --token 1 --json", 5).input(b"late"),
+        step(0, "release {S} jobs/a --worker w1 --token 1 --json", 5),
+        step(1, "put {S} jobs/a 1 - --token 2 --json", 0)
+            .input(b"fresh")
+            .commits("jobs/a", 1, b"fresh"),
+        step(1, "release {S} jobs/a --worker w2 --token 2 --json", 5),
+    ]
+}
+
+/// Reconcile, and a pipeline's cells worked on both nodes.
+fn plans_and_pipelines() -> Vec<Step> {
+    vec![
+        step(0, "reconcile {S} --source {D}/listing.csv --json", 0),
+        step(1, "reconcile {S} --source {D}/listing.csv --changes-only --json", 0),
+        step(0, "reconcile {S} --source {D}/missing.csv --json", 2),
+        step(0, "pipeline set-version {S} p/u 7 {D}/input.csv --json", 0),
+        step(1, "pipeline ready {S} --pipeline {D}/etl.toml --json", 0),
+        step(1, "pipeline complete {S} --pipeline {D}/etl.toml p/u ingest {D}/rows.bin --json", 0),
+        step(0, "pipeline ready {S} --pipeline {D}/etl.toml --claim --worker w1 --json", 0),
+        step(1, "pipeline fail {S} --pipeline {D}/etl.toml p/u transform --error boom --json", 6),
+        step(1, "pipeline complete {S} --pipeline {D}/etl.toml p/u transform {D}/other.bin --token 99 --json", 5),
+        step(1, "pipeline complete {S} --pipeline {D}/etl.toml p/u transform {D}/other.bin --token 3 --json", 0),
+        step(0, "pipeline status {S} --pipeline {D}/etl.toml --json", 0),
+        step(0, "pipeline status {S} --pipeline {D}/etl.toml --dot", 0).bytes(),
+        step(1, "pipeline explain {S} --pipeline {D}/etl.toml p/u --json", 0),
+    ]
+}
+
+/// Tables, GC, verify, stats, sync. Tables are defined and published on node 0 (one node
+/// publishes a given table); the rejected put's object is staged on node 1, so node 1's GC
+/// finds it as the local store's does.
+fn maintenance() -> Vec<Step> {
+    vec![
+        step(0, "table create {S} sales --prefix sales/ --json", 0),
+        step(
+            1,
+            "put {S} sales/date=1/region=eu 1 {D}/sales.parquet --json",
+            0,
+        ),
+        step(0, "table publish {S} sales --json", 0),
+        step(0, "table ls {S} --json", 0),
+        step(0, "table publish {S} nosuch --json", 2),
+        // The objects of refused puts are staged on the node that ran them (here the conflict
+        // on node 1 and the fenced put on node 0): a node's GC collects its own.
+        step(1, "gc {S} --dry-run --json", 0).node_local(ORPHANS),
+        step(1, "gc {S} --json", 0).node_local(ORPHANS),
+        step(0, "gc {S} --json", 0).node_local(ORPHANS),
+        step(0, "verify {S} --deep --json", 0),
+        step(1, "verify {S} --json", 0),
+        step(1, "stats {S} --json", 0),
+        step(0, "sync {S} --json", 0),
+        step(1, "ls {S} --json", 0),
+    ]
+}
+
+fn script() -> Vec<Step> {
+    let mut s = writes_and_reads();
+    s.extend(claims());
+    s.extend(plans_and_pipelines());
+    s.extend(maintenance());
+    s
+}
+
+/// The scratch files the script reads.
+fn scratch(dir: &Path) {
+    let files: [(&str, &[u8]); 6] = [
+        ("rows.bin", b"rows"),
+        ("other.bin", b"other"),
+        ("input.csv", b"a,b\n"),
+        ("listing.csv", b"orders/day=1,8\norders/day=2,2\norders/day=9,1\njobs/a,1\n"),
+        (
+            "etl.toml",
+            b"[stage.ingest]\ncode_version = 1\n[stage.transform]\ncode_version = 3\nupstream = [\"ingest\"]\n",
+        ),
+        ("missing.csv.not", b""),
+    ];
+    for (name, bytes) in files {
+        std::fs::write(dir.join(name), bytes).unwrap();
+    }
+    std::fs::copy(
+        Path::new(crate::REPO).join("examples/sales.parquet"),
+        dir.join("sales.parquet"),
+    )
+    .unwrap();
+}
+
+/// What one step answered, normalized.
+#[derive(Debug, PartialEq)]
+struct Answer {
+    code: Option<i32>,
+    stdout: Vec<Value>,
+    raw: Vec<u8>,
+    error: Option<Value>,
+}
+
+fn normalize(v: &mut Value) {
+    match v {
+        Value::Object(m) => {
+            let process_only: Vec<String> = m
+                .get("process_only")
+                .and_then(Value::as_array)
+                .map(|a| {
+                    a.iter()
+                        .filter_map(|s| s.as_str().map(String::from))
+                        .collect()
+                })
+                .unwrap_or_default();
+            if !process_only.is_empty() {
+                for k in process_only
+                    .iter()
+                    .map(String::as_str)
+                    .chain(NODE_LOCAL_COUNTERS.iter().copied())
+                {
+                    m.remove(k);
+                }
+            }
+            for k in VOLATILE {
+                m.remove(*k);
+            }
+            if let Some(Value::String(why)) = m.get_mut("why") {
+                if let Some(i) = why.find(" until ") {
+                    why.truncate(i);
+                }
+            }
+            m.values_mut().for_each(normalize);
+        }
+        Value::Array(a) => a.iter_mut().for_each(normalize),
+        _ => {}
+    }
+}
+
+fn json_lines(bytes: &[u8]) -> Vec<Value> {
+    String::from_utf8_lossy(bytes)
+        .lines()
+        .filter(|l| l.starts_with('{'))
+        .map(|l| {
+            let mut v: Value =
+                serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON ({e}): {l}"));
+            normalize(&mut v);
+            v
+        })
+        .collect()
+}
+
+fn answer(out: &Output, cmp: Cmp) -> Answer {
+    let stderr = json_lines(&out.stderr);
+    Answer {
+        code: out.status.code(),
+        stdout: if cmp == Cmp::Json {
+            json_lines(&out.stdout)
+        } else {
+            Vec::new()
+        },
+        raw: if cmp == Cmp::Bytes {
+            out.stdout.clone()
+        } else {
+            Vec::new()
+        },
+        error: stderr.into_iter().find(|v| v.get("error").is_some()),
+    }
+}
+
+fn s(p: &Path) -> &str {
+    p.to_str().unwrap()
+}
+
+/// Runs `args` (with `{S}` and `{D}` filled in) as one `oncelake` command.
+fn run_on(node: &Path, dir: &Path, args: &str, stdin: Option<&[u8]>) -> Output {
+    let filled: Vec<String> = args
+        .split(' ')
+        .map(|a| a.replace("{S}", s(node)).replace("{D}", s(dir)))
+        .collect();
+    let argv: Vec<&str> = filled.iter().map(String::as_str).collect();
+    oncelake(&argv, stdin)
+}
+
+/// The model: unit → (version, object hash, size), as `ls --json` shows current entries.
+type Model = BTreeMap<String, (u64, String, u64)>;
+
+fn listed(node: &Path, dir: &Path) -> Model {
+    let out = run_on(node, dir, "ls {S} --json", None);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    json_lines(&out.stdout)
+        .into_iter()
+        .map(|v| {
+            let unit = v["unit"].as_str().unwrap().to_string();
+            let entry = (
+                v["source_version"].as_u64().unwrap(),
+                v["object"].as_str().unwrap().to_string(),
+                v["size"].as_u64().unwrap(),
+            );
+            (unit, entry)
+        })
+        // Pipeline bookkeeping units are the engine's own (the model holds user units).
+        .filter(|(u, _)| !u.starts_with(".pipeline/") && !u.starts_with("sales/"))
+        .collect()
+}
+
+/// Runs the script on `nodes`, checking each step's exit code and, after each commit, that
+/// every node lists exactly the model; returns the answers.
+fn walk(nodes: &[PathBuf; 2], dir: &Path) -> Vec<Answer> {
+    let mut model = Model::new();
+    let mut answers = Vec::new();
+    for st in script() {
+        std::thread::sleep(std::time::Duration::from_millis(st.sleep_ms));
+        let out = run_on(&nodes[st.node], dir, st.args, st.stdin);
+        let mut got = answer(&out, st.cmp);
+        for v in &mut got.stdout {
+            if let Value::Object(m) = v {
+                st.node_local.iter().for_each(|k| drop(m.remove(*k)));
+            }
+        }
+        assert_eq!(
+            out.status.code(),
+            Some(st.code),
+            "`{}` on node {}: stdout {} stderr {}",
+            st.args,
+            st.node,
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        if let Some((unit, version, bytes)) = st.commits {
+            let hash = blake3::hash(bytes).to_hex().to_string();
+            model.insert(unit.to_string(), (version, hash, bytes.len() as u64));
+            for node in nodes {
+                assert_eq!(
+                    listed(node, dir),
+                    model,
+                    "after `{}`, {}",
+                    st.args,
+                    node.display()
+                );
+            }
+        }
+        answers.push(got);
+    }
+    answers
+}
+
+#[test]
+fn every_store_command_answers_on_lake_nodes_as_on_a_local_store() {
+    let dir = tempfile::tempdir().unwrap();
+    scratch(dir.path());
+    let lake = dir.path().join("lake");
+    std::fs::create_dir(&lake).unwrap();
+    let url = format!("file://{}", s(&lake));
+    let nodes = [dir.path().join("node1"), dir.path().join("node2")];
+    for n in &nodes {
+        let out = oncelake(&["init", s(n), "--lake", &url], None);
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let local = dir.path().join("local");
+    assert_eq!(oncelake(&["init", s(&local)], None).status.code(), Some(0));
+
+    let on_lake = walk(&nodes, dir.path());
+    let on_local = walk(&[local.clone(), local], dir.path());
+    for ((st, l), o) in script().iter().zip(&on_lake).zip(&on_local) {
+        assert_eq!(
+            l, o,
+            "`{}`: the lake node answered differently from the local store",
+            st.args
+        );
+    }
+    // The table went into the lake, where delta-rs reads it (docs/tables.md).
+    assert!(lake
+        .join("tables/sales/_delta_log/00000000000000000000.json")
+        .is_file());
+}
+
+/// `checkpoint` and `sync` on a node (a local store refuses a checkpoint: it has no lake).
+#[test]
+fn checkpoint_and_sync_answer_on_a_node_and_a_checkpoint_seeds_a_new_node() {
+    let dir = tempfile::tempdir().unwrap();
+    let lake = dir.path().join("lake");
+    std::fs::create_dir(&lake).unwrap();
+    let url = format!("file://{}", s(&lake));
+    let (n1, n3) = (dir.path().join("n1"), dir.path().join("n3"));
+    assert_eq!(
+        oncelake(&["init", s(&n1), "--lake", &url], None)
+            .status
+            .code(),
+        Some(0)
+    );
+    let put = oncelake(&["put", s(&n1), "u/1", "1", "-"], Some(b"one"));
+    assert_eq!(put.status.code(), Some(0));
+    let out = oncelake(&["checkpoint", s(&n1), "--json"], None);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v = &json_lines(&out.stdout)[0];
+    assert_eq!(
+        (v["segment"].as_u64(), v["written"].as_bool()),
+        (Some(1), Some(true))
+    );
+    assert_eq!(
+        oncelake(&["init", s(&n3), "--lake", &url], None)
+            .status
+            .code(),
+        Some(0)
+    );
+    let got = oncelake(&["get", s(&n3), "u/1"], None);
+    assert_eq!(
+        got.stdout, b"one",
+        "a node seeded from the checkpoint reads the object"
+    );
+
+    let local = dir.path().join("local");
+    assert_eq!(oncelake(&["init", s(&local)], None).status.code(), Some(0));
+    let out = oncelake(&["checkpoint", s(&local), "--json"], None);
+    assert_eq!(out.status.code(), Some(2));
+    let err = &json_lines(&out.stderr)[0];
+    assert_eq!(err["error"], "invalid_request");
+}
+
+/// A served node: a running `oncelake serve` on a node of a lake.
+struct Served(Child);
+
+impl Drop for Served {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn serve(node: &Path) -> (Served, String) {
+    let mut child = Command::new(crate::bin::oncelake())
+        .args(["serve", s(node), "--listen", "127.0.0.1:0"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let addr = line
+        .split_whitespace()
+        .find_map(|w| w.strip_prefix("tcp:"))
+        .unwrap_or_else(|| panic!("no address in {line:?}"))
+        .to_string();
+    (Served(child), addr)
+}
+
+/// `GET path` on the served node with its bearer token: (status line, body).
+fn http_get(node: &Path, addr: &str, path: &str) -> (String, String) {
+    let info: Value =
+        serde_json::from_slice(&std::fs::read(node.join("serve.json")).unwrap()).unwrap();
+    let token = info["token"].as_str().unwrap();
+    let mut conn = std::net::TcpStream::connect(addr).unwrap();
+    write!(
+        conn,
+        "GET {path} HTTP/1.1\r\nHost: localhost\r\nAuthorization: Bearer {token}\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut text = String::new();
+    conn.read_to_string(&mut text).unwrap();
+    let (head, body) = text.split_once("\r\n\r\n").unwrap();
+    (head.lines().next().unwrap().to_string(), body.to_string())
+}
+
+#[test]
+fn a_served_node_commits_syncs_and_answers_metrics() {
+    let dir = tempfile::tempdir().unwrap();
+    let lake = dir.path().join("lake");
+    std::fs::create_dir(&lake).unwrap();
+    let url = format!("file://{}", s(&lake));
+    let (n1, n2) = (dir.path().join("n1"), dir.path().join("n2"));
+    for n in [&n1, &n2] {
+        assert_eq!(
+            oncelake(&["init", s(n), "--lake", &url], None)
+                .status
+                .code(),
+            Some(0)
+        );
+    }
+    let (_server, addr) = serve(&n1);
+    let put = oncelake(&["put", s(&n1), "u/1", "1", "-", "--json"], Some(b"served"));
+    assert_eq!(
+        put.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&put.stderr)
+    );
+    assert_eq!(json_lines(&put.stdout)[0]["outcome"], "committed");
+    assert_eq!(oncelake(&["sync", s(&n2)], None).status.code(), Some(0));
+    assert_eq!(oncelake(&["get", s(&n2), "u/1"], None).stdout, b"served");
+
+    // What node 2 commits, the served node sees on its next command (it syncs first).
+    let put = oncelake(&["put", s(&n2), "u/2", "1", "-"], Some(b"from n2"));
+    assert_eq!(put.status.code(), Some(0));
+    let out = oncelake(&["get", s(&n1), "u/2", "--wait", "2s"], None);
+    assert_eq!(
+        out.stdout,
+        b"from n2",
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let out = oncelake(&["sync", s(&n1), "--json", "--wait", "2s"], None);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(json_lines(&out.stdout)[0]["seq"], 2);
+    let out = oncelake(&["checkpoint", s(&n1), "--json", "--wait", "2s"], None);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(json_lines(&out.stdout)[0]["segment"], 2);
+
+    let (status, body) = http_get(&n1, &addr, "/metrics");
+    assert!(status.contains("200"), "{status}");
+    assert!(body.lines().any(|l| l == "oncelake_last_seq 2"), "{body}");
+    assert!(
+        body.lines().any(|l| l == "oncelake_commits_total 2"),
+        "{body}"
+    );
+    let (status, body) = http_get(&n1, &addr, "/v1/stats");
+    assert!(status.contains("200"), "{status}");
+    let stats: Value = serde_json::from_str(&body).unwrap_or_else(|e| panic!("{e}: {body}"));
+    assert_eq!(
+        (&stats["seq"], &stats["units"]),
+        (&2.into(), &2.into()),
+        "{stats}"
+    );
+    assert_eq!(
+        stats["counters"]["commits"], 2,
+        "the lake's commits, node 2's included"
+    );
+}
