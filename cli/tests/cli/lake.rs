@@ -388,14 +388,12 @@ fn walk(nodes: &[PathBuf; 2], dir: &Path) -> Vec<Answer> {
     answers
 }
 
-#[test]
-fn every_store_command_answers_on_lake_nodes_as_on_a_local_store() {
-    let dir = tempfile::tempdir().unwrap();
-    scratch(dir.path());
-    let lake = dir.path().join("lake");
+/// Two nodes of a new `file://` lake in `dir`: (the lake's directory, the nodes).
+fn two_nodes(dir: &Path) -> (PathBuf, [PathBuf; 2]) {
+    let lake = dir.join("lake");
     std::fs::create_dir(&lake).unwrap();
     let url = format!("file://{}", s(&lake));
-    let nodes = [dir.path().join("node1"), dir.path().join("node2")];
+    let nodes = [dir.join("node1"), dir.join("node2")];
     for n in &nodes {
         let out = oncelake(&["init", s(n), "--lake", &url], None);
         assert_eq!(
@@ -405,22 +403,45 @@ fn every_store_command_answers_on_lake_nodes_as_on_a_local_store() {
             String::from_utf8_lossy(&out.stderr)
         );
     }
-    let local = dir.path().join("local");
-    assert_eq!(oncelake(&["init", s(&local)], None).status.code(), Some(0));
+    (lake, nodes)
+}
 
-    let on_lake = walk(&nodes, dir.path());
-    let on_local = walk(&[local.clone(), local], dir.path());
-    for ((st, l), o) in script().iter().zip(&on_lake).zip(&on_local) {
+/// The script's answers on the lake's nodes equal those of the same script on a local store.
+fn same_as_local(dir: &Path, on_lake: &[Answer]) {
+    let local = dir.join("local");
+    assert_eq!(oncelake(&["init", s(&local)], None).status.code(), Some(0));
+    let on_local = walk(&[local.clone(), local], dir);
+    for ((st, l), o) in script().iter().zip(on_lake).zip(&on_local) {
         assert_eq!(
             l, o,
             "`{}`: the lake node answered differently from the local store",
             st.args
         );
     }
+}
+
+#[test]
+fn every_store_command_answers_on_lake_nodes_as_on_a_local_store() {
+    let dir = tempfile::tempdir().unwrap();
+    scratch(dir.path());
+    let (lake, nodes) = two_nodes(dir.path());
+    let on_lake = walk(&nodes, dir.path());
+    same_as_local(dir.path(), &on_lake);
     // The table went into the lake, where delta-rs reads it (docs/tables.md).
     assert!(lake
         .join("tables/sales/_delta_log/00000000000000000000.json")
         .is_file());
+}
+
+/// The same script with node 1 served: every command on it goes through `oncelake serve`.
+#[test]
+fn every_store_command_answers_the_same_through_a_served_node() {
+    let dir = tempfile::tempdir().unwrap();
+    scratch(dir.path());
+    let (_, nodes) = two_nodes(dir.path());
+    let (_server, _) = serve(&nodes[0]);
+    let on_lake = walk(&nodes, dir.path());
+    same_as_local(dir.path(), &on_lake);
 }
 
 /// `checkpoint` and `sync` on a node (a local store refuses a checkpoint: it has no lake).
