@@ -129,57 +129,82 @@ impl Lake {
         seq: u64,
         stager: &Stager,
     ) -> Result<Option<Staged>> {
-        self.block_on(self.fetch_one(meta, seq, stager))
+        match self.block_on(self.get_object(meta, seq))? {
+            Some(bytes) => self.stage_checked(meta, seq, &bytes, stager).map(Some),
+            None => Ok(None),
+        }
     }
 
-    /// [`Lake::fetch_if_present`] of each `(meta, seq)`, at most [`UPLOADS_AT_ONCE`] GETs in
-    /// flight (a segment from another node references objects this node has never seen): the
-    /// handles of those the lake holds, or the first error.
+    /// [`Lake::fetch_if_present`] of each `(meta, seq)` (a segment from another node references
+    /// objects this node has never seen): [`UPLOADS_AT_ONCE`] at a time, their GETs in flight
+    /// together and their durable writes on threads of their own (each one waits for a sync).
+    /// The handles of those the lake holds, or the first error.
     pub(crate) fn fetch_all_if_present(
         &self,
         wanted: &[(ObjectMeta, u64)],
         stager: &Stager,
     ) -> Result<Vec<Staged>> {
-        let fetched = self.block_on(
-            futures_util::stream::iter(wanted)
-                .map(|(meta, seq)| self.fetch_one(meta, *seq, stager))
-                .buffer_unordered(UPLOADS_AT_ONCE)
-                .collect::<Vec<_>>(),
-        );
-        let mut pins = Vec::with_capacity(fetched.len());
-        for f in fetched {
-            pins.extend(f?);
+        let mut pins = Vec::with_capacity(wanted.len());
+        for chunk in wanted.chunks(UPLOADS_AT_ONCE) {
+            let got = self.block_on(futures_util::future::join_all(
+                chunk.iter().map(|(meta, seq)| self.get_object(meta, *seq)),
+            ));
+            let staged = std::thread::scope(|s| {
+                let handles: Vec<_> = chunk
+                    .iter()
+                    .zip(got)
+                    .map(|((meta, seq), got)| {
+                        s.spawn(move || match got? {
+                            Some(b) => self.stage_checked(meta, *seq, &b, stager).map(Some),
+                            None => Ok(None),
+                        })
+                    })
+                    .collect();
+                handles
+                    .into_iter()
+                    .map(|h| h.join().unwrap_or_else(|p| std::panic::resume_unwind(p)))
+                    .collect::<Vec<_>>()
+            });
+            for r in staged {
+                pins.extend(r?);
+            }
         }
         Ok(pins)
     }
 
-    /// One fetch, retried like any request; staged (and checked) on the client's thread.
-    async fn fetch_one(
-        &self,
-        meta: &ObjectMeta,
-        seq: u64,
-        stager: &Stager,
-    ) -> Result<Option<Staged>> {
+    /// The bytes of object `meta` as the commit of `seq` references it, or `None` if the lake
+    /// does not hold it; retried like any request.
+    async fn get_object(&self, meta: &ObjectMeta, seq: u64) -> Result<Option<Bytes>> {
         let path = path_of(&meta.id, seq);
         let mut retry = Retry::new();
-        let bytes = loop {
+        loop {
             let r = match self.store.get_opts(&path, Default::default()).await {
                 Ok(g) => g.bytes().await,
                 Err(e) => Err(e),
             };
             match r {
-                Ok(b) => break b,
+                Ok(b) => return Ok(Some(b)),
                 Err(object_store::Error::NotFound { .. }) => return Ok(None),
                 Err(e) => {
                     let wait = retry.next_wait(self, &format!("fetch object {}", meta.id), &e)?;
                     tokio::time::sleep(wait).await;
                 }
             }
-        };
+        }
+    }
+
+    /// Stages a fetched object, checked against its hash, size and CRC as the log records them.
+    fn stage_checked(
+        &self,
+        meta: &ObjectMeta,
+        seq: u64,
+        bytes: &[u8],
+        stager: &Stager,
+    ) -> Result<Staged> {
         let staged = stager.stage_reader(&mut &bytes[..])?;
         if staged.meta() != *meta {
             return Err(Error::Corrupt {
-                path: std::path::PathBuf::from(format!("{}/{}", self.url, path)),
+                path: std::path::PathBuf::from(format!("{}/{}", self.url, path_of(&meta.id, seq))),
                 detail: format!(
                     "the lake's object {} reads back as {:?}, not as the log records it ({meta:?})",
                     meta.id,
@@ -187,6 +212,6 @@ impl Lake {
                 ),
             });
         }
-        Ok(Some(staged))
+        Ok(staged)
     }
 }
