@@ -185,7 +185,9 @@ fn apply_segment(inner: &Core, lake: &Lake, head: &mut Head, bytes: &[u8]) -> Re
         updates.push((unit.to_string(), new_unit, v));
     }
     // Every object is in this node's `objects/` before an entry references it (I2).
+    let t = Instant::now();
     let pins = lake.fetch_all_if_present(&missing, &inner.stager)?;
+    timings::add(Phase::Fetch, t);
     inner.apply_in_place(&group, false)?;
     {
         let mut idx = inner.index.write();

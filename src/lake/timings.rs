@@ -20,9 +20,11 @@ pub(crate) enum Phase {
     Apply,
     /// After a lost slot: applying the winner and the backoff.
     Lost,
+    /// Within sync or after a loss: fetching the objects of other nodes' segments.
+    Fetch,
 }
 
-const PHASES: usize = 6;
+const PHASES: usize = 7;
 
 static NANOS: [AtomicU64; PHASES] = [const { AtomicU64::new(0) }; PHASES];
 static ATTEMPTS: AtomicU64 = AtomicU64::new(0);
@@ -64,6 +66,8 @@ pub struct LakeTimings {
     pub apply_ns: u64,
     /// Nanoseconds after lost slots: applying the winner, and the backoff.
     pub lost_ns: u64,
+    /// Nanoseconds of sync and lost fetching other nodes' objects.
+    pub fetch_ns: u64,
 }
 
 /// The process's totals so far.
@@ -79,5 +83,6 @@ pub fn lake_timings() -> LakeTimings {
         publish_ns: ns(Phase::Publish),
         apply_ns: ns(Phase::Apply),
         lost_ns: ns(Phase::Lost),
+        fetch_ns: ns(Phase::Fetch),
     }
 }
