@@ -89,8 +89,10 @@ impl Lake {
             .and_then(|u| u.connect())
             .map(|s| faults::wrap_for_url(url, s))
             .map_err(bad)?;
+        // Two workers: with one, a group's 32 requests in flight and their connections shared
+        // one thread (the P10 bench's single node: 1,174 → 1,700 units/s, one run each).
         let rt = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(1)
+            .worker_threads(2)
             .thread_name("oncelake-lake")
             .enable_all()
             .build()
