@@ -91,6 +91,9 @@ pub use lake::faults::{FaultCounts, FaultRates, Hold, LakeFault, LakeFaults};
 /// The file that binds a node directory to its shared lake (SPEC R23).
 #[cfg(feature = "lake")]
 pub use lake::node::LAKE_FILE;
+/// Where lake nodes' group time goes (the P10 bench's breakdown).
+#[cfg(feature = "lake")]
+pub use lake::timings::{lake_timings, LakeTimings};
 pub use metrics::MetricsSnapshot;
 pub use object::{ObjectId, ObjectMeta};
 pub use replay::{replay, ReplayReport};

@@ -15,11 +15,13 @@ use crate::core::Core;
 use crate::error::{Error, Result};
 use crate::lake::log::Published;
 use crate::lake::segment::{self, Segment};
+use crate::lake::timings::{self, Phase};
 use crate::lake::{Head, Lake};
 use crate::schema::manifest::EntryValue;
 use crate::wal::overlay::LeaderState;
 use crate::wal::redo::{GroupRedo, Keyed};
 use std::collections::HashSet;
+use std::time::Instant;
 
 /// Decides and publishes one group on a lake node; see the module documentation.
 pub(crate) fn write_group(inner: &Core, lake: &Lake, ops: Vec<Op>) -> Result<GroupResult> {
@@ -29,7 +31,10 @@ pub(crate) fn write_group(inner: &Core, lake: &Lake, ops: Vec<Op>) -> Result<Gro
     let mut head = lake.head();
     let mut lost = 0u32;
     loop {
+        let t = Instant::now();
         sync_locked(inner, lake, &mut head)?;
+        timings::add(Phase::Sync, t);
+        let t = Instant::now();
         // Log time never runs backwards, whatever this node's clock says.
         let now_ms = inner.options.clock.now_ms().max(head.time_ms);
         let DecidedGroup {
@@ -40,6 +45,7 @@ pub(crate) fn write_group(inner: &Core, lake: &Lake, ops: Vec<Op>) -> Result<Gro
             newest,
             prune_guard,
         } = decide_group(inner, ops.clone(), now_ms, Path::InPlace(false))?;
+        timings::add(Phase::Decide, t);
         let Some(pending) = pending else {
             return Ok((dones, index, counts));
         };
@@ -49,7 +55,10 @@ pub(crate) fn write_group(inner: &Core, lake: &Lake, ops: Vec<Op>) -> Result<Gro
             n,
             "invariant: a lake node's group number is the segment after the one it applied"
         );
-        upload_objects(inner, lake, &pending)?;
+        let t = Instant::now();
+        let uploads = upload_objects(inner, lake, &pending)?;
+        timings::add(Phase::Upload, t);
+        let t = Instant::now();
         let bytes = Segment {
             n,
             prev: head.hash,
@@ -59,9 +68,14 @@ pub(crate) fn write_group(inner: &Core, lake: &Lake, ops: Vec<Op>) -> Result<Gro
             frame: pending.frame(),
         }
         .encode();
-        match lake.publish(n, &bytes)? {
+        let published = lake.publish(n, &bytes)?;
+        timings::add(Phase::Publish, t);
+        timings::attempt(matches!(published, Published::Won), uploads);
+        let t = Instant::now();
+        match published {
             Published::Won => {
                 inner.apply_in_place(&pending, false)?;
+                timings::add(Phase::Apply, t);
                 *head = Head {
                     applied: n,
                     hash: segment::hash(&bytes),
@@ -82,6 +96,7 @@ pub(crate) fn write_group(inner: &Core, lake: &Lake, ops: Vec<Op>) -> Result<Gro
                 reload(inner)?;
                 crate::lake::backoff(lost.min(6));
                 lost = lost.saturating_add(1);
+                timings::add(Phase::Lost, t);
             }
         }
     }
@@ -151,7 +166,8 @@ fn apply_segment(inner: &Core, lake: &Lake, head: &mut Head, bytes: &[u8]) -> Re
     }
     let where_ = std::path::PathBuf::from(format!("{}/{}", lake.url, segment::path(n)));
     let group = GroupRedo::from_frame(&where_, n, &seg.frame)?;
-    let mut pins = Vec::new();
+    let mut missing = Vec::new();
+    let mut missing_ids = HashSet::new();
     let mut updates = Vec::new();
     let mut seen = HashSet::new();
     for (key, value) in group.keyed_rows(Keyed::Manifest)? {
@@ -163,12 +179,16 @@ fn apply_segment(inner: &Core, lake: &Lake, head: &mut Head, bytes: &[u8]) -> Re
         // An object the lake no longer holds was deleted by a GC after a later prune dropped
         // every entry of it (a replay of old segments cannot tell): the entry is applied, and a
         // read of it fetches, or reports it missing (verify checks what is still referenced).
-        if !inner.stager.object_path(&v.object.id).exists() {
-            pins.extend(lake.fetch_if_present(&v.object, v.seq, &inner.stager)?);
+        if !inner.stager.object_path(&v.object.id).exists() && missing_ids.insert(v.object.id) {
+            missing.push((v.object, v.seq));
         }
         let new_unit = seen.insert(unit.to_string()) && inner.probe(unit)?.is_none();
         updates.push((unit.to_string(), new_unit, v));
     }
+    // Every object is in this node's `objects/` before an entry references it (I2).
+    let t = Instant::now();
+    let pins = lake.fetch_all_if_present(&missing, &inner.stager)?;
+    timings::add(Phase::Fetch, t);
     inner.apply_in_place(&group, false)?;
     {
         let mut idx = inner.index.write();
@@ -188,15 +208,18 @@ fn apply_segment(inner: &Core, lake: &Lake, head: &mut Head, bytes: &[u8]) -> Re
 }
 
 /// Uploads every object the group's entries reference, before its segment is created: a node
-/// that applies the segment finds them (I2 across nodes).
-fn upload_objects(inner: &Core, lake: &Lake, group: &GroupRedo) -> Result<()> {
+/// that applies the segment finds them (I2 across nodes). Concurrently: the segment is created
+/// only after every upload answered success. Returns how many were uploaded.
+fn upload_objects(inner: &Core, lake: &Lake, group: &GroupRedo) -> Result<u64> {
+    let mut objects = Vec::new();
     for (key, value) in group.keyed_rows(Keyed::Manifest)? {
         let unit = std::str::from_utf8(key).map_err(|_| Error::Corrupt {
             path: std::path::PathBuf::from("commit group"),
             detail: "a manifest row's unit key is not UTF-8".into(),
         })?;
         let v = EntryValue::decode(unit, value)?;
-        lake.upload(&v.object.id, v.seq, &inner.stager.object_path(&v.object.id))?;
+        let local = inner.stager.object_path(&v.object.id);
+        objects.push((v.object.id, v.seq, local));
     }
-    Ok(())
+    lake.upload_all(&objects)
 }

@@ -13,8 +13,16 @@ use super::{Lake, Retry};
 use crate::error::{Error, IoContext, Result};
 use crate::object::{ObjectId, ObjectMeta};
 use crate::stage::{Staged, Stager};
+use bytes::Bytes;
+use futures_util::StreamExt;
 use object_store::path::Path as ObjectPath;
 use object_store::{ObjectStore, PutOptions, PutPayload};
+use std::path::{Path, PathBuf};
+
+/// Requests for one group's objects (its uploads, or a segment's fetches) in flight at once:
+/// enough to hide a round trip per object, few enough not to swamp the object store (or the
+/// client's one thread).
+const UPLOADS_AT_ONCE: usize = 32;
 
 /// The lake's name of object `id` as referenced by the commit of `seq`.
 pub(crate) fn path_of(id: &ObjectId, seq: u64) -> ObjectPath {
@@ -33,30 +41,70 @@ pub(crate) fn parse_name(name: &str) -> Option<(ObjectId, u64)> {
 }
 
 impl Lake {
-    /// Uploads the object at `local` as `id` for the commit of `seq`, unless this node uploaded
-    /// it under that name already.
-    pub(crate) fn upload(&self, id: &ObjectId, seq: u64, local: &std::path::Path) -> Result<()> {
-        if self.uploaded.lock().contains(&(*id, seq)) {
-            return Ok(());
-        }
-        let bytes =
-            std::fs::read(local).ctx(|| format!("read {} to upload it", local.display()))?;
-        let path = path_of(id, seq);
-        let mut retry = Retry::new();
-        loop {
-            let payload = PutPayload::from(bytes.clone());
-            match self.block_on(self.store.put_opts(&path, payload, PutOptions::default())) {
-                Ok(_) => break,
-                Err(e) => retry.wait_or_fail(self, &format!("upload object {id}"), &e)?,
-            }
-        }
+    /// Uploads each object `(id, seq, local)` as `id` for the commit of `seq`, unless this node
+    /// uploaded it under that name already; at most [`UPLOADS_AT_ONCE`] PUTs in flight. Returns
+    /// once every one is in the lake, or with the first error (whatever else took effect is an
+    /// unreferenced object, as an uploader's crash leaves).
+    pub(crate) fn upload_all(&self, objects: &[(ObjectId, u64, PathBuf)]) -> Result<u64> {
+        let todo: Vec<_> = {
+            let up = self.uploaded.lock();
+            objects
+                .iter()
+                .filter(|(id, seq, _)| !up.contains(&(*id, *seq)))
+                .collect()
+        };
+        let done = self.block_on(
+            futures_util::stream::iter(todo)
+                .map(|(id, seq, local)| async move {
+                    self.upload_one(id, *seq, local).await.map(|()| (*id, *seq))
+                })
+                .buffer_unordered(UPLOADS_AT_ONCE)
+                .collect::<Vec<_>>(),
+        );
         let mut up = self.uploaded.lock();
         // A bound on memory; forgetting only costs a repeated (idempotent) upload.
         if up.len() >= 1 << 16 {
             up.clear();
         }
-        up.insert((*id, seq));
-        Ok(())
+        let mut first_err = None;
+        let mut count = 0;
+        for r in done {
+            match r {
+                Ok(name) => {
+                    up.insert(name);
+                    count += 1;
+                }
+                Err(e) => {
+                    first_err.get_or_insert(e);
+                }
+            }
+        }
+        first_err.map_or(Ok(count), Err)
+    }
+
+    /// One upload of [`Lake::upload_all`], retried like any request.
+    async fn upload_one(&self, id: &ObjectId, seq: u64, local: &Path) -> Result<()> {
+        // Objects are small and local: reading one blocks the client's thread for less than
+        // the request it feeds.
+        let bytes = Bytes::from(
+            std::fs::read(local).ctx(|| format!("read {} to upload it", local.display()))?,
+        );
+        let path = path_of(id, seq);
+        let mut retry = Retry::new();
+        loop {
+            let payload = PutPayload::from(bytes.clone());
+            match self
+                .store
+                .put_opts(&path, payload, PutOptions::default())
+                .await
+            {
+                Ok(_) => return Ok(()),
+                Err(e) => {
+                    let wait = retry.next_wait(self, &format!("upload object {id}"), &e)?;
+                    tokio::time::sleep(wait).await;
+                }
+            }
+        }
     }
 
     /// Fetches object `meta`, as the commit of `seq` references it, into the node's `objects/`
@@ -81,25 +129,82 @@ impl Lake {
         seq: u64,
         stager: &Stager,
     ) -> Result<Option<Staged>> {
+        match self.block_on(self.get_object(meta, seq))? {
+            Some(bytes) => self.stage_checked(meta, seq, &bytes, stager).map(Some),
+            None => Ok(None),
+        }
+    }
+
+    /// [`Lake::fetch_if_present`] of each `(meta, seq)` (a segment from another node references
+    /// objects this node has never seen): [`UPLOADS_AT_ONCE`] at a time, their GETs in flight
+    /// together and their durable writes on threads of their own (each one waits for a sync).
+    /// The handles of those the lake holds, or the first error.
+    pub(crate) fn fetch_all_if_present(
+        &self,
+        wanted: &[(ObjectMeta, u64)],
+        stager: &Stager,
+    ) -> Result<Vec<Staged>> {
+        let mut pins = Vec::with_capacity(wanted.len());
+        for chunk in wanted.chunks(UPLOADS_AT_ONCE) {
+            let got = self.block_on(futures_util::future::join_all(
+                chunk.iter().map(|(meta, seq)| self.get_object(meta, *seq)),
+            ));
+            let staged = std::thread::scope(|s| {
+                let handles: Vec<_> = chunk
+                    .iter()
+                    .zip(got)
+                    .map(|((meta, seq), got)| {
+                        s.spawn(move || match got? {
+                            Some(b) => self.stage_checked(meta, *seq, &b, stager).map(Some),
+                            None => Ok(None),
+                        })
+                    })
+                    .collect();
+                handles
+                    .into_iter()
+                    .map(|h| h.join().unwrap_or_else(|p| std::panic::resume_unwind(p)))
+                    .collect::<Vec<_>>()
+            });
+            for r in staged {
+                pins.extend(r?);
+            }
+        }
+        Ok(pins)
+    }
+
+    /// The bytes of object `meta` as the commit of `seq` references it, or `None` if the lake
+    /// does not hold it; retried like any request.
+    async fn get_object(&self, meta: &ObjectMeta, seq: u64) -> Result<Option<Bytes>> {
         let path = path_of(&meta.id, seq);
         let mut retry = Retry::new();
-        let bytes = loop {
-            let r = self.block_on(async {
-                match self.store.get_opts(&path, Default::default()).await {
-                    Ok(g) => g.bytes().await,
-                    Err(e) => Err(e),
-                }
-            });
+        loop {
+            let r = match self.store.get_opts(&path, Default::default()).await {
+                Ok(g) => g.bytes().await,
+                Err(e) => Err(e),
+            };
             match r {
-                Ok(b) => break b,
+                Ok(b) => return Ok(Some(b)),
                 Err(object_store::Error::NotFound { .. }) => return Ok(None),
-                Err(e) => retry.wait_or_fail(self, &format!("fetch object {}", meta.id), &e)?,
+                Err(e) => {
+                    let wait = retry.next_wait(self, &format!("fetch object {}", meta.id), &e)?;
+                    tokio::time::sleep(wait).await;
+                }
             }
-        };
+        }
+    }
+
+    /// Stages a fetched object, checked against its hash, size and CRC as the log records them.
+    fn stage_checked(
+        &self,
+        meta: &ObjectMeta,
+        seq: u64,
+        bytes: &[u8],
+        stager: &Stager,
+    ) -> Result<Staged> {
         let staged = stager.stage_reader(&mut &bytes[..])?;
         if staged.meta() != *meta {
             return Err(Error::Corrupt {
-                path: std::path::PathBuf::from(format!("{}/{}", self.url, path)),
+                path: std::path::PathBuf::from(format!("{}/{}", self.url, path_of(&meta.id, seq))),
                 detail: format!(
                     "the lake's object {} reads back as {:?}, not as the log records it ({meta:?})",
                     meta.id,
@@ -107,6 +212,6 @@ impl Lake {
                 ),
             });
         }
-        Ok(Some(staged))
+        Ok(staged)
     }
 }

@@ -75,6 +75,8 @@ struct RunFigures {
     p99: Duration,
     /// Every answer that says the unit version is in the lake: (unit, version, object).
     acks: Vec<(u64, u64, ObjectId)>,
+    /// Where the nodes' group time went during the run.
+    groups: serde_json::Value,
 }
 
 impl RunFigures {
@@ -90,6 +92,7 @@ impl RunFigures {
             "acknowledged_units_per_sec": self.per_sec(),
             "p50_ms": self.p50.as_secs_f64() * 1e3,
             "p99_ms": self.p99.as_secs_f64() * 1e3,
+            "groups": self.groups,
         })
     }
 }
@@ -198,6 +201,7 @@ fn load(a: &LakeBenchArgs, root: &Path, url: &str, nodes: usize) -> Result<RunFi
         .collect::<Result<Vec<_>, _>>()?;
     let version = AtomicU64::new(1);
     let stop = AtomicBool::new(false);
+    let before = oncelake::lake_timings();
     let start = Instant::now();
     let per_thread = std::thread::scope(|s| {
         let handles: Vec<_> = stores
@@ -219,6 +223,7 @@ fn load(a: &LakeBenchArgs, root: &Path, url: &str, nodes: usize) -> Result<RunFi
         (joined, elapsed)
     });
     let (per_thread, elapsed) = per_thread;
+    let groups = group_breakdown(before, oncelake::lake_timings());
     let mut latencies = Vec::new();
     let (mut acknowledged, mut answers, mut acks) = (0, 0, Vec::new());
     for t in per_thread {
@@ -243,6 +248,28 @@ fn load(a: &LakeBenchArgs, root: &Path, url: &str, nodes: usize) -> Result<RunFi
         p50: pct(0.50),
         p99: pct(0.99),
         acks,
+        groups,
+    })
+}
+
+/// The group attempts between two readings of the lake's timings, and the mean milliseconds
+/// per attempt of each phase (summed over nodes: an attempt is one node's).
+fn group_breakdown(a: oncelake::LakeTimings, b: oncelake::LakeTimings) -> serde_json::Value {
+    let attempts = b.attempts - a.attempts;
+    let per = |x: u64, y: u64| (y - x) as f64 / 1e6 / attempts.max(1) as f64;
+    json!({
+        "attempts": attempts,
+        "won": b.won - a.won,
+        "uploads": b.uploads - a.uploads,
+        "ms_per_attempt": {
+            "sync": per(a.sync_ns, b.sync_ns),
+            "decide": per(a.decide_ns, b.decide_ns),
+            "upload": per(a.upload_ns, b.upload_ns),
+            "publish": per(a.publish_ns, b.publish_ns),
+            "apply_won": per(a.apply_ns, b.apply_ns),
+            "lost_apply_and_backoff": per(a.lost_ns, b.lost_ns),
+            "of_sync_and_lost_fetching_objects": per(a.fetch_ns, b.fetch_ns),
+        },
     })
 }
 
@@ -403,6 +430,21 @@ fn print_table(r: &serde_json::Value) {
         r["main"]["nodes"],
         r["plus_one_node"]["nodes"],
         r["main_vs_single"].as_f64().unwrap_or(0.0)
+    );
+    let g = &r["main"]["groups"];
+    let ms = &g["ms_per_attempt"];
+    outln!(
+        "  main run's group attempts: {} ({} won, {} objects uploaded); ms per attempt: sync \
+         {:.1}, decide {:.1}, upload {:.1}, publish {:.1}, apply {:.1}, after a loss {:.1}",
+        g["attempts"],
+        g["won"],
+        g["uploads"],
+        ms["sync"].as_f64().unwrap_or(0.0),
+        ms["decide"].as_f64().unwrap_or(0.0),
+        ms["upload"].as_f64().unwrap_or(0.0),
+        ms["publish"].as_f64().unwrap_or(0.0),
+        ms["apply_won"].as_f64().unwrap_or(0.0),
+        ms["lost_apply_and_backoff"].as_f64().unwrap_or(0.0)
     );
     let f = &r["faults"];
     outln!(
