@@ -16,11 +16,12 @@
 //! has other digests at `N` diverged from the lake, and the tables that differ are named. The
 //! trailing BLAKE3 covers everything, so a damaged checkpoint is never loaded.
 
+use super::log::Published;
 use super::{Lake, Retry};
 use crate::error::{DbContext, Error, Result};
 use crate::schema::{self, meta};
 use object_store::path::Path as ObjectPath;
-use object_store::{ObjectStore, PutMode, PutOptions, PutPayload};
+use object_store::ObjectStore;
 use redb::{ReadTransaction, ReadableTable, TableDefinition, TableError, TableHandle};
 
 const MAGIC: &[u8; 6] = b"OLCKPT";
@@ -305,49 +306,18 @@ impl Lake {
     /// another node's) is returned for its digests; nothing there is tried again.
     pub(crate) fn put_checkpoint(&self, n: u64, bytes: &[u8]) -> Result<Put> {
         let path = ObjectPath::from(path(n));
-        let mut retry = Retry::new();
-        loop {
-            let opts = PutOptions {
-                mode: PutMode::Create,
-                ..Default::default()
-            };
-            let payload = PutPayload::from(bytes.to_vec());
-            let err = match self.block_on(self.store.put_opts(&path, payload, opts)) {
-                Ok(_) => return Ok(Put::Written),
-                Err(e) => e,
-            };
-            if super::refused(&err) {
-                retry.wait_or_fail(self, &format!("create checkpoint {n}"), &err)?;
-            }
-            match self.read_checkpoint(n)? {
-                Some(found) if found == bytes => return Ok(Put::Written),
-                Some(found) => {
-                    let theirs =
-                        Checkpoint::decode(n, &found).map_err(|d| self.corrupt_ckpt(n, d))?;
-                    return Ok(Put::Existing(theirs.digests));
-                }
-                None => retry.wait_or_fail(self, &format!("create checkpoint {n}"), &err)?,
+        match self.create_once(&path, bytes, &format!("checkpoint {n}"))? {
+            Published::Won => Ok(Put::Written),
+            Published::Lost(found) => {
+                let theirs = Checkpoint::decode(n, &found).map_err(|d| self.corrupt_ckpt(n, d))?;
+                Ok(Put::Existing(theirs.digests))
             }
         }
     }
 
     /// Reads checkpoint `n`'s bytes, or `None` if there is none.
     pub(crate) fn read_checkpoint(&self, n: u64) -> Result<Option<Vec<u8>>> {
-        let path = ObjectPath::from(path(n));
-        let mut retry = Retry::new();
-        loop {
-            let r = self.block_on(async {
-                match self.store.get_opts(&path, Default::default()).await {
-                    Ok(g) => g.bytes().await.map(Some),
-                    Err(e) => Err(e),
-                }
-            });
-            match r {
-                Ok(b) => return Ok(b.map(|b| b.to_vec())),
-                Err(object_store::Error::NotFound { .. }) => return Ok(None),
-                Err(e) => retry.wait_or_fail(self, &format!("read checkpoint {n}"), &e)?,
-            }
-        }
+        self.read_if_present(&ObjectPath::from(path(n)), &format!("checkpoint {n}"))
     }
 
     /// The segments the lake holds checkpoints of, newest first. A listing may lag behind the

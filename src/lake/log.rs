@@ -26,10 +26,23 @@ impl Lake {
     /// retried; one that outlasts [`super::RETRY_FOR`] is returned.
     pub(crate) fn read_segment(&self, n: u64) -> Result<Option<Vec<u8>>> {
         let path = ObjectPath::from(super::segment::path(n));
+        self.read_if_present(&path, &format!("segment {n}"))
+    }
+
+    /// Publishes `bytes` as segment `n` with put-if-absent, resolving every answer but success
+    /// by reading the slot back (see the module documentation).
+    pub(crate) fn publish(&self, n: u64, bytes: &[u8]) -> Result<Published> {
+        let path = ObjectPath::from(super::segment::path(n));
+        self.create_once(&path, bytes, &format!("segment {n}"))
+    }
+
+    /// Reads the immutable object at `path` (`what` names it in errors), or `None` if there is
+    /// none (yet); transient errors are retried as long as [`Retry`] allows.
+    pub(crate) fn read_if_present(&self, path: &ObjectPath, what: &str) -> Result<Option<Vec<u8>>> {
         let mut retry = Retry::new();
         loop {
             let r = self.block_on(async {
-                match self.store.get_opts(&path, Default::default()).await {
+                match self.store.get_opts(path, Default::default()).await {
                     Ok(g) => g.bytes().await.map(Some),
                     Err(e) => Err(e),
                 }
@@ -37,15 +50,21 @@ impl Lake {
             match r {
                 Ok(b) => return Ok(b.map(|b| b.to_vec())),
                 Err(object_store::Error::NotFound { .. }) => return Ok(None),
-                Err(e) => retry.wait_or_fail(self, &format!("read segment {n}"), &e)?,
+                Err(e) => retry.wait_or_fail(self, &format!("read {what}"), &e)?,
             }
         }
     }
 
-    /// Publishes `bytes` as segment `n` with put-if-absent, resolving every answer but success
-    /// by reading the slot back (see the module documentation).
-    pub(crate) fn publish(&self, n: u64, bytes: &[u8]) -> Result<Published> {
-        let path = ObjectPath::from(super::segment::path(n));
+    /// Creates the immutable object at `path` once, with put-if-absent: every answer but
+    /// success is resolved by reading it back (the module documentation says why), so a lost
+    /// response is `Won` and another writer's bytes are `Lost` with them. Segments and
+    /// checkpoints are created this way.
+    pub(crate) fn create_once(
+        &self,
+        path: &ObjectPath,
+        bytes: &[u8],
+        what: &str,
+    ) -> Result<Published> {
         let mut retry = Retry::new();
         loop {
             let opts = PutOptions {
@@ -53,20 +72,19 @@ impl Lake {
                 ..Default::default()
             };
             let payload = PutPayload::from(bytes.to_vec());
-            let put = self.block_on(self.store.put_opts(&path, payload, opts));
-            let err = match put {
+            let err = match self.block_on(self.store.put_opts(path, payload, opts)) {
                 Ok(_) => return Ok(Published::Won),
                 Err(e) => e,
             };
             if super::refused(&err) {
-                retry.wait_or_fail(self, &format!("create segment {n}"), &err)?;
+                retry.wait_or_fail(self, &format!("create {what}"), &err)?;
             }
-            match self.read_segment(n)? {
+            match self.read_if_present(path, what)? {
                 Some(found) if found == bytes => return Ok(Published::Won),
                 Some(found) => return Ok(Published::Lost(found)),
                 // Not there: the PUT did not take effect (a 409 mapped to AlreadyExists, an
                 // error before the write). The same slot is still free to race for.
-                None => retry.wait_or_fail(self, &format!("create segment {n}"), &err)?,
+                None => retry.wait_or_fail(self, &format!("create {what}"), &err)?,
             }
         }
     }
