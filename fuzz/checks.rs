@@ -9,7 +9,7 @@ use oncelake::commit::rules::{
     decide, Current, Decision, Incoming, Intent, LeaseState, LeaseStatus,
 };
 use oncelake::log::Record;
-use oncelake::ObjectId;
+use oncelake::{ObjectId, Outcome};
 
 /// `log_record`: decoding arbitrary bytes never panics, and whatever decodes re-encodes to the
 /// very same bytes (the frame is canonical) and decodes again to the same record.
@@ -88,17 +88,17 @@ fn expected(unit: &ModelUnit, inc: &Incoming) -> Decision {
             let issued_here = unit.issued.contains(&t);
             let valid = issued_here && newest == Some(t) && !unit.ended;
             let retry_of_ended = issued_here && newest == Some(t) && unit.ended && !unit.released;
-            if valid || (retry_of_ended && matches!(by_versions, Decision::Duplicate { .. })) {
+            if valid || (retry_of_ended && matches!(by_versions, Decision::Unchanged(Outcome::Duplicate { .. }))) {
                 return by_versions;
             }
-            Decision::Fenced {
+            Decision::Unchanged(Outcome::Fenced {
                 token: t,
                 newest_token: newest.unwrap_or(0),
-            }
+            })
         }
-        None if newest.is_some() && !unit.ended && !unit.expired => Decision::Busy {
+        None if newest.is_some() && !unit.ended && !unit.expired => Decision::Unchanged(Outcome::Busy {
             expires_at_ms: newest.unwrap_or(0) * 1_000,
-        },
+        }),
         None => by_versions,
     }
 }
@@ -112,12 +112,12 @@ fn expected_by_versions(unit: &ModelUnit, inc: &Incoming) -> Decision {
         return Decision::Accept { revision: 0 };
     }
     if inc.source_version < cur.version {
-        return Decision::Stale {
+        return Decision::Unchanged(Outcome::Stale {
             current_version: cur.version,
-        };
+        });
     }
     if inc.object == cur.object {
-        return Decision::Duplicate { seq: cur.seq };
+        return Decision::Unchanged(Outcome::Duplicate { seq: cur.seq });
     }
     if inc.intent == Intent::Correct {
         return Decision::Accept {
@@ -131,11 +131,11 @@ fn expected_by_versions(unit: &ModelUnit, inc: &Incoming) -> Decision {
         .rev()
         .find(|e| e.version == inc.source_version && e.object == inc.object)
     {
-        Some(e) => Decision::Duplicate { seq: e.seq },
-        None => Decision::Conflict {
+        Some(e) => Decision::Unchanged(Outcome::Duplicate { seq: e.seq }),
+        None => Decision::Unchanged(Outcome::Conflict {
             winner_seq: cur.seq,
             winner: cur.object,
-        },
+        }),
     }
 }
 

@@ -16,7 +16,7 @@ use loom::sync::Arc;
 use loom::thread;
 use oncelake::commit::rules::{decide, Current, Decision, Incoming, Intent};
 use oncelake::loom_support::{Backlog, Group, LeaderPanicked, Unlisted, Weighted, WriteQueue};
-use oncelake::ObjectId;
+use oncelake::{ObjectId, Outcome};
 
 /// A request of weight `weight`, named by `id`.
 struct Req {
@@ -274,15 +274,15 @@ fn same_unit_same_version_exactly_one_wins() {
         for &(_, obj, h) in &heard {
             match h {
                 Heard::Decided(Decision::Accept { revision: 0 }, Some(_)) => {}
-                Heard::Decided(Decision::Duplicate { seq }, None) => {
+                Heard::Decided(Decision::Unchanged(Outcome::Duplicate { seq }), None) => {
                     assert_eq!(obj, winner_obj, "a duplicate must carry the winner's bytes");
                     assert_eq!(seq, winner_seq, "a duplicate names the winner's seq");
                 }
                 Heard::Decided(
-                    Decision::Conflict {
+                    Decision::Unchanged(Outcome::Conflict {
                         winner_seq: s,
                         winner,
-                    },
+                    }),
                     None,
                 ) => {
                     assert_ne!(obj, winner_obj, "a conflict must carry other bytes");
@@ -322,7 +322,7 @@ fn same_unit_different_versions_never_go_backwards() {
                     "the old version was committed after the new one"
                 )
             }
-            Heard::Decided(Decision::Stale { current_version: 2 }, None) => {}
+            Heard::Decided(Decision::Unchanged(Outcome::Stale { current_version: 2 }), None) => {}
             other => panic!("unexpected outcome for the old version: {other:?}"),
         }
     });

@@ -516,13 +516,13 @@ impl Writer<'_> {
             // an ended lease's token is simply fenced.
             match rules::lease_check(lease.as_ref(), fence.token) {
                 LeaseCheck::Pass => {}
-                LeaseCheck::Reject(Decision::Busy { expires_at_ms }) => {
+                LeaseCheck::Reject(Outcome::Busy { expires_at_ms }) => {
                     return Ok(ExtensionOutcome::Busy {
                         worker: claim.map(|r| r.worker).unwrap_or_default(),
                         expires_at_ms,
                     })
                 }
-                LeaseCheck::Reject(Decision::Fenced {
+                LeaseCheck::Reject(Outcome::Fenced {
                     token,
                     newest_token,
                 }) => {
@@ -612,12 +612,7 @@ impl Writer<'_> {
         for item in &batch.items {
             decided.push(self.decide_item(item)?);
         }
-        let rejected = decided.iter().any(|d| {
-            !matches!(
-                d.decision,
-                Decision::Accept { .. } | Decision::Duplicate { .. }
-            )
-        });
+        let rejected = decided.iter().any(|d| !d.decision.is_acceptable());
         let applies = !(rejected && batch.atomicity == Atomicity::AllOrNothing);
         let any_accept = decided
             .iter()
@@ -628,7 +623,9 @@ impl Writer<'_> {
         let mut logged = Vec::new();
         for (item, d) in batch.items.iter().zip(decided) {
             let holder = match d.decision {
-                Decision::Busy { .. } => d.claim.as_ref().map(|r| r.worker.clone()),
+                Decision::Unchanged(Outcome::Busy { .. }) => {
+                    d.claim.as_ref().map(|r| r.worker.clone())
+                }
                 _ => None,
             };
             if let (Decision::Accept { revision }, Some(seq)) = (d.decision, seq) {
@@ -651,11 +648,9 @@ impl Writer<'_> {
                 unit: item.unit.clone(),
                 source_version: item.source_version,
                 object: item.staged.id(),
-                outcome: Outcome::from_decision(
-                    d.decision,
-                    seq,
-                    d.current.map(|c| c.source_version),
-                ),
+                outcome: d
+                    .decision
+                    .outcome(seq, d.current.map(|c| c.source_version)),
                 holder,
             });
         }

@@ -9,6 +9,7 @@
 //! difference matters only to a commit *without* a token: whether a token passes never depends on
 //! a clock.
 
+use super::outcome::Outcome;
 use crate::object::ObjectId;
 
 /// Whether an incoming entry is an ordinary output or a deliberate correction of the same version.
@@ -28,36 +29,35 @@ pub enum Decision {
         /// The revision the new entry gets.
         revision: u32,
     },
-    /// Identical to what is committed: nothing changes; the original seq is returned.
-    Duplicate {
-        /// The seq of the commit that made the identical entry visible.
-        seq: u64,
-    },
-    /// Same version, different bytes: the first committed entry wins.
-    Conflict {
-        /// The seq of the winning entry.
-        winner_seq: u64,
-        /// The winning object.
-        winner: ObjectId,
-    },
-    /// Older than what is committed.
-    Stale {
-        /// The version that is committed.
-        current_version: u64,
-    },
-    /// The writer's fencing token is not valid for the unit: not issued for it, not its newest, or
-    /// its lease has ended (see [`FenceReason`]).
-    Fenced {
-        /// The token the writer carried.
-        token: u64,
-        /// The token of the unit's newest lease (0 if the unit was never claimed).
-        newest_token: u64,
-    },
-    /// No token, but a lease on the unit is live: its holder decides what is committed.
-    Busy {
-        /// When the live lease may be taken over, ms since the Unix epoch.
-        expires_at_ms: u64,
-    },
+    /// Write nothing for it: the unit's outcome is this, whatever the rest of the commit does
+    /// ([`Outcome::Duplicate`], [`Outcome::Conflict`], [`Outcome::Stale`], [`Outcome::Fenced`] or
+    /// [`Outcome::Busy`]).
+    Unchanged(Outcome),
+}
+
+impl Decision {
+    /// A duplicate or an acceptable unit: one that does not stop an all-or-nothing commit.
+    pub fn is_acceptable(&self) -> bool {
+        matches!(
+            self,
+            Decision::Accept { .. } | Decision::Unchanged(Outcome::Duplicate { .. })
+        )
+    }
+
+    /// What the unit reports: `applied` is the seq of the commit when it applies and `None`
+    /// when it writes nothing (then an acceptable unit was [`Outcome::Aborted`]); `superseded`
+    /// is the version the unit had before.
+    pub fn outcome(self, applied: Option<u64>, superseded: Option<u64>) -> Outcome {
+        match (self, applied) {
+            (Decision::Accept { revision }, Some(seq)) => Outcome::Committed {
+                seq,
+                revision,
+                superseded,
+            },
+            (Decision::Accept { .. }, None) => Outcome::Aborted,
+            (Decision::Unchanged(outcome), _) => outcome,
+        }
+    }
 }
 
 /// Why a token was fenced, derived from the token and the unit's newest one. Tokens come from one
@@ -178,8 +178,8 @@ pub struct Incoming {
 pub enum LeaseCheck {
     /// Decide by the version rows.
     Pass,
-    /// Rejected by the lease check.
-    Reject(Decision),
+    /// Rejected by the lease check: [`Outcome::Fenced`] or [`Outcome::Busy`].
+    Reject(Outcome),
     /// The newest token of an ended lease: it may not change anything, but an exact retry of
     /// what is committed is answered as the duplicate it is (it changes nothing).
     RetryOnly {
@@ -197,16 +197,16 @@ pub fn lease_check(lease: Option<&LeaseState>, token: Option<u64>) -> LeaseCheck
         (Some(t), Some(l)) if t == l.token => match l.status {
             LeaseStatus::Live | LeaseStatus::Expired => LeaseCheck::Pass,
             LeaseStatus::Ended => LeaseCheck::RetryOnly { token: t },
-            LeaseStatus::Released => LeaseCheck::Reject(Decision::Fenced {
+            LeaseStatus::Released => LeaseCheck::Reject(Outcome::Fenced {
                 token: t,
                 newest_token: t,
             }),
         },
-        (Some(t), l) => LeaseCheck::Reject(Decision::Fenced {
+        (Some(t), l) => LeaseCheck::Reject(Outcome::Fenced {
             token: t,
             newest_token: l.map_or(0, |l| l.token),
         }),
-        (None, Some(l)) if l.status == LeaseStatus::Live => LeaseCheck::Reject(Decision::Busy {
+        (None, Some(l)) if l.status == LeaseStatus::Live => LeaseCheck::Reject(Outcome::Busy {
             expires_at_ms: l.expires_at_ms,
         }),
         (None, _) => LeaseCheck::Pass,
@@ -227,13 +227,13 @@ pub fn decide(
 ) -> Decision {
     match lease_check(lease, incoming.token) {
         LeaseCheck::Pass => versions(current, incoming, earlier_identical),
-        LeaseCheck::Reject(d) => d,
+        LeaseCheck::Reject(outcome) => Decision::Unchanged(outcome),
         LeaseCheck::RetryOnly { token } => match versions(current, incoming, earlier_identical) {
-            d @ Decision::Duplicate { .. } => d,
-            _ => Decision::Fenced {
+            d @ Decision::Unchanged(Outcome::Duplicate { .. }) => d,
+            _ => Decision::Unchanged(Outcome::Fenced {
                 token,
                 newest_token: token,
-            },
+            }),
         },
     }
 }
@@ -250,10 +250,12 @@ fn versions(
     use std::cmp::Ordering::*;
     match incoming.source_version.cmp(&cur.source_version) {
         Greater => Decision::Accept { revision: 0 },
-        Less => Decision::Stale {
+        Less => Decision::Unchanged(Outcome::Stale {
             current_version: cur.source_version,
-        },
-        Equal if incoming.object == cur.object => Decision::Duplicate { seq: cur.seq },
+        }),
+        Equal if incoming.object == cur.object => {
+            Decision::Unchanged(Outcome::Duplicate { seq: cur.seq })
+        }
         Equal => match incoming.intent {
             Intent::Correct => Decision::Accept {
                 revision: cur.revision + 1,
@@ -264,13 +266,13 @@ fn versions(
                 } else {
                     None
                 };
-                match earlier {
-                    Some(seq) => Decision::Duplicate { seq },
-                    None => Decision::Conflict {
+                Decision::Unchanged(match earlier {
+                    Some(seq) => Outcome::Duplicate { seq },
+                    None => Outcome::Conflict {
                         winner_seq: cur.seq,
                         winner: cur.object,
                     },
-                }
+                })
             }
         },
     }
@@ -312,18 +314,18 @@ mod tests {
         );
         assert_eq!(
             decide(Some(&c), None, &inc(5, b"a", None, Intent::Put), none),
-            Decision::Duplicate { seq: 10 }
+            Decision::Unchanged(Outcome::Duplicate { seq: 10 })
         );
         assert_eq!(
             decide(Some(&c), None, &inc(5, b"z", None, Intent::Put), none),
-            Decision::Conflict {
+            Decision::Unchanged(Outcome::Conflict {
                 winner_seq: 10,
                 winner: ObjectId::of(b"a")
-            }
+            })
         );
         assert_eq!(
             decide(Some(&c), None, &inc(4, b"a", None, Intent::Put), none),
-            Decision::Stale { current_version: 5 }
+            Decision::Unchanged(Outcome::Stale { current_version: 5 })
         );
         let l8 = lease(8, LeaseStatus::Live);
         assert_eq!(
@@ -333,10 +335,10 @@ mod tests {
                 &inc(6, b"a", Some(7), Intent::Put),
                 none
             ),
-            Decision::Fenced {
+            Decision::Unchanged(Outcome::Fenced {
                 token: 7,
                 newest_token: 8
-            }
+            })
         );
         // The newest token itself passes.
         assert_eq!(
@@ -350,7 +352,7 @@ mod tests {
         );
         assert_eq!(
             decide(Some(&c), Some(&l8), &inc(6, b"a", None, Intent::Put), none),
-            Decision::Busy { expires_at_ms: 100 }
+            Decision::Unchanged(Outcome::Busy { expires_at_ms: 100 })
         );
     }
 
@@ -378,10 +380,10 @@ mod tests {
             for forged in [0, 1, 7, 9, 12_345, u64::MAX] {
                 assert_eq!(
                     decide(None, Some(&l), &put(Some(forged)), none),
-                    Decision::Fenced {
+                    Decision::Unchanged(Outcome::Fenced {
                         token: forged,
                         newest_token: 8
-                    },
+                    }),
                     "token {forged} against {l:?}"
                 );
             }
@@ -389,10 +391,10 @@ mod tests {
         // A unit never claimed accepts no token at all.
         assert_eq!(
             decide(None, None, &put(Some(1)), none),
-            Decision::Fenced {
+            Decision::Unchanged(Outcome::Fenced {
                 token: 1,
                 newest_token: 0
-            }
+            })
         );
         // An expired lease whose token is still the newest commits: clocks never decide safety.
         assert_eq!(
@@ -408,16 +410,16 @@ mod tests {
         let ended = lease(8, LeaseStatus::Ended);
         assert_eq!(
             decide(None, Some(&ended), &put(Some(8)), none),
-            Decision::Fenced {
+            Decision::Unchanged(Outcome::Fenced {
                 token: 8,
                 newest_token: 8
-            }
+            })
         );
         // ...but an exact retry of what is committed is the duplicate it is.
         let c = cur(6, b"a", 0, 10);
         assert_eq!(
             decide(Some(&c), Some(&ended), &put(Some(8)), none),
-            Decision::Duplicate { seq: 10 }
+            Decision::Unchanged(Outcome::Duplicate { seq: 10 })
         );
         assert_eq!(
             decide(
@@ -426,7 +428,7 @@ mod tests {
                 &inc(6, b"a", Some(8), Intent::Correct),
                 none
             ),
-            Decision::Duplicate { seq: 10 }
+            Decision::Unchanged(Outcome::Duplicate { seq: 10 })
         );
         assert_eq!(
             decide(
@@ -435,10 +437,10 @@ mod tests {
                 &inc(6, b"b", Some(8), Intent::Correct),
                 none
             ),
-            Decision::Fenced {
+            Decision::Unchanged(Outcome::Fenced {
                 token: 8,
                 newest_token: 8
-            }
+            })
         );
     }
 
@@ -455,10 +457,10 @@ mod tests {
                 &inc(6, b"a", Some(8), Intent::Put),
                 || None
             ),
-            Decision::Fenced {
+            Decision::Unchanged(Outcome::Fenced {
                 token: 8,
                 newest_token: 8
-            }
+            })
         );
     }
 
@@ -468,7 +470,7 @@ mod tests {
         let put = inc(1, b"a", None, Intent::Put);
         assert_eq!(
             decide(None, Some(&lease(3, LeaseStatus::Live)), &put, none),
-            Decision::Busy { expires_at_ms: 100 }
+            Decision::Unchanged(Outcome::Busy { expires_at_ms: 100 })
         );
         for status in [
             LeaseStatus::Expired,
@@ -510,7 +512,7 @@ mod tests {
                 &inc(5, b"a", None, Intent::Put),
                 || Some(10)
             ),
-            Decision::Duplicate { seq: 10 }
+            Decision::Unchanged(Outcome::Duplicate { seq: 10 })
         );
         assert_eq!(
             decide(
@@ -519,10 +521,10 @@ mod tests {
                 &inc(5, b"other", None, Intent::Put),
                 || None
             ),
-            Decision::Conflict {
+            Decision::Unchanged(Outcome::Conflict {
                 winner_seq: 11,
                 winner: ObjectId::of(b"fixed")
-            }
+            })
         );
         assert_eq!(
             decide(
@@ -531,7 +533,7 @@ mod tests {
                 &inc(4, b"x", None, Intent::Correct),
                 || None
             ),
-            Decision::Stale { current_version: 5 }
+            Decision::Unchanged(Outcome::Stale { current_version: 5 })
         );
     }
 }

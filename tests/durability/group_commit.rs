@@ -145,14 +145,12 @@ impl Model {
                 (decide(cur.as_ref(), None, &inc, || None), cur)
             })
             .collect();
-        let rejected = decisions
-            .iter()
-            .any(|(d, _)| !matches!(d, Decision::Accept { .. } | Decision::Duplicate { .. }));
+        let rejected = decisions.iter().any(|(d, _)| !d.is_acceptable());
         decisions
             .into_iter()
             .map(|(d, cur)| {
                 let applied = if rejected { None } else { seq };
-                Outcome::from_decision(d, applied, cur.map(|c| c.source_version))
+                d.outcome(applied, cur.map(|c| c.source_version))
             })
             .collect()
     }
