@@ -9,6 +9,7 @@ use std::collections::BTreeMap;
 
 /// What a replay found.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct ReplayReport {
     /// Log records read.
     pub records: u64,

@@ -54,3 +54,43 @@ mod tests {
         );
     }
 }
+
+/// A path on the wire as its text (`Path::display`), so that a name that is not UTF-8 (a stray
+/// file someone put in the store) is still reported, not an error of the whole answer.
+#[cfg(feature = "serde")]
+pub(crate) mod path_text {
+    use serde::{Deserialize, Deserializer, Serializer};
+    use std::path::{Path, PathBuf};
+
+    pub(crate) fn serialize<S: Serializer>(p: &Path, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(&p.display())
+    }
+
+    pub(crate) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<PathBuf, D::Error> {
+        Ok(PathBuf::from(String::deserialize(d)?))
+    }
+
+    /// The same for a list of paths.
+    pub(crate) mod list {
+        use serde::ser::SerializeSeq;
+        use serde::{Deserialize, Deserializer, Serializer};
+        use std::path::PathBuf;
+
+        pub(crate) fn serialize<S: Serializer>(ps: &[PathBuf], s: S) -> Result<S::Ok, S::Error> {
+            let mut seq = s.serialize_seq(Some(ps.len()))?;
+            for p in ps {
+                seq.serialize_element(&p.display().to_string())?;
+            }
+            seq.end()
+        }
+
+        pub(crate) fn deserialize<'de, D: Deserializer<'de>>(
+            d: D,
+        ) -> Result<Vec<PathBuf>, D::Error> {
+            Ok(Vec::<String>::deserialize(d)?
+                .into_iter()
+                .map(PathBuf::from)
+                .collect())
+        }
+    }
+}

@@ -27,6 +27,7 @@ pub struct VerifyOptions {
 
 /// An entry that references an object.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct UnitRef {
     /// The unit key.
     pub unit: String,
@@ -38,10 +39,12 @@ pub struct UnitRef {
 
 /// A referenced object that is missing or damaged.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct ObjectProblem {
     /// The object's content hash.
     pub object: ObjectId,
     /// Where it should be.
+    #[cfg_attr(feature = "serde", serde(with = "crate::text::path_text"))]
     pub path: PathBuf,
     /// What is wrong.
     pub detail: String,
@@ -52,8 +55,10 @@ pub struct ObjectProblem {
 /// A file in `objects/` that is not an object the engine wrote (not named by a content hash, or
 /// in the wrong fan-out directory). A problem: someone put it there, and GC leaves it alone.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct StrayFile {
     /// Its path.
+    #[cfg_attr(feature = "serde", serde(with = "crate::text::path_text"))]
     pub path: PathBuf,
     /// Its size.
     pub bytes: u64,
@@ -63,8 +68,10 @@ pub struct StrayFile {
 /// rejected put (conflict, stale, fenced, busy, a lost race), a handle dropped without a commit,
 /// or an object of history that retention let go. `oncelake gc` removes it.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct ReclaimableObject {
     /// Its path.
+    #[cfg_attr(feature = "serde", serde(with = "crate::text::path_text"))]
     pub path: PathBuf,
     /// Its size.
     pub bytes: u64,
@@ -72,8 +79,10 @@ pub struct ReclaimableObject {
 
 /// A staging file that no writer of this opening is writing.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct ReclaimableStaging {
     /// Its path.
+    #[cfg_attr(feature = "serde", serde(with = "crate::text::path_text"))]
     pub path: PathBuf,
     /// Its size.
     pub bytes: u64,
@@ -85,6 +94,7 @@ pub struct ReclaimableStaging {
 
 /// Space that normal operation leaves for GC to reclaim. Nothing in it is lost or damaged data.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct Reclaimable {
     /// Unreferenced objects.
     pub objects: Vec<ReclaimableObject>,
@@ -109,6 +119,7 @@ impl Reclaimable {
 
 /// What [`Store::verify`] found.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct VerifyReport {
     /// Whether BLAKE3 hashes were checked.
     pub deep: bool,

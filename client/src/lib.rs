@@ -27,7 +27,6 @@ pub mod wire;
 pub mod wire_reconcile;
 pub mod wire_stats;
 pub mod wire_table;
-pub mod wire_verify;
 
 #[cfg(test)]
 mod tests;

@@ -28,11 +28,11 @@ impl Client {
     pub fn verify(&self, deep: bool) -> Result<oncelake::VerifyReport> {
         #[derive(serde::Deserialize)]
         struct Answer {
-            report: crate::wire_verify::VerifyReportW,
+            report: oncelake::VerifyReport,
         }
         let body = to_json(&serde_json::json!({ "deep": deep }))?;
         let a: Answer = self.json("POST", "/v1/verify", Payload::Json(body))?;
-        a.report.to_engine().map_err(ClientError::Protocol)
+        Ok(a.report)
     }
 
     /// [`Client::verify`], calling `progress(done, total)` (objects) as the server reports it.
@@ -44,7 +44,7 @@ impl Client {
         #[derive(serde::Deserialize)]
         struct Line {
             progress: Option<Progress>,
-            report: Option<crate::wire_verify::VerifyReportW>,
+            report: Option<oncelake::VerifyReport>,
             error: Option<String>,
             #[serde(default)]
             message: String,
@@ -63,7 +63,7 @@ impl Client {
             if let Some(p) = l.progress {
                 progress(p.done, p.total);
             } else if let Some(r) = l.report {
-                return r.to_engine().map_err(ClientError::Protocol);
+                return Ok(r);
             } else if let Some(kind) = l.error {
                 return Err(ClientError::Store {
                     kind,

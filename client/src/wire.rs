@@ -253,16 +253,20 @@ mod tests {
         assert_eq!(serde_json::from_str::<GcReport>(&text).unwrap(), gc);
     }
 
-    /// A lease and a release's answer as docs/server.md shows them.
-    #[test]
-    fn leases_and_releases_keep_the_apis_json() {
-        let lease = Lease {
+    fn lease() -> Lease {
+        Lease {
             unit: "u".into(),
             worker: "w1".into(),
             token: 12,
             source_version: 7,
             expires_at_ms: 99,
-        };
+        }
+    }
+
+    /// A lease and a release's answer as docs/server.md shows them.
+    #[test]
+    fn leases_and_releases_keep_the_apis_json() {
+        let lease = lease();
         let text = serde_json::to_string(&lease).unwrap();
         assert_eq!(
             text,
@@ -293,13 +297,7 @@ mod tests {
     fn claims_renewals_and_cells_keep_the_apis_json() {
         use oncelake::pipeline::{CellState, Claim, FailOutcome, StaleReason};
         use oncelake::{ClaimOutcome, RenewOutcome};
-        let lease = Lease {
-            unit: "u".into(),
-            worker: "w1".into(),
-            token: 12,
-            source_version: 7,
-            expires_at_ms: 99,
-        };
+        let lease = lease();
         let lease_json = serde_json::to_string(&lease).unwrap();
         let entry = Entry {
             unit: "u".into(),
@@ -376,6 +374,87 @@ mod tests {
         .unwrap_err()
         .to_string();
         assert!(e.contains("unknown cell state"), "{e}");
+    }
+
+    /// A verify report with every kind of problem reads back to the very report sent, paths as
+    /// their text and each invariant as its label.
+    #[test]
+    fn a_verify_report_reads_back_exactly() {
+        use oncelake::invariants::{Invariant, Violation};
+        use oncelake::table::{LinkProblem, TableCheck};
+        use oncelake::verify::{
+            ObjectProblem, Reclaimable, ReclaimableObject, ReclaimableStaging, StrayFile, UnitRef,
+        };
+        use oncelake::{ReplayReport, VerifyReport};
+        let p = ObjectProblem {
+            object: ObjectId::of(b"a"),
+            path: "o/a".into(),
+            detail: "size 3, expected 1".into(),
+            units: vec![UnitRef {
+                unit: "u".into(),
+                seq: 4,
+                current: true,
+            }],
+        };
+        let r = VerifyReport {
+            deep: true,
+            seq: 9,
+            entries_checked: 3,
+            objects_checked: 2,
+            bytes_checked: 7,
+            missing: vec![p.clone()],
+            corrupt: vec![p],
+            strays: vec![StrayFile {
+                path: "o/x".into(),
+                bytes: 2,
+            }],
+            reclaimable: Reclaimable {
+                objects: vec![ReclaimableObject {
+                    path: "o/b".into(),
+                    bytes: 5,
+                }],
+                staging: vec![ReclaimableStaging {
+                    path: "s/1".into(),
+                    bytes: 6,
+                    owner_gone: true,
+                }],
+            },
+            replay: ReplayReport {
+                records: 9,
+                units: 3,
+                problems: vec!["gap".into()],
+            },
+            history_problems: vec!["h".into()],
+            tables: TableCheck {
+                tables: 1,
+                links_checked: 4,
+                links_sole_copy: 1,
+                problems: vec![LinkProblem {
+                    table: "t".into(),
+                    path: "t/p".into(),
+                    detail: "gone".into(),
+                }],
+                stray: vec!["t/stray".into()],
+            },
+            invariants: Invariant::ALL
+                .into_iter()
+                .map(|invariant| Violation {
+                    invariant,
+                    seen: invariant.label().to_lowercase(),
+                })
+                .collect(),
+        };
+        let text = serde_json::to_string(&r).unwrap();
+        assert!(text.contains(r#""path":"o/x""#), "{text}");
+        assert!(
+            text.contains(r#"{"invariant":"I6","seen":"i6"}"#),
+            "{text}"
+        );
+        assert_eq!(serde_json::from_str::<VerifyReport>(&text).unwrap(), r);
+        let e = serde_json::from_str::<Violation>(r#"{"invariant":"I99","seen":""}"#)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("unknown invariant"), "{e}");
     }
 
     #[test]

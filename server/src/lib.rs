@@ -41,7 +41,7 @@ pub use committer::DEFAULT_COMMITTERS;
 pub use conns::DEFAULT_CONNECTION_THREADS;
 pub use oncelake_client as client;
 pub use oncelake_client::{
-    discovery, identity, object_check, wire, wire_reconcile, wire_stats, wire_table, wire_verify,
+    discovery, identity, object_check, wire, wire_reconcile, wire_stats, wire_table,
 };
 pub use oncelake_client::{Client, ClientError, PlanEnd, PlanEvent, ReconcileForm, SnapshotLease};
 pub use pool::DEFAULT_STORE_THREADS;

@@ -101,6 +101,6 @@ pub(crate) fn verify_json(r: &VerifyReport) -> Value {
         "objects_checked": r.objects_checked,
         "bytes_checked": r.bytes_checked,
         "problems": problems,
-        "report": crate::wire_verify::VerifyReportW::from(r),
+        "report": r,
     })
 }

@@ -81,10 +81,52 @@ impl Invariant {
             Invariant::TokenBelowNext => "L7",
         }
     }
+
+    /// Every rule, in label order.
+    pub const ALL: [Invariant; 12] = [
+        Invariant::OneCurrentEntry,
+        Invariant::VersionNeverBack,
+        Invariant::NoStaleToken,
+        Invariant::ReplayReproduces,
+        Invariant::Checksummed,
+        Invariant::LogSeqIncreasing,
+        Invariant::NextSeqFollowsLog,
+        Invariant::HorizonOnlyRises,
+        Invariant::HorizonWithinLog,
+        Invariant::GroupWithinBound,
+        Invariant::ObjectBeforeRow,
+        Invariant::TokenBelowNext,
+    ];
+
+    /// The rule of `label` (see [`Invariant::label`]).
+    pub fn from_label(label: &str) -> Option<Invariant> {
+        Invariant::ALL.into_iter().find(|i| i.label() == label)
+    }
+}
+
+/// On the wire a rule is its label (`"I6"`), the name the docs give it.
+#[cfg(feature = "serde")]
+impl serde::Serialize for Invariant {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+        s.serialize_str(self.label())
+    }
+}
+
+#[cfg(feature = "serde")]
+impl<'de> serde::Deserialize<'de> for Invariant {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        let label = <std::borrow::Cow<'de, str>>::deserialize(d)?;
+        Invariant::from_label(&label).ok_or_else(|| {
+            serde::de::Error::custom(format!(
+                "unknown invariant {label:?}: expected a label such as \"I1\" or \"L7\""
+            ))
+        })
+    }
 }
 
 /// A rule that does not hold, and what was seen.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct Violation {
     /// The rule.
     pub invariant: Invariant,

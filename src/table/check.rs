@@ -12,10 +12,12 @@ use std::path::{Path, PathBuf};
 
 /// A data file that is not what it should be.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct LinkProblem {
     /// The table.
     pub table: String,
     /// The data file.
+    #[cfg_attr(feature = "serde", serde(with = "crate::text::path_text"))]
     pub path: PathBuf,
     /// What is wrong.
     pub detail: String,
@@ -23,6 +25,7 @@ pub struct LinkProblem {
 
 /// What the tables check found.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct TableCheck {
     /// Tables checked.
     pub tables: u64,
@@ -34,6 +37,7 @@ pub struct TableCheck {
     pub problems: Vec<LinkProblem>,
     /// Files in a table directory that are neither data files nor Delta's (harmless to the
     /// store; Delta's VACUUM may remove them).
+    #[cfg_attr(feature = "serde", serde(with = "crate::text::path_text::list"))]
     pub stray: Vec<PathBuf>,
 }
 
