@@ -112,9 +112,7 @@ impl Client {
                     rows: s.rows,
                     spilled_runs: s.spilled_runs,
                 }),
-                wire_reconcile::PlanLineW::Item(i) => {
-                    each(PlanEvent::Item(i.to_item().map_err(ClientError::Protocol)?))
-                }
+                wire_reconcile::PlanLineW::Item(i) => each(PlanEvent::Item(i.item())),
                 wire_reconcile::PlanLineW::Summary(s) => return Ok(PlanEnd::Complete(*s)),
                 wire_reconcile::PlanLineW::Error(e) => return plan_error(e),
             };

@@ -1,6 +1,7 @@
-//! The lines of a `/v1/reconcile` answer and their exact conversions to the engine's plan types.
+//! The lines of a `/v1/reconcile` answer: the engine's planned units and summary, with the
+//! sort note and the error line that only the wire has.
 
-use oncelake::reconcile::{Action, ListingError, PlanItem, Summary};
+use oncelake::reconcile::{ListingError, PlannedUnit, Summary};
 use serde::{Deserialize, Serialize};
 
 /// One line of the answer (JSON lines): `{"sorted": …}` first when the server sorted the listing,
@@ -11,8 +12,8 @@ use serde::{Deserialize, Serialize};
 pub enum PlanLineW {
     /// The listing was sorted before the merge.
     Sorted(SortedW),
-    /// A planned unit.
-    Item(PlanItemW),
+    /// A planned unit (the CLI's `--json` plan line).
+    Item(PlannedUnit),
     /// The counts of a complete plan.
     Summary(Summary),
     /// Why the plan stopped.
@@ -30,51 +31,6 @@ pub struct SortedW {
     pub spilled_runs: u64,
 }
 
-/// A planned unit (the CLI's `--json` plan line).
-#[derive(Clone, Debug, Serialize, Deserialize)]
-pub struct PlanItemW {
-    /// The unit key.
-    pub unit: String,
-    /// `missing`, `behind`, `up_to_date` or `unknown`.
-    pub action: String,
-    /// The source's version.
-    pub source_version: Option<u64>,
-    /// The version the store holds.
-    pub current_version: Option<u64>,
-}
-
-impl From<&PlanItem<'_>> for PlanItemW {
-    fn from(i: &PlanItem<'_>) -> Self {
-        PlanItemW {
-            unit: i.unit.to_string(),
-            action: i.action.name().to_string(),
-            source_version: i.source_version,
-            current_version: i.manifest_version,
-        }
-    }
-}
-
-impl PlanItemW {
-    /// The engine's item (borrowing the unit).
-    pub fn to_item(&self) -> Result<PlanItem<'_>, String> {
-        let action = [
-            Action::Missing,
-            Action::Behind,
-            Action::UpToDate,
-            Action::Unknown,
-        ]
-        .into_iter()
-        .find(|a| a.name() == self.action)
-        .ok_or_else(|| format!("unknown plan action {:?}", self.action))?;
-        Ok(PlanItem {
-            unit: &self.unit,
-            action,
-            source_version: self.source_version,
-            manifest_version: self.current_version,
-        })
-    }
-}
-
 /// Why a plan stopped: `kind` is `bad_listing` (with `listing`, the listing error's kind) or
 /// the store's error kind (`io`, `corrupt`, ...).
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -83,27 +39,54 @@ pub struct ErrorLineW {
     pub kind: String,
     /// What is wrong, naming the line for a bad listing.
     pub message: String,
-    /// For a bad listing: `malformed`, `bad_version`, `invalid_key`, `duplicate`, `unsorted`
-    /// or `io`.
+    /// For a bad listing: [`ListingError::kind`].
     pub listing: Option<String>,
 }
 
 impl ErrorLineW {
     /// A refused listing.
     pub fn listing(e: &ListingError) -> Self {
-        let kind = match e {
-            ListingError::Malformed { .. } => "malformed",
-            ListingError::BadVersion { .. } => "bad_version",
-            ListingError::InvalidKey { .. } => "invalid_key",
-            ListingError::Duplicate { .. } => "duplicate",
-            ListingError::Unsorted { .. } => "unsorted",
-            ListingError::Io { .. } => "io",
-            _ => "other",
-        };
         ErrorLineW {
             kind: "bad_listing".into(),
             message: e.to_string(),
-            listing: Some(kind.into()),
+            listing: Some(e.kind().into()),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use oncelake::reconcile::Action;
+
+    /// A plan line keeps the API's JSON (the manifest's version as `current_version`, actions
+    /// in snake_case) and reads back to the engine's item.
+    #[test]
+    fn plan_items_keep_the_apis_json() {
+        for (action, name) in [
+            (Action::Missing, "missing"),
+            (Action::Behind, "behind"),
+            (Action::UpToDate, "up_to_date"),
+            (Action::Unknown, "unknown"),
+        ] {
+            let unit = PlannedUnit {
+                unit: "d/1".into(),
+                action,
+                source_version: Some(4),
+                manifest_version: None,
+            };
+            let text = serde_json::to_string(&PlanLineW::Item(unit.clone())).unwrap();
+            assert_eq!(
+                text,
+                format!(
+                    r#"{{"item":{{"unit":"d/1","action":"{name}","source_version":4,"current_version":null}}}}"#
+                )
+            );
+            assert_eq!(serde_json::to_string(&unit.item()).unwrap(), text[8..text.len() - 1]);
+            let PlanLineW::Item(back) = serde_json::from_str(&text).unwrap() else {
+                panic!("{text} is not an item line");
+            };
+            assert_eq!(back, unit);
         }
     }
 }

@@ -251,5 +251,5 @@ fn run_pass(
 }
 
 fn item_line(item: &PlanItem<'_>) -> String {
-    serde_json::to_string(&PlanLineW::Item(item.into())).unwrap_or_default()
+    serde_json::to_string(&PlanLineW::Item((*item).into())).unwrap_or_default()
 }

@@ -157,6 +157,19 @@ impl ListingError {
             | ListingError::Io { line, .. } => *line,
         }
     }
+
+    /// A stable name of the error's kind: `malformed`, `bad_version`, `invalid_key`,
+    /// `duplicate`, `unsorted` or `io` (what a server answers for a refused listing).
+    pub fn kind(&self) -> &'static str {
+        match self {
+            ListingError::Malformed { .. } => "malformed",
+            ListingError::BadVersion { .. } => "bad_version",
+            ListingError::InvalidKey { .. } => "invalid_key",
+            ListingError::Duplicate { .. } => "duplicate",
+            ListingError::Unsorted { .. } => "unsorted",
+            ListingError::Io { .. } => "io",
+        }
+    }
 }
 
 /// One row of a listing. The unit borrows from the source until its next row is asked for.

@@ -45,6 +45,11 @@ use std::hash::BuildHasherDefault;
 
 /// What must happen to a unit.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[cfg_attr(
+    feature = "serde",
+    derive(serde::Serialize, serde::Deserialize),
+    serde(rename_all = "snake_case")
+)]
 pub enum Action {
     /// In the source, not in the manifest: process it.
     Missing,
@@ -68,8 +73,10 @@ impl Action {
     }
 }
 
-/// One planned unit, borrowed from the reconcile pass.
+/// One planned unit, borrowed from the reconcile pass. On the wire (and in the CLI's `--json`
+/// plan lines) the manifest's version is `current_version`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
 pub struct PlanItem<'a> {
     /// The unit key.
     pub unit: &'a str,
@@ -78,11 +85,13 @@ pub struct PlanItem<'a> {
     /// The source's version (`None` for [`Action::Unknown`]).
     pub source_version: Option<u64>,
     /// The manifest's version (`None` for [`Action::Missing`]).
+    #[cfg_attr(feature = "serde", serde(rename = "current_version"))]
     pub manifest_version: Option<u64>,
 }
 
-/// An owned [`PlanItem`].
+/// An owned [`PlanItem`], with the same JSON shape.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct PlannedUnit {
     /// The unit key.
     pub unit: String,
@@ -91,7 +100,20 @@ pub struct PlannedUnit {
     /// The source's version (`None` for [`Action::Unknown`]).
     pub source_version: Option<u64>,
     /// The manifest's version (`None` for [`Action::Missing`]).
+    #[cfg_attr(feature = "serde", serde(rename = "current_version"))]
     pub manifest_version: Option<u64>,
+}
+
+impl PlannedUnit {
+    /// The unit as the borrowed item a reconcile pass hands out.
+    pub fn item(&self) -> PlanItem<'_> {
+        PlanItem {
+            unit: &self.unit,
+            action: self.action,
+            source_version: self.source_version,
+            manifest_version: self.manifest_version,
+        }
+    }
 }
 
 impl From<PlanItem<'_>> for PlannedUnit {
