@@ -88,7 +88,10 @@ fn expected(unit: &ModelUnit, inc: &Incoming) -> Decision {
             let issued_here = unit.issued.contains(&t);
             let valid = issued_here && newest == Some(t) && !unit.ended;
             let retry_of_ended = issued_here && newest == Some(t) && unit.ended && !unit.released;
-            if valid || (retry_of_ended && matches!(by_versions, Decision::Unchanged(Outcome::Duplicate { .. }))) {
+            if valid
+                || (retry_of_ended
+                    && matches!(by_versions, Decision::Unchanged(Outcome::Duplicate { .. })))
+            {
                 return by_versions;
             }
             Decision::Unchanged(Outcome::Fenced {
@@ -96,9 +99,11 @@ fn expected(unit: &ModelUnit, inc: &Incoming) -> Decision {
                 newest_token: newest.unwrap_or(0),
             })
         }
-        None if newest.is_some() && !unit.ended && !unit.expired => Decision::Unchanged(Outcome::Busy {
-            expires_at_ms: newest.unwrap_or(0) * 1_000,
-        }),
+        None if newest.is_some() && !unit.ended && !unit.expired => {
+            Decision::Unchanged(Outcome::Busy {
+                expires_at_ms: newest.unwrap_or(0) * 1_000,
+            })
+        }
         None => by_versions,
     }
 }

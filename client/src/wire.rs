@@ -446,10 +446,7 @@ mod tests {
         };
         let text = serde_json::to_string(&r).unwrap();
         assert!(text.contains(r#""path":"o/x""#), "{text}");
-        assert!(
-            text.contains(r#"{"invariant":"I6","seen":"i6"}"#),
-            "{text}"
-        );
+        assert!(text.contains(r#"{"invariant":"I6","seen":"i6"}"#), "{text}");
         assert_eq!(serde_json::from_str::<VerifyReport>(&text).unwrap(), r);
         let e = serde_json::from_str::<Violation>(r#"{"invariant":"I99","seen":""}"#)
             .unwrap_err()

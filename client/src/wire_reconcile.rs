@@ -82,7 +82,10 @@ mod tests {
                     r#"{{"item":{{"unit":"d/1","action":"{name}","source_version":4,"current_version":null}}}}"#
                 )
             );
-            assert_eq!(serde_json::to_string(&unit.item()).unwrap(), text[8..text.len() - 1]);
+            assert_eq!(
+                serde_json::to_string(&unit.item()).unwrap(),
+                text[8..text.len() - 1]
+            );
             let PlanLineW::Item(back) = serde_json::from_str(&text).unwrap() else {
                 panic!("{text} is not an item line");
             };

@@ -154,6 +154,15 @@ impl App {
         joined(self.spawn_blocking(f)?.await)?.map_err(ApiError::from)
     }
 
+    /// [`App::blocking`] of a call on the served store (the pool's thread holds the app).
+    pub(crate) async fn with_store<T: Send + 'static>(
+        self: &Arc<Self>,
+        f: impl FnOnce(&Store) -> oncelake::Result<T> + Send + 'static,
+    ) -> ApiResult<T> {
+        let app = self.clone();
+        self.blocking(move || f(&app.store)).await
+    }
+
     /// Drops staging handles no commit named within the TTL (their objects become orphans
     /// that GC collects).
     pub(crate) fn expire_staged(&self) {

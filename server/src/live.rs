@@ -19,6 +19,22 @@ pub(crate) struct Live {
     connections_total: AtomicU64,
 }
 
+/// Every figure of [`Live`]: its name, its help text, whether it is a counter (else a gauge),
+/// and its cell. Process-only: every figure starts at zero with the server.
+#[rustfmt::skip]
+const FIGURES: [(&str, &str, bool, fn(&Live) -> &AtomicU64); 10] = [
+    ("requests", "HTTP requests received", true, |l| &l.requests),
+    ("unauthorized", "requests refused for a missing or wrong token (401)", true, |l| &l.unauthorized),
+    ("bad_requests", "malformed requests (400)", true, |l| &l.bad_requests),
+    ("too_large", "requests over a size limit (413)", true, |l| &l.too_large),
+    ("overloaded", "requests and connections shed over a bound of the server (503 overloaded)", true, |l| &l.overloaded),
+    ("uploads_aborted", "uploads cut off, timed out or too large (their staging discarded)", true, |l| &l.uploads_aborted),
+    ("connections", "connections accepted", true, |l| &l.connections_total),
+    ("uploads_in_flight", "uploads being staged now", false, |l| &l.uploads_in_flight),
+    ("staged_handles", "uploads staged and not yet committed", false, |l| &l.staged_handles),
+    ("connections_open", "connections open now", false, |l| &l.connections_open),
+];
+
 /// Decrements the in-flight uploads when dropped (also when the handler is cancelled).
 pub(crate) struct UploadGuard<'a>(&'a AtomicU64);
 
@@ -64,69 +80,11 @@ impl Live {
         self.connections_open.fetch_sub(1, Relaxed);
     }
 
-    fn values(&self) -> [(&'static str, &'static str, bool, u64); 10] {
-        [
-            (
-                "requests",
-                "HTTP requests received",
-                true,
-                self.requests.load(Relaxed),
-            ),
-            (
-                "unauthorized",
-                "requests refused for a missing or wrong token (401)",
-                true,
-                self.unauthorized.load(Relaxed),
-            ),
-            (
-                "bad_requests",
-                "malformed requests (400)",
-                true,
-                self.bad_requests.load(Relaxed),
-            ),
-            (
-                "too_large",
-                "requests over a size limit (413)",
-                true,
-                self.too_large.load(Relaxed),
-            ),
-            (
-                "overloaded",
-                "requests and connections shed over a bound of the server (503 overloaded)",
-                true,
-                self.overloaded.load(Relaxed),
-            ),
-            (
-                "uploads_aborted",
-                "uploads cut off, timed out or too large (their staging discarded)",
-                true,
-                self.uploads_aborted.load(Relaxed),
-            ),
-            (
-                "connections",
-                "connections accepted",
-                true,
-                self.connections_total.load(Relaxed),
-            ),
-            (
-                "uploads_in_flight",
-                "uploads being staged now",
-                false,
-                self.uploads_in_flight.load(Relaxed),
-            ),
-            (
-                "staged_handles",
-                "uploads staged and not yet committed",
-                false,
-                self.staged_handles.load(Relaxed),
-            ),
-            (
-                "connections_open",
-                "connections open now",
-                false,
-                self.connections_open.load(Relaxed),
-            ),
-        ]
+    /// Every figure with its value: (name, help, a counter (else a gauge), value).
+    fn values(&self) -> impl Iterator<Item = (&'static str, &'static str, bool, u64)> + '_ {
+        FIGURES
+            .iter()
+            .map(|&(name, help, counter, cell)| (name, help, counter, cell(self).load(Relaxed)))
     }
 
     /// The Prometheus lines of the server's own counters and gauges.

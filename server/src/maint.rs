@@ -34,8 +34,7 @@ pub(crate) async fn gc(State(app): State<Arc<App>>, body: Body) -> ApiResult<Res
     }
     // Handles and snapshot leases past their deadline pin nothing this GC should keep.
     app.expire_staged();
-    let app2 = app.clone();
-    let rep = app.blocking(move || app2.store.gc(o)).await?;
+    let rep = app.with_store(move |s| s.gc(o)).await?;
     app.recent.note_gc(&rep);
     Ok(json(&rep))
 }
@@ -97,9 +96,8 @@ pub(crate) async fn verify(State(app): State<Arc<App>>, body: Body) -> ApiResult
     if r.progress {
         return verify_streamed(app, r.deep);
     }
-    let app2 = app.clone();
     let rep = app
-        .blocking(move || app2.store.verify(oncelake::VerifyOptions { deep: r.deep }))
+        .with_store(move |s| s.verify(oncelake::VerifyOptions { deep: r.deep }))
         .await?;
     app.recent.note_verify(&rep);
     Ok(json(&crate::stats::verify_json(&rep)))

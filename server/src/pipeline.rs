@@ -36,9 +36,8 @@ pub(crate) async fn set_source(
     body: Body,
 ) -> ApiResult<Response> {
     let input = read_bytes(&app, body).await?;
-    let app2 = app.clone();
     let u = app
-        .blocking(move || set_source_version(&app2.store, &q.unit, q.version, &input))
+        .with_store(move |s| set_source_version(s, &q.unit, q.version, &input))
         .await?;
     // A commit like a put's: long-polls waiting on the feed wake for it.
     app.note_seq(app.store.last_seq().ok());
@@ -128,8 +127,7 @@ pub(crate) fn parse_definition(app: &App, text: &str) -> ApiResult<Pipeline> {
 /// The cell counts of a pipeline.
 pub(crate) async fn status(State(app): State<Arc<App>>, body: Body) -> ApiResult<Response> {
     let (_, p) = def_call::<NoArgs>(&app, body).await?;
-    let app2 = app.clone();
-    let st = app.blocking(move || p.status(&app2.store)).await?;
+    let st = app.with_store(move |s| p.status(s)).await?;
     Ok(json(&st))
 }
 
@@ -142,9 +140,6 @@ pub(crate) struct ExplainReq {
 /// Why each cell of a unit is in its state.
 pub(crate) async fn explain(State(app): State<Arc<App>>, body: Body) -> ApiResult<Response> {
     let (r, p) = def_call::<ExplainReq>(&app, body).await?;
-    let app2 = app.clone();
-    let e = app
-        .blocking(move || p.explain(&app2.store, &r.unit))
-        .await?;
+    let e = app.with_store(move |s| p.explain(s, &r.unit)).await?;
     Ok(json(&e))
 }

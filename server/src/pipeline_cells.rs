@@ -21,10 +21,7 @@ use std::time::Duration;
 /// pipeline to a store does in-process); the record's seq, or null when it was already current.
 pub(crate) async fn define(State(app): State<Arc<App>>, body: Body) -> ApiResult<Response> {
     let (_, p) = def_call::<NoArgs>(&app, body).await?;
-    let app2 = app.clone();
-    let seq = app
-        .blocking(move || p.record_definition(&app2.store))
-        .await?;
+    let seq = app.with_store(move |s| p.record_definition(s)).await?;
     app.note_seq(seq);
     Ok(json(&serde_json::json!({ "recorded_seq": seq })))
 }
@@ -42,8 +39,7 @@ fn default_limit() -> usize {
 /// `POST /v1/pipeline/ready`: up to `limit` ready cells, with their inputs' entries.
 pub(crate) async fn ready(State(app): State<Arc<App>>, body: Body) -> ApiResult<Response> {
     let (r, p) = def_call::<ReadyReq>(&app, body).await?;
-    let app2 = app.clone();
-    let cells = app.blocking(move || p.ready(&app2.store, r.limit)).await?;
+    let cells = app.with_store(move |s| p.ready(s, r.limit)).await?;
     Ok(json(&serde_json::json!({ "cells": cells })))
 }
 
@@ -58,16 +54,8 @@ pub(crate) struct ClaimReq {
 pub(crate) async fn claim(State(app): State<Arc<App>>, body: Body) -> ApiResult<Response> {
     let (r, p) = def_call::<ClaimReq>(&app, body).await?;
     let cell = r.cell;
-    let app2 = app.clone();
     let c = app
-        .blocking(move || {
-            p.claim(
-                &app2.store,
-                &cell,
-                &r.worker,
-                Duration::from_millis(r.ttl_ms),
-            )
-        })
+        .with_store(move |s| p.claim(s, &cell, &r.worker, Duration::from_millis(r.ttl_ms)))
         .await?;
     app.note_seq(app.store.last_seq().ok());
     Ok(json(&c))
@@ -102,9 +90,8 @@ pub(crate) async fn complete(State(app): State<Arc<App>>, body: Body) -> ApiResu
         Ok((p, head.attempt, bytes.slice(nl + 1..)))
     })?;
     let (p, attempt, output) = crate::api_error::joined(read.await)??;
-    let app2 = app.clone();
     let u = app
-        .blocking(move || p.complete(&app2.store, &attempt, &output))
+        .with_store(move |s| p.complete(s, &attempt, &output))
         .await?;
     if let oncelake::Outcome::Committed { seq, .. } = u.outcome {
         app.note_seq(Some(seq));
@@ -122,9 +109,8 @@ pub(crate) struct FailReq {
 pub(crate) async fn fail(State(app): State<Arc<App>>, body: Body) -> ApiResult<Response> {
     let (r, p) = def_call::<FailReq>(&app, body).await?;
     let attempt = r.attempt;
-    let app2 = app.clone();
     let f = app
-        .blocking(move || p.fail(&app2.store, &attempt, &r.error))
+        .with_store(move |s| p.fail(s, &attempt, &r.error))
         .await?;
     if let oncelake::pipeline::FailOutcome::Recorded { seq, .. } = f {
         app.note_seq(Some(seq));
@@ -144,9 +130,8 @@ pub(crate) struct InputReq {
 pub(crate) async fn input(State(app): State<Arc<App>>, body: Body) -> ApiResult<Response> {
     let r: InputReq = read_json(&app, body).await?;
     let cell = r.cell;
-    let app2 = app.clone();
     let bytes = app
-        .blocking(move || cell.read_input(&app2.store, r.stage.as_deref()))
+        .with_store(move |s| cell.read_input(s, r.stage.as_deref()))
         .await?;
     Ok((
         StatusCode::OK,

@@ -28,8 +28,7 @@ pub(crate) async fn lookup(State(app): State<Arc<App>>, Q(q): Q<UnitQ>) -> ApiRe
     let c = if crate::conns::on_connection_thread() {
         app.store.lookup(&q.unit).map_err(ApiError::from)?
     } else {
-        let app2 = app.clone();
-        app.blocking(move || app2.store.lookup(&q.unit)).await?
+        app.with_store(move |s| s.lookup(&q.unit)).await?
     };
     Ok(json(&serde_json::json!({ "committed": c })))
 }
@@ -58,9 +57,8 @@ pub(crate) fn snapshot(store: &Store, at: Option<u64>) -> oncelake::Result<oncel
 
 pub(crate) async fn entry(State(app): State<Arc<App>>, Q(q): Q<UnitQ>) -> ApiResult<Response> {
     oncelake::validate_key(&q.unit).map_err(ApiError::from)?;
-    let app2 = app.clone();
     let e = app
-        .blocking(move || snapshot(&app2.store, q.at)?.get(&q.unit))
+        .with_store(move |s| snapshot(s, q.at)?.get(&q.unit))
         .await?;
     Ok(json(&serde_json::json!({ "entry": e })))
 }
@@ -69,19 +67,29 @@ pub(crate) async fn entry(State(app): State<Arc<App>>, Q(q): Q<UnitQ>) -> ApiRes
 /// body, read in chunks on the blocking pool (never the whole object in memory).
 pub(crate) async fn object(State(app): State<Arc<App>>, Q(q): Q<UnitQ>) -> ApiResult<Response> {
     oncelake::validate_key(&q.unit).map_err(ApiError::from)?;
-    let app2 = app.clone();
     let unit = q.unit.clone();
     let found = app
-        .blocking(move || open_unit(&snapshot(&app2.store, q.at)?, &q.unit))
+        .with_store(move |s| open_unit(&snapshot(s, q.at)?, &q.unit))
         .await?;
+    found_object(&app, found, &unit, "")
+}
+
+/// [`object_response`] of what [`open_unit`] found; a unit without an entry is 404, `scope`
+/// says where it was looked for.
+pub(crate) fn found_object(
+    app: &App,
+    found: Option<(std::fs::File, oncelake::Entry)>,
+    unit: &str,
+    scope: &str,
+) -> ApiResult<Response> {
     let Some((file, entry)) = found else {
         return Err(ApiError::new(
             StatusCode::NOT_FOUND,
             "not_found",
-            format!("unit {unit:?} has no entry"),
+            format!("unit {unit:?} has no entry{scope}"),
         ));
     };
-    object_response(&app, file, &entry)
+    object_response(app, file, &entry)
 }
 
 /// An object's answer: its entry in the `x-oncelake-entry` header (JSON), its bytes as the body,
@@ -151,9 +159,8 @@ pub(crate) struct LsQ {
 /// Streams the entries under a prefix as JSON lines, one entry each, produced on the blocking
 /// pool as the client reads them.
 pub(crate) async fn ls(State(app): State<Arc<App>>, Q(q): Q<LsQ>) -> ApiResult<Response> {
-    let app2 = app.clone();
     let at = q.at;
-    let snap = app.blocking(move || snapshot(&app2.store, at)).await?;
+    let snap = app.with_store(move |s| snapshot(s, at)).await?;
     entries_stream(&app, Arc::new(snap), q.prefix)
 }
 
@@ -210,10 +217,9 @@ pub(crate) async fn changes(State(app): State<Arc<App>>, Q(q): Q<ChangesQ>) -> A
     let mut rx = app.seq.subscribe();
     loop {
         rx.borrow_and_update();
-        let app2 = app.clone();
         let since = q.since;
         let page = app
-            .blocking(move || read_changes(&app2.store, since, limit))
+            .with_store(move |s| read_changes(s, since, limit))
             .await?;
         if !page.records.is_empty() || tokio::time::Instant::now() >= deadline {
             return Ok(json(&page));

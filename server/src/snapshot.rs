@@ -11,7 +11,7 @@
 
 use crate::api_error::{json, ApiError, ApiResult, Q};
 use crate::app::App;
-use crate::reads::object_response;
+use crate::reads::found_object;
 use crate::snapshot_leases::{DEFAULT_TTL, MAX_OPEN, MAX_TTL};
 use axum::extract::State;
 use axum::http::StatusCode;
@@ -32,11 +32,10 @@ pub(crate) async fn open(State(app): State<Arc<App>>, Q(q): Q<OpenQ>) -> ApiResu
         .ttl_ms
         .map_or(DEFAULT_TTL, Duration::from_millis)
         .min(MAX_TTL);
-    let app2 = app.clone();
     let snap = app
-        .blocking(move || match q.at {
-            Some(seq) => app2.store.snapshot_at(seq),
-            None => app2.store.snapshot(),
+        .with_store(move |s| match q.at {
+            Some(seq) => s.snapshot_at(seq),
+            None => s.snapshot(),
         })
         .await?;
     let (seq, history_from) = (snap.seq(), snap.history_from());
@@ -104,14 +103,7 @@ pub(crate) async fn object(State(app): State<Arc<App>>, Q(q): Q<UnitQ>) -> ApiRe
     let found = app
         .blocking(move || crate::reads::open_unit(&snap, &q.unit))
         .await?;
-    let Some((file, entry)) = found else {
-        return Err(ApiError::new(
-            StatusCode::NOT_FOUND,
-            "not_found",
-            format!("unit {unit:?} has no entry in this snapshot"),
-        ));
-    };
-    object_response(&app, file, &entry)
+    found_object(&app, found, &unit, " in this snapshot")
 }
 
 #[derive(Deserialize)]
@@ -167,24 +159,21 @@ pub(crate) async fn object_path(
 
 /// `GET /v1/seq`: the newest seq, read from the store.
 pub(crate) async fn last_seq(State(app): State<Arc<App>>) -> ApiResult<Response> {
-    let app2 = app.clone();
-    let seq = app.blocking(move || app2.store.last_seq()).await?;
+    let seq = app.with_store(move |s| s.last_seq()).await?;
     Ok(json(&serde_json::json!({ "seq": seq })))
 }
 
 /// `POST /v1/flush`: makes everything acknowledged so far durable.
 pub(crate) async fn flush(State(app): State<Arc<App>>) -> ApiResult<Response> {
-    let app2 = app.clone();
-    app.blocking(move || app2.store.flush()).await?;
+    app.with_store(move |s| s.flush()).await?;
     Ok(json(&serde_json::json!({ "flushed": true })))
 }
 
 /// `POST /v1/sync`: applies what other nodes of the lake committed (nothing on a local store),
 /// then the newest seq and the lake's URL (`null` on a local store).
 pub(crate) async fn sync(State(app): State<Arc<App>>) -> ApiResult<Response> {
-    let app2 = app.clone();
     let seq = app
-        .blocking(move || app2.store.sync().and_then(|()| app2.store.last_seq()))
+        .with_store(move |s| s.sync().and_then(|()| s.last_seq()))
         .await?;
     Ok(json(
         &serde_json::json!({ "seq": seq, "lake": app.store.lake_url() }),
@@ -194,8 +183,7 @@ pub(crate) async fn sync(State(app): State<Arc<App>>) -> ApiResult<Response> {
 /// `POST /v1/checkpoint`: writes the lake node's checkpoint into its lake (refused on a local
 /// store, as in-process).
 pub(crate) async fn checkpoint(State(app): State<Arc<App>>) -> ApiResult<Response> {
-    let app2 = app.clone();
-    let r = app.blocking(move || app2.store.checkpoint()).await?;
+    let r = app.with_store(move |s| s.checkpoint()).await?;
     Ok(json(&serde_json::json!({
         "segment": r.segment, "bytes": r.bytes, "written": r.written
     })))

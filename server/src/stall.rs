@@ -43,6 +43,18 @@ impl<S> WriteTimeout<S> {
             Poll::Pending => Poll::Pending,
         }
     }
+
+    /// What a write or flush of the inner stream answered: pending arms the timer, anything
+    /// else is progress and disarms it.
+    fn progress<T>(&mut self, cx: &mut Context<'_>, r: Poll<io::Result<T>>) -> Poll<io::Result<T>> {
+        match r {
+            Poll::Pending => self.pending(cx),
+            done => {
+                self.stalled = None;
+                done
+            }
+        }
+    }
 }
 
 use std::future::Future;
@@ -63,13 +75,8 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for WriteTimeout<S> {
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
-        match Pin::new(&mut self.inner).poll_write(cx, buf) {
-            Poll::Pending => self.pending(cx),
-            done => {
-                self.stalled = None;
-                done
-            }
-        }
+        let r = Pin::new(&mut self.inner).poll_write(cx, buf);
+        self.progress(cx, r)
     }
 
     fn poll_write_vectored(
@@ -77,13 +84,8 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for WriteTimeout<S> {
         cx: &mut Context<'_>,
         bufs: &[io::IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
-        match Pin::new(&mut self.inner).poll_write_vectored(cx, bufs) {
-            Poll::Pending => self.pending(cx),
-            done => {
-                self.stalled = None;
-                done
-            }
-        }
+        let r = Pin::new(&mut self.inner).poll_write_vectored(cx, bufs);
+        self.progress(cx, r)
     }
 
     fn is_write_vectored(&self) -> bool {
@@ -91,13 +93,8 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for WriteTimeout<S> {
     }
 
     fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        match Pin::new(&mut self.inner).poll_flush(cx) {
-            Poll::Pending => self.pending(cx),
-            done => {
-                self.stalled = None;
-                done
-            }
-        }
+        let r = Pin::new(&mut self.inner).poll_flush(cx);
+        self.progress(cx, r)
     }
 
     fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {

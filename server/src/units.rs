@@ -73,11 +73,7 @@ pub(crate) async fn healthz(State(app): State<Arc<App>>) -> Response {
 }
 
 pub(crate) async fn metrics(State(app): State<Arc<App>>) -> Response {
-    let app2 = app.clone();
-    let text = match app
-        .blocking(move || crate::stats::prometheus(&app2.store))
-        .await
-    {
+    let text = match app.with_store(move |s| crate::stats::prometheus(s)).await {
         Ok(t) => t,
         Err(e) => return e.into_response(),
     };
@@ -210,46 +206,42 @@ pub(crate) async fn commit(State(app): State<Arc<App>>, body: Body) -> ApiResult
 
 pub(crate) async fn claim(State(app): State<Arc<App>>, body: Body) -> ApiResult<Response> {
     let r: ClaimReqW = read_json(&app, body).await?;
-    let c = match write_queued(
-        &app,
-        Write::Claim {
-            unit: r.unit,
-            source_version: r.source_version,
-            worker: r.worker,
-            ttl: Duration::from_millis(r.ttl_ms),
-        },
-    )
-    .await?
-    {
-        Written::Claim(c) => c,
-        other => return Err(mismatched("a claim", &other)),
+    let write = Write::Claim {
+        unit: r.unit,
+        source_version: r.source_version,
+        worker: r.worker,
+        ttl: Duration::from_millis(r.ttl_ms),
     };
-    app.note_seq(app.store.last_seq().ok());
-    Ok(json(&c))
+    lease_write(&app, write).await
 }
 
 pub(crate) async fn renew(State(app): State<Arc<App>>, body: Body) -> ApiResult<Response> {
     let r: RenewReqW = read_json(&app, body).await?;
-    let write = Write::Renew {
-        lease: r.lease,
-        ttl: Duration::from_millis(r.ttl_ms),
-    };
-    let out = match write_queued(&app, write).await? {
-        Written::Renew(out) => out,
-        other => return Err(mismatched("a renewal", &other)),
-    };
-    // A renewal is a log record: long-polls waiting on the feed wake for it.
-    app.note_seq(app.store.last_seq().ok());
-    Ok(json(&out))
+    let ttl = Duration::from_millis(r.ttl_ms);
+    lease_write(
+        &app,
+        Write::Renew {
+            lease: r.lease,
+            ttl,
+        },
+    )
+    .await
 }
 
 pub(crate) async fn release(State(app): State<Arc<App>>, body: Body) -> ApiResult<Response> {
     let r: ReleaseReqW = read_json(&app, body).await?;
-    let write = Write::Release { lease: r.lease };
-    let out = match write_queued(&app, write).await? {
-        Written::Release(out) => out,
-        other => return Err(mismatched("a release", &other)),
+    lease_write(&app, Write::Release { lease: r.lease }).await
+}
+
+/// Queues a lease write (claim, renewal, release) and answers the engine's outcome. Every lease
+/// write is a log record: long-polls waiting on the feed wake for it.
+async fn lease_write(app: &App, write: Write) -> ApiResult<Response> {
+    let answer = match write_queued(app, write).await? {
+        Written::Claim(c) => json(&c),
+        Written::Renew(r) => json(&r),
+        Written::Release(r) => json(&r),
+        other => return Err(mismatched("a lease write", &other)),
     };
     app.note_seq(app.store.last_seq().ok());
-    Ok(json(&out))
+    Ok(answer)
 }

@@ -648,9 +648,7 @@ impl Writer<'_> {
                 unit: item.unit.clone(),
                 source_version: item.source_version,
                 object: item.staged.id(),
-                outcome: d
-                    .decision
-                    .outcome(seq, d.current.map(|c| c.source_version)),
+                outcome: d.decision.outcome(seq, d.current.map(|c| c.source_version)),
                 holder,
             });
         }
