@@ -1,11 +1,15 @@
 //! Engine values → Python values (the dataclasses of `oncelake._types`) and engine errors and
-//! rejections → the exception classes of `oncelake.errors`, with the CLI's JSON field names.
+//! rejections → the exception classes of `oncelake.errors`, with the CLI's JSON field names. The
+//! engine's types give their fields through their wire form (its `serde` feature, the shapes of
+//! the HTTP API and of the CLI's `--json`), so one converter ([`fields`]) serves them all; only
+//! what Python spells otherwise (a CRC32 as hex text) is set here.
 
 use oncelake::log::{Record, RecordBody};
 use oncelake::{Entry, Lease, ObjectMeta, Outcome, UnitOutcome};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList};
 use pyo3::BoundObject;
+use serde_json::Value;
 
 /// Keyword arguments, built in order.
 pub(crate) fn kw<'py>(
@@ -132,6 +136,59 @@ fn crc(c: u32) -> String {
     format!("{c:08x}")
 }
 
+/// A JSON value as the Python value `json.loads` would give.
+fn py_value<'py>(py: Python<'py>, v: &Value) -> PyResult<Bound<'py, PyAny>> {
+    Ok(match v {
+        Value::Null => py.None().into_bound(py),
+        Value::Bool(b) => o(py, *b),
+        Value::Number(n) => match (n.as_u64(), n.as_i64()) {
+            (Some(u), _) => o(py, u),
+            (None, Some(i)) => o(py, i),
+            _ => o(py, n.as_f64()),
+        },
+        Value::String(t) => o(py, t.as_str()),
+        Value::Array(items) => {
+            let list = PyList::empty(py);
+            for item in items {
+                list.append(py_value(py, item)?)?;
+            }
+            list.into_any()
+        }
+        Value::Object(map) => fields_of(py, map)?.into_any(),
+    })
+}
+
+fn fields_of<'py>(
+    py: Python<'py>,
+    map: &serde_json::Map<String, Value>,
+) -> PyResult<Bound<'py, PyDict>> {
+    let d = PyDict::new(py);
+    for (k, v) in map {
+        d.set_item(k, py_value(py, v)?)?;
+    }
+    Ok(d)
+}
+
+/// The fields of an engine value by its wire form, `serde_json::to_value(&value)` (keyword
+/// arguments for [`make`]); an object's CRC32, where it has one, as Python spells it (hex text).
+pub(crate) fn fields(
+    py: Python<'_>,
+    wire: serde_json::Result<Value>,
+) -> PyResult<Bound<'_, PyDict>> {
+    let d = match wire {
+        Ok(Value::Object(map)) => fields_of(py, &map)?,
+        other => {
+            return Err(pyo3::exceptions::PyTypeError::new_err(format!(
+                "internal: an engine value without its fields on the wire: {other:?}"
+            )))
+        }
+    };
+    if let Some(c) = d.get_item("crc32")? {
+        d.set_item("crc32", crc(c.extract()?))?;
+    }
+    Ok(d)
+}
+
 /// Entries as a list of `oncelake.Entry`.
 pub(crate) fn entries<'py>(py: Python<'py>, es: &[Entry]) -> PyResult<Bound<'py, PyList>> {
     let list = PyList::empty(py);
@@ -152,20 +209,7 @@ pub(crate) fn records<'py>(py: Python<'py>, rs: &[Record]) -> PyResult<Bound<'py
 
 /// An entry as `oncelake.Entry`.
 pub(crate) fn entry<'py>(py: Python<'py>, e: &Entry) -> PyResult<Bound<'py, PyAny>> {
-    let args = kw(
-        py,
-        &[
-            ("unit", o(py, e.unit.as_str())),
-            ("source_version", o(py, e.source_version)),
-            ("revision", o(py, e.revision)),
-            ("object", o(py, e.object.id.to_hex())),
-            ("size", o(py, e.object.size)),
-            ("crc32", o(py, crc(e.object.crc32))),
-            ("seq", o(py, e.seq)),
-            ("committed_at_ms", o(py, e.committed_at_ms)),
-        ],
-    )?;
-    make(py, "Entry", args)
+    make(py, "Entry", fields(py, serde_json::to_value(e))?)
 }
 
 /// A lease as `oncelake.Lease`.
@@ -174,17 +218,8 @@ pub(crate) fn lease<'py>(
     l: &Lease,
     took_over: bool,
 ) -> PyResult<Bound<'py, PyAny>> {
-    let args = kw(
-        py,
-        &[
-            ("unit", o(py, l.unit.as_str())),
-            ("worker", o(py, l.worker.as_str())),
-            ("token", o(py, l.token)),
-            ("source_version", o(py, l.source_version)),
-            ("expires_at_ms", o(py, l.expires_at_ms)),
-            ("took_over", o(py, took_over)),
-        ],
-    )?;
+    let args = fields(py, serde_json::to_value(l))?;
+    args.set_item("took_over", took_over)?;
     make(py, "Lease", args)
 }
 
@@ -257,105 +292,66 @@ pub(crate) fn outcome<'py>(
     u: &UnitOutcome,
     meta: ObjectMeta,
 ) -> PyResult<Bound<'py, PyAny>> {
-    let mut f = vec![
-        ("unit", o(py, u.unit.as_str())),
-        ("source_version", o(py, u.source_version)),
-        ("object", o(py, u.object.to_hex())),
-        ("size", o(py, meta.size)),
-        ("crc32", o(py, crc(meta.crc32))),
-    ];
-    let (kind, message) = match u.outcome {
-        Outcome::Committed { seq, revision, superseded } => {
-            f.extend([
-                ("seq", o(py, seq)),
-                ("revision", o(py, revision)),
-                ("superseded_version", o(py, superseded)),
-            ]);
-            return make(py, "Committed", kw(py, &f)?);
+    // The wire form has the unit, its version and object, the holder and the outcome with its
+    // own fields; Python adds the staged object's size and CRC32 and names two fields its way.
+    let f = fields(py, serde_json::to_value(u))?;
+    f.set_item("size", meta.size)?;
+    f.set_item("crc32", crc(meta.crc32))?;
+    f.del_item("holder")?;
+    for (wire, name) in [
+        ("superseded", "superseded_version"),
+        ("winner", "winner_object"),
+    ] {
+        if let Some(v) = f.get_item(wire)? {
+            f.del_item(wire)?;
+            f.set_item(name, v)?;
         }
-        Outcome::Duplicate { seq } => {
-            f.push(("seq", o(py, seq)));
-            return make(py, "Duplicate", kw(py, &f)?);
-        }
-        Outcome::Conflict { winner_seq, winner } => {
-            f.extend([("winner_seq", o(py, winner_seq)), ("winner_object", o(py, winner.to_hex()))]);
-            ("conflict", format!(
-                "conflict: {} @ {} was already committed with different content (object {winner}, seq {winner_seq}); the first commit wins — use correct() to replace it deliberately",
-                u.unit, u.source_version
-            ))
-        }
-        Outcome::Stale { current_version } => {
-            f.push(("current_version", o(py, current_version)));
-            ("stale", format!(
-                "stale: {} is already at version {current_version}, newer than {}; nothing changed",
-                u.unit, u.source_version
-            ))
-        }
-        Outcome::Fenced { token, newest_token } => {
-            f.extend([("token", o(py, token)), ("newest_token", o(py, newest_token))]);
-            ("fenced", format!(
-                "fenced: token {token} of {} is not the unit's live lease (newest token {newest_token}); another worker took over — drop this output",
-                u.unit
-            ))
-        }
+    }
+    let (unit, version) = (&u.unit, u.source_version);
+    let message = match u.outcome {
+        Outcome::Committed { .. } => return make(py, "Committed", f),
+        Outcome::Duplicate { .. } => return make(py, "Duplicate", f),
+        Outcome::Conflict { winner_seq, winner } => format!(
+            "conflict: {unit} @ {version} was already committed with different content (object {winner}, seq {winner_seq}); the first commit wins — use correct() to replace it deliberately"
+        ),
+        Outcome::Stale { current_version } => format!(
+            "stale: {unit} is already at version {current_version}, newer than {version}; nothing changed"
+        ),
+        Outcome::Fenced { token, newest_token } => format!(
+            "fenced: token {token} of {unit} is not the unit's live lease (newest token {newest_token}); another worker took over — drop this output"
+        ),
         Outcome::Busy { expires_at_ms } => {
             let worker = u.holder.clone().unwrap_or_default();
-            f.extend([("worker", o(py, worker.as_str())), ("expires_at_ms", o(py, expires_at_ms))]);
-            ("busy", format!(
-                "busy: {} is held by {worker} until {expires_at_ms} ms; commit under its lease's token, or after the lease ends",
-                u.unit
-            ))
+            f.set_item("worker", worker.as_str())?;
+            format!(
+                "busy: {unit} is held by {worker} until {expires_at_ms} ms; commit under its lease's token, or after the lease ends"
+            )
         }
-        Outcome::Aborted => ("aborted", format!(
-            "aborted: {} was acceptable but another unit of the all-or-nothing batch was rejected; nothing changed",
-            u.unit
-        )),
+        Outcome::Aborted => format!(
+            "aborted: {unit} was acceptable but another unit of the all-or-nothing batch was rejected; nothing changed"
+        ),
     };
-    f.extend([("outcome", o(py, kind)), ("seq", py.None().into_bound(py))]);
-    Err(error(py, kind, message, kw(py, &f)?))
+    f.set_item("seq", py.None())?;
+    let kind = u.outcome.name();
+    Err(error(py, kind, message, f))
 }
 
 /// A log record as `oncelake.Record`.
 pub(crate) fn record<'py>(py: Python<'py>, r: &Record) -> PyResult<Bound<'py, PyAny>> {
-    let mut f = vec![("seq", o(py, r.seq)), ("time_ms", o(py, r.time_ms))];
-    match &r.body {
+    let (kind, args) = match &r.body {
         RecordBody::Commit { entries } => {
             let list = PyList::empty(py);
             for e in entries {
-                let args = kw(
-                    py,
-                    &[
-                        ("unit", o(py, e.unit.as_str())),
-                        ("source_version", o(py, e.source_version)),
-                        ("revision", o(py, e.revision)),
-                        ("object", o(py, e.object.id.to_hex())),
-                        ("size", o(py, e.object.size)),
-                        ("crc32", o(py, crc(e.object.crc32))),
-                        ("token", o(py, e.token)),
-                    ],
-                )?;
-                list.append(make(py, "LogEntry", args)?)?;
+                list.append(make(py, "LogEntry", fields(py, serde_json::to_value(e))?)?)?;
             }
-            f.extend([("kind", o(py, "commit")), ("entries", list.into_any())]);
+            ("commit", kw(py, &[("entries", list.into_any())])?)
         }
-        RecordBody::ClaimGranted(c) | RecordBody::ClaimReleased(c) => {
-            let kind = if matches!(r.body, RecordBody::ClaimGranted(_)) {
-                "claim_granted"
-            } else {
-                "claim_released"
-            };
-            f.extend([
-                ("kind", o(py, kind)),
-                ("unit", o(py, c.unit.as_str())),
-                ("worker", o(py, c.worker.as_str())),
-                ("token", o(py, c.token)),
-                ("source_version", o(py, c.source_version)),
-                ("expires_at_ms", o(py, c.expires_at_ms)),
-            ]);
-        }
-        RecordBody::Extension { tag, .. } => {
-            f.extend([("kind", o(py, "extension")), ("tag", o(py, *tag))]);
-        }
-    }
-    make(py, "Record", kw(py, &f)?)
+        RecordBody::ClaimGranted(c) => ("claim_granted", fields(py, serde_json::to_value(c))?),
+        RecordBody::ClaimReleased(c) => ("claim_released", fields(py, serde_json::to_value(c))?),
+        RecordBody::Extension { tag, .. } => ("extension", kw(py, &[("tag", o(py, *tag))])?),
+    };
+    args.set_item("seq", r.seq)?;
+    args.set_item("time_ms", r.time_ms)?;
+    args.set_item("kind", kind)?;
+    make(py, "Record", args)
 }

@@ -49,8 +49,10 @@ pub(crate) fn extension_payload_len(data_len: usize) -> usize {
     PAYLOAD_PREFIX + 2 + 4 + data_len
 }
 
-/// One entry made visible by a commit.
+/// One entry made visible by a commit (on the wire: the object's fields inline, as an
+/// [`crate::Entry`]'s).
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct LogEntry {
     /// Unit key.
     pub unit: String,
@@ -59,6 +61,7 @@ pub struct LogEntry {
     /// Revision (0, or +1 per correction).
     pub revision: u32,
     /// Object hash, size and CRC32.
+    #[cfg_attr(feature = "serde", serde(flatten))]
     pub object: ObjectMeta,
     /// The fencing token the writer carried, if any.
     pub token: Option<u64>,
