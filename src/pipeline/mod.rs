@@ -73,6 +73,18 @@ pub struct RecordedClaim {
     pub expires_at_ms: Option<u64>,
 }
 
+impl RecordedClaim {
+    /// What is recorded of `lease`: its expiry only while it is `live` (not yet ended).
+    fn of(lease: crate::Lease, live: bool) -> RecordedClaim {
+        RecordedClaim {
+            worker: lease.worker,
+            token: lease.token,
+            source_version: lease.source_version,
+            expires_at_ms: live.then_some(lease.expires_at_ms),
+        }
+    }
+}
+
 /// Everything recorded about a store's pipeline cells, independent of any definition. Built
 /// either from the tables ([`recorded_state`]) or from the log alone ([`replay_state`]); the two
 /// must agree.
@@ -111,15 +123,8 @@ fn recorded_state_uncontained(store: &Store) -> Result<RecordedState> {
         Ok(())
     })?;
     tables.claims_with_prefix(CELL_PREFIX, |k, c| {
-        st.claims.insert(
-            k.to_string(),
-            RecordedClaim {
-                worker: c.worker,
-                token: c.token,
-                source_version: c.source_version,
-                expires_at_ms: (!c.released).then_some(c.expires_at_ms),
-            },
-        );
+        st.claims
+            .insert(k.to_string(), RecordedClaim::of(c.lease(k), !c.released));
         Ok(())
     })?;
     tables.extensions_with_prefix(CELL_PREFIX, |k, seq, data| {
@@ -165,26 +170,11 @@ pub fn replay_state(snap: &Snapshot) -> Result<RecordedState> {
                 }
             }
             RecordBody::ClaimGranted(c) if c.unit.starts_with(CELL_PREFIX) => {
-                st.claims.insert(
-                    c.unit,
-                    RecordedClaim {
-                        worker: c.worker,
-                        token: c.token,
-                        source_version: c.source_version,
-                        expires_at_ms: Some(c.expires_at_ms),
-                    },
-                );
+                st.claims.insert(c.unit.clone(), RecordedClaim::of(c, true));
             }
             RecordBody::ClaimReleased(c) if c.unit.starts_with(CELL_PREFIX) => {
-                st.claims.insert(
-                    c.unit,
-                    RecordedClaim {
-                        worker: c.worker,
-                        token: c.token,
-                        source_version: c.source_version,
-                        expires_at_ms: None,
-                    },
-                );
+                st.claims
+                    .insert(c.unit.clone(), RecordedClaim::of(c, false));
             }
             RecordBody::Extension { tag, data } if tag == TAG_CELL_FAILED => {
                 let f = Failure::decode(&data)?;
