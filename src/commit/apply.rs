@@ -21,7 +21,7 @@ use crate::error::{DbContext, Error, Result};
 use crate::metrics::add;
 use crate::schema::claim::ClaimRecord;
 use crate::schema::extension;
-use crate::schema::log::{ClaimChange, LogEntry, Record, RecordBody};
+use crate::schema::log::{LogEntry, Record, RecordBody};
 use crate::schema::manifest::EntryValue;
 use crate::schema::meta::{self, COUNTERS, HISTORY_FROM, NEXT_SEQ, NEXT_TOKEN, WAL_GROUP};
 use crate::wal::overlay::LeaderState;
@@ -812,13 +812,7 @@ impl Writer<'_> {
     fn write_claim(&mut self, unit: &str, rec: &ClaimRecord, granted: bool) -> Result<()> {
         self.redo.claims(unit, &rec.encode(unit));
         self.view.overlay.put_claim(self.group, unit, rec.clone());
-        let change = ClaimChange {
-            unit: unit.to_string(),
-            worker: rec.worker.clone(),
-            token: rec.token,
-            source_version: rec.source_version,
-            expires_at_ms: if rec.released { 0 } else { rec.expires_at_ms },
-        };
+        let change = rec.logged(unit);
         self.append(if granted {
             RecordBody::ClaimGranted(change)
         } else {

@@ -60,31 +60,6 @@ use cell::{
 };
 use std::collections::BTreeMap;
 
-/// A lease on a cell, as recorded.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct RecordedClaim {
-    /// Holder.
-    pub worker: String,
-    /// Fencing token.
-    pub token: u64,
-    /// Source version claimed.
-    pub source_version: u64,
-    /// Expiry while held; `None` once released (or ended by a completion or failure).
-    pub expires_at_ms: Option<u64>,
-}
-
-impl RecordedClaim {
-    /// What is recorded of `lease`: its expiry only while it is `live` (not yet ended).
-    fn of(lease: crate::Lease, live: bool) -> RecordedClaim {
-        RecordedClaim {
-            worker: lease.worker,
-            token: lease.token,
-            source_version: lease.source_version,
-            expires_at_ms: live.then_some(lease.expires_at_ms),
-        }
-    }
-}
-
 /// Everything recorded about a store's pipeline cells, independent of any definition. Built
 /// either from the tables ([`recorded_state`]) or from the log alone ([`replay_state`]); the two
 /// must agree.
@@ -96,8 +71,9 @@ pub struct RecordedState {
     pub completions: BTreeMap<String, (u64, ObjectId, u64)>,
     /// Cell key → (seq, failure) of its newest failure.
     pub failures: BTreeMap<String, (u64, Failure)>,
-    /// Cell key → its newest lease.
-    pub claims: BTreeMap<String, RecordedClaim>,
+    /// Cell key → its newest lease, as the log records it: its expiry 0 once it ended (released,
+    /// or ended by a completion or failure under its token).
+    pub claims: BTreeMap<String, crate::Lease>,
     /// (seq, text) of the newest recorded definition.
     pub definition: Option<(u64, String)>,
 }
@@ -123,8 +99,7 @@ fn recorded_state_uncontained(store: &Store) -> Result<RecordedState> {
         Ok(())
     })?;
     tables.claims_with_prefix(CELL_PREFIX, |k, c| {
-        st.claims
-            .insert(k.to_string(), RecordedClaim::of(c.lease(k), !c.released));
+        st.claims.insert(k.to_string(), c.logged(k));
         Ok(())
     })?;
     tables.extensions_with_prefix(CELL_PREFIX, |k, seq, data| {
@@ -148,7 +123,7 @@ pub fn replay_state(snap: &Snapshot) -> Result<RecordedState> {
     let end_lease = |st: &mut RecordedState, key: &str, token: u64| {
         if let Some(c) = st.claims.get_mut(key) {
             if c.token == token {
-                c.expires_at_ms = None;
+                c.expires_at_ms = 0;
             }
         }
     };
@@ -169,12 +144,10 @@ pub fn replay_state(snap: &Snapshot) -> Result<RecordedState> {
                     }
                 }
             }
-            RecordBody::ClaimGranted(c) if c.unit.starts_with(CELL_PREFIX) => {
-                st.claims.insert(c.unit.clone(), RecordedClaim::of(c, true));
-            }
-            RecordBody::ClaimReleased(c) if c.unit.starts_with(CELL_PREFIX) => {
-                st.claims
-                    .insert(c.unit.clone(), RecordedClaim::of(c, false));
+            RecordBody::ClaimGranted(c) | RecordBody::ClaimReleased(c)
+                if c.unit.starts_with(CELL_PREFIX) =>
+            {
+                st.claims.insert(c.unit.clone(), c);
             }
             RecordBody::Extension { tag, data } if tag == TAG_CELL_FAILED => {
                 let f = Failure::decode(&data)?;

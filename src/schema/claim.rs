@@ -98,6 +98,14 @@ impl ClaimRecord {
             expires_at_ms: self.expires_at_ms,
         }
     }
+
+    /// The lease as the log records it (`log::ClaimChange`): with no expiry (0) once it ended.
+    pub(crate) fn logged(&self, unit: &str) -> Lease {
+        Lease {
+            expires_at_ms: if self.released { 0 } else { self.expires_at_ms },
+            ..self.lease(unit)
+        }
+    }
 }
 
 #[cfg(test)]
