@@ -5,7 +5,7 @@
 //! a killed server are stale and removed by the next server (which can only start once the lock
 //! is free, so it never removes a live server's files). A client that finds them but gets no
 //! answer treats the store as not served. Before it sends the token or any data, it checks that
-//! the server answering there is the server of this store directory ([`crate::identity`]).
+//! the server answering there is the server of this store directory (the `identity` module).
 
 use serde::{Deserialize, Serialize};
 use std::io::Write;
@@ -26,7 +26,7 @@ pub struct ServeInfo {
     /// The bearer token every TCP request must carry (`Authorization: Bearer ...`); `None` for
     /// the Unix socket, where the file permissions are the access control.
     pub token: Option<String>,
-    /// The key of the server's identity proof ([`crate::identity`]), 64 hex digits: a client
+    /// The key of the server's identity proof (the `identity` module), 64 hex digits: a client
     /// sends its token or data only to a server that proves it knows this key and holds this
     /// store directory. `None` in a file of an older server, which cannot prove anything.
     #[serde(default)]

@@ -19,10 +19,13 @@ pub(crate) struct Live {
     connections_total: AtomicU64,
 }
 
-/// Every figure of [`Live`]: its name, its help text, whether it is a counter (else a gauge),
-/// and its cell. Process-only: every figure starts at zero with the server.
+/// A figure of [`Live`]: its name, its help text, whether it is a counter (else a gauge), and
+/// its cell.
+type Figure = (&'static str, &'static str, bool, fn(&Live) -> &AtomicU64);
+
+/// Every figure of [`Live`]. Process-only: every figure starts at zero with the server.
 #[rustfmt::skip]
-const FIGURES: [(&str, &str, bool, fn(&Live) -> &AtomicU64); 10] = [
+const FIGURES: [Figure; 10] = [
     ("requests", "HTTP requests received", true, |l| &l.requests),
     ("unauthorized", "requests refused for a missing or wrong token (401)", true, |l| &l.unauthorized),
     ("bad_requests", "malformed requests (400)", true, |l| &l.bad_requests),

@@ -73,7 +73,7 @@ pub(crate) async fn healthz(State(app): State<Arc<App>>) -> Response {
 }
 
 pub(crate) async fn metrics(State(app): State<Arc<App>>) -> Response {
-    let text = match app.with_store(move |s| crate::stats::prometheus(s)).await {
+    let text = match app.with_store(crate::stats::prometheus).await {
         Ok(t) => t,
         Err(e) => return e.into_response(),
     };

@@ -1,5 +1,5 @@
 //! What a commit answers: each unit's [`Outcome`] and the [`CommitReport`] of them all. The
-//! commit rules ([`super::rules`]) answer a unit they do not accept with its outcome directly,
+//! commit rules (the `rules` module) answer a unit they do not accept with its outcome directly,
 //! so the rejections are spelled here alone.
 
 use crate::object::ObjectId;
