@@ -115,7 +115,12 @@ pub(crate) fn engine_err(py: Python<'_>, e: oncelake::Error) -> PyErr {
         ),
         _ => ("store_error", vec![]),
     };
-    match kw(py, &facts) {
+    raise(py, kind, message, &facts)
+}
+
+/// [`error`] with its facts given as keyword pairs.
+fn raise(py: Python<'_>, kind: &str, message: String, facts: &[(&str, Bound<'_, PyAny>)]) -> PyErr {
+    match kw(py, facts) {
         Ok(f) => error(py, kind, message, f),
         Err(err) => err,
     }
@@ -236,53 +241,35 @@ pub(crate) fn lease_from(l: &Bound<'_, PyAny>) -> PyResult<Lease> {
 
 /// The exception for "nothing to do: already done".
 pub(crate) fn already_done(py: Python<'_>, unit: &str, e: &Entry) -> PyErr {
-    let facts = entry(py, e).and_then(|ent| {
-        kw(
-            py,
-            &[
-                ("unit", o(py, unit)),
-                ("outcome", o(py, "already_done")),
-                ("source_version", o(py, e.source_version)),
-                ("seq", o(py, e.seq)),
-                ("entry", ent),
-            ],
-        )
-    });
-    match facts {
-        Ok(f) => error(
-            py,
-            "already_done",
-            format!(
-                "already done: {unit} is committed at version {} (seq {}); nothing to do",
-                e.source_version, e.seq
-            ),
-            f,
-        ),
-        Err(err) => err,
-    }
+    let ent = match entry(py, e) {
+        Ok(ent) => ent,
+        Err(err) => return err,
+    };
+    let (version, seq) = (e.source_version, e.seq);
+    let message = format!(
+        "already done: {unit} is committed at version {version} (seq {seq}); nothing to do"
+    );
+    let facts = [
+        ("unit", o(py, unit)),
+        ("outcome", o(py, "already_done")),
+        ("source_version", o(py, version)),
+        ("seq", o(py, seq)),
+        ("entry", ent),
+    ];
+    raise(py, "already_done", message, &facts)
 }
 
 /// The exception for "nothing to do: another worker holds the unit".
 pub(crate) fn busy(py: Python<'_>, unit: &str, worker: &str, expires_at_ms: u64) -> PyErr {
-    match kw(
-        py,
-        &[
-            ("unit", o(py, unit)),
-            ("outcome", o(py, "busy")),
-            ("worker", o(py, worker)),
-            ("expires_at_ms", o(py, expires_at_ms)),
-        ],
-    ) {
-        Ok(f) => error(
-            py,
-            "busy",
-            format!(
-                "busy: {unit} is held by {worker} until {expires_at_ms} ms; try again after that"
-            ),
-            f,
-        ),
-        Err(err) => err,
-    }
+    let message =
+        format!("busy: {unit} is held by {worker} until {expires_at_ms} ms; try again after that");
+    let facts = [
+        ("unit", o(py, unit)),
+        ("outcome", o(py, "busy")),
+        ("worker", o(py, worker)),
+        ("expires_at_ms", o(py, expires_at_ms)),
+    ];
+    raise(py, "busy", message, &facts)
 }
 
 /// A unit's outcome: `Ok(Committed | Duplicate)`, or `Err(the rejection)`. `meta` is the staged
