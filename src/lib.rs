@@ -91,6 +91,10 @@ pub use lake::faults::{FaultCounts, FaultRates, Hold, LakeFault, LakeFaults};
 /// The file that binds a node directory to its shared lake (SPEC R23).
 #[cfg(feature = "lake")]
 pub use lake::node::LAKE_FILE;
+/// What the lake's object store allows with the protocol switched off (the P10 bench's floor).
+#[cfg(feature = "lake")]
+#[doc(hidden)]
+pub use lake::floor::{lake_floor, FloorFigures, FloorSpec};
 /// Where lake nodes' group time goes (the P10 bench's breakdown).
 #[cfg(feature = "lake")]
 pub use lake::timings::{lake_timings, LakeTimings};

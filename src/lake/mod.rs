@@ -11,6 +11,7 @@
 
 pub(crate) mod checkpoint;
 pub mod faults;
+pub(crate) mod floor;
 pub(crate) mod gc;
 pub(crate) mod log;
 pub(crate) mod node;
@@ -89,14 +90,7 @@ impl Lake {
             .and_then(|u| u.connect())
             .map(|s| faults::wrap_for_url(url, s))
             .map_err(bad)?;
-        // Two workers: with one, a group's 32 requests in flight and their connections shared
-        // one thread (the P10 bench's single node: 1,174 → 1,700 units/s, one run each).
-        let rt = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .thread_name("oncelake-lake")
-            .enable_all()
-            .build()
-            .map_err(|e| Error::io("start the lake client's runtime", e))?;
+        let rt = Lake::client_runtime()?;
         let lake = Lake {
             url: url.to_string(),
             store,
@@ -129,6 +123,18 @@ impl Lake {
             };
         }
         Ok(lake)
+    }
+
+    /// The runtime of a node's lake client. Two workers: with one, a group's 32 requests in
+    /// flight and their connections shared one thread (the P10 bench's single node: 1,174 →
+    /// 1,700 units/s, one run each).
+    pub(crate) fn client_runtime() -> Result<tokio::runtime::Runtime> {
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .thread_name("oncelake-lake")
+            .enable_all()
+            .build()
+            .map_err(|e| Error::io("start the lake client's runtime", e))
     }
 
     /// The lake's object store (the lake tables copy their versions through it).
