@@ -166,8 +166,6 @@ fn apply_segment(inner: &Core, lake: &Lake, head: &mut Head, bytes: &[u8]) -> Re
     }
     let where_ = std::path::PathBuf::from(format!("{}/{}", lake.url, segment::path(n)));
     let group = GroupRedo::from_frame(&where_, n, &seg.frame)?;
-    let mut missing = Vec::new();
-    let mut missing_ids = HashSet::new();
     let mut updates = Vec::new();
     let mut seen = HashSet::new();
     for (key, value) in group.keyed_rows(Keyed::Manifest)? {
@@ -176,19 +174,11 @@ fn apply_segment(inner: &Core, lake: &Lake, head: &mut Head, bytes: &[u8]) -> Re
             detail: "a manifest row's unit key is not UTF-8".into(),
         })?;
         let v = EntryValue::decode(unit, value)?;
-        // An object the lake no longer holds was deleted by a GC after a later prune dropped
-        // every entry of it (a replay of old segments cannot tell): the entry is applied, and a
-        // read of it fetches, or reports it missing (verify checks what is still referenced).
-        if !inner.stager.object_path(&v.object.id).exists() && missing_ids.insert(v.object.id) {
-            missing.push((v.object, v.seq));
-        }
         let new_unit = seen.insert(unit.to_string()) && inner.probe(unit)?.is_none();
         updates.push((unit.to_string(), new_unit, v));
     }
-    // Every object is in this node's `objects/` before an entry references it (I2).
-    let t = Instant::now();
-    let pins = lake.fetch_all_if_present(&missing, &inner.stager)?;
-    timings::add(Phase::Fetch, t);
+    // The entries' objects are not fetched here: the lake holds each one before its segment
+    // exists, and a read fetches it into `objects/` when it is first read (I2 at the read).
     inner.apply_in_place(&group, false)?;
     {
         let mut idx = inner.index.write();
@@ -203,7 +193,6 @@ fn apply_segment(inner: &Core, lake: &Lake, head: &mut Head, bytes: &[u8]) -> Re
         hash: segment::hash(bytes),
         time_ms: seg.time_ms,
     };
-    drop(pins);
     Ok(())
 }
 
