@@ -56,6 +56,11 @@ pub(crate) struct Lake {
     /// Held by whoever applies segments or publishes one: the leader's lake path and `sync`.
     head: Mutex<Head>,
     uploaded: Mutex<HashSet<(ObjectId, u64)>>,
+    /// The store-scope counts of this node's groups that logged nothing (duplicates and
+    /// refusals) since its last won segment: carried into the next segment it wins, so every
+    /// refusal is counted once in the lake's counters. The leader's counters are always the
+    /// replica's plus these (`commit::lake::reload`).
+    pub(crate) unlogged: Mutex<crate::metrics::Counters>,
     /// Write a checkpoint after winning every segment whose number is a multiple of this
     /// (0: only on demand).
     pub(crate) checkpoint_every: u64,
@@ -102,6 +107,7 @@ impl Lake {
                 time_ms: 0,
             }),
             uploaded: Mutex::new(HashSet::new()),
+            unlogged: Mutex::new(crate::metrics::Counters::default()),
             checkpoint_every: 0,
             checkpointing: std::sync::atomic::AtomicBool::new(false),
             diverged: Mutex::new(None),

@@ -5,5 +5,7 @@
 #[path = "../common/mod.rs"]
 mod common;
 
+mod counters;
 mod nodes;
+mod objects;
 mod sim;
