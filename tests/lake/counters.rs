@@ -101,11 +101,26 @@ fn refusals_on_any_node_reach_the_lakes_counters_with_its_next_segment() {
 fn a_nodes_refusals_are_in_its_own_stats_at_once_and_in_the_lakes_after_its_next_segment() {
     let d = tempfile::tempdir().unwrap();
     let url = "memory://counters-carried";
-    let (a, b) = (node(&d.path().join("a"), url), node(&d.path().join("b"), url));
-    assert!(matches!(a.put("u", 2, b"x").unwrap().outcome, Outcome::Committed { .. }));
-    assert!(matches!(b.put("u", 2, b"x").unwrap().outcome, Outcome::Duplicate { .. }));
-    assert!(matches!(b.put("u", 2, b"y").unwrap().outcome, Outcome::Conflict { .. }));
-    assert!(matches!(b.put("u", 1, b"x").unwrap().outcome, Outcome::Stale { .. }));
+    let (a, b) = (
+        node(&d.path().join("a"), url),
+        node(&d.path().join("b"), url),
+    );
+    assert!(matches!(
+        a.put("u", 2, b"x").unwrap().outcome,
+        Outcome::Committed { .. }
+    ));
+    assert!(matches!(
+        b.put("u", 2, b"x").unwrap().outcome,
+        Outcome::Duplicate { .. }
+    ));
+    assert!(matches!(
+        b.put("u", 2, b"y").unwrap().outcome,
+        Outcome::Conflict { .. }
+    ));
+    assert!(matches!(
+        b.put("u", 1, b"x").unwrap().outcome,
+        Outcome::Stale { .. }
+    ));
     let refused = |dup, conflicts, stale| Counts {
         units_committed: 0,
         duplicates_collapsed: dup,
@@ -122,15 +137,27 @@ fn a_nodes_refusals_are_in_its_own_stats_at_once_and_in_the_lakes_after_its_next
     assert_eq!(only_refusals(&b), refused(1, 1, 1));
     assert_eq!(only_refusals(&a), refused(0, 0, 0));
     // a commits (its segment does not carry b's), b syncs it: b still counts its own.
-    assert!(matches!(a.put("v", 1, b"x").unwrap().outcome, Outcome::Committed { .. }));
+    assert!(matches!(
+        a.put("v", 1, b"x").unwrap().outcome,
+        Outcome::Committed { .. }
+    ));
     b.sync().unwrap();
     assert_eq!(only_refusals(&b), refused(1, 1, 1));
     // b's next segment carries them: a reads them after a sync, and b does not count them twice.
-    assert!(matches!(b.put("w", 1, b"x").unwrap().outcome, Outcome::Committed { .. }));
+    assert!(matches!(
+        b.put("w", 1, b"x").unwrap().outcome,
+        Outcome::Committed { .. }
+    ));
     a.sync().unwrap();
     assert_eq!(only_refusals(&a), refused(1, 1, 1));
-    assert!(matches!(b.put("w", 1, b"x").unwrap().outcome, Outcome::Duplicate { .. }));
-    assert!(matches!(b.put("z", 1, b"x").unwrap().outcome, Outcome::Committed { .. }));
+    assert!(matches!(
+        b.put("w", 1, b"x").unwrap().outcome,
+        Outcome::Duplicate { .. }
+    ));
+    assert!(matches!(
+        b.put("z", 1, b"x").unwrap().outcome,
+        Outcome::Committed { .. }
+    ));
     a.sync().unwrap();
     assert_eq!(only_refusals(&a), refused(2, 1, 1));
     assert_eq!(only_refusals(&b), refused(2, 1, 1));

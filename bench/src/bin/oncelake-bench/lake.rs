@@ -121,8 +121,8 @@ pub(crate) fn run(a: LakeBenchArgs) -> Result<u8, BenchError> {
     } else {
         print_table(&report);
     }
-    let clean = a.floor
-        || (report["faults"]["double_commits"] == 0 && report["faults"]["lost_acks"] == 0);
+    let clean =
+        a.floor || (report["faults"]["double_commits"] == 0 && report["faults"]["lost_acks"] == 0);
     Ok(if clean {
         super::error::OK
     } else {
