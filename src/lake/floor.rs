@@ -125,14 +125,21 @@ where
             .map(|h| h.join().unwrap_or_else(|p| std::panic::resume_unwind(p)))
             .collect::<Vec<_>>()
     });
+    total(results).map_err(|detail| Error::Lake {
+        url: String::new(),
+        what: "measuring the object store's floor".into(),
+        detail,
+        todo: "check the object store is reachable",
+    })
+}
+
+/// The successes and latencies of several workers, or the first one's error.
+fn total(
+    results: Vec<std::result::Result<(u64, Latencies), String>>,
+) -> std::result::Result<(u64, Latencies), String> {
     let (mut n, mut lat) = (0, Vec::new());
     for r in results {
-        let (k, l) = r.map_err(|detail| Error::Lake {
-            url: String::new(),
-            what: "measuring the object store's floor".into(),
-            detail,
-            todo: "check the object store is reachable",
-        })?;
+        let (k, l) = r?;
         n += k;
         lat.extend(l);
     }
@@ -168,13 +175,7 @@ async fn plain_puts(
         .buffer_unordered(spec.in_flight.max(1))
         .collect::<Vec<_>>()
         .await;
-    let (mut n, mut lat) = (0, Vec::new());
-    for r in results {
-        let (k, l) = r?;
-        n += k;
-        lat.extend(l);
-    }
-    Ok((n, lat))
+    total(results)
 }
 
 /// Races for consecutive put-if-absent slots until `stop`: create `next`; won or taken, move on.

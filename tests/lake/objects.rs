@@ -54,10 +54,10 @@ fn an_object_the_lake_lost_is_reported_when_read_and_by_verify() {
     let a = node(&d.path().join("a"), &url);
     let model = commit_some(&a, 3);
     let lost = ObjectId::of(&model["u/1"]);
-    let doomed: Vec<_> = walk(&lake.join("objects"))
-        .into_iter()
-        .filter(|p| p.to_string_lossy().contains(&lost.to_hex()))
-        .collect();
+    let mut doomed = Vec::new();
+    let hex = lost.to_hex();
+    let is_lost = |p: &Path| p.to_string_lossy().contains(&hex);
+    crate::common::files_below(&lake.join("objects"), &[], &is_lost, &mut doomed);
     assert_eq!(doomed.len(), 1, "one lake object of u/1: {doomed:?}");
     std::fs::remove_file(&doomed[0]).unwrap();
     // A new node applies the whole log (nothing is fetched), then reads.
@@ -77,17 +77,4 @@ fn an_object_the_lake_lost_is_reported_when_read_and_by_verify() {
     let missing: Vec<_> = report.missing.iter().map(|p| p.object).collect();
     assert_eq!(missing, vec![lost], "{report:?}");
     assert!(report.corrupt.is_empty(), "{report:?}");
-}
-
-fn walk(dir: &Path) -> Vec<std::path::PathBuf> {
-    let mut out = Vec::new();
-    for e in std::fs::read_dir(dir).unwrap() {
-        let p = e.unwrap().path();
-        if p.is_dir() {
-            out.extend(walk(&p));
-        } else {
-            out.push(p);
-        }
-    }
-    out
 }
