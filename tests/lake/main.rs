@@ -6,6 +6,7 @@
 mod common;
 
 mod counters;
+mod gc;
 mod nodes;
 mod objects;
 mod sim;
