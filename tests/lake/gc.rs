@@ -1,10 +1,14 @@
 //! GC on lake nodes (SPEC R23, I8): the history prune is a segment every node applies, and a
 //! round deletes from the lake only what no entry at its fence references — also when an
-//! uploader is paused across the fence, and when rounds overlap or pause before their deletes.
+//! uploader is paused across the fence, and when rounds overlap or pause before their deletes;
+//! and it keeps the two newest checkpoints and every segment.
 
 use crate::common::SplitMix64 as Rng;
-use crate::nodes::{assert_same_state, check_node, entries, file_lake, node, put, writes, T0};
-use oncelake::{LakeFaults, ManualClock, ObjectId, Outcome, Store};
+use crate::nodes::{
+    assert_same_state, check_answers, check_node, ckpt_file, entries, file_lake, node, put, writes,
+    T0,
+};
+use oncelake::{GcOptions, LakeFaults, ManualClock, ObjectId, Outcome, Store};
 use std::path::Path;
 use std::time::Duration;
 
@@ -238,4 +242,60 @@ fn overlapping_gc_rounds_and_a_round_paused_between_fence_and_deletes_are_safe()
         check_node(n);
     }
     assert_same_state(&a, &[&b, &c]);
+}
+
+/// The checkpoints in a `file://` lake's directory, by segment.
+fn checkpoints(lake: &Path) -> std::collections::BTreeSet<u64> {
+    std::fs::read_dir(lake.join("checkpoints"))
+        .unwrap()
+        .filter_map(|e| {
+            let name = e.unwrap().file_name().into_string().unwrap();
+            name.strip_suffix(".ckpt")?.parse().ok()
+        })
+        .collect()
+}
+
+#[test]
+fn gc_keeps_the_two_newest_checkpoints_and_every_segment() {
+    let d = tempfile::tempdir().unwrap();
+    let lake = d.path().join("lake");
+    let url = file_lake(&lake);
+    let clock = ManualClock::new(T0);
+    let a = node(&d.path().join("a"), &url, &clock);
+    let mut rng = Rng(11);
+    let mut answers = Vec::new();
+    writes(&[&a], &mut rng, 10, &mut answers);
+    // A node far behind: it applies nothing until the GC has run.
+    let far = node(&d.path().join("far"), &url, &clock);
+    let mut written = Vec::new();
+    for _ in 0..4 {
+        writes(&[&a], &mut rng, 10, &mut answers);
+        written.push(a.checkpoint().unwrap().segment);
+    }
+    assert_eq!(checkpoints(&lake), written.iter().copied().collect());
+    // The default retention prunes no history here: every acknowledged answer stays readable.
+    a.gc(GcOptions::default()).unwrap();
+    assert_eq!(checkpoints(&lake), written[2..].iter().copied().collect());
+    // The newest damaged: a new node starts from the other one kept.
+    let newest = ckpt_file(&lake, written[3]);
+    let mut bytes = std::fs::read(&newest).unwrap();
+    let mid = bytes.len() / 2;
+    bytes[mid] ^= 0x01;
+    std::fs::write(&newest, &bytes).unwrap();
+    let b = node(&d.path().join("b"), &url, &clock);
+    assert_eq!(b.lake_seeded_from(), Some(written[2]));
+    // Both kept ones gone: the log is whole, a new node replays it from segment 1.
+    for n in &written[2..] {
+        std::fs::remove_file(ckpt_file(&lake, *n)).unwrap();
+    }
+    let c = node(&d.path().join("c"), &url, &clock);
+    assert_eq!(c.lake_seeded_from(), None);
+    far.sync().unwrap();
+    writes(&[&a, &b, &c, &far], &mut rng, 10, &mut answers);
+    check_answers(&answers, &[&a, &b, &c, &far]);
+    assert_same_state(&c, &[&a, &b, &far]);
+    // A second round with nothing to delete keeps what is there.
+    let before = checkpoints(&lake);
+    a.gc(GcOptions::default()).unwrap();
+    assert_eq!(checkpoints(&lake), before);
 }

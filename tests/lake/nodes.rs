@@ -129,7 +129,7 @@ pub(crate) struct Answer {
 /// at most one commit per unit version (I11), versions rising with seq (I5), every acknowledged
 /// commit readable at its seq on every node (nothing acknowledged is missing), the current entry
 /// the acknowledged commit of highest seq, and duplicates and conflicts naming that commit.
-fn check_answers(answers: &[Answer], nodes: &[&Store]) {
+pub(crate) fn check_answers(answers: &[Answer], nodes: &[&Store]) {
     let mut committed: BTreeMap<(String, u64), (ObjectId, u64)> = BTreeMap::new();
     let mut model: BTreeMap<String, (u64, ObjectId, u64)> = BTreeMap::new();
     let mut seqs: HashMap<u64, String> = HashMap::new();
@@ -489,7 +489,7 @@ pub(crate) fn file_lake(dir: &Path) -> String {
     format!("file://{}", dir.display())
 }
 
-fn ckpt_file(lake: &Path, n: u64) -> std::path::PathBuf {
+pub(crate) fn ckpt_file(lake: &Path, n: u64) -> std::path::PathBuf {
     lake.join(format!("checkpoints/{n:020}.ckpt"))
 }
 
