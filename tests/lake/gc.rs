@@ -5,8 +5,8 @@
 
 use crate::common::SplitMix64 as Rng;
 use crate::nodes::{
-    assert_same_state, check_answers, check_node, ckpt_file, entries, file_lake, node, put, writes,
-    T0,
+    assert_same_state, check_answers, check_node, ckpt_file, entries, file_fixture, flip_a_byte,
+    node, put, writes, T0,
 };
 use oncelake::{GcOptions, LakeFaults, ManualClock, ObjectId, Outcome, Store};
 use std::path::Path;
@@ -49,10 +49,7 @@ fn referenced(store: &Store) -> std::collections::BTreeSet<(ObjectId, u64)> {
 
 #[test]
 fn gc_on_a_lake_node_prunes_the_same_history_everywhere_and_deletes_only_the_unreferenced() {
-    let d = tempfile::tempdir().unwrap();
-    let lake = d.path().join("lake");
-    let url = file_lake(&lake);
-    let clock = ManualClock::new(T0);
+    let (d, lake, url, clock) = file_fixture();
     let a = node(&d.path().join("a"), &url, &clock);
     let b = node(&d.path().join("b"), &url, &clock);
     let mut rng = Rng(3);
@@ -197,10 +194,7 @@ fn a_gc_round_decided_while_an_upload_is_in_flight_leaves_the_upload_alone() {
 
 #[test]
 fn overlapping_gc_rounds_and_a_round_paused_between_fence_and_deletes_are_safe() {
-    let d = tempfile::tempdir().unwrap();
-    let lake = d.path().join("lake");
-    let url = file_lake(&lake);
-    let clock = ManualClock::new(T0);
+    let (d, lake, url, clock) = file_fixture();
     let a = node(&d.path().join("a"), &url, &clock);
     let b = node(&d.path().join("b"), &url, &clock);
     let mut rng = Rng(9);
@@ -257,10 +251,7 @@ fn checkpoints(lake: &Path) -> std::collections::BTreeSet<u64> {
 
 #[test]
 fn gc_keeps_the_two_newest_checkpoints_and_every_segment() {
-    let d = tempfile::tempdir().unwrap();
-    let lake = d.path().join("lake");
-    let url = file_lake(&lake);
-    let clock = ManualClock::new(T0);
+    let (d, lake, url, clock) = file_fixture();
     let a = node(&d.path().join("a"), &url, &clock);
     let mut rng = Rng(11);
     let mut answers = Vec::new();
@@ -278,10 +269,7 @@ fn gc_keeps_the_two_newest_checkpoints_and_every_segment() {
     assert_eq!(checkpoints(&lake), written[2..].iter().copied().collect());
     // The newest damaged: a new node starts from the other one kept.
     let newest = ckpt_file(&lake, written[3]);
-    let mut bytes = std::fs::read(&newest).unwrap();
-    let mid = bytes.len() / 2;
-    bytes[mid] ^= 0x01;
-    std::fs::write(&newest, &bytes).unwrap();
+    flip_a_byte(&newest);
     let b = node(&d.path().join("b"), &url, &clock);
     assert_eq!(b.lake_seeded_from(), Some(written[2]));
     // Both kept ones gone: the log is whole, a new node replays it from segment 1.

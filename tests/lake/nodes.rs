@@ -484,6 +484,22 @@ pub(crate) fn assert_same_state(writer: &Store, others: &[&Store]) {
     }
 }
 
+/// A scratch directory, the `file://` lake in it (its directory and URL), and a clock at `T0`.
+pub(crate) fn file_fixture() -> (tempfile::TempDir, std::path::PathBuf, String, ManualClock) {
+    let d = tempfile::tempdir().unwrap();
+    let lake = d.path().join("lake");
+    let url = file_lake(&lake);
+    (d, lake, url, ManualClock::new(T0))
+}
+
+/// Flips one bit in the middle of the file at `path` (damage a checksum must catch).
+pub(crate) fn flip_a_byte(path: &Path) {
+    let mut bytes = std::fs::read(path).unwrap();
+    let mid = bytes.len() / 2;
+    bytes[mid] ^= 0x01;
+    std::fs::write(path, &bytes).unwrap();
+}
+
 pub(crate) fn file_lake(dir: &Path) -> String {
     std::fs::create_dir_all(dir).unwrap();
     format!("file://{}", dir.display())
@@ -557,10 +573,7 @@ fn a_lagging_listing_only_costs_a_longer_tail() {
 
 #[test]
 fn a_damaged_checkpoint_is_skipped_and_a_crash_mid_checkpoint_leaves_the_lake_usable() {
-    let d = tempfile::tempdir().unwrap();
-    let lake = d.path().join("lake");
-    let url = file_lake(&lake);
-    let clock = ManualClock::new(T0);
+    let (d, lake, url, clock) = file_fixture();
     let a = node(&d.path().join("a"), &url, &clock);
     let mut rng = Rng(5);
     let mut answers = Vec::new();
@@ -573,10 +586,7 @@ fn a_damaged_checkpoint_is_skipped_and_a_crash_mid_checkpoint_leaves_the_lake_us
     std::fs::write(lake.join("checkpoints/partial.tmp"), b"half a checkpo").unwrap();
     // The newest checkpoint damaged: a flipped byte in its database.
     let path = ckpt_file(&lake, newer);
-    let mut bytes = std::fs::read(&path).unwrap();
-    let mid = bytes.len() / 2;
-    bytes[mid] ^= 0x01;
-    std::fs::write(&path, &bytes).unwrap();
+    flip_a_byte(&path);
     let b = node(&d.path().join("b"), &url, &clock);
     assert_eq!(b.lake_seeded_from(), Some(older));
     // Both damaged (the older one truncated): the whole log.
@@ -597,10 +607,7 @@ fn a_damaged_checkpoint_is_skipped_and_a_crash_mid_checkpoint_leaves_the_lake_us
 
 #[test]
 fn checkpoints_are_written_every_k_segments_by_themselves() {
-    let d = tempfile::tempdir().unwrap();
-    let lake = d.path().join("lake");
-    let url = file_lake(&lake);
-    let clock = ManualClock::new(T0);
+    let (d, lake, url, clock) = file_fixture();
     let a = Store::open_with(
         d.path().join("a"),
         Options {
@@ -688,10 +695,7 @@ fn a_forged_divergence_is_detected_and_named() {
 
 #[test]
 fn a_damaged_segment_fails_the_store_cleanly() {
-    let d = tempfile::tempdir().unwrap();
-    let lake = d.path().join("lake");
-    let url = file_lake(&lake);
-    let clock = ManualClock::new(T0);
+    let (d, lake, url, clock) = file_fixture();
     let a = node(&d.path().join("a"), &url, &clock);
     let b = node(&d.path().join("b"), &url, &clock);
     put(&a, "u", 1, b"x");
