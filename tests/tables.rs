@@ -699,8 +699,8 @@ fn a_lake_nodes_table_is_published_into_the_lake_by_one_node() {
         other => panic!("a second publishing node must be refused: {other:?}"),
     }
     assert_eq!(all_files(&lake_table), before);
-    // Node 2 applied node 1's segments without their objects: its own publish fetched the
-    // objects it links, so its table holds node 1's data files, byte for byte.
+    // Node 2's own (refused) publish found the objects node 1 committed, so its files hold node
+    // 1's data files, byte for byte.
     let data = |files: BTreeMap<PathBuf, Vec<u8>>| {
         files
             .into_iter()

@@ -1,5 +1,6 @@
 //! Objects in the lake: uploaded before the segment that references them, fetched into the
-//! node's own `objects/` when first read there (SPEC R23, I2).
+//! node's own `objects/` before a segment that references them is applied, or when first read
+//! on a node started from a checkpoint (SPEC R23, I2).
 //!
 //! Names are unique per commit: `objects/<hh>/<blake3>.<seq>`, the content hash and the seq of
 //! the commit that references the object (decided before the upload). A fetch needs nothing
@@ -138,8 +139,9 @@ impl Lake {
         got
     }
 
-    /// [`Lake::fetch_if_present`] of each `(meta, seq)` (what a table publish links and this
-    /// node has not read yet): [`UPLOADS_AT_ONCE`] at a time, their GETs in flight
+    /// [`Lake::fetch_if_present`] of each `(meta, seq)` (a segment from another node references
+    /// objects this node has never seen; a table publish links objects a node started from a
+    /// checkpoint has not read yet): [`UPLOADS_AT_ONCE`] at a time, their GETs in flight
     /// together and their durable writes on threads of their own (each one waits for a sync).
     /// The handles of those the lake holds, or the first error.
     #[cfg(feature = "tables")]

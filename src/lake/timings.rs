@@ -20,7 +20,7 @@ pub(crate) enum Phase {
     Apply,
     /// After a lost slot: applying the winner and the backoff.
     Lost,
-    /// Fetching objects into the node's `objects/` when first read (not part of a group).
+    /// Fetching other nodes' objects: within sync or after a loss, and on first read.
     Fetch,
 }
 
@@ -66,8 +66,8 @@ pub struct LakeTimings {
     pub apply_ns: u64,
     /// Nanoseconds after lost slots: applying the winner, and the backoff.
     pub lost_ns: u64,
-    /// Nanoseconds fetching objects from the lake when first read (reads, verify, table
-    /// publishing: outside the groups).
+    /// Nanoseconds fetching other nodes' objects (sync and lost slots; reads on a node started
+    /// from a checkpoint).
     pub fetch_ns: u64,
 }
 

@@ -1,6 +1,6 @@
-//! Objects on a lake node (SPEC R23, I2): applying another node's segment does not fetch the
-//! objects it references; each is fetched into the node's `objects/` when first read, checked
-//! against its entry, and one the lake no longer holds is reported by the read and by verify.
+//! Objects on a lake node (SPEC R23, I2): applying another node's segment fetches the objects
+//! it references into the node's `objects/` first, checked against its entries; one the lake no
+//! longer holds is skipped then, and reported by its read and by verify.
 
 use oncelake::{Error, ObjectId, Options, Outcome, Store, VerifyOptions};
 use std::collections::BTreeMap;
@@ -27,7 +27,7 @@ fn commit_some(a: &Store, n: u64) -> BTreeMap<String, Vec<u8>> {
 }
 
 #[test]
-fn a_synced_segment_leaves_its_objects_in_the_lake_until_they_are_read() {
+fn a_synced_segment_brings_its_objects_before_its_entries_are_read() {
     let d = tempfile::tempdir().unwrap();
     let url = format!("file://{}", d.path().join("lake").display());
     let a = node(&d.path().join("a"), &url);
@@ -38,9 +38,13 @@ fn a_synced_segment_leaves_its_objects_in_the_lake_until_they_are_read() {
     for (unit, bytes) in &model {
         let e = snap.get(unit).unwrap().expect("b applied a's commit");
         let local = b.object_path(&e.object.id);
-        assert!(!local.exists(), "{unit}'s object fetched by the sync");
+        assert!(local.exists(), "{unit}'s object not fetched by the sync");
+        assert_eq!(
+            &std::fs::read(&local).unwrap(),
+            bytes,
+            "{unit}'s object on disk"
+        );
         assert_eq!(&snap.read_object(&e).unwrap(), bytes);
-        assert!(local.exists(), "{unit}'s object not kept after its read");
     }
     let report = b.verify(VerifyOptions::default()).unwrap();
     assert!(report.is_ok(), "{report:?}");
@@ -60,7 +64,7 @@ fn an_object_the_lake_lost_is_reported_when_read_and_by_verify() {
     crate::common::files_below(&lake.join("objects"), &[], &is_lost, &mut doomed);
     assert_eq!(doomed.len(), 1, "one lake object of u/1: {doomed:?}");
     std::fs::remove_file(&doomed[0]).unwrap();
-    // A new node applies the whole log (nothing is fetched), then reads.
+    // A new node applies the whole log (fetching the objects the lake holds), then reads.
     let b = node(&d.path().join("b"), &url);
     let snap = b.snapshot().unwrap();
     for (unit, bytes) in &model {

@@ -312,8 +312,8 @@ fn group_breakdown(a: oncelake::LakeTimings, b: oncelake::LakeTimings) -> serde_
             "publish": per(a.publish_ns, b.publish_ns),
             "apply_won": per(a.apply_ns, b.apply_ns),
             "lost_apply_and_backoff": per(a.lost_ns, b.lost_ns),
+            "of_sync_and_lost_fetching_objects": per(a.fetch_ns, b.fetch_ns),
         },
-        "ms_fetching_objects_on_read": (b.fetch_ns - a.fetch_ns) as f64 / 1e6,
     })
 }
 
