@@ -88,6 +88,10 @@ pub use key::{is_internal_key, validate_key, validate_user_key, INTERNAL_PREFIXE
 #[cfg(all(feature = "lake", feature = "testing"))]
 #[doc(hidden)]
 pub use lake::faults::{FaultCounts, FaultRates, Hold, LakeFault, LakeFaults};
+/// What the lake's object store allows with the protocol switched off (the P10 bench's floor).
+#[cfg(feature = "lake")]
+#[doc(hidden)]
+pub use lake::floor::{lake_floor, FloorFigures, FloorSpec};
 /// The file that binds a node directory to its shared lake (SPEC R23).
 #[cfg(feature = "lake")]
 pub use lake::node::LAKE_FILE;

@@ -12,24 +12,20 @@
 mod bin;
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
+#[path = "../sim/src/weed.rs"]
+mod weed_mini;
+
+/// `weed` from `ONCELAKE_WEED`, `.venv-ci/bin/weed` or `PATH`.
 fn find_weed() -> Option<PathBuf> {
-    if let Some(p) = std::env::var_os("ONCELAKE_WEED") {
-        return Some(PathBuf::from(p));
-    }
     let venv = Path::new(env!("CARGO_MANIFEST_DIR")).join(".venv-ci/bin/weed");
-    if venv.is_file() {
-        return Some(venv);
+    match std::env::var_os("ONCELAKE_WEED") {
+        None if venv.is_file() => Some(venv),
+        _ => weed_mini::find_weed(),
     }
-    let path = std::env::var_os("PATH")?;
-    std::env::split_paths(&path)
-        .map(|d| d.join("weed"))
-        .find(|p| p.is_file())
 }
 
 /// A running `weed mini`, killed (by its own pid) and reaped when dropped.
@@ -46,93 +42,15 @@ impl Drop for Weed {
     }
 }
 
-/// Offsets from the base port of every port `weed mini` listens on (http, then grpc).
-const PORTS: [u16; 10] = [0, 1, 2, 3, 4, 10, 11, 12, 13, 14];
-
-/// A base port whose every offset is free now (a later race with another process is possible;
-/// the start is then retried on another base).
-fn free_base(attempt: u16) -> u16 {
-    let seed = (std::process::id() as u16)
-        .wrapping_mul(31)
-        .wrapping_add(attempt * 97);
-    for i in 0..200u16 {
-        let base = 20_000 + (seed.wrapping_add(i * 41) % 9_000);
-        if PORTS
-            .iter()
-            .all(|o| TcpListener::bind(("127.0.0.1", base + o)).is_ok())
-        {
-            return base;
-        }
-    }
-    panic!("no free loopback ports for weed mini");
-}
-
-/// Whether `GET /BUCKET` on the S3 port answers 200 (the bucket exists, the server is up).
-fn bucket_ready(port: u16, bucket: &str) -> bool {
-    let Ok(mut s) = TcpStream::connect(("127.0.0.1", port)) else {
-        return false;
-    };
-    let _ = s.set_read_timeout(Some(Duration::from_secs(2)));
-    let req = format!("GET /{bucket} HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n");
-    if s.write_all(req.as_bytes()).is_err() {
-        return false;
-    }
-    let mut head = [0u8; 12];
-    // "HTTP/1.x 200": Go answers an HTTP/1.0 request in kind.
-    s.read_exact(&mut head).is_ok() && head.starts_with(b"HTTP/1.") && &head[8..] == b" 200"
-}
-
 fn start_weed(weed: &Path, bucket: &str) -> Weed {
-    for attempt in 0..3 {
-        let dir = tempfile::tempdir().unwrap();
-        let p = free_base(attempt);
-        let arg = |name: &str, off: u16| format!("-{name}={}", p + off);
-        let mut child = Command::new(weed)
-            .arg("mini")
-            .arg(format!("-dir={}", dir.path().display()))
-            .args(["-ip=127.0.0.1", "-ip.bind=127.0.0.1"])
-            .args([
-                arg("master.port", 0),
-                arg("volume.port", 1),
-                arg("filer.port", 2),
-                arg("s3.port", 3),
-                arg("admin.port", 4),
-                arg("master.port.grpc", 10),
-                arg("volume.port.grpc", 11),
-                arg("filer.port.grpc", 12),
-                arg("s3.port.grpc", 13),
-                arg("admin.port.grpc", 14),
-            ])
-            .args([
-                "-admin.ui=false",
-                "-webdav=false",
-                "-s3.port.iceberg=0",
-                "-s3.port.lance=0",
-            ])
-            .arg(format!("-bucket={bucket}"))
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap_or_else(|e| panic!("could not start {}: {e}", weed.display()));
-        let started = Instant::now();
-        while started.elapsed() < Duration::from_secs(30) {
-            if let Ok(Some(status)) = child.try_wait() {
-                eprintln!("weed mini exited early ({status}); trying other ports");
-                break;
-            }
-            if bucket_ready(p + 3, bucket) {
-                return Weed {
-                    child,
-                    s3_port: p + 3,
-                    _dir: dir,
-                };
-            }
-            std::thread::sleep(Duration::from_millis(100));
-        }
-        let _ = child.kill();
-        let _ = child.wait();
+    let dir = tempfile::tempdir().unwrap();
+    let (child, s3_port) = weed_mini::start_weed(weed, dir.path(), bucket)
+        .unwrap_or_else(|e| panic!("starting weed mini: {e}"));
+    Weed {
+        child,
+        s3_port,
+        _dir: dir,
     }
-    panic!("weed mini did not serve the bucket {bucket} within 30 s, three times");
 }
 
 /// An `oncelake` command against the lake served by `weed`.

@@ -699,6 +699,18 @@ fn a_lake_nodes_table_is_published_into_the_lake_by_one_node() {
         other => panic!("a second publishing node must be refused: {other:?}"),
     }
     assert_eq!(all_files(&lake_table), before);
+    // Node 2's own (refused) publish found the objects node 1 committed, so its files hold node
+    // 1's data files, byte for byte.
+    let data = |files: BTreeMap<PathBuf, Vec<u8>>| {
+        files
+            .into_iter()
+            .filter(|(p, _)| p.extension().is_some_and(|e| e == "parquet"))
+            .filter(|(p, _)| !p.starts_with("_delta_log"))
+            .collect::<BTreeMap<_, _>>()
+    };
+    let n1_data = data(node_files(&n1));
+    assert!(!n1_data.is_empty());
+    assert_eq!(data(node_files(&n2)), n1_data);
 
     // Node 1 goes on: the lake gets the new versions.
     n1.sync().unwrap();

@@ -86,6 +86,7 @@
 pub mod lake_env;
 pub mod nodes;
 pub mod pipeline;
+pub mod weed;
 
 use oncelake::gc::GcOptions;
 use oncelake::{

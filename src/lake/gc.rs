@@ -14,6 +14,9 @@
 //! late, twice, or on two nodes at once (overlapping rounds), and a round paused between
 //! deciding and deleting deletes nothing that became referenced meanwhile. Names at or above
 //! `next_seq(A)` (uploads of groups not decided yet) are never touched.
+//!
+//! A round also deletes every checkpoint but the newest [`CHECKPOINTS_KEPT`]; segments stay, so
+//! the log is still replayable from segment 1.
 
 use super::objects::{parse_name, path_of};
 use super::{Lake, Retry};
@@ -25,6 +28,10 @@ use object_store::path::Path as ObjectPath;
 use object_store::{ObjectStore, ObjectStoreExt};
 use redb::{ReadTransaction, ReadableTable};
 use std::collections::HashSet;
+
+/// Checkpoints a GC round keeps, newest first: one more than the newest, so a damaged newest
+/// one still leaves a checkpoint to start a node from.
+pub(crate) const CHECKPOINTS_KEPT: usize = 2;
 
 /// A round's decision.
 #[derive(Debug, Default)]
@@ -61,7 +68,8 @@ fn referenced(txn: &ReadTransaction) -> Result<(HashSet<(ObjectId, u64)>, u64)> 
 
 impl Lake {
     /// Decides a round's deletions at the replica read by `txn` (the fence; see the module
-    /// documentation). A listing that lags only misses names, which stay for a later round.
+    /// documentation) and the checkpoints beyond the newest kept. A listing that lags only misses
+    /// names, which stay for a later round.
     pub(crate) fn plan_sweep(&self, txn: &ReadTransaction) -> Result<Sweep> {
         use futures_util::StreamExt;
         let (referenced, below) = referenced(txn)?;
@@ -75,6 +83,13 @@ impl Lake {
             }
         };
         let mut sweep = Sweep::default();
+        // Checkpoints are shortcuts through the log: all but the newest few listed go. A lagging
+        // listing only misses the newest, so at least that many stay whole.
+        for n in self.list_checkpoints()?.iter().skip(CHECKPOINTS_KEPT) {
+            sweep
+                .doomed
+                .push(ObjectPath::from(super::checkpoint::path(*n)));
+        }
         for meta in listed {
             match parse_name(meta.location.as_ref()) {
                 Some((id, seq)) if seq < below && !referenced.contains(&(id, seq)) => {

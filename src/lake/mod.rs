@@ -11,6 +11,7 @@
 
 pub(crate) mod checkpoint;
 pub mod faults;
+pub(crate) mod floor;
 pub(crate) mod gc;
 pub(crate) mod log;
 pub(crate) mod node;
@@ -55,6 +56,11 @@ pub(crate) struct Lake {
     /// Held by whoever applies segments or publishes one: the leader's lake path and `sync`.
     head: Mutex<Head>,
     uploaded: Mutex<HashSet<(ObjectId, u64)>>,
+    /// The store-scope counts of this node's groups that logged nothing (duplicates and
+    /// refusals) since its last won segment: carried into the next segment it wins, so every
+    /// refusal is counted once in the lake's counters. The leader's counters are always the
+    /// replica's plus these (`commit::lake::reload`).
+    pub(crate) unlogged: Mutex<crate::metrics::Counters>,
     /// Write a checkpoint after winning every segment whose number is a multiple of this
     /// (0: only on demand).
     pub(crate) checkpoint_every: u64,
@@ -89,14 +95,7 @@ impl Lake {
             .and_then(|u| u.connect())
             .map(|s| faults::wrap_for_url(url, s))
             .map_err(bad)?;
-        // Two workers: with one, a group's 32 requests in flight and their connections shared
-        // one thread (the P10 bench's single node: 1,174 → 1,700 units/s, one run each).
-        let rt = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .thread_name("oncelake-lake")
-            .enable_all()
-            .build()
-            .map_err(|e| Error::io("start the lake client's runtime", e))?;
+        let rt = Lake::client_runtime()?;
         let lake = Lake {
             url: url.to_string(),
             store,
@@ -108,6 +107,7 @@ impl Lake {
                 time_ms: 0,
             }),
             uploaded: Mutex::new(HashSet::new()),
+            unlogged: Mutex::new(crate::metrics::Counters::default()),
             checkpoint_every: 0,
             checkpointing: std::sync::atomic::AtomicBool::new(false),
             diverged: Mutex::new(None),
@@ -129,6 +129,18 @@ impl Lake {
             };
         }
         Ok(lake)
+    }
+
+    /// The runtime of a node's lake client. Two workers: with one, a group's 32 requests in
+    /// flight and their connections shared one thread (the P10 bench's single node: 1,174 →
+    /// 1,700 units/s, one run each).
+    pub(crate) fn client_runtime() -> Result<tokio::runtime::Runtime> {
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .thread_name("oncelake-lake")
+            .enable_all()
+            .build()
+            .map_err(|e| Error::io("start the lake client's runtime", e))
     }
 
     /// The lake's object store (the lake tables copy their versions through it).

@@ -1,5 +1,6 @@
 //! Objects in the lake: uploaded before the segment that references them, fetched into the
-//! node's own `objects/` before a segment that references them is applied (SPEC R23, I2).
+//! node's own `objects/` before a segment that references them is applied, or when first read
+//! on a node started from a checkpoint (SPEC R23, I2).
 //!
 //! Names are unique per commit: `objects/<hh>/<blake3>.<seq>`, the content hash and the seq of
 //! the commit that references the object (decided before the upload). A fetch needs nothing
@@ -129,21 +130,27 @@ impl Lake {
         seq: u64,
         stager: &Stager,
     ) -> Result<Option<Staged>> {
-        match self.block_on(self.get_object(meta, seq))? {
+        let t = std::time::Instant::now();
+        let got = match self.block_on(self.get_object(meta, seq))? {
             Some(bytes) => self.stage_checked(meta, seq, &bytes, stager).map(Some),
             None => Ok(None),
-        }
+        };
+        super::timings::add(super::timings::Phase::Fetch, t);
+        got
     }
 
     /// [`Lake::fetch_if_present`] of each `(meta, seq)` (a segment from another node references
-    /// objects this node has never seen): [`UPLOADS_AT_ONCE`] at a time, their GETs in flight
+    /// objects this node has never seen; a table publish links objects a node started from a
+    /// checkpoint has not read yet): [`UPLOADS_AT_ONCE`] at a time, their GETs in flight
     /// together and their durable writes on threads of their own (each one waits for a sync).
     /// The handles of those the lake holds, or the first error.
+    #[cfg(feature = "tables")]
     pub(crate) fn fetch_all_if_present(
         &self,
         wanted: &[(ObjectMeta, u64)],
         stager: &Stager,
     ) -> Result<Vec<Staged>> {
+        let t = std::time::Instant::now();
         let mut pins = Vec::with_capacity(wanted.len());
         for chunk in wanted.chunks(UPLOADS_AT_ONCE) {
             let got = self.block_on(futures_util::future::join_all(
@@ -169,6 +176,7 @@ impl Lake {
                 pins.extend(r?);
             }
         }
+        super::timings::add(super::timings::Phase::Fetch, t);
         Ok(pins)
     }
 

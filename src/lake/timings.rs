@@ -20,7 +20,7 @@ pub(crate) enum Phase {
     Apply,
     /// After a lost slot: applying the winner and the backoff.
     Lost,
-    /// Within sync or after a loss: fetching the objects of other nodes' segments.
+    /// Fetching other nodes' objects: within sync or after a loss, and on first read.
     Fetch,
 }
 
@@ -66,7 +66,8 @@ pub struct LakeTimings {
     pub apply_ns: u64,
     /// Nanoseconds after lost slots: applying the winner, and the backoff.
     pub lost_ns: u64,
-    /// Nanoseconds of sync and lost fetching other nodes' objects.
+    /// Nanoseconds fetching other nodes' objects (sync and lost slots; reads on a node started
+    /// from a checkpoint).
     pub fetch_ns: u64,
 }
 

@@ -84,6 +84,27 @@ pub(super) fn copy_to_lake(store: &Store, name: &str) -> TableResult<u64> {
     Ok(copied)
 }
 
+/// On a lake node, fetches into `objects/` the objects of `commits` this node has not read yet
+/// (it applies other nodes' segments without fetching them), so the publisher finds every data
+/// file it links. Returns the handles that pin them until the publish ends; an object the lake
+/// no longer holds is left for the publisher to report as missing, as on any store.
+pub(super) fn fetch_objects(
+    store: &Store,
+    commits: &[(u64, u64, Vec<crate::log::LogEntry>)],
+) -> TableResult<Vec<crate::stage::Staged>> {
+    let Some(lake) = store.core().lake.clone() else {
+        return Ok(Vec::new());
+    };
+    let stager = &store.core().stager;
+    let mut seen = std::collections::HashSet::new();
+    let wanted: Vec<_> = commits
+        .iter()
+        .flat_map(|(seq, _, es)| es.iter().map(move |e| (e.object, *seq)))
+        .filter(|(m, _)| seen.insert(m.id) && !stager.object_path(&m.id).exists())
+        .collect();
+    Ok(lake.fetch_all_if_present(&wanted, stager)?)
+}
+
 /// The relative paths of the data files a version's log adds (`add.path`, percent-decoded).
 fn added_files(json: &[u8]) -> Vec<String> {
     String::from_utf8_lossy(json)

@@ -102,6 +102,8 @@ fn publish(store: &Store, def: &TableDef) -> TableResult<PublishReport> {
     let pos = log.position();
     let snap = store.snapshot()?;
     let commits = touching(&snap, def, pos.seq)?;
+    #[cfg(feature = "lake")]
+    let _fetched = super::lake::fetch_objects(store, &commits)?;
     let touched: BTreeSet<&str> = commits
         .iter()
         .flat_map(|(_, _, es)| es.iter().map(|e| e.unit.as_str()))

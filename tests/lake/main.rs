@@ -5,5 +5,8 @@
 #[path = "../common/mod.rs"]
 mod common;
 
+mod counters;
+mod gc;
 mod nodes;
+mod objects;
 mod sim;

@@ -16,7 +16,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-const T0: u64 = 1_800_000_000_000;
+pub(crate) const T0: u64 = 1_800_000_000_000;
 
 /// A lake of its own for each test (memory lakes are shared by name within the process).
 fn lake_url(test: &str) -> String {
@@ -24,7 +24,7 @@ fn lake_url(test: &str) -> String {
     format!("memory://{test}-{}", N.fetch_add(1, Ordering::Relaxed))
 }
 
-fn node(dir: &Path, url: &str, clock: &ManualClock) -> Store {
+pub(crate) fn node(dir: &Path, url: &str, clock: &ManualClock) -> Store {
     Store::open_with(
         dir,
         Options {
@@ -36,12 +36,12 @@ fn node(dir: &Path, url: &str, clock: &ManualClock) -> Store {
     .unwrap()
 }
 
-fn put(store: &Store, unit: &str, version: u64, bytes: &[u8]) -> Outcome {
+pub(crate) fn put(store: &Store, unit: &str, version: u64, bytes: &[u8]) -> Outcome {
     store.put(unit, version, bytes).unwrap().outcome
 }
 
 /// Every entry of a node's snapshot, after a sync: unit -> (version, object, seq).
-fn entries(store: &Store) -> BTreeMap<String, (u64, ObjectId, u64)> {
+pub(crate) fn entries(store: &Store) -> BTreeMap<String, (u64, ObjectId, u64)> {
     store.sync().unwrap();
     let snap = store.snapshot().unwrap();
     snap.iter()
@@ -55,7 +55,7 @@ fn entries(store: &Store) -> BTreeMap<String, (u64, ObjectId, u64)> {
 
 /// The invariants a node's replica must hold: I1/I2 (verify: every entry's object is there,
 /// with its size and CRC), I7 (replaying the log reproduces the manifest).
-fn check_node(store: &Store) {
+pub(crate) fn check_node(store: &Store) {
     store.sync().unwrap();
     let report = store.verify(VerifyOptions::default()).unwrap();
     assert!(report.is_ok(), "verify: {report:?}");
@@ -118,7 +118,7 @@ fn a_conflict_is_decided_by_the_same_rules_on_either_node() {
 
 /// What one writer was answered.
 #[derive(Debug, Clone)]
-struct Answer {
+pub(crate) struct Answer {
     unit: String,
     version: u64,
     object: ObjectId,
@@ -129,7 +129,7 @@ struct Answer {
 /// at most one commit per unit version (I11), versions rising with seq (I5), every acknowledged
 /// commit readable at its seq on every node (nothing acknowledged is missing), the current entry
 /// the acknowledged commit of highest seq, and duplicates and conflicts naming that commit.
-fn check_answers(answers: &[Answer], nodes: &[&Store]) {
+pub(crate) fn check_answers(answers: &[Answer], nodes: &[&Store]) {
     let mut committed: BTreeMap<(String, u64), (ObjectId, u64)> = BTreeMap::new();
     let mut model: BTreeMap<String, (u64, ObjectId, u64)> = BTreeMap::new();
     let mut seqs: HashMap<u64, String> = HashMap::new();
@@ -439,232 +439,11 @@ fn a_binding_is_kept_and_a_local_store_with_commits_is_not_bound() {
     assert!(bad.unwrap_err().to_string().contains("s3://BUCKET/PREFIX"));
 }
 
-/// The lake's object names (`objects/<hh>/<hex>.<seq>`) as (object, seq), from a `file://`
-/// lake's directory.
-fn lake_objects(lake: &Path) -> std::collections::BTreeSet<(ObjectId, u64)> {
-    let mut out = std::collections::BTreeSet::new();
-    let Ok(fans) = std::fs::read_dir(lake.join("objects")) else {
-        return out;
-    };
-    for fan in fans {
-        for f in std::fs::read_dir(fan.unwrap().path()).unwrap() {
-            let name = f.unwrap().file_name().into_string().unwrap();
-            let (hex, seq) = name.split_once('.').unwrap();
-            out.insert((hex.parse().unwrap(), seq.parse().unwrap()));
-        }
-    }
-    out
-}
-
-/// Every (object, seq) the entries of a node reference, current and kept history (read
-/// through snapshots as of each seq from the history horizon on).
-fn referenced(store: &Store) -> std::collections::BTreeSet<(ObjectId, u64)> {
-    store.sync().unwrap();
-    let newest = store.last_seq().unwrap();
-    let mut out = std::collections::BTreeSet::new();
-    for seq in 1..=newest {
-        let Ok(snap) = store.snapshot_at(seq) else {
-            continue;
-        };
-        for e in snap.iter().unwrap() {
-            let e = e.unwrap();
-            out.insert((e.object.id, e.seq));
-        }
-    }
-    out
-}
-
-#[test]
-fn gc_on_a_lake_node_prunes_the_same_history_everywhere_and_deletes_only_the_unreferenced() {
-    let d = tempfile::tempdir().unwrap();
-    let lake = d.path().join("lake");
-    let url = file_lake(&lake);
-    let clock = ManualClock::new(T0);
-    let a = node(&d.path().join("a"), &url, &clock);
-    let b = node(&d.path().join("b"), &url, &clock);
-    let mut rng = Rng(3);
-    let mut answers = Vec::new();
-    writes(&[&a, &b], &mut rng, 40, &mut answers);
-    clock.advance_ms(10 * 24 * 3600 * 1000);
-    writes(&[&a, &b], &mut rng, 10, &mut answers);
-    let before = lake_objects(&lake);
-    let report = a
-        .gc(oncelake::GcOptions {
-            retain: Duration::ZERO,
-            grace: Duration::ZERO,
-            ..oncelake::GcOptions::default()
-        })
-        .unwrap();
-    assert!(report.history_rows_pruned > 0, "{report:?}");
-    assert!(report.lake_objects > 0, "{report:?}");
-    let after = lake_objects(&lake);
-    // Every node prunes the same rows (the prune is a segment) and reads the same.
-    assert_eq!(entries(&a), entries(&b));
-    let refs = referenced(&a);
-    assert_eq!(refs, referenced(&b));
-    // Nothing referenced was deleted, and what was deleted was not referenced.
-    assert!(refs.is_subset(&after), "a referenced object was deleted");
-    assert_eq!(
-        before.len() - after.len(),
-        report.lake_objects as usize,
-        "the report counts the deletions"
-    );
-    for gone in before.difference(&after) {
-        assert!(!refs.contains(gone), "{gone:?} was referenced");
-    }
-    // A node replaying the whole log through the pruned stretch, and one from a checkpoint.
-    let c = node(&d.path().join("c"), &url, &clock);
-    assert_eq!(c.lake_seeded_from(), None);
-    a.checkpoint().unwrap();
-    let e = node(&d.path().join("e"), &url, &clock);
-    assert!(e.lake_seeded_from().is_some());
-    for n in [&a, &b, &c, &e] {
-        assert_eq!(entries(n), entries(&a));
-        check_node(n);
-    }
-    assert_same_state(&a, &[&b, &c, &e]);
-}
-
-#[test]
-fn a_paused_uploader_across_a_gc_fence_never_references_a_deleted_object() {
-    let name = format!("paused-uploader-{}", std::process::id());
-    let faults = LakeFaults::install(&name, 1);
-    let url = format!("memory://{name}");
-    let d = tempfile::tempdir().unwrap();
-    let clock = ManualClock::new(T0);
-    let p = node(&d.path().join("p"), &url, &clock);
-    let g = node(&d.path().join("g"), &url, &clock);
-    put(&g, "seed", 1, b"s");
-    // p decides, uploads its object under the seq it decided, and pauses before its segment.
-    let hold = faults.hold_next_put("log/");
-    let answer = std::thread::scope(|s| {
-        let h = s.spawn(|| put(&p, "paused", 1, b"paused bytes"));
-        hold.wait_held();
-        // Meanwhile g commits (taking the slot and the seq p decided) and runs a GC round: the
-        // fence is past p's seq, p's upload is referenced by nothing, and it is deleted.
-        // (Released before anything is asserted: a failed assertion must not leave p held.)
-        let doomed = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            put(&g, "other", 1, b"other bytes");
-            let doomed = g.lake_sweep_plan().unwrap();
-            g.lake_sweep_delete(&doomed).unwrap();
-            doomed
-        }));
-        hold.release();
-        (h.join().unwrap(), doomed.unwrap())
-    });
-    let (answer, doomed) = answer;
-    let id = ObjectId::of(b"paused bytes").to_hex();
-    assert!(
-        doomed.iter().any(|n| n.contains(&id)),
-        "the paused upload is not doomed: {doomed:?}"
-    );
-    // p's create failed (the slot was taken); it applied g's segment and decided again, with a
-    // new seq and a new upload.
-    let Outcome::Committed { seq, .. } = answer else {
-        panic!("expected a commit, got {answer:?}");
-    };
-    let c = node(&d.path().join("c"), &url, &clock);
-    for n in [&p, &g, &c] {
-        n.sync().unwrap();
-        let snap = n.snapshot().unwrap();
-        let e = snap.get("paused").unwrap().unwrap();
-        assert_eq!(e.seq, seq);
-        assert_eq!(snap.read_object(&e).unwrap(), b"paused bytes");
-        check_node(n);
-    }
-    assert_same_state(&g, &[&p, &c]);
-}
-
-#[test]
-fn a_gc_round_decided_while_an_upload_is_in_flight_leaves_the_upload_alone() {
-    let name = format!("inflight-upload-{}", std::process::id());
-    let faults = LakeFaults::install(&name, 2);
-    let url = format!("memory://{name}");
-    let d = tempfile::tempdir().unwrap();
-    let clock = ManualClock::new(T0);
-    let p = node(&d.path().join("p"), &url, &clock);
-    let g = node(&d.path().join("g"), &url, &clock);
-    put(&g, "seed", 1, b"s");
-    // p uploads for the next seq and pauses before its segment; nothing lands meanwhile, so its
-    // seq is not decided at g's fence and its upload must survive g's round.
-    let hold = faults.hold_next_put("log/");
-    let answer = std::thread::scope(|s| {
-        let h = s.spawn(|| put(&p, "inflight", 1, b"in flight"));
-        hold.wait_held();
-        // (Released before anything is asserted: a failed assertion must not leave p held.)
-        let doomed = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            let doomed = g.lake_sweep_plan().unwrap();
-            g.lake_sweep_delete(&doomed).unwrap();
-            doomed
-        }));
-        hold.release();
-        (h.join().unwrap(), doomed.unwrap())
-    });
-    let (answer, doomed) = answer;
-    let id = ObjectId::of(b"in flight").to_hex();
-    assert!(!doomed.iter().any(|n| n.contains(&id)), "{doomed:?}");
-    assert!(matches!(answer, Outcome::Committed { .. }), "{answer:?}");
-    let c = node(&d.path().join("c"), &url, &clock);
-    let snap = c.snapshot().unwrap();
-    let e = snap.get("inflight").unwrap().unwrap();
-    assert_eq!(snap.read_object(&e).unwrap(), b"in flight");
-    check_node(&c);
-}
-
-#[test]
-fn overlapping_gc_rounds_and_a_round_paused_between_fence_and_deletes_are_safe() {
-    let d = tempfile::tempdir().unwrap();
-    let lake = d.path().join("lake");
-    let url = file_lake(&lake);
-    let clock = ManualClock::new(T0);
-    let a = node(&d.path().join("a"), &url, &clock);
-    let b = node(&d.path().join("b"), &url, &clock);
-    let mut rng = Rng(9);
-    let mut answers = Vec::new();
-    let gc = |s: &Store| {
-        s.gc(oncelake::GcOptions {
-            retain: Duration::ZERO,
-            grace: Duration::ZERO,
-            ..oncelake::GcOptions::default()
-        })
-        .unwrap()
-    };
-    for round in 0..4 {
-        writes(&[&a, &b], &mut rng, 30, &mut answers);
-        clock.advance_ms(24 * 3600 * 1000);
-        // a decides a round (its fence) and pauses; b prunes and sweeps, the nodes commit more
-        // (content equal to what a doomed, under new names), b decides a round of its own;
-        // then both delete, in either order.
-        let a_doomed = a.lake_sweep_plan().unwrap();
-        gc(&b);
-        writes(&[&a, &b], &mut rng, 20, &mut answers);
-        let b_doomed = b.lake_sweep_plan().unwrap();
-        if round % 2 == 0 {
-            a.lake_sweep_delete(&a_doomed).unwrap();
-            b.lake_sweep_delete(&b_doomed).unwrap();
-        } else {
-            b.lake_sweep_delete(&b_doomed).unwrap();
-            a.lake_sweep_delete(&a_doomed).unwrap();
-        }
-        let refs = referenced(&a);
-        assert!(
-            refs.is_subset(&lake_objects(&lake)),
-            "round {round}: a referenced object was deleted"
-        );
-    }
-    let c = node(&d.path().join("c"), &url, &clock);
-    for n in [&a, &b, &c] {
-        assert_eq!(entries(n), entries(&a));
-        check_node(n);
-    }
-    assert_same_state(&a, &[&b, &c]);
-}
-
 // ---- Checkpoints in the lake ----------------------------------------------------------------
 
 /// `n` writes spread over `nodes`, on overlapping unit versions (some with differing bytes), a
 /// claim now and then; each answer recorded for `check_answers`.
-fn writes(nodes: &[&Store], rng: &mut Rng, n: usize, out: &mut Vec<Answer>) {
+pub(crate) fn writes(nodes: &[&Store], rng: &mut Rng, n: usize, out: &mut Vec<Answer>) {
     for _ in 0..n {
         let store = nodes[rng.below(nodes.len() as u64) as usize];
         let unit = format!("u{}", rng.below(12));
@@ -692,7 +471,7 @@ fn writes(nodes: &[&Store], rng: &mut Rng, n: usize, out: &mut Vec<Answer>) {
 /// A node that writes a checkpoint at the lake's head agrees with every other node's replica:
 /// the checkpoint's per-table digests cover the whole replicated state (manifest, history, log,
 /// claims, extensions, meta), so this is an equality check of the complete replicas.
-fn assert_same_state(writer: &Store, others: &[&Store]) {
+pub(crate) fn assert_same_state(writer: &Store, others: &[&Store]) {
     let w = writer.checkpoint().unwrap();
     for o in others {
         let r = o.checkpoint().unwrap();
@@ -705,12 +484,28 @@ fn assert_same_state(writer: &Store, others: &[&Store]) {
     }
 }
 
-fn file_lake(dir: &Path) -> String {
+/// A scratch directory, the `file://` lake in it (its directory and URL), and a clock at `T0`.
+pub(crate) fn file_fixture() -> (tempfile::TempDir, std::path::PathBuf, String, ManualClock) {
+    let d = tempfile::tempdir().unwrap();
+    let lake = d.path().join("lake");
+    let url = file_lake(&lake);
+    (d, lake, url, ManualClock::new(T0))
+}
+
+/// Flips one bit in the middle of the file at `path` (damage a checksum must catch).
+pub(crate) fn flip_a_byte(path: &Path) {
+    let mut bytes = std::fs::read(path).unwrap();
+    let mid = bytes.len() / 2;
+    bytes[mid] ^= 0x01;
+    std::fs::write(path, &bytes).unwrap();
+}
+
+pub(crate) fn file_lake(dir: &Path) -> String {
     std::fs::create_dir_all(dir).unwrap();
     format!("file://{}", dir.display())
 }
 
-fn ckpt_file(lake: &Path, n: u64) -> std::path::PathBuf {
+pub(crate) fn ckpt_file(lake: &Path, n: u64) -> std::path::PathBuf {
     lake.join(format!("checkpoints/{n:020}.ckpt"))
 }
 
@@ -778,10 +573,7 @@ fn a_lagging_listing_only_costs_a_longer_tail() {
 
 #[test]
 fn a_damaged_checkpoint_is_skipped_and_a_crash_mid_checkpoint_leaves_the_lake_usable() {
-    let d = tempfile::tempdir().unwrap();
-    let lake = d.path().join("lake");
-    let url = file_lake(&lake);
-    let clock = ManualClock::new(T0);
+    let (d, lake, url, clock) = file_fixture();
     let a = node(&d.path().join("a"), &url, &clock);
     let mut rng = Rng(5);
     let mut answers = Vec::new();
@@ -794,10 +586,7 @@ fn a_damaged_checkpoint_is_skipped_and_a_crash_mid_checkpoint_leaves_the_lake_us
     std::fs::write(lake.join("checkpoints/partial.tmp"), b"half a checkpo").unwrap();
     // The newest checkpoint damaged: a flipped byte in its database.
     let path = ckpt_file(&lake, newer);
-    let mut bytes = std::fs::read(&path).unwrap();
-    let mid = bytes.len() / 2;
-    bytes[mid] ^= 0x01;
-    std::fs::write(&path, &bytes).unwrap();
+    flip_a_byte(&path);
     let b = node(&d.path().join("b"), &url, &clock);
     assert_eq!(b.lake_seeded_from(), Some(older));
     // Both damaged (the older one truncated): the whole log.
@@ -818,10 +607,7 @@ fn a_damaged_checkpoint_is_skipped_and_a_crash_mid_checkpoint_leaves_the_lake_us
 
 #[test]
 fn checkpoints_are_written_every_k_segments_by_themselves() {
-    let d = tempfile::tempdir().unwrap();
-    let lake = d.path().join("lake");
-    let url = file_lake(&lake);
-    let clock = ManualClock::new(T0);
+    let (d, lake, url, clock) = file_fixture();
     let a = Store::open_with(
         d.path().join("a"),
         Options {
@@ -909,10 +695,7 @@ fn a_forged_divergence_is_detected_and_named() {
 
 #[test]
 fn a_damaged_segment_fails_the_store_cleanly() {
-    let d = tempfile::tempdir().unwrap();
-    let lake = d.path().join("lake");
-    let url = file_lake(&lake);
-    let clock = ManualClock::new(T0);
+    let (d, lake, url, clock) = file_fixture();
     let a = node(&d.path().join("a"), &url, &clock);
     let b = node(&d.path().join("b"), &url, &clock);
     put(&a, "u", 1, b"x");

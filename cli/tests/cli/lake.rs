@@ -18,8 +18,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 
 /// Counters of refusals that changed nothing (duplicates, conflicts, stale, fenced, busy, held):
-/// a lake node logs no segment for them, so they are counted by the node that answered and are
-/// not the lake's whole count (docs/lake.md, "Using a lake").
+/// a lake node logs no segment for them, so another node sees them only once the node that
+/// answered wins its next segment (docs/lake.md, "Refusal counters arrive late"; modelled in
+/// `tests/lake/counters.rs`); when, depends on the script's order, not on the answers.
 const NODE_LOCAL_COUNTERS: &[&str] = &[
     "duplicates_collapsed",
     "conflicts",

@@ -11,7 +11,7 @@
 
 use super::{print_json, BenchError, Progress};
 use oncelake::log::RecordBody;
-use oncelake::{FaultRates, LakeFaults, ObjectId, Options, Outcome, Store};
+use oncelake::{FaultRates, FloorSpec, LakeFaults, ObjectId, Options, Outcome, Store};
 use oncelake_sim::lake_env::{LakeChoice, LakeEnv};
 use serde_json::json;
 use std::collections::{BTreeMap, HashSet};
@@ -60,6 +60,10 @@ pub(crate) struct LakeBenchArgs {
     /// temporary directory.
     #[arg(long)]
     pub dir: Option<PathBuf>,
+    /// Measure only the object store's floor (the last section of the full report): plain
+    /// PUTs at the runs' concurrency and racing put-if-absent slots, with no log.
+    #[arg(long)]
+    pub floor: bool,
     /// One JSON object instead of the table.
     #[arg(long)]
     pub json: bool,
@@ -117,7 +121,8 @@ pub(crate) fn run(a: LakeBenchArgs) -> Result<u8, BenchError> {
     } else {
         print_table(&report);
     }
-    let clean = report["faults"]["double_commits"] == 0 && report["faults"]["lost_acks"] == 0;
+    let clean =
+        a.floor || (report["faults"]["double_commits"] == 0 && report["faults"]["lost_acks"] == 0);
     Ok(if clean {
         super::error::OK
     } else {
@@ -140,6 +145,9 @@ fn measure(a: &LakeBenchArgs, root: &Path) -> Result<serde_json::Value, BenchErr
         // Before any thread of this process exists: the nodes are in this process and read
         // the endpoint of the temporary server from the environment.
         std::env::set_var(k, v);
+    }
+    if a.floor {
+        return Ok(json!({"bench": "lake", "lake": lake.described, "floor": floor(a, &lake)?}));
     }
     let spinner = Progress::new("lake: single node");
     let single = load(a, root, &lake.url("single"), 1)?;
@@ -165,6 +173,7 @@ fn measure(a: &LakeBenchArgs, root: &Path) -> Result<serde_json::Value, BenchErr
     let spinner = Progress::new("lake: a new node opens the main lake");
     let (open, entries, records) = open_new_node(root, &lake.url("main"))?;
     spinner.finish();
+    let floor = floor(a, &lake)?;
     let drop_pct = (1.0 - more.per_sec() / main.per_sec().max(1e-9)) * 100.0;
     Ok(json!({
         "bench": "lake",
@@ -191,6 +200,41 @@ fn measure(a: &LakeBenchArgs, root: &Path) -> Result<serde_json::Value, BenchErr
             "how": "replay from segment 1 (no lake checkpoints yet; a build with them opens from \
                     the newest checkpoint and replays the tail, measured by the same command)",
         },
+        "floor": floor,
+    }))
+}
+
+/// Bytes of a plain PUT of the floor: about a unit's object ("unit N version V").
+const FLOOR_OBJECT_BYTES: usize = 32;
+/// Bytes of a racing slot of the floor: about a 32-unit segment.
+const FLOOR_SLOT_BYTES: usize = 4096;
+
+/// The object store's floor for this run's shape: `nodes` clients × `threads` plain PUTs in
+/// flight, and `nodes` clients racing for put-if-absent slots, on a lake of its own.
+fn floor(a: &LakeBenchArgs, lake: &LakeEnv) -> Result<serde_json::Value, BenchError> {
+    let spinner = Progress::new("lake: the object store's floor");
+    let spec = FloorSpec {
+        clients: a.nodes,
+        in_flight: a.threads,
+        object_bytes: FLOOR_OBJECT_BYTES,
+        slot_bytes: FLOOR_SLOT_BYTES,
+        duration: a.duration,
+    };
+    let f = oncelake::lake_floor(&lake.url("floor"), spec)?;
+    spinner.finish();
+    Ok(json!({
+        "clients": spec.clients,
+        "puts_in_flight": spec.clients * spec.in_flight,
+        "object_bytes": spec.object_bytes,
+        "slot_bytes": spec.slot_bytes,
+        "puts": f.puts,
+        "puts_per_sec": f.puts_per_sec,
+        "put_p50_ms": f.put_p50_ms,
+        "put_p99_ms": f.put_p99_ms,
+        "slots_created": f.slots,
+        "slots_per_sec": f.slots_per_sec,
+        "slots_found_taken": f.slots_lost,
+        "create_p50_ms": f.create_p50_ms,
     }))
 }
 
@@ -402,6 +446,10 @@ fn nanos() -> u32 {
 
 fn print_table(r: &serde_json::Value) {
     outln!("P10 shared lake on {}", r["lake"].as_str().unwrap_or("?"));
+    if r.get("main").is_none() {
+        print_floor(&r["floor"]);
+        return;
+    }
     outln!("  run                  units/s     p50 ms   p99 ms   acknowledged");
     for (name, key) in [
         ("single node", "single_node"),
@@ -462,5 +510,25 @@ fn print_table(r: &serde_json::Value) {
         o["log_records"],
         o["seconds"].as_f64().unwrap_or(0.0),
         o["how"].as_str().unwrap_or("")
+    );
+    print_floor(&r["floor"]);
+}
+
+fn print_floor(f: &serde_json::Value) {
+    outln!(
+        "  the object store's floor, no log: {:.0} plain PUTs/s ({} in flight from {} clients, \
+         {} B each; p50 {:.1} ms, p99 {:.1} ms); {:.0} put-if-absent slots/s ({} clients racing, \
+         {} B each, {} found taken; create p50 {:.1} ms)",
+        f["puts_per_sec"].as_f64().unwrap_or(0.0),
+        f["puts_in_flight"],
+        f["clients"],
+        f["object_bytes"],
+        f["put_p50_ms"].as_f64().unwrap_or(0.0),
+        f["put_p99_ms"].as_f64().unwrap_or(0.0),
+        f["slots_per_sec"].as_f64().unwrap_or(0.0),
+        f["clients"],
+        f["slot_bytes"],
+        f["slots_found_taken"],
+        f["create_p50_ms"].as_f64().unwrap_or(0.0)
     );
 }
