@@ -7,7 +7,6 @@
 
 use crate::bin;
 
-use oncelake::gc::GcOptions;
 use oncelake::pipeline::{CellState, Explain, Pipeline, PipelineDef, ReadyCell, Wave, WorkOptions};
 use oncelake::{Durability, ObjectId, Options, Store};
 use serde_json::Value;
@@ -462,11 +461,7 @@ fn pruned_history_makes_a_cell_rerun_not_guess() {
     );
     store.flush().unwrap();
     store
-        .gc(GcOptions {
-            dry_run: false,
-            grace: Duration::ZERO,
-            retain: Duration::ZERO,
-        })
+        .gc(crate::common::gc_everything())
         .unwrap();
     // The source's version-1 entry is gone from the history: a cannot be shown unchanged.
     let ready = p.ready(&store, 10).unwrap();

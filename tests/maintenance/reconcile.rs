@@ -217,7 +217,7 @@ proptest! {
         let mut shuffled = rows.clone();
         shuffle(&mut shuffled, shuffle_seed.rotate_left(7));
         let tmp = tempfile::tempdir().unwrap();
-        let small = SortConfig { run_rows: 7, ..SortConfig::new(tmp.path()) };
+        let small = runs_of(7, tmp.path());
         for (format, config) in [
             (ListingFormat::Csv, &small),
             (ListingFormat::JsonLines, &small),
@@ -466,30 +466,30 @@ fn bad_listings_name_the_line_and_leave_the_store_alone() {
     );
 }
 
-#[test]
-fn unsorted_full_listings_are_sorted_but_a_unit_with_two_versions_is_refused() {
-    let dir = tempfile::tempdir().unwrap();
-    let store = open(&dir.path().join("s"));
-    fill(&store, &(0..20).map(|i| (format!("u{i:02}"), 3)).collect());
-    let before = state(&store);
-    let tmp = tempfile::tempdir().unwrap();
-    // u07 on line 4 with version 2, again on line 37 with version 5, far apart and out of order.
+/// Sorting in runs of `run_rows` rows, spilled into `tmp`.
+fn runs_of(run_rows: usize, tmp: &Path) -> SortConfig {
+    SortConfig {
+        run_rows,
+        ..SortConfig::new(tmp)
+    }
+}
+
+/// u07 on line 4 with version 2, again on line 37 with version 5, far apart and out of order:
+/// refused as a duplicate whatever the run size (before any plan item when it is one run), and
+/// the constant-memory primitive still refuses the listing as unsorted.
+fn a_unit_listed_twice_far_apart_is_refused(store: &Store, tmp: &Path) {
     let mut lines: Vec<String> = (0..40).rev().map(|i| format!("u{:02},4", i + 40)).collect();
     lines[3] = "u07,2".into();
     lines[36] = "u07,5".into();
     let text = lines.join("\n") + "\n";
     for run_rows in [1, 3, 7, 1000] {
-        let config = SortConfig {
-            run_rows,
-            ..SortConfig::new(tmp.path())
-        };
         let snap = store.snapshot().unwrap();
         let mut printed = 0;
         let err = reconcile_full_unsorted(
             &snap,
             ListingReader::new(text.as_bytes(), ListingFormat::Csv),
             ReconcileOptions::default(),
-            &config,
+            &runs_of(run_rows, tmp),
             |_| {
                 printed += 1;
                 Ok(())
@@ -511,7 +511,6 @@ fn unsorted_full_listings_are_sorted_but_a_unit_with_two_versions_is_refused() {
         if run_rows >= 40 {
             assert_eq!(printed, 0, "one run: refused before any plan item");
         }
-        // The constant-memory primitive still refuses the unsorted listing.
         let e = reconcile_full(
             &snap,
             ListingReader::new(text.as_bytes(), ListingFormat::Csv),
@@ -524,15 +523,15 @@ fn unsorted_full_listings_are_sorted_but_a_unit_with_two_versions_is_refused() {
                 e,
                 ReconcileError::Listing(ListingError::Unsorted { line: 2, .. })
             ),
-            "{e}"
+            "{run_rows} rows a run: {e}"
         );
     }
-    // A listing of exactly one run stays in memory; one row more spills two runs.
+}
+
+/// A listing of exactly one run stays in memory; one row more spills two runs.
+fn one_run_stays_in_memory(tmp: &Path) {
     let pairs = |n: u64| Pairs::new((0..n).rev().map(|i| (format!("k{i:03}"), i)));
-    let config = SortConfig {
-        run_rows: 40,
-        ..SortConfig::new(tmp.path())
-    };
+    let config = runs_of(40, tmp);
     assert_eq!(
         SortedListing::sort(pairs(40), &config)
             .unwrap()
@@ -545,16 +544,16 @@ fn unsorted_full_listings_are_sorted_but_a_unit_with_two_versions_is_refused() {
     drop(sorted);
     let in_order = Pairs::new((0..41u64).map(|i| (format!("k{i:03}"), i)));
     assert!(SortedListing::sort(in_order, &config).unwrap().was_sorted());
-    // A bad line is reported with its line, before any plan item.
+}
+
+/// A bad line is reported with its line, before any plan item.
+fn a_bad_line_is_named_before_any_plan_item(store: &Store, tmp: &Path) {
     let bad = "u09,1\nu01,1\nu05,x\nu02,1\n";
     let err = reconcile_full_unsorted(
         &store.snapshot().unwrap(),
         ListingReader::new(bad.as_bytes(), ListingFormat::Csv),
         ReconcileOptions::default(),
-        &SortConfig {
-            run_rows: 1,
-            ..SortConfig::new(tmp.path())
-        },
+        &runs_of(1, tmp),
         |_| panic!("a plan item before the listing was read"),
     )
     .unwrap_err();
@@ -565,17 +564,17 @@ fn unsorted_full_listings_are_sorted_but_a_unit_with_two_versions_is_refused() {
         ),
         "{err}"
     );
-    // Exact repeats are planned once; nothing is left in the temporary directory.
+}
+
+/// Exact repeats are planned once.
+fn exact_repeats_are_planned_once(store: &Store, tmp: &Path) {
     let plan: Vec<(String, u64)> = vec![("u05".into(), 9), ("u01".into(), 9), ("u05".into(), 9)];
     let mut units = Vec::new();
     let summary = reconcile_full_unsorted(
         &store.snapshot().unwrap(),
         Pairs::new(plan),
         ReconcileOptions::default(),
-        &SortConfig {
-            run_rows: 1,
-            ..SortConfig::new(tmp.path())
-        },
+        &runs_of(1, tmp),
         |i| {
             units.push((i.unit.to_string(), i.action));
             Ok(())
@@ -585,6 +584,20 @@ fn unsorted_full_listings_are_sorted_but_a_unit_with_two_versions_is_refused() {
     assert_eq!(summary.duplicate_lines, 1);
     assert_eq!(summary.behind, 2);
     assert_eq!(units.iter().filter(|u| u.1 == Action::Behind).count(), 2);
+}
+
+#[test]
+fn unsorted_full_listings_are_sorted_but_a_unit_with_two_versions_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = open(&dir.path().join("s"));
+    fill(&store, &(0..20).map(|i| (format!("u{i:02}"), 3)).collect());
+    let before = state(&store);
+    let tmp = tempfile::tempdir().unwrap();
+    a_unit_listed_twice_far_apart_is_refused(&store, tmp.path());
+    one_run_stays_in_memory(tmp.path());
+    a_bad_line_is_named_before_any_plan_item(&store, tmp.path());
+    exact_repeats_are_planned_once(&store, tmp.path());
+    // Nothing is left in the temporary directory, and the store is unchanged.
     assert_eq!(std::fs::read_dir(tmp.path()).unwrap().count(), 0);
     assert_eq!(state(&store), before);
 }
@@ -700,13 +713,17 @@ fn cli_store(dir: &Path) -> String {
     store.to_str().unwrap().to_string()
 }
 
-#[test]
-fn cli_reconcile_plans_and_exits_by_the_contract() {
-    let dir = tempfile::tempdir().unwrap();
-    let store = cli_store(dir.path());
-    let csv = dir.path().join("src.csv");
-    std::fs::write(&csv, "unit,version\na,2\nb,1\nc,4\n").unwrap();
-    let (code, out, err) = cli(&["reconcile", &store, "--source", csv.to_str().unwrap()]);
+/// Writes `text` to the listing file `name` in `dir`; its path.
+fn listing_file(dir: &Path, name: &str, text: &str) -> String {
+    let p = dir.join(name);
+    std::fs::write(&p, text).unwrap();
+    p.to_str().unwrap().to_string()
+}
+
+/// A full CSV listing with a header: the plan as tab-separated lines and a summary.
+fn cli_plans_a_full_listing(dir: &Path, store: &str) {
+    let csv = listing_file(dir, "src.csv", "unit,version\na,2\nb,1\nc,4\n");
+    let (code, out, err) = cli(&["reconcile", store, "--source", &csv]);
     assert_eq!(code, 0, "{err}");
     let lines: Vec<&str> = out.lines().collect();
     assert_eq!(
@@ -719,19 +736,20 @@ fn cli_reconcile_plans_and_exits_by_the_contract() {
         ]
     );
     assert!(lines[4].starts_with("summary: 2 to process"), "{out}");
+}
 
-    // JSON lines, sniffed from the content (no extension), listing up-to-date units too.
-    let jl = dir.path().join("changes");
-    std::fs::write(
-        &jl,
+/// JSON lines, sniffed from the content (no extension), as changes, listing up-to-date units too.
+fn cli_plans_changes_in_json_lines(dir: &Path, store: &str) {
+    let jl = listing_file(
+        dir,
+        "changes",
         "{\"unit\": \"c\", \"version\": 9}\n{\"unit\": \"a\", \"version\": 1}\n",
-    )
-    .unwrap();
+    );
     let (code, out, err) = cli(&[
         "reconcile",
-        &store,
+        store,
         "--source",
-        jl.to_str().unwrap(),
+        &jl,
         "--changes-only",
         "--list-up-to-date",
         "--json",
@@ -763,43 +781,24 @@ fn cli_reconcile_plans_and_exits_by_the_contract() {
         "{}",
         lines[2]
     );
+}
 
-    // Bad listings: exit 2, the line named, nothing printed to stdout, the store unchanged.
-    let before = cli(&["log", &store, "--json"]).1;
-    for (name, text, line) in [
-        ("bad.csv", "a,1\nb;2\n", "line 2"),
-        ("dup.csv", "a,1\na,2\n", "line 1 and 2 on line 2"),
-        (
-            "bad.jsonl",
-            "{\"unit\": \"a\", \"version\": \"1\"}\n",
-            "line 1",
-        ),
-    ] {
-        let p = dir.path().join(name);
-        std::fs::write(&p, text).unwrap();
-        let (code, out, err) = cli(&["reconcile", &store, "--source", p.to_str().unwrap()]);
-        assert_eq!(code, 2, "{name}: {err}");
-        assert!(out.is_empty(), "{name}: printed a plan: {out}");
-        assert!(err.contains(line), "{name}: {err}");
-    }
-    assert_eq!(cli(&["log", &store, "--json"]).1, before);
-
-    // An unsorted full listing, from a file or from standard input, is sorted, with a note.
+/// An unsorted full listing, from a file or from standard input, is sorted, with a note.
+fn cli_sorts_an_unsorted_listing(dir: &Path, store: &str) {
     let unsorted = "d,5\nc,4\nb,1\na,2\n";
     let want = [
         "action\tunit\tsource_version\tcurrent_version",
         "behind\ta\t2\t1",
         "missing\tb\t1\t-",
     ];
-    let p = dir.path().join("unsorted.csv");
-    std::fs::write(&p, unsorted).unwrap();
-    let tmp = dir.path().join("tmp");
+    let p = listing_file(dir, "unsorted.csv", unsorted);
+    let tmp = dir.join("tmp");
     std::fs::create_dir(&tmp).unwrap();
     let (code, out, err) = cli(&[
         "reconcile",
-        &store,
+        store,
         "--source",
-        p.to_str().unwrap(),
+        &p,
         "--tmp",
         tmp.to_str().unwrap(),
     ]);
@@ -808,19 +807,10 @@ fn cli_reconcile_plans_and_exits_by_the_contract() {
     let lines: Vec<&str> = out.lines().collect();
     assert_eq!(&lines[..3], want, "{out}");
     assert!(lines[3].starts_with("summary: 2 to process"), "{out}");
-    let mut child = Command::new(bin::oncelake())
-        .args(["reconcile", &store, "--source", "-", "--json"])
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    {
-        use std::io::Write as _;
-        let mut stdin = child.stdin.take().unwrap();
-        stdin.write_all(unsorted.as_bytes()).unwrap();
-    }
-    let o = child.wait_with_output().unwrap();
+    let o = bin::run(
+        &["reconcile", store, "--source", "-", "--json"],
+        Some(unsorted.as_bytes()),
+    );
     let (out, err) = (
         String::from_utf8_lossy(&o.stdout),
         String::from_utf8_lossy(&o.stderr),
@@ -841,26 +831,75 @@ fn cli_reconcile_plans_and_exits_by_the_contract() {
         lines[2].contains("\"to_process\":2") && lines[2].contains("\"unknown\":0"),
         "{out}"
     );
-    // Unsorted with a unit listed twice (not adjacent): refused, nothing printed.
-    let p = dir.path().join("unsorted-dup.csv");
-    std::fs::write(&p, "d,5\na,1\nc,4\na,2\n").unwrap();
-    let (code, out, err) = cli(&["reconcile", &store, "--source", p.to_str().unwrap()]);
-    assert_eq!(code, 2, "{err}");
-    assert!(out.is_empty(), "{out}");
-    assert!(err.contains("line 2 and 2 on line 4"), "{err}");
+}
 
-    // A missing listing file and a bad --format value are usage errors.
-    let (code, _, err) = cli(&["reconcile", &store, "--source", "/nonexistent/x.csv"]);
-    assert_eq!(code, 2, "{err}");
-    let (code, _, _) = cli(&[
-        "reconcile",
-        &store,
-        "--source",
-        csv.to_str().unwrap(),
-        "--format",
-        "xml",
-    ]);
-    assert_eq!(code, 2);
+/// One refused reconcile: a listing file (name, text) if any, the further arguments, and what
+/// the error must name ("" for anything).
+struct Refusal {
+    file: Option<(&'static str, &'static str)>,
+    args: &'static [&'static str],
+    names: &'static str,
+}
+
+/// Bad listings (the line named), a unit listed twice in an unsorted listing, a missing file and
+/// a bad `--format`: exit 2, nothing printed to stdout, the store unchanged.
+fn cli_refuses_bad_listings(dir: &Path, store: &str) {
+    const REFUSALS: &[Refusal] = &[
+        Refusal {
+            file: Some(("bad.csv", "a,1\nb;2\n")),
+            args: &[],
+            names: "line 2",
+        },
+        Refusal {
+            file: Some(("dup.csv", "a,1\na,2\n")),
+            args: &[],
+            names: "line 1 and 2 on line 2",
+        },
+        Refusal {
+            file: Some(("bad.jsonl", "{\"unit\": \"a\", \"version\": \"1\"}\n")),
+            args: &[],
+            names: "line 1",
+        },
+        Refusal {
+            file: Some(("unsorted-dup.csv", "d,5\na,1\nc,4\na,2\n")),
+            args: &[],
+            names: "line 2 and 2 on line 4",
+        },
+        Refusal {
+            file: None,
+            args: &["--source", "/nonexistent/x.csv"],
+            names: "",
+        },
+        Refusal {
+            file: Some(("good.csv", "a,2\nb,1\n")),
+            args: &["--format", "xml"],
+            names: "",
+        },
+    ];
+    let before = cli(&["log", store, "--json"]).1;
+    for case in REFUSALS {
+        let mut args = vec!["reconcile".to_string(), store.to_string()];
+        if let Some((name, text)) = case.file {
+            args.extend(["--source".to_string(), listing_file(dir, name, text)]);
+        }
+        args.extend(case.args.iter().map(|a| a.to_string()));
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let (code, out, err) = cli(&args);
+        assert_eq!(code, 2, "{args:?}: {err}");
+        assert!(out.is_empty(), "{args:?}: printed a plan: {out}");
+        assert!(err.contains(case.names), "{args:?}: {err}");
+    }
+    assert_eq!(cli(&["log", store, "--json"]).1, before);
+}
+
+#[test]
+fn cli_reconcile_plans_and_exits_by_the_contract() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = cli_store(dir.path());
+    cli_plans_a_full_listing(dir.path(), &store);
+    cli_plans_changes_in_json_lines(dir.path(), &store);
+    cli_refuses_bad_listings(dir.path(), &store);
+    cli_sorts_an_unsorted_listing(dir.path(), &store);
 }
 
 #[test]
