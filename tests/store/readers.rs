@@ -221,11 +221,7 @@ fn a_get_during_gcs_prune_does_not_wait_for_its_drain() {
     );
     let gc = spawn_gc(
         &store,
-        GcOptions {
-            retain: Duration::ZERO,
-            grace: Duration::ZERO,
-            dry_run: false,
-        },
+        crate::common::gc_everything(),
     );
     // Call 1 is GC's cutoff; call 2 the prune group's decision; call 3 the drain's apply.
     assert!(
@@ -347,11 +343,7 @@ fn snapshots_against_the_model(options: Options) {
             0 => store.flush().unwrap(),
             1 => {
                 store
-                    .gc(GcOptions {
-                        retain: Duration::ZERO,
-                        grace: Duration::ZERO,
-                        dry_run: false,
-                    })
+                    .gc(crate::common::gc_everything())
                     .unwrap();
             }
             2 | 3 => {
