@@ -48,6 +48,16 @@ struct Ledger(UnsafeCell<Vec<Vec<(usize, usize)>>>);
 
 // SAFETY: loom checks every access to the inner cell for races; that is the point of the model.
 unsafe impl Sync for Ledger {}
+
+type Queue = WriteQueue<Req, Resp>;
+
+/// A queue of the model's requests and the ledger its leaders record their groups in, shared.
+fn queue_and_ledger() -> (Arc<Queue>, Arc<Ledger>) {
+    (
+        Arc::new(WriteQueue::new(MAX_WEIGHT)),
+        Arc::new(Ledger(UnsafeCell::new(Vec::new()))),
+    )
+}
 // SAFETY: as above.
 unsafe impl Send for Ledger {}
 
@@ -105,8 +115,7 @@ fn check_ledger(ledger: &Ledger, answers: &[(usize, Resp)], n: usize) {
 #[test]
 fn three_writers_bounded_groups_every_request_decided_once() {
     loom::model(|| {
-        let queue = Arc::new(WriteQueue::<Req, Resp>::new(MAX_WEIGHT));
-        let ledger = Arc::new(Ledger(UnsafeCell::new(Vec::new())));
+        let (queue, ledger) = queue_and_ledger();
         let spawn = |id: usize| {
             let (queue, ledger) = (queue.clone(), ledger.clone());
             thread::spawn(move || {
@@ -128,8 +137,7 @@ fn three_writers_bounded_groups_every_request_decided_once() {
 #[test]
 fn two_writers_resubmitting_with_a_heavy_request() {
     loom::model(|| {
-        let queue = Arc::new(WriteQueue::<Req, Resp>::new(MAX_WEIGHT));
-        let ledger = Arc::new(Ledger(UnsafeCell::new(Vec::new())));
+        let (queue, ledger) = queue_and_ledger();
         let other = {
             let (queue, ledger) = (queue.clone(), ledger.clone());
             thread::spawn(move || {
@@ -334,8 +342,7 @@ fn same_unit_different_versions_never_go_backwards() {
 #[test]
 fn three_writers_four_requests_mixed_weights() {
     loom::model(|| {
-        let queue = Arc::new(WriteQueue::<Req, Resp>::new(MAX_WEIGHT));
-        let ledger = Arc::new(Ledger(UnsafeCell::new(Vec::new())));
+        let (queue, ledger) = queue_and_ledger();
         let spawn = |id: usize, weight: usize| {
             let (queue, ledger) = (queue.clone(), ledger.clone());
             thread::spawn(move || {
@@ -370,8 +377,7 @@ fn a_panicking_leader_poisons_the_queue_before_the_hand_off() {
         }
     }));
     loom::model(|| {
-        let queue = Arc::new(WriteQueue::<Req, Resp>::new(MAX_WEIGHT));
-        let ledger = Arc::new(Ledger(UnsafeCell::new(Vec::new())));
+        let (queue, ledger) = queue_and_ledger();
         let other = {
             let (queue, ledger) = (queue.clone(), ledger.clone());
             thread::spawn(move || {

@@ -52,6 +52,14 @@ fn is_fenced(store: &Store, unit: &str, version: u64, bytes: &[u8], token: u64, 
     );
 }
 
+/// `lease` as another `worker` hands it over (a release or renewal by the wrong worker).
+fn handed_over(lease: &Lease, worker: &str) -> Lease {
+    Lease {
+        worker: worker.into(),
+        ..lease.clone()
+    }
+}
+
 fn fenced(token: u64, newest_token: u64) -> Outcome {
     Outcome::Fenced {
         token,
@@ -165,10 +173,7 @@ fn an_expired_lease_whose_token_is_still_the_newest_commits() {
 fn release_needs_the_holders_worker_and_token_and_a_released_token_never_commits() {
     let (_dir, _, store) = common::on_clock(T0, open);
     let lease = granted(store.claim("u", 1, "w1", TTL).unwrap());
-    let by_w2 = Lease {
-        worker: "w2".into(),
-        ..lease.clone()
-    };
+    let by_w2 = handed_over(&lease, "w2");
     assert_eq!(
         store.release(&by_w2).unwrap(),
         ReleaseOutcome::NotHolder {
@@ -251,10 +256,7 @@ fn a_released_token_is_fenced_even_for_an_exact_retry_but_a_committed_one_hears_
 fn only_the_holder_renews_its_lease() {
     let (_dir, clock, store) = common::on_clock(T0, open);
     let lease = granted(store.claim("u", 1, "w1", TTL).unwrap());
-    let by_w2 = Lease {
-        worker: "w2".into(),
-        ..lease.clone()
-    };
+    let by_w2 = handed_over(&lease, "w2");
     assert!(matches!(
         store.renew(&by_w2, TTL * 10).unwrap(),
         oncelake::RenewOutcome::Lost { newest_token } if newest_token == lease.token

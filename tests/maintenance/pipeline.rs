@@ -64,27 +64,15 @@ fn open(dir: &tempfile::TempDir) -> Store {
     .unwrap()
 }
 
+/// The seed 002 pipeline: ingest -> transform -> {store_b, store_c}.
 fn seed_def() -> PipelineDef {
-    PipelineDef::parse(
-        r#"
-# The seed 002 pipeline: A -> transform -> {B, C}
-[stage.ingest]
-code_version = 1
-
-[stage.transform]
-code_version = 1
-upstream = ["ingest"]
-
-[stage.store_b]
-code_version = 1
-upstream = ["transform"]
-
-[stage.store_c]
-code_version = 1
-upstream = ["transform"]
-"#,
-    )
-    .unwrap()
+    PipelineDef::builder()
+        .stage("ingest", 1, &[])
+        .stage("transform", 1, &["ingest"])
+        .stage("store_b", 1, &["transform"])
+        .stage("store_c", 1, &["transform"])
+        .build()
+        .unwrap()
 }
 
 fn diamond(b_code: u64) -> PipelineDef {

@@ -835,59 +835,35 @@ fn cli_sorts_an_unsorted_listing(dir: &Path, store: &str) {
 
 /// One refused reconcile: a listing file (name, text) if any, the further arguments, and what
 /// the error must name ("" for anything).
-struct Refusal {
-    file: Option<(&'static str, &'static str)>,
-    args: &'static [&'static str],
-    names: &'static str,
-}
+type Refusal = (
+    Option<(&'static str, &'static str)>,
+    &'static [&'static str],
+    &'static str,
+);
 
 /// Bad listings (the line named), a unit listed twice in an unsorted listing, a missing file and
 /// a bad `--format`: exit 2, nothing printed to stdout, the store unchanged.
 fn cli_refuses_bad_listings(dir: &Path, store: &str) {
     const REFUSALS: &[Refusal] = &[
-        Refusal {
-            file: Some(("bad.csv", "a,1\nb;2\n")),
-            args: &[],
-            names: "line 2",
-        },
-        Refusal {
-            file: Some(("dup.csv", "a,1\na,2\n")),
-            args: &[],
-            names: "line 1 and 2 on line 2",
-        },
-        Refusal {
-            file: Some(("bad.jsonl", "{\"unit\": \"a\", \"version\": \"1\"}\n")),
-            args: &[],
-            names: "line 1",
-        },
-        Refusal {
-            file: Some(("unsorted-dup.csv", "d,5\na,1\nc,4\na,2\n")),
-            args: &[],
-            names: "line 2 and 2 on line 4",
-        },
-        Refusal {
-            file: None,
-            args: &["--source", "/nonexistent/x.csv"],
-            names: "",
-        },
-        Refusal {
-            file: Some(("good.csv", "a,2\nb,1\n")),
-            args: &["--format", "xml"],
-            names: "",
-        },
+        (Some(("bad.csv", "a,1\nb;2\n")), &[], "line 2"),
+        (Some(("dup.csv", "a,1\na,2\n")), &[], "line 1 and 2 on line 2"),
+        (Some(("bad.jsonl", "{\"unit\": \"a\", \"version\": \"1\"}\n")), &[], "line 1"),
+        (Some(("unsorted-dup.csv", "d,5\na,1\nc,4\na,2\n")), &[], "line 2 and 2 on line 4"),
+        (None, &["--source", "/nonexistent/x.csv"], ""),
+        (Some(("good.csv", "a,2\nb,1\n")), &["--format", "xml"], ""),
     ];
     let before = cli(&["log", store, "--json"]).1;
-    for case in REFUSALS {
+    for &(file, extra, names) in REFUSALS {
         let mut args = vec!["reconcile".to_string(), store.to_string()];
-        if let Some((name, text)) = case.file {
+        if let Some((name, text)) = file {
             args.extend(["--source".to_string(), listing_file(dir, name, text)]);
         }
-        args.extend(case.args.iter().map(|a| a.to_string()));
+        args.extend(extra.iter().map(|a| a.to_string()));
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
         let (code, out, err) = cli(&args);
         assert_eq!(code, 2, "{args:?}: {err}");
         assert!(out.is_empty(), "{args:?}: printed a plan: {out}");
-        assert!(err.contains(case.names), "{args:?}: {err}");
+        assert!(err.contains(names), "{args:?}: {err}");
     }
     assert_eq!(cli(&["log", store, "--json"]).1, before);
 }
