@@ -3,31 +3,22 @@
 //! The real clients (delta-rs, DuckDB) read the tables in `tests/python/test_tables.py`.
 
 mod common;
+#[path = "common/parquet.rs"]
+mod parquet_files;
 
-use arrow_array::{ArrayRef, Int64Array, RecordBatch, StringArray};
+use arrow_array::{ArrayRef, Int64Array, RecordBatch};
 use common::copy_dir;
 use oncelake::fault::{FaultPlan, FaultyVfs};
 use oncelake::gc::GcOptions;
 use oncelake::table::{position, AutoPublisher, TableError, TableFormat};
 use oncelake::vfs::RealVfs;
 use oncelake::{Options, Store, VerifyOptions};
+use parquet_files::parquet;
 use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
-
-/// A Parquet file of `rows` rows (id, name).
-fn parquet(first_id: i64, rows: usize, name: &str) -> Vec<u8> {
-    let ids: ArrayRef = Arc::new(Int64Array::from_iter_values(
-        first_id..first_id + rows as i64,
-    ));
-    let names: ArrayRef = Arc::new(StringArray::from_iter_values((0..rows).map(|_| name)));
-    let batch = RecordBatch::try_from_iter([("id", ids), ("name", names)]).unwrap();
-    let mut w = parquet::arrow::ArrowWriter::try_new(Vec::new(), batch.schema(), None).unwrap();
-    w.write(&batch).unwrap();
-    w.into_inner().unwrap()
-}
 
 /// Every action of every version of a Delta log, by version.
 fn versions(table: &Path) -> BTreeMap<u64, Vec<Value>> {

@@ -91,6 +91,13 @@ pub fn gc_everything() -> oncelake::gc::GcOptions {
     }
 }
 
+/// A new store `name` with `options` in a new temporary directory (which must outlive it).
+pub fn open_new(name: &str, options: Options) -> (tempfile::TempDir, Store) {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open_with(dir.path().join(name), options).unwrap();
+    (dir, store)
+}
+
 /// A store of its own, opened by `open` (one of the `open_*with_clock` here) in a new temporary
 /// directory, on a manual clock standing at `t0`: the directory (which must outlive the store),
 /// the clock and the store.

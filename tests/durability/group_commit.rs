@@ -281,7 +281,10 @@ fn every_entry_is_one_acknowledged_commit(
                 committed.sort();
                 assert_eq!(logged, committed, "record {seq} does not match its commit");
             }
-            None => assert!(committed.is_empty(), "{committed:?} committed without a seq"),
+            None => assert!(
+                committed.is_empty(),
+                "{committed:?} committed without a seq"
+            ),
         }
     }
     let logged: usize = model.records.values().map(Vec::len).sum();
@@ -345,15 +348,13 @@ fn groups_kept_their_bound(store: &Store, requests: &[Request]) {
 
 #[test]
 fn sixty_four_writers_agree_with_a_sequential_replay() {
-    let dir = tempfile::tempdir().unwrap();
-    let store = Store::open_with(
-        dir.path().join("lake"),
+    let (_dir, store) = common::open_new(
+        "lake",
         Options {
             max_group_units: GROUP_BOUND,
             ..Options::default()
         },
-    )
-    .unwrap();
+    );
     let objects = Arc::new(stage_every_variant(&store));
     let running = Arc::new(AtomicBool::new(true));
     let snapshots_checked = Arc::new(AtomicU64::new(0));

@@ -392,9 +392,7 @@ fn a_snapshot_of_a_replaced_history_falls_back_to_the_scan() {
             });
             let first = tmp.join("first.snap");
             copy(&dir.join(SNAP), &first);
-            open(dir)
-                .put("u/replaced", 1, b"other history")
-                .unwrap();
+            open(dir).put("u/replaced", 1, b"other history").unwrap();
             copy(&first, &dir.join(SNAP));
         },
         "differs",

@@ -268,9 +268,13 @@ fn ingest_completed_once(p: &Pipeline, store: &Store, lease: &oncelake::Lease) {
         .unwrap();
     let seq = out.outcome.seq().unwrap();
     assert!(matches!(out.outcome, Outcome::Committed { .. }));
-    let dup = p.complete(store, &attempt_on_u("ingest", None), b"x").unwrap();
+    let dup = p
+        .complete(store, &attempt_on_u("ingest", None), b"x")
+        .unwrap();
     assert_eq!(dup.outcome, Outcome::Duplicate { seq });
-    let conflict = p.complete(store, &attempt_on_u("ingest", None), b"y").unwrap();
+    let conflict = p
+        .complete(store, &attempt_on_u("ingest", None), b"y")
+        .unwrap();
     assert!(matches!(conflict.outcome, Outcome::Conflict { winner_seq, .. } if winner_seq == seq));
 }
 
@@ -328,7 +332,9 @@ fn a_newer_source_starts_over(p: &Pipeline, store: &Store) {
         b"x5",
     )
     .unwrap();
-    let late = p.complete(store, &attempt_on_u("ingest", None), b"x").unwrap();
+    let late = p
+        .complete(store, &attempt_on_u("ingest", None), b"x")
+        .unwrap();
     assert!(matches!(
         late.outcome,
         Outcome::Stale { current_version: 5 }
@@ -904,7 +910,12 @@ fn a_unit_worked_by_hand(cli: &PipelineCli) {
     let out_file = cli.dir.path().join("out.bin");
     std::fs::write(&out_file, b"u4 ingested").unwrap();
     let out_s = out_file.to_str().unwrap();
-    let complete = || cli.pipeline("complete", &["u4", "ingest", out_s, "--token", &token, "--json"]);
+    let complete = || {
+        cli.pipeline(
+            "complete",
+            &["u4", "ingest", out_s, "--token", &token, "--json"],
+        )
+    };
     let (code, text, err) = complete();
     assert_eq!(code, Some(0), "{err}");
     let v: serde_json::Value = serde_json::from_str(text.trim()).unwrap();

@@ -460,9 +460,7 @@ fn pruned_history_makes_a_cell_rerun_not_guess() {
         "cut off before the prune"
     );
     store.flush().unwrap();
-    store
-        .gc(crate::common::gc_everything())
-        .unwrap();
+    store.gc(crate::common::gc_everything()).unwrap();
     // The source's version-1 entry is gone from the history: a cannot be shown unchanged.
     let ready = p.ready(&store, 10).unwrap();
     assert_eq!(ready.len(), 1, "{ready:?}");

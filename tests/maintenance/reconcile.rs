@@ -300,17 +300,15 @@ fn full_reconcile_as_of_an_older_seq_uses_that_manifest() {
 /// nothing, and after a flush the plan is the same.
 #[test]
 fn a_full_reconcile_merges_the_commits_still_in_the_tail() {
-    let dir = tempfile::tempdir().unwrap();
-    let store = Store::open_with(
-        dir.path().join("s"),
+    let (_dir, store) = crate::common::open_new(
+        "s",
         Options {
             background_apply: false,
             apply_min_bytes: 16 << 20,
             apply_batch_bytes: 16 << 20,
             ..Options::default()
         },
-    )
-    .unwrap();
+    );
     let first: BTreeMap<String, u64> = (0..60).map(|i| (format!("u{i:02}"), 1)).collect();
     fill(&store, &first);
     store.flush().unwrap();
@@ -846,9 +844,21 @@ type Refusal = (
 fn cli_refuses_bad_listings(dir: &Path, store: &str) {
     const REFUSALS: &[Refusal] = &[
         (Some(("bad.csv", "a,1\nb;2\n")), &[], "line 2"),
-        (Some(("dup.csv", "a,1\na,2\n")), &[], "line 1 and 2 on line 2"),
-        (Some(("bad.jsonl", "{\"unit\": \"a\", \"version\": \"1\"}\n")), &[], "line 1"),
-        (Some(("unsorted-dup.csv", "d,5\na,1\nc,4\na,2\n")), &[], "line 2 and 2 on line 4"),
+        (
+            Some(("dup.csv", "a,1\na,2\n")),
+            &[],
+            "line 1 and 2 on line 2",
+        ),
+        (
+            Some(("bad.jsonl", "{\"unit\": \"a\", \"version\": \"1\"}\n")),
+            &[],
+            "line 1",
+        ),
+        (
+            Some(("unsorted-dup.csv", "d,5\na,1\nc,4\na,2\n")),
+            &[],
+            "line 2 and 2 on line 4",
+        ),
         (None, &["--source", "/nonexistent/x.csv"], ""),
         (Some(("good.csv", "a,2\nb,1\n")), &["--format", "xml"], ""),
     ];

@@ -74,7 +74,12 @@ fn many_threads_opening_a_missing_directory_end_with_one_store() {
             .map(|h| h.join().unwrap())
             .filter(|&c| c)
             .count();
-        one_created_and_every_write_kept(&lake, created, THREADS, &format!("round {round} of opens"));
+        one_created_and_every_write_kept(
+            &lake,
+            created,
+            THREADS,
+            &format!("round {round} of opens"),
+        );
     }
 }
 

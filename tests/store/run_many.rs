@@ -279,7 +279,11 @@ fn run_counts(store: &oncelake::Store) -> (u64, u64, u64, u64) {
 /// Runs `threads` threads that start together over the keys of `UNITS` units, each with its index
 /// and its own generator (seeded `seed + index`); `rounds` returns how many units the thread asked
 /// for. Returns how many they asked for in all.
-fn race(threads: usize, seed: u64, rounds: impl Fn(usize, &mut SplitMix64, &[String]) -> u64 + Sync) -> u64 {
+fn race(
+    threads: usize,
+    seed: u64,
+    rounds: impl Fn(usize, &mut SplitMix64, &[String]) -> u64 + Sync,
+) -> u64 {
     const UNITS: usize = 60;
     let keys: Vec<String> = (0..UNITS).map(|i| format!("part={i:03}")).collect();
     let barrier = Barrier::new(threads);
