@@ -391,11 +391,17 @@ fn refused(store: &Store, text: &str, format: ListingFormat) -> ListingError {
     }
 }
 
-#[test]
-fn bad_listings_name_the_line_and_leave_the_store_alone() {
+/// A store holding `u00`..`u19`, each at version 3.
+fn twenty_units_at_version_3() -> (tempfile::TempDir, Store) {
     let dir = tempfile::tempdir().unwrap();
     let store = open(&dir.path().join("s"));
     fill(&store, &(0..20).map(|i| (format!("u{i:02}"), 3)).collect());
+    (dir, store)
+}
+
+#[test]
+fn bad_listings_name_the_line_and_leave_the_store_alone() {
+    let (_dir, store) = twenty_units_at_version_3();
     use ListingFormat::{Csv, JsonLines};
 
     let e = refused(&store, "unit,version\nu01,1\nu02 1\n", Csv);
@@ -586,9 +592,7 @@ fn exact_repeats_are_planned_once(store: &Store, tmp: &Path) {
 
 #[test]
 fn unsorted_full_listings_are_sorted_but_a_unit_with_two_versions_is_refused() {
-    let dir = tempfile::tempdir().unwrap();
-    let store = open(&dir.path().join("s"));
-    fill(&store, &(0..20).map(|i| (format!("u{i:02}"), 3)).collect());
+    let (_dir, store) = twenty_units_at_version_3();
     let before = state(&store);
     let tmp = tempfile::tempdir().unwrap();
     a_unit_listed_twice_far_apart_is_refused(&store, tmp.path());
@@ -602,9 +606,7 @@ fn unsorted_full_listings_are_sorted_but_a_unit_with_two_versions_is_refused() {
 
 #[test]
 fn incremental_takes_any_order_but_refuses_a_unit_with_two_versions() {
-    let dir = tempfile::tempdir().unwrap();
-    let store = open(&dir.path().join("s"));
-    fill(&store, &(0..20).map(|i| (format!("u{i:02}"), 3)).collect());
+    let (_dir, store) = twenty_units_at_version_3();
     let before = state(&store);
     let text = "u09,4\nu01,3\nzz,1\nu01,3\nu05,2\n";
     let plan = Plan::changes(
