@@ -159,6 +159,129 @@ fn sorted(mut v: Vec<PlannedUnit>) -> Vec<PlannedUnit> {
     v
 }
 
+/// A listing as rows, in order.
+type Rows = Vec<(String, u64)>;
+
+/// The same listing as CSV and as JSON lines plans what the API pairs plan.
+fn both_formats_plan_alike(
+    snap: &oncelake::Snapshot,
+    rows: &Rows,
+    opts: ReconcileOptions,
+    escape: bool,
+    plan: &Plan,
+) -> Result<(), TestCaseError> {
+    for format in [ListingFormat::Csv, ListingFormat::JsonLines] {
+        let text = render(rows, format, escape, escape);
+        let plan2 = Plan::full(snap, ListingReader::new(text.as_bytes(), format), opts).unwrap();
+        prop_assert_eq!(&plan2.units, &plan.units, "format {:?}", format);
+        prop_assert_eq!(plan2.summary, plan.summary);
+    }
+    Ok(())
+}
+
+/// Shuffled, the same listing is sorted (in many spilled runs) and gives the same plan; the
+/// sorted rows keep their original lines, and no temporary run is left behind.
+fn a_shuffled_listing_plans_alike(
+    snap: &oncelake::Snapshot,
+    rows: &Rows,
+    (opts, escape, seed): (ReconcileOptions, bool, u64),
+    plan: &Plan,
+) -> Result<(), TestCaseError> {
+    let mut shuffled = rows.clone();
+    shuffle(&mut shuffled, seed.rotate_left(7));
+    let tmp = tempfile::tempdir().unwrap();
+    let small = runs_of(7, tmp.path());
+    for (format, config) in [
+        (ListingFormat::Csv, &small),
+        (ListingFormat::JsonLines, &small),
+        (ListingFormat::Csv, &SortConfig::new(tmp.path())),
+    ] {
+        let text = render(&shuffled, format, escape, escape);
+        let mut units = Vec::new();
+        let summary = reconcile_full_unsorted(
+            snap,
+            ListingReader::new(text.as_bytes(), format),
+            opts,
+            config,
+            |i| {
+                units.push(PlannedUnit::from(i));
+                Ok(())
+            },
+        )
+        .unwrap();
+        prop_assert_eq!(
+            &units,
+            &plan.units,
+            "shuffled {:?}, {} rows a run",
+            format,
+            config.run_rows
+        );
+        prop_assert_eq!(summary, plan.summary);
+    }
+    let mut sorted_rows =
+        SortedListing::sort(Pairs::new(shuffled.iter().cloned()), &small).unwrap();
+    prop_assert_eq!(sorted_rows.spilled_runs(), shuffled.len().div_ceil(7));
+    // The rows keep their original lines (positions in the shuffled listing).
+    let mut prev: Option<(String, u64)> = None;
+    while let Some(row) = sorted_rows.next_row().unwrap() {
+        prop_assert_eq!(
+            &shuffled[row.line as usize - 1],
+            &(row.unit.to_string(), row.version)
+        );
+        if let Some((u, l)) = &prev {
+            prop_assert!((u.as_str(), *l) < (row.unit, row.line));
+        }
+        prev = Some((row.unit.to_string(), row.line));
+    }
+    drop(sorted_rows);
+    prop_assert_eq!(
+        std::fs::read_dir(tmp.path()).unwrap().count(),
+        0,
+        "temporary runs left behind"
+    );
+    Ok(())
+}
+
+/// Incremental: a shuffled subset of the listing as changes plans the model's changed units, in
+/// the order the changes came in, and agrees with the full plan on them.
+fn changes_plan_as_the_full_plan_on_them(
+    store: &Store,
+    (manifest, listing): (&BTreeMap<String, u64>, &BTreeMap<String, u64>),
+    (change_mask, seed): (&[bool], u64),
+    opts: ReconcileOptions,
+    plan: &Plan,
+) -> Result<(), TestCaseError> {
+    let mut changes: Rows = listing
+        .iter()
+        .zip(change_mask)
+        .filter(|(_, m)| **m)
+        .map(|((k, v), _)| (k.clone(), *v))
+        .collect();
+    shuffle(&mut changes, seed);
+    let inc = Plan::changes(store, Pairs::new(changes.iter().cloned()), opts).unwrap();
+    let changed: BTreeMap<String, u64> = changes.iter().cloned().collect();
+    let want: Vec<PlannedUnit> = model_full(manifest, &changed, opts.list_up_to_date)
+        .into_iter()
+        .filter(|p| p.action != Action::Unknown)
+        .collect();
+    prop_assert_eq!(sorted(inc.units.clone()), want);
+    let order: Vec<&String> = inc.units.iter().map(|p| &p.unit).collect();
+    let listed: Vec<&String> = changes
+        .iter()
+        .map(|(k, _)| k)
+        .filter(|k| order.contains(k))
+        .collect();
+    prop_assert_eq!(order, listed);
+    let full_on_changes: Vec<PlannedUnit> = plan
+        .units
+        .iter()
+        .filter(|p| changed.contains_key(&p.unit))
+        .cloned()
+        .collect();
+    prop_assert_eq!(sorted(inc.units), full_on_changes);
+    Ok(())
+}
+
 proptest! {
     #![proptest_config(ProptestConfig { cases: 16, ..ProptestConfig::default() })]
 
@@ -187,7 +310,7 @@ proptest! {
         let expected = model_full(&manifest, &listing, list_up_to_date);
 
         // API pairs, sorted; an exact repeat of one row is planned once.
-        let mut rows: Vec<(String, u64)> = listing.iter().map(|(k, v)| (k.clone(), *v)).collect();
+        let mut rows: Rows = listing.iter().map(|(k, v)| (k.clone(), *v)).collect();
         let repeats = match repeat_at {
             Some(i) if i < rows.len() => { let r = rows[i].clone(); rows.insert(i, r); 1 }
             _ => 0,
@@ -205,67 +328,11 @@ proptest! {
         let up_to_date = listing.iter().filter(|(k, v)| manifest.get(*k).is_some_and(|m| m >= v)).count();
         prop_assert_eq!(plan.summary.up_to_date, up_to_date as u64);
 
-        // The same listing as CSV and as JSON lines.
-        for format in [ListingFormat::Csv, ListingFormat::JsonLines] {
-            let text = render(&rows, format, escape, escape);
-            let plan2 = Plan::full(&snap, ListingReader::new(text.as_bytes(), format), opts).unwrap();
-            prop_assert_eq!(&plan2.units, &expected, "format {:?}", format);
-            prop_assert_eq!(plan2.summary, plan.summary);
-        }
-
-        // Shuffled, the same listing is sorted (in many spilled runs) and gives the same plan.
-        let mut shuffled = rows.clone();
-        shuffle(&mut shuffled, shuffle_seed.rotate_left(7));
-        let tmp = tempfile::tempdir().unwrap();
-        let small = runs_of(7, tmp.path());
-        for (format, config) in [
-            (ListingFormat::Csv, &small),
-            (ListingFormat::JsonLines, &small),
-            (ListingFormat::Csv, &SortConfig::new(tmp.path())),
-        ] {
-            let text = render(&shuffled, format, escape, escape);
-            let mut units = Vec::new();
-            let summary = reconcile_full_unsorted(
-                &snap, ListingReader::new(text.as_bytes(), format), opts, config,
-                |i| { units.push(PlannedUnit::from(i)); Ok(()) },
-            ).unwrap();
-            prop_assert_eq!(&units, &expected, "shuffled {:?}, {} rows a run", format, config.run_rows);
-            prop_assert_eq!(summary, plan.summary);
-        }
-        let sorted_rows = SortedListing::sort(Pairs::new(shuffled.iter().cloned()), &small).unwrap();
-        prop_assert_eq!(sorted_rows.spilled_runs(), shuffled.len().div_ceil(7));
-        // The rows keep their original lines (positions in the shuffled listing).
-        let mut sorted_rows = sorted_rows;
-        let mut prev: Option<(String, u64)> = None;
-        while let Some(row) = sorted_rows.next_row().unwrap() {
-            prop_assert_eq!(&shuffled[row.line as usize - 1], &(row.unit.to_string(), row.version));
-            if let Some((u, l)) = &prev {
-                prop_assert!((u.as_str(), *l) < (row.unit, row.line));
-            }
-            prev = Some((row.unit.to_string(), row.line));
-        }
-        drop(sorted_rows);
-        prop_assert_eq!(std::fs::read_dir(tmp.path()).unwrap().count(), 0, "temporary runs left behind");
-
-        // Incremental: a shuffled subset of the listing as changes.
-        let mut changes: Vec<(String, u64)> = listing.iter().zip(&change_mask)
-            .filter(|(_, m)| **m).map(|((k, v), _)| (k.clone(), *v)).collect();
-        shuffle(&mut changes, shuffle_seed);
-        let inc = Plan::changes(&store, Pairs::new(changes.iter().cloned()), opts).unwrap();
-        let changed: BTreeMap<String, u64> = changes.iter().cloned().collect();
-        let want: Vec<PlannedUnit> = model_full(&manifest, &changed, list_up_to_date)
-            .into_iter().filter(|p| p.action != Action::Unknown).collect();
-        prop_assert_eq!(sorted(inc.units.clone()), want.clone());
-        // ... in the order the changes came in.
-        let order: Vec<&String> = inc.units.iter().map(|p| &p.unit).collect();
-        let listed: Vec<&String> = changes.iter().map(|(k, _)| k)
-            .filter(|k| order.contains(k)).collect();
-        prop_assert_eq!(order, listed);
-        // Full and incremental agree on the changed units.
-        let full_on_changes: Vec<PlannedUnit> = plan.units.iter()
-            .filter(|p| changed.contains_key(&p.unit)).cloned().collect();
-        prop_assert_eq!(sorted(inc.units), full_on_changes);
-
+        both_formats_plan_alike(&snap, &rows, opts, escape, &plan)?;
+        a_shuffled_listing_plans_alike(&snap, &rows, (opts, escape, shuffle_seed), &plan)?;
+        changes_plan_as_the_full_plan_on_them(
+            &store, (&manifest, &listing), (&change_mask, shuffle_seed), opts, &plan,
+        )?;
         drop(snap);
         prop_assert_eq!(state(&store), before);
     }
