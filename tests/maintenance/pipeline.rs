@@ -102,6 +102,23 @@ fn output_of(store: &Store, c: &pipeline::ReadyCell) -> Vec<u8> {
     out
 }
 
+/// The first ready cell, claimed for ten seconds by `worker` (the claim must be granted): the
+/// cell and the lease.
+fn first_ready_claimed(
+    p: &Pipeline,
+    store: &Store,
+    worker: &str,
+) -> (pipeline::ReadyCell, oncelake::Lease) {
+    let cell = p.ready(store, 1).unwrap().remove(0);
+    match p
+        .claim(store, &cell, worker, Duration::from_secs(10))
+        .unwrap()
+    {
+        Claim::Granted { lease, .. } => (cell, lease),
+        other => panic!("{worker}'s claim of {cell:?}: {other:?}"),
+    }
+}
+
 /// The number of completion commits per cell key, from the log.
 fn completions_in_log(store: &Store) -> BTreeMap<(String, u64), u32> {
     let mut n = BTreeMap::new();
@@ -373,26 +390,14 @@ fn a_lost_lease_fences_completion_and_failure() {
     .unwrap();
     let p = Pipeline::new(seed_def());
     p.set_source_version(&store, "u", 1, b"in").unwrap();
-    let cell = p.ready(&store, 1).unwrap().remove(0);
-    let Claim::Granted { lease: slow, .. } = p
-        .claim(&store, &cell, "slow", Duration::from_secs(10))
-        .unwrap()
-    else {
-        panic!()
-    };
+    let (cell, slow) = first_ready_claimed(&p, &store, "slow");
     assert!(matches!(
         p.claim(&store, &cell, "fast", Duration::from_secs(10))
             .unwrap(),
         Claim::Held { .. }
     ));
     clock.advance_ms(11_000);
-    let cell = p.ready(&store, 1).unwrap().remove(0);
-    let Claim::Granted { lease: fast, .. } = p
-        .claim(&store, &cell, "fast", Duration::from_secs(10))
-        .unwrap()
-    else {
-        panic!()
-    };
+    let (_, fast) = first_ready_claimed(&p, &store, "fast");
     assert!(fast.token > slow.token);
     assert_eq!(store.metrics().claims_taken_over, 1);
     let att = |w: &str, t| Attempt {
@@ -798,15 +803,7 @@ struct PipelineCli {
 impl PipelineCli {
     /// Runs `oncelake ARGS`: its exit code, standard output and standard error.
     fn run(&self, args: &[&str]) -> (Option<i32>, String, String) {
-        let out = std::process::Command::new(bin::oncelake())
-            .args(args)
-            .output()
-            .unwrap();
-        (
-            out.status.code(),
-            String::from_utf8(out.stdout).unwrap(),
-            String::from_utf8(out.stderr).unwrap(),
-        )
+        bin::run_text(args)
     }
 
     /// Runs `oncelake pipeline COMMAND LAKE --pipeline DEF ARGS`.

@@ -523,15 +523,7 @@ impl Cli {
     }
 
     fn run(&self, args: &[&str]) -> (Option<i32>, String, String) {
-        let out = std::process::Command::new(bin::oncelake())
-            .args(args)
-            .output()
-            .unwrap();
-        (
-            out.status.code(),
-            String::from_utf8(out.stdout).unwrap(),
-            String::from_utf8(out.stderr).unwrap(),
-        )
+        bin::run_text(args)
     }
 
     fn file(&self, name: &str, bytes: &[u8]) -> String {
