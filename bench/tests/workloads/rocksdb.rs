@@ -5,7 +5,6 @@
 
 use crate::support;
 
-use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
