@@ -125,7 +125,7 @@ fn tables_are_defined_once_and_listed() {
 /// The model: unit -> (its data file path, rows) after each store commit under the prefix.
 #[test]
 fn every_version_holds_exactly_the_committed_units() {
-    let (dir, store) = with_table_t();
+    let (_dir, store) = with_table_t();
     let mut model: BTreeMap<String, i64> = BTreeMap::new();
     let mut expected: Vec<(u64, BTreeMap<String, i64>)> = Vec::new();
     let mut seq_of_unit = BTreeMap::new();
@@ -461,7 +461,7 @@ fn checkpoint_tombstones_expire_after_a_week_the_same_whichever_way_they_are_bui
 
 #[test]
 fn bad_objects_stop_publish_naming_unit_and_seq_and_a_correction_continues() {
-    let (dir, store) = with_table_t();
+    let (_dir, store) = with_table_t();
     store.put("t/d=1/a", 1, &parquet(0, 3, "a")).unwrap();
     let bad = seq_of(store.put("t/d=1/b", 1, b"id,name\n1,b\n"));
     let e = store.publish_table("t").unwrap_err();
@@ -520,7 +520,7 @@ fn bad_objects_stop_publish_naming_unit_and_seq_and_a_correction_continues() {
 
 #[test]
 fn gc_keeps_what_tables_have_not_published_and_links_outlive_collected_objects() {
-    let (dir, store) = with_table_t();
+    let (_dir, store) = with_table_t();
     let zero = GcOptions {
         grace: Duration::ZERO,
         retain: Duration::ZERO,
@@ -559,7 +559,7 @@ fn gc_keeps_what_tables_have_not_published_and_links_outlive_collected_objects()
 
 #[test]
 fn verify_finds_wrong_and_missing_links_and_stray_files() {
-    let (dir, store) = with_table_t();
+    let (_dir, store) = with_table_t();
     store.put("t/d=1/a", 1, &parquet(0, 1, "a")).unwrap();
     store.put("t/d=1/b", 1, &parquet(5, 1, "b")).unwrap();
     store.publish_table("t").unwrap();
@@ -593,7 +593,7 @@ fn verify_finds_wrong_and_missing_links_and_stray_files() {
 
 #[test]
 fn an_auto_publisher_keeps_tables_up_to_date() {
-    let (dir, store) = with_table_t();
+    let (_dir, store) = with_table_t();
     let auto = AutoPublisher::start(store.clone(), Duration::from_millis(5));
     let mut last = 0;
     for i in 0..20u64 {
