@@ -5,7 +5,7 @@
 
 use crate::bin;
 use crate::bin::{run, run_env};
-use crate::kit::{lines, new_store, s, store_files, text, ETL};
+use crate::kit::{lines, new_store, pipeline, s, store_files, text, ETL};
 
 use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet};
@@ -116,17 +116,7 @@ fn a_cell_is_the_same_in_every_command(l: &str, p: &str) {
         assert_eq!(c["source_version"], 3, "{c}");
     }
     let ready = one(
-        &[
-            "pipeline",
-            "ready",
-            l,
-            "--pipeline",
-            p,
-            "--claim",
-            "--worker",
-            "w1",
-            "--json",
-        ],
+        &pipeline("ready", l, p, &["--claim", "--worker", "w1", "--json"]),
         None,
         0,
     );
@@ -137,19 +127,12 @@ fn a_cell_is_the_same_in_every_command(l: &str, p: &str) {
     }
     let token = ready["token"].to_string();
     let complete = one(
-        &[
-            "pipeline",
+        &pipeline(
             "complete",
             l,
-            "--pipeline",
             p,
-            "u/1",
-            "ingest",
-            "-",
-            "--token",
-            &token,
-            "--json",
-        ],
+            &["u/1", "ingest", "-", "--token", &token, "--json"],
+        ),
         Some(b"out"),
         0,
     );
@@ -158,18 +141,12 @@ fn a_cell_is_the_same_in_every_command(l: &str, p: &str) {
     let transform = &explain("u/1")["transform"];
     assert_eq!(transform["state"], "ready");
     let fail = one(
-        &[
-            "pipeline",
+        &pipeline(
             "fail",
             l,
-            "--pipeline",
             p,
-            "u/1",
-            "transform",
-            "--error",
-            "boom",
-            "--json",
-        ],
+            &["u/1", "transform", "--error", "boom", "--json"],
+        ),
         None,
         0,
     );
@@ -402,16 +379,7 @@ fn human_output_shows_times_as_dates() {
     let p = s(&etl);
     run(&["pipeline", "set-version", l, "u", "1"], None);
     let claimed = run(
-        &[
-            "pipeline",
-            "ready",
-            l,
-            "--pipeline",
-            p,
-            "--claim",
-            "--worker",
-            "w1",
-        ],
+        &pipeline("ready", l, p, &["--claim", "--worker", "w1"]),
         None,
     );
     let explain = run(&["pipeline", "explain", l, "--pipeline", p, "u"], None);

@@ -103,206 +103,96 @@ fn keys(v: &Value) -> BTreeSet<String> {
     v.as_object().unwrap().keys().cloned().collect()
 }
 
-/// One command of the tour: the label its JSON lines are checked under, its arguments, its
-/// (split at spaces), standard input and exit code. `{lake}`, `{etl}` and `{listing}` in the arguments are the
-/// run's paths, `{NAME}` a token saved by an earlier step; `save` names the token of a step's
-/// first line (and `NAME:UNIT` the token of each unit's line).
-struct Step {
-    label: &'static str,
-    args: &'static str,
-    stdin: Option<&'static [u8]>,
+/// Every command with --json, in every outcome it has, in order, a step a line: the label its
+/// JSON lines are checked under | its exit code | its standard input (`-`: none) | the name its
+/// tokens are saved under (`-`: none) | its arguments. In the arguments `{lake}`, `{etl}` and
+/// `{listing}` are the run's paths and `{NAME}` a token an earlier step saved: a step saving as
+/// NAME saves its first line's token as NAME and each unit's token as `NAME:UNIT`. `#` lines are
+/// comments.
+const TOUR: &str = "
+init | 0 | - | - | init {lake} --json
+init | 0 | - | - | init {lake} --json
+# put: committed, duplicate, conflict, stale, busy, fenced, committed with a token.
+put | 0 | one | - | put {lake} a/1 1 - --json
+put | 0 | one | - | put {lake} a/1 1 - --json
+put | 3 | other | - | put {lake} a/1 1 - --json
+put | 4 | old | - | put {lake} a/1 0 - --json
+claim | 0 | - | token | claim {lake} a/2 5 --worker w1 --json
+claim | 6 | - | - | claim {lake} a/2 5 --worker w2 --json
+put | 6 | two | - | put {lake} a/2 5 - --json
+put | 5 | two | - | put {lake} a/2 5 - --token 999 --json
+put | 0 | two | - | put {lake} a/2 5 - --token {token} --json
+put | 0 | fixed | - | put {lake} a/1 1 - --correct --json
+claim | 0 | - | - | claim {lake} a/2 5 --worker w2 --json
+# release: not the holder, released, then the same token again (fenced).
+claim | 0 | - | t | claim {lake} c/1 1 --worker w1 --json
+release | 5 | - | - | release {lake} c/1 --worker w9 --token {t} --json
+release | 0 | - | - | release {lake} c/1 --worker w1 --token {t} --json
+release | 5 | - | - | release {lake} c/1 --worker w1 --token {t} --json
+# pipeline: set-version (committed, duplicate, stale), ready, claim, complete, fail, explain.
+set-version | 0 | in | - | pipeline set-version {lake} u/1 3 - --json
+set-version | 0 | in | - | pipeline set-version {lake} u/1 3 - --json
+set-version | 4 | in | - | pipeline set-version {lake} u/1 2 - --json
+set-version | 0 | - | - | pipeline set-version {lake} u/2 1 --json
+status | 0 | - | - | pipeline status {lake} --pipeline {etl} --json
+ready | 0 | - | - | pipeline ready {lake} --pipeline {etl} --json
+ready | 0 | - | cell | pipeline ready {lake} --pipeline {etl} --claim --worker w1 --json
+complete | 6 | x | - | pipeline complete {lake} --pipeline {etl} u/1 ingest - --json
+complete | 5 | x | - | pipeline complete {lake} --pipeline {etl} u/1 ingest - --token 999 --json
+complete | 0 | x | - | pipeline complete {lake} --pipeline {etl} u/1 ingest - --token {cell:u/1} --json
+complete | 0 | x | - | pipeline complete {lake} --pipeline {etl} u/1 ingest - --token {cell:u/1} --json
+fail | 6 | - | - | pipeline fail {lake} --pipeline {etl} u/2 ingest --error boom --json
+fail | 5 | - | - | pipeline fail {lake} --pipeline {etl} u/2 ingest --error boom --token 999 --json
+fail | 0 | - | - | pipeline fail {lake} --pipeline {etl} u/2 ingest --error boom --token {cell:u/2} --json
+explain | 0 | - | - | pipeline explain {lake} --pipeline {etl} u/1 --json
+explain | 0 | - | - | pipeline explain {lake} --pipeline {etl} u/2 --json
+# The same input at a newer version: the done cells of u/1 are cut off (SPEC R24).
+set-version | 0 | in | - | pipeline set-version {lake} u/1 4 - --json
+explain | 0 | - | - | pipeline explain {lake} --pipeline {etl} u/1 --json
+# Reads, maintenance, tables.
+ls | 0 | - | - | ls {lake} --json
+ls | 0 | - | - | ls {lake} --all --json
+log | 0 | - | - | log {lake} --json
+reconcile | 0 | - | - | reconcile {lake} --source {listing} --json
+reconcile-summary | 0 | - | - | reconcile {lake} --source {listing} --changes-only --json
+verify | 0 | - | - | verify {lake} --deep --json
+gc | 0 | - | - | gc {lake} --dry-run --json
+gc | 0 | - | - | gc {lake} --json
+stats | 0 | - | - | stats {lake} --json
+table | 0 | - | - | table create {lake} sales --prefix sales/ --json
+table | 0 | - | - | table publish {lake} sales --json
+table | 0 | - | - | table ls {lake} --json
+simulate | 0 | - | - | simulate --units 200 --workers 2 --mode both --json
+simulate | 0 | - | - | simulate --pipeline --units 300 --json
+";
+
+/// One step of [`TOUR`].
+struct Step<'a> {
+    label: &'a str,
     code: i32,
-    save: Option<&'static str>,
+    stdin: Option<&'a [u8]>,
+    save: Option<&'a str>,
+    args: &'a str,
 }
 
-const fn step(label: &'static str, args: &'static str, code: i32) -> Step {
-    Step {
-        label,
-        args,
-        stdin: None,
-        code,
-        save: None,
-    }
+/// The steps of [`TOUR`], in order.
+fn tour() -> Vec<Step<'static>> {
+    TOUR.lines()
+        .filter(|l| !l.trim().is_empty() && !l.starts_with('#'))
+        .map(|l| {
+            let f: Vec<&str> = l.splitn(5, " | ").collect();
+            assert_eq!(f.len(), 5, "a tour line has five fields: {l}");
+            let given = |x: &'static str| (x != "-").then_some(x);
+            Step {
+                label: f[0],
+                code: f[1].parse().unwrap_or_else(|_| panic!("exit code of {l}")),
+                stdin: given(f[2]).map(str::as_bytes),
+                save: given(f[3]),
+                args: f[4],
+            }
+        })
+        .collect()
 }
-
-const fn with_input(
-    label: &'static str,
-    args: &'static str,
-    stdin: &'static [u8],
-    code: i32,
-) -> Step {
-    Step {
-        stdin: Some(stdin),
-        ..step(label, args, code)
-    }
-}
-
-const fn saving(label: &'static str, args: &'static str, code: i32, save: &'static str) -> Step {
-    Step {
-        save: Some(save),
-        ..step(label, args, code)
-    }
-}
-
-/// Every command with --json, in every outcome it has, in order.
-const TOUR: &[Step] = &[
-    step("init", "init {lake} --json", 0),
-    step("init", "init {lake} --json", 0),
-    // put: committed, duplicate, conflict, stale, busy, fenced, committed with a token.
-    with_input("put", "put {lake} a/1 1 - --json", b"one", 0),
-    with_input("put", "put {lake} a/1 1 - --json", b"one", 0),
-    with_input("put", "put {lake} a/1 1 - --json", b"other", 3),
-    with_input("put", "put {lake} a/1 0 - --json", b"old", 4),
-    saving("claim", "claim {lake} a/2 5 --worker w1 --json", 0, "token"),
-    step("claim", "claim {lake} a/2 5 --worker w2 --json", 6),
-    with_input("put", "put {lake} a/2 5 - --json", b"two", 6),
-    with_input("put", "put {lake} a/2 5 - --token 999 --json", b"two", 5),
-    with_input(
-        "put",
-        "put {lake} a/2 5 - --token {token} --json",
-        b"two",
-        0,
-    ),
-    with_input("put", "put {lake} a/1 1 - --correct --json", b"fixed", 0),
-    step("claim", "claim {lake} a/2 5 --worker w2 --json", 0),
-    // release: not the holder, released, then the same token again (fenced).
-    saving("claim", "claim {lake} c/1 1 --worker w1 --json", 0, "t"),
-    step(
-        "release",
-        "release {lake} c/1 --worker w9 --token {t} --json",
-        5,
-    ),
-    step(
-        "release",
-        "release {lake} c/1 --worker w1 --token {t} --json",
-        0,
-    ),
-    step(
-        "release",
-        "release {lake} c/1 --worker w1 --token {t} --json",
-        5,
-    ),
-    // pipeline: set-version (committed, duplicate, stale), ready, claim, complete, fail, explain.
-    with_input(
-        "set-version",
-        "pipeline set-version {lake} u/1 3 - --json",
-        b"in",
-        0,
-    ),
-    with_input(
-        "set-version",
-        "pipeline set-version {lake} u/1 3 - --json",
-        b"in",
-        0,
-    ),
-    with_input(
-        "set-version",
-        "pipeline set-version {lake} u/1 2 - --json",
-        b"in",
-        4,
-    ),
-    step("set-version", "pipeline set-version {lake} u/2 1 --json", 0),
-    step(
-        "status",
-        "pipeline status {lake} --pipeline {etl} --json",
-        0,
-    ),
-    step("ready", "pipeline ready {lake} --pipeline {etl} --json", 0),
-    saving(
-        "ready",
-        "pipeline ready {lake} --pipeline {etl} --claim --worker w1 --json",
-        0,
-        "cell",
-    ),
-    with_input(
-        "complete",
-        "pipeline complete {lake} --pipeline {etl} u/1 ingest - --json",
-        b"x",
-        6,
-    ),
-    with_input(
-        "complete",
-        "pipeline complete {lake} --pipeline {etl} u/1 ingest - --token 999 --json",
-        b"x",
-        5,
-    ),
-    with_input(
-        "complete",
-        "pipeline complete {lake} --pipeline {etl} u/1 ingest - --token {cell:u/1} --json",
-        b"x",
-        0,
-    ),
-    with_input(
-        "complete",
-        "pipeline complete {lake} --pipeline {etl} u/1 ingest - --token {cell:u/1} --json",
-        b"x",
-        0,
-    ),
-    step(
-        "fail",
-        "pipeline fail {lake} --pipeline {etl} u/2 ingest --error boom --json",
-        6,
-    ),
-    step(
-        "fail",
-        "pipeline fail {lake} --pipeline {etl} u/2 ingest --error boom --token 999 --json",
-        5,
-    ),
-    step(
-        "fail",
-        "pipeline fail {lake} --pipeline {etl} u/2 ingest --error boom --token {cell:u/2} --json",
-        0,
-    ),
-    step(
-        "explain",
-        "pipeline explain {lake} --pipeline {etl} u/1 --json",
-        0,
-    ),
-    step(
-        "explain",
-        "pipeline explain {lake} --pipeline {etl} u/2 --json",
-        0,
-    ),
-    // The same input at a newer version: the done cells of u/1 are cut off (SPEC R24).
-    with_input(
-        "set-version",
-        "pipeline set-version {lake} u/1 4 - --json",
-        b"in",
-        0,
-    ),
-    step(
-        "explain",
-        "pipeline explain {lake} --pipeline {etl} u/1 --json",
-        0,
-    ),
-    // Reads, maintenance, tables.
-    step("ls", "ls {lake} --json", 0),
-    step("ls", "ls {lake} --all --json", 0),
-    step("log", "log {lake} --json", 0),
-    step("reconcile", "reconcile {lake} --source {listing} --json", 0),
-    step(
-        "reconcile-summary",
-        "reconcile {lake} --source {listing} --changes-only --json",
-        0,
-    ),
-    step("verify", "verify {lake} --deep --json", 0),
-    step("gc", "gc {lake} --dry-run --json", 0),
-    step("gc", "gc {lake} --json", 0),
-    step("stats", "stats {lake} --json", 0),
-    step(
-        "table",
-        "table create {lake} sales --prefix sales/ --json",
-        0,
-    ),
-    step("table", "table publish {lake} sales --json", 0),
-    step("table", "table ls {lake} --json", 0),
-    step(
-        "simulate",
-        "simulate --units 200 --workers 2 --mode both --json",
-        0,
-    ),
-    step("simulate", "simulate --pipeline --units 300 --json", 0),
-];
 
 /// Runs the tour in a new directory: the JSON lines of every step, by label.
 fn run_the_tour() -> BTreeMap<String, Vec<Value>> {
@@ -317,7 +207,7 @@ fn run_the_tour() -> BTreeMap<String, Vec<Value>> {
         ("listing".into(), s(&listing).to_string()),
     ]);
     let mut by_label: BTreeMap<String, Vec<Value>> = BTreeMap::new();
-    for (i, step) in TOUR.iter().enumerate() {
+    for (i, step) in tour().iter().enumerate() {
         let args: Vec<String> = step
             .args
             .split_whitespace()

@@ -47,6 +47,16 @@ pub fn new_store() -> (tempfile::TempDir, PathBuf) {
     (dir, lake)
 }
 
+/// The arguments `pipeline COMMAND LAKE --pipeline DEF REST...`.
+pub fn pipeline<'a>(
+    command: &'a str,
+    lake: &'a str,
+    def: &'a str,
+    rest: &[&'a str],
+) -> Vec<&'a str> {
+    [&["pipeline", command, lake, "--pipeline", def][..], rest].concat()
+}
+
 /// A two-stage pipeline (ingest -> transform, two attempts) the tests run cells of.
 pub const ETL: &str = "[stage.ingest]\ncode_version = 1\n[stage.transform]\ncode_version = 3\nupstream = [\"ingest\"]\nmax_attempts = 2\n";
 
