@@ -211,7 +211,7 @@ fn stage_every_variant(store: &Store) -> Objects {
 /// with the seqs seen just before it was submitted and just after it returned.
 fn write_requests(store: &Store, objects: &Objects, t: usize) -> Vec<Request> {
     let mut rng = Rng(0x9E37_79B9_7F4A_7C15 ^ (t as u64 + 1));
-    let n = if t % 8 == 0 { BATCH_UNITS } else { 1 };
+    let n = if t.is_multiple_of(8) { BATCH_UNITS } else { 1 };
     (0..REQUESTS_PER_THREAD)
         .map(|_| {
             let mut units = HashSet::new();
