@@ -5,7 +5,7 @@
 
 use crate::bin;
 use crate::bin::{run, run_env};
-use crate::kit::{lines, new_store, pipeline, s, store_files, text, ETL};
+use crate::kit::{exits_saying, lines, new_store, pipeline, s, store_files, text, ETL};
 
 use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet};
@@ -164,12 +164,10 @@ fn a_cell_is_the_same_in_every_command(l: &str, p: &str) {
 /// no end time (it once said `expires_at_ms: 0`, 1970).
 #[test]
 fn one_field_has_one_meaning_and_value_across_commands() {
-    let dir = tempfile::tempdir().unwrap();
-    let lake = dir.path().join("lake");
+    let (dir, lake) = new_store();
     let l = s(&lake);
     let etl = dir.path().join("etl.toml");
     std::fs::write(&etl, ETL).unwrap();
-    run(&["init", l], None);
     let put = put_ls_and_log_agree_on_the_entry(l);
     claim_and_put_say_the_same_of_the_versions(l, &put);
     a_release_record_has_no_end_time(l);
@@ -181,18 +179,7 @@ fn one_field_has_one_meaning_and_value_across_commands() {
 fn fails_alike_in_both_forms(args: &[&str], kind: &str, code: i32) {
     let args = args.to_vec();
     // Human form first: a plain `error:` line, the same exit code.
-    let human = run(&args, Some(b"x"));
-    assert_eq!(
-        human.status.code(),
-        Some(code),
-        "{args:?}: {}",
-        text(&human.stderr)
-    );
-    assert!(
-        text(&human.stderr).contains("error"),
-        "{args:?}: {}",
-        text(&human.stderr)
-    );
+    exits_saying(&run(&args, Some(b"x")), code, "error", &args);
     let mut jargs = args.clone();
     jargs.push("--json");
     let out = run(&jargs, Some(b"x"));
@@ -529,17 +516,7 @@ fn reconcile_neither_plans_nor_takes_internal_units(dir: &Path, l: &str) {
         ]
         .concat();
         let out = run(&args, Some(b".pipeline/source/orders/1,3\n"));
-        assert_eq!(
-            out.status.code(),
-            Some(2),
-            "{args:?}: {}",
-            text(&out.stderr)
-        );
-        assert!(
-            text(&out.stderr).contains("reserved"),
-            "{}",
-            text(&out.stderr)
-        );
+        exits_saying(&out, 2, "reserved", &args);
         assert!(out.stdout.is_empty(), "{args:?}: no plan line");
     }
 }

@@ -38,6 +38,15 @@ pub fn json_line(out: &Output) -> Value {
     serde_json::from_str(line).unwrap_or_else(|e| panic!("not JSON ({e}): {line}"))
 }
 
+/// Fails unless `out` (of the command `args`) exited with `code` and its standard error says
+/// `says`.
+#[track_caller]
+pub fn exits_saying(out: &Output, code: i32, says: &str, args: &[&str]) {
+    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(code), "{args:?}: {err}");
+    assert!(err.contains(says), "{args:?}: {err}");
+}
+
 /// A store made by `oncelake init` in a new directory (which must outlive it), and its path.
 pub fn new_store() -> (tempfile::TempDir, PathBuf) {
     let dir = tempfile::tempdir().unwrap();
