@@ -48,6 +48,16 @@ struct Ledger(UnsafeCell<Vec<Vec<(usize, usize)>>>);
 
 // SAFETY: loom checks every access to the inner cell for races; that is the point of the model.
 unsafe impl Sync for Ledger {}
+
+type Queue = WriteQueue<Req, Resp>;
+
+/// A queue of the model's requests and the ledger its leaders record their groups in, shared.
+fn queue_and_ledger() -> (Arc<Queue>, Arc<Ledger>) {
+    (
+        Arc::new(WriteQueue::new(MAX_WEIGHT)),
+        Arc::new(Ledger(UnsafeCell::new(Vec::new()))),
+    )
+}
 // SAFETY: as above.
 unsafe impl Send for Ledger {}
 
@@ -105,8 +115,7 @@ fn check_ledger(ledger: &Ledger, answers: &[(usize, Resp)], n: usize) {
 #[test]
 fn three_writers_bounded_groups_every_request_decided_once() {
     loom::model(|| {
-        let queue = Arc::new(WriteQueue::<Req, Resp>::new(MAX_WEIGHT));
-        let ledger = Arc::new(Ledger(UnsafeCell::new(Vec::new())));
+        let (queue, ledger) = queue_and_ledger();
         let spawn = |id: usize| {
             let (queue, ledger) = (queue.clone(), ledger.clone());
             thread::spawn(move || {
@@ -128,8 +137,7 @@ fn three_writers_bounded_groups_every_request_decided_once() {
 #[test]
 fn two_writers_resubmitting_with_a_heavy_request() {
     loom::model(|| {
-        let queue = Arc::new(WriteQueue::<Req, Resp>::new(MAX_WEIGHT));
-        let ledger = Arc::new(Ledger(UnsafeCell::new(Vec::new())));
+        let (queue, ledger) = queue_and_ledger();
         let other = {
             let (queue, ledger) = (queue.clone(), ledger.clone());
             thread::spawn(move || {
@@ -334,8 +342,7 @@ fn same_unit_different_versions_never_go_backwards() {
 #[test]
 fn three_writers_four_requests_mixed_weights() {
     loom::model(|| {
-        let queue = Arc::new(WriteQueue::<Req, Resp>::new(MAX_WEIGHT));
-        let ledger = Arc::new(Ledger(UnsafeCell::new(Vec::new())));
+        let (queue, ledger) = queue_and_ledger();
         let spawn = |id: usize, weight: usize| {
             let (queue, ledger) = (queue.clone(), ledger.clone());
             thread::spawn(move || {
@@ -370,8 +377,7 @@ fn a_panicking_leader_poisons_the_queue_before_the_hand_off() {
         }
     }));
     loom::model(|| {
-        let queue = Arc::new(WriteQueue::<Req, Resp>::new(MAX_WEIGHT));
-        let ledger = Arc::new(Ledger(UnsafeCell::new(Vec::new())));
+        let (queue, ledger) = queue_and_ledger();
         let other = {
             let (queue, ledger) = (queue.clone(), ledger.clone());
             thread::spawn(move || {
@@ -505,11 +511,58 @@ fn read_then_drain<const N: usize>(
         (1..=target).all(|n| seen.contains(&n)),
         "the reader returned before group {target} was applied: {seen:?}"
     );
-    for t in others {
+    join_then_drain(backlog, applied, others, 2);
+}
+
+/// A backlog of the model and the record of the groups applied from it, each shared.
+fn shared(backlog: Backlog<G>) -> (Arc<Backlog<G>>, Arc<Applied>) {
+    (Arc::new(backlog), Arc::new(Applied::new()))
+}
+
+/// A thread running `f` on its own handles of `backlog` and `applied`.
+fn spawn_on(
+    backlog: &Arc<Backlog<G>>,
+    applied: &Arc<Applied>,
+    f: impl FnOnce(&Backlog<G>, &Applied) + Send + 'static,
+) -> thread::JoinHandle<()> {
+    let (b, a) = (backlog.clone(), applied.clone());
+    thread::spawn(move || f(&b, &a))
+}
+
+/// Joins `threads`, drains what is left, and checks that the groups `1..=n` were each applied
+/// once, in order.
+fn join_then_drain<const N: usize>(
+    backlog: &Backlog<G>,
+    applied: &Applied,
+    threads: [thread::JoinHandle<()>; N],
+    n: u64,
+) {
+    for t in threads {
         t.join().unwrap();
     }
     backlog.drain(|g: &[G]| applied.apply(g)).unwrap();
-    assert_eq!(applied.snapshot(), vec![1, 2], "each group once, in order");
+    assert_eq!(
+        applied.snapshot(),
+        (1..=n).collect::<Vec<_>>(),
+        "each group once, in order"
+    );
+}
+
+/// Groups 1 and 2 pushed (acknowledged) before the reader begins; then an applier applies them,
+/// one a batch, while the leader pushes group 3: the applier and the leader.
+fn two_pushed_then_applied_while_a_third_comes(
+    backlog: &Arc<Backlog<G>>,
+    applied: &Arc<Applied>,
+) -> [thread::JoinHandle<()>; 2] {
+    backlog.push(G(1));
+    backlog.push(G(2));
+    let applier = spawn_on(backlog, applied, |b, a| {
+        b.help(|g: &[G]| a.apply(g));
+        b.help(|g: &[G]| a.apply(g));
+    });
+    let b = backlog.clone();
+    let leader = thread::spawn(move || b.push(G(3)));
+    [applier, leader]
 }
 
 /// (f) The leader pushes two groups and helps; a writer helps; a reader waits for what was
@@ -519,16 +572,13 @@ fn read_then_drain<const N: usize>(
 #[test]
 fn backlog_every_group_applied_once_in_order_and_readers_wait_for_theirs() {
     loom::model(|| {
-        let backlog = Arc::new(Backlog::<G>::new(0, 100, 1));
-        let applied = Arc::new(Applied::new());
-        let (b, a) = (backlog.clone(), applied.clone());
-        let leader = thread::spawn(move || {
+        let (backlog, applied) = shared(Backlog::new(0, 100, 1));
+        let leader = spawn_on(&backlog, &applied, |b, a| {
             b.push(G(1));
             b.push(G(2));
             b.help(|g: &[G]| a.apply(g));
         });
-        let (b, a) = (backlog.clone(), applied.clone());
-        let writer = thread::spawn(move || b.help(|g: &[G]| a.apply(g)));
+        let writer = spawn_on(&backlog, &applied, |b, a| b.help(|g: &[G]| a.apply(g)));
         read_then_drain(&backlog, &applied, [leader, writer]);
         assert_eq!(backlog.applied(), 2);
     });
@@ -543,17 +593,16 @@ fn backlog_every_group_applied_once_in_order_and_readers_wait_for_theirs() {
 fn backlog_below_the_start_a_reader_applies_what_writers_left() {
     loom::model(|| {
         const START: usize = 2;
-        let backlog = Arc::new(Backlog::<G>::new(0, 100, 1));
-        let applied = Arc::new(Applied::new());
-        let (b, a) = (backlog.clone(), applied.clone());
-        let leader = thread::spawn(move || {
+        let (backlog, applied) = shared(Backlog::new(0, 100, 1));
+        let leader = spawn_on(&backlog, &applied, |b, a| {
             b.push(G(1));
             b.help_from(START, |g: &[G]| a.apply(g));
             b.push(G(2));
             b.help_from(START, |g: &[G]| a.apply(g));
         });
-        let (b, a) = (backlog.clone(), applied.clone());
-        let writer = thread::spawn(move || b.help_from(START, |g: &[G]| a.apply(g)));
+        let writer = spawn_on(&backlog, &applied, |b, a| {
+            b.help_from(START, |g: &[G]| a.apply(g))
+        });
         read_then_drain(&backlog, &applied, [leader, writer]);
     });
 }
@@ -568,10 +617,8 @@ fn backlog_below_the_start_a_reader_applies_what_writers_left() {
 fn backlog_the_applier_thread_applies_from_the_start_and_stops_on_close() {
     loom::model(|| {
         const START: usize = 2;
-        let backlog = Arc::new(Backlog::<G>::with_start(0, 100, 2, START));
-        let applied = Arc::new(Applied::new());
-        let (b, a) = (backlog.clone(), applied.clone());
-        let applier = thread::spawn(move || {
+        let (backlog, applied) = shared(Backlog::with_start(0, 100, 2, START));
+        let applier = spawn_on(&backlog, &applied, |b, a| {
             while b.next_batch_due() {
                 b.help_if_due(|g: &[G]| a.apply(g));
             }
@@ -593,9 +640,7 @@ fn backlog_the_applier_thread_applies_from_the_start_and_stops_on_close() {
             "one batch of both, in order"
         );
         backlog.stop();
-        applier.join().unwrap();
-        backlog.drain(|g: &[G]| applied.apply(g)).unwrap();
-        assert_eq!(applied.snapshot(), vec![1, 2], "each group once, in order");
+        join_then_drain(&backlog, &applied, [applier], 2);
     });
 }
 
@@ -605,18 +650,14 @@ fn backlog_the_applier_thread_applies_from_the_start_and_stops_on_close() {
 #[test]
 fn backlog_back_pressure_bounds_what_waits() {
     loom::model(|| {
-        let backlog = Arc::new(Backlog::<G>::new(0, 1, 1));
-        let applied = Arc::new(Applied::new());
-        let (b, a) = (backlog.clone(), applied.clone());
-        let helper = thread::spawn(move || b.help(|g: &[G]| a.apply(g)));
+        let (backlog, applied) = shared(Backlog::new(0, 1, 1));
+        let helper = spawn_on(&backlog, &applied, |b, a| b.help(|g: &[G]| a.apply(g)));
         backlog.push(G(1));
         backlog.make_room(|g: &[G]| applied.apply(g)).unwrap();
         assert!(backlog.size().units <= 1);
         backlog.push(G(2));
         assert!(backlog.size().max_units <= 2);
-        helper.join().unwrap();
-        backlog.drain(|g: &[G]| applied.apply(g)).unwrap();
-        assert_eq!(applied.snapshot(), vec![1, 2]);
+        join_then_drain(&backlog, &applied, [helper], 2);
     });
 }
 
@@ -677,17 +718,8 @@ fn overlay_the_leader_always_reads_what_it_decided_last() {
 #[test]
 fn tail_a_reader_finds_every_acknowledged_group_applied_or_listed() {
     loom::model(|| {
-        let backlog = Arc::new(Backlog::<G>::new(0, 100, 1));
-        let applied = Arc::new(Applied::new());
-        backlog.push(G(1));
-        backlog.push(G(2));
-        let (b, a) = (backlog.clone(), applied.clone());
-        let applier = thread::spawn(move || {
-            b.help(|g: &[G]| a.apply(g));
-            b.help(|g: &[G]| a.apply(g));
-        });
-        let b = backlog.clone();
-        let leader = thread::spawn(move || b.push(G(3)));
+        let (backlog, applied) = shared(Backlog::new(0, 100, 1));
+        let threads = two_pushed_then_applied_while_a_third_comes(&backlog, &applied);
 
         let (from, listed) = backlog.unapplied().expect("nothing fails in this model");
         let state = applied.snapshot();
@@ -713,14 +745,7 @@ fn tail_a_reader_finds_every_acknowledged_group_applied_or_listed() {
             "groups 1 and 2 were acknowledged, the reader sees up to {seen}"
         );
 
-        applier.join().unwrap();
-        leader.join().unwrap();
-        backlog.drain(|g: &[G]| applied.apply(g)).unwrap();
-        assert_eq!(
-            applied.snapshot(),
-            vec![1, 2, 3],
-            "each group once, in order"
-        );
+        join_then_drain(&backlog, &applied, threads, 3);
     });
 }
 
@@ -735,17 +760,8 @@ fn tail_a_reader_finds_every_acknowledged_group_applied_or_listed() {
 #[test]
 fn live_tail_a_reader_gets_every_group_after_its_state_or_is_told_they_were_applied() {
     loom::model(|| {
-        let backlog = Arc::new(Backlog::<G>::new(0, 100, 1));
-        let applied = Arc::new(Applied::new());
-        backlog.push(G(1));
-        backlog.push(G(2));
-        let (b, a) = (backlog.clone(), applied.clone());
-        let applier = thread::spawn(move || {
-            b.help(|g: &[G]| a.apply(g));
-            b.help(|g: &[G]| a.apply(g));
-        });
-        let b = backlog.clone();
-        let leader = thread::spawn(move || b.push(G(3)));
+        let (backlog, applied) = shared(Backlog::new(0, 100, 1));
+        let threads = two_pushed_then_applied_while_a_third_comes(&backlog, &applied);
 
         let (from, acked, _) = backlog.listing().expect("nothing fails in this model");
         assert!(
@@ -772,13 +788,6 @@ fn live_tail_a_reader_gets_every_group_after_its_state_or_is_told_they_were_appl
             Err(other) => panic!("nothing fails in this model: {other:?}"),
         }
 
-        applier.join().unwrap();
-        leader.join().unwrap();
-        backlog.drain(|g: &[G]| applied.apply(g)).unwrap();
-        assert_eq!(
-            applied.snapshot(),
-            vec![1, 2, 3],
-            "each group once, in order"
-        );
+        join_then_drain(&backlog, &applied, threads, 3);
     });
 }

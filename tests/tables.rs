@@ -3,31 +3,22 @@
 //! The real clients (delta-rs, DuckDB) read the tables in `tests/python/test_tables.py`.
 
 mod common;
+#[path = "common/parquet.rs"]
+mod parquet_files;
 
-use arrow_array::{ArrayRef, Int64Array, RecordBatch, StringArray};
+use arrow_array::{ArrayRef, Int64Array, RecordBatch};
 use common::copy_dir;
 use oncelake::fault::{FaultPlan, FaultyVfs};
 use oncelake::gc::GcOptions;
 use oncelake::table::{position, AutoPublisher, TableError, TableFormat};
 use oncelake::vfs::RealVfs;
 use oncelake::{Options, Store, VerifyOptions};
+use parquet_files::parquet;
 use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
-
-/// A Parquet file of `rows` rows (id, name).
-fn parquet(first_id: i64, rows: usize, name: &str) -> Vec<u8> {
-    let ids: ArrayRef = Arc::new(Int64Array::from_iter_values(
-        first_id..first_id + rows as i64,
-    ));
-    let names: ArrayRef = Arc::new(StringArray::from_iter_values((0..rows).map(|_| name)));
-    let batch = RecordBatch::try_from_iter([("id", ids), ("name", names)]).unwrap();
-    let mut w = parquet::arrow::ArrowWriter::try_new(Vec::new(), batch.schema(), None).unwrap();
-    w.write(&batch).unwrap();
-    w.into_inner().unwrap()
-}
 
 /// Every action of every version of a Delta log, by version.
 fn versions(table: &Path) -> BTreeMap<u64, Vec<Value>> {
@@ -70,27 +61,16 @@ fn live_files(vs: &BTreeMap<u64, Vec<Value>>, upto: u64) -> BTreeMap<String, i64
     live
 }
 
-fn txn_version(actions: &[Value]) -> u64 {
-    actions[0]["txn"]["version"].as_u64().unwrap()
+/// A new store (in a directory that must outlive it) with the Delta table `t` over the prefix `t/`.
+fn with_table_t() -> (tempfile::TempDir, Store) {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path().join("lake")).unwrap();
+    store.create_table("t", "t/", TableFormat::Delta).unwrap();
+    (dir, store)
 }
 
-fn all_files(dir: &Path) -> BTreeMap<PathBuf, Vec<u8>> {
-    let mut out = BTreeMap::new();
-    let mut stack = vec![dir.to_path_buf()];
-    while let Some(d) = stack.pop() {
-        for ent in std::fs::read_dir(&d).unwrap() {
-            let p = ent.unwrap().path();
-            if p.is_dir() {
-                stack.push(p);
-            } else {
-                out.insert(
-                    p.strip_prefix(dir).unwrap().to_path_buf(),
-                    std::fs::read(&p).unwrap(),
-                );
-            }
-        }
-    }
-    out
+fn txn_version(actions: &[Value]) -> u64 {
+    actions[0]["txn"]["version"].as_u64().unwrap()
 }
 
 /// The seq of a write that must have committed (fails otherwise).
@@ -145,9 +125,7 @@ fn tables_are_defined_once_and_listed() {
 /// The model: unit -> (its data file path, rows) after each store commit under the prefix.
 #[test]
 fn every_version_holds_exactly_the_committed_units() {
-    let dir = tempfile::tempdir().unwrap();
-    let store = Store::open(dir.path().join("lake")).unwrap();
-    store.create_table("t", "t/", TableFormat::Delta).unwrap();
+    let (_dir, store) = with_table_t();
     let mut model: BTreeMap<String, i64> = BTreeMap::new();
     let mut expected: Vec<(u64, BTreeMap<String, i64>)> = Vec::new();
     let mut seq_of_unit = BTreeMap::new();
@@ -237,7 +215,7 @@ fn a_publish_cut_at_any_file_operation_resumes_to_the_same_bytes() {
     let reference = dir.path().join("reference");
     copy_dir(&base, &reference);
     Store::open(&reference).unwrap().publish_table("t").unwrap();
-    let want = all_files(&reference.join("tables/t"));
+    let want = common::files(&reference.join("tables/t"));
     let mut n = 1;
     loop {
         let victim = dir.path().join(format!("victim{n}"));
@@ -254,7 +232,7 @@ fn a_publish_cut_at_any_file_operation_resumes_to_the_same_bytes() {
         let store = Store::open(&victim).unwrap();
         let r = store.publish_table("t").unwrap();
         assert_eq!(r.version, Some(5));
-        let mut got = all_files(&victim.join("tables/t"));
+        let mut got = common::files(&victim.join("tables/t"));
         got.retain(|p, _| !p.to_string_lossy().contains(".tmp")); // a cut temporary file
         assert_eq!(got, want, "cut at operation {n}");
         std::fs::remove_dir_all(&victim).unwrap();
@@ -483,9 +461,7 @@ fn checkpoint_tombstones_expire_after_a_week_the_same_whichever_way_they_are_bui
 
 #[test]
 fn bad_objects_stop_publish_naming_unit_and_seq_and_a_correction_continues() {
-    let dir = tempfile::tempdir().unwrap();
-    let store = Store::open(dir.path().join("lake")).unwrap();
-    store.create_table("t", "t/", TableFormat::Delta).unwrap();
+    let (_dir, store) = with_table_t();
     store.put("t/d=1/a", 1, &parquet(0, 3, "a")).unwrap();
     let bad = seq_of(store.put("t/d=1/b", 1, b"id,name\n1,b\n"));
     let e = store.publish_table("t").unwrap_err();
@@ -544,9 +520,7 @@ fn bad_objects_stop_publish_naming_unit_and_seq_and_a_correction_continues() {
 
 #[test]
 fn gc_keeps_what_tables_have_not_published_and_links_outlive_collected_objects() {
-    let dir = tempfile::tempdir().unwrap();
-    let store = Store::open(dir.path().join("lake")).unwrap();
-    store.create_table("t", "t/", TableFormat::Delta).unwrap();
+    let (_dir, store) = with_table_t();
     let zero = GcOptions {
         grace: Duration::ZERO,
         retain: Duration::ZERO,
@@ -585,9 +559,7 @@ fn gc_keeps_what_tables_have_not_published_and_links_outlive_collected_objects()
 
 #[test]
 fn verify_finds_wrong_and_missing_links_and_stray_files() {
-    let dir = tempfile::tempdir().unwrap();
-    let store = Store::open(dir.path().join("lake")).unwrap();
-    store.create_table("t", "t/", TableFormat::Delta).unwrap();
+    let (_dir, store) = with_table_t();
     store.put("t/d=1/a", 1, &parquet(0, 1, "a")).unwrap();
     store.put("t/d=1/b", 1, &parquet(5, 1, "b")).unwrap();
     store.publish_table("t").unwrap();
@@ -621,9 +593,7 @@ fn verify_finds_wrong_and_missing_links_and_stray_files() {
 
 #[test]
 fn an_auto_publisher_keeps_tables_up_to_date() {
-    let dir = tempfile::tempdir().unwrap();
-    let store = Store::open(dir.path().join("lake")).unwrap();
-    store.create_table("t", "t/", TableFormat::Delta).unwrap();
+    let (_dir, store) = with_table_t();
     let auto = AutoPublisher::start(store.clone(), Duration::from_millis(5));
     let mut last = 0;
     for i in 0..20u64 {
@@ -670,7 +640,7 @@ fn a_lake_nodes_table_is_published_into_the_lake_by_one_node() {
     }
     // The lake's copy: every file of the node's table but the node's own bookkeeping.
     let node_files = |store: &Store| {
-        let mut files = all_files(&store.table_dir("t"));
+        let mut files = common::files(&store.table_dir("t"));
         files.retain(|p, _| !p.to_string_lossy().starts_with("_oncelake_"));
         files
     };
@@ -679,7 +649,7 @@ fn a_lake_nodes_table_is_published_into_the_lake_by_one_node() {
     n1.publish_table("t").unwrap();
     commit(&n1, &mut model, 20, 30);
     let r = n1.publish_table("t").unwrap();
-    assert_eq!(all_files(&lake_table), node_files(&n1));
+    assert_eq!(common::files(&lake_table), node_files(&n1));
     let vs = versions(&lake_table);
     assert_eq!(vs.len() as u64, r.version.unwrap() + 1);
     let live = live_files(&vs, r.version.unwrap());
@@ -693,12 +663,12 @@ fn a_lake_nodes_table_is_published_into_the_lake_by_one_node() {
     let n2 = node("node2");
     n2.sync().unwrap();
     n2.create_table("t", "t/", TableFormat::Delta).unwrap();
-    let before = all_files(&lake_table);
+    let before = common::files(&lake_table);
     match n2.publish_table("t") {
         Err(TableError::LakeTable { detail, .. }) => assert!(detail.contains("another node")),
         other => panic!("a second publishing node must be refused: {other:?}"),
     }
-    assert_eq!(all_files(&lake_table), before);
+    assert_eq!(common::files(&lake_table), before);
     // Node 2's own (refused) publish found the objects node 1 committed, so its files hold node
     // 1's data files, byte for byte.
     let data = |files: BTreeMap<PathBuf, Vec<u8>>| {
@@ -716,6 +686,6 @@ fn a_lake_nodes_table_is_published_into_the_lake_by_one_node() {
     n1.sync().unwrap();
     commit(&n1, &mut model, 30, 36);
     let r = n1.publish_table("t").unwrap();
-    assert_eq!(all_files(&lake_table), node_files(&n1));
+    assert_eq!(common::files(&lake_table), node_files(&n1));
     assert_eq!(versions(&lake_table).len() as u64, r.version.unwrap() + 1);
 }

@@ -430,6 +430,16 @@ def test_forged_and_foreign_staging_handles_are_refused(tmp_path, served, python
         assert not path.is_file()
 
 
+def in_process_and_served(tmp_path, served, scenario):
+    """`scenario(store, its directory)` on a new local store, then through the server of
+    `served`: (what it saw in-process, what it saw through the server)."""
+    with oncelake.Store(tmp_path / "local") as local:
+        expected = scenario(local, tmp_path / "local")
+    with oncelake.Store(served) as remote:
+        got = scenario(remote, served)
+    return expected, got
+
+
 def snapshot_through_gc(store, lake):
     """A view taken before an overwrite keeps the old object through GC with zero retention;
     closing it lets the next GC remove it. What is seen at each step, for the model."""
@@ -462,14 +472,11 @@ def snapshot_through_gc(store, lake):
 
 
 def test_a_snapshot_through_the_server_keeps_its_objects_through_gc(tmp_path, served):
-    with oncelake.Store(tmp_path / "local") as local:
-        expected = snapshot_through_gc(local, tmp_path / "local")
-    with oncelake.Store(served) as remote:
-        got = snapshot_through_gc(remote, served)
-        # A snapshot id the server did not issue (or one closed) is refused: 410 and what to do.
-        status, body = request(served, "GET", "/v1/snapshot/ls?id=12345")
-        assert status == 410 and "take a new snapshot" in body["message"], body
+    expected, got = in_process_and_served(tmp_path, served, snapshot_through_gc)
     assert got == expected
+    # A snapshot id the server did not issue (or one closed) is refused: 410 and what to do.
+    status, body = request(served, "GET", "/v1/snapshot/ls?id=12345")
+    assert status == 410 and "take a new snapshot" in body["message"], body
     # The model: kept while the view is open, removed after it closed.
     assert expected[:4] == [True, b"old bytes", [1], b"new bytes"]
     assert expected[4] is False and expected[5] == "InvalidInput" and expected[6] is False
@@ -505,9 +512,6 @@ def damaged_reads(store, lake):
 
 
 def test_a_damaged_object_raises_corrupt_through_the_server_as_in_process(tmp_path, served):
-    with oncelake.Store(tmp_path / "local") as local:
-        expected = damaged_reads(local, tmp_path / "local")
-    with oncelake.Store(served) as remote:
-        got = damaged_reads(remote, served)
+    expected, got = in_process_and_served(tmp_path, served, damaged_reads)
     assert expected[0][0] == "Corrupt" and len(expected) == 2
     assert got == expected

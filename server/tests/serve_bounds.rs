@@ -302,6 +302,15 @@ fn answered_within(s: &mut TcpStream, wait: Duration) -> Option<(u16, String, St
     }
 }
 
+/// A server under `limits` whose idle blocking-pool threads exit after half a second, answering.
+fn with_a_short_keep_alive(limits: Limits) -> InProcess {
+    let server = InProcess::start(limits, |o| {
+        o.blocking_keep_alive = Duration::from_millis(500)
+    });
+    server.healthz();
+    server
+}
+
 /// Slow uploads (finding: 1,100 of them, a byte every 8 s, took all 1,024 threads of the pool,
 /// and `/healthz` and reads timed out). Now each holds a call on the blocking pool, bounded per
 /// client and in total: the ones beyond are shed at once with `503`, `/healthz` answers, an
@@ -317,10 +326,7 @@ fn slow_uploads_are_bounded_shed_and_cut_off() {
         min_body_rate: 1000,
         ..Limits::default()
     };
-    let server = InProcess::start(limits, |o| {
-        o.blocking_keep_alive = Duration::from_millis(500)
-    });
-    server.healthz();
+    let server = with_a_short_keep_alive(limits);
     let idle_threads = threads();
     // Two attacking hosts, 8 uploads each: each host may hold 3 calls, all together 6.
     let mut held = Vec::new();
@@ -639,10 +645,7 @@ fn after_a_burst_the_pool_threads_exit() {
         max_blocking_per_client: 24,
         ..Limits::default()
     };
-    let server = InProcess::start(limits, |o| {
-        o.blocking_keep_alive = Duration::from_millis(500)
-    });
-    server.healthz();
+    let server = with_a_short_keep_alive(limits);
     let idle = threads();
     // 16 streamed uploads at once (each holds a pool thread while its body arrives).
     let mut open: Vec<TcpStream> = (0..16)

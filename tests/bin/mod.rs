@@ -78,10 +78,21 @@ fn build() -> PathBuf {
 /// `env` added to its environment, capturing its output. The progress interval a caller's
 /// environment may set is removed, so that progress lines come only where a test asks for them.
 pub fn run_env(args: &[&str], stdin: Option<&[u8]>, env: &[(&str, &str)]) -> Output {
+    run_into(args, stdin, Stdio::piped(), env)
+}
+
+/// [`run_env`] with standard output `stdout` (a pipe whose reader is gone, `/dev/full`, ...):
+/// what the command wrote there is not captured.
+pub fn run_into(
+    args: &[&str],
+    stdin: Option<&[u8]>,
+    stdout: Stdio,
+    env: &[(&str, &str)],
+) -> Output {
     let mut cmd = Command::new(oncelake());
     cmd.args(args)
         .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
+        .stdout(stdout)
         .stderr(Stdio::piped())
         .env_remove("ONCELAKE_PROGRESS_INTERVAL");
     for (k, v) in env {
@@ -99,4 +110,25 @@ pub fn run_env(args: &[&str], stdin: Option<&[u8]>, env: &[(&str, &str)]) -> Out
 /// [`run_env`] with the caller's environment as it is.
 pub fn run(args: &[&str], stdin: Option<&[u8]>) -> Output {
     run_env(args, stdin, &[])
+}
+
+/// The JSON lines of the standard output of a command that must have succeeded, each parsed.
+pub fn json_lines(out: &Output) -> Vec<serde_json::Value> {
+    assert!(out.status.success(), "{out:?}");
+    std::str::from_utf8(&out.stdout)
+        .expect("UTF-8 output")
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not a JSON line ({e}): {l}")))
+        .collect()
+}
+
+/// [`run`] without input: the exit code, standard output and standard error (which must be
+/// UTF-8).
+pub fn run_text(args: &[&str]) -> (Option<i32>, String, String) {
+    let out = run(args, None);
+    (
+        out.status.code(),
+        String::from_utf8(out.stdout).expect("UTF-8 standard output"),
+        String::from_utf8(out.stderr).expect("UTF-8 standard error"),
+    )
 }

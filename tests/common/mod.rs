@@ -81,6 +81,36 @@ pub fn open_with_clock(dir: &Path, clock: &ManualClock) -> Store {
     .unwrap()
 }
 
+/// GC options that remove everything they may at once: no grace for staging leftovers, no
+/// retention of superseded history, not a dry run.
+pub fn gc_everything() -> oncelake::gc::GcOptions {
+    oncelake::gc::GcOptions {
+        dry_run: false,
+        grace: Duration::ZERO,
+        retain: Duration::ZERO,
+    }
+}
+
+/// A new store `name` with `options` in a new temporary directory (which must outlive it).
+pub fn open_new(name: &str, options: Options) -> (tempfile::TempDir, Store) {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open_with(dir.path().join(name), options).unwrap();
+    (dir, store)
+}
+
+/// A store of its own, opened by `open` (one of the `open_*with_clock` here) in a new temporary
+/// directory, on a manual clock standing at `t0`: the directory (which must outlive the store),
+/// the clock and the store.
+pub fn on_clock(
+    t0: u64,
+    open: fn(&Path, &ManualClock) -> Store,
+) -> (tempfile::TempDir, ManualClock, Store) {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = ManualClock::new(t0);
+    let store = open(&dir.path().join("s"), &clock);
+    (dir, clock, store)
+}
+
 /// Opens (or creates) a store at `dir` with [`relaxed`] durability whose leases follow `clock`.
 pub fn open_relaxed_with_clock(dir: &Path, clock: &ManualClock) -> Store {
     Store::open_with(
@@ -140,22 +170,45 @@ pub fn copy_dir(from: &Path, to: &Path) {
     }
 }
 
-/// Every file and directory below `dir` with its bytes (directories end in `/`, with no bytes): the
-/// "nothing changed" oracle.
-pub fn tree(dir: &Path) -> BTreeMap<String, Vec<u8>> {
-    let mut out = BTreeMap::new();
+/// Calls `seen` with every file and directory below `dir` (a directory before what it holds) and
+/// whether it is a directory.
+pub fn walk(dir: &Path, seen: &mut dyn FnMut(&Path, bool)) {
     let mut stack = vec![dir.to_path_buf()];
     while let Some(d) = stack.pop() {
         for e in std::fs::read_dir(&d).unwrap() {
             let p = e.unwrap().path();
-            if p.is_dir() {
-                out.insert(format!("{}/", p.display()), Vec::new());
+            let is_dir = p.is_dir();
+            seen(&p, is_dir);
+            if is_dir {
                 stack.push(p);
-            } else {
-                out.insert(p.display().to_string(), std::fs::read(&p).unwrap());
             }
         }
     }
+}
+
+/// Every file and directory below `dir` with its bytes (directories end in `/`, with no bytes): the
+/// "nothing changed" oracle.
+pub fn tree(dir: &Path) -> BTreeMap<String, Vec<u8>> {
+    let mut out = BTreeMap::new();
+    walk(dir, &mut |p, is_dir| {
+        if is_dir {
+            out.insert(format!("{}/", p.display()), Vec::new());
+        } else {
+            out.insert(p.display().to_string(), std::fs::read(p).unwrap());
+        }
+    });
+    out
+}
+
+/// Every file below `dir` by its path relative to `dir`, with its bytes.
+pub fn files(dir: &Path) -> BTreeMap<PathBuf, Vec<u8>> {
+    let mut out = BTreeMap::new();
+    walk(dir, &mut |p, is_dir| {
+        if !is_dir {
+            let rel = p.strip_prefix(dir).unwrap().to_path_buf();
+            out.insert(rel, std::fs::read(p).unwrap());
+        }
+    });
     out
 }
 
@@ -205,8 +258,26 @@ pub fn created_then_faulty(
     path: &Path,
     clock: &ManualClock,
 ) -> (Arc<oncelake::fault::FaultPlan>, Store) {
-    drop(Store::open_with(path, real_options(clock)).unwrap());
+    created_then_through(path, clock, oncelake::fault::FaultPlan::new())
+}
+
+/// [`created_then_faulty`] with a plan that loses every unsynced write at a power cut, from the
+/// first operation of the faulty open: what the store acknowledges survives in its log alone.
+pub fn created_then_losing_unsynced(
+    path: &Path,
+    clock: &ManualClock,
+) -> (Arc<oncelake::fault::FaultPlan>, Store) {
     let plan = oncelake::fault::FaultPlan::new();
+    plan.lose_unsynced_writes(true);
+    created_then_through(path, clock, plan)
+}
+
+fn created_then_through(
+    path: &Path,
+    clock: &ManualClock,
+    plan: Arc<oncelake::fault::FaultPlan>,
+) -> (Arc<oncelake::fault::FaultPlan>, Store) {
+    drop(Store::open_with(path, real_options(clock)).unwrap());
     let store = Store::open_with(path, faulty_options(&plan, clock)).unwrap();
     (plan, store)
 }

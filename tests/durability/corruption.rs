@@ -98,12 +98,16 @@ fn entry_text(e: &oncelake::Entry) -> String {
 
 type R<T> = oncelake::Result<T>;
 
+/// Every current entry of `snap`, as text.
+fn entries(snap: &oncelake::Snapshot) -> R<Vec<String>> {
+    snap.iter()?
+        .map(|e| e.map(|e| entry_text(&e)))
+        .collect::<R<Vec<_>>>()
+}
+
 fn read_all(store: &Store) -> R<Answers> {
     let snap = store.snapshot()?;
-    let current = snap
-        .iter()?
-        .map(|e| e.map(|e| entry_text(&e)))
-        .collect::<R<Vec<_>>>()?;
+    let current = entries(&snap)?;
     let mut gets = Vec::new();
     for i in (0..UNITS + 5).step_by(4) {
         let unit = format!("unit/{i:04}");
@@ -459,10 +463,7 @@ fn a_stored_token_at_or_above_the_next_one_is_refused_as_damage_not_a_panic() {
 /// log, and whether verify finds it intact.
 fn sweep_read(store: &Store) -> R<SweepAnswers> {
     let snap = store.snapshot()?;
-    let ls = snap
-        .iter()?
-        .map(|e| e.map(|e| entry_text(&e)))
-        .collect::<R<Vec<_>>>()?;
+    let ls = entries(&snap)?;
     let mut gets = Vec::new();
     for i in 0..SWEEP_UNITS + 2 {
         let unit = format!("u/{i:02}");

@@ -586,13 +586,7 @@ impl Sim {
             0..=3 => {
                 let version = self.version_for(&unit);
                 let content = self.content(&unit, version);
-                self.stage_item(Item {
-                    unit,
-                    version,
-                    content,
-                    token: None,
-                    intent: Intent::Put,
-                })
+                self.stage_without_token(unit, version, content, Intent::Put)
             }
             4..=6 => {
                 let version = self.version_for(&unit) + 1;
@@ -609,26 +603,14 @@ impl Sim {
                 };
                 let fix = self.rng.below(4);
                 let content = format!("{unit}@{}#fix{fix}", cur.version).into_bytes();
-                self.stage_item(Item {
-                    unit,
-                    version: cur.version,
-                    content,
-                    token: None,
-                    intent: Intent::Correct,
-                })
+                self.stage_without_token(unit, cur.version, content, Intent::Correct)
             }
             _ => {
                 // A retry of an output produced long ago (maybe corrected or superseded since).
                 let Some((unit, version, content)) = self.rng.pick(&self.past).cloned() else {
                     return WriterState::Idle;
                 };
-                self.stage_item(Item {
-                    unit,
-                    version,
-                    content,
-                    token: None,
-                    intent: Intent::Put,
-                })
+                self.stage_without_token(unit, version, content, Intent::Put)
             }
         }
     }
@@ -674,6 +656,23 @@ impl Sim {
                 None
             }
         }
+    }
+
+    /// Stages `content` for a token-less write of `unit` at `version`.
+    fn stage_without_token(
+        &mut self,
+        unit: String,
+        version: u64,
+        content: Vec<u8>,
+        intent: Intent,
+    ) -> WriterState {
+        self.stage_item(Item {
+            unit,
+            version,
+            content,
+            token: None,
+            intent,
+        })
     }
 
     fn stage_item(&mut self, item: Item) -> WriterState {

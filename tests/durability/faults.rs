@@ -557,32 +557,29 @@ fn sweep(fault: Fault) -> (u64, u64) {
     (points, repairs.load(Ordering::Relaxed))
 }
 
+/// Runs the sweep of `fault` at every operation of the workload, says what it found, and checks
+/// that it covered the workload; returns how many reopens needed redb's repair.
+fn sweep_every_operation(fault: Fault, what: &str) -> u64 {
+    let (points, repairs) = sweep(fault);
+    eprintln!("{what} sweep: {points} points, all passed; {repairs} reopens needed redb repair");
+    assert!(points > 50, "{what}: the workload has {points} operations");
+    repairs
+}
+
 #[test]
 fn crash_at_every_operation() {
-    let (points, repairs) = sweep(Fault::Crash);
-    eprintln!(
-        "crash sweep: {points} crash points, all passed; {repairs} reopens needed redb repair"
-    );
-    assert!(points > 50, "the workload has {points} operations");
+    let repairs = sweep_every_operation(Fault::Crash, "crash");
     assert!(repairs > 0, "no crash left the database needing repair");
 }
 
 #[test]
 fn fail_at_every_operation() {
-    let (points, repairs) = sweep(Fault::Fail);
-    eprintln!(
-        "failure sweep: {points} failure points, all passed; {repairs} reopens needed redb repair"
-    );
-    assert!(points > 50, "the workload has {points} operations");
+    sweep_every_operation(Fault::Fail, "failure");
 }
 
 #[test]
 fn power_cut_at_every_operation() {
-    let (points, repairs) = sweep(Fault::PowerCut);
-    eprintln!(
-        "power-cut sweep: {points} crash points losing unsynced writes, all passed; {repairs} reopens needed redb repair"
-    );
-    assert!(points > 50, "the workload has {points} operations");
+    sweep_every_operation(Fault::PowerCut, "power-cut (unsynced writes lost)");
 }
 
 /// A failed directory sync after publishing leaves a link that may not survive a power cut; the
@@ -592,10 +589,7 @@ fn restaging_after_a_failed_directory_sync_makes_the_entry_durable() {
     let dir = scratch("oncelake-faults");
     let path = dir.path().join("lake");
     let clock = ManualClock::new(T0);
-    drop(Store::open_with(&path, real_options(&clock)).unwrap());
-    let plan = FaultPlan::new();
-    plan.lose_unsynced_writes(true);
-    let store = Store::open_with(&path, faulty_options(&plan, &clock)).unwrap();
+    let (plan, store) = common::created_then_losing_unsynced(&path, &clock);
 
     // Staging a small object: create, write, fsync, chmod, link, directory sync, remove.
     plan.fail_at(plan.ops() + 6);

@@ -190,94 +190,65 @@ fn check_snapshot_is_whole(store: &Store) {
     );
 }
 
-#[test]
-fn sixty_four_writers_agree_with_a_sequential_replay() {
-    let dir = tempfile::tempdir().unwrap();
-    let store = Store::open_with(
-        dir.path().join("lake"),
-        Options {
-            max_group_units: GROUP_BOUND,
-            ..Options::default()
-        },
-    )
-    .unwrap();
+/// Objects that depend only on (version, variant), staged once: two writers with the same
+/// version and variant produce identical bytes (a duplicate), different variants differ (a
+/// conflict).
+type Objects = HashMap<(u64, u64), Staged>;
 
-    // Objects depend only on (version, variant): two writers with the same version and variant
-    // produce identical bytes (a duplicate), different variants differ (a conflict).
-    let objects: Arc<HashMap<(u64, u64), Staged>> = Arc::new(
-        (1..=VERSIONS)
-            .flat_map(|v| (0..2).map(move |x| (v, x)))
-            .map(|(v, x)| {
-                let bytes = format!("output version {v} variant {x}");
-                ((v, x), store.stage_bytes(bytes.as_bytes()).unwrap())
-            })
-            .collect(),
-    );
+fn stage_every_variant(store: &Store) -> Objects {
+    (1..=VERSIONS)
+        .flat_map(|v| (0..2).map(move |x| (v, x)))
+        .map(|(v, x)| {
+            let bytes = format!("output version {v} variant {x}");
+            ((v, x), store.stage_bytes(bytes.as_bytes()).unwrap())
+        })
+        .collect()
+}
 
-    let running = Arc::new(AtomicBool::new(true));
-    let snapshots_checked = Arc::new(AtomicU64::new(0));
-    let reader = {
-        let (store, running, checked) = (store.clone(), running.clone(), snapshots_checked.clone());
-        std::thread::spawn(move || {
-            while running.load(Ordering::Relaxed) {
-                check_snapshot_is_whole(&store);
-                checked.fetch_add(1, Ordering::Relaxed);
+/// Writer `t`'s requests: single units, or (every eighth writer) batches of `BATCH_UNITS`, each
+/// with the seqs seen just before it was submitted and just after it returned.
+fn write_requests(store: &Store, objects: &Objects, t: usize) -> Vec<Request> {
+    let mut rng = Rng(0x9E37_79B9_7F4A_7C15 ^ (t as u64 + 1));
+    let n = if t.is_multiple_of(8) { BATCH_UNITS } else { 1 };
+    (0..REQUESTS_PER_THREAD)
+        .map(|_| {
+            let mut units = HashSet::new();
+            let mut items = Vec::new();
+            let mut batch = Batch::new();
+            while items.len() < n {
+                let u = rng.below(UNITS);
+                if !units.insert(u) {
+                    continue;
+                }
+                let v = 1 + rng.below(VERSIONS);
+                // Mostly variant 0, so that duplicates outnumber conflicts.
+                let x = u64::from(rng.below(5) == 0);
+                let staged = &objects[&(v, x)];
+                batch = batch.put(unit(u), v, staged);
+                items.push((unit(u), v, staged.id()));
+            }
+            let lo = store.last_seq().unwrap();
+            let report = store.commit(batch).unwrap();
+            let hi = store.last_seq().unwrap();
+            Request {
+                items,
+                lo,
+                hi,
+                report,
             }
         })
-    };
+        .collect()
+}
 
-    let writers: Vec<_> = (0..THREADS)
-        .map(|t| {
-            let (store, objects) = (store.clone(), objects.clone());
-            std::thread::spawn(move || {
-                let mut rng = Rng(0x9E37_79B9_7F4A_7C15 ^ (t as u64 + 1));
-                let batching = t % 8 == 0;
-                (0..REQUESTS_PER_THREAD)
-                    .map(|_| {
-                        let n = if batching { BATCH_UNITS } else { 1 };
-                        let mut units = HashSet::new();
-                        let mut items = Vec::new();
-                        let mut batch = Batch::new();
-                        while items.len() < n {
-                            let u = rng.below(UNITS);
-                            if !units.insert(u) {
-                                continue;
-                            }
-                            let v = 1 + rng.below(VERSIONS);
-                            // Mostly variant 0, so that duplicates outnumber conflicts.
-                            let x = u64::from(rng.below(5) == 0);
-                            let staged = &objects[&(v, x)];
-                            batch = batch.put(unit(u), v, staged);
-                            items.push((unit(u), v, staged.id()));
-                        }
-                        let lo = store.last_seq().unwrap();
-                        let report = store.commit(batch).unwrap();
-                        let hi = store.last_seq().unwrap();
-                        Request {
-                            items,
-                            lo,
-                            hi,
-                            report,
-                        }
-                    })
-                    .collect::<Vec<_>>()
-            })
-        })
-        .collect();
-    let requests: Vec<Request> = writers
-        .into_iter()
-        .flat_map(|h| h.join().unwrap())
-        .collect();
-    running.store(false, Ordering::Relaxed);
-    reader.join().unwrap();
-    check_snapshot_is_whole(&store);
-
-    let model = Model::replay_log(&store);
-
-    // Every log entry belongs to exactly one committed outcome, and vice versa.
+/// Every log entry belongs to exactly one committed outcome, and vice versa; a commit's record
+/// holds exactly its committed units. Returns how many outcomes of each name there were.
+fn every_entry_is_one_acknowledged_commit(
+    requests: &[Request],
+    model: &Model,
+) -> HashMap<&'static str, usize> {
     let mut claimed: HashSet<(String, u64)> = HashSet::new();
     let mut by_name: HashMap<&'static str, usize> = HashMap::new();
-    for req in &requests {
+    for req in requests {
         assert_eq!(req.report.units.len(), req.items.len());
         for (u, (unit, v, o)) in req.report.units.iter().zip(&req.items) {
             assert_eq!((&u.unit, u.source_version, u.object), (unit, *v, *o));
@@ -294,26 +265,24 @@ fn sixty_four_writers_agree_with_a_sequential_replay() {
                 );
             }
         }
+        let mut committed: Vec<String> = req
+            .report
+            .units
+            .iter()
+            .filter(|u| matches!(u.outcome, Outcome::Committed { .. }))
+            .map(|u| u.unit.clone())
+            .collect();
         match req.report.seq {
-            // A commit's record holds exactly its committed units.
             Some(seq) => {
                 let mut logged = model.records[&seq].clone();
-                let mut committed: Vec<String> = req
-                    .report
-                    .units
-                    .iter()
-                    .filter(|u| matches!(u.outcome, Outcome::Committed { .. }))
-                    .map(|u| u.unit.clone())
-                    .collect();
                 logged.sort();
                 committed.sort();
                 assert_eq!(logged, committed, "record {seq} does not match its commit");
             }
-            None => assert!(!req
-                .report
-                .units
-                .iter()
-                .any(|u| matches!(u.outcome, Outcome::Committed { .. }))),
+            None => assert!(
+                committed.is_empty(),
+                "{committed:?} committed without a seq"
+            ),
         }
     }
     let logged: usize = model.records.values().map(Vec::len).sum();
@@ -322,10 +291,13 @@ fn sixty_four_writers_agree_with_a_sequential_replay() {
         claimed.len(),
         "the log holds entries nobody was told were committed"
     );
+    by_name
+}
 
-    // Every outcome is what the sequential rules say at a point where the request could have been
-    // decided.
-    for req in &requests {
+/// Every outcome is what the sequential rules say at a point where the request could have been
+/// decided.
+fn every_outcome_is_the_rules_at_some_seq(requests: &[Request], model: &Model) {
+    for req in requests {
         let observed: Vec<Outcome> = req.report.units.iter().map(|u| u.outcome).collect();
         match req.report.seq {
             Some(seq) => {
@@ -352,8 +324,10 @@ fn sixty_four_writers_agree_with_a_sequential_replay() {
             }
         }
     }
+}
 
-    // Every request was in exactly one group, and groups kept their bound.
+/// Every request was in exactly one group, and groups kept their bound.
+fn groups_kept_their_bound(store: &Store, requests: &[Request]) {
     let m = store.metrics();
     let submitted: u64 = requests.iter().map(|r| r.items.len() as u64).sum();
     assert_eq!(
@@ -368,6 +342,47 @@ fn sixty_four_writers_agree_with_a_sequential_replay() {
         "a group went over the bound of {GROUP_BOUND}: {:?}",
         m.group_units.buckets
     );
+}
+
+#[test]
+fn sixty_four_writers_agree_with_a_sequential_replay() {
+    let (_dir, store) = common::open_new(
+        "lake",
+        Options {
+            max_group_units: GROUP_BOUND,
+            ..Options::default()
+        },
+    );
+    let objects = Arc::new(stage_every_variant(&store));
+    let running = Arc::new(AtomicBool::new(true));
+    let snapshots_checked = Arc::new(AtomicU64::new(0));
+    let reader = {
+        let (store, running, checked) = (store.clone(), running.clone(), snapshots_checked.clone());
+        std::thread::spawn(move || {
+            while running.load(Ordering::Relaxed) {
+                check_snapshot_is_whole(&store);
+                checked.fetch_add(1, Ordering::Relaxed);
+            }
+        })
+    };
+    let writers: Vec<_> = (0..THREADS)
+        .map(|t| {
+            let (store, objects) = (store.clone(), objects.clone());
+            std::thread::spawn(move || write_requests(&store, &objects, t))
+        })
+        .collect();
+    let requests: Vec<Request> = writers
+        .into_iter()
+        .flat_map(|h| h.join().unwrap())
+        .collect();
+    running.store(false, Ordering::Relaxed);
+    reader.join().unwrap();
+    check_snapshot_is_whole(&store);
+
+    let model = Model::replay_log(&store);
+    let by_name = every_entry_is_one_acknowledged_commit(&requests, &model);
+    every_outcome_is_the_rules_at_some_seq(&requests, &model);
+    groups_kept_their_bound(&store, &requests);
     // The mix must have exercised every rule, or the test proves less than it claims.
     for name in ["committed", "duplicate", "conflict", "stale", "aborted"] {
         assert!(
@@ -375,12 +390,13 @@ fn sixty_four_writers_agree_with_a_sequential_replay() {
             "no {name} outcome in {by_name:?}"
         );
     }
-    assert!(snapshots_checked.load(Ordering::Relaxed) > 0);
+    let checked = snapshots_checked.load(Ordering::Relaxed);
+    assert!(checked > 0);
+    let m = store.metrics();
     eprintln!(
-        "{} requests, outcomes {by_name:?}, {} groups, mean group {:.1} units, {} snapshots checked",
+        "{} requests, outcomes {by_name:?}, {} groups, mean group {:.1} units, {checked} snapshots checked",
         requests.len(),
         m.groups,
         m.group_units.mean(),
-        snapshots_checked.load(Ordering::Relaxed)
     );
 }

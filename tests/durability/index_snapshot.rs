@@ -81,12 +81,16 @@ fn assert_exact(store: &Store, model: &Model, universe: u64) {
     }
 }
 
-fn fill(dir: &Path, model: &mut Model, rng: &mut Rng, commits: usize, universe: u64) {
+/// A store at `dir` after `commits` random commits of 8 units drawn from `seed`, closed cleanly
+/// (so it has a snapshot); its model and the generator to go on with.
+fn fill(dir: &Path, seed: u64, commits: usize, universe: u64) -> (Model, Rng) {
+    let (mut model, mut rng) = (Model::new(), Rng(seed));
     let store = open(dir);
     for _ in 0..commits {
-        commit_random(&store, model, rng, 8, universe);
+        commit_random(&store, &mut model, &mut rng, 8, universe);
     }
-    assert_exact(&store, model, universe);
+    assert_exact(&store, &model, universe);
+    (model, rng)
 }
 
 fn copy(from: &Path, to: &Path) {
@@ -97,7 +101,6 @@ fn copy(from: &Path, to: &Path) {
 fn a_clean_close_persists_the_index_and_the_reopen_uses_it() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("lake");
-    let (mut model, mut rng) = (Model::new(), Rng(7));
     {
         let store = open(&dir);
         let r = store.open_report();
@@ -105,7 +108,7 @@ fn a_clean_close_persists_the_index_and_the_reopen_uses_it() {
         assert_eq!(r.fallback.as_deref(), Some("no snapshot"));
         drop(store);
     }
-    fill(&dir, &mut model, &mut rng, 40, 200);
+    let (mut model, mut rng) = fill(&dir, 7, 40, 200);
     assert!(dir.join(SNAP).exists(), "a clean close writes the snapshot");
     let store = open(&dir);
     let r = store.open_report();
@@ -129,8 +132,7 @@ fn a_clean_close_persists_the_index_and_the_reopen_uses_it() {
 fn an_older_snapshot_is_caught_up_by_replaying_the_log() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("lake");
-    let (mut model, mut rng) = (Model::new(), Rng(11));
-    fill(&dir, &mut model, &mut rng, 30, 150);
+    let (mut model, mut rng) = fill(&dir, 11, 30, 150);
     let old = tmp.path().join("old.snap");
     copy(&dir.join(SNAP), &old);
     let old_seq = open(&dir).last_seq().unwrap();
@@ -183,6 +185,24 @@ fn crash_child() {
     std::process::exit(0);
 }
 
+/// Runs [`crash_child`] on the store at `dir` (with a long tail when `long_tail`), which must
+/// exit 0 after its commits.
+fn crash_in_a_child(dir: &Path, long_tail: bool) {
+    let mut child = Command::new(std::env::current_exe().unwrap());
+    child
+        .args([
+            "--exact",
+            &common::test_path(module_path!(), "crash_child"),
+            "--nocapture",
+        ])
+        .env(CHILD_ENV, dir);
+    if long_tail {
+        child.env(LONG_TAIL_ENV, "1");
+    }
+    let status = child.status().unwrap();
+    assert!(status.success(), "the crash child: {status}");
+}
+
 const LONG_TAIL_ENV: &str = "ONCELAKE_SNAP_CHILD_LONG";
 /// More than a catch-up replays on top of a snapshot of ~100 units (an eighth of them + 4,096).
 const LONG_TAIL: u64 = 5000;
@@ -193,19 +213,8 @@ const LONG_TAIL: u64 = 5000;
 fn a_crash_after_a_long_tail_scans_instead_of_catching_up() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("lake");
-    let (mut model, mut rng) = (Model::new(), Rng(19));
-    fill(&dir, &mut model, &mut rng, 20, 100);
-    let status = Command::new(std::env::current_exe().unwrap())
-        .args([
-            "--exact",
-            &common::test_path(module_path!(), "crash_child"),
-            "--nocapture",
-        ])
-        .env(CHILD_ENV, &dir)
-        .env(LONG_TAIL_ENV, "1")
-        .status()
-        .unwrap();
-    assert!(status.success());
+    let (model, _) = fill(&dir, 19, 20, 100);
+    crash_in_a_child(&dir, true);
     let store = open(&dir);
     let r = store.open_report();
     assert!(!r.index_from_snapshot, "{r:?}");
@@ -222,19 +231,9 @@ fn a_crash_after_a_long_tail_scans_instead_of_catching_up() {
 fn a_crash_without_a_clean_close_is_caught_up() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("lake");
-    let (mut model, mut rng) = (Model::new(), Rng(13));
-    fill(&dir, &mut model, &mut rng, 20, 100);
+    let (mut model, _) = fill(&dir, 13, 20, 100);
     let snap_seq = open(&dir).last_seq().unwrap();
-    let status = Command::new(std::env::current_exe().unwrap())
-        .args([
-            "--exact",
-            &common::test_path(module_path!(), "crash_child"),
-            "--nocapture",
-        ])
-        .env(CHILD_ENV, &dir)
-        .status()
-        .unwrap();
-    assert!(status.success());
+    crash_in_a_child(&dir, false);
     for i in 0..50u64 {
         model.insert(format!("u/{}", i % 70), 1000 + i);
     }
@@ -251,8 +250,7 @@ fn a_crash_without_a_clean_close_is_caught_up() {
 fn falls_back(spoil: impl FnOnce(&Path, &Path), why: &str) {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("lake");
-    let (mut model, mut rng) = (Model::new(), Rng(17));
-    fill(&dir, &mut model, &mut rng, 25, 120);
+    let (model, _) = fill(&dir, 17, 25, 120);
     spoil(&dir, tmp.path());
     let store = open(&dir);
     let r = store.open_report();
@@ -310,8 +308,7 @@ fn a_snapshot_of_another_store_falls_back_to_the_scan() {
         |dir, tmp| {
             // Another store with the same units and commits: only its identity differs.
             let other = tmp.join("other");
-            let (mut model, mut rng) = (Model::new(), Rng(17));
-            fill(&other, &mut model, &mut rng, 25, 120);
+            fill(&other, 17, 25, 120);
             copy(&other.join(SNAP), &dir.join(SNAP));
         },
         "another store",
@@ -360,20 +357,25 @@ fn closing_a_store_releases_its_lock_while_a_forked_child_holds_its_descriptors(
     assert!(reopened.get("u/1").unwrap().is_some());
 }
 
+/// Saves the store's database, commits through `commits` on the opened store, closes it and puts
+/// the saved database back: the snapshot the close wrote is ahead of the database.
+fn commit_then_restore_the_database(dir: &Path, tmp: &Path, commits: impl FnOnce(&Store)) {
+    let db = dir.join(oncelake::DB_FILE);
+    let saved = tmp.join("saved.redb");
+    copy(&db, &saved);
+    commits(&open(dir));
+    copy(&saved, &db);
+}
+
 #[test]
 fn a_snapshot_ahead_of_a_restored_database_falls_back_to_the_scan() {
     falls_back(
         |dir, tmp| {
-            let db = dir.join(oncelake::DB_FILE);
-            let saved = tmp.join("saved.redb");
-            copy(&db, &saved);
-            {
-                let store = open(dir);
+            commit_then_restore_the_database(dir, tmp, |store| {
                 for i in 0..5 {
                     store.put(&format!("x/{i}"), 1, b"later").unwrap();
                 }
-            }
-            copy(&saved, &db);
+            })
         },
         "ends at",
     );
@@ -383,22 +385,14 @@ fn a_snapshot_ahead_of_a_restored_database_falls_back_to_the_scan() {
 fn a_snapshot_of_a_replaced_history_falls_back_to_the_scan() {
     falls_back(
         |dir, tmp| {
-            // Save the database, commit one batch (snapshot at seq s), restore the database and
-            // commit a different batch to reach the same seq s, then put the first snapshot back.
-            let db = dir.join(oncelake::DB_FILE);
-            let saved = tmp.join("saved.redb");
-            copy(&db, &saved);
-            {
-                let store = open(dir);
+            // Commit one batch (snapshot at seq s) and restore the database, commit a different
+            // batch to reach the same seq s, then put the first snapshot back.
+            commit_then_restore_the_database(dir, tmp, |store| {
                 store.put("x/first", 1, b"first history").unwrap();
-            }
+            });
             let first = tmp.join("first.snap");
             copy(&dir.join(SNAP), &first);
-            copy(&saved, &db);
-            {
-                let store = open(dir);
-                store.put("u/replaced", 1, b"other history").unwrap();
-            }
+            open(dir).put("u/replaced", 1, b"other history").unwrap();
             copy(&first, &dir.join(SNAP));
         },
         "differs",

@@ -21,7 +21,7 @@ use oncelake::{
     MARKER_FILE,
 };
 use std::collections::BTreeMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 const T0: u64 = 1_700_000_000_000;
@@ -173,6 +173,45 @@ fn check(dir: &Path, clock: &ManualClock, acked: &Acked, label: &str) {
     assert_eq!(r.seq, Some(snap.seq() + 1), "{label}: no seq is reused");
 }
 
+/// A new store `lake` in `tmp` opened through a fault plan that loses every unsynced write at a
+/// cut: what it acknowledges survives in the write-ahead log alone.
+fn losing_unsynced_writes(
+    tmp: &tempfile::TempDir,
+) -> (PathBuf, ManualClock, std::sync::Arc<FaultPlan>, Store) {
+    let dir = tmp.path().join("lake");
+    let clock = ManualClock::new(T0);
+    let (plan, store) = common::created_then_losing_unsynced(&dir, &clock);
+    (dir, clock, plan, store)
+}
+
+/// A power cut now that keeps no unsynced write of the store's database.
+fn cut_every_unsynced_write(plan: &FaultPlan, store: Store, dir: &Path) {
+    plan.crash_now();
+    drop(store);
+    plan.apply_power_loss(&dir.join(oncelake::DB_FILE)).unwrap();
+}
+
+/// A store `name` in `tmp` that ran `steps` steps of the script and was closed.
+fn written(tmp: &tempfile::TempDir, name: &str, steps: usize) -> (PathBuf, ManualClock, Acked) {
+    let dir = tmp.path().join(name);
+    let clock = ManualClock::new(T0);
+    let store = Store::open_with(&dir, real_options(&clock)).unwrap();
+    let acked = run(&store, &script(steps));
+    drop(store);
+    (dir, clock, acked)
+}
+
+/// The store's change feed from the start, a record a line.
+fn feed(store: &Store) -> Vec<String> {
+    store
+        .snapshot()
+        .unwrap()
+        .changes_since(0)
+        .unwrap()
+        .map(|r| format!("{:?}", r.unwrap()))
+        .collect()
+}
+
 #[test]
 fn a_power_cut_at_any_operation_loses_no_acknowledged_commit_and_tears_no_batch() {
     let tmp = scratch("oncelake-wal");
@@ -226,19 +265,12 @@ fn a_power_cut_at_any_operation_loses_no_acknowledged_commit_and_tears_no_batch(
 #[test]
 fn acknowledged_commits_are_in_the_log_alone_and_the_open_replays_them() {
     let tmp = scratch("oncelake-wal");
-    let dir = tmp.path().join("lake");
-    let clock = ManualClock::new(T0);
-    drop(Store::open_with(&dir, real_options(&clock)).unwrap());
-    let plan = FaultPlan::new();
-    plan.lose_unsynced_writes(true);
-    let store = Store::open_with(&dir, faulty_options(&plan, &clock)).unwrap();
+    let (dir, clock, plan, store) = losing_unsynced_writes(&tmp);
     let acked = run(&store, &script(30));
     assert!(acked.in_flight.is_none());
-    plan.crash_now();
-    drop(store);
     // The pessimistic cut: every unsynced write is lost, so the database keeps nothing the
     // groups wrote (none was a checkpoint): whatever is there came from the log.
-    plan.apply_power_loss(&dir.join(oncelake::DB_FILE)).unwrap();
+    cut_every_unsynced_write(&plan, store, &dir);
     {
         let raw = redb::Database::open(dir.join(oncelake::DB_FILE)).unwrap();
         let txn = redb::ReadableDatabase::begin_read(&raw).unwrap();
@@ -279,11 +311,7 @@ fn acknowledged_commits_are_in_the_log_alone_and_the_open_replays_them() {
 #[test]
 fn a_format_2_store_is_refused_unchanged() {
     let tmp = scratch("oncelake-wal");
-    let dir = tmp.path().join("lake");
-    let clock = ManualClock::new(T0);
-    let store = Store::open_with(&dir, real_options(&clock)).unwrap();
-    run(&store, &script(20));
-    drop(store);
+    let (dir, clock, _) = written(&tmp, "lake", 20);
     // Rewrite it as format 2 wrote it: no log file, no applied-group counter, format 2.
     std::fs::remove_file(dir.join("wal.redb")).unwrap();
     {
@@ -385,11 +413,7 @@ fn rewrite_as_format_3(dir: &Path) -> usize {
 #[test]
 fn a_format_3_store_is_refused_unchanged() {
     let tmp = scratch("oncelake-wal");
-    let dir = tmp.path().join("lake");
-    let clock = ManualClock::new(T0);
-    let store = Store::open_with(&dir, real_options(&clock)).unwrap();
-    let acked = run(&store, &script(30));
-    drop(store);
+    let (dir, clock, acked) = written(&tmp, "lake", 30);
     let copies = rewrite_as_format_3(&dir);
     assert_eq!(copies, acked.model.len());
     refused_unchanged(&dir, &clock, 3);
@@ -398,11 +422,7 @@ fn a_format_3_store_is_refused_unchanged() {
 #[test]
 fn a_store_whose_log_is_missing_or_damaged_is_refused_not_opened_without_it() {
     let tmp = scratch("oncelake-wal");
-    let clock = ManualClock::new(T0);
-    let base = tmp.path().join("base");
-    let store = Store::open_with(&base, real_options(&clock)).unwrap();
-    run(&store, &script(5));
-    drop(store);
+    let (base, clock, _) = written(&tmp, "base", 5);
     // Missing: it could have held acknowledged commits, so the open refuses and says so.
     let missing = tmp.path().join("missing");
     copy_dir(&base, &missing);
@@ -464,12 +484,7 @@ fn put_with(store: &Store, unit: &str, version: u64, bytes: &[u8], token: Option
 #[test]
 fn claims_renewals_releases_and_corrections_come_back_from_the_log_alone() {
     let tmp = scratch("oncelake-wal");
-    let dir = tmp.path().join("lake");
-    let clock = ManualClock::new(T0);
-    drop(Store::open_with(&dir, real_options(&clock)).unwrap());
-    let plan = FaultPlan::new();
-    plan.lose_unsynced_writes(true);
-    let store = Store::open_with(&dir, faulty_options(&plan, &clock)).unwrap();
+    let (dir, clock, plan, store) = losing_unsynced_writes(&tmp);
     let ttl = Duration::from_secs(600);
     assert!(matches!(
         put_with(&store, "a", 1, b"a1", None),
@@ -492,27 +507,13 @@ fn claims_renewals_releases_and_corrections_come_back_from_the_log_alone() {
         Outcome::Committed { .. }
     ));
     let held = granted(&store, "e", "w4");
-    let before_feed: Vec<String> = store
-        .snapshot()
-        .unwrap()
-        .changes_since(0)
-        .unwrap()
-        .map(|r| format!("{:?}", r.unwrap()))
-        .collect();
+    let before_feed = feed(&store);
     let before_view = view(&store.snapshot().unwrap());
     let before_counters = store_counters(&store);
-    plan.crash_now();
-    drop(store);
-    plan.apply_power_loss(&dir.join(oncelake::DB_FILE)).unwrap();
+    cut_every_unsynced_write(&plan, store, &dir);
 
     let store = Store::open_with(&dir, real_options(&clock)).unwrap();
-    let after_feed: Vec<String> = store
-        .snapshot()
-        .unwrap()
-        .changes_since(0)
-        .unwrap()
-        .map(|r| format!("{:?}", r.unwrap()))
-        .collect();
+    let after_feed = feed(&store);
     assert_eq!(
         after_feed, before_feed,
         "the change feed, record for record"

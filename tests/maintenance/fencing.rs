@@ -43,6 +43,23 @@ fn is_duplicate(store: &Store, unit: &str, version: u64, bytes: &[u8], token: Op
     assert!(matches!(outcome, Outcome::Duplicate { .. }), "{outcome:?}");
 }
 
+/// Puts under `token`, and fails unless the put was fenced with `newest_token` as the unit's newest.
+#[track_caller]
+fn is_fenced(store: &Store, unit: &str, version: u64, bytes: &[u8], token: u64, newest_token: u64) {
+    assert_eq!(
+        put(store, unit, version, bytes, Some(token)),
+        fenced(token, newest_token)
+    );
+}
+
+/// `lease` as another `worker` hands it over (a release or renewal by the wrong worker).
+fn handed_over(lease: &Lease, worker: &str) -> Lease {
+    Lease {
+        worker: worker.into(),
+        ..lease.clone()
+    }
+}
+
 fn fenced(token: u64, newest_token: u64) -> Outcome {
     Outcome::Fenced {
         token,
@@ -58,9 +75,7 @@ fn version_of(store: &Store, unit: &str) -> Option<u64> {
 /// token on a unit never claimed committed.
 #[test]
 fn tokens_never_issued_are_fenced_whatever_their_number() {
-    let dir = tempfile::tempdir().unwrap();
-    let clock = ManualClock::new(T0);
-    let store = open(&dir.path().join("s"), &clock);
+    let (_dir, _, store) = common::on_clock(T0, open);
     let mut newest = 0;
     for unit in ["x", "y", "z", "u"] {
         newest = granted(store.claim(unit, 1, "w1", TTL).unwrap()).token;
@@ -68,10 +83,7 @@ fn tokens_never_issued_are_fenced_whatever_their_number() {
     assert_eq!(newest, 4, "tokens come from one counter");
     assert_eq!(put(&store, "u", 5, b"forged", Some(99)), fenced(99, 4));
     assert_eq!(FenceReason::of(99, 4), FenceReason::NotIssued);
-    assert_eq!(
-        put(&store, "never-claimed", 1, b"f", Some(12_345)),
-        fenced(12_345, 0)
-    );
+    is_fenced(&store, "never-claimed", 1, b"f", 12_345, 0);
     assert_eq!(put(&store, "never-claimed", 1, b"f", Some(1)), fenced(1, 0));
     assert_eq!(version_of(&store, "u"), None);
     assert_eq!(version_of(&store, "never-claimed"), None);
@@ -84,22 +96,14 @@ fn tokens_never_issued_are_fenced_whatever_their_number() {
 /// on `b`, and the holder then got `conflict`.
 #[test]
 fn a_token_issued_for_another_unit_is_fenced_and_the_holder_commits() {
-    let dir = tempfile::tempdir().unwrap();
-    let clock = ManualClock::new(T0);
-    let store = open(&dir.path().join("s"), &clock);
+    let (_dir, _, store) = common::on_clock(T0, open);
     let on_b = granted(store.claim("b", 1, "w2", TTL).unwrap());
     let on_a = granted(store.claim("a", 1, "w1", TTL).unwrap());
     assert!(on_a.token > on_b.token);
-    assert_eq!(
-        put(&store, "b", 1, b"from a", Some(on_a.token)),
-        fenced(on_a.token, on_b.token)
-    );
+    is_fenced(&store, "b", 1, b"from a", on_a.token, on_b.token);
     // An older token of another unit is fenced too.
     let on_c = granted(store.claim("c", 1, "w3", TTL).unwrap());
-    assert_eq!(
-        put(&store, "c", 1, b"from b", Some(on_b.token)),
-        fenced(on_b.token, on_c.token)
-    );
+    is_fenced(&store, "c", 1, b"from b", on_b.token, on_c.token);
     commits(&store, "b", 1, b"w2's", Some(on_b.token));
     let snap = store.snapshot().unwrap();
     let entry = snap.get("b").unwrap().unwrap();
@@ -110,9 +114,7 @@ fn a_token_issued_for_another_unit_is_fenced_and_the_holder_commits() {
 /// conflict. Now it is busy, naming the holder and when its lease ends.
 #[test]
 fn a_commit_without_a_token_under_a_live_lease_is_busy() {
-    let dir = tempfile::tempdir().unwrap();
-    let clock = ManualClock::new(T0);
-    let store = open(&dir.path().join("s"), &clock);
+    let (_dir, _, store) = common::on_clock(T0, open);
     let lease = granted(store.claim("unitA", 5, "w1", TTL).unwrap());
     let staged = store.stage_bytes(b"sneaky").unwrap();
     let r = store.commit(Batch::new().put("unitA", 5, &staged)).unwrap();
@@ -139,57 +141,39 @@ fn a_commit_without_a_token_under_a_live_lease_is_busy() {
 /// the old holder's token — still the newest — is fenced from then on.
 #[test]
 fn a_commit_without_a_token_after_expiry_fences_every_earlier_token() {
-    let dir = tempfile::tempdir().unwrap();
-    let clock = ManualClock::new(T0);
-    let store = open(&dir.path().join("s"), &clock);
+    let (_dir, clock, store) = common::on_clock(T0, open);
     let lease = granted(store.claim("u", 1, "w1", TTL).unwrap());
     clock.advance_ms(TTL.as_millis() as u64);
     commits(&store, "u", 1, b"anon", None);
-    assert_eq!(
-        put(&store, "u", 2, b"late", Some(lease.token)),
-        fenced(lease.token, lease.token)
-    );
+    is_fenced(&store, "u", 2, b"late", lease.token, lease.token);
     assert_eq!(version_of(&store, "u"), Some(1));
     // After a release too.
     let l2 = granted(store.claim("u", 3, "w1", TTL).unwrap());
     assert!(store.release(&l2).unwrap().is_released());
     commits(&store, "u", 3, b"anon3", None);
-    assert_eq!(
-        put(&store, "u", 4, b"late", Some(l2.token)),
-        fenced(l2.token, l2.token)
-    );
+    is_fenced(&store, "u", 4, b"late", l2.token, l2.token);
 }
 
 /// Safety never depends on clocks: an expired lease whose token is still the newest commits,
 /// whatever the clock says, also after it jumped far ahead.
 #[test]
 fn an_expired_lease_whose_token_is_still_the_newest_commits() {
-    let dir = tempfile::tempdir().unwrap();
-    let clock = ManualClock::new(T0);
-    let store = open(&dir.path().join("s"), &clock);
+    let (_dir, clock, store) = common::on_clock(T0, open);
     let lease = granted(store.claim("u", 1, "w1", Duration::from_millis(1)).unwrap());
     clock.advance_ms(365 * 86_400_000);
     commits(&store, "u", 1, b"slow but newest", Some(lease.token));
     // Its commit ended the lease: a retry of the same bytes is a duplicate, other bytes fenced.
     is_duplicate(&store, "u", 1, b"slow but newest", Some(lease.token));
-    assert_eq!(
-        put(&store, "u", 2, b"more", Some(lease.token)),
-        fenced(lease.token, lease.token)
-    );
+    is_fenced(&store, "u", 2, b"more", lease.token, lease.token);
 }
 
 /// Defect: `release` ignored the worker — w2 released w1's lease — and the released token still
 /// committed afterwards.
 #[test]
 fn release_needs_the_holders_worker_and_token_and_a_released_token_never_commits() {
-    let dir = tempfile::tempdir().unwrap();
-    let clock = ManualClock::new(T0);
-    let store = open(&dir.path().join("s"), &clock);
+    let (_dir, _, store) = common::on_clock(T0, open);
     let lease = granted(store.claim("u", 1, "w1", TTL).unwrap());
-    let by_w2 = Lease {
-        worker: "w2".into(),
-        ..lease.clone()
-    };
+    let by_w2 = handed_over(&lease, "w2");
     assert_eq!(
         store.release(&by_w2).unwrap(),
         ReleaseOutcome::NotHolder {
@@ -228,10 +212,7 @@ fn release_needs_the_holders_worker_and_token_and_a_released_token_never_commits
             newest_token: lease.token
         }
     );
-    assert_eq!(
-        put(&store, "u", 1, b"after release", Some(lease.token)),
-        fenced(lease.token, lease.token)
-    );
+    is_fenced(&store, "u", 1, b"after release", lease.token, lease.token);
     assert_eq!(version_of(&store, "u"), None);
 }
 
@@ -239,9 +220,7 @@ fn release_needs_the_holders_worker_and_token_and_a_released_token_never_commits
 /// mode applies what it can and reports the rest per unit.
 #[test]
 fn a_released_token_is_fenced_even_for_an_exact_retry_but_a_committed_one_hears_duplicate() {
-    let dir = tempfile::tempdir().unwrap();
-    let clock = ManualClock::new(T0);
-    let store = open(&dir.path().join("s"), &clock);
+    let (dir, clock, store) = common::on_clock(T0, open);
     // Released by its holder, then someone commits exactly what the holder would have.
     let gave_up = granted(store.claim("r", 1, "w1", TTL).unwrap());
     assert_eq!(store.release(&gave_up).unwrap(), ReleaseOutcome::Released);
@@ -262,17 +241,11 @@ fn a_released_token_is_fenced_even_for_an_exact_retry_but_a_committed_one_hears_
         put(&store, "c", 1, b"out", Some(done.token)),
         Outcome::Duplicate { seq }
     );
-    assert_eq!(
-        put(&store, "c", 2, b"newer", Some(done.token)),
-        fenced(done.token, done.token)
-    );
+    is_fenced(&store, "c", 2, b"newer", done.token, done.token);
     // Both survive a reopen (the claim record says how the lease ended).
     drop(store);
     let store = open(&dir.path().join("s"), &clock);
-    assert_eq!(
-        put(&store, "r", 1, b"same", Some(gave_up.token)),
-        fenced(gave_up.token, gave_up.token)
-    );
+    is_fenced(&store, "r", 1, b"same", gave_up.token, gave_up.token);
     assert_eq!(
         put(&store, "c", 1, b"out", Some(done.token)),
         Outcome::Duplicate { seq }
@@ -281,14 +254,9 @@ fn a_released_token_is_fenced_even_for_an_exact_retry_but_a_committed_one_hears_
 
 #[test]
 fn only_the_holder_renews_its_lease() {
-    let dir = tempfile::tempdir().unwrap();
-    let clock = ManualClock::new(T0);
-    let store = open(&dir.path().join("s"), &clock);
+    let (_dir, clock, store) = common::on_clock(T0, open);
     let lease = granted(store.claim("u", 1, "w1", TTL).unwrap());
-    let by_w2 = Lease {
-        worker: "w2".into(),
-        ..lease.clone()
-    };
+    let by_w2 = handed_over(&lease, "w2");
     assert!(matches!(
         store.renew(&by_w2, TTL * 10).unwrap(),
         oncelake::RenewOutcome::Lost { newest_token } if newest_token == lease.token
@@ -311,9 +279,7 @@ fn only_the_holder_renews_its_lease() {
 
 #[test]
 fn busy_and_fenced_units_abort_an_all_or_nothing_batch_and_are_reported_per_unit() {
-    let dir = tempfile::tempdir().unwrap();
-    let clock = ManualClock::new(T0);
-    let store = open(&dir.path().join("s"), &clock);
+    let (_dir, _, store) = common::on_clock(T0, open);
     let held = granted(store.claim("held", 1, "w9", TTL).unwrap());
     let mine = granted(store.claim("mine", 1, "w1", TTL).unwrap());
     let s = |b: &[u8]| store.stage_bytes(b).unwrap();
@@ -383,9 +349,7 @@ fn attempt(stage: &str, worker: &str, token: Option<u64>) -> Attempt {
 /// with a token not the cell's fenced.
 #[test]
 fn pipeline_complete_and_fail_obey_the_lease_rules() {
-    let dir = tempfile::tempdir().unwrap();
-    let clock = ManualClock::new(T0);
-    let store = open(&dir.path().join("s"), &clock);
+    let (_dir, _, store) = common::on_clock(T0, open);
     let p = pipeline();
     p.set_source_version(&store, "u", 4, b"in").unwrap();
     let other = granted(store.claim("elsewhere", 1, "w3", TTL).unwrap());
@@ -743,9 +707,7 @@ fn check_fencing_in_log(store: &Store) -> usize {
 /// allows.
 #[test]
 fn hostile_workers_never_get_a_commit_past_the_rule() {
-    let dir = tempfile::tempdir().unwrap();
-    let clock = ManualClock::new(T0);
-    let store = open(&dir.path().join("s"), &clock);
+    let (_dir, clock, store) = common::on_clock(T0, open);
     // Which rows a round reaches depends on the interleaving (a busy answer needs a token-less
     // put while another thread's lease is live): rounds go on, on the same store, until every
     // row was reached, so that the check below is never vacuous and never flaky. Each round has
@@ -867,10 +829,7 @@ fn a_lease_is_found_in_the_overlay_in_the_applied_table_and_after_a_reopen() {
         store.flush().unwrap();
         assert!(busy(put(&store, "held", 1, b"b", None)), "from the table");
         let forged = lease.token + 1;
-        assert_eq!(
-            put(&store, "held", 1, b"b", Some(forged)),
-            fenced(forged, lease.token)
-        );
+        is_fenced(&store, "held", 1, b"b", forged, lease.token);
         lease.token
     };
     let store = common::open_with_clock(&path, &clock);

@@ -8,11 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 fn now_gc() -> GcOptions {
-    GcOptions {
-        dry_run: false,
-        grace: Duration::ZERO,
-        retain: Duration::ZERO,
-    }
+    crate::common::gc_everything()
 }
 
 fn manual_store() -> (tempfile::TempDir, Store, ManualClock) {
@@ -27,6 +23,13 @@ fn manual_store() -> (tempfile::TempDir, Store, ManualClock) {
     )
     .unwrap();
     (dir, store, clock)
+}
+
+/// Verifies `store` deeply (every object's bytes read) and fails unless it is clean.
+#[track_caller]
+fn verified_clean(store: &Store) {
+    let v = store.verify(VerifyOptions { deep: true }).unwrap();
+    assert!(v.is_clean(), "{v:?}");
 }
 
 #[test]
@@ -58,10 +61,7 @@ fn removes_orphans_keeps_referenced_and_dry_run_removes_nothing() {
     assert_eq!(store.snapshot().unwrap().read_object(&e).unwrap(), b"kept");
     let m = store.metrics();
     assert_eq!((m.orphans_collected, m.bytes_collected), (2, 21));
-    assert!(store
-        .verify(VerifyOptions { deep: true })
-        .unwrap()
-        .is_clean());
+    verified_clean(&store);
     // Nothing left to do.
     assert_eq!(store.gc(now_gc()).unwrap().objects, 0);
 }
@@ -142,10 +142,7 @@ fn retention_prunes_history_and_moves_the_horizon() {
         None,
         "other was committed after s2"
     );
-    assert!(store
-        .verify(VerifyOptions { deep: true })
-        .unwrap()
-        .is_clean());
+    verified_clean(&store);
 
     // The horizon survives a reopen and never moves back.
     let path = store.path().to_path_buf();
@@ -173,10 +170,7 @@ fn restaging_content_gc_removed_publishes_it_again() {
         store.snapshot().unwrap().read_object(&e).unwrap(),
         b"old bytes"
     );
-    assert!(store
-        .verify(VerifyOptions { deep: true })
-        .unwrap()
-        .is_clean());
+    verified_clean(&store);
 }
 
 #[test]
@@ -260,10 +254,7 @@ fn an_open_snapshot_keeps_what_it_can_read_whatever_the_retention() {
     }
     // While they are open, a view as of their seq can still be opened.
     assert!(store.snapshot_at(s1).is_ok());
-    assert!(store
-        .verify(VerifyOptions { deep: true })
-        .unwrap()
-        .is_clean());
+    verified_clean(&store);
 
     // Dropping the snapshots releases the pin.
     drop(held);
@@ -459,10 +450,7 @@ fn commits_claims_and_staging_go_on_while_gc_is_parked_in_an_unlink() {
             bytes
         );
     }
-    assert!(store
-        .verify(VerifyOptions { deep: true })
-        .unwrap()
-        .is_clean());
+    verified_clean(&store);
 }
 
 #[test]
@@ -498,10 +486,7 @@ fn publishing_content_that_gc_is_unlinking_waits_and_publishes_a_fresh_copy() {
     let snap = store.snapshot().unwrap();
     let e = snap.get("u").unwrap().unwrap();
     assert_eq!(snap.read_object(&e).unwrap(), b"doomed content");
-    assert!(store
-        .verify(VerifyOptions { deep: true })
-        .unwrap()
-        .is_clean());
+    verified_clean(&store);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -755,10 +740,8 @@ fn an_object_found_after_a_restart_is_made_durable_before_it_is_committed() {
             .expect("I2: the committed object survives the power loss"),
         b"payload"
     );
-    assert!(store
-        .verify(VerifyOptions { deep: true })
-        .unwrap()
-        .is_intact());
+    let v = store.verify(VerifyOptions { deep: true }).unwrap();
+    assert!(v.is_intact(), "{v:?}");
 }
 
 /// Retention zero means "keep nothing superseded": an entry superseded in the very millisecond GC

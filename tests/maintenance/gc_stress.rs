@@ -6,7 +6,6 @@
 use crate::common;
 
 use common::scratch;
-use oncelake::gc::GcOptions;
 use oncelake::verify::VerifyOptions;
 use oncelake::{Batch, Options, Outcome, Store};
 use std::collections::BTreeMap;
@@ -26,139 +25,107 @@ fn payload(writer: usize, i: u64) -> Vec<u8> {
         .into_bytes()
 }
 
-#[test]
-fn gc_in_a_loop_never_removes_what_writers_commit() {
-    let dir = scratch("oncelake-gc");
-    let store = Store::open_with(dir.path().join("lake"), Options::default()).unwrap();
-    let writers_done = AtomicBool::new(false);
-    // unit -> (version, content) of its last acknowledged commit.
-    let model: Mutex<BTreeMap<String, (u64, Vec<u8>)>> = Mutex::new(BTreeMap::new());
-    let gc_totals = Mutex::new((0u64, 0u64, 0u64)); // runs, objects removed, rows pruned
+/// unit -> (version, content) of its last acknowledged commit.
+type Model = Mutex<BTreeMap<String, (u64, Vec<u8>)>>;
 
-    std::thread::scope(|s| {
-        s.spawn(|| {
-            let opts = GcOptions {
-                dry_run: false,
-                grace: Duration::ZERO,
-                retain: Duration::ZERO,
-            };
-            while !writers_done.load(Ordering::SeqCst) {
-                let r = store.gc(opts).unwrap();
-                let mut t = gc_totals.lock().unwrap();
-                t.0 += 1;
-                t.1 += r.objects;
-                t.2 += r.history_rows_pruned;
-            }
-        });
-        // Verify runs alongside too: it must never report data lost while GC and writers work.
-        s.spawn(|| {
-            let mut runs = 0u64;
-            while !writers_done.load(Ordering::SeqCst) || runs == 0 {
-                let v = store.verify(VerifyOptions { deep: false }).unwrap();
-                assert!(v.is_intact(), "verify during the run: {v:?}");
-                runs += 1;
-            }
-        });
-        // Readers hold snapshots (current and as of older seqs) while writers commit and GC
-        // runs with no retention: everything a view can read must stay readable.
-        s.spawn(|| {
-            let mut views = 0u64;
-            while !writers_done.load(Ordering::SeqCst) || views == 0 {
-                let snap = store.snapshot().unwrap();
-                let older = snap
-                    .seq()
-                    .checked_sub(3)
-                    .filter(|&s| s >= snap.history_from())
-                    .and_then(|s| store.snapshot_at(s).ok());
-                for _ in 0..3 {
-                    std::thread::yield_now();
-                }
-                for view in std::iter::once(&snap).chain(older.as_ref()) {
-                    for e in view.iter().unwrap() {
-                        let e = e.unwrap();
-                        view.read_object(&e).unwrap_or_else(|err| {
-                            panic!(
-                                "I8: a view as of seq {} lost {}@{}: {err}",
-                                view.seq(),
-                                e.unit,
-                                e.seq
-                            )
-                        });
-                    }
-                }
-                views += 1;
-            }
-            eprintln!("{views} views read while GC ran");
-        });
-        let writers: Vec<_> = (0..WRITERS)
-            .map(|w| {
-                let (store, model) = (&store, &model);
-                s.spawn(move || {
-                    for round in 1..=ROUNDS {
-                        // Each writer owns its units, so right after its commit the entry is
-                        // current and its object must be readable, whatever GC is doing.
-                        let units: Vec<String> = if round % 5 == 0 {
-                            (0..UNITS_PER_WRITER)
-                                .map(|u| format!("w{w}/u{u}"))
-                                .collect()
-                        } else {
-                            vec![format!("w{w}/u{}", round as usize % UNITS_PER_WRITER)]
-                        };
-                        let mut batch = Batch::new();
-                        let mut contents = Vec::new();
-                        for (i, unit) in units.iter().enumerate() {
-                            let content = payload(w, round * 2 + i as u64);
-                            // The writer lets go of its handle at once: only the batch pins the
-                            // object on its way through the commit (the hardest case for GC).
-                            let st = store.stage_bytes(&content).unwrap();
-                            batch = batch.put(unit.clone(), round, &st);
-                            drop(st);
-                            contents.push((unit.clone(), content));
-                        }
-                        let report = store.commit(batch).unwrap();
-                        assert!(report.applied(), "{report:?}");
-                        let snap = store.snapshot().unwrap();
-                        for ((unit, content), u) in contents.into_iter().zip(&report.units) {
-                            assert!(matches!(u.outcome, Outcome::Committed { .. }));
-                            let e = snap.get(&unit).unwrap().unwrap();
-                            assert_eq!(e.source_version, round);
-                            let bytes = snap.read_object(&e).unwrap_or_else(|err| {
-                                panic!("I8: {unit}@{round} lost its object: {err}")
-                            });
-                            assert_eq!(bytes, content);
-                            model.lock().unwrap().insert(unit, (round, content));
-                        }
-                    }
-                })
-            })
-            .collect();
-        // Stop GC before reporting a writer's panic, or the scope would wait for it forever.
-        let results: Vec<_> = writers.into_iter().map(|w| w.join()).collect();
-        writers_done.store(true, Ordering::SeqCst);
-        for r in results {
-            if let Err(panic) = r {
-                std::panic::resume_unwind(panic);
+/// GC with no grace and no retention, run until the writers are done; returns (runs, objects
+/// removed, history rows pruned).
+fn gc_until(store: &Store, done: &AtomicBool) -> (u64, u64, u64) {
+    let mut totals = (0u64, 0u64, 0u64);
+    while !done.load(Ordering::SeqCst) {
+        let r = store.gc(common::gc_everything()).unwrap();
+        totals.0 += 1;
+        totals.1 += r.objects;
+        totals.2 += r.history_rows_pruned;
+    }
+    totals
+}
+
+/// Verify, run alongside (at least once): it must never report data lost while GC and writers
+/// work.
+fn verify_until(store: &Store, done: &AtomicBool) {
+    let mut runs = 0u64;
+    while !done.load(Ordering::SeqCst) || runs == 0 {
+        let v = store.verify(VerifyOptions { deep: false }).unwrap();
+        assert!(v.is_intact(), "verify during the run: {v:?}");
+        runs += 1;
+    }
+}
+
+/// A reader holding snapshots (current and as of older seqs) while writers commit and GC runs
+/// with no retention: everything a view can read must stay readable.
+fn read_views_until(store: &Store, done: &AtomicBool) {
+    let mut views = 0u64;
+    while !done.load(Ordering::SeqCst) || views == 0 {
+        let snap = store.snapshot().unwrap();
+        let older = snap
+            .seq()
+            .checked_sub(3)
+            .filter(|&s| s >= snap.history_from())
+            .and_then(|s| store.snapshot_at(s).ok());
+        for _ in 0..3 {
+            std::thread::yield_now();
+        }
+        for view in std::iter::once(&snap).chain(older.as_ref()) {
+            for e in view.iter().unwrap() {
+                let e = e.unwrap();
+                view.read_object(&e).unwrap_or_else(|err| {
+                    panic!(
+                        "I8: a view as of seq {} lost {}@{}: {err}",
+                        view.seq(),
+                        e.unit,
+                        e.seq
+                    )
+                });
             }
         }
-    });
+        views += 1;
+    }
+    eprintln!("{views} views read while GC ran");
+}
 
-    let (runs, removed, pruned) = *gc_totals.lock().unwrap();
-    eprintln!("gc ran {runs} times during the writes: {removed} objects removed, {pruned} history rows pruned");
-    assert!(runs > 1, "GC must have run alongside the writers");
-    assert!(pruned > 0, "retention 0 must prune history");
-    assert!(
-        removed > 0,
-        "GC must have removed objects that writers then staged again"
-    );
+/// Writer `w`: `ROUNDS` commits of its own units at rising versions. Each writer owns its units,
+/// so right after its commit the entry is current and its object must be readable, whatever GC
+/// is doing.
+fn write_rounds(store: &Store, model: &Model, w: usize) {
+    for round in 1..=ROUNDS {
+        let units: Vec<String> = if round % 5 == 0 {
+            (0..UNITS_PER_WRITER)
+                .map(|u| format!("w{w}/u{u}"))
+                .collect()
+        } else {
+            vec![format!("w{w}/u{}", round as usize % UNITS_PER_WRITER)]
+        };
+        let mut batch = Batch::new();
+        let mut contents = Vec::new();
+        for (i, unit) in units.iter().enumerate() {
+            let content = payload(w, round * 2 + i as u64);
+            // The writer lets go of its handle at once: only the batch pins the object on its
+            // way through the commit (the hardest case for GC).
+            let st = store.stage_bytes(&content).unwrap();
+            batch = batch.put(unit.clone(), round, &st);
+            drop(st);
+            contents.push((unit.clone(), content));
+        }
+        let report = store.commit(batch).unwrap();
+        assert!(report.applied(), "{report:?}");
+        let snap = store.snapshot().unwrap();
+        for ((unit, content), u) in contents.into_iter().zip(&report.units) {
+            assert!(matches!(u.outcome, Outcome::Committed { .. }));
+            let e = snap.get(&unit).unwrap().unwrap();
+            assert_eq!(e.source_version, round);
+            let bytes = snap
+                .read_object(&e)
+                .unwrap_or_else(|err| panic!("I8: {unit}@{round} lost its object: {err}"));
+            assert_eq!(bytes, content);
+            model.lock().unwrap().insert(unit, (round, content));
+        }
+    }
+}
 
-    // Afterwards: a final GC leaves exactly what the entries reference, intact.
-    store
-        .gc(GcOptions {
-            dry_run: false,
-            grace: Duration::ZERO,
-            retain: Duration::ZERO,
-        })
-        .unwrap();
+/// Afterwards: a final GC leaves exactly what the entries reference, intact.
+fn after_a_final_gc_every_commit_is_there(store: &Store, model: Model) {
+    store.gc(common::gc_everything()).unwrap();
     let v = store.verify(VerifyOptions { deep: true }).unwrap();
     assert!(v.is_clean(), "{v:?}");
     let snap = store.snapshot().unwrap();
@@ -169,6 +136,42 @@ fn gc_in_a_loop_never_removes_what_writers_commit() {
         assert_eq!(e.source_version, version, "{unit}");
         assert_eq!(snap.read_object(&e).unwrap(), content, "{unit}");
     }
+}
+
+#[test]
+fn gc_in_a_loop_never_removes_what_writers_commit() {
+    let dir = scratch("oncelake-gc");
+    let store = Store::open_with(dir.path().join("lake"), Options::default()).unwrap();
+    let done = AtomicBool::new(false);
+    let model: Model = Mutex::new(BTreeMap::new());
+    let (runs, removed, pruned) = std::thread::scope(|s| {
+        let gc = s.spawn(|| gc_until(&store, &done));
+        s.spawn(|| verify_until(&store, &done));
+        s.spawn(|| read_views_until(&store, &done));
+        let writers: Vec<_> = (0..WRITERS)
+            .map(|w| {
+                let (store, model) = (&store, &model);
+                s.spawn(move || write_rounds(store, model, w))
+            })
+            .collect();
+        // Stop GC before reporting a writer's panic, or the scope would wait for it forever.
+        let results: Vec<_> = writers.into_iter().map(|w| w.join()).collect();
+        done.store(true, Ordering::SeqCst);
+        for r in results {
+            if let Err(panic) = r {
+                std::panic::resume_unwind(panic);
+            }
+        }
+        gc.join().unwrap()
+    });
+    eprintln!("gc ran {runs} times during the writes: {removed} objects removed, {pruned} history rows pruned");
+    assert!(runs > 1, "GC must have run alongside the writers");
+    assert!(pruned > 0, "retention 0 must prune history");
+    assert!(
+        removed > 0,
+        "GC must have removed objects that writers then staged again"
+    );
+    after_a_final_gc_every_commit_is_there(&store, model);
 }
 
 fn percentiles(mut us: Vec<u64>) -> String {
@@ -231,11 +234,7 @@ fn commit_and_claim_latency_during_a_5000_orphan_gc() {
                 std::thread::yield_now();
             }
             let t = Instant::now();
-            let r = store.gc(GcOptions {
-                dry_run: false,
-                grace: Duration::ZERO,
-                retain: Duration::ZERO,
-            });
+            let r = store.gc(common::gc_everything());
             let took = t.elapsed();
             gc_done.store(true, Ordering::SeqCst);
             (r, took)

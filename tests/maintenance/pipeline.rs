@@ -64,27 +64,15 @@ fn open(dir: &tempfile::TempDir) -> Store {
     .unwrap()
 }
 
+/// The seed 002 pipeline: ingest -> transform -> {store_b, store_c}.
 fn seed_def() -> PipelineDef {
-    PipelineDef::parse(
-        r#"
-# The seed 002 pipeline: A -> transform -> {B, C}
-[stage.ingest]
-code_version = 1
-
-[stage.transform]
-code_version = 1
-upstream = ["ingest"]
-
-[stage.store_b]
-code_version = 1
-upstream = ["transform"]
-
-[stage.store_c]
-code_version = 1
-upstream = ["transform"]
-"#,
-    )
-    .unwrap()
+    PipelineDef::builder()
+        .stage("ingest", 1, &[])
+        .stage("transform", 1, &["ingest"])
+        .stage("store_b", 1, &["transform"])
+        .stage("store_c", 1, &["transform"])
+        .build()
+        .unwrap()
 }
 
 fn diamond(b_code: u64) -> PipelineDef {
@@ -112,6 +100,23 @@ fn output_of(store: &Store, c: &pipeline::ReadyCell) -> Vec<u8> {
     }
     out.truncate(4096);
     out
+}
+
+/// The first ready cell, claimed for ten seconds by `worker` (the claim must be granted): the
+/// cell and the lease.
+fn first_ready_claimed(
+    p: &Pipeline,
+    store: &Store,
+    worker: &str,
+) -> (pipeline::ReadyCell, oncelake::Lease) {
+    let cell = p.ready(store, 1).unwrap().remove(0);
+    match p
+        .claim(store, &cell, worker, Duration::from_secs(10))
+        .unwrap()
+    {
+        Claim::Granted { lease, .. } => (cell, lease),
+        other => panic!("{worker}'s claim of {cell:?}: {other:?}"),
+    }
 }
 
 /// The number of completion commits per cell key, from the log.
@@ -226,18 +231,23 @@ fn seed_scenario_retries_only_the_failed_stage() {
     assert_eq!(p.cells(&store).unwrap(), explained);
 }
 
-#[test]
-fn explain_walks_a_cell_through_its_states() {
-    let dir = tempfile::tempdir().unwrap();
-    let store = open(&dir);
-    let def = PipelineDef::parse(
-        "[stage.ingest]\ncode_version = 1\n[stage.load]\ncode_version = 1\nupstream = [\"ingest\"]\nmax_attempts = 2\n",
-    )
-    .unwrap();
-    let p = Pipeline::new(def);
-    assert_eq!(p.explain(&store, "u").unwrap().source_version, None);
-    p.set_source_version(&store, "u", 4, b"in").unwrap();
-    let e = p.explain(&store, "u").unwrap();
+/// An attempt of the explained unit `u` at source version 4 by `w1`.
+fn attempt_on_u(stage: &str, token: Option<u64>) -> Attempt {
+    Attempt {
+        unit: "u".into(),
+        stage: stage.into(),
+        source_version: 4,
+        worker: "w1".into(),
+        token,
+    }
+}
+
+/// `u` at source version 4: ingest ready, load blocked on it; ingest claimed is running, not
+/// ready. Returns the lease.
+fn ingest_ready_then_running(p: &Pipeline, store: &Store) -> oncelake::Lease {
+    assert_eq!(p.explain(store, "u").unwrap().source_version, None);
+    p.set_source_version(store, "u", 4, b"in").unwrap();
+    let e = p.explain(store, "u").unwrap();
     assert_eq!(e.source_version, Some(4));
     assert!(matches!(
         e.cells[0].state,
@@ -247,82 +257,77 @@ fn explain_walks_a_cell_through_its_states() {
         &e.cells[1].state,
         CellState::Blocked { upstream, upstream_state: "ready" } if upstream == "ingest"
     ));
-
-    let ready = p.ready(&store, 10).unwrap();
+    let ready = p.ready(store, 10).unwrap();
     assert_eq!(ready.len(), 1);
     let Claim::Granted { lease, .. } = p
-        .claim(&store, &ready[0], "w1", Duration::from_secs(60))
+        .claim(store, &ready[0], "w1", Duration::from_secs(60))
         .unwrap()
     else {
         panic!("claim")
     };
-    let e = p.explain(&store, "u").unwrap();
+    let e = p.explain(store, "u").unwrap();
     assert!(matches!(
         &e.cells[0].state,
         CellState::Running { worker, token, source_version: 4, .. } if worker == "w1" && *token == lease.token
     ));
     assert!(
-        p.ready(&store, 10).unwrap().is_empty(),
+        p.ready(store, 10).unwrap().is_empty(),
         "running is not ready"
     );
-    let att = |stage: &str, token| Attempt {
-        unit: "u".into(),
-        stage: stage.into(),
-        source_version: 4,
-        worker: "w1".into(),
-        token,
-    };
+    lease
+}
+
+/// ingest completed under its lease; a retry of the same completion collapses; other bytes
+/// conflict (first wins).
+fn ingest_completed_once(p: &Pipeline, store: &Store, lease: &oncelake::Lease) {
     let out = p
-        .complete(&store, &att("ingest", Some(lease.token)), b"x")
+        .complete(store, &attempt_on_u("ingest", Some(lease.token)), b"x")
         .unwrap();
     let seq = out.outcome.seq().unwrap();
     assert!(matches!(out.outcome, Outcome::Committed { .. }));
-    // A retry of the same completion collapses; other bytes conflict (first wins).
-    let dup = p.complete(&store, &att("ingest", None), b"x").unwrap();
-    assert_eq!(dup.outcome, Outcome::Duplicate { seq });
-    let conflict = p.complete(&store, &att("ingest", None), b"y").unwrap();
-    assert!(matches!(conflict.outcome, Outcome::Conflict { winner_seq, .. } if winner_seq == seq));
-
-    // load fails twice (max_attempts = 2): ready-to-retry, then failed.
-    let f1 = p.fail(&store, &att("load", None), "disk full").unwrap();
-    assert!(matches!(
-        f1,
-        FailOutcome::Recorded {
-            attempts: 1,
-            gave_up: false,
-            ..
-        }
-    ));
-    let e = p.explain(&store, "u").unwrap();
-    assert!(
-        matches!(&e.cells[1].state, CellState::Ready { attempts: 1, last_error: Some(m) } if m == "disk full")
-    );
-    assert!(e.cells[1].to_string().contains("retry after 1"));
-    let f2 = p
-        .fail(&store, &att("load", None), "disk still full")
+    let dup = p
+        .complete(store, &attempt_on_u("ingest", None), b"x")
         .unwrap();
-    assert!(matches!(
-        f2,
-        FailOutcome::Recorded {
-            attempts: 2,
-            gave_up: true,
-            ..
+    assert_eq!(dup.outcome, Outcome::Duplicate { seq });
+    let conflict = p
+        .complete(store, &attempt_on_u("ingest", None), b"y")
+        .unwrap();
+    assert!(matches!(conflict.outcome, Outcome::Conflict { winner_seq, .. } if winner_seq == seq));
+}
+
+/// load fails twice (max_attempts = 2): ready to retry after the first, failed after the second.
+fn load_fails_until_it_gives_up(p: &Pipeline, store: &Store) {
+    for (error, attempts, gave_up) in [("disk full", 1, false), ("disk still full", 2, true)] {
+        let f = p.fail(store, &attempt_on_u("load", None), error).unwrap();
+        assert!(
+            matches!(f, FailOutcome::Recorded { attempts: a, gave_up: g, .. } if a == attempts && g == gave_up),
+            "{error}: {f:?}"
+        );
+        let load = &p.explain(store, "u").unwrap().cells[1];
+        if gave_up {
+            assert!(
+                matches!(&load.state, CellState::Failed { attempts: 2, last_error } if last_error == error)
+            );
+        } else {
+            assert!(
+                matches!(&load.state, CellState::Ready { attempts: 1, last_error: Some(m) } if m == error)
+            );
+            assert!(load.to_string().contains("retry after 1"));
         }
-    ));
-    let e = p.explain(&store, "u").unwrap();
+    }
     assert!(
-        matches!(&e.cells[1].state, CellState::Failed { attempts: 2, last_error } if last_error == "disk still full")
-    );
-    assert!(
-        p.ready(&store, 10).unwrap().is_empty(),
+        p.ready(store, 10).unwrap().is_empty(),
         "failed is not retried"
     );
-    let st = p.status(&store).unwrap();
+    let st = p.status(store).unwrap();
     assert_eq!((st.stages[0].done, st.stages[1].failed), (1, 1));
+}
 
-    // A newer source version gives the cells a fresh start and says why.
-    p.set_source_version(&store, "u", 5, b"in2").unwrap();
-    let e = p.explain(&store, "u").unwrap();
+/// A newer source version gives the cells a fresh start and says why; a late completion for the
+/// old version is stale once the new one is in; the source itself never goes back.
+fn a_newer_source_starts_over(p: &Pipeline, store: &Store) {
+    p.set_source_version(store, "u", 5, b"in2").unwrap();
+    let e = p.explain(store, "u").unwrap();
     assert_eq!(
         e.cells[0].stale,
         Some(StaleReason::NewerSource {
@@ -335,24 +340,39 @@ fn explain_walks_a_cell_through_its_states() {
         CellState::Ready { attempts: 0, .. }
     ));
     assert!(matches!(e.cells[1].state, CellState::Blocked { .. }));
-    // A late completion for the old version is stale once the new one is in.
     p.complete(
-        &store,
+        store,
         &Attempt {
             source_version: 5,
-            ..att("ingest", None)
+            ..attempt_on_u("ingest", None)
         },
         b"x5",
     )
     .unwrap();
-    let late = p.complete(&store, &att("ingest", None), b"x").unwrap();
+    let late = p
+        .complete(store, &attempt_on_u("ingest", None), b"x")
+        .unwrap();
     assert!(matches!(
         late.outcome,
         Outcome::Stale { current_version: 5 }
     ));
-    // And the source itself never goes back.
-    let back = p.set_source_version(&store, "u", 3, b"old").unwrap();
+    let back = p.set_source_version(store, "u", 3, b"old").unwrap();
     assert!(matches!(back.outcome, Outcome::Stale { .. }));
+}
+
+#[test]
+fn explain_walks_a_cell_through_its_states() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = open(&dir);
+    let def = PipelineDef::parse(
+        "[stage.ingest]\ncode_version = 1\n[stage.load]\ncode_version = 1\nupstream = [\"ingest\"]\nmax_attempts = 2\n",
+    )
+    .unwrap();
+    let p = Pipeline::new(def);
+    let lease = ingest_ready_then_running(&p, &store);
+    ingest_completed_once(&p, &store, &lease);
+    load_fails_until_it_gives_up(&p, &store);
+    a_newer_source_starts_over(&p, &store);
     assert_replays(&store);
 }
 
@@ -370,26 +390,14 @@ fn a_lost_lease_fences_completion_and_failure() {
     .unwrap();
     let p = Pipeline::new(seed_def());
     p.set_source_version(&store, "u", 1, b"in").unwrap();
-    let cell = p.ready(&store, 1).unwrap().remove(0);
-    let Claim::Granted { lease: slow, .. } = p
-        .claim(&store, &cell, "slow", Duration::from_secs(10))
-        .unwrap()
-    else {
-        panic!()
-    };
+    let (cell, slow) = first_ready_claimed(&p, &store, "slow");
     assert!(matches!(
         p.claim(&store, &cell, "fast", Duration::from_secs(10))
             .unwrap(),
         Claim::Held { .. }
     ));
     clock.advance_ms(11_000);
-    let cell = p.ready(&store, 1).unwrap().remove(0);
-    let Claim::Granted { lease: fast, .. } = p
-        .claim(&store, &cell, "fast", Duration::from_secs(10))
-        .unwrap()
-    else {
-        panic!()
-    };
+    let (_, fast) = first_ready_claimed(&p, &store, "fast");
     assert!(fast.token > slow.token);
     assert_eq!(store.metrics().claims_taken_over, 1);
     let att = |w: &str, t| Attempt {
@@ -785,50 +793,75 @@ fn dot_checker_rejects_broken_graphs() {
     }
 }
 
-#[test]
-fn cli_status_dot_is_valid_graphviz() {
+/// The `oncelake pipeline` commands on one store, run as the built binary.
+struct PipelineCli {
+    dir: tempfile::TempDir,
+    lake: String,
+    def: String,
+}
+
+impl PipelineCli {
+    /// Runs `oncelake ARGS`: its exit code, standard output and standard error.
+    fn run(&self, args: &[&str]) -> (Option<i32>, String, String) {
+        bin::run_text(args)
+    }
+
+    /// Runs `oncelake pipeline COMMAND LAKE --pipeline DEF ARGS`.
+    fn pipeline(&self, command: &str, args: &[&str]) -> (Option<i32>, String, String) {
+        let head = ["pipeline", command, &self.lake, "--pipeline", &self.def];
+        self.run(&[&head[..], args].concat())
+    }
+}
+
+/// The JSON lines of a command's output, each parsed.
+fn json_lines(text: &str) -> Vec<serde_json::Value> {
+    text.lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+/// The seed pipeline over u1..u3 worked once through the library: store_c of u2 and transform
+/// of u3 failed, everything else done.
+fn seed_worked_with_failures() -> PipelineCli {
     let dir = tempfile::tempdir().unwrap();
     let lake = dir.path().join("lake");
     let def_path = dir.path().join("etl.toml");
     std::fs::write(&def_path, seed_def().to_text()).unwrap();
-    {
-        let store = Store::open(&lake).unwrap();
-        let p = Pipeline::new(seed_def());
-        for u in ["u1", "u2", "u3"] {
-            p.set_source_version(&store, u, 1, b"x").unwrap();
-        }
-        let mut n = 0;
-        p.work(&store, "w", |c| {
-            n += 1;
-            if c.stage == "store_c" && c.unit == "u2" {
-                Err("boom".into())
-            } else if c.stage == "transform" && c.unit == "u3" {
-                Err("nope".into())
-            } else {
-                Ok(vec![n])
-            }
-        })
-        .unwrap();
+    let store = Store::open(&lake).unwrap();
+    let p = Pipeline::new(seed_def());
+    for u in ["u1", "u2", "u3"] {
+        p.set_source_version(&store, u, 1, b"x").unwrap();
     }
-    let bin = bin::oncelake();
-    let run = |args: &[&str]| {
-        let out = std::process::Command::new(bin).args(args).output().unwrap();
-        (
-            out.status.code(),
-            String::from_utf8(out.stdout).unwrap(),
-            String::from_utf8(out.stderr).unwrap(),
-        )
-    };
-    let lake_s = lake.to_str().unwrap();
-    let def_s = def_path.to_str().unwrap();
-    let (code, dot, err) = run(&["pipeline", "status", lake_s, "--pipeline", def_s, "--dot"]);
+    let mut n = 0;
+    p.work(&store, "w", |c| {
+        n += 1;
+        if c.stage == "store_c" && c.unit == "u2" {
+            Err("boom".into())
+        } else if c.stage == "transform" && c.unit == "u3" {
+            Err("nope".into())
+        } else {
+            Ok(vec![n])
+        }
+    })
+    .unwrap();
+    let (lake, def) = (
+        lake.to_str().unwrap().to_string(),
+        def_path.to_str().unwrap().to_string(),
+    );
+    PipelineCli { dir, lake, def }
+}
+
+/// `status --dot` is a graph with the stages' counts that graphviz (where installed) draws.
+fn status_dot_is_valid_graphviz(cli: &PipelineCli) {
+    let (code, dot, err) = cli.pipeline("status", &["--dot"]);
     assert_eq!(code, Some(0), "{err}");
     assert_eq!(check_dot(&dot), Ok((4, 3)), "{dot}");
     assert!(dot.contains("\"store_c\" [label=\"store_c (code v1)\\ndone 1 (cut off 0) | ready 0 | running 0\\nblocked 1 | failed 1 | stale 0\", fillcolor=\"salmon\"]"), "{dot}");
     assert!(dot.contains("\"transform\" -> \"store_b\";"));
+    let png = cli.dir.path().join("g.png");
     if let Ok(out) = std::process::Command::new("dot")
         .args(["-Tpng", "-o"])
-        .arg(dir.path().join("g.png"))
+        .arg(&png)
         .stdin(std::process::Stdio::piped())
         .spawn()
         .and_then(|mut child| {
@@ -838,124 +871,85 @@ fn cli_status_dot_is_valid_graphviz() {
         })
     {
         assert!(out.status.success(), "dot refused the graph");
-        assert!(std::fs::metadata(dir.path().join("g.png")).unwrap().len() > 0);
+        assert!(std::fs::metadata(&png).unwrap().len() > 0);
     }
+}
 
-    // The other subcommands, by their exit codes and JSON.
-    let (code, text, _) = run(&[
-        "pipeline",
-        "explain",
-        lake_s,
-        "--pipeline",
-        def_s,
-        "u2",
-        "--json",
-    ]);
+/// `explain`, a blocked `complete` and a source version going back, by exit code and JSON.
+fn explain_and_refusals_follow_the_contract(cli: &PipelineCli) {
+    let (code, text, _) = cli.pipeline("explain", &["u2", "--json"]);
     assert_eq!(code, Some(0));
-    let lines: Vec<serde_json::Value> = text
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect();
+    let lines = json_lines(&text);
     assert_eq!(lines.len(), 4);
     assert_eq!(lines[3]["stage"], "store_c");
     assert_eq!(lines[3]["state"], "failed");
     assert_eq!(lines[3]["last_error"], "boom");
-    let (code, _, err) = run(&[
-        "pipeline",
-        "complete",
-        lake_s,
-        "--pipeline",
-        def_s,
-        "u3",
-        "store_b",
-        "-",
-    ]);
+    let (code, _, err) = cli.pipeline("complete", &["u3", "store_b", "-"]);
     assert_eq!(code, Some(2), "blocked cells cannot be completed: {err}");
     assert!(err.contains("blocked on transform"));
-    let (code, _, _) = run(&["pipeline", "set-version", lake_s, "u1", "0"]);
+    let (code, _, _) = cli.run(&["pipeline", "set-version", &cli.lake, "u1", "0"]);
     assert_eq!(code, Some(4), "a source version never goes back");
-    // By hand: a new unit, claimed, completed under its token, the retry a duplicate.
-    let (code, _, err) = run(&["pipeline", "set-version", lake_s, "u4", "1"]);
+}
+
+/// By hand: a new unit, claimed, completed under its token, the retry a duplicate, the next
+/// cell failed.
+fn a_unit_worked_by_hand(cli: &PipelineCli) {
+    let (code, _, err) = cli.run(&["pipeline", "set-version", &cli.lake, "u4", "1"]);
     assert_eq!(code, Some(0), "{err}");
-    let (code, text, _) = run(&[
-        "pipeline",
-        "ready",
-        lake_s,
-        "--pipeline",
-        def_s,
-        "--claim",
-        "--worker",
-        "cli-w",
-        "--json",
-    ]);
+    let (code, text, _) = cli.pipeline("ready", &["--claim", "--worker", "cli-w", "--json"]);
     assert_eq!(code, Some(0));
-    let claimed: Vec<serde_json::Value> = text
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect();
+    let claimed = json_lines(&text);
     let mine = claimed
         .iter()
         .find(|v| v["unit"] == "u4" && v["stage"] == "ingest")
         .expect("u4 ingest is ready and claimed");
     let token = mine["token"].as_u64().unwrap().to_string();
-    let out_file = dir.path().join("out.bin");
+    let out_file = cli.dir.path().join("out.bin");
     std::fs::write(&out_file, b"u4 ingested").unwrap();
     let out_s = out_file.to_str().unwrap();
-    let complete = |token: &str| {
-        run(&[
-            "pipeline",
+    let complete = || {
+        cli.pipeline(
             "complete",
-            lake_s,
-            "--pipeline",
-            def_s,
-            "u4",
-            "ingest",
-            out_s,
-            "--token",
-            token,
-            "--json",
-        ])
+            &["u4", "ingest", out_s, "--token", &token, "--json"],
+        )
     };
-    let (code, text, err) = complete(&token);
+    let (code, text, err) = complete();
     assert_eq!(code, Some(0), "{err}");
     let v: serde_json::Value = serde_json::from_str(text.trim()).unwrap();
     assert_eq!(v["outcome"], "committed");
-    let (code, text, _) = complete(&token);
+    let (code, text, _) = complete();
     assert_eq!(code, Some(0));
     assert!(text.contains("\"outcome\":\"duplicate\""), "{text}");
-    let (code, text, _) = run(&["pipeline", "explain", lake_s, "--pipeline", def_s, "u4"]);
+    let (code, text, _) = cli.pipeline("explain", &["u4"]);
     assert_eq!(code, Some(0));
     assert!(text.contains("ingest: done at source version 1"), "{text}");
     assert!(text.contains("transform: ready"), "{text}");
-    let (code, text, _) = run(&[
-        "pipeline",
-        "fail",
-        lake_s,
-        "--pipeline",
-        def_s,
-        "u4",
-        "transform",
-        "--error",
-        "oops",
-        "--json",
-    ]);
+    let (code, text, _) = cli.pipeline("fail", &["u4", "transform", "--error", "oops", "--json"]);
     assert_eq!(code, Some(0));
     assert!(text.contains("\"attempts\":1"), "{text}");
-    let bad_def = dir.path().join("bad.toml");
+}
+
+/// A definition with a cycle is bad input that names the cycle.
+fn a_cyclic_definition_is_refused(cli: &PipelineCli) {
+    let bad_def = cli.dir.path().join("bad.toml");
     std::fs::write(
         &bad_def,
         "[stage.a]\ncode_version = 1\nupstream = [\"a\"]\n",
     )
     .unwrap();
-    let (code, _, err) = run(&[
-        "pipeline",
-        "status",
-        lake_s,
-        "--pipeline",
-        bad_def.to_str().unwrap(),
-    ]);
+    let bad = bad_def.to_str().unwrap();
+    let (code, _, err) = cli.run(&["pipeline", "status", &cli.lake, "--pipeline", bad]);
     assert_eq!(code, Some(2));
     assert!(err.contains("cycle: a -> a"), "{err}");
+}
+
+#[test]
+fn cli_status_dot_is_valid_graphviz() {
+    let cli = seed_worked_with_failures();
+    status_dot_is_valid_graphviz(&cli);
+    explain_and_refusals_follow_the_contract(&cli);
+    a_unit_worked_by_hand(&cli);
+    a_cyclic_definition_is_refused(&cli);
 }
 
 /// A crash at any file operation of a failure record leaves it wholly recorded (log and table)

@@ -7,7 +7,6 @@
 
 use crate::bin;
 
-use oncelake::gc::GcOptions;
 use oncelake::pipeline::{CellState, Explain, Pipeline, PipelineDef, ReadyCell, Wave, WorkOptions};
 use oncelake::{Durability, ObjectId, Options, Store};
 use serde_json::Value;
@@ -461,13 +460,7 @@ fn pruned_history_makes_a_cell_rerun_not_guess() {
         "cut off before the prune"
     );
     store.flush().unwrap();
-    store
-        .gc(GcOptions {
-            dry_run: false,
-            grace: Duration::ZERO,
-            retain: Duration::ZERO,
-        })
-        .unwrap();
+    store.gc(crate::common::gc_everything()).unwrap();
     // The source's version-1 entry is gone from the history: a cannot be shown unchanged.
     let ready = p.ready(&store, 10).unwrap();
     assert_eq!(ready.len(), 1, "{ready:?}");
@@ -530,15 +523,7 @@ impl Cli {
     }
 
     fn run(&self, args: &[&str]) -> (Option<i32>, String, String) {
-        let out = std::process::Command::new(bin::oncelake())
-            .args(args)
-            .output()
-            .unwrap();
-        (
-            out.status.code(),
-            String::from_utf8(out.stdout).unwrap(),
-            String::from_utf8(out.stderr).unwrap(),
-        )
+        bin::run_text(args)
     }
 
     fn file(&self, name: &str, bytes: &[u8]) -> String {

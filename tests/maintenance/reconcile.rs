@@ -159,6 +159,129 @@ fn sorted(mut v: Vec<PlannedUnit>) -> Vec<PlannedUnit> {
     v
 }
 
+/// A listing as rows, in order.
+type Rows = Vec<(String, u64)>;
+
+/// The same listing as CSV and as JSON lines plans what the API pairs plan.
+fn both_formats_plan_alike(
+    snap: &oncelake::Snapshot,
+    rows: &Rows,
+    opts: ReconcileOptions,
+    escape: bool,
+    plan: &Plan,
+) -> Result<(), TestCaseError> {
+    for format in [ListingFormat::Csv, ListingFormat::JsonLines] {
+        let text = render(rows, format, escape, escape);
+        let plan2 = Plan::full(snap, ListingReader::new(text.as_bytes(), format), opts).unwrap();
+        prop_assert_eq!(&plan2.units, &plan.units, "format {:?}", format);
+        prop_assert_eq!(plan2.summary, plan.summary);
+    }
+    Ok(())
+}
+
+/// Shuffled, the same listing is sorted (in many spilled runs) and gives the same plan; the
+/// sorted rows keep their original lines, and no temporary run is left behind.
+fn a_shuffled_listing_plans_alike(
+    snap: &oncelake::Snapshot,
+    rows: &Rows,
+    (opts, escape, seed): (ReconcileOptions, bool, u64),
+    plan: &Plan,
+) -> Result<(), TestCaseError> {
+    let mut shuffled = rows.clone();
+    shuffle(&mut shuffled, seed.rotate_left(7));
+    let tmp = tempfile::tempdir().unwrap();
+    let small = runs_of(7, tmp.path());
+    for (format, config) in [
+        (ListingFormat::Csv, &small),
+        (ListingFormat::JsonLines, &small),
+        (ListingFormat::Csv, &SortConfig::new(tmp.path())),
+    ] {
+        let text = render(&shuffled, format, escape, escape);
+        let mut units = Vec::new();
+        let summary = reconcile_full_unsorted(
+            snap,
+            ListingReader::new(text.as_bytes(), format),
+            opts,
+            config,
+            |i| {
+                units.push(PlannedUnit::from(i));
+                Ok(())
+            },
+        )
+        .unwrap();
+        prop_assert_eq!(
+            &units,
+            &plan.units,
+            "shuffled {:?}, {} rows a run",
+            format,
+            config.run_rows
+        );
+        prop_assert_eq!(summary, plan.summary);
+    }
+    let mut sorted_rows =
+        SortedListing::sort(Pairs::new(shuffled.iter().cloned()), &small).unwrap();
+    prop_assert_eq!(sorted_rows.spilled_runs(), shuffled.len().div_ceil(7));
+    // The rows keep their original lines (positions in the shuffled listing).
+    let mut prev: Option<(String, u64)> = None;
+    while let Some(row) = sorted_rows.next_row().unwrap() {
+        prop_assert_eq!(
+            &shuffled[row.line as usize - 1],
+            &(row.unit.to_string(), row.version)
+        );
+        if let Some((u, l)) = &prev {
+            prop_assert!((u.as_str(), *l) < (row.unit, row.line));
+        }
+        prev = Some((row.unit.to_string(), row.line));
+    }
+    drop(sorted_rows);
+    prop_assert_eq!(
+        std::fs::read_dir(tmp.path()).unwrap().count(),
+        0,
+        "temporary runs left behind"
+    );
+    Ok(())
+}
+
+/// Incremental: a shuffled subset of the listing as changes plans the model's changed units, in
+/// the order the changes came in, and agrees with the full plan on them.
+fn changes_plan_as_the_full_plan_on_them(
+    store: &Store,
+    (manifest, listing): (&BTreeMap<String, u64>, &BTreeMap<String, u64>),
+    (change_mask, seed): (&[bool], u64),
+    opts: ReconcileOptions,
+    plan: &Plan,
+) -> Result<(), TestCaseError> {
+    let mut changes: Rows = listing
+        .iter()
+        .zip(change_mask)
+        .filter(|(_, m)| **m)
+        .map(|((k, v), _)| (k.clone(), *v))
+        .collect();
+    shuffle(&mut changes, seed);
+    let inc = Plan::changes(store, Pairs::new(changes.iter().cloned()), opts).unwrap();
+    let changed: BTreeMap<String, u64> = changes.iter().cloned().collect();
+    let want: Vec<PlannedUnit> = model_full(manifest, &changed, opts.list_up_to_date)
+        .into_iter()
+        .filter(|p| p.action != Action::Unknown)
+        .collect();
+    prop_assert_eq!(sorted(inc.units.clone()), want);
+    let order: Vec<&String> = inc.units.iter().map(|p| &p.unit).collect();
+    let listed: Vec<&String> = changes
+        .iter()
+        .map(|(k, _)| k)
+        .filter(|k| order.contains(k))
+        .collect();
+    prop_assert_eq!(order, listed);
+    let full_on_changes: Vec<PlannedUnit> = plan
+        .units
+        .iter()
+        .filter(|p| changed.contains_key(&p.unit))
+        .cloned()
+        .collect();
+    prop_assert_eq!(sorted(inc.units), full_on_changes);
+    Ok(())
+}
+
 proptest! {
     #![proptest_config(ProptestConfig { cases: 16, ..ProptestConfig::default() })]
 
@@ -187,7 +310,7 @@ proptest! {
         let expected = model_full(&manifest, &listing, list_up_to_date);
 
         // API pairs, sorted; an exact repeat of one row is planned once.
-        let mut rows: Vec<(String, u64)> = listing.iter().map(|(k, v)| (k.clone(), *v)).collect();
+        let mut rows: Rows = listing.iter().map(|(k, v)| (k.clone(), *v)).collect();
         let repeats = match repeat_at {
             Some(i) if i < rows.len() => { let r = rows[i].clone(); rows.insert(i, r); 1 }
             _ => 0,
@@ -205,67 +328,11 @@ proptest! {
         let up_to_date = listing.iter().filter(|(k, v)| manifest.get(*k).is_some_and(|m| m >= v)).count();
         prop_assert_eq!(plan.summary.up_to_date, up_to_date as u64);
 
-        // The same listing as CSV and as JSON lines.
-        for format in [ListingFormat::Csv, ListingFormat::JsonLines] {
-            let text = render(&rows, format, escape, escape);
-            let plan2 = Plan::full(&snap, ListingReader::new(text.as_bytes(), format), opts).unwrap();
-            prop_assert_eq!(&plan2.units, &expected, "format {:?}", format);
-            prop_assert_eq!(plan2.summary, plan.summary);
-        }
-
-        // Shuffled, the same listing is sorted (in many spilled runs) and gives the same plan.
-        let mut shuffled = rows.clone();
-        shuffle(&mut shuffled, shuffle_seed.rotate_left(7));
-        let tmp = tempfile::tempdir().unwrap();
-        let small = SortConfig { run_rows: 7, ..SortConfig::new(tmp.path()) };
-        for (format, config) in [
-            (ListingFormat::Csv, &small),
-            (ListingFormat::JsonLines, &small),
-            (ListingFormat::Csv, &SortConfig::new(tmp.path())),
-        ] {
-            let text = render(&shuffled, format, escape, escape);
-            let mut units = Vec::new();
-            let summary = reconcile_full_unsorted(
-                &snap, ListingReader::new(text.as_bytes(), format), opts, config,
-                |i| { units.push(PlannedUnit::from(i)); Ok(()) },
-            ).unwrap();
-            prop_assert_eq!(&units, &expected, "shuffled {:?}, {} rows a run", format, config.run_rows);
-            prop_assert_eq!(summary, plan.summary);
-        }
-        let sorted_rows = SortedListing::sort(Pairs::new(shuffled.iter().cloned()), &small).unwrap();
-        prop_assert_eq!(sorted_rows.spilled_runs(), shuffled.len().div_ceil(7));
-        // The rows keep their original lines (positions in the shuffled listing).
-        let mut sorted_rows = sorted_rows;
-        let mut prev: Option<(String, u64)> = None;
-        while let Some(row) = sorted_rows.next_row().unwrap() {
-            prop_assert_eq!(&shuffled[row.line as usize - 1], &(row.unit.to_string(), row.version));
-            if let Some((u, l)) = &prev {
-                prop_assert!((u.as_str(), *l) < (row.unit, row.line));
-            }
-            prev = Some((row.unit.to_string(), row.line));
-        }
-        drop(sorted_rows);
-        prop_assert_eq!(std::fs::read_dir(tmp.path()).unwrap().count(), 0, "temporary runs left behind");
-
-        // Incremental: a shuffled subset of the listing as changes.
-        let mut changes: Vec<(String, u64)> = listing.iter().zip(&change_mask)
-            .filter(|(_, m)| **m).map(|((k, v), _)| (k.clone(), *v)).collect();
-        shuffle(&mut changes, shuffle_seed);
-        let inc = Plan::changes(&store, Pairs::new(changes.iter().cloned()), opts).unwrap();
-        let changed: BTreeMap<String, u64> = changes.iter().cloned().collect();
-        let want: Vec<PlannedUnit> = model_full(&manifest, &changed, list_up_to_date)
-            .into_iter().filter(|p| p.action != Action::Unknown).collect();
-        prop_assert_eq!(sorted(inc.units.clone()), want.clone());
-        // ... in the order the changes came in.
-        let order: Vec<&String> = inc.units.iter().map(|p| &p.unit).collect();
-        let listed: Vec<&String> = changes.iter().map(|(k, _)| k)
-            .filter(|k| order.contains(k)).collect();
-        prop_assert_eq!(order, listed);
-        // Full and incremental agree on the changed units.
-        let full_on_changes: Vec<PlannedUnit> = plan.units.iter()
-            .filter(|p| changed.contains_key(&p.unit)).cloned().collect();
-        prop_assert_eq!(sorted(inc.units), full_on_changes);
-
+        both_formats_plan_alike(&snap, &rows, opts, escape, &plan)?;
+        a_shuffled_listing_plans_alike(&snap, &rows, (opts, escape, shuffle_seed), &plan)?;
+        changes_plan_as_the_full_plan_on_them(
+            &store, (&manifest, &listing), (&change_mask, shuffle_seed), opts, &plan,
+        )?;
         drop(snap);
         prop_assert_eq!(state(&store), before);
     }
@@ -300,17 +367,15 @@ fn full_reconcile_as_of_an_older_seq_uses_that_manifest() {
 /// nothing, and after a flush the plan is the same.
 #[test]
 fn a_full_reconcile_merges_the_commits_still_in_the_tail() {
-    let dir = tempfile::tempdir().unwrap();
-    let store = Store::open_with(
-        dir.path().join("s"),
+    let (_dir, store) = crate::common::open_new(
+        "s",
         Options {
             background_apply: false,
             apply_min_bytes: 16 << 20,
             apply_batch_bytes: 16 << 20,
             ..Options::default()
         },
-    )
-    .unwrap();
+    );
     let first: BTreeMap<String, u64> = (0..60).map(|i| (format!("u{i:02}"), 1)).collect();
     fill(&store, &first);
     store.flush().unwrap();
@@ -393,11 +458,17 @@ fn refused(store: &Store, text: &str, format: ListingFormat) -> ListingError {
     }
 }
 
-#[test]
-fn bad_listings_name_the_line_and_leave_the_store_alone() {
+/// A store holding `u00`..`u19`, each at version 3.
+fn twenty_units_at_version_3() -> (tempfile::TempDir, Store) {
     let dir = tempfile::tempdir().unwrap();
     let store = open(&dir.path().join("s"));
     fill(&store, &(0..20).map(|i| (format!("u{i:02}"), 3)).collect());
+    (dir, store)
+}
+
+#[test]
+fn bad_listings_name_the_line_and_leave_the_store_alone() {
+    let (_dir, store) = twenty_units_at_version_3();
     use ListingFormat::{Csv, JsonLines};
 
     let e = refused(&store, "unit,version\nu01,1\nu02 1\n", Csv);
@@ -466,30 +537,30 @@ fn bad_listings_name_the_line_and_leave_the_store_alone() {
     );
 }
 
-#[test]
-fn unsorted_full_listings_are_sorted_but_a_unit_with_two_versions_is_refused() {
-    let dir = tempfile::tempdir().unwrap();
-    let store = open(&dir.path().join("s"));
-    fill(&store, &(0..20).map(|i| (format!("u{i:02}"), 3)).collect());
-    let before = state(&store);
-    let tmp = tempfile::tempdir().unwrap();
-    // u07 on line 4 with version 2, again on line 37 with version 5, far apart and out of order.
+/// Sorting in runs of `run_rows` rows, spilled into `tmp`.
+fn runs_of(run_rows: usize, tmp: &Path) -> SortConfig {
+    SortConfig {
+        run_rows,
+        ..SortConfig::new(tmp)
+    }
+}
+
+/// u07 on line 4 with version 2, again on line 37 with version 5, far apart and out of order:
+/// refused as a duplicate whatever the run size (before any plan item when it is one run), and
+/// the constant-memory primitive still refuses the listing as unsorted.
+fn a_unit_listed_twice_far_apart_is_refused(store: &Store, tmp: &Path) {
     let mut lines: Vec<String> = (0..40).rev().map(|i| format!("u{:02},4", i + 40)).collect();
     lines[3] = "u07,2".into();
     lines[36] = "u07,5".into();
     let text = lines.join("\n") + "\n";
     for run_rows in [1, 3, 7, 1000] {
-        let config = SortConfig {
-            run_rows,
-            ..SortConfig::new(tmp.path())
-        };
         let snap = store.snapshot().unwrap();
         let mut printed = 0;
         let err = reconcile_full_unsorted(
             &snap,
             ListingReader::new(text.as_bytes(), ListingFormat::Csv),
             ReconcileOptions::default(),
-            &config,
+            &runs_of(run_rows, tmp),
             |_| {
                 printed += 1;
                 Ok(())
@@ -511,7 +582,6 @@ fn unsorted_full_listings_are_sorted_but_a_unit_with_two_versions_is_refused() {
         if run_rows >= 40 {
             assert_eq!(printed, 0, "one run: refused before any plan item");
         }
-        // The constant-memory primitive still refuses the unsorted listing.
         let e = reconcile_full(
             &snap,
             ListingReader::new(text.as_bytes(), ListingFormat::Csv),
@@ -524,15 +594,15 @@ fn unsorted_full_listings_are_sorted_but_a_unit_with_two_versions_is_refused() {
                 e,
                 ReconcileError::Listing(ListingError::Unsorted { line: 2, .. })
             ),
-            "{e}"
+            "{run_rows} rows a run: {e}"
         );
     }
-    // A listing of exactly one run stays in memory; one row more spills two runs.
+}
+
+/// A listing of exactly one run stays in memory; one row more spills two runs.
+fn one_run_stays_in_memory(tmp: &Path) {
     let pairs = |n: u64| Pairs::new((0..n).rev().map(|i| (format!("k{i:03}"), i)));
-    let config = SortConfig {
-        run_rows: 40,
-        ..SortConfig::new(tmp.path())
-    };
+    let config = runs_of(40, tmp);
     assert_eq!(
         SortedListing::sort(pairs(40), &config)
             .unwrap()
@@ -545,16 +615,16 @@ fn unsorted_full_listings_are_sorted_but_a_unit_with_two_versions_is_refused() {
     drop(sorted);
     let in_order = Pairs::new((0..41u64).map(|i| (format!("k{i:03}"), i)));
     assert!(SortedListing::sort(in_order, &config).unwrap().was_sorted());
-    // A bad line is reported with its line, before any plan item.
+}
+
+/// A bad line is reported with its line, before any plan item.
+fn a_bad_line_is_named_before_any_plan_item(store: &Store, tmp: &Path) {
     let bad = "u09,1\nu01,1\nu05,x\nu02,1\n";
     let err = reconcile_full_unsorted(
         &store.snapshot().unwrap(),
         ListingReader::new(bad.as_bytes(), ListingFormat::Csv),
         ReconcileOptions::default(),
-        &SortConfig {
-            run_rows: 1,
-            ..SortConfig::new(tmp.path())
-        },
+        &runs_of(1, tmp),
         |_| panic!("a plan item before the listing was read"),
     )
     .unwrap_err();
@@ -565,17 +635,17 @@ fn unsorted_full_listings_are_sorted_but_a_unit_with_two_versions_is_refused() {
         ),
         "{err}"
     );
-    // Exact repeats are planned once; nothing is left in the temporary directory.
+}
+
+/// Exact repeats are planned once.
+fn exact_repeats_are_planned_once(store: &Store, tmp: &Path) {
     let plan: Vec<(String, u64)> = vec![("u05".into(), 9), ("u01".into(), 9), ("u05".into(), 9)];
     let mut units = Vec::new();
     let summary = reconcile_full_unsorted(
         &store.snapshot().unwrap(),
         Pairs::new(plan),
         ReconcileOptions::default(),
-        &SortConfig {
-            run_rows: 1,
-            ..SortConfig::new(tmp.path())
-        },
+        &runs_of(1, tmp),
         |i| {
             units.push((i.unit.to_string(), i.action));
             Ok(())
@@ -585,15 +655,25 @@ fn unsorted_full_listings_are_sorted_but_a_unit_with_two_versions_is_refused() {
     assert_eq!(summary.duplicate_lines, 1);
     assert_eq!(summary.behind, 2);
     assert_eq!(units.iter().filter(|u| u.1 == Action::Behind).count(), 2);
+}
+
+#[test]
+fn unsorted_full_listings_are_sorted_but_a_unit_with_two_versions_is_refused() {
+    let (_dir, store) = twenty_units_at_version_3();
+    let before = state(&store);
+    let tmp = tempfile::tempdir().unwrap();
+    a_unit_listed_twice_far_apart_is_refused(&store, tmp.path());
+    one_run_stays_in_memory(tmp.path());
+    a_bad_line_is_named_before_any_plan_item(&store, tmp.path());
+    exact_repeats_are_planned_once(&store, tmp.path());
+    // Nothing is left in the temporary directory, and the store is unchanged.
     assert_eq!(std::fs::read_dir(tmp.path()).unwrap().count(), 0);
     assert_eq!(state(&store), before);
 }
 
 #[test]
 fn incremental_takes_any_order_but_refuses_a_unit_with_two_versions() {
-    let dir = tempfile::tempdir().unwrap();
-    let store = open(&dir.path().join("s"));
-    fill(&store, &(0..20).map(|i| (format!("u{i:02}"), 3)).collect());
+    let (_dir, store) = twenty_units_at_version_3();
     let before = state(&store);
     let text = "u09,4\nu01,3\nzz,1\nu01,3\nu05,2\n";
     let plan = Plan::changes(
@@ -700,13 +780,17 @@ fn cli_store(dir: &Path) -> String {
     store.to_str().unwrap().to_string()
 }
 
-#[test]
-fn cli_reconcile_plans_and_exits_by_the_contract() {
-    let dir = tempfile::tempdir().unwrap();
-    let store = cli_store(dir.path());
-    let csv = dir.path().join("src.csv");
-    std::fs::write(&csv, "unit,version\na,2\nb,1\nc,4\n").unwrap();
-    let (code, out, err) = cli(&["reconcile", &store, "--source", csv.to_str().unwrap()]);
+/// Writes `text` to the listing file `name` in `dir`; its path.
+fn listing_file(dir: &Path, name: &str, text: &str) -> String {
+    let p = dir.join(name);
+    std::fs::write(&p, text).unwrap();
+    p.to_str().unwrap().to_string()
+}
+
+/// A full CSV listing with a header: the plan as tab-separated lines and a summary.
+fn cli_plans_a_full_listing(dir: &Path, store: &str) {
+    let csv = listing_file(dir, "src.csv", "unit,version\na,2\nb,1\nc,4\n");
+    let (code, out, err) = cli(&["reconcile", store, "--source", &csv]);
     assert_eq!(code, 0, "{err}");
     let lines: Vec<&str> = out.lines().collect();
     assert_eq!(
@@ -719,19 +803,20 @@ fn cli_reconcile_plans_and_exits_by_the_contract() {
         ]
     );
     assert!(lines[4].starts_with("summary: 2 to process"), "{out}");
+}
 
-    // JSON lines, sniffed from the content (no extension), listing up-to-date units too.
-    let jl = dir.path().join("changes");
-    std::fs::write(
-        &jl,
+/// JSON lines, sniffed from the content (no extension), as changes, listing up-to-date units too.
+fn cli_plans_changes_in_json_lines(dir: &Path, store: &str) {
+    let jl = listing_file(
+        dir,
+        "changes",
         "{\"unit\": \"c\", \"version\": 9}\n{\"unit\": \"a\", \"version\": 1}\n",
-    )
-    .unwrap();
+    );
     let (code, out, err) = cli(&[
         "reconcile",
-        &store,
+        store,
         "--source",
-        jl.to_str().unwrap(),
+        &jl,
         "--changes-only",
         "--list-up-to-date",
         "--json",
@@ -763,43 +848,24 @@ fn cli_reconcile_plans_and_exits_by_the_contract() {
         "{}",
         lines[2]
     );
+}
 
-    // Bad listings: exit 2, the line named, nothing printed to stdout, the store unchanged.
-    let before = cli(&["log", &store, "--json"]).1;
-    for (name, text, line) in [
-        ("bad.csv", "a,1\nb;2\n", "line 2"),
-        ("dup.csv", "a,1\na,2\n", "line 1 and 2 on line 2"),
-        (
-            "bad.jsonl",
-            "{\"unit\": \"a\", \"version\": \"1\"}\n",
-            "line 1",
-        ),
-    ] {
-        let p = dir.path().join(name);
-        std::fs::write(&p, text).unwrap();
-        let (code, out, err) = cli(&["reconcile", &store, "--source", p.to_str().unwrap()]);
-        assert_eq!(code, 2, "{name}: {err}");
-        assert!(out.is_empty(), "{name}: printed a plan: {out}");
-        assert!(err.contains(line), "{name}: {err}");
-    }
-    assert_eq!(cli(&["log", &store, "--json"]).1, before);
-
-    // An unsorted full listing, from a file or from standard input, is sorted, with a note.
+/// An unsorted full listing, from a file or from standard input, is sorted, with a note.
+fn cli_sorts_an_unsorted_listing(dir: &Path, store: &str) {
     let unsorted = "d,5\nc,4\nb,1\na,2\n";
     let want = [
         "action\tunit\tsource_version\tcurrent_version",
         "behind\ta\t2\t1",
         "missing\tb\t1\t-",
     ];
-    let p = dir.path().join("unsorted.csv");
-    std::fs::write(&p, unsorted).unwrap();
-    let tmp = dir.path().join("tmp");
+    let p = listing_file(dir, "unsorted.csv", unsorted);
+    let tmp = dir.join("tmp");
     std::fs::create_dir(&tmp).unwrap();
     let (code, out, err) = cli(&[
         "reconcile",
-        &store,
+        store,
         "--source",
-        p.to_str().unwrap(),
+        &p,
         "--tmp",
         tmp.to_str().unwrap(),
     ]);
@@ -808,19 +874,10 @@ fn cli_reconcile_plans_and_exits_by_the_contract() {
     let lines: Vec<&str> = out.lines().collect();
     assert_eq!(&lines[..3], want, "{out}");
     assert!(lines[3].starts_with("summary: 2 to process"), "{out}");
-    let mut child = Command::new(bin::oncelake())
-        .args(["reconcile", &store, "--source", "-", "--json"])
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    {
-        use std::io::Write as _;
-        let mut stdin = child.stdin.take().unwrap();
-        stdin.write_all(unsorted.as_bytes()).unwrap();
-    }
-    let o = child.wait_with_output().unwrap();
+    let o = bin::run(
+        &["reconcile", store, "--source", "-", "--json"],
+        Some(unsorted.as_bytes()),
+    );
     let (out, err) = (
         String::from_utf8_lossy(&o.stdout),
         String::from_utf8_lossy(&o.stderr),
@@ -841,26 +898,63 @@ fn cli_reconcile_plans_and_exits_by_the_contract() {
         lines[2].contains("\"to_process\":2") && lines[2].contains("\"unknown\":0"),
         "{out}"
     );
-    // Unsorted with a unit listed twice (not adjacent): refused, nothing printed.
-    let p = dir.path().join("unsorted-dup.csv");
-    std::fs::write(&p, "d,5\na,1\nc,4\na,2\n").unwrap();
-    let (code, out, err) = cli(&["reconcile", &store, "--source", p.to_str().unwrap()]);
-    assert_eq!(code, 2, "{err}");
-    assert!(out.is_empty(), "{out}");
-    assert!(err.contains("line 2 and 2 on line 4"), "{err}");
+}
 
-    // A missing listing file and a bad --format value are usage errors.
-    let (code, _, err) = cli(&["reconcile", &store, "--source", "/nonexistent/x.csv"]);
-    assert_eq!(code, 2, "{err}");
-    let (code, _, _) = cli(&[
-        "reconcile",
-        &store,
-        "--source",
-        csv.to_str().unwrap(),
-        "--format",
-        "xml",
-    ]);
-    assert_eq!(code, 2);
+/// One refused reconcile: a listing file (name, text) if any, the further arguments, and what
+/// the error must name ("" for anything).
+type Refusal = (
+    Option<(&'static str, &'static str)>,
+    &'static [&'static str],
+    &'static str,
+);
+
+/// Bad listings (the line named), a unit listed twice in an unsorted listing, a missing file and
+/// a bad `--format`: exit 2, nothing printed to stdout, the store unchanged.
+fn cli_refuses_bad_listings(dir: &Path, store: &str) {
+    const REFUSALS: &[Refusal] = &[
+        (Some(("bad.csv", "a,1\nb;2\n")), &[], "line 2"),
+        (
+            Some(("dup.csv", "a,1\na,2\n")),
+            &[],
+            "line 1 and 2 on line 2",
+        ),
+        (
+            Some(("bad.jsonl", "{\"unit\": \"a\", \"version\": \"1\"}\n")),
+            &[],
+            "line 1",
+        ),
+        (
+            Some(("unsorted-dup.csv", "d,5\na,1\nc,4\na,2\n")),
+            &[],
+            "line 2 and 2 on line 4",
+        ),
+        (None, &["--source", "/nonexistent/x.csv"], ""),
+        (Some(("good.csv", "a,2\nb,1\n")), &["--format", "xml"], ""),
+    ];
+    let before = cli(&["log", store, "--json"]).1;
+    for &(file, extra, names) in REFUSALS {
+        let mut args = vec!["reconcile".to_string(), store.to_string()];
+        if let Some((name, text)) = file {
+            args.extend(["--source".to_string(), listing_file(dir, name, text)]);
+        }
+        args.extend(extra.iter().map(|a| a.to_string()));
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let (code, out, err) = cli(&args);
+        assert_eq!(code, 2, "{args:?}: {err}");
+        assert!(out.is_empty(), "{args:?}: printed a plan: {out}");
+        assert!(err.contains(names), "{args:?}: {err}");
+    }
+    assert_eq!(cli(&["log", store, "--json"]).1, before);
+}
+
+#[test]
+fn cli_reconcile_plans_and_exits_by_the_contract() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = cli_store(dir.path());
+    cli_plans_a_full_listing(dir.path(), &store);
+    cli_plans_changes_in_json_lines(dir.path(), &store);
+    cli_refuses_bad_listings(dir.path(), &store);
+    cli_sorts_an_unsorted_listing(dir.path(), &store);
 }
 
 #[test]

@@ -14,6 +14,19 @@ BIN = os.environ.get("ONCELAKE_BIN") or str(
 )
 
 
+def pipeline_toml(*stages):
+    """A pipeline definition's text: per stage (name, code version, upstream stages[, max
+    attempts])."""
+    out = []
+    for name, code_version, upstream, *max_attempts in stages:
+        out.append(f"[stage.{name}]\ncode_version = {code_version}\n")
+        if upstream:
+            out.append("upstream = [" + ", ".join(f'"{u}"' for u in upstream) + "]\n")
+        if max_attempts:
+            out.append(f"max_attempts = {max_attempts[0]}\n")
+    return "".join(out)
+
+
 class Server:
     """`oncelake serve STORE --listen 127.0.0.1:0`, and calls to it with its bearer token."""
 

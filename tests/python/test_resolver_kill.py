@@ -18,24 +18,13 @@ import threading
 import time
 from pathlib import Path
 
-from served import Server
+from served import Server, pipeline_toml
 
 HERE = Path(__file__).resolve().parent
 TTL_MS = 1500
 UNITS = [f"clicks/d={d}" for d in range(1, 9)]
 # a -> {b, c} -> d: a diamond, so a held cell of `a` blocks three cells downstream of it.
-PIPELINE = """[stage.a]
-code_version = 1
-[stage.b]
-code_version = 1
-upstream = ["a"]
-[stage.c]
-code_version = 1
-upstream = ["a"]
-[stage.d]
-code_version = 1
-upstream = ["b", "c"]
-"""
+PIPELINE = pipeline_toml(("a", 1, []), ("b", 1, ["a"]), ("c", 1, ["a"]), ("d", 1, ["b", "c"]))
 
 
 class Resolver:

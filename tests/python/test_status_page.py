@@ -27,7 +27,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from served import BIN, Server
+from served import BIN, Server, pipeline_toml
 
 ROOT = Path(__file__).resolve().parents[2]
 SCREENSHOT = ROOT / "target" / "status-page.png"
@@ -37,19 +37,9 @@ CHROMIUM_ARGS = [
     "--disable-dev-shm-usage", "--window-size=1440,1250", "--hide-scrollbars",
 ]
 # ingest -> clean -> {daily, weekly}; max_attempts = 1 on daily so one failure is final.
-PIPELINE = """[stage.ingest]
-code_version = 1
-[stage.clean]
-code_version = 2
-upstream = ["ingest"]
-[stage.daily]
-code_version = 1
-upstream = ["clean"]
-max_attempts = 1
-[stage.weekly]
-code_version = 1
-upstream = ["clean"]
-"""
+PIPELINE = pipeline_toml(
+    ("ingest", 1, []), ("clean", 2, ["ingest"]), ("daily", 1, ["clean"], 1), ("weekly", 1, ["clean"])
+)
 STATES = ("done", "ready", "running", "failed", "blocked", "cut_off")
 
 

@@ -171,11 +171,18 @@ def test_puts_new_versions_and_corrections_at_every_version(tmp_path):
     assert ol("verify", lake.store).returncode == 0
 
 
-def test_checkpoints_keep_every_version_readable(tmp_path):
+def published_puts(tmp_path, puts, units):
+    """A Lake after `puts` one-row puts (each a new version) over 3 partitions of `units` units,
+    published: one table version a put, checkpoints every hundred."""
     lake = Lake(tmp_path)
-    for i in range(105):
-        lake.put(f"sales/part={i % 3}/u{i % 7}", i + 1, [{"id": i, "name": f"n{i}"}])
+    for i in range(puts):
+        lake.put(f"sales/part={i % 3}/u{i % units}", i + 1, [{"id": i, "name": f"n{i}"}])
     lake.publish()
+    return lake
+
+
+def test_checkpoints_keep_every_version_readable(tmp_path):
+    lake = published_puts(tmp_path, 105, 7)
     log = lake.table / "_delta_log"
     assert (log / "00000000000000000100.checkpoint.parquet").exists()
     assert json.loads((log / "_last_checkpoint").read_text())["version"] == 100
@@ -203,10 +210,7 @@ def replayed(table, upto):
 
 
 def test_checkpoints_carry_remove_tombstones_for_delta_vacuum(tmp_path):
-    lake = Lake(tmp_path)
-    for i in range(103):
-        lake.put(f"sales/part={i % 3}/u{i % 5}", i + 1, [{"id": i, "name": f"n{i}"}])
-    lake.publish()
+    lake = published_puts(tmp_path, 103, 5)
     log = lake.table / "_delta_log"
     cp = pq.read_table(log / "00000000000000000100.checkpoint.parquet").to_pylist()
     adds = {r["add"]["path"] for r in cp if r["add"]}

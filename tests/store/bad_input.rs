@@ -66,6 +66,13 @@ fn assert_refused_unchanged(path: &Path, damage: impl FnOnce(&Path)) -> Error {
     err
 }
 
+/// A populated store damaged by `damage` is refused as corrupt, unchanged.
+fn refused_as_corrupt(damage: impl FnOnce(&Path)) {
+    let (_d, path) = populated();
+    let err = assert_refused_unchanged(&path, damage);
+    assert!(matches!(err, Error::Corrupt { .. }), "{err}");
+}
+
 #[test]
 fn a_truncated_database_is_refused_unchanged() {
     for keep in [0u64, 9, 4096, 20_000] {
@@ -83,20 +90,17 @@ fn a_truncated_database_is_refused_unchanged() {
 
 #[test]
 fn a_garbage_database_is_refused_unchanged() {
-    let (_d, path) = populated();
-    let err = assert_refused_unchanged(&path, |p| {
+    refused_as_corrupt(|p| {
         let db = p.join(oncelake::DB_FILE);
         let len = std::fs::metadata(&db).unwrap().len() as usize;
         let junk: Vec<u8> = (0..len).map(|i| (i * 7 + 3) as u8).collect();
         std::fs::write(&db, junk).unwrap();
     });
-    assert!(matches!(err, Error::Corrupt { .. }), "{err}");
 }
 
 #[test]
 fn garbage_behind_a_valid_header_is_refused_unchanged() {
-    let (_d, path) = populated();
-    let err = assert_refused_unchanged(&path, |p| {
+    refused_as_corrupt(|p| {
         let db = p.join(oncelake::DB_FILE);
         let mut bytes = std::fs::read(&db).unwrap();
         for b in bytes.iter_mut().skip(64) {
@@ -104,16 +108,13 @@ fn garbage_behind_a_valid_header_is_refused_unchanged() {
         }
         std::fs::write(&db, bytes).unwrap();
     });
-    assert!(matches!(err, Error::Corrupt { .. }), "{err}");
 }
 
 #[test]
 fn a_missing_database_file_is_refused_unchanged() {
-    let (_d, path) = populated();
-    let err = assert_refused_unchanged(&path, |p| {
+    refused_as_corrupt(|p| {
         std::fs::remove_file(p.join(oncelake::DB_FILE)).unwrap();
     });
-    assert!(matches!(err, Error::Corrupt { .. }), "{err}");
 }
 
 /// Replaces the marker (it is created read-only).
@@ -135,11 +136,9 @@ fn a_store_of_a_newer_format_is_refused_unchanged() {
 
 #[test]
 fn a_damaged_marker_is_refused_unchanged() {
-    let (_d, path) = populated();
-    let err = assert_refused_unchanged(&path, |p| {
+    refused_as_corrupt(|p| {
         rewrite_marker(p, "hello\n");
     });
-    assert!(matches!(err, Error::Corrupt { .. }), "{err}");
 }
 
 #[test]

@@ -22,6 +22,20 @@ fn granted(c: ClaimOutcome) -> (Lease, bool) {
     }
 }
 
+/// Commits `bytes` under `lease`, and fails unless it committed.
+#[track_caller]
+fn commits(store: &Store, lease: &Lease, bytes: &[u8]) {
+    let outcome = commit_fenced(store, lease, bytes);
+    assert!(matches!(outcome, Outcome::Committed { .. }), "{outcome:?}");
+}
+
+/// Commits `bytes` under `lease`, and fails unless its token was fenced.
+#[track_caller]
+fn is_fenced(store: &Store, lease: &Lease, bytes: &[u8]) {
+    let outcome = commit_fenced(store, lease, bytes);
+    assert!(matches!(outcome, Outcome::Fenced { .. }), "{outcome:?}");
+}
+
 fn commit_fenced(store: &Store, lease: &Lease, bytes: &[u8]) -> Outcome {
     let staged = store.stage_bytes(bytes).unwrap();
     store
@@ -33,9 +47,7 @@ fn commit_fenced(store: &Store, lease: &Lease, bytes: &[u8]) -> Outcome {
 
 #[test]
 fn an_expired_lease_is_taken_over_and_the_old_holders_late_commit_is_fenced() {
-    let dir = tempfile::tempdir().unwrap();
-    let clock = ManualClock::new(T0);
-    let store = open(&dir.path().join("s"), &clock);
+    let (_dir, clock, store) = common::on_clock(T0, open);
     let (old, took_over) = granted(store.claim("u", 1, "w1", TTL).unwrap());
     assert!(!took_over);
     assert_eq!(old.expires_at_ms, T0 + 30_000);
@@ -68,10 +80,7 @@ fn an_expired_lease_is_taken_over_and_the_old_holders_late_commit_is_fenced() {
         store.get("u").unwrap().is_none(),
         "a fenced commit changes nothing"
     );
-    assert!(matches!(
-        commit_fenced(&store, &new, b"fresh"),
-        Outcome::Committed { .. }
-    ));
+    commits(&store, &new, b"fresh");
     // w1's renew is refused too.
     assert_eq!(
         store.renew(&old, TTL).unwrap(),
@@ -88,9 +97,7 @@ fn an_expired_lease_is_taken_over_and_the_old_holders_late_commit_is_fenced() {
 
 #[test]
 fn renew_keeps_the_lease() {
-    let dir = tempfile::tempdir().unwrap();
-    let clock = ManualClock::new(T0);
-    let store = open(&dir.path().join("s"), &clock);
+    let (_dir, clock, store) = common::on_clock(T0, open);
     let (lease, _) = granted(store.claim("u", 1, "w1", TTL).unwrap());
     for _ in 0..5 {
         clock.advance_ms(20_000);
@@ -107,10 +114,7 @@ fn renew_keeps_the_lease() {
             ClaimOutcome::Held { ref worker, .. } if worker == "w1"
         ));
     }
-    assert!(matches!(
-        commit_fenced(&store, &lease, b"x"),
-        Outcome::Committed { .. }
-    ));
+    commits(&store, &lease, b"x");
 }
 
 fn clock_now(c: &ManualClock) -> u64 {
@@ -120,9 +124,7 @@ fn clock_now(c: &ManualClock) -> u64 {
 
 #[test]
 fn release_lets_another_worker_in_and_fences_the_releaser() {
-    let dir = tempfile::tempdir().unwrap();
-    let clock = ManualClock::new(T0);
-    let store = open(&dir.path().join("s"), &clock);
+    let (_dir, _, store) = common::on_clock(T0, open);
     let (first, _) = granted(store.claim("u", 1, "w1", TTL).unwrap());
     assert!(store.release(&first).unwrap().is_released());
     assert!(
@@ -132,14 +134,8 @@ fn release_lets_another_worker_in_and_fences_the_releaser() {
     let (second, took_over) = granted(store.claim("u", 1, "w2", TTL).unwrap());
     assert!(!took_over, "a released lease is not a takeover");
     assert!(second.token > first.token);
-    assert!(matches!(
-        commit_fenced(&store, &first, b"a"),
-        Outcome::Fenced { .. }
-    ));
-    assert!(matches!(
-        commit_fenced(&store, &second, b"b"),
-        Outcome::Committed { .. }
-    ));
+    is_fenced(&store, &first, b"a");
+    commits(&store, &second, b"b");
     // Done: any later claim says so.
     assert!(matches!(
         store.claim("u", 1, "w3", TTL).unwrap(),
@@ -173,14 +169,8 @@ fn claims_survive_reopen() {
     let (again, _) = granted(store.claim("u", 1, "w1", TTL).unwrap());
     assert_eq!(again.token, lease.token);
     // Tokens keep rising across the reopen, and the old token still fences.
-    assert!(matches!(
-        commit_fenced(&store, &stale, b"late"),
-        Outcome::Fenced { .. }
-    ));
-    assert!(matches!(
-        commit_fenced(&store, &lease, b"ok"),
-        Outcome::Committed { .. }
-    ));
+    is_fenced(&store, &stale, b"late");
+    commits(&store, &lease, b"ok");
     clock.advance_ms(31_000);
     let (later, _) = granted(store.claim("w", 1, "w1", TTL).unwrap());
     assert!(later.token > lease.token);
@@ -191,9 +181,7 @@ fn claims_survive_reopen() {
 #[test]
 fn clock_jumps_never_let_two_holders_commit() {
     for seed in 0..12u64 {
-        let dir = tempfile::tempdir().unwrap();
-        let clock = ManualClock::new(T0);
-        let store = open_relaxed(&dir.path().join("s"), &clock);
+        let (_dir, clock, store) = common::on_clock(T0, open_relaxed);
         let mut rng = Rng(seed);
         let units = ["a", "b", "c"];
         let workers = ["w0", "w1", "w2", "w3"];
@@ -333,9 +321,7 @@ fn run_once_runs_each_units_work_exactly_once_under_16_threads() {
 
 #[test]
 fn failed_work_releases_the_claim_so_another_worker_can_retry_at_once() {
-    let dir = tempfile::tempdir().unwrap();
-    let clock = ManualClock::new(T0);
-    let store = open(&dir.path().join("s"), &clock);
+    let (_dir, _, store) = common::on_clock(T0, open);
     let r = store.run_once("u", 1, "w1", TTL, || {
         Err::<Vec<u8>, _>(std::io::Error::other("disk full"))
     });
@@ -351,9 +337,7 @@ fn failed_work_releases_the_claim_so_another_worker_can_retry_at_once() {
 
 #[test]
 fn run_once_whose_lease_is_taken_over_mid_work_is_fenced_and_counted_redundant() {
-    let dir = tempfile::tempdir().unwrap();
-    let clock = ManualClock::new(T0);
-    let store = open(&dir.path().join("s"), &clock);
+    let (_dir, clock, store) = common::on_clock(T0, open);
     let mut taker = None;
     let r = store
         .run_once("u", 1, "slow", TTL, || {
@@ -378,10 +362,7 @@ fn run_once_whose_lease_is_taken_over_mid_work_is_fenced_and_counted_redundant()
         .unwrap(),
         RunOutcome::BusyElsewhere { ref worker, .. } if worker == "fast"
     ));
-    assert!(matches!(
-        commit_fenced(&store, &taker, b"fast output"),
-        Outcome::Committed { .. }
-    ));
+    commits(&store, &taker, b"fast output");
     let m = store.metrics();
     assert_eq!((m.computations, m.redundant_computations), (1, 1));
 }
@@ -465,9 +446,7 @@ fn claim_many_answers_exactly_as_that_many_single_claims() {
 
 #[test]
 fn claim_many_checks_every_key_before_writing() {
-    let dir = tempfile::tempdir().unwrap();
-    let clock = ManualClock::new(T0);
-    let store = open_relaxed(&dir.path().join("s"), &clock);
+    let (_dir, _, store) = common::on_clock(T0, open_relaxed);
     let before = store.last_seq().unwrap();
     assert!(store.claim_many(&[("ok", 1), ("", 1)], "w", TTL).is_err());
     assert!(store.claim_many(&[("ok", 1)], "", TTL).is_err());

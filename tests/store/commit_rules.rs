@@ -14,18 +14,20 @@ fn store() -> (tempfile::TempDir, Store) {
     (dir, s)
 }
 
+/// The outcome of a commit at `seq` that wrote `revision` over the version it `superseded`.
+fn committed(seq: u64, revision: u32, superseded: Option<u64>) -> Outcome {
+    Outcome::Committed {
+        seq,
+        revision,
+        superseded,
+    }
+}
+
 #[test]
 fn r3_first_writer_commits() {
     let (_d, s) = store();
     let o = s.put("u", 5, b"a").unwrap().outcome;
-    assert_eq!(
-        o,
-        Outcome::Committed {
-            seq: 1,
-            revision: 0,
-            superseded: None
-        }
-    );
+    assert_eq!(o, committed(1, 0, None));
     let e = s.get("u").unwrap().unwrap();
     assert_eq!(
         (e.source_version, e.seq, e.object.id),
@@ -38,14 +40,7 @@ fn r3_newer_version_supersedes_and_keeps_history() {
     let (_d, s) = store();
     s.put("u", 5, b"a").unwrap();
     let o = s.put("u", 6, b"b").unwrap().outcome;
-    assert_eq!(
-        o,
-        Outcome::Committed {
-            seq: 2,
-            revision: 0,
-            superseded: Some(5)
-        }
-    );
+    assert_eq!(o, committed(2, 0, Some(5)));
     assert_eq!(s.get("u").unwrap().unwrap().source_version, 6);
     let old = s.snapshot_at(1).unwrap().get("u").unwrap().unwrap();
     assert_eq!((old.source_version, old.object.id), (5, ObjectId::of(b"a")));
@@ -141,14 +136,7 @@ fn corrections_add_a_revision_and_keep_the_old_entry() {
     let (_d, s) = store();
     s.put("u", 5, b"wrong").unwrap();
     let o = s.correct("u", 5, b"right").unwrap().outcome;
-    assert_eq!(
-        o,
-        Outcome::Committed {
-            seq: 2,
-            revision: 1,
-            superseded: Some(5)
-        }
-    );
+    assert_eq!(o, committed(2, 1, Some(5)));
     let e = s.get("u").unwrap().unwrap();
     assert_eq!((e.revision, e.object.id), (1, ObjectId::of(b"right")));
     // The original is still readable as of its seq, and a late retry of it is a duplicate of it,

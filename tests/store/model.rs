@@ -423,6 +423,18 @@ fn granted(unit: &str, l: &ML, took_over: bool) -> ClaimOutcome {
 }
 
 /// Compares a claim outcome with the model's (an already-done entry by version and seq only).
+/// A caller's lease on `unit` for `worker` under `token`, as a hostile or forgetful caller may
+/// hand it over (version and end unknown).
+fn lease_of(unit: &str, worker: &str, token: u64) -> oncelake::Lease {
+    oncelake::Lease {
+        unit: unit.to_string(),
+        worker: worker.to_string(),
+        token,
+        source_version: 0,
+        expires_at_ms: 0,
+    }
+}
+
 fn same_claim(got: &ClaimOutcome, want: &ClaimOutcome) -> bool {
     match (got, want) {
         (ClaimOutcome::AlreadyDone(g), ClaimOutcome::AlreadyDone(w)) => {
@@ -566,13 +578,7 @@ proptest! {
                 Op::Renew { unit, worker, tok, ttl_ms } => {
                     let token = model.token(unit, tok).unwrap_or(0);
                     let want = model.renew(UNITS[unit], WORKERS[worker], token, ttl_ms);
-                    let lease = oncelake::Lease {
-                        unit: UNITS[unit].to_string(),
-                        worker: WORKERS[worker].into(),
-                        token,
-                        source_version: 0,
-                        expires_at_ms: 0,
-                    };
+                    let lease = lease_of(UNITS[unit], WORKERS[worker], token);
                     let got = store.renew(&lease, Duration::from_millis(ttl_ms)).unwrap();
                     match (&got, &want) {
                         // The model's renewed lease knows the holder and version; the store's
@@ -586,13 +592,7 @@ proptest! {
                 Op::Release { unit, worker, tok } => {
                     let token = model.token(unit, tok).unwrap_or(0);
                     let want = model.release(UNITS[unit], WORKERS[worker], token);
-                    let lease = oncelake::Lease {
-                        unit: UNITS[unit].to_string(),
-                        worker: WORKERS[worker].to_string(),
-                        token,
-                        source_version: 0,
-                        expires_at_ms: 0,
-                    };
+                    let lease = lease_of(UNITS[unit], WORKERS[worker], token);
                     prop_assert_eq!(store.release(&lease).unwrap(), want);
                 }
             }

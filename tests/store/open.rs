@@ -74,15 +74,23 @@ fn many_threads_opening_a_missing_directory_end_with_one_store() {
             .map(|h| h.join().unwrap())
             .filter(|&c| c)
             .count();
-        assert_eq!(
-            created, 1,
-            "round {round}: exactly one open creates the store"
+        one_created_and_every_write_kept(
+            &lake,
+            created,
+            THREADS,
+            &format!("round {round} of opens"),
         );
-        let store = Store::open(&lake).unwrap();
-        assert_eq!(current(&store).len(), THREADS, "round {round}: data kept");
-        let want: Vec<u64> = (1..=THREADS as u64).collect();
-        assert_eq!(log_seqs(&store), want, "round {round}: seqs never restart");
     }
+}
+
+/// After `writers` racing creators each wrote one unit into the store at `lake`: exactly one of
+/// them created it (`created` said so), every write is there, and the seqs never restarted.
+fn one_created_and_every_write_kept(lake: &Path, created: usize, writers: usize, round: &str) {
+    assert_eq!(created, 1, "{round}: exactly one creates the store");
+    let store = Store::open(lake).unwrap();
+    assert_eq!(current(&store).len(), writers, "{round}: data kept");
+    let want: Vec<u64> = (1..=writers as u64).collect();
+    assert_eq!(log_seqs(&store), want, "{round}: seqs never restart");
 }
 
 fn oncelake(args: &[&str]) -> Output {
@@ -123,14 +131,7 @@ fn many_processes_initialising_and_writing_a_missing_directory_end_with_one_stor
             let v: serde_json::Value = serde_json::from_slice(&init.stdout).unwrap();
             created += v["created"].as_bool().unwrap() as usize;
         }
-        assert_eq!(
-            created, 1,
-            "round {round}: exactly one init creates the store"
-        );
-        let store = Store::open(&lake).unwrap();
-        assert_eq!(current(&store).len(), PROCS, "round {round}");
-        let want: Vec<u64> = (1..=PROCS as u64).collect();
-        assert_eq!(log_seqs(&store), want, "round {round}");
+        one_created_and_every_write_kept(&lake, created, PROCS, &format!("round {round} of inits"));
     }
 }
 

@@ -82,9 +82,8 @@ fn a_group_that_changes_nothing_appends_no_record() {
 /// append that trims leaves at least its own record.)
 #[test]
 fn the_checkpoint_trims_the_log_without_a_commit() {
-    let dir = tempfile::tempdir().unwrap();
-    let store = Store::open_with(
-        dir.path().join("lake"),
+    let (_dir, store) = crate::common::open_new(
+        "lake",
         Options {
             background_apply: false,
             // Every writer applies its own group after its answer; some of those applies are
@@ -92,8 +91,7 @@ fn the_checkpoint_trims_the_log_without_a_commit() {
             apply_min_bytes: 0,
             ..Options::default()
         },
-    )
-    .unwrap();
+    );
     let mut emptied = false;
     for i in 0..200 {
         store.put(&format!("u{i}"), 1, b"x").unwrap();
@@ -219,14 +217,7 @@ fn a_get_during_gcs_prune_does_not_wait_for_its_drain() {
         store.backlog().units > 0,
         "the prune's group has a backlog to drain"
     );
-    let gc = spawn_gc(
-        &store,
-        GcOptions {
-            retain: Duration::ZERO,
-            grace: Duration::ZERO,
-            dry_run: false,
-        },
-    );
+    let gc = spawn_gc(&store, crate::common::gc_everything());
     // Call 1 is GC's cutoff; call 2 the prune group's decision; call 3 the drain's apply.
     assert!(
         clock.wait_reached(2, Duration::from_secs(10)),
@@ -346,13 +337,7 @@ fn snapshots_against_the_model(options: Options) {
         match next(20) {
             0 => store.flush().unwrap(),
             1 => {
-                store
-                    .gc(GcOptions {
-                        retain: Duration::ZERO,
-                        grace: Duration::ZERO,
-                        dry_run: false,
-                    })
-                    .unwrap();
+                store.gc(crate::common::gc_everything()).unwrap();
             }
             2 | 3 => {
                 let snap = store.snapshot().unwrap();

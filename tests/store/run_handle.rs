@@ -6,7 +6,7 @@
 use crate::common;
 
 use common::{granted, open_with_clock as open};
-use oncelake::{Begin, ManualClock, Outcome, Run};
+use oncelake::{Begin, Outcome, Run};
 use std::collections::BTreeMap;
 use std::sync::{Arc, Barrier, Mutex};
 use std::time::Duration;
@@ -23,9 +23,7 @@ fn claimed(b: Begin) -> Run {
 
 #[test]
 fn a_claimed_run_is_busy_for_others_commits_once_and_is_then_already_done() {
-    let dir = tempfile::tempdir().unwrap();
-    let clock = ManualClock::new(T0);
-    let store = open(&dir.path().join("s"), &clock);
+    let (_dir, _, store) = common::on_clock(T0, open);
     let run = claimed(store.begin_run("u", 3, "w1", TTL).unwrap());
     assert_eq!((run.unit(), run.source_version()), ("u", 3));
     assert_eq!(run.lease().expires_at_ms, T0 + 30_000);
@@ -57,9 +55,7 @@ fn a_claimed_run_is_busy_for_others_commits_once_and_is_then_already_done() {
 
 #[test]
 fn abandon_and_drop_give_the_lease_back_and_record_nothing() {
-    let dir = tempfile::tempdir().unwrap();
-    let clock = ManualClock::new(T0);
-    let store = open(&dir.path().join("s"), &clock);
+    let (_dir, _, store) = common::on_clock(T0, open);
     let run = claimed(store.begin_run("u", 1, "w1", TTL).unwrap());
     assert!(run.abandon().unwrap(), "the lease was still the run's");
     assert_eq!(store.get("u").unwrap(), None);
@@ -75,9 +71,7 @@ fn abandon_and_drop_give_the_lease_back_and_record_nothing() {
 
 #[test]
 fn a_run_whose_lease_is_taken_over_is_fenced_counted_redundant_and_renew_reports_the_loss() {
-    let dir = tempfile::tempdir().unwrap();
-    let clock = ManualClock::new(T0);
-    let store = open(&dir.path().join("s"), &clock);
+    let (_dir, clock, store) = common::on_clock(T0, open);
     let mut run = claimed(store.begin_run("u", 1, "slow", TTL).unwrap());
     clock.advance_ms(10_000);
     match run.renew(TTL).unwrap() {
@@ -111,9 +105,7 @@ fn a_run_whose_lease_is_taken_over_is_fenced_counted_redundant_and_renew_reports
 
 #[test]
 fn a_panic_while_running_leaves_the_lease_to_expire_like_a_crash() {
-    let dir = tempfile::tempdir().unwrap();
-    let clock = ManualClock::new(T0);
-    let store = open(&dir.path().join("s"), &clock);
+    let (_dir, clock, store) = common::on_clock(T0, open);
     let s2 = store.clone();
     let r = std::thread::spawn(move || {
         let _run = claimed(s2.begin_run("u", 1, "w1", TTL).unwrap());
@@ -134,9 +126,7 @@ fn a_panic_while_running_leaves_the_lease_to_expire_like_a_crash() {
 
 #[test]
 fn sixteen_threads_compute_each_unit_once_and_the_manifest_matches_the_model() {
-    let dir = tempfile::tempdir().unwrap();
-    let clock = ManualClock::new(T0);
-    let store = open(&dir.path().join("s"), &clock);
+    let (_dir, _, store) = common::on_clock(T0, open);
     const UNITS: u64 = 40;
     let barrier = Arc::new(Barrier::new(16));
     let computed: Arc<Mutex<BTreeMap<String, Vec<usize>>>> = Arc::default();

@@ -8,7 +8,7 @@
 use crate::common;
 
 use common::{granted, open_with_clock as open, SplitMix64};
-use oncelake::{ClaimOutcome, ManualClock, Outcome, RunError, RunOutcome};
+use oncelake::{ClaimOutcome, Outcome, RunError, RunOutcome};
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Barrier, Mutex};
 use std::time::Duration;
@@ -53,9 +53,7 @@ fn output(unit: &str, by: &str) -> Vec<u8> {
 
 #[test]
 fn run_once_many_answers_every_unit_as_run_once_would() {
-    let dir = tempfile::tempdir().unwrap();
-    let clock = ManualClock::new(T0);
-    let store = open(&dir.path().join("s"), &clock);
+    let (_dir, clock, store) = common::on_clock(T0, open);
     store.put("done", 1, b"before").unwrap();
     // "held": another worker's live lease. "expired": another worker's lease that expires before
     // the batch claims, so the batch takes it over.
@@ -125,16 +123,8 @@ fn run_once_many_answers_every_unit_as_run_once_would() {
             _ => assert!(e.is_none(), "{unit} must have no entry"),
         }
     }
+    assert_eq!(run_counts(&store), (5, 1, 1, 1));
     let m = store.metrics();
-    assert_eq!(
-        (
-            m.computations,
-            m.redundant_computations,
-            m.runs_already_done,
-            m.runs_busy
-        ),
-        (5, 1, 1, 1)
-    );
     // Grants: the setup's three ("gone", "other" on "held", the taker) and the batch's five.
     assert_eq!((m.claims_granted, m.claims_held), (3 + 5, 1));
     // The failed unit's lease was given back: another worker's claim is a plain grant, not a
@@ -154,9 +144,7 @@ fn run_once_many_answers_every_unit_as_run_once_would() {
 
 #[test]
 fn run_optimistic_many_collapses_duplicates_and_reports_each_unit() {
-    let dir = tempfile::tempdir().unwrap();
-    let clock = ManualClock::new(T0);
-    let store = open(&dir.path().join("s"), &clock);
+    let (_dir, _, store) = common::on_clock(T0, open);
     store.put("done", 1, b"before").unwrap();
     let units = [
         ("fresh", 1),
@@ -199,24 +187,14 @@ fn run_optimistic_many_collapses_duplicates_and_reports_each_unit() {
     assert_eq!(read("fresh"), output("fresh", "me"));
     assert_eq!(read("conflict"), b"theirs");
     assert!(snap.get("fails").unwrap().is_none());
+    assert_eq!(run_counts(&store), (4, 2, 1, 0));
     let m = store.metrics();
-    assert_eq!(
-        (
-            m.computations,
-            m.redundant_computations,
-            m.runs_already_done,
-            m.runs_busy
-        ),
-        (4, 2, 1, 0)
-    );
     assert_eq!(m.claims_granted, 0, "optimistic mode claims nothing");
 }
 
 #[test]
 fn a_batch_with_a_unit_twice_or_a_bad_key_is_refused_before_anything_runs() {
-    let dir = tempfile::tempdir().unwrap();
-    let clock = ManualClock::new(T0);
-    let store = open(&dir.path().join("s"), &clock);
+    let (_dir, _, store) = common::on_clock(T0, open);
     let never = |_: usize| -> Result<Vec<u8>, std::io::Error> { panic!("no work may run") };
     for units in [vec![("a", 1), ("b", 1), ("a", 2)], vec![("a", 1), ("", 1)]] {
         let e = store.run_once_many(&units, "w", TTL, never).unwrap_err();
@@ -248,9 +226,7 @@ fn a_batch_with_a_unit_twice_or_a_bad_key_is_refused_before_anything_runs() {
 /// freed, so the units are taken over after the TTL.
 #[test]
 fn a_panicking_work_crashes_the_whole_batch() {
-    let dir = tempfile::tempdir().unwrap();
-    let clock = ManualClock::new(T0);
-    let store = open(&dir.path().join("s"), &clock);
+    let (_dir, clock, store) = common::on_clock(T0, open);
     let units = [("a", 1), ("b", 1), ("c", 1)];
     let crashed = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
         store.run_once_many(&units, "dies", TTL, |i| {
@@ -289,71 +265,99 @@ fn a_panicking_work_crashes_the_whole_batch() {
 /// Racing threads over overlapping batches (and single calls) of the same units, coordinated:
 /// every unit's work runs exactly once, under a lease that is live (the clock never moves), and
 /// the entry is that work's output; every call is accounted for.
-#[test]
-fn racing_batches_compute_every_unit_once_under_a_live_lease() {
+/// (computations, redundant computations, runs found done, runs found busy) so far.
+fn run_counts(store: &oncelake::Store) -> (u64, u64, u64, u64) {
+    let m = store.metrics();
+    (
+        m.computations,
+        m.redundant_computations,
+        m.runs_already_done,
+        m.runs_busy,
+    )
+}
+
+/// Runs `threads` threads that start together over the keys of `UNITS` units, each with its index
+/// and its own generator (seeded `seed + index`); `rounds` returns how many units the thread asked
+/// for. Returns how many they asked for in all.
+fn race(
+    threads: usize,
+    seed: u64,
+    rounds: impl Fn(usize, &mut SplitMix64, &[String]) -> u64 + Sync,
+) -> u64 {
     const UNITS: usize = 60;
-    const THREADS: usize = 8;
-    let dir = tempfile::tempdir().unwrap();
-    let clock = ManualClock::new(T0);
-    let store = open(&dir.path().join("s"), &clock);
     let keys: Vec<String> = (0..UNITS).map(|i| format!("part={i:03}")).collect();
-    // unit → the workers whose work ran for it.
-    let ran: Mutex<BTreeMap<String, Vec<String>>> = Mutex::new(BTreeMap::new());
+    let barrier = Barrier::new(threads);
     let asked = std::sync::atomic::AtomicU64::new(0);
-    let barrier = Barrier::new(THREADS);
     std::thread::scope(|s| {
-        for t in 0..THREADS {
-            let (store, keys, ran, asked, barrier) = (&store, &keys, &ran, &asked, &barrier);
+        for t in 0..threads {
+            let (keys, barrier, asked, rounds) = (&keys, &barrier, &asked, &rounds);
             s.spawn(move || {
-                // Threads 0 and 1 share a worker name: only the in-process guard keeps them apart.
-                let worker = format!("w{}", t.max(1));
-                let mut rng = SplitMix64(t as u64 + 1);
+                let mut rng = SplitMix64(seed + t as u64);
                 barrier.wait();
-                for round in 0..6 {
-                    // A random overlapping batch in a random order.
-                    let mut picked: Vec<&str> = keys
-                        .iter()
-                        .filter(|_| rng.next().is_multiple_of(3))
-                        .map(String::as_str)
-                        .collect();
-                    for i in (1..picked.len()).rev() {
-                        picked.swap(i, (rng.next() % (i as u64 + 1)) as usize);
-                    }
-                    let units: Vec<(&str, u64)> = picked.iter().map(|u| (*u, 1)).collect();
-                    asked.fetch_add(units.len() as u64, std::sync::atomic::Ordering::Relaxed);
-                    let work = |i: usize| {
-                        let unit = units[i].0;
-                        ran.lock()
-                            .unwrap()
-                            .entry(unit.to_string())
-                            .or_default()
-                            .push(worker.clone());
-                        // A yield widens the window in which another thread tries the unit.
-                        std::thread::yield_now();
-                        Ok::<_, std::io::Error>(output(unit, &worker))
-                    };
-                    let answers = if (t + round) % 4 == 0 {
-                        // The single form on the same units: one coordination path.
-                        units
-                            .iter()
-                            .enumerate()
-                            .map(|(i, &(u, v))| store.run_once(u, v, &worker, TTL, || work(i)))
-                            .collect()
-                    } else {
-                        store.run_once_many(&units, &worker, TTL, work).unwrap()
-                    };
-                    for a in answers {
-                        match a.unwrap() {
-                            RunOutcome::Processed(u) => assert!(
-                                matches!(u.outcome, Outcome::Committed { .. }),
-                                "a live lease's commit is never rejected: {u:?}"
-                            ),
-                            RunOutcome::AlreadyDone(_) | RunOutcome::BusyElsewhere { .. } => {}
-                        }
-                    }
-                }
+                let n = rounds(t, &mut rng, keys);
+                asked.fetch_add(n, std::sync::atomic::Ordering::Relaxed);
             });
         }
+    });
+    asked.into_inner()
+}
+
+/// Racing threads over overlapping batches (and single calls) of the same units, coordinated:
+/// every unit's work runs exactly once, under a lease that is live (the clock never moves), and
+/// the entry is that work's output; every call is accounted for.
+#[test]
+fn racing_batches_compute_every_unit_once_under_a_live_lease() {
+    let (_dir, _clock, store) = common::on_clock(T0, open);
+    // unit → the workers whose work ran for it.
+    let ran: Mutex<BTreeMap<String, Vec<String>>> = Mutex::new(BTreeMap::new());
+    let asked = race(8, 1, |t, rng, keys| {
+        // Threads 0 and 1 share a worker name: only the in-process guard keeps them apart.
+        let worker = format!("w{}", t.max(1));
+        let mut asked = 0;
+        for round in 0..6 {
+            // A random overlapping batch in a random order.
+            let mut picked: Vec<&str> = keys
+                .iter()
+                .filter(|_| rng.next().is_multiple_of(3))
+                .map(String::as_str)
+                .collect();
+            for i in (1..picked.len()).rev() {
+                picked.swap(i, (rng.next() % (i as u64 + 1)) as usize);
+            }
+            let units: Vec<(&str, u64)> = picked.iter().map(|u| (*u, 1)).collect();
+            asked += units.len() as u64;
+            let work = |i: usize| {
+                let unit = units[i].0;
+                ran.lock()
+                    .unwrap()
+                    .entry(unit.to_string())
+                    .or_default()
+                    .push(worker.clone());
+                // A yield widens the window in which another thread tries the unit.
+                std::thread::yield_now();
+                Ok::<_, std::io::Error>(output(unit, &worker))
+            };
+            let answers = if (t + round) % 4 == 0 {
+                // The single form on the same units: one coordination path.
+                units
+                    .iter()
+                    .enumerate()
+                    .map(|(i, &(u, v))| store.run_once(u, v, &worker, TTL, || work(i)))
+                    .collect()
+            } else {
+                store.run_once_many(&units, &worker, TTL, work).unwrap()
+            };
+            for a in answers {
+                match a.unwrap() {
+                    RunOutcome::Processed(u) => assert!(
+                        matches!(u.outcome, Outcome::Committed { .. }),
+                        "a live lease's commit is never rejected: {u:?}"
+                    ),
+                    RunOutcome::AlreadyDone(_) | RunOutcome::BusyElsewhere { .. } => {}
+                }
+            }
+        }
+        asked
     });
     let ran = ran.into_inner().unwrap();
     let snap = store.snapshot().unwrap();
@@ -375,7 +379,7 @@ fn racing_batches_compute_every_unit_once_under_a_live_lease() {
     );
     assert_eq!(
         m.computations + m.runs_already_done + m.runs_busy,
-        asked.into_inner(),
+        asked,
         "every unit asked for is computed, found done or found busy"
     );
     assert_eq!(m.fenced_rejections, 0);
@@ -385,49 +389,37 @@ fn racing_batches_compute_every_unit_once_under_a_live_lease() {
 /// either made the entry or collapsed as a duplicate.
 #[test]
 fn racing_optimistic_batches_leave_one_entry_per_unit() {
-    const UNITS: usize = 60;
-    const THREADS: usize = 6;
-    let dir = tempfile::tempdir().unwrap();
-    let clock = ManualClock::new(T0);
-    let store = open(&dir.path().join("s"), &clock);
-    let keys: Vec<String> = (0..UNITS).map(|i| format!("part={i:03}")).collect();
-    let barrier = Barrier::new(THREADS);
-    let asked = std::sync::atomic::AtomicU64::new(0);
-    std::thread::scope(|s| {
-        for t in 0..THREADS {
-            let (store, keys, barrier, asked) = (&store, &keys, &barrier, &asked);
-            s.spawn(move || {
-                let mut rng = SplitMix64(100 + t as u64);
-                barrier.wait();
-                for _ in 0..4 {
-                    let units: Vec<(&str, u64)> = keys
-                        .iter()
-                        .filter(|_| rng.next().is_multiple_of(2))
-                        .map(|k| (k.as_str(), 1))
-                        .collect();
-                    asked.fetch_add(units.len() as u64, std::sync::atomic::Ordering::Relaxed);
-                    // Deterministic work: every worker's output of a unit is the same bytes.
-                    let answers = store
-                        .run_optimistic_many(&units, |i| {
-                            Ok::<_, std::io::Error>(output(units[i].0, "anyone"))
-                        })
-                        .unwrap();
-                    for a in answers {
-                        match a.unwrap() {
-                            RunOutcome::Processed(u) => assert!(
-                                matches!(
-                                    u.outcome,
-                                    Outcome::Committed { .. } | Outcome::Duplicate { .. }
-                                ),
-                                "{u:?}"
-                            ),
-                            RunOutcome::AlreadyDone(_) => {}
-                            other => panic!("optimistic mode is never busy: {other:?}"),
-                        }
-                    }
+    let (_dir, _clock, store) = common::on_clock(T0, open);
+    let asked = race(6, 100, |_, rng, keys| {
+        let mut asked = 0;
+        for _ in 0..4 {
+            let units: Vec<(&str, u64)> = keys
+                .iter()
+                .filter(|_| rng.next().is_multiple_of(2))
+                .map(|k| (k.as_str(), 1))
+                .collect();
+            asked += units.len() as u64;
+            // Deterministic work: every worker's output of a unit is the same bytes.
+            let answers = store
+                .run_optimistic_many(&units, |i| {
+                    Ok::<_, std::io::Error>(output(units[i].0, "anyone"))
+                })
+                .unwrap();
+            for a in answers {
+                match a.unwrap() {
+                    RunOutcome::Processed(u) => assert!(
+                        matches!(
+                            u.outcome,
+                            Outcome::Committed { .. } | Outcome::Duplicate { .. }
+                        ),
+                        "{u:?}"
+                    ),
+                    RunOutcome::AlreadyDone(_) => {}
+                    other => panic!("optimistic mode is never busy: {other:?}"),
                 }
-            });
+            }
         }
+        asked
     });
     let snap = store.snapshot().unwrap();
     let mut entries = 0;
@@ -439,5 +431,5 @@ fn racing_optimistic_batches_leave_one_entry_per_unit() {
     let m = store.metrics();
     assert_eq!(m.computations, entries + m.redundant_computations);
     assert_eq!(m.redundant_computations, m.duplicates_collapsed);
-    assert_eq!(m.computations + m.runs_already_done, asked.into_inner());
+    assert_eq!(m.computations + m.runs_already_done, asked);
 }

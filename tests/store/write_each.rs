@@ -254,15 +254,13 @@ fn each_write_is_answered_as_the_same_write_made_alone() {
 
 #[test]
 fn writes_of_one_call_share_a_group_and_runs_keep_to_the_bound() {
-    let dir = tempfile::tempdir().unwrap();
-    let store = Store::open_with(
-        dir.path().join("lake"),
+    let (_dir, store) = common::open_new(
+        "lake",
         Options {
             max_group_units: 8,
             ..Options::default()
         },
-    )
-    .unwrap();
+    );
     let staged = store.stage_bytes(b"rows").unwrap();
     let groups = |s: &Store| s.metrics().groups;
     // 6 one-unit commits: one group.

@@ -94,5 +94,5 @@ fn a_missing_oncelake_binary_is_a_usage_error_naming_how_to_get_one() {
         "{err}"
     );
     // Nothing was started: the scratch directory stays empty.
-    assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
+    support::nothing_left_in(dir.path());
 }

@@ -5,7 +5,6 @@
 
 use crate::support;
 
-use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -63,12 +62,7 @@ fn rocksdb_runs_beside_oncelake_in_the_same_run_at_every_thread_count() {
         .arg(scratch.path())
         .output()
         .unwrap();
-    assert!(out.status.success(), "{out:?}");
-    let lines: Vec<Value> = String::from_utf8(out.stdout)
-        .unwrap()
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect();
+    let lines = support::json_lines(&out);
     let row = |system: &str, threads: u64| {
         lines
             .iter()
@@ -89,37 +83,29 @@ fn rocksdb_runs_beside_oncelake_in_the_same_run_at_every_thread_count() {
         }
     }
     // The peer's databases are removed with the rest of the scratch stores.
-    assert_eq!(std::fs::read_dir(scratch.path()).unwrap().count(), 0);
+    support::nothing_left_in(scratch.path());
 }
 
 #[test]
 fn a_missing_peer_program_is_refused_with_how_to_build_it_before_anything_runs() {
-    let scratch = tempfile::tempdir().unwrap();
-    let out = support::oncelake_bench()
-        .args([
-            "commit",
-            "--threads",
-            "1",
-            "--seconds",
-            "1",
-            "--preload",
-            "100",
-        ])
-        .args([
-            "--systems",
-            "oncelake",
-            "--rocksdb",
-            "/nonexistent/rocks_p1",
-            "--dir",
-        ])
-        .arg(scratch.path())
-        .output()
-        .unwrap();
+    let (out, scratch) = support::bench_in_scratch(&[
+        "commit",
+        "--threads",
+        "1",
+        "--seconds",
+        "1",
+        "--preload",
+        "100",
+        "--systems",
+        "oncelake",
+        "--rocksdb",
+        "/nonexistent/rocks_p1",
+    ]);
     assert_eq!(out.status.code(), Some(2), "{out:?}");
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(
         err.contains("bench/peers/rocks_p1.cc") && err.contains("librocksdb-dev"),
         "{err}"
     );
-    assert_eq!(std::fs::read_dir(scratch.path()).unwrap().count(), 0);
+    support::nothing_left_in(scratch.path());
 }

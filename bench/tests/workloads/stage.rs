@@ -17,48 +17,31 @@ fn median(mut v: Vec<f64>) -> f64 {
     }
 }
 
-#[test]
-fn bench_stage_writes_the_planned_objects_for_both_systems_and_reports_their_ratio() {
-    let scratch = tempfile::tempdir().unwrap();
-    let out = support::oncelake_bench()
-        .args([
-            "stage",
-            "--threads",
-            "3",
-            "--sizes",
-            "4KiB,10000",
-            "--rounds",
-            "3",
-            "--bytes",
-            "64KiB",
-            "--seconds",
-            "1h",
-            "--json",
-            "--dir",
-        ])
-        .arg(scratch.path())
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let rows: Vec<Value> = String::from_utf8(out.stdout)
-        .unwrap()
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect();
-    let probes = rows.iter().filter(|r| r["probe"].is_string()).count();
-    assert_eq!(probes, 2, "a disk probe before and after");
-    let runs: Vec<&Value> = rows.iter().filter(|r| r["system"].is_string()).collect();
-    let summaries: Vec<&Value> = rows
-        .iter()
-        .filter(|r| r["ratio_vs_raw"].is_number())
-        .collect();
+/// Runs `oncelake-bench stage` tiny (sizes 4 KiB and 10,000 bytes, 3 rounds of 64 KiB, 3
+/// threads): its JSON rows. Every run's files, the stores and the probe file are gone after it.
+fn run_stage() -> Vec<Value> {
+    let (out, scratch) = support::bench_in_scratch(&[
+        "stage",
+        "--threads",
+        "3",
+        "--sizes",
+        "4KiB,10000",
+        "--rounds",
+        "3",
+        "--bytes",
+        "64KiB",
+        "--seconds",
+        "1h",
+        "--json",
+    ]);
+    let rows = support::json_lines(&out);
+    support::nothing_left_in(scratch.path());
+    rows
+}
 
-    // The model: per size, 3 rounds of raw then oncelake, each run the objects the byte limit
-    // allows (rounded up to whole objects), every byte counted.
+/// The model: per size, 3 rounds of raw then oncelake, each run the objects the byte limit
+/// allows (rounded up to whole objects), every byte counted.
+fn runs_are_the_models(runs: &[&Value]) {
     let mut expected = Vec::new();
     for (size, objects) in [(4096u64, 16u64), (10000, 7)] {
         for round in 1..=3u64 {
@@ -80,9 +63,16 @@ fn bench_stage_writes_the_planned_objects_for_both_systems_and_reports_their_rat
         })
         .collect();
     assert_eq!(seen, expected);
-    let mut rates: BTreeMap<(u64, String), Vec<f64>> = BTreeMap::new();
-    let mut by_round: BTreeMap<(u64, u64, String), f64> = BTreeMap::new();
-    for r in &runs {
+}
+
+/// A run's rate by (object size, round, system).
+type ByRound = BTreeMap<(u64, u64, String), f64>;
+
+/// Every run's threads, commit groups (oncelake: 1..=objects, raw: none) and rate (its bytes
+/// over its seconds); the rates by run.
+fn every_run_reports_its_rate(runs: &[&Value]) -> ByRound {
+    let mut by_round = ByRound::new();
+    for r in runs {
         assert_eq!(r["threads"], 3);
         let objects = r["objects_written"].as_u64().unwrap();
         match r["system"].as_str().unwrap() {
@@ -104,19 +94,23 @@ fn bench_stage_writes_the_planned_objects_for_both_systems_and_reports_their_rat
             ),
             rate,
         );
-        rates
-            .entry((
-                r["object_size"].as_u64().unwrap(),
-                r["system"].as_str().unwrap().into(),
-            ))
-            .or_default()
-            .push(rate);
     }
+    by_round
+}
+
+/// Each size's summary: the median rates of both systems, their ratio, and the median of the
+/// rounds' ratios, recomputed from the runs.
+fn summaries_recompute_from_the_runs(summaries: &[&Value], by_round: &ByRound) {
     assert_eq!(summaries.len(), 2);
     for s in summaries {
         let size = s["object_size"].as_u64().unwrap();
-        let raw = median(rates[&(size, "raw".to_string())].clone());
-        let ours = median(rates[&(size, "oncelake".to_string())].clone());
+        let rates = |system: &str| -> Vec<f64> {
+            (1..=3u64)
+                .map(|k| by_round[&(size, k, system.to_string())])
+                .collect()
+        };
+        let raw = median(rates("raw"));
+        let ours = median(rates("oncelake"));
         assert_eq!(s["raw_mib_per_s"].as_f64().unwrap(), raw);
         assert_eq!(s["oncelake_mib_per_s"].as_f64().unwrap(), ours);
         let ratio = s["ratio_vs_raw"].as_f64().unwrap();
@@ -132,9 +126,21 @@ fn bench_stage_writes_the_planned_objects_for_both_systems_and_reports_their_rat
         let by_rounds = s["round_ratio_median"].as_f64().unwrap();
         assert!((by_rounds - per_round).abs() <= per_round * 1e-9);
     }
-    // Every run's files, the stores and the probe file are gone.
-    let left: Vec<_> = std::fs::read_dir(scratch.path()).unwrap().collect();
-    assert!(left.is_empty(), "left behind: {left:?}");
+}
+
+#[test]
+fn bench_stage_writes_the_planned_objects_for_both_systems_and_reports_their_ratio() {
+    let rows = run_stage();
+    let probes = rows.iter().filter(|r| r["probe"].is_string()).count();
+    assert_eq!(probes, 2, "a disk probe before and after");
+    let runs: Vec<&Value> = rows.iter().filter(|r| r["system"].is_string()).collect();
+    let summaries: Vec<&Value> = rows
+        .iter()
+        .filter(|r| r["ratio_vs_raw"].is_number())
+        .collect();
+    runs_are_the_models(&runs);
+    let by_round = every_run_reports_its_rate(&runs);
+    summaries_recompute_from_the_runs(&summaries, &by_round);
 }
 
 #[test]

@@ -8,6 +8,8 @@ mod bin;
 use std::path::Path;
 use std::process::Command;
 
+pub use bin::json_lines;
+
 /// The `oncelake` binary (built on first use, or `$ONCELAKE_BIN`).
 pub fn oncelake() -> &'static Path {
     bin::oncelake()
@@ -29,4 +31,24 @@ pub fn oncelake_bench_served() -> Command {
 /// The path of `oncelake-bench` (for the worker processes of seed 001).
 pub fn oncelake_bench_path() -> &'static Path {
     Path::new(env!("CARGO_BIN_EXE_oncelake-bench"))
+}
+
+/// Runs `oncelake-bench ARGS --dir SCRATCH` in a new scratch directory: its output, and the
+/// directory (to check what the run left in it).
+pub fn bench_in_scratch(args: &[&str]) -> (std::process::Output, tempfile::TempDir) {
+    let scratch = tempfile::tempdir().unwrap();
+    let out = oncelake_bench()
+        .args(args)
+        .arg("--dir")
+        .arg(scratch.path())
+        .output()
+        .unwrap();
+    (out, scratch)
+}
+
+/// Fails unless `dir` is empty: the benchmark removed its scratch stores (or started none).
+#[track_caller]
+pub fn nothing_left_in(dir: &Path) {
+    let left: Vec<_> = std::fs::read_dir(dir).unwrap().collect();
+    assert!(left.is_empty(), "left behind: {left:?}");
 }

@@ -24,15 +24,10 @@ fn bench_lines(extra: &[&str]) -> Vec<serde_json::Value> {
         .args(&args)
         .output()
         .unwrap();
-    assert!(out.status.success(), "{out:?}");
-    let lines: Vec<serde_json::Value> = String::from_utf8(out.stdout)
-        .unwrap()
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect();
+    let lines = support::json_lines(&out);
     assert_eq!(lines.len(), 2, "{lines:?}");
     // Scratch stores are removed.
-    assert_eq!(std::fs::read_dir(scratch.path()).unwrap().count(), 0);
+    support::nothing_left_in(scratch.path());
     lines
 }
 

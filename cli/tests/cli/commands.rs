@@ -2,26 +2,10 @@
 
 use crate::bin;
 use crate::bin::run as oncelake;
+use crate::kit::{json_line, new_store, s};
 
-use std::collections::BTreeMap;
-use std::io::Write;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Output, Stdio};
-
-fn json_line(out: &Output) -> serde_json::Value {
-    let text = String::from_utf8_lossy(&out.stdout);
-    let line = text.lines().next().unwrap_or_else(|| {
-        panic!(
-            "no output; stderr: {}",
-            String::from_utf8_lossy(&out.stderr)
-        )
-    });
-    serde_json::from_str(line).unwrap_or_else(|e| panic!("not JSON ({e}): {line}"))
-}
-
-fn s(p: &Path) -> &str {
-    p.to_str().unwrap()
-}
 
 #[test]
 fn put_get_ls_log_follow_the_contract() {
@@ -175,31 +159,19 @@ fn help_has_examples() {
 fn oncelake_into_closed_pipe(args: &[&str], stdin: Option<&[u8]>) -> Output {
     let (reader, writer) = std::io::pipe().unwrap();
     drop(reader);
-    let mut child = Command::new(bin::oncelake())
-        .args(args)
-        // Quiet means no error here: a progress line (a slow run on a loaded machine) is not one.
-        .env("ONCELAKE_PROGRESS_INTERVAL", "1h")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::from(writer))
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut input = child.stdin.take().unwrap();
-    if let Some(data) = stdin {
-        let _ = input.write_all(data);
-    }
-    drop(input);
-    child.wait_with_output().unwrap()
+    // Quiet means no error here: a progress line (a slow run on a loaded machine) is not one.
+    bin::run_into(args, stdin, Stdio::from(writer), &QUIET)
 }
+
+/// A progress interval no run of these tests reaches.
+const QUIET: [(&str, &str); 1] = [("ONCELAKE_PROGRESS_INTERVAL", "1h")];
 
 /// Every command writing into a closed standard output ends quietly (no panic, nothing on
 /// stderr) with the exit code of what it did; a put's commit stands.
 #[test]
 fn a_closed_stdout_ends_every_command_quietly_with_the_code_of_what_it_did() {
-    let dir = tempfile::tempdir().unwrap();
-    let lake = dir.path().join("lake");
+    let (dir, lake) = new_store();
     let l = s(&lake);
-    assert_eq!(oncelake(&["init", l], None).status.code(), Some(0));
     for i in 0..30 {
         let unit = format!("u/{i}");
         let out = oncelake(&["put", l, &unit, "1", "-"], Some(unit.as_bytes()));
@@ -289,14 +261,7 @@ fn oncelake_into_full_disk(args: &[&str]) -> Output {
         .write(true)
         .open("/dev/full")
         .unwrap();
-    Command::new(bin::oncelake())
-        .args(args)
-        .env("ONCELAKE_PROGRESS_INTERVAL", "1h")
-        .stdin(Stdio::null())
-        .stdout(Stdio::from(full))
-        .stderr(Stdio::piped())
-        .output()
-        .unwrap()
+    bin::run_into(args, None, Stdio::from(full), &QUIET)
 }
 
 /// Output that cannot be written (a full disk behind `> file`), unlike a closed pipe, is a
@@ -306,10 +271,8 @@ fn a_failing_stdout_is_an_io_failure_in_every_command() {
     if !Path::new("/dev/full").exists() {
         return;
     }
-    let dir = tempfile::tempdir().unwrap();
-    let lake = dir.path().join("lake");
+    let (dir, lake) = new_store();
     let l = s(&lake);
-    assert_eq!(oncelake(&["init", l], None).status.code(), Some(0));
     let out = oncelake(&["put", l, "u/1", "1", "-"], Some(b"one"));
     assert_eq!(out.status.code(), Some(0));
     let listing = dir.path().join("listing.csv");
@@ -345,10 +308,8 @@ fn a_failing_stdout_is_an_io_failure_in_every_command() {
 /// Durations beyond what any flag means (and beyond what `Duration` holds) are usage errors.
 #[test]
 fn out_of_range_durations_are_usage_errors_not_panics() {
-    let dir = tempfile::tempdir().unwrap();
-    let lake = dir.path().join("lake");
+    let (_dir, lake) = new_store();
     let l = s(&lake);
-    oncelake(&["init", l], None);
     let huge = "99999999999999999999999";
     let huge_days = "99999999999999999999d";
     for args in [
@@ -370,36 +331,17 @@ fn out_of_range_durations_are_usage_errors_not_panics() {
     assert_eq!(out.status.code(), Some(0), "{out:?}");
 }
 
-/// Every file of a store, by path, with its bytes.
-fn store_files(dir: &Path) -> BTreeMap<PathBuf, Vec<u8>> {
-    let mut files = BTreeMap::new();
-    let mut todo = vec![dir.to_path_buf()];
-    while let Some(d) = todo.pop() {
-        for e in std::fs::read_dir(&d).unwrap() {
-            let p = e.unwrap().path();
-            if p.is_dir() {
-                todo.push(p);
-            } else {
-                files.insert(p.clone(), std::fs::read(&p).unwrap());
-            }
-        }
-    }
-    files
-}
-
 /// An input the command refuses is refused before the store is opened: the store's files stay
 /// byte-identical.
 #[test]
 fn refused_inputs_leave_the_store_files_byte_identical() {
-    let dir = tempfile::tempdir().unwrap();
-    let lake = dir.path().join("lake");
+    let (dir, lake) = new_store();
     let l = s(&lake);
-    oncelake(&["init", l], None);
     for i in 0..5 {
         let out = oncelake(&["put", l, &format!("u/{i}"), "1", "-"], Some(b"rows"));
         assert_eq!(out.status.code(), Some(0));
     }
-    let before = store_files(&lake);
+    let before = crate::common::files(&lake);
     let a_dir = dir.path().join("a-directory");
     std::fs::create_dir(&a_dir).unwrap();
     let missing = dir.path().join("missing");
@@ -426,7 +368,7 @@ fn refused_inputs_leave_the_store_files_byte_identical() {
         assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
         assert!(err.contains(needle), "{args:?}: {err}");
         assert!(
-            store_files(&lake) == before,
+            crate::common::files(&lake) == before,
             "{args:?} changed the store's files"
         );
     }

@@ -1,559 +1,32 @@
-//! The uniform command-line contract of docs/cli.md (SPEC R17): one JSON field
-//! name per concept in every command (checked against the field table of docs/cli.md), the same
-//! fields whatever the outcome, errors as JSON objects under --json with stable kinds, one exit
-//! code per failure, dates in human output, progress on a non-terminal, internal units protected
-//! and hidden, and no store nested in another.
+//! The uniform command-line contract of docs/cli.md (SPEC R17): one field one meaning across
+//! commands, errors as JSON objects under --json with stable kinds, one exit code per failure,
+//! dates in human output, progress on a non-terminal, internal units protected and hidden, and no
+//! store nested in another. The field table itself is checked in `json_fields.rs`.
 
 use crate::bin;
 use crate::bin::{run, run_env};
+use crate::kit::{exits_saying, lines, new_store, pipeline, s, store_files, text, ETL};
 
 use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Output, Stdio};
 
-fn s(p: &Path) -> &str {
-    p.to_str().unwrap()
-}
-
-fn text(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).into_owned()
-}
-
-/// The JSON lines of standard output, each parsed (a line that is not JSON fails the test).
-fn lines(out: &Output) -> Vec<Value> {
-    text(&out.stdout)
-        .lines()
-        .map(|l| {
-            serde_json::from_str(l).unwrap_or_else(|e| {
-                panic!("not a JSON line ({e}): {l}\nstderr: {}", text(&out.stderr))
-            })
-        })
-        .collect()
-}
-
-/// One field of the table: its JSON type and whether it may be null.
-#[derive(Debug)]
-struct Field {
-    ty: String,
-    nullable: bool,
-}
-
-/// The field table of docs/cli.md (section "JSON output"), plus the engine's counter names that
-/// `stats --json` prints as `uint` fields.
-fn field_table() -> BTreeMap<String, Field> {
-    let doc = std::fs::read_to_string(Path::new(crate::REPO).join("docs/cli.md")).unwrap();
-    let section = doc
-        .split("## JSON output")
-        .nth(1)
-        .and_then(|s| s.split("\n## ").next())
-        .expect("docs/cli.md has a section \"JSON output\"");
-    let mut table = BTreeMap::new();
-    for line in section.lines() {
-        let cells: Vec<&str> = line.split('|').map(str::trim).collect();
-        if cells.len() < 4 || !cells[1].starts_with('`') {
-            continue;
-        }
-        let name = cells[1].trim_matches('`').to_string();
-        let (ty, nullable) = match cells[2].strip_suffix('?') {
-            Some(t) => (t.to_string(), true),
-            None => (cells[2].to_string(), false),
-        };
-        assert!(
-            ["uint", "number", "string", "bool", "array", "object"].contains(&ty.as_str()),
-            "docs/cli.md: field {name} has an unknown type {ty}"
-        );
-        assert!(
-            table.insert(name.clone(), Field { ty, nullable }).is_none(),
-            "docs/cli.md lists {name} twice"
-        );
-    }
-    assert!(table.len() > 50, "the field table was not found");
-    let dir = tempfile::tempdir().unwrap();
-    let store = oncelake::Store::open(dir.path().join("lake")).unwrap();
-    for (name, _) in store.metrics().counters() {
-        table.entry(name.to_string()).or_insert(Field {
-            ty: "uint".into(),
-            nullable: false,
-        });
-    }
-    table
-}
-
-/// Checks every field of `v`, at any depth, against the table; returns the problems.
-fn check(v: &Value, table: &BTreeMap<String, Field>, at: &str, problems: &mut Vec<String>) {
-    match v {
-        Value::Object(m) => {
-            for (k, x) in m {
-                let ctx = format!("{at}.{k}");
-                match table.get(k) {
-                    None => problems.push(format!("{ctx}: field {k:?} is not in docs/cli.md")),
-                    Some(f) => {
-                        let ok = match x {
-                            Value::Null => f.nullable,
-                            Value::Number(n) => match f.ty.as_str() {
-                                "uint" => n.is_u64(),
-                                "number" => true,
-                                _ => false,
-                            },
-                            Value::String(_) => f.ty == "string",
-                            Value::Bool(_) => f.ty == "bool",
-                            Value::Array(_) => f.ty == "array",
-                            Value::Object(_) => f.ty == "object",
-                        };
-                        if !ok {
-                            problems.push(format!(
-                                "{ctx}: {x} is not a {}{}",
-                                f.ty,
-                                if f.nullable { "?" } else { "" }
-                            ));
-                        }
-                    }
-                }
-                check(x, table, &ctx, problems);
-            }
-        }
-        Value::Array(items) => {
-            for (i, x) in items.iter().enumerate() {
-                check(x, table, &format!("{at}[{i}]"), problems);
-            }
-        }
-        _ => {}
-    }
-}
-
-fn keys(v: &Value) -> BTreeSet<String> {
-    v.as_object().unwrap().keys().cloned().collect()
-}
-
-/// Runs one command and records its JSON lines under `label`, checking its exit code.
-struct Runs {
-    by_label: BTreeMap<String, Vec<Value>>,
-}
-
-impl Runs {
-    fn json(&mut self, label: &str, args: &[&str], stdin: Option<&[u8]>, code: i32) -> Vec<Value> {
-        let out = run(args, stdin);
-        assert_eq!(
-            out.status.code(),
-            Some(code),
-            "{args:?}: {}",
-            text(&out.stderr)
-        );
-        let ls = lines(&out);
-        assert!(
-            !ls.is_empty() || label.starts_with("ls-empty"),
-            "{args:?} printed no JSON"
-        );
-        self.by_label
-            .entry(label.into())
-            .or_default()
-            .extend(ls.clone());
-        ls
-    }
-}
-
-const ETL: &str = "[stage.ingest]\ncode_version = 1\n[stage.transform]\ncode_version = 3\nupstream = [\"ingest\"]\nmax_attempts = 2\n";
-
-/// Every command with --json, in every outcome it has: every field is in the table of
-/// docs/cli.md with its type, and the lines of one command have the same fields whatever the
-/// outcome. (Fails on the old code: `log` said `time_ms`, `put`'s fields varied by outcome.)
-#[test]
-fn every_json_output_uses_one_name_per_concept_and_the_same_fields_per_command() {
-    let table = field_table();
-    let dir = tempfile::tempdir().unwrap();
-    let lake = dir.path().join("lake");
-    let l = s(&lake);
-    let etl = dir.path().join("etl.toml");
-    std::fs::write(&etl, ETL).unwrap();
-    let p = s(&etl);
-    let listing = dir.path().join("listing.csv");
-    std::fs::write(&listing, "a/1,1\na/2,5\nz/9,1\n").unwrap();
-    let mut r = Runs {
-        by_label: BTreeMap::new(),
-    };
-
-    r.json("init", &["init", l, "--json"], None, 0);
-    r.json("init", &["init", l, "--json"], None, 0);
-    // put: committed, duplicate, conflict, stale, busy, fenced, committed with a token.
-    r.json(
-        "put",
-        &["put", l, "a/1", "1", "-", "--json"],
-        Some(b"one"),
-        0,
-    );
-    r.json(
-        "put",
-        &["put", l, "a/1", "1", "-", "--json"],
-        Some(b"one"),
-        0,
-    );
-    r.json(
-        "put",
-        &["put", l, "a/1", "1", "-", "--json"],
-        Some(b"other"),
-        3,
-    );
-    r.json(
-        "put",
-        &["put", l, "a/1", "0", "-", "--json"],
-        Some(b"old"),
-        4,
-    );
-    let granted = r.json(
-        "claim",
-        &["claim", l, "a/2", "5", "--worker", "w1", "--json"],
-        None,
-        0,
-    );
-    let token = granted[0]["token"].as_u64().unwrap().to_string();
-    r.json(
-        "claim",
-        &["claim", l, "a/2", "5", "--worker", "w2", "--json"],
-        None,
-        6,
-    );
-    r.json(
-        "put",
-        &["put", l, "a/2", "5", "-", "--json"],
-        Some(b"two"),
-        6,
-    );
-    r.json(
-        "put",
-        &["put", l, "a/2", "5", "-", "--token", "999", "--json"],
-        Some(b"two"),
-        5,
-    );
-    r.json(
-        "put",
-        &["put", l, "a/2", "5", "-", "--token", &token, "--json"],
-        Some(b"two"),
-        0,
-    );
-    r.json(
-        "put",
-        &["put", l, "a/1", "1", "-", "--correct", "--json"],
-        Some(b"fixed"),
-        0,
-    );
-    r.json(
-        "claim",
-        &["claim", l, "a/2", "5", "--worker", "w2", "--json"],
-        None,
-        0,
-    );
-    // release: not the holder, released, then the same token again (fenced).
-    let g = r.json(
-        "claim",
-        &["claim", l, "c/1", "1", "--worker", "w1", "--json"],
-        None,
-        0,
-    );
-    let t = g[0]["token"].as_u64().unwrap().to_string();
-    r.json(
-        "release",
-        &[
-            "release", l, "c/1", "--worker", "w9", "--token", &t, "--json",
-        ],
-        None,
-        5,
-    );
-    r.json(
-        "release",
-        &[
-            "release", l, "c/1", "--worker", "w1", "--token", &t, "--json",
-        ],
-        None,
-        0,
-    );
-    r.json(
-        "release",
-        &[
-            "release", l, "c/1", "--worker", "w1", "--token", &t, "--json",
-        ],
-        None,
-        5,
-    );
-    // pipeline: set-version (committed, duplicate, stale), ready, claim, complete, fail, explain.
-    for (v, code) in [("3", 0), ("3", 0), ("2", 4)] {
-        r.json(
-            "set-version",
-            &["pipeline", "set-version", l, "u/1", v, "-", "--json"],
-            Some(b"in"),
-            code,
-        );
-    }
-    r.json(
-        "set-version",
-        &["pipeline", "set-version", l, "u/2", "1", "--json"],
-        None,
-        0,
-    );
-    r.json(
-        "status",
-        &["pipeline", "status", l, "--pipeline", p, "--json"],
-        None,
-        0,
-    );
-    r.json(
-        "ready",
-        &["pipeline", "ready", l, "--pipeline", p, "--json"],
-        None,
-        0,
-    );
-    let claimed = r.json(
-        "ready",
-        &[
-            "pipeline",
-            "ready",
-            l,
-            "--pipeline",
-            p,
-            "--claim",
-            "--worker",
-            "w1",
-            "--json",
-        ],
-        None,
-        0,
-    );
-    let cell_token = claimed
-        .iter()
-        .find(|c| c["unit"] == "u/1")
-        .and_then(|c| c["token"].as_u64())
-        .unwrap()
-        .to_string();
-    let pp = [
-        "pipeline",
-        "complete",
-        l,
-        "--pipeline",
-        p,
-        "u/1",
-        "ingest",
-        "-",
-    ];
-    r.json("complete", &[&pp[..], &["--json"]].concat(), Some(b"x"), 6);
-    r.json(
-        "complete",
-        &[&pp[..], &["--token", "999", "--json"]].concat(),
-        Some(b"x"),
-        5,
-    );
-    r.json(
-        "complete",
-        &[&pp[..], &["--token", &cell_token, "--json"]].concat(),
-        Some(b"x"),
-        0,
-    );
-    r.json(
-        "complete",
-        &[&pp[..], &["--token", &cell_token, "--json"]].concat(),
-        Some(b"x"),
-        0,
-    );
-    let pf = [
-        "pipeline",
-        "fail",
-        l,
-        "--pipeline",
-        p,
-        "u/2",
-        "ingest",
-        "--error",
-        "boom",
-    ];
-    r.json("fail", &[&pf[..], &["--json"]].concat(), None, 6);
-    r.json(
-        "fail",
-        &[&pf[..], &["--token", "999", "--json"]].concat(),
-        None,
-        5,
-    );
-    let u2 = claimed.iter().find(|c| c["unit"] == "u/2").unwrap()["token"].to_string();
-    r.json(
-        "fail",
-        &[&pf[..], &["--token", &u2, "--json"]].concat(),
-        None,
-        0,
-    );
-    r.json(
-        "explain",
-        &["pipeline", "explain", l, "--pipeline", p, "u/1", "--json"],
-        None,
-        0,
-    );
-    r.json(
-        "explain",
-        &["pipeline", "explain", l, "--pipeline", p, "u/2", "--json"],
-        None,
-        0,
-    );
-    // The same input at a newer version: the done cells of u/1 are cut off (SPEC R24).
-    r.json(
-        "set-version",
-        &["pipeline", "set-version", l, "u/1", "4", "-", "--json"],
-        Some(b"in"),
-        0,
-    );
-    r.json(
-        "explain",
-        &["pipeline", "explain", l, "--pipeline", p, "u/1", "--json"],
-        None,
-        0,
-    );
-    // Reads, maintenance, tables.
-    r.json("ls", &["ls", l, "--json"], None, 0);
-    r.json("ls", &["ls", l, "--all", "--json"], None, 0);
-    r.json("log", &["log", l, "--json"], None, 0);
-    r.json(
-        "reconcile",
-        &["reconcile", l, "--source", s(&listing), "--json"],
-        None,
-        0,
-    );
-    r.json(
-        "reconcile-summary",
-        &[
-            "reconcile",
-            l,
-            "--source",
-            s(&listing),
-            "--changes-only",
-            "--json",
-        ],
-        None,
-        0,
-    );
-    r.json("verify", &["verify", l, "--deep", "--json"], None, 0);
-    r.json("gc", &["gc", l, "--dry-run", "--json"], None, 0);
-    r.json("gc", &["gc", l, "--json"], None, 0);
-    r.json("stats", &["stats", l, "--json"], None, 0);
-    r.json(
-        "table",
-        &[
-            "table", "create", l, "sales", "--prefix", "sales/", "--json",
-        ],
-        None,
-        0,
-    );
-    r.json(
-        "table",
-        &["table", "publish", l, "sales", "--json"],
-        None,
-        0,
-    );
-    r.json("table", &["table", "ls", l, "--json"], None, 0);
-    r.json(
-        "simulate",
-        &[
-            "simulate",
-            "--units",
-            "200",
-            "--workers",
-            "2",
-            "--mode",
-            "both",
-            "--json",
-        ],
-        None,
-        0,
-    );
-    r.json(
-        "simulate",
-        &["simulate", "--pipeline", "--units", "300", "--json"],
-        None,
-        0,
-    );
-    // The log holds every kind of record.
-    let kinds: BTreeSet<String> = r.by_label["log"]
-        .iter()
-        .map(|v| v["kind"].as_str().unwrap().to_string())
-        .collect();
-    for k in ["commit", "claim_granted", "claim_released", "extension"] {
-        assert!(kinds.contains(k), "the log lacks a {k} record: {kinds:?}");
-    }
-    let mut problems = Vec::new();
-    for (label, vs) in &r.by_label {
-        for v in vs {
-            check(v, &table, label, &mut problems);
-        }
-    }
-    // The same fields whatever the outcome (the table and ls listings mix record kinds only
-    // within one command; reconcile ends with its summary line).
-    for label in [
-        "put",
-        "claim",
-        "release",
-        "set-version",
-        "complete",
-        "fail",
-        "explain",
-        "ready",
-        "log",
-        "ls",
-        "init",
-    ] {
-        let vs = &r.by_label[label];
-        let first = keys(&vs[0]);
-        for v in vs {
-            if keys(v) != first {
-                problems.push(format!(
-                    "{label}: fields differ by outcome: {:?} vs {:?}",
-                    first,
-                    keys(v)
-                ));
-            }
-        }
-    }
-    let outcomes: BTreeSet<&str> = r.by_label["put"]
-        .iter()
-        .map(|v| v["outcome"].as_str().unwrap())
-        .collect();
+/// Runs one command, checks its exit code, and returns its first JSON line.
+#[track_caller]
+fn one(args: &[&str], stdin: Option<&[u8]>, code: i32) -> Value {
+    let out = run(args, stdin);
     assert_eq!(
-        outcomes,
-        BTreeSet::from([
-            "busy",
-            "committed",
-            "conflict",
-            "duplicate",
-            "fenced",
-            "stale"
-        ]),
-        "every outcome of put was exercised"
+        out.status.code(),
+        Some(code),
+        "{args:?}: {}",
+        text(&out.stderr)
     );
-    assert!(problems.is_empty(), "{}", problems.join("\n"));
+    lines(&out).remove(0)
 }
 
-/// One field means one thing in every command, with the same value for the same fact: a put's
-/// entry is the entry `ls` and `log` show; `source_version` is the version asked about and
-/// `current_version` the store's (a claim of an older version than the one committed once
-/// reported the committed version as its `source_version`); a pipeline cell has the same `cell`
-/// and `source_version` in `ready`, `explain`, `complete` and `fail` (`explain` once left
-/// `source_version` null for running and ready cells, `fail` had neither); a release record has
-/// no end time (it once said `expires_at_ms: 0`, 1970).
-#[test]
-fn one_field_has_one_meaning_and_value_across_commands() {
-    let dir = tempfile::tempdir().unwrap();
-    let lake = dir.path().join("lake");
-    let l = s(&lake);
-    let etl = dir.path().join("etl.toml");
-    std::fs::write(&etl, ETL).unwrap();
-    let p = s(&etl);
-    run(&["init", l], None);
-    let one = |args: &[&str], stdin: Option<&[u8]>, code: i32| -> Value {
-        let out = run(args, stdin);
-        assert_eq!(
-            out.status.code(),
-            Some(code),
-            "{args:?}: {}",
-            text(&out.stderr)
-        );
-        lines(&out).remove(0)
-    };
-
-    // put, ls and log agree on the entry.
+/// put, ls and log agree on the entry; returns what put said.
+fn put_ls_and_log_agree_on_the_entry(l: &str) -> Value {
     let put = one(&["put", l, "a/1", "8", "-", "--json"], Some(b"eight"), 0);
     let ls = one(&["ls", l, "--json"], None, 0);
     let log = one(&["log", l, "--json"], None, 0);
@@ -573,7 +46,12 @@ fn one_field_has_one_meaning_and_value_across_commands() {
     assert_eq!(put["seq"], log["seq"]);
     assert_eq!(ls["committed_at_ms"], log["committed_at_ms"]);
 
-    // claim: source_version is the version claimed, current_version the store's.
+    put
+}
+
+/// claim: source_version is the version claimed, current_version the store's; a stale put says
+/// the same of the same versions.
+fn claim_and_put_say_the_same_of_the_versions(l: &str, put: &Value) {
     let done = one(
         &["claim", l, "a/1", "7", "--worker", "w", "--json"],
         None,
@@ -589,6 +67,11 @@ fn one_field_has_one_meaning_and_value_across_commands() {
         (&done["source_version"], &done["current_version"]),
         "claim and put say the same of the same versions"
     );
+}
+
+/// A granted claim has no current version; its record's end is the claim's, a release record
+/// has none.
+fn a_release_record_has_no_end_time(l: &str) {
     let granted = one(
         &["claim", l, "a/2", "1", "--worker", "w", "--json"],
         None,
@@ -608,8 +91,10 @@ fn one_field_has_one_meaning_and_value_across_commands() {
     let release_rec = log.iter().find(|r| r["kind"] == "claim_released").unwrap();
     assert_eq!(claim_rec["expires_at_ms"], granted["expires_at_ms"]);
     assert_eq!(release_rec["expires_at_ms"], Value::Null, "{release_rec}");
+}
 
-    // Pipeline cells: the same cell and source_version whichever command shows them.
+/// Pipeline cells: the same cell and source_version whichever command shows them.
+fn a_cell_is_the_same_in_every_command(l: &str, p: &str) {
     one(
         &["pipeline", "set-version", l, "u/1", "3", "-", "--json"],
         Some(b"in"),
@@ -631,17 +116,7 @@ fn one_field_has_one_meaning_and_value_across_commands() {
         assert_eq!(c["source_version"], 3, "{c}");
     }
     let ready = one(
-        &[
-            "pipeline",
-            "ready",
-            l,
-            "--pipeline",
-            p,
-            "--claim",
-            "--worker",
-            "w1",
-            "--json",
-        ],
+        &pipeline("ready", l, p, &["--claim", "--worker", "w1", "--json"]),
         None,
         0,
     );
@@ -652,19 +127,12 @@ fn one_field_has_one_meaning_and_value_across_commands() {
     }
     let token = ready["token"].to_string();
     let complete = one(
-        &[
-            "pipeline",
+        &pipeline(
             "complete",
             l,
-            "--pipeline",
             p,
-            "u/1",
-            "ingest",
-            "-",
-            "--token",
-            &token,
-            "--json",
-        ],
+            &["u/1", "ingest", "-", "--token", &token, "--json"],
+        ),
         Some(b"out"),
         0,
     );
@@ -673,18 +141,12 @@ fn one_field_has_one_meaning_and_value_across_commands() {
     let transform = &explain("u/1")["transform"];
     assert_eq!(transform["state"], "ready");
     let fail = one(
-        &[
-            "pipeline",
+        &pipeline(
             "fail",
             l,
-            "--pipeline",
             p,
-            "u/1",
-            "transform",
-            "--error",
-            "boom",
-            "--json",
-        ],
+            &["u/1", "transform", "--error", "boom", "--json"],
+        ),
         None,
         0,
     );
@@ -693,15 +155,68 @@ fn one_field_has_one_meaning_and_value_across_commands() {
     assert_eq!(explain("u/1")["transform"]["attempts"], fail["attempts"]);
 }
 
+/// One field means one thing in every command, with the same value for the same fact: a put's
+/// entry is the entry `ls` and `log` show; `source_version` is the version asked about and
+/// `current_version` the store's (a claim of an older version than the one committed once
+/// reported the committed version as its `source_version`); a pipeline cell has the same `cell`
+/// and `source_version` in `ready`, `explain`, `complete` and `fail` (`explain` once left
+/// `source_version` null for running and ready cells, `fail` had neither); a release record has
+/// no end time (it once said `expires_at_ms: 0`, 1970).
+#[test]
+fn one_field_has_one_meaning_and_value_across_commands() {
+    let (dir, lake) = new_store();
+    let l = s(&lake);
+    let etl = dir.path().join("etl.toml");
+    std::fs::write(&etl, ETL).unwrap();
+    let put = put_ls_and_log_agree_on_the_entry(l);
+    claim_and_put_say_the_same_of_the_versions(l, &put);
+    a_release_record_has_no_end_time(l);
+    a_cell_is_the_same_in_every_command(l, s(&etl));
+}
+
+/// A failure of `args`: in human form an `error` line with exit `code`; under --json nothing on
+/// stdout and one JSON object on stderr with the `kind`, the exit code and a message for people.
+fn fails_alike_in_both_forms(args: &[&str], kind: &str, code: i32) {
+    let args = args.to_vec();
+    // Human form first: a plain `error:` line, the same exit code.
+    exits_saying(&run(&args, Some(b"x")), code, "error", &args);
+    let mut jargs = args.clone();
+    jargs.push("--json");
+    let out = run(&jargs, Some(b"x"));
+    assert_eq!(
+        out.status.code(),
+        Some(code),
+        "{jargs:?}: {}",
+        text(&out.stderr)
+    );
+    assert!(out.stdout.is_empty(), "{jargs:?}: {}", text(&out.stdout));
+    let err = text(&out.stderr);
+    let v: Value = serde_json::from_str(err.trim())
+        .unwrap_or_else(|e| panic!("{jargs:?}: stderr is not one JSON object ({e}): {err}"));
+    assert_eq!(v["error"], kind, "{jargs:?}: {v}");
+    assert_eq!(v["exit_code"], code, "{jargs:?}: {v}");
+    assert!(
+        v["message"].as_str().is_some_and(|m| m.len() > 10),
+        "{jargs:?}: {v}"
+    );
+    if kind == "seq_out_of_range" {
+        assert!(message_says_what_to_do(&v), "{jargs:?}: {v}");
+    }
+    // The message is the text for people, without clap's decoration (the kind is `error`).
+    let message = v["message"].as_str().unwrap_or_default();
+    assert!(
+        !message.starts_with("error:") && !message.contains("For more information"),
+        "{jargs:?}: {v}"
+    );
+}
+
 /// Errors under --json are one JSON object on standard error with a stable kind and the exit
 /// code; the same failure has the same exit code in every command (a missing put input, pipeline
 /// file and listing are all bad input, exit 2; the pipeline file was exit 1 before).
 #[test]
 fn errors_under_json_are_json_objects_with_stable_kinds_and_one_exit_code_per_failure() {
-    let dir = tempfile::tempdir().unwrap();
-    let lake = dir.path().join("lake");
+    let (dir, lake) = new_store();
     let l = s(&lake);
-    assert_eq!(run(&["init", l], None).status.code(), Some(0));
     let missing = dir.path().join("missing.file");
     let m = s(&missing);
     let nostore = dir.path().join("nostore");
@@ -759,47 +274,7 @@ fn errors_under_json_are_json_objects_with_stable_kinds_and_one_exit_code_per_fa
         (vec!["table", "bench", d, "--changes", "10"], "usage", 2),
     ];
     for (args, kind, code) in cases {
-        // Human form first: a plain `error:` line, the same exit code.
-        let human = run(&args, Some(b"x"));
-        assert_eq!(
-            human.status.code(),
-            Some(code),
-            "{args:?}: {}",
-            text(&human.stderr)
-        );
-        assert!(
-            text(&human.stderr).contains("error"),
-            "{args:?}: {}",
-            text(&human.stderr)
-        );
-        let mut jargs = args.clone();
-        jargs.push("--json");
-        let out = run(&jargs, Some(b"x"));
-        assert_eq!(
-            out.status.code(),
-            Some(code),
-            "{jargs:?}: {}",
-            text(&out.stderr)
-        );
-        assert!(out.stdout.is_empty(), "{jargs:?}: {}", text(&out.stdout));
-        let err = text(&out.stderr);
-        let v: Value = serde_json::from_str(err.trim())
-            .unwrap_or_else(|e| panic!("{jargs:?}: stderr is not one JSON object ({e}): {err}"));
-        assert_eq!(v["error"], kind, "{jargs:?}: {v}");
-        assert_eq!(v["exit_code"], code, "{jargs:?}: {v}");
-        assert!(
-            v["message"].as_str().is_some_and(|m| m.len() > 10),
-            "{jargs:?}: {v}"
-        );
-        if kind == "seq_out_of_range" {
-            assert!(message_says_what_to_do(&v), "{jargs:?}: {v}");
-        }
-        // The message is the text for people, without clap's decoration (the kind is `error`).
-        let message = v["message"].as_str().unwrap_or_default();
-        assert!(
-            !message.starts_with("error:") && !message.contains("For more information"),
-            "{jargs:?}: {v}"
-        );
+        fails_alike_in_both_forms(&args, kind, code);
     }
     // A locked store: exit 6, kind locked.
     let store = oncelake::Store::open(&lake).unwrap();
@@ -859,10 +334,8 @@ fn dates_in(s: &str) -> Vec<String> {
 /// milliseconds. (Fails on the old code: `ls` and `log` showed no time, `claim` "until N ms".)
 #[test]
 fn human_output_shows_times_as_dates() {
-    let dir = tempfile::tempdir().unwrap();
-    let lake = dir.path().join("lake");
+    let (dir, lake) = new_store();
     let l = s(&lake);
-    run(&["init", l], None);
     assert_eq!(
         run(&["put", l, "a", "1", "-"], Some(b"x")).status.code(),
         Some(0)
@@ -893,16 +366,7 @@ fn human_output_shows_times_as_dates() {
     let p = s(&etl);
     run(&["pipeline", "set-version", l, "u", "1"], None);
     let claimed = run(
-        &[
-            "pipeline",
-            "ready",
-            l,
-            "--pipeline",
-            p,
-            "--claim",
-            "--worker",
-            "w1",
-        ],
+        &pipeline("ready", l, p, &["--claim", "--worker", "w1"]),
         None,
     );
     let explain = run(&["pipeline", "explain", l, "--pipeline", p, "u"], None);
@@ -930,10 +394,8 @@ fn human_output_shows_times_as_dates() {
 /// code: progress only on a terminal, none for put.)
 #[test]
 fn progress_is_a_plain_periodic_line_when_stderr_is_not_a_terminal() {
-    let dir = tempfile::tempdir().unwrap();
-    let lake = dir.path().join("lake");
+    let (dir, lake) = new_store();
     let l = s(&lake);
-    run(&["init", l], None);
     let big = vec![7u8; 4 << 20];
     let every = [("ONCELAKE_PROGRESS_INTERVAL", "0")];
     let put = run_env(&["put", l, "big", "1", "-"], Some(&big), &every);
@@ -968,46 +430,11 @@ fn progress_is_a_plain_periodic_line_when_stderr_is_not_a_terminal() {
     assert!(short.stderr.is_empty(), "{}", text(&short.stderr));
 }
 
-/// Every file of a store but its lock, with its size and BLAKE3 hash.
-fn store_files(dir: &Path) -> BTreeMap<PathBuf, (u64, String)> {
-    let mut files = BTreeMap::new();
-    let mut stack = vec![dir.to_path_buf()];
-    while let Some(d) = stack.pop() {
-        for e in std::fs::read_dir(&d).unwrap() {
-            let p = e.unwrap().path();
-            if p.is_dir() {
-                stack.push(p);
-            } else if p.file_name().is_some_and(|n| n != "LOCK") {
-                let bytes = std::fs::read(&p).unwrap();
-                let hash = blake3::hash(&bytes).to_hex().to_string();
-                files.insert(p.clone(), (bytes.len() as u64, hash));
-            }
-        }
-    }
-    files
-}
-
-/// A user cannot write an internal unit (`.pipeline/...`), by the CLI or the library, while the
-/// pipeline engine still can; `ls` hides internal units unless asked. (Fails on the old code: the
-/// put was committed and `ls` listed the pipeline's units.)
-#[test]
-fn internal_units_are_protected_from_user_writes_and_hidden_from_ls() {
-    let dir = tempfile::tempdir().unwrap();
-    let lake = dir.path().join("lake");
-    let l = s(&lake);
-    run(&["init", l], None);
-    let ok = run(
-        &["pipeline", "set-version", l, "orders/1", "3", "-"],
-        Some(b"in"),
-    );
-    assert_eq!(ok.status.code(), Some(0), "{}", text(&ok.stderr));
-    assert_eq!(
-        run(&["put", l, "orders/1", "1", "-"], Some(b"out"))
-            .status
-            .code(),
-        Some(0)
-    );
-    let before = store_files(&lake);
+/// No internal unit can be written through the CLI (put, a correction, a pipeline's source),
+/// and a refused write changes no file.
+fn the_cli_writes_no_internal_unit(lake: &Path) {
+    let l = s(lake);
+    let before = store_files(lake);
     for key in [
         ".pipeline/source/orders/1",
         ".pipeline/cell/ingest/orders/1/1-0123456789abcdef",
@@ -1045,13 +472,11 @@ fn internal_units_are_protected_from_user_writes_and_hidden_from_ls() {
         !err.contains("with the CLI"),
         "a hint for put, not here: {err}"
     );
-    assert_eq!(
-        store_files(&lake),
-        before,
-        "a refused write changes no file"
-    );
+    assert_eq!(store_files(lake), before, "a refused write changes no file");
+}
 
-    // ls: only the user's unit; --all and a .pipeline/ prefix show the internal ones.
+/// ls: only the user's unit; --all and a .pipeline/ prefix show the internal ones.
+fn ls_hides_internal_units_unless_asked(l: &str) {
     let units = |args: &[&str]| -> Vec<String> {
         lines(&run(args, None))
             .iter()
@@ -1066,10 +491,12 @@ fn internal_units_are_protected_from_user_writes_and_hidden_from_ls() {
         [".pipeline/source/orders/1"]
     );
     assert!(!text(&run(&["ls", l], None).stdout).contains(".pipeline"));
+}
 
-    // reconcile: a source lists user units, so the internal ones are neither "unknown to the
-    // source" (full form) nor nameable in a listing.
-    let listing = dir.path().join("listing.csv");
+/// reconcile: a source lists user units, so the internal ones are neither "unknown to the
+/// source" (full form) nor nameable in a listing.
+fn reconcile_neither_plans_nor_takes_internal_units(dir: &Path, l: &str) {
+    let listing = dir.join("listing.csv");
     std::fs::write(&listing, "orders/9,1\n").unwrap();
     let plan = lines(&run(
         &["reconcile", l, "--source", s(&listing), "--json"],
@@ -1089,22 +516,14 @@ fn internal_units_are_protected_from_user_writes_and_hidden_from_ls() {
         ]
         .concat();
         let out = run(&args, Some(b".pipeline/source/orders/1,3\n"));
-        assert_eq!(
-            out.status.code(),
-            Some(2),
-            "{args:?}: {}",
-            text(&out.stderr)
-        );
-        assert!(
-            text(&out.stderr).contains("reserved"),
-            "{}",
-            text(&out.stderr)
-        );
+        exits_saying(&out, 2, "reserved", &args);
         assert!(out.stdout.is_empty(), "{args:?}: no plan line");
     }
+}
 
-    // The library's boundary: a user batch is refused whole, the pipeline engine writes.
-    let store = oncelake::Store::open(&lake).unwrap();
+/// The library's boundary: a user batch is refused whole, the pipeline engine writes.
+fn the_library_refuses_a_user_batch_with_an_internal_unit(lake: &Path) {
+    let store = oncelake::Store::open(lake).unwrap();
     let staged = store.stage_bytes(b"forged").unwrap();
     let e = store
         .commit(oncelake::Batch::new().put("fine", 1, &staged).put(
@@ -1128,6 +547,30 @@ fn internal_units_are_protected_from_user_writes_and_hidden_from_ls() {
             .map(|e| e.source_version),
         Some(1)
     );
+}
+
+/// A user cannot write an internal unit (`.pipeline/...`), by the CLI or the library, while the
+/// pipeline engine still can; `ls` hides internal units unless asked. (Fails on the old code: the
+/// put was committed and `ls` listed the pipeline's units.)
+#[test]
+fn internal_units_are_protected_from_user_writes_and_hidden_from_ls() {
+    let (dir, lake) = new_store();
+    let l = s(&lake);
+    let ok = run(
+        &["pipeline", "set-version", l, "orders/1", "3", "-"],
+        Some(b"in"),
+    );
+    assert_eq!(ok.status.code(), Some(0), "{}", text(&ok.stderr));
+    assert_eq!(
+        run(&["put", l, "orders/1", "1", "-"], Some(b"out"))
+            .status
+            .code(),
+        Some(0)
+    );
+    the_cli_writes_no_internal_unit(&lake);
+    ls_hides_internal_units_unless_asked(l);
+    reconcile_neither_plans_nor_takes_internal_units(dir.path(), l);
+    the_library_refuses_a_user_batch_with_an_internal_unit(&lake);
 }
 
 /// The library's own entry points hold the same rule as a batch: `put`/`correct` refuse an internal
@@ -1324,10 +767,8 @@ fn message_says_what_to_do(v: &Value) -> bool {
 /// silent and the message named `Options::lock_wait`.)
 #[test]
 fn a_waiting_command_names_the_locks_holder_and_the_fix() {
-    let dir = tempfile::tempdir().unwrap();
-    let lake = dir.path().join("lake");
+    let (_dir, lake) = new_store();
     let l = s(&lake);
-    assert_eq!(run(&["init", l], None).status.code(), Some(0));
     // The holder: a put that holds the store while it reads its standard input, kept open.
     let mut holder = Command::new(bin::oncelake())
         .args(["put", l, "held/unit", "1", "-"])

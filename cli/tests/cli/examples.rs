@@ -37,12 +37,7 @@ const HELP_WITH_EXAMPLES: &[&[&str]] = &[
 
 /// The subcommands `oncelake <args> --help` lists under `Commands:` (without `help`).
 fn subcommands(args: &[&str]) -> Vec<String> {
-    let out = Command::new(bin::oncelake())
-        .args(args)
-        .arg("--help")
-        .output()
-        .unwrap();
-    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let text = help_text(args);
     let mut names = Vec::new();
     let mut in_commands = false;
     for line in text.lines() {
@@ -145,13 +140,7 @@ fn readme_lines() -> Vec<String> {
 /// The example lines of one `--help` text: the indented lines after `Examples:` / `Example:`,
 /// up to the first blank line, comments left out.
 fn help_lines(args: &[&str]) -> Vec<String> {
-    let out = Command::new(bin::oncelake())
-        .args(args)
-        .arg("--help")
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(0), "{args:?} --help");
-    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let text = help_text(args);
     let mut lines = Vec::new();
     let mut in_examples = false;
     for line in text.lines() {
@@ -329,12 +318,14 @@ fn every_commands_help_has_examples_and_exit_codes() {
     }
 }
 
+/// The text `oncelake ARGS --help` prints (it must exit 0).
 fn help_text(args: &[&str]) -> String {
     let out = Command::new(bin::oncelake())
         .args(args)
         .arg("--help")
         .output()
         .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{args:?} --help");
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 

@@ -13,5 +13,7 @@ const REPO: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/..");
 mod commands;
 mod contract;
 mod examples;
+mod json_fields;
+mod kit;
 mod lake;
 mod maint;

@@ -109,11 +109,8 @@ fn staging_in_progress(staging: &std::path::Path, pid: u32) -> Option<Option<std
 #[test]
 fn a_killed_put_leaves_nothing_or_reclaimable_staging_that_gc_removes_at_once() {
     use std::io::Write;
-    let dir = tempfile::tempdir().unwrap();
-    let lake = dir.path().join("lake");
+    let (_dir, lake) = crate::kit::new_store();
     let lake_s = lake.to_str().unwrap();
-    let (code, _) = oncelake(&["init", lake_s]);
-    assert_eq!(code, 0);
     let staging = lake.join("staging");
     let mut child = Command::new(bin::oncelake())
         .args(["put", lake_s, "big/unit", "1", "-"])
@@ -158,11 +155,8 @@ fn a_killed_put_leaves_nothing_or_reclaimable_staging_that_gc_removes_at_once() 
 /// mid-write leaves it where staging files are named.
 #[test]
 fn a_dead_writers_staging_file_is_reclaimable_and_gc_removes_it_at_once() {
-    let dir = tempfile::tempdir().unwrap();
-    let lake = dir.path().join("lake");
+    let (_dir, lake) = crate::kit::new_store();
     let lake_s = lake.to_str().unwrap();
-    let (code, _) = oncelake(&["init", lake_s]);
-    assert_eq!(code, 0);
     let part = lake.join("staging").join("4242-18a2b3c4d5e6f708-0.part");
     std::fs::write(&part, vec![7u8; 300_000]).unwrap();
     reclaim_a_dead_writers_staging_file(lake_s, &part);

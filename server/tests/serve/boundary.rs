@@ -1,4 +1,4 @@
-//! The server's boundary, as a shell or Python user meets it (issue 13 points 1, 3 and 5): a
+//! The server's boundary, as a shell or Python user meets it: a
 //! server started with a relative store path is found from any directory; hostile requests get
 //! a clear 4xx with a JSON body and change nothing; `/metrics` is valid Prometheus text whose
 //! store figures (units, bytes stored, seq, the persisted counters) survive a restart; the 400
@@ -66,22 +66,14 @@ fn error_of(answer: (u16, String), status: u16, kind: &str) -> String {
 #[test]
 fn a_server_started_with_a_relative_path_is_found_from_any_directory() {
     let (dir, store) = new_store();
-    let mut child = Command::new(bin::oncelake())
-        .args(["serve", "lake"])
-        .current_dir(dir.path())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    BufReader::new(child.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    assert!(line.contains("unix:/"), "the ready line: {line:?}");
-    let _server = Server {
-        child,
-        address: String::new(),
-    };
+    let mut serve = Command::new(bin::oncelake());
+    serve.args(["serve", "lake"]).current_dir(dir.path());
+    let server = Server::spawn(serve);
+    assert!(
+        server.address.starts_with("unix:/"),
+        "the ready line's address: {}",
+        server.address
+    );
     let info: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(store.join("serve.json")).unwrap()).unwrap();
     let address = info["address"].as_str().unwrap();
@@ -121,6 +113,127 @@ fn a_server_started_with_a_relative_path_is_found_from_any_directory() {
     assert_eq!(std::fs::read(path).unwrap(), b"bytes");
 }
 
+/// A request the server must refuse: what is sent (a GET without a body, or a body with its
+/// content type), the status and error kind it gets, and what the message must name.
+struct Refused {
+    method: &'static str,
+    path: String,
+    body: Option<(&'static str, String)>,
+    status: u16,
+    kind: &'static str,
+    says: Vec<String>,
+}
+
+fn refused(method: &'static str, path: String, status: u16, kind: &'static str) -> Refused {
+    Refused {
+        method,
+        path,
+        body: None,
+        status,
+        kind,
+        says: Vec::new(),
+    }
+}
+
+impl Refused {
+    fn with_body(self, content_type: &'static str, body: &str) -> Refused {
+        Refused {
+            body: Some((content_type, body.to_string())),
+            ..self
+        }
+    }
+
+    fn saying(mut self, what: &str) -> Refused {
+        self.says.push(what.to_string());
+        self
+    }
+}
+
+/// Every refused request of the hostile test, `id` a live snapshot lease.
+fn refused_requests(id: u64) -> Vec<Refused> {
+    let mut all = Vec::new();
+    // Unit keys no unit can have, on every read that takes one: a mistake, not "no entry".
+    for bad in ["", "%01x", "a%0Ab"] {
+        for path in ["/v1/lookup", "/v1/entry", "/v1/object"] {
+            all.push(
+                refused("GET", format!("{path}?unit={bad}"), 400, "invalid_key")
+                    .saying("invalid unit key"),
+            );
+        }
+    }
+    let long = "k".repeat(1025);
+    all.push(refused(
+        "GET",
+        format!("/v1/lookup?unit={long}"),
+        400,
+        "invalid_key",
+    ));
+    // Versions that are not a u64.
+    for v in ["-1", "18446744073709551616", "1.5", "x"] {
+        all.push(
+            refused(
+                "PUT",
+                format!("/v1/put?unit=a%2F2&version={v}"),
+                400,
+                "bad_request",
+            )
+            .with_body("application/octet-stream", "x")
+            .saying("version"),
+        );
+        let commit = format!(r#"{{"items":[{{"unit":"a/2","source_version":{v},"staged":1}}]}}"#);
+        all.push(
+            refused("POST", "/v1/commit".into(), 400, "bad_request")
+                .with_body("application/json", &commit)
+                .saying("JSON"),
+        );
+    }
+    // A body that is not JSON, whatever its content type says.
+    for ct in [
+        "application/json",
+        "text/plain",
+        "multipart/form-data; boundary=x",
+    ] {
+        all.push(
+            refused("POST", "/v1/claim".into(), 400, "bad_request")
+                .with_body(ct, "--x\r\nnot json"),
+        );
+    }
+    // A commit naming a staging handle (an object) this server never issued.
+    all.push(
+        refused("POST", "/v1/commit".into(), 400, "bad_request")
+            .with_body(
+                "application/json",
+                r#"{"items":[{"unit":"a/1","source_version":9,"staged":12345}]}"#,
+            )
+            .saying("unknown to this server"),
+    );
+    // Unknown routes and wrong methods.
+    all.push(refused("GET", "/v1/nope".into(), 404, "not_found"));
+    all.push(refused("GET", "/../../etc/passwd".into(), 404, "not_found"));
+    for (method, path) in [
+        ("GET", "/v1/put"),
+        ("DELETE", "/healthz"),
+        ("POST", "/metrics"),
+        ("GET", "/v1/commit"),
+        ("PUT", "/v1/lookup"),
+    ] {
+        all.push(
+            refused(method, path.into(), 405, "method_not_allowed")
+                .with_body("application/json", "")
+                .saying(path)
+                .saying(method),
+        );
+    }
+    // Object names that are not a content hash (path traversal) on a live snapshot lease.
+    for name in ["..%2F..%2Fetc%2Fpasswd", "%2Fetc%2Fpasswd", "zz", ""] {
+        let path = format!("/v1/snapshot/object_path?id={id}&object={name}");
+        all.push(refused("GET", path, 400, "bad_request"));
+    }
+    let path = format!("/v1/snapshot/entry?id={id}&unit=");
+    all.push(refused("GET", path, 400, "invalid_key"));
+    all
+}
+
 /// Bad keys, versions, bodies, content types, routes, methods and object names: each a 4xx with
 /// a JSON body saying what was wrong, and the store is as it was.
 #[test]
@@ -134,109 +247,22 @@ fn hostile_requests_get_a_json_4xx_and_change_nothing() {
     let sock = sock.as_path();
     let before = oncelake(&["ls", s, "--json"]).stdout;
 
-    // Unit keys no unit can have, on every read that takes one: a mistake, not "no entry".
-    for bad in ["", "%01x", "a%0Ab"] {
-        for path in ["/v1/lookup", "/v1/entry", "/v1/object"] {
-            let m = error_of(get(sock, &format!("{path}?unit={bad}")), 400, "invalid_key");
-            assert!(m.contains("invalid unit key"), "{path}: {m}");
-        }
-    }
-    let long = "k".repeat(1025);
-    error_of(
-        get(sock, &format!("/v1/lookup?unit={long}")),
-        400,
-        "invalid_key",
-    );
-    // Versions that are not a u64.
-    for v in ["-1", "18446744073709551616", "1.5", "x"] {
-        let m = error_of(
-            send(
-                sock,
-                "PUT",
-                &format!("/v1/put?unit=a%2F2&version={v}"),
-                "application/octet-stream",
-                "x",
-            ),
-            400,
-            "bad_request",
-        );
-        assert!(m.contains("version"), "{v}: {m}");
-        let m = error_of(
-            send(
-                sock,
-                "POST",
-                "/v1/commit",
-                "application/json",
-                &format!(r#"{{"items":[{{"unit":"a/2","source_version":{v},"staged":1}}]}}"#),
-            ),
-            400,
-            "bad_request",
-        );
-        assert!(m.contains("JSON"), "{v}: {m}");
-    }
-    // A body that is not JSON, whatever its content type says.
-    for ct in [
-        "application/json",
-        "text/plain",
-        "multipart/form-data; boundary=x",
-    ] {
-        error_of(
-            send(sock, "POST", "/v1/claim", ct, "--x\r\nnot json"),
-            400,
-            "bad_request",
-        );
-    }
-    // A commit naming a staging handle (an object) this server never issued.
-    let m = error_of(
-        send(
-            sock,
-            "POST",
-            "/v1/commit",
-            "application/json",
-            r#"{"items":[{"unit":"a/1","source_version":9,"staged":12345}]}"#,
-        ),
-        400,
-        "bad_request",
-    );
-    assert!(m.contains("unknown to this server"), "{m}");
-    // Unknown routes and wrong methods.
-    error_of(get(sock, "/v1/nope"), 404, "not_found");
-    error_of(get(sock, "/../../etc/passwd"), 404, "not_found");
-    for (method, path) in [
-        ("GET", "/v1/put"),
-        ("DELETE", "/healthz"),
-        ("POST", "/metrics"),
-        ("GET", "/v1/commit"),
-        ("PUT", "/v1/lookup"),
-    ] {
-        let m = error_of(
-            send(sock, method, path, "application/json", ""),
-            405,
-            "method_not_allowed",
-        );
-        assert!(m.contains(path) && m.contains(method), "{m}");
-    }
-    // Object names that are not a content hash (path traversal) on a live snapshot lease.
+    // A live snapshot lease, for the requests on one.
     let (status, body) = send(sock, "POST", "/v1/snapshot", "application/json", "");
     assert_eq!(status, 200, "{body}");
     let id = serde_json::from_str::<serde_json::Value>(&body).unwrap()["snapshot"]
         .as_u64()
         .unwrap();
-    for name in ["..%2F..%2Fetc%2Fpasswd", "%2Fetc%2Fpasswd", "zz", ""] {
-        error_of(
-            get(
-                sock,
-                &format!("/v1/snapshot/object_path?id={id}&object={name}"),
-            ),
-            400,
-            "bad_request",
-        );
+    for r in refused_requests(id) {
+        let answer = match r.body {
+            None => get(sock, &r.path),
+            Some((content_type, ref body)) => send(sock, r.method, &r.path, content_type, body),
+        };
+        let m = error_of(answer, r.status, r.kind);
+        for says in &r.says {
+            assert!(m.contains(says.as_str()), "{} {}: {m}", r.method, r.path);
+        }
     }
-    error_of(
-        get(sock, &format!("/v1/snapshot/entry?id={id}&unit=")),
-        400,
-        "invalid_key",
-    );
 
     server.stop();
     assert_eq!(

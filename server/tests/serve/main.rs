@@ -1,6 +1,8 @@
 //! `oncelake serve` (SPEC R20) end to end and per concern. One test binary; `serve_bounds` (it
 //! lowers the process's descriptor limit and measures its CPU) is its own.
 
+#[path = "../../../tests/common/parquet.rs"]
+mod parquet_files;
 mod support;
 
 mod boundary;

@@ -5,7 +5,7 @@
 use crate::support;
 
 use std::path::Path;
-use support::{new_store, put, served_and_in_process, Server};
+use support::{cells, json_lines, new_store, put, served_and_in_process, Server, Twins};
 
 /// Every object file under `objects/`.
 fn object_files(dir: &Path) -> Vec<std::path::PathBuf> {
@@ -35,12 +35,8 @@ fn verify_through_the_server_prints_what_it_prints_in_process() {
     {
         let _server = Server::start(&store);
         for i in 0..5 {
-            put(
-                &store,
-                &format!("orders/d={i}"),
-                1,
-                format!("rows {i}").as_bytes(),
-            );
+            let unit = format!("orders/d={i}");
+            put(&store, &unit, 1, format!("rows {i}").as_bytes());
         }
         put(&store, "orders/d=0", 2, b"rows 0 again");
     }
@@ -71,12 +67,8 @@ fn reconcile_store() -> (tempfile::TempDir, std::path::PathBuf) {
     {
         let server = Server::start(&store);
         for i in 0..10 {
-            put(
-                &store,
-                &format!("u/{i:03}"),
-                2,
-                format!("out {i}").as_bytes(),
-            );
+            let unit = format!("u/{i:03}");
+            put(&store, &unit, 2, format!("out {i}").as_bytes());
         }
         put(&store, "zz/gone", 1, b"old");
         server.stop();
@@ -180,44 +172,14 @@ fn a_large_reconcile_streams_both_ways() {
     assert_eq!(summary["unknown"], 11);
 }
 
-/// Runs `args` (with `{}` replaced by the store) on a served store and on an in-process twin
-/// with the same history, and checks both answer the same.
-fn on_twins(served: &Path, local: &Path, args: &[&str], stdin: &[u8]) -> (i32, String) {
-    let with = |store: &Path| -> Vec<String> {
-        args.iter()
-            .map(|a| a.replace("{}", store.to_str().unwrap()))
-            .collect()
-    };
-    let a = with(served);
-    let b = with(local);
-    let a: Vec<&str> = a.iter().map(String::as_str).collect();
-    let b: Vec<&str> = b.iter().map(String::as_str).collect();
-    let through = support::run_with_input(&a, stdin);
-    let in_process = support::run_with_input(&b, stdin);
-    let strip = |s: &str, store: &Path| s.replace(store.to_str().unwrap(), "STORE");
-    assert_eq!(
-        (through.0, strip(&through.1, served)),
-        (in_process.0, strip(&in_process.1, local)),
-        "{args:?}: through the server vs in-process"
-    );
-    through
-}
+/// Stages ingest → transform: a unit with a source version has a ready ingest cell and a
+/// blocked transform cell.
+const DEF: &str =
+    "[stage.ingest]\ncode_version = 1\n[stage.transform]\ncode_version = 3\nupstream = [\"ingest\"]\n";
 
-/// `pipeline set-version`, `status` and `explain` through the server, on a served store and an
-/// in-process twin, against a model of the cells' states: with stages ingest → transform, a
-/// unit with a source version has a ready ingest cell and a blocked transform cell.
-#[test]
-fn pipeline_commands_through_the_server_match_in_process_and_the_model() {
-    let (dir_a, served) = new_store();
-    let (_dir_b, local) = new_store();
-    let def = dir_a.path().join("etl.toml");
-    std::fs::write(
-        &def,
-        "[stage.ingest]\ncode_version = 1\n[stage.transform]\ncode_version = 3\nupstream = [\"ingest\"]\n",
-    )
-    .unwrap();
-    let def = def.to_str().unwrap();
-    let server = Server::start(&served);
+/// set-version in both forms, against the rules (a duplicate, a stale version going back); the
+/// number of units it recorded.
+fn set_versions_follow_the_rules(t: &Twins) -> u64 {
     // unit → version: the model of what set-version recorded.
     let mut model = std::collections::BTreeMap::new();
     for (unit, version, input, code) in [
@@ -232,84 +194,75 @@ fn pipeline_commands_through_the_server_match_in_process_and_the_model() {
             if json {
                 args.push("--json");
             }
-            let (got, _) = on_twins(&served, &local, &args, input.as_bytes());
+            let (got, _) = t.run(&args, input.as_bytes());
             assert_eq!(got, code, "{args:?}");
         }
         if code == 0 {
             model.insert(unit, version);
         }
     }
-    for args in [
-        vec!["pipeline", "status", "{}", "--pipeline", def],
-        vec!["pipeline", "status", "{}", "--pipeline", def, "--dot"],
-    ] {
-        on_twins(&served, &local, &args, b"");
-    }
-    let (code, out) = on_twins(
-        &served,
-        &local,
-        &["pipeline", "status", "{}", "--pipeline", def, "--json"],
-        b"",
-    );
+    model.len() as u64
+}
+
+/// (done, ready, blocked) per stage, as `status --json` says (after the human and dot forms
+/// answered alike).
+fn stage_counts(t: &Twins) -> Vec<(String, u64, u64, u64)> {
+    t.pipeline("status", &[], b"");
+    t.pipeline("status", &["--dot"], b"");
+    let (code, out) = t.pipeline("status", &["--json"], b"");
     assert_eq!(code, 0);
-    let stages: Vec<serde_json::Value> = out
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect();
-    let units = model.len() as u64;
-    assert_eq!(stages.len(), 2, "{out}");
-    assert_eq!(
-        (stages[0]["stage"].as_str(), stages[0]["ready"].as_u64()),
-        (Some("ingest"), Some(units))
-    );
-    assert_eq!(
-        (stages[1]["stage"].as_str(), stages[1]["blocked"].as_u64()),
-        (Some("transform"), Some(units))
-    );
-    for args in [
-        vec![
-            "pipeline",
-            "explain",
-            "{}",
-            "--pipeline",
-            def,
-            "orders/day=1",
-        ],
-        vec![
-            "pipeline",
-            "explain",
-            "{}",
-            "--pipeline",
-            def,
-            "orders/day=2",
-            "--json",
-        ],
-    ] {
-        assert_eq!(on_twins(&served, &local, &args, b"").0, 0, "{args:?}");
+    json_lines(&out)
+        .iter()
+        .map(|v| {
+            let n = |k: &str| v[k].as_u64().unwrap();
+            (
+                v["stage"].as_str().unwrap().to_string(),
+                n("done"),
+                n("ready"),
+                n("blocked"),
+            )
+        })
+        .collect()
+}
+
+/// explain in both forms answers alike; a unit without a source version is the same usage
+/// error both ways.
+fn explain_answers_alike(t: &Twins) {
+    for args in [&["orders/day=1"][..], &["orders/day=2", "--json"][..]] {
+        assert_eq!(t.pipeline("explain", args, b"").0, 0, "{args:?}");
     }
-    // A unit without a source version: the same usage error both ways.
-    let args = ["pipeline", "explain", "{}", "--pipeline", def, "nobody"];
-    assert_eq!(on_twins(&served, &local, &args, b"").0, 2);
-    // `pipeline ready` goes through the server too (tests/serve_pipeline_cells.rs compares it).
-    let (code, _) = support::run(&[
-        "pipeline",
-        "ready",
-        served.to_str().unwrap(),
-        "--pipeline",
-        def,
-    ]);
+    assert_eq!(t.pipeline("explain", &["nobody"], b"").0, 2);
+}
+
+/// `pipeline set-version`, `status` and `explain` through the server, on a served store and an
+/// in-process twin, against a model of the cells' states.
+#[test]
+fn pipeline_commands_through_the_server_match_in_process_and_the_model() {
+    let t = Twins::new(DEF);
+    let def = t.def();
+    let server = Server::start(&t.served);
+    let units = set_versions_follow_the_rules(&t);
+    let ingest_ready = [
+        ("ingest".to_string(), 0, units, 0),
+        ("transform".to_string(), 0, 0, units),
+    ];
+    assert_eq!(stage_counts(&t), ingest_ready);
+    explain_answers_alike(&t);
+    // `pipeline ready` goes through the server too (pipeline_cells.rs compares it).
+    let served = t.served.to_str().unwrap();
+    let (code, _) = support::run(&["pipeline", "ready", served, "--pipeline", &def]);
     assert_eq!(code, 0);
     // Complete ingest of day=1 on both stores (in-process, the server stopped), then the cells'
     // states through the server again: ingest done for one unit, transform ready for it.
     server.stop();
-    for store in [&served, &local] {
+    for store in [&t.served, &t.local] {
         let out = support::oncelake_with_input(
             &[
                 "pipeline",
                 "complete",
                 store.to_str().unwrap(),
                 "--pipeline",
-                def,
+                &def,
                 "orders/day=1",
                 "ingest",
                 "-",
@@ -318,66 +271,19 @@ fn pipeline_commands_through_the_server_match_in_process_and_the_model() {
         );
         assert!(out.status.success(), "{out:?}");
     }
-    let server = Server::start(&served);
-    let (_, out) = on_twins(
-        &served,
-        &local,
-        &[
-            "pipeline",
-            "explain",
-            "{}",
-            "--pipeline",
-            def,
-            "orders/day=1",
-            "--json",
-        ],
-        b"",
-    );
-    let states: Vec<(String, String)> = out
-        .lines()
-        .map(|l| {
-            let v: serde_json::Value = serde_json::from_str(l).unwrap();
-            (
-                v["stage"].as_str().unwrap().into(),
-                v["state"].as_str().unwrap().into(),
-            )
-        })
-        .collect();
+    let server = Server::start(&t.served);
     assert_eq!(
-        states,
+        t.explain("orders/day=1"),
+        cells(&[("ingest", "done"), ("transform", "ready")])
+    );
+    assert_eq!(
+        stage_counts(&t),
         [
-            ("ingest".into(), "done".into()),
-            ("transform".into(), "ready".into())
+            ("ingest".to_string(), 1, units - 1, 0),
+            ("transform".to_string(), 0, 1, units - 1)
         ]
     );
-    let (_, out) = on_twins(
-        &served,
-        &local,
-        &["pipeline", "status", "{}", "--pipeline", def, "--json"],
-        b"",
-    );
-    let counts: Vec<(u64, u64, u64)> = out
-        .lines()
-        .map(|l| {
-            let v: serde_json::Value = serde_json::from_str(l).unwrap();
-            let n = |k: &str| v[k].as_u64().unwrap();
-            (n("done"), n("ready"), n("blocked"))
-        })
-        .collect();
-    assert_eq!(counts, [(1, units - 1, 0), (0, 1, units - 1)]);
-    on_twins(
-        &served,
-        &local,
-        &[
-            "pipeline",
-            "explain",
-            "{}",
-            "--pipeline",
-            def,
-            "orders/day=1",
-        ],
-        b"",
-    );
+    t.pipeline("explain", &["orders/day=1"], b"");
     server.stop();
 }
 

@@ -5,6 +5,7 @@
 #[path = "../../../tests/bin/mod.rs"]
 pub mod bin;
 
+use serde_json::Value;
 use std::io::{BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -26,10 +27,14 @@ impl Server {
     /// Starts a server with `extra` options and waits for its ready line (the synchronisation
     /// is its output).
     pub fn start_with(store: &Path, extra: &[&str]) -> Server {
-        let mut child = Command::new(bin::oncelake())
-            .arg("serve")
-            .arg(store)
-            .args(extra)
+        let mut serve = Command::new(bin::oncelake());
+        serve.arg("serve").arg(store).args(extra);
+        Server::spawn(serve)
+    }
+
+    /// Spawns `serve` (an `oncelake serve` command) and waits for its ready line.
+    pub fn spawn(mut serve: Command) -> Server {
+        let mut child = serve
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()
@@ -84,21 +89,12 @@ impl Drop for Server {
 
 /// Runs the CLI.
 pub fn oncelake(args: &[&str]) -> std::process::Output {
-    Command::new(bin::oncelake()).args(args).output().unwrap()
+    bin::run(args, None)
 }
 
 /// Runs the CLI with `stdin` as its input.
 pub fn oncelake_with_input(args: &[&str], stdin: &[u8]) -> std::process::Output {
-    use std::io::Write;
-    let mut child = Command::new(bin::oncelake())
-        .args(args)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    child.stdin.take().unwrap().write_all(stdin).unwrap();
-    child.wait_with_output().unwrap()
+    bin::run(args, Some(stdin))
 }
 
 /// A new store in a temporary directory.
@@ -166,4 +162,140 @@ pub fn served_and_in_process(store: &Path, args: &[&str]) -> ((i32, String), (i3
         "the server left its address file"
     );
     (served, run(args))
+}
+
+/// Runs `args` (`{}` is the store) on both stores; the served answer, after checking it equals
+/// the in-process one. Times that depend on when each ran (`expires_at_ms`, and the dates in
+/// human output) are masked.
+pub fn twins(served: &Path, local: &Path, args: &[&str], stdin: &[u8]) -> (i32, String) {
+    let run = |store: &Path| {
+        let a: Vec<String> = args
+            .iter()
+            .map(|a| a.replace("{}", store.to_str().unwrap()))
+            .collect();
+        let a: Vec<&str> = a.iter().map(String::as_str).collect();
+        let (code, out) = run_with_input(&a, stdin);
+        (code, mask(&out.replace(store.to_str().unwrap(), "STORE")))
+    };
+    let through = run(served);
+    let in_process = run(local);
+    assert_eq!(
+        through, in_process,
+        "{args:?}: through the server vs in-process"
+    );
+    through
+}
+
+/// `out` with the times that depend on when a command ran masked.
+pub fn mask(out: &str) -> String {
+    out.lines()
+        .map(|l| match serde_json::from_str::<Value>(l) {
+            Ok(Value::Object(mut m)) => {
+                if m.get("expires_at_ms").is_some_and(|v| !v.is_null()) {
+                    m.insert("expires_at_ms".into(), "T".into());
+                }
+                Value::Object(m).to_string()
+            }
+            _ => match l.find(" until ") {
+                Some(i) => format!("{} until T", &l[..i]),
+                None => l.to_string(),
+            },
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// Each line of `out`, parsed as JSON.
+pub fn json_lines(out: &str) -> Vec<Value> {
+    out.lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+/// A served store and its in-process twin, with the pipeline definition in a file.
+pub struct Twins {
+    dir: tempfile::TempDir,
+    /// The store a server serves.
+    pub served: PathBuf,
+    _local_dir: tempfile::TempDir,
+    /// Its twin, run in-process.
+    pub local: PathBuf,
+}
+
+impl Twins {
+    /// Two new stores, and the pipeline definition `def` in a file.
+    pub fn new(def: &str) -> Twins {
+        let (dir, served) = new_store();
+        let (_local_dir, local) = new_store();
+        std::fs::write(dir.path().join("etl.toml"), def).unwrap();
+        Twins {
+            dir,
+            served,
+            _local_dir,
+            local,
+        }
+    }
+
+    /// The pipeline definition's path.
+    pub fn def(&self) -> String {
+        self.dir
+            .path()
+            .join("etl.toml")
+            .to_str()
+            .unwrap()
+            .to_string()
+    }
+
+    /// Runs `args` on both (see [`twins`]).
+    pub fn run(&self, args: &[&str], stdin: &[u8]) -> (i32, String) {
+        twins(&self.served, &self.local, args, stdin)
+    }
+
+    /// `pipeline COMMAND {} --pipeline DEF ARGS` on both.
+    pub fn pipeline(&self, command: &str, args: &[&str], stdin: &[u8]) -> (i32, String) {
+        let def = self.def();
+        let head = ["pipeline", command, "{}", "--pipeline", def.as_str()];
+        self.run(&[&head[..], args].concat(), stdin)
+    }
+
+    /// The ready cells as (unit, stage), checked alike in human form and in JSON.
+    pub fn ready(&self) -> Vec<(String, String)> {
+        self.pipeline("ready", &[], b"");
+        let (code, out) = self.pipeline("ready", &["--json"], b"");
+        assert_eq!(code, 0);
+        field_pairs(&out, "unit", "stage")
+    }
+
+    /// (stage, state) of a unit's cells, in stage order, as `explain --json` says.
+    pub fn explain(&self, unit: &str) -> Vec<(String, String)> {
+        let (code, out) = self.pipeline("explain", &[unit, "--json"], b"");
+        assert_eq!(code, 0);
+        field_pairs(&out, "stage", "state")
+    }
+
+    /// The states of a unit's cells, in stage order.
+    pub fn states(&self, unit: &str) -> Vec<String> {
+        self.explain(unit)
+            .into_iter()
+            .map(|(_, state)| state)
+            .collect()
+    }
+}
+
+/// The string fields `a` and `b` of each JSON line of `out`.
+pub fn field_pairs(out: &str, a: &str, b: &str) -> Vec<(String, String)> {
+    json_lines(out)
+        .iter()
+        .map(|v| {
+            let field = |k: &str| v[k].as_str().unwrap_or_else(|| panic!("no {k} in {v}"));
+            (field(a).to_string(), field(b).to_string())
+        })
+        .collect()
+}
+
+/// Pairs of strings (unit and stage, stage and state), owned.
+pub fn cells(of: &[(&str, &str)]) -> Vec<(String, String)> {
+    of.iter()
+        .map(|(u, s)| (u.to_string(), s.to_string()))
+        .collect()
 }

@@ -2,25 +2,12 @@
 //! with the same exit codes (SPEC R20, R21), on a served store and an in-process twin with the
 //! same history; the published Delta log is checked against a model of the units.
 
+use crate::parquet_files::parquet;
 use crate::support;
 
-use arrow_array::{ArrayRef, Int64Array, RecordBatch, StringArray};
 use std::collections::BTreeSet;
 use std::path::Path;
-use std::sync::Arc;
 use support::{new_store, put, run, Server};
-
-/// A Parquet file of `rows` rows (id, name).
-fn parquet(first_id: i64, rows: usize, name: &str) -> Vec<u8> {
-    let ids: ArrayRef = Arc::new(Int64Array::from_iter_values(
-        first_id..first_id + rows as i64,
-    ));
-    let names: ArrayRef = Arc::new(StringArray::from_iter_values((0..rows).map(|_| name)));
-    let batch = RecordBatch::try_from_iter([("id", ids), ("name", names)]).unwrap();
-    let mut w = parquet::arrow::ArrowWriter::try_new(Vec::new(), batch.schema(), None).unwrap();
-    w.write(&batch).unwrap();
-    w.into_inner().unwrap()
-}
 
 /// The output with what differs between twins by construction made equal: the store's path,
 /// and the store id inside a Delta `txn` appId (`oncelake:<store id>:<table>`).

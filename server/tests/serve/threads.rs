@@ -35,6 +35,15 @@ fn threads_of(pid: i32) -> (usize, Vec<u64>) {
 /// After a burst: `units` units under `prefix`, and at most `slack` threads more than the
 /// `before` there were, at the peak and all told.
 #[track_caller]
+/// Puts `unit` with its own name as bytes through the server, which must commit it.
+fn puts_its_name(c: &Client, unit: &str) {
+    let (o, _) = c.put_reader(unit, 1, None, false, unit.as_bytes()).unwrap();
+    assert!(
+        matches!(o.outcome, oncelake::Outcome::Committed { .. }),
+        "{o:?}"
+    );
+}
+
 fn check_burst(
     c: &Client,
     prefix: &str,
@@ -163,13 +172,7 @@ fn a_burst_of_small_puts_adds_no_threads() {
     let (before, _) = threads_of(pid);
     let (peak, seen) = burst(pid, CLIENTS, EACH, |t, i| {
         let unit = format!("burst/t={t:03}/i={i:02}");
-        let (o, _) = c
-            .put_reader(&unit, 1, None, false, unit.as_bytes())
-            .unwrap();
-        assert!(
-            matches!(o.outcome, oncelake::Outcome::Committed { .. }),
-            "{o:?}"
-        );
+        puts_its_name(&c, &unit);
     });
     check_burst(&c, "burst/t=", CLIENTS * EACH, before, (peak, seen), 2);
     server.stop();
@@ -228,13 +231,7 @@ fn the_server_allocates_from_one_malloc_arena() {
             s.spawn(move || {
                 for i in 0..20 {
                     let unit = format!("arena/t={t:02}/i={i:02}");
-                    let (o, _) = c
-                        .put_reader(&unit, 1, None, false, unit.as_bytes())
-                        .unwrap();
-                    assert!(
-                        matches!(o.outcome, oncelake::Outcome::Committed { .. }),
-                        "{o:?}"
-                    );
+                    puts_its_name(c, &unit);
                 }
             });
         }

@@ -265,12 +265,7 @@ fn simulate_command_prints_one_json_line_per_mode() {
         "--store",
         store.to_str().unwrap(),
     ]);
-    assert!(out.status.success(), "{out:?}");
-    let lines: Vec<serde_json::Value> = String::from_utf8(out.stdout)
-        .unwrap()
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect();
+    let lines = bin::json_lines(&out);
     assert_eq!(lines.len(), 2);
     assert_eq!(lines[0]["schedule"], "premise");
     assert_eq!(lines[0]["mode"], "optimistic");
@@ -543,12 +538,7 @@ fn simulate_across_three_node_processes_ends_with_one_entry_per_unit_on_every_no
         .arg(&root)
         .output()
         .unwrap();
-    assert!(out.status.success(), "{out:?}");
-    let lines: Vec<serde_json::Value> = String::from_utf8(out.stdout)
-        .unwrap()
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect();
+    let lines = bin::json_lines(&out);
     assert_eq!(lines.len(), 2, "one line per mode");
     let model: std::collections::BTreeMap<String, u64> = (0..units)
         .map(|i| (format!("orders/customer={i:06}/date=2026-11-29"), 1))
