@@ -387,14 +387,27 @@ pub fn set_source_versions(
     store: &Store,
     units: &[(&str, u64, &[u8])],
 ) -> Result<crate::commit::CommitReport> {
-    let mut staged: HashMap<&[u8], crate::stage::Staged> = HashMap::new();
-    let mut batch = Batch::new().internal().partial();
+    let mut rows = Vec::with_capacity(units.len());
     for &(unit, version, input) in units {
         validate_pipeline_unit(unit)?;
-        if !staged.contains_key(input) {
-            staged.insert(input, store.stage_bytes(input)?);
+        rows.push((source_key(unit), version, input));
+    }
+    commit_rows(store, rows)
+}
+
+/// Commits internal rows (key, version, bytes) in one partial commit, staging identical bytes
+/// once: the bulk forms of a source version and a completion.
+fn commit_rows(
+    store: &Store,
+    rows: Vec<(String, u64, &[u8])>,
+) -> Result<crate::commit::CommitReport> {
+    let mut staged: HashMap<&[u8], crate::stage::Staged> = HashMap::new();
+    let mut batch = Batch::new().internal().partial();
+    for (key, version, bytes) in rows {
+        if !staged.contains_key(bytes) {
+            staged.insert(bytes, store.stage_bytes(bytes)?);
         }
-        batch = batch.put(source_key(unit), version, &staged[input]);
+        batch = batch.put(key, version, &staged[bytes]);
     }
     store.commit(batch)
 }
@@ -967,6 +980,36 @@ impl Pipeline {
             }
         }
         Ok(out)
+    }
+
+    /// Completes many cells of `stage` in one commit (per-unit outcomes, as
+    /// [`crate::Batch::partial`]): the bulk form of [`Pipeline::complete`] without a lease, for
+    /// outputs computed outside a worker (loading a pipeline's results, the worked example's
+    /// setup). `cells` are (unit, source version, output); the commit rules apply to each as to
+    /// a completion without a token (a live lease on the cell makes it busy). No cut-off is
+    /// counted: the bulk form has no previous run to compare with.
+    pub fn complete_cells(
+        &self,
+        store: &Store,
+        stage: &str,
+        cells: &[(&str, u64, &[u8])],
+    ) -> Result<crate::commit::CommitReport> {
+        let mut rows = Vec::with_capacity(cells.len());
+        for &(unit, version, output) in cells {
+            validate_pipeline_unit(unit)?;
+            rows.push((self.cell_key(unit, stage)?, version, output));
+        }
+        let report = commit_rows(store, rows)?;
+        let done = report
+            .units
+            .iter()
+            .filter(|u| matches!(u.outcome, Outcome::Committed { .. }))
+            .count();
+        add(
+            &store.core().metrics.c.pipeline_cells_completed,
+            done as u64,
+        );
+        Ok(report)
     }
 
     /// Counts (metric `pipeline_cells_cut_off`) the cells of `unit` that the commit of seq
