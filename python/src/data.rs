@@ -50,7 +50,7 @@ impl Drop for ServedStaged {
         let client = self
             .client
             .clone()
-            .with_timeout(crate::remote::DROP_TIMEOUT);
+            .with_timeout(crate::backend::DROP_TIMEOUT);
         let _ = client.unstage(self.id);
     }
 }
@@ -137,7 +137,7 @@ impl Data {
     pub(crate) fn stage(self, py: Python<'_>, store: &oncelake::Store) -> PyResult<Staged> {
         match self {
             Data::Staged(s) => Ok(s),
-            Data::ServedStaged(s) => Err(crate::remote::foreign_staged(
+            Data::ServedStaged(s) => Err(crate::backend::foreign_staged(
                 py,
                 &s.store,
                 &store.path().display().to_string(),
@@ -223,3 +223,6 @@ fn copy_chunk(chunk: &Bound<'_, PyAny>, buf: &mut [u8]) -> PyResult<usize> {
     buf[..bytes.len()].copy_from_slice(bytes);
     Ok(bytes.len())
 }
+
+/// A commit item from Python: unit, version, data, fencing token.
+pub(crate) type Item<'py> = (String, u64, Bound<'py, PyAny>, Option<u64>);

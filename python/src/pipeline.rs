@@ -1,9 +1,9 @@
 //! `oncelake.Pipeline`: a DAG of stages over a store (SPEC R13), as the engine's
 //! `oncelake::pipeline::Pipeline` runs it.
 
+use crate::backend::Remote;
+use crate::backend::{with_store, Backend};
 use crate::convert::{self, kw, make, o, Py2};
-use crate::remote::Remote;
-use crate::store::{with_store, Backend};
 use oncelake::pipeline::{
     Attempt, CellState, Claim, Explain, FailOutcome, Pipeline, PipelineDef, ReadyCell, Status,
     WorkOptions, WorkReport,
@@ -228,7 +228,7 @@ impl PyPipeline {
         ttl: f64,
     ) -> PyResult<Bound<'py, PyDict>> {
         let opts = WorkOptions {
-            ttl: crate::store::seconds("ttl", ttl)?,
+            ttl: crate::backend::seconds("ttl", ttl)?,
             ..WorkOptions::default()
         };
         // The engine's one worker loop (`oncelake::api::work`) on either store; in-process it
@@ -278,7 +278,7 @@ impl PyPipeline {
         ttl: f64,
     ) -> PyResult<PyCell> {
         let ready = &cell.get().cell;
-        let ttl = crate::store::seconds("ttl", ttl)?;
+        let ttl = crate::backend::seconds("ttl", ttl)?;
         let claim = self.claim_cell(py, ready, worker, ttl)?;
         let facts = |extra: Vec<(&'static str, Bound<'py, PyAny>)>| {
             let mut f = cell_facts(py, ready);

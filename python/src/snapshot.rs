@@ -1,8 +1,8 @@
 //! `oncelake.Snapshot`: a consistent read-only view as of one seq (SPEC R7), and the reads the
 //! store's own `get`/`entry`/`ls`/`changes_since` make through a one-off view.
 
+use crate::backend::Remote;
 use crate::convert::{self, Py2};
-use crate::remote::Remote;
 use oncelake::Snapshot;
 use oncelake_client::{Client, SnapshotLease};
 use pyo3::exceptions::PyValueError;
@@ -42,7 +42,7 @@ impl Drop for ServedView {
         let client = self
             .client
             .clone()
-            .with_timeout(crate::remote::DROP_TIMEOUT);
+            .with_timeout(crate::backend::DROP_TIMEOUT);
         let _ = client.snapshot_close(self.lease.id);
     }
 }
@@ -143,7 +143,7 @@ impl PySnapshot {
                 let found = py
                     .detach(|| s.client.snapshot_read_object(s.lease.id, unit, &mut bytes))
                     .py(py)?;
-                crate::remote::checked(py, found, &bytes)
+                crate::backend::checked(py, found, &bytes)
             }
         })
     }
@@ -186,7 +186,7 @@ impl PySnapshot {
     fn changes_since<'py>(&self, py: Python<'py>, seq: u64) -> PyResult<Bound<'py, PyList>> {
         self.with(|v| match v {
             View::Local(s, _) => changes_of(py, s, seq),
-            View::Served(s) => crate::remote::every_record(py, seq, |since, limit| {
+            View::Served(s) => crate::backend::every_record(py, seq, |since, limit| {
                 s.client.snapshot_changes(s.lease.id, since, limit)
             }),
         })

@@ -1,9 +1,10 @@
 //! `oncelake.Store`: an open store, as a context manager.
 
+use crate::backend::{self, seconds, with_store, Backend, Remote};
 use crate::convert::{self, engine_err, kw, make, o, Py2};
-use crate::data::{Data, PyStaged, StagedIn};
+use crate::data::{Data, Item, PyStaged, StagedIn};
 use crate::pipeline::PyPipeline;
-use crate::remote::{self, Remote};
+use crate::remote;
 use crate::run::PyRun;
 use crate::snapshot::{self, PySnapshot};
 use oncelake::reconcile::{Pairs, Plan, ReconcileError, ReconcileOptions, SortConfig};
@@ -14,16 +15,6 @@ use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList, PyTuple};
 use std::path::PathBuf;
 use std::sync::RwLock;
-use std::time::Duration;
-
-/// A duration in seconds from Python, checked.
-pub(crate) fn seconds(name: &str, s: f64) -> PyResult<Duration> {
-    Duration::try_from_secs_f64(s).map_err(|_| {
-        PyValueError::new_err(format!(
-            "{name} must be a non-negative number of seconds, got {s}"
-        ))
-    })
-}
 
 /// An oncelake store: exactly-once results per unit of work.
 ///
@@ -44,32 +35,6 @@ pub struct PyStore {
     inner: RwLock<Option<Backend>>,
     path: PathBuf,
 }
-
-/// Where the calls go: the engine in this process, or the server that holds the store (R20).
-#[derive(Clone)]
-pub(crate) enum Backend {
-    Local(oncelake::Store),
-    Served(Client),
-}
-
-/// Runs `$body` with `$s` bound to the backend's `oncelake::UnitStore` (the engine's `Store` or
-/// the server's `Client`), the GIL released, and raises its error as the matching Python
-/// exception: an operation is written once over the trait. (A macro, not a generic function:
-/// the two stores' errors convert to Python differently, and a closure cannot be generic over
-/// the store it is given.)
-macro_rules! with_store {
-    ($backend:expr, $py:expr, |$s:ident| $body:expr) => {
-        match $backend {
-            $crate::store::Backend::Local($s) => $py
-                .detach(|| $body)
-                .map_err(|e| $crate::convert::engine_err($py, e)),
-            $crate::store::Backend::Served($s) => $py
-                .detach(|| $body)
-                .map_err(|e| $crate::remote::client_err($py, e)),
-        }
-    };
-}
-pub(crate) use with_store;
 
 impl PyStore {
     /// The open backend, or an error once closed.
@@ -141,7 +106,7 @@ impl PyStore {
             .detach(|| open_backend(&path, options))
             .map_err(|e| match e {
                 Opened::Engine(e) => convert::engine_err(py, e),
-                Opened::Client(e) => remote::client_err(py, e),
+                Opened::Client(e) => backend::client_err(py, e),
             })?;
         Ok(PyStore {
             inner: RwLock::new(Some(backend)),
@@ -350,7 +315,7 @@ impl PyStore {
         let ttl = seconds("ttl", ttl)?;
         match with_store!(&self.backend()?, py, |s| UnitStore::renew(s, &l, ttl))? {
             RenewOutcome::Renewed(new) => convert::lease(py, &new, false),
-            RenewOutcome::Lost { newest_token } => Err(lost(py, &l, newest_token)),
+            RenewOutcome::Lost { newest_token } => Err(backend::lost(py, &l, newest_token)),
         }
     }
 
@@ -641,9 +606,6 @@ impl PyStore {
     }
 }
 
-/// A commit item from Python: unit, version, data, fencing token.
-pub(crate) type Item<'py> = (String, u64, Bound<'py, PyAny>, Option<u64>);
-
 /// The items of `Store.commit`, with their keys checked.
 fn commit_items<'py>(py: Python<'py>, items: &Bound<'py, PyAny>) -> PyResult<Vec<Item<'py>>> {
     let mut out = Vec::new();
@@ -726,19 +688,6 @@ impl PyStore {
         let batch = Batch::new().item(unit.to_string(), version, &staged, token, intent);
         let report = py.detach(|| store.commit(batch)).py(py)?;
         convert::outcome(py, &report.units[0], staged.meta())
-    }
-}
-
-/// The `Fenced` exception for a lease that was lost before a renewal.
-pub(crate) fn lost(py: Python<'_>, l: &oncelake::Lease, newest_token: u64) -> PyErr {
-    match kw(py, &[("unit", o(py, l.unit.as_str())), ("outcome", o(py, "fenced")), ("token", o(py, l.token)), ("newest_token", o(py, newest_token))]) {
-        Ok(f) => convert::error(
-            py,
-            "fenced",
-            format!("fenced: the lease on {} (token {}) was taken over or released (newest token {newest_token}); stop working on the unit", l.unit, l.token),
-            f,
-        ),
-        Err(e) => e,
     }
 }
 
