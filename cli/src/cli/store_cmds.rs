@@ -3,17 +3,20 @@
 use super::output_file::{check_output_path, OutputFile};
 use super::progress::CountingReader;
 use super::{
-    exit, open_input, open_node, open_store, open_store_to_read, print_json, rfc3339, stdout_open,
-    write_out_bytes, CliError, Output, Progress,
+    exit, open_input, open_node, open_store, print_json, rfc3339, stdout_open, write_out_bytes,
+    CliError, Open, Output, Progress,
 };
 use oncelake::log::{Record, RecordBody};
-use oncelake::{Batch, Entry, ObjectMeta, Outcome, Store, UnitOutcome};
+use oncelake::{Entry, ObjectMeta, Outcome, UnitOutcome, UnitStore};
 use serde_json::{json, Map, Value};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-/// How many entries or records a listing prints per call of its printer.
+/// How many entries a listing prints per call of its printer (a closed pipe stops it within one).
 const CHUNK: usize = 1024;
+
+/// How many log records `log` asks for at a time (one round trip through a server).
+const LOG_PAGE: usize = 10_000;
 
 #[derive(clap::Args, Debug)]
 pub(crate) struct InitArgs {
@@ -121,10 +124,12 @@ pub(crate) struct SyncArgs {
 
 /// `oncelake sync NODE`: applies every group other nodes committed to the lake (every command
 /// on a node does this first); prints the newest seq the node now reads.
-pub(crate) fn sync(a: SyncArgs, wait: Duration) -> Result<u8, CliError> {
-    let store = open_store(&a.store, wait, false)?;
-    store.sync()?;
-    print_sync(a.json, store.path(), store.lake_url(), store.last_seq()?);
+pub(crate) fn sync<S: UnitStore>(a: &SyncArgs, open: Open<S>) -> Result<u8, CliError>
+where
+    CliError: From<S::Error>,
+{
+    let (seq, lake) = open(&a.store)?.sync()?;
+    print_sync(a.json, &a.store, lake, seq);
     Ok(exit::OK)
 }
 
@@ -155,10 +160,12 @@ pub(crate) struct CheckpointArgs {
 
 /// `oncelake checkpoint NODE`: writes a checkpoint of the node's replica into its lake (or
 /// checks the node against the one there), so new nodes start from it.
-pub(crate) fn checkpoint(a: CheckpointArgs, wait: Duration) -> Result<u8, CliError> {
-    let store = open_store(&a.store, wait, false)?;
-    let r = store.checkpoint()?;
-    print_checkpoint(a.json, store.path(), r.segment, r.bytes, r.written);
+pub(crate) fn checkpoint<S: UnitStore>(a: &CheckpointArgs, open: Open<S>) -> Result<u8, CliError>
+where
+    CliError: From<S::Error>,
+{
+    let r = open(&a.store)?.checkpoint()?;
+    print_checkpoint(a.json, &a.store, r.segment, r.bytes, r.written);
     Ok(exit::OK)
 }
 
@@ -194,40 +201,32 @@ pub(crate) fn print_init(out: &Output, path: &Path, created: bool) {
     }
 }
 
-pub(crate) fn put(a: PutArgs, wait: Duration) -> Result<u8, CliError> {
+pub(crate) fn put<S: UnitStore>(a: &PutArgs, open: Open<S>) -> Result<u8, CliError>
+where
+    CliError: From<S::Error>,
+{
     oncelake::validate_user_key(&a.unit)?;
     // Before the store is opened: a refused input leaves the store's files untouched.
     let input = open_input(&a.file)?;
-    let store = open_store(&a.store, wait, false)?;
+    let store = open(&a.store)?;
     let total = input
         .as_ref()
         .and_then(|f| f.metadata().ok())
         .filter(|m| m.is_file())
         .map(|m| m.len());
     let progress = Progress::new("put", "bytes read", total);
-    let staged = match input {
-        None => store.stage_reader(CountingReader {
-            inner: std::io::stdin().lock(),
-            read: 0,
-            progress: &progress,
-        }),
-        Some(file) => store.stage_reader(CountingReader {
-            inner: file,
-            read: 0,
-            progress: &progress,
-        }),
+    let mut counted = CountingReader {
+        inner: match input {
+            None => Box::new(std::io::stdin().lock()) as Box<dyn std::io::Read>,
+            Some(file) => Box::new(file),
+        },
+        read: 0,
+        progress: &progress,
     };
+    let sent = store.put_stream(&a.unit, a.version, a.token, a.correct, &mut counted);
     progress.finish();
-    let staged = staged?;
-    let intent = if a.correct {
-        oncelake::Intent::Correct
-    } else {
-        oncelake::Intent::Put
-    };
-    let report =
-        store.commit(Batch::new().item(a.unit.clone(), a.version, &staged, a.token, intent))?;
-    let u = &report.units[0];
-    print_put(&Output::new(a.json), u, &staged.meta(), a.token);
+    let (u, meta) = sent?;
+    print_put(&Output::new(a.json), &u, &meta, a.token);
     Ok(outcome_code(&u.outcome))
 }
 
@@ -358,36 +357,42 @@ pub(crate) fn outcome_json(u: &UnitOutcome, token: Option<u64>) -> Map<String, V
     m
 }
 
-fn snapshot(store: &Store, at: Option<u64>) -> Result<oncelake::Snapshot, CliError> {
-    Ok(match at {
-        Some(seq) => store.snapshot_at(seq)?,
-        None => store.snapshot()?,
-    })
-}
-
-pub(crate) fn get(a: GetArgs, wait: Duration) -> Result<u8, CliError> {
+pub(crate) fn get<S: UnitStore>(a: &GetArgs, open: Open<S>) -> Result<u8, CliError>
+where
+    CliError: From<S::Error>,
+{
     oncelake::validate_key(&a.unit)?;
     if let Some(path) = &a.output {
         check_output_path(path)?;
     }
-    let store = open_store_to_read(&a.store, wait)?;
-    let snap = snapshot(&store, a.at)?;
-    let Some(entry) = snap.get(&a.unit)? else {
-        return Err(no_entry(&a));
+    let store = open(&a.store)?;
+    let Some(path) = &a.output else {
+        // Held whole until its size and CRC32 are checked: a damaged object writes nothing to
+        // standard output.
+        let mut bytes = Vec::new();
+        store
+            .read_into(&a.unit, a.at, &mut bytes)?
+            .ok_or_else(|| no_entry(a))?;
+        // A closed pipe (`| head -c 10`) is not an error; other failures are reported at exit.
+        let _ = write_out_bytes(&bytes);
+        return Ok(exit::OK);
     };
-    let bytes = snap.read_object(&entry)?;
-    match &a.output {
-        Some(path) => {
-            let mut out = OutputFile::create(path)?;
+    let mut out = OutputFile::create(path)?;
+    let entry = if out.in_place() {
+        // A pipe's reader sees every byte at once: only a checked object goes in.
+        let mut bytes = Vec::new();
+        let entry = store.read_into(&a.unit, a.at, &mut bytes)?;
+        if entry.is_some() {
             out.write_all(&bytes)?;
-            out.finish()?;
-            print_wrote(&a, &entry, path);
         }
-        None => {
-            // A closed pipe (`| head -c 10`) is not an error; other failures are reported at exit.
-            let _ = write_out_bytes(&bytes);
-        }
-    }
+        entry
+    } else {
+        // Into the temporary file, which is removed unless the object arrived whole.
+        store.read_into(&a.unit, a.at, out.file())?
+    };
+    let entry = entry.ok_or_else(|| no_entry(a))?;
+    out.finish()?;
+    print_wrote(a, &entry, path);
     Ok(exit::OK)
 }
 
@@ -435,32 +440,32 @@ pub(crate) fn entry_json(e: &Entry) -> Map<String, Value> {
     }
 }
 
-pub(crate) fn ls(a: LsArgs, wait: Duration) -> Result<u8, CliError> {
-    let store = open_store_to_read(&a.store, wait)?;
-    let snap = snapshot(&store, a.at)?;
+pub(crate) fn ls<S: UnitStore>(a: &LsArgs, open: Open<S>) -> Result<u8, CliError>
+where
+    CliError: From<S::Error>,
+{
+    let store = open(&a.store)?;
     let out = Output::new(a.json);
-    let show_internal = ls_shows_internal(&a);
-    let (mut n, mut hidden) = (0u64, 0u64);
+    let show_internal = ls_shows_internal(a);
+    let (mut n, mut hidden, mut open) = (0u64, 0u64, true);
     let mut chunk = Vec::with_capacity(CHUNK);
-    for e in snap.prefix(&a.prefix)? {
-        let e = e?;
+    store.ls_at(&a.prefix, a.at, &mut |e| {
         if !show_internal && oncelake::is_internal_key(&e.unit) {
             hidden += 1;
-            continue;
+            return true;
         }
         n += 1;
         chunk.push(e);
         if chunk.len() == CHUNK {
-            if !print_ls(&out, &chunk) {
-                return Ok(exit::OK); // a closed pipe (`| head`) is not an error
-            }
+            // A closed pipe (`| head`) stops the listing; it is not an error.
+            open = print_ls(&out, &chunk);
             chunk.clear();
         }
+        open
+    })?;
+    if open && print_ls(&out, &chunk) {
+        print_ls_end(&out, &a.prefix, n, hidden);
     }
-    if !print_ls(&out, &chunk) {
-        return Ok(exit::OK);
-    }
-    print_ls_end(&out, &a.prefix, n, hidden);
     Ok(exit::OK)
 }
 
@@ -515,22 +520,23 @@ pub(crate) fn print_ls(out: &Output, entries: &[Entry]) -> bool {
     stdout_open()
 }
 
-pub(crate) fn log(a: LogArgs, wait: Duration) -> Result<u8, CliError> {
-    let store = open_store_to_read(&a.store, wait)?;
-    let snap = store.snapshot()?;
+pub(crate) fn log<S: UnitStore>(a: &LogArgs, open: Open<S>) -> Result<u8, CliError>
+where
+    CliError: From<S::Error>,
+{
+    let store = open(&a.store)?;
     let out = Output::new(a.json);
-    let mut chunk = Vec::with_capacity(CHUNK);
-    for rec in snap.changes_since(a.since)? {
-        chunk.push(rec?);
-        if chunk.len() == CHUNK {
-            if !print_log(&out, &chunk) {
-                return Ok(exit::OK);
-            }
-            chunk.clear();
+    let mut since = a.since;
+    loop {
+        let records = store.changes(since, LOG_PAGE)?;
+        let Some(last) = records.last().map(|r| r.seq) else {
+            return Ok(exit::OK);
+        };
+        if !print_log(&out, &records) {
+            return Ok(exit::OK);
         }
+        since = last;
     }
-    print_log(&out, &chunk);
-    Ok(exit::OK)
 }
 
 /// Prints commit-log records, one per line; false once standard output is closed.
