@@ -166,23 +166,27 @@ pub(crate) fn every_record<'py>(
     seq: u64,
     page: impl Fn(u64, usize) -> Result<Vec<oncelake::log::Record>, ClientError> + Sync,
 ) -> PyResult<Bound<'py, PyList>> {
-    const PAGE: usize = 10_000;
-    let records = py
-        .detach(|| -> Result<Vec<oncelake::log::Record>, ClientError> {
-            let mut all = Vec::new();
-            let mut since = seq;
-            loop {
-                let page = page(since, PAGE)?;
-                let Some(last) = page.last() else { break };
-                since = last.seq;
-                let full = page.len() == PAGE;
-                all.extend(page);
-                if !full {
-                    break;
-                }
-            }
-            Ok(all)
-        })
-        .py(py)?;
+    let records = py.detach(|| every_page(seq, &page)).py(py)?;
     convert::records(py, &records)
+}
+
+/// Every record after `seq`, asked for a page at a time by `page(since, limit)`.
+pub(crate) fn every_page<E>(
+    seq: u64,
+    page: impl Fn(u64, usize) -> Result<Vec<oncelake::log::Record>, E>,
+) -> Result<Vec<oncelake::log::Record>, E> {
+    const PAGE: usize = 10_000;
+    let mut all = Vec::new();
+    let mut since = seq;
+    loop {
+        let page = page(since, PAGE)?;
+        let Some(last) = page.last() else { break };
+        since = last.seq;
+        let full = page.len() == PAGE;
+        all.extend(page);
+        if !full {
+            break;
+        }
+    }
+    Ok(all)
 }

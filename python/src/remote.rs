@@ -3,7 +3,7 @@
 //! own types, and converts them exactly as for an in-process store. No rule lives here: the
 //! server's engine decides every outcome.
 
-use crate::backend::{checked, every_record, foreign_staged, Remote};
+use crate::backend::{foreign_staged, Remote};
 use crate::convert::{self, kw};
 use crate::data::{Data, ServedStaged};
 use oncelake::{CommitReport, ObjectMeta};
@@ -11,7 +11,6 @@ use oncelake_client::wire::CommitItemW;
 use oncelake_client::{Client, ClientError};
 use pyo3::exceptions::PyFileNotFoundError;
 use pyo3::prelude::*;
-use pyo3::types::PyList;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
@@ -176,62 +175,6 @@ fn upload<T: Send>(
             })
         }
     }
-}
-
-/// `Store.entry` through the server.
-pub(crate) fn entry<'py>(
-    py: Python<'py>,
-    client: &Client,
-    unit: &str,
-    at: Option<u64>,
-) -> PyResult<Option<Bound<'py, PyAny>>> {
-    match py.detach(|| client.get(unit, at)).py(py)? {
-        Some(e) => convert::entry(py, &e).map(Some),
-        None => Ok(None),
-    }
-}
-
-/// `Store.get` through the server.
-pub(crate) fn get<'py>(
-    py: Python<'py>,
-    client: &Client,
-    unit: &str,
-    at: Option<u64>,
-) -> PyResult<Option<Bound<'py, PyAny>>> {
-    let mut bytes = Vec::new();
-    let found = py
-        .detach(|| client.read_object(unit, at, &mut bytes))
-        .py(py)?;
-    checked(py, found, &bytes)
-}
-
-/// `Store.ls` through the server.
-pub(crate) fn ls<'py>(
-    py: Python<'py>,
-    client: &Client,
-    prefix: &str,
-    at: Option<u64>,
-) -> PyResult<Bound<'py, PyList>> {
-    let mut entries = Vec::new();
-    py.detach(|| {
-        client.ls(prefix, at, |e| {
-            entries.push(e);
-            true
-        })
-    })
-    .py(py)?;
-    convert::entries(py, &entries)
-}
-
-/// `Store.changes_since` through the server: every record after `seq`, page by page.
-pub(crate) fn changes_since<'py>(
-    py: Python<'py>,
-    client: &Client,
-    seq: u64,
-) -> PyResult<Bound<'py, PyList>> {
-    every_record(py, seq, |since, limit| {
-        Ok(client.changes_since(since, Duration::ZERO, limit)?.0)
-    })
 }
 
 /// `Store.reconcile` through the server: the (unit, version) pairs streamed as a JSON-lines
