@@ -122,10 +122,10 @@ pub(crate) enum Command {
     Put(store_cmds::PutArgs),
     /// Bring a lake node up to date with its lake (every command on a node does this first).
     #[command(after_help = help::SYNC)]
-    Sync(store_cmds::SyncArgs),
+    Sync(store_cmds::NodeArgs),
     /// Write a checkpoint of a lake node into its lake, so new nodes start from it.
     #[command(after_help = help::CHECKPOINT)]
-    Checkpoint(store_cmds::CheckpointArgs),
+    Checkpoint(store_cmds::NodeArgs),
     /// Write a unit's current object (or its object as of --at SEQ).
     #[command(after_help = help::GET)]
     Get(store_cmds::GetArgs),

@@ -113,8 +113,9 @@ pub(crate) fn init(a: InitArgs, wait: Duration) -> Result<u8, CliError> {
     Ok(exit::OK)
 }
 
+/// Arguments of `oncelake sync` and `oncelake checkpoint`.
 #[derive(clap::Args, Debug)]
-pub(crate) struct SyncArgs {
+pub(crate) struct NodeArgs {
     /// The lake node.
     pub store: PathBuf,
     /// Print the result as a JSON line.
@@ -124,56 +125,39 @@ pub(crate) struct SyncArgs {
 
 /// `oncelake sync NODE`: applies every group other nodes committed to the lake (every command
 /// on a node does this first); prints the newest seq the node now reads.
-pub(crate) fn sync<S: UnitStore>(a: &SyncArgs, open: Open<S>) -> Result<u8, CliError>
+pub(crate) fn sync<S: UnitStore>(a: &NodeArgs, open: Open<S>) -> Result<u8, CliError>
 where
     CliError: From<S::Error>,
 {
     let (seq, lake) = open(&a.store)?.sync()?;
-    print_sync(a.json, &a.store, lake, seq);
-    Ok(exit::OK)
-}
-
-/// Prints the answer of `sync`, in-process or through the node's server.
-pub(crate) fn print_sync(json: bool, store: &Path, lake: Option<String>, seq: u64) {
-    if Output::new(json).json {
-        print_json(&json!({"store": store.display().to_string(), "lake": lake, "seq": seq}));
+    let store = a.store.display();
+    if a.json {
+        print_json(&json!({"store": store.to_string(), "lake": lake, "seq": seq}));
     } else {
         match lake {
-            Some(url) => outln!("{} is in sync with {url} at seq {seq}", store.display()),
-            None => outln!(
-                "{} is a local store (not a lake node): nothing to sync, seq {seq}",
-                store.display()
-            ),
+            Some(url) => outln!("{store} is in sync with {url} at seq {seq}"),
+            None => {
+                outln!("{store} is a local store (not a lake node): nothing to sync, seq {seq}")
+            }
         }
     }
-}
-
-/// Arguments of `oncelake checkpoint`.
-#[derive(clap::Args, Debug)]
-pub(crate) struct CheckpointArgs {
-    /// The lake node.
-    pub store: PathBuf,
-    /// Print the result as a JSON line.
-    #[arg(long)]
-    pub json: bool,
+    Ok(exit::OK)
 }
 
 /// `oncelake checkpoint NODE`: writes a checkpoint of the node's replica into its lake (or
 /// checks the node against the one there), so new nodes start from it.
-pub(crate) fn checkpoint<S: UnitStore>(a: &CheckpointArgs, open: Open<S>) -> Result<u8, CliError>
+pub(crate) fn checkpoint<S: UnitStore>(a: &NodeArgs, open: Open<S>) -> Result<u8, CliError>
 where
     CliError: From<S::Error>,
 {
-    let r = open(&a.store)?.checkpoint()?;
-    print_checkpoint(a.json, &a.store, r.segment, r.bytes, r.written);
-    Ok(exit::OK)
-}
-
-/// Prints the answer of `checkpoint`, in-process or through the node's server.
-pub(crate) fn print_checkpoint(json: bool, store: &Path, segment: u64, bytes: u64, written: bool) {
-    if Output::new(json).json {
+    let oncelake::CheckpointReport {
+        segment,
+        bytes,
+        written,
+    } = open(&a.store)?.checkpoint()?;
+    if a.json {
         print_json(
-            &json!({"store": store.display().to_string(), "segment": segment,
+            &json!({"store": a.store.display().to_string(), "segment": segment,
             "bytes": bytes, "written": written}),
         );
     } else if segment == 0 {
@@ -185,6 +169,7 @@ pub(crate) fn print_checkpoint(json: bool, store: &Path, segment: u64, bytes: u6
             "the lake holds the checkpoint of segment {segment} already; this node agrees with it"
         );
     }
+    Ok(exit::OK)
 }
 
 /// Prints the result of `init`.
