@@ -42,6 +42,23 @@ pub struct Put<'a> {
     pub correct: bool,
 }
 
+/// Where a [`UnitStore::put_stream`] goes: the unit at a source version, with the fencing token
+/// of a claim and whether it deliberately corrects the same version.
+#[derive(Clone, Copy, Debug)]
+pub struct PutTo<'a> {
+    /// Unit key.
+    pub unit: &'a str,
+    /// The source version the output was derived from.
+    pub source_version: u64,
+    /// The fencing token of the worker's lease, if it claimed the unit.
+    pub token: Option<u64>,
+    /// A deliberate correction of the same source version (a new revision).
+    pub correct: bool,
+}
+
+/// The answer of a [`UnitStore::put_stream`]: the unit's outcome and what staging computed.
+pub type PutAnswer<E> = Result<(UnitOutcome, ObjectMeta), E>;
+
 /// A store of units, open in this process or behind a server: every operation the CLI, the
 /// Python binding and a pipeline worker need, with the engine's own answers either way.
 pub trait UnitStore {
@@ -57,16 +74,9 @@ pub trait UnitStore {
     ) -> Result<UnitOutcome, Self::Error>;
     /// Commits several units in one commit: all-or-nothing unless `partial`.
     fn commit(&self, puts: &[Put<'_>], partial: bool) -> Result<CommitReport, Self::Error>;
-    /// Streams `input` as the output of `unit` at `source_version` and commits it (one unit),
-    /// fenced by `token`, as a correction if `correct`: the outcome and what staging computed.
-    fn put_stream(
-        &self,
-        unit: &str,
-        source_version: u64,
-        token: Option<u64>,
-        correct: bool,
-        input: &mut dyn Read,
-    ) -> Result<(UnitOutcome, ObjectMeta), Self::Error>;
+    /// Streams `input` as the output of one unit and commits it: the outcome and what staging
+    /// computed.
+    fn put_stream(&self, to: PutTo<'_>, input: &mut dyn Read) -> PutAnswer<Self::Error>;
     /// The unit's entry now, or as of seq `at` (within the kept history).
     fn get_at(&self, unit: &str, at: Option<u64>) -> Result<Option<Entry>, Self::Error>;
     /// Writes the object of the unit's entry (now, or as of seq `at`) to `out` and returns the
@@ -324,21 +334,14 @@ impl UnitStore for Store {
         Store::commit(self, batch)
     }
 
-    fn put_stream(
-        &self,
-        unit: &str,
-        source_version: u64,
-        token: Option<u64>,
-        correct: bool,
-        input: &mut dyn Read,
-    ) -> crate::Result<(UnitOutcome, ObjectMeta)> {
+    fn put_stream(&self, to: PutTo<'_>, input: &mut dyn Read) -> PutAnswer<crate::Error> {
         let staged = self.stage_reader(input)?;
-        let intent = if correct {
+        let intent = if to.correct {
             Intent::Correct
         } else {
             Intent::Put
         };
-        let batch = Batch::new().item(unit.into(), source_version, &staged, token, intent);
+        let batch = Batch::new().item(to.unit.into(), to.source_version, &staged, to.token, intent);
         let mut report = Store::commit(self, batch)?;
         Ok((report.units.remove(0), staged.meta()))
     }

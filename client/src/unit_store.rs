@@ -11,7 +11,7 @@ use oncelake::log::Record;
 use oncelake::pipeline::{Attempt, Claim, Explain, FailOutcome, Pipeline, ReadyCell, Status};
 use oncelake::{
     CheckpointReport, ClaimOutcome, CommitReport, Committed, Entry, GcOptions, GcReport, Lease,
-    ObjectMeta, Put, ReleaseOutcome, RenewOutcome, UnitOutcome, UnitStore, VerifyReport,
+    Put, PutAnswer, PutTo, ReleaseOutcome, RenewOutcome, UnitOutcome, UnitStore, VerifyReport,
 };
 use std::io::{Read, Write};
 use std::time::Duration;
@@ -38,15 +38,8 @@ impl UnitStore for Client {
         Client::commit(self, items, partial)
     }
 
-    fn put_stream(
-        &self,
-        unit: &str,
-        source_version: u64,
-        token: Option<u64>,
-        correct: bool,
-        input: &mut dyn Read,
-    ) -> Result<(UnitOutcome, ObjectMeta)> {
-        self.put_reader(unit, source_version, token, correct, input)
+    fn put_stream(&self, to: PutTo<'_>, input: &mut dyn Read) -> PutAnswer<ClientError> {
+        self.put_reader(to.unit, to.source_version, to.token, to.correct, input)
     }
 
     fn get_at(&self, unit: &str, at: Option<u64>) -> Result<Option<Entry>> {

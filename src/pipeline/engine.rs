@@ -387,27 +387,25 @@ pub fn set_source_versions(
     store: &Store,
     units: &[(&str, u64, &[u8])],
 ) -> Result<crate::commit::CommitReport> {
-    let mut rows = Vec::with_capacity(units.len());
-    for &(unit, version, input) in units {
-        validate_pipeline_unit(unit)?;
-        rows.push((source_key(unit), version, input));
-    }
-    commit_rows(store, rows)
+    commit_rows(store, units, |unit| Ok(source_key(unit)))
 }
 
-/// Commits internal rows (key, version, bytes) in one partial commit, staging identical bytes
-/// once: the bulk forms of a source version and a completion.
+/// Commits units' rows (unit, version, bytes) under the internal keys `key` makes of them, in one
+/// partial commit, staging identical bytes once: the bulk forms of a source version and of a
+/// completion.
 fn commit_rows(
     store: &Store,
-    rows: Vec<(String, u64, &[u8])>,
+    rows: &[(&str, u64, &[u8])],
+    key: impl Fn(&str) -> Result<String>,
 ) -> Result<crate::commit::CommitReport> {
     let mut staged: HashMap<&[u8], crate::stage::Staged> = HashMap::new();
     let mut batch = Batch::new().internal().partial();
-    for (key, version, bytes) in rows {
+    for &(unit, version, bytes) in rows {
+        validate_pipeline_unit(unit)?;
         if !staged.contains_key(bytes) {
             staged.insert(bytes, store.stage_bytes(bytes)?);
         }
-        batch = batch.put(key, version, &staged[bytes]);
+        batch = batch.put(key(unit)?, version, &staged[bytes]);
     }
     store.commit(batch)
 }
@@ -994,12 +992,7 @@ impl Pipeline {
         stage: &str,
         cells: &[(&str, u64, &[u8])],
     ) -> Result<crate::commit::CommitReport> {
-        let mut rows = Vec::with_capacity(cells.len());
-        for &(unit, version, output) in cells {
-            validate_pipeline_unit(unit)?;
-            rows.push((self.cell_key(unit, stage)?, version, output));
-        }
-        let report = commit_rows(store, rows)?;
+        let report = commit_rows(store, cells, |unit| self.cell_key(unit, stage))?;
         let done = report
             .units
             .iter()

@@ -208,7 +208,13 @@ where
         read: 0,
         progress: &progress,
     };
-    let sent = store.put_stream(&a.unit, a.version, a.token, a.correct, &mut counted);
+    let to = oncelake::PutTo {
+        unit: &a.unit,
+        source_version: a.version,
+        token: a.token,
+        correct: a.correct,
+    };
+    let sent = store.put_stream(to, &mut counted);
     progress.finish();
     let (u, meta) = sent?;
     print_put(&Output::new(a.json), &u, &meta, a.token);
@@ -306,38 +312,28 @@ pub(crate) fn outcome_json(u: &UnitOutcome, token: Option<u64>) -> Map<String, V
         m.insert(k.into(), Value::Null);
     }
     m.insert("token".into(), json!(token));
-    match u.outcome {
+    let facts = match u.outcome {
         Outcome::Committed {
             revision,
             superseded,
             ..
-        } => {
-            m.insert("revision".into(), json!(revision));
-            m.insert("superseded_version".into(), json!(superseded));
-        }
+        } => json!({"revision": revision, "superseded_version": superseded}),
         Outcome::Conflict { winner_seq, winner } => {
-            m.insert("winner_seq".into(), json!(winner_seq));
-            m.insert("winner_object".into(), json!(winner.to_hex()));
+            json!({"winner_seq": winner_seq, "winner_object": winner.to_hex()})
         }
-        Outcome::Stale { current_version } => {
-            m.insert("current_version".into(), json!(current_version));
-        }
+        Outcome::Stale { current_version } => json!({"current_version": current_version}),
         Outcome::Fenced {
             token,
             newest_token,
-        } => {
-            m.insert("token".into(), json!(token));
-            m.insert("newest_token".into(), json!(newest_token));
-            m.insert(
-                "reason".into(),
-                json!(oncelake::FenceReason::of(token, newest_token).to_string()),
-            );
-        }
+        } => json!({"token": token, "newest_token": newest_token,
+            "reason": oncelake::FenceReason::of(token, newest_token).to_string()}),
         Outcome::Busy { expires_at_ms } => {
-            m.insert("holder".into(), json!(u.holder));
-            m.insert("expires_at_ms".into(), json!(expires_at_ms));
+            json!({"holder": u.holder, "expires_at_ms": expires_at_ms})
         }
-        Outcome::Duplicate { .. } | Outcome::Aborted => {}
+        Outcome::Duplicate { .. } | Outcome::Aborted => json!({}),
+    };
+    if let Value::Object(facts) = facts {
+        m.extend(facts);
     }
     m
 }
