@@ -59,7 +59,14 @@ pub(crate) fn lost(py: Python<'_>, l: &oncelake::Lease, newest_token: u64) -> Py
 }
 
 /// The longest a dropped `Staged` or `Snapshot` waits for the server to release it.
-pub(crate) const DROP_TIMEOUT: Duration = Duration::from_secs(5);
+const DROP_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// The client a dropped handle releases what it held on the server with: best effort, and
+/// bounded — a server that is gone released it already, and a hung one must not hang the Python
+/// object's release (the server's own deadline releases it then).
+pub(crate) fn releasing(client: &Client) -> Client {
+    client.clone().with_timeout(DROP_TIMEOUT)
+}
 
 /// A client error as an oncelake exception: the server's store errors keep their class
 /// (`corrupt`, invalid input), the rest is a `StoreError` whose message says what to do.

@@ -45,13 +45,7 @@ pub(crate) struct ServedStaged {
 
 impl Drop for ServedStaged {
     fn drop(&mut self) {
-        // Best effort, and bounded: a server that is gone has dropped the handle already, and a
-        // hung one must not hang the Python object's release (its deadline reclaims the handle).
-        let client = self
-            .client
-            .clone()
-            .with_timeout(crate::backend::DROP_TIMEOUT);
-        let _ = client.unstage(self.id);
+        let _ = crate::backend::releasing(&self.client).unstage(self.id);
     }
 }
 

@@ -37,13 +37,7 @@ struct ServedView {
 
 impl Drop for ServedView {
     fn drop(&mut self) {
-        // Best effort, and bounded: a server that is gone has no lease to close, and one that
-        // hangs must not hang the release (the lease's TTL closes it).
-        let client = self
-            .client
-            .clone()
-            .with_timeout(crate::backend::DROP_TIMEOUT);
-        let _ = client.snapshot_close(self.lease.id);
+        let _ = crate::backend::releasing(&self.client).snapshot_close(self.lease.id);
     }
 }
 

@@ -187,7 +187,7 @@ impl PyStore {
         data: &Bound<'py, PyAny>,
         token: Option<u64>,
     ) -> PyResult<Bound<'py, PyAny>> {
-        self.commit_one(py, unit, version, data, token, false)
+        self.commit_one(py, (unit, version, data, token), false)
     }
 
     /// Commits ``data`` as a deliberate correction of ``unit`` at ``version`` (revision + 1; the
@@ -199,7 +199,7 @@ impl PyStore {
         version: u64,
         data: &Bound<'py, PyAny>,
     ) -> PyResult<Bound<'py, PyAny>> {
-        self.commit_one(py, unit, version, data, None, true)
+        self.commit_one(py, (unit, version, data, None), true)
     }
 
     /// Commits many units in one atomic commit.
@@ -644,10 +644,7 @@ impl PyStore {
     fn commit_one<'py>(
         &self,
         py: Python<'py>,
-        unit: &str,
-        version: u64,
-        data: &Bound<'py, PyAny>,
-        token: Option<u64>,
+        (unit, version, data, token): (&str, u64, &Bound<'py, PyAny>, Option<u64>),
         correct: bool,
     ) -> PyResult<Bound<'py, PyAny>> {
         oncelake::validate_key(unit).py(py)?;
