@@ -405,20 +405,23 @@ pub(crate) fn no_entry(a: &GetArgs) -> CliError {
 /// An entry's JSON object: `unit, source_version, revision, object, size, crc32, seq,
 /// committed_at_ms`.
 pub(crate) fn entry_json(e: &Entry) -> Map<String, Value> {
-    let v = json!({
-        "unit": e.unit,
-        "source_version": e.source_version,
-        "revision": e.revision,
-        "object": e.object.id.to_hex(),
-        "size": e.object.size,
-        "crc32": format!("{:08x}", e.object.crc32),
-        "seq": e.seq,
-        "committed_at_ms": e.committed_at_ms,
-    });
-    match v {
-        Value::Object(m) => m,
-        _ => unreachable!("invariant: json! of an object literal is an object"),
-    }
+    let mut m = unit_json(&e.unit, e.source_version, e.revision, &e.object);
+    m.insert("seq".into(), json!(e.seq));
+    m.insert("committed_at_ms".into(), json!(e.committed_at_ms));
+    m
+}
+
+/// What an entry and a log record's entry say of their unit: `unit, source_version, revision,
+/// object, size, crc32`.
+fn unit_json(unit: &str, source_version: u64, revision: u32, o: &ObjectMeta) -> Map<String, Value> {
+    let mut m = Map::new();
+    m.insert("unit".into(), json!(unit));
+    m.insert("source_version".into(), json!(source_version));
+    m.insert("revision".into(), json!(revision));
+    m.insert("object".into(), json!(o.id.to_hex()));
+    m.insert("size".into(), json!(o.size));
+    m.insert("crc32".into(), json!(format!("{:08x}", o.crc32)));
+    m
 }
 
 pub(crate) fn ls<S: UnitStore>(a: &LsArgs, open: Open<S>) -> Result<u8, CliError>
@@ -551,15 +554,9 @@ pub(crate) fn record_json(rec: &Record) -> Value {
             v["entries"] = entries
                 .iter()
                 .map(|e| {
-                    json!({
-                        "unit": e.unit,
-                        "source_version": e.source_version,
-                        "revision": e.revision,
-                        "object": e.object.id.to_hex(),
-                        "size": e.object.size,
-                        "crc32": format!("{:08x}", e.object.crc32),
-                        "token": e.token,
-                    })
+                    let mut m = unit_json(&e.unit, e.source_version, e.revision, &e.object);
+                    m.insert("token".into(), json!(e.token));
+                    Value::Object(m)
                 })
                 .collect();
         }
