@@ -19,9 +19,11 @@ use crate::pipeline::{
     Attempt, Claim, Explain, FailOutcome, Pipeline, ReadyCell, Status, WorkOptions, WorkReport,
 };
 use crate::{
-    Batch, ClaimOutcome, CommitReport, Entry, GcOptions, GcReport, Intent, Lease, Outcome,
-    ReleaseOutcome, RenewOutcome, Store, UnitOutcome, VerifyOptions, VerifyReport,
+    Batch, CheckpointReport, ClaimOutcome, CommitReport, Committed, Entry, GcOptions, GcReport,
+    Intent, Lease, ObjectMeta, Outcome, ReleaseOutcome, RenewOutcome, Snapshot, Store, UnitOutcome,
+    VerifyOptions, VerifyReport,
 };
+use std::io::{Read, Write};
 use std::time::Duration;
 
 /// One unit of a [`UnitStore::commit`]: its output bytes at a source version, with the fencing
@@ -40,6 +42,23 @@ pub struct Put<'a> {
     pub correct: bool,
 }
 
+/// Where a [`UnitStore::put_stream`] goes: the unit at a source version, with the fencing token
+/// of a claim and whether it deliberately corrects the same version.
+#[derive(Clone, Copy, Debug)]
+pub struct PutTo<'a> {
+    /// Unit key.
+    pub unit: &'a str,
+    /// The source version the output was derived from.
+    pub source_version: u64,
+    /// The fencing token of the worker's lease, if it claimed the unit.
+    pub token: Option<u64>,
+    /// A deliberate correction of the same source version (a new revision).
+    pub correct: bool,
+}
+
+/// The answer of a [`UnitStore::put_stream`]: the unit's outcome and what staging computed.
+pub type PutAnswer<E> = Result<(UnitOutcome, ObjectMeta), E>;
+
 /// A store of units, open in this process or behind a server: every operation the CLI, the
 /// Python binding and a pipeline worker need, with the engine's own answers either way.
 pub trait UnitStore {
@@ -55,12 +74,53 @@ pub trait UnitStore {
     ) -> Result<UnitOutcome, Self::Error>;
     /// Commits several units in one commit: all-or-nothing unless `partial`.
     fn commit(&self, puts: &[Put<'_>], partial: bool) -> Result<CommitReport, Self::Error>;
+    /// Streams `input` as the output of one unit and commits it: the outcome and what staging
+    /// computed.
+    fn put_stream(&self, to: PutTo<'_>, input: &mut dyn Read) -> PutAnswer<Self::Error>;
+    /// The unit's entry now, or as of seq `at` (within the kept history).
+    fn get_at(&self, unit: &str, at: Option<u64>) -> Result<Option<Entry>, Self::Error>;
+    /// Writes the object of the unit's entry (now, or as of seq `at`) to `out` and returns the
+    /// entry; `None` (nothing written) when it has none. Size and CRC32 are checked: a damaged
+    /// object is an error, and what `out` got of it must be thrown away.
+    fn read_into(
+        &self,
+        unit: &str,
+        at: Option<u64>,
+        out: &mut dyn Write,
+    ) -> Result<Option<Entry>, Self::Error>;
+    /// The entries under `prefix` (now, or as of seq `at`), to `each` in key order until it
+    /// returns `false`.
+    fn ls_at(
+        &self,
+        prefix: &str,
+        at: Option<u64>,
+        each: &mut dyn FnMut(Entry) -> bool,
+    ) -> Result<(), Self::Error>;
     /// The unit's current entry.
-    fn get(&self, unit: &str) -> Result<Option<Entry>, Self::Error>;
+    fn get(&self, unit: &str) -> Result<Option<Entry>, Self::Error> {
+        self.get_at(unit, None)
+    }
     /// The unit's current entry and its object's bytes (size and CRC32 checked).
-    fn read(&self, unit: &str) -> Result<Option<(Entry, Vec<u8>)>, Self::Error>;
+    fn read(&self, unit: &str) -> Result<Option<(Entry, Vec<u8>)>, Self::Error> {
+        let mut bytes = Vec::new();
+        Ok(self.read_into(unit, None, &mut bytes)?.map(|e| (e, bytes)))
+    }
     /// The current entries under `prefix`, to `each` in key order until it returns `false`.
-    fn ls(&self, prefix: &str, each: &mut dyn FnMut(Entry) -> bool) -> Result<(), Self::Error>;
+    fn ls(&self, prefix: &str, each: &mut dyn FnMut(Entry) -> bool) -> Result<(), Self::Error> {
+        self.ls_at(prefix, None, each)
+    }
+    /// The dedup fast path: the unit's committed version and object, from memory.
+    fn lookup(&self, unit: &str) -> Result<Option<Committed>, Self::Error>;
+    /// Whether `unit` is committed at `source_version` or newer.
+    fn is_done(&self, unit: &str, source_version: u64) -> Result<bool, Self::Error> {
+        Ok(self
+            .lookup(unit)?
+            .is_some_and(|c| c.source_version >= source_version))
+    }
+    /// The newest seq (0 for an empty log).
+    fn last_seq(&self) -> Result<u64, Self::Error>;
+    /// Makes everything acknowledged so far durable.
+    fn flush(&self) -> Result<(), Self::Error>;
     /// Up to `limit` log records after `since`, in seq order.
     fn changes(&self, since: u64, limit: usize) -> Result<Vec<Record>, Self::Error>;
     /// Claims `unit` at `source_version` for `worker` for `ttl` (coordinator mode, SPEC R9).
@@ -77,8 +137,22 @@ pub trait UnitStore {
     fn release(&self, lease: &Lease) -> Result<ReleaseOutcome, Self::Error>;
     /// Garbage collection.
     fn gc(&self, options: GcOptions) -> Result<GcReport, Self::Error>;
+    /// Checks the store (`deep`: also every object's hash), telling `progress` the objects
+    /// checked and their total as it goes.
+    fn verify_with_progress(
+        &self,
+        deep: bool,
+        progress: &mut dyn FnMut(u64, u64),
+    ) -> Result<VerifyReport, Self::Error>;
     /// Checks the store (`deep`: also every object's hash).
-    fn verify(&self, deep: bool) -> Result<VerifyReport, Self::Error>;
+    fn verify(&self, deep: bool) -> Result<VerifyReport, Self::Error> {
+        self.verify_with_progress(deep, &mut |_, _| {})
+    }
+    /// A lake node: applies what other nodes committed to the lake (nothing on a local store).
+    /// The newest seq after it, and the lake's URL (`None`: a local store).
+    fn sync(&self) -> Result<(u64, Option<String>), Self::Error>;
+    /// A lake node: writes a checkpoint of its replica into the lake (see [`Store::checkpoint`]).
+    fn checkpoint(&self) -> Result<CheckpointReport, Self::Error>;
 
     /// Records the pipeline's definition in the store (its seq, `None` when already recorded).
     fn define(&self, pipeline: &Pipeline) -> Result<Option<u64>, Self::Error>;
@@ -260,28 +334,71 @@ impl UnitStore for Store {
         Store::commit(self, batch)
     }
 
-    fn get(&self, unit: &str) -> crate::Result<Option<Entry>> {
-        Store::get(self, unit)
+    fn put_stream(&self, to: PutTo<'_>, input: &mut dyn Read) -> PutAnswer<crate::Error> {
+        let staged = self.stage_reader(input)?;
+        let intent = if to.correct {
+            Intent::Correct
+        } else {
+            Intent::Put
+        };
+        let batch = Batch::new().item(to.unit.into(), to.source_version, &staged, to.token, intent);
+        let mut report = Store::commit(self, batch)?;
+        Ok((report.units.remove(0), staged.meta()))
     }
 
-    fn read(&self, unit: &str) -> crate::Result<Option<(Entry, Vec<u8>)>> {
-        let snap = self.snapshot()?;
-        match snap.get(unit)? {
-            Some(entry) => {
-                let bytes = snap.read_object(&entry)?;
-                Ok(Some((entry, bytes)))
-            }
-            None => Ok(None),
+    fn get_at(&self, unit: &str, at: Option<u64>) -> crate::Result<Option<Entry>> {
+        match at {
+            None => Store::get(self, unit),
+            Some(_) => snapshot_at(self, at)?.get(unit),
         }
     }
 
-    fn ls(&self, prefix: &str, each: &mut dyn FnMut(Entry) -> bool) -> crate::Result<()> {
-        for entry in self.snapshot()?.prefix(prefix)? {
+    /// The object is read whole and checked before anything is written, so `out` never gets a
+    /// damaged object's bytes.
+    fn read_into(
+        &self,
+        unit: &str,
+        at: Option<u64>,
+        out: &mut dyn Write,
+    ) -> crate::Result<Option<Entry>> {
+        let snap = snapshot_at(self, at)?;
+        let Some(entry) = snap.get(unit)? else {
+            return Ok(None);
+        };
+        let bytes = snap.read_object(&entry)?;
+        out.write_all(&bytes)
+            .map_err(|e| crate::Error::io(format!("write the object of {unit:?}"), e))?;
+        Ok(Some(entry))
+    }
+
+    fn ls_at(
+        &self,
+        prefix: &str,
+        at: Option<u64>,
+        each: &mut dyn FnMut(Entry) -> bool,
+    ) -> crate::Result<()> {
+        for entry in snapshot_at(self, at)?.prefix(prefix)? {
             if !each(entry?) {
                 break;
             }
         }
         Ok(())
+    }
+
+    fn lookup(&self, unit: &str) -> crate::Result<Option<Committed>> {
+        Store::lookup(self, unit)
+    }
+
+    fn is_done(&self, unit: &str, source_version: u64) -> crate::Result<bool> {
+        Store::is_done(self, unit, source_version)
+    }
+
+    fn last_seq(&self) -> crate::Result<u64> {
+        Store::last_seq(self)
+    }
+
+    fn flush(&self) -> crate::Result<()> {
+        Store::flush(self)
     }
 
     fn changes(&self, since: u64, limit: usize) -> crate::Result<Vec<Record>> {
@@ -310,8 +427,21 @@ impl UnitStore for Store {
         Store::gc(self, options)
     }
 
-    fn verify(&self, deep: bool) -> crate::Result<VerifyReport> {
-        Store::verify(self, VerifyOptions { deep })
+    fn verify_with_progress(
+        &self,
+        deep: bool,
+        progress: &mut dyn FnMut(u64, u64),
+    ) -> crate::Result<VerifyReport> {
+        Store::verify_with_progress(self, VerifyOptions { deep }, progress)
+    }
+
+    fn sync(&self) -> crate::Result<(u64, Option<String>)> {
+        Store::sync(self)?;
+        Ok((Store::last_seq(self)?, self.lake_url()))
+    }
+
+    fn checkpoint(&self) -> crate::Result<CheckpointReport> {
+        Store::checkpoint(self)
     }
 
     fn define(&self, pipeline: &Pipeline) -> crate::Result<Option<u64>> {
@@ -389,5 +519,13 @@ impl UnitStore for Store {
     ) -> crate::Result<bool> {
         Ok(self.is_done(&cell.key, cell.source_version)?
             || pipeline.held_by_other(self, &cell.key, worker)?)
+    }
+}
+
+/// The store's snapshot now, or as of seq `at`.
+fn snapshot_at(store: &Store, at: Option<u64>) -> crate::Result<Snapshot> {
+    match at {
+        Some(seq) => store.snapshot_at(seq),
+        None => store.snapshot(),
     }
 }

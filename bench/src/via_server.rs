@@ -2,12 +2,12 @@
 //! N client connections through a real `oncelake serve` process, objects pre-staged (one per
 //! client, kept), measured like the in-process P1 workload it is printed beside.
 
+use crate::writers::{self, Run};
 use oncelake_server::wire::CommitItemW;
 use oncelake_server::Client;
 use std::path::Path;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Barrier, OnceLock};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// What one run through the server measured.
 #[derive(Clone, Debug)]
@@ -110,63 +110,39 @@ fn drive<'a>(
         Ok(c.stats().map_err(|e| e.to_string())?.counters["groups"])
     };
     let groups_before = groups_of(&client)?;
-    let next = AtomicUsize::new(0);
-    let line = Barrier::new(clients + 1);
-    let start: OnceLock<Instant> = OnceLock::new();
-    let results: Vec<Result<Vec<u32>, String>> = std::thread::scope(|s| {
-        let handles: Vec<_> = (0..clients)
-            .map(|t| {
-                let (client, next, line, start, keys) = (&client, &next, &line, &start, &keys);
-                s.spawn(move || {
-                    let staged = client
-                        .stage_reader(format!("bench output of client {t}").as_bytes())
-                        .map(|(h, _)| h)
-                        .map_err(|e| e.to_string());
-                    line.wait();
-                    let staged = staged?;
-                    let start = start.wait();
-                    let mut lat = Vec::new();
-                    let mut keys = keys(t, clients);
-                    loop {
-                        let i = next.fetch_add(1, Ordering::Relaxed);
-                        if i >= max_units || start.elapsed() >= max_time {
-                            return Ok(lat);
-                        }
-                        let (unit, source_version) = keys();
-                        let t0 = Instant::now();
-                        let item = CommitItemW {
-                            unit: unit.clone(),
-                            source_version,
-                            staged,
-                            token: None,
-                            correct: false,
-                        };
-                        let r = client
-                            .commit_with(vec![item], false, true)
-                            .map_err(|e| e.to_string())?;
-                        if !r.applied() || r.seq.is_none() {
-                            return Err(format!(
-                                "{unit}@{source_version} was not committed: {:?}",
-                                r.units
-                            ));
-                        }
-                        lat.push(t0.elapsed().as_micros().min(u32::MAX as u128) as u32);
-                    }
-                })
-            })
-            .collect();
-        line.wait();
-        let _ = start.set(Instant::now());
-        handles
-            .into_iter()
-            .map(|h| h.join().unwrap_or_else(|_| Err("a client panicked".into())))
-            .collect()
-    });
-    let elapsed = start.get().map(|s| s.elapsed()).unwrap_or_default();
-    let mut lat = Vec::new();
-    for r in results {
-        lat.extend(r?);
-    }
+    let run = Run {
+        threads: clients,
+        step: 1,
+        limit: max_units as u64,
+        max_time,
+    };
+    // Each client's state: its staged object (kept, so every commit names it) and its keys.
+    let setup = |t: usize| -> Result<(u64, KeyGen<'a>), String> {
+        let (staged, _) = client
+            .stage_reader(format!("bench output of client {t}").as_bytes())
+            .map_err(|e| e.to_string())?;
+        Ok((staged, keys(t, clients)))
+    };
+    let (mut lat, elapsed) = writers::drive(&run, setup, |(staged, keys)| {
+        let (unit, source_version) = keys();
+        let item = CommitItemW {
+            unit: unit.clone(),
+            source_version,
+            staged: *staged,
+            token: None,
+            correct: false,
+        };
+        let r = client
+            .commit_with(vec![item], false, true)
+            .map_err(|e| e.to_string())?;
+        if !r.applied() || r.seq.is_none() {
+            return Err(format!(
+                "{unit}@{source_version} was not committed: {:?}",
+                r.units
+            ));
+        }
+        Ok(())
+    })?;
     lat.sort_unstable();
     let q = |q: f64| -> u64 {
         if lat.is_empty() {

@@ -10,9 +10,10 @@ use crate::wire::{ClaimReqW, CommitItemW, ReleaseReqW, RenewReqW};
 use oncelake::log::Record;
 use oncelake::pipeline::{Attempt, Claim, Explain, FailOutcome, Pipeline, ReadyCell, Status};
 use oncelake::{
-    ClaimOutcome, CommitReport, Entry, GcOptions, GcReport, Lease, Put, ReleaseOutcome,
-    RenewOutcome, UnitOutcome, UnitStore, VerifyReport,
+    CheckpointReport, ClaimOutcome, CommitReport, Committed, Entry, GcOptions, GcReport, Lease,
+    Put, PutAnswer, PutTo, ReleaseOutcome, RenewOutcome, UnitOutcome, UnitStore, VerifyReport,
 };
+use std::io::{Read, Write};
 use std::time::Duration;
 
 impl UnitStore for Client {
@@ -37,19 +38,39 @@ impl UnitStore for Client {
         Client::commit(self, items, partial)
     }
 
-    fn get(&self, unit: &str) -> Result<Option<Entry>> {
-        Client::get(self, unit, None)
+    fn put_stream(&self, to: PutTo<'_>, input: &mut dyn Read) -> PutAnswer<ClientError> {
+        self.put_reader(to.unit, to.source_version, to.token, to.correct, input)
     }
 
-    fn read(&self, unit: &str) -> Result<Option<(Entry, Vec<u8>)>> {
-        let mut bytes = Vec::new();
-        Ok(self
-            .read_object(unit, None, &mut bytes)?
-            .map(|entry| (entry, bytes)))
+    fn get_at(&self, unit: &str, at: Option<u64>) -> Result<Option<Entry>> {
+        Client::get(self, unit, at)
     }
 
-    fn ls(&self, prefix: &str, each: &mut dyn FnMut(Entry) -> bool) -> Result<()> {
-        Client::ls(self, prefix, None, each)
+    /// Streamed: `out` gets the bytes as they arrive, and the size and CRC32 are checked at the
+    /// end (a damaged object is [`ClientError::Damaged`] after `out` got it).
+    fn read_into(&self, unit: &str, at: Option<u64>, out: &mut dyn Write) -> Result<Option<Entry>> {
+        self.read_object(unit, at, out)
+    }
+
+    fn ls_at(
+        &self,
+        prefix: &str,
+        at: Option<u64>,
+        each: &mut dyn FnMut(Entry) -> bool,
+    ) -> Result<()> {
+        Client::ls(self, prefix, at, each)
+    }
+
+    fn lookup(&self, unit: &str) -> Result<Option<Committed>> {
+        Client::lookup(self, unit)
+    }
+
+    fn last_seq(&self) -> Result<u64> {
+        Client::last_seq(self)
+    }
+
+    fn flush(&self) -> Result<()> {
+        Client::flush(self)
     }
 
     fn changes(&self, since: u64, limit: usize) -> Result<Vec<Record>> {
@@ -96,8 +117,30 @@ impl UnitStore for Client {
         )
     }
 
+    fn verify_with_progress(
+        &self,
+        deep: bool,
+        progress: &mut dyn FnMut(u64, u64),
+    ) -> Result<VerifyReport> {
+        Client::verify_with_progress(self, deep, progress)
+    }
+
+    /// Without progress: one answer, not a stream of progress lines.
     fn verify(&self, deep: bool) -> Result<VerifyReport> {
         Client::verify(self, deep)
+    }
+
+    fn sync(&self) -> Result<(u64, Option<String>)> {
+        Client::sync(self)
+    }
+
+    fn checkpoint(&self) -> Result<CheckpointReport> {
+        let (segment, bytes, written) = Client::checkpoint(self)?;
+        Ok(CheckpointReport {
+            segment,
+            bytes,
+            written,
+        })
     }
 
     fn define(&self, pipeline: &Pipeline) -> Result<Option<u64>> {

@@ -45,13 +45,7 @@ pub(crate) struct ServedStaged {
 
 impl Drop for ServedStaged {
     fn drop(&mut self) {
-        // Best effort, and bounded: a server that is gone has dropped the handle already, and a
-        // hung one must not hang the Python object's release (its deadline reclaims the handle).
-        let client = self
-            .client
-            .clone()
-            .with_timeout(crate::remote::DROP_TIMEOUT);
-        let _ = client.unstage(self.id);
+        let _ = crate::backend::releasing(&self.client).unstage(self.id);
     }
 }
 
@@ -137,7 +131,7 @@ impl Data {
     pub(crate) fn stage(self, py: Python<'_>, store: &oncelake::Store) -> PyResult<Staged> {
         match self {
             Data::Staged(s) => Ok(s),
-            Data::ServedStaged(s) => Err(crate::remote::foreign_staged(
+            Data::ServedStaged(s) => Err(crate::backend::foreign_staged(
                 py,
                 &s.store,
                 &store.path().display().to_string(),
@@ -223,3 +217,6 @@ fn copy_chunk(chunk: &Bound<'_, PyAny>, buf: &mut [u8]) -> PyResult<usize> {
     buf[..bytes.len()].copy_from_slice(bytes);
     Ok(bytes.len())
 }
+
+/// A commit item from Python: unit, version, data, fencing token.
+pub(crate) type Item<'py> = (String, u64, Bound<'py, PyAny>, Option<u64>);

@@ -4,6 +4,7 @@
 //! releases the GIL while the engine stages, commits and reads, so that Python threads share
 //! commit groups.
 
+mod backend;
 mod bench;
 mod convert;
 mod data;

@@ -1,9 +1,9 @@
 //! `oncelake.Pipeline`: a DAG of stages over a store (SPEC R13), as the engine's
 //! `oncelake::pipeline::Pipeline` runs it.
 
+use crate::backend::Remote;
+use crate::backend::{with_store, Backend};
 use crate::convert::{self, kw, make, o, Py2};
-use crate::remote::Remote;
-use crate::store::{with_store, Backend};
 use oncelake::pipeline::{
     Attempt, CellState, Claim, Explain, FailOutcome, Pipeline, PipelineDef, ReadyCell, Status,
     WorkOptions, WorkReport,
@@ -228,7 +228,7 @@ impl PyPipeline {
         ttl: f64,
     ) -> PyResult<Bound<'py, PyDict>> {
         let opts = WorkOptions {
-            ttl: crate::store::seconds("ttl", ttl)?,
+            ttl: crate::backend::seconds("ttl", ttl)?,
             ..WorkOptions::default()
         };
         // The engine's one worker loop (`oncelake::api::work`) on either store; in-process it
@@ -278,7 +278,7 @@ impl PyPipeline {
         ttl: f64,
     ) -> PyResult<PyCell> {
         let ready = &cell.get().cell;
-        let ttl = crate::store::seconds("ttl", ttl)?;
+        let ttl = crate::backend::seconds("ttl", ttl)?;
         let claim = self.claim_cell(py, ready, worker, ttl)?;
         let facts = |extra: Vec<(&'static str, Bound<'py, PyAny>)>| {
             let mut f = cell_facts(py, ready);
@@ -450,44 +450,43 @@ impl PyPipeline {
                     ),
                 ],
             )?;
-            match &c.state {
+            let tried =
+                |attempts, last_error| vec![("attempts", attempts), ("last_error", last_error)];
+            let facts = match &c.state {
                 CellState::Done {
                     source_version,
                     code_version,
                     seq,
                     object,
-                } => {
-                    d.set_item("source_version", source_version)?;
-                    d.set_item("code_version", code_version)?;
-                    d.set_item("seq", seq)?;
-                    d.set_item("object", object.to_hex())?;
-                }
+                } => vec![
+                    ("source_version", o(py, source_version)),
+                    ("code_version", o(py, code_version)),
+                    ("seq", o(py, seq)),
+                    ("object", o(py, object.to_hex())),
+                ],
                 CellState::Running {
                     worker,
                     token,
                     source_version,
                     expires_at_ms,
-                } => {
-                    d.set_item("worker", worker)?;
-                    d.set_item("token", token)?;
-                    d.set_item("source_version", source_version)?;
-                    d.set_item("expires_at_ms", expires_at_ms)?;
-                }
+                } => vec![
+                    ("worker", o(py, worker)),
+                    ("token", o(py, token)),
+                    ("source_version", o(py, source_version)),
+                    ("expires_at_ms", o(py, expires_at_ms)),
+                ],
                 CellState::Ready {
                     attempts,
                     last_error,
-                } => {
-                    d.set_item("attempts", attempts)?;
-                    d.set_item("last_error", last_error)?;
-                }
-                CellState::Blocked { upstream, .. } => d.set_item("blocked_on", upstream)?,
+                } => tried(o(py, attempts), o(py, last_error)),
                 CellState::Failed {
                     attempts,
                     last_error,
-                } => {
-                    d.set_item("attempts", attempts)?;
-                    d.set_item("last_error", last_error)?;
-                }
+                } => tried(o(py, attempts), o(py, last_error)),
+                CellState::Blocked { upstream, .. } => vec![("blocked_on", o(py, upstream))],
+            };
+            for (k, v) in facts {
+                d.set_item(k, v)?;
             }
             cells.append(d)?;
         }

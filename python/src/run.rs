@@ -2,11 +2,10 @@
 //! run-once (`Store::begin_run` → `Run::commit` / `Run::abandon`), so that Python and Rust share
 //! one implementation of the rule.
 
+use crate::backend::{lost, Backend, Remote};
 use crate::convert::{self, Py2};
 use crate::data::Data;
-use crate::remote::{self, Remote};
-use crate::store::lost;
-use crate::store::Backend;
+use crate::remote;
 use oncelake::UnitStore;
 use oncelake::{Begin, ClaimOutcome, Lease, RenewOutcome};
 use oncelake_client::Client;
@@ -259,7 +258,7 @@ impl PyRun {
     #[pyo3(signature = (ttl = None))]
     fn renew<'py>(&self, py: Python<'py>, ttl: Option<f64>) -> PyResult<Bound<'py, PyAny>> {
         let ttl = match ttl {
-            Some(s) => crate::store::seconds("ttl", s)?,
+            Some(s) => crate::backend::seconds("ttl", s)?,
             None => self.ttl,
         };
         // The run is taken out while the engine renews without the GIL: holding the state lock

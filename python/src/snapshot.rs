@@ -1,8 +1,8 @@
 //! `oncelake.Snapshot`: a consistent read-only view as of one seq (SPEC R7), and the reads the
 //! store's own `get`/`entry`/`ls`/`changes_since` make through a one-off view.
 
+use crate::backend::Remote;
 use crate::convert::{self, Py2};
-use crate::remote::Remote;
 use oncelake::Snapshot;
 use oncelake_client::{Client, SnapshotLease};
 use pyo3::exceptions::PyValueError;
@@ -37,13 +37,7 @@ struct ServedView {
 
 impl Drop for ServedView {
     fn drop(&mut self) {
-        // Best effort, and bounded: a server that is gone has no lease to close, and one that
-        // hangs must not hang the release (the lease's TTL closes it).
-        let client = self
-            .client
-            .clone()
-            .with_timeout(crate::remote::DROP_TIMEOUT);
-        let _ = client.snapshot_close(self.lease.id);
+        let _ = crate::backend::releasing(&self.client).snapshot_close(self.lease.id);
     }
 }
 
@@ -143,7 +137,7 @@ impl PySnapshot {
                 let found = py
                     .detach(|| s.client.snapshot_read_object(s.lease.id, unit, &mut bytes))
                     .py(py)?;
-                crate::remote::checked(py, found, &bytes)
+                crate::backend::checked(py, found, &bytes)
             }
         })
     }
@@ -186,7 +180,7 @@ impl PySnapshot {
     fn changes_since<'py>(&self, py: Python<'py>, seq: u64) -> PyResult<Bound<'py, PyList>> {
         self.with(|v| match v {
             View::Local(s, _) => changes_of(py, s, seq),
-            View::Served(s) => crate::remote::every_record(py, seq, |since, limit| {
+            View::Served(s) => crate::backend::every_record(py, seq, |since, limit| {
                 s.client.snapshot_changes(s.lease.id, since, limit)
             }),
         })

@@ -1,11 +1,12 @@
 //! `oncelake.Store`: an open store, as a context manager.
 
+use crate::backend::{self, seconds, with_store, Backend, Remote};
 use crate::convert::{self, engine_err, kw, make, o, Py2};
-use crate::data::{Data, PyStaged, StagedIn};
+use crate::data::{Data, Item, PyStaged, StagedIn};
 use crate::pipeline::PyPipeline;
-use crate::remote::{self, Remote};
+use crate::remote;
 use crate::run::PyRun;
-use crate::snapshot::{self, PySnapshot};
+use crate::snapshot::PySnapshot;
 use oncelake::reconcile::{Pairs, Plan, ReconcileError, ReconcileOptions, SortConfig};
 use oncelake::{Batch, ClaimOutcome, Durability, Options, RenewOutcome, UnitStore};
 use oncelake_client::{Client, ClientError};
@@ -14,16 +15,6 @@ use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList, PyTuple};
 use std::path::PathBuf;
 use std::sync::RwLock;
-use std::time::Duration;
-
-/// A duration in seconds from Python, checked.
-pub(crate) fn seconds(name: &str, s: f64) -> PyResult<Duration> {
-    Duration::try_from_secs_f64(s).map_err(|_| {
-        PyValueError::new_err(format!(
-            "{name} must be a non-negative number of seconds, got {s}"
-        ))
-    })
-}
 
 /// An oncelake store: exactly-once results per unit of work.
 ///
@@ -45,32 +36,6 @@ pub struct PyStore {
     path: PathBuf,
 }
 
-/// Where the calls go: the engine in this process, or the server that holds the store (R20).
-#[derive(Clone)]
-pub(crate) enum Backend {
-    Local(oncelake::Store),
-    Served(Client),
-}
-
-/// Runs `$body` with `$s` bound to the backend's `oncelake::UnitStore` (the engine's `Store` or
-/// the server's `Client`), the GIL released, and raises its error as the matching Python
-/// exception: an operation is written once over the trait. (A macro, not a generic function:
-/// the two stores' errors convert to Python differently, and a closure cannot be generic over
-/// the store it is given.)
-macro_rules! with_store {
-    ($backend:expr, $py:expr, |$s:ident| $body:expr) => {
-        match $backend {
-            $crate::store::Backend::Local($s) => $py
-                .detach(|| $body)
-                .map_err(|e| $crate::convert::engine_err($py, e)),
-            $crate::store::Backend::Served($s) => $py
-                .detach(|| $body)
-                .map_err(|e| $crate::remote::client_err($py, e)),
-        }
-    };
-}
-pub(crate) use with_store;
-
 impl PyStore {
     /// The open backend, or an error once closed.
     pub(crate) fn backend(&self) -> PyResult<Backend> {
@@ -83,17 +48,6 @@ impl PyStore {
             None => Err(PyValueError::new_err(format!(
                 "the store {} is closed; open it again with oncelake.Store(path)",
                 self.path.display()
-            ))),
-        }
-    }
-
-    /// The in-process engine store, for a call made after the served case was handled.
-    fn local(&self) -> PyResult<oncelake::Store> {
-        match self.backend()? {
-            Backend::Local(s) => Ok(s),
-            Backend::Served(c) => Err(pyo3::exceptions::PyRuntimeError::new_err(format!(
-                "internal error: an in-process call reached the store served at {}; please report it",
-                c.address()
             ))),
         }
     }
@@ -141,7 +95,7 @@ impl PyStore {
             .detach(|| open_backend(&path, options))
             .map_err(|e| match e {
                 Opened::Engine(e) => convert::engine_err(py, e),
-                Opened::Client(e) => remote::client_err(py, e),
+                Opened::Client(e) => backend::client_err(py, e),
             })?;
         Ok(PyStore {
             inner: RwLock::new(Some(backend)),
@@ -233,11 +187,7 @@ impl PyStore {
         data: &Bound<'py, PyAny>,
         token: Option<u64>,
     ) -> PyResult<Bound<'py, PyAny>> {
-        oncelake::validate_key(unit).py(py)?;
-        if let Some(c) = self.served()? {
-            return remote::put(py, &c, unit, version, Data::extract(data)?, token, false);
-        }
-        self.commit_one(py, unit, version, data, token, oncelake::Intent::Put)
+        self.commit_one(py, (unit, version, data, token), false)
     }
 
     /// Commits ``data`` as a deliberate correction of ``unit`` at ``version`` (revision + 1; the
@@ -249,11 +199,7 @@ impl PyStore {
         version: u64,
         data: &Bound<'py, PyAny>,
     ) -> PyResult<Bound<'py, PyAny>> {
-        oncelake::validate_key(unit).py(py)?;
-        if let Some(c) = self.served()? {
-            return remote::put(py, &c, unit, version, Data::extract(data)?, None, true);
-        }
-        self.commit_one(py, unit, version, data, None, oncelake::Intent::Correct)
+        self.commit_one(py, (unit, version, data, None), true)
     }
 
     /// Commits many units in one atomic commit.
@@ -350,7 +296,7 @@ impl PyStore {
         let ttl = seconds("ttl", ttl)?;
         match with_store!(&self.backend()?, py, |s| UnitStore::renew(s, &l, ttl))? {
             RenewOutcome::Renewed(new) => convert::lease(py, &new, false),
-            RenewOutcome::Lost { newest_token } => Err(lost(py, &l, newest_token)),
+            RenewOutcome::Lost { newest_token } => Err(backend::lost(py, &l, newest_token)),
         }
     }
 
@@ -401,12 +347,9 @@ impl PyStore {
 
     /// Whether ``unit`` is committed at ``version`` or newer.
     fn is_done(&self, py: Python<'_>, unit: &str, version: u64) -> PyResult<bool> {
-        if self.served()?.is_some() {
-            // The engine's rule (`Store::is_done`): committed at `version` or newer.
-            let c = self.lookup_committed(py, unit)?;
-            return Ok(c.is_some_and(|c| c.source_version >= version));
-        }
-        self.local()?.is_done(unit, version).py(py)
+        with_store!(&self.backend()?, py, |s| UnitStore::is_done(
+            s, unit, version
+        ))
     }
 
     /// A consistent read-only view as of the newest commit, or as of ``at`` (a seq within the kept
@@ -428,10 +371,10 @@ impl PyStore {
         unit: &str,
         at: Option<u64>,
     ) -> PyResult<Option<Bound<'py, PyAny>>> {
-        if let Some(c) = self.served()? {
-            return remote::entry(py, &c, unit, at);
+        match with_store!(&self.backend()?, py, |s| s.get_at(unit, at))? {
+            Some(e) => convert::entry(py, &e).map(Some),
+            None => Ok(None),
         }
-        snapshot::entry_of(py, &PySnapshot::take(py, &self.local()?, at)?, unit)
     }
 
     /// The unit's object bytes (now, or as of seq ``at``), or ``None``. For large objects read
@@ -443,10 +386,9 @@ impl PyStore {
         unit: &str,
         at: Option<u64>,
     ) -> PyResult<Option<Bound<'py, PyAny>>> {
-        if let Some(c) = self.served()? {
-            return remote::get(py, &c, unit, at);
-        }
-        snapshot::read_of(py, &PySnapshot::take(py, &self.local()?, at)?, unit)
+        let mut bytes = Vec::new();
+        let found = with_store!(&self.backend()?, py, |s| s.read_into(unit, at, &mut bytes))?;
+        backend::checked(py, found, &bytes)
     }
 
     /// The entries whose unit starts with ``prefix``, in key order (now, or as of seq ``at``).
@@ -457,27 +399,27 @@ impl PyStore {
         prefix: &str,
         at: Option<u64>,
     ) -> PyResult<Bound<'py, PyList>> {
-        if let Some(c) = self.served()? {
-            return remote::ls(py, &c, prefix, at);
-        }
-        snapshot::ls_of(py, &PySnapshot::take(py, &self.local()?, at)?, prefix)
+        let mut entries = Vec::new();
+        with_store!(&self.backend()?, py, |s| s.ls_at(prefix, at, &mut |e| {
+            entries.push(e);
+            true
+        }))?;
+        convert::entries(py, &entries)
     }
 
     /// The commit-log ``Record``s after ``seq``, oldest first (the change feed).
     fn changes_since<'py>(&self, py: Python<'py>, seq: u64) -> PyResult<Bound<'py, PyList>> {
-        if let Some(c) = self.served()? {
-            return remote::changes_since(py, &c, seq);
-        }
-        snapshot::changes_of(py, &PySnapshot::take(py, &self.local()?, None)?, seq)
+        let records = with_store!(&self.backend()?, py, |s| backend::every_page(
+            seq,
+            |since, limit| s.changes(since, limit)
+        ))?;
+        convert::records(py, &records)
     }
 
     /// The newest seq (0 for an empty log).
     #[getter]
     fn last_seq(&self, py: Python<'_>) -> PyResult<u64> {
-        match self.backend()? {
-            Backend::Local(store) => py.detach(|| store.last_seq()).py(py),
-            Backend::Served(c) => py.detach(|| c.last_seq()).py(py),
-        }
+        with_store!(&self.backend()?, py, |s| UnitStore::last_seq(s))
     }
 
     /// The shared lake this node is bound to, or ``None`` for a local store.
@@ -489,21 +431,12 @@ impl PyStore {
     /// A lake node: applies what other nodes committed to the lake since, so that what is read
     /// next sees it (read-after-write across nodes). A local store: nothing to do.
     fn sync(&self, py: Python<'_>) -> PyResult<()> {
-        match self.backend()? {
-            Backend::Local(store) => py.detach(|| store.sync()).py(py),
-            Backend::Served(_) => Err(PyValueError::new_err(
-                "sync through a server is not supported yet: the served node syncs before each \
-                 commit; run `oncelake sync` on the node when no server holds it",
-            )),
-        }
+        with_store!(&self.backend()?, py, |s| UnitStore::sync(s)).map(drop)
     }
 
     /// Makes everything acknowledged so far durable (useful with ``relaxed=``).
     fn flush(&self, py: Python<'_>) -> PyResult<()> {
-        match self.backend()? {
-            Backend::Local(store) => py.detach(|| store.flush()).py(py),
-            Backend::Served(c) => py.detach(|| c.flush()).py(py),
-        }
+        with_store!(&self.backend()?, py, |s| UnitStore::flush(s))
     }
 
     /// Plans what must be (re)processed, given the source's versions.
@@ -641,9 +574,6 @@ impl PyStore {
     }
 }
 
-/// A commit item from Python: unit, version, data, fencing token.
-pub(crate) type Item<'py> = (String, u64, Bound<'py, PyAny>, Option<u64>);
-
 /// The items of `Store.commit`, with their keys checked.
 fn commit_items<'py>(py: Python<'py>, items: &Bound<'py, PyAny>) -> PyResult<Vec<Item<'py>>> {
     let mut out = Vec::new();
@@ -706,39 +636,33 @@ impl PyStore {
         py: Python<'_>,
         unit: &str,
     ) -> PyResult<Option<oncelake::Committed>> {
-        match self.backend()? {
-            Backend::Local(s) => s.lookup(unit).py(py),
-            Backend::Served(c) => py.detach(|| c.lookup(unit)).py(py),
-        }
+        with_store!(&self.backend()?, py, |s| UnitStore::lookup(s, unit))
     }
 
+    /// `put` and `correct`: stages `data` and commits it as one unit, in-process or through the
+    /// server (a `Staged` of the store is committed by its handle).
     fn commit_one<'py>(
         &self,
         py: Python<'py>,
-        unit: &str,
-        version: u64,
-        data: &Bound<'py, PyAny>,
-        token: Option<u64>,
-        intent: oncelake::Intent,
+        (unit, version, data, token): (&str, u64, &Bound<'py, PyAny>, Option<u64>),
+        correct: bool,
     ) -> PyResult<Bound<'py, PyAny>> {
-        let store = self.local()?;
+        oncelake::validate_key(unit).py(py)?;
+        let store = match self.backend()? {
+            Backend::Local(store) => store,
+            Backend::Served(c) => {
+                return remote::put(py, &c, unit, version, Data::extract(data)?, token, correct)
+            }
+        };
+        let intent = if correct {
+            oncelake::Intent::Correct
+        } else {
+            oncelake::Intent::Put
+        };
         let staged = Data::extract(data)?.stage(py, &store)?;
         let batch = Batch::new().item(unit.to_string(), version, &staged, token, intent);
         let report = py.detach(|| store.commit(batch)).py(py)?;
         convert::outcome(py, &report.units[0], staged.meta())
-    }
-}
-
-/// The `Fenced` exception for a lease that was lost before a renewal.
-pub(crate) fn lost(py: Python<'_>, l: &oncelake::Lease, newest_token: u64) -> PyErr {
-    match kw(py, &[("unit", o(py, l.unit.as_str())), ("outcome", o(py, "fenced")), ("token", o(py, l.token)), ("newest_token", o(py, newest_token))]) {
-        Ok(f) => convert::error(
-            py,
-            "fenced",
-            format!("fenced: the lease on {} (token {}) was taken over or released (newest token {newest_token}); stop working on the unit", l.unit, l.token),
-            f,
-        ),
-        Err(e) => e,
     }
 }
 

@@ -4,6 +4,7 @@ model of what the lake must hold."""
 import pytest
 
 import oncelake
+from conftest import serving
 
 
 def entries(store):
@@ -55,3 +56,21 @@ def test_a_local_store_has_no_lake_and_sync_does_nothing(store):
     store.put("u", 1, b"x")
     store.sync()
     assert store.get("u") == b"x"
+
+
+def test_a_served_node_syncs_through_its_server(tmp_path):
+    """`sync()` on a node held by `oncelake serve` asks the server to apply what other nodes
+    committed, so what is read next through it sees that: the same answer as in-process."""
+    lake = f"file://{tmp_path / 'lake'}"
+    oncelake.Store(tmp_path / "served", lake=lake).close()
+    model = {}
+    with serving(tmp_path / "served"), oncelake.Store(tmp_path / "served") as s, \
+            oncelake.Store(tmp_path / "other", lake=lake) as other:
+        assert s.served_by is not None
+        for day in (1, 2):
+            c = other.put(f"sales/day={day}", 1, f"rows of day {day}".encode())
+            model[f"sales/day={day}"] = (1, c.object)
+            s.sync()
+            assert entries(s) == model == entries(other)
+            assert s.get(f"sales/day={day}") == f"rows of day {day}".encode()
+            assert s.last_seq == other.last_seq

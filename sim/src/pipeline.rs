@@ -14,10 +14,10 @@
 //! The initial completions are committed in bulk (the setup, not measured): the same bytes the
 //! stage functions give, under the same cell keys `Pipeline::complete` uses.
 
-use oncelake::pipeline::cell::source_key;
-use oncelake::pipeline::{CellState, Pipeline, PipelineDef, Wave, WorkOptions};
-use oncelake::{Batch, Durability, Error, ObjectId, Options, Result, Staged, Store};
-use std::collections::HashMap;
+use oncelake::pipeline::{
+    set_source_versions, CellState, Pipeline, PipelineDef, Wave, WorkOptions,
+};
+use oncelake::{CommitReport, Durability, Error, ObjectId, Options, Outcome, Result, Store};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -297,39 +297,37 @@ fn run_store(
 /// of units one commit for the sources and then one per stage, so each completion comes after
 /// the inputs it was computed from (as when a worker ran it).
 fn setup(store: &Store, p: &Pipeline, units: u64) -> Result<()> {
-    let mut staged: HashMap<Vec<u8>, Staged> = HashMap::new();
-    let mut stage = |bytes: &[u8]| -> Result<Staged> {
-        if let Some(s) = staged.get(bytes) {
-            return Ok(s.clone());
-        }
-        let s = store.stage_bytes(bytes)?;
-        staged.insert(bytes.to_vec(), s.clone());
-        Ok(s)
-    };
     let mut i = 0;
     while i < units {
         let end = (i + SETUP_BATCH as u64).min(units);
+        let keys: Vec<String> = (i..end).map(unit_key).collect();
         let mut bytes: Vec<Vec<u8>> = (i..end).map(|u| source(u % PAYLOADS, 0)).collect();
-        let mut batch = Batch::new().internal_for_testing();
-        for (u, b) in (i..end).zip(&bytes) {
-            batch = batch.put(source_key(&unit_key(u)), 1, &stage(b)?);
-        }
-        commit_all(store, batch)?;
+        all_committed(set_source_versions(store, &rows(&keys, &bytes))?)?;
         for s in STAGES {
-            let mut batch = Batch::new().internal_for_testing();
-            for (u, b) in (i..end).zip(bytes.iter_mut()) {
+            for b in bytes.iter_mut() {
                 *b = run_stage(s, b);
-                batch = batch.put(p.cell_key(&unit_key(u), s)?, 1, &stage(b)?);
             }
-            commit_all(store, batch)?;
+            all_committed(p.complete_cells(store, s, &rows(&keys, &bytes))?)?;
         }
         i = end;
     }
     Ok(())
 }
 
-fn commit_all(store: &Store, batch: Batch) -> Result<()> {
-    if store.commit(batch)?.applied() {
+/// Each unit at source version 1 with its bytes, as the bulk calls take them.
+fn rows<'a>(keys: &'a [String], bytes: &'a [Vec<u8>]) -> Vec<(&'a str, u64, &'a [u8])> {
+    keys.iter()
+        .zip(bytes)
+        .map(|(k, b)| (k.as_str(), 1, b.as_slice()))
+        .collect()
+}
+
+fn all_committed(report: CommitReport) -> Result<()> {
+    if report
+        .units
+        .iter()
+        .all(|u| matches!(u.outcome, Outcome::Committed { .. }))
+    {
         Ok(())
     } else {
         Err(Error::InvalidRequest(

@@ -139,16 +139,6 @@ impl Batch {
         self
     }
 
-    /// [`Batch::internal`] for tools outside the engine that build a store in bulk (the worked
-    /// example's pipeline mode writes its cells' rows this way, `oncelake-sim`). Not for programs:
-    /// such a batch may write the engine's own units, which nothing then checks against a
-    /// pipeline's rules.
-    #[cfg(feature = "testing")]
-    #[doc(hidden)]
-    pub fn internal_for_testing(self) -> Self {
-        self.internal()
-    }
-
     /// Switches to "apply what is acceptable" (SPEC R4 opt-in).
     pub fn partial(mut self) -> Self {
         self.atomicity = Atomicity::Partial;

@@ -387,14 +387,25 @@ pub fn set_source_versions(
     store: &Store,
     units: &[(&str, u64, &[u8])],
 ) -> Result<crate::commit::CommitReport> {
+    commit_rows(store, units, |unit| Ok(source_key(unit)))
+}
+
+/// Commits units' rows (unit, version, bytes) under the internal keys `key` makes of them, in one
+/// partial commit, staging identical bytes once: the bulk forms of a source version and of a
+/// completion.
+fn commit_rows(
+    store: &Store,
+    rows: &[(&str, u64, &[u8])],
+    key: impl Fn(&str) -> Result<String>,
+) -> Result<crate::commit::CommitReport> {
     let mut staged: HashMap<&[u8], crate::stage::Staged> = HashMap::new();
     let mut batch = Batch::new().internal().partial();
-    for &(unit, version, input) in units {
+    for &(unit, version, bytes) in rows {
         validate_pipeline_unit(unit)?;
-        if !staged.contains_key(input) {
-            staged.insert(input, store.stage_bytes(input)?);
+        if !staged.contains_key(bytes) {
+            staged.insert(bytes, store.stage_bytes(bytes)?);
         }
-        batch = batch.put(source_key(unit), version, &staged[input]);
+        batch = batch.put(key(unit)?, version, &staged[bytes]);
     }
     store.commit(batch)
 }
@@ -967,6 +978,31 @@ impl Pipeline {
             }
         }
         Ok(out)
+    }
+
+    /// Completes many cells of `stage` in one commit (per-unit outcomes, as
+    /// [`crate::Batch::partial`]): the bulk form of [`Pipeline::complete`] without a lease, for
+    /// outputs computed outside a worker (loading a pipeline's results, the worked example's
+    /// setup). `cells` are (unit, source version, output); the commit rules apply to each as to
+    /// a completion without a token (a live lease on the cell makes it busy). No cut-off is
+    /// counted: the bulk form has no previous run to compare with.
+    pub fn complete_cells(
+        &self,
+        store: &Store,
+        stage: &str,
+        cells: &[(&str, u64, &[u8])],
+    ) -> Result<crate::commit::CommitReport> {
+        let report = commit_rows(store, cells, |unit| self.cell_key(unit, stage))?;
+        let done = report
+            .units
+            .iter()
+            .filter(|u| matches!(u.outcome, Outcome::Committed { .. }))
+            .count();
+        add(
+            &store.core().metrics.c.pipeline_cells_completed,
+            done as u64,
+        );
+        Ok(report)
     }
 
     /// Counts (metric `pipeline_cells_cut_off`) the cells of `unit` that the commit of seq

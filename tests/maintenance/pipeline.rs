@@ -1025,3 +1025,71 @@ fn a_crash_while_recording_a_failure_never_tears_it() {
         assert!(n < 200, "the failure record never completed");
     }
 }
+
+/// The bulk completion: each listed cell is done with its output (against a model of what each
+/// cell holds), the cells downstream become ready, a cell another worker holds a live lease on is
+/// busy and stays running, and the completed count is what committed.
+#[test]
+fn complete_cells_completes_in_bulk_under_the_commit_rules() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = open(&dir);
+    let p = Pipeline::new(diamond(1));
+    let units = ["u1", "u2", "u3"];
+    let listing: Vec<(&str, u64, &[u8])> = units.iter().map(|u| (*u, 1, u.as_bytes())).collect();
+    assert!(pipeline::set_source_versions(&store, &listing)
+        .unwrap()
+        .applied());
+    // u3's cell of stage a is claimed by a worker whose lease is live.
+    let ready = p.ready(&store, usize::MAX).unwrap();
+    let u3a = ready
+        .iter()
+        .find(|c| c.unit == "u3" && c.stage == "a")
+        .unwrap();
+    assert!(matches!(
+        p.claim(&store, u3a, "w", Duration::from_secs(600)).unwrap(),
+        Claim::Granted { .. }
+    ));
+    let before = store.metrics().pipeline_cells_completed;
+    let outputs: Vec<Vec<u8>> = units
+        .iter()
+        .map(|u| format!("a of {u}").into_bytes())
+        .collect();
+    let cells: Vec<(&str, u64, &[u8])> = units
+        .iter()
+        .zip(&outputs)
+        .map(|(u, o)| (*u, 1, o.as_slice()))
+        .collect();
+    let report = p.complete_cells(&store, "a", &cells).unwrap();
+    let outcome: BTreeMap<&str, &str> = report
+        .units
+        .iter()
+        .map(|u| (u.unit.as_str(), u.outcome.name()))
+        .collect();
+    let model_outcome = BTreeMap::from([
+        (p.cell_key("u1", "a").unwrap(), "committed"),
+        (p.cell_key("u2", "a").unwrap(), "committed"),
+        (p.cell_key("u3", "a").unwrap(), "busy"),
+    ]);
+    let model_outcome: BTreeMap<&str, &str> = model_outcome
+        .iter()
+        .map(|(k, v)| (k.as_str(), *v))
+        .collect();
+    assert_eq!(outcome, model_outcome);
+    assert_eq!(store.metrics().pipeline_cells_completed - before, 2);
+    // What each unit's cells are now: a done with its output (or still running), b and c ready
+    // where a is done.
+    for (u, o) in units.iter().zip(&outputs) {
+        let e = p.explain(&store, u).unwrap();
+        let state = |stage: &str| &e.cells.iter().find(|c| c.stage == stage).unwrap().state;
+        match state("a") {
+            CellState::Done { object, .. } => {
+                assert_ne!(*u, "u3");
+                assert_eq!(*object, oncelake::ObjectId::of(o));
+            }
+            CellState::Running { worker, .. } => assert_eq!((*u, worker.as_str()), ("u3", "w")),
+            other => panic!("{u}: cell a is {other:?}"),
+        }
+        let downstream_ready = matches!(state("b"), CellState::Ready { .. });
+        assert_eq!(downstream_ready, *u != "u3", "{u}: {:?}", state("b"));
+    }
+}

@@ -1,11 +1,8 @@
 //! Maintenance commands: gc and verify (SPEC R14, R15, R17).
 
-use super::{
-    exit, open_store_to_read, parse_duration, print_json, CliError, Heartbeat, Open, Output,
-    Progress,
-};
+use super::{exit, parse_duration, print_json, CliError, Heartbeat, Open, Output, Progress};
 use oncelake::gc::{GcOptions, GcReport};
-use oncelake::verify::{ObjectProblem, Reclaimable, VerifyOptions, VerifyReport};
+use oncelake::verify::{ObjectProblem, Reclaimable, VerifyReport};
 use oncelake::UnitStore;
 use serde_json::json;
 use std::path::{Path, PathBuf};
@@ -169,11 +166,14 @@ fn gc_json(r: &GcReport) -> serde_json::Value {
     })
 }
 
-pub(crate) fn verify(a: VerifyArgs, wait: Duration) -> Result<u8, CliError> {
-    let store = open_store_to_read(&a.store, wait)?;
-    let options = VerifyOptions { deep: a.deep };
+pub(crate) fn verify<S: UnitStore>(a: &VerifyArgs, open: Open<S>) -> Result<u8, CliError>
+where
+    CliError: From<S::Error>,
+{
+    let store = open(&a.store)?;
+    // Objects checked, as the store (or its server) reports them.
     let progress = Progress::new("verify", "objects", None);
-    let report = store.verify_with_progress(options, &mut |done, total| {
+    let report = store.verify_with_progress(a.deep, &mut |done, total| {
         progress.set_total(total);
         progress.update(done);
     });

@@ -37,6 +37,7 @@ mod progress;
 mod reconcile_cmd;
 mod remote;
 mod serve;
+mod sim_args;
 mod sim_cmds;
 mod sim_nodes;
 mod sim_pipeline;
@@ -121,10 +122,10 @@ pub(crate) enum Command {
     Put(store_cmds::PutArgs),
     /// Bring a lake node up to date with its lake (every command on a node does this first).
     #[command(after_help = help::SYNC)]
-    Sync(store_cmds::SyncArgs),
+    Sync(store_cmds::NodeArgs),
     /// Write a checkpoint of a lake node into its lake, so new nodes start from it.
     #[command(after_help = help::CHECKPOINT)]
-    Checkpoint(store_cmds::CheckpointArgs),
+    Checkpoint(store_cmds::NodeArgs),
     /// Write a unit's current object (or its object as of --at SEQ).
     #[command(after_help = help::GET)]
     Get(store_cmds::GetArgs),
@@ -142,7 +143,7 @@ pub(crate) enum Command {
     Pipeline(pipeline_cmds::PipelineArgs),
     /// Run the worked example: workers, overlapping units, optional crashes; print what it measured.
     #[command(after_help = help::SIMULATE)]
-    Simulate(sim_cmds::SimulateArgs),
+    Simulate(sim_args::SimulateArgs),
     /// Show the store's metrics (table, --json or --prometheus).
     #[command(after_help = help::STATS)]
     Stats(sim_cmds::StatsArgs),
@@ -243,25 +244,21 @@ fn run(cli: Cli) -> Result<u8, CliError> {
     if let Some(done) = remote::route(&cli.command, wait) {
         return done;
     }
-    let result = match cli.command {
-        Command::Init(a) => store_cmds::init(a, wait),
-        Command::Put(a) => store_cmds::put(a, wait),
-        Command::Get(a) => store_cmds::get(a, wait),
-        Command::Sync(a) => store_cmds::sync(a, wait),
-        Command::Checkpoint(a) => store_cmds::checkpoint(a, wait),
-        Command::Ls(a) => store_cmds::ls(a, wait),
-        Command::Log(a) => store_cmds::log(a, wait),
-        Command::Gc(a) => maint_cmds::gc(&a, &|p| open_store(p, wait, false)),
-        Command::Verify(a) => maint_cmds::verify(a, wait),
-        Command::Pipeline(a) => pipeline_cmds::run(a, wait),
-        Command::Simulate(a) => sim_cmds::simulate_cmd(a),
-        Command::Stats(a) => sim_cmds::stats(a, wait),
-        Command::Claim(a) => sim_cmds::claim(&a, &|p| open_store(p, wait, false)),
-        Command::Release(a) => sim_cmds::release(&a, &|p| open_store(p, wait, false)),
-        Command::Reconcile(a) => reconcile_cmd::reconcile(a, wait),
-        Command::Bench(a) => bench_moved::run(a),
-        Command::Table(a) => table_cmds::run(a, wait),
-        Command::Serve(a) => serve::serve(a, wait),
+    let write = |p: &std::path::Path| open_store(p, wait, false);
+    let read = |p: &std::path::Path| open_store_to_read(p, wait);
+    let result = match on_store(&cli.command, &write, &read) {
+        Some(done) => done,
+        None => match cli.command {
+            Command::Init(a) => store_cmds::init(a, wait),
+            Command::Simulate(a) => sim_cmds::simulate_cmd(a),
+            Command::Stats(a) => sim_cmds::stats(a, wait),
+            Command::Reconcile(a) => reconcile_cmd::reconcile(a, wait),
+            Command::Bench(a) => bench_moved::run(a),
+            Command::Table(a) => table_cmds::run(a, wait),
+            Command::Serve(a) => serve::serve(a, wait),
+            // `on_store` ran every other command.
+            _ => unreachable!("invariant: on_store runs the commands written over UnitStore"),
+        },
     };
     match result {
         // The lock's holder is a server that started while this command waited (the wait stops
@@ -278,4 +275,29 @@ fn run(cli: Cli) -> Result<u8, CliError> {
         }
         other => other,
     }
+}
+
+/// Runs a command written once over the engine's `UnitStore` on the store its directory gives:
+/// `write` opens it for a command that may change it, `read` for one that only reads it (the
+/// store in this process, or for both the client of the server that holds it: `remote.rs`).
+/// `None` for the commands that are not written over the trait.
+fn on_store<S>(cmd: &Command, write: Open<S>, read: Open<S>) -> Option<Result<u8, CliError>>
+where
+    S: oncelake::UnitStore,
+    CliError: From<S::Error>,
+{
+    Some(match cmd {
+        Command::Put(a) => store_cmds::put(a, write),
+        Command::Get(a) => store_cmds::get(a, read),
+        Command::Sync(a) => store_cmds::sync(a, write),
+        Command::Checkpoint(a) => store_cmds::checkpoint(a, write),
+        Command::Ls(a) => store_cmds::ls(a, read),
+        Command::Log(a) => store_cmds::log(a, read),
+        Command::Gc(a) => maint_cmds::gc(a, write),
+        Command::Verify(a) => maint_cmds::verify(a, read),
+        Command::Claim(a) => sim_cmds::claim(a, write),
+        Command::Release(a) => sim_cmds::release(a, write),
+        Command::Pipeline(p) => pipeline_cmds::run_on(&p.command, write),
+        _ => return None,
+    })
 }

@@ -4,9 +4,7 @@
 //! (stored as `.pipeline/source/<unit>` entries); the definition comes from `--pipeline FILE`.
 
 use super::store_cmds::{outcome_code, outcome_json, refusal_text};
-use super::{
-    exit, open_input, open_store, parse_duration, print_json, rfc3339, CliError, Open, Output,
-};
+use super::{exit, open_input, parse_duration, print_json, rfc3339, CliError, Open, Output};
 use oncelake::pipeline::cell::validate_pipeline_unit;
 use oncelake::pipeline::{
     Attempt, CellState, CellView, Claim, Explain, FailOutcome, Pipeline, PipelineDef, ReadyCell,
@@ -187,10 +185,6 @@ pub(crate) struct ExplainArgs {
     /// One JSON object per cell.
     #[arg(long)]
     pub json: bool,
-}
-
-pub(crate) fn run(a: PipelineArgs, wait: Duration) -> Result<u8, CliError> {
-    run_on(&a.command, &|path| open_store(path, wait, false))
 }
 
 /// Runs a pipeline command on the store `open` gives for its directory: the store in this

@@ -1,19 +1,16 @@
 //! Commands through a server (SPEC R20): when a live `oncelake serve` holds the store, a command
-//! goes through it with the same output and exit codes as in-process — the same printers are
-//! called with the engine's own types, which the client rebuilds from the answers. A socket or
-//! address file left by a killed server answers nothing: the command then runs in-process.
+//! goes through it with the same output and exit codes as in-process. The commands written over
+//! the engine's `UnitStore` (`cli::on_store`) run on the server's client exactly as on the store
+//! in this process; `stats`, `reconcile` and `table` are served here, through the same printers.
+//! A socket or address file left by a killed server answers nothing: the command then runs
+//! in-process.
 
 use super::error::client_error;
-use super::output_file::{check_output_path, OutputFile};
 use super::pipeline_cmds::PipelineCommand;
-use super::progress::CountingReader;
 use super::sim_cmds::{print_prometheus, print_stats};
-use super::store_cmds::{
-    ls_shows_internal, no_entry, outcome_code, print_init, print_log, print_ls, print_ls_end,
-    print_put, print_wrote,
-};
+use super::store_cmds::print_init;
 use super::table_cmds::TableCommand;
-use super::{exit, open_input, write_out_bytes, CliError, Command, Output};
+use super::{exit, CliError, Command, Output};
 use oncelake_server::{Client, ClientError};
 use std::io::Write;
 use std::path::Path;
@@ -36,43 +33,13 @@ pub(crate) fn route(cmd: &Command, wait: Duration) -> Option<Result<u8, CliError
             return Some(Err(client_error(e)));
         }
     }
+    let served = |_: &Path| Ok(client.clone());
+    if let Some(done) = super::on_store(cmd, &served, &served) {
+        return Some(done);
+    }
     Some(match cmd {
         Command::Init(a) => Ok(init(a)),
-        Command::Sync(a) => client.sync().map_err(client_error).map(|(seq, lake)| {
-            super::store_cmds::print_sync(a.json, &a.store, lake, seq);
-            exit::OK
-        }),
-        Command::Checkpoint(a) => client.checkpoint().map_err(client_error).map(|(n, b, w)| {
-            super::store_cmds::print_checkpoint(a.json, &a.store, n, b, w);
-            exit::OK
-        }),
-        Command::Put(a) => put(&client, a),
-        Command::Get(a) => get(&client, a),
-        Command::Ls(a) => ls(&client, a),
-        Command::Log(a) => log(&client, a),
         Command::Stats(a) => stats(&client, a),
-        Command::Claim(a) => super::sim_cmds::claim(a, &|_| Ok(client.clone())),
-        Command::Release(a) => super::sim_cmds::release(a, &|_| Ok(client.clone())),
-        Command::Gc(a) => super::maint_cmds::gc(a, &|_| Ok(client.clone())),
-        Command::Verify(a) => {
-            // The same progress as in-process: objects checked, reported by the server.
-            let progress = super::Progress::new("verify", "objects", None);
-            let r = client.verify_with_progress(a.deep, &mut |done, total| {
-                progress.set_total(total);
-                progress.update(done);
-            });
-            progress.finish();
-            r
-        }
-        .map(|r| {
-            super::maint_cmds::print_verify(&Output::new(a.json), &r);
-            if r.is_ok() {
-                exit::OK
-            } else {
-                exit::VERIFY_PROBLEMS
-            }
-        })
-        .map_err(client_error),
         Command::Reconcile(a) => reconcile(&client, a),
         Command::Table(t) => match &t.command {
             TableCommand::Create(a) => table_create(&client, a),
@@ -80,7 +47,6 @@ pub(crate) fn route(cmd: &Command, wait: Duration) -> Option<Result<u8, CliError
             TableCommand::Publish(a) => table_publish(&client, a),
             TableCommand::Bench(_) => not_routed(store, &client),
         },
-        Command::Pipeline(p) => super::pipeline_cmds::run_on(&p.command, &|_| Ok(client.clone())),
         _ => not_routed(store, &client),
     })
 }
@@ -283,128 +249,6 @@ fn not_routed(store: &Path, client: &Client) -> Result<u8, CliError> {
     Err(CliError::Engine(oncelake::Error::Locked {
         path: store.to_path_buf(),
     }))
-}
-
-fn put(client: &Client, a: &super::store_cmds::PutArgs) -> Result<u8, CliError> {
-    oncelake::validate_user_key(&a.unit)?;
-    let input = open_input(&a.file)?;
-    // The same progress as in-process: bytes read from the input as they are sent.
-    let total = input
-        .as_ref()
-        .and_then(|f| f.metadata().ok())
-        .filter(|m| m.is_file())
-        .map(|m| m.len());
-    let progress = super::Progress::new("put", "bytes read", total);
-    let counted = |inner| CountingReader {
-        inner,
-        read: 0,
-        progress: &progress,
-    };
-    let sent = match input {
-        None => client.put_reader(
-            &a.unit,
-            a.version,
-            a.token,
-            a.correct,
-            counted(Box::new(std::io::stdin().lock()) as Box<dyn std::io::Read>),
-        ),
-        Some(f) => client.put_reader(&a.unit, a.version, a.token, a.correct, counted(Box::new(f))),
-    };
-    progress.finish();
-    let (u, meta) = sent.map_err(client_error)?;
-    print_put(&Output::new(a.json), &u, &meta, a.token);
-    Ok(outcome_code(&u.outcome))
-}
-
-fn get(client: &Client, a: &super::store_cmds::GetArgs) -> Result<u8, CliError> {
-    oncelake::validate_key(&a.unit)?;
-    let Some(path) = &a.output else {
-        // Held whole until its size and CRC32 are checked, as the in-process `get` holds it:
-        // a damaged object writes nothing to standard output, both ways.
-        let mut bytes = Vec::new();
-        return match client.read_object(&a.unit, a.at, &mut bytes) {
-            Ok(Some(_)) => {
-                // A closed pipe is not an error (as in-process).
-                let _ = write_out_bytes(&bytes);
-                Ok(exit::OK)
-            }
-            Ok(None) => Err(no_entry(a)),
-            Err(e) => Err(client_error(e)),
-        };
-    };
-    check_output_path(path)?;
-    let mut out = OutputFile::create(path)?;
-    if out.in_place() {
-        // A pipe's reader sees every byte at once: only a checked object goes in, as on
-        // standard output.
-        let mut bytes = Vec::new();
-        return match client.read_object(&a.unit, a.at, &mut bytes) {
-            Ok(Some(e)) => {
-                out.write_all(&bytes)?;
-                out.finish()?;
-                print_wrote(a, &e, path);
-                Ok(exit::OK)
-            }
-            Ok(None) => Err(no_entry(a)),
-            Err(e) => Err(client_error(e)),
-        };
-    }
-    // Streamed into the temporary file, which is removed unless the object arrived whole.
-    match client.read_object(&a.unit, a.at, out.file()) {
-        Ok(Some(e)) => {
-            out.finish()?;
-            print_wrote(a, &e, path);
-            Ok(exit::OK)
-        }
-        Ok(None) => Err(no_entry(a)),
-        Err(e) => Err(client_error(e)),
-    }
-}
-
-fn ls(client: &Client, a: &super::store_cmds::LsArgs) -> Result<u8, CliError> {
-    let out = Output::new(a.json);
-    let show_internal = ls_shows_internal(a);
-    let (mut n, mut hidden, mut open) = (0u64, 0u64, true);
-    let mut chunk = Vec::with_capacity(LS_CHUNK);
-    client
-        .ls(&a.prefix, a.at, |e| {
-            if !show_internal && oncelake::is_internal_key(&e.unit) {
-                hidden += 1;
-                return true;
-            }
-            n += 1;
-            chunk.push(e);
-            if chunk.len() == LS_CHUNK {
-                open = print_ls(&out, &chunk);
-                chunk.clear();
-            }
-            open
-        })
-        .map_err(client_error)?;
-    if open && print_ls(&out, &chunk) {
-        print_ls_end(&out, &a.prefix, n, hidden);
-    }
-    Ok(exit::OK)
-}
-
-/// Entries printed at a time (a closed pipe stops the listing within one chunk).
-const LS_CHUNK: usize = 1024;
-
-fn log(client: &Client, a: &super::store_cmds::LogArgs) -> Result<u8, CliError> {
-    let out = Output::new(a.json);
-    let mut since = a.since;
-    loop {
-        let (records, _) = client
-            .changes_since(since, Duration::ZERO, 10_000)
-            .map_err(client_error)?;
-        let Some(last) = records.last().map(|r| r.seq) else {
-            return Ok(exit::OK);
-        };
-        if !print_log(&out, &records) {
-            return Ok(exit::OK);
-        }
-        since = last;
-    }
 }
 
 /// `reconcile` through the server: the listing file (or standard input) is streamed as the

@@ -2,50 +2,19 @@
 //! binary on one shared lake (R23), and the hidden node mode those processes run.
 
 use super::output::thousands;
+use super::sim_args::{LakeArg, SimulateArgs};
 use super::{exit, print_json, CliError};
 use oncelake_sim::lake_env::{LakeChoice, LakeEnv};
 use oncelake_sim::nodes::{run_node as node_share, simulate_nodes, workers_of, NodeShare};
 use oncelake_sim::nodes::{NodeFigures, NodesReport};
 use oncelake_sim::{SimConfig, SimMode};
 use serde_json::json;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
-
-/// Where `simulate --nodes` keeps the lake.
-#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum LakeArg {
-    /// AWS_ENDPOINT_URL if set, else a temporary SeaweedFS if `weed` is found, else a directory.
-    Auto,
-    /// The S3 endpoint of the AWS_* environment variables (a fresh prefix in the bucket
-    /// ONCELAKE_S3_BUCKET, default `lake`).
-    S3,
-    /// A temporary `weed mini` (ONCELAKE_WEED or PATH).
-    Weed,
-    /// A shared directory (file://).
-    File,
-}
-
-/// What the run across nodes and a node process take from `simulate`'s arguments.
-pub(crate) struct NodeArgs {
-    pub workers: usize,
-    pub units: u64,
-    pub overlap: f64,
-    pub crash_rate: f64,
-    pub chunk: usize,
-    pub seed: u64,
-    pub json: bool,
-    pub lake: LakeArg,
-    pub nodes: Option<usize>,
-    pub node_lake: Option<String>,
-    pub node_index: Option<usize>,
-    pub store: Option<PathBuf>,
-    /// `None`: both modes.
-    pub mode: Option<SimMode>,
-}
 
 /// The run across nodes: each mode on a lake of its own, node directories under `root`.
 pub(crate) fn run(
-    a: &NodeArgs,
+    a: &SimulateArgs,
     modes: &[SimMode],
     nodes: usize,
     root: &Path,
@@ -72,15 +41,7 @@ pub(crate) fn run(
         .map_err(|e| CliError::Usage(format!("cannot find this program to start nodes: {e}")))?;
     let mut all_ok = true;
     for &mode in modes {
-        let cfg = SimConfig {
-            workers: a.workers,
-            units: a.units,
-            overlap: a.overlap,
-            mode,
-            seed: a.seed,
-            chunk: a.chunk,
-            ..SimConfig::new(root.join(mode.name()))
-        };
+        let cfg = a.config(mode, root.join(mode.name()));
         let url = lake.url(mode.name());
         if !a.json {
             eprintln!(
@@ -104,7 +65,7 @@ pub(crate) fn run(
 /// The command that runs node `i` of `n`.
 fn node_command(
     exe: &Path,
-    a: &NodeArgs,
+    a: &SimulateArgs,
     cfg: &SimConfig,
     lake: &LakeEnv,
     url: &str,
@@ -128,7 +89,7 @@ fn node_command(
 }
 
 /// The hidden node mode: one node process's share, its figures on standard output.
-pub(crate) fn run_node(a: &NodeArgs) -> Result<u8, CliError> {
+pub(crate) fn run_node(a: &SimulateArgs) -> Result<u8, CliError> {
     let (Some(lake), Some(index), Some(nodes), Some(store)) =
         (&a.node_lake, a.node_index, a.nodes, &a.store)
     else {
@@ -136,24 +97,18 @@ pub(crate) fn run_node(a: &NodeArgs) -> Result<u8, CliError> {
             "a node process needs --node-lake, --node-index, --nodes and --store".into(),
         ));
     };
-    let Some(mode) = a.mode else {
+    let [mode] = a.modes() else {
         return Err(CliError::Usage(
             "a node process runs one mode: optimistic or coordinated".into(),
         ));
     };
     let cfg = SimConfig {
-        workers: a.workers,
-        units: a.units,
-        overlap: a.overlap,
-        mode,
-        seed: a.seed,
-        chunk: a.chunk,
         node: Some(NodeShare {
             lake: lake.clone(),
             index,
             nodes,
         }),
-        ..SimConfig::new(store)
+        ..a.config(*mode, store.clone())
     };
     let stdin = std::io::stdin();
     let stdout = std::io::stdout();

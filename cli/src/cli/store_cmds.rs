@@ -3,17 +3,20 @@
 use super::output_file::{check_output_path, OutputFile};
 use super::progress::CountingReader;
 use super::{
-    exit, open_input, open_node, open_store, open_store_to_read, print_json, rfc3339, stdout_open,
-    write_out_bytes, CliError, Output, Progress,
+    exit, open_input, open_node, open_store, print_json, rfc3339, stdout_open, write_out_bytes,
+    CliError, Open, Output, Progress,
 };
 use oncelake::log::{Record, RecordBody};
-use oncelake::{Batch, Entry, ObjectMeta, Outcome, Store, UnitOutcome};
+use oncelake::{Entry, ObjectMeta, Outcome, UnitOutcome, UnitStore};
 use serde_json::{json, Map, Value};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-/// How many entries or records a listing prints per call of its printer.
+/// How many entries a listing prints per call of its printer (a closed pipe stops it within one).
 const CHUNK: usize = 1024;
+
+/// How many log records `log` asks for at a time (one round trip through a server).
+const LOG_PAGE: usize = 10_000;
 
 #[derive(clap::Args, Debug)]
 pub(crate) struct InitArgs {
@@ -110,8 +113,9 @@ pub(crate) fn init(a: InitArgs, wait: Duration) -> Result<u8, CliError> {
     Ok(exit::OK)
 }
 
+/// Arguments of `oncelake sync` and `oncelake checkpoint`.
 #[derive(clap::Args, Debug)]
-pub(crate) struct SyncArgs {
+pub(crate) struct NodeArgs {
     /// The lake node.
     pub store: PathBuf,
     /// Print the result as a JSON line.
@@ -121,52 +125,39 @@ pub(crate) struct SyncArgs {
 
 /// `oncelake sync NODE`: applies every group other nodes committed to the lake (every command
 /// on a node does this first); prints the newest seq the node now reads.
-pub(crate) fn sync(a: SyncArgs, wait: Duration) -> Result<u8, CliError> {
-    let store = open_store(&a.store, wait, false)?;
-    store.sync()?;
-    print_sync(a.json, store.path(), store.lake_url(), store.last_seq()?);
-    Ok(exit::OK)
-}
-
-/// Prints the answer of `sync`, in-process or through the node's server.
-pub(crate) fn print_sync(json: bool, store: &Path, lake: Option<String>, seq: u64) {
-    if Output::new(json).json {
-        print_json(&json!({"store": store.display().to_string(), "lake": lake, "seq": seq}));
+pub(crate) fn sync<S: UnitStore>(a: &NodeArgs, open: Open<S>) -> Result<u8, CliError>
+where
+    CliError: From<S::Error>,
+{
+    let (seq, lake) = open(&a.store)?.sync()?;
+    let store = a.store.display();
+    if a.json {
+        print_json(&json!({"store": store.to_string(), "lake": lake, "seq": seq}));
     } else {
         match lake {
-            Some(url) => outln!("{} is in sync with {url} at seq {seq}", store.display()),
-            None => outln!(
-                "{} is a local store (not a lake node): nothing to sync, seq {seq}",
-                store.display()
-            ),
+            Some(url) => outln!("{store} is in sync with {url} at seq {seq}"),
+            None => {
+                outln!("{store} is a local store (not a lake node): nothing to sync, seq {seq}")
+            }
         }
     }
-}
-
-/// Arguments of `oncelake checkpoint`.
-#[derive(clap::Args, Debug)]
-pub(crate) struct CheckpointArgs {
-    /// The lake node.
-    pub store: PathBuf,
-    /// Print the result as a JSON line.
-    #[arg(long)]
-    pub json: bool,
+    Ok(exit::OK)
 }
 
 /// `oncelake checkpoint NODE`: writes a checkpoint of the node's replica into its lake (or
 /// checks the node against the one there), so new nodes start from it.
-pub(crate) fn checkpoint(a: CheckpointArgs, wait: Duration) -> Result<u8, CliError> {
-    let store = open_store(&a.store, wait, false)?;
-    let r = store.checkpoint()?;
-    print_checkpoint(a.json, store.path(), r.segment, r.bytes, r.written);
-    Ok(exit::OK)
-}
-
-/// Prints the answer of `checkpoint`, in-process or through the node's server.
-pub(crate) fn print_checkpoint(json: bool, store: &Path, segment: u64, bytes: u64, written: bool) {
-    if Output::new(json).json {
+pub(crate) fn checkpoint<S: UnitStore>(a: &NodeArgs, open: Open<S>) -> Result<u8, CliError>
+where
+    CliError: From<S::Error>,
+{
+    let oncelake::CheckpointReport {
+        segment,
+        bytes,
+        written,
+    } = open(&a.store)?.checkpoint()?;
+    if a.json {
         print_json(
-            &json!({"store": store.display().to_string(), "segment": segment,
+            &json!({"store": a.store.display().to_string(), "segment": segment,
             "bytes": bytes, "written": written}),
         );
     } else if segment == 0 {
@@ -178,6 +169,7 @@ pub(crate) fn print_checkpoint(json: bool, store: &Path, segment: u64, bytes: u6
             "the lake holds the checkpoint of segment {segment} already; this node agrees with it"
         );
     }
+    Ok(exit::OK)
 }
 
 /// Prints the result of `init`.
@@ -194,40 +186,38 @@ pub(crate) fn print_init(out: &Output, path: &Path, created: bool) {
     }
 }
 
-pub(crate) fn put(a: PutArgs, wait: Duration) -> Result<u8, CliError> {
+pub(crate) fn put<S: UnitStore>(a: &PutArgs, open: Open<S>) -> Result<u8, CliError>
+where
+    CliError: From<S::Error>,
+{
     oncelake::validate_user_key(&a.unit)?;
     // Before the store is opened: a refused input leaves the store's files untouched.
     let input = open_input(&a.file)?;
-    let store = open_store(&a.store, wait, false)?;
+    let store = open(&a.store)?;
     let total = input
         .as_ref()
         .and_then(|f| f.metadata().ok())
         .filter(|m| m.is_file())
         .map(|m| m.len());
     let progress = Progress::new("put", "bytes read", total);
-    let staged = match input {
-        None => store.stage_reader(CountingReader {
-            inner: std::io::stdin().lock(),
-            read: 0,
-            progress: &progress,
-        }),
-        Some(file) => store.stage_reader(CountingReader {
-            inner: file,
-            read: 0,
-            progress: &progress,
-        }),
+    let mut counted = CountingReader {
+        inner: match input {
+            None => Box::new(std::io::stdin().lock()) as Box<dyn std::io::Read>,
+            Some(file) => Box::new(file),
+        },
+        read: 0,
+        progress: &progress,
     };
+    let to = oncelake::PutTo {
+        unit: &a.unit,
+        source_version: a.version,
+        token: a.token,
+        correct: a.correct,
+    };
+    let sent = store.put_stream(to, &mut counted);
     progress.finish();
-    let staged = staged?;
-    let intent = if a.correct {
-        oncelake::Intent::Correct
-    } else {
-        oncelake::Intent::Put
-    };
-    let report =
-        store.commit(Batch::new().item(a.unit.clone(), a.version, &staged, a.token, intent))?;
-    let u = &report.units[0];
-    print_put(&Output::new(a.json), u, &staged.meta(), a.token);
+    let (u, meta) = sent?;
+    print_put(&Output::new(a.json), &u, &meta, a.token);
     Ok(outcome_code(&u.outcome))
 }
 
@@ -322,72 +312,68 @@ pub(crate) fn outcome_json(u: &UnitOutcome, token: Option<u64>) -> Map<String, V
         m.insert(k.into(), Value::Null);
     }
     m.insert("token".into(), json!(token));
-    match u.outcome {
+    let facts = match u.outcome {
         Outcome::Committed {
             revision,
             superseded,
             ..
-        } => {
-            m.insert("revision".into(), json!(revision));
-            m.insert("superseded_version".into(), json!(superseded));
-        }
+        } => json!({"revision": revision, "superseded_version": superseded}),
         Outcome::Conflict { winner_seq, winner } => {
-            m.insert("winner_seq".into(), json!(winner_seq));
-            m.insert("winner_object".into(), json!(winner.to_hex()));
+            json!({"winner_seq": winner_seq, "winner_object": winner.to_hex()})
         }
-        Outcome::Stale { current_version } => {
-            m.insert("current_version".into(), json!(current_version));
-        }
+        Outcome::Stale { current_version } => json!({"current_version": current_version}),
         Outcome::Fenced {
             token,
             newest_token,
-        } => {
-            m.insert("token".into(), json!(token));
-            m.insert("newest_token".into(), json!(newest_token));
-            m.insert(
-                "reason".into(),
-                json!(oncelake::FenceReason::of(token, newest_token).to_string()),
-            );
-        }
+        } => json!({"token": token, "newest_token": newest_token,
+            "reason": oncelake::FenceReason::of(token, newest_token).to_string()}),
         Outcome::Busy { expires_at_ms } => {
-            m.insert("holder".into(), json!(u.holder));
-            m.insert("expires_at_ms".into(), json!(expires_at_ms));
+            json!({"holder": u.holder, "expires_at_ms": expires_at_ms})
         }
-        Outcome::Duplicate { .. } | Outcome::Aborted => {}
+        Outcome::Duplicate { .. } | Outcome::Aborted => json!({}),
+    };
+    if let Value::Object(facts) = facts {
+        m.extend(facts);
     }
     m
 }
 
-fn snapshot(store: &Store, at: Option<u64>) -> Result<oncelake::Snapshot, CliError> {
-    Ok(match at {
-        Some(seq) => store.snapshot_at(seq)?,
-        None => store.snapshot()?,
-    })
-}
-
-pub(crate) fn get(a: GetArgs, wait: Duration) -> Result<u8, CliError> {
+pub(crate) fn get<S: UnitStore>(a: &GetArgs, open: Open<S>) -> Result<u8, CliError>
+where
+    CliError: From<S::Error>,
+{
     oncelake::validate_key(&a.unit)?;
     if let Some(path) = &a.output {
         check_output_path(path)?;
     }
-    let store = open_store_to_read(&a.store, wait)?;
-    let snap = snapshot(&store, a.at)?;
-    let Some(entry) = snap.get(&a.unit)? else {
-        return Err(no_entry(&a));
+    let store = open(&a.store)?;
+    let Some(path) = &a.output else {
+        // Held whole until its size and CRC32 are checked: a damaged object writes nothing to
+        // standard output.
+        let mut bytes = Vec::new();
+        store
+            .read_into(&a.unit, a.at, &mut bytes)?
+            .ok_or_else(|| no_entry(a))?;
+        // A closed pipe (`| head -c 10`) is not an error; other failures are reported at exit.
+        let _ = write_out_bytes(&bytes);
+        return Ok(exit::OK);
     };
-    let bytes = snap.read_object(&entry)?;
-    match &a.output {
-        Some(path) => {
-            let mut out = OutputFile::create(path)?;
+    let mut out = OutputFile::create(path)?;
+    let entry = if out.in_place() {
+        // A pipe's reader sees every byte at once: only a checked object goes in.
+        let mut bytes = Vec::new();
+        let entry = store.read_into(&a.unit, a.at, &mut bytes)?;
+        if entry.is_some() {
             out.write_all(&bytes)?;
-            out.finish()?;
-            print_wrote(&a, &entry, path);
         }
-        None => {
-            // A closed pipe (`| head -c 10`) is not an error; other failures are reported at exit.
-            let _ = write_out_bytes(&bytes);
-        }
-    }
+        entry
+    } else {
+        // Into the temporary file, which is removed unless the object arrived whole.
+        store.read_into(&a.unit, a.at, out.file())?
+    };
+    let entry = entry.ok_or_else(|| no_entry(a))?;
+    out.finish()?;
+    print_wrote(a, &entry, path);
     Ok(exit::OK)
 }
 
@@ -419,48 +405,51 @@ pub(crate) fn no_entry(a: &GetArgs) -> CliError {
 /// An entry's JSON object: `unit, source_version, revision, object, size, crc32, seq,
 /// committed_at_ms`.
 pub(crate) fn entry_json(e: &Entry) -> Map<String, Value> {
-    let v = json!({
-        "unit": e.unit,
-        "source_version": e.source_version,
-        "revision": e.revision,
-        "object": e.object.id.to_hex(),
-        "size": e.object.size,
-        "crc32": format!("{:08x}", e.object.crc32),
-        "seq": e.seq,
-        "committed_at_ms": e.committed_at_ms,
-    });
-    match v {
-        Value::Object(m) => m,
-        _ => unreachable!("invariant: json! of an object literal is an object"),
-    }
+    let mut m = unit_json(&e.unit, e.source_version, e.revision, &e.object);
+    m.insert("seq".into(), json!(e.seq));
+    m.insert("committed_at_ms".into(), json!(e.committed_at_ms));
+    m
 }
 
-pub(crate) fn ls(a: LsArgs, wait: Duration) -> Result<u8, CliError> {
-    let store = open_store_to_read(&a.store, wait)?;
-    let snap = snapshot(&store, a.at)?;
+/// What an entry and a log record's entry say of their unit: `unit, source_version, revision,
+/// object, size, crc32`.
+fn unit_json(unit: &str, source_version: u64, revision: u32, o: &ObjectMeta) -> Map<String, Value> {
+    let mut m = Map::new();
+    m.insert("unit".into(), json!(unit));
+    m.insert("source_version".into(), json!(source_version));
+    m.insert("revision".into(), json!(revision));
+    m.insert("object".into(), json!(o.id.to_hex()));
+    m.insert("size".into(), json!(o.size));
+    m.insert("crc32".into(), json!(format!("{:08x}", o.crc32)));
+    m
+}
+
+pub(crate) fn ls<S: UnitStore>(a: &LsArgs, open: Open<S>) -> Result<u8, CliError>
+where
+    CliError: From<S::Error>,
+{
+    let store = open(&a.store)?;
     let out = Output::new(a.json);
-    let show_internal = ls_shows_internal(&a);
-    let (mut n, mut hidden) = (0u64, 0u64);
+    let show_internal = ls_shows_internal(a);
+    let (mut n, mut hidden, mut open) = (0u64, 0u64, true);
     let mut chunk = Vec::with_capacity(CHUNK);
-    for e in snap.prefix(&a.prefix)? {
-        let e = e?;
+    store.ls_at(&a.prefix, a.at, &mut |e| {
         if !show_internal && oncelake::is_internal_key(&e.unit) {
             hidden += 1;
-            continue;
+            return true;
         }
         n += 1;
         chunk.push(e);
         if chunk.len() == CHUNK {
-            if !print_ls(&out, &chunk) {
-                return Ok(exit::OK); // a closed pipe (`| head`) is not an error
-            }
+            // A closed pipe (`| head`) stops the listing; it is not an error.
+            open = print_ls(&out, &chunk);
             chunk.clear();
         }
+        open
+    })?;
+    if open && print_ls(&out, &chunk) {
+        print_ls_end(&out, &a.prefix, n, hidden);
     }
-    if !print_ls(&out, &chunk) {
-        return Ok(exit::OK);
-    }
-    print_ls_end(&out, &a.prefix, n, hidden);
     Ok(exit::OK)
 }
 
@@ -515,22 +504,23 @@ pub(crate) fn print_ls(out: &Output, entries: &[Entry]) -> bool {
     stdout_open()
 }
 
-pub(crate) fn log(a: LogArgs, wait: Duration) -> Result<u8, CliError> {
-    let store = open_store_to_read(&a.store, wait)?;
-    let snap = store.snapshot()?;
+pub(crate) fn log<S: UnitStore>(a: &LogArgs, open: Open<S>) -> Result<u8, CliError>
+where
+    CliError: From<S::Error>,
+{
+    let store = open(&a.store)?;
     let out = Output::new(a.json);
-    let mut chunk = Vec::with_capacity(CHUNK);
-    for rec in snap.changes_since(a.since)? {
-        chunk.push(rec?);
-        if chunk.len() == CHUNK {
-            if !print_log(&out, &chunk) {
-                return Ok(exit::OK);
-            }
-            chunk.clear();
+    let mut since = a.since;
+    loop {
+        let records = store.changes(since, LOG_PAGE)?;
+        let Some(last) = records.last().map(|r| r.seq) else {
+            return Ok(exit::OK);
+        };
+        if !print_log(&out, &records) {
+            return Ok(exit::OK);
         }
+        since = last;
     }
-    print_log(&out, &chunk);
-    Ok(exit::OK)
 }
 
 /// Prints commit-log records, one per line; false once standard output is closed.
@@ -564,15 +554,9 @@ pub(crate) fn record_json(rec: &Record) -> Value {
             v["entries"] = entries
                 .iter()
                 .map(|e| {
-                    json!({
-                        "unit": e.unit,
-                        "source_version": e.source_version,
-                        "revision": e.revision,
-                        "object": e.object.id.to_hex(),
-                        "size": e.object.size,
-                        "crc32": format!("{:08x}", e.object.crc32),
-                        "token": e.token,
-                    })
+                    let mut m = unit_json(&e.unit, e.source_version, e.revision, &e.object);
+                    m.insert("token".into(), json!(e.token));
+                    Value::Object(m)
                 })
                 .collect();
         }
