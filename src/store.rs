@@ -82,6 +82,25 @@ impl Drop for Inner {
 }
 
 /// An open store. Cheap to clone; share it between threads.
+///
+/// # Its methods, by job
+///
+/// | job | methods |
+/// |---|---|
+/// | open and identify | [`Store::open`], [`Store::open_with`], [`Store::open_read_only`], [`Store::created`], [`Store::path`], [`Store::store_id`], [`Store::open_report`] |
+/// | stage an object | [`Store::stage_bytes`], [`Store::stage_reader`], [`Store::stage_file`] |
+/// | commit | [`Store::commit`] (a [`Batch`]), [`Store::submit`] (many in flight from one thread), [`Store::put`] and [`Store::correct`] (one unit), [`Store::write_each`] / [`Store::write_each_then`] (many independent writes) |
+/// | ask what is done | [`Store::lookup`], [`Store::lookup_many`], [`Store::is_done`], [`Store::last_seq`] |
+/// | do work exactly once | [`Store::run_once`], [`Store::run_once_many`], [`Store::run_optimistic`], [`Store::run_optimistic_many`], [`Store::begin_run`]; pipelines: [`crate::pipeline`] |
+/// | claims and fencing | [`Store::claim`], [`Store::claim_many`], [`Store::renew`], [`Store::release`] |
+/// | read | [`Store::get`], [`Store::snapshot`], [`Store::snapshot_at`] (time travel), [`Store::changes_since`] (the change feed), [`Store::object_path`] |
+/// | maintain | [`Store::gc`], [`Store::verify`], [`Store::verify_with_progress`], [`Store::check_invariants`], [`Store::flush`], [`Store::wait_applied`]; reconcile a listing: [`crate::reconcile`] |
+/// | publish tables | [`Store::create_table`], [`Store::tables`], [`Store::table`], [`Store::table_dir`], `Store::publish_table` / `publish_tables` (feature `tables`) |
+/// | a shared lake node | [`Store::sync`], [`Store::checkpoint`], [`Store::lake_url`], [`Store::lake_seeded_from`], [`Store::lake_sweep_plan`], [`Store::lake_sweep_delete`] |
+/// | health | [`Store::metrics`], [`Store::failure`], [`Store::backlog`], [`Store::has_applier_thread`] |
+///
+/// The same operations, for a store in this process or one a server holds, are the
+/// [`crate::UnitStore`] trait.
 #[derive(Clone)]
 pub struct Store {
     inner: Arc<Inner>,
