@@ -552,6 +552,25 @@ fn dropped_handles_and_store_neither_lose_nor_cut_a_submitted_commit() {
     }
 }
 
+/// A new store at `path` whose clock can be made to panic, the clock, and the time it reads.
+fn panicky_store(path: &std::path::Path) -> (Store, Arc<common::PanickyClock>, ManualClock) {
+    let manual = ManualClock::new(1_800_000_000_000);
+    let clock = common::PanickyClock::new(&manual);
+    let options = Options {
+        clock: clock.clone(),
+        ..Options::default()
+    };
+    (Store::open_with(path, options).unwrap(), clock, manual)
+}
+
+/// Whether an answer tells of a leader's panic (the round's, or the failed store's after it).
+fn learned_of_a_panic<T>(a: &Result<T>) -> bool {
+    matches!(
+        a,
+        Err(oncelake::Error::LeaderPanicked | oncelake::Error::Failed { .. })
+    )
+}
+
 /// A leader that panics (the caller's clock) answers every handle in flight — none waits
 /// forever (I10) — and after a reopen every batch answered as committed is there, and every
 /// batch is whole or absent.
@@ -559,16 +578,7 @@ fn dropped_handles_and_store_neither_lose_nor_cut_a_submitted_commit() {
 fn a_leader_panic_answers_every_submitted_handle() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("lake");
-    let manual = ManualClock::new(1_800_000_000_000);
-    let clock = common::PanickyClock::new(&manual);
-    let store = Store::open_with(
-        &path,
-        Options {
-            clock: clock.clone(),
-            ..Options::default()
-        },
-    )
-    .unwrap();
+    let (store, clock, manual) = panicky_store(&path);
     let staged = store.stage_bytes(b"rows").unwrap();
     let batch =
         |i: usize| (0..2).fold(Batch::new(), |b, k| b.put(format!("p/{i}/{k}"), 1, &staged));
@@ -588,10 +598,7 @@ fn a_leader_panic_answers_every_submitted_handle() {
     }
     assert!(clock.disarm(), "the armed clock reading never came");
     assert!(
-        answered.iter().any(|a| matches!(
-            a,
-            Err(oncelake::Error::LeaderPanicked | oncelake::Error::Failed { .. })
-        )),
+        answered.iter().any(learned_of_a_panic),
         "no handle learned of the panic: {answered:?}"
     );
     drop((staged, store));
@@ -726,16 +733,7 @@ fn writes_submitted_with_a_function_are_each_answered_once_by_the_rules() {
 #[test]
 fn a_panicking_leader_or_function_leaves_no_submitted_write_unanswered() {
     let dir = tempfile::tempdir().unwrap();
-    let manual = ManualClock::new(1_800_000_000_000);
-    let clock = common::PanickyClock::new(&manual);
-    let store = Store::open_with(
-        dir.path().join("lake"),
-        Options {
-            clock: clock.clone(),
-            ..Options::default()
-        },
-    )
-    .unwrap();
+    let (store, clock, _) = panicky_store(&dir.path().join("lake"));
     let staged = store.stage_bytes(b"rows").unwrap();
     let (tx, rx) = std::sync::mpsc::channel();
     let submit = |i: usize| {
@@ -758,10 +756,7 @@ fn a_panicking_leader_or_function_leaves_no_submitted_write_unanswered() {
     let got = answers_of(&rx, queued);
     assert!(clock.disarm(), "the armed clock reading never came");
     assert!(
-        got.values().any(|a| matches!(
-            a,
-            Err(oncelake::Error::LeaderPanicked | oncelake::Error::Failed { .. })
-        )),
+        got.values().any(learned_of_a_panic),
         "no write learned of the panic: {got:?}"
     );
     drop((staged, store));
