@@ -78,7 +78,7 @@ def test_handles_are_waited_from_other_threads_and_dropped_handles_still_commit(
 
 def test_through_a_server_submit_commits_at_the_call_and_answers_as_commit(served):
     with oncelake.Store(served) as store:
-        assert store.served_by() is not None
+        assert store.served_by is not None
         h = store.submit([("srv/a", 1, b"a"), ("srv/b", 1, b"b")])
         assert h.done()
         assert [type(o) for o in h.wait()] == [oncelake.Committed, oncelake.Committed]

@@ -457,9 +457,7 @@ fn model_decides(
 fn submitted_commits_are_answered_by_the_rules_and_the_store_ends_as_the_model() {
     let dir = tempfile::tempdir().unwrap();
     let store = Store::open(dir.path().join("lake")).unwrap();
-    let objects: Vec<Staged> = (0..2)
-        .map(|i| store.stage_bytes(format!("object {i}").as_bytes()).unwrap())
-        .collect();
+    let objects = two_objects(&store);
     let mut model: BTreeMap<String, (u64, usize)> = BTreeMap::new();
     let mut rng = Rng(7);
     let mut seen = BTreeMap::<&str, usize>::new();
@@ -495,6 +493,13 @@ fn submitted_commits_are_answered_by_the_rules_and_the_store_ends_as_the_model()
         assert!(seen.contains_key(kind), "no {kind} outcome in {seen:?}");
     }
     assert_eq!(stored_versions(&store), model_versions(&model, &objects));
+}
+
+/// Two distinct objects staged in `store` (a model's object indexes 0 and 1).
+fn two_objects(store: &Store) -> Vec<Staged> {
+    (0..2)
+        .map(|i| store.stage_bytes(format!("object {i}").as_bytes()).unwrap())
+        .collect()
 }
 
 /// Every unit's current version and object in `store`.
@@ -646,9 +651,7 @@ fn answers_of(
 fn writes_submitted_with_a_function_are_each_answered_once_by_the_rules() {
     let dir = tempfile::tempdir().unwrap();
     let store = Store::open(dir.path().join("lake")).unwrap();
-    let objects: Vec<Staged> = (0..2)
-        .map(|i| store.stage_bytes(format!("object {i}").as_bytes()).unwrap())
-        .collect();
+    let objects = two_objects(&store);
     let (tx, rx) = std::sync::mpsc::channel();
     let mut model: BTreeMap<String, (u64, usize)> = BTreeMap::new();
     // Claimed units and the version claimed (a unit is claimed again at that version only).
