@@ -100,6 +100,8 @@ pub use lake::node::LAKE_FILE;
 pub use lake::timings::{lake_timings, LakeTimings};
 pub use metrics::MetricsSnapshot;
 pub use object::{ObjectId, ObjectMeta};
+#[cfg(feature = "testing")]
+pub use options::Floor;
 pub use replay::{replay, ReplayReport};
 pub use run::{Begin, Reader, Run, RunAnswers, RunError, RunOutcome, WorkOutput};
 pub use schema::manifest::Entry;

@@ -101,6 +101,22 @@ pub struct Options {
     /// [`Error::ReadOnly`]. For stores on read-only media. The store must exist, be of the
     /// current format and not need crash recovery.
     pub read_only: bool,
+    /// Benchmarks only: parts of the durable commit path switched off, to measure what the rest
+    /// costs (`oncelake-bench commit --floor`). Either switch breaks durability or reads, so it
+    /// exists only with the `testing` feature and is off by default.
+    #[cfg(feature = "testing")]
+    pub floor: Floor,
+}
+
+/// What [`Options::floor`] switches off (benchmarks only; see there).
+#[cfg(feature = "testing")]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Floor {
+    /// The backlog is dropped instead of applied to the B-trees: the tables never see a commit
+    /// of this opening (the write-ahead log alone carries them), so reads and a reopen are wrong.
+    pub skip_apply: bool,
+    /// The write-ahead append is committed without its sync: nothing acknowledged is durable.
+    pub skip_wal_sync: bool,
 }
 
 impl Default for Options {
@@ -121,6 +137,8 @@ impl Default for Options {
             read_only: false,
             lake: None,
             lake_checkpoint_every: 1_000,
+            #[cfg(feature = "testing")]
+            floor: Floor::default(),
         }
     }
 }

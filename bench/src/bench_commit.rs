@@ -117,20 +117,7 @@ pub struct Workload {
     pub tuning: Tuning,
 }
 
-/// Engine options a run may set instead of the defaults, to measure what they give.
-#[derive(Clone, Copy, Debug, Default)]
-pub struct Tuning {
-    /// `Options::backlog_bytes`.
-    pub backlog_bytes: Option<usize>,
-    /// `Options::apply_batch_bytes`.
-    pub apply_batch_bytes: Option<usize>,
-    /// `Options::cache_bytes` (redb's page cache).
-    pub cache_bytes: Option<usize>,
-    /// `Options::apply_min_bytes`.
-    pub apply_min_bytes: Option<usize>,
-    /// `Options::background_apply` (`None`: the engine's default, the store's applier thread).
-    pub background_apply: Option<bool>,
-}
+pub use crate::tuning::{Floor, Tuning};
 
 impl Workload {
     /// SPEC P1: 1,000,000 preloaded units, random keys, the engine's defaults.
@@ -143,6 +130,7 @@ impl Workload {
             cache_bytes: None,
             apply_min_bytes: None,
             background_apply: None,
+            floor: Floor::None,
         },
     };
 }
@@ -227,6 +215,9 @@ pub struct Measurement {
     /// CPU time of the whole process (user + system) from the writers' start until every unit
     /// was applied (oncelake: the drain included); `None` where /proc is not available.
     pub cpu: Option<Duration>,
+    /// The process's peak resident set over the same span (its high-water mark reset at the
+    /// start); `None` where /proc is not available.
+    pub peak_rss: Option<u64>,
 }
 
 impl Measurement {
@@ -319,6 +310,7 @@ impl Bench {
     pub fn run(&mut self, plan: Plan) -> Result<Measurement, String> {
         let keygen = &self.keygen;
         let cpu_before = crate::bench_fixtures::cpu_time();
+        let rss_reset = crate::bench_fixtures::reset_peak_rss();
         let mut m = match &self.target {
             Target::Oncelake { store, staged } => oncelake_commits(store, staged, keygen, plan)?,
             Target::Redb(db) => finish(
@@ -341,6 +333,9 @@ impl Bench {
         m.cpu = cpu_before
             .zip(crate::bench_fixtures::cpu_time())
             .map(|(b, a)| a.saturating_sub(b));
+        m.peak_rss = rss_reset
+            .then(crate::bench_fixtures::peak_rss_bytes)
+            .flatten();
         m.store_units_before = self.units;
         self.units += m.units;
         Ok(m)
@@ -435,6 +430,7 @@ fn finish(system: System, plan: Plan, mut t: Timings) -> Measurement {
         reads: None,
         store_units_before: 0,
         cpu: None,
+        peak_rss: None,
     }
 }
 
@@ -586,21 +582,7 @@ fn oncelake_preload(dir: &Path, w: Workload) -> Result<Target, String> {
     preload_oncelake_store(&path, w)?;
     // Reopen with the default (durable) options: the timed part measures them.
     let mut options = oncelake::Options::default();
-    if let Some(b) = w.tuning.backlog_bytes {
-        options.backlog_bytes = b;
-    }
-    if let Some(b) = w.tuning.apply_batch_bytes {
-        options.apply_batch_bytes = b;
-    }
-    if let Some(b) = w.tuning.cache_bytes {
-        options.cache_bytes = b;
-    }
-    if let Some(b) = w.tuning.background_apply {
-        options.background_apply = b;
-    }
-    if let Some(b) = w.tuning.apply_min_bytes {
-        options.apply_min_bytes = b;
-    }
+    w.tuning.set(&mut options)?;
     let store = oncelake::Store::open_with(&path, options).map_err(e)?;
     let staged = store.stage_bytes(b"bench output").map_err(e)?;
     Ok(Target::Oncelake { store, staged })

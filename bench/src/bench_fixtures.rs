@@ -290,6 +290,13 @@ pub fn peak_rss_bytes() -> Option<u64> {
     Some(kb * 1024)
 }
 
+/// Resets this process's peak resident set (VmHWM) to its current one, so that
+/// [`peak_rss_bytes`] tells the peak of what follows (Linux' `clear_refs`); `false` where that
+/// is not possible.
+pub fn reset_peak_rss() -> bool {
+    std::fs::write("/proc/self/clear_refs", "5").is_ok()
+}
+
 /// Pushes the CPU caches' contents out by writing one byte per cache line of `buf` (make it larger
 /// than the last-level cache), so the next measurement starts cold.
 pub fn evict_caches(buf: &mut [u8]) {

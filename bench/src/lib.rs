@@ -11,6 +11,7 @@ pub mod bench_stage;
 pub mod seed001;
 #[cfg(feature = "cli")]
 pub mod serve_load;
+pub mod tuning;
 #[cfg(feature = "cli")]
 pub mod via_server;
 mod writers;

@@ -6,7 +6,7 @@ most once with ``Store.run_once`` as a context manager. Outcomes are values (:cl
 :class:`Duplicate`); rejections are exceptions (see :mod:`oncelake.errors`).
 """
 
-from ._native import Cell, Pipeline, Run, Snapshot, Staged, Store, __version__
+from ._native import Cell, CommitHandle, Pipeline, Run, Snapshot, Staged, Store, __version__
 from ._types import (
     Committed,
     Duplicate,
@@ -49,6 +49,7 @@ __all__ = [
     "AlreadyDone",
     "Busy",
     "Cell",
+    "CommitHandle",
     "Committed",
     "Conflict",
     "Corrupt",

@@ -15,6 +15,14 @@ Data = Union[bytes, bytearray, memoryview, str, "os.PathLike[str]", BinaryIO, "S
 
 Outcome = Union[Committed, Duplicate]
 
+class CommitHandle:
+    """A commit in flight (``Store.submit``); dropping it does not cancel the commit."""
+
+    def wait(self, timeout: Optional[float] = None) -> List[Union[Committed, Duplicate, Rejected]]:
+        """What ``Store.commit`` returns (or raises); ``TimeoutError`` after ``timeout`` seconds."""
+    def done(self) -> bool:
+        """Whether the answer is there."""
+
 class Staged:
     """An object staged in a store and not yet committed (pass it to ``commit`` or ``run.output``)."""
 
@@ -58,6 +66,13 @@ class Store:
         partial: bool = False,
     ) -> List[Union[Committed, Duplicate, Rejected]]:
         """One atomic commit of many units; all or nothing unless ``partial``."""
+    def submit(
+        self,
+        items: Iterable[Union[Tuple[str, int, Data], Tuple[str, int, Data, Optional[int]]]],
+        *,
+        partial: bool = False,
+    ) -> "CommitHandle":
+        """``commit`` in flight: returns at once; the handle's ``wait()`` answers as ``commit``."""
     def claim(self, unit: str, version: int, *, worker: str, ttl: float) -> Lease:
         """Raises Busy or AlreadyDone."""
     def renew(self, lease: Lease, ttl: float) -> Lease:

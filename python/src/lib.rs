@@ -14,6 +14,7 @@ mod remote;
 mod run;
 mod snapshot;
 mod store;
+mod submit;
 
 use pyo3::prelude::*;
 
@@ -22,6 +23,7 @@ use pyo3::prelude::*;
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<store::PyStore>()?;
     m.add_class::<data::PyStaged>()?;
+    m.add_class::<submit::PyCommitHandle>()?;
     m.add_class::<run::PyRun>()?;
     m.add_class::<snapshot::PySnapshot>()?;
     m.add_class::<pipeline::PyPipeline>()?;

@@ -219,44 +219,39 @@ impl PyStore {
         let items = commit_items(py, items)?;
         let (report, metas) = match self.backend()? {
             Backend::Local(store) => {
-                let mut batch = Batch::new();
-                let mut metas = Vec::new();
-                for (unit, version, data, token) in items {
-                    let staged = Data::extract(&data)?.stage(py, &store)?;
-                    metas.push(staged.meta());
-                    batch = batch.item(unit, version, &staged, token, oncelake::Intent::Put);
-                }
-                if partial {
-                    batch = batch.partial();
-                }
+                let (batch, metas) = crate::submit::local_batch(py, &store, items, partial)?;
                 (py.detach(|| store.commit(batch)).py(py)?, metas)
             }
             Backend::Served(c) => remote::commit(py, &c, items, partial)?,
         };
-        let values = PyList::empty(py);
-        let mut first_rejection = None;
-        for (u, meta) in report.units.iter().zip(metas) {
-            match convert::outcome(py, u, meta) {
-                Ok(v) => values.append(v)?,
-                Err(e) => {
-                    let exc = e.value(py).clone().into_any();
-                    if first_rejection.is_none() && u.outcome != oncelake::Outcome::Aborted {
-                        first_rejection = Some(e);
-                    }
-                    values.append(exc)?;
-                }
+        crate::submit::outcomes(py, &report, metas, partial)
+    }
+
+    /// Submits ``items`` as ``commit`` would commit them and returns at once with a
+    /// ``CommitHandle``: ``wait()`` returns or raises what ``commit`` would have, ``done()``
+    /// tells whether the answer is there. One thread can so keep many commits in flight, and
+    /// those in flight together share a durable group. Commits in flight together are decided in
+    /// no promised order: wait for the first before submitting a second version of a unit.
+    /// Through a server the commit is made before ``submit`` returns.
+    #[pyo3(signature = (items, *, partial = false))]
+    fn submit(
+        &self,
+        py: Python<'_>,
+        items: &Bound<'_, PyAny>,
+        partial: bool,
+    ) -> PyResult<crate::submit::PyCommitHandle> {
+        use crate::submit::{local_batch, PyCommitHandle};
+        let items = commit_items(py, items)?;
+        Ok(match self.backend()? {
+            Backend::Local(store) => {
+                let (batch, metas) = local_batch(py, &store, items, partial)?;
+                PyCommitHandle::local(store.submit(batch).py(py)?, metas, partial)
             }
-        }
-        match first_rejection {
-            Some(e) if !partial => {
-                e.value(py).setattr("outcomes", &values)?;
-                e.value(py)
-                    .getattr("facts")?
-                    .set_item("outcomes", &values)?;
-                Err(e)
+            Backend::Served(c) => {
+                let (report, metas) = remote::commit(py, &c, items, partial)?;
+                PyCommitHandle::served(report, metas, partial)
             }
-            _ => Ok(values),
-        }
+        })
     }
 
     /// Claims ``unit`` to produce ``version`` for ``worker`` for ``ttl`` seconds (coordinator

@@ -1,119 +1,81 @@
-//! The server's committers: a few threads that take every write waiting at the moment they look
-//! — commits, claims, renewals, releases — and hand them to the engine as one request
-//! ([`oncelake::Store::write_each_then`]), so that writes from many connections share a durable
-//! group while no connection thread ever waits for one.
+//! The server's committers: every write of a connection — commit, claim, renewal, release — is
+//! handed to the engine's submission queue ([`oncelake::Store::submit_then`]), whose threads
+//! take every write waiting at the moment they look and commit them as one request, so that
+//! writes from many connections share a durable group while no connection thread, and no
+//! thread of the server's, waits for one.
 //!
 //! Why: a commit waits for a group's synced append (a millisecond or more). A connection thread
 //! that waited for it itself could serve no other connection meanwhile, so the server needed a
 //! thread per connection in flight, and every commit cost three wake-ups on the server (the
 //! request waking its thread, the engine parking and waking it, the answer) where an in-process
-//! writer costs one (BENCHMARKS.md, "Server"). Here a connection's task queues its batch and
-//! awaits the answer; a committer wakes once for however many batches are waiting, one engine
-//! wait carries them all, and each answer wakes its connection's task on the connection thread,
-//! which then writes many answers per wake-up.
+//! writer costs one (BENCHMARKS.md, "Server"). Here a connection's task queues its write and
+//! awaits the answer; a submission thread wakes once for however many writes are waiting, one
+//! engine wait carries them all, and each answer wakes its connection's task on the connection
+//! thread, which then writes many answers per wake-up.
 //!
-//! Several committers, because a committer whose group is answered goes on to help apply the
-//! backlog to the B-trees (as every writer does) before it takes the next batches: meanwhile
-//! the others gather and lead.
+//! Several submission threads (`--committers`), because one whose group is answered may go on
+//! to help apply the backlog to the B-trees before it takes the next writes: meanwhile the
+//! others gather and lead.
 
-use crate::workers::{Queue, Workers};
 use oncelake::{Store, Write, Written};
-use std::sync::Arc;
 
-/// Committer threads a server starts unless told otherwise.
+/// Submission threads a server starts unless told otherwise.
 pub const DEFAULT_COMMITTERS: usize = 4;
 
-/// One write waiting for a committer.
-struct Job {
-    write: Write,
-    reply: tokio::sync::oneshot::Sender<oncelake::Result<Written>>,
-}
-
-/// The committer threads of a server. Dropping it lets them finish every write queued by then
-/// and joins them.
+/// The committers of a server: its store's submission queue. Dropping it leaves the writes
+/// queued by then to the store, which answers every one of them before it closes.
 pub(crate) struct Committers {
-    workers: Workers<Job>,
+    /// Taken only by the drop.
+    store: Option<Store>,
 }
 
-/// The write was not answered: its committer panicked (whether it reached the disk is not
-/// known to the server).
+impl Drop for Committers {
+    fn drop(&mut self) {
+        // This may be the store's last handle, and closing a store (a lake node's runtime among
+        // it) must not happen on an async thread, where the server drops its state: close it
+        // on a thread of its own, and wait for that as for any close.
+        if let Some(store) = self.store.take() {
+            let _ = std::thread::Builder::new()
+                .name("oncelake-close".into())
+                .spawn(move || drop(store))
+                .map(|t| t.join());
+        }
+    }
+}
+
+/// The write was not answered: the store's submission thread went away without answering
+/// (whether it reached the disk is not known to the server).
 #[derive(Debug)]
 pub(crate) struct Unanswered;
 
 impl Committers {
-    /// Starts `n` (at least one) committers on `store`.
+    /// Starts `n` (at least one) submission threads on `store`.
     pub(crate) fn start(store: &Store, n: usize) -> std::io::Result<Committers> {
-        let store = store.clone();
-        let workers = Workers::start(n, "oncelake-commit", None, move |q: &Queue<Job>| {
-            run(q, &store)
-        })?;
-        Ok(Committers { workers })
+        store
+            .start_submit_threads(n)
+            .map_err(|e| std::io::Error::other(e.to_string()))?;
+        Ok(Committers {
+            store: Some(store.clone()),
+        })
     }
 
-    /// Queues `write` for the next committer that looks and waits for its answer.
+    /// Queues `write` for the store's submission threads and waits for its answer.
     pub(crate) async fn write(
         &self,
         write: Write,
     ) -> Result<oncelake::Result<Written>, Unanswered> {
+        let Some(store) = &self.store else {
+            unreachable!("invariant: only the drop takes the store");
+        };
         let (reply, answer) = tokio::sync::oneshot::channel();
-        let queue = self.workers.queue();
-        let queued = queue.push(Job { write, reply });
-        // On a connection thread, more requests of the same burst may be about to queue
-        // writes: the committer is woken by a task spawned behind them (it runs once the
-        // thread has polled every task ready now), or at once when a group's worth is waiting.
-        // Elsewhere at once.
-        let deferred = queued < WAKE_AT
-            && crate::conns::on_connection_thread()
-            && DEFERRED.with(|d| {
-                let mut d = d.borrow_mut();
-                match &*d {
-                    Some(q) => Arc::ptr_eq(q, queue),
-                    None => {
-                        *d = Some(queue.clone());
-                        tokio::spawn(async { wake_for_queued() });
-                        true
-                    }
-                }
-            });
-        if !deferred {
-            queue.wake_one();
+        let queued = store.submit_then(write, move |a| {
+            // A task that went away (its client disconnected) no longer wants it.
+            let _ = reply.send(a);
+        });
+        if let Err(e) = queued {
+            return Ok(Err(e));
         }
         answer.await.map_err(|_| Unanswered)
-    }
-}
-
-/// Writes waiting at which a committer is woken even while a connection thread still reads
-/// requests: about what one group of the P1/P7 load holds.
-const WAKE_AT: usize = 32;
-
-thread_local! {
-    /// On a connection thread: the committers it queued writes for without waking one.
-    static DEFERRED: std::cell::RefCell<Option<Arc<Queue<Job>>>> = const { std::cell::RefCell::new(None) };
-}
-
-/// Wakes a committer for the writes this thread queued without waking one.
-fn wake_for_queued() {
-    if let Some(queue) = DEFERRED.with(|d| d.borrow_mut().take()) {
-        queue.wake_one();
-    }
-}
-
-/// A committer: take everything waiting, commit it as one request, answer, repeat; exit once
-/// stopping and nothing waits.
-fn run(queue: &Queue<Job>, store: &Store) {
-    while let Some(jobs) = queue.take(usize::MAX) {
-        let (writes, replies): (Vec<Write>, Vec<_>) =
-            jobs.into_iter().map(|j| (j.write, j.reply)).unzip();
-        // A panic drops the replies unanswered (their tasks answer "did not finish"); the
-        // committer lives on, as the engine's queue does after a leader's panic.
-        let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            store.write_each_then(writes, move |answers| {
-                for (reply, answer) in replies.into_iter().zip(answers) {
-                    // A task that went away (its client disconnected) no longer wants it.
-                    let _ = reply.send(answer);
-                }
-            })
-        }));
     }
 }
 

@@ -237,7 +237,7 @@ pub(super) fn write_group(inner: &Core, ops: Vec<Op>) -> Result<GroupResult> {
         (Path::Logged, Some(wal)) if pending.len() <= MAX_RECORD => {
             // Readers look the group's keys up in the backlog's index from its push on.
             pending.parse_for_readers()?;
-            wal.append(pending.number(), &pending.frame())?;
+            wal.append(pending.number(), &pending.frame(), wal_sync(inner))?;
             inner.backlog.push(pending);
         }
         // A group this large (a bulk load) gains nothing from the log: it is a checkpoint.
@@ -378,11 +378,27 @@ fn lake_node(inner: &Core) -> bool {
     }
 }
 
+/// Whether the write-ahead append syncs: always, but for a benchmark's floor (`Options::floor`).
+fn wal_sync(inner: &Core) -> bool {
+    #[cfg(feature = "testing")]
+    return !inner.options.floor.skip_wal_sync;
+    #[cfg(not(feature = "testing"))]
+    {
+        let _ = inner;
+        true
+    }
+}
+
 /// The core's [`crate::core::ApplyGroups`]: [`apply_groups`].
 pub(crate) struct GroupWriter;
 
 impl crate::core::ApplyGroups for GroupWriter {
     fn apply(&self, core: &Core, groups: &[Pending], synced: bool) -> Result<()> {
+        // A benchmark's floor: the groups leave the backlog as if applied, the B-trees unwritten.
+        #[cfg(feature = "testing")]
+        if core.options.floor.skip_apply {
+            return Ok(());
+        }
         apply_groups(core, groups, synced)
     }
 }

@@ -17,8 +17,14 @@
 //!   I10); a panic of the submission thread itself outside the queue answers the handles of its
 //!   round the same way.
 //!
-//! Two threads, started at the first submission: while one waits for its group's sync, the other
-//! gathers the next batches and leads the next group.
+//! Two threads, started at the first submission (or more, [`Store::start_submit_threads`]):
+//! while one waits for its group's sync, the other gathers the next batches and leads the next
+//! group.
+//!
+//! [`Store::submit_then`] queues any write (a claim, a renewal, a release as well as a commit)
+//! with a function that takes its answer on the submission thread instead of a handle: the
+//! server's committers hand the writes of many connections to the store this way, so that no
+//! thread of theirs waits for a sync.
 
 use super::{Store, Write, Written};
 use crate::commit::{Batch, CommitReport};
@@ -92,11 +98,37 @@ impl CommitHandle {
     }
 }
 
-/// One queued batch: the store it goes to (kept open by it) and its handle's slot.
+/// What [`Store::submit_then`] calls with a write's answer.
+type Then = Box<dyn FnOnce(Result<Written>) + Send>;
+
+/// Where a queued write's answer goes.
+enum Answer {
+    /// A [`CommitHandle`]'s slot ([`Store::submit`]).
+    Handle(Arc<Slot>),
+    /// The caller's function ([`Store::submit_then`]).
+    Then(Then),
+}
+
+impl Answer {
+    /// Hands `answer` over (a handle keeps the first answer it gets).
+    fn give(self, answer: Result<Written>) {
+        match self {
+            Answer::Handle(slot) => slot.fill(answer.map(|w| match w {
+                Written::Commit(r) => r,
+                other => {
+                    unreachable!("invariant: a commit is answered by a report, got {other:?}")
+                }
+            })),
+            Answer::Then(then) => then(answer),
+        }
+    }
+}
+
+/// One queued write: the store it goes to (kept open by it) and where its answer goes.
 struct Job {
     store: Store,
-    batch: Batch,
-    slot: Arc<Slot>,
+    write: Write,
+    answer: Answer,
 }
 
 #[derive(Default)]
@@ -114,16 +146,17 @@ pub(crate) struct Submissions {
 
 impl Submissions {
     fn push(&self, job: Job) -> Result<()> {
-        self.start()?;
+        self.start(THREADS)?;
         let (q, wake) = &*self.queue;
         q.lock().jobs.push(job);
         wake.notify_one();
         Ok(())
     }
 
-    fn start(&self) -> Result<()> {
+    /// Starts threads until at least `n` run.
+    fn start(&self, n: usize) -> Result<()> {
         let mut threads = self.threads.lock();
-        while threads.len() < THREADS {
+        while threads.len() < n {
             let queue = self.queue.clone();
             let t = std::thread::Builder::new()
                 .name("oncelake-submit".into())
@@ -181,7 +214,10 @@ fn take_round(jobs: &mut Vec<Job>) -> Vec<Job> {
     let mut units = 0;
     let mut n = 0;
     for j in jobs.iter() {
-        units += j.batch.items.len().max(1);
+        units += match &j.write {
+            Write::Commit(batch) => batch.items.len().max(1),
+            _ => 1,
+        };
         if n > 0 && units > bound {
             break;
         }
@@ -190,33 +226,33 @@ fn take_round(jobs: &mut Vec<Job>) -> Vec<Job> {
     jobs.drain(..n).collect()
 }
 
-/// Hands one round's batches to the queue as one request and answers their handles.
+/// Hands one round's writes to the queue as one request and hands each its answer.
 fn run_round(jobs: Vec<Job>) {
     let store = jobs[0].store.clone();
-    let mut slots = Vec::with_capacity(jobs.len());
+    let mut answers = Vec::with_capacity(jobs.len());
     let mut writes = Vec::with_capacity(jobs.len());
     for job in jobs {
-        slots.push(job.slot);
-        writes.push(Write::Commit(job.batch));
+        answers.push(Some(job.answer));
+        writes.push(job.write);
         // `job.store` drops here; `store` keeps it open until the round is answered.
     }
     let answered = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        store.write_each_then(writes, |answers| {
-            for (slot, answer) in slots.iter().zip(answers) {
-                slot.fill(answer.map(|w| match w {
-                    Written::Commit(r) => r,
-                    other => {
-                        unreachable!("invariant: a commit is answered by a report, got {other:?}")
-                    }
-                }));
+        store.write_each_then(writes, |results| {
+            for (to, result) in answers.iter_mut().zip(results) {
+                if let Some(to) = to.take() {
+                    to.give(result);
+                }
             }
         })
     }));
     if answered.is_err() {
-        // Whether the round reached the disk is unknown: its handles learn it as a leader's
-        // panic would tell them (the first answer stands, so answered handles keep theirs).
-        for slot in &slots {
-            slot.fill(Err(Error::LeaderPanicked));
+        // Whether the round reached the disk is unknown: the writes not answered yet learn it as
+        // a leader's panic would tell them (those answered keep their answers).
+        for to in answers.into_iter().flatten() {
+            // A caller's function that panics again is not asked a second time.
+            let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                to.give(Err(Error::LeaderPanicked))
+            }));
         }
     }
     // The last handle of the store may drop here, closing it on this thread (`Submissions::stop`).
@@ -254,9 +290,40 @@ impl Store {
         let slot = Arc::new(Slot::default());
         self.inner.submissions.push(Job {
             store: self.clone(),
-            batch,
-            slot: slot.clone(),
+            write: Write::Commit(batch),
+            answer: Answer::Handle(slot.clone()),
         })?;
         Ok(CommitHandle { slot })
+    }
+
+    /// Queues `write` and returns at once; `then` gets its answer — what [`Store::write_each`]
+    /// answers for it — on a submission thread once it is durable (or refused). For callers that
+    /// wait in their own way (an async task, another thread's queue): many writes in flight share
+    /// durable groups, as with [`Store::submit`], and no thread of the caller's waits for a sync.
+    ///
+    /// `then` runs on the store's submission thread, so it should only hand the answer over (its
+    /// time delays the next group of that thread). It is called exactly once, unless this returns
+    /// an error (then the write was not queued and `then` is dropped uncalled): with
+    /// [`Error::LeaderPanicked`] if the round's leader panicked, even when `then` itself
+    /// panicked on the answer before (it is not called again then). The write is checked where
+    /// it is decided, and a bad one is answered with its error.
+    pub fn submit_then(
+        &self,
+        write: Write,
+        then: impl FnOnce(Result<Written>) + Send + 'static,
+    ) -> Result<()> {
+        self.check_writable()?;
+        self.inner.submissions.push(Job {
+            store: self.clone(),
+            write,
+            answer: Answer::Then(Box::new(then)),
+        })
+    }
+
+    /// Starts the store's submission threads now, at least `threads` of them (a store starts two
+    /// at its first submission otherwise): more threads gather and lead groups while others wait
+    /// for their syncs or help apply the backlog.
+    pub fn start_submit_threads(&self, threads: usize) -> Result<()> {
+        self.inner.submissions.start(threads.max(1))
     }
 }

@@ -679,14 +679,18 @@ impl Wal {
         s.last_checkpoint_ms = now_ms;
     }
 
-    /// Appends `record` as group `group` and makes it durable (one synced redb commit). Called by
-    /// the commit leader only, so appends are in group order. It trims nothing: the records a
-    /// checkpoint covers are removed by the checkpoint's applier ([`Wal::trim`]), off the commit
-    /// path.
-    pub(crate) fn append(&self, group: u64, record: &[u8]) -> Result<()> {
+    /// Appends `record` as group `group` and makes it durable (one synced redb commit; `sync`
+    /// is false only for a benchmark's floor). Called by the commit leader only, so appends are
+    /// in group order. It trims nothing: the records a checkpoint covers are removed by the
+    /// checkpoint's applier ([`Wal::trim`]), off the commit path.
+    pub(crate) fn append(&self, group: u64, record: &[u8], sync: bool) -> Result<()> {
         let mut txn = self.db.begin_write().db("begin a write-ahead append")?;
-        txn.set_durability(redb::Durability::Immediate)
-            .db("set the durability")?;
+        txn.set_durability(if sync {
+            redb::Durability::Immediate
+        } else {
+            redb::Durability::None
+        })
+        .db("set the durability")?;
         {
             let mut t = txn.open_table(WAL).db("open the write-ahead log")?;
             t.insert(group, record)

@@ -455,9 +455,7 @@ fn model_decides(
 fn submitted_commits_are_answered_by_the_rules_and_the_store_ends_as_the_model() {
     let dir = tempfile::tempdir().unwrap();
     let store = Store::open(dir.path().join("lake")).unwrap();
-    let objects: Vec<Staged> = (0..2)
-        .map(|i| store.stage_bytes(format!("object {i}").as_bytes()).unwrap())
-        .collect();
+    let objects = two_objects(&store);
     let mut model: BTreeMap<String, (u64, usize)> = BTreeMap::new();
     let mut rng = Rng(7);
     let mut seen = BTreeMap::<&str, usize>::new();
@@ -492,20 +490,37 @@ fn submitted_commits_are_answered_by_the_rules_and_the_store_ends_as_the_model()
     for kind in ["committed", "duplicate", "stale", "conflict"] {
         assert!(seen.contains_key(kind), "no {kind} outcome in {seen:?}");
     }
+    assert_eq!(stored_versions(&store), model_versions(&model, &objects));
+}
+
+/// Two distinct objects staged in `store` (a model's object indexes 0 and 1).
+fn two_objects(store: &Store) -> Vec<Staged> {
+    (0..2)
+        .map(|i| store.stage_bytes(format!("object {i}").as_bytes()).unwrap())
+        .collect()
+}
+
+/// Every unit's current version and object in `store`.
+fn stored_versions(store: &Store) -> BTreeMap<String, (u64, oncelake::ObjectId)> {
     let snap = store.snapshot().unwrap();
-    let stored: BTreeMap<String, (u64, oncelake::ObjectId)> = snap
-        .iter()
+    snap.iter()
         .unwrap()
         .map(|e| {
             let e = e.unwrap();
             (e.unit.clone(), (e.source_version, e.object.id))
         })
-        .collect();
-    let want: BTreeMap<String, (u64, oncelake::ObjectId)> = model
+        .collect()
+}
+
+/// What [`stored_versions`] must find for `model` (unit → version, object index).
+fn model_versions(
+    model: &BTreeMap<String, (u64, usize)>,
+    objects: &[Staged],
+) -> BTreeMap<String, (u64, oncelake::ObjectId)> {
+    model
         .iter()
         .map(|(u, &(v, o))| (u.clone(), (v, objects[o].id())))
-        .collect();
-    assert_eq!(stored, want);
+        .collect()
 }
 
 /// Dropping every handle, and then the store, loses no commit and cuts none: the store stays
@@ -540,6 +555,25 @@ fn dropped_handles_and_store_neither_lose_nor_cut_a_submitted_commit() {
     }
 }
 
+/// A new store at `path` whose clock can be made to panic, the clock, and the time it reads.
+fn panicky_store(path: &std::path::Path) -> (Store, Arc<common::PanickyClock>, ManualClock) {
+    let manual = ManualClock::new(1_800_000_000_000);
+    let clock = common::PanickyClock::new(&manual);
+    let options = Options {
+        clock: clock.clone(),
+        ..Options::default()
+    };
+    (Store::open_with(path, options).unwrap(), clock, manual)
+}
+
+/// Whether an answer tells of a leader's panic (the round's, or the failed store's after it).
+fn learned_of_a_panic<T>(a: &Result<T>) -> bool {
+    matches!(
+        a,
+        Err(oncelake::Error::LeaderPanicked | oncelake::Error::Failed { .. })
+    )
+}
+
 /// A leader that panics (the caller's clock) answers every handle in flight — none waits
 /// forever (I10) — and after a reopen every batch answered as committed is there, and every
 /// batch is whole or absent.
@@ -547,16 +581,7 @@ fn dropped_handles_and_store_neither_lose_nor_cut_a_submitted_commit() {
 fn a_leader_panic_answers_every_submitted_handle() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("lake");
-    let manual = ManualClock::new(1_800_000_000_000);
-    let clock = common::PanickyClock::new(&manual);
-    let store = Store::open_with(
-        &path,
-        Options {
-            clock: clock.clone(),
-            ..Options::default()
-        },
-    )
-    .unwrap();
+    let (store, clock, manual) = panicky_store(&path);
     let staged = store.stage_bytes(b"rows").unwrap();
     let batch =
         |i: usize| (0..2).fold(Batch::new(), |b, k| b.put(format!("p/{i}/{k}"), 1, &staged));
@@ -576,10 +601,7 @@ fn a_leader_panic_answers_every_submitted_handle() {
     }
     assert!(clock.disarm(), "the armed clock reading never came");
     assert!(
-        answered.iter().any(|a| matches!(
-            a,
-            Err(oncelake::Error::LeaderPanicked | oncelake::Error::Failed { .. })
-        )),
+        answered.iter().any(learned_of_a_panic),
         "no handle learned of the panic: {answered:?}"
     );
     drop((staged, store));
@@ -601,4 +623,143 @@ fn a_leader_panic_answers_every_submitted_handle() {
             assert!(there[0], "batch p/{i} was acknowledged and is missing");
         }
     }
+}
+
+// `Store::submit_then`: any write in flight, its answer handed to a function.
+
+/// Collects what `submit_then`'s functions are called with, by write number.
+fn answers_of(
+    rx: &std::sync::mpsc::Receiver<(usize, Result<Written>)>,
+    n: usize,
+) -> BTreeMap<usize, Result<Written>> {
+    let mut got = BTreeMap::new();
+    while got.len() < n {
+        let (i, r) = rx
+            .recv_timeout(Duration::from_secs(60))
+            .expect("a submitted write was not answered within a minute");
+        assert!(got.insert(i, r).is_none(), "write {i} was answered twice");
+    }
+    got
+}
+
+/// Commits and claims in flight together, each on a unit of its own within its window: each
+/// function is called exactly once, with what the R3 and lease rules say against a model of the
+/// store (committed versions; claimed units), and the store ends holding exactly the model.
+#[test]
+fn writes_submitted_with_a_function_are_each_answered_once_by_the_rules() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path().join("lake")).unwrap();
+    let objects = two_objects(&store);
+    let (tx, rx) = std::sync::mpsc::channel();
+    let mut model: BTreeMap<String, (u64, usize)> = BTreeMap::new();
+    // Claimed units and the version claimed (a unit is claimed again at that version only).
+    let mut claimed = BTreeMap::new();
+    let mut rng = Rng(11);
+    let mut seen = BTreeMap::<&str, usize>::new();
+    for window in 0..10 {
+        let mut units: Vec<String> = (0..50).map(|i| format!("w/u{i:02}")).collect();
+        let mut writes = Vec::new();
+        for _ in 0..1 + rng.below(30) {
+            let u = units.swap_remove(rng.below(units.len() as u64) as usize);
+            let o = rng.below(2) as usize;
+            let v = claimed.get(&u).copied().unwrap_or(1 + rng.below(3));
+            // A claimed unit is claimed again (held); an unclaimed one sometimes claimed.
+            let claim = claimed.contains_key(&u) || rng.below(5) == 0;
+            writes.push((u, v, o, claim));
+        }
+        for (i, (u, v, o, claim)) in writes.iter().enumerate() {
+            let write = if *claim {
+                Write::Claim {
+                    unit: u.clone(),
+                    source_version: *v,
+                    // A worker of its own: a claim by the lease's holder would be granted.
+                    worker: format!("worker {window}/{i}"),
+                    ttl: Duration::from_secs(600),
+                }
+            } else {
+                Write::Commit(Batch::new().put(u.as_str(), *v, &objects[*o]))
+            };
+            let tx = tx.clone();
+            store
+                .submit_then(write, move |r| tx.send((i, r)).unwrap())
+                .unwrap();
+        }
+        for (i, got) in answers_of(&rx, writes.len()) {
+            let (u, v, o, claim) = &writes[i];
+            let (got, want) = match got.unwrap() {
+                Written::Commit(r) => {
+                    assert!(!claim, "a claim answered by {r:?}");
+                    (
+                        r.units[0].outcome.name(),
+                        model_decides(&mut model, u, *v, *o),
+                    )
+                }
+                Written::Claim(c) => {
+                    assert!(claim, "a commit answered by {c:?}");
+                    let want = match model.get(u) {
+                        Some(&(cv, _)) if cv >= *v => "already_done",
+                        _ if claimed.insert(u.clone(), *v).is_some() => "held",
+                        _ => "granted",
+                    };
+                    let got = match c {
+                        ClaimOutcome::Granted { .. } => "granted",
+                        ClaimOutcome::Held { .. } => "held",
+                        ClaimOutcome::AlreadyDone(_) => "already_done",
+                    };
+                    (got, want)
+                }
+                other => panic!("write {i} answered {other:?}"),
+            };
+            assert_eq!(got, want, "write {i}: {u}@{v} object {o} claim {claim}");
+            *seen.entry(want).or_default() += 1;
+        }
+    }
+    for kind in [
+        "committed",
+        "duplicate",
+        "stale",
+        "conflict",
+        "granted",
+        "held",
+    ] {
+        assert!(seen.contains_key(kind), "no {kind} outcome in {seen:?}");
+    }
+    assert_eq!(stored_versions(&store), model_versions(&model, &objects));
+    drop((objects, store));
+    assert!(rx.try_recv().is_err(), "a function was called again");
+}
+
+/// A leader that panics (the caller's clock) and a function that panics on its answer: every
+/// other function is still called exactly once, those after the leader's panic with its error.
+#[test]
+fn a_panicking_leader_or_function_leaves_no_submitted_write_unanswered() {
+    let dir = tempfile::tempdir().unwrap();
+    let (store, clock, _) = panicky_store(&dir.path().join("lake"));
+    let staged = store.stage_bytes(b"rows").unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let submit = |i: usize| {
+        let tx = tx.clone();
+        let write = Write::Commit(Batch::new().put(format!("p/{i}"), 1, &staged));
+        store.submit_then(write, move |r| {
+            let failed = r.is_err();
+            tx.send((i, r)).unwrap();
+            // Write 3's function panics on a good answer, after handing it over.
+            assert!(i != 3 || failed, "a caller's function panics");
+        })
+    };
+    let mut queued = 0;
+    for i in 0..20 {
+        submit(i).unwrap();
+        queued += 1;
+    }
+    clock.panic_in(1);
+    queued += (20..60).filter(|&i| submit(i).is_ok()).count();
+    let got = answers_of(&rx, queued);
+    assert!(clock.disarm(), "the armed clock reading never came");
+    assert!(
+        got.values().any(learned_of_a_panic),
+        "no write learned of the panic: {got:?}"
+    );
+    drop((staged, store));
+    assert!(rx.try_recv().is_err(), "a function was called again");
 }

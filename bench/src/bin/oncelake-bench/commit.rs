@@ -2,7 +2,7 @@
 
 use super::{print_json, BenchError};
 use oncelake_bench::bench_commit::{
-    self as workload, Bench, Keys, Measurement, Plan, System, Workload,
+    self as workload, Bench, Floor, Keys, Measurement, Plan, System, Workload,
 };
 use serde_json::json;
 use std::path::PathBuf;
@@ -76,6 +76,11 @@ pub(crate) struct CommitBenchArgs {
     /// time; e.g. `--threads 1 --in-flight 64`. Latency is from submission to answer.
     #[arg(long, default_value_t = 0)]
     pub in_flight: usize,
+    /// oncelake with part of its commit path switched off, to measure what the rest costs:
+    /// none, wal-only (the backlog never applied to the B-trees) or wal-only-nosync (nor the
+    /// write-ahead append synced). Needs the benchmark built with `--features floor`.
+    #[arg(long, hide = true, default_value = "none", value_parser = parse_floor)]
+    pub floor: Floor,
     /// The RocksDB peer program (`bench/peers/rocks_p1.cc` built, e.g. `target/rocks_p1` by
     /// `.ci/run`): with it, RocksDB's `TransactionDB` (GetForUpdate + Put + Commit) and plain
     /// Put/WriteBatch, both sync=true, run at every thread count after the other systems, same
@@ -102,6 +107,11 @@ pub(crate) struct CommitBenchArgs {
 
 fn parse_keys(s: &str) -> Result<Keys, String> {
     Keys::parse(s).ok_or_else(|| format!("unknown key order {s:?}; choose random or sequential"))
+}
+
+fn parse_floor(s: &str) -> Result<Floor, String> {
+    Floor::parse(s)
+        .ok_or_else(|| format!("unknown floor {s:?}; choose none, wal-only or wal-only-nosync"))
 }
 
 fn parse_systems(names: &[String]) -> Result<Vec<System>, BenchError> {
@@ -159,6 +169,7 @@ pub(crate) fn commit(a: CommitBenchArgs) -> Result<u8, BenchError> {
             cache_bytes: a.cache_mib.map(|m| m << 20),
             apply_min_bytes: a.apply_min_kib.map(|k| k << 10),
             background_apply: a.apply_on_writers.then_some(false),
+            floor: a.floor,
         },
     };
     let scratch = super::scratch::scratch_dir(a.dir.clone())?;
@@ -334,6 +345,8 @@ fn print_jsons(
             "backlog_by_tenth": oncelake.then(|| m.backlog_by_tenth.clone()),
             "applier_thread": m.applier_thread,
             "cpu_us_per_unit": m.cpu_us_per_unit(),
+            "peak_rss_mib": m.peak_rss.map(|b| b >> 20),
+            "floor": oncelake.then(|| w.tuning.floor.name()),
             "reads": m.reads.map(|r| r.count),
             "read_p50_us": m.reads.map(|r| r.p50_us),
             "read_p99_us": m.reads.map(|r| r.p99_us),
