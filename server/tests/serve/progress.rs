@@ -1,5 +1,5 @@
 //! Long work started through `oncelake serve` prints the same plain progress lines on a
-//! non-terminal stderr as in-process (issue 13 point 6): a large put, verify, gc, reconcile —
+//! non-terminal stderr as in-process (SPEC R20): a large put, verify, gc, reconcile —
 //! with the same stdout and exit code. `ONCELAKE_PROGRESS_INTERVAL=0` makes every update a line.
 
 use crate::support;
