@@ -7,8 +7,8 @@ from typing import Dict, List, Optional
 
 
 @dataclass(frozen=True)
-class Entry:
-    """One committed output of a unit: what it was derived from and which object holds it."""
+class _Revision:
+    """The fields an entry and a log entry share: which revision of a unit, held by which object."""
 
     unit: str
     source_version: int
@@ -18,14 +18,20 @@ class Entry:
     size: int
     crc32: str
     """CRC32 of the bytes, 8 hex digits."""
+
+
+@dataclass(frozen=True)
+class Entry(_Revision):
+    """One committed output of a unit: what it was derived from and which object holds it."""
+
     seq: int
     """The commit that made the entry visible."""
     committed_at_ms: int
 
 
 @dataclass(frozen=True)
-class Committed:
-    """The unit's output is now visible (first writer, newer version, or a correction)."""
+class _Put:
+    """The fields both outcomes of a put share (in the order the outcomes have always had)."""
 
     unit: str
     source_version: int
@@ -33,22 +39,22 @@ class Committed:
     size: int
     crc32: str
     seq: int
+    """The commit that made the output (or the identical one) visible."""
+
+
+@dataclass(frozen=True)
+class Committed(_Put):
+    """The unit's output is now visible (first writer, newer version, or a correction)."""
+
     revision: int
     superseded_version: Optional[int]
     outcome: str = "committed"
 
 
 @dataclass(frozen=True)
-class Duplicate:
+class Duplicate(_Put):
     """Identical output was already committed; nothing changed (an idempotent retry)."""
 
-    unit: str
-    source_version: int
-    object: str
-    size: int
-    crc32: str
-    seq: int
-    """The commit that made the identical entry visible."""
     outcome: str = "duplicate"
 
 
@@ -75,15 +81,9 @@ class Lookup:
 
 
 @dataclass(frozen=True)
-class LogEntry:
+class LogEntry(_Revision):
     """One entry made visible by a commit record."""
 
-    unit: str
-    source_version: int
-    revision: int
-    object: str
-    size: int
-    crc32: str
     token: Optional[int]
 
 

@@ -60,6 +60,18 @@ pub(crate) fn error(
     }
 }
 
+/// The error of a lock a panicking thread left poisoned (`what` names the lock), for `map_err`.
+pub(crate) fn poisoned<G>(what: &'static str) -> impl FnOnce(G) -> PyErr {
+    move |_| pyo3::exceptions::PyValueError::new_err(format!("{what} lock poisoned"))
+}
+
+/// Drops what a `close()` took out of its handle without holding the GIL: the drop may be a
+/// request (a served lease) or a sync (the last handle of a relaxed store).
+pub(crate) fn drop_detached<T: Send>(py: Python<'_>, taken: T) -> PyResult<()> {
+    py.detach(move || drop(taken));
+    Ok(())
+}
+
 /// Maps an engine error onto its exception class; the engine's message says what to do.
 pub(crate) fn engine_err(py: Python<'_>, e: oncelake::Error) -> PyErr {
     use oncelake::Error as E;
@@ -194,13 +206,38 @@ pub(crate) fn fields(
     Ok(d)
 }
 
-/// Entries as a list of `oncelake.Entry`.
-pub(crate) fn entries<'py>(py: Python<'py>, es: &[Entry]) -> PyResult<Bound<'py, PyList>> {
+/// The dataclass `name` of an engine value's wire form (see [`fields`]), with `extra` fields
+/// set over it: what Python adds to the wire form, or holds as dataclasses where it has dicts.
+pub(crate) fn dataclass<'py>(
+    py: Python<'py>,
+    name: &str,
+    wire: serde_json::Result<Value>,
+    extra: &[(&str, Bound<'py, PyAny>)],
+) -> PyResult<Bound<'py, PyAny>> {
+    let args = fields(py, wire)?;
+    for (k, v) in extra {
+        args.set_item(*k, v)?;
+    }
+    make(py, name, args)
+}
+
+/// [`dataclass`] of each wire form, in a list.
+pub(crate) fn dataclasses<'py>(
+    py: Python<'py>,
+    name: &str,
+    wires: impl IntoIterator<Item = serde_json::Result<Value>>,
+    extra: &[(&str, Bound<'py, PyAny>)],
+) -> PyResult<Bound<'py, PyList>> {
     let list = PyList::empty(py);
-    for e in es {
-        list.append(entry(py, e)?)?;
+    for wire in wires {
+        list.append(dataclass(py, name, wire, extra)?)?;
     }
     Ok(list)
+}
+
+/// Entries as a list of `oncelake.Entry`.
+pub(crate) fn entries<'py>(py: Python<'py>, es: &[Entry]) -> PyResult<Bound<'py, PyList>> {
+    dataclasses(py, "Entry", es.iter().map(serde_json::to_value), &[])
 }
 
 /// Log records as a list of `oncelake.Record`.
@@ -214,7 +251,7 @@ pub(crate) fn records<'py>(py: Python<'py>, rs: &[Record]) -> PyResult<Bound<'py
 
 /// An entry as `oncelake.Entry`.
 pub(crate) fn entry<'py>(py: Python<'py>, e: &Entry) -> PyResult<Bound<'py, PyAny>> {
-    make(py, "Entry", fields(py, serde_json::to_value(e))?)
+    dataclass(py, "Entry", serde_json::to_value(e), &[])
 }
 
 /// A lease as `oncelake.Lease`.
@@ -223,9 +260,8 @@ pub(crate) fn lease<'py>(
     l: &Lease,
     took_over: bool,
 ) -> PyResult<Bound<'py, PyAny>> {
-    let args = fields(py, serde_json::to_value(l))?;
-    args.set_item("took_over", took_over)?;
-    make(py, "Lease", args)
+    let took_over = ("took_over", o(py, took_over));
+    dataclass(py, "Lease", serde_json::to_value(l), &[took_over])
 }
 
 /// A Python `Lease` (or anything with its attributes) as the engine's lease.

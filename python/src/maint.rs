@@ -1,30 +1,18 @@
 //! Garbage collection and verification reports (SPEC R14, R15) as the dataclasses of
 //! `oncelake._types`, with the field names of `oncelake gc --json` and `oncelake verify --json`.
 
-use crate::convert::{kw, make, o};
+use crate::convert::{dataclass, dataclasses, fields, kw, make, o};
 use oncelake::verify::{ObjectProblem, Reclaimable};
 use oncelake::{GcReport, VerifyReport};
 use pyo3::prelude::*;
 use pyo3::types::PyList;
+use serde_json::to_value;
 
-/// A `GcReport` as `oncelake.GcReport`.
+/// A `GcReport` as `oncelake.GcReport`: its wire fields (those of `oncelake gc --json`) but for
+/// the lake's object count, which the dataclass has never carried.
 pub(crate) fn gc_report<'py>(py: Python<'py>, r: &GcReport) -> PyResult<Bound<'py, PyAny>> {
-    let args = kw(
-        py,
-        &[
-            ("dry_run", o(py, r.dry_run)),
-            ("staging_files", o(py, r.staging_files)),
-            ("staging_bytes", o(py, r.staging_bytes)),
-            ("staging_files_young", o(py, r.staging_files_young)),
-            ("objects", o(py, r.objects)),
-            ("object_bytes", o(py, r.object_bytes)),
-            ("history_rows_pruned", o(py, r.history_rows_pruned)),
-            ("history_from", o(py, r.history_from)),
-            ("objects_referenced", o(py, r.objects_referenced)),
-            ("objects_pinned", o(py, r.objects_pinned)),
-            ("stray_files", o(py, r.stray_files)),
-        ],
-    )?;
+    let args = fields(py, serde_json::to_value(r))?;
+    args.del_item("lake_objects")?;
     make(py, "GcReport", args)
 }
 
@@ -33,21 +21,18 @@ pub(crate) fn verify_report<'py>(py: Python<'py>, r: &VerifyReport) -> PyResult<
     let problems = |ps: &[ObjectProblem]| -> PyResult<Bound<'py, PyAny>> {
         let list = PyList::empty(py);
         for p in ps {
-            list.append(object_problem(py, p)?)?;
+            // The units as `UnitRef`s rather than the plain dicts of the wire form.
+            let units = dataclasses(py, "UnitRef", p.units.iter().map(to_value), &[])?.into_any();
+            list.append(dataclass(
+                py,
+                "ObjectProblem",
+                to_value(p),
+                &[("units", units)],
+            )?)?;
         }
         Ok(list.into_any())
     };
-    let strays = PyList::empty(py);
-    for s in &r.strays {
-        let args = kw(
-            py,
-            &[
-                ("path", o(py, s.path.display().to_string())),
-                ("bytes", o(py, s.bytes)),
-            ],
-        )?;
-        strays.append(make(py, "StrayFile", args)?)?;
-    }
+    let strays = dataclasses(py, "StrayFile", r.strays.iter().map(to_value), &[])?.into_any();
     let invariants = PyList::empty(py);
     for v in &r.invariants {
         let args = kw(
@@ -73,7 +58,7 @@ pub(crate) fn verify_report<'py>(py: Python<'py>, r: &VerifyReport) -> PyResult<
             ("log_records", o(py, r.replay.records)),
             ("missing", problems(&r.missing)?),
             ("corrupt", problems(&r.corrupt)?),
-            ("strays", strays.into_any()),
+            ("strays", strays),
             ("reclaimable", reclaimable(py, &r.reclaimable)?),
             ("log_problems", o(py, r.replay.problems.clone())),
             ("history_problems", o(py, r.history_problems.clone())),
@@ -87,56 +72,18 @@ pub(crate) fn verify_report<'py>(py: Python<'py>, r: &VerifyReport) -> PyResult<
     make(py, "VerifyReport", args)
 }
 
-fn object_problem<'py>(py: Python<'py>, p: &ObjectProblem) -> PyResult<Bound<'py, PyAny>> {
-    let units = PyList::empty(py);
-    for u in &p.units {
-        let args = kw(
-            py,
-            &[
-                ("unit", o(py, u.unit.as_str())),
-                ("seq", o(py, u.seq)),
-                ("current", o(py, u.current)),
-            ],
-        )?;
-        units.append(make(py, "UnitRef", args)?)?;
-    }
-    let args = kw(
-        py,
-        &[
-            ("object", o(py, p.object.to_hex())),
-            ("path", o(py, p.path.display().to_string())),
-            ("detail", o(py, p.detail.as_str())),
-            ("units", units.into_any()),
-        ],
-    )?;
-    make(py, "ObjectProblem", args)
-}
-
-/// Counts and bytes under the names `gc` reports them with, then the files.
+/// Counts and bytes under the names `gc` reports them with, then the files (objects first).
 fn reclaimable<'py>(py: Python<'py>, r: &Reclaimable) -> PyResult<Bound<'py, PyAny>> {
+    let objects = r.objects.iter().map(|f| (to_value(f), "object"));
+    let staging = r.staging.iter().map(|f| (to_value(f), "staging"));
     let files = PyList::empty(py);
-    for f in &r.objects {
-        let args = kw(
+    for (wire, kind) in objects.chain(staging) {
+        files.append(dataclass(
             py,
-            &[
-                ("path", o(py, f.path.display().to_string())),
-                ("bytes", o(py, f.bytes)),
-                ("kind", o(py, "object")),
-            ],
-        )?;
-        files.append(make(py, "ReclaimableFile", args)?)?;
-    }
-    for f in &r.staging {
-        let args = kw(
-            py,
-            &[
-                ("path", o(py, f.path.display().to_string())),
-                ("bytes", o(py, f.bytes)),
-                ("kind", o(py, "staging")),
-                ("owner_gone", o(py, f.owner_gone)),
-            ],
-        )?;
-        files.append(make(py, "ReclaimableFile", args)?)?;
+            "ReclaimableFile",
+            wire,
+            &[("kind", o(py, kind))],
+        )?)?;
     }
     let args = kw(
         py,

@@ -3,7 +3,7 @@
 //! one implementation of the rule.
 
 use crate::backend::{lost, Backend, Remote};
-use crate::convert::{self, Py2};
+use crate::convert::{self, poisoned, Py2};
 use crate::data::Data;
 use crate::remote;
 use oncelake::UnitStore;
@@ -82,9 +82,7 @@ impl PyRun {
     }
 
     fn state(&self) -> PyResult<MutexGuard<'_, State>> {
-        self.state
-            .lock()
-            .map_err(|_| PyValueError::new_err("run state lock poisoned"))
+        self.state.lock().map_err(poisoned("run state"))
     }
 
     /// Commits `output` under the run's lease.

@@ -2,7 +2,7 @@
 //! store's own `get`/`entry`/`ls`/`changes_since` make through a one-off view.
 
 use crate::backend::Remote;
-use crate::convert::{self, Py2};
+use crate::convert::{self, drop_detached, poisoned, Py2};
 use oncelake::Snapshot;
 use oncelake_client::{Client, SnapshotLease};
 use pyo3::exceptions::PyValueError;
@@ -27,6 +27,17 @@ pub struct PySnapshot {
 enum View {
     Local(Arc<Snapshot>, oncelake::Store),
     Served(Arc<ServedView>),
+}
+
+impl View {
+    /// The view's seq and the oldest seq a view can still be taken as of (the engine's snapshot
+    /// knows both; a served lease was told them when it was opened).
+    fn seqs(&self) -> (u64, u64) {
+        match self {
+            View::Local(s, _) => (s.seq(), s.history_from()),
+            View::Served(s) => (s.lease.seq, s.lease.history_from),
+        }
+    }
 }
 
 /// A snapshot lease on the server; dropping the last reference closes it there.
@@ -76,11 +87,7 @@ impl PySnapshot {
     }
 
     fn with<T>(&self, f: impl FnOnce(&View) -> PyResult<T>) -> PyResult<T> {
-        let view = self
-            .view
-            .lock()
-            .map_err(|_| PyValueError::new_err("snapshot lock poisoned"))?
-            .clone();
+        let view = self.view.lock().map_err(poisoned("snapshot"))?.clone();
         match view {
             Some(v) => f(&v),
             None => Err(PyValueError::new_err(
@@ -95,23 +102,13 @@ impl PySnapshot {
     /// The newest seq this view contains.
     #[getter]
     fn seq(&self) -> PyResult<u64> {
-        self.with(|v| {
-            Ok(match v {
-                View::Local(s, _) => s.seq(),
-                View::Served(s) => s.lease.seq,
-            })
-        })
+        self.with(|v| Ok(v.seqs().0))
     }
 
     /// The oldest seq a view can still be taken as of.
     #[getter]
     fn history_from(&self) -> PyResult<u64> {
-        self.with(|v| {
-            Ok(match v {
-                View::Local(s, _) => s.history_from(),
-                View::Served(s) => s.lease.history_from,
-            })
-        })
+        self.with(|v| Ok(v.seqs().1))
     }
 
     /// The unit's ``Entry`` in this view, or ``None``.
@@ -188,14 +185,8 @@ impl PySnapshot {
 
     /// Ends the view (through a server: closes its lease there).
     fn close(&self, py: Python<'_>) -> PyResult<()> {
-        let taken = self
-            .view
-            .lock()
-            .map_err(|_| PyValueError::new_err("snapshot lock poisoned"))?
-            .take();
-        // Closing a served lease is a request: without the GIL.
-        py.detach(move || drop(taken));
-        Ok(())
+        let taken = self.view.lock().map_err(poisoned("snapshot"))?.take();
+        drop_detached(py, taken)
     }
 
     fn __enter__(slf: Py<Self>) -> Py<Self> {

@@ -1,7 +1,7 @@
 //! `oncelake.Store`: an open store, as a context manager.
 
 use crate::backend::{self, seconds, with_store, Backend, Remote};
-use crate::convert::{self, engine_err, kw, make, o, Py2};
+use crate::convert::{self, drop_detached, engine_err, kw, make, o, poisoned, Py2};
 use crate::data::{Data, Item, PyStaged, StagedIn};
 use crate::pipeline::PyPipeline;
 use crate::remote;
@@ -39,11 +39,7 @@ pub struct PyStore {
 impl PyStore {
     /// The open backend, or an error once closed.
     pub(crate) fn backend(&self) -> PyResult<Backend> {
-        match &*self
-            .inner
-            .read()
-            .map_err(|_| PyValueError::new_err("store lock poisoned"))?
-        {
+        match &*self.inner.read().map_err(poisoned("store"))? {
             Some(b) => Ok(b.clone()),
             None => Err(PyValueError::new_err(format!(
                 "the store {} is closed; open it again with oncelake.Store(path)",
@@ -118,14 +114,8 @@ impl PyStore {
 
     /// Closes the store: the process lock is let go once runs and snapshots still open are gone.
     fn close(&self, py: Python<'_>) -> PyResult<()> {
-        let taken = self
-            .inner
-            .write()
-            .map_err(|_| PyValueError::new_err("store lock poisoned"))?
-            .take();
-        // Dropping the last handle syncs a relaxed store; do it without the GIL.
-        py.detach(move || drop(taken));
-        Ok(())
+        let taken = self.inner.write().map_err(poisoned("store"))?.take();
+        drop_detached(py, taken)
     }
 
     /// Whether ``close()`` was called.

@@ -38,15 +38,23 @@ def shape(value, nested=False):
     return type(value).__name__, {k: shape(v, nested) for k, v in sorted(facts.items()) if k not in skip}
 
 
-def script(store):
-    """Every call that goes through a server, with every outcome and rejection it can give."""
-    out = []
+def recorder(out):
+    """A ``call(f, *args, **kwargs)`` that appends to ``out`` the shape of what ``f`` returns or
+    of the rejection it raises."""
 
     def call(f, *a, **kw):
         try:
             out.append(shape(f(*a, **kw)))
         except oncelake.OncelakeError as e:
             out.append(shape(e))
+
+    return call
+
+
+def script(store):
+    """Every call that goes through a server, with every outcome and rejection it can give."""
+    out = []
+    call = recorder(out)
 
     call(store.put, "a/1", 1, b"one")
     call(store.put, "a/1", 1, b"one")                  # Duplicate
@@ -106,12 +114,7 @@ def script_more(store):
     """The calls beyond put/commit/claim/reads: staging, snapshots, the log's position,
     reconcile, verify, stats and the pipeline's calls, with their rejections."""
     out = []
-
-    def call(f, *a, **kw):
-        try:
-            out.append(shape(f(*a, **kw)))
-        except oncelake.OncelakeError as e:
-            out.append(shape(e))
+    call = recorder(out)
 
     # Staging: one Staged committed as several units, by put, commit and run_once.
     staged = store.stage(b"staged bytes")

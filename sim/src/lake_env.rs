@@ -9,17 +9,19 @@ use crate::weed::start_weed;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command};
 
-/// Which lake to use.
+/// Which lake to use. With the `clap` feature it is also the value of the `--lake` options of
+/// `oncelake simulate --nodes` and `oncelake-bench lake`: the variants' docs are their help.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
 pub enum LakeChoice {
-    /// The S3 endpoint of the environment if set, else a temporary `weed mini` if one is found,
-    /// else a shared directory.
+    /// AWS_ENDPOINT_URL if set, else a temporary SeaweedFS if `weed` is found, else a directory.
     Auto,
-    /// The S3 endpoint of the environment (`AWS_ENDPOINT_URL` and the other `AWS_*` variables).
+    /// The S3 endpoint of the AWS_* environment variables (a fresh prefix in the bucket
+    /// ONCELAKE_S3_BUCKET, default `lake`).
     S3,
-    /// A temporary `weed mini`.
+    /// A temporary `weed mini` (ONCELAKE_WEED or PATH).
     Weed,
-    /// A shared directory (`file://`).
+    /// A shared directory (file://).
     File,
 }
 

@@ -29,15 +29,7 @@ pub(crate) fn write_out(args: std::fmt::Arguments<'_>, newline: bool) -> bool {
     if !stdout_open() {
         return false;
     }
-    let mut out = std::io::stdout().lock();
-    let r = out.write_fmt(args).and_then(|()| {
-        if newline {
-            out.write_all(b"\n")
-        } else {
-            Ok(())
-        }
-    });
-    match r {
+    match write_line(std::io::stdout().lock(), args, newline) {
         Ok(()) => true,
         Err(e) => {
             note_stdout_error(e);
@@ -96,14 +88,20 @@ pub(crate) fn finish_stdout() -> Option<std::io::Error> {
 /// Writes to standard error; a closed or failing standard error is ignored (there is nowhere
 /// left to say anything).
 pub(crate) fn write_err(args: std::fmt::Arguments<'_>, newline: bool) {
-    let mut err = std::io::stderr().lock();
-    let _ = err.write_fmt(args).and_then(|()| {
-        if newline {
-            err.write_all(b"\n")
-        } else {
-            Ok(())
-        }
-    });
+    let _ = write_line(std::io::stderr().lock(), args, newline);
+}
+
+/// Writes `args` to `w` (a locked standard stream), then a newline if `newline`.
+fn write_line(
+    mut w: impl Write,
+    args: std::fmt::Arguments<'_>,
+    newline: bool,
+) -> std::io::Result<()> {
+    w.write_fmt(args)?;
+    if newline {
+        w.write_all(b"\n")?;
+    }
+    Ok(())
 }
 
 /// How a command written once over the engine's `UnitStore` gets its store from the store

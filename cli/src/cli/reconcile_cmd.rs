@@ -345,22 +345,20 @@ fn summary_text(s: &Summary, changes_only: bool) -> String {
     } else {
         format!("{} unknown to the source", s.unknown)
     };
+    let ahead = (s.manifest_ahead > 0).then(|| {
+        let n = s.manifest_ahead;
+        format!(" (of which {n} newer in the manifest than in the source)")
+    });
+    let repeated =
+        (s.duplicate_lines > 0).then(|| format!(", {} repeated lines ignored", s.duplicate_lines));
     format!(
         "summary: {} to process ({} missing, {} behind), {} up to date{}, {unknown}; {} rows listed{}",
         s.to_process(),
         s.missing,
         s.behind,
         s.up_to_date,
-        if s.manifest_ahead > 0 {
-            format!(" (of which {} newer in the manifest than in the source)", s.manifest_ahead)
-        } else {
-            String::new()
-        },
+        ahead.unwrap_or_default(),
         s.listed,
-        if s.duplicate_lines > 0 {
-            format!(", {} repeated lines ignored", s.duplicate_lines)
-        } else {
-            String::new()
-        }
+        repeated.unwrap_or_default()
     )
 }

@@ -1,6 +1,7 @@
 //! The arguments of `oncelake simulate` and the run configuration they make, shared by the
 //! in-process run (`sim_cmds`), the pipeline mode and the run across node processes (`sim_nodes`).
 
+use oncelake_sim::lake_env::LakeChoice;
 use oncelake_sim::{Schedule, SimConfig, SimMode};
 use std::path::PathBuf;
 
@@ -81,27 +82,13 @@ pub(crate) struct SimulateArgs {
     /// With --nodes: the lake. `auto`: the S3 endpoint of AWS_ENDPOINT_URL if set, else a
     /// temporary SeaweedFS (`weed` from ONCELAKE_WEED or PATH), else a shared directory.
     #[arg(long, value_enum, default_value = "auto", requires = "nodes")]
-    pub lake: LakeArg,
+    pub lake: LakeChoice,
     /// A node process's lake (set by `simulate --nodes` for the processes it starts).
     #[arg(long, hide = true, requires = "node_index")]
     pub node_lake: Option<String>,
     /// A node process's index (set by `simulate --nodes`).
     #[arg(long, hide = true, requires = "node_lake")]
     pub node_index: Option<usize>,
-}
-
-/// Where `simulate --nodes` keeps the lake.
-#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum LakeArg {
-    /// AWS_ENDPOINT_URL if set, else a temporary SeaweedFS if `weed` is found, else a directory.
-    Auto,
-    /// The S3 endpoint of the AWS_* environment variables (a fresh prefix in the bucket
-    /// ONCELAKE_S3_BUCKET, default `lake`).
-    S3,
-    /// A temporary `weed mini` (ONCELAKE_WEED or PATH).
-    Weed,
-    /// A shared directory (file://).
-    File,
 }
 
 impl SimulateArgs {

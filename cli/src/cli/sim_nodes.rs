@@ -2,9 +2,9 @@
 //! binary on one shared lake (R23), and the hidden node mode those processes run.
 
 use super::output::thousands;
-use super::sim_args::{LakeArg, SimulateArgs};
+use super::sim_args::SimulateArgs;
 use super::{exit, print_json, CliError};
-use oncelake_sim::lake_env::{LakeChoice, LakeEnv};
+use oncelake_sim::lake_env::LakeEnv;
 use oncelake_sim::nodes::{run_node as node_share, simulate_nodes, workers_of, NodeShare};
 use oncelake_sim::nodes::{NodeFigures, NodesReport};
 use oncelake_sim::{SimConfig, SimMode};
@@ -26,17 +26,11 @@ pub(crate) fn run(
                 .into(),
         ));
     }
-    let choice = match a.lake {
-        LakeArg::Auto => LakeChoice::Auto,
-        LakeArg::S3 => LakeChoice::S3,
-        LakeArg::Weed => LakeChoice::Weed,
-        LakeArg::File => LakeChoice::File,
-    };
     let unique = root.file_name().map_or_else(
         || "oncelake-sim".into(),
         |n| n.to_string_lossy().into_owned(),
     );
-    let lake = LakeEnv::start(choice, root, &unique).map_err(CliError::Usage)?;
+    let lake = LakeEnv::start(a.lake, root, &unique).map_err(CliError::Usage)?;
     let exe = std::env::current_exe()
         .map_err(|e| CliError::Usage(format!("cannot find this program to start nodes: {e}")))?;
     let mut all_ok = true;

@@ -591,15 +591,12 @@ fn record_text(rec: &Record) -> String {
             let units: Vec<String> = entries
                 .iter()
                 .map(|e| {
+                    let revision = (e.revision > 0).then(|| format!(" r{}", e.revision));
                     format!(
                         "{}@{}{}",
                         e.unit,
                         e.source_version,
-                        if e.revision > 0 {
-                            format!(" r{}", e.revision)
-                        } else {
-                            String::new()
-                        }
+                        revision.unwrap_or_default()
                     )
                 })
                 .collect();

@@ -19,20 +19,6 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-/// Where the lake lives.
-#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum LakeArg {
-    /// AWS_ENDPOINT_URL if set, else a temporary SeaweedFS if `weed` is found, else a directory.
-    Auto,
-    /// The S3 endpoint of the AWS_* environment variables (bucket ONCELAKE_S3_BUCKET, default
-    /// `lake`, a fresh prefix).
-    S3,
-    /// A temporary `weed mini` (ONCELAKE_WEED or PATH).
-    Weed,
-    /// A shared directory (file://).
-    File,
-}
-
 #[derive(clap::Args, Debug)]
 pub(crate) struct LakeBenchArgs {
     /// Nodes of the main run (the single-node run and the run with one node more are measured
@@ -51,7 +37,7 @@ pub(crate) struct LakeBenchArgs {
     pub units: u64,
     /// The lake: auto, s3, weed or file.
     #[arg(long, value_enum, default_value = "auto")]
-    pub lake: LakeArg,
+    pub lake: LakeChoice,
     /// Lost responses injected in the fault run, per mille of the lake's PUTs (half the
     /// timeout form, half the 5xx-then-412 form).
     #[arg(long, default_value_t = 50)]
@@ -131,16 +117,10 @@ pub(crate) fn run(a: LakeBenchArgs) -> Result<u8, BenchError> {
 }
 
 fn measure(a: &LakeBenchArgs, root: &Path) -> Result<serde_json::Value, BenchError> {
-    let choice = match a.lake {
-        LakeArg::Auto => LakeChoice::Auto,
-        LakeArg::S3 => LakeChoice::S3,
-        LakeArg::Weed => LakeChoice::Weed,
-        LakeArg::File => LakeChoice::File,
-    };
     let unique = root
         .file_name()
         .map_or_else(String::new, |n| n.to_string_lossy().into());
-    let lake = LakeEnv::start(choice, root, &unique).map_err(BenchError::Usage)?;
+    let lake = LakeEnv::start(a.lake, root, &unique).map_err(BenchError::Usage)?;
     for (k, v) in &lake.envs {
         // Before any thread of this process exists: the nodes are in this process and read
         // the endpoint of the temporary server from the environment.
