@@ -4,8 +4,7 @@
 //! (`oncelake::Store::submit`); the GIL is released while a handle waits.
 
 use crate::convert::{self, Py2};
-use crate::data::Data;
-use crate::store::Item;
+use crate::data::{Data, Item};
 use oncelake::{Batch, CommitReport, ObjectMeta};
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
@@ -128,7 +127,7 @@ impl PyCommitHandle {
     #[pyo3(signature = (timeout = None))]
     fn wait<'py>(&self, py: Python<'py>, timeout: Option<f64>) -> PyResult<Bound<'py, PyList>> {
         let timeout = timeout
-            .map(|t| crate::store::seconds("timeout", t))
+            .map(|t| crate::backend::seconds("timeout", t))
             .transpose()?;
         let taken = std::mem::replace(&mut *self.lock()?, State::Taken);
         let (pending, metas) = match taken {
