@@ -95,7 +95,11 @@ enum Pending {
 
 impl PyCommitHandle {
     /// A handle to the engine's `handle`.
-    pub(crate) fn local(handle: oncelake::CommitHandle, metas: Vec<ObjectMeta>, partial: bool) -> Self {
+    pub(crate) fn local(
+        handle: oncelake::CommitHandle,
+        metas: Vec<ObjectMeta>,
+        partial: bool,
+    ) -> Self {
         Self::of(Pending::Local(handle), metas, partial)
     }
 
@@ -133,7 +137,10 @@ impl PyCommitHandle {
         let (pending, metas) = match taken {
             State::Waiting(p, m) => (p, m),
             State::Answered(a) => {
-                let out = a.as_ref().map(|l| l.clone_ref(py)).map_err(|e| e.clone_ref(py));
+                let out = a
+                    .as_ref()
+                    .map(|l| l.clone_ref(py))
+                    .map_err(|e| e.clone_ref(py));
                 *self.lock()? = State::Answered(a);
                 return out.map(|l| l.into_bound(py));
             }
