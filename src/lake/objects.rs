@@ -144,7 +144,6 @@ impl Lake {
     /// checkpoint has not read yet): [`UPLOADS_AT_ONCE`] at a time, their GETs in flight
     /// together and their durable writes on threads of their own (each one waits for a sync).
     /// The handles of those the lake holds, or the first error.
-    #[cfg(feature = "tables")]
     pub(crate) fn fetch_all_if_present(
         &self,
         wanted: &[(ObjectMeta, u64)],
