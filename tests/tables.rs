@@ -885,3 +885,22 @@ fn a_node_that_loses_a_version_pulls_the_winner_and_publishes_after_it() {
     assert_eq!(logs(&n2.table_dir("t")), logs(&lake_table));
     assert_eq!(n1.publish_table("t").unwrap().versions, 0);
 }
+
+/// On a lake node, a publish stopped by a unit that cannot be published puts the versions
+/// before it into the lake (as a local store publishes them), nothing of the unit.
+#[cfg(feature = "lake")]
+#[test]
+fn a_lake_publish_stopped_by_a_bad_unit_puts_the_versions_before_it_into_the_lake() {
+    let dir = tempfile::tempdir().unwrap();
+    let lake_table = dir.path().join("lake").join("tables").join("t");
+    let n1 = lake_node(dir.path(), "node1");
+    n1.create_table("t", "t/", TableFormat::Delta).unwrap();
+    let mut model = LakeModel::new();
+    put_units(&n1, &mut model, 0, 0, 3);
+    let bad = seq_of(n1.put("t/d=0/bad", 1, b"not parquet"));
+    match n1.publish_table("t") {
+        Err(TableError::BadUnit { seq, .. }) => assert_eq!(seq, bad),
+        other => panic!("a unit that is not Parquet must stop the publish: {other:?}"),
+    }
+    assert_eq!(check_lake_table(&lake_table, &model), 2);
+}

@@ -53,9 +53,11 @@ pub(super) fn publish_into_lake(
         // (each was in the lake's log before a node built its version), so the next version
         // is built from the commits after them.
         store.sync()?;
-        let report = build(store, def)?;
+        // A build stopped by a unit that cannot be published still copies the versions
+        // before it: they are published, as on a local store.
+        let built = build(store, def);
         match copy_to_lake(store, lake, &def.name)? {
-            None => return Ok(report),
+            None => return built,
             Some(v) => {
                 discard_from(store, &def.name, v)?;
                 lost.push(v);
