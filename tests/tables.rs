@@ -608,84 +608,269 @@ fn an_auto_publisher_keeps_tables_up_to_date() {
     drop(auto);
 }
 
-/// A lake node's table goes into the lake (SPEC R21, R23): every version and data file the node
-/// publishes is under `<lake>/tables/NAME/` with the node's bytes, the versions hold one live
-/// file per unit with its row count (the model); a second node publishing the same table is
-/// refused by the log's put-if-absent and changes nothing in the lake; a later publish adds
-/// the new versions.
+/// The units a lake table must show: every committed put (seq -> unit, rows), one unit each.
+type LakeModel = BTreeMap<u64, (String, i64)>;
+
+/// Checks every version of the lake's table `table` against `model`: the versions are 0..=N
+/// with no gap, each carries the next commit's seq (every commit once, in order, none left out
+/// up to the newest; a commitInfo-only version carries none), and its live files are exactly
+/// the units the model holds at that seq,
+/// one file per unit (found by the unit tag in its name) with the unit's row count. Returns
+/// the newest version.
+#[cfg(feature = "lake")]
+#[track_caller]
+fn check_lake_table(table: &Path, model: &LakeModel) -> u64 {
+    let vs = versions(table);
+    let newest = *vs.keys().last().expect("the lake's table has versions");
+    assert_eq!(
+        vs.len() as u64,
+        newest + 1,
+        "versions 0..={newest}, none missing"
+    );
+    // A version without oncelake's txn (Delta's VACUUM's commitInfo) keeps the seq before it.
+    let mut seqs: Vec<u64> = Vec::new();
+    let mut at: BTreeMap<u64, u64> = BTreeMap::new();
+    for (v, actions) in &vs {
+        if actions[0].get("txn").is_some() {
+            seqs.push(txn_version(actions));
+        }
+        at.insert(*v, seqs.last().copied().unwrap_or(0));
+    }
+    let committed: Vec<u64> = model
+        .range(..=seqs[seqs.len() - 1])
+        .map(|(s, _)| *s)
+        .collect();
+    assert_eq!(seqs, committed, "one version per commit, in commit order");
+    let tag = |unit: &str| blake3::hash(unit.as_bytes()).to_hex()[..16].to_string();
+    for (&v, seq) in &at {
+        let mut want: BTreeMap<String, i64> = BTreeMap::new();
+        for (unit, rows) in model.range(..=seq).map(|(_, u)| u) {
+            want.insert(tag(unit), *rows);
+        }
+        let mut got: BTreeMap<String, i64> = BTreeMap::new();
+        for (path, rows) in live_files(&vs, v) {
+            let t = path
+                .rsplit_once('-')
+                .unwrap()
+                .1
+                .trim_end_matches(".parquet");
+            assert!(
+                got.insert(t.to_string(), rows).is_none(),
+                "a unit twice in version {v}"
+            );
+        }
+        assert_eq!(got, want, "version {v} (seq {seq}) against the model");
+    }
+    newest
+}
+
+/// A node of the `file://` lake at `dir/lake`, its directory `dir/<name>`.
+#[cfg(feature = "lake")]
+fn lake_node(dir: &Path, name: &str) -> Store {
+    let opts = Options {
+        lake: Some(format!("file://{}", dir.join("lake").display())),
+        ..Options::default()
+    };
+    Store::open_with(dir.join(name), opts).unwrap()
+}
+
+/// Puts units `from..to` of the lake tables' tests on `store` (ids from `id`, so every object
+/// differs) and records each in the model.
+#[cfg(feature = "lake")]
+fn put_units(store: &Store, model: &mut LakeModel, id: u64, from: u64, to: u64) {
+    for i in from..to {
+        let (unit, rows) = (format!("t/d={}/u{id}-{}", i % 3, i % 11), i % 4 + 1);
+        let bytes = parquet((id + i) as i64, rows as usize, "n");
+        let seq = seq_of(store.put(&unit, id + i + 1, &bytes));
+        model.insert(seq, (unit, rows as i64));
+    }
+}
+
+/// A lake table is the lake's (SPEC R23): its definition is created in the lake once (the same
+/// definition again is fine on any node, another is `Exists`), every node lists it, and any
+/// node publishes the next version. Two nodes publish alternately, each also the other's
+/// commits; every version of the lake's table equals the model at its seq. A third node that
+/// never published lists the table, catches up from the lake and publishes next.
 #[cfg(feature = "lake")]
 #[test]
-fn a_lake_nodes_table_is_published_into_the_lake_by_one_node() {
+fn any_lake_node_publishes_the_next_version_of_the_lakes_table() {
     let dir = tempfile::tempdir().unwrap();
-    let lake_dir = dir.path().join("lake");
-    let url = format!("file://{}", lake_dir.display());
-    let node = |name: &str| {
-        let opts = Options {
-            lake: Some(url.clone()),
-            ..Options::default()
-        };
-        Store::open_with(dir.path().join(name), opts).unwrap()
-    };
-    let n1 = node("node1");
+    let lake_table = dir.path().join("lake").join("tables").join("t");
+    let (n1, n2) = (
+        lake_node(dir.path(), "node1"),
+        lake_node(dir.path(), "node2"),
+    );
     n1.create_table("t", "t/", TableFormat::Delta).unwrap();
-    let mut model: BTreeMap<String, i64> = BTreeMap::new();
-    fn commit(store: &Store, model: &mut BTreeMap<String, i64>, from: u64, to: u64) {
-        for i in from..to {
-            let (unit, rows) = (format!("t/d={}/u{}", i % 3, i % 11), (i % 4 + 1) as usize);
-            store
-                .put(&unit, i + 1, &parquet(i as i64, rows, "n"))
-                .unwrap();
-            model.insert(unit, rows as i64);
-        }
+    assert!(lake_table.join("_oncelake_table").is_file());
+    let names = |s: &Store| s.tables().unwrap().into_iter().map(|t| t.name);
+    assert_eq!(names(&n2).collect::<Vec<_>>(), ["t"]);
+    assert_eq!(n2.table("t").unwrap().prefix, "t/");
+    n2.create_table("t", "t", TableFormat::Delta).unwrap();
+    match n2.create_table("t", "other/", TableFormat::Delta) {
+        Err(TableError::Exists { existing, .. }) => assert_eq!(existing, "t/"),
+        other => panic!("another definition under the lake's name: {other:?}"),
     }
-    // The lake's copy: every file of the node's table but the node's own bookkeeping.
-    let node_files = |store: &Store| {
-        let mut files = common::files(&store.table_dir("t"));
-        files.retain(|p, _| !p.to_string_lossy().starts_with("_oncelake_"));
-        files
+    let mut model = LakeModel::new();
+    let nodes = [&n1, &n2];
+    let mut next = 0;
+    for round in 0..6u64 {
+        // Commits on one node, published by the other or by itself.
+        let (committer, publisher) = (nodes[(round % 2) as usize], nodes[(round / 2 % 2) as usize]);
+        put_units(committer, &mut model, 0, next, next + 7);
+        next += 7;
+        let r = publisher.publish_table("t").unwrap();
+        let newest = check_lake_table(&lake_table, &model);
+        assert_eq!(r.version, Some(newest), "round {round}");
+        assert_eq!(r.app_id, "oncelake:lake:t");
+    }
+    // Nothing new: a publish on either node writes no version.
+    for n in nodes {
+        assert_eq!(n.publish_table("t").unwrap().versions, 0);
+    }
+    // Node 3 starts from a lake checkpoint taken after commits the table has not published:
+    // its replica's log begins there, and the units it publishes were last published before.
+    put_units(&n1, &mut model, 0, next, next + 4);
+    next += 4;
+    n1.checkpoint().unwrap();
+    let n3 = lake_node(dir.path(), "node3");
+    assert!(n3.lake_seeded_from().is_some());
+    assert_eq!(names(&n3).collect::<Vec<_>>(), ["t"]);
+    put_units(&n3, &mut model, 0, next, next + 5);
+    let r = n3.publish_table("t").unwrap();
+    assert_eq!(
+        r.versions, 9,
+        "only the new commits are built: the rest was pulled"
+    );
+    assert_eq!(r.version, Some(check_lake_table(&lake_table, &model)));
+    // Node 3's own copy holds the lake's log, byte for byte.
+    let logs = |d: &Path| {
+        let mut f = common::files(&d.join("_delta_log"));
+        f.retain(|p, _| p.extension().is_some_and(|e| e == "json"));
+        f
     };
-    let lake_table = lake_dir.join("tables").join("t");
-    commit(&n1, &mut model, 0, 20);
+    assert_eq!(logs(&n3.table_dir("t")), logs(&lake_table));
+    // Its data files (linked from the objects it fetched from the lake, or the lake's) are
+    // the lake's, byte for byte.
+    let lake_files = common::files(&lake_table);
+    let mut data = common::files(&n3.table_dir("t"));
+    data.retain(|p, _| {
+        p.extension().is_some_and(|e| e == "parquet") && !p.starts_with("_delta_log")
+    });
+    assert!(!data.is_empty());
+    for (p, bytes) in data {
+        assert_eq!(lake_files.get(&p), Some(&bytes), "{}", p.display());
+    }
+    let report = n3.verify(VerifyOptions { deep: true }).unwrap();
+    assert!(report.is_clean(), "{report:?}");
+
+    // A version of node 2's own that the lake holds with other bytes (as when another node
+    // won it) is discarded, and the lake's pulled in its place.
+    let newest = n2.publish_table("t").unwrap().version.unwrap();
+    let local = n2.table_dir("t").join("_delta_log");
+    let name = |v: u64| format!("{v:020}.json");
+    std::fs::copy(local.join(name(newest - 1)), local.join(name(newest + 1))).unwrap();
+    put_units(&n1, &mut model, 0, next + 5, next + 8);
     n1.publish_table("t").unwrap();
-    commit(&n1, &mut model, 20, 30);
-    let r = n1.publish_table("t").unwrap();
-    assert_eq!(common::files(&lake_table), node_files(&n1));
-    let vs = versions(&lake_table);
-    assert_eq!(vs.len() as u64, r.version.unwrap() + 1);
-    let live = live_files(&vs, r.version.unwrap());
-    let mut got: Vec<i64> = live.values().copied().collect();
-    let mut want: Vec<i64> = model.values().copied().collect();
-    got.sort();
-    want.sort();
-    assert_eq!(got, want, "one live file per unit with its rows");
+    put_units(&n1, &mut model, 0, next + 8, next + 9);
+    assert_eq!(n2.publish_table("t").unwrap().versions, 1);
+    check_lake_table(&lake_table, &model);
+    assert_eq!(logs(&n2.table_dir("t")), logs(&lake_table));
+}
 
-    // Node 2 sees the same units, and its versions carry its own appId: refused, lake unchanged.
-    let n2 = node("node2");
-    n2.sync().unwrap();
-    n2.create_table("t", "t/", TableFormat::Delta).unwrap();
-    let before = common::files(&lake_table);
-    match n2.publish_table("t") {
-        Err(TableError::LakeTable { detail, .. }) => assert!(detail.contains("another node")),
-        other => panic!("a second publishing node must be refused: {other:?}"),
+/// Two nodes commit and publish the lake's table concurrently (threads): the versions are
+/// raced for with put-if-absent, and whichever node wins each, the lake's table equals the
+/// model at every version, each commit once, no unit twice.
+#[cfg(feature = "lake")]
+#[test]
+fn two_nodes_publishing_concurrently_give_every_commit_one_version() {
+    let dir = tempfile::tempdir().unwrap();
+    let lake_table = dir.path().join("lake").join("tables").join("t");
+    let (n1, n2) = (
+        lake_node(dir.path(), "node1"),
+        lake_node(dir.path(), "node2"),
+    );
+    n1.create_table("t", "t/", TableFormat::Delta).unwrap();
+    fn run(node: &Store, id: u64) -> LakeModel {
+        let mut model = LakeModel::new();
+        for round in 0..5 {
+            put_units(node, &mut model, id, round * 3, round * 3 + 3);
+            node.publish_table("t").unwrap();
+        }
+        model
     }
-    assert_eq!(common::files(&lake_table), before);
-    // Node 2's own (refused) publish found the objects node 1 committed, so its files hold node
-    // 1's data files, byte for byte.
-    let data = |files: BTreeMap<PathBuf, Vec<u8>>| {
-        files
-            .into_iter()
-            .filter(|(p, _)| p.extension().is_some_and(|e| e == "parquet"))
-            .filter(|(p, _)| !p.starts_with("_delta_log"))
-            .collect::<BTreeMap<_, _>>()
-    };
-    let n1_data = data(node_files(&n1));
-    assert!(!n1_data.is_empty());
-    assert_eq!(data(node_files(&n2)), n1_data);
+    let models: Vec<LakeModel> = std::thread::scope(|s| {
+        let a = s.spawn(|| run(&n1, 0));
+        let b = s.spawn(|| run(&n2, 1_000));
+        vec![a.join().unwrap(), b.join().unwrap()]
+    });
+    let model: LakeModel = models.into_iter().flatten().collect();
+    assert_eq!(model.len(), 30, "every put committed at a seq of its own");
+    n1.publish_table("t").unwrap();
+    let newest = check_lake_table(&lake_table, &model);
+    assert_eq!(newest, 29, "every commit is one version");
+    assert_eq!(n2.publish_table("t").unwrap().versions, 0);
+}
 
-    // Node 1 goes on: the lake gets the new versions.
-    n1.sync().unwrap();
-    commit(&n1, &mut model, 30, 36);
-    let r = n1.publish_table("t").unwrap();
-    assert_eq!(common::files(&lake_table), node_files(&n1));
-    assert_eq!(versions(&lake_table).len() as u64, r.version.unwrap() + 1);
+/// A node that loses a version in the lake to another writer (here Delta's VACUUM, writing a
+/// commitInfo-only version while the node's create of that version is held) discards its own
+/// versions from it on, pulls the winner's and publishes after it: the lake's table still
+/// equals the model at every version.
+#[cfg(feature = "lake")]
+#[test]
+fn a_node_that_loses_a_version_pulls_the_winner_and_publishes_after_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("file://{}", dir.path().join("lake").display());
+    let faults = oncelake::LakeFaults::install_on(&url, 7);
+    let lake_table = dir.path().join("lake").join("tables").join("t");
+    let (n1, n2) = (
+        lake_node(dir.path(), "node1"),
+        lake_node(dir.path(), "node2"),
+    );
+    n1.create_table("t", "t/", TableFormat::Delta).unwrap();
+    let mut model = LakeModel::new();
+    put_units(&n1, &mut model, 0, 0, 5);
+    let v = n1.publish_table("t").unwrap().version.unwrap() + 1;
+    put_units(&n2, &mut model, 0, 5, 8);
+    let hold = faults.hold_next_put("tables/t/_delta_log/");
+    let r = std::thread::scope(|s| {
+        let publish = s.spawn(|| n2.publish_table("t"));
+        hold.wait_held();
+        let vacuum = "{\"commitInfo\":{\"timestamp\":1,\"operation\":\"VACUUM START\"}}\n";
+        let path = lake_table.join("_delta_log").join(format!("{v:020}.json"));
+        std::fs::write(path, vacuum).unwrap();
+        hold.release();
+        publish.join().unwrap().unwrap()
+    });
+    assert_eq!(
+        r.version,
+        Some(v + 3),
+        "the node's 3 versions after the lost one"
+    );
+    assert_eq!(check_lake_table(&lake_table, &model), v + 3);
+    let logs = |d: &Path| {
+        let mut f = common::files(&d.join("_delta_log"));
+        f.retain(|p, _| p.extension().is_some_and(|e| e == "json"));
+        f
+    };
+    assert_eq!(logs(&n2.table_dir("t")), logs(&lake_table));
+    assert_eq!(n1.publish_table("t").unwrap().versions, 0);
+}
+
+/// On a lake node, a publish stopped by a unit that cannot be published puts the versions
+/// before it into the lake (as a local store publishes them), nothing of the unit.
+#[cfg(feature = "lake")]
+#[test]
+fn a_lake_publish_stopped_by_a_bad_unit_puts_the_versions_before_it_into_the_lake() {
+    let dir = tempfile::tempdir().unwrap();
+    let lake_table = dir.path().join("lake").join("tables").join("t");
+    let n1 = lake_node(dir.path(), "node1");
+    n1.create_table("t", "t/", TableFormat::Delta).unwrap();
+    let mut model = LakeModel::new();
+    put_units(&n1, &mut model, 0, 0, 3);
+    let bad = seq_of(n1.put("t/d=0/bad", 1, b"not parquet"));
+    match n1.publish_table("t") {
+        Err(TableError::BadUnit { seq, .. }) => assert_eq!(seq, bad),
+        other => panic!("a unit that is not Parquet must stop the publish: {other:?}"),
+    }
+    assert_eq!(check_lake_table(&lake_table, &model), 2);
 }

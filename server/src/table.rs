@@ -10,7 +10,7 @@ use axum::body::Body;
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::Response;
-use oncelake::table::{position, TableDef, TableError, TableResult};
+use oncelake::table::{TableDef, TableError, TableResult};
 use oncelake::Store;
 use std::sync::Arc;
 
@@ -48,7 +48,7 @@ async fn run<T: Send + 'static>(
 
 fn table_w(store: &Store, d: &TableDef) -> TableResult<TableW> {
     let dir = store.table_dir(&d.name);
-    let pos = position::published(&d.name, &dir)?;
+    let pos = store.table_position(&d.name)?;
     Ok(TableW {
         table: d.name.clone(),
         format: d.format.to_string(),

@@ -143,8 +143,7 @@ impl Lake {
             .map_err(|e| Error::io("start the lake client's runtime", e))
     }
 
-    /// The lake's object store (the lake tables copy their versions through it).
-    #[cfg(feature = "tables")]
+    /// The lake's object store (the lake tables list definitions and copy versions through it).
     pub(crate) fn object_store(&self) -> &Arc<dyn ObjectStore> {
         &self.store
     }

@@ -21,6 +21,8 @@ mod delta;
 mod footer;
 #[cfg(all(feature = "tables", feature = "lake"))]
 mod lake;
+#[cfg(feature = "lake")]
+mod lake_defs;
 #[cfg(feature = "tables")]
 mod plan;
 #[cfg(feature = "tables")]
@@ -146,6 +148,19 @@ fn key_shape(columns: &str) -> String {
 
 /// The table API's result type.
 pub type TableResult<T> = std::result::Result<T, TableError>;
+
+/// Whose versions a table's Delta log says they are: the `<owner>` in the `txn` appId
+/// `oncelake:<owner>:<table>` and the seed of the table id. A local store's tables are its own
+/// (its store id); on a lake node (SPEC R23) a table is the lake's (`lake`), so every node builds
+/// the same bytes for the same version and any node may publish the next one.
+#[cfg(feature = "tables")]
+pub(crate) fn owner(store: &crate::store::Store) -> String {
+    #[cfg(feature = "lake")]
+    if store.core().lake.is_some() {
+        return "lake".into();
+    }
+    store.core().store_id.to_string()
+}
 
 pub(crate) fn io_err(context: impl Into<String>, e: std::io::Error) -> TableError {
     TableError::Store(crate::Error::io(context, e))

@@ -134,6 +134,15 @@ fn damaged(name: &str, path: PathBuf) -> TableError {
     }
 }
 
+/// The `txn` version (store seq) of a commit file's bytes, if oncelake wrote it (its first
+/// line is oncelake's txn action).
+pub fn txn_seq_in(bytes: &[u8]) -> Option<u64> {
+    bytes
+        .split(|&b| b == b'\n')
+        .find(|l| !l.is_empty())
+        .and_then(parse_txn_version)
+}
+
 /// `{"txn":{"appId":"...","version":N,...}}` → N.
 fn parse_txn_version(line: &[u8]) -> Option<u64> {
     let line = std::str::from_utf8(line).ok()?;

@@ -98,6 +98,16 @@ fn touching(snap: &Snapshot, def: &TableDef, seq: u64) -> TableResult<Touching> 
 fn publish(store: &Store, def: &TableDef) -> TableResult<PublishReport> {
     let lock = table_lock(store.table_dir(&def.name));
     let _guard = lock.lock();
+    // A lake node's table is the lake's: caught up from it, built here, published into it.
+    #[cfg(feature = "lake")]
+    if let Some(lake) = &store.core().lake {
+        return super::lake::publish_into_lake(store, lake, def, publish_here);
+    }
+    publish_here(store, def)
+}
+
+/// Publishes `def` into the store's own table directory (the caller holds the table's lock).
+pub(super) fn publish_here(store: &Store, def: &TableDef) -> TableResult<PublishReport> {
     let log = open_format(store, def)?;
     let pos = log.position();
     let snap = store.snapshot()?;
@@ -119,7 +129,7 @@ fn publish(store: &Store, def: &TableDef) -> TableResult<PublishReport> {
         same_schema: None,
         report: PublishReport {
             table: def.name.clone(),
-            app_id: format!("oncelake:{}:{}", store.core().store_id, def.name),
+            app_id: format!("oncelake:{}:{}", super::owner(store), def.name),
             ..PublishReport::default()
         },
     };
@@ -142,9 +152,6 @@ fn publish(store: &Store, def: &TableDef) -> TableResult<PublishReport> {
     let end = log.position();
     p.report.version = end.version;
     p.report.seq = end.seq;
-    // A lake node's table goes into the lake too, under the same lock.
-    #[cfg(feature = "lake")]
-    super::lake::copy_to_lake(store, &def.name)?;
     Ok(p.report)
 }
 

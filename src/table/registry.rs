@@ -62,14 +62,14 @@ impl TableDef {
         unit.starts_with(&self.prefix)
     }
 
-    fn encode(&self) -> String {
+    pub(crate) fn encode(&self) -> String {
         format!(
             "{DEF_HEADER}\nformat {}\nprefix {}\n",
             self.format, self.prefix
         )
     }
 
-    fn decode(name: &str, text: &str) -> Option<TableDef> {
+    pub(crate) fn decode(name: &str, text: &str) -> Option<TableDef> {
         let mut lines = text.strip_suffix('\n')?.split('\n');
         if lines.next()? != DEF_HEADER {
             return None;
@@ -137,7 +137,9 @@ impl Store {
     /// Defines table `name` publishing the units under `prefix` in `format`. Creating the same
     /// definition again is a no-op that returns it; another definition under the name is
     /// [`TableError::Exists`]. Nothing is published until [`Store::publish_table`] (or an
-    /// [`crate::table::AutoPublisher`]) runs.
+    /// [`crate::table::AutoPublisher`]) runs. On a lake node the definition is the lake's
+    /// (created there with put-if-absent, then cached in the node's directory), so every node
+    /// of the lake has the table.
     pub fn create_table(
         &self,
         name: &str,
@@ -150,8 +152,27 @@ impl Store {
             prefix: normalize_prefix(prefix)?,
             format,
         };
+        #[cfg(feature = "lake")]
+        if let Some(lake) = &self.core().lake {
+            let there = super::lake_defs::create(lake, &def)?;
+            if there != def {
+                return Err(exists(there));
+            }
+        }
+        if !self.write_definition(&def)? {
+            let existing = self.table(name)?;
+            if existing != def {
+                return Err(exists(existing));
+            }
+        }
+        Ok(def)
+    }
+
+    /// Writes `def` into the table's directory unless a definition is there already; `false`
+    /// when one was. Atomic and durable: a crash leaves no definition or a whole one.
+    fn write_definition(&self, def: &TableDef) -> TableResult<bool> {
         let vfs = &self.core().vfs();
-        let dir = self.table_dir(name);
+        let dir = self.table_dir(&def.name);
         vfs.create_dir_all(&dir)
             .map_err(|e| io_err(format!("create {}", dir.display()), e))?;
         let tmp = dir.join(format!(".{DEF_FILE}.{}.tmp", std::process::id()));
@@ -166,22 +187,25 @@ impl Store {
             vfs.sync_dir(parent)
                 .map_err(|e| io_err(format!("sync {}", parent.display()), e))?;
         }
-        if !linked {
-            let existing = self.table(name)?;
-            if existing != def {
-                return Err(TableError::Exists {
-                    name: name.to_string(),
-                    existing: existing.prefix,
-                    format: existing.format,
-                });
-            }
-        }
-        Ok(def)
+        Ok(linked)
     }
 
     /// Every table of the store, by name. Directories under `tables/` without a definition
     /// (a creation cut short before its definition was published) are not tables.
+    /// On a lake node, the lake's tables.
     pub fn tables(&self) -> TableResult<Vec<TableDef>> {
+        #[cfg(feature = "lake")]
+        if let Some(lake) = &self.core().lake {
+            let mut out = Vec::new();
+            for name in super::lake_defs::names(lake)? {
+                if validate_name(&name).is_err() {
+                    continue;
+                }
+                out.extend(self.cached_or_lake(lake, &name)?);
+            }
+            out.sort_by(|a, b| a.name.cmp(&b.name));
+            return Ok(out);
+        }
         let root = self.path().join(TABLES_DIR);
         let rd = match std::fs::read_dir(&root) {
             Ok(rd) => rd,
@@ -202,13 +226,19 @@ impl Store {
         Ok(out)
     }
 
-    /// The definition of table `name`.
+    /// The definition of table `name` (on a lake node, the lake's).
     pub fn table(&self, name: &str) -> TableResult<TableDef> {
         validate_name(name)?;
         let path = self.table_dir(name).join(DEF_FILE);
         let bytes = match self.core().vfs().read(&path) {
             Ok(b) => b,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                #[cfg(feature = "lake")]
+                if let Some(lake) = &self.core().lake {
+                    if let Some(def) = self.cached_or_lake(lake, name)? {
+                        return Ok(def);
+                    }
+                }
                 let known = self
                     .tables()?
                     .into_iter()
@@ -233,6 +263,50 @@ impl Store {
                 path: path.clone(),
                 detail: "the table definition is unreadable".into(),
             })
+    }
+}
+
+impl Store {
+    /// Where table `name` is published to: its own log's newest version and seq; on a lake
+    /// node, the lake's table's (which other nodes may have published past this node's copy).
+    pub fn table_position(&self, name: &str) -> TableResult<super::position::Position> {
+        let local = super::position::published(name, &self.table_dir(name))?;
+        #[cfg(feature = "lake")]
+        if let Some(lake) = &self.core().lake {
+            return super::lake_defs::lake_position(lake, name, local);
+        }
+        Ok(local)
+    }
+}
+
+/// `TableError::Exists` for the definition found under a name.
+fn exists(found: TableDef) -> TableError {
+    TableError::Exists {
+        name: found.name,
+        existing: found.prefix,
+        format: found.format,
+    }
+}
+
+#[cfg(feature = "lake")]
+impl Store {
+    /// A lake node's definition of `name`: the node's cached copy, else the lake's (then
+    /// cached); `None` when neither has one.
+    fn cached_or_lake(
+        &self,
+        lake: &crate::lake::Lake,
+        name: &str,
+    ) -> TableResult<Option<TableDef>> {
+        if self.table_dir(name).join(DEF_FILE).exists() {
+            return self.table(name).map(Some);
+        }
+        let Some(def) = super::lake_defs::read(lake, name)? else {
+            return Ok(None);
+        };
+        // A cache only (a read-only handle cannot write it): definitions never change, and the
+        // lake's is the one returned.
+        let _ = self.write_definition(&def);
+        Ok(Some(def))
     }
 }
 

@@ -1,7 +1,7 @@
 """Lake tables published into a shared lake (SPEC R21, R23), read by delta-rs from the lake itself:
 a shared directory (file://) and, when `weed` is found (ONCELAKE_WEED or PATH), SeaweedFS over S3.
-Checked against a model of the rows each unit holds; a second node publishing the same table is
-refused and the lake's table is unchanged."""
+Checked against a model of the rows each unit holds; the table is the lake's, so a second node lists
+it without creating it and publishes the next versions, read by delta-rs as the model says."""
 
 import json
 import os
@@ -84,11 +84,19 @@ def lake_table_is_published_and_read_from_the_lake(tmp_path, url, table_path, en
     assert sorted(tuple(tuple(p) for p in r) for r in got) == want
     info = read("delta_info", table_path, storage_options=storage_options)
     assert info["version"] == n - 1 and info["partition_columns"] == ["day"]
-    # A second node's publish of the same table is refused; the lake's table stays as it was.
+    # A second node lists the lake's table without creating it and publishes the next version.
     ol(env, "init", node2, "--lake", url)
-    ol(env, "table", "create", node2, "sales", "--prefix", "sales/")
-    refused = ol(env, "table", "publish", node2, "sales", check=False)
-    assert refused.returncode != 0 and "another node" in refused.stderr, refused.stderr
+    listed = [json.loads(l) for l in ol(env, "table", "ls", node2, "--json").stdout.splitlines() if l.strip()]
+    assert [t["table"] for t in listed] == ["sales"], listed
+    n += 1
+    unit = "sales/day=0/part-9"
+    rows = [{"id": 9000 + i, "name": "node2"} for i in range(2)]
+    ol(env, "put", node2, unit, n, parquet_file(files / f"f{n}.parquet", rows))
+    model[unit] = [dict(r, **partitions(unit)) for r in rows]
+    ol(env, "table", "publish", node2, "sales")
+    want = sorted(tuple(sorted(r.items())) for rows in model.values() for r in rows)
+    got = read("delta_rows", table_path, storage_options=storage_options)
+    assert sorted(tuple(tuple(p) for p in r) for r in got) == want
     assert read("delta_info", table_path, storage_options=storage_options)["version"] == n - 1
 
 

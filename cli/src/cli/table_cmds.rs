@@ -2,7 +2,7 @@
 //! `oncelake-bench table`).
 
 use super::{open_store, print_json, CliError};
-use oncelake::table::{position, PublishReport, TableDef, TableFormat};
+use oncelake::table::{PublishReport, TableDef, TableFormat};
 use oncelake::Store;
 use serde_json::json;
 use std::path::{Path, PathBuf};
@@ -98,7 +98,7 @@ pub(crate) fn run(a: TableArgs, wait: Duration) -> Result<u8, CliError> {
 
 fn def_json(store: &Store, d: &TableDef) -> Result<serde_json::Value, CliError> {
     let dir = store.table_dir(&d.name);
-    let pos = position::published(&d.name, &dir)?;
+    let pos = store.table_position(&d.name)?;
     Ok(json!({
         "table": d.name,
         "format": d.format.to_string(),

@@ -173,9 +173,10 @@ fn plans_and_pipelines() -> Vec<Step> {
     ]
 }
 
-/// Tables, GC, verify, stats, sync. Tables are defined and published on node 0 (one node
-/// publishes a given table); the rejected put's object is staged on node 1, so node 1's GC
-/// finds it as the local store's does.
+/// Tables, GC, verify, stats, sync. A table is the lake's: defined on node 0, listed on node 1,
+/// and published by either (node 1 publishes node 0's next commit, and node 0 lists the lake's
+/// newest version); the rejected put's object is staged on node 1, so node 1's GC finds it as
+/// the local store's does.
 fn maintenance() -> Vec<Step> {
     vec![
         step(0, "table create {S} sales --prefix sales/ --json", 0),
@@ -185,7 +186,15 @@ fn maintenance() -> Vec<Step> {
             0,
         ),
         step(0, "table publish {S} sales --json", 0),
+        step(1, "table ls {S} --json", 0),
+        step(
+            0,
+            "put {S} sales/date=2/region=eu 1 {D}/sales.parquet --json",
+            0,
+        ),
+        step(1, "table publish {S} sales --json", 0),
         step(0, "table ls {S} --json", 0),
+        step(0, "table publish {S} sales --json", 0),
         step(0, "table publish {S} nosuch --json", 2),
         // The objects of refused puts are staged on the node that ran them (here the conflict
         // on node 1 and the fenced put on node 0): a node's GC collects its own.

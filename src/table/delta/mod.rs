@@ -3,10 +3,11 @@
 //! [`CHECKPOINT_INTERVAL`] versions.
 //!
 //! Every byte is a function of the store's log: times are commit times, the table id derives from
-//! the store id and the table name, JSON keys come in a fixed order. So a publish cut short and
-//! resumed writes byte for byte what an uninterrupted one writes, and a version file that
-//! already exists with the same bytes (two publishers racing) is accepted, with other bytes it is
-//! damage.
+//! the table's owner (the store id, or `lake` on a lake node) and the table name, JSON keys come
+//! in a fixed order. So a publish cut short and resumed writes byte for byte what an
+//! uninterrupted one writes, two lake nodes build the same bytes for the same version, and a
+//! version file that already exists with the same bytes (two publishers racing) is accepted, with
+//! other bytes it is damage.
 
 mod checkpoint;
 
@@ -44,10 +45,11 @@ impl DeltaLog {
     pub(crate) fn open(store: &Store, def: &TableDef) -> TableResult<DeltaLog> {
         let dir = store.table_dir(&def.name);
         let log_dir = dir.join(DELTA_LOG);
-        let id_hash = blake3::hash(format!("{}:{}", store.core().store_id, def.name).as_bytes());
+        let owner = super::owner(store);
+        let id_hash = blake3::hash(format!("{owner}:{}", def.name).as_bytes());
         let mut log = DeltaLog {
             name: def.name.clone(),
-            app_id: format!("oncelake:{}:{}", store.core().store_id, def.name),
+            app_id: format!("oncelake:{owner}:{}", def.name),
             table_id: uuid_of(id_hash.as_bytes()),
             vfs: store.core().vfs().clone(),
             position: published(&def.name, &dir)?,
