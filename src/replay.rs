@@ -63,16 +63,8 @@ fn rebuild_from_log(
                         ));
                     }
                 }
-                rebuilt.insert(
-                    e.unit,
-                    EntryValue {
-                        source_version: e.source_version,
-                        revision: e.revision,
-                        object: e.object,
-                        seq: rec.seq,
-                        committed_at_ms: rec.time_ms,
-                    },
-                );
+                let entry = crate::verify::history_entry(&e, rec.seq, rec.time_ms);
+                rebuilt.insert(e.unit, entry);
             }
         }
     }
