@@ -24,6 +24,28 @@ fn lake_url(test: &str) -> String {
     format!("memory://{test}-{}", N.fetch_add(1, Ordering::Relaxed))
 }
 
+/// A memory lake of its own for one test, the directory its nodes live in, and their clock.
+pub(crate) struct Lake {
+    pub(crate) d: tempfile::TempDir,
+    pub(crate) url: String,
+    pub(crate) clock: ManualClock,
+}
+
+impl Lake {
+    pub(crate) fn new(test: &str) -> Lake {
+        Lake {
+            d: tempfile::tempdir().unwrap(),
+            url: lake_url(test),
+            clock: ManualClock::new(T0),
+        }
+    }
+
+    /// Opens node `name` of the lake (a new one, or the one of that name again).
+    pub(crate) fn node(&self, name: &str) -> Store {
+        node(&self.d.path().join(name), &self.url, &self.clock)
+    }
+}
+
 pub(crate) fn node(dir: &Path, url: &str, clock: &ManualClock) -> Store {
     Store::open_with(
         dir,
@@ -33,7 +55,7 @@ pub(crate) fn node(dir: &Path, url: &str, clock: &ManualClock) -> Store {
             ..Options::default()
         },
     )
-    .unwrap()
+    .unwrap_or_else(|e| panic!("open {}: {e}", dir.display()))
 }
 
 pub(crate) fn put(store: &Store, unit: &str, version: u64, bytes: &[u8]) -> Outcome {
@@ -65,11 +87,8 @@ pub(crate) fn check_node(store: &Store) {
 
 #[test]
 fn a_commit_on_one_node_is_seen_by_another_after_sync_and_its_object_is_fetched() {
-    let url = lake_url("seen");
-    let d = tempfile::tempdir().unwrap();
-    let clock = ManualClock::new(T0);
-    let a = node(&d.path().join("a"), &url, &clock);
-    let b = node(&d.path().join("b"), &url, &clock);
+    let lake = Lake::new("seen");
+    let (a, b) = (lake.node("a"), lake.node("b"));
     let out = put(&a, "orders/day=1", 7, b"parquet of day 1");
     let Outcome::Committed { seq, .. } = out else {
         panic!("expected a commit, got {out:?}");
@@ -83,18 +102,15 @@ fn a_commit_on_one_node_is_seen_by_another_after_sync_and_its_object_is_fetched(
         .expect("b sees a's commit");
     assert_eq!((e.source_version, e.seq), (7, seq));
     assert_eq!(snap.read_object(&e).unwrap(), b"parquet of day 1");
-    assert_eq!(b.lake_url().as_deref(), Some(url.as_str()));
+    assert_eq!(b.lake_url().as_deref(), Some(lake.url.as_str()));
     check_node(&a);
     check_node(&b);
 }
 
 #[test]
 fn a_conflict_is_decided_by_the_same_rules_on_either_node() {
-    let url = lake_url("conflict");
-    let d = tempfile::tempdir().unwrap();
-    let clock = ManualClock::new(T0);
-    let a = node(&d.path().join("a"), &url, &clock);
-    let b = node(&d.path().join("b"), &url, &clock);
+    let lake = Lake::new("conflict");
+    let (a, b) = (lake.node("a"), lake.node("b"));
     let won = put(&a, "u", 1, b"first");
     assert!(matches!(won, Outcome::Committed { .. }), "{won:?}");
     let first = ObjectId::of(b"first");
@@ -373,11 +389,8 @@ fn a_takeover_on_one_node_fences_the_old_holder_on_another_whatever_its_clock_sa
 
 #[test]
 fn a_node_reopened_or_joining_late_catches_up_from_the_lake() {
-    let url = lake_url("join");
-    let d = tempfile::tempdir().unwrap();
-    let clock = ManualClock::new(T0);
-    let a = node(&d.path().join("a"), &url, &clock);
-    let b = node(&d.path().join("b"), &url, &clock);
+    let lake = Lake::new("join");
+    let (a, b) = (lake.node("a"), lake.node("b"));
     for i in 0..20u64 {
         let n = if i % 2 == 0 { &a } else { &b };
         assert!(matches!(
@@ -388,13 +401,11 @@ fn a_node_reopened_or_joining_late_catches_up_from_the_lake() {
     drop(a);
     put(&b, "after-a-closed", 1, b"x");
     // Reopened without naming the lake: the directory's binding names it.
-    let a = Store::open(d.path().join("a")).unwrap();
+    let a = Store::open(lake.d.path().join("a")).unwrap();
     assert_eq!(entries(&a), entries(&b));
-    let c = node(&d.path().join("c"), &url, &clock);
+    let c = lake.node("c");
     assert_eq!(entries(&c), entries(&b));
-    let snap = c.snapshot().unwrap();
-    let e = snap.get("after-a-closed").unwrap().unwrap();
-    assert_eq!(snap.read_object(&e).unwrap(), b"x");
+    assert_eq!(common::current_bytes(&c, "after-a-closed"), b"x");
     check_node(&c);
 }
 
@@ -512,12 +523,10 @@ pub(crate) fn ckpt_file(lake: &Path, n: u64) -> std::path::PathBuf {
 #[test]
 fn a_new_node_starts_from_the_newest_checkpoint_and_equals_a_full_replay() {
     for seed in [1u64, 2, 3] {
-        let url = lake_url("ckpt");
-        let d = tempfile::tempdir().unwrap();
-        let clock = ManualClock::new(T0);
-        let a = node(&d.path().join("a"), &url, &clock);
+        let lake = Lake::new("ckpt");
+        let a = lake.node("a");
         // b replays the whole log (it joins before any checkpoint exists).
-        let b = node(&d.path().join("b"), &url, &clock);
+        let b = lake.node("b");
         assert_eq!(b.lake_seeded_from(), None);
         let mut rng = Rng(seed);
         let mut answers = Vec::new();
@@ -526,14 +535,14 @@ fn a_new_node_starts_from_the_newest_checkpoint_and_equals_a_full_replay() {
         assert!(first.written && first.segment > 0, "{first:?}");
         // The tail after it.
         writes(&[&a, &b], &mut rng, 40, &mut answers);
-        let c = node(&d.path().join("c"), &url, &clock);
+        let c = lake.node("c");
         assert_eq!(c.lake_seeded_from(), Some(first.segment), "seed {seed}");
         check_answers(&answers, &[&a, &b, &c]);
         assert_same_state(&a, &[&b, &c]);
         // The new node goes on like any other, and is reopened from its own replica.
         writes(&[&c, &a], &mut rng, 20, &mut answers);
         drop(c);
-        let c = Store::open(d.path().join("c")).unwrap();
+        let c = Store::open(lake.d.path().join("c")).unwrap();
         assert_eq!(c.lake_seeded_from(), None);
         check_answers(&answers, &[&a, &b, &c]);
         assert_same_state(&b, &[&a, &c]);
