@@ -186,9 +186,7 @@ fn a_gc_round_decided_while_an_upload_is_in_flight_leaves_the_upload_alone() {
     assert!(!doomed.iter().any(|n| n.contains(&id)), "{doomed:?}");
     assert!(matches!(answer, Outcome::Committed { .. }), "{answer:?}");
     let c = node(&n.d.path().join("c"), &n.url, &n.clock);
-    let snap = c.snapshot().unwrap();
-    let e = snap.get("inflight").unwrap().unwrap();
-    assert_eq!(snap.read_object(&e).unwrap(), b"in flight");
+    assert_eq!(crate::common::current_bytes(&c, "inflight"), b"in flight");
     check_node(&c);
 }
 
