@@ -40,6 +40,15 @@ impl Lake {
         }
     }
 
+    /// A `file://` lake of its own in its directory, and the lake's directory.
+    pub(crate) fn on_files() -> (Lake, std::path::PathBuf) {
+        let d = tempfile::tempdir().unwrap();
+        let lake = d.path().join("lake");
+        let url = file_lake(&lake);
+        let clock = ManualClock::new(T0);
+        (Lake { d, url, clock }, lake)
+    }
+
     /// Opens node `name` of the lake (a new one, or the one of that name again).
     pub(crate) fn node(&self, name: &str) -> Store {
         node(&self.d.path().join(name), &self.url, &self.clock)
@@ -496,13 +505,6 @@ pub(crate) fn assert_same_state(writer: &Store, others: &[&Store]) {
 }
 
 /// A scratch directory, the `file://` lake in it (its directory and URL), and a clock at `T0`.
-pub(crate) fn file_fixture() -> (tempfile::TempDir, std::path::PathBuf, String, ManualClock) {
-    let d = tempfile::tempdir().unwrap();
-    let lake = d.path().join("lake");
-    let url = file_lake(&lake);
-    (d, lake, url, ManualClock::new(T0))
-}
-
 /// Flips one bit in the middle of the file at `path` (damage a checksum must catch).
 pub(crate) fn flip_a_byte(path: &Path) {
     let mut bytes = std::fs::read(path).unwrap();
@@ -582,8 +584,8 @@ fn a_lagging_listing_only_costs_a_longer_tail() {
 
 #[test]
 fn a_damaged_checkpoint_is_skipped_and_a_crash_mid_checkpoint_leaves_the_lake_usable() {
-    let (d, lake, url, clock) = file_fixture();
-    let a = node(&d.path().join("a"), &url, &clock);
+    let (net, lake) = Lake::on_files();
+    let a = net.node("a");
     let mut rng = Rng(5);
     let mut answers = Vec::new();
     writes(&[&a], &mut rng, 20, &mut answers);
@@ -596,7 +598,7 @@ fn a_damaged_checkpoint_is_skipped_and_a_crash_mid_checkpoint_leaves_the_lake_us
     // The newest checkpoint damaged: a flipped byte in its database.
     let path = ckpt_file(&lake, newer);
     flip_a_byte(&path);
-    let b = node(&d.path().join("b"), &url, &clock);
+    let b = net.node("b");
     assert_eq!(b.lake_seeded_from(), Some(older));
     // Both damaged (the older one truncated): the whole log.
     let path = ckpt_file(&lake, older);
@@ -607,7 +609,7 @@ fn a_damaged_checkpoint_is_skipped_and_a_crash_mid_checkpoint_leaves_the_lake_us
         .unwrap()
         .set_len(len / 3)
         .unwrap();
-    let c = node(&d.path().join("c"), &url, &clock);
+    let c = net.node("c");
     assert_eq!(c.lake_seeded_from(), None);
     writes(&[&a, &b, &c], &mut rng, 10, &mut answers);
     check_answers(&answers, &[&a, &b, &c]);
@@ -616,12 +618,12 @@ fn a_damaged_checkpoint_is_skipped_and_a_crash_mid_checkpoint_leaves_the_lake_us
 
 #[test]
 fn checkpoints_are_written_every_k_segments_by_themselves() {
-    let (d, lake, url, clock) = file_fixture();
+    let (net, lake) = Lake::on_files();
     let a = Store::open_with(
-        d.path().join("a"),
+        net.d.path().join("a"),
         Options {
-            lake: Some(url.clone()),
-            clock: Arc::new(clock.clone()),
+            lake: Some(net.url.clone()),
+            clock: Arc::new(net.clock.clone()),
             lake_checkpoint_every: 4,
             ..Options::default()
         },
@@ -659,7 +661,7 @@ fn checkpoints_are_written_every_k_segments_by_themselves() {
     for n in [1, 2, 3, 5, 6, 7, 9, 10] {
         assert!(!ckpt_file(&lake, n).exists(), "checkpoint {n} written");
     }
-    let b = node(&d.path().join("b"), &url, &clock);
+    let b = net.node("b");
     assert_eq!(b.lake_seeded_from(), newest);
     check_answers(&answers, &[&a, &b]);
 }
@@ -704,9 +706,8 @@ fn a_forged_divergence_is_detected_and_named() {
 
 #[test]
 fn a_damaged_segment_fails_the_store_cleanly() {
-    let (d, lake, url, clock) = file_fixture();
-    let a = node(&d.path().join("a"), &url, &clock);
-    let b = node(&d.path().join("b"), &url, &clock);
+    let (net, lake) = Lake::on_files();
+    let (a, b) = (net.node("a"), net.node("b"));
     put(&a, "u", 1, b"x");
     b.sync().unwrap();
     put(&a, "u", 2, b"y");
@@ -722,9 +723,9 @@ fn a_damaged_segment_fails_the_store_cleanly() {
     assert!(b.put("w", 1, b"w").is_err());
     // A new node that replays through it is refused the same way.
     let e = Store::open_with(
-        d.path().join("c"),
+        net.d.path().join("c"),
         Options {
-            lake: Some(url.clone()),
+            lake: Some(net.url.clone()),
             ..Options::default()
         },
     )

@@ -25,8 +25,8 @@ use crate::nodes::node as open;
 use common::SplitMix64 as Rng;
 use oncelake::log::RecordBody;
 use oncelake::{
-    Batch, ClaimOutcome, FaultRates, LakeFault, LakeFaults, Lease, ManualClock, ObjectId, Options,
-    Outcome, Store, VerifyOptions,
+    Batch, ClaimOutcome, FaultRates, LakeFault, LakeFaults, Lease, ManualClock, ObjectId, Outcome,
+    Store, VerifyOptions,
 };
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
