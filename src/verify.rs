@@ -452,7 +452,7 @@ impl Store {
                     Some(g) => {
                         matched += 1;
                         let stored = EntryValue::decode_history(&e.unit, rec.seq, g.value())?;
-                        let want = history_entry(e, rec.seq, rec.time_ms);
+                        let want = crate::replay::history_entry(e, rec.seq, rec.time_ms);
                         if stored != want {
                             problems.push(format!(
                                 "history row ({:?}, {}) is {stored:?}, the log says {want:?}",
@@ -565,22 +565,6 @@ fn check_object_file(
         }
     }
     Ok(len)
-}
-
-/// The history entry a logged commit entry stands for, in the record of `seq` committed at
-/// `time_ms`.
-pub(crate) fn history_entry(
-    e: &crate::schema::log::LogEntry,
-    seq: u64,
-    time_ms: u64,
-) -> EntryValue {
-    EntryValue {
-        source_version: e.source_version,
-        revision: e.revision,
-        object: e.object,
-        seq,
-        committed_at_ms: time_ms,
-    }
 }
 
 /// The history rows whose seq has no commit of their unit in the log. Decodes one record per
