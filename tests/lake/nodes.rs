@@ -740,10 +740,7 @@ fn a_damaged_segment_fails_the_store_cleanly() {
 #[test]
 #[ignore]
 fn p10_a_new_node_opens_a_big_lake_from_its_checkpoint() {
-    let units: u64 = std::env::var("ONCELAKE_P10_UNITS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(1_000_000);
+    let units: u64 = common::env_or("ONCELAKE_P10_UNITS", 1_000_000);
     let d = tempfile::tempdir().unwrap();
     for url in [lake_url("p10"), file_lake(&d.path().join("lake"))] {
         let kind = &url[..url.find(':').unwrap()];

@@ -39,10 +39,7 @@ const STEPS: usize = 160;
 const TTL: Duration = Duration::from_secs(30);
 
 fn steps() -> usize {
-    std::env::var("ONCELAKE_LAKE_STEPS")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(STEPS)
+    common::env_or("ONCELAKE_LAKE_STEPS", STEPS)
 }
 
 fn seeds() -> Vec<u64> {
