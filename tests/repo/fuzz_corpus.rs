@@ -7,7 +7,10 @@ mod checks;
 
 use std::path::Path;
 
-fn replay(target: &str, check: fn(&[u8])) {
+/// A fuzz target's check: panics on input the engine mishandles.
+type Check = fn(&[u8]);
+
+fn replay(target: &str, check: Check) {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("fuzz/corpus")
         .join(target);
@@ -32,7 +35,7 @@ fn replay(target: &str, check: fn(&[u8])) {
 /// Every fuzz target's corpus, each through its target's check.
 #[test]
 fn every_corpus_passes_its_check() {
-    let targets: [(&str, fn(&[u8])); 4] = [
+    let targets: [(&str, Check); 4] = [
         ("log_record", checks::log_record),
         ("commit_rules", checks::commit_rules),
         ("listing_line", checks::listing_line),

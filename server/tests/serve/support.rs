@@ -6,7 +6,6 @@
 pub mod bin;
 
 use serde_json::Value;
-use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 
