@@ -3,10 +3,9 @@
 //! uploader is paused across the fence, and when rounds overlap or pause before their deletes;
 //! and it keeps the two newest checkpoints and every segment.
 
-use crate::common::SplitMix64 as Rng;
 use crate::nodes::{
-    assert_same_state, check_answers, check_node, ckpt_file, entries, flip_a_byte, put, writes,
-    Lake, T0,
+    assert_same_state, check_answers, check_node, ckpt_file, entries, flip_a_byte, put, Lake,
+    Writes, T0,
 };
 use oncelake::{GcOptions, LakeFaults, ManualClock, ObjectId, Outcome, Store};
 use std::path::Path;
@@ -51,11 +50,10 @@ fn referenced(store: &Store) -> std::collections::BTreeSet<(ObjectId, u64)> {
 fn gc_on_a_lake_node_prunes_the_same_history_everywhere_and_deletes_only_the_unreferenced() {
     let (net, lake) = Lake::on_files();
     let (a, b) = (net.node("a"), net.node("b"));
-    let mut rng = Rng(3);
-    let mut answers = Vec::new();
-    writes(&[&a, &b], &mut rng, 40, &mut answers);
+    let mut w = Writes::seeded(3);
+    w.on(&[&a, &b], 40);
     net.clock.advance_ms(10 * 24 * 3600 * 1000);
-    writes(&[&a, &b], &mut rng, 10, &mut answers);
+    w.on(&[&a, &b], 10);
     let before = lake_objects(&lake);
     let report = a
         .gc(oncelake::GcOptions {
@@ -185,8 +183,7 @@ fn a_gc_round_decided_while_an_upload_is_in_flight_leaves_the_upload_alone() {
 fn overlapping_gc_rounds_and_a_round_paused_between_fence_and_deletes_are_safe() {
     let (net, lake) = Lake::on_files();
     let (a, b) = (net.node("a"), net.node("b"));
-    let mut rng = Rng(9);
-    let mut answers = Vec::new();
+    let mut w = Writes::seeded(9);
     let gc = |s: &Store| {
         s.gc(oncelake::GcOptions {
             retain: Duration::ZERO,
@@ -196,14 +193,14 @@ fn overlapping_gc_rounds_and_a_round_paused_between_fence_and_deletes_are_safe()
         .unwrap()
     };
     for round in 0..4 {
-        writes(&[&a, &b], &mut rng, 30, &mut answers);
+        w.on(&[&a, &b], 30);
         net.clock.advance_ms(24 * 3600 * 1000);
         // a decides a round (its fence) and pauses; b prunes and sweeps, the nodes commit more
         // (content equal to what a doomed, under new names), b decides a round of its own;
         // then both delete, in either order.
         let a_doomed = a.lake_sweep_plan().unwrap();
         gc(&b);
-        writes(&[&a, &b], &mut rng, 20, &mut answers);
+        w.on(&[&a, &b], 20);
         let b_doomed = b.lake_sweep_plan().unwrap();
         if round % 2 == 0 {
             a.lake_sweep_delete(&a_doomed).unwrap();
@@ -241,14 +238,13 @@ fn checkpoints(lake: &Path) -> std::collections::BTreeSet<u64> {
 fn gc_keeps_the_two_newest_checkpoints_and_every_segment() {
     let (net, lake) = Lake::on_files();
     let a = net.node("a");
-    let mut rng = Rng(11);
-    let mut answers = Vec::new();
-    writes(&[&a], &mut rng, 10, &mut answers);
+    let mut w = Writes::seeded(11);
+    w.on(&[&a], 10);
     // A node far behind: it applies nothing until the GC has run.
     let far = net.node("far");
     let mut written = Vec::new();
     for _ in 0..4 {
-        writes(&[&a], &mut rng, 10, &mut answers);
+        w.on(&[&a], 10);
         written.push(a.checkpoint().unwrap().segment);
     }
     assert_eq!(checkpoints(&lake), written.iter().copied().collect());
@@ -267,8 +263,8 @@ fn gc_keeps_the_two_newest_checkpoints_and_every_segment() {
     let c = net.node("c");
     assert_eq!(c.lake_seeded_from(), None);
     far.sync().unwrap();
-    writes(&[&a, &b, &c, &far], &mut rng, 10, &mut answers);
-    check_answers(&answers, &[&a, &b, &c, &far]);
+    w.on(&[&a, &b, &c, &far], 10);
+    check_answers(&w.answers, &[&a, &b, &c, &far]);
     assert_same_state(&c, &[&a, &b, &far]);
     // A second round with nothing to delete keeps what is there.
     let before = checkpoints(&lake);

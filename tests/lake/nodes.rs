@@ -461,30 +461,46 @@ fn a_binding_is_kept_and_a_local_store_with_commits_is_not_bound() {
 
 // ---- Checkpoints in the lake ----------------------------------------------------------------
 
-/// `n` writes spread over `nodes`, on overlapping unit versions (some with differing bytes), a
-/// claim now and then; each answer recorded for `check_answers`.
-pub(crate) fn writes(nodes: &[&Store], rng: &mut Rng, n: usize, out: &mut Vec<Answer>) {
-    for _ in 0..n {
-        let store = nodes[rng.below(nodes.len() as u64) as usize];
-        let unit = format!("u{}", rng.below(12));
-        let version = 1 + rng.below(8);
-        let bytes = format!("{unit}@{version}#{}", rng.below(2));
-        if rng.chance(10) {
-            let claimed = store.claim(
-                &format!("job/{unit}"),
-                version,
-                "w",
-                Duration::from_secs(60),
-            );
-            assert!(claimed.is_ok(), "{claimed:?}");
+/// Random writes and their answers, for `check_answers`.
+pub(crate) struct Writes {
+    rng: Rng,
+    pub(crate) answers: Vec<Answer>,
+}
+
+impl Writes {
+    pub(crate) fn seeded(seed: u64) -> Writes {
+        Writes {
+            rng: Rng(seed),
+            answers: Vec::new(),
         }
-        let outcome = put(store, &unit, version, bytes.as_bytes());
-        out.push(Answer {
-            unit,
-            version,
-            object: ObjectId::of(bytes.as_bytes()),
-            outcome,
-        });
+    }
+
+    /// `n` writes spread over `nodes`, on overlapping unit versions (some with differing bytes),
+    /// a claim now and then; each answer recorded.
+    pub(crate) fn on(&mut self, nodes: &[&Store], n: usize) {
+        let rng = &mut self.rng;
+        for _ in 0..n {
+            let store = nodes[rng.below(nodes.len() as u64) as usize];
+            let unit = format!("u{}", rng.below(12));
+            let version = 1 + rng.below(8);
+            let bytes = format!("{unit}@{version}#{}", rng.below(2));
+            if rng.chance(10) {
+                let claimed = store.claim(
+                    &format!("job/{unit}"),
+                    version,
+                    "w",
+                    Duration::from_secs(60),
+                );
+                assert!(claimed.is_ok(), "{claimed:?}");
+            }
+            let outcome = put(store, &unit, version, bytes.as_bytes());
+            self.answers.push(Answer {
+                unit,
+                version,
+                object: ObjectId::of(bytes.as_bytes()),
+                outcome,
+            });
+        }
     }
 }
 
@@ -530,23 +546,22 @@ fn a_new_node_starts_from_the_newest_checkpoint_and_equals_a_full_replay() {
         // b replays the whole log (it joins before any checkpoint exists).
         let b = lake.node("b");
         assert_eq!(b.lake_seeded_from(), None);
-        let mut rng = Rng(seed);
-        let mut answers = Vec::new();
-        writes(&[&a, &b], &mut rng, 60, &mut answers);
+        let mut w = Writes::seeded(seed);
+        w.on(&[&a, &b], 60);
         let first = a.checkpoint().unwrap();
         assert!(first.written && first.segment > 0, "{first:?}");
         // The tail after it.
-        writes(&[&a, &b], &mut rng, 40, &mut answers);
+        w.on(&[&a, &b], 40);
         let c = lake.node("c");
         assert_eq!(c.lake_seeded_from(), Some(first.segment), "seed {seed}");
-        check_answers(&answers, &[&a, &b, &c]);
+        check_answers(&w.answers, &[&a, &b, &c]);
         assert_same_state(&a, &[&b, &c]);
         // The new node goes on like any other, and is reopened from its own replica.
-        writes(&[&c, &a], &mut rng, 20, &mut answers);
+        w.on(&[&c, &a], 20);
         drop(c);
         let c = Store::open(lake.d.path().join("c")).unwrap();
         assert_eq!(c.lake_seeded_from(), None);
-        check_answers(&answers, &[&a, &b, &c]);
+        check_answers(&w.answers, &[&a, &b, &c]);
         assert_same_state(&b, &[&a, &c]);
     }
 }
@@ -559,14 +574,13 @@ fn a_lagging_listing_only_costs_a_longer_tail() {
     let d = tempfile::tempdir().unwrap();
     let clock = ManualClock::new(T0);
     let a = node(&d.path().join("a"), &url, &clock);
-    let mut rng = Rng(11);
-    let mut answers = Vec::new();
-    writes(&[&a], &mut rng, 30, &mut answers);
+    let mut w = Writes::seeded(11);
+    w.on(&[&a], 30);
     let older = a.checkpoint().unwrap().segment;
-    writes(&[&a], &mut rng, 30, &mut answers);
+    w.on(&[&a], 30);
     let newer = a.checkpoint().unwrap().segment;
     assert!(newer > older);
-    writes(&[&a], &mut rng, 10, &mut answers);
+    w.on(&[&a], 10);
     // The listing misses the newest checkpoint: the older one and a longer tail.
     faults.set_list_lag(1);
     let b = node(&d.path().join("b"), &url, &clock);
@@ -578,7 +592,7 @@ fn a_lagging_listing_only_costs_a_longer_tail() {
     faults.set_list_lag(0);
     let e = node(&d.path().join("e"), &url, &clock);
     assert_eq!(e.lake_seeded_from(), Some(newer));
-    check_answers(&answers, &[&a, &b, &c, &e]);
+    check_answers(&w.answers, &[&a, &b, &c, &e]);
     assert_same_state(&a, &[&b, &c, &e]);
 }
 
@@ -586,11 +600,10 @@ fn a_lagging_listing_only_costs_a_longer_tail() {
 fn a_damaged_checkpoint_is_skipped_and_a_crash_mid_checkpoint_leaves_the_lake_usable() {
     let (net, lake) = Lake::on_files();
     let a = net.node("a");
-    let mut rng = Rng(5);
-    let mut answers = Vec::new();
-    writes(&[&a], &mut rng, 20, &mut answers);
+    let mut w = Writes::seeded(5);
+    w.on(&[&a], 20);
     let older = a.checkpoint().unwrap().segment;
-    writes(&[&a], &mut rng, 20, &mut answers);
+    w.on(&[&a], 20);
     let newer = a.checkpoint().unwrap().segment;
     // What a crash mid-upload can leave: a temporary file beside the checkpoints (the lake's
     // put-if-absent makes an object visible whole or not at all).
@@ -611,8 +624,8 @@ fn a_damaged_checkpoint_is_skipped_and_a_crash_mid_checkpoint_leaves_the_lake_us
         .unwrap();
     let c = net.node("c");
     assert_eq!(c.lake_seeded_from(), None);
-    writes(&[&a, &b, &c], &mut rng, 10, &mut answers);
-    check_answers(&answers, &[&a, &b, &c]);
+    w.on(&[&a, &b, &c], 10);
+    check_answers(&w.answers, &[&a, &b, &c]);
     assert_same_state(&c, &[&a, &b]);
 }
 
