@@ -3,16 +3,12 @@
 //!
 //! `cargo bench --bench dedup`; sizes from `ONCELAKE_BENCH_UNITS` (default 10000,100000,1000000).
 
+mod common;
+
+use common::sizes;
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use oncelake_bench::bench_fixtures as fixtures;
 use std::time::Duration;
-
-fn sizes() -> Vec<u64> {
-    std::env::var("ONCELAKE_BENCH_UNITS")
-        .ok()
-        .map(|s| s.split(',').filter_map(|x| x.trim().parse().ok()).collect())
-        .unwrap_or_else(|| vec![10_000, 100_000, 1_000_000])
-}
 
 fn dedup(c: &mut Criterion) {
     let mut group = c.benchmark_group("dedup");

@@ -4,18 +4,21 @@
 //! `cargo bench --bench reconcile`; sizes from `ONCELAKE_BENCH_UNITS` (default
 //! 10000,100000,1000000).
 
+mod common;
+
+use common::sizes;
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use oncelake::reconcile::{
-    reconcile_changes, reconcile_full, ListingFormat, ListingReader, Pairs, ReconcileOptions,
+    reconcile_changes, reconcile_full, ListingFormat, ListingReader, Pairs, PlanItem,
+    ReconcileOptions,
 };
 use oncelake_bench::bench_fixtures as fixtures;
 use std::time::Duration;
 
-fn sizes() -> Vec<u64> {
-    std::env::var("ONCELAKE_BENCH_UNITS")
-        .ok()
-        .map(|s| s.split(',').filter_map(|x| x.trim().parse().ok()).collect())
-        .unwrap_or_else(|| vec![10_000, 100_000, 1_000_000])
+/// The plan's sink: each item is looked at (so it is not optimised away) and dropped.
+fn discard(item: PlanItem<'_>) -> std::io::Result<()> {
+    std::hint::black_box(item);
+    Ok(())
 }
 
 fn reconcile(c: &mut Criterion) {
@@ -34,31 +37,19 @@ fn reconcile(c: &mut Criterion) {
         group.bench_function(BenchmarkId::new("full_pairs", n), |b| {
             b.iter(|| {
                 let listing = Pairs::new(w.listing.iter().map(|(u, v)| (u.as_str(), *v)));
-                reconcile_full(&snap, listing, opts, |i| {
-                    std::hint::black_box(i);
-                    Ok(())
-                })
-                .expect("full")
+                reconcile_full(&snap, listing, opts, discard).expect("full")
             })
         });
         group.bench_function(BenchmarkId::new("full_csv", n), |b| {
             b.iter(|| {
                 let listing = ListingReader::new(w.csv.as_slice(), ListingFormat::Csv);
-                reconcile_full(&snap, listing, opts, |i| {
-                    std::hint::black_box(i);
-                    Ok(())
-                })
-                .expect("full")
+                reconcile_full(&snap, listing, opts, discard).expect("full")
             })
         });
         group.bench_function(BenchmarkId::new("incremental_1pct", n), |b| {
             b.iter(|| {
                 let changes = Pairs::new(w.changes.iter().map(|(u, v)| (u.as_str(), *v)));
-                reconcile_changes(&store, changes, opts, |i| {
-                    std::hint::black_box(i);
-                    Ok(())
-                })
-                .expect("incremental")
+                reconcile_changes(&store, changes, opts, discard).expect("incremental")
             })
         });
         group.bench_function(BenchmarkId::new("naive_get_per_unit_baseline", n), |b| {

@@ -422,14 +422,10 @@ impl Store {
             let removed = vfs.remove(&o.path);
             guard.done += 1;
             pins.undoom(&o.id);
-            match removed {
-                Ok(()) => {}
-                // Removed by someone else meanwhile (not by another GC: that one skips it).
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
-                Err(e) => return Err(Error::io(format!("remove {}", o.path.display()), e)),
+            // Not found: removed by someone else meanwhile (not by another GC: that one skips it).
+            if !self.collected(removed, &o.path, o.bytes)? {
+                continue;
             }
-            add(&self.core().metrics.c.orphans_collected, 1);
-            add(&self.core().metrics.c.bytes_collected, o.bytes);
             report.objects += 1;
             report.object_bytes += o.bytes;
         }
@@ -484,6 +480,19 @@ impl Store {
         Ok(out)
     }
 
+    /// Counts a file of `bytes` GC removed at `path` (`removed`, the removal's result) as
+    /// collected: true if it was removed, false if it was already gone.
+    fn collected(&self, removed: std::io::Result<()>, path: &Path, bytes: u64) -> Result<bool> {
+        match removed {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(false),
+            Err(e) => return Err(Error::io(format!("remove {}", path.display()), e)),
+        }
+        add(&self.core().metrics.c.orphans_collected, 1);
+        add(&self.core().metrics.c.bytes_collected, bytes);
+        Ok(true)
+    }
+
     /// Removes the staging files of writers that are gone, and those whose writer cannot be told
     /// once they are at least `grace` old.
     fn gc_staging(&self, options: &GcOptions, report: &mut GcReport) -> Result<()> {
@@ -493,13 +502,10 @@ impl Store {
                 continue;
             }
             if !options.dry_run {
-                match self.core().stager.vfs.remove(&f.path) {
-                    Ok(()) => {}
-                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
-                    Err(e) => return Err(Error::io(format!("remove {}", f.path.display()), e)),
+                let removed = self.core().stager.vfs.remove(&f.path);
+                if !self.collected(removed, &f.path, f.bytes)? {
+                    continue;
                 }
-                add(&self.core().metrics.c.orphans_collected, 1);
-                add(&self.core().metrics.c.bytes_collected, f.bytes);
             }
             report.staging_files += 1;
             report.staging_bytes += f.bytes;

@@ -420,6 +420,7 @@ impl<'a> Region<'a> {
 
 /// What one scanning thread did: units it placed, hashes it found twice, units whose probe ran
 /// out of its region, and where its part of the manifest ended.
+#[derive(Default)]
 struct Part {
     len: usize,
     ambiguous: Vec<u64>,
@@ -514,13 +515,7 @@ fn scan_part<'t>(
     mut region: Region<'_>,
     peer: Option<Peer>,
 ) -> Result<Part> {
-    let mut part = Part {
-        len: 0,
-        ambiguous: Vec::new(),
-        spill: Vec::new(),
-        last_key: None,
-        next_key: None,
-    };
+    let mut part = Part::default();
     let lower = region.lo == 0;
     let mut outgoing: Vec<(u64, Slot)> = Vec::new();
     // This thread's own units between their prefetch and their insert.
@@ -781,13 +776,7 @@ mod tests {
         let cap = 64;
         let mut hashes = vec![EMPTY; cap];
         let mut slots = vec![Slot::default(); cap];
-        let mut part = Part {
-            len: 0,
-            ambiguous: Vec::new(),
-            spill: Vec::new(),
-            last_key: None,
-            next_key: None,
-        };
+        let mut part = Part::default();
         // Hashes whose home is the region's last position: the second one spills.
         let last = u64::MAX - 1;
         assert_eq!(home(last, cap), cap - 1);

@@ -63,16 +63,8 @@ fn rebuild_from_log(
                         ));
                     }
                 }
-                rebuilt.insert(
-                    e.unit,
-                    EntryValue {
-                        source_version: e.source_version,
-                        revision: e.revision,
-                        object: e.object,
-                        seq: rec.seq,
-                        committed_at_ms: rec.time_ms,
-                    },
-                );
+                let entry = history_entry(&e, rec.seq, rec.time_ms);
+                rebuilt.insert(e.unit, entry);
             }
         }
     }
@@ -135,4 +127,20 @@ pub fn replay(snap: &Snapshot) -> Result<ReplayReport> {
     report.units = rebuilt.len() as u64;
     compare_with_manifest(snap, rebuilt, &mut report)?;
     Ok(report)
+}
+
+/// The history entry a logged commit entry stands for, in the record of `seq` committed at
+/// `time_ms`.
+pub(crate) fn history_entry(
+    e: &crate::schema::log::LogEntry,
+    seq: u64,
+    time_ms: u64,
+) -> EntryValue {
+    EntryValue {
+        source_version: e.source_version,
+        revision: e.revision,
+        object: e.object,
+        seq,
+        committed_at_ms: time_ms,
+    }
 }

@@ -236,8 +236,12 @@ struct Produced {
     staged: Staged,
 }
 
-/// Refuses a batch with a bad key or a unit listed twice, before anything is claimed or run.
-fn validate_units(units: &[(&str, u64)]) -> crate::Result<()> {
+/// One answer slot per unit, none filled yet (see [`finish`]).
+type Slots<E> = Vec<Option<Result<RunOutcome, RunError<E>>>>;
+
+/// Refuses a batch with a bad key or a unit listed twice, before anything is claimed or run;
+/// otherwise the batch's empty answer slots.
+fn validate_units<E>(units: &[(&str, u64)]) -> crate::Result<Slots<E>> {
     let mut seen = std::collections::HashSet::with_capacity(units.len());
     for (unit, _) in units {
         crate::key::validate_key(unit)?;
@@ -247,15 +251,33 @@ fn validate_units(units: &[(&str, u64)]) -> crate::Result<()> {
             )));
         }
     }
-    Ok(())
+    Ok(units.iter().map(|_| None).collect())
 }
 
 /// Takes the answers once every unit has one.
-fn finish<E>(answers: Vec<Option<Result<RunOutcome, RunError<E>>>>) -> RunAnswers<E> {
+fn finish<E>(answers: Slots<E>) -> RunAnswers<E> {
     answers
         .into_iter()
         .map(|a| a.expect("invariant: every unit of a batched run is answered"))
         .collect()
+}
+
+/// A batched run (`many`) of one unit: its one `work`, and its one answer.
+fn single<O, E, F, M>(work: F, many: M) -> Result<RunOutcome, RunError<E>>
+where
+    F: FnOnce() -> Result<O, E>,
+    M: FnOnce(&mut dyn FnMut(usize) -> Result<O, E>) -> crate::Result<RunAnswers<E>>,
+{
+    let mut work = Some(work);
+    let mut answers = many(&mut |_| {
+        let work = work
+            .take()
+            .expect("invariant: a batched run calls each unit's work at most once");
+        work()
+    })?;
+    answers
+        .pop()
+        .expect("invariant: a batched run answers every unit")
 }
 
 impl Store {
@@ -305,16 +327,9 @@ impl Store {
         F: FnOnce() -> Result<O, E>,
         O: WorkOutput,
     {
-        let mut work = Some(work);
-        let mut answers = self.run_once_many(&[(unit, source_version)], worker, ttl, |_| {
-            let work = work
-                .take()
-                .expect("invariant: a batched run calls each unit's work at most once");
-            work()
-        })?;
-        answers
-            .pop()
-            .expect("invariant: a batched run answers every unit")
+        single(work, |work| {
+            self.run_once_many(&[(unit, source_version)], worker, ttl, work)
+        })
     }
 
     /// [`Store::run_once`] for many units at once, with two write transactions for the whole batch
@@ -366,9 +381,7 @@ impl Store {
         F: FnMut(usize) -> Result<O, E>,
         O: WorkOutput,
     {
-        validate_units(units)?;
-        let mut answers: Vec<Option<Result<RunOutcome, RunError<E>>>> =
-            units.iter().map(|_| None).collect();
+        let mut answers = validate_units(units)?;
         let holdings = self.claim_phase(units, worker, ttl, &mut |i, outcome| {
             answers[i] = Some(Ok(outcome));
         })?;
@@ -553,16 +566,9 @@ impl Store {
         F: FnOnce() -> Result<O, E>,
         O: WorkOutput,
     {
-        let mut work = Some(work);
-        let mut answers = self.run_optimistic_many(&[(unit, source_version)], |_| {
-            let work = work
-                .take()
-                .expect("invariant: a batched run calls each unit's work at most once");
-            work()
-        })?;
-        answers
-            .pop()
-            .expect("invariant: a batched run answers every unit")
+        single(work, |work| {
+            self.run_optimistic_many(&[(unit, source_version)], work)
+        })
     }
 
     /// [`Store::run_optimistic`] for many units at once, with one write transaction for the batch:
@@ -584,9 +590,7 @@ impl Store {
         F: FnMut(usize) -> Result<O, E>,
         O: WorkOutput,
     {
-        validate_units(units)?;
-        let mut answers: Vec<Option<Result<RunOutcome, RunError<E>>>> =
-            units.iter().map(|_| None).collect();
+        let mut answers = validate_units(units)?;
         let mut to_run = Vec::with_capacity(units.len());
         for (i, &(unit, version)) in units.iter().enumerate() {
             match self.done_entry(unit, version)? {
@@ -790,7 +794,7 @@ impl Store {
         worker: &str,
         ttl: Duration,
     ) -> crate::Result<Begin> {
-        validate_units(&[(unit, source_version)])?;
+        validate_units::<Error>(&[(unit, source_version)])?;
         // The same first half as run_once: one coordination path.
         let mut answer = None;
         let mut holdings =

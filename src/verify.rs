@@ -9,7 +9,7 @@ use crate::error::{DbContext, Result};
 use crate::gc::{list_objects, ObjectListing};
 use crate::object::{ObjectId, ObjectMeta};
 use crate::replay::{replay, ReplayReport};
-use crate::schema::log::{LogTable, Record, RecordBody};
+use crate::schema::log::{LogTable, RecordBody};
 use crate::schema::manifest::EntryValue;
 use crate::schema::meta::{self, seq_and_horizon};
 use crate::schema::{HISTORY, MANIFEST, META};
@@ -452,7 +452,7 @@ impl Store {
                     Some(g) => {
                         matched += 1;
                         let stored = EntryValue::decode_history(&e.unit, rec.seq, g.value())?;
-                        let want = history_entry(e, &rec);
+                        let want = crate::replay::history_entry(e, rec.seq, rec.time_ms);
                         if stored != want {
                             problems.push(format!(
                                 "history row ({:?}, {}) is {stored:?}, the log says {want:?}",
@@ -565,17 +565,6 @@ fn check_object_file(
         }
     }
     Ok(len)
-}
-
-/// The history entry a logged commit entry stands for.
-fn history_entry(e: &crate::schema::log::LogEntry, rec: &Record) -> EntryValue {
-    EntryValue {
-        source_version: e.source_version,
-        revision: e.revision,
-        object: e.object,
-        seq: rec.seq,
-        committed_at_ms: rec.time_ms,
-    }
 }
 
 /// The history rows whose seq has no commit of their unit in the log. Decodes one record per

@@ -154,13 +154,7 @@ impl Failure {
 
     /// Decodes a payload; malformed input is an error, never a panic.
     pub fn decode(b: &[u8]) -> Result<Failure> {
-        let mut r = Reader::new(b, "pipeline record");
-        let format = r.u8()?;
-        if format != 1 {
-            return Err(bad(format!(
-                "cell failure format {format} is not supported"
-            )));
-        }
+        let mut r = record_reader(b, "cell failure")?;
         let cell = r.string()?;
         let source_version = r.u64()?;
         let attempts = r.u32()?;
@@ -204,11 +198,7 @@ impl DefinitionRecord {
 
     /// Decodes a payload; malformed input is an error, never a panic.
     pub fn decode(b: &[u8]) -> Result<DefinitionRecord> {
-        let mut r = Reader::new(b, "pipeline record");
-        let format = r.u8()?;
-        if format != 1 {
-            return Err(bad(format!("definition format {format} is not supported")));
-        }
+        let mut r = record_reader(b, "definition")?;
         let text = r.string()?;
         let reason = r.string()?;
         r.finish()?;
@@ -506,6 +496,16 @@ impl std::fmt::Display for CellView {
 
 fn bad(detail: String) -> Error {
     Error::BadRecord(detail)
+}
+
+/// A reader of the payload `b` of a `what` record, past its format byte (1, the only format).
+fn record_reader<'b>(b: &'b [u8], what: &str) -> Result<Reader<'b>> {
+    let mut r = Reader::new(b, "pipeline record");
+    let format = r.u8()?;
+    if format != 1 {
+        return Err(bad(format!("{what} format {format} is not supported")));
+    }
+    Ok(r)
 }
 
 #[cfg(test)]

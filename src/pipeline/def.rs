@@ -656,18 +656,16 @@ mod tests {
 
     #[test]
     fn lineage_changes_downstream_only() {
-        let a = PipelineDef::builder()
-            .stage("a", 1, &[])
-            .stage("b", 1, &["a"])
-            .stage("c", 1, &["b"])
-            .build()
-            .unwrap();
-        let b = PipelineDef::builder()
-            .stage("a", 1, &[])
-            .stage("b", 2, &["a"])
-            .stage("c", 1, &["b"])
-            .build()
-            .unwrap();
+        // The chain a -> b -> c, with b's code at `version`.
+        let chain = |version| {
+            PipelineDef::builder()
+                .stage("a", 1, &[])
+                .stage("b", version, &["a"])
+                .stage("c", 1, &["b"])
+                .build()
+                .unwrap()
+        };
+        let (a, b) = (chain(1), chain(2));
         assert_eq!(a.lineage("a"), b.lineage("a"));
         assert_ne!(a.lineage("b"), b.lineage("b"));
         assert_ne!(a.lineage("c"), b.lineage("c"));

@@ -719,12 +719,7 @@ impl Plan {
         listing: impl ListingSource,
         opts: ReconcileOptions,
     ) -> Result<Plan, ReconcileError> {
-        let mut units = Vec::new();
-        let summary = reconcile_full(snap, listing, opts, |i| {
-            units.push(i.into());
-            Ok(())
-        })?;
-        Ok(Plan { units, summary })
+        Plan::collect(|sink| reconcile_full(snap, listing, opts, sink))
     }
 
     /// Runs [`reconcile_changes`] and collects the plan.
@@ -733,8 +728,17 @@ impl Plan {
         changes: impl ListingSource,
         opts: ReconcileOptions,
     ) -> Result<Plan, ReconcileError> {
+        Plan::collect(|sink| reconcile_changes(store, changes, opts, sink))
+    }
+
+    /// Runs `pass` with a sink that keeps every item it plans.
+    fn collect(
+        pass: impl FnOnce(
+            &mut dyn FnMut(PlanItem<'_>) -> std::io::Result<()>,
+        ) -> Result<Summary, ReconcileError>,
+    ) -> Result<Plan, ReconcileError> {
         let mut units = Vec::new();
-        let summary = reconcile_changes(store, changes, opts, |i| {
+        let summary = pass(&mut |i| {
             units.push(i.into());
             Ok(())
         })?;

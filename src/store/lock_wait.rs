@@ -157,6 +157,36 @@ mod tests {
             .unwrap()
     }
 
+    /// A thread that takes the lock at `path` (held elsewhere), `shared` or not, waiting up to an
+    /// hour unless `stop` says to give up: what tells that it is about to wait, and the thread,
+    /// whose answer is what the attempt got and the file it holds the lock through.
+    #[cfg(target_os = "linux")]
+    fn waiter(
+        path: &Path,
+        shared: bool,
+        stop: Option<Box<dyn Fn() -> bool + Send>>,
+    ) -> (
+        std::sync::mpsc::Receiver<()>,
+        std::thread::JoinHandle<(Option<Woken>, File)>,
+    ) {
+        let (tx, rx) = std::sync::mpsc::channel();
+        let path = path.to_path_buf();
+        let waiter = std::thread::spawn(move || {
+            let f = open(&path);
+            let deadline = Instant::now() + Duration::from_secs(3600);
+            let got = acquire(
+                &f,
+                &path,
+                deadline,
+                shared,
+                &|| tx.send(()).unwrap(),
+                stop.as_deref().map(|s| s as &dyn Fn() -> bool),
+            );
+            (got.unwrap(), f)
+        });
+        (rx, waiter)
+    }
+
     /// The waiter blocks until the holder closes the lock file, and the attempt that gets the
     /// lock follows the release event, not a timer. (With the watch disabled — the old polling
     /// — the same run reports `ByTimer`.) No timing is asserted: the deadline is an hour.
@@ -168,21 +198,7 @@ mod tests {
             let path = dir.path().join("LOCK");
             let holder = open(&path);
             holder.try_lock().unwrap();
-            let (tx, rx) = std::sync::mpsc::channel();
-            let waiter_path = path.clone();
-            let waiter = std::thread::spawn(move || {
-                let f = open(&waiter_path);
-                let deadline = Instant::now() + Duration::from_secs(3600);
-                let got = acquire(
-                    &f,
-                    &waiter_path,
-                    deadline,
-                    shared,
-                    &|| tx.send(()).unwrap(),
-                    None,
-                );
-                (got.unwrap(), f)
-            });
+            let (rx, waiter) = waiter(&path, shared, None);
             // The waiter found the lock held and is about to wait.
             rx.recv().unwrap();
             drop(holder);
@@ -206,27 +222,13 @@ mod tests {
         let announced = dir.path().join("serve.json");
         let holder = open(&path);
         holder.try_lock().unwrap();
-        let (tx, rx) = std::sync::mpsc::channel();
-        let (waiter_path, seen) = (path.clone(), announced.clone());
-        let waiter = std::thread::spawn(move || {
-            let f = open(&waiter_path);
-            let deadline = Instant::now() + Duration::from_secs(3600);
-            let stop = move || seen.exists();
-            let got = acquire(
-                &f,
-                &waiter_path,
-                deadline,
-                false,
-                &|| tx.send(()).unwrap(),
-                Some(&stop),
-            );
-            got.unwrap()
-        });
+        let seen = announced.clone();
+        let (rx, waiter) = waiter(&path, false, Some(Box::new(move || seen.exists())));
         rx.recv().unwrap();
         let tmp = dir.path().join("serve.json.tmp");
         std::fs::write(&tmp, "{}").unwrap();
         std::fs::rename(&tmp, &announced).unwrap();
-        let got = waiter.join().unwrap();
+        let (got, _) = waiter.join().unwrap();
         assert_eq!(got, None, "it stopped instead of getting the lock");
         assert!(matches!(
             open(&path).try_lock(),

@@ -70,21 +70,11 @@ impl StorageBackend for ShadowFile {
 
     fn read(&self, offset: u64, out: &mut [u8]) -> Result<(), BackendIoError> {
         let st = self.state.lock();
-        let end = offset.saturating_add(out.len() as u64);
-        if end > st.len {
-            return Err(std::io::Error::from(std::io::ErrorKind::UnexpectedEof));
-        }
-        for Span {
-            block,
-            within,
-            n,
-            at,
-        } in spans(offset, end)
-        {
-            let dst = &mut out[(at - offset) as usize..][..n];
-            match st.blocks.get(&block) {
-                Some(b) => dst.copy_from_slice(&b[within..within + n]),
-                None => self.read_file(st.visible, at, dst)?,
+        for s in spans(offset, out.len(), st.len)? {
+            let dst = &mut out[(s.at - offset) as usize..][..s.n];
+            match st.blocks.get(&s.block) {
+                Some(b) => dst.copy_from_slice(&b[s.within..s.within + s.n]),
+                None => self.read_file(st.visible, s.at, dst)?,
             }
         }
         Ok(())
@@ -112,16 +102,12 @@ impl StorageBackend for ShadowFile {
 
     fn write(&self, offset: u64, data: &[u8]) -> Result<(), BackendIoError> {
         let mut st = self.state.lock();
-        let end = offset.saturating_add(data.len() as u64);
-        if end > st.len {
-            return Err(std::io::Error::from(std::io::ErrorKind::UnexpectedEof));
-        }
         for Span {
             block,
             within,
             n,
             at,
-        } in spans(offset, end)
+        } in spans(offset, data.len(), st.len)?
         {
             if !st.blocks.contains_key(&block) {
                 let mut b = vec![0u8; BLOCK as usize];
@@ -148,10 +134,15 @@ struct Span {
     at: u64,
 }
 
-/// The byte range `offset..end` cut at block boundaries, in order.
-fn spans(offset: u64, end: u64) -> impl Iterator<Item = Span> {
+/// The `n` bytes at `offset` cut at block boundaries, in order; past `len` (the length redb
+/// sees) is an unexpected end of file, as it would be for a real file.
+fn spans(offset: u64, n: usize, len: u64) -> std::io::Result<impl Iterator<Item = Span>> {
+    let end = offset.saturating_add(n as u64);
+    if end > len {
+        return Err(std::io::Error::from(std::io::ErrorKind::UnexpectedEof));
+    }
     let mut at = offset;
-    std::iter::from_fn(move || {
+    Ok(std::iter::from_fn(move || {
         if at >= end {
             return None;
         }
@@ -165,7 +156,7 @@ fn spans(offset: u64, end: u64) -> impl Iterator<Item = Span> {
         };
         at += n as u64;
         Some(span)
-    })
+    }))
 }
 
 #[cfg(test)]

@@ -6,9 +6,9 @@
 
 #![allow(dead_code)] // each binary uses a part
 
-use std::io::Write;
+use std::io::{BufRead, BufReader, Read, Write};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::process::{Child, Command, Output, Stdio};
 use std::sync::OnceLock;
 
 /// The path of the `oncelake` binary (built on first use).
@@ -131,4 +131,29 @@ pub fn run_text(args: &[&str]) -> (Option<i32>, String, String) {
         String::from_utf8(out.stdout).expect("UTF-8 standard output"),
         String::from_utf8(out.stderr).expect("UTF-8 standard error"),
     )
+}
+
+/// Spawns `serve` (an `oncelake serve` command) with its standard output piped here, and waits
+/// for its ready line: the server, and the address the line names (`unix:PATH` or
+/// `tcp:HOST:PORT`). A server that ends before it is ready fails the test, saying its standard
+/// error where `serve` pipes that.
+pub fn spawn_serve(serve: &mut Command) -> (Child, String) {
+    let mut child = serve.stdout(Stdio::piped()).spawn().unwrap();
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    if line.is_empty() {
+        let mut err = String::new();
+        if let Some(mut stderr) = child.stderr.take() {
+            stderr.read_to_string(&mut err).unwrap();
+        }
+        panic!("the server did not start: {err}");
+    }
+    let address = line
+        .split_whitespace()
+        .find(|w| w.starts_with("unix:") || w.starts_with("tcp:"))
+        .unwrap_or_else(|| panic!("no address in {line:?}"))
+        .to_string();
+    (child, address)
 }

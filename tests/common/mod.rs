@@ -81,6 +81,25 @@ pub fn open_with_clock(dir: &Path, clock: &ManualClock) -> Store {
     .unwrap()
 }
 
+/// The value of the environment variable `name` (a test's size knob), `default` when it is unset
+/// or does not parse.
+pub fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+/// The bytes of `unit`'s current object in a snapshot of `store` (the unit must be there).
+pub fn current_bytes(store: &Store, unit: &str) -> Vec<u8> {
+    let snap = store.snapshot().unwrap();
+    let e = snap
+        .get(unit)
+        .unwrap()
+        .unwrap_or_else(|| panic!("{unit} is not in the store"));
+    snap.read_object(&e).unwrap()
+}
+
 /// GC options that remove everything they may at once: no grace for staging leftovers, no
 /// retention of superseded history, not a dry run.
 pub fn gc_everything() -> oncelake::gc::GcOptions {

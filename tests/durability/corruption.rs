@@ -207,10 +207,7 @@ struct Tally {
 }
 
 fn rounds(default: u64) -> u64 {
-    std::env::var("ONCELAKE_CORRUPTION_ROUNDS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
+    common::env_or("ONCELAKE_CORRUPTION_ROUNDS", default)
 }
 
 /// Overwrites 1..=4 bytes at a random offset (half the time within bytes that are not zero, where
@@ -256,6 +253,12 @@ fn fixture() -> Fixture {
     }
 }
 
+/// What the undamaged store answers (the work copy reset to the pristine one).
+fn pristine_answers(f: &Fixture) -> Answers {
+    reset(f, &f.db);
+    read_all(&Store::open(&f.work).unwrap()).unwrap()
+}
+
 /// Restores the work copy's database (and index snapshot) to the pristine one with `bytes` as
 /// its database.
 fn reset(f: &Fixture, bytes: &[u8]) {
@@ -271,10 +274,7 @@ fn reset(f: &Fixture, bytes: &[u8]) {
 #[test]
 fn random_damage_to_the_database_never_gives_a_wrong_answer() {
     let f = fixture();
-    let want = {
-        reset(&f, &f.db);
-        read_all(&Store::open(&f.work).unwrap()).unwrap()
-    };
+    let want = pristine_answers(&f);
     let mut tally = Tally::default();
     for round in 0..rounds(300) {
         let seed = 0x9E37_79B9_7F4A_7C15 ^ round.wrapping_mul(0x1000_0000_01B3);
@@ -371,10 +371,7 @@ fn every_table_record_is_sealed_against_a_flipped_bit() {
     // A targeted complement to the random loop: find each sealed value of a few kinds in the
     // file and flip one bit of it; the read that uses it must fail, never answer.
     let f = fixture();
-    let want = {
-        reset(&f, &f.db);
-        read_all(&Store::open(&f.work).unwrap()).unwrap()
-    };
+    let want = pristine_answers(&f);
     let needles: BTreeMap<&str, Vec<u8>> = [
         ("worker of a claim", b"w7".to_vec()),
         ("pipeline failure", b"disk full".to_vec()),

@@ -3,10 +3,9 @@
 //! uploader is paused across the fence, and when rounds overlap or pause before their deletes;
 //! and it keeps the two newest checkpoints and every segment.
 
-use crate::common::SplitMix64 as Rng;
 use crate::nodes::{
-    assert_same_state, check_answers, check_node, ckpt_file, entries, file_fixture, flip_a_byte,
-    node, put, writes, T0,
+    assert_same_state, check_answers, check_node, ckpt_file, entries, flip_a_byte, put, Lake,
+    Writes, T0,
 };
 use oncelake::{GcOptions, LakeFaults, ManualClock, ObjectId, Outcome, Store};
 use std::path::Path;
@@ -49,14 +48,12 @@ fn referenced(store: &Store) -> std::collections::BTreeSet<(ObjectId, u64)> {
 
 #[test]
 fn gc_on_a_lake_node_prunes_the_same_history_everywhere_and_deletes_only_the_unreferenced() {
-    let (d, lake, url, clock) = file_fixture();
-    let a = node(&d.path().join("a"), &url, &clock);
-    let b = node(&d.path().join("b"), &url, &clock);
-    let mut rng = Rng(3);
-    let mut answers = Vec::new();
-    writes(&[&a, &b], &mut rng, 40, &mut answers);
-    clock.advance_ms(10 * 24 * 3600 * 1000);
-    writes(&[&a, &b], &mut rng, 10, &mut answers);
+    let (net, lake) = Lake::on_files();
+    let (a, b) = (net.node("a"), net.node("b"));
+    let mut w = Writes::seeded(3);
+    w.on(&[&a, &b], 40);
+    net.clock.advance_ms(10 * 24 * 3600 * 1000);
+    w.on(&[&a, &b], 10);
     let before = lake_objects(&lake);
     let report = a
         .gc(oncelake::GcOptions {
@@ -83,10 +80,10 @@ fn gc_on_a_lake_node_prunes_the_same_history_everywhere_and_deletes_only_the_unr
         assert!(!refs.contains(gone), "{gone:?} was referenced");
     }
     // A node replaying the whole log through the pruned stretch, and one from a checkpoint.
-    let c = node(&d.path().join("c"), &url, &clock);
+    let c = net.node("c");
     assert_eq!(c.lake_seeded_from(), None);
     a.checkpoint().unwrap();
-    let e = node(&d.path().join("e"), &url, &clock);
+    let e = net.node("e");
     assert!(e.lake_seeded_from().is_some());
     for n in [&a, &b, &c, &e] {
         assert_eq!(entries(n), entries(&a));
@@ -97,9 +94,7 @@ fn gc_on_a_lake_node_prunes_the_same_history_everywhere_and_deletes_only_the_unr
 
 /// Two nodes `p` and `g` of a fresh lake with a fault plan, `g` having committed once.
 struct Paused {
-    d: tempfile::TempDir,
-    clock: ManualClock,
-    url: String,
+    net: Lake,
     p: Store,
     g: Store,
 }
@@ -115,11 +110,12 @@ fn paused_upload<T: Send>(
 ) -> (Paused, Outcome, T) {
     let name = format!("{tag}-{}", std::process::id());
     let faults = LakeFaults::install(&name, seed);
-    let url = format!("memory://{name}");
-    let d = tempfile::tempdir().unwrap();
-    let clock = ManualClock::new(T0);
-    let p = node(&d.path().join("p"), &url, &clock);
-    let g = node(&d.path().join("g"), &url, &clock);
+    let net = Lake {
+        d: tempfile::tempdir().unwrap(),
+        url: format!("memory://{name}"),
+        clock: ManualClock::new(T0),
+    };
+    let (p, g) = (net.node("p"), net.node("g"));
     put(&g, "seed", 1, b"s");
     let hold = faults.hold_next_put("log/");
     let (answer, out) = std::thread::scope(|s| {
@@ -129,14 +125,7 @@ fn paused_upload<T: Send>(
         hold.release();
         (h.join().unwrap(), out.unwrap())
     });
-    let nodes = Paused {
-        d,
-        clock,
-        url,
-        p,
-        g,
-    };
-    (nodes, answer, out)
+    (Paused { net, p, g }, answer, out)
 }
 
 #[test]
@@ -160,7 +149,7 @@ fn a_paused_uploader_across_a_gc_fence_never_references_a_deleted_object() {
     let Outcome::Committed { seq, .. } = answer else {
         panic!("expected a commit, got {answer:?}");
     };
-    let c = node(&n.d.path().join("c"), &n.url, &n.clock);
+    let c = n.net.node("c");
     for node in [&n.p, &n.g, &c] {
         node.sync().unwrap();
         let snap = node.snapshot().unwrap();
@@ -185,20 +174,16 @@ fn a_gc_round_decided_while_an_upload_is_in_flight_leaves_the_upload_alone() {
     let id = ObjectId::of(b"in flight").to_hex();
     assert!(!doomed.iter().any(|n| n.contains(&id)), "{doomed:?}");
     assert!(matches!(answer, Outcome::Committed { .. }), "{answer:?}");
-    let c = node(&n.d.path().join("c"), &n.url, &n.clock);
-    let snap = c.snapshot().unwrap();
-    let e = snap.get("inflight").unwrap().unwrap();
-    assert_eq!(snap.read_object(&e).unwrap(), b"in flight");
+    let c = n.net.node("c");
+    assert_eq!(crate::common::current_bytes(&c, "inflight"), b"in flight");
     check_node(&c);
 }
 
 #[test]
 fn overlapping_gc_rounds_and_a_round_paused_between_fence_and_deletes_are_safe() {
-    let (d, lake, url, clock) = file_fixture();
-    let a = node(&d.path().join("a"), &url, &clock);
-    let b = node(&d.path().join("b"), &url, &clock);
-    let mut rng = Rng(9);
-    let mut answers = Vec::new();
+    let (net, lake) = Lake::on_files();
+    let (a, b) = (net.node("a"), net.node("b"));
+    let mut w = Writes::seeded(9);
     let gc = |s: &Store| {
         s.gc(oncelake::GcOptions {
             retain: Duration::ZERO,
@@ -208,14 +193,14 @@ fn overlapping_gc_rounds_and_a_round_paused_between_fence_and_deletes_are_safe()
         .unwrap()
     };
     for round in 0..4 {
-        writes(&[&a, &b], &mut rng, 30, &mut answers);
-        clock.advance_ms(24 * 3600 * 1000);
+        w.on(&[&a, &b], 30);
+        net.clock.advance_ms(24 * 3600 * 1000);
         // a decides a round (its fence) and pauses; b prunes and sweeps, the nodes commit more
         // (content equal to what a doomed, under new names), b decides a round of its own;
         // then both delete, in either order.
         let a_doomed = a.lake_sweep_plan().unwrap();
         gc(&b);
-        writes(&[&a, &b], &mut rng, 20, &mut answers);
+        w.on(&[&a, &b], 20);
         let b_doomed = b.lake_sweep_plan().unwrap();
         if round % 2 == 0 {
             a.lake_sweep_delete(&a_doomed).unwrap();
@@ -230,7 +215,7 @@ fn overlapping_gc_rounds_and_a_round_paused_between_fence_and_deletes_are_safe()
             "round {round}: a referenced object was deleted"
         );
     }
-    let c = node(&d.path().join("c"), &url, &clock);
+    let c = net.node("c");
     for n in [&a, &b, &c] {
         assert_eq!(entries(n), entries(&a));
         check_node(n);
@@ -251,16 +236,15 @@ fn checkpoints(lake: &Path) -> std::collections::BTreeSet<u64> {
 
 #[test]
 fn gc_keeps_the_two_newest_checkpoints_and_every_segment() {
-    let (d, lake, url, clock) = file_fixture();
-    let a = node(&d.path().join("a"), &url, &clock);
-    let mut rng = Rng(11);
-    let mut answers = Vec::new();
-    writes(&[&a], &mut rng, 10, &mut answers);
+    let (net, lake) = Lake::on_files();
+    let a = net.node("a");
+    let mut w = Writes::seeded(11);
+    w.on(&[&a], 10);
     // A node far behind: it applies nothing until the GC has run.
-    let far = node(&d.path().join("far"), &url, &clock);
+    let far = net.node("far");
     let mut written = Vec::new();
     for _ in 0..4 {
-        writes(&[&a], &mut rng, 10, &mut answers);
+        w.on(&[&a], 10);
         written.push(a.checkpoint().unwrap().segment);
     }
     assert_eq!(checkpoints(&lake), written.iter().copied().collect());
@@ -270,17 +254,17 @@ fn gc_keeps_the_two_newest_checkpoints_and_every_segment() {
     // The newest damaged: a new node starts from the other one kept.
     let newest = ckpt_file(&lake, written[3]);
     flip_a_byte(&newest);
-    let b = node(&d.path().join("b"), &url, &clock);
+    let b = net.node("b");
     assert_eq!(b.lake_seeded_from(), Some(written[2]));
     // Both kept ones gone: the log is whole, a new node replays it from segment 1.
     for n in &written[2..] {
         std::fs::remove_file(ckpt_file(&lake, *n)).unwrap();
     }
-    let c = node(&d.path().join("c"), &url, &clock);
+    let c = net.node("c");
     assert_eq!(c.lake_seeded_from(), None);
     far.sync().unwrap();
-    writes(&[&a, &b, &c, &far], &mut rng, 10, &mut answers);
-    check_answers(&answers, &[&a, &b, &c, &far]);
+    w.on(&[&a, &b, &c, &far], 10);
+    check_answers(&w.answers, &[&a, &b, &c, &far]);
     assert_same_state(&c, &[&a, &b, &far]);
     // A second round with nothing to delete keeps what is there.
     let before = checkpoints(&lake);

@@ -24,6 +24,37 @@ fn lake_url(test: &str) -> String {
     format!("memory://{test}-{}", N.fetch_add(1, Ordering::Relaxed))
 }
 
+/// A memory lake of its own for one test, the directory its nodes live in, and their clock.
+pub(crate) struct Lake {
+    pub(crate) d: tempfile::TempDir,
+    pub(crate) url: String,
+    pub(crate) clock: ManualClock,
+}
+
+impl Lake {
+    pub(crate) fn new(test: &str) -> Lake {
+        Lake {
+            d: tempfile::tempdir().unwrap(),
+            url: lake_url(test),
+            clock: ManualClock::new(T0),
+        }
+    }
+
+    /// A `file://` lake of its own in its directory, and the lake's directory.
+    pub(crate) fn on_files() -> (Lake, std::path::PathBuf) {
+        let d = tempfile::tempdir().unwrap();
+        let lake = d.path().join("lake");
+        let url = file_lake(&lake);
+        let clock = ManualClock::new(T0);
+        (Lake { d, url, clock }, lake)
+    }
+
+    /// Opens node `name` of the lake (a new one, or the one of that name again).
+    pub(crate) fn node(&self, name: &str) -> Store {
+        node(&self.d.path().join(name), &self.url, &self.clock)
+    }
+}
+
 pub(crate) fn node(dir: &Path, url: &str, clock: &ManualClock) -> Store {
     Store::open_with(
         dir,
@@ -33,7 +64,7 @@ pub(crate) fn node(dir: &Path, url: &str, clock: &ManualClock) -> Store {
             ..Options::default()
         },
     )
-    .unwrap()
+    .unwrap_or_else(|e| panic!("open {}: {e}", dir.display()))
 }
 
 pub(crate) fn put(store: &Store, unit: &str, version: u64, bytes: &[u8]) -> Outcome {
@@ -65,11 +96,8 @@ pub(crate) fn check_node(store: &Store) {
 
 #[test]
 fn a_commit_on_one_node_is_seen_by_another_after_sync_and_its_object_is_fetched() {
-    let url = lake_url("seen");
-    let d = tempfile::tempdir().unwrap();
-    let clock = ManualClock::new(T0);
-    let a = node(&d.path().join("a"), &url, &clock);
-    let b = node(&d.path().join("b"), &url, &clock);
+    let lake = Lake::new("seen");
+    let (a, b) = (lake.node("a"), lake.node("b"));
     let out = put(&a, "orders/day=1", 7, b"parquet of day 1");
     let Outcome::Committed { seq, .. } = out else {
         panic!("expected a commit, got {out:?}");
@@ -83,18 +111,15 @@ fn a_commit_on_one_node_is_seen_by_another_after_sync_and_its_object_is_fetched(
         .expect("b sees a's commit");
     assert_eq!((e.source_version, e.seq), (7, seq));
     assert_eq!(snap.read_object(&e).unwrap(), b"parquet of day 1");
-    assert_eq!(b.lake_url().as_deref(), Some(url.as_str()));
+    assert_eq!(b.lake_url().as_deref(), Some(lake.url.as_str()));
     check_node(&a);
     check_node(&b);
 }
 
 #[test]
 fn a_conflict_is_decided_by_the_same_rules_on_either_node() {
-    let url = lake_url("conflict");
-    let d = tempfile::tempdir().unwrap();
-    let clock = ManualClock::new(T0);
-    let a = node(&d.path().join("a"), &url, &clock);
-    let b = node(&d.path().join("b"), &url, &clock);
+    let lake = Lake::new("conflict");
+    let (a, b) = (lake.node("a"), lake.node("b"));
     let won = put(&a, "u", 1, b"first");
     assert!(matches!(won, Outcome::Committed { .. }), "{won:?}");
     let first = ObjectId::of(b"first");
@@ -373,11 +398,8 @@ fn a_takeover_on_one_node_fences_the_old_holder_on_another_whatever_its_clock_sa
 
 #[test]
 fn a_node_reopened_or_joining_late_catches_up_from_the_lake() {
-    let url = lake_url("join");
-    let d = tempfile::tempdir().unwrap();
-    let clock = ManualClock::new(T0);
-    let a = node(&d.path().join("a"), &url, &clock);
-    let b = node(&d.path().join("b"), &url, &clock);
+    let lake = Lake::new("join");
+    let (a, b) = (lake.node("a"), lake.node("b"));
     for i in 0..20u64 {
         let n = if i % 2 == 0 { &a } else { &b };
         assert!(matches!(
@@ -388,13 +410,11 @@ fn a_node_reopened_or_joining_late_catches_up_from_the_lake() {
     drop(a);
     put(&b, "after-a-closed", 1, b"x");
     // Reopened without naming the lake: the directory's binding names it.
-    let a = Store::open(d.path().join("a")).unwrap();
+    let a = Store::open(lake.d.path().join("a")).unwrap();
     assert_eq!(entries(&a), entries(&b));
-    let c = node(&d.path().join("c"), &url, &clock);
+    let c = lake.node("c");
     assert_eq!(entries(&c), entries(&b));
-    let snap = c.snapshot().unwrap();
-    let e = snap.get("after-a-closed").unwrap().unwrap();
-    assert_eq!(snap.read_object(&e).unwrap(), b"x");
+    assert_eq!(common::current_bytes(&c, "after-a-closed"), b"x");
     check_node(&c);
 }
 
@@ -441,30 +461,46 @@ fn a_binding_is_kept_and_a_local_store_with_commits_is_not_bound() {
 
 // ---- Checkpoints in the lake ----------------------------------------------------------------
 
-/// `n` writes spread over `nodes`, on overlapping unit versions (some with differing bytes), a
-/// claim now and then; each answer recorded for `check_answers`.
-pub(crate) fn writes(nodes: &[&Store], rng: &mut Rng, n: usize, out: &mut Vec<Answer>) {
-    for _ in 0..n {
-        let store = nodes[rng.below(nodes.len() as u64) as usize];
-        let unit = format!("u{}", rng.below(12));
-        let version = 1 + rng.below(8);
-        let bytes = format!("{unit}@{version}#{}", rng.below(2));
-        if rng.chance(10) {
-            let claimed = store.claim(
-                &format!("job/{unit}"),
-                version,
-                "w",
-                Duration::from_secs(60),
-            );
-            assert!(claimed.is_ok(), "{claimed:?}");
+/// Random writes and their answers, for `check_answers`.
+pub(crate) struct Writes {
+    rng: Rng,
+    pub(crate) answers: Vec<Answer>,
+}
+
+impl Writes {
+    pub(crate) fn seeded(seed: u64) -> Writes {
+        Writes {
+            rng: Rng(seed),
+            answers: Vec::new(),
         }
-        let outcome = put(store, &unit, version, bytes.as_bytes());
-        out.push(Answer {
-            unit,
-            version,
-            object: ObjectId::of(bytes.as_bytes()),
-            outcome,
-        });
+    }
+
+    /// `n` writes spread over `nodes`, on overlapping unit versions (some with differing bytes),
+    /// a claim now and then; each answer recorded.
+    pub(crate) fn on(&mut self, nodes: &[&Store], n: usize) {
+        let rng = &mut self.rng;
+        for _ in 0..n {
+            let store = nodes[rng.below(nodes.len() as u64) as usize];
+            let unit = format!("u{}", rng.below(12));
+            let version = 1 + rng.below(8);
+            let bytes = format!("{unit}@{version}#{}", rng.below(2));
+            if rng.chance(10) {
+                let claimed = store.claim(
+                    &format!("job/{unit}"),
+                    version,
+                    "w",
+                    Duration::from_secs(60),
+                );
+                assert!(claimed.is_ok(), "{claimed:?}");
+            }
+            let outcome = put(store, &unit, version, bytes.as_bytes());
+            self.answers.push(Answer {
+                unit,
+                version,
+                object: ObjectId::of(bytes.as_bytes()),
+                outcome,
+            });
+        }
     }
 }
 
@@ -485,13 +521,6 @@ pub(crate) fn assert_same_state(writer: &Store, others: &[&Store]) {
 }
 
 /// A scratch directory, the `file://` lake in it (its directory and URL), and a clock at `T0`.
-pub(crate) fn file_fixture() -> (tempfile::TempDir, std::path::PathBuf, String, ManualClock) {
-    let d = tempfile::tempdir().unwrap();
-    let lake = d.path().join("lake");
-    let url = file_lake(&lake);
-    (d, lake, url, ManualClock::new(T0))
-}
-
 /// Flips one bit in the middle of the file at `path` (damage a checksum must catch).
 pub(crate) fn flip_a_byte(path: &Path) {
     let mut bytes = std::fs::read(path).unwrap();
@@ -512,30 +541,27 @@ pub(crate) fn ckpt_file(lake: &Path, n: u64) -> std::path::PathBuf {
 #[test]
 fn a_new_node_starts_from_the_newest_checkpoint_and_equals_a_full_replay() {
     for seed in [1u64, 2, 3] {
-        let url = lake_url("ckpt");
-        let d = tempfile::tempdir().unwrap();
-        let clock = ManualClock::new(T0);
-        let a = node(&d.path().join("a"), &url, &clock);
+        let lake = Lake::new("ckpt");
+        let a = lake.node("a");
         // b replays the whole log (it joins before any checkpoint exists).
-        let b = node(&d.path().join("b"), &url, &clock);
+        let b = lake.node("b");
         assert_eq!(b.lake_seeded_from(), None);
-        let mut rng = Rng(seed);
-        let mut answers = Vec::new();
-        writes(&[&a, &b], &mut rng, 60, &mut answers);
+        let mut w = Writes::seeded(seed);
+        w.on(&[&a, &b], 60);
         let first = a.checkpoint().unwrap();
         assert!(first.written && first.segment > 0, "{first:?}");
         // The tail after it.
-        writes(&[&a, &b], &mut rng, 40, &mut answers);
-        let c = node(&d.path().join("c"), &url, &clock);
+        w.on(&[&a, &b], 40);
+        let c = lake.node("c");
         assert_eq!(c.lake_seeded_from(), Some(first.segment), "seed {seed}");
-        check_answers(&answers, &[&a, &b, &c]);
+        check_answers(&w.answers, &[&a, &b, &c]);
         assert_same_state(&a, &[&b, &c]);
         // The new node goes on like any other, and is reopened from its own replica.
-        writes(&[&c, &a], &mut rng, 20, &mut answers);
+        w.on(&[&c, &a], 20);
         drop(c);
-        let c = Store::open(d.path().join("c")).unwrap();
+        let c = Store::open(lake.d.path().join("c")).unwrap();
         assert_eq!(c.lake_seeded_from(), None);
-        check_answers(&answers, &[&a, &b, &c]);
+        check_answers(&w.answers, &[&a, &b, &c]);
         assert_same_state(&b, &[&a, &c]);
     }
 }
@@ -548,14 +574,13 @@ fn a_lagging_listing_only_costs_a_longer_tail() {
     let d = tempfile::tempdir().unwrap();
     let clock = ManualClock::new(T0);
     let a = node(&d.path().join("a"), &url, &clock);
-    let mut rng = Rng(11);
-    let mut answers = Vec::new();
-    writes(&[&a], &mut rng, 30, &mut answers);
+    let mut w = Writes::seeded(11);
+    w.on(&[&a], 30);
     let older = a.checkpoint().unwrap().segment;
-    writes(&[&a], &mut rng, 30, &mut answers);
+    w.on(&[&a], 30);
     let newer = a.checkpoint().unwrap().segment;
     assert!(newer > older);
-    writes(&[&a], &mut rng, 10, &mut answers);
+    w.on(&[&a], 10);
     // The listing misses the newest checkpoint: the older one and a longer tail.
     faults.set_list_lag(1);
     let b = node(&d.path().join("b"), &url, &clock);
@@ -567,19 +592,18 @@ fn a_lagging_listing_only_costs_a_longer_tail() {
     faults.set_list_lag(0);
     let e = node(&d.path().join("e"), &url, &clock);
     assert_eq!(e.lake_seeded_from(), Some(newer));
-    check_answers(&answers, &[&a, &b, &c, &e]);
+    check_answers(&w.answers, &[&a, &b, &c, &e]);
     assert_same_state(&a, &[&b, &c, &e]);
 }
 
 #[test]
 fn a_damaged_checkpoint_is_skipped_and_a_crash_mid_checkpoint_leaves_the_lake_usable() {
-    let (d, lake, url, clock) = file_fixture();
-    let a = node(&d.path().join("a"), &url, &clock);
-    let mut rng = Rng(5);
-    let mut answers = Vec::new();
-    writes(&[&a], &mut rng, 20, &mut answers);
+    let (net, lake) = Lake::on_files();
+    let a = net.node("a");
+    let mut w = Writes::seeded(5);
+    w.on(&[&a], 20);
     let older = a.checkpoint().unwrap().segment;
-    writes(&[&a], &mut rng, 20, &mut answers);
+    w.on(&[&a], 20);
     let newer = a.checkpoint().unwrap().segment;
     // What a crash mid-upload can leave: a temporary file beside the checkpoints (the lake's
     // put-if-absent makes an object visible whole or not at all).
@@ -587,7 +611,7 @@ fn a_damaged_checkpoint_is_skipped_and_a_crash_mid_checkpoint_leaves_the_lake_us
     // The newest checkpoint damaged: a flipped byte in its database.
     let path = ckpt_file(&lake, newer);
     flip_a_byte(&path);
-    let b = node(&d.path().join("b"), &url, &clock);
+    let b = net.node("b");
     assert_eq!(b.lake_seeded_from(), Some(older));
     // Both damaged (the older one truncated): the whole log.
     let path = ckpt_file(&lake, older);
@@ -598,21 +622,21 @@ fn a_damaged_checkpoint_is_skipped_and_a_crash_mid_checkpoint_leaves_the_lake_us
         .unwrap()
         .set_len(len / 3)
         .unwrap();
-    let c = node(&d.path().join("c"), &url, &clock);
+    let c = net.node("c");
     assert_eq!(c.lake_seeded_from(), None);
-    writes(&[&a, &b, &c], &mut rng, 10, &mut answers);
-    check_answers(&answers, &[&a, &b, &c]);
+    w.on(&[&a, &b, &c], 10);
+    check_answers(&w.answers, &[&a, &b, &c]);
     assert_same_state(&c, &[&a, &b]);
 }
 
 #[test]
 fn checkpoints_are_written_every_k_segments_by_themselves() {
-    let (d, lake, url, clock) = file_fixture();
+    let (net, lake) = Lake::on_files();
     let a = Store::open_with(
-        d.path().join("a"),
+        net.d.path().join("a"),
         Options {
-            lake: Some(url.clone()),
-            clock: Arc::new(clock.clone()),
+            lake: Some(net.url.clone()),
+            clock: Arc::new(net.clock.clone()),
             lake_checkpoint_every: 4,
             ..Options::default()
         },
@@ -650,7 +674,7 @@ fn checkpoints_are_written_every_k_segments_by_themselves() {
     for n in [1, 2, 3, 5, 6, 7, 9, 10] {
         assert!(!ckpt_file(&lake, n).exists(), "checkpoint {n} written");
     }
-    let b = node(&d.path().join("b"), &url, &clock);
+    let b = net.node("b");
     assert_eq!(b.lake_seeded_from(), newest);
     check_answers(&answers, &[&a, &b]);
 }
@@ -695,9 +719,8 @@ fn a_forged_divergence_is_detected_and_named() {
 
 #[test]
 fn a_damaged_segment_fails_the_store_cleanly() {
-    let (d, lake, url, clock) = file_fixture();
-    let a = node(&d.path().join("a"), &url, &clock);
-    let b = node(&d.path().join("b"), &url, &clock);
+    let (net, lake) = Lake::on_files();
+    let (a, b) = (net.node("a"), net.node("b"));
     put(&a, "u", 1, b"x");
     b.sync().unwrap();
     put(&a, "u", 2, b"y");
@@ -713,9 +736,9 @@ fn a_damaged_segment_fails_the_store_cleanly() {
     assert!(b.put("w", 1, b"w").is_err());
     // A new node that replays through it is refused the same way.
     let e = Store::open_with(
-        d.path().join("c"),
+        net.d.path().join("c"),
         Options {
-            lake: Some(url.clone()),
+            lake: Some(net.url.clone()),
             ..Options::default()
         },
     )
@@ -730,10 +753,7 @@ fn a_damaged_segment_fails_the_store_cleanly() {
 #[test]
 #[ignore]
 fn p10_a_new_node_opens_a_big_lake_from_its_checkpoint() {
-    let units: u64 = std::env::var("ONCELAKE_P10_UNITS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(1_000_000);
+    let units: u64 = common::env_or("ONCELAKE_P10_UNITS", 1_000_000);
     let d = tempfile::tempdir().unwrap();
     for url in [lake_url("p10"), file_lake(&d.path().join("lake"))] {
         let kind = &url[..url.find(':').unwrap()];

@@ -20,12 +20,13 @@
 //! token).
 
 use crate::common;
+use crate::nodes::node as open;
 
 use common::SplitMix64 as Rng;
 use oncelake::log::RecordBody;
 use oncelake::{
-    Batch, ClaimOutcome, FaultRates, LakeFault, LakeFaults, Lease, ManualClock, ObjectId, Options,
-    Outcome, Store, VerifyOptions,
+    Batch, ClaimOutcome, FaultRates, LakeFault, LakeFaults, Lease, ManualClock, ObjectId, Outcome,
+    Store, VerifyOptions,
 };
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
@@ -38,10 +39,7 @@ const STEPS: usize = 160;
 const TTL: Duration = Duration::from_secs(30);
 
 fn steps() -> usize {
-    std::env::var("ONCELAKE_LAKE_STEPS")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(STEPS)
+    common::env_or("ONCELAKE_LAKE_STEPS", STEPS)
 }
 
 fn seeds() -> Vec<u64> {
@@ -80,36 +78,12 @@ impl Model {
     }
 }
 
-fn kind(o: &Outcome) -> &'static str {
-    match o {
-        Outcome::Committed { .. } => "committed",
-        Outcome::Duplicate { .. } => "duplicate",
-        Outcome::Conflict { .. } => "conflict",
-        Outcome::Stale { .. } => "stale",
-        Outcome::Fenced { .. } => "fenced",
-        Outcome::Busy { .. } => "busy",
-        Outcome::Aborted => "aborted",
-    }
-}
-
 struct Node {
     dir: PathBuf,
     clock: ManualClock,
     store: Option<Store>,
     /// Leases this node's worker holds (forgotten when the node is wiped).
     leases: Vec<Lease>,
-}
-
-fn open(dir: &Path, url: &str, clock: &ManualClock) -> Store {
-    Store::open_with(
-        dir,
-        Options {
-            lake: Some(url.to_string()),
-            clock: Arc::new(clock.clone()),
-            ..Options::default()
-        },
-    )
-    .unwrap_or_else(|e| panic!("open {}: {e}", dir.display()))
 }
 
 /// The simulation's state between steps.
@@ -242,15 +216,21 @@ impl Sim {
             .put(&unit, v, bytes.as_bytes())
             .unwrap()
             .outcome;
+        self.answered(&got, unit, v, o, ctx);
+        "put"
+    }
+
+    /// Checks a put's answer against the model's (which takes the put), and keeps a commit as
+    /// acknowledged.
+    fn answered(&mut self, got: &Outcome, unit: String, v: u64, o: ObjectId, ctx: &str) {
         assert_eq!(
-            kind(&got),
+            got.name(),
             self.model.put(&unit, v, o),
             "{ctx}: put {unit}@{v}"
         );
-        if let Outcome::Committed { seq, .. } = got {
+        if let Outcome::Committed { seq, .. } = *got {
             self.acked.push((unit, seq, o));
         }
-        "put"
     }
 
     fn claim(&mut self, i: usize) -> &'static str {
@@ -339,15 +319,7 @@ impl Sim {
         self.plan.clear_scripts();
         match r {
             Ok(w) => {
-                let got = w.outcome;
-                assert_eq!(
-                    kind(&got),
-                    self.model.put(&unit, v, o),
-                    "{ctx}: put {unit}@{v}"
-                );
-                if let Outcome::Committed { seq, .. } = got {
-                    self.acked.push((unit, seq, o));
-                }
+                self.answered(&w.outcome, unit, v, o, ctx);
                 "crash not reached"
             }
             Err(_) => {

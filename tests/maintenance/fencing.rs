@@ -449,13 +449,19 @@ fn ls_units(store: &str) -> Vec<String> {
         .collect()
 }
 
+/// A store made by `oncelake init` in a new directory (which must outlive it), and its path.
+fn cli_store() -> (tempfile::TempDir, String) {
+    let dir = tempfile::tempdir().unwrap();
+    let st = dir.path().join("c").to_str().unwrap().to_string();
+    assert_eq!(code(&oncelake(&["init", &st], None)), Some(0));
+    (dir, st)
+}
+
 /// The defects of the issue, as a user meets them on the command line.
 #[test]
 fn cli_puts_with_foreign_forged_or_missing_tokens_are_refused() {
-    let dir = tempfile::tempdir().unwrap();
-    let st = dir.path().join("c");
-    let st = st.to_str().unwrap();
-    assert_eq!(code(&oncelake(&["init", st], None)), Some(0));
+    let (_dir, st) = cli_store();
+    let st = st.as_str();
     let mut tokens = Vec::new();
     for unit in ["x", "y", "z", "unitA"] {
         tokens.push(claim_token(st, unit, "w1"));
@@ -514,10 +520,8 @@ fn cli_puts_with_foreign_forged_or_missing_tokens_are_refused() {
 
 #[test]
 fn cli_release_needs_the_holder_and_a_released_token_never_commits() {
-    let dir = tempfile::tempdir().unwrap();
-    let st = dir.path().join("c");
-    let st = st.to_str().unwrap();
-    assert_eq!(code(&oncelake(&["init", st], None)), Some(0));
+    let (_dir, st) = cli_store();
+    let st = st.as_str();
     let token = claim_token(st, "u", "w1");
     let by_w2 = oncelake(
         &["release", st, "u", "--worker", "w2", "--token", &token],

@@ -523,12 +523,9 @@ fn diamond_invalidation_is_transitive_and_nothing_else_reruns() {
 
 #[test]
 fn workers_drain_a_large_pipeline_exactly_once() {
-    let units: usize = std::env::var("ONCELAKE_PIPELINE_UNITS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        // 10,000 in the issue; the default keeps this test under ~20 s in debug on a loaded
-        // 2-core machine (~10 ms per cell there). ONCELAKE_PIPELINE_UNITS=10000 runs it in full.
-        .unwrap_or(300);
+    // 10,000 in the issue; the default keeps this test under ~20 s in debug on a loaded
+    // 2-core machine (~10 ms per cell there). ONCELAKE_PIPELINE_UNITS=10000 runs it in full.
+    let units: usize = crate::common::env_or("ONCELAKE_PIPELINE_UNITS", 300);
     let dir = tempfile::tempdir().unwrap();
     let store = open(&dir);
     let p = Pipeline::new(diamond(1));

@@ -63,11 +63,7 @@ fn every_system_commits_the_planned_units_several_to_a_commit() {
 #[test]
 fn zero_units_per_commit_is_refused_with_what_to_do() {
     let out = bench_commit(&["--units-per-commit", "0", "--systems", "oncelake"]);
-    assert_eq!(out.status.code(), Some(2), "{out:?}");
-    assert!(
-        String::from_utf8_lossy(&out.stderr).contains("--units-per-commit must be at least 1"),
-        "{out:?}"
-    );
+    support::usage_error(&out, &["--units-per-commit must be at least 1"]);
 }
 
 /// `--apply-on-writers` (the writers apply the backlog, `Options::background_apply` off) opens the

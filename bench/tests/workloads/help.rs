@@ -87,11 +87,9 @@ fn a_missing_oncelake_binary_is_a_usage_error_naming_how_to_get_one() {
         .env("ONCELAKE_BIN", &missing)
         .output()
         .unwrap();
-    assert_eq!(out.status.code(), Some(2), "{out:?}");
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        err.contains("no-oncelake-here") && err.contains("cargo build --release -p oncelake-cli"),
-        "{err}"
+    support::usage_error(
+        &out,
+        &["no-oncelake-here", "cargo build --release -p oncelake-cli"],
     );
     // Nothing was started: the scratch directory stays empty.
     support::nothing_left_in(dir.path());

@@ -101,11 +101,6 @@ fn a_missing_peer_program_is_refused_with_how_to_build_it_before_anything_runs()
         "--rocksdb",
         "/nonexistent/rocks_p1",
     ]);
-    assert_eq!(out.status.code(), Some(2), "{out:?}");
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        err.contains("bench/peers/rocks_p1.cc") && err.contains("librocksdb-dev"),
-        "{err}"
-    );
+    support::usage_error(&out, &["bench/peers/rocks_p1.cc", "librocksdb-dev"]);
     support::nothing_left_in(scratch.path());
 }

@@ -52,3 +52,11 @@ pub fn nothing_left_in(dir: &Path) {
     let left: Vec<_> = std::fs::read_dir(dir).unwrap().collect();
     assert!(left.is_empty(), "left behind: {left:?}");
 }
+
+/// Fails unless `out` is a usage error (exit 2) whose standard error says each of `says`.
+#[track_caller]
+pub fn usage_error(out: &std::process::Output, says: &[&str]) {
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(says.iter().all(|s| err.contains(s)), "{err}");
+}

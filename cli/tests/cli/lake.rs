@@ -13,7 +13,7 @@
 use crate::bin::run as oncelake;
 use serde_json::Value;
 use std::collections::BTreeMap;
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 
@@ -320,6 +320,24 @@ fn s(p: &Path) -> &str {
     p.to_str().unwrap()
 }
 
+/// Fails unless `out` exited 0, showing its standard error; else `out`.
+#[track_caller]
+fn succeeded(out: Output) -> Output {
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
+/// Runs `args` with `stdin` as one `oncelake` command that must succeed.
+#[track_caller]
+fn ok(args: &[&str], stdin: Option<&[u8]>) -> Output {
+    succeeded(oncelake(args, stdin))
+}
+
 /// Runs `args` (with `{S}` and `{D}` filled in) as one `oncelake` command.
 fn run_on(node: &Path, dir: &Path, args: &str, stdin: Option<&[u8]>) -> Output {
     let filled: Vec<String> = args
@@ -334,13 +352,7 @@ fn run_on(node: &Path, dir: &Path, args: &str, stdin: Option<&[u8]>) -> Output {
 type Model = BTreeMap<String, (u64, String, u64)>;
 
 fn listed(node: &Path, dir: &Path) -> Model {
-    let out = run_on(node, dir, "ls {S} --json", None);
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let out = succeeded(run_on(node, dir, "ls {S} --json", None));
     json_lines(&out.stdout)
         .into_iter()
         .map(|v| {
@@ -398,20 +410,20 @@ fn walk(nodes: &[PathBuf; 2], dir: &Path) -> Vec<Answer> {
     answers
 }
 
-/// Two nodes of a new `file://` lake in `dir`: (the lake's directory, the nodes).
-fn two_nodes(dir: &Path) -> (PathBuf, [PathBuf; 2]) {
+/// A new `file://` lake in `dir`: its directory and URL.
+fn file_lake(dir: &Path) -> (PathBuf, String) {
     let lake = dir.join("lake");
     std::fs::create_dir(&lake).unwrap();
     let url = format!("file://{}", s(&lake));
+    (lake, url)
+}
+
+/// Two nodes of a new `file://` lake in `dir`: (the lake's directory, the nodes).
+fn two_nodes(dir: &Path) -> (PathBuf, [PathBuf; 2]) {
+    let (lake, url) = file_lake(dir);
     let nodes = [dir.join("node1"), dir.join("node2")];
     for n in &nodes {
-        let out = oncelake(&["init", s(n), "--lake", &url], None);
-        assert_eq!(
-            out.status.code(),
-            Some(0),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        ok(&["init", s(n), "--lake", &url], None);
     }
     (lake, nodes)
 }
@@ -419,7 +431,7 @@ fn two_nodes(dir: &Path) -> (PathBuf, [PathBuf; 2]) {
 /// The script's answers on the lake's nodes equal those of the same script on a local store.
 fn same_as_local(dir: &Path, on_lake: &[Answer]) {
     let local = dir.join("local");
-    assert_eq!(oncelake(&["init", s(&local)], None).status.code(), Some(0));
+    ok(&["init", s(&local)], None);
     let on_local = walk(&[local.clone(), local], dir);
     for ((st, l), o) in script().iter().zip(on_lake).zip(&on_local) {
         assert_eq!(
@@ -458,36 +470,17 @@ fn every_store_command_answers_the_same_through_a_served_node() {
 #[test]
 fn checkpoint_and_sync_answer_on_a_node_and_a_checkpoint_seeds_a_new_node() {
     let dir = tempfile::tempdir().unwrap();
-    let lake = dir.path().join("lake");
-    std::fs::create_dir(&lake).unwrap();
-    let url = format!("file://{}", s(&lake));
+    let (_, url) = file_lake(dir.path());
     let (n1, n3) = (dir.path().join("n1"), dir.path().join("n3"));
-    assert_eq!(
-        oncelake(&["init", s(&n1), "--lake", &url], None)
-            .status
-            .code(),
-        Some(0)
-    );
-    let put = oncelake(&["put", s(&n1), "u/1", "1", "-"], Some(b"one"));
-    assert_eq!(put.status.code(), Some(0));
-    let out = oncelake(&["checkpoint", s(&n1), "--json"], None);
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    ok(&["init", s(&n1), "--lake", &url], None);
+    ok(&["put", s(&n1), "u/1", "1", "-"], Some(b"one"));
+    let out = ok(&["checkpoint", s(&n1), "--json"], None);
     let v = &json_lines(&out.stdout)[0];
     assert_eq!(
         (v["segment"].as_u64(), v["written"].as_bool()),
         (Some(1), Some(true))
     );
-    assert_eq!(
-        oncelake(&["init", s(&n3), "--lake", &url], None)
-            .status
-            .code(),
-        Some(0)
-    );
+    ok(&["init", s(&n3), "--lake", &url], None);
     let got = oncelake(&["get", s(&n3), "u/1"], None);
     assert_eq!(
         got.stdout, b"one",
@@ -495,7 +488,7 @@ fn checkpoint_and_sync_answer_on_a_node_and_a_checkpoint_seeds_a_new_node() {
     );
 
     let local = dir.path().join("local");
-    assert_eq!(oncelake(&["init", s(&local)], None).status.code(), Some(0));
+    ok(&["init", s(&local)], None);
     let out = oncelake(&["checkpoint", s(&local), "--json"], None);
     assert_eq!(out.status.code(), Some(2));
     let err = &json_lines(&out.stderr)[0];
@@ -513,20 +506,14 @@ impl Drop for Served {
 }
 
 fn serve(node: &Path) -> (Served, String) {
-    let mut child = Command::new(crate::bin::oncelake())
-        .args(["serve", s(node), "--listen", "127.0.0.1:0"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    BufReader::new(child.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    let addr = line
-        .split_whitespace()
-        .find_map(|w| w.strip_prefix("tcp:"))
-        .unwrap_or_else(|| panic!("no address in {line:?}"))
+    let (child, address) = crate::bin::spawn_serve(
+        Command::new(crate::bin::oncelake())
+            .args(["serve", s(node), "--listen", "127.0.0.1:0"])
+            .stderr(Stdio::null()),
+    );
+    let addr = address
+        .strip_prefix("tcp:")
+        .unwrap_or_else(|| panic!("not a TCP address: {address:?}"))
         .to_string();
     (Served(child), addr)
 }
@@ -551,33 +538,15 @@ fn http_get(node: &Path, addr: &str, path: &str) -> (String, String) {
 #[test]
 fn a_served_node_commits_syncs_and_answers_metrics() {
     let dir = tempfile::tempdir().unwrap();
-    let lake = dir.path().join("lake");
-    std::fs::create_dir(&lake).unwrap();
-    let url = format!("file://{}", s(&lake));
-    let (n1, n2) = (dir.path().join("n1"), dir.path().join("n2"));
-    for n in [&n1, &n2] {
-        assert_eq!(
-            oncelake(&["init", s(n), "--lake", &url], None)
-                .status
-                .code(),
-            Some(0)
-        );
-    }
+    let (_, [n1, n2]) = two_nodes(dir.path());
     let (_server, addr) = serve(&n1);
-    let put = oncelake(&["put", s(&n1), "u/1", "1", "-", "--json"], Some(b"served"));
-    assert_eq!(
-        put.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&put.stderr)
-    );
+    let put = ok(&["put", s(&n1), "u/1", "1", "-", "--json"], Some(b"served"));
     assert_eq!(json_lines(&put.stdout)[0]["outcome"], "committed");
-    assert_eq!(oncelake(&["sync", s(&n2)], None).status.code(), Some(0));
+    ok(&["sync", s(&n2)], None);
     assert_eq!(oncelake(&["get", s(&n2), "u/1"], None).stdout, b"served");
 
     // What node 2 commits, the served node sees on its next command (it syncs first).
-    let put = oncelake(&["put", s(&n2), "u/2", "1", "-"], Some(b"from n2"));
-    assert_eq!(put.status.code(), Some(0));
+    ok(&["put", s(&n2), "u/2", "1", "-"], Some(b"from n2"));
     let out = oncelake(&["get", s(&n1), "u/2", "--wait", "2s"], None);
     assert_eq!(
         out.stdout,
@@ -585,21 +554,9 @@ fn a_served_node_commits_syncs_and_answers_metrics() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let out = oncelake(&["sync", s(&n1), "--json", "--wait", "2s"], None);
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let out = ok(&["sync", s(&n1), "--json", "--wait", "2s"], None);
     assert_eq!(json_lines(&out.stdout)[0]["seq"], 2);
-    let out = oncelake(&["checkpoint", s(&n1), "--json", "--wait", "2s"], None);
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let out = ok(&["checkpoint", s(&n1), "--json", "--wait", "2s"], None);
     assert_eq!(json_lines(&out.stdout)[0]["segment"], 2);
 
     let (status, body) = http_get(&n1, &addr, "/metrics");

@@ -6,7 +6,6 @@
 pub mod bin;
 
 use serde_json::Value;
-use std::io::{BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 
@@ -34,30 +33,7 @@ impl Server {
 
     /// Spawns `serve` (an `oncelake serve` command) and waits for its ready line.
     pub fn spawn(mut serve: Command) -> Server {
-        let mut child = serve
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let mut line = String::new();
-        BufReader::new(child.stdout.take().unwrap())
-            .read_line(&mut line)
-            .unwrap();
-        if line.is_empty() {
-            let mut err = String::new();
-            child
-                .stderr
-                .take()
-                .unwrap()
-                .read_to_string(&mut err)
-                .unwrap();
-            panic!("the server did not start: {err}");
-        }
-        let address = line
-            .split_whitespace()
-            .find(|w| w.starts_with("unix:") || w.starts_with("tcp:"))
-            .unwrap_or_else(|| panic!("no address in {line:?}"))
-            .to_string();
+        let (child, address) = bin::spawn_serve(serve.stderr(Stdio::piped()));
         Server { child, address }
     }
 
