@@ -674,6 +674,15 @@ fn lake_node(dir: &Path, name: &str) -> Store {
     Store::open_with(dir.join(name), opts).unwrap()
 }
 
+/// Nodes 1 and 2 of the `file://` lake at `dir/lake`, node 1 having created the lake's table
+/// `t` over `t/`; with the lake's directory of that table.
+#[cfg(feature = "lake")]
+fn two_nodes_with_table_t(dir: &Path) -> (PathBuf, Store, Store) {
+    let (n1, n2) = (lake_node(dir, "node1"), lake_node(dir, "node2"));
+    n1.create_table("t", "t/", TableFormat::Delta).unwrap();
+    (dir.join("lake").join("tables").join("t"), n1, n2)
+}
+
 /// Puts units `from..to` of the lake tables' tests on `store` (ids from `id`, so every object
 /// differs) and records each in the model.
 #[cfg(feature = "lake")]
@@ -695,12 +704,7 @@ fn put_units(store: &Store, model: &mut LakeModel, id: u64, from: u64, to: u64) 
 #[test]
 fn any_lake_node_publishes_the_next_version_of_the_lakes_table() {
     let dir = tempfile::tempdir().unwrap();
-    let lake_table = dir.path().join("lake").join("tables").join("t");
-    let (n1, n2) = (
-        lake_node(dir.path(), "node1"),
-        lake_node(dir.path(), "node2"),
-    );
-    n1.create_table("t", "t/", TableFormat::Delta).unwrap();
+    let (lake_table, n1, n2) = two_nodes_with_table_t(dir.path());
     assert!(lake_table.join("_oncelake_table").is_file());
     let names = |s: &Store| s.tables().unwrap().into_iter().map(|t| t.name);
     assert_eq!(names(&n2).collect::<Vec<_>>(), ["t"]);
@@ -784,12 +788,7 @@ fn any_lake_node_publishes_the_next_version_of_the_lakes_table() {
 #[test]
 fn two_nodes_publishing_concurrently_give_every_commit_one_version() {
     let dir = tempfile::tempdir().unwrap();
-    let lake_table = dir.path().join("lake").join("tables").join("t");
-    let (n1, n2) = (
-        lake_node(dir.path(), "node1"),
-        lake_node(dir.path(), "node2"),
-    );
-    n1.create_table("t", "t/", TableFormat::Delta).unwrap();
+    let (lake_table, n1, n2) = two_nodes_with_table_t(dir.path());
     fn run(node: &Store, id: u64) -> LakeModel {
         let mut model = LakeModel::new();
         for round in 0..5 {
@@ -821,12 +820,7 @@ fn a_node_that_loses_a_version_pulls_the_winner_and_publishes_after_it() {
     let dir = tempfile::tempdir().unwrap();
     let url = format!("file://{}", dir.path().join("lake").display());
     let faults = oncelake::LakeFaults::install_on(&url, 7);
-    let lake_table = dir.path().join("lake").join("tables").join("t");
-    let (n1, n2) = (
-        lake_node(dir.path(), "node1"),
-        lake_node(dir.path(), "node2"),
-    );
-    n1.create_table("t", "t/", TableFormat::Delta).unwrap();
+    let (lake_table, n1, n2) = two_nodes_with_table_t(dir.path());
     let mut model = LakeModel::new();
     put_units(&n1, &mut model, 0, 0, 5);
     let v = n1.publish_table("t").unwrap().version.unwrap() + 1;

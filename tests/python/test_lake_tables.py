@@ -65,6 +65,14 @@ def ol(env, *args, check=True):
     return p
 
 
+def delta_equals_model(table_path, storage_options, model):
+    """Asserts that delta-rs reads exactly the model's rows from the table; returns its info."""
+    want = sorted(tuple(sorted(r.items())) for rows in model.values() for r in rows)
+    got = read("delta_rows", table_path, storage_options=storage_options)
+    assert sorted(tuple(tuple(p) for p in r) for r in got) == want
+    return read("delta_info", table_path, storage_options=storage_options)
+
+
 def lake_table_is_published_and_read_from_the_lake(tmp_path, url, table_path, env, storage_options):
     node1, node2, files = tmp_path / "node1", tmp_path / "node2", tmp_path / "files"
     files.mkdir()
@@ -79,10 +87,7 @@ def lake_table_is_published_and_read_from_the_lake(tmp_path, url, table_path, en
             ol(env, "put", node1, unit, n, parquet_file(files / f"f{n}.parquet", rows))
             model[unit] = [dict(r, **partitions(unit)) for r in rows]
         ol(env, "table", "publish", node1, "sales")
-    want = sorted(tuple(sorted(r.items())) for rows in model.values() for r in rows)
-    got = read("delta_rows", table_path, storage_options=storage_options)
-    assert sorted(tuple(tuple(p) for p in r) for r in got) == want
-    info = read("delta_info", table_path, storage_options=storage_options)
+    info = delta_equals_model(table_path, storage_options, model)
     assert info["version"] == n - 1 and info["partition_columns"] == ["day"]
     # A second node lists the lake's table without creating it and publishes the next version.
     ol(env, "init", node2, "--lake", url)
@@ -94,10 +99,7 @@ def lake_table_is_published_and_read_from_the_lake(tmp_path, url, table_path, en
     ol(env, "put", node2, unit, n, parquet_file(files / f"f{n}.parquet", rows))
     model[unit] = [dict(r, **partitions(unit)) for r in rows]
     ol(env, "table", "publish", node2, "sales")
-    want = sorted(tuple(sorted(r.items())) for rows in model.values() for r in rows)
-    got = read("delta_rows", table_path, storage_options=storage_options)
-    assert sorted(tuple(tuple(p) for p in r) for r in got) == want
-    assert read("delta_info", table_path, storage_options=storage_options)["version"] == n - 1
+    assert delta_equals_model(table_path, storage_options, model)["version"] == n - 1
 
 
 def test_a_table_published_into_a_file_lake_is_read_by_delta_rs_from_the_lake(tmp_path):
