@@ -137,13 +137,31 @@ fn nodes_on_seaweedfs_commit_overlapping_units_survive_a_kill_and_agree() {
     // Inputs: two contents per unit version, so nodes race with different bytes too.
     let inputs = dir.path().join("inputs");
     std::fs::create_dir(&inputs).unwrap();
+    let (answers, killed) = race(&weed, &nodes, &inputs);
+    let (late, first) = a_late_node_agrees(&weed, dir.path(), &nodes, url);
+    let all: Vec<&PathBuf> = nodes.iter().chain([&late]).collect();
+    let committed = answers_agree_with_the_log(&weed, &answers, &first, &all);
+    checkpoint_gc_and_a_fresh_node(&weed, dir.path(), &nodes, &late, url, &first);
+    eprintln!(
+        "lake_s3: {} answers, {} commits, {} processes killed, {} units",
+        answers.len(),
+        committed.len(),
+        killed,
+        first.len()
+    );
+}
+
+/// Three node processes put overlapping unit versions at once (two contents per version, so
+/// nodes race with different bytes too); node 0's every third put is SIGKILLed while it runs.
+/// Every answer given, and how many processes were killed.
+fn race(weed: &Weed, nodes: &[PathBuf], inputs: &Path) -> (Vec<Answer>, u64) {
     let killed = std::sync::atomic::AtomicU64::new(0);
     let answers: Vec<Answer> = std::thread::scope(|s| {
         let handles: Vec<_> = nodes
             .iter()
             .enumerate()
             .map(|(i, node)| {
-                let (weed, inputs, killed) = (&weed, &inputs, &killed);
+                let killed = &killed;
                 s.spawn(move || {
                     let mut got = Vec::new();
                     let mut rng = 0x5EED_u64 + i as u64;
@@ -199,16 +217,36 @@ fn nodes_on_seaweedfs_commit_overlapping_units_survive_a_kill_and_agree() {
             .flat_map(|h| h.join().unwrap())
             .collect()
     });
+    (answers, killed.into_inner())
+}
+
+/// A node joining now replays the whole log; every node lists what node 0 lists. The late
+/// node's directory and node 0's listing.
+fn a_late_node_agrees(
+    weed: &Weed,
+    dir: &Path,
+    nodes: &[PathBuf],
+    url: &str,
+) -> (PathBuf, Vec<String>) {
     // A node joining now replays the whole log.
-    let late = dir.path().join("late");
-    ok(&run(
-        &weed,
-        &["init", late.to_str().unwrap(), "--lake", url],
-    ));
-    let first = ls(&weed, &nodes[0]);
+    let late = dir.join("late");
+    ok(&run(weed, &["init", late.to_str().unwrap(), "--lake", url]));
+    let first = ls(weed, &nodes[0]);
     for n in nodes.iter().skip(1).chain([&late]) {
-        assert_eq!(ls(&weed, n), first, "{} differs from node0", n.display());
+        assert_eq!(ls(weed, n), first, "{} differs from node0", n.display());
     }
+    (late, first)
+}
+
+/// At most one commit per unit version (I11), every acknowledged commit in the log at its seq,
+/// no unit below its newest acknowledged version, every node verified. The commits by unit
+/// version.
+fn answers_agree_with_the_log(
+    weed: &Weed,
+    answers: &[Answer],
+    first: &[String],
+    all: &[&PathBuf],
+) -> BTreeMap<(String, u64), (String, u64)> {
     // At most one commit per unit version (I11); duplicates and conflicts name it.
     let mut committed: BTreeMap<(String, u64), (String, u64)> = BTreeMap::new();
     for a in answers.iter().filter(|a| a.outcome == "committed") {
@@ -216,7 +254,7 @@ fn nodes_on_seaweedfs_commit_overlapping_units_survive_a_kill_and_agree() {
         let again = committed.insert((a.unit.clone(), a.version), (a.object.clone(), seq));
         assert!(again.is_none(), "two commits of {}@{}", a.unit, a.version);
     }
-    for a in &answers {
+    for a in answers {
         if let Some((obj, seq)) = committed.get(&(a.unit.clone(), a.version)) {
             match a.outcome.as_str() {
                 "duplicate" => assert_eq!((&a.object, a.seq), (obj, Some(*seq)), "{a:?}"),
@@ -226,7 +264,10 @@ fn nodes_on_seaweedfs_commit_overlapping_units_survive_a_kill_and_agree() {
         }
     }
     // Every acknowledged commit is in the log every node reads, with its unit at its seq.
-    let log = ok(&run(&weed, &["log", late.to_str().unwrap(), "--json"]));
+    let log = ok(&run(
+        weed,
+        &["log", all[all.len() - 1].to_str().unwrap(), "--json"],
+    ));
     let logged: BTreeSet<(u64, String)> = log
         .lines()
         .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
@@ -263,19 +304,31 @@ fn nodes_on_seaweedfs_commit_overlapping_units_survive_a_kill_and_agree() {
             "{unit} went back below {version}"
         );
     }
-    for n in nodes.iter().chain([&late]) {
-        ok(&run(&weed, &["verify", n.to_str().unwrap(), "--json"]));
+    for n in all {
+        ok(&run(weed, &["verify", n.to_str().unwrap(), "--json"]));
     }
-    // On SeaweedFS too: a checkpoint (put-if-absent of one big object, then LIST), a GC round
-    // that prunes the history and deletes from the lake, and a node started from the checkpoint.
+    committed
+}
+
+/// On SeaweedFS too: a checkpoint (put-if-absent of one big object, then LIST) that a second
+/// node agrees with, a GC round that prunes the history and deletes from the lake, and a node
+/// started from the checkpoint; every node then lists `first` and verifies.
+fn checkpoint_gc_and_a_fresh_node(
+    weed: &Weed,
+    dir: &Path,
+    nodes: &[PathBuf],
+    late: &Path,
+    url: &str,
+    first: &[String],
+) {
     let written = ok(&run(
-        &weed,
+        weed,
         &["checkpoint", late.to_str().unwrap(), "--json"],
     ));
     let written: serde_json::Value = serde_json::from_str(written.trim()).unwrap();
     assert_eq!(written["written"], true, "{written}");
     let again = ok(&run(
-        &weed,
+        weed,
         &["checkpoint", nodes[0].to_str().unwrap(), "--json"],
     ));
     let again: serde_json::Value = serde_json::from_str(again.trim()).unwrap();
@@ -285,7 +338,7 @@ fn nodes_on_seaweedfs_commit_overlapping_units_survive_a_kill_and_agree() {
         "node0 agrees with the late node's checkpoint"
     );
     let gc = ok(&run(
-        &weed,
+        weed,
         &[
             "gc",
             nodes[1].to_str().unwrap(),
@@ -297,22 +350,19 @@ fn nodes_on_seaweedfs_commit_overlapping_units_survive_a_kill_and_agree() {
         ],
     ));
     eprintln!("lake_s3 gc: {}", gc.trim());
-    let fresh = dir.path().join("fresh");
+    let fresh = dir.join("fresh");
     ok(&run(
-        &weed,
+        weed,
         &["init", fresh.to_str().unwrap(), "--lake", url],
     ));
-    for n in nodes.iter().chain([&late, &fresh]) {
-        assert_eq!(ls(&weed, n), first, "{} differs after GC", n.display());
-        ok(&run(&weed, &["verify", n.to_str().unwrap(), "--json"]));
+    for n in nodes
+        .iter()
+        .map(|n| n.as_path())
+        .chain([late, fresh.as_path()])
+    {
+        assert_eq!(ls(weed, n), first, "{} differs after GC", n.display());
+        ok(&run(weed, &["verify", n.to_str().unwrap(), "--json"]));
     }
-    eprintln!(
-        "lake_s3: {} answers, {} commits, {} processes killed, {} units",
-        answers.len(),
-        committed.len(),
-        killed.load(std::sync::atomic::Ordering::Relaxed),
-        first.len()
-    );
 }
 
 use std::os::unix::process::ExitStatusExt;
