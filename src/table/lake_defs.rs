@@ -4,8 +4,8 @@
 //! and every node lists and reads the lake's definitions. A node caches a definition it read in
 //! its own `tables/NAME/_oncelake_table`: definitions never change, so the cache cannot go stale.
 
+use super::def::{TableDef, DEF_FILE};
 use super::position::{commit_file, txn_seq_in, Position, DELTA_LOG};
-use super::registry::{TableDef, DEF_FILE};
 use super::{TableError, TableResult, TABLES_DIR};
 use crate::lake::log::Published;
 use crate::lake::Lake;

@@ -9,6 +9,7 @@
 //! tree carries no arrow-rs crates.
 
 pub mod check;
+mod def;
 pub mod layout;
 pub mod position;
 pub mod registry;
