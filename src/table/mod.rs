@@ -12,6 +12,7 @@ pub mod check;
 pub mod layout;
 pub mod position;
 pub mod registry;
+mod report;
 
 #[cfg(feature = "tables")]
 mod auto;
@@ -34,11 +35,10 @@ mod version;
 
 #[cfg(feature = "tables")]
 pub use auto::AutoPublisher;
-#[cfg(feature = "tables")]
-pub use publish::PublishReport;
 
 pub use check::{LinkProblem, TableCheck};
 pub use registry::{TableDef, TableFormat};
+pub use report::{PublishReport, Skipped, TableStatus};
 
 use std::path::PathBuf;
 
