@@ -483,7 +483,13 @@ fn bad_objects_stop_publish_naming_unit_and_seq_and_a_correction_continues() {
     assert!(store.publish_table("t").is_err());
     let fix = seq_of(store.correct("t/d=1/b", 1, &parquet(10, 1, "b")));
     let r = store.publish_table("t").unwrap();
-    assert_eq!(r.skipped, vec![("t/d=1/b".to_string(), bad)]);
+    assert_eq!(
+        r.skipped,
+        vec![oncelake::table::Skipped {
+            unit: "t/d=1/b".to_string(),
+            seq: bad
+        }]
+    );
     assert_eq!(r.seq, fix);
     let vs = versions(&table);
     assert_eq!(

@@ -45,7 +45,7 @@ impl Client {
         name: &str,
         prefix: &str,
         format: &str,
-    ) -> Result<crate::wire_table::TableW> {
+    ) -> Result<oncelake::table::TableStatus> {
         let body = to_json(&crate::wire_table::CreateReqW {
             name: name.into(),
             prefix: prefix.into(),
@@ -55,12 +55,12 @@ impl Client {
     }
 
     /// The store's lake tables and how far each is published (`oncelake table ls`).
-    pub fn table_ls(&self) -> Result<Vec<crate::wire_table::TableW>> {
+    pub fn table_ls(&self) -> Result<Vec<oncelake::table::TableStatus>> {
         self.json("GET", "/v1/table/ls", Payload::Empty)
     }
 
     /// Publishes table `name`, or every table (`oncelake table publish`).
-    pub fn table_publish(&self, name: Option<&str>) -> Result<Vec<crate::wire_table::PublishW>> {
+    pub fn table_publish(&self, name: Option<&str>) -> Result<Vec<oncelake::table::PublishReport>> {
         let body = to_json(&crate::wire_table::PublishReqW {
             name: name.map(Into::into),
         })?;

@@ -199,3 +199,52 @@ fn query_values_are_percent_encoded() {
     assert_eq!(encode("a/b=c d&e"), "a%2Fb%3Dc%20d%26e");
     assert_eq!(encode("é"), "%C3%A9");
 }
+
+/// The table answers are the engine's types; their JSON is the HTTP API's, field for field and
+/// in the order the mirrors they replaced sent (issue 37), and reads back to the same value.
+#[test]
+fn table_answers_keep_their_wire_json() {
+    use oncelake::table::TableStatus;
+    use oncelake::table::{position::Position, PublishReport, Skipped, TableDef, TableFormat};
+    let t = TableStatus {
+        def: TableDef {
+            name: "sales".into(),
+            format: TableFormat::Delta,
+            prefix: "sales/".into(),
+        },
+        path: "/s/tables/sales".into(),
+        position: Position {
+            version: Some(2),
+            seq: 7,
+        },
+    };
+    let j = serde_json::to_string(&t).unwrap();
+    assert_eq!(
+        j,
+        r#"{"table":"sales","format":"delta","prefix":"sales/","path":"/s/tables/sales","version":2,"seq":7}"#
+    );
+    assert_eq!(serde_json::from_str::<TableStatus>(&j).unwrap(), t);
+    let none = r#"{"table":"t","format":"delta","prefix":"","path":"/p","version":null,"seq":0}"#;
+    let back: TableStatus = serde_json::from_str(none).unwrap();
+    assert_eq!(serde_json::to_string(&back).unwrap(), none);
+
+    let r = PublishReport {
+        table: "sales".into(),
+        app_id: "oncelake:abc:sales".into(),
+        versions: 1,
+        adds: 2,
+        removes: 0,
+        skipped: vec![Skipped {
+            unit: "sales/d=1/b".into(),
+            seq: 4,
+        }],
+        version: Some(0),
+        seq: 5,
+    };
+    let j = serde_json::to_string(&r).unwrap();
+    assert_eq!(
+        j,
+        r#"{"table":"sales","app_id":"oncelake:abc:sales","versions":1,"adds":2,"removes":0,"skipped":[{"unit":"sales/d=1/b","seq":4}],"version":0,"seq":5}"#
+    );
+    assert_eq!(serde_json::from_str::<PublishReport>(&j).unwrap(), r);
+}

@@ -5,12 +5,12 @@
 use crate::api_error::{json, ApiError, ApiResult};
 use crate::app::App;
 use crate::body::read_json;
-use crate::wire_table::{CreateReqW, PublishReqW, PublishW, SkippedW, TableW};
+use crate::wire_table::{CreateReqW, PublishReqW};
 use axum::body::Body;
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::Response;
-use oncelake::table::{TableDef, TableError, TableResult};
+use oncelake::table::{TableError, TableResult};
 use oncelake::Store;
 use std::sync::Arc;
 
@@ -46,25 +46,12 @@ async fn run<T: Send + 'static>(
     }
 }
 
-fn table_w(store: &Store, d: &TableDef) -> TableResult<TableW> {
-    let dir = store.table_dir(&d.name);
-    let pos = store.table_position(&d.name)?;
-    Ok(TableW {
-        table: d.name.clone(),
-        format: d.format.to_string(),
-        prefix: d.prefix.clone(),
-        path: dir.display().to_string(),
-        version: pos.version,
-        seq: pos.seq,
-    })
-}
-
 pub(crate) async fn create(State(app): State<Arc<App>>, body: Body) -> ApiResult<Response> {
     let r: CreateReqW = read_json(&app, body).await?;
     let format: oncelake::table::TableFormat = r.format.parse().map_err(ApiError::bad)?;
     let t = run(&app, move |s| {
         let def = s.create_table(&r.name, &r.prefix, format)?;
-        table_w(s, &def)
+        s.table_status(&def)
     })
     .await?;
     Ok(json(&t))
@@ -74,7 +61,7 @@ pub(crate) async fn ls(State(app): State<Arc<App>>) -> ApiResult<Response> {
     let all = run(&app, |s| {
         s.tables()?
             .iter()
-            .map(|d| table_w(s, d))
+            .map(|d| s.table_status(d))
             .collect::<TableResult<Vec<_>>>()
     })
     .await?;
@@ -88,22 +75,5 @@ pub(crate) async fn publish(State(app): State<Arc<App>>, body: Body) -> ApiResul
         None => s.publish_tables(),
     })
     .await?;
-    let out: Vec<PublishW> = reports
-        .into_iter()
-        .map(|r| PublishW {
-            table: r.table,
-            app_id: r.app_id,
-            versions: r.versions,
-            adds: r.adds,
-            removes: r.removes,
-            skipped: r
-                .skipped
-                .into_iter()
-                .map(|(unit, seq)| SkippedW { unit, seq })
-                .collect(),
-            version: r.version,
-            seq: r.seq,
-        })
-        .collect();
-    Ok(json(&out))
+    Ok(json(&reports))
 }

@@ -11,6 +11,8 @@ const DEF_HEADER: &str = "oncelake-table 1";
 
 /// The open table format a table is published in.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "serde", serde(rename_all = "lowercase"))]
 #[non_exhaustive]
 pub enum TableFormat {
     /// Delta Lake (protocol reader 1, writer 2).
@@ -38,15 +40,18 @@ impl std::str::FromStr for TableFormat {
     }
 }
 
-/// A table: which units it publishes, and how.
+/// A table: which units it publishes, and how. With the `serde` feature: `table`, `format`,
+/// `prefix` (the order of the HTTP API's JSON).
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct TableDef {
     /// Its name (the directory under `tables/`).
+    #[cfg_attr(feature = "serde", serde(rename = "table"))]
     pub name: String,
-    /// The unit-key prefix it publishes: empty (every unit) or ending in `/`.
-    pub prefix: String,
     /// Its format.
     pub format: TableFormat,
+    /// The unit-key prefix it publishes: empty (every unit) or ending in `/`.
+    pub prefix: String,
 }
 
 impl TableDef {

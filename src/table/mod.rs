@@ -13,6 +13,7 @@ mod def;
 pub mod layout;
 pub mod position;
 pub mod registry;
+mod report;
 
 #[cfg(feature = "tables")]
 mod auto;
@@ -35,11 +36,10 @@ mod version;
 
 #[cfg(feature = "tables")]
 pub use auto::AutoPublisher;
-#[cfg(feature = "tables")]
-pub use publish::PublishReport;
 
 pub use check::{LinkProblem, TableCheck};
 pub use registry::{TableDef, TableFormat};
+pub use report::{PublishReport, Skipped, TableStatus};
 
 use std::path::PathBuf;
 

@@ -19,6 +19,7 @@ pub const DELTA_LOG: &str = "_delta_log";
 
 /// A table's published position.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct Position {
     /// The newest Delta version (`None`: nothing published yet).
     pub version: Option<u64>,

@@ -12,7 +12,7 @@ use super::layout::{data_file, partition_of, Partition};
 use super::plan::{resolve_priors, PriorFiles};
 use super::stages::{FooterFeed, Footers, Stages};
 use super::version::{FileAdd, FileRef, FormatLog, TableCommit, TableSchema};
-use super::{TableDef, TableError, TableFormat, TableResult};
+use super::{PublishReport, Skipped, TableDef, TableError, TableFormat, TableResult};
 use crate::schema::log::{LogEntry, RecordBody};
 use crate::snapshot::Snapshot;
 use crate::store::Store;
@@ -26,28 +26,6 @@ fn open_format(store: &Store, def: &TableDef) -> TableResult<Box<dyn FormatLog>>
     match def.format {
         TableFormat::Delta => Ok(Box::new(super::delta::DeltaLog::open(store, def)?)),
     }
-}
-
-/// What one publish did.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct PublishReport {
-    /// The table.
-    pub table: String,
-    /// The `txn` appId its versions carry (`oncelake:<store id>:<table>`).
-    pub app_id: String,
-    /// Versions written by this publish.
-    pub versions: u64,
-    /// Data files added and removed by them.
-    pub adds: u64,
-    /// Data files removed.
-    pub removes: u64,
-    /// Entries left out because their object could not be published and a later entry of the
-    /// unit supersedes it: `(unit, seq)`.
-    pub skipped: Vec<(String, u64)>,
-    /// The table's newest version after the publish (`None`: nothing published yet).
-    pub version: Option<u64>,
-    /// The last store seq it includes.
-    pub seq: u64,
 }
 
 impl Store {
@@ -308,7 +286,10 @@ impl Publisher<'_> {
             Err(reason) => {
                 let superseded = self.snap.get(&e.unit)?.is_some_and(|cur| cur.seq > seq);
                 if superseded {
-                    self.report.skipped.push((e.unit.clone(), seq));
+                    self.report.skipped.push(Skipped {
+                        unit: e.unit.clone(),
+                        seq,
+                    });
                     return Ok(None);
                 }
                 return Err(TableError::BadUnit {

@@ -73,38 +73,17 @@ fn stats(client: &Client, a: &super::sim_cmds::StatsArgs) -> Result<u8, CliError
     Ok(exit::OK)
 }
 
-// `oncelake table ...` through the server: the output of `table_cmds` line for line (the
-// in-process printers take engine types that only exist next to an open store; the tests in
-// server/tests/serve_table.rs compare both outputs).
+// `oncelake table ...` through the server: the server answers with the engine's own types, so
+// these print through `table_cmds`'s printers (the tests in server/tests/serve/table.rs compare
+// both outputs).
 
 const NO_TABLES: &str = "no tables; create one with `oncelake table create STORE NAME --prefix P`";
-
-fn table_json(t: &oncelake_server::wire_table::TableW) -> serde_json::Value {
-    serde_json::json!({
-        "table": t.table,
-        "format": t.format,
-        "prefix": t.prefix,
-        "path": t.path,
-        "version": t.version,
-        "seq": t.seq,
-    })
-}
 
 fn table_create(client: &Client, a: &super::table_cmds::CreateArgs) -> Result<u8, CliError> {
     let t = client
         .table_create(&a.name, &a.prefix, &a.format.to_string())
         .map_err(client_error)?;
-    if a.json {
-        super::print_json(&table_json(&t));
-    } else {
-        outln!(
-            "table {} ({}) publishes units under {:?} at {}",
-            t.table,
-            t.format,
-            t.prefix,
-            t.path
-        );
-    }
+    super::table_cmds::print_created(&t, a.json)?;
     Ok(exit::OK)
 }
 
@@ -114,20 +93,7 @@ fn table_ls(client: &Client, a: &super::table_cmds::LsArgs) -> Result<u8, CliErr
         errln!("{NO_TABLES}");
     }
     for t in &all {
-        if a.json {
-            super::print_json(&table_json(t));
-        } else {
-            let version = match t.version {
-                Some(v) => format!("version {v} (seq {})", t.seq),
-                None => "not published yet".into(),
-            };
-            outln!(
-                "{}\t{}\tprefix {:?}\t{version}",
-                t.table,
-                t.format,
-                t.prefix
-            );
-        }
+        super::table_cmds::print_listed(t, a.json)?;
     }
     Ok(exit::OK)
 }
@@ -145,40 +111,15 @@ fn table_publish(client: &Client, a: &super::table_cmds::PublishArgs) -> Result<
                 .table_ls()
                 .map_err(client_error)?
                 .into_iter()
-                .find(|t| t.table == r.table)
-                .map(|t| t.prefix)
+                .find(|t| t.def.name == r.table)
+                .map(|t| t.def.prefix)
                 .unwrap_or_default();
             errln!(
                 "{}",
                 super::table_cmds::nothing_yet(&a.store, &r.table, &prefix)
             );
         }
-        if a.json {
-            super::print_json(&serde_json::json!({
-                "table": r.table,
-                "app_id": r.app_id,
-                "versions": r.versions,
-                "adds": r.adds,
-                "removes": r.removes,
-                "skipped": r.skipped.iter().map(|s| serde_json::json!({"unit": s.unit, "seq": s.seq})).collect::<Vec<_>>(),
-                "version": r.version,
-                "seq": r.seq,
-            }));
-        } else {
-            outln!(
-                "{}",
-                super::table_cmds::publish_line(
-                    &r.table, r.versions, r.adds, r.removes, r.version, r.seq
-                )
-            );
-            for s in &r.skipped {
-                outln!(
-                    "  left out unit {:?} seq {}: unpublishable and superseded",
-                    s.unit,
-                    s.seq
-                );
-            }
-        }
+        super::table_cmds::print_report(r, a.json)?;
     }
     Ok(exit::OK)
 }

@@ -2,9 +2,7 @@
 //! `oncelake-bench table`).
 
 use super::{open_store, print_json, CliError};
-use oncelake::table::{PublishReport, TableDef, TableFormat};
-use oncelake::Store;
-use serde_json::json;
+use oncelake::table::{PublishReport, TableFormat, TableStatus};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -96,33 +94,66 @@ pub(crate) fn run(a: TableArgs, wait: Duration) -> Result<u8, CliError> {
     }
 }
 
-fn def_json(store: &Store, d: &TableDef) -> Result<serde_json::Value, CliError> {
-    let dir = store.table_dir(&d.name);
-    let pos = store.table_position(&d.name)?;
-    Ok(json!({
-        "table": d.name,
-        "format": d.format.to_string(),
-        "prefix": d.prefix,
-        "path": dir.display().to_string(),
-        "version": pos.version,
-        "seq": pos.seq,
-    }))
+/// One answer as a JSON line: the engine's own serialisation (its `serde` feature, the HTTP
+/// API's fields), through `serde_json::Value` as every JSON line of the CLI.
+fn print_serde<T: serde::Serialize>(v: &T) -> Result<(), CliError> {
+    let v = serde_json::to_value(v).map_err(|e| CliError::io("writing JSON", e.into()))?;
+    print_json(&v);
+    Ok(())
+}
+
+/// A table for `table create` (in-process and through a server).
+pub(crate) fn print_created(t: &TableStatus, json: bool) -> Result<(), CliError> {
+    if json {
+        return print_serde(t);
+    }
+    outln!(
+        "table {} ({}) publishes units under {:?} at {}",
+        t.def.name,
+        t.def.format,
+        t.def.prefix,
+        t.path.display()
+    );
+    Ok(())
+}
+
+/// A table's line for `table ls` (in-process and through a server).
+pub(crate) fn print_listed(t: &TableStatus, json: bool) -> Result<(), CliError> {
+    if json {
+        return print_serde(t);
+    }
+    let version = match t.position.version {
+        Some(v) => format!("version {v} (seq {})", t.position.seq),
+        None => "not published yet".into(),
+    };
+    let d = &t.def;
+    outln!("{}\t{}\tprefix {:?}\t{version}", d.name, d.format, d.prefix);
+    Ok(())
+}
+
+/// A publish report for `table publish` (in-process and through a server).
+pub(crate) fn print_report(r: &PublishReport, json: bool) -> Result<(), CliError> {
+    if json {
+        return print_serde(r);
+    }
+    outln!(
+        "{}",
+        publish_line(&r.table, r.versions, r.adds, r.removes, r.version, r.seq)
+    );
+    for s in &r.skipped {
+        outln!(
+            "  left out unit {:?} seq {}: unpublishable and superseded",
+            s.unit,
+            s.seq
+        );
+    }
+    Ok(())
 }
 
 fn create(a: CreateArgs, wait: Duration) -> Result<u8, CliError> {
     let store = open_store(&a.store, wait, false)?;
     let def = store.create_table(&a.name, &a.prefix, a.format)?;
-    if a.json {
-        print_json(&def_json(&store, &def)?);
-    } else {
-        outln!(
-            "table {} ({}) publishes units under {:?} at {}",
-            def.name,
-            def.format,
-            def.prefix,
-            store.table_dir(&def.name).display()
-        );
-    }
+    print_created(&store.table_status(&def)?, a.json)?;
     Ok(0)
 }
 
@@ -133,31 +164,9 @@ fn ls(a: LsArgs, wait: Duration) -> Result<u8, CliError> {
         errln!("no tables; create one with `oncelake table create STORE NAME --prefix P`");
     }
     for d in &defs {
-        let j = def_json(&store, d)?;
-        if a.json {
-            print_json(&j);
-        } else {
-            let version = match j["version"].as_u64() {
-                Some(v) => format!("version {v} (seq {})", j["seq"]),
-                None => "not published yet".into(),
-            };
-            outln!("{}\t{}\tprefix {:?}\t{version}", d.name, d.format, d.prefix);
-        }
+        print_listed(&store.table_status(d)?, a.json)?;
     }
     Ok(0)
-}
-
-fn report_json(r: &PublishReport) -> serde_json::Value {
-    json!({
-        "table": r.table,
-        "app_id": r.app_id,
-        "versions": r.versions,
-        "adds": r.adds,
-        "removes": r.removes,
-        "skipped": r.skipped.iter().map(|(u, s)| json!({"unit": u, "seq": s})).collect::<Vec<_>>(),
-        "version": r.version,
-        "seq": r.seq,
-    })
 }
 
 /// `1 file`, `2 files`.
@@ -211,17 +220,7 @@ fn publish(a: PublishArgs, wait: Duration) -> Result<u8, CliError> {
             let prefix = store.table(&r.table)?.prefix;
             errln!("{}", nothing_yet(&a.store, &r.table, &prefix));
         }
-        if a.json {
-            print_json(&report_json(r));
-        } else {
-            outln!(
-                "{}",
-                publish_line(&r.table, r.versions, r.adds, r.removes, r.version, r.seq)
-            );
-            for (unit, seq) in &r.skipped {
-                outln!("  left out unit {unit:?} seq {seq}: unpublishable and superseded");
-            }
-        }
+        print_report(r, a.json)?;
     }
     Ok(0)
 }
