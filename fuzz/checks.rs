@@ -5,9 +5,7 @@
 //! panics when a property fails; bad input itself must never panic.
 
 use oncelake::commit::invariants::{assert_ok, check_token_admitted, check_version_advance};
-use oncelake::commit::rules::{
-    decide, Current, Decision, Incoming, Intent, LeaseState, LeaseStatus,
-};
+use oncelake::commit::rules::{decide, ClaimRecord, Current, Decision, Incoming, Intent};
 use oncelake::log::Record;
 use oncelake::{ObjectId, Outcome};
 
@@ -56,20 +54,26 @@ impl ModelUnit {
         self.issued.last().copied()
     }
 
-    fn lease(&self) -> Option<LeaseState> {
-        self.newest().map(|token| LeaseState {
+    /// The stored record of the newest lease, as the claims table would hold it.
+    fn lease(&self) -> Option<ClaimRecord> {
+        self.newest().map(|token| ClaimRecord {
+            worker: "w".into(),
             token,
-            status: if self.ended && self.released {
-                LeaseStatus::Released
-            } else if self.ended {
-                LeaseStatus::Ended
-            } else if self.expired {
-                LeaseStatus::Expired
-            } else {
-                LeaseStatus::Live
-            },
+            source_version: 0,
             expires_at_ms: token * 1_000,
+            released: self.ended,
+            by_commit: self.ended && !self.released,
         })
+    }
+
+    /// The leader's clock as the model's lease sees it: at its expiry once it expired, before
+    /// it otherwise. The model keeps no clock, only whether the lease expired.
+    fn now_ms(&self) -> u64 {
+        if self.expired {
+            self.newest().unwrap_or(0) * 1_000
+        } else {
+            0
+        }
     }
 
     fn end_lease(&mut self) {
@@ -251,19 +255,24 @@ fn decide_one(unit: &mut ModelUnit, inc: &Incoming, next_seq: u64) -> u64 {
             .find(|e| e.version == inc.source_version && e.object == inc.object)
             .map(|e| e.seq)
     };
-    let got = decide(current.as_ref(), lease.as_ref(), inc, lookup);
+    let got = decide(current.as_ref(), lease.as_ref(), unit.now_ms(), inc, lookup);
     let want = expected(unit, inc);
     assert_eq!(got, want, "decide disagrees with the R3 table for {inc:?}");
     // Determinism: the same inputs decide the same way.
     assert_eq!(
         got,
-        decide(current.as_ref(), lease.as_ref(), inc, lookup),
+        decide(current.as_ref(), lease.as_ref(), unit.now_ms(), inc, lookup),
         "decide is not deterministic"
     );
     let Decision::Accept { revision } = got else {
         return next_seq;
     };
-    assert_ok(check_token_admitted("u", inc.token, lease.as_ref()));
+    assert_ok(check_token_admitted(
+        "u",
+        inc.token,
+        lease.as_ref(),
+        unit.now_ms(),
+    ));
     let prev = unit.history.last().map(|e| (e.version, e.revision));
     assert_ok(check_version_advance(
         "u",

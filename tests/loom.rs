@@ -201,7 +201,7 @@ fn apply_rules(model: &UnitModel, reqs: Vec<Commit>) -> Vec<Heard> {
                     token: None,
                     intent: Intent::Put,
                 };
-                let d = decide(current.as_ref(), None, &inc, || None);
+                let d = decide(current.as_ref(), None, 0, &inc, || None);
                 let seq = match d {
                     Decision::Accept { revision } => {
                         let seq = *next_seq;

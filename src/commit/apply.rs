@@ -527,10 +527,9 @@ impl Writer<'_> {
     ) -> Result<ExtensionOutcome> {
         if let Some(fence) = &fence {
             let claim = self.view.claim(&fence.unit)?;
-            let lease = claim.as_ref().map(|r| r.state(self.now_ms));
             // The lease rules of a commit; an extension has no version to be a duplicate of, so
             // an ended lease's token is simply fenced.
-            match rules::lease_check(lease.as_ref(), fence.token) {
+            match rules::lease_check(claim.as_ref(), self.now_ms, fence.token) {
                 LeaseCheck::Pass => {}
                 LeaseCheck::Reject(Outcome::Busy { expires_at_ms }) => {
                     return Ok(ExtensionOutcome::Busy {
@@ -583,7 +582,6 @@ impl Writer<'_> {
     fn decide_item(&mut self, item: &BatchItem) -> Result<Decided> {
         let mut current = self.view.current(self.core, &item.unit)?;
         let claim = self.view.claim(&item.unit)?;
-        let lease = claim.as_ref().map(|r| r.state(self.now_ms));
         let inc = Incoming {
             source_version: item.source_version,
             object: item.staged.id(),
@@ -606,7 +604,7 @@ impl Writer<'_> {
         });
         let mut lookup_err = None;
         let view = &mut self.view;
-        let decision = rules::decide(cur.as_ref(), lease.as_ref(), &inc, || {
+        let decision = rules::decide(cur.as_ref(), claim.as_ref(), self.now_ms, &inc, || {
             view.earlier_identical(&item.unit, inc.source_version, inc.object)
                 .unwrap_or_else(|e| {
                     lookup_err = Some(e);
@@ -745,7 +743,7 @@ impl Writer<'_> {
         let Some(mut rec) = claim.filter(|r| !r.released) else {
             return Ok(());
         };
-        if rec.state(self.now_ms).status == LeaseStatus::Expired {
+        if rec.status(self.now_ms) == LeaseStatus::Expired {
             self.expired_leases += 1;
         }
         rec.released = true;

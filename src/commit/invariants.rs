@@ -25,7 +25,7 @@
 //! about histories of operations, not about one state: the crash, DST and GC tests hold the engine
 //! to them (`docs/invariants.md` says where).
 
-use super::rules::{LeaseState, LeaseStatus};
+use super::rules::{ClaimRecord, LeaseStatus};
 use crate::error::{DbContext, Result};
 use crate::object::ObjectMeta;
 use crate::schema::log::{Record, RecordBody};
@@ -201,12 +201,18 @@ pub fn check_version_advance(unit: &str, prev: Option<(u64, u32)>, next: (u64, u
     Ok(())
 }
 
-/// I6: a commit of `unit` carrying `token` is applied while the unit's newest lease is `lease`.
-/// With a token, it must be the newest lease's and that lease must not have ended (released, or
-/// ended by an earlier commit); without one, no lease may be live. Why: the fencing token is
-/// what makes a worker that lost its lease (paused, partitioned, overtaken) unable to commit,
-/// whatever the clocks say (SPEC R9).
-pub fn check_token_admitted(unit: &str, token: Option<u64>, lease: Option<&LeaseState>) -> Check {
+/// I6: a commit of `unit` carrying `token` is applied at `now_ms` while the unit's newest lease is
+/// `lease`. With a token, it must be the newest lease's and that lease must not have ended
+/// (released, or ended by an earlier commit); without one, no lease may be live at `now_ms`.
+/// Why: the fencing token is what makes a worker that lost its lease (paused, partitioned,
+/// overtaken) unable to commit, whatever the clocks say (SPEC R9).
+pub fn check_token_admitted(
+    unit: &str,
+    token: Option<u64>,
+    lease: Option<&ClaimRecord>,
+    now_ms: u64,
+) -> Check {
+    let status = lease.map(|l| l.status(now_ms));
     match (token, lease) {
         (Some(t), None) => violated(
             Invariant::NoStaleToken,
@@ -219,13 +225,15 @@ pub fn check_token_admitted(unit: &str, token: Option<u64>, lease: Option<&Lease
                 l.token
             ),
         ),
-        (Some(t), Some(l)) if matches!(l.status, LeaseStatus::Ended | LeaseStatus::Released) => {
+        (Some(t), Some(_))
+            if matches!(status, Some(LeaseStatus::Ended | LeaseStatus::Released)) =>
+        {
             violated(
                 Invariant::NoStaleToken,
                 format!("unit {unit:?} applied with token {t} of a lease that has ended"),
             )
         }
-        (None, Some(l)) if l.status == LeaseStatus::Live => violated(
+        (None, Some(l)) if status == Some(LeaseStatus::Live) => violated(
             Invariant::NoStaleToken,
             format!(
                 "unit {unit:?} applied without a token under the live lease of token {}",
@@ -375,19 +383,11 @@ pub fn check_replay(problems: &[String]) -> Vec<Violation> {
 /// lease granted before such a record is only held to "the token is the newest" from then on.
 #[derive(Debug, Default)]
 pub struct FencingLog {
-    leases: HashMap<String, LoggedLease>,
+    /// Each unit's newest lease as the log tells it, rebuilt as the record the claims table would
+    /// hold (so the replay and the leader judge the same shape), with the number of extension
+    /// records seen when it was granted (or renewed).
+    leases: HashMap<String, (ClaimRecord, u64)>,
     /// Extension records seen so far.
-    extensions: u64,
-}
-
-/// A unit's newest lease as the log tells it.
-#[derive(Debug)]
-struct LoggedLease {
-    token: u64,
-    expires_at_ms: u64,
-    /// Ended by a release or a commit of the unit.
-    ended: bool,
-    /// [`FencingLog::extensions`] when it was granted (or renewed).
     extensions: u64,
 }
 
@@ -408,12 +408,7 @@ impl FencingLog {
         };
         match &rec.body {
             RecordBody::ClaimGranted(c) => {
-                let lease = LoggedLease {
-                    token: c.token,
-                    expires_at_ms: c.expires_at_ms,
-                    ended: false,
-                    extensions: self.extensions,
-                };
+                let lease = (ClaimRecord::granted(c), self.extensions);
                 self.leases.insert(c.unit.clone(), lease);
             }
             RecordBody::ClaimReleased(c) => match self.leases.get_mut(&c.unit) {
@@ -421,20 +416,29 @@ impl FencingLog {
                     "seq {}: {:?} releases token {}, never granted",
                     rec.seq, c.unit, c.token
                 )),
-                Some(l) if l.token != c.token || l.ended => bad(format!(
+                Some((l, _)) if l.token != c.token || l.released => bad(format!(
                     "seq {}: {:?} releases token {}; newest {}, ended {}",
-                    rec.seq, c.unit, c.token, l.token, l.ended
+                    rec.seq, c.unit, c.token, l.token, l.released
                 )),
-                Some(l) => l.ended = true,
+                Some((l, _)) => l.released = true,
             },
             RecordBody::Commit { entries } => {
                 for e in entries {
                     let lease = self.leases.get_mut(&e.unit);
-                    if let Some(seen) = fenced_commit(rec, e, lease.as_deref(), self.extensions) {
+                    let seen = fenced_commit(
+                        rec,
+                        e,
+                        lease.as_deref().map(|(l, x)| (l, *x)),
+                        self.extensions,
+                    );
+                    if let Some(seen) = seen {
                         bad(seen);
                     }
-                    if let Some(l) = lease {
-                        l.ended = true;
+                    // A commit ends the lease (as the leader's `end_lease` does), unless its
+                    // holder already released it.
+                    if let Some((l, _)) = lease.filter(|(l, _)| !l.released) {
+                        l.released = true;
+                        l.by_commit = true;
                     }
                 }
             }
@@ -444,28 +448,30 @@ impl FencingLog {
     }
 }
 
-/// What is wrong with commit entry `e` of `rec` under the logged `lease`, if anything.
+/// What is wrong with commit entry `e` of `rec` under the logged `lease` (with the extension
+/// count at its grant), if anything.
 fn fenced_commit(
     rec: &Record,
     e: &crate::schema::log::LogEntry,
-    lease: Option<&LoggedLease>,
+    lease: Option<(&ClaimRecord, u64)>,
     extensions: u64,
 ) -> Option<String> {
     let (seq, unit) = (rec.seq, &e.unit);
     // Whether an extension logged since the grant may have ended the lease.
-    let known = lease.is_some_and(|l| l.extensions == extensions);
-    match (e.token, lease) {
+    let known = lease.is_some_and(|(_, granted_at)| granted_at == extensions);
+    match (e.token, lease.map(|(l, _)| l)) {
         (Some(t), Some(l)) if t != l.token => Some(format!(
             "seq {seq} committed {unit:?} with token {t}; its newest is {}",
             l.token
         )),
-        (Some(t), Some(l)) if l.ended && known => Some(format!(
+        (Some(t), Some(l)) if l.released && known => Some(format!(
             "seq {seq} committed {unit:?} with token {t} of a lease that has ended"
         )),
         (Some(t), None) => Some(format!(
             "seq {seq} committed {unit:?} with token {t}, never issued for it"
         )),
-        (None, Some(l)) if !l.ended && known && rec.time_ms < l.expires_at_ms => Some(format!(
+        // By the record's own time: what the leader's clock said when it decided.
+        (None, Some(l)) if known && l.is_live(rec.time_ms) => Some(format!(
             "seq {seq} committed {unit:?} without a token under the live lease of token {}",
             l.token
         )),
@@ -477,19 +483,20 @@ fn fenced_commit(
 // The commit leader's checks, on what its group touched (debug builds).
 
 /// I6 and I5 for one unit the leader is about to apply: `token` against the unit's newest lease
-/// as the decision read it, and the move from its current entry `prev` to `next` (each
+/// as the decision read it at `now_ms`, and the move from its current entry `prev` to `next` (each
 /// `(source version, revision)`).
 // The leader calls this in debug builds only.
 #[cfg_attr(not(debug_assertions), allow(dead_code))]
 pub(crate) fn check_accept(
     unit: &str,
     token: Option<u64>,
-    lease: Option<&LeaseState>,
+    lease: Option<&ClaimRecord>,
+    now_ms: u64,
     prev: Option<(u64, u32)>,
     next: (u64, u32),
 ) -> Vec<Violation> {
     [
-        check_token_admitted(unit, token, lease),
+        check_token_admitted(unit, token, lease, now_ms),
         check_version_advance(unit, prev, next),
     ]
     .into_iter()
@@ -505,13 +512,12 @@ pub(crate) fn check_accept(
 pub(crate) fn assert_accept(
     unit: &str,
     token: Option<u64>,
-    claim: Option<&crate::schema::claim::ClaimRecord>,
+    claim: Option<&ClaimRecord>,
     now_ms: u64,
     prev: Option<(u64, u32)>,
     next: (u64, u32),
 ) {
-    let lease = claim.map(|r| r.state(now_ms));
-    assert_holds(&check_accept(unit, token, lease.as_ref(), prev, next));
+    assert_holds(&check_accept(unit, token, claim, now_ms, prev, next));
 }
 
 /// The leader's hook for [`check_group_bound`], on the group it took. Panics on a violation.
@@ -788,7 +794,7 @@ fn check_claims(txn: &redb::ReadTransaction, next_token: u64) -> Result<Vec<Viol
     let mut out = Vec::new();
     for row in claims.iter().db("scan the claims")? {
         let (k, v) = row.db("scan the claims")?;
-        match crate::schema::claim::ClaimRecord::decode(k.value(), v.value()) {
+        match ClaimRecord::decode(k.value(), v.value()) {
             Ok(rec) => out.extend(check_token_below_next(k.value(), rec.token, next_token).err()),
             Err(e) => out.push(damaged(format!("claim of {:?}: {e}", k.value()))),
         }

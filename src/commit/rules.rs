@@ -11,6 +11,10 @@
 
 use super::outcome::Outcome;
 use crate::object::ObjectId;
+/// The rules decide from the stored record of the unit's newest lease: the claims table keeps
+/// exactly that per unit (also after it ended), so there is no second shape to convert to. The
+/// record's status at the leader's clock ([`ClaimRecord::status`]) is what the lease check reads.
+pub use crate::schema::claim::{ClaimRecord, LeaseStatus};
 
 /// Whether an incoming entry is an ordinary output or a deliberate correction of the same version.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -101,52 +105,6 @@ impl std::fmt::Display for FenceReason {
     }
 }
 
-/// Whether the unit's newest lease still holds off other writers.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum LeaseStatus {
-    /// Not ended and, by the leader's clock, not expired.
-    Live,
-    /// Not ended, but expired by the leader's clock: it may be taken over, and a commit without a
-    /// token is no longer busy. Its token still commits while it is the newest.
-    Expired,
-    /// Ended by a commit of the unit: the work is done. Its token changes nothing any more, but
-    /// an exact retry of what is committed is answered as the duplicate it is.
-    Ended,
-    /// Released by its holder, who gave the work up: its token is fenced, whatever it carries.
-    Released,
-}
-
-/// The unit's newest lease, as the rules need it. The store keeps exactly this per unit (the claims
-/// table keeps the newest lease, also after it ended).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct LeaseState {
-    /// Its fencing token: the newest granted for the unit.
-    pub token: u64,
-    /// Live, expired or ended.
-    pub status: LeaseStatus,
-    /// When it expires (or expired), ms since the Unix epoch.
-    pub expires_at_ms: u64,
-}
-
-impl crate::schema::claim::ClaimRecord {
-    /// The lease as the commit rules see it at `now_ms`.
-    pub(crate) fn state(&self, now_ms: u64) -> LeaseState {
-        LeaseState {
-            token: self.token,
-            status: if self.released && self.by_commit {
-                LeaseStatus::Ended
-            } else if self.released {
-                LeaseStatus::Released
-            } else if self.is_live(now_ms) {
-                LeaseStatus::Live
-            } else {
-                LeaseStatus::Expired
-            },
-            expires_at_ms: self.expires_at_ms,
-        }
-    }
-}
-
 /// The committed side of a decision: the unit's current entry.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Current {
@@ -190,11 +148,11 @@ pub enum LeaseCheck {
 
 /// The lease check (SPEC R3's fenced and busy rows, R9). Tokens are unique across the store and
 /// `lease` is the unit's newest lease, so "issued for this unit and its newest" is exactly
-/// `token == lease.token`. [`decide`] runs it first; pipeline records that are not commits use it
-/// alone.
-pub fn lease_check(lease: Option<&LeaseState>, token: Option<u64>) -> LeaseCheck {
+/// `token == lease.token`. `now_ms` is the leader's clock, which only tells a live lease from an
+/// expired one. [`decide`] runs it first; pipeline records that are not commits use it alone.
+pub fn lease_check(lease: Option<&ClaimRecord>, now_ms: u64, token: Option<u64>) -> LeaseCheck {
     match (token, lease) {
-        (Some(t), Some(l)) if t == l.token => match l.status {
+        (Some(t), Some(l)) if t == l.token => match l.status(now_ms) {
             LeaseStatus::Live | LeaseStatus::Expired => LeaseCheck::Pass,
             LeaseStatus::Ended => LeaseCheck::RetryOnly { token: t },
             LeaseStatus::Released => LeaseCheck::Reject(Outcome::Fenced {
@@ -206,14 +164,14 @@ pub fn lease_check(lease: Option<&LeaseState>, token: Option<u64>) -> LeaseCheck
             token: t,
             newest_token: l.map_or(0, |l| l.token),
         }),
-        (None, Some(l)) if l.status == LeaseStatus::Live => LeaseCheck::Reject(Outcome::Busy {
+        (None, Some(l)) if l.is_live(now_ms) => LeaseCheck::Reject(Outcome::Busy {
             expires_at_ms: l.expires_at_ms,
         }),
         (None, _) => LeaseCheck::Pass,
     }
 }
 
-/// Decides one unit. `lease` is the unit's newest lease, if it was ever claimed;
+/// Decides one unit. `lease` is the unit's newest lease, if it was ever claimed, seen at `now_ms`;
 /// `earlier_identical` looks up, only when needed, the seq of an older entry of this unit with the
 /// same version and hash (a late retry of output that a correction has since replaced).
 ///
@@ -221,11 +179,12 @@ pub fn lease_check(lease: Option<&LeaseState>, token: Option<u64>) -> LeaseCheck
 /// after it, no earlier token commits.
 pub fn decide(
     current: Option<&Current>,
-    lease: Option<&LeaseState>,
+    lease: Option<&ClaimRecord>,
+    now_ms: u64,
     incoming: &Incoming,
     earlier_identical: impl FnOnce() -> Option<u64>,
 ) -> Decision {
-    match lease_check(lease, incoming.token) {
+    match lease_check(lease, now_ms, incoming.token) {
         LeaseCheck::Pass => versions(current, incoming, earlier_identical),
         LeaseCheck::Reject(outcome) => Decision::Unchanged(outcome),
         LeaseCheck::RetryOnly { token } => match versions(current, incoming, earlier_identical) {
@@ -280,7 +239,42 @@ fn versions(
 
 #[cfg(test)]
 mod tests {
-    use super::*;
+    use super::{ClaimRecord, Current, Decision, FenceReason, Incoming, Intent, LeaseStatus};
+    use crate::commit::outcome::Outcome;
+    use crate::object::ObjectId;
+
+    /// The leader's clock in these tests: [`lease`] builds each status relative to it.
+    const NOW: u64 = 50;
+
+    /// [`super::decide`] at [`NOW`]: the clock only matters through the lease's status, which
+    /// [`lease`] fixes.
+    fn decide(
+        current: Option<&Current>,
+        lease: Option<&ClaimRecord>,
+        incoming: &Incoming,
+        earlier_identical: impl FnOnce() -> Option<u64>,
+    ) -> Decision {
+        super::decide(current, lease, NOW, incoming, earlier_identical)
+    }
+
+    /// The stored record of a lease with `token` that has `status` at [`NOW`]; a lease that has
+    /// not expired expires at 100.
+    fn lease(token: u64, status: LeaseStatus) -> ClaimRecord {
+        let rec = ClaimRecord {
+            worker: "w".into(),
+            token,
+            source_version: 0,
+            expires_at_ms: if status == LeaseStatus::Expired {
+                NOW
+            } else {
+                100
+            },
+            released: matches!(status, LeaseStatus::Ended | LeaseStatus::Released),
+            by_commit: status == LeaseStatus::Ended,
+        };
+        assert_eq!(rec.status(NOW), status);
+        rec
+    }
 
     fn cur(version: u64, content: &[u8], revision: u32, seq: u64) -> Current {
         Current {
@@ -354,14 +348,6 @@ mod tests {
             decide(Some(&c), Some(&l8), &inc(6, b"a", None, Intent::Put), none),
             Decision::Unchanged(Outcome::Busy { expires_at_ms: 100 })
         );
-    }
-
-    fn lease(token: u64, status: LeaseStatus) -> LeaseState {
-        LeaseState {
-            token,
-            status,
-            expires_at_ms: 100,
-        }
     }
 
     /// Only the newest token of a lease that has not ended passes, whatever the numbers and

@@ -1,6 +1,11 @@
 //! Leases as stored and logged: the claims table's record (a unit's newest lease, kept also
 //! after it ended) and the [`Lease`] a grant hands out, which is also what a claim log record
 //! carries (`log::ClaimChange`).
+//!
+//! These are the only two lease shapes. Everything else that needs a lease works from one of
+//! them: the commit rules decide from the [`ClaimRecord`] (through [`ClaimRecord::status`]), and
+//! the invariant checker's log replay rebuilds a [`ClaimRecord`] from each logged [`Lease`]
+//! ([`ClaimRecord::granted`]). The conversions between the two live here and nowhere else.
 
 use super::codec::{put_u64, seal, unseal, Reader, SEAL_LEN};
 use super::CLAIMS_TABLE;
@@ -22,12 +27,18 @@ pub struct Lease {
     pub expires_at_ms: u64,
 }
 
-/// The stored state of a unit's newest lease.
+/// The stored state of a unit's newest lease: a [`Lease`] without its unit (the row's key) and
+/// with how it ended. Public (as `commit::rules::ClaimRecord`) because the commit rules decide
+/// from it; encoding and decoding stay inside the crate.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) struct ClaimRecord {
+pub struct ClaimRecord {
+    /// The worker holding (or last holding) it.
     pub worker: String,
+    /// Its fencing token: the newest granted for the unit.
     pub token: u64,
+    /// The source version the worker is producing.
     pub source_version: u64,
+    /// When it expires (or expired), ms since the Unix epoch.
     pub expires_at_ms: u64,
     /// The lease ended: released by its holder, or by a commit of the unit (`by_commit`).
     pub released: bool,
@@ -82,12 +93,36 @@ impl ClaimRecord {
         })
     }
 
-    pub(crate) fn is_live(&self, now_ms: u64) -> bool {
+    /// Whether it holds off other writers at `now_ms`: not ended and not expired.
+    pub fn is_live(&self, now_ms: u64) -> bool {
         !self.released && now_ms < self.expires_at_ms
+    }
+
+    /// How the commit rules see it at `now_ms`. The clock only separates live from expired; an
+    /// ended lease is ended whatever the time.
+    pub fn status(&self, now_ms: u64) -> LeaseStatus {
+        match (self.released, self.by_commit) {
+            (true, true) => LeaseStatus::Ended,
+            (true, false) => LeaseStatus::Released,
+            (false, _) if self.is_live(now_ms) => LeaseStatus::Live,
+            (false, _) => LeaseStatus::Expired,
+        }
     }
 }
 
 impl ClaimRecord {
+    /// The record a grant of `lease` writes: live until it expires.
+    pub fn granted(lease: &Lease) -> ClaimRecord {
+        ClaimRecord {
+            worker: lease.worker.clone(),
+            token: lease.token,
+            source_version: lease.source_version,
+            expires_at_ms: lease.expires_at_ms,
+            released: false,
+            by_commit: false,
+        }
+    }
+
     /// The lease this record describes.
     pub(crate) fn lease(&self, unit: &str) -> Lease {
         Lease {
@@ -108,10 +143,25 @@ impl ClaimRecord {
     }
 }
 
+/// Whether the unit's newest lease still holds off other writers: an answer about a
+/// [`ClaimRecord`] at some time ([`ClaimRecord::status`]), not a copy of its fields.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LeaseStatus {
+    /// Not ended and, by the leader's clock, not expired.
+    Live,
+    /// Not ended, but expired by the leader's clock: it may be taken over, and a commit without a
+    /// token is no longer busy. Its token still commits while it is the newest.
+    Expired,
+    /// Ended by a commit of the unit: the work is done. Its token changes nothing any more, but
+    /// an exact retry of what is committed is answered as the duplicate it is.
+    Ended,
+    /// Released by its holder, who gave the work up: its token is fenced, whatever it carries.
+    Released,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::commit::rules::LeaseStatus;
 
     #[test]
     fn claim_records_round_trip() {
@@ -135,7 +185,19 @@ mod tests {
             ..r.clone()
         };
         assert_eq!(ClaimRecord::decode("u", &ended.encode("u")).unwrap(), ended);
-        assert_eq!(ended.state(0).status, LeaseStatus::Ended);
-        assert_eq!(r.state(0).status, LeaseStatus::Released);
+        assert_eq!(ended.status(0), LeaseStatus::Ended);
+        assert_eq!(r.status(0), LeaseStatus::Released);
+        let live = ClaimRecord::granted(&r.lease("u"));
+        assert_eq!(live.status(76), LeaseStatus::Live);
+        assert_eq!(
+            live.status(77),
+            LeaseStatus::Expired,
+            "expired at its expiry"
+        );
+        assert_eq!(
+            live.lease("u"),
+            r.lease("u"),
+            "a lease survives the round trip"
+        );
     }
 }

@@ -74,7 +74,7 @@ impl Model {
                     token: e.token,
                     intent: Intent::Put,
                 };
-                let d = decide(current.get(&e.unit), None, &inc, || None);
+                let d = decide(current.get(&e.unit), None, 0, &inc, || None);
                 assert_eq!(
                     d,
                     Decision::Accept {
@@ -142,7 +142,7 @@ impl Model {
                     token: None,
                     intent: Intent::Put,
                 };
-                (decide(cur.as_ref(), None, &inc, || None), cur)
+                (decide(cur.as_ref(), None, 0, &inc, || None), cur)
             })
             .collect();
         let rejected = decisions.iter().any(|(d, _)| !d.is_acceptable());

@@ -21,12 +21,25 @@ fn rules(v: &[Violation]) -> Vec<Invariant> {
     v.iter().map(|v| v.invariant).collect()
 }
 
-fn lease(token: u64, status: LeaseStatus) -> LeaseState {
-    LeaseState {
+/// The clock the I6 checks in these tests run at: [`lease`] builds each status relative to it.
+const NOW: u64 = 500;
+
+/// The stored record of a lease with `token` that has `status` at [`NOW`].
+fn lease(token: u64, status: LeaseStatus) -> ClaimRecord {
+    let rec = ClaimRecord {
+        worker: "w".into(),
         token,
-        status,
-        expires_at_ms: 1_000,
-    }
+        source_version: 0,
+        expires_at_ms: if status == LeaseStatus::Expired {
+            NOW
+        } else {
+            1_000
+        },
+        released: matches!(status, LeaseStatus::Ended | LeaseStatus::Released),
+        by_commit: status == LeaseStatus::Ended,
+    };
+    assert_eq!(rec.status(NOW), status);
+    rec
 }
 
 fn meta(size: u64) -> ObjectMeta {
@@ -61,7 +74,7 @@ fn i5_a_version_going_back_or_a_replacement_without_a_revision_is_named() {
 #[test]
 fn i6_a_stale_foreign_ended_or_missing_token_is_named() {
     use LeaseStatus::*;
-    let ok = |t, l: Option<LeaseState>| rule(check_token_admitted("u", t, l.as_ref()));
+    let ok = |t, l: Option<ClaimRecord>| rule(check_token_admitted("u", t, l.as_ref(), NOW));
     assert_eq!(ok(None, None), None);
     assert_eq!(ok(Some(3), Some(lease(3, Live))), None);
     assert_eq!(
@@ -396,12 +409,13 @@ fn group_checks_name_a_mislogged_group() {
 #[test]
 fn check_accept_names_both_rules() {
     let live = lease(3, LeaseStatus::Live);
-    assert!(check_accept("u", Some(3), Some(&live), Some((1, 0)), (2, 0)).is_empty());
+    assert!(check_accept("u", Some(3), Some(&live), NOW, Some((1, 0)), (2, 0)).is_empty());
     assert_eq!(
         rules(&check_accept(
             "u",
             Some(2),
             Some(&live),
+            NOW,
             Some((2, 0)),
             (1, 0)
         )),
