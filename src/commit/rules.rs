@@ -260,20 +260,7 @@ mod tests {
     /// The stored record of a lease with `token` that has `status` at [`NOW`]; a lease that has
     /// not expired expires at 100.
     fn lease(token: u64, status: LeaseStatus) -> ClaimRecord {
-        let rec = ClaimRecord {
-            worker: "w".into(),
-            token,
-            source_version: 0,
-            expires_at_ms: if status == LeaseStatus::Expired {
-                NOW
-            } else {
-                100
-            },
-            released: matches!(status, LeaseStatus::Ended | LeaseStatus::Released),
-            by_commit: status == LeaseStatus::Ended,
-        };
-        assert_eq!(rec.status(NOW), status);
-        rec
+        ClaimRecord::with_status(token, status, NOW, 100)
     }
 
     fn cur(version: u64, content: &[u8], revision: u32, seq: u64) -> Current {

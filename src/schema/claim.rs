@@ -108,6 +108,36 @@ impl ClaimRecord {
             (false, _) => LeaseStatus::Expired,
         }
     }
+
+    /// A record of worker `w` with `token` whose [`ClaimRecord::status`] at `now_ms` is
+    /// `status`; live and ended ones expire at `live_until` (after `now_ms`). For the tests of
+    /// the rules and the invariants, which decide from each status in turn.
+    #[cfg(test)]
+    pub(crate) fn with_status(
+        token: u64,
+        status: LeaseStatus,
+        now_ms: u64,
+        live_until: u64,
+    ) -> ClaimRecord {
+        assert!(
+            live_until > now_ms,
+            "a live lease must outlast the test's clock"
+        );
+        let rec = ClaimRecord {
+            worker: "w".into(),
+            token,
+            source_version: 0,
+            expires_at_ms: if status == LeaseStatus::Expired {
+                now_ms
+            } else {
+                live_until
+            },
+            released: matches!(status, LeaseStatus::Ended | LeaseStatus::Released),
+            by_commit: status == LeaseStatus::Ended,
+        };
+        assert_eq!(rec.status(now_ms), status);
+        rec
+    }
 }
 
 impl ClaimRecord {

@@ -26,20 +26,7 @@ const NOW: u64 = 500;
 
 /// The stored record of a lease with `token` that has `status` at [`NOW`].
 fn lease(token: u64, status: LeaseStatus) -> ClaimRecord {
-    let rec = ClaimRecord {
-        worker: "w".into(),
-        token,
-        source_version: 0,
-        expires_at_ms: if status == LeaseStatus::Expired {
-            NOW
-        } else {
-            1_000
-        },
-        released: matches!(status, LeaseStatus::Ended | LeaseStatus::Released),
-        by_commit: status == LeaseStatus::Ended,
-    };
-    assert_eq!(rec.status(NOW), status);
-    rec
+    ClaimRecord::with_status(token, status, NOW, 1_000)
 }
 
 fn meta(size: u64) -> ObjectMeta {
