@@ -102,33 +102,41 @@ fn print_serde<T: serde::Serialize>(v: &T) -> Result<(), CliError> {
     Ok(())
 }
 
+/// One answer: its JSON line, or the line `text` makes of it.
+fn print_as<T: serde::Serialize>(
+    v: &T,
+    json: bool,
+    text: impl FnOnce(&T) -> String,
+) -> Result<(), CliError> {
+    if json {
+        return print_serde(v);
+    }
+    outln!("{}", text(v));
+    Ok(())
+}
+
 /// A table for `table create` (in-process and through a server).
 pub(crate) fn print_created(t: &TableStatus, json: bool) -> Result<(), CliError> {
-    if json {
-        return print_serde(t);
-    }
-    outln!(
-        "table {} ({}) publishes units under {:?} at {}",
-        t.def.name,
-        t.def.format,
-        t.def.prefix,
-        t.path.display()
-    );
-    Ok(())
+    print_as(t, json, |t| {
+        let d = &t.def;
+        let at = t.path.display();
+        format!(
+            "table {} ({}) publishes units under {:?} at {at}",
+            d.name, d.format, d.prefix
+        )
+    })
 }
 
 /// A table's line for `table ls` (in-process and through a server).
 pub(crate) fn print_listed(t: &TableStatus, json: bool) -> Result<(), CliError> {
-    if json {
-        return print_serde(t);
-    }
-    let version = match t.position.version {
-        Some(v) => format!("version {v} (seq {})", t.position.seq),
-        None => "not published yet".into(),
-    };
-    let d = &t.def;
-    outln!("{}\t{}\tprefix {:?}\t{version}", d.name, d.format, d.prefix);
-    Ok(())
+    print_as(t, json, |t| {
+        let version = match t.position.version {
+            Some(v) => format!("version {v} (seq {})", t.position.seq),
+            None => "not published yet".into(),
+        };
+        let d = &t.def;
+        format!("{}\t{}\tprefix {:?}\t{version}", d.name, d.format, d.prefix)
+    })
 }
 
 /// A publish report for `table publish` (in-process and through a server).
