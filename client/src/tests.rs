@@ -201,7 +201,7 @@ fn query_values_are_percent_encoded() {
 }
 
 /// The table answers are the engine's types; their JSON is the HTTP API's, field for field and
-/// in the order the mirrors they replaced sent (issue 37), and reads back to the same value.
+/// in the order the mirrors they replaced sent, and reads back to the same value.
 #[test]
 fn table_answers_keep_their_wire_json() {
     use oncelake::table::TableStatus;
