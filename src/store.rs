@@ -123,6 +123,46 @@ struct Loaded {
     leader: crate::wal::overlay::LeaderState,
 }
 
+impl Loaded {
+    /// The store's own state from `db`; for a read-write open of an existing store it is first
+    /// read over the validated shadow (`open`), before anything is written.
+    fn read(db: &crate::core::Db, dir: &Path, options: &Options) -> Result<Loaded> {
+        let (store_id, index, open_report) =
+            crate::error::contain(|| crate::core::load_state(db, dir, options.vfs.as_ref()))?;
+        let persisted = crate::error::contain(|| crate::schema::meta::stored_counters(&**db))?;
+        // A read-only open never leads a group: it starts empty.
+        let leader = if options.read_only {
+            crate::wal::overlay::LeaderState::default()
+        } else {
+            crate::error::contain(|| crate::wal::overlay::LeaderState::load(&**db))?
+        };
+        Ok(Loaded {
+            store_id,
+            index,
+            open_report,
+            persisted,
+            leader,
+        })
+    }
+}
+
+/// Starts the thread that applies the backlog, for a durable read-write open whose options ask
+/// for it (`Options::background_apply`); otherwise committers apply it themselves.
+fn start_applier(core: &Arc<Core>) -> Result<Option<std::thread::JoinHandle<()>>> {
+    if !(core.options.background_apply
+        && core.wal.is_some()
+        && core.options.durability == crate::core::Durability::Durable)
+    {
+        return Ok(None);
+    }
+    let c = core.clone();
+    std::thread::Builder::new()
+        .name("oncelake-apply".into())
+        .spawn(move || c.run_applier())
+        .map(Some)
+        .map_err(|e| Error::io("start the store's applier thread", e))
+}
+
 /// Refuses backlog limits that could never hold a group, before anything is opened.
 fn check_backlog_limits(o: &Options) -> Result<()> {
     if o.apply_batch_bytes == 0 || o.backlog_bytes < o.apply_batch_bytes {
@@ -155,31 +195,12 @@ impl Store {
         check_backlog_limits(&options)?;
         // A new lake node starts from the lake's newest checkpoint, if it has one.
         let seeded_from = lake::seed(&dir, &options)?;
-        // What the store reads of its own state on open; for a read-write open of an existing
-        // store it is first read over the validated shadow (`open`), before anything is written.
-        let read_state = |db: &crate::core::Db| -> Result<Loaded> {
-            let (store_id, index, open_report) =
-                crate::error::contain(|| crate::core::load_state(db, &dir, options.vfs.as_ref()))?;
-            let persisted = crate::error::contain(|| crate::schema::meta::stored_counters(&**db))?;
-            // A read-only open never leads a group: it starts empty.
-            let leader = if options.read_only {
-                crate::wal::overlay::LeaderState::default()
-            } else {
-                crate::error::contain(|| crate::wal::overlay::LeaderState::load(&**db))?
-            };
-            Ok(Loaded {
-                store_id,
-                index,
-                open_report,
-                persisted,
-                leader,
-            })
-        };
         let (db, lock, created, wal, loaded) = if options.read_only {
             let (db, lock) = crate::error::contain(|| open_read_only(&dir, &options))?;
-            let loaded = read_state(&db)?;
+            let loaded = Loaded::read(&db, &dir, &options)?;
             (db, lock, false, None, loaded)
         } else {
+            let read_state = |db: &crate::core::Db| Loaded::read(db, &dir, &options);
             let o = crate::error::contain(|| open_read_write(&dir, &options, read_state))?;
             // Recovery: the groups the write-ahead log holds beyond the database go in before
             // anything reads the database (the state below included).
@@ -188,7 +209,7 @@ impl Store {
             }
             let loaded = match o.checked {
                 Some(loaded) => loaded,
-                None => read_state(&o.db)?,
+                None => Loaded::read(&o.db, &dir, &options)?,
             };
             (o.db, o.lock, o.created, Some(o.wal), loaded)
         };
@@ -243,20 +264,7 @@ impl Store {
             _lock: lock,
         };
         let core = Arc::new(core);
-        let applier = if core.options.background_apply
-            && core.wal.is_some()
-            && core.options.durability == crate::core::Durability::Durable
-        {
-            let c = core.clone();
-            Some(
-                std::thread::Builder::new()
-                    .name("oncelake-apply".into())
-                    .spawn(move || c.run_applier())
-                    .map_err(|e| Error::io("start the store's applier thread", e))?,
-            )
-        } else {
-            None
-        };
+        let applier = start_applier(&core)?;
         let store = Store {
             inner: Arc::new(Inner {
                 queue,

@@ -53,8 +53,7 @@ fn acknowledged_commits_are_visible(options: oncelake::Options) {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("lake");
     let store = Store::open_with(&path, options.clone()).unwrap();
-    // unit → (version, seq) of its newest acknowledged commit.
-    let acked: Arc<Mutex<BTreeMap<String, (u64, u64)>>> = Arc::default();
+    let acked: Arc<Acked> = Arc::default();
     let stop = Arc::new(AtomicBool::new(false));
     const WRITERS: u64 = 6;
     const COMMITS: u64 = 150;
@@ -62,84 +61,13 @@ fn acknowledged_commits_are_visible(options: oncelake::Options) {
     let readers: Vec<_> = (0..2)
         .map(|_| {
             let (store, acked, stop) = (store.clone(), acked.clone(), stop.clone());
-            std::thread::spawn(move || {
-                let mut last_seq = 0;
-                let mut reads = 0u64;
-                while !stop.load(Ordering::Relaxed) {
-                    let before = acked.lock().unwrap().clone();
-                    let snap = store.snapshot().unwrap();
-                    assert!(snap.seq() >= last_seq, "a later snapshot went back");
-                    last_seq = snap.seq();
-                    for (unit, (version, seq)) in &before {
-                        let e = snap.get(unit).unwrap().unwrap_or_else(|| {
-                            panic!("{unit}@{version} (seq {seq}) was acknowledged, not visible")
-                        });
-                        assert!(
-                            e.seq >= *seq && e.source_version >= *version,
-                            "{unit}: sees seq {} version {}, acknowledged {seq} / {version}",
-                            e.seq,
-                            e.source_version
-                        );
-                        assert!(e.seq <= snap.seq());
-                    }
-                    if reads.is_multiple_of(10) {
-                        let seqs: Vec<u64> = snap
-                            .changes_since(0)
-                            .unwrap()
-                            .map(|r| r.unwrap().seq)
-                            .collect();
-                        assert_eq!(
-                            seqs,
-                            (1..=snap.seq()).collect::<Vec<_>>(),
-                            "the change feed has a gap or goes past the view"
-                        );
-                    }
-                    reads += 1;
-                }
-                reads
-            })
+            std::thread::spawn(move || read_until_stopped(&store, &acked, &stop))
         })
         .collect();
-
     let writers: Vec<_> = (0..WRITERS)
         .map(|w| {
             let (store, acked) = (store.clone(), acked.clone());
-            std::thread::spawn(move || {
-                let mut rng = Rng(0xBAC0 + w);
-                for i in 0..COMMITS {
-                    // Two units a commit: one new, one new version of an earlier unit of this writer.
-                    let new = format!("w{w}/u{i}");
-                    let old = format!("w{w}/u{}", rng.below(i + 1));
-                    let version = i + 2;
-                    let a = store.stage_bytes(format!("{new}@1").as_bytes()).unwrap();
-                    let b = store
-                        .stage_bytes(format!("{old}@{version}").as_bytes())
-                        .unwrap();
-                    let batch = if old == new {
-                        Batch::new().put(new.as_str(), 1, &a)
-                    } else {
-                        Batch::new()
-                            .put(new.as_str(), 1, &a)
-                            .put(old.as_str(), version, &b)
-                    };
-                    let r = store.commit(batch).unwrap();
-                    let seq = r.seq.expect("every commit of this test applies");
-                    // Visible to this writer's next read at once, with the seq it was answered.
-                    let snap = store.snapshot().unwrap();
-                    for u in &r.units {
-                        let e = snap
-                            .get(&u.unit)
-                            .unwrap()
-                            .expect("acknowledged, so visible");
-                        assert_eq!((e.seq, e.source_version), (seq, u.source_version));
-                        let mut m = acked.lock().unwrap();
-                        let cur = m.entry(u.unit.clone()).or_insert((0, 0));
-                        if u.source_version > cur.0 {
-                            *cur = (u.source_version, seq);
-                        }
-                    }
-                }
-            })
+            std::thread::spawn(move || write_acknowledged(&store, &acked, w, COMMITS))
         })
         .collect();
     for w in writers {
@@ -163,6 +91,86 @@ fn acknowledged_commits_are_visible(options: oncelake::Options) {
     check(&store);
     drop(store);
     check(&Store::open_with(&path, options).unwrap());
+}
+
+/// Unit → (version, seq) of its newest acknowledged commit.
+type Acked = Mutex<BTreeMap<String, (u64, u64)>>;
+
+/// Reads snapshots until `stop`: each must hold every commit acknowledged before it was taken, and
+/// every tenth its whole change feed without a gap. The number of reads.
+fn read_until_stopped(store: &Store, acked: &Acked, stop: &AtomicBool) -> u64 {
+    let mut last_seq = 0;
+    let mut reads = 0u64;
+    while !stop.load(Ordering::Relaxed) {
+        let before = acked.lock().unwrap().clone();
+        let snap = store.snapshot().unwrap();
+        assert!(snap.seq() >= last_seq, "a later snapshot went back");
+        last_seq = snap.seq();
+        for (unit, (version, seq)) in &before {
+            let e = snap.get(unit).unwrap().unwrap_or_else(|| {
+                panic!("{unit}@{version} (seq {seq}) was acknowledged, not visible")
+            });
+            assert!(
+                e.seq >= *seq && e.source_version >= *version,
+                "{unit}: sees seq {} version {}, acknowledged {seq} / {version}",
+                e.seq,
+                e.source_version
+            );
+            assert!(e.seq <= snap.seq());
+        }
+        if reads.is_multiple_of(10) {
+            let seqs: Vec<u64> = snap
+                .changes_since(0)
+                .unwrap()
+                .map(|r| r.unwrap().seq)
+                .collect();
+            assert_eq!(
+                seqs,
+                (1..=snap.seq()).collect::<Vec<_>>(),
+                "the change feed has a gap or goes past the view"
+            );
+        }
+        reads += 1;
+    }
+    reads
+}
+
+/// Writer `w`'s `commits` commits of two units each (one new, one new version of an earlier unit
+/// of this writer), each visible to the writer's next read at once with the seq it was answered,
+/// recorded in `acked` once acknowledged.
+fn write_acknowledged(store: &Store, acked: &Acked, w: u64, commits: u64) {
+    let mut rng = Rng(0xBAC0 + w);
+    for i in 0..commits {
+        let new = format!("w{w}/u{i}");
+        let old = format!("w{w}/u{}", rng.below(i + 1));
+        let version = i + 2;
+        let a = store.stage_bytes(format!("{new}@1").as_bytes()).unwrap();
+        let b = store
+            .stage_bytes(format!("{old}@{version}").as_bytes())
+            .unwrap();
+        let batch = if old == new {
+            Batch::new().put(new.as_str(), 1, &a)
+        } else {
+            Batch::new()
+                .put(new.as_str(), 1, &a)
+                .put(old.as_str(), version, &b)
+        };
+        let r = store.commit(batch).unwrap();
+        let seq = r.seq.expect("every commit of this test applies");
+        let snap = store.snapshot().unwrap();
+        for u in &r.units {
+            let e = snap
+                .get(&u.unit)
+                .unwrap()
+                .expect("acknowledged, so visible");
+            assert_eq!((e.seq, e.source_version), (seq, u.source_version));
+            let mut m = acked.lock().unwrap();
+            let cur = m.entry(u.unit.clone()).or_insert((0, 0));
+            if u.source_version > cur.0 {
+                *cur = (u.source_version, seq);
+            }
+        }
+    }
 }
 
 /// A group whose write-ahead record did not sync is never acknowledged and never visible: not to a

@@ -17,7 +17,7 @@ use oncelake::fault::FaultPlan;
 use oncelake::gc::GcOptions;
 use oncelake::verify::VerifyOptions;
 use oncelake::{
-    Batch, ClaimOutcome, Durability, Error, Intent, ManualClock, Outcome, Staged, Store,
+    Batch, ClaimOutcome, Durability, Error, Intent, ManualClock, Outcome, Snapshot, Staged, Store,
 };
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -293,7 +293,24 @@ fn check_after_reopen(path: &Path, clock: &ManualClock, model: &Model, label: &s
     let store = Store::open_with(path, real_options(clock))
         .unwrap_or_else(|e| panic!("{label}: reopen failed: {e}"));
     let snap = store.snapshot().unwrap();
+    let (changes, pending_applied) = pending_commit(&snap, model, label);
+    check_units(&snap, model, &changes, pending_applied, label);
 
+    // I2 for every kept entry (history included), I7 replay, I5 along the log; I8: GC never
+    // removed a referenced object. Orphans are allowed: a crash may leave some behind.
+    let v = store.verify(VerifyOptions { deep: true }).unwrap();
+    assert!(v.is_intact(), "{label}: {v:?}");
+    drop(snap);
+    check_still_usable(&store, model, label);
+    needed_repair
+}
+
+/// The units the unacknowledged commit would change.
+type Pending<'m> = Vec<&'m (String, u64, Vec<u8>)>;
+
+/// What the unacknowledged commit would change, and whether it is visible (I3: wholly or not at
+/// all; a unit it left alone shows its acknowledged state).
+fn pending_commit<'m>(snap: &Snapshot, model: &'m Model, label: &str) -> (Pending<'m>, bool) {
     // Which units the unacknowledged commit would change, and whether it is visible.
     let changes: Vec<&(String, u64, Vec<u8>)> = model
         .pending
@@ -330,13 +347,22 @@ fn check_after_reopen(path: &Path, clock: &ManualClock, model: &Model, label: &s
         visible.iter().all(|&v| v) || visible.iter().all(|&v| !v),
         "{label}: the unacknowledged commit is partly visible: {changes:?} -> {visible:?}"
     );
-    let pending_applied = visible.first().copied().unwrap_or(false);
 
-    // I1, I3, I5: every acknowledged unit has exactly its acknowledged entry (or, for a unit the
-    // pending commit changed and that commit is visible, the pending one).
+    (changes, visible.first().copied().unwrap_or(false))
+}
+
+/// I1, I3, I5: every unit shows its acknowledged entry, or the pending commit's when that is
+/// visible, and nothing else is there; acknowledged seqs rose and are within the log.
+fn check_units(
+    snap: &Snapshot,
+    model: &Model,
+    changes: &[&(String, u64, Vec<u8>)],
+    pending_applied: bool,
+    label: &str,
+) {
     let mut expected_units = 0;
     let mut units: Vec<&String> = model.acked.keys().collect();
-    for (u, _, _) in &changes {
+    for (u, _, _) in changes {
         if !model.acked.contains_key(u) {
             units.push(u);
         }
@@ -384,13 +410,11 @@ fn check_after_reopen(path: &Path, clock: &ManualClock, model: &Model, label: &s
             snap.seq()
         );
     }
+}
 
-    // I2 for every kept entry (history included), I7 replay, I5 along the log; I8: GC never
-    // removed a referenced object. Orphans are allowed: a crash may leave some behind.
-    let v = store.verify(VerifyOptions { deep: true }).unwrap();
-    assert!(v.is_intact(), "{label}: {v:?}");
-    drop(snap);
-
+/// After the checks: an acknowledged live lease still holds its unit, the store takes writes, and
+/// a GC leaves no orphans behind.
+fn check_still_usable(store: &Store, model: &Model, label: &str) {
     // Claims are durable: an acknowledged live lease still holds the unit.
     if let Some((unit, worker)) = &model.lease {
         let e_visible = store.get(unit).unwrap().is_some();
@@ -415,7 +439,6 @@ fn check_after_reopen(path: &Path, clock: &ManualClock, model: &Model, label: &s
         .unwrap();
     let v = store.verify(VerifyOptions { deep: false }).unwrap();
     assert!(v.is_clean(), "{label}: {v:?}");
-    needed_repair
 }
 
 /// Relaxed mode: the reopened store must show exactly the acknowledged state after some commit
