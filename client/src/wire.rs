@@ -148,10 +148,11 @@ mod tests {
         UnitOutcome,
     };
 
-    /// The engine's types on the wire keep the API's JSON byte for byte (the shapes
-    /// docs/server.md shows), and read back to the very values sent.
+    // The engine's types on the wire keep the API's JSON byte for byte (the shapes
+    // docs/server.md shows), and read back to the very values sent.
+
     #[test]
-    fn engine_types_keep_the_apis_json_and_read_back_exactly() {
+    fn an_entry_keeps_the_apis_json_and_reads_back_exactly() {
         let id = ObjectId::of(b"x");
         let hex = id.to_hex();
         let entry = Entry {
@@ -174,7 +175,12 @@ mod tests {
             )
         );
         assert_eq!(serde_json::from_str::<Entry>(&text).unwrap(), entry);
+    }
 
+    #[test]
+    fn every_outcome_keeps_the_apis_json_and_reads_back_exactly() {
+        let id = ObjectId::of(b"x");
+        let hex = id.to_hex();
         let outcomes = [
             (
                 Outcome::Committed {
@@ -238,7 +244,10 @@ mod tests {
         }
         let text = serde_json::to_string(&report).unwrap();
         assert_eq!(serde_json::from_str::<CommitReport>(&text).unwrap(), report);
+    }
 
+    #[test]
+    fn a_gc_report_keeps_the_apis_json_and_reads_back_exactly() {
         let gc = GcReport {
             dry_run: true,
             objects: 3,

@@ -414,67 +414,8 @@ fn defined_names(code: &str) -> BTreeSet<String> {
 /// A folder's graph: each child module (a file, or a subfolder with all its files) -> the
 /// siblings it uses.
 fn folder_graph(f: &Folder) -> Graph {
-    let mut children: BTreeMap<String, Vec<PathBuf>> = BTreeMap::new();
-    for e in std::fs::read_dir(&f.dir).expect("read a folder") {
-        let p = e.expect("dir entry").path();
-        let stem = p
-            .file_stem()
-            .expect("a name")
-            .to_string_lossy()
-            .into_owned();
-        if p == f.parent || stem == "mod" {
-            continue;
-        }
-        if p.is_dir() {
-            let mut files = Vec::new();
-            rust_files(&p, &mut files);
-            children.entry(stem).or_default().extend(files);
-        } else if p.extension().is_some_and(|x| x == "rs") {
-            children.entry(stem).or_default().push(p);
-        }
-    }
-    // The parent's re-exports: `pub use child::{a, b}` and `pub(crate) use child::*`.
-    let parent_code = code_of(&std::fs::read_to_string(&f.parent).expect("read a parent"));
-    let mut reexports: BTreeMap<String, String> = BTreeMap::new();
-    for stmt in parent_code.split(';') {
-        let s = stmt.trim();
-        let Some(rest) = s.split_once("use ").map(|(pre, rest)| (pre.trim(), rest)) else {
-            continue;
-        };
-        if !rest.0.starts_with("pub") {
-            continue;
-        }
-        let path = rest.1.trim().trim_start_matches("self::");
-        let Some((child, items)) = path.split_once("::") else {
-            continue;
-        };
-        let Some(files) = children.get(child) else {
-            continue;
-        };
-        let names: BTreeSet<String> = if items.trim() == "*" {
-            files
-                .iter()
-                .flat_map(|p| defined_names(&code_of(&std::fs::read_to_string(p).expect("read"))))
-                .collect()
-        } else {
-            items
-                .trim_matches(|c| c == '{' || c == '}')
-                .split(',')
-                .map(|n| {
-                    n.trim()
-                        .rsplit("::")
-                        .next()
-                        .unwrap_or("")
-                        .trim()
-                        .to_string()
-                })
-                .filter(|n| !n.is_empty())
-                .collect()
-        };
-        for n in names {
-            reexports.insert(n, child.to_string());
-        }
-    }
+    let children = folder_children(f);
+    let reexports = parent_reexports(f, &children);
     let mut g = Graph::new();
     for (child, files) in &children {
         let deps = g.entry(child.clone()).or_default();
@@ -518,6 +459,80 @@ fn folder_graph(f: &Folder) -> Graph {
         }
     }
     g
+}
+
+/// A folder's child modules: each file's stem, or a subfolder's name with all its files.
+fn folder_children(f: &Folder) -> BTreeMap<String, Vec<PathBuf>> {
+    let mut children: BTreeMap<String, Vec<PathBuf>> = BTreeMap::new();
+    for e in std::fs::read_dir(&f.dir).expect("read a folder") {
+        let p = e.expect("dir entry").path();
+        let stem = p
+            .file_stem()
+            .expect("a name")
+            .to_string_lossy()
+            .into_owned();
+        if p == f.parent || stem == "mod" {
+            continue;
+        }
+        if p.is_dir() {
+            let mut files = Vec::new();
+            rust_files(&p, &mut files);
+            children.entry(stem).or_default().extend(files);
+        } else if p.extension().is_some_and(|x| x == "rs") {
+            children.entry(stem).or_default().push(p);
+        }
+    }
+    children
+}
+
+/// The names the folder's parent re-exports (`pub use child::{a, b}`, `pub(crate) use child::*`)
+/// -> the child that defines them.
+fn parent_reexports(
+    f: &Folder,
+    children: &BTreeMap<String, Vec<PathBuf>>,
+) -> BTreeMap<String, String> {
+    let parent_code = code_of(&std::fs::read_to_string(&f.parent).expect("read a parent"));
+    let mut reexports: BTreeMap<String, String> = BTreeMap::new();
+    for stmt in parent_code.split(';') {
+        let s = stmt.trim();
+        let Some(rest) = s.split_once("use ").map(|(pre, rest)| (pre.trim(), rest)) else {
+            continue;
+        };
+        if !rest.0.starts_with("pub") {
+            continue;
+        }
+        let path = rest.1.trim().trim_start_matches("self::");
+        let Some((child, items)) = path.split_once("::") else {
+            continue;
+        };
+        let Some(files) = children.get(child) else {
+            continue;
+        };
+        let names: BTreeSet<String> = if items.trim() == "*" {
+            files
+                .iter()
+                .flat_map(|p| defined_names(&code_of(&std::fs::read_to_string(p).expect("read"))))
+                .collect()
+        } else {
+            items
+                .trim_matches(|c| c == '{' || c == '}')
+                .split(',')
+                .map(|n| {
+                    n.trim()
+                        .rsplit("::")
+                        .next()
+                        .unwrap_or("")
+                        .trim()
+                        .to_string()
+                })
+                .filter(|n| !n.is_empty())
+                .collect()
+        };
+        for n in names {
+            reexports.insert(n, child.to_string());
+        }
+    }
+    reexports
 }
 
 #[test]
