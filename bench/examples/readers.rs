@@ -112,7 +112,9 @@ fn per_call(n: u32, mut f: impl FnMut() -> oncelake::Result<()>) -> oncelake::Re
     Ok(t.elapsed().as_secs_f64() * 1e6 / f64::from(n))
 }
 
-fn main() -> Result<(), Box<dyn std::error::Error>> {
+type Res<T> = Result<T, Box<dyn std::error::Error>>;
+
+fn main() -> Res<()> {
     let mut args = std::env::args().skip(1);
     let tmp = tempfile::tempdir()?;
     let dir = args
@@ -146,63 +148,56 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     load(&store, units, 1)?;
     load(&store, units, 2)?;
     store.flush()?;
-    let all = GcOptions {
-        retain: Duration::ZERO,
-        grace: Duration::ZERO,
-        dry_run: false,
-    };
+    let mut version = 3;
+    gc_table(&store, units, groups, &mut version)?;
+    println!();
+    snapshot_table(&store, units, groups, &mut version)
+}
 
+/// Figure 1: `get` latency while a dry-run `gc` applies a backlog, and while a real one prunes
+/// and drains a backlog of the same size.
+fn gc_table(store: &Store, units: u64, groups: u64, version: &mut u64) -> Res<()> {
     println!(
         "| during | took ms | gets | get p50 µs | get p99 µs | get p99.9 µs | gets ≥ 1 ms | get max µs |"
     );
     println!("|---|---:|---:|---:|---:|---:|---:|---:|");
-    let mut version = 3;
-    for round in 0..2 {
-        queue(&store, groups, version)?;
-        version += 1;
-        let queued = store.backlog();
-        let (lat, took) = reads_during(&store, units, || {
-            store.gc(GcOptions {
-                dry_run: true,
-                ..all
+    for round in 1..=2 {
+        for (dry_run, what) in [
+            (true, "dry-run gc applying"),
+            (false, "gc pruning, draining"),
+        ] {
+            queue(store, groups, *version)?;
+            *version += 1;
+            let queued = store.backlog();
+            let options = GcOptions {
+                retain: Duration::ZERO,
+                grace: Duration::ZERO,
+                dry_run,
+            };
+            let (lat, took) = reads_during(store, units, || {
+                store.gc(options)?;
+                Ok(())
             })?;
-            Ok(())
-        })?;
-        lat.row(
-            &format!(
-                "dry-run gc applying {} groups ({} KiB), round {}",
-                groups,
-                queued.bytes >> 10,
-                round + 1
-            ),
-            took,
-        );
-        queue(&store, groups, version)?;
-        version += 1;
-        let queued = store.backlog();
-        let (lat, took) = reads_during(&store, units, || {
-            store.gc(all)?;
-            Ok(())
-        })?;
-        lat.row(
-            &format!(
-                "gc pruning, draining {} groups ({} KiB), round {}",
-                groups,
-                queued.bytes >> 10,
-                round + 1
-            ),
-            took,
-        );
+            let kib = queued.bytes >> 10;
+            lat.row(
+                &format!("{what} {groups} groups ({kib} KiB), round {round}"),
+                took,
+            );
+        }
     }
+    Ok(())
+}
 
-    println!();
+/// Figure 2: a snapshot, a `get` through a new one, and a `get` on one snapshot, with a backlog
+/// queued and with none.
+fn snapshot_table(store: &Store, units: u64, groups: u64, version: &mut u64) -> Res<()> {
     println!("| backlog | snapshot µs | snapshot + get µs | get on one snapshot µs |");
     println!("|---|---:|---:|---:|");
-    for round in 0..2 {
+    for round in 1..=2 {
         for full in [true, false] {
             if full {
-                queue(&store, groups, version)?;
-                version += 1;
+                queue(store, groups, *version)?;
+                *version += 1;
             } else {
                 store.flush()?;
             }
@@ -219,10 +214,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             let get = per_call(n * 10, || one.get(&next()).map(drop))?;
             drop(one);
             println!(
-                "| {} groups ({} KiB), round {} | {snap:.1} | {snap_get:.1} | {get:.1} |",
+                "| {} groups ({} KiB), round {round} | {snap:.1} | {snap_get:.1} | {get:.1} |",
                 if full { groups } else { 0 },
                 waiting.bytes >> 10,
-                round + 1
             );
         }
     }
