@@ -45,7 +45,7 @@ pub(crate) struct ServedStaged {
 
 impl Drop for ServedStaged {
     fn drop(&mut self) {
-        let _ = crate::backend::releasing(&self.client).unstage(self.id);
+        let _ = crate::wire::releasing(&self.client).unstage(self.id);
     }
 }
 
@@ -131,7 +131,7 @@ impl Data {
     pub(crate) fn stage(self, py: Python<'_>, store: &oncelake::Store) -> PyResult<Staged> {
         match self {
             Data::Staged(s) => Ok(s),
-            Data::ServedStaged(s) => Err(crate::backend::foreign_staged(
+            Data::ServedStaged(s) => Err(crate::wire::foreign_staged(
                 py,
                 &s.store,
                 &store.path().display().to_string(),

@@ -1,8 +1,7 @@
 //! `oncelake.Pipeline`: a DAG of stages over a store (SPEC R13), as the engine's
 //! `oncelake::pipeline::Pipeline` runs it.
 
-use crate::backend::Remote;
-use crate::backend::{with_store, Backend};
+use crate::backend::{with_store, Backend, Backing};
 use crate::convert::{self, kw, make, o, Py2};
 use oncelake::pipeline::{
     Attempt, CellState, Claim, Explain, FailOutcome, Pipeline, PipelineDef, ReadyCell, Status,
@@ -228,11 +227,10 @@ impl PyPipeline {
         ttl: f64,
     ) -> PyResult<Bound<'py, PyDict>> {
         let opts = WorkOptions {
-            ttl: crate::backend::seconds("ttl", ttl)?,
+            ttl: crate::wire::seconds("ttl", ttl)?,
             ..WorkOptions::default()
         };
-        // The engine's one worker loop (`oncelake::api::work`) on either store; in-process it
-        // checks the worker name first, as a server does on each claim.
+        // The engine's one worker loop (`oncelake::api::work`) on either store.
         let run = |cell: &ReadyCell| {
             Python::attach(|py| {
                 let c = self.cell(cell.clone(), None);
@@ -243,14 +241,12 @@ impl PyPipeline {
                     .map_err(|e| e.to_string())
             })
         };
-        let report = match &self.on {
-            Backend::Local(store) => py
-                .detach(|| self.pipeline.work_with(store, worker, &opts, run))
-                .py(py)?,
-            Backend::Served(c) => py
-                .detach(|| oncelake::api::work(c, &self.pipeline, worker, &opts, run))
-                .py(py)?,
-        };
+        let report = with_store!(&self.on, py, |s| s.work_loop(
+            &self.pipeline,
+            worker,
+            &opts,
+            run
+        ))?;
         work_counts(py, &report)
     }
 
@@ -278,7 +274,7 @@ impl PyPipeline {
         ttl: f64,
     ) -> PyResult<PyCell> {
         let ready = &cell.get().cell;
-        let ttl = crate::backend::seconds("ttl", ttl)?;
+        let ttl = crate::wire::seconds("ttl", ttl)?;
         let claim = self.claim_cell(py, ready, worker, ttl)?;
         let facts = |extra: Vec<(&'static str, Bound<'py, PyAny>)>| {
             let mut f = cell_facts(py, ready);

@@ -131,7 +131,7 @@ impl PyCommitHandle {
     #[pyo3(signature = (timeout = None))]
     fn wait<'py>(&self, py: Python<'py>, timeout: Option<f64>) -> PyResult<Bound<'py, PyList>> {
         let timeout = timeout
-            .map(|t| crate::backend::seconds("timeout", t))
+            .map(|t| crate::wire::seconds("timeout", t))
             .transpose()?;
         let taken = std::mem::replace(&mut *self.lock()?, State::Taken);
         let (pending, metas) = match taken {

@@ -3,36 +3,261 @@
 //! own types, and converts them exactly as for an in-process store. No rule lives here: the
 //! server's engine decides every outcome.
 
-use crate::backend::{foreign_staged, Remote};
+use super::{Backing, Claimed, Stats};
 use crate::convert::{self, kw};
-use crate::data::{Data, ServedStaged};
-use oncelake::{CommitReport, ObjectMeta};
+use crate::data::{Data, Item, PyStaged, ServedStaged, StagedIn};
+use crate::snapshot::{PySnapshot, View};
+use crate::submit::PyCommitHandle;
+use crate::wire::{self, foreign_staged, Remote};
+use oncelake::log::Record;
+use oncelake::reconcile::Plan;
+use oncelake::{
+    ClaimOutcome, CommitReport, Entry, Lease, ObjectId, ObjectMeta, RenewOutcome, UnitStore,
+};
 use oncelake_client::wire::CommitItemW;
-use oncelake_client::{Client, ClientError};
+use oncelake_client::{Client, ClientError, SnapshotLease};
 use pyo3::exceptions::PyFileNotFoundError;
 use pyo3::prelude::*;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
+impl Backing for Client {
+    fn raise(py: Python<'_>, e: ClientError) -> PyErr {
+        wire::client_err(py, e)
+    }
+
+    fn server_address(&self) -> Option<String> {
+        Some(self.address())
+    }
+
+    fn bound_lake(&self) -> Option<String> {
+        None
+    }
+
+    fn stage_data(
+        &self,
+        py: Python<'_>,
+        path: &Path,
+        data: Data,
+        ttl: Option<Duration>,
+    ) -> PyResult<PyStaged> {
+        stage(py, self, path, data, ttl)
+    }
+
+    fn put_data<'py>(
+        &self,
+        py: Python<'py>,
+        unit: &str,
+        version: u64,
+        data: Data,
+        token: Option<u64>,
+        correct: bool,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        put(py, self, unit, version, data, token, correct)
+    }
+
+    fn commit_items(
+        &self,
+        py: Python<'_>,
+        items: Vec<Item<'_>>,
+        partial: bool,
+    ) -> PyResult<(CommitReport, Vec<ObjectMeta>)> {
+        commit(py, self, items, partial)
+    }
+
+    /// The commit is made at the call: the handle is answered already.
+    fn submit_items(
+        &self,
+        py: Python<'_>,
+        items: Vec<Item<'_>>,
+        partial: bool,
+    ) -> PyResult<PyCommitHandle> {
+        let (report, metas) = commit(py, self, items, partial)?;
+        Ok(PyCommitHandle::served(report, metas, partial))
+    }
+
+    /// A view held by the server as a lease.
+    fn open_snapshot(&self, py: Python<'_>, at: Option<u64>) -> PyResult<PySnapshot> {
+        let lease = py.detach(|| self.snapshot_open(at, None)).py(py)?;
+        Ok(PySnapshot::new(ServedView {
+            client: self.clone(),
+            lease,
+        }))
+    }
+
+    fn prometheus_text(&self, py: Python<'_>) -> PyResult<String> {
+        py.detach(|| self.metrics_text()).py(py)
+    }
+
+    fn stats_now(&self, py: Python<'_>) -> PyResult<Stats> {
+        let s = py.detach(|| self.stats()).py(py)?;
+        Ok(Stats {
+            units: s.units,
+            last_seq: s.seq,
+            metrics: s.metrics(),
+            server: Some(s.server.to_string()),
+        })
+    }
+
+    fn plan(
+        &self,
+        py: Python<'_>,
+        pairs: &[(String, u64)],
+        full: bool,
+        list_up_to_date: bool,
+    ) -> PyResult<Plan> {
+        reconcile(py, self, pairs, full, list_up_to_date)
+    }
+
+    /// A claim through the server; the output is then a fenced write under its token.
+    fn begin_unit(
+        &self,
+        py: Python<'_>,
+        unit: &str,
+        version: u64,
+        worker: &str,
+        ttl: Duration,
+    ) -> PyResult<Box<dyn Claimed>> {
+        let claimed = py
+            .detach(|| self.claim(unit, version, worker, ttl))
+            .py(py)?;
+        match claimed {
+            ClaimOutcome::Granted { lease, .. } => Ok(Box::new(ServedRun {
+                client: self.clone(),
+                lease,
+            })),
+            ClaimOutcome::AlreadyDone(e) => Err(convert::already_done(py, unit, &e)),
+            ClaimOutcome::Held {
+                worker,
+                expires_at_ms,
+            } => Err(convert::busy(py, unit, &worker, expires_at_ms)),
+        }
+    }
+}
+
+/// A unit claimed through the server: its lease.
+struct ServedRun {
+    client: Client,
+    lease: Lease,
+}
+
+impl Claimed for ServedRun {
+    fn lease(&self) -> &Lease {
+        &self.lease
+    }
+
+    fn renew(&mut self, py: Python<'_>, ttl: Duration) -> PyResult<RenewOutcome> {
+        let r = py.detach(|| self.client.renew(&self.lease, ttl)).py(py);
+        if let Ok(RenewOutcome::Renewed(new)) = &r {
+            self.lease = new.clone();
+        }
+        r
+    }
+
+    fn abandon(self: Box<Self>, py: Python<'_>) -> PyResult<()> {
+        py.detach(|| self.client.release(&self.lease))
+            .py(py)
+            .map(drop)
+    }
+
+    fn commit<'py>(
+        self: Box<Self>,
+        py: Python<'py>,
+        unit: &str,
+        version: u64,
+        data: Data,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        // The fenced write of coordinator mode: the server's engine checks the token.
+        let token = Some(self.lease.token);
+        let out = put(py, &self.client, unit, version, data, token, false);
+        if out.is_err() {
+            // As a dropped engine run does: give the lease back so another worker may retry.
+            let _ = py.detach(|| self.client.release(&self.lease));
+        }
+        out
+    }
+}
+
+/// A snapshot lease on the server; dropping the last reference closes it there.
+struct ServedView {
+    client: Client,
+    lease: SnapshotLease,
+}
+
+impl Drop for ServedView {
+    fn drop(&mut self) {
+        let _ = wire::releasing(&self.client).snapshot_close(self.lease.id);
+    }
+}
+
+impl View for ServedView {
+    /// Both as the server told them when the lease was opened.
+    fn seqs(&self) -> (u64, u64) {
+        (self.lease.seq, self.lease.history_from)
+    }
+
+    fn entry(&self, py: Python<'_>, unit: &str) -> PyResult<Option<Entry>> {
+        py.detach(|| self.client.snapshot_get(self.lease.id, unit))
+            .py(py)
+    }
+
+    fn read(&self, py: Python<'_>, unit: &str) -> PyResult<Option<Vec<u8>>> {
+        let mut bytes = Vec::new();
+        let found = py
+            .detach(|| {
+                self.client
+                    .snapshot_read_object(self.lease.id, unit, &mut bytes)
+            })
+            .py(py)?;
+        wire::checked(py, found, bytes)
+    }
+
+    fn ls(&self, py: Python<'_>, prefix: &str) -> PyResult<Vec<Entry>> {
+        let mut entries = Vec::new();
+        py.detach(|| {
+            self.client.snapshot_ls(self.lease.id, prefix, |e| {
+                entries.push(e);
+                true
+            })
+        })
+        .py(py)?;
+        Ok(entries)
+    }
+
+    fn object_path(&self, py: Python<'_>, id: &ObjectId) -> PyResult<PathBuf> {
+        py.detach(|| self.client.snapshot_object_path(self.lease.id, id))
+            .py(py)
+    }
+
+    fn changes_since(&self, py: Python<'_>, seq: u64) -> PyResult<Vec<Record>> {
+        py.detach(|| {
+            wire::every_page(seq, |since, limit| {
+                self.client.snapshot_changes(self.lease.id, since, limit)
+            })
+        })
+        .py(py)
+    }
+}
+
 /// `Store.stage` through the server: the data streamed into the server's staging; the handle.
-pub(crate) fn stage(
+fn stage(
     py: Python<'_>,
     client: &Client,
     store: &Path,
     data: Data,
     ttl: Option<Duration>,
-) -> PyResult<crate::data::PyStaged> {
+) -> PyResult<PyStaged> {
     if let Data::ServedStaged(s) = data {
         // Staging a staged object again is the same handle, as in-process.
         check_same(py, client, &s)?;
-        return Ok(crate::data::PyStaged {
-            staged: crate::data::StagedIn::Served(s),
+        return Ok(PyStaged {
+            staged: StagedIn::Served(s),
         });
     }
     let (id, meta) = upload(py, data, |input| client.stage_reader_for(input, ttl))?;
-    Ok(crate::data::PyStaged {
-        staged: crate::data::StagedIn::Served(Arc::new(ServedStaged {
+    Ok(PyStaged {
+        staged: StagedIn::Served(Arc::new(ServedStaged {
             client: client.clone(),
             id,
             meta,
@@ -53,7 +278,7 @@ fn check_same(py: Python<'_>, client: &Client, s: &ServedStaged) -> PyResult<()>
 
 /// Streams `data` to the server and commits it as `unit` at `version` (fenced by `token`); a
 /// `Staged` of this store is committed by its handle.
-pub(crate) fn put<'py>(
+fn put<'py>(
     py: Python<'py>,
     client: &Client,
     unit: &str,
@@ -93,10 +318,10 @@ pub(crate) fn put<'py>(
 /// batch (all-or-nothing unless `partial`). The handles uploaded for this commit are dropped
 /// afterwards, whatever happened; a `Staged`'s stays with its Python object. The report and
 /// each item's staged metadata, in order.
-pub(crate) fn commit(
+fn commit(
     py: Python<'_>,
     client: &Client,
-    items: Vec<crate::data::Item<'_>>,
+    items: Vec<Item<'_>>,
     partial: bool,
 ) -> PyResult<(CommitReport, Vec<ObjectMeta>)> {
     let mut wire = Vec::with_capacity(items.len());
@@ -180,7 +405,7 @@ fn upload<T: Send>(
 /// `Store.reconcile` through the server: the (unit, version) pairs streamed as a JSON-lines
 /// listing, planned by the server's engine (a full listing in any order is sorted there first,
 /// as in-process), the plan rebuilt from its answer.
-pub(crate) fn reconcile(
+fn reconcile(
     py: Python<'_>,
     client: &Client,
     pairs: &[(String, u64)],

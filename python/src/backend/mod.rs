@@ -1,0 +1,211 @@
+//! Where a `Store`'s calls go — the engine in this process, or the server that holds the store
+//! (SPEC R20) — picked once, when the store is opened. The Python classes hold the [`Backend`]
+//! and write each operation once: over the engine's `UnitStore` trait ([`with_store!`]), or over
+//! [`Backing`] for the few things the two stores do their own way (staging Python data, snapshots,
+//! run handles, stats). This folder is the only place that tells the two apart: `local.rs` is the
+//! engine in this process, `served.rs` the server's client.
+
+mod local;
+mod served;
+
+use crate::data::{Data, Item, PyStaged};
+use crate::snapshot::PySnapshot;
+use crate::submit::PyCommitHandle;
+use oncelake::pipeline::{Pipeline, ReadyCell, WorkOptions, WorkReport};
+use oncelake::reconcile::Plan;
+use oncelake::{
+    CommitReport, Lease, MetricsSnapshot, ObjectMeta, Options, RenewOutcome, UnitStore,
+};
+use oncelake_client::{Client, ClientError};
+use pyo3::prelude::*;
+use std::path::Path;
+use std::time::Duration;
+
+/// Where the calls go: the engine in this process, or the server that holds the store (R20).
+/// Only [`on!`] looks inside.
+#[derive(Clone)]
+pub(crate) enum Backend {
+    Local(oncelake::Store),
+    Served(Client),
+}
+
+/// Runs `$body` with `$s` bound to the backend's store (`oncelake::Store` or `Client`, both
+/// [`Backing`]): the one place the two are told apart. (A macro, not a generic function: a
+/// closure cannot be generic over the store it is given.)
+macro_rules! on {
+    ($backend:expr, |$s:ident| $body:expr) => {
+        match $backend {
+            $crate::backend::Backend::Local($s) => $body,
+            $crate::backend::Backend::Served($s) => $body,
+        }
+    };
+}
+pub(crate) use on;
+
+/// Runs `$body`, a call of the engine's `UnitStore` on `$s`, with the GIL released, and raises
+/// its error as the matching Python exception: an operation is written once over the trait.
+macro_rules! with_store {
+    ($backend:expr, $py:expr, |$s:ident| $body:expr) => {
+        $crate::backend::on!($backend, |$s| $py
+            .detach(|| $body)
+            .map_err(|e| $crate::backend::raise($s, $py, e)))
+    };
+}
+pub(crate) use with_store;
+
+/// `e`, an error of the store `_s`, as the exception an in-process call raises.
+pub(crate) fn raise<S: Backing>(_s: &S, py: Python<'_>, e: S::Error) -> PyErr {
+    S::raise(py, e)
+}
+
+/// Why opening failed: the engine's error, or the server's.
+pub(crate) enum Opened {
+    Engine(oncelake::Error),
+    Client(ClientError),
+}
+
+impl Backend {
+    /// The server's client when a live server holds the store (R20), else the store opened
+    /// here. A store no server answers for (no `serve.json`, or one left by a killed server)
+    /// opens in-process as before.
+    pub(crate) fn open(path: &Path, options: Options) -> Result<Backend, Opened> {
+        match Client::for_store(path) {
+            Ok(c) => Ok(Backend::Served(c)),
+            Err(ClientError::NotServed { .. }) => oncelake::Store::open_with(path, options)
+                .map(Backend::Local)
+                .map_err(Opened::Engine),
+            Err(e) => Err(Opened::Client(e)),
+        }
+    }
+}
+
+/// What `Store.stats()` reports, whichever store answers.
+pub(crate) struct Stats {
+    /// Units with a current entry.
+    pub units: u64,
+    /// The newest seq.
+    pub last_seq: u64,
+    /// The engine's counters and histograms.
+    pub metrics: MetricsSnapshot,
+    /// Through a server: its own counters, as JSON.
+    pub server: Option<String>,
+}
+
+/// A store the Python classes run on, beyond the engine's `UnitStore`: what the engine in this
+/// process and the server's client do their own way. Every method returns what the Python call
+/// returns or raises.
+pub(crate) trait Backing: UnitStore + Sync + Sized {
+    /// The store's error as the exception an in-process call raises.
+    fn raise(py: Python<'_>, e: Self::Error) -> PyErr;
+
+    /// The server's address, or `None` in-process.
+    fn server_address(&self) -> Option<String>;
+
+    /// The shared lake this node is bound to (`None` for a local store, and through a server).
+    fn bound_lake(&self) -> Option<String>;
+
+    /// `Store.stage`: `data` staged (through a server: for `ttl`, its handle named after the
+    /// store in `path`).
+    fn stage_data(
+        &self,
+        py: Python<'_>,
+        path: &Path,
+        data: Data,
+        ttl: Option<Duration>,
+    ) -> PyResult<PyStaged>;
+
+    /// `Store.put` (and `correct`): `data` staged and committed as one unit.
+    fn put_data<'py>(
+        &self,
+        py: Python<'py>,
+        unit: &str,
+        version: u64,
+        data: Data,
+        token: Option<u64>,
+        correct: bool,
+    ) -> PyResult<Bound<'py, PyAny>>;
+
+    /// `Store.commit`: each item's data staged, then committed in one batch; the report and each
+    /// item's object metadata, in order.
+    fn commit_items(
+        &self,
+        py: Python<'_>,
+        items: Vec<Item<'_>>,
+        partial: bool,
+    ) -> PyResult<(CommitReport, Vec<ObjectMeta>)>;
+
+    /// `Store.submit`: the commit of `commit_items`, answered through a handle.
+    fn submit_items(
+        &self,
+        py: Python<'_>,
+        items: Vec<Item<'_>>,
+        partial: bool,
+    ) -> PyResult<PyCommitHandle>;
+
+    /// `Store.snapshot`: a view as of the newest commit or as of `at`.
+    fn open_snapshot(&self, py: Python<'_>, at: Option<u64>) -> PyResult<PySnapshot>;
+
+    /// `Store.prometheus`: the counters in the Prometheus text format.
+    fn prometheus_text(&self, py: Python<'_>) -> PyResult<String>;
+
+    /// `Store.stats`: the counts and the engine's metrics.
+    fn stats_now(&self, py: Python<'_>) -> PyResult<Stats>;
+
+    /// `Store.reconcile`: the plan for the `(unit, version)` listing.
+    fn plan(
+        &self,
+        py: Python<'_>,
+        pairs: &[(String, u64)],
+        full: bool,
+        list_up_to_date: bool,
+    ) -> PyResult<Plan>;
+
+    /// `Run.__enter__`: claims `unit` for `worker` to produce `version`; raises `AlreadyDone` or
+    /// `Busy` when there is nothing to do.
+    fn begin_unit(
+        &self,
+        py: Python<'_>,
+        unit: &str,
+        version: u64,
+        worker: &str,
+        ttl: Duration,
+    ) -> PyResult<Box<dyn Claimed>>;
+
+    /// `Pipeline.work`: the engine's one worker loop (`oncelake::api::work`) on this store.
+    fn work_loop<F>(
+        &self,
+        pipeline: &Pipeline,
+        worker: &str,
+        opts: &WorkOptions,
+        stage_fn: F,
+    ) -> Result<WorkReport, Self::Error>
+    where
+        F: FnMut(&ReadyCell) -> Result<Vec<u8>, String>,
+    {
+        oncelake::api::work(self, pipeline, worker, opts, stage_fn)
+    }
+}
+
+/// A unit claimed by `Run.__enter__`: the engine's run handle in-process, the lease through a
+/// server.
+pub(crate) trait Claimed: Send {
+    /// The lease held.
+    fn lease(&self) -> &Lease;
+
+    /// Extends the lease by `ttl`.
+    fn renew(&mut self, py: Python<'_>, ttl: Duration) -> PyResult<RenewOutcome>;
+
+    /// Gives the lease back; the release's answer does not matter to the caller (a lease no
+    /// longer ours changes nothing).
+    fn abandon(self: Box<Self>, py: Python<'_>) -> PyResult<()>;
+
+    /// Commits `data` as `unit` at `version` under the lease; on an error the lease is given
+    /// back, so that another worker may retry.
+    fn commit<'py>(
+        self: Box<Self>,
+        py: Python<'py>,
+        unit: &str,
+        version: u64,
+        data: Data,
+    ) -> PyResult<Bound<'py, PyAny>>;
+}
