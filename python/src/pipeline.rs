@@ -1,7 +1,7 @@
 //! `oncelake.Pipeline`: a DAG of stages over a store (SPEC R13), as the engine's
 //! `oncelake::pipeline::Pipeline` runs it.
 
-use crate::backend::{with_store, Backend, Backing};
+use crate::backend::{with_store, Backend, Backing, Work};
 use crate::convert::{self, kw, make, o, Py2};
 use oncelake::pipeline::{
     Attempt, CellState, Claim, Explain, FailOutcome, Pipeline, PipelineDef, ReadyCell, Status,
@@ -231,7 +231,7 @@ impl PyPipeline {
             ..WorkOptions::default()
         };
         // The engine's one worker loop (`oncelake::api::work`) on either store.
-        let run = |cell: &ReadyCell| {
+        let mut run = |cell: &ReadyCell| {
             Python::attach(|py| {
                 let c = self.cell(cell.clone(), None);
                 stage_fn
@@ -241,12 +241,12 @@ impl PyPipeline {
                     .map_err(|e| e.to_string())
             })
         };
-        let report = with_store!(&self.on, py, |s| s.work_loop(
-            &self.pipeline,
+        let report = with_store!(&self.on, py, |s| s.work_loop(Work {
+            pipeline: &self.pipeline,
             worker,
-            &opts,
-            run
-        ))?;
+            opts: &opts,
+            stage_fn: &mut run,
+        }))?;
         work_counts(py, &report)
     }
 

@@ -2,7 +2,7 @@
 //! run-once (`Store::begin_run` → `Run::commit` / `Run::abandon`), so that Python and Rust share
 //! one implementation of the rule.
 
-use crate::backend::{on, Backend, Backing, Claimed};
+use crate::backend::{on, Backend, Backing, Claimed, RunSpec};
 use crate::convert::{self, poisoned};
 use crate::data::Data;
 use crate::wire::lost;
@@ -22,8 +22,14 @@ use std::time::Duration;
 #[pyclass(module = "oncelake", name = "Run", frozen)]
 pub struct PyRun {
     backend: Backend,
+    /// The unit being computed.
+    #[pyo3(get)]
     unit: String,
+    /// The source version being computed.
+    #[pyo3(get)]
     version: u64,
+    /// The worker name the unit is claimed for.
+    #[pyo3(get)]
     worker: String,
     ttl: Duration,
     state: Mutex<State>,
@@ -74,18 +80,18 @@ impl PyRun {
             )));
         };
         let data = Data::extract(output.bind(py))?;
-        run.commit(py, &self.unit, self.version, data)
+        run.commit(py, data)
     }
 
     /// Claims the unit: the engine's `begin_run` in-process, a claim through the server.
     fn begin(&self, py: Python<'_>) -> PyResult<Box<dyn Claimed>> {
-        on!(&self.backend, |s| s.begin_unit(
-            py,
-            &self.unit,
-            self.version,
-            &self.worker,
-            self.ttl
-        ))
+        let spec = RunSpec {
+            unit: &self.unit,
+            version: self.version,
+            worker: &self.worker,
+            ttl: self.ttl,
+        };
+        on!(&self.backend, |s| s.begin_unit(py, &spec))
     }
 }
 
@@ -147,24 +153,6 @@ impl PyRun {
     #[getter]
     fn outcome(&self, py: Python<'_>) -> PyResult<Option<Py<PyAny>>> {
         Ok(self.state()?.outcome.as_ref().map(|o| o.clone_ref(py)))
-    }
-
-    /// The unit being computed.
-    #[getter]
-    fn unit(&self) -> &str {
-        &self.unit
-    }
-
-    /// The source version being computed.
-    #[getter]
-    fn version(&self) -> u64 {
-        self.version
-    }
-
-    /// The worker name the unit is claimed for.
-    #[getter]
-    fn worker(&self) -> &str {
-        &self.worker
     }
 
     /// The lease while the with-block runs (``None`` before entering and after leaving).

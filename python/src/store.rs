@@ -1,6 +1,6 @@
 //! `oncelake.Store`: an open store, as a context manager.
 
-use crate::backend::{on, with_store, Backend, Backing, Opened};
+use crate::backend::{on, with_store, Backend, Backing, Items, Listing, Opened, PutData, Staging};
 use crate::convert::{self, drop_detached, kw, make, o, poisoned, Py2};
 use crate::data::{Data, Item, PyStaged};
 use crate::pipeline::PyPipeline;
@@ -147,11 +147,14 @@ impl PyStore {
         ttl: Option<f64>,
     ) -> PyResult<PyStaged> {
         let ttl = ttl.map(|t| seconds("ttl", t)).transpose()?;
+        let to = Staging {
+            path: &self.path,
+            ttl,
+        };
         on!(&self.backend()?, |s| s.stage_data(
             py,
-            &self.path,
             Data::extract(data)?,
-            ttl
+            &to
         ))
     }
 
@@ -198,7 +201,8 @@ impl PyStore {
         partial: bool,
     ) -> PyResult<Bound<'py, PyList>> {
         let items = commit_items(py, items)?;
-        let (report, metas) = on!(&self.backend()?, |s| s.commit_items(py, items, partial))?;
+        let items = Items { items, partial };
+        let (report, metas) = on!(&self.backend()?, |s| s.commit_items(py, items))?;
         crate::submit::outcomes(py, &report, metas, partial)
     }
 
@@ -216,7 +220,8 @@ impl PyStore {
         partial: bool,
     ) -> PyResult<crate::submit::PyCommitHandle> {
         let items = commit_items(py, items)?;
-        on!(&self.backend()?, |s| s.submit_items(py, items, partial))
+        let items = Items { items, partial };
+        on!(&self.backend()?, |s| s.submit_items(py, items))
     }
 
     /// Claims ``unit`` to produce ``version`` for ``worker`` for ``ttl`` seconds (coordinator
@@ -418,12 +423,12 @@ impl PyStore {
                 )
             })?);
         }
-        let plan = on!(&self.backend()?, |s| s.plan(
-            py,
-            &pairs,
+        let listing = Listing {
+            pairs,
             full,
-            list_up_to_date
-        ))?;
+            list_up_to_date,
+        };
+        let plan = on!(&self.backend()?, |s| s.plan(py, &listing))?;
         plan_value(py, &plan)
     }
 
@@ -531,14 +536,15 @@ impl PyStore {
         correct: bool,
     ) -> PyResult<Bound<'py, PyAny>> {
         oncelake::validate_key(unit).py(py)?;
-        on!(&self.backend()?, |s| s.put_data(
-            py,
+        let data = Data::extract(data)?;
+        let put = PutData {
             unit,
             version,
-            Data::extract(data)?,
+            data,
             token,
-            correct
-        ))
+            correct,
+        };
+        on!(&self.backend()?, |s| s.put_data(py, put))
     }
 }
 

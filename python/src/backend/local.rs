@@ -1,19 +1,17 @@
 //! The engine in this process as the Python classes' store: staging Python data straight into
 //! it, its snapshots and run handles, its own answers to stats and reconcile.
 
-use super::{Backing, Claimed, Stats};
+use super::{Backing, Claimed, Committed, Items, Listing, PutData, RunSpec, Staging, Stats, Work};
 use crate::convert::{self, engine_err, kw, Py2};
-use crate::data::{Data, Item, PyStaged, StagedIn};
+use crate::data::{Data, PyStaged, StagedIn};
 use crate::snapshot::{PySnapshot, View};
 use crate::submit::{local_batch, PyCommitHandle};
 use oncelake::log::Record;
-use oncelake::pipeline::{Pipeline, ReadyCell, WorkOptions, WorkReport};
+use oncelake::pipeline::WorkReport;
 use oncelake::reconcile::{Pairs, Plan, ReconcileError, ReconcileOptions, SortConfig};
-use oncelake::{
-    Batch, Begin, CommitReport, Entry, Lease, ObjectId, ObjectMeta, RenewOutcome, Snapshot, Store,
-};
+use oncelake::{Batch, Begin, Entry, Lease, ObjectId, RenewOutcome, Snapshot, Store};
 use pyo3::prelude::*;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::Duration;
 
 impl Backing for Store {
@@ -29,60 +27,34 @@ impl Backing for Store {
         self.lake_url()
     }
 
-    fn stage_data(
-        &self,
-        py: Python<'_>,
-        _path: &Path,
-        data: Data,
-        _ttl: Option<Duration>,
-    ) -> PyResult<PyStaged> {
+    fn stage_data(&self, py: Python<'_>, data: Data, _to: &Staging<'_>) -> PyResult<PyStaged> {
         Ok(PyStaged {
             staged: StagedIn::Local(data.stage(py, self)?),
         })
     }
 
-    fn put_data<'py>(
-        &self,
-        py: Python<'py>,
-        unit: &str,
-        version: u64,
-        data: Data,
-        token: Option<u64>,
-        correct: bool,
-    ) -> PyResult<Bound<'py, PyAny>> {
-        let intent = if correct {
+    fn put_data<'py>(&self, py: Python<'py>, put: PutData<'_>) -> PyResult<Bound<'py, PyAny>> {
+        let intent = if put.correct {
             oncelake::Intent::Correct
         } else {
             oncelake::Intent::Put
         };
-        let staged = data.stage(py, self)?;
-        let batch = Batch::new().item(unit.to_string(), version, &staged, token, intent);
+        let staged = put.data.stage(py, self)?;
+        let unit = put.unit.to_string();
+        let batch = Batch::new().item(unit, put.version, &staged, put.token, intent);
         let report = py.detach(|| Store::commit(self, batch)).py(py)?;
         convert::outcome(py, &report.units[0], staged.meta())
     }
 
-    fn commit_items(
-        &self,
-        py: Python<'_>,
-        items: Vec<Item<'_>>,
-        partial: bool,
-    ) -> PyResult<(CommitReport, Vec<ObjectMeta>)> {
-        let (batch, metas) = local_batch(py, self, items, partial)?;
+    fn commit_items(&self, py: Python<'_>, items: Items<'_>) -> PyResult<Committed> {
+        let (batch, metas) = local_batch(py, self, items.items, items.partial)?;
         Ok((py.detach(|| Store::commit(self, batch)).py(py)?, metas))
     }
 
-    fn submit_items(
-        &self,
-        py: Python<'_>,
-        items: Vec<Item<'_>>,
-        partial: bool,
-    ) -> PyResult<PyCommitHandle> {
-        let (batch, metas) = local_batch(py, self, items, partial)?;
-        Ok(PyCommitHandle::local(
-            self.submit(batch).py(py)?,
-            metas,
-            partial,
-        ))
+    fn submit_items(&self, py: Python<'_>, items: Items<'_>) -> PyResult<PyCommitHandle> {
+        let (batch, metas) = local_batch(py, self, items.items, items.partial)?;
+        let handle = self.submit(batch).py(py)?;
+        Ok(PyCommitHandle::local(handle, metas, items.partial))
     }
 
     fn open_snapshot(&self, py: Python<'_>, at: Option<u64>) -> PyResult<PySnapshot> {
@@ -122,22 +94,19 @@ impl Backing for Store {
         })
     }
 
-    fn plan(
-        &self,
-        py: Python<'_>,
-        pairs: &[(String, u64)],
-        full: bool,
-        list_up_to_date: bool,
-    ) -> PyResult<Plan> {
-        let opts = ReconcileOptions { list_up_to_date };
-        let listing = Pairs::new(pairs.iter().map(|(u, v)| (u.as_str(), *v)));
+    fn plan(&self, py: Python<'_>, listing: &Listing) -> PyResult<Plan> {
+        let opts = ReconcileOptions {
+            list_up_to_date: listing.list_up_to_date,
+        };
+        let pairs = &listing.pairs;
+        let listing_pairs = Pairs::new(pairs.iter().map(|(u, v)| (u.as_str(), *v)));
         let plan = py.detach(|| -> Result<Plan, ReconcileError> {
-            if full {
+            if listing.full {
                 let snap = self.snapshot()?;
                 let mut units = Vec::new();
                 let summary = oncelake::reconcile::reconcile_full_unsorted(
                     &snap,
-                    listing,
+                    listing_pairs,
                     opts,
                     &SortConfig::new(std::env::temp_dir()),
                     |i| {
@@ -147,7 +116,7 @@ impl Backing for Store {
                 )?;
                 Ok(Plan { units, summary })
             } else {
-                Plan::changes(self, listing, opts)
+                Plan::changes(self, listing_pairs, opts)
             }
         });
         plan.map_err(|e| match e {
@@ -159,40 +128,24 @@ impl Backing for Store {
         })
     }
 
-    fn begin_unit(
-        &self,
-        py: Python<'_>,
-        unit: &str,
-        version: u64,
-        worker: &str,
-        ttl: Duration,
-    ) -> PyResult<Box<dyn Claimed>> {
+    fn begin_unit(&self, py: Python<'_>, r: &RunSpec<'_>) -> PyResult<Box<dyn Claimed>> {
         let begin = py
-            .detach(|| self.begin_run(unit, version, worker, ttl))
+            .detach(|| self.begin_run(r.unit, r.version, r.worker, r.ttl))
             .py(py)?;
         match begin {
             Begin::Claimed(run) => Ok(Box::new(LocalRun {
                 run,
                 store: self.clone(),
             })),
-            Begin::AlreadyDone(e) => Err(convert::already_done(py, unit, &e)),
-            Begin::Busy { worker, until_ms } => Err(convert::busy(py, unit, &worker, until_ms)),
+            Begin::AlreadyDone(e) => Err(convert::already_done(py, r.unit, &e)),
+            Begin::Busy { worker, until_ms } => Err(convert::busy(py, r.unit, &worker, until_ms)),
         }
     }
 
     /// The engine's loop through `Pipeline::work_with`, which checks the worker name first, as
     /// a server does on each claim.
-    fn work_loop<F>(
-        &self,
-        pipeline: &Pipeline,
-        worker: &str,
-        opts: &WorkOptions,
-        stage_fn: F,
-    ) -> oncelake::Result<WorkReport>
-    where
-        F: FnMut(&ReadyCell) -> Result<Vec<u8>, String>,
-    {
-        pipeline.work_with(self, worker, opts, stage_fn)
+    fn work_loop(&self, w: Work<'_>) -> oncelake::Result<WorkReport> {
+        w.pipeline.work_with(self, w.worker, w.opts, w.stage_fn)
     }
 }
 
@@ -215,13 +168,7 @@ impl Claimed for LocalRun {
         py.detach(|| self.run.abandon()).py(py).map(drop)
     }
 
-    fn commit<'py>(
-        self: Box<Self>,
-        py: Python<'py>,
-        _unit: &str,
-        _version: u64,
-        data: Data,
-    ) -> PyResult<Bound<'py, PyAny>> {
+    fn commit<'py>(self: Box<Self>, py: Python<'py>, data: Data) -> PyResult<Bound<'py, PyAny>> {
         // Dropping the run on an error path gives the lease back.
         let staged = data.stage(py, &self.store)?;
         let meta = staged.meta();

@@ -91,6 +91,62 @@ pub(crate) struct Stats {
     pub server: Option<String>,
 }
 
+/// Where `Store.stage` stages.
+pub(crate) struct Staging<'a> {
+    /// The store's directory, named by the error of a served handle used with another store.
+    pub path: &'a Path,
+    /// Through a server: how long the handle lives unless committed or dropped.
+    pub ttl: Option<Duration>,
+}
+
+/// One unit of `Store.put` or `Store.correct`.
+pub(crate) struct PutData<'a> {
+    pub unit: &'a str,
+    pub version: u64,
+    pub data: Data,
+    /// The fencing token of the caller's lease.
+    pub token: Option<u64>,
+    /// A deliberate correction (revision + 1) rather than a put.
+    pub correct: bool,
+}
+
+/// The items of `Store.commit` or `Store.submit`.
+pub(crate) struct Items<'py> {
+    pub items: Vec<Item<'py>>,
+    /// Apply what is acceptable rather than all or nothing.
+    pub partial: bool,
+}
+
+/// A commit's report with each item's object metadata, in order.
+pub(crate) type Committed = (CommitReport, Vec<ObjectMeta>);
+
+/// The `(unit, version)` listing of `Store.reconcile`.
+pub(crate) struct Listing {
+    pub pairs: Vec<(String, u64)>,
+    /// The listing is the whole source: manifest units it does not list are `unknown`.
+    pub full: bool,
+    /// Also list units with nothing to do.
+    pub list_up_to_date: bool,
+}
+
+/// The unit a `Run` computes, and for whom.
+pub(crate) struct RunSpec<'a> {
+    pub unit: &'a str,
+    pub version: u64,
+    pub worker: &'a str,
+    /// The lease's time to live.
+    pub ttl: Duration,
+}
+
+/// One `Pipeline.work` call: the engine's worker loop over `pipeline` as `worker`.
+pub(crate) struct Work<'a> {
+    pub pipeline: &'a Pipeline,
+    pub worker: &'a str,
+    pub opts: &'a WorkOptions,
+    /// The Python stage function: a cell's output, or the error to record.
+    pub stage_fn: &'a mut (dyn FnMut(&ReadyCell) -> Result<Vec<u8>, String> + Send),
+}
+
 /// A store the Python classes run on, beyond the engine's `UnitStore`: what the engine in this
 /// process and the server's client do their own way. Every method returns what the Python call
 /// returns or raises.
@@ -104,43 +160,17 @@ pub(crate) trait Backing: UnitStore + Sync + Sized {
     /// The shared lake this node is bound to (`None` for a local store, and through a server).
     fn bound_lake(&self) -> Option<String>;
 
-    /// `Store.stage`: `data` staged (through a server: for `ttl`, its handle named after the
-    /// store in `path`).
-    fn stage_data(
-        &self,
-        py: Python<'_>,
-        path: &Path,
-        data: Data,
-        ttl: Option<Duration>,
-    ) -> PyResult<PyStaged>;
+    /// `Store.stage`: `data` staged.
+    fn stage_data(&self, py: Python<'_>, data: Data, to: &Staging<'_>) -> PyResult<PyStaged>;
 
-    /// `Store.put` (and `correct`): `data` staged and committed as one unit.
-    fn put_data<'py>(
-        &self,
-        py: Python<'py>,
-        unit: &str,
-        version: u64,
-        data: Data,
-        token: Option<u64>,
-        correct: bool,
-    ) -> PyResult<Bound<'py, PyAny>>;
+    /// `Store.put` and `Store.correct`: the data staged and committed as one unit.
+    fn put_data<'py>(&self, py: Python<'py>, put: PutData<'_>) -> PyResult<Bound<'py, PyAny>>;
 
-    /// `Store.commit`: each item's data staged, then committed in one batch; the report and each
-    /// item's object metadata, in order.
-    fn commit_items(
-        &self,
-        py: Python<'_>,
-        items: Vec<Item<'_>>,
-        partial: bool,
-    ) -> PyResult<(CommitReport, Vec<ObjectMeta>)>;
+    /// `Store.commit`: each item's data staged, then committed in one batch.
+    fn commit_items(&self, py: Python<'_>, items: Items<'_>) -> PyResult<Committed>;
 
     /// `Store.submit`: the commit of `commit_items`, answered through a handle.
-    fn submit_items(
-        &self,
-        py: Python<'_>,
-        items: Vec<Item<'_>>,
-        partial: bool,
-    ) -> PyResult<PyCommitHandle>;
+    fn submit_items(&self, py: Python<'_>, items: Items<'_>) -> PyResult<PyCommitHandle>;
 
     /// `Store.snapshot`: a view as of the newest commit or as of `at`.
     fn open_snapshot(&self, py: Python<'_>, at: Option<u64>) -> PyResult<PySnapshot>;
@@ -151,38 +181,16 @@ pub(crate) trait Backing: UnitStore + Sync + Sized {
     /// `Store.stats`: the counts and the engine's metrics.
     fn stats_now(&self, py: Python<'_>) -> PyResult<Stats>;
 
-    /// `Store.reconcile`: the plan for the `(unit, version)` listing.
-    fn plan(
-        &self,
-        py: Python<'_>,
-        pairs: &[(String, u64)],
-        full: bool,
-        list_up_to_date: bool,
-    ) -> PyResult<Plan>;
+    /// `Store.reconcile`: the plan for the listing.
+    fn plan(&self, py: Python<'_>, listing: &Listing) -> PyResult<Plan>;
 
-    /// `Run.__enter__`: claims `unit` for `worker` to produce `version`; raises `AlreadyDone` or
-    /// `Busy` when there is nothing to do.
-    fn begin_unit(
-        &self,
-        py: Python<'_>,
-        unit: &str,
-        version: u64,
-        worker: &str,
-        ttl: Duration,
-    ) -> PyResult<Box<dyn Claimed>>;
+    /// `Run.__enter__`: claims the unit; raises `AlreadyDone` or `Busy` when there is nothing to
+    /// do.
+    fn begin_unit(&self, py: Python<'_>, run: &RunSpec<'_>) -> PyResult<Box<dyn Claimed>>;
 
     /// `Pipeline.work`: the engine's one worker loop (`oncelake::api::work`) on this store.
-    fn work_loop<F>(
-        &self,
-        pipeline: &Pipeline,
-        worker: &str,
-        opts: &WorkOptions,
-        stage_fn: F,
-    ) -> Result<WorkReport, Self::Error>
-    where
-        F: FnMut(&ReadyCell) -> Result<Vec<u8>, String>,
-    {
-        oncelake::api::work(self, pipeline, worker, opts, stage_fn)
+    fn work_loop(&self, w: Work<'_>) -> Result<WorkReport, Self::Error> {
+        oncelake::api::work(self, w.pipeline, w.worker, w.opts, w.stage_fn)
     }
 }
 
@@ -199,13 +207,7 @@ pub(crate) trait Claimed: Send {
     /// longer ours changes nothing).
     fn abandon(self: Box<Self>, py: Python<'_>) -> PyResult<()>;
 
-    /// Commits `data` as `unit` at `version` under the lease; on an error the lease is given
-    /// back, so that another worker may retry.
-    fn commit<'py>(
-        self: Box<Self>,
-        py: Python<'py>,
-        unit: &str,
-        version: u64,
-        data: Data,
-    ) -> PyResult<Bound<'py, PyAny>>;
+    /// Commits `data` as the unit's output under the lease; on an error the lease is given back,
+    /// so that another worker may retry.
+    fn commit<'py>(self: Box<Self>, py: Python<'py>, data: Data) -> PyResult<Bound<'py, PyAny>>;
 }

@@ -3,7 +3,7 @@
 //! own types, and converts them exactly as for an in-process store. No rule lives here: the
 //! server's engine decides every outcome.
 
-use super::{Backing, Claimed, Stats};
+use super::{Backing, Claimed, Committed, Items, Listing, PutData, RunSpec, Staging, Stats};
 use crate::convert::{self, kw};
 use crate::data::{Data, Item, PyStaged, ServedStaged, StagedIn};
 use crate::snapshot::{PySnapshot, View};
@@ -35,46 +35,22 @@ impl Backing for Client {
         None
     }
 
-    fn stage_data(
-        &self,
-        py: Python<'_>,
-        path: &Path,
-        data: Data,
-        ttl: Option<Duration>,
-    ) -> PyResult<PyStaged> {
-        stage(py, self, path, data, ttl)
+    fn stage_data(&self, py: Python<'_>, data: Data, to: &Staging<'_>) -> PyResult<PyStaged> {
+        stage(py, self, to.path, data, to.ttl)
     }
 
-    fn put_data<'py>(
-        &self,
-        py: Python<'py>,
-        unit: &str,
-        version: u64,
-        data: Data,
-        token: Option<u64>,
-        correct: bool,
-    ) -> PyResult<Bound<'py, PyAny>> {
-        put(py, self, unit, version, data, token, correct)
+    fn put_data<'py>(&self, py: Python<'py>, put: PutData<'_>) -> PyResult<Bound<'py, PyAny>> {
+        put_unit(py, self, put)
     }
 
-    fn commit_items(
-        &self,
-        py: Python<'_>,
-        items: Vec<Item<'_>>,
-        partial: bool,
-    ) -> PyResult<(CommitReport, Vec<ObjectMeta>)> {
-        commit(py, self, items, partial)
+    fn commit_items(&self, py: Python<'_>, items: Items<'_>) -> PyResult<Committed> {
+        commit(py, self, items.items, items.partial)
     }
 
     /// The commit is made at the call: the handle is answered already.
-    fn submit_items(
-        &self,
-        py: Python<'_>,
-        items: Vec<Item<'_>>,
-        partial: bool,
-    ) -> PyResult<PyCommitHandle> {
-        let (report, metas) = commit(py, self, items, partial)?;
-        Ok(PyCommitHandle::served(report, metas, partial))
+    fn submit_items(&self, py: Python<'_>, items: Items<'_>) -> PyResult<PyCommitHandle> {
+        let (report, metas) = commit(py, self, items.items, items.partial)?;
+        Ok(PyCommitHandle::served(report, metas, items.partial))
     }
 
     /// A view held by the server as a lease.
@@ -100,46 +76,41 @@ impl Backing for Client {
         })
     }
 
-    fn plan(
-        &self,
-        py: Python<'_>,
-        pairs: &[(String, u64)],
-        full: bool,
-        list_up_to_date: bool,
-    ) -> PyResult<Plan> {
-        reconcile(py, self, pairs, full, list_up_to_date)
+    fn plan(&self, py: Python<'_>, listing: &Listing) -> PyResult<Plan> {
+        reconcile(py, self, listing)
     }
 
     /// A claim through the server; the output is then a fenced write under its token.
-    fn begin_unit(
-        &self,
-        py: Python<'_>,
-        unit: &str,
-        version: u64,
-        worker: &str,
-        ttl: Duration,
-    ) -> PyResult<Box<dyn Claimed>> {
+    fn begin_unit(&self, py: Python<'_>, r: &RunSpec<'_>) -> PyResult<Box<dyn Claimed>> {
         let claimed = py
-            .detach(|| self.claim(unit, version, worker, ttl))
+            .detach(|| self.claim(r.unit, r.version, r.worker, r.ttl))
             .py(py)?;
-        match claimed {
-            ClaimOutcome::Granted { lease, .. } => Ok(Box::new(ServedRun {
-                client: self.clone(),
-                lease,
-            })),
-            ClaimOutcome::AlreadyDone(e) => Err(convert::already_done(py, unit, &e)),
+        let (worker, until_ms) = match claimed {
+            ClaimOutcome::Granted { lease, .. } => {
+                let (client, unit, version) = (self.clone(), r.unit.to_string(), r.version);
+                return Ok(Box::new(ServedRun {
+                    client,
+                    lease,
+                    unit,
+                    version,
+                }));
+            }
+            ClaimOutcome::AlreadyDone(e) => return Err(convert::already_done(py, r.unit, &e)),
             ClaimOutcome::Held {
                 worker,
                 expires_at_ms,
-            } => Err(convert::busy(py, unit, &worker, expires_at_ms)),
-        }
+            } => (worker, expires_at_ms),
+        };
+        Err(convert::busy(py, r.unit, &worker, until_ms))
     }
 }
 
-/// A unit claimed through the server: its lease.
+/// A unit claimed through the server: its lease, and what its output is committed as.
 struct ServedRun {
     client: Client,
     lease: Lease,
+    unit: String,
+    version: u64,
 }
 
 impl Claimed for ServedRun {
@@ -161,16 +132,16 @@ impl Claimed for ServedRun {
             .map(drop)
     }
 
-    fn commit<'py>(
-        self: Box<Self>,
-        py: Python<'py>,
-        unit: &str,
-        version: u64,
-        data: Data,
-    ) -> PyResult<Bound<'py, PyAny>> {
+    fn commit<'py>(self: Box<Self>, py: Python<'py>, data: Data) -> PyResult<Bound<'py, PyAny>> {
         // The fenced write of coordinator mode: the server's engine checks the token.
-        let token = Some(self.lease.token);
-        let out = put(py, &self.client, unit, version, data, token, false);
+        let put = PutData {
+            unit: &self.unit,
+            version: self.version,
+            data,
+            token: Some(self.lease.token),
+            correct: false,
+        };
+        let out = put_unit(py, &self.client, put);
         if out.is_err() {
             // As a dropped engine run does: give the lease back so another worker may retry.
             let _ = py.detach(|| self.client.release(&self.lease));
@@ -278,15 +249,18 @@ fn check_same(py: Python<'_>, client: &Client, s: &ServedStaged) -> PyResult<()>
 
 /// Streams `data` to the server and commits it as `unit` at `version` (fenced by `token`); a
 /// `Staged` of this store is committed by its handle.
-fn put<'py>(
+fn put_unit<'py>(
     py: Python<'py>,
     client: &Client,
-    unit: &str,
-    version: u64,
-    data: Data,
-    token: Option<u64>,
-    correct: bool,
+    put: PutData<'_>,
 ) -> PyResult<Bound<'py, PyAny>> {
+    let PutData {
+        unit,
+        version,
+        data,
+        token,
+        correct,
+    } = put;
     if let Data::ServedStaged(s) = &data {
         check_same(py, client, s)?;
         let item = CommitItemW {
@@ -405,14 +379,14 @@ fn upload<T: Send>(
 /// `Store.reconcile` through the server: the (unit, version) pairs streamed as a JSON-lines
 /// listing, planned by the server's engine (a full listing in any order is sorted there first,
 /// as in-process), the plan rebuilt from its answer.
-fn reconcile(
-    py: Python<'_>,
-    client: &Client,
-    pairs: &[(String, u64)],
-    full: bool,
-    list_up_to_date: bool,
-) -> PyResult<oncelake::reconcile::Plan> {
-    use oncelake::reconcile::{ListingFormat, Plan};
+fn reconcile(py: Python<'_>, client: &Client, listing: &Listing) -> PyResult<Plan> {
+    let Listing {
+        pairs,
+        full,
+        list_up_to_date,
+    } = listing;
+    let (full, list_up_to_date) = (*full, *list_up_to_date);
+    use oncelake::reconcile::ListingFormat;
     use oncelake_client::{PlanEnd, PlanEvent, ReconcileForm};
     let mut listing = Vec::new();
     for (unit, version) in pairs {
