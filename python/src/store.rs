@@ -440,7 +440,7 @@ impl PyStore {
         let s = on!(&self.backend()?, |s| s.stats_now(py))?;
         let d = stats_dict(py, &self.path(), s.units, s.last_seq, &s.metrics)?;
         if let Some(server) = s.server {
-            d.set_item("server", pythonize(py, &server)?)?;
+            d.set_item("server", convert::from_wire(py, Ok(server))?)?;
         }
         Ok(d)
     }
@@ -562,21 +562,9 @@ fn plan_value<'py>(py: Python<'py>, plan: &Plan) -> PyResult<Bound<'py, PyAny>> 
         )?;
         units.append(make(py, "PlannedUnit", args)?)?;
     }
-    let s = &plan.summary;
-    let summary = kw(
-        py,
-        &[
-            ("listed", o(py, s.listed)),
-            ("missing", o(py, s.missing)),
-            ("behind", o(py, s.behind)),
-            ("up_to_date", o(py, s.up_to_date)),
-            ("manifest_ahead", o(py, s.manifest_ahead)),
-            ("unknown", o(py, s.unknown)),
-            ("duplicate_lines", o(py, s.duplicate_lines)),
-            ("manifest_units", o(py, s.manifest_units)),
-            ("to_process", o(py, s.to_process())),
-        ],
-    )?;
+    // The engine's counts under their wire names, and what they add up to.
+    let summary = convert::from_wire(py, serde_json::to_string(&plan.summary))?;
+    summary.set_item("to_process", plan.summary.to_process())?;
     make(
         py,
         "Plan",
@@ -625,9 +613,4 @@ fn stats_dict<'py>(
     }
     d.set_item("scopes", scopes)?;
     Ok(d)
-}
-
-/// A JSON value as the Python value `json.loads` makes of it.
-fn pythonize<'py>(py: Python<'py>, v: &impl std::fmt::Display) -> PyResult<Bound<'py, PyAny>> {
-    py.import("json")?.call_method1("loads", (v.to_string(),))
 }
