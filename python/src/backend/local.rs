@@ -1,15 +1,18 @@
 //! The engine in this process as the Python classes' store: staging Python data straight into
-//! it, its snapshots and run handles, its own answers to stats and reconcile.
+//! it, its snapshots, run and commit handles, its own answers to stats and reconcile.
 
 use super::{Backing, Claimed, Committed, Items, Listing, PutData, RunSpec, Staging, Stats, Work};
 use crate::convert::{self, engine_err, kw, Py2};
-use crate::data::{Data, PyStaged, StagedIn};
+use crate::data::{Data, Item, PyStaged, StagedIn};
 use crate::snapshot::{PySnapshot, View};
-use crate::submit::{local_batch, PyCommitHandle};
+use crate::submit::{InFlight, PyCommitHandle};
 use oncelake::log::Record;
 use oncelake::pipeline::WorkReport;
 use oncelake::reconcile::{Pairs, Plan, ReconcileError, ReconcileOptions, SortConfig};
-use oncelake::{Batch, Begin, Entry, Lease, ObjectId, RenewOutcome, Snapshot, Store};
+use oncelake::{
+    Batch, Begin, CommitHandle, CommitReport, Entry, Lease, ObjectId, ObjectMeta, RenewOutcome,
+    Snapshot, Store,
+};
 use pyo3::prelude::*;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -53,8 +56,8 @@ impl Backing for Store {
 
     fn submit_items(&self, py: Python<'_>, items: Items<'_>) -> PyResult<PyCommitHandle> {
         let (batch, metas) = local_batch(py, self, items.items, items.partial)?;
-        let handle = self.submit(batch).py(py)?;
-        Ok(PyCommitHandle::local(handle, metas, items.partial))
+        let handle = Box::new(self.submit(batch).py(py)?);
+        Ok(PyCommitHandle::new(handle, metas, items.partial))
     }
 
     fn open_snapshot(&self, py: Python<'_>, at: Option<u64>) -> PyResult<PySnapshot> {
@@ -218,4 +221,46 @@ impl View for LocalView {
         })
         .py(py)
     }
+}
+
+impl InFlight for CommitHandle {
+    fn is_done(&self) -> bool {
+        CommitHandle::is_done(self)
+    }
+
+    fn answer(
+        self: Box<Self>,
+        py: Python<'_>,
+        timeout: Option<Duration>,
+    ) -> Result<PyResult<CommitReport>, Box<dyn InFlight>> {
+        let answer = py.detach(move || match timeout {
+            None => Ok(self.wait()),
+            Some(t) => self.wait_timeout(t),
+        });
+        match answer {
+            Ok(report) => Ok(report.py(py)),
+            Err(handle) => Err(Box::new(handle)),
+        }
+    }
+}
+
+/// The batch of `Store.commit`'s or `Store.submit`'s items on an in-process store (each item's
+/// data staged first), with each item's object metadata, in order.
+fn local_batch<'py>(
+    py: Python<'py>,
+    store: &Store,
+    items: Vec<Item<'py>>,
+    partial: bool,
+) -> PyResult<(Batch, Vec<ObjectMeta>)> {
+    let mut batch = Batch::new();
+    let mut metas = Vec::new();
+    for (unit, version, data, token) in items {
+        let staged = Data::extract(&data)?.stage(py, store)?;
+        metas.push(staged.meta());
+        batch = batch.item(unit, version, &staged, token, oncelake::Intent::Put);
+    }
+    if partial {
+        batch = batch.partial();
+    }
+    Ok((batch, metas))
 }

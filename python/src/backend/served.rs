@@ -7,7 +7,7 @@ use super::{Backing, Claimed, Committed, Items, Listing, PutData, RunSpec, Stagi
 use crate::convert::{self, kw};
 use crate::data::{Data, Item, PyStaged, ServedStaged, StagedIn};
 use crate::snapshot::{PySnapshot, View};
-use crate::submit::PyCommitHandle;
+use crate::submit::{InFlight, PyCommitHandle};
 use crate::wire::{self, foreign_staged, Remote};
 use oncelake::log::Record;
 use oncelake::reconcile::Plan;
@@ -50,7 +50,11 @@ impl Backing for Client {
     /// The commit is made at the call: the handle is answered already.
     fn submit_items(&self, py: Python<'_>, items: Items<'_>) -> PyResult<PyCommitHandle> {
         let (report, metas) = commit(py, self, items.items, items.partial)?;
-        Ok(PyCommitHandle::served(report, metas, items.partial))
+        Ok(PyCommitHandle::new(
+            Box::new(Answered(report)),
+            metas,
+            items.partial,
+        ))
     }
 
     /// A view held by the server as a lease.
@@ -102,6 +106,23 @@ impl Backing for Client {
             } => (worker, expires_at_ms),
         };
         Err(convert::busy(py, r.unit, &worker, until_ms))
+    }
+}
+
+/// A commit through a server: answered before `submit` returned.
+struct Answered(CommitReport);
+
+impl InFlight for Answered {
+    fn is_done(&self) -> bool {
+        true
+    }
+
+    fn answer(
+        self: Box<Self>,
+        _py: Python<'_>,
+        _timeout: Option<Duration>,
+    ) -> Result<PyResult<CommitReport>, Box<dyn InFlight>> {
+        Ok(Ok(self.0))
     }
 }
 
