@@ -2,17 +2,19 @@
 //! it, its snapshots, run and commit handles, its own answers to stats and reconcile.
 
 use super::{Backing, Claimed, Committed, Items, Listing, PutData, RunSpec, Staging, Stats, Work};
-use crate::convert::{self, engine_err, kw, Py2};
+use crate::convert::{self, engine_err, kw, o, Py2};
 use crate::data::{Data, Item, PyStaged, StagedIn};
 use crate::snapshot::{PySnapshot, View};
 use crate::submit::{InFlight, PyCommitHandle};
+use crate::wire;
 use oncelake::log::Record;
 use oncelake::pipeline::WorkReport;
 use oncelake::reconcile::{Pairs, Plan, ReconcileError, ReconcileOptions, SortConfig};
 use oncelake::{
     Batch, Begin, CommitHandle, CommitReport, Entry, Lease, ObjectId, ObjectMeta, RenewOutcome,
-    Snapshot, Store,
+    Snapshot, Staged, Store,
 };
+use pyo3::exceptions::PyFileNotFoundError;
 use pyo3::prelude::*;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -31,9 +33,9 @@ impl Backing for Store {
     }
 
     fn stage_data(&self, py: Python<'_>, data: Data, _to: &Staging<'_>) -> PyResult<PyStaged> {
-        Ok(PyStaged {
-            staged: StagedIn::Local(data.stage(py, self)?),
-        })
+        let staged = stage(py, self, data)?;
+        let meta = staged.meta();
+        Ok(PyStaged::new(StagedIn::Local(staged), meta))
     }
 
     fn put_data<'py>(&self, py: Python<'py>, put: PutData<'_>) -> PyResult<Bound<'py, PyAny>> {
@@ -42,7 +44,7 @@ impl Backing for Store {
         } else {
             oncelake::Intent::Put
         };
-        let staged = put.data.stage(py, self)?;
+        let staged = stage(py, self, put.data)?;
         let unit = put.unit.to_string();
         let batch = Batch::new().item(unit, put.version, &staged, put.token, intent);
         let report = py.detach(|| Store::commit(self, batch)).py(py)?;
@@ -173,7 +175,7 @@ impl Claimed for LocalRun {
 
     fn commit<'py>(self: Box<Self>, py: Python<'py>, data: Data) -> PyResult<Bound<'py, PyAny>> {
         // Dropping the run on an error path gives the lease back.
-        let staged = data.stage(py, &self.store)?;
+        let staged = stage(py, &self.store, data)?;
         let meta = staged.meta();
         let run = self.run;
         let outcome = py.detach(|| run.commit(staged)).py(py)?;
@@ -255,7 +257,7 @@ fn local_batch<'py>(
     let mut batch = Batch::new();
     let mut metas = Vec::new();
     for (unit, version, data, token) in items {
-        let staged = Data::extract(&data)?.stage(py, store)?;
+        let staged = stage(py, store, Data::extract(&data)?)?;
         metas.push(staged.meta());
         batch = batch.item(unit, version, &staged, token, oncelake::Intent::Put);
     }
@@ -263,4 +265,36 @@ fn local_batch<'py>(
         batch = batch.partial();
     }
     Ok((batch, metas))
+}
+
+/// Stages `data` in `store`, with the GIL released: a `Staged` of this store as it is, one
+/// staged through a server refused.
+fn stage(py: Python<'_>, store: &Store, data: Data) -> PyResult<Staged> {
+    match data {
+        Data::Staged(StagedIn::Local(s)) => Ok(s),
+        Data::Staged(StagedIn::Served(s)) => Err(wire::foreign_staged(
+            py,
+            &s.store,
+            &store.path().display().to_string(),
+        )),
+        Data::Bytes(b) => py.detach(|| store.stage_bytes(&b)).py(py),
+        Data::Path(p) => {
+            if !p.is_file() {
+                return Err(PyFileNotFoundError::new_err((
+                    2,
+                    format!("{} is not a readable file; pass a file path, bytes or a binary file object", p.display()),
+                    o(py, p.display().to_string()).unbind(),
+                )));
+            }
+            py.detach(|| store.stage_file(&p)).py(py)
+        }
+        Data::Reader(mut r) => {
+            let staged = py.detach(|| store.stage_reader(&mut r));
+            // A failed read() is the caller's exception, not an engine error.
+            if let Some(e) = r.take_error() {
+                return Err(e);
+            }
+            staged.py(py)
+        }
+    }
 }

@@ -240,22 +240,20 @@ fn stage(
     data: Data,
     ttl: Option<Duration>,
 ) -> PyResult<PyStaged> {
-    if let Data::ServedStaged(s) = data {
+    if let Data::Staged(StagedIn::Served(s)) = data {
         // Staging a staged object again is the same handle, as in-process.
         check_same(py, client, &s)?;
-        return Ok(PyStaged {
-            staged: StagedIn::Served(s),
-        });
+        let meta = s.meta;
+        return Ok(PyStaged::new(StagedIn::Served(s), meta));
     }
     let (id, meta) = upload(py, data, |input| client.stage_reader_for(input, ttl))?;
-    Ok(PyStaged {
-        staged: StagedIn::Served(Arc::new(ServedStaged {
-            client: client.clone(),
-            id,
-            meta,
-            store: store.to_path_buf(),
-        })),
-    })
+    let handle = ServedStaged {
+        client: client.clone(),
+        id,
+        meta,
+        store: store.to_path_buf(),
+    };
+    Ok(PyStaged::new(StagedIn::Served(Arc::new(handle)), meta))
 }
 
 /// Refuses a handle that another server issued.
@@ -282,7 +280,7 @@ fn put_unit<'py>(
         token,
         correct,
     } = put;
-    if let Data::ServedStaged(s) = &data {
+    if let Data::Staged(StagedIn::Served(s)) = &data {
         check_same(py, client, s)?;
         let item = CommitItemW {
             unit: unit.to_string(),
@@ -326,7 +324,7 @@ fn commit(
     let result = (|| {
         for (unit, version, data, token) in items {
             let (staged, meta) = match Data::extract(&data)? {
-                Data::ServedStaged(s) => {
+                Data::Staged(StagedIn::Served(s)) => {
                     check_same(py, client, &s)?;
                     kept = true;
                     (s.id, s.meta)
@@ -385,7 +383,7 @@ fn upload<T: Send>(
             }
             sent.py(py)
         }
-        Data::Staged(_) | Data::ServedStaged(_) => {
+        Data::Staged(_) => {
             let message = "this Staged object was staged in-process by another opening of the store, \
                  not through its server; stage it with this store (store.stage) before committing it \
                  here. Nothing was committed";
