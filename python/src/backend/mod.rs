@@ -101,8 +101,11 @@ pub(crate) struct Staging<'a> {
 
 /// One unit of `Store.put` or `Store.correct`.
 pub(crate) struct PutData<'a> {
+    /// The unit (its key checked already).
     pub unit: &'a str,
+    /// The source version the output is derived from.
     pub version: u64,
+    /// The output's bytes, as handed over.
     pub data: Data,
     /// The fencing token of the caller's lease.
     pub token: Option<u64>,
@@ -112,6 +115,7 @@ pub(crate) struct PutData<'a> {
 
 /// The items of `Store.commit` or `Store.submit`.
 pub(crate) struct Items<'py> {
+    /// Each unit, version, data and token, the keys checked already.
     pub items: Vec<Item<'py>>,
     /// Apply what is acceptable rather than all or nothing.
     pub partial: bool,
@@ -122,6 +126,7 @@ pub(crate) type Committed = (CommitReport, Vec<ObjectMeta>);
 
 /// The `(unit, version)` listing of `Store.reconcile`.
 pub(crate) struct Listing {
+    /// Each listed unit with its source version.
     pub pairs: Vec<(String, u64)>,
     /// The listing is the whole source: manifest units it does not list are `unknown`.
     pub full: bool,
@@ -131,8 +136,11 @@ pub(crate) struct Listing {
 
 /// The unit a `Run` computes, and for whom.
 pub(crate) struct RunSpec<'a> {
+    /// The unit.
     pub unit: &'a str,
+    /// The source version to produce.
     pub version: u64,
+    /// The worker the unit is claimed for.
     pub worker: &'a str,
     /// The lease's time to live.
     pub ttl: Duration,
@@ -140,8 +148,11 @@ pub(crate) struct RunSpec<'a> {
 
 /// One `Pipeline.work` call: the engine's worker loop over `pipeline` as `worker`.
 pub(crate) struct Work<'a> {
+    /// The pipeline.
     pub pipeline: &'a Pipeline,
+    /// The worker each cell is claimed for.
     pub worker: &'a str,
+    /// The lease length per cell and how to wait.
     pub opts: &'a WorkOptions,
     /// The Python stage function: a cell's output, or the error to record.
     pub stage_fn: &'a mut (dyn FnMut(&ReadyCell) -> Result<Vec<u8>, String> + Send),
