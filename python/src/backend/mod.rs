@@ -1,9 +1,10 @@
 //! Where a `Store`'s calls go — the engine in this process, or the server that holds the store
 //! (SPEC R20) — picked once, when the store is opened. The Python classes hold the [`Backend`]
 //! and write each operation once: over the engine's `UnitStore` trait ([`with_store!`]), or over
-//! [`Backing`] for the few things the two stores do their own way (staging Python data, snapshots,
-//! run handles, stats). This folder is the only place that tells the two apart: `local.rs` is the
-//! engine in this process, `served.rs` the server's client.
+//! [`Backing`] for the few things the two stores do their own way (staging Python data and checking
+//! a `Staged`, snapshots, run and commit handles, stats, reconcile). This folder is the only place
+//! that tells the two apart: `local.rs` is the engine in this process, `served.rs` the server's
+//! client.
 
 mod local;
 mod served;
@@ -25,7 +26,9 @@ use std::time::Duration;
 /// Only [`on!`] looks inside.
 #[derive(Clone)]
 pub(crate) enum Backend {
+    /// The store opened in this process.
     Local(oncelake::Store),
+    /// The client of the server that holds the store.
     Served(Client),
 }
 
