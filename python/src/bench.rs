@@ -17,7 +17,7 @@ pub(crate) fn _rust_commit_bench(
     threads: usize,
     seconds: f64,
 ) -> PyResult<(u64, f64)> {
-    let limit = crate::backend::seconds("seconds", seconds)?;
+    let limit = crate::wire::seconds("seconds", seconds)?;
     py.detach(|| -> oncelake::Result<(u64, f64)> {
         let store = oncelake::Store::open(&path)?;
         let staged = store.stage_bytes(&[7u8; 100])?;

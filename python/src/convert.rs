@@ -186,6 +186,20 @@ fn fields_of<'py>(
     Ok(d)
 }
 
+/// An engine value as the Python value `json.loads` makes of its wire form,
+/// `serde_json::to_string(&value)`: a struct becomes a dict with the keys in its field order.
+pub(crate) fn from_wire(
+    py: Python<'_>,
+    wire: serde_json::Result<String>,
+) -> PyResult<Bound<'_, PyAny>> {
+    let text = wire.map_err(|e| {
+        pyo3::exceptions::PyTypeError::new_err(format!(
+            "internal: an engine value without its wire form: {e}"
+        ))
+    })?;
+    py.import("json")?.call_method1("loads", (text,))
+}
+
 /// The fields of an engine value by its wire form, `serde_json::to_value(&value)` (keyword
 /// arguments for [`make`]); an object's CRC32, where it has one, as Python spells it (hex text).
 pub(crate) fn fields(

@@ -1,13 +1,12 @@
 //! What a caller may hand over as an object's bytes — `bytes`/`bytearray`/`memoryview`, a path
-//! (`str` or `os.PathLike`), a binary file object, or an already staged object — and staging it
-//! with the GIL released. A file object is streamed: the engine asks for one buffer at a time and
-//! takes the GIL only for each `read()` call, so memory does not grow with the object.
+//! (`str` or `os.PathLike`), a binary file object, or an already staged object — for the store to
+//! stage with the GIL released. A file object is streamed: the store asks for one buffer at a time
+//! and takes the GIL only for each `read()` call, so memory does not grow with the object.
 
-use crate::convert::{engine_err, o};
 use oncelake::ObjectMeta;
 use oncelake::Staged;
 use oncelake_client::Client;
-use pyo3::exceptions::{PyFileNotFoundError, PyTypeError};
+use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
 use pyo3::pybacked::PyBackedBytes;
 use pyo3::types::{PyByteArray, PyBytes, PyMemoryView, PyString};
@@ -22,6 +21,7 @@ use std::sync::Arc;
 #[pyclass(module = "oncelake", name = "Staged", frozen)]
 pub struct PyStaged {
     pub(crate) staged: StagedIn,
+    meta: ObjectMeta,
 }
 
 /// Where a staged object waits for its commit.
@@ -45,16 +45,14 @@ pub(crate) struct ServedStaged {
 
 impl Drop for ServedStaged {
     fn drop(&mut self) {
-        let _ = crate::backend::releasing(&self.client).unstage(self.id);
+        let _ = crate::wire::releasing(&self.client).unstage(self.id);
     }
 }
 
-impl StagedIn {
-    pub(crate) fn meta(&self) -> ObjectMeta {
-        match self {
-            StagedIn::Local(s) => s.meta(),
-            StagedIn::Served(s) => s.meta,
-        }
+impl PyStaged {
+    /// The Python object of `staged`, whose object is `meta`.
+    pub(crate) fn new(staged: StagedIn, meta: ObjectMeta) -> Self {
+        PyStaged { staged, meta }
     }
 }
 
@@ -63,19 +61,19 @@ impl PyStaged {
     /// The BLAKE3 content hash, hex.
     #[getter]
     fn object(&self) -> String {
-        self.staged.meta().id.to_hex()
+        self.meta.id.to_hex()
     }
 
     /// The size in bytes.
     #[getter]
     fn size(&self) -> u64 {
-        self.staged.meta().size
+        self.meta.size
     }
 
     /// The CRC32 of the bytes, 8 hex digits.
     #[getter]
     fn crc32(&self) -> String {
-        format!("{:08x}", self.staged.meta().crc32)
+        format!("{:08x}", self.meta.crc32)
     }
 
     fn __repr__(&self) -> String {
@@ -88,18 +86,15 @@ pub(crate) enum Data {
     Bytes(PyBackedBytes),
     Path(PathBuf),
     Reader(PyReader),
-    Staged(Staged),
-    ServedStaged(Arc<ServedStaged>),
+    /// A `Staged`: the store that staged it takes it as it is, any other refuses it.
+    Staged(StagedIn),
 }
 
 impl Data {
     /// Classifies `obj`; anything else is a `TypeError` that says what is accepted.
     pub(crate) fn extract(obj: &Bound<'_, PyAny>) -> PyResult<Data> {
         if let Ok(s) = obj.cast::<PyStaged>() {
-            return Ok(match &s.get().staged {
-                StagedIn::Local(s) => Data::Staged(s.clone()),
-                StagedIn::Served(s) => Data::ServedStaged(s.clone()),
-            });
+            return Ok(Data::Staged(s.get().staged.clone()));
         }
         if obj.is_instance_of::<PyBytes>() || obj.is_instance_of::<PyByteArray>() {
             return Ok(Data::Bytes(obj.extract()?));
@@ -125,40 +120,6 @@ impl Data {
             "an object's data must be bytes, a path (str or os.PathLike), a binary file object or a Staged, not {}",
             obj.get_type().name()?
         )))
-    }
-
-    /// Stages the data in `store`, with the GIL released.
-    pub(crate) fn stage(self, py: Python<'_>, store: &oncelake::Store) -> PyResult<Staged> {
-        match self {
-            Data::Staged(s) => Ok(s),
-            Data::ServedStaged(s) => Err(crate::backend::foreign_staged(
-                py,
-                &s.store,
-                &store.path().display().to_string(),
-            )),
-            Data::Bytes(b) => py
-                .detach(|| store.stage_bytes(&b))
-                .map_err(|e| engine_err(py, e)),
-            Data::Path(p) => {
-                if !p.is_file() {
-                    return Err(PyFileNotFoundError::new_err((
-                        2,
-                        format!("{} is not a readable file; pass a file path, bytes or a binary file object", p.display()),
-                        o(py, p.display().to_string()).unbind(),
-                    )));
-                }
-                py.detach(|| store.stage_file(&p))
-                    .map_err(|e| engine_err(py, e))
-            }
-            Data::Reader(mut r) => {
-                let staged = py.detach(|| store.stage_reader(&mut r));
-                // A failed read() is the caller's exception, not an engine error.
-                if let Some(e) = r.error.take() {
-                    return Err(e);
-                }
-                staged.map_err(|e| engine_err(py, e))
-            }
-        }
     }
 }
 

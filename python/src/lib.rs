@@ -10,11 +10,11 @@ mod convert;
 mod data;
 mod maint;
 mod pipeline;
-mod remote;
 mod run;
 mod snapshot;
 mod store;
 mod submit;
+mod wire;
 
 use pyo3::prelude::*;
 

@@ -1,12 +1,11 @@
 //! `oncelake.Pipeline`: a DAG of stages over a store (SPEC R13), as the engine's
 //! `oncelake::pipeline::Pipeline` runs it.
 
-use crate::backend::Remote;
-use crate::backend::{with_store, Backend};
+use crate::backend::{with_store, Backend, Backing, Work};
 use crate::convert::{self, kw, make, o, Py2};
 use oncelake::pipeline::{
-    Attempt, CellState, Claim, Explain, FailOutcome, Pipeline, PipelineDef, ReadyCell, Status,
-    WorkOptions, WorkReport,
+    Attempt, Claim, Explain, FailOutcome, Pipeline, PipelineDef, ReadyCell, Status, WorkOptions,
+    WorkReport,
 };
 use oncelake::{Lease, UnitOutcome, UnitStore};
 use pyo3::exceptions::PyValueError;
@@ -228,12 +227,11 @@ impl PyPipeline {
         ttl: f64,
     ) -> PyResult<Bound<'py, PyDict>> {
         let opts = WorkOptions {
-            ttl: crate::backend::seconds("ttl", ttl)?,
+            ttl: crate::wire::seconds("ttl", ttl)?,
             ..WorkOptions::default()
         };
-        // The engine's one worker loop (`oncelake::api::work`) on either store; in-process it
-        // checks the worker name first, as a server does on each claim.
-        let run = |cell: &ReadyCell| {
+        // The engine's one worker loop (`oncelake::api::work`) on either store.
+        let mut run = |cell: &ReadyCell| {
             Python::attach(|py| {
                 let c = self.cell(cell.clone(), None);
                 stage_fn
@@ -243,14 +241,12 @@ impl PyPipeline {
                     .map_err(|e| e.to_string())
             })
         };
-        let report = match &self.on {
-            Backend::Local(store) => py
-                .detach(|| self.pipeline.work_with(store, worker, &opts, run))
-                .py(py)?,
-            Backend::Served(c) => py
-                .detach(|| oncelake::api::work(c, &self.pipeline, worker, &opts, run))
-                .py(py)?,
-        };
+        let report = with_store!(&self.on, py, |s| s.work_loop(Work {
+            pipeline: &self.pipeline,
+            worker,
+            opts: &opts,
+            stage_fn: &mut run,
+        }))?;
         work_counts(py, &report)
     }
 
@@ -278,7 +274,7 @@ impl PyPipeline {
         ttl: f64,
     ) -> PyResult<PyCell> {
         let ready = &cell.get().cell;
-        let ttl = crate::backend::seconds("ttl", ttl)?;
+        let ttl = crate::wire::seconds("ttl", ttl)?;
         let claim = self.claim_cell(py, ready, worker, ttl)?;
         let facts = |extra: Vec<(&'static str, Bound<'py, PyAny>)>| {
             let mut f = cell_facts(py, ready);
@@ -450,43 +446,15 @@ impl PyPipeline {
                     ),
                 ],
             )?;
-            let tried =
-                |attempts, last_error| vec![("attempts", attempts), ("last_error", last_error)];
-            let facts = match &c.state {
-                CellState::Done {
-                    source_version,
-                    code_version,
-                    seq,
-                    object,
-                } => vec![
-                    ("source_version", o(py, source_version)),
-                    ("code_version", o(py, code_version)),
-                    ("seq", o(py, seq)),
-                    ("object", o(py, object.to_hex())),
-                ],
-                CellState::Running {
-                    worker,
-                    token,
-                    source_version,
-                    expires_at_ms,
-                } => vec![
-                    ("worker", o(py, worker)),
-                    ("token", o(py, token)),
-                    ("source_version", o(py, source_version)),
-                    ("expires_at_ms", o(py, expires_at_ms)),
-                ],
-                CellState::Ready {
-                    attempts,
-                    last_error,
-                } => tried(o(py, attempts), o(py, last_error)),
-                CellState::Failed {
-                    attempts,
-                    last_error,
-                } => tried(o(py, attempts), o(py, last_error)),
-                CellState::Blocked { upstream, .. } => vec![("blocked_on", o(py, upstream))],
-            };
-            for (k, v) in facts {
-                d.set_item(k, v)?;
+            // The state's facts under their wire names (as `oncelake pipeline explain --json`
+            // prints them): a blocked cell's upstream stage as `blocked_on`.
+            let facts = convert::from_wire(py, serde_json::to_string(&c.state))?;
+            for (k, v) in facts.cast::<PyDict>()?.iter() {
+                match k.extract::<String>()?.as_str() {
+                    "state" | "upstream_state" => {}
+                    "upstream" => d.set_item("blocked_on", v)?,
+                    _ => d.set_item(k, v)?,
+                }
             }
             cells.append(d)?;
         }
@@ -502,29 +470,8 @@ impl PyPipeline {
 
     /// Counts per stage: ``{"units", "stages": [{"stage", "code_version", "done", "ready",
     /// "running", "blocked", "failed", "stale", "cut_off"}]}``.
-    fn status<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-        let s = self.counts(py)?;
-        let stages = PyList::empty(py);
-        for st in &s.stages {
-            stages.append(kw(
-                py,
-                &[
-                    ("stage", o(py, st.stage.as_str())),
-                    ("code_version", o(py, st.code_version)),
-                    ("done", o(py, st.done)),
-                    ("ready", o(py, st.ready)),
-                    ("running", o(py, st.running)),
-                    ("blocked", o(py, st.blocked)),
-                    ("failed", o(py, st.failed)),
-                    ("stale", o(py, st.stale)),
-                    ("cut_off", o(py, st.cut_off)),
-                ],
-            )?)?;
-        }
-        kw(
-            py,
-            &[("units", o(py, s.units)), ("stages", stages.into_any())],
-        )
+    fn status<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        convert::from_wire(py, serde_json::to_string(&self.counts(py)?))
     }
 }
 

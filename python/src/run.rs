@@ -2,13 +2,11 @@
 //! run-once (`Store::begin_run` → `Run::commit` / `Run::abandon`), so that Python and Rust share
 //! one implementation of the rule.
 
-use crate::backend::{lost, Backend, Remote};
-use crate::convert::{self, poisoned, Py2};
+use crate::backend::{on, Backend, Backing, Claimed, RunSpec};
+use crate::convert::{self, poisoned};
 use crate::data::Data;
-use crate::remote;
-use oncelake::UnitStore;
-use oncelake::{Begin, ClaimOutcome, Lease, RenewOutcome};
-use oncelake_client::Client;
+use crate::wire::lost;
+use oncelake::RenewOutcome;
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use std::sync::{Mutex, MutexGuard};
@@ -24,8 +22,14 @@ use std::time::Duration;
 #[pyclass(module = "oncelake", name = "Run", frozen)]
 pub struct PyRun {
     backend: Backend,
+    /// The unit being computed.
+    #[pyo3(get)]
     unit: String,
+    /// The source version being computed.
+    #[pyo3(get)]
     version: u64,
+    /// The worker name the unit is claimed for.
+    #[pyo3(get)]
     worker: String,
     ttl: Duration,
     state: Mutex<State>,
@@ -33,34 +37,10 @@ pub struct PyRun {
 
 #[derive(Default)]
 struct State {
-    run: Option<Held>,
+    run: Option<Box<dyn Claimed>>,
     entered: bool,
     output: Option<Py<PyAny>>,
     outcome: Option<Py<PyAny>>,
-}
-
-/// The claim a run holds: the engine's run handle in-process, or the lease through a server.
-enum Held {
-    Local(oncelake::Run),
-    Served(Client, Lease),
-}
-
-impl Held {
-    fn lease(&self) -> &Lease {
-        match self {
-            Held::Local(r) => r.lease(),
-            Held::Served(_, l) => l,
-        }
-    }
-
-    /// Gives the lease back; the release's answer does not matter to the caller (a lease no
-    /// longer ours changes nothing).
-    fn abandon(self, py: Python<'_>) -> PyResult<()> {
-        match self {
-            Held::Local(r) => py.detach(|| r.abandon()).py(py).map(drop),
-            Held::Served(c, l) => py.detach(|| c.release(&l)).py(py).map(drop),
-        }
-    }
 }
 
 impl PyRun {
@@ -89,7 +69,7 @@ impl PyRun {
     fn finish<'py>(
         &self,
         py: Python<'py>,
-        run: Held,
+        run: Box<dyn Claimed>,
         output: Option<Py<PyAny>>,
     ) -> PyResult<Bound<'py, PyAny>> {
         let Some(output) = output else {
@@ -100,67 +80,18 @@ impl PyRun {
             )));
         };
         let data = Data::extract(output.bind(py))?;
-        match (run, &self.backend) {
-            (Held::Local(run), Backend::Local(store)) => {
-                // Dropping `run` on an error path gives the lease back.
-                let staged = data.stage(py, store)?;
-                let meta = staged.meta();
-                let outcome = py.detach(|| run.commit(staged)).py(py)?;
-                convert::outcome(py, &outcome, meta)
-            }
-            (held, _) => {
-                let (client, lease) = match held {
-                    Held::Served(c, l) => (c, l),
-                    Held::Local(_) => unreachable!("a local run belongs to a local store"),
-                };
-                // The fenced write of coordinator mode: the server's engine checks the token.
-                let out = remote::put(
-                    py,
-                    &client,
-                    &self.unit,
-                    self.version,
-                    data,
-                    Some(lease.token),
-                    false,
-                );
-                if out.is_err() {
-                    // As a dropped engine run does: give the lease back so another worker may retry.
-                    let _ = py.detach(|| client.release(&lease));
-                }
-                out
-            }
-        }
+        run.commit(py, data)
     }
 
     /// Claims the unit: the engine's `begin_run` in-process, a claim through the server.
-    fn begin(&self, py: Python<'_>) -> PyResult<Held> {
-        match &self.backend {
-            Backend::Local(store) => {
-                let begin = py
-                    .detach(|| store.begin_run(&self.unit, self.version, &self.worker, self.ttl))
-                    .py(py)?;
-                match begin {
-                    Begin::Claimed(run) => Ok(Held::Local(run)),
-                    Begin::AlreadyDone(e) => Err(convert::already_done(py, &self.unit, &e)),
-                    Begin::Busy { worker, until_ms } => {
-                        Err(convert::busy(py, &self.unit, &worker, until_ms))
-                    }
-                }
-            }
-            Backend::Served(c) => {
-                let claimed = py
-                    .detach(|| c.claim(&self.unit, self.version, &self.worker, self.ttl))
-                    .py(py)?;
-                match claimed {
-                    ClaimOutcome::Granted { lease, .. } => Ok(Held::Served(c.clone(), lease)),
-                    ClaimOutcome::AlreadyDone(e) => Err(convert::already_done(py, &self.unit, &e)),
-                    ClaimOutcome::Held {
-                        worker,
-                        expires_at_ms,
-                    } => Err(convert::busy(py, &self.unit, &worker, expires_at_ms)),
-                }
-            }
-        }
+    fn begin(&self, py: Python<'_>) -> PyResult<Box<dyn Claimed>> {
+        let spec = RunSpec {
+            unit: &self.unit,
+            version: self.version,
+            worker: &self.worker,
+            ttl: self.ttl,
+        };
+        on!(&self.backend, |s| s.begin_unit(py, &spec))
     }
 }
 
@@ -224,24 +155,6 @@ impl PyRun {
         Ok(self.state()?.outcome.as_ref().map(|o| o.clone_ref(py)))
     }
 
-    /// The unit being computed.
-    #[getter]
-    fn unit(&self) -> &str {
-        &self.unit
-    }
-
-    /// The source version being computed.
-    #[getter]
-    fn version(&self) -> u64 {
-        self.version
-    }
-
-    /// The worker name the unit is claimed for.
-    #[getter]
-    fn worker(&self) -> &str {
-        &self.worker
-    }
-
     /// The lease while the with-block runs (``None`` before entering and after leaving).
     #[getter]
     fn lease<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyAny>>> {
@@ -256,7 +169,7 @@ impl PyRun {
     #[pyo3(signature = (ttl = None))]
     fn renew<'py>(&self, py: Python<'py>, ttl: Option<f64>) -> PyResult<Bound<'py, PyAny>> {
         let ttl = match ttl {
-            Some(s) => crate::backend::seconds("ttl", s)?,
+            Some(s) => crate::wire::seconds("ttl", s)?,
             None => self.ttl,
         };
         // The run is taken out while the engine renews without the GIL: holding the state lock
@@ -266,16 +179,7 @@ impl PyRun {
                 "renew() works inside the with-block of run_once",
             ));
         };
-        let renewed = match &mut run {
-            Held::Local(r) => py.detach(|| r.renew(ttl)).py(py),
-            Held::Served(c, l) => {
-                let r = py.detach(|| c.renew(l, ttl)).py(py);
-                if let Ok(RenewOutcome::Renewed(new)) = &r {
-                    *l = new.clone();
-                }
-                r
-            }
-        };
+        let renewed = run.renew(py, ttl);
         let lease = run.lease().clone();
         self.state()?.run = Some(run);
         match renewed? {

@@ -1,13 +1,13 @@
-//! `oncelake.Snapshot`: a consistent read-only view as of one seq (SPEC R7), and the reads the
-//! store's own `get`/`entry`/`ls`/`changes_since` make through a one-off view.
+//! `oncelake.Snapshot`: a consistent read-only view as of one seq (SPEC R7), over the [`View`]
+//! of whichever store took it.
 
-use crate::backend::Remote;
-use crate::convert::{self, drop_detached, poisoned, Py2};
-use oncelake::Snapshot;
-use oncelake_client::{Client, SnapshotLease};
+use crate::convert::{self, drop_detached, poisoned};
+use oncelake::log::Record;
+use oncelake::{Entry, ObjectId};
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyList, PyTuple};
+use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
 /// A consistent read-only view of the store as of one seq: it sees every commit up to ``seq``
@@ -19,77 +19,43 @@ use std::sync::{Arc, Mutex};
 pub struct PySnapshot {
     // Shared, not borrowed under the lock: a read releases the GIL, and a lock held across that
     // would deadlock against another thread that holds the GIL and waits for the lock.
-    view: Mutex<Option<View>>,
+    view: Mutex<Option<Arc<dyn View>>>,
 }
 
-/// Where the view is held.
-#[derive(Clone)]
-enum View {
-    Local(Arc<Snapshot>, oncelake::Store),
-    Served(Arc<ServedView>),
-}
+/// A view as of one seq, wherever it is held: the engine's snapshot in-process, a lease on the
+/// server. Each read answers with the engine's types; `PySnapshot` converts them once.
+pub(crate) trait View: Send + Sync {
+    /// The view's seq and the oldest seq a view can still be taken as of.
+    fn seqs(&self) -> (u64, u64);
 
-impl View {
-    /// The view's seq and the oldest seq a view can still be taken as of (the engine's snapshot
-    /// knows both; a served lease was told them when it was opened).
-    fn seqs(&self) -> (u64, u64) {
-        match self {
-            View::Local(s, _) => (s.seq(), s.history_from()),
-            View::Served(s) => (s.lease.seq, s.lease.history_from),
-        }
-    }
-}
+    /// The unit's entry in this view.
+    fn entry(&self, py: Python<'_>, unit: &str) -> PyResult<Option<Entry>>;
 
-/// A snapshot lease on the server; dropping the last reference closes it there.
-struct ServedView {
-    client: Client,
-    lease: SnapshotLease,
-}
+    /// The unit's object bytes in this view, size and CRC32 checked.
+    fn read(&self, py: Python<'_>, unit: &str) -> PyResult<Option<Vec<u8>>>;
 
-impl Drop for ServedView {
-    fn drop(&mut self) {
-        let _ = crate::backend::releasing(&self.client).snapshot_close(self.lease.id);
-    }
+    /// The entries whose unit starts with `prefix`, in key order.
+    fn ls(&self, py: Python<'_>, prefix: &str) -> PyResult<Vec<Entry>>;
+
+    /// The path of the object `id`.
+    fn object_path(&self, py: Python<'_>, id: &ObjectId) -> PyResult<PathBuf>;
+
+    /// The commit-log records after `seq` up to this view's seq.
+    fn changes_since(&self, py: Python<'_>, seq: u64) -> PyResult<Vec<Record>>;
 }
 
 impl PySnapshot {
-    /// A view as of the newest commit or as of `at`, with the GIL released.
-    pub(crate) fn take(
-        py: Python<'_>,
-        store: &oncelake::Store,
-        at: Option<u64>,
-    ) -> PyResult<Snapshot> {
-        py.detach(|| match at {
-            Some(seq) => store.snapshot_at(seq),
-            None => store.snapshot(),
-        })
-        .py(py)
+    /// The Python object of `view`.
+    pub(crate) fn new(view: impl View + 'static) -> Self {
+        PySnapshot {
+            view: Mutex::new(Some(Arc::new(view))),
+        }
     }
 
-    pub(crate) fn open(py: Python<'_>, store: &oncelake::Store, at: Option<u64>) -> PyResult<Self> {
-        Ok(PySnapshot {
-            view: Mutex::new(Some(View::Local(
-                Arc::new(Self::take(py, store, at)?),
-                store.clone(),
-            ))),
-        })
-    }
-
-    /// A view held by the server as a lease.
-    pub(crate) fn open_served(py: Python<'_>, client: &Client, at: Option<u64>) -> PyResult<Self> {
-        let lease = py.detach(|| client.snapshot_open(at, None)).py(py)?;
-        Ok(PySnapshot {
-            view: Mutex::new(Some(View::Served(Arc::new(ServedView {
-                client: client.clone(),
-                lease,
-            })))),
-        })
-    }
-
-    fn with<T>(&self, f: impl FnOnce(&View) -> PyResult<T>) -> PyResult<T> {
+    fn with<T>(&self, f: impl FnOnce(&dyn View) -> PyResult<T>) -> PyResult<T> {
         let view = self.view.lock().map_err(poisoned("snapshot"))?.clone();
         match view {
-            Some(v) => f(&v),
+            Some(v) => f(&*v),
             None => Err(PyValueError::new_err(
                 "the snapshot is closed; take a new one with store.snapshot()",
             )),
@@ -113,74 +79,37 @@ impl PySnapshot {
 
     /// The unit's ``Entry`` in this view, or ``None``.
     fn entry<'py>(&self, py: Python<'py>, unit: &str) -> PyResult<Option<Bound<'py, PyAny>>> {
-        self.with(|v| match v {
-            View::Local(s, _) => entry_of(py, s, unit),
-            View::Served(s) => match py
-                .detach(|| s.client.snapshot_get(s.lease.id, unit))
-                .py(py)?
-            {
-                Some(e) => convert::entry(py, &e).map(Some),
-                None => Ok(None),
-            },
-        })
+        match self.with(|v| v.entry(py, unit))? {
+            Some(e) => convert::entry(py, &e).map(Some),
+            None => Ok(None),
+        }
     }
 
     /// The unit's object bytes in this view (size and CRC32 checked), or ``None``.
-    fn get<'py>(&self, py: Python<'py>, unit: &str) -> PyResult<Option<Bound<'py, PyAny>>> {
-        self.with(|v| match v {
-            View::Local(s, _) => read_of(py, s, unit),
-            View::Served(s) => {
-                let mut bytes = Vec::new();
-                let found = py
-                    .detach(|| s.client.snapshot_read_object(s.lease.id, unit, &mut bytes))
-                    .py(py)?;
-                crate::backend::checked(py, found, &bytes)
-            }
-        })
+    fn get<'py>(&self, py: Python<'py>, unit: &str) -> PyResult<Option<Bound<'py, PyBytes>>> {
+        let bytes = self.with(|v| v.read(py, unit))?;
+        Ok(bytes.map(|b| PyBytes::new(py, &b)))
     }
 
     /// The entries whose unit starts with ``prefix``, in key order.
     #[pyo3(signature = (prefix = ""))]
     fn ls<'py>(&self, py: Python<'py>, prefix: &str) -> PyResult<Bound<'py, PyList>> {
-        self.with(|v| match v {
-            View::Local(s, _) => ls_of(py, s, prefix),
-            View::Served(s) => {
-                let mut entries = Vec::new();
-                py.detach(|| {
-                    s.client.snapshot_ls(s.lease.id, prefix, |e| {
-                        entries.push(e);
-                        true
-                    })
-                })
-                .py(py)?;
-                convert::entries(py, &entries)
-            }
-        })
+        convert::entries(py, &self.with(|v| v.ls(py, prefix))?)
     }
 
     /// The path of an entry's object: an immutable, read-only file (stream it yourself).
     fn object_path(&self, py: Python<'_>, entry: &Bound<'_, PyAny>) -> PyResult<String> {
         let hex: String = entry.getattr("object")?.extract()?;
-        let id: oncelake::ObjectId = hex.parse().map_err(|_| {
+        let id: ObjectId = hex.parse().map_err(|_| {
             PyValueError::new_err(format!("{hex:?} is not an object hash (64 hex digits)"))
         })?;
-        self.with(|v| match v {
-            View::Local(_, store) => Ok(store.object_path(&id).display().to_string()),
-            View::Served(s) => py
-                .detach(|| s.client.snapshot_object_path(s.lease.id, &id))
-                .py(py)
-                .map(|p| p.display().to_string()),
-        })
+        let path = self.with(|v| v.object_path(py, &id))?;
+        Ok(path.display().to_string())
     }
 
     /// The commit-log ``Record``s after ``seq`` up to this view's seq, oldest first.
     fn changes_since<'py>(&self, py: Python<'py>, seq: u64) -> PyResult<Bound<'py, PyList>> {
-        self.with(|v| match v {
-            View::Local(s, _) => changes_of(py, s, seq),
-            View::Served(s) => crate::backend::every_record(py, seq, |since, limit| {
-                s.client.snapshot_changes(s.lease.id, since, limit)
-            }),
-        })
+        convert::records(py, &self.with(|v| v.changes_since(py, seq))?)
     }
 
     /// Ends the view (through a server: closes its lease there).
@@ -198,53 +127,4 @@ impl PySnapshot {
         self.close(py)?;
         Ok(false)
     }
-}
-
-pub(crate) fn entry_of<'py>(
-    py: Python<'py>,
-    s: &Snapshot,
-    unit: &str,
-) -> PyResult<Option<Bound<'py, PyAny>>> {
-    match py.detach(|| s.get(unit)).py(py)? {
-        Some(e) => convert::entry(py, &e).map(Some),
-        None => Ok(None),
-    }
-}
-
-pub(crate) fn read_of<'py>(
-    py: Python<'py>,
-    s: &Snapshot,
-    unit: &str,
-) -> PyResult<Option<Bound<'py, PyAny>>> {
-    let bytes = py
-        .detach(|| -> oncelake::Result<Option<Vec<u8>>> {
-            match s.get(unit)? {
-                Some(e) => s.read_object(&e).map(Some),
-                None => Ok(None),
-            }
-        })
-        .py(py)?;
-    Ok(bytes.map(|b| PyBytes::new(py, &b).into_any()))
-}
-
-pub(crate) fn ls_of<'py>(
-    py: Python<'py>,
-    s: &Snapshot,
-    prefix: &str,
-) -> PyResult<Bound<'py, PyList>> {
-    let entries = py
-        .detach(|| s.prefix(prefix)?.collect::<oncelake::Result<Vec<_>>>())
-        .py(py)?;
-    convert::entries(py, &entries)
-}
-
-pub(crate) fn changes_of<'py>(
-    py: Python<'py>,
-    s: &Snapshot,
-    seq: u64,
-) -> PyResult<Bound<'py, PyList>> {
-    let records = py
-        .detach(|| s.changes_since(seq)?.collect::<oncelake::Result<Vec<_>>>())
-        .py(py)?;
-    convert::records(py, &records)
 }

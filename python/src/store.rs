@@ -1,18 +1,17 @@
 //! `oncelake.Store`: an open store, as a context manager.
 
-use crate::backend::{self, seconds, with_store, Backend, Remote};
-use crate::convert::{self, drop_detached, engine_err, kw, make, o, poisoned, Py2};
-use crate::data::{Data, Item, PyStaged, StagedIn};
+use crate::backend::{on, with_store, Backend, Backing, Items, Listing, Opened, PutData, Staging};
+use crate::convert::{self, drop_detached, kw, make, o, poisoned, Py2};
+use crate::data::{Data, Item, PyStaged};
 use crate::pipeline::PyPipeline;
-use crate::remote;
 use crate::run::PyRun;
 use crate::snapshot::PySnapshot;
-use oncelake::reconcile::{Pairs, Plan, ReconcileError, ReconcileOptions, SortConfig};
-use oncelake::{Batch, ClaimOutcome, Durability, Options, RenewOutcome, UnitStore};
-use oncelake_client::{Client, ClientError};
+use crate::wire::{self, seconds};
+use oncelake::reconcile::Plan;
+use oncelake::{ClaimOutcome, Durability, Options, RenewOutcome, UnitStore};
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
-use pyo3::types::{PyDict, PyList, PyTuple};
+use pyo3::types::{PyBytes, PyDict, PyList, PyTuple};
 use std::path::PathBuf;
 use std::sync::RwLock;
 
@@ -47,14 +46,6 @@ impl PyStore {
             ))),
         }
     }
-
-    /// The server's client when a server holds the store.
-    fn served(&self) -> PyResult<Option<Client>> {
-        Ok(match self.backend()? {
-            Backend::Served(c) => Some(c),
-            Backend::Local(_) => None,
-        })
-    }
 }
 
 #[pymethods]
@@ -88,10 +79,10 @@ impl PyStore {
             ..Options::default()
         };
         let backend = py
-            .detach(|| open_backend(&path, options))
+            .detach(|| Backend::open(&path, options))
             .map_err(|e| match e {
                 Opened::Engine(e) => convert::engine_err(py, e),
-                Opened::Client(e) => backend::client_err(py, e),
+                Opened::Client(e) => wire::client_err(py, e),
             })?;
         Ok(PyStore {
             inner: RwLock::new(Some(backend)),
@@ -103,7 +94,7 @@ impl PyStore {
     /// opened) rather than the engine in this process.
     #[getter]
     fn served_by(&self) -> PyResult<Option<String>> {
-        Ok(self.served()?.map(|c| c.address()))
+        Ok(on!(&self.backend()?, |s| s.server_address()))
     }
 
     /// The store's directory.
@@ -156,12 +147,15 @@ impl PyStore {
         ttl: Option<f64>,
     ) -> PyResult<PyStaged> {
         let ttl = ttl.map(|t| seconds("ttl", t)).transpose()?;
-        match self.backend()? {
-            Backend::Local(store) => Ok(PyStaged {
-                staged: StagedIn::Local(Data::extract(data)?.stage(py, &store)?),
-            }),
-            Backend::Served(c) => remote::stage(py, &c, &self.path, Data::extract(data)?, ttl),
-        }
+        let to = Staging {
+            path: &self.path,
+            ttl,
+        };
+        on!(&self.backend()?, |s| s.stage_data(
+            py,
+            Data::extract(data)?,
+            &to
+        ))
     }
 
     /// Stages ``data`` and commits it as the output of ``unit`` at ``version``.
@@ -207,13 +201,8 @@ impl PyStore {
         partial: bool,
     ) -> PyResult<Bound<'py, PyList>> {
         let items = commit_items(py, items)?;
-        let (report, metas) = match self.backend()? {
-            Backend::Local(store) => {
-                let (batch, metas) = crate::submit::local_batch(py, &store, items, partial)?;
-                (py.detach(|| store.commit(batch)).py(py)?, metas)
-            }
-            Backend::Served(c) => remote::commit(py, &c, items, partial)?,
-        };
+        let items = Items { items, partial };
+        let (report, metas) = on!(&self.backend()?, |s| s.commit_items(py, items))?;
         crate::submit::outcomes(py, &report, metas, partial)
     }
 
@@ -230,18 +219,9 @@ impl PyStore {
         items: &Bound<'_, PyAny>,
         partial: bool,
     ) -> PyResult<crate::submit::PyCommitHandle> {
-        use crate::submit::{local_batch, PyCommitHandle};
         let items = commit_items(py, items)?;
-        Ok(match self.backend()? {
-            Backend::Local(store) => {
-                let (batch, metas) = local_batch(py, &store, items, partial)?;
-                PyCommitHandle::local(store.submit(batch).py(py)?, metas, partial)
-            }
-            Backend::Served(c) => {
-                let (report, metas) = remote::commit(py, &c, items, partial)?;
-                PyCommitHandle::served(report, metas, partial)
-            }
-        })
+        let items = Items { items, partial };
+        on!(&self.backend()?, |s| s.submit_items(py, items))
     }
 
     /// Claims ``unit`` to produce ``version`` for ``worker`` for ``ttl`` seconds (coordinator
@@ -281,7 +261,7 @@ impl PyStore {
         let ttl = seconds("ttl", ttl)?;
         match with_store!(&self.backend()?, py, |s| UnitStore::renew(s, &l, ttl))? {
             RenewOutcome::Renewed(new) => convert::lease(py, &new, false),
-            RenewOutcome::Lost { newest_token } => Err(backend::lost(py, &l, newest_token)),
+            RenewOutcome::Lost { newest_token } => Err(wire::lost(py, &l, newest_token)),
         }
     }
 
@@ -342,10 +322,7 @@ impl PyStore {
     /// that the server closes when it was not read for 10 minutes.
     #[pyo3(signature = (at = None))]
     fn snapshot(&self, py: Python<'_>, at: Option<u64>) -> PyResult<PySnapshot> {
-        match self.backend()? {
-            Backend::Local(store) => PySnapshot::open(py, &store, at),
-            Backend::Served(c) => PySnapshot::open_served(py, &c, at),
-        }
+        on!(&self.backend()?, |s| s.open_snapshot(py, at))
     }
 
     /// The unit's ``Entry`` (now, or as of seq ``at``), or ``None``.
@@ -370,10 +347,10 @@ impl PyStore {
         py: Python<'py>,
         unit: &str,
         at: Option<u64>,
-    ) -> PyResult<Option<Bound<'py, PyAny>>> {
+    ) -> PyResult<Option<Bound<'py, PyBytes>>> {
         let mut bytes = Vec::new();
         let found = with_store!(&self.backend()?, py, |s| s.read_into(unit, at, &mut bytes))?;
-        backend::checked(py, found, &bytes)
+        Ok(wire::checked(py, found, bytes)?.map(|b| PyBytes::new(py, &b)))
     }
 
     /// The entries whose unit starts with ``prefix``, in key order (now, or as of seq ``at``).
@@ -394,7 +371,7 @@ impl PyStore {
 
     /// The commit-log ``Record``s after ``seq``, oldest first (the change feed).
     fn changes_since<'py>(&self, py: Python<'py>, seq: u64) -> PyResult<Bound<'py, PyList>> {
-        let records = with_store!(&self.backend()?, py, |s| backend::every_page(
+        let records = with_store!(&self.backend()?, py, |s| wire::every_page(
             seq,
             |since, limit| s.changes(since, limit)
         ))?;
@@ -410,7 +387,7 @@ impl PyStore {
     /// The shared lake this node is bound to, or ``None`` for a local store.
     #[getter]
     fn lake(&self) -> PyResult<Option<String>> {
-        Ok(self.local_lake()?.flatten())
+        Ok(on!(&self.backend()?, |s| s.bound_lake()))
     }
 
     /// A lake node: applies what other nodes committed to the lake since, so that what is read
@@ -446,41 +423,12 @@ impl PyStore {
                 )
             })?);
         }
-        let store = match self.backend()? {
-            Backend::Local(store) => store,
-            Backend::Served(c) => {
-                let plan = remote::reconcile(py, &c, &pairs, full, list_up_to_date)?;
-                return plan_value(py, &plan);
-            }
+        let listing = Listing {
+            pairs,
+            full,
+            list_up_to_date,
         };
-        let opts = ReconcileOptions { list_up_to_date };
-        let listing = Pairs::new(pairs.iter().map(|(u, v)| (u.as_str(), *v)));
-        let plan = py.detach(|| -> Result<Plan, ReconcileError> {
-            if full {
-                let snap = store.snapshot()?;
-                let mut units = Vec::new();
-                let summary = oncelake::reconcile::reconcile_full_unsorted(
-                    &snap,
-                    listing,
-                    opts,
-                    &SortConfig::new(std::env::temp_dir()),
-                    |i| {
-                        units.push(i.into());
-                        Ok(())
-                    },
-                )?;
-                Ok(Plan { units, summary })
-            } else {
-                Plan::changes(&store, listing, opts)
-            }
-        });
-        let plan = plan.map_err(|e| match e {
-            ReconcileError::Store(e) => engine_err(py, e),
-            other => match kw(py, &[]) {
-                Ok(f) => convert::error(py, "invalid_input", other.to_string(), f),
-                Err(err) => err,
-            },
-        })?;
+        let plan = on!(&self.backend()?, |s| s.plan(py, &listing))?;
         plan_value(py, &plan)
     }
 
@@ -489,36 +437,18 @@ impl PyStore {
     /// commits: the store's whole history) or ``process`` (since this process opened the store).
     /// Through a server the process is the server's, and ``server`` holds its own counters.
     fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-        let store = match self.backend()? {
-            Backend::Local(store) => store,
-            Backend::Served(c) => {
-                let s = py.detach(|| c.stats()).py(py)?;
-                let d = stats_dict(py, &self.path(), s.units, s.seq, &s.metrics())?;
-                d.set_item("server", pythonize(py, &s.server)?)?;
-                return Ok(d);
-            }
-        };
-        let (units, last_seq) = py
-            .detach(|| -> oncelake::Result<(u64, u64)> {
-                let snap = store.snapshot()?;
-                let mut n = 0;
-                for e in snap.iter()? {
-                    e?;
-                    n += 1;
-                }
-                Ok((n, snap.seq()))
-            })
-            .py(py)?;
-        stats_dict(py, &self.path(), units, last_seq, &store.metrics())
+        let s = on!(&self.backend()?, |s| s.stats_now(py))?;
+        let d = stats_dict(py, &self.path(), s.units, s.last_seq, &s.metrics)?;
+        if let Some(server) = s.server {
+            d.set_item("server", convert::from_wire(py, Ok(server))?)?;
+        }
+        Ok(d)
     }
 
     /// The counters in the Prometheus text format (through a server: its `/metrics`, with the
     /// server's own process-only counters).
     fn prometheus(&self, py: Python<'_>) -> PyResult<String> {
-        match self.backend()? {
-            Backend::Local(store) => Ok(store.metrics().to_prometheus()),
-            Backend::Served(c) => py.detach(|| c.metrics_text()).py(py),
-        }
+        on!(&self.backend()?, |s| s.prometheus_text(py))
     }
     /// Garbage collection (``oncelake gc``): removes staging files of writers that are gone (and
     /// unrecognised ones older than ``grace`` seconds), prunes history superseded more than
@@ -587,34 +517,7 @@ fn commit_items<'py>(py: Python<'py>, items: &Bound<'py, PyAny>) -> PyResult<Vec
     Ok(out)
 }
 
-/// Why opening failed: the engine's error, or the server's.
-enum Opened {
-    Engine(oncelake::Error),
-    Client(ClientError),
-}
-
-/// The server's client when a live server holds the store (R20), else the store opened here.
-/// A store no server answers for (no `serve.json`, or one left by a killed server) opens
-/// in-process as before.
-fn open_backend(path: &std::path::Path, options: Options) -> Result<Backend, Opened> {
-    match Client::for_store(path) {
-        Ok(c) => Ok(Backend::Served(c)),
-        Err(ClientError::NotServed { .. }) => oncelake::Store::open_with(path, options)
-            .map(Backend::Local)
-            .map_err(Opened::Engine),
-        Err(e) => Err(Opened::Client(e)),
-    }
-}
-
 impl PyStore {
-    /// The lake of the store opened in this process (`None` through a server).
-    fn local_lake(&self) -> PyResult<Option<Option<String>>> {
-        Ok(match self.backend()? {
-            Backend::Local(store) => Some(store.lake_url()),
-            Backend::Served(_) => None,
-        })
-    }
-
     /// The unit's committed version, in-process or through the server.
     fn lookup_committed(
         &self,
@@ -633,21 +536,15 @@ impl PyStore {
         correct: bool,
     ) -> PyResult<Bound<'py, PyAny>> {
         oncelake::validate_key(unit).py(py)?;
-        let store = match self.backend()? {
-            Backend::Local(store) => store,
-            Backend::Served(c) => {
-                return remote::put(py, &c, unit, version, Data::extract(data)?, token, correct)
-            }
+        let data = Data::extract(data)?;
+        let put = PutData {
+            unit,
+            version,
+            data,
+            token,
+            correct,
         };
-        let intent = if correct {
-            oncelake::Intent::Correct
-        } else {
-            oncelake::Intent::Put
-        };
-        let staged = Data::extract(data)?.stage(py, &store)?;
-        let batch = Batch::new().item(unit.to_string(), version, &staged, token, intent);
-        let report = py.detach(|| store.commit(batch)).py(py)?;
-        convert::outcome(py, &report.units[0], staged.meta())
+        on!(&self.backend()?, |s| s.put_data(py, put))
     }
 }
 
@@ -665,21 +562,9 @@ fn plan_value<'py>(py: Python<'py>, plan: &Plan) -> PyResult<Bound<'py, PyAny>> 
         )?;
         units.append(make(py, "PlannedUnit", args)?)?;
     }
-    let s = &plan.summary;
-    let summary = kw(
-        py,
-        &[
-            ("listed", o(py, s.listed)),
-            ("missing", o(py, s.missing)),
-            ("behind", o(py, s.behind)),
-            ("up_to_date", o(py, s.up_to_date)),
-            ("manifest_ahead", o(py, s.manifest_ahead)),
-            ("unknown", o(py, s.unknown)),
-            ("duplicate_lines", o(py, s.duplicate_lines)),
-            ("manifest_units", o(py, s.manifest_units)),
-            ("to_process", o(py, s.to_process())),
-        ],
-    )?;
+    // The engine's counts under their wire names, and what they add up to.
+    let summary = convert::from_wire(py, serde_json::to_string(&plan.summary))?;
+    summary.set_item("to_process", plan.summary.to_process())?;
     make(
         py,
         "Plan",
@@ -728,9 +613,4 @@ fn stats_dict<'py>(
     }
     d.set_item("scopes", scopes)?;
     Ok(d)
-}
-
-/// A JSON value as the Python value `json.loads` makes of it.
-fn pythonize<'py>(py: Python<'py>, v: &impl std::fmt::Display) -> PyResult<Bound<'py, PyAny>> {
-    py.import("json")?.call_method1("loads", (v.to_string(),))
 }

@@ -3,35 +3,13 @@
 //! thread per commit in flight. The engine's submission threads do the waiting
 //! (`oncelake::Store::submit`); the GIL is released while a handle waits.
 
-use crate::convert::{self, Py2};
-use crate::data::{Data, Item};
-use oncelake::{Batch, CommitReport, ObjectMeta};
+use crate::convert;
+use oncelake::{CommitReport, ObjectMeta};
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::PyList;
 use std::sync::Mutex;
 use std::time::Duration;
-
-/// The batch of `Store.commit`'s or `Store.submit`'s items on an in-process store (each item's
-/// data staged first), with each item's object metadata, in order.
-pub(crate) fn local_batch<'py>(
-    py: Python<'py>,
-    store: &oncelake::Store,
-    items: Vec<Item<'py>>,
-    partial: bool,
-) -> PyResult<(Batch, Vec<ObjectMeta>)> {
-    let mut batch = Batch::new();
-    let mut metas = Vec::new();
-    for (unit, version, data, token) in items {
-        let staged = Data::extract(&data)?.stage(py, store)?;
-        metas.push(staged.meta());
-        batch = batch.item(unit, version, &staged, token, oncelake::Intent::Put);
-    }
-    if partial {
-        batch = batch.partial();
-    }
-    Ok((batch, metas))
-}
 
 /// What `Store.commit` returns for `report`: per unit in order `Committed`, `Duplicate` or the
 /// rejection's exception instance; unless `partial`, the first rejection is raised instead, with
@@ -80,35 +58,31 @@ pub struct PyCommitHandle {
 /// A handle before and after its answer.
 enum State {
     /// In flight (through a server: answered already), with each item's object metadata.
-    Waiting(Pending, Vec<ObjectMeta>),
+    Waiting(Box<dyn InFlight>, Vec<ObjectMeta>),
     /// Answered: what `wait` returns or raises, kept for a second `wait`.
     Answered(Result<Py<PyList>, PyErr>),
     /// Taken by a `wait` of another thread that has not finished yet.
     Taken,
 }
 
-/// The engine's handle, or the report a server answered with before `submit` returned.
-enum Pending {
-    Local(oncelake::CommitHandle),
-    Served(CommitReport),
+/// A commit in flight: the engine's handle, or the report a server answered with before
+/// `submit` returned.
+pub(crate) trait InFlight: Send {
+    /// Whether the answer is there.
+    fn is_done(&self) -> bool;
+
+    /// The answer, waited for with the GIL released (at most `timeout`); the commit back if it is
+    /// still in flight then.
+    fn answer(
+        self: Box<Self>,
+        py: Python<'_>,
+        timeout: Option<Duration>,
+    ) -> Result<PyResult<CommitReport>, Box<dyn InFlight>>;
 }
 
 impl PyCommitHandle {
-    /// A handle to the engine's `handle`.
-    pub(crate) fn local(
-        handle: oncelake::CommitHandle,
-        metas: Vec<ObjectMeta>,
-        partial: bool,
-    ) -> Self {
-        Self::of(Pending::Local(handle), metas, partial)
-    }
-
-    /// A handle answered already (a store served by a server commits at the call).
-    pub(crate) fn served(report: CommitReport, metas: Vec<ObjectMeta>, partial: bool) -> Self {
-        Self::of(Pending::Served(report), metas, partial)
-    }
-
-    fn of(pending: Pending, metas: Vec<ObjectMeta>, partial: bool) -> Self {
+    /// A handle to the commit `pending`, with each item's object metadata.
+    pub(crate) fn new(pending: Box<dyn InFlight>, metas: Vec<ObjectMeta>, partial: bool) -> Self {
         PyCommitHandle {
             state: Mutex::new(State::Waiting(pending, metas)),
             partial,
@@ -131,7 +105,7 @@ impl PyCommitHandle {
     #[pyo3(signature = (timeout = None))]
     fn wait<'py>(&self, py: Python<'py>, timeout: Option<f64>) -> PyResult<Bound<'py, PyList>> {
         let timeout = timeout
-            .map(|t| crate::backend::seconds("timeout", t))
+            .map(|t| crate::wire::seconds("timeout", t))
             .transpose()?;
         let taken = std::mem::replace(&mut *self.lock()?, State::Taken);
         let (pending, metas) = match taken {
@@ -150,20 +124,16 @@ impl PyCommitHandle {
                 ))
             }
         };
-        let report = match pending {
-            Pending::Served(r) => Ok(r),
-            Pending::Local(h) => match wait_local(py, h, timeout) {
-                Ok(r) => r,
-                Err(h) => {
-                    *self.lock()? = State::Waiting(Pending::Local(h), metas);
-                    return Err(pyo3::exceptions::PyTimeoutError::new_err(
-                        "the commit is still in flight; wait for its handle again",
-                    ));
-                }
-            },
+        let report = match pending.answer(py, timeout) {
+            Ok(r) => r,
+            Err(pending) => {
+                *self.lock()? = State::Waiting(pending, metas);
+                return Err(pyo3::exceptions::PyTimeoutError::new_err(
+                    "the commit is still in flight; wait for its handle again",
+                ));
+            }
         };
         let answer = report
-            .py(py)
             .and_then(|r| outcomes(py, &r, metas, self.partial))
             .map(Bound::unbind);
         let out = answer
@@ -177,8 +147,8 @@ impl PyCommitHandle {
     /// Whether the answer is there (``wait`` then returns without waiting).
     fn done(&self) -> PyResult<bool> {
         Ok(match &*self.lock()? {
-            State::Waiting(Pending::Local(h), _) => h.is_done(),
-            State::Waiting(Pending::Served(_), _) | State::Answered(_) => true,
+            State::Waiting(p, _) => p.is_done(),
+            State::Answered(_) => true,
             State::Taken => false,
         })
     }
@@ -186,16 +156,4 @@ impl PyCommitHandle {
     fn __repr__(&self) -> PyResult<String> {
         Ok(format!("<oncelake.CommitHandle done={}>", self.done()?))
     }
-}
-
-/// Waits for `h` with the GIL released: its answer, or the handle back after `timeout`.
-fn wait_local(
-    py: Python<'_>,
-    h: oncelake::CommitHandle,
-    timeout: Option<Duration>,
-) -> Result<oncelake::Result<CommitReport>, oncelake::CommitHandle> {
-    py.detach(move || match timeout {
-        None => Ok(h.wait()),
-        Some(t) => h.wait_timeout(t),
-    })
 }

@@ -1,40 +1,13 @@
-//! Where a `Store`'s calls go — the engine in this process, or the server that holds the store
-//! (SPEC R20) — and what both need below the Python classes: the served store's errors as the
-//! exceptions an in-process call raises, durations from Python, the exception of a lost lease.
+//! What the Python classes need below them whichever store their calls go to (SPEC R20): a
+//! served store's errors as the exceptions an in-process call raises, its handles released on
+//! drop, its paged reads; durations from Python; the exception of a lost lease.
 
 use crate::convert::{self, kw, o};
 use oncelake_client::{Client, ClientError};
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
-use pyo3::types::{PyBytes, PyList};
 use std::path::Path;
 use std::time::Duration;
-
-/// Where the calls go: the engine in this process, or the server that holds the store (R20).
-#[derive(Clone)]
-pub(crate) enum Backend {
-    Local(oncelake::Store),
-    Served(Client),
-}
-
-/// Runs `$body` with `$s` bound to the backend's `oncelake::UnitStore` (the engine's `Store` or
-/// the server's `Client`), the GIL released, and raises its error as the matching Python
-/// exception: an operation is written once over the trait. (A macro, not a generic function:
-/// the two stores' errors convert to Python differently, and a closure cannot be generic over
-/// the store it is given.)
-macro_rules! with_store {
-    ($backend:expr, $py:expr, |$s:ident| $body:expr) => {
-        match $backend {
-            $crate::backend::Backend::Local($s) => $py
-                .detach(|| $body)
-                .map_err(|e| $crate::convert::engine_err($py, e)),
-            $crate::backend::Backend::Served($s) => $py
-                .detach(|| $body)
-                .map_err(|e| $crate::backend::client_err($py, e)),
-        }
-    };
-}
-pub(crate) use with_store;
 
 /// A duration in seconds from Python, checked.
 pub(crate) fn seconds(name: &str, s: f64) -> PyResult<Duration> {
@@ -152,29 +125,18 @@ pub(crate) fn foreign_staged(py: Python<'_>, staged_in: &Path, here: &str) -> Py
 
 /// The bytes of a `get` through the server, checked against the entry's size and CRC32 as the
 /// engine's `Snapshot::read_object` checks them in-process (a damaged object raises `Corrupt`).
-pub(crate) fn checked<'py>(
-    py: Python<'py>,
+pub(crate) fn checked(
+    py: Python<'_>,
     found: Option<oncelake::Entry>,
-    bytes: &[u8],
-) -> PyResult<Option<Bound<'py, PyAny>>> {
+    bytes: Vec<u8>,
+) -> PyResult<Option<Vec<u8>>> {
     match found {
         Some(e) => {
-            oncelake::check_object(&e, bytes).map_err(|err| convert::engine_err(py, err))?;
-            Ok(Some(PyBytes::new(py, bytes).into_any()))
+            oncelake::check_object(&e, &bytes).map_err(|err| convert::engine_err(py, err))?;
+            Ok(Some(bytes))
         }
         None => Ok(None),
     }
-}
-
-/// Every record after `seq`, read through the server a page at a time by `page(since, limit)`
-/// (of the store or of a snapshot lease), as a list of `oncelake.Record`.
-pub(crate) fn every_record<'py>(
-    py: Python<'py>,
-    seq: u64,
-    page: impl Fn(u64, usize) -> Result<Vec<oncelake::log::Record>, ClientError> + Sync,
-) -> PyResult<Bound<'py, PyList>> {
-    let records = py.detach(|| every_page(seq, &page)).py(py)?;
-    convert::records(py, &records)
 }
 
 /// Every record after `seq`, asked for a page at a time by `page(since, limit)`.
