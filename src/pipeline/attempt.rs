@@ -12,7 +12,7 @@ use crate::commit::apply::{ExtensionOutcome, Fence};
 use crate::commit::{Batch, CommitReport, Outcome, UnitOutcome};
 use crate::error::Result;
 use crate::metrics::add;
-use crate::store::Store;
+use crate::store::{claim_op, Store};
 use std::collections::HashMap;
 use std::time::Duration;
 
@@ -145,7 +145,8 @@ impl Pipeline {
         worker: &str,
         ttl: Duration,
     ) -> Result<Claim> {
-        let lease = match store.claim_any(&cell.key, cell.source_version, worker, ttl)? {
+        let op = claim_op(cell.key.clone(), cell.source_version, worker.into(), ttl)?;
+        let lease = match store.submit_claim(op)? {
             ClaimOutcome::Granted { lease, .. } => lease,
             ClaimOutcome::Held {
                 worker,

@@ -294,15 +294,7 @@ mod tests {
     fn tables_over_a_tail_read_what_the_applied_tables_hold() {
         let dir = tempfile::tempdir().unwrap();
         let ttl = Duration::from_secs(600);
-        let store = Store::open_with(
-            dir.path().join("lake"),
-            Options {
-                background_apply: false,
-                apply_min_bytes: 64 << 20,
-                ..Options::default()
-            },
-        )
-        .unwrap();
+        let store = Store::open_with(dir.path().join("lake"), Options::held_backlog()).unwrap();
         // Applied: sources, leases and a definition.
         let p1 = pipeline(1);
         for u in ["u0", "u1"] {
