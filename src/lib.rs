@@ -104,6 +104,10 @@ pub use object::{ObjectId, ObjectMeta};
 pub use options::Floor;
 pub use replay::{replay, ReplayReport};
 pub use run::{Begin, Reader, Run, RunAnswers, RunError, RunOutcome, WorkOutput};
+/// The seal every stored value carries, for tests that write a store's tables by hand.
+#[cfg(feature = "testing")]
+#[doc(hidden)]
+pub use schema::codec::seal;
 pub use schema::manifest::Entry;
 pub use snapshot::{check_object, Entries, Snapshot};
 pub use stage::Staged;

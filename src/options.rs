@@ -142,3 +142,16 @@ impl Default for Options {
         }
     }
 }
+
+#[cfg(test)]
+impl Options {
+    /// Applied by nobody unless asked: every group stays in the backlog until a reader of the
+    /// tables, a flush or a close needs it (the unit tests of reads over the backlog).
+    pub(crate) fn held_backlog() -> Options {
+        Options {
+            background_apply: false,
+            apply_min_bytes: 64 << 20,
+            ..Options::default()
+        }
+    }
+}

@@ -387,12 +387,8 @@ impl Store {
         })?;
         let mut produced = Vec::with_capacity(holdings.len());
         for holding in holdings {
-            add(&self.core().metrics.c.computations, 1);
             let i = holding.index;
-            match work(i)
-                .map_err(RunError::Work)
-                .and_then(|out| out.stage_into(self).map_err(RunError::Engine))
-            {
+            match self.compute(&mut work, i) {
                 Ok(staged) => produced.push(Produced { holding, staged }),
                 Err(e) => {
                     self.give_back(holding);
@@ -418,14 +414,7 @@ impl Store {
         ttl: Duration,
         answer: &mut dyn FnMut(usize, RunOutcome),
     ) -> crate::Result<Vec<Holding>> {
-        // The in-memory dedup index answers the common "done already" case without a write.
-        let mut to_claim = Vec::with_capacity(units.len());
-        for (i, &(unit, version)) in units.iter().enumerate() {
-            match self.done_entry(unit, version)? {
-                Some(entry) => answer(i, self.already_done(entry)),
-                None => to_claim.push(i),
-            }
-        }
+        let to_claim = self.not_done(units, answer)?;
         if to_claim.is_empty() {
             return Ok(Vec::new());
         }
@@ -591,20 +580,10 @@ impl Store {
         O: WorkOutput,
     {
         let mut answers = validate_units(units)?;
-        let mut to_run = Vec::with_capacity(units.len());
-        for (i, &(unit, version)) in units.iter().enumerate() {
-            match self.done_entry(unit, version)? {
-                Some(entry) => answers[i] = Some(Ok(self.already_done(entry))),
-                None => to_run.push(i),
-            }
-        }
+        let to_run = self.not_done(units, &mut |i, outcome| answers[i] = Some(Ok(outcome)))?;
         let mut produced: Vec<(usize, Staged)> = Vec::with_capacity(to_run.len());
         for i in to_run {
-            add(&self.core().metrics.c.computations, 1);
-            match work(i)
-                .map_err(RunError::Work)
-                .and_then(|out| out.stage_into(self).map_err(RunError::Engine))
-            {
+            match self.compute(&mut work, i) {
                 Ok(staged) => produced.push((i, staged)),
                 Err(e) => answers[i] = Some(Err(e)),
             }
@@ -623,6 +602,36 @@ impl Store {
             }
         }
         Ok(finish(answers))
+    }
+
+    /// The positions of the units not yet committed at their version or newer, in the order of
+    /// `units`; the others are answered (and counted) as done. The in-memory dedup index answers
+    /// the common "done already" case without a write.
+    fn not_done(
+        &self,
+        units: &[(&str, u64)],
+        answer: &mut dyn FnMut(usize, RunOutcome),
+    ) -> crate::Result<Vec<usize>> {
+        let mut rest = Vec::with_capacity(units.len());
+        for (i, &(unit, version)) in units.iter().enumerate() {
+            match self.done_entry(unit, version)? {
+                Some(entry) => answer(i, self.already_done(entry)),
+                None => rest.push(i),
+            }
+        }
+        Ok(rest)
+    }
+
+    /// Runs `work(i)` (counted as a computation) and stages its output.
+    fn compute<O, E, F>(&self, work: &mut F, i: usize) -> Result<Staged, RunError<E>>
+    where
+        F: FnMut(usize) -> Result<O, E>,
+        O: WorkOutput,
+    {
+        add(&self.core().metrics.c.computations, 1);
+        work(i)
+            .map_err(RunError::Work)
+            .and_then(|out| out.stage_into(self).map_err(RunError::Engine))
     }
 
     /// Counts and answers a run that found the unit done.

@@ -559,15 +559,7 @@ mod tests {
     #[test]
     fn snapshots_keep_no_group_of_the_backlog_alive() {
         let dir = tempfile::tempdir().unwrap();
-        let store = Store::open_with(
-            dir.path().join("lake"),
-            Options {
-                background_apply: false,
-                apply_min_bytes: 64 << 20,
-                ..Options::default()
-            },
-        )
-        .unwrap();
+        let store = Store::open_with(dir.path().join("lake"), Options::held_backlog()).unwrap();
         for i in 0..50 {
             store.put(&format!("u{i}"), 1, b"v1").unwrap();
         }

@@ -480,23 +480,18 @@ impl Store {
         ttl: Duration,
     ) -> Result<ClaimOutcome> {
         validate_user_key(unit)?;
-        self.claim_any(unit, source_version, worker, ttl)
-    }
-
-    /// [`Store::claim`] for any key, internal units included: the pipeline engine's path.
-    pub(crate) fn claim_any(
-        &self,
-        unit: &str,
-        source_version: u64,
-        worker: &str,
-        ttl: Duration,
-    ) -> Result<ClaimOutcome> {
-        match self.submit_op(claim_op(
+        self.submit_claim(claim_op(
             unit.to_string(),
             source_version,
             worker.to_string(),
             ttl,
-        )?)? {
+        )?)
+    }
+
+    /// Submits a claim made by [`claim_op`], of any key, internal units included (the pipeline
+    /// engine claims its cells so).
+    pub(crate) fn submit_claim(&self, claim: Op) -> Result<ClaimOutcome> {
+        match self.submit_op(claim)? {
             Done::Claim(c) => Ok(c),
             other => {
                 unreachable!("invariant: a claim op is answered by a claim outcome, got {other:?}")

@@ -219,16 +219,9 @@ pub(super) fn write_group(inner: &Core, ops: Vec<Op>) -> Result<GroupResult> {
         Path::InPlace(_) => inner.drain()?,
         Path::Logged => inner.make_room()?,
     }
-    let DecidedGroup {
-        dones,
-        index,
-        counts,
-        pending,
-        newest,
-        prune_guard,
-    } = decide_group(inner, ops, now_ms, path)?;
-    let Some(pending) = pending else {
-        return Ok((dones, index, counts));
+    let decided = decide_group(inner, ops, now_ms, path)?;
+    let Some(pending) = decided.pending else {
+        return Ok(decided.result);
     };
     match (path, inner.wal.as_ref()) {
         // Durable before anyone can see it: readers see a group only once it is in the backlog
@@ -248,16 +241,15 @@ pub(super) fn write_group(inner: &Core, ops: Vec<Op>) -> Result<GroupResult> {
         (Path::InPlace(synced), _) => inner.apply_in_place(&pending, synced)?,
     }
     // A read begun from now on sees the group: a snapshot may pin its newest seq.
-    inner.readers.publish(newest);
-    drop(prune_guard);
-    Ok((dones, index, counts))
+    inner.readers.publish(decided.newest);
+    drop(decided.prune_guard);
+    Ok(decided.result)
 }
 
 /// A group decided on the leader's state, not yet durable.
 pub(super) struct DecidedGroup {
-    pub(super) dones: Vec<Done>,
-    pub(super) index: Vec<(String, bool, EntryValue)>,
-    pub(super) counts: crate::metrics::Counters,
+    /// What the caller answers once the group is durable (at once when it writes nothing).
+    pub(super) result: GroupResult,
     /// Its redo, or `None` when it writes nothing (every answer is a duplicate or a refusal
     /// decided from durable rows, or a flush).
     pub(super) pending: Option<Pending>,
@@ -335,33 +327,26 @@ pub(super) fn decide_group(
     // changes nothing"). In place, only a lake node skips it (its flush has nothing to sync: the
     // lake is durable); a local store's in-place group is a sync.
     let lake = path == Path::InPlace(false) && lake_node(inner);
-    if redo.is_empty() && !pruned && (path == Path::Logged || lake) {
-        return Ok(DecidedGroup {
-            dones,
-            index,
-            counts,
-            pending: None,
-            newest,
-            prune_guard,
-        });
-    }
-    redo.meta(NEXT_SEQ, &meta::sealed_u64(NEXT_SEQ, *next_seq));
-    redo.meta(NEXT_TOKEN, &meta::sealed_u64(NEXT_TOKEN, *next_token));
-    redo.meta(HISTORY_FROM, &meta::sealed_u64(HISTORY_FROM, *history_from));
-    if !counters.is_empty() {
-        redo.meta(COUNTERS, &meta::sealed_counters(counters));
-    }
-    redo.meta(WAL_GROUP, &meta::sealed_u64(WAL_GROUP, group));
-    *last_group = group;
-    drop(st);
-    let pending = Pending::new(group, redo, index.len());
-    #[cfg(debug_assertions)]
-    crate::commit::invariants::assert_objects_published(inner, &pending)?;
+    let pending = if redo.is_empty() && !pruned && (path == Path::Logged || lake) {
+        None
+    } else {
+        redo.meta(NEXT_SEQ, &meta::sealed_u64(NEXT_SEQ, *next_seq));
+        redo.meta(NEXT_TOKEN, &meta::sealed_u64(NEXT_TOKEN, *next_token));
+        redo.meta(HISTORY_FROM, &meta::sealed_u64(HISTORY_FROM, *history_from));
+        if !counters.is_empty() {
+            redo.meta(COUNTERS, &meta::sealed_counters(counters));
+        }
+        redo.meta(WAL_GROUP, &meta::sealed_u64(WAL_GROUP, group));
+        *last_group = group;
+        drop(st);
+        let pending = Pending::new(group, redo, index.len());
+        #[cfg(debug_assertions)]
+        crate::commit::invariants::assert_objects_published(inner, &pending)?;
+        Some(pending)
+    };
     Ok(DecidedGroup {
-        dones,
-        index,
-        counts,
-        pending: Some(pending),
+        result: (dones, index, counts),
+        pending,
         newest,
         prune_guard,
     })

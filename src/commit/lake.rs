@@ -10,7 +10,7 @@
 //! with a jittered backoff, and no ceiling on the attempts, since every lost round means the lake
 //! moved on.
 
-use crate::commit::apply::{decide_group, DecidedGroup, GroupResult, Op, Path};
+use crate::commit::apply::{decide_group, GroupResult, Op, Path};
 use crate::core::Core;
 use crate::error::{Error, Result};
 use crate::lake::log::Published;
@@ -37,19 +37,12 @@ pub(crate) fn write_group(inner: &Core, lake: &Lake, ops: Vec<Op>) -> Result<Gro
         let t = Instant::now();
         // Log time never runs backwards, whatever this node's clock says.
         let now_ms = inner.options.clock.now_ms().max(head.time_ms);
-        let DecidedGroup {
-            dones,
-            index,
-            counts,
-            pending,
-            newest,
-            prune_guard,
-        } = decide_group(inner, ops.clone(), now_ms, Path::InPlace(false))?;
+        let decided = decide_group(inner, ops.clone(), now_ms, Path::InPlace(false))?;
         timings::add(Phase::Decide, t);
-        let Some(pending) = pending else {
+        let Some(pending) = decided.pending else {
             // Counted in the leader's counters already; carried until a segment of ours wins.
-            lake.unlogged.lock().absorb(&counts);
-            return Ok((dones, index, counts));
+            lake.unlogged.lock().absorb(&decided.result.2);
+            return Ok(decided.result);
         };
         let n = head.applied + 1;
         assert_eq!(
@@ -85,16 +78,16 @@ pub(crate) fn write_group(inner: &Core, lake: &Lake, ops: Vec<Op>) -> Result<Gro
                     hash: segment::hash(&bytes),
                     time_ms: now_ms,
                 };
-                inner.readers.publish(newest);
-                drop(prune_guard);
+                inner.readers.publish(decided.newest);
+                drop(decided.prune_guard);
                 if lake.checkpoint_every > 0 && n.is_multiple_of(lake.checkpoint_every) {
                     super::lake_checkpoint::spawn(inner, *head);
                 }
-                return Ok((dones, index, counts));
+                return Ok(decided.result);
             }
             Published::Lost(winner) => {
                 // What this attempt decided is void: the leader's state is the replica's again.
-                drop(prune_guard);
+                drop(decided.prune_guard);
                 reload(inner, lake)?;
                 apply_segment(inner, lake, &mut head, &winner)?;
                 reload(inner, lake)?;

@@ -283,58 +283,66 @@ mod tests {
 
     #[test]
     fn the_six_rows_of_r3() {
-        let none = || None;
-        assert_eq!(
-            decide(None, None, &inc(1, b"a", None, Intent::Put), none),
-            Decision::Accept { revision: 0 }
-        );
+        use Decision::{Accept, Unchanged};
+        use Intent::Put;
         let c = cur(5, b"a", 0, 10);
-        assert_eq!(
-            decide(Some(&c), None, &inc(6, b"b", None, Intent::Put), none),
-            Decision::Accept { revision: 0 }
-        );
-        assert_eq!(
-            decide(Some(&c), None, &inc(5, b"a", None, Intent::Put), none),
-            Decision::Unchanged(Outcome::Duplicate { seq: 10 })
-        );
-        assert_eq!(
-            decide(Some(&c), None, &inc(5, b"z", None, Intent::Put), none),
-            Decision::Unchanged(Outcome::Conflict {
-                winner_seq: 10,
-                winner: ObjectId::of(b"a")
-            })
-        );
-        assert_eq!(
-            decide(Some(&c), None, &inc(4, b"a", None, Intent::Put), none),
-            Decision::Unchanged(Outcome::Stale { current_version: 5 })
-        );
         let l8 = lease(8, LeaseStatus::Live);
-        assert_eq!(
-            decide(
+        let accept = Accept { revision: 0 };
+        let rows = [
+            ("first", None, None, inc(1, b"a", None, Put), accept),
+            ("newer", Some(&c), None, inc(6, b"b", None, Put), accept),
+            (
+                "same bytes",
+                Some(&c),
+                None,
+                inc(5, b"a", None, Put),
+                Unchanged(Outcome::Duplicate { seq: 10 }),
+            ),
+            (
+                "other bytes",
+                Some(&c),
+                None,
+                inc(5, b"z", None, Put),
+                Unchanged(Outcome::Conflict {
+                    winner_seq: 10,
+                    winner: ObjectId::of(b"a"),
+                }),
+            ),
+            (
+                "older",
+                Some(&c),
+                None,
+                inc(4, b"a", None, Put),
+                Unchanged(Outcome::Stale { current_version: 5 }),
+            ),
+            (
+                "an older token",
                 Some(&c),
                 Some(&l8),
-                &inc(6, b"a", Some(7), Intent::Put),
-                none
+                inc(6, b"a", Some(7), Put),
+                Unchanged(Outcome::Fenced {
+                    token: 7,
+                    newest_token: 8,
+                }),
             ),
-            Decision::Unchanged(Outcome::Fenced {
-                token: 7,
-                newest_token: 8
-            })
-        );
-        // The newest token itself passes.
-        assert_eq!(
-            decide(
+            (
+                "the newest token",
                 Some(&c),
                 Some(&l8),
-                &inc(6, b"a", Some(8), Intent::Put),
-                none
+                inc(6, b"a", Some(8), Put),
+                accept,
             ),
-            Decision::Accept { revision: 0 }
-        );
-        assert_eq!(
-            decide(Some(&c), Some(&l8), &inc(6, b"a", None, Intent::Put), none),
-            Decision::Unchanged(Outcome::Busy { expires_at_ms: 100 })
-        );
+            (
+                "no token under a live lease",
+                Some(&c),
+                Some(&l8),
+                inc(6, b"a", None, Put),
+                Unchanged(Outcome::Busy { expires_at_ms: 100 }),
+            ),
+        ];
+        for (what, current, lease, incoming, want) in rows {
+            assert_eq!(decide(current, lease, &incoming, || None), want, "{what}");
+        }
     }
 
     /// Only the newest token of a lease that has not ended passes, whatever the numbers and

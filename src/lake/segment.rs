@@ -95,6 +95,24 @@ impl Segment {
     }
 }
 
+/// Checks a codec of the lake's objects: `bytes` decode back to `value`, and flipping any one
+/// byte (by `flip`) or cutting the last one off is refused.
+#[cfg(test)]
+pub(super) fn assert_decodes_only_undamaged<T: PartialEq + std::fmt::Debug>(
+    value: &T,
+    bytes: &[u8],
+    flip: u8,
+    decode: impl Fn(&[u8]) -> Result<T, String>,
+) {
+    assert_eq!(&decode(bytes).unwrap(), value);
+    for i in 0..bytes.len() {
+        let mut bad = bytes.to_vec();
+        bad[i] ^= flip;
+        assert!(decode(&bad).is_err(), "byte {i}");
+    }
+    assert!(decode(&bytes[..bytes.len() - 1]).is_err());
+}
+
 fn arr<const N: usize>(b: &[u8]) -> [u8; N] {
     let mut a = [0u8; N];
     a.copy_from_slice(b);
@@ -135,16 +153,10 @@ mod tests {
     #[test]
     fn a_segment_round_trips_and_any_flipped_byte_is_refused() {
         let b = seg().encode();
-        assert_eq!(Segment::decode(7, &b).unwrap(), seg());
-        for i in 0..b.len() {
-            let mut bad = b.clone();
-            bad[i] ^= 0x40;
-            assert!(Segment::decode(7, &bad).is_err(), "byte {i}");
-        }
+        assert_decodes_only_undamaged(&seg(), &b, 0x40, |b| Segment::decode(7, b));
         assert!(Segment::decode(8, &b)
             .unwrap_err()
             .contains("says it is segment 7"));
-        assert!(Segment::decode(7, &b[..b.len() - 1]).is_err());
     }
 
     #[test]

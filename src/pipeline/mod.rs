@@ -39,16 +39,20 @@
 //! # Ok(()) }
 //! ```
 
+mod attempt;
 pub mod cell;
 pub mod def;
 mod engine;
+mod evaluate;
+mod record;
+mod status;
 
+pub use attempt::{Attempt, Claim, FailOutcome, WorkOptions, WorkReport};
 pub use cell::{CellKey, CellState, CellView, Failure, StaleReason, Wave};
 pub use def::{PipelineDef, PipelineDefBuilder, PipelineError, StageDef};
-pub use engine::{
-    set_source_version, set_source_versions, Attempt, Claim, Explain, FailOutcome, Input, Pipeline,
-    ReadyCell, StageStatus, Status, WorkOptions, WorkReport,
-};
+pub use engine::Pipeline;
+pub use record::{set_source_version, set_source_versions};
+pub use status::{Explain, Input, ReadyCell, StageStatus, Status};
 
 use crate::error::Result;
 use crate::object::ObjectId;

@@ -187,46 +187,86 @@ pub struct Plan {
     pub summary: Summary,
 }
 
-/// Classifies a listed unit against its manifest version and counts it.
-fn classify<'a>(
-    summary: &mut Summary,
-    source: u64,
-    manifest: Option<u64>,
-    unit: &'a str,
-) -> PlanItem<'a> {
-    let action = match manifest {
-        None => {
-            summary.missing += 1;
-            Action::Missing
-        }
-        Some(m) if source > m => {
-            summary.behind += 1;
-            Action::Behind
-        }
-        Some(m) => {
-            summary.up_to_date += 1;
-            if m > source {
-                summary.manifest_ahead += 1;
-            }
-            Action::UpToDate
-        }
-    };
-    PlanItem {
-        unit,
-        action,
-        source_version: Some(source),
-        manifest_version: manifest,
-    }
+/// One pass's output: its counts, and the callback given the items the options ask for.
+struct Pass<F> {
+    summary: Summary,
+    opts: ReconcileOptions,
+    sink: F,
 }
 
-fn emit<F>(opts: &ReconcileOptions, item: PlanItem<'_>, sink: &mut F) -> Result<(), ReconcileError>
+impl<F> Pass<F>
 where
     F: FnMut(PlanItem<'_>) -> std::io::Result<()>,
 {
-    if item.action == Action::UpToDate && !opts.list_up_to_date {
-        return Ok(());
+    fn new(opts: ReconcileOptions, sink: F) -> Self {
+        Pass {
+            summary: Summary::default(),
+            opts,
+            sink,
+        }
     }
-    sink(item).map_err(ReconcileError::Output)
+
+    /// Counts a listing row read; `admitted` is false for an exact repeat of an earlier row
+    /// (planned once). Returns `admitted`.
+    fn row(&mut self, admitted: bool) -> bool {
+        self.summary.listed += 1;
+        if !admitted {
+            self.summary.duplicate_lines += 1;
+        }
+        admitted
+    }
+
+    /// Classifies a listed unit against its manifest version, counts it and passes it on.
+    fn listed(
+        &mut self,
+        unit: &str,
+        source: u64,
+        manifest: Option<u64>,
+    ) -> Result<(), ReconcileError> {
+        let summary = &mut self.summary;
+        let action = match manifest {
+            None => {
+                summary.missing += 1;
+                Action::Missing
+            }
+            Some(m) if source > m => {
+                summary.behind += 1;
+                Action::Behind
+            }
+            Some(m) => {
+                summary.up_to_date += 1;
+                if m > source {
+                    summary.manifest_ahead += 1;
+                }
+                Action::UpToDate
+            }
+        };
+        self.emit(PlanItem {
+            unit,
+            action,
+            source_version: Some(source),
+            manifest_version: manifest,
+        })
+    }
+
+    /// Counts a manifest unit the source does not list and passes it on.
+    fn unknown(&mut self, unit: &str, manifest: u64) -> Result<(), ReconcileError> {
+        self.summary.manifest_units += 1;
+        self.summary.unknown += 1;
+        self.emit(PlanItem {
+            unit,
+            action: Action::Unknown,
+            source_version: None,
+            manifest_version: Some(manifest),
+        })
+    }
+
+    fn emit(&mut self, item: PlanItem<'_>) -> Result<(), ReconcileError> {
+        if item.action == Action::UpToDate && !self.opts.list_up_to_date {
+            return Ok(());
+        }
+        (self.sink)(item).map_err(ReconcileError::Output)
+    }
 }
 
 /// Incremental reconcile: plans the units in `changes` (in any order) by looking each one up in
@@ -256,13 +296,13 @@ pub fn reconcile_changes<L, F>(
     store: &Store,
     mut changes: L,
     opts: ReconcileOptions,
-    mut sink: F,
+    sink: F,
 ) -> Result<Summary, ReconcileError>
 where
     L: ListingSource,
     F: FnMut(PlanItem<'_>) -> std::io::Result<()>,
 {
-    let mut summary = Summary::default();
+    let mut pass = Pass::new(opts, sink);
     let mut seen = Seen::default();
     let mut batch = ChangeBatch::default();
     loop {
@@ -274,10 +314,8 @@ where
                 done = true;
                 break;
             };
-            summary.listed += 1;
             let hash = key_hash(row.unit);
-            if !seen.admit(hash, &row)? {
-                summary.duplicate_lines += 1;
+            if !pass.row(seen.admit(hash, &row)?) {
                 continue;
             }
             batch.push(row.unit, row.version, hash);
@@ -285,12 +323,11 @@ where
         store.lookup_versions(&mut batch)?;
         for i in 0..batch.len() {
             let (unit, version, manifest) = batch.get(i);
-            summary.manifest_units += 1;
-            let item = classify(&mut summary, version, manifest, unit);
-            emit(&opts, item, &mut sink)?;
+            pass.summary.manifest_units += 1;
+            pass.listed(unit, version, manifest)?;
         }
         if done {
-            return Ok(summary);
+            return Ok(pass.summary);
         }
     }
 }
@@ -557,54 +594,70 @@ pub fn reconcile_full<L, F>(
     snap: &Snapshot,
     mut listing: L,
     opts: ReconcileOptions,
-    mut sink: F,
+    sink: F,
 ) -> Result<Summary, ReconcileError>
 where
     L: ListingSource,
     F: FnMut(PlanItem<'_>) -> std::io::Result<()>,
 {
-    let mut summary = Summary::default();
-    let mut cursor = ManifestCursor::open(snap)?;
-    // The manifest's current head: its key lives in `head`, its version in `head_version`.
-    let mut head = String::with_capacity(256);
-    let mut head_version = cursor.next(&mut head)?;
+    let mut pass = Pass::new(opts, sink);
+    let mut manifest = ManifestWalk::open(snap)?;
     let mut order = OrderCheck::default();
-
     while let Some(row) = listing.next_row()? {
-        summary.listed += 1;
-        if !order.admit(&row)? {
-            summary.duplicate_lines += 1;
-            continue;
+        if pass.row(order.admit(&row)?) {
+            let version = manifest.catch_up(Some(row.unit), &mut pass)?;
+            pass.listed(row.unit, row.version, version)?;
         }
-        // Manifest units before this row are unknown to the source.
-        let mut manifest = None;
-        while let Some(v) = head_version {
-            match head.as_str().cmp(row.unit) {
-                std::cmp::Ordering::Less => {
-                    summary.manifest_units += 1;
-                    summary.unknown += 1;
-                    emit(&opts, unknown(&head, v), &mut sink)?;
-                    head_version = cursor.next(&mut head)?;
-                }
+    }
+    manifest.catch_up(None, &mut pass)?;
+    Ok(pass.summary)
+}
+
+/// The full form's walk of the manifest beside a sorted listing: the manifest's current head,
+/// its key in `head` and its version in `version` (`None` past the end).
+struct ManifestWalk {
+    cursor: ManifestCursor,
+    head: String,
+    version: Option<u64>,
+}
+
+impl ManifestWalk {
+    fn open(snap: &Snapshot) -> Result<Self, ReconcileError> {
+        let mut cursor = ManifestCursor::open(snap)?;
+        let mut head = String::with_capacity(256);
+        let version = cursor.next(&mut head)?;
+        Ok(ManifestWalk {
+            cursor,
+            head,
+            version,
+        })
+    }
+
+    /// Walks up to the listed `unit` (`None`: to the end): manifest units before it are unknown to
+    /// the source and planned so; returns `unit`'s own manifest version, if it has one.
+    fn catch_up<F>(
+        &mut self,
+        unit: Option<&str>,
+        pass: &mut Pass<F>,
+    ) -> Result<Option<u64>, ReconcileError>
+    where
+        F: FnMut(PlanItem<'_>) -> std::io::Result<()>,
+    {
+        while let Some(v) = self.version {
+            let order = unit.map_or(std::cmp::Ordering::Less, |u| self.head.as_str().cmp(u));
+            match order {
+                std::cmp::Ordering::Less => pass.unknown(&self.head, v)?,
                 std::cmp::Ordering::Equal => {
-                    summary.manifest_units += 1;
-                    manifest = Some(v);
-                    head_version = cursor.next(&mut head)?;
-                    break;
+                    pass.summary.manifest_units += 1;
+                    self.version = self.cursor.next(&mut self.head)?;
+                    return Ok(Some(v));
                 }
                 std::cmp::Ordering::Greater => break,
             }
+            self.version = self.cursor.next(&mut self.head)?;
         }
-        let item = classify(&mut summary, row.version, manifest, row.unit);
-        emit(&opts, item, &mut sink)?;
+        Ok(None)
     }
-    while let Some(v) = head_version {
-        summary.manifest_units += 1;
-        summary.unknown += 1;
-        emit(&opts, unknown(&head, v), &mut sink)?;
-        head_version = cursor.next(&mut head)?;
-    }
-    Ok(summary)
 }
 
 /// Full reconcile of a complete listing in any order: sorts it with [`SortedListing`] (runs of
@@ -701,15 +754,6 @@ pub fn check_sorted_listing(mut listing: impl ListingSource) -> Result<u64, List
         rows += 1;
     }
     Ok(rows)
-}
-
-fn unknown(unit: &str, manifest: u64) -> PlanItem<'_> {
-    PlanItem {
-        unit,
-        action: Action::Unknown,
-        source_version: None,
-        manifest_version: Some(manifest),
-    }
 }
 
 impl Plan {

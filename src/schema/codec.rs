@@ -25,7 +25,7 @@ fn seal_crc(table: &str, key: &[u8], payload: &[u8]) -> u32 {
 }
 
 /// Appends the seal of `payload` (stored in `table` under `key`) to it.
-pub(crate) fn seal(table: &str, key: &[u8], mut payload: Vec<u8>) -> Vec<u8> {
+pub fn seal(table: &str, key: &[u8], mut payload: Vec<u8>) -> Vec<u8> {
     let crc = seal_crc(table, key, &payload);
     put_u32(&mut payload, crc);
     payload

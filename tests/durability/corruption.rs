@@ -10,7 +10,7 @@ use crate::common;
 
 use common::{copy_dir, XorShift64Star as Rng};
 use oncelake::pipeline::{self, Attempt, Pipeline, PipelineDef, RecordedState};
-use oncelake::{ClaimOutcome, Options, Store, DB_FILE};
+use oncelake::{seal, ClaimOutcome, Options, Store, DB_FILE};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -398,21 +398,6 @@ fn every_table_record_is_sealed_against_a_flipped_bit() {
     }
 }
 
-/// Seals a meta value as the engine does (`schema::codec`): payload ++ crc32 over the table
-/// name the seals cover, the key and the payload.
-fn sealed_meta(key: &str, value: u64) -> Vec<u8> {
-    let payload = value.to_le_bytes();
-    let mut h = crc32fast::Hasher::new();
-    h.update(b"meta");
-    h.update(&[0]);
-    h.update(&(key.len() as u64).to_le_bytes());
-    h.update(key.as_bytes());
-    h.update(&payload);
-    let mut v = payload.to_vec();
-    v.extend_from_slice(&h.finalize().to_le_bytes());
-    v
-}
-
 #[test]
 fn a_stored_token_at_or_above_the_next_one_is_refused_as_damage_not_a_panic() {
     // Damage the fencing tokens' order (I5) without breaking any seal: the store's next token
@@ -432,8 +417,11 @@ fn a_stored_token_at_or_above_the_next_one_is_refused_as_damage_not_a_panic() {
         {
             let def: redb::TableDefinition<&str, &[u8]> = redb::TableDefinition::new("store_meta");
             let mut meta = txn.open_table(def).unwrap();
-            meta.insert("next_token", sealed_meta("next_token", 1).as_slice())
-                .unwrap();
+            meta.insert(
+                "next_token",
+                seal("meta", b"next_token", 1u64.to_le_bytes().to_vec()).as_slice(),
+            )
+            .unwrap();
         }
         txn.commit().unwrap();
     }

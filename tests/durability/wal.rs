@@ -16,6 +16,7 @@ use crate::common;
 
 use common::{copy_dir, faulty_options, real_options, scratch, SplitMix64};
 use oncelake::fault::FaultPlan;
+use oncelake::seal;
 use oncelake::{
     Batch, ClaimOutcome, Error, Intent, ManualClock, Options, Outcome, RenewOutcome, Store,
     MARKER_FILE,
@@ -321,7 +322,7 @@ fn a_format_2_store_is_refused_unchanged() {
             let meta: redb::TableDefinition<&str, &[u8]> = redb::TableDefinition::new("store_meta");
             let mut t = txn.open_table(meta).unwrap();
             t.remove("wal_group").unwrap();
-            let v = sealed("meta", b"format", &2u64.to_le_bytes());
+            let v = seal("meta", b"format", 2u64.to_le_bytes().to_vec());
             t.insert("format", v.as_slice()).unwrap();
         }
         txn.commit().unwrap();
@@ -345,19 +346,6 @@ fn refused_unchanged(dir: &Path, clock: &ManualClock, format: u32) {
         }
         assert_eq!(common::tree(dir), before, "read_only {read_only}");
     }
-}
-
-/// A value sealed as the engine seals it: `payload | crc32(table, 0, key length, key, payload)`.
-fn sealed(table: &str, key: &[u8], payload: &[u8]) -> Vec<u8> {
-    let mut h = crc32fast::Hasher::new();
-    h.update(table.as_bytes());
-    h.update(&[0]);
-    h.update(&(key.len() as u64).to_le_bytes());
-    h.update(key);
-    h.update(payload);
-    let mut out = payload.to_vec();
-    out.extend_from_slice(&h.finalize().to_le_bytes());
-    out
 }
 
 /// Rewrites a closed store as format 3 wrote it: the history also holds every current entry
@@ -394,14 +382,14 @@ fn rewrite_as_format_3(dir: &Path) -> usize {
             );
             h.insert(
                 (unit.as_str(), seq),
-                sealed("history", &key, payload).as_slice(),
+                seal("history", &key, payload.to_vec()).as_slice(),
             )
             .unwrap();
         }
         copies = rows.len();
         let meta: redb::TableDefinition<&str, &[u8]> = redb::TableDefinition::new("store_meta");
         let mut t = txn.open_table(meta).unwrap();
-        let v = sealed("meta", b"format", &3u64.to_le_bytes());
+        let v = seal("meta", b"format", 3u64.to_le_bytes().to_vec());
         t.insert("format", v.as_slice()).unwrap();
     }
     txn.commit().unwrap();

@@ -287,16 +287,10 @@ fn push_remove_line(out: &mut String, f: &FileRef, time_ms: u64) {
 fn push_partition_values(out: &mut String, f: &FileRef) {
     // Usually the columns are sorted and distinct already: written as they are, no map built.
     if f.partition.windows(2).all(|w| w[0].0 < w[1].0) {
-        out.push('{');
-        for (i, (k, v)) in f.partition.iter().enumerate() {
-            if i > 0 {
-                out.push(',');
-            }
-            push_json_str(out, k);
-            out.push(':');
-            push_json_str(out, v);
-        }
-        out.push('}');
+        push_json_object(
+            out,
+            f.partition.iter().map(|(k, v)| (k.as_str(), v.as_str())),
+        );
         return;
     }
     let sorted: std::collections::BTreeMap<&str, &str> = f
@@ -304,8 +298,13 @@ fn push_partition_values(out: &mut String, f: &FileRef) {
         .iter()
         .map(|(k, v)| (k.as_str(), v.as_str()))
         .collect();
+    push_json_object(out, sorted.into_iter());
+}
+
+/// A JSON object of string values, with its members in the order given.
+fn push_json_object<'a>(out: &mut String, members: impl Iterator<Item = (&'a str, &'a str)>) {
     out.push('{');
-    for (i, (k, v)) in sorted.into_iter().enumerate() {
+    for (i, (k, v)) in members.enumerate() {
         if i > 0 {
             out.push(',');
         }

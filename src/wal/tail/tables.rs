@@ -132,8 +132,7 @@ impl Tables {
         prefix: &str,
         mut f: impl FnMut(&str, EntryValue) -> Result<()>,
     ) -> Result<()> {
-        let rows = self.tail.newest_with_prefix(Keyed::Manifest, prefix)?;
-        scan_prefix(Some(&self.manifest), rows, prefix, |k, v| {
+        self.scan(Keyed::Manifest, Some(&self.manifest), prefix, |k, v| {
             f(k, EntryValue::decode(k, v)?)
         })
     }
@@ -144,8 +143,7 @@ impl Tables {
         prefix: &str,
         mut f: impl FnMut(&str, ClaimRecord) -> Result<()>,
     ) -> Result<()> {
-        let rows = self.tail.newest_with_prefix(Keyed::Claims, prefix)?;
-        scan_prefix(Some(&self.claims), rows, prefix, |k, v| {
+        self.scan(Keyed::Claims, Some(&self.claims), prefix, |k, v| {
             f(k, ClaimRecord::decode(k, v)?)
         })
     }
@@ -156,11 +154,28 @@ impl Tables {
         prefix: &str,
         mut f: impl FnMut(&str, u64, &[u8]) -> Result<()>,
     ) -> Result<()> {
-        let rows = self.tail.newest_with_prefix(Keyed::Extensions, prefix)?;
-        scan_prefix(self.extensions.as_ref(), rows, prefix, |k, v| {
-            let (seq, data) = extension::decode(k, v)?;
-            f(k, seq, data)
-        })
+        self.scan(
+            Keyed::Extensions,
+            self.extensions.as_ref(),
+            prefix,
+            |k, v| {
+                let (seq, data) = extension::decode(k, v)?;
+                f(k, seq, data)
+            },
+        )
+    }
+
+    /// Calls `f` on every row (key, stored value) of `table`, `keyed` in the tail, whose key
+    /// starts with `prefix`, in key order: the tail's newest value over the table's.
+    fn scan(
+        &self,
+        keyed: Keyed,
+        table: Option<&StrTable>,
+        prefix: &str,
+        f: impl FnMut(&str, &[u8]) -> Result<()>,
+    ) -> Result<()> {
+        let rows = self.tail.newest_with_prefix(keyed, prefix)?;
+        scan_prefix(table, rows, prefix, f)
     }
 }
 
@@ -294,15 +309,7 @@ mod tests {
     fn tables_over_a_tail_read_what_the_applied_tables_hold() {
         let dir = tempfile::tempdir().unwrap();
         let ttl = Duration::from_secs(600);
-        let store = Store::open_with(
-            dir.path().join("lake"),
-            Options {
-                background_apply: false,
-                apply_min_bytes: 64 << 20,
-                ..Options::default()
-            },
-        )
-        .unwrap();
+        let store = Store::open_with(dir.path().join("lake"), Options::held_backlog()).unwrap();
         // Applied: sources, leases and a definition.
         let p1 = pipeline(1);
         for u in ["u0", "u1"] {
