@@ -288,4 +288,48 @@ mod tests {
             );
         }
     }
+
+    /// Every stable kind the server answers with becomes the CLI error of the same failure
+    /// in-process: its kind (one docs/cli.md lists), its exit code, its hint.
+    #[test]
+    fn server_error_kinds_map_to_the_in_process_kind_and_exit_code() {
+        use oncelake_server::ClientError;
+        let bad = |kind: &str| ClientError::BadRequest {
+            kind: kind.into(),
+            message: "m".into(),
+        };
+        let store = |kind: &str| ClientError::Store {
+            kind: kind.into(),
+            status: 500,
+            message: "m".into(),
+        };
+        let cases = [
+            (bad("invalid_key"), "invalid_key", exit::USAGE),
+            (bad("invalid_request"), "invalid_request", exit::USAGE),
+            (bad("seq_out_of_range"), "seq_out_of_range", exit::USAGE),
+            (bad("table"), "table", exit::USAGE),
+            (bad("bad_request"), "usage", exit::USAGE),
+            (store("corrupt"), "corrupt", exit::FAILURE),
+            (store("missing_object"), "missing_object", exit::FAILURE),
+            (store("read_only"), "read_only", exit::FAILURE),
+            (store("table_damaged"), "table_damaged", exit::FAILURE),
+            (store("io"), "io", exit::FAILURE),
+            (store("failed"), "io", exit::FAILURE),
+            (store("snapshot_gone"), "io", exit::FAILURE),
+        ];
+        for (e, kind, code) in cases {
+            let what = format!("{e:?}");
+            let c = client_error(e);
+            assert_eq!((c.kind(), c.exit_code()), (kind, code), "{what}");
+            assert!(ERROR_KINDS.contains(&c.kind()), "{what}");
+        }
+        // A damaged object says what to run, as in-process.
+        assert!(client_error(store("corrupt"))
+            .to_string()
+            .ends_with(VERIFY_HINT));
+        assert_eq!(
+            client_error(store("corrupt")).to_string(),
+            format!("m{VERIFY_HINT}")
+        );
+    }
 }

@@ -3,9 +3,8 @@
 
 use super::output::thousands;
 use super::sim_args::SimulateArgs;
-use super::{
-    exit, open_store, parse_duration, print_json, rfc3339, CliError, Open, Output, Progress,
-};
+use super::store_ops::{StoreFigures, StoreOps};
+use super::{exit, parse_duration, print_json, rfc3339, CliError, Open, Output, Progress};
 use oncelake::metrics::{scope_of, Scope};
 use oncelake::{ClaimOutcome, Lease, MetricsSnapshot, ReleaseOutcome, UnitStore};
 use oncelake_sim::{simulate, SimMode, SimReport};
@@ -368,42 +367,22 @@ fn print_table(a: &SimulateArgs, reports: &[SimReport]) {
     print_verdict(reports);
 }
 
-pub(crate) fn stats(a: StatsArgs, wait: Duration) -> Result<u8, CliError> {
-    let store = open_store(&a.store, wait, false)?;
-    let snap = store.snapshot()?;
-    let mut fig = StoreFigures {
-        units: 0,
-        bytes_stored: 0,
-        last_seq: snap.seq(),
-    };
-    for e in snap.iter()? {
-        fig.units += 1;
-        fig.bytes_stored += e?.object.size;
-    }
-    drop(snap);
-    let m = store.metrics();
-    let out = Output::new(a.json);
+/// `oncelake stats`, on the store in this process or through its server (which adds its own
+/// counters).
+pub(crate) fn stats<S: StoreOps>(a: &StatsArgs, open: Open<S>) -> Result<u8, CliError> {
+    let s = open(&a.store)?.stats()?;
+    let (fig, m, server) = (&s.figures, &s.metrics, s.server.as_ref());
     if a.prometheus {
-        print_prometheus(&fig, &m, None);
+        print_prometheus(fig, m, server.map(|(_, prom)| prom.as_str()));
     } else {
-        print_stats(&out, &a.store, &fig, &m, None);
+        let out = Output::new(a.json);
+        print_stats(&out, &a.store, fig, m, server.map(|(json, _)| json));
     }
     Ok(exit::OK)
 }
 
-/// What `stats` reads from the store itself (a manifest scan), in-process or from a server: so
-/// a fresh process never reports zero for them.
-pub(crate) struct StoreFigures {
-    /// Units with a current entry.
-    pub units: u64,
-    /// The sum of the current entries' object sizes.
-    pub bytes_stored: u64,
-    /// The newest seq.
-    pub last_seq: u64,
-}
-
 /// Prints `stats --prometheus`; `server` is a serving process's own metrics in the same format.
-pub(crate) fn print_prometheus(fig: &StoreFigures, m: &MetricsSnapshot, server: Option<&str>) {
+fn print_prometheus(fig: &StoreFigures, m: &MetricsSnapshot, server: Option<&str>) {
     out!("{}", m.to_prometheus());
     outln!("# HELP oncelake_units units with a current entry (read from the store)");
     outln!("# TYPE oncelake_units gauge");
@@ -424,7 +403,7 @@ pub(crate) fn print_prometheus(fig: &StoreFigures, m: &MetricsSnapshot, server: 
 /// Prints `stats`: a table, or one JSON object (`store, units, bytes_stored, last_seq`, every counter by its
 /// metric name, the histograms as objects, `counted_since_seq`, the names of the counters only a
 /// running process knows in `process_only`, and a serving process's own counters in `server`).
-pub(crate) fn print_stats(
+fn print_stats(
     out: &Output,
     store: &Path,
     fig: &StoreFigures,
