@@ -303,20 +303,25 @@ mod tests {
             status: 500,
             message: "m".into(),
         };
-        let cases = [
-            (bad("invalid_key"), "invalid_key", exit::USAGE),
-            (bad("invalid_request"), "invalid_request", exit::USAGE),
-            (bad("seq_out_of_range"), "seq_out_of_range", exit::USAGE),
-            (bad("table"), "table", exit::USAGE),
-            (bad("bad_request"), "usage", exit::USAGE),
-            (store("corrupt"), "corrupt", exit::FAILURE),
-            (store("missing_object"), "missing_object", exit::FAILURE),
-            (store("read_only"), "read_only", exit::FAILURE),
-            (store("table_damaged"), "table_damaged", exit::FAILURE),
-            (store("io"), "io", exit::FAILURE),
-            (store("failed"), "io", exit::FAILURE),
-            (store("snapshot_gone"), "io", exit::FAILURE),
+        // The kinds the CLI has too keep their name; the server's other kinds are the CLI's
+        // nearest (a refused request is a usage error, a failure of the server an I/O one).
+        let usage = [
+            "invalid_key",
+            "invalid_request",
+            "seq_out_of_range",
+            "table",
         ];
+        let failure = [
+            "corrupt",
+            "missing_object",
+            "read_only",
+            "table_damaged",
+            "io",
+        ];
+        let cases = (usage.iter().map(|k| (bad(k), *k, exit::USAGE)))
+            .chain([(bad("bad_request"), "usage", exit::USAGE)])
+            .chain(failure.iter().map(|k| (store(k), *k, exit::FAILURE)))
+            .chain(["failed", "snapshot_gone"].map(|k| (store(k), "io", exit::FAILURE)));
         for (e, kind, code) in cases {
             let what = format!("{e:?}");
             let c = client_error(e);

@@ -1,6 +1,6 @@
 //! `oncelake reconcile`: plan what must be (re)processed from a source listing (SPEC R12, R17).
 
-use super::store_ops::{PlanForm, PlanSink, Planned, StoreOps};
+use super::store_ops::{PlanForm, PlanTo, Planned, StoreOps};
 use super::{exit, is_stream_input, open_input, print_json, CliError, Open, Output, Progress};
 use oncelake::reconcile::{
     check_sorted_listing, ListingError, ListingFormat, ListingReader, PlanItem, Summary,
@@ -80,11 +80,12 @@ pub(crate) fn reconcile<S: StoreOps>(a: &ReconcileArgs, open: Open<S>) -> Result
         list_up_to_date: a.list_up_to_date,
         sort_in: sort.then_some(dir.as_path()),
     };
-    let sink = PlanSink {
+    let to = PlanTo {
+        progress: &progress,
         item: &mut |item| print_plan_item(&output, &mut out, &mut header, item),
         unsorted: &mut |rows, spilled| print_sort_note(&a.source, rows, spilled, &dir),
     };
-    let planned = store.plan(&form, input, &progress, sink);
+    let planned = store.plan(&form, input, to);
     progress.finish();
     let summary = match planned? {
         Planned::Complete(s) => s,

@@ -3,11 +3,11 @@
 //! same code as in-process (server/tests/serve/table.rs compares both outputs).
 
 use super::error::client_error;
-use super::store_ops::{PlanForm, PlanSink, Planned, Stats, StoreFigures, StoreOps};
-use super::{CliError, Progress};
+use super::store_ops::{Answer, Listing, PlanForm, PlanTo, Planned, Stats, StoreFigures, StoreOps};
+use super::Progress;
 use oncelake::table::{PublishReport, TableFormat, TableStatus};
 use oncelake_server::{Client, PlanEnd, PlanEvent, ReconcileForm};
-use std::io::{BufRead, Read};
+use std::io::Read;
 
 /// Counts the lines of a listing as they are read (the rows the server plans from) and reports
 /// them every 4096, as the in-process reconcile reports the rows it reads.
@@ -31,7 +31,7 @@ impl<R: Read> Read for LineCounter<'_, R> {
 }
 
 impl StoreOps for Client {
-    fn stats(&self) -> Result<Stats, CliError> {
+    fn stats(&self) -> Answer<Stats> {
         let s = Client::stats(self).map_err(client_error)?;
         Ok(Stats {
             figures: StoreFigures {
@@ -46,18 +46,12 @@ impl StoreOps for Client {
 
     /// The listing (file or standard input) is streamed as the request body; the plan comes
     /// back line by line.
-    fn plan(
-        &self,
-        form: &PlanForm<'_>,
-        input: Box<dyn BufRead>,
-        progress: &Progress,
-        sink: PlanSink<'_>,
-    ) -> Result<Planned, CliError> {
+    fn plan(&self, form: &PlanForm<'_>, input: Listing, to: PlanTo<'_>) -> Answer<Planned> {
         let mut input = LineCounter {
             inner: input,
             rows: 0,
             reported: 0,
-            progress,
+            progress: to.progress,
         };
         let sort = form.sort_in.is_some();
         let served = ReconcileForm {
@@ -79,11 +73,11 @@ impl StoreOps for Client {
                 } => {
                     sorted_seen = true;
                     if !was_sorted {
-                        (sink.unsorted)(rows, spilled_runs);
+                        (to.unsorted)(rows, spilled_runs);
                     }
                     true
                 }
-                PlanEvent::Item(item) => match (sink.item)(item) {
+                PlanEvent::Item(item) => match (to.item)(item) {
                     Ok(()) => true,
                     Err(e) => {
                         write_failed = Some(e);
@@ -108,30 +102,22 @@ impl StoreOps for Client {
         })
     }
 
-    fn create_table(
-        &self,
-        name: &str,
-        prefix: &str,
-        format: TableFormat,
-    ) -> Result<TableStatus, CliError> {
+    fn create_table(&self, name: &str, prefix: &str, format: TableFormat) -> Answer<TableStatus> {
         self.table_create(name, prefix, &format.to_string())
             .map_err(client_error)
     }
 
-    fn each_table(
-        &self,
-        each: &mut dyn FnMut(&TableStatus) -> Result<(), CliError>,
-    ) -> Result<usize, CliError> {
+    fn each_table(&self, each: &mut dyn FnMut(&TableStatus) -> Answer<()>) -> Answer<usize> {
         let all = self.table_ls().map_err(client_error)?;
         all.iter().try_for_each(each)?;
         Ok(all.len())
     }
 
-    fn publish(&self, name: Option<&str>) -> Result<Vec<PublishReport>, CliError> {
+    fn publish(&self, name: Option<&str>) -> Answer<Vec<PublishReport>> {
         self.table_publish(name).map_err(client_error)
     }
 
-    fn table_prefix(&self, name: &str) -> Result<String, CliError> {
+    fn table_prefix(&self, name: &str) -> Answer<String> {
         Ok(self
             .table_ls()
             .map_err(client_error)?

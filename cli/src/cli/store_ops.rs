@@ -68,44 +68,37 @@ pub(crate) struct PlanForm<'a> {
     pub sort_in: Option<&'a Path>,
 }
 
-/// Where a plan goes: its units one by one, and the rows and spilled runs of a listing the sort
-/// found out of order.
-pub(crate) struct PlanSink<'a> {
+/// Where a plan goes: the rows read as progress, its units one by one, and the rows and
+/// spilled runs of a listing the sort found out of order.
+pub(crate) struct PlanTo<'a> {
+    /// Told the rows read.
+    pub progress: &'a Progress,
     /// Each planned unit.
     pub item: &'a mut dyn FnMut(PlanItem<'_>) -> std::io::Result<()>,
     /// The listing was not sorted: rows sorted, runs spilled.
     pub unsorted: &'a mut dyn FnMut(u64, u64),
 }
 
+/// A listing to plan from, as read from its file or standard input.
+pub(crate) type Listing = Box<dyn BufRead>;
+
+/// What a [`StoreOps`] call answers.
+pub(crate) type Answer<T> = Result<T, CliError>;
+
 /// The operations of `stats`, `reconcile` and `table` on either store, with the engine's answers.
 pub(crate) trait StoreOps {
     /// The store's figures and metrics.
-    fn stats(&self) -> Result<Stats, CliError>;
-    /// Plans a reconcile of the listing `input` in the `form` asked, telling `progress` the rows
-    /// read and `sink` the plan.
-    fn plan(
-        &self,
-        form: &PlanForm<'_>,
-        input: Box<dyn BufRead>,
-        progress: &Progress,
-        sink: PlanSink<'_>,
-    ) -> Result<Planned, CliError>;
+    fn stats(&self) -> Answer<Stats>;
+    /// Plans a reconcile of the listing `input` in the `form` asked, to `to`.
+    fn plan(&self, form: &PlanForm<'_>, input: Listing, to: PlanTo<'_>) -> Answer<Planned>;
     /// Defines a table; its status.
-    fn create_table(
-        &self,
-        name: &str,
-        prefix: &str,
-        format: TableFormat,
-    ) -> Result<TableStatus, CliError>;
+    fn create_table(&self, name: &str, prefix: &str, format: TableFormat) -> Answer<TableStatus>;
     /// Each table's status, to `each` in name order; how many tables there are.
-    fn each_table(
-        &self,
-        each: &mut dyn FnMut(&TableStatus) -> Result<(), CliError>,
-    ) -> Result<usize, CliError>;
+    fn each_table(&self, each: &mut dyn FnMut(&TableStatus) -> Answer<()>) -> Answer<usize>;
     /// Publishes table `name`, or every table.
-    fn publish(&self, name: Option<&str>) -> Result<Vec<PublishReport>, CliError>;
+    fn publish(&self, name: Option<&str>) -> Answer<Vec<PublishReport>>;
     /// The unit-key prefix of table `name`.
-    fn table_prefix(&self, name: &str) -> Result<String, CliError>;
+    fn table_prefix(&self, name: &str) -> Answer<String>;
 }
 
 /// Counts rows as they stream by and reports them as progress.
@@ -135,7 +128,7 @@ fn refused(e: &ListingError, printed: bool) -> Planned {
 }
 
 impl StoreOps for Store {
-    fn stats(&self) -> Result<Stats, CliError> {
+    fn stats(&self) -> Answer<Stats> {
         let snap = self.snapshot()?;
         let mut figures = StoreFigures {
             units: 0,
@@ -154,33 +147,27 @@ impl StoreOps for Store {
         })
     }
 
-    fn plan(
-        &self,
-        form: &PlanForm<'_>,
-        input: Box<dyn BufRead>,
-        progress: &Progress,
-        sink: PlanSink<'_>,
-    ) -> Result<Planned, CliError> {
+    fn plan(&self, form: &PlanForm<'_>, input: Listing, to: PlanTo<'_>) -> Answer<Planned> {
         let listing = Counted {
             inner: ListingReader::new(input, form.format),
             rows: 0,
-            progress,
+            progress: to.progress,
         };
         let opts = ReconcileOptions {
             list_up_to_date: form.list_up_to_date,
         };
         let result = match form.sort_in {
-            _ if form.changes_only => reconcile_changes(self, listing, opts, sink.item),
-            None => reconcile_full(&self.snapshot()?, listing, opts, sink.item),
+            _ if form.changes_only => reconcile_changes(self, listing, opts, to.item),
+            None => reconcile_full(&self.snapshot()?, listing, opts, to.item),
             Some(dir) => {
                 let sorted = match SortedListing::sort(listing, &SortConfig::new(dir)) {
                     Ok(s) => s,
                     Err(e) => return Ok(refused(&e, false)),
                 };
                 if !sorted.was_sorted() {
-                    (sink.unsorted)(sorted.rows(), sorted.spilled_runs() as u64);
+                    (to.unsorted)(sorted.rows(), sorted.spilled_runs() as u64);
                 }
-                reconcile_full(&self.snapshot()?, sorted, opts, sink.item)
+                reconcile_full(&self.snapshot()?, sorted, opts, to.item)
             }
         };
         match result {
@@ -192,20 +179,12 @@ impl StoreOps for Store {
         }
     }
 
-    fn create_table(
-        &self,
-        name: &str,
-        prefix: &str,
-        format: TableFormat,
-    ) -> Result<TableStatus, CliError> {
+    fn create_table(&self, name: &str, prefix: &str, format: TableFormat) -> Answer<TableStatus> {
         let def = Store::create_table(self, name, prefix, format)?;
         Ok(self.table_status(&def)?)
     }
 
-    fn each_table(
-        &self,
-        each: &mut dyn FnMut(&TableStatus) -> Result<(), CliError>,
-    ) -> Result<usize, CliError> {
+    fn each_table(&self, each: &mut dyn FnMut(&TableStatus) -> Answer<()>) -> Answer<usize> {
         let defs = self.tables()?;
         for d in &defs {
             each(&self.table_status(d)?)?;
@@ -213,14 +192,14 @@ impl StoreOps for Store {
         Ok(defs.len())
     }
 
-    fn publish(&self, name: Option<&str>) -> Result<Vec<PublishReport>, CliError> {
+    fn publish(&self, name: Option<&str>) -> Answer<Vec<PublishReport>> {
         Ok(match name {
             Some(n) => vec![self.publish_table(n)?],
             None => self.publish_tables()?,
         })
     }
 
-    fn table_prefix(&self, name: &str) -> Result<String, CliError> {
+    fn table_prefix(&self, name: &str) -> Answer<String> {
         Ok(self.table(name)?.prefix)
     }
 }
