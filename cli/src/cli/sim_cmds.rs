@@ -1,7 +1,7 @@
 //! The coordination commands: `simulate` (the worked example, SPEC R18), `stats` (R16) and the
 //! coordinator mode by hand, `claim` and `release` (R9).
 
-use super::output::thousands;
+use super::output::{held_by_another, thousands};
 use super::sim_args::SimulateArgs;
 use super::store_ops::{StoreFigures, StoreOps};
 use super::{exit, parse_duration, print_json, rfc3339, CliError, Open, Output, Progress};
@@ -559,14 +559,16 @@ pub(crate) fn print_claim(out: &Output, unit: &str, version: u64, outcome: &Clai
             worker,
             expires_at_ms,
         } => {
-            (v["outcome"], v["holder"]) = (json!("held"), json!(worker));
-            v["expires_at_ms"] = json!(expires_at_ms);
-            if !out.json {
-                errln!(
+            held_by_another(
+                out,
+                &mut v,
+                "held",
+                (worker, *expires_at_ms),
+                format_args!(
                     "busy: {unit} is held by {worker} until {}; try again after that",
                     rfc3339(*expires_at_ms)
-                );
-            }
+                ),
+            );
             exit::BUSY
         }
         ClaimOutcome::AlreadyDone(entry) => {
