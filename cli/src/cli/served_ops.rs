@@ -3,7 +3,7 @@
 //! same code as in-process (server/tests/serve/table.rs compares both outputs).
 
 use super::error::client_error;
-use super::store_ops::{Answer, Listing, PlanForm, PlanTo, Planned, Stats, StoreFigures, StoreOps};
+use super::store_ops::{Answer, Listing, PlanForm, PlanTo, Planned, Stats, StoreOps};
 use super::Progress;
 use oncelake::table::{PublishReport, TableFormat, TableStatus};
 use oncelake_server::{Client, PlanEnd, PlanEvent, ReconcileForm};
@@ -31,15 +31,11 @@ impl<R: Read> Read for LineCounter<'_, R> {
 }
 
 impl StoreOps for Client {
+    /// One request: the engine's part and the server's own counters of the same moment.
     fn stats(&self) -> Answer<Stats> {
         let s = Client::stats(self).map_err(client_error)?;
         Ok(Stats {
-            figures: StoreFigures {
-                units: s.units,
-                bytes_stored: s.bytes_stored,
-                last_seq: s.seq,
-            },
-            metrics: s.metrics(),
+            store: s.store_stats(),
             server: Some((s.server, s.server_prometheus)),
         })
     }

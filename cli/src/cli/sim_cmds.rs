@@ -3,10 +3,10 @@
 
 use super::output::{held_by_another, thousands};
 use super::sim_args::SimulateArgs;
-use super::store_ops::{StoreFigures, StoreOps};
+use super::store_ops::StoreOps;
 use super::{exit, parse_duration, print_json, rfc3339, CliError, Open, Output, Progress};
 use oncelake::metrics::{scope_of, Scope};
-use oncelake::{ClaimOutcome, Lease, MetricsSnapshot, ReleaseOutcome, UnitStore};
+use oncelake::{ClaimOutcome, Lease, ReleaseOutcome, StoreStats, UnitStore};
 use oncelake_sim::{simulate, SimMode, SimReport};
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
@@ -371,30 +371,30 @@ fn print_table(a: &SimulateArgs, reports: &[SimReport]) {
 /// counters).
 pub(crate) fn stats<S: StoreOps>(a: &StatsArgs, open: Open<S>) -> Result<u8, CliError> {
     let s = open(&a.store)?.stats()?;
-    let (fig, m, server) = (&s.figures, &s.metrics, s.server.as_ref());
+    let server = s.server.as_ref();
     if a.prometheus {
-        print_prometheus(fig, m, server.map(|(_, prom)| prom.as_str()));
+        print_prometheus(&s.store, server.map(|(_, prom)| prom.as_str()));
     } else {
         let out = Output::new(a.json);
-        print_stats(&out, &a.store, fig, m, server.map(|(json, _)| json));
+        print_stats(&out, &a.store, &s.store, server.map(|(json, _)| json));
     }
     Ok(exit::OK)
 }
 
 /// Prints `stats --prometheus`; `server` is a serving process's own metrics in the same format.
-fn print_prometheus(fig: &StoreFigures, m: &MetricsSnapshot, server: Option<&str>) {
-    out!("{}", m.to_prometheus());
+fn print_prometheus(s: &StoreStats, server: Option<&str>) {
+    out!("{}", s.metrics.to_prometheus());
     outln!("# HELP oncelake_units units with a current entry (read from the store)");
     outln!("# TYPE oncelake_units gauge");
-    outln!("oncelake_units {}", fig.units);
+    outln!("oncelake_units {}", s.units);
     outln!(
         "# HELP oncelake_bytes_stored bytes of the current entries' objects (read from the store)"
     );
     outln!("# TYPE oncelake_bytes_stored gauge");
-    outln!("oncelake_bytes_stored {}", fig.bytes_stored);
+    outln!("oncelake_bytes_stored {}", s.bytes_stored);
     outln!("# HELP oncelake_last_seq newest commit log sequence number (read from the store)");
     outln!("# TYPE oncelake_last_seq gauge");
-    outln!("oncelake_last_seq {}", fig.last_seq);
+    outln!("oncelake_last_seq {}", s.last_seq);
     if let Some(prom) = server {
         out!("{prom}");
     }
@@ -403,19 +403,14 @@ fn print_prometheus(fig: &StoreFigures, m: &MetricsSnapshot, server: Option<&str
 /// Prints `stats`: a table, or one JSON object (`store, units, bytes_stored, last_seq`, every counter by its
 /// metric name, the histograms as objects, `counted_since_seq`, the names of the counters only a
 /// running process knows in `process_only`, and a serving process's own counters in `server`).
-fn print_stats(
-    out: &Output,
-    store: &Path,
-    fig: &StoreFigures,
-    m: &MetricsSnapshot,
-    server: Option<&Value>,
-) {
+fn print_stats(out: &Output, store: &Path, s: &StoreStats, server: Option<&Value>) {
     if !out.json {
-        print_stats_table(store, fig, m, server);
+        print_stats_table(store, s, server);
         return;
     }
-    let mut v = json!({"store": store.display().to_string(), "units": fig.units,
-                       "bytes_stored": fig.bytes_stored, "last_seq": fig.last_seq});
+    let m = &s.metrics;
+    let mut v = json!({"store": store.display().to_string(), "units": s.units,
+                       "bytes_stored": s.bytes_stored, "last_seq": s.last_seq});
     if let Some(o) = v.as_object_mut() {
         for (name, n) in m.counters() {
             o.insert(name.into(), json!(n));
@@ -444,16 +439,12 @@ fn histogram_json(h: &oncelake::metrics::HistogramSnapshot) -> serde_json::Value
            "p50": h.quantile(0.5), "p99": h.quantile(0.99)})
 }
 
-fn print_stats_table(
-    store: &Path,
-    fig: &StoreFigures,
-    m: &MetricsSnapshot,
-    server: Option<&Value>,
-) {
+fn print_stats_table(store: &Path, s: &StoreStats, server: Option<&Value>) {
+    let m = &s.metrics;
     outln!("store      {}", store.display());
-    outln!("units      {}", fig.units);
-    outln!("stored     {} bytes", fig.bytes_stored);
-    outln!("last seq   {}", fig.last_seq);
+    outln!("units      {}", s.units);
+    outln!("stored     {} bytes", s.bytes_stored);
+    outln!("last seq   {}", s.last_seq);
     outln!();
     let since = match m.counted_since_seq {
         0 => String::new(),

@@ -14,29 +14,16 @@ use oncelake::reconcile::{
     PlanItem, ReconcileError, ReconcileOptions, Row, SortConfig, SortedListing, Summary,
 };
 use oncelake::table::{PublishReport, TableFormat, TableStatus};
-use oncelake::{MetricsSnapshot, Store};
+use oncelake::{Store, StoreStats, UnitStore};
 use serde_json::Value;
 use std::io::BufRead;
 use std::path::Path;
 
-/// What `stats` reads from the store itself (a manifest scan), in-process or from a server: so
-/// a fresh process never reports zero for them.
-pub(crate) struct StoreFigures {
-    /// Units with a current entry.
-    pub units: u64,
-    /// The sum of the current entries' object sizes.
-    pub bytes_stored: u64,
-    /// The newest seq.
-    pub last_seq: u64,
-}
-
-/// What `stats` prints: the figures read from the store, the engine's metrics and, for a served
-/// store, the serving process's own counters.
+/// What `stats` prints: the engine's answer and, for a served store, the serving process's own
+/// counters.
 pub(crate) struct Stats {
-    /// Read from the store itself (a manifest scan).
-    pub figures: StoreFigures,
-    /// The engine's metrics.
-    pub metrics: MetricsSnapshot,
+    /// What the store holds and its metrics (`UnitStore::stats`).
+    pub store: StoreStats,
     /// The server's own counters: as JSON, and in the Prometheus text format.
     pub server: Option<(Value, String)>,
 }
@@ -87,7 +74,7 @@ pub(crate) type Answer<T> = Result<T, CliError>;
 
 /// The operations of `stats`, `reconcile` and `table` on either store, with the engine's answers.
 pub(crate) trait StoreOps {
-    /// The store's figures and metrics.
+    /// What the store holds and its metrics, with a server's own counters.
     fn stats(&self) -> Answer<Stats>;
     /// Plans a reconcile of the listing `input` in the `form` asked, to `to`.
     fn plan(&self, form: &PlanForm<'_>, input: Listing, to: PlanTo<'_>) -> Answer<Planned>;
@@ -129,20 +116,8 @@ fn refused(e: &ListingError, printed: bool) -> Planned {
 
 impl StoreOps for Store {
     fn stats(&self) -> Answer<Stats> {
-        let snap = self.snapshot()?;
-        let mut figures = StoreFigures {
-            units: 0,
-            bytes_stored: 0,
-            last_seq: snap.seq(),
-        };
-        for e in snap.iter()? {
-            figures.units += 1;
-            figures.bytes_stored += e?.object.size;
-        }
-        drop(snap);
         Ok(Stats {
-            figures,
-            metrics: self.metrics(),
+            store: UnitStore::stats(self)?,
             server: None,
         })
     }
