@@ -32,11 +32,13 @@ pub(crate) struct Stats {
 pub(crate) enum Planned {
     /// The plan is complete.
     Complete(Summary),
-    /// The listing was refused: its error's kind and message, and whether plan lines were
-    /// printed before (they are then an incomplete plan).
+    /// The listing was refused (the plan lines printed before it are an incomplete plan).
     BadListing {
+        /// `ListingError::kind`.
         kind: String,
+        /// The engine's message, naming the line.
         message: String,
+        /// Plan lines were printed before it.
         printed: bool,
     },
     /// A plan line could not be written.
