@@ -73,6 +73,33 @@ pub struct StoreStats {
     pub metrics: MetricsSnapshot,
 }
 
+impl StoreStats {
+    /// The Prometheus text exposition format: the metrics (their HELP lines carry the scope),
+    /// then what was read from the store, as gauges.
+    pub fn to_prometheus(&self) -> String {
+        let mut text = self.metrics.to_prometheus();
+        for (name, help, v) in [
+            ("units", "units with a current entry", self.units),
+            (
+                "bytes_stored",
+                "bytes of the current entries' objects",
+                self.bytes_stored,
+            ),
+            (
+                "last_seq",
+                "newest commit log sequence number",
+                self.last_seq,
+            ),
+        ] {
+            text.push_str(&format!(
+                "# HELP oncelake_{name} {help} (read from the store)\n\
+                 # TYPE oncelake_{name} gauge\noncelake_{name} {v}\n"
+            ));
+        }
+        text
+    }
+}
+
 /// A store of units, open in this process or behind a server: every operation the CLI, the
 /// Python binding and a pipeline worker need, with the engine's own answers either way.
 pub trait UnitStore {

@@ -40,18 +40,9 @@ pub(crate) fn stats(store: &Store, live: &crate::live::Live) -> oncelake::Result
 pub(crate) fn prometheus(store: &Store) -> oncelake::Result<String> {
     let s = UnitStore::stats(store)?;
     Ok(format!(
-        "{}# HELP oncelake_units units with a current entry (read from the store)\n\
-         # TYPE oncelake_units gauge\noncelake_units {}\n\
-         # HELP oncelake_bytes_stored bytes of the current entries' objects (read from the store)\n\
-         # TYPE oncelake_bytes_stored gauge\noncelake_bytes_stored {}\n\
-         # HELP oncelake_last_seq newest commit log sequence number (read from the store)\n\
-         # TYPE oncelake_last_seq gauge\noncelake_last_seq {}\n\
-         # HELP oncelake_counted_since_seq the seq the persisted counters count from\n\
+        "{}# HELP oncelake_counted_since_seq the seq the persisted counters count from\n\
          # TYPE oncelake_counted_since_seq gauge\noncelake_counted_since_seq {}\n",
-        s.metrics.to_prometheus(),
-        s.units,
-        s.bytes_stored,
-        s.last_seq,
+        s.to_prometheus(),
         s.metrics.counted_since_seq
     ))
 }

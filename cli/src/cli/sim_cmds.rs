@@ -383,18 +383,7 @@ pub(crate) fn stats<S: StoreOps>(a: &StatsArgs, open: Open<S>) -> Result<u8, Cli
 
 /// Prints `stats --prometheus`; `server` is a serving process's own metrics in the same format.
 fn print_prometheus(s: &StoreStats, server: Option<&str>) {
-    out!("{}", s.metrics.to_prometheus());
-    outln!("# HELP oncelake_units units with a current entry (read from the store)");
-    outln!("# TYPE oncelake_units gauge");
-    outln!("oncelake_units {}", s.units);
-    outln!(
-        "# HELP oncelake_bytes_stored bytes of the current entries' objects (read from the store)"
-    );
-    outln!("# TYPE oncelake_bytes_stored gauge");
-    outln!("oncelake_bytes_stored {}", s.bytes_stored);
-    outln!("# HELP oncelake_last_seq newest commit log sequence number (read from the store)");
-    outln!("# TYPE oncelake_last_seq gauge");
-    outln!("oncelake_last_seq {}", s.last_seq);
+    out!("{}", s.to_prometheus());
     if let Some(prom) = server {
         out!("{prom}");
     }
