@@ -20,8 +20,8 @@ use crate::pipeline::{
 };
 use crate::{
     Batch, CheckpointReport, ClaimOutcome, CommitReport, Committed, Entry, GcOptions, GcReport,
-    Intent, Lease, ObjectMeta, Outcome, ReleaseOutcome, RenewOutcome, Snapshot, Store, UnitOutcome,
-    VerifyOptions, VerifyReport,
+    Intent, Lease, MetricsSnapshot, ObjectMeta, Outcome, ReleaseOutcome, RenewOutcome, Snapshot,
+    Store, UnitOutcome, VerifyOptions, VerifyReport,
 };
 use std::io::{Read, Write};
 use std::time::Duration;
@@ -58,6 +58,47 @@ pub struct PutTo<'a> {
 
 /// The answer of a [`UnitStore::put_stream`]: the unit's outcome and what staging computed.
 pub type PutAnswer<E> = Result<(UnitOutcome, ObjectMeta), E>;
+
+/// The answer of [`UnitStore::stats`]: what the store holds, read from the store itself (so a
+/// fresh process never reports zero for it), and what its process counted.
+#[derive(Clone, Debug, Default)]
+pub struct StoreStats {
+    /// Units with a current entry.
+    pub units: u64,
+    /// The sum of the current entries' object sizes.
+    pub bytes_stored: u64,
+    /// The newest seq.
+    pub last_seq: u64,
+    /// The engine's counters and histograms (of a served store: the serving process's).
+    pub metrics: MetricsSnapshot,
+}
+
+impl StoreStats {
+    /// The Prometheus text exposition format: the metrics (their HELP lines carry the scope),
+    /// then what was read from the store, as gauges.
+    pub fn to_prometheus(&self) -> String {
+        let mut text = self.metrics.to_prometheus();
+        for (name, help, v) in [
+            ("units", "units with a current entry", self.units),
+            (
+                "bytes_stored",
+                "bytes of the current entries' objects",
+                self.bytes_stored,
+            ),
+            (
+                "last_seq",
+                "newest commit log sequence number",
+                self.last_seq,
+            ),
+        ] {
+            text.push_str(&format!(
+                "# HELP oncelake_{name} {help} (read from the store)\n\
+                 # TYPE oncelake_{name} gauge\noncelake_{name} {v}\n"
+            ));
+        }
+        text
+    }
+}
 
 /// A store of units, open in this process or behind a server: every operation the CLI, the
 /// Python binding and a pipeline worker need, with the engine's own answers either way.
@@ -153,6 +194,9 @@ pub trait UnitStore {
     fn sync(&self) -> Result<(u64, Option<String>), Self::Error>;
     /// A lake node: writes a checkpoint of its replica into the lake (see [`Store::checkpoint`]).
     fn checkpoint(&self) -> Result<CheckpointReport, Self::Error>;
+    /// What the store holds (a scan of its current entries, the cost of a listing) and its
+    /// metrics.
+    fn stats(&self) -> Result<StoreStats, Self::Error>;
 
     /// Records the pipeline's definition in the store (its seq, `None` when already recorded).
     fn define(&self, pipeline: &Pipeline) -> Result<Option<u64>, Self::Error>;
@@ -442,6 +486,22 @@ impl UnitStore for Store {
 
     fn checkpoint(&self) -> crate::Result<CheckpointReport> {
         Store::checkpoint(self)
+    }
+
+    /// One snapshot: the units, their bytes and the seq agree.
+    fn stats(&self) -> crate::Result<StoreStats> {
+        let snap = self.snapshot()?;
+        let (mut units, mut bytes_stored) = (0, 0);
+        for e in snap.iter()? {
+            units += 1;
+            bytes_stored += e?.object.size;
+        }
+        Ok(StoreStats {
+            units,
+            bytes_stored,
+            last_seq: snap.seq(),
+            metrics: self.metrics(),
+        })
     }
 
     fn define(&self, pipeline: &Pipeline) -> crate::Result<Option<u64>> {

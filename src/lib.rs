@@ -73,7 +73,7 @@ pub mod vfs;
 mod vfs;
 mod wal;
 
-pub use api::{Put, PutAnswer, PutTo, UnitStore};
+pub use api::{Put, PutAnswer, PutTo, StoreStats, UnitStore};
 pub use claim::{ClaimOutcome, Lease, ReleaseOutcome, RenewOutcome};
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use commit::{

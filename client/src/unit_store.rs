@@ -11,7 +11,8 @@ use oncelake::log::Record;
 use oncelake::pipeline::{Attempt, Claim, Explain, FailOutcome, Pipeline, ReadyCell, Status};
 use oncelake::{
     CheckpointReport, ClaimOutcome, CommitReport, Committed, Entry, GcOptions, GcReport, Lease,
-    Put, PutAnswer, PutTo, ReleaseOutcome, RenewOutcome, UnitOutcome, UnitStore, VerifyReport,
+    Put, PutAnswer, PutTo, ReleaseOutcome, RenewOutcome, StoreStats, UnitOutcome, UnitStore,
+    VerifyReport,
 };
 use std::io::{Read, Write};
 use std::time::Duration;
@@ -141,6 +142,11 @@ impl UnitStore for Client {
             bytes,
             written,
         })
+    }
+
+    /// The engine's part of `/v1/stats` (`Client::stats` has the server's own counters too).
+    fn stats(&self) -> Result<StoreStats> {
+        Ok(Client::stats(self)?.store_stats())
     }
 
     fn define(&self, pipeline: &Pipeline) -> Result<Option<u64>> {

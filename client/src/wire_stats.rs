@@ -2,7 +2,7 @@
 //! from the store and the server's own counters, and the engine's metrics rebuilt from them.
 
 use oncelake::metrics::HistogramSnapshot;
-use oncelake::MetricsSnapshot;
+use oncelake::{MetricsSnapshot, StoreStats};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use std::collections::BTreeMap;
@@ -44,5 +44,16 @@ impl StatsW {
         m.commit_latency_us = self.commit_latency_us.clone();
         m.counted_since_seq = self.counted_since_seq;
         m
+    }
+
+    /// The engine's part: what the store holds and the engine's metrics (the answer of
+    /// `UnitStore::stats`).
+    pub fn store_stats(&self) -> StoreStats {
+        StoreStats {
+            units: self.units,
+            bytes_stored: self.bytes_stored,
+            last_seq: self.seq,
+            metrics: self.metrics(),
+        }
     }
 }

@@ -6,13 +6,13 @@
 
 use crate::wire_stats::StatsW;
 use oncelake::metrics::scope_of;
-use oncelake::{Store, VerifyReport};
+use oncelake::{Store, UnitStore, VerifyReport};
 use serde_json::{json, Value};
 
 /// Reads the store's metrics and what is derived from it (the unit count scans the manifest).
 pub(crate) fn stats(store: &Store, live: &crate::live::Live) -> oncelake::Result<StatsW> {
-    let m = store.metrics();
-    let (snap, fig) = figures(store)?;
+    let s = UnitStore::stats(store)?;
+    let m = &s.metrics;
     Ok(StatsW {
         counters: m
             .counters()
@@ -27,54 +27,23 @@ pub(crate) fn stats(store: &Store, live: &crate::live::Live) -> oncelake::Result
         group_units: m.group_units.clone(),
         commit_latency_us: m.commit_latency_us.clone(),
         counted_since_seq: m.counted_since_seq,
-        units: fig.units,
-        bytes_stored: fig.bytes_stored,
-        seq: snap.seq(),
+        units: s.units,
+        bytes_stored: s.bytes_stored,
+        seq: s.last_seq,
         server: live.to_json(),
         server_prometheus: live.to_prometheus(),
     })
 }
 
-/// What is read from the store itself, not counted by a process: units with a current entry and
-/// the bytes of their objects.
-struct Figures {
-    units: u64,
-    bytes_stored: u64,
-}
-
-/// Scans the manifest (the cost of a listing: proportional to the units) in one snapshot.
-fn figures(store: &Store) -> oncelake::Result<(oncelake::Snapshot, Figures)> {
-    let snap = store.snapshot()?;
-    let mut fig = Figures {
-        units: 0,
-        bytes_stored: 0,
-    };
-    for e in snap.iter()? {
-        fig.units += 1;
-        fig.bytes_stored += e?.object.size;
-    }
-    Ok((snap, fig))
-}
-
 /// `/metrics`: the engine's Prometheus text (its HELP lines carry the scope) and what is read
 /// from the store (units, bytes stored, seq), as `oncelake stats --prometheus` prints them.
 pub(crate) fn prometheus(store: &Store) -> oncelake::Result<String> {
-    let m = store.metrics();
-    let (snap, fig) = figures(store)?;
-    let seq = snap.seq();
+    let s = UnitStore::stats(store)?;
     Ok(format!(
-        "{}# HELP oncelake_units units with a current entry (read from the store)\n\
-         # TYPE oncelake_units gauge\noncelake_units {}\n\
-         # HELP oncelake_bytes_stored bytes of the current entries' objects (read from the store)\n\
-         # TYPE oncelake_bytes_stored gauge\noncelake_bytes_stored {}\n\
-         # HELP oncelake_last_seq newest commit log sequence number (read from the store)\n\
-         # TYPE oncelake_last_seq gauge\noncelake_last_seq {seq}\n\
-         # HELP oncelake_counted_since_seq the seq the persisted counters count from\n\
+        "{}# HELP oncelake_counted_since_seq the seq the persisted counters count from\n\
          # TYPE oncelake_counted_since_seq gauge\noncelake_counted_since_seq {}\n",
-        m.to_prometheus(),
-        fig.units,
-        fig.bytes_stored,
-        m.counted_since_seq
+        s.to_prometheus(),
+        s.metrics.counted_since_seq
     ))
 }
 

@@ -288,4 +288,53 @@ mod tests {
             );
         }
     }
+
+    /// Every stable kind the server answers with becomes the CLI error of the same failure
+    /// in-process: its kind (one docs/cli.md lists), its exit code, its hint.
+    #[test]
+    fn server_error_kinds_map_to_the_in_process_kind_and_exit_code() {
+        use oncelake_server::ClientError;
+        let bad = |kind: &str| ClientError::BadRequest {
+            kind: kind.into(),
+            message: "m".into(),
+        };
+        let store = |kind: &str| ClientError::Store {
+            kind: kind.into(),
+            status: 500,
+            message: "m".into(),
+        };
+        // The kinds the CLI has too keep their name; the server's other kinds are the CLI's
+        // nearest (a refused request is a usage error, a failure of the server an I/O one).
+        let usage = [
+            "invalid_key",
+            "invalid_request",
+            "seq_out_of_range",
+            "table",
+        ];
+        let failure = [
+            "corrupt",
+            "missing_object",
+            "read_only",
+            "table_damaged",
+            "io",
+        ];
+        let cases = (usage.iter().map(|k| (bad(k), *k, exit::USAGE)))
+            .chain([(bad("bad_request"), "usage", exit::USAGE)])
+            .chain(failure.iter().map(|k| (store(k), *k, exit::FAILURE)))
+            .chain(["failed", "snapshot_gone"].map(|k| (store(k), "io", exit::FAILURE)));
+        for (e, kind, code) in cases {
+            let what = format!("{e:?}");
+            let c = client_error(e);
+            assert_eq!((c.kind(), c.exit_code()), (kind, code), "{what}");
+            assert!(ERROR_KINDS.contains(&c.kind()), "{what}");
+        }
+        // A damaged object says what to run, as in-process.
+        assert!(client_error(store("corrupt"))
+            .to_string()
+            .ends_with(VERIFY_HINT));
+        assert_eq!(
+            client_error(store("corrupt")).to_string(),
+            format!("m{VERIFY_HINT}")
+        );
+    }
 }

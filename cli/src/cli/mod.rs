@@ -37,11 +37,13 @@ mod progress;
 mod reconcile_cmd;
 mod remote;
 mod serve;
+mod served_ops;
 mod sim_args;
 mod sim_cmds;
 mod sim_nodes;
 mod sim_pipeline;
 mod store_cmds;
+mod store_ops;
 mod table_cmds;
 
 use clap::{Parser, Subcommand};
@@ -251,13 +253,10 @@ fn run(cli: Cli) -> Result<u8, CliError> {
         None => match cli.command {
             Command::Init(a) => store_cmds::init(a, wait),
             Command::Simulate(a) => sim_cmds::simulate_cmd(a),
-            Command::Stats(a) => sim_cmds::stats(a, wait),
-            Command::Reconcile(a) => reconcile_cmd::reconcile(a, wait),
             Command::Bench(a) => bench_moved::run(a),
-            Command::Table(a) => table_cmds::run(a, wait),
             Command::Serve(a) => serve::serve(a, wait),
             // `on_store` ran every other command.
-            _ => unreachable!("invariant: on_store runs the commands written over UnitStore"),
+            _ => unreachable!("invariant: on_store runs the commands that work on one store"),
         },
     };
     match result {
@@ -277,13 +276,14 @@ fn run(cli: Cli) -> Result<u8, CliError> {
     }
 }
 
-/// Runs a command written once over the engine's `UnitStore` on the store its directory gives:
-/// `write` opens it for a command that may change it, `read` for one that only reads it (the
-/// store in this process, or for both the client of the server that holds it: `remote.rs`).
-/// `None` for the commands that are not written over the trait.
+/// Runs a command written once over the engine's `UnitStore` and the CLI's `StoreOps` on the
+/// store its directory gives: `write` opens it for a command that may change it, `read` for one
+/// that only reads it (the store in this process, or for both the client of the server that
+/// holds it: `remote.rs`). `None` for the commands that do not work on one store (`init` creates
+/// one).
 fn on_store<S>(cmd: &Command, write: Open<S>, read: Open<S>) -> Option<Result<u8, CliError>>
 where
-    S: oncelake::UnitStore,
+    S: oncelake::UnitStore + store_ops::StoreOps,
     CliError: From<S::Error>,
 {
     Some(match cmd {
@@ -298,6 +298,9 @@ where
         Command::Claim(a) => sim_cmds::claim(a, write),
         Command::Release(a) => sim_cmds::release(a, write),
         Command::Pipeline(p) => pipeline_cmds::run_on(&p.command, write),
+        Command::Stats(a) => sim_cmds::stats(a, write),
+        Command::Reconcile(a) => reconcile_cmd::reconcile(a, write),
+        Command::Table(t) => table_cmds::run_on(&t.command, write),
         _ => return None,
     })
 }

@@ -82,6 +82,24 @@ pub(crate) fn thousands(n: u64) -> String {
     out
 }
 
+/// Another worker's lease in an answer: under --json its fields in `v` (`outcome`, `holder`,
+/// `expires_at_ms`), for people `says` on standard error (`claim` found the unit held,
+/// `pipeline fail` the cell claimed).
+pub(crate) fn held_by_another(
+    out: &Output,
+    v: &mut serde_json::Value,
+    outcome: &str,
+    (holder, expires_at_ms): (&str, u64),
+    says: std::fmt::Arguments<'_>,
+) {
+    v["outcome"] = outcome.into();
+    v["holder"] = holder.into();
+    v["expires_at_ms"] = expires_at_ms.into();
+    if !out.json {
+        errln!("{says}");
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

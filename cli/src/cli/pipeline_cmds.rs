@@ -3,6 +3,7 @@
 //! The units a pipeline runs over are those given a source version with `pipeline set-version`
 //! (stored as `.pipeline/source/<unit>` entries); the definition comes from `--pipeline FILE`.
 
+use super::output::held_by_another;
 use super::store_cmds::{outcome_code, outcome_json, refusal_text};
 use super::{exit, open_input, parse_duration, print_json, rfc3339, CliError, Open, Output};
 use oncelake::pipeline::cell::validate_pipeline_unit;
@@ -588,16 +589,18 @@ pub(crate) fn print_fail(out: &Output, a: &Attempt, cell: &str, outcome: &FailOu
             ref worker,
             expires_at_ms,
         } => {
-            (v["outcome"], v["holder"]) = (json!("busy"), json!(worker));
-            v["expires_at_ms"] = json!(expires_at_ms);
-            if !out.json {
-                errln!(
+            held_by_another(
+                out,
+                &mut v,
+                "busy",
+                (worker, expires_at_ms),
+                format_args!(
                     "busy: {} {} is claimed by {worker} until {}; pass that lease's --token or retry after it ends. Nothing changed",
                     a.unit,
                     a.stage,
                     rfc3339(expires_at_ms)
-                );
-            }
+                ),
+            );
             exit::BUSY
         }
     };

@@ -1,17 +1,13 @@
 //! `oncelake reconcile`: plan what must be (re)processed from a source listing (SPEC R12, R17).
 
-use super::{
-    exit, is_stream_input, open_input, open_store, print_json, CliError, Output, Progress,
-};
+use super::store_ops::{PlanForm, PlanTo, Planned, StoreOps};
+use super::{exit, is_stream_input, open_input, print_json, CliError, Open, Output, Progress};
 use oncelake::reconcile::{
-    check_sorted_listing, reconcile_changes, reconcile_full, ListingError, ListingFormat,
-    ListingReader, ListingSource, PlanItem, ReconcileError, ReconcileOptions, Row, SortConfig,
-    SortedListing, Summary,
+    check_sorted_listing, ListingError, ListingFormat, ListingReader, PlanItem, Summary,
 };
 use serde_json::json;
 use std::io::{BufRead, BufReader, Write};
 use std::path::PathBuf;
-use std::time::Duration;
 
 pub(crate) const EXAMPLES: &str = "\
 Examples:
@@ -66,50 +62,44 @@ pub(crate) struct ReconcileArgs {
     pub tmp: Option<PathBuf>,
 }
 
-/// Counts rows as they stream by and reports them as progress.
-struct Counted<'p, L> {
-    inner: L,
-    rows: u64,
-    progress: &'p Progress,
-}
-
-impl<L: ListingSource> ListingSource for Counted<'_, L> {
-    fn next_row(&mut self) -> Result<Option<Row<'_>>, ListingError> {
-        self.rows += 1;
-        if self.rows.is_multiple_of(4096) {
-            self.progress.update(self.rows);
-        }
-        self.inner.next_row()
-    }
-}
-
-pub(crate) fn reconcile(a: ReconcileArgs, wait: Duration) -> Result<u8, CliError> {
-    let (input, format) = open_listing(&a)?;
-    let sort = needs_sort(&a, format)?;
-    let store = open_store(&a.store, wait, false)?;
+/// `oncelake reconcile`, on the store in this process or through its server (`StoreOps::plan`).
+pub(crate) fn reconcile<S: StoreOps>(a: &ReconcileArgs, open: Open<S>) -> Result<u8, CliError> {
+    let (input, format) = open_listing(a)?;
+    let sort = needs_sort(a, format)?;
+    let store = open(&a.store)?;
 
     let progress = Progress::new("reconcile", "rows read", None);
-    let listing = Counted {
-        inner: ListingReader::new(input, format),
-        rows: 0,
-        progress: &progress,
-    };
     let stdout = std::io::stdout();
     let mut out = std::io::BufWriter::with_capacity(1 << 16, stdout.lock());
     let output = Output::new(a.json);
     let mut header = true;
-    let sink = |item: PlanItem<'_>| print_plan_item(&output, &mut out, &mut header, item);
-    let result = plan(&a, &store, listing, sort, format, sink);
+    let dir = a.tmp.clone().unwrap_or_else(std::env::temp_dir);
+    let form = PlanForm {
+        format,
+        changes_only: a.changes_only,
+        list_up_to_date: a.list_up_to_date,
+        sort_in: sort.then_some(dir.as_path()),
+    };
+    let to = PlanTo {
+        progress: &progress,
+        item: &mut |item| print_plan_item(&output, &mut out, &mut header, item),
+        unsorted: &mut |rows, spilled| print_sort_note(&a.source, rows, spilled, &dir),
+    };
+    let planned = store.plan(&form, input, to);
     progress.finish();
-    let summary = match result? {
-        Ok(s) => s,
-        Err(ReconcileError::Listing(e)) => {
+    let summary = match planned? {
+        Planned::Complete(s) => s,
+        Planned::BadListing {
+            kind,
+            message,
+            printed,
+        } => {
             let _ = out.flush();
-            return Err(bad_listing(&a.source, format, &e, true));
+            return Err(bad_listing_message(
+                &a.source, format, &kind, &message, printed,
+            ));
         }
-        Err(ReconcileError::Output(e)) => return plan_write_failed(e),
-        Err(ReconcileError::Store(e)) => return Err(e.into()),
-        Err(e) => return Err(CliError::Usage(e.to_string())),
+        Planned::WriteFailed(e) => return plan_write_failed(e),
     };
     if let Err(e) = out.flush() {
         return plan_write_failed(e);
@@ -122,7 +112,7 @@ pub(crate) fn reconcile(a: ReconcileArgs, wait: Duration) -> Result<u8, CliError
 /// The result of a plan whose output could not be written: a closed pipe (`| head`) is not an
 /// error, any other failure (a full disk behind `> plan.txt`) is, so that a script never takes
 /// a truncated plan for a complete one.
-pub(crate) fn plan_write_failed(e: std::io::Error) -> Result<u8, CliError> {
+fn plan_write_failed(e: std::io::Error) -> Result<u8, CliError> {
     if e.kind() == std::io::ErrorKind::BrokenPipe {
         Ok(exit::OK)
     } else {
@@ -131,12 +121,7 @@ pub(crate) fn plan_write_failed(e: std::io::Error) -> Result<u8, CliError> {
 }
 
 /// Prints the summary line that ends a complete plan.
-pub(crate) fn print_plan_summary(
-    out: &Output,
-    summary: &Summary,
-    changes_only: bool,
-    format: ListingFormat,
-) {
+fn print_plan_summary(out: &Output, summary: &Summary, changes_only: bool, format: ListingFormat) {
     if out.json {
         print_json(&json!({ "summary": summary_json(summary, changes_only, format) }));
     } else {
@@ -146,9 +131,7 @@ pub(crate) fn print_plan_summary(
 
 /// The listing's reader (standard input for `-`) and its format: the flag, else the file's
 /// extension, else its first line.
-pub(crate) fn open_listing(
-    a: &ReconcileArgs,
-) -> Result<(Box<dyn BufRead>, ListingFormat), CliError> {
+fn open_listing(a: &ReconcileArgs) -> Result<(Box<dyn BufRead>, ListingFormat), CliError> {
     // The same rules as every input file (a directory or a device is bad input, exit 2).
     let mut input: Box<dyn BufRead> = match open_input(&a.source)? {
         None => Box::new(BufReader::with_capacity(1 << 16, std::io::stdin())),
@@ -175,7 +158,7 @@ pub(crate) fn open_listing(
 /// listing out of order, and a stream (standard input or a pipe, which cannot be read twice:
 /// a second reader would take rows from the first), go through the external sort, which reads
 /// the whole listing before the merge prints anything.
-pub(crate) fn needs_sort(a: &ReconcileArgs, format: ListingFormat) -> Result<bool, CliError> {
+fn needs_sort(a: &ReconcileArgs, format: ListingFormat) -> Result<bool, CliError> {
     let streamed = is_stream_input(&a.source);
     if a.changes_only || streamed {
         return Ok(!a.changes_only && streamed);
@@ -192,48 +175,8 @@ pub(crate) fn needs_sort(a: &ReconcileArgs, format: ListingFormat) -> Result<boo
     }
 }
 
-/// Runs the plan in the form the arguments ask for, writing each item to `sink`. The outer
-/// error is one of the CLI (a listing the sort refused, the store); the inner one is the
-/// plan's, which the caller reports after flushing what was printed.
-fn plan<L, F>(
-    a: &ReconcileArgs,
-    store: &oncelake::Store,
-    listing: L,
-    sort: bool,
-    format: ListingFormat,
-    sink: F,
-) -> Result<Result<Summary, ReconcileError>, CliError>
-where
-    L: ListingSource,
-    F: FnMut(PlanItem<'_>) -> std::io::Result<()>,
-{
-    let opts = ReconcileOptions {
-        list_up_to_date: a.list_up_to_date,
-    };
-    if a.changes_only {
-        return Ok(reconcile_changes(store, listing, opts, sink));
-    }
-    if !sort {
-        let snap = store.snapshot()?;
-        return Ok(reconcile_full(&snap, listing, opts, sink));
-    }
-    let dir = a.tmp.clone().unwrap_or_else(std::env::temp_dir);
-    let sorted = SortedListing::sort(listing, &SortConfig::new(&dir))
-        .map_err(|e| bad_listing(&a.source, format, &e, false))?;
-    if !sorted.was_sorted() {
-        print_sort_note(&a.source, sorted.rows(), sorted.spilled_runs() as u64, &dir);
-    }
-    let snap = store.snapshot()?;
-    Ok(reconcile_full(&snap, sorted, opts, sink))
-}
-
 /// Says that a full listing was sorted before the merge (on stderr).
-pub(crate) fn print_sort_note(
-    source: &std::path::Path,
-    rows: u64,
-    spilled: u64,
-    dir: &std::path::Path,
-) {
+fn print_sort_note(source: &std::path::Path, rows: u64, spilled: u64, dir: &std::path::Path) {
     errln!(
         "note: the listing {} is not sorted by unit; sorted it first ({} rows, {}) before the merge",
         source.display(),
@@ -252,17 +195,12 @@ fn bad_listing(
     e: &ListingError,
     printed: bool,
 ) -> CliError {
-    let kind = match e {
-        ListingError::Io { .. } => "io",
-        ListingError::Unsorted { .. } => "unsorted",
-        _ => "",
-    };
-    bad_listing_message(source, format, kind, &e.to_string(), printed)
+    bad_listing_message(source, format, e.kind(), &e.to_string(), printed)
 }
 
 /// The error of a refused listing: `kind` is the listing error's kind (`io`, `unsorted`, ...)
 /// and `message` the engine's text (also as answered by a server).
-pub(crate) fn bad_listing_message(
+fn bad_listing_message(
     source: &std::path::Path,
     format: ListingFormat,
     kind: &str,
@@ -291,9 +229,9 @@ pub(crate) fn bad_listing_message(
 /// store holds).
 /// The header of the plan's rows for people, printed before the first row (`header` is then
 /// set false): no row, no header.
-pub(crate) const PLAN_HEADER: &str = "action\tunit\tsource_version\tcurrent_version";
+const PLAN_HEADER: &str = "action\tunit\tsource_version\tcurrent_version";
 
-pub(crate) fn print_plan_item(
+fn print_plan_item(
     output: &Output,
     out: &mut impl Write,
     header: &mut bool,

@@ -1,13 +1,12 @@
 //! The coordination commands: `simulate` (the worked example, SPEC R18), `stats` (R16) and the
 //! coordinator mode by hand, `claim` and `release` (R9).
 
-use super::output::thousands;
+use super::output::{held_by_another, thousands};
 use super::sim_args::SimulateArgs;
-use super::{
-    exit, open_store, parse_duration, print_json, rfc3339, CliError, Open, Output, Progress,
-};
+use super::store_ops::StoreOps;
+use super::{exit, parse_duration, print_json, rfc3339, CliError, Open, Output, Progress};
 use oncelake::metrics::{scope_of, Scope};
-use oncelake::{ClaimOutcome, Lease, MetricsSnapshot, ReleaseOutcome, UnitStore};
+use oncelake::{ClaimOutcome, Lease, ReleaseOutcome, StoreStats, UnitStore};
 use oncelake_sim::{simulate, SimMode, SimReport};
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
@@ -368,54 +367,23 @@ fn print_table(a: &SimulateArgs, reports: &[SimReport]) {
     print_verdict(reports);
 }
 
-pub(crate) fn stats(a: StatsArgs, wait: Duration) -> Result<u8, CliError> {
-    let store = open_store(&a.store, wait, false)?;
-    let snap = store.snapshot()?;
-    let mut fig = StoreFigures {
-        units: 0,
-        bytes_stored: 0,
-        last_seq: snap.seq(),
-    };
-    for e in snap.iter()? {
-        fig.units += 1;
-        fig.bytes_stored += e?.object.size;
-    }
-    drop(snap);
-    let m = store.metrics();
-    let out = Output::new(a.json);
+/// `oncelake stats`, on the store in this process or through its server (which adds its own
+/// counters).
+pub(crate) fn stats<S: StoreOps>(a: &StatsArgs, open: Open<S>) -> Result<u8, CliError> {
+    let s = open(&a.store)?.stats()?;
+    let server = s.server.as_ref();
     if a.prometheus {
-        print_prometheus(&fig, &m, None);
+        print_prometheus(&s.store, server.map(|(_, prom)| prom.as_str()));
     } else {
-        print_stats(&out, &a.store, &fig, &m, None);
+        let out = Output::new(a.json);
+        print_stats(&out, &a.store, &s.store, server.map(|(json, _)| json));
     }
     Ok(exit::OK)
 }
 
-/// What `stats` reads from the store itself (a manifest scan), in-process or from a server: so
-/// a fresh process never reports zero for them.
-pub(crate) struct StoreFigures {
-    /// Units with a current entry.
-    pub units: u64,
-    /// The sum of the current entries' object sizes.
-    pub bytes_stored: u64,
-    /// The newest seq.
-    pub last_seq: u64,
-}
-
 /// Prints `stats --prometheus`; `server` is a serving process's own metrics in the same format.
-pub(crate) fn print_prometheus(fig: &StoreFigures, m: &MetricsSnapshot, server: Option<&str>) {
-    out!("{}", m.to_prometheus());
-    outln!("# HELP oncelake_units units with a current entry (read from the store)");
-    outln!("# TYPE oncelake_units gauge");
-    outln!("oncelake_units {}", fig.units);
-    outln!(
-        "# HELP oncelake_bytes_stored bytes of the current entries' objects (read from the store)"
-    );
-    outln!("# TYPE oncelake_bytes_stored gauge");
-    outln!("oncelake_bytes_stored {}", fig.bytes_stored);
-    outln!("# HELP oncelake_last_seq newest commit log sequence number (read from the store)");
-    outln!("# TYPE oncelake_last_seq gauge");
-    outln!("oncelake_last_seq {}", fig.last_seq);
+fn print_prometheus(s: &StoreStats, server: Option<&str>) {
+    out!("{}", s.to_prometheus());
     if let Some(prom) = server {
         out!("{prom}");
     }
@@ -424,19 +392,14 @@ pub(crate) fn print_prometheus(fig: &StoreFigures, m: &MetricsSnapshot, server: 
 /// Prints `stats`: a table, or one JSON object (`store, units, bytes_stored, last_seq`, every counter by its
 /// metric name, the histograms as objects, `counted_since_seq`, the names of the counters only a
 /// running process knows in `process_only`, and a serving process's own counters in `server`).
-pub(crate) fn print_stats(
-    out: &Output,
-    store: &Path,
-    fig: &StoreFigures,
-    m: &MetricsSnapshot,
-    server: Option<&Value>,
-) {
+fn print_stats(out: &Output, store: &Path, s: &StoreStats, server: Option<&Value>) {
     if !out.json {
-        print_stats_table(store, fig, m, server);
+        print_stats_table(store, s, server);
         return;
     }
-    let mut v = json!({"store": store.display().to_string(), "units": fig.units,
-                       "bytes_stored": fig.bytes_stored, "last_seq": fig.last_seq});
+    let m = &s.metrics;
+    let mut v = json!({"store": store.display().to_string(), "units": s.units,
+                       "bytes_stored": s.bytes_stored, "last_seq": s.last_seq});
     if let Some(o) = v.as_object_mut() {
         for (name, n) in m.counters() {
             o.insert(name.into(), json!(n));
@@ -465,16 +428,12 @@ fn histogram_json(h: &oncelake::metrics::HistogramSnapshot) -> serde_json::Value
            "p50": h.quantile(0.5), "p99": h.quantile(0.99)})
 }
 
-fn print_stats_table(
-    store: &Path,
-    fig: &StoreFigures,
-    m: &MetricsSnapshot,
-    server: Option<&Value>,
-) {
+fn print_stats_table(store: &Path, s: &StoreStats, server: Option<&Value>) {
+    let m = &s.metrics;
     outln!("store      {}", store.display());
-    outln!("units      {}", fig.units);
-    outln!("stored     {} bytes", fig.bytes_stored);
-    outln!("last seq   {}", fig.last_seq);
+    outln!("units      {}", s.units);
+    outln!("stored     {} bytes", s.bytes_stored);
+    outln!("last seq   {}", s.last_seq);
     outln!();
     let since = match m.counted_since_seq {
         0 => String::new(),
@@ -580,14 +539,16 @@ pub(crate) fn print_claim(out: &Output, unit: &str, version: u64, outcome: &Clai
             worker,
             expires_at_ms,
         } => {
-            (v["outcome"], v["holder"]) = (json!("held"), json!(worker));
-            v["expires_at_ms"] = json!(expires_at_ms);
-            if !out.json {
-                errln!(
+            held_by_another(
+                out,
+                &mut v,
+                "held",
+                (worker, *expires_at_ms),
+                format_args!(
                     "busy: {unit} is held by {worker} until {}; try again after that",
                     rfc3339(*expires_at_ms)
-                );
-            }
+                ),
+            );
             exit::BUSY
         }
         ClaimOutcome::AlreadyDone(entry) => {

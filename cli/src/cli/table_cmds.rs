@@ -1,10 +1,10 @@
 //! `oncelake table ...`: lake tables (SPEC R21) — create, list, publish (the P8 benchmark is
 //! `oncelake-bench table`).
 
-use super::{open_store, print_json, CliError};
+use super::store_ops::StoreOps;
+use super::{exit, print_json, CliError, Open};
 use oncelake::table::{PublishReport, TableFormat, TableStatus};
 use std::path::{Path, PathBuf};
-use std::time::Duration;
 
 /// Runs as written when pasted in order after `oncelake init ./lake` (tests/cli_examples.rs);
 /// the lines that need a Parquet file of the reader's own are comments.
@@ -85,14 +85,17 @@ pub(crate) struct BenchArgs {
     pub args: Vec<std::ffi::OsString>,
 }
 
-pub(crate) fn run(a: TableArgs, wait: Duration) -> Result<u8, CliError> {
-    match a.command {
-        TableCommand::Create(a) => create(a, wait),
-        TableCommand::Ls(a) => ls(a, wait),
-        TableCommand::Publish(a) => publish(a, wait),
+/// Runs `oncelake table ...` on the store `open` gives (in this process or its server's client).
+pub(crate) fn run_on<S: StoreOps>(cmd: &TableCommand, open: Open<S>) -> Result<u8, CliError> {
+    match cmd {
+        TableCommand::Create(a) => create(a, open),
+        TableCommand::Ls(a) => ls(a, open),
+        TableCommand::Publish(a) => publish(a, open),
         TableCommand::Bench(a) => Err(super::bench_moved::moved("table", &a.args)),
     }
 }
+
+const NO_TABLES: &str = "no tables; create one with `oncelake table create STORE NAME --prefix P`";
 
 /// One answer as a JSON line: the engine's own serialisation (its `serde` feature, the HTTP
 /// API's fields), through `serde_json::Value` as every JSON line of the CLI.
@@ -115,8 +118,8 @@ fn print_as<T: serde::Serialize>(
     Ok(())
 }
 
-/// A table for `table create` (in-process and through a server).
-pub(crate) fn print_created(t: &TableStatus, json: bool) -> Result<(), CliError> {
+/// A table for `table create`.
+fn print_created(t: &TableStatus, json: bool) -> Result<(), CliError> {
     print_as(t, json, |t| {
         let d = &t.def;
         let at = t.path.display();
@@ -127,8 +130,8 @@ pub(crate) fn print_created(t: &TableStatus, json: bool) -> Result<(), CliError>
     })
 }
 
-/// A table's line for `table ls` (in-process and through a server).
-pub(crate) fn print_listed(t: &TableStatus, json: bool) -> Result<(), CliError> {
+/// A table's line for `table ls`.
+fn print_listed(t: &TableStatus, json: bool) -> Result<(), CliError> {
     print_as(t, json, |t| {
         let version = match t.position.version {
             Some(v) => format!("version {v} (seq {})", t.position.seq),
@@ -139,8 +142,8 @@ pub(crate) fn print_listed(t: &TableStatus, json: bool) -> Result<(), CliError> 
     })
 }
 
-/// A publish report for `table publish` (in-process and through a server).
-pub(crate) fn print_report(r: &PublishReport, json: bool) -> Result<(), CliError> {
+/// A publish report for `table publish`.
+fn print_report(r: &PublishReport, json: bool) -> Result<(), CliError> {
     if json {
         return print_serde(r);
     }
@@ -158,23 +161,18 @@ pub(crate) fn print_report(r: &PublishReport, json: bool) -> Result<(), CliError
     Ok(())
 }
 
-fn create(a: CreateArgs, wait: Duration) -> Result<u8, CliError> {
-    let store = open_store(&a.store, wait, false)?;
-    let def = store.create_table(&a.name, &a.prefix, a.format)?;
-    print_created(&store.table_status(&def)?, a.json)?;
-    Ok(0)
+fn create<S: StoreOps>(a: &CreateArgs, open: Open<S>) -> Result<u8, CliError> {
+    let t = open(&a.store)?.create_table(&a.name, &a.prefix, a.format)?;
+    print_created(&t, a.json)?;
+    Ok(exit::OK)
 }
 
-fn ls(a: LsArgs, wait: Duration) -> Result<u8, CliError> {
-    let store = open_store(&a.store, wait, false)?;
-    let defs = store.tables()?;
-    if defs.is_empty() && !a.json {
-        errln!("no tables; create one with `oncelake table create STORE NAME --prefix P`");
+fn ls<S: StoreOps>(a: &LsArgs, open: Open<S>) -> Result<u8, CliError> {
+    let tables = open(&a.store)?.each_table(&mut |t| print_listed(t, a.json))?;
+    if tables == 0 && !a.json {
+        errln!("{NO_TABLES}");
     }
-    for d in &defs {
-        print_listed(&store.table_status(d)?, a.json)?;
-    }
-    Ok(0)
+    Ok(exit::OK)
 }
 
 /// `1 file`, `2 files`.
@@ -182,8 +180,8 @@ fn plural(n: u64, one: &str, many: &str) -> String {
     format!("{n} {}", if n == 1 { one } else { many })
 }
 
-/// The line of a publish report for people (in-process and through a server).
-pub(crate) fn publish_line(
+/// The line of a publish report for people.
+fn publish_line(
     table: &str,
     versions: u64,
     adds: u64,
@@ -205,7 +203,7 @@ pub(crate) fn publish_line(
 /// Why a table has no version after a publish, and what to do (standard error, also under
 /// --json): its first version needs a Parquet unit under its prefix. A unit there that is not
 /// Parquet stops the publish with an error, so a publish that leaves no version found none.
-pub(crate) fn nothing_yet(store: &Path, table: &str, prefix: &str) -> String {
+fn nothing_yet(store: &Path, table: &str, prefix: &str) -> String {
     let (store, example) = (store.display(), format!("{prefix}date=2026-11-29"));
     format!(
         "table {table}: nothing to publish — no units under its prefix {prefix:?} yet; a table \
@@ -214,21 +212,18 @@ pub(crate) fn nothing_yet(store: &Path, table: &str, prefix: &str) -> String {
     )
 }
 
-fn publish(a: PublishArgs, wait: Duration) -> Result<u8, CliError> {
-    let store = open_store(&a.store, wait, false)?;
-    let reports = match &a.name {
-        Some(n) => vec![store.publish_table(n)?],
-        None => store.publish_tables()?,
-    };
+fn publish<S: StoreOps>(a: &PublishArgs, open: Open<S>) -> Result<u8, CliError> {
+    let store = open(&a.store)?;
+    let reports = store.publish(a.name.as_deref())?;
     if reports.is_empty() && !a.json {
-        errln!("no tables; create one with `oncelake table create STORE NAME --prefix P`");
+        errln!("{NO_TABLES}");
     }
     for r in &reports {
         if r.version.is_none() {
-            let prefix = store.table(&r.table)?.prefix;
+            let prefix = store.table_prefix(&r.table)?;
             errln!("{}", nothing_yet(&a.store, &r.table, &prefix));
         }
         print_report(r, a.json)?;
     }
-    Ok(0)
+    Ok(exit::OK)
 }

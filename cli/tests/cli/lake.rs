@@ -59,162 +59,82 @@ enum Cmp {
 /// scratch directory), its input, the exit code it must have, and what a success commits.
 struct Step {
     node: usize,
-    args: &'static str,
-    stdin: Option<&'static [u8]>,
+    args: String,
+    stdin: Option<Vec<u8>>,
     code: i32,
     cmp: Cmp,
     /// A commit the model gains when the step succeeds: (unit, version, bytes).
-    commits: Option<(&'static str, u64, &'static [u8])>,
+    commits: Option<(String, u64, Vec<u8>)>,
     /// Wait this long first (a lease's TTL running out).
     sleep_ms: u64,
     /// Fields left out of this step's comparison with the local store (never of the model's).
     node_local: &'static [&'static str],
 }
 
-fn step(node: usize, args: &'static str, code: i32) -> Step {
-    Step {
+/// The script, one step a line (its syntax is at its top).
+const SCRIPT: &str = include_str!("lake_script.txt");
+
+/// The script's steps; it runs every store command (a script read as nothing would pass every
+/// comparison).
+fn script() -> Vec<Step> {
+    let steps: Vec<Step> = SCRIPT
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty() && !l.starts_with('#'))
+        .map(parse_step)
+        .collect();
+    let commands = "put get ls log claim release reconcile pipeline table gc verify stats sync";
+    for command in commands.split(' ') {
+        assert!(
+            steps
+                .iter()
+                .any(|st| st.args.starts_with(&format!("{command} "))),
+            "the script runs no `{command}`"
+        );
+    }
+    steps
+}
+
+/// One line of the script: `NODE EXIT ARGS`, then its options after ` | `.
+fn parse_step(line: &str) -> Step {
+    let (command, options) = line.split_once(" | ").unwrap_or((line, ""));
+    let bad = |what: &str| -> ! { panic!("script line {line:?}: {what}") };
+    let mut fields = command.splitn(3, ' ');
+    let mut field = |what: &str| fields.next().unwrap_or_else(|| bad(what));
+    let node = field("no node").parse().unwrap_or_else(|_| bad("bad node"));
+    let code = field("no exit code")
+        .parse()
+        .unwrap_or_else(|_| bad("bad exit code"));
+    let mut st = Step {
         node,
-        args,
+        args: field("no arguments").replace("\\u{1}", "\u{1}"),
         stdin: None,
         code,
         cmp: Cmp::Json,
         commits: None,
         sleep_ms: 0,
         node_local: &[],
+    };
+    for option in options.split(';').map(str::trim).filter(|o| !o.is_empty()) {
+        let (key, value) = option.split_once(' ').unwrap_or((option, ""));
+        match key {
+            "stdin" => st.stdin = Some(value.as_bytes().to_vec()),
+            "commits" => {
+                let mut v = value.splitn(3, ' ');
+                let (unit, version, bytes) = (v.next(), v.next(), v.next());
+                let version = version.and_then(|n| n.parse().ok());
+                let (Some(unit), Some(version), Some(bytes)) = (unit, version, bytes) else {
+                    bad("commits takes UNIT VERSION TEXT")
+                };
+                st.commits = Some((unit.into(), version, bytes.as_bytes().to_vec()));
+            }
+            "bytes" => st.cmp = Cmp::Bytes,
+            "after_ms" => st.sleep_ms = value.parse().unwrap_or_else(|_| bad("bad after_ms")),
+            "orphans" => st.node_local = ORPHANS,
+            _ => bad("unknown option"),
+        }
     }
-}
-
-impl Step {
-    fn input(mut self, b: &'static [u8]) -> Step {
-        self.stdin = Some(b);
-        self
-    }
-    fn commits(mut self, unit: &'static str, version: u64, bytes: &'static [u8]) -> Step {
-        self.commits = Some((unit, version, bytes));
-        self
-    }
-    fn bytes(mut self) -> Step {
-        self.cmp = Cmp::Bytes;
-        self
-    }
-    fn after_ms(mut self, ms: u64) -> Step {
-        self.sleep_ms = ms;
-        self
-    }
-    fn node_local(mut self, keys: &'static [&'static str]) -> Step {
-        self.node_local = keys;
-        self
-    }
-}
-
-/// Puts from stdin and from a file, duplicate, conflict and stale on the other node, bad input,
-/// reads, time travel.
-fn writes_and_reads() -> Vec<Step> {
-    vec![
-        step(0, "put {S} orders/day=1 7 - --json", 0)
-            .input(b"rows")
-            .commits("orders/day=1", 7, b"rows"),
-        step(1, "put {S} orders/day=1 7 {D}/rows.bin --json", 0),
-        step(1, "put {S} orders/day=1 7 {D}/other.bin --json", 3),
-        step(1, "put {S} orders/day=1 6 - --json", 4).input(b"older"),
-        step(1, "put {S} orders/day=2 1 {D}/other.bin --json", 0).commits(
-            "orders/day=2",
-            1,
-            b"other",
-        ),
-        step(0, "put {S} orders/day=1 8 - --json", 0)
-            .input(b"rows v8")
-            .commits("orders/day=1", 8, b"rows v8"),
-        step(1, "get {S} orders/day=1", 0).bytes(),
-        step(1, "get {S} orders/day=1 --at 1", 0).bytes(),
-        step(1, "get {S} orders/day=1 -o {D}/got.bin --json", 0),
-        step(0, "ls {S} --json", 0),
-        step(0, "ls {S} --at 2 --prefix orders/ --json", 0),
-        step(1, "log {S} --json", 0),
-        step(1, "log {S} --since 2 --json", 0),
-        step(1, "get {S} orders/none --json", 2),
-        step(0, "put {S} bad\u{1}key 1 - --json", 2).input(b"x"),
-        step(0, "put {S} orders/day=3 notanumber - --json", 2).input(b"x"),
-        step(0, "ls {S} --at 999 --json", 2),
-    ]
-}
-
-/// A lease claimed on node 0 runs out, node 1 takes the unit over: node 0's token is fenced.
-fn claims() -> Vec<Step> {
-    vec![
-        step(0, "claim {S} jobs/a 1 --worker w1 --ttl 1s --json", 0),
-        step(1, "claim {S} jobs/a 1 --worker w3 --ttl 30s --json", 6),
-        step(1, "claim {S} jobs/a 1 --worker w2 --ttl 30s --json", 0).after_ms(1300),
-        step(0, "put {S} jobs/a 1 - --token 1 --json", 5).input(b"late"),
-        step(0, "release {S} jobs/a --worker w1 --token 1 --json", 5),
-        step(1, "put {S} jobs/a 1 - --token 2 --json", 0)
-            .input(b"fresh")
-            .commits("jobs/a", 1, b"fresh"),
-        step(1, "release {S} jobs/a --worker w2 --token 2 --json", 5),
-    ]
-}
-
-/// Reconcile, and a pipeline's cells worked on both nodes.
-fn plans_and_pipelines() -> Vec<Step> {
-    vec![
-        step(0, "reconcile {S} --source {D}/listing.csv --json", 0),
-        step(1, "reconcile {S} --source {D}/listing.csv --changes-only --json", 0),
-        step(0, "reconcile {S} --source {D}/missing.csv --json", 2),
-        step(0, "pipeline set-version {S} p/u 7 {D}/input.csv --json", 0),
-        step(1, "pipeline ready {S} --pipeline {D}/etl.toml --json", 0),
-        step(1, "pipeline complete {S} --pipeline {D}/etl.toml p/u ingest {D}/rows.bin --json", 0),
-        step(0, "pipeline ready {S} --pipeline {D}/etl.toml --claim --worker w1 --json", 0),
-        step(1, "pipeline fail {S} --pipeline {D}/etl.toml p/u transform --error boom --json", 6),
-        step(1, "pipeline complete {S} --pipeline {D}/etl.toml p/u transform {D}/other.bin --token 99 --json", 5),
-        step(1, "pipeline complete {S} --pipeline {D}/etl.toml p/u transform {D}/other.bin --token 3 --json", 0),
-        step(0, "pipeline status {S} --pipeline {D}/etl.toml --json", 0),
-        step(0, "pipeline status {S} --pipeline {D}/etl.toml --dot", 0).bytes(),
-        step(1, "pipeline explain {S} --pipeline {D}/etl.toml p/u --json", 0),
-    ]
-}
-
-/// Tables, GC, verify, stats, sync. A table is the lake's: defined on node 0, listed on node 1,
-/// and published by either (node 1 publishes node 0's next commit, and node 0 lists the lake's
-/// newest version); the rejected put's object is staged on node 1, so node 1's GC finds it as
-/// the local store's does.
-fn maintenance() -> Vec<Step> {
-    vec![
-        step(0, "table create {S} sales --prefix sales/ --json", 0),
-        step(
-            1,
-            "put {S} sales/date=1/region=eu 1 {D}/sales.parquet --json",
-            0,
-        ),
-        step(0, "table publish {S} sales --json", 0),
-        step(1, "table ls {S} --json", 0),
-        step(
-            0,
-            "put {S} sales/date=2/region=eu 1 {D}/sales.parquet --json",
-            0,
-        ),
-        step(1, "table publish {S} sales --json", 0),
-        step(0, "table ls {S} --json", 0),
-        step(0, "table publish {S} sales --json", 0),
-        step(0, "table publish {S} nosuch --json", 2),
-        // The objects of refused puts are staged on the node that ran them (here the conflict
-        // on node 1 and the fenced put on node 0): a node's GC collects its own.
-        step(1, "gc {S} --dry-run --json", 0).node_local(ORPHANS),
-        step(1, "gc {S} --json", 0).node_local(ORPHANS),
-        step(0, "gc {S} --json", 0).node_local(ORPHANS),
-        step(0, "verify {S} --deep --json", 0),
-        step(1, "verify {S} --json", 0),
-        step(1, "stats {S} --json", 0),
-        step(0, "sync {S} --json", 0),
-        step(1, "ls {S} --json", 0),
-    ]
-}
-
-fn script() -> Vec<Step> {
-    let mut s = writes_and_reads();
-    s.extend(claims());
-    s.extend(plans_and_pipelines());
-    s.extend(maintenance());
-    s
+    st
 }
 
 /// The scratch files the script reads.
@@ -376,7 +296,7 @@ fn walk(nodes: &[PathBuf; 2], dir: &Path) -> Vec<Answer> {
     let mut answers = Vec::new();
     for st in script() {
         std::thread::sleep(std::time::Duration::from_millis(st.sleep_ms));
-        let out = run_on(&nodes[st.node], dir, st.args, st.stdin);
+        let out = run_on(&nodes[st.node], dir, &st.args, st.stdin.as_deref());
         let mut got = answer(&out, st.cmp);
         for v in &mut got.stdout {
             if let Value::Object(m) = v {
@@ -392,9 +312,9 @@ fn walk(nodes: &[PathBuf; 2], dir: &Path) -> Vec<Answer> {
             String::from_utf8_lossy(&out.stdout),
             String::from_utf8_lossy(&out.stderr)
         );
-        if let Some((unit, version, bytes)) = st.commits {
+        if let Some((unit, version, bytes)) = &st.commits {
             let hash = blake3::hash(bytes).to_hex().to_string();
-            model.insert(unit.to_string(), (version, hash, bytes.len() as u64));
+            model.insert(unit.clone(), (*version, hash, bytes.len() as u64));
             for node in nodes {
                 assert_eq!(
                     listed(node, dir),

@@ -654,6 +654,17 @@ where
         assert_eq!(s.get(unit).unwrap(), Some(entry));
     }
     assert_eq!(s.get("t/none").unwrap(), None);
+    // What the store holds, read from the store: the model's units and bytes at the newest seq;
+    // the metrics count the commits that made them.
+    let stats = s.stats().unwrap();
+    let bytes = model.values().map(|(_, b)| b.len() as u64).sum();
+    let newest = s.last_seq().unwrap();
+    assert_eq!(
+        (stats.units, stats.bytes_stored, stats.last_seq),
+        (model.len() as u64, bytes, newest)
+    );
+    assert_eq!(stats.metrics.commits, newest, "{stats:?}");
+    seen.push(format!("stats {} units {bytes} bytes", stats.units));
     let records = s.changes(0, usize::MAX).unwrap();
     assert!(records.windows(2).all(|w| w[0].seq < w[1].seq));
     seen.push(format!("{} records", records.len()));

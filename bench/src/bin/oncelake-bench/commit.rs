@@ -1,9 +1,8 @@
 //! `oncelake-bench commit` (SPEC P1): durable commits against their baselines in the same run.
 
+use super::scratch::Probe;
 use super::{print_json, BenchError};
-use oncelake_bench::bench_commit::{
-    self as workload, Bench, Floor, Keys, Measurement, Plan, System, Workload,
-};
+use oncelake_bench::bench_commit::{Bench, Floor, Keys, Measurement, Plan, System, Workload};
 use serde_json::json;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -175,11 +174,7 @@ pub(crate) fn commit(a: CommitBenchArgs) -> Result<u8, BenchError> {
     let scratch = super::scratch::scratch_dir(a.dir.clone())?;
     let bar = indicatif::ProgressBar::new((a.threads.len() * systems.len()) as u64);
     bar.set_draw_target(indicatif::ProgressDrawTarget::stderr());
-    let probe = |when: &str| {
-        workload::fsync_probe(&scratch, 50)
-            .map_err(|e| BenchError::Usage(format!("{e} (pass --dir to bench on another disk)")))
-            .map(|d| (when.to_string(), d))
-    };
+    let probe = |when: &str| super::scratch::probe(&scratch, when);
     let peer = a
         .rocksdb
         .as_deref()
@@ -307,20 +302,8 @@ fn ratio_sqlite_best(results: &[Measurement], threads: usize) -> Option<f64> {
     }
 }
 
-fn print_jsons(
-    results: &[Measurement],
-    probes: &[(String, Duration)],
-    w: Workload,
-    units_per_commit: usize,
-) {
-    for (when, d) in probes {
-        print_json(&json!({
-            "bench": "commit",
-            "probe": "fdatasync_4k",
-            "when": when,
-            "p50_us": d.as_micros() as u64,
-        }));
-    }
+fn print_jsons(results: &[Measurement], probes: &[Probe], w: Workload, units_per_commit: usize) {
+    super::scratch::print_probes("commit", probes);
     for m in results {
         let oncelake = m.system == System::Oncelake;
         print_json(&json!({
@@ -378,14 +361,10 @@ fn us_per_group(m: &Measurement) -> Option<f64> {
 fn print_table(
     results: &[Measurement],
     threads: &[usize],
-    probes: &[(String, Duration)],
+    probes: &[Probe],
     w: Workload,
     units_per_commit: usize,
 ) {
-    let probes: Vec<String> = probes
-        .iter()
-        .map(|(when, d)| format!("{} µs {when}", d.as_micros()))
-        .collect();
     outln!(
         "durable commits, {} unit{} each, objects pre-staged, {} preloaded units, {} keys; \
          disk fdatasync(4 KiB) p50: {}",
@@ -393,7 +372,7 @@ fn print_table(
         if units_per_commit == 1 { "" } else { "s" },
         w.preload,
         w.keys.name(),
-        probes.join(", ")
+        super::scratch::probes_text(probes)
     );
     outln!(
         "{:<22} {:>7} {:>9} {:>12} {:>9} {:>9} {:>10} {:>10}",

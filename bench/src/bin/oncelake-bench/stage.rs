@@ -1,8 +1,8 @@
 //! `oncelake-bench stage` (SPEC P4): staging and committing objects against raw write + fsync of
 //! the same bytes, alternating round by round in the same run.
 
+use super::scratch::Probe;
 use super::{print_json, BenchError};
-use oncelake_bench::bench_commit::fsync_probe;
 use oncelake_bench::bench_stage::{Measurement, Plan, StageBench, System};
 use serde_json::json;
 use std::path::PathBuf;
@@ -114,11 +114,7 @@ pub(crate) fn run(a: StageBenchArgs) -> Result<u8, BenchError> {
         ));
     }
     let scratch = super::scratch::scratch_dir(a.dir.clone())?;
-    let probe = |when: &str| {
-        fsync_probe(&scratch, 50)
-            .map_err(|e| BenchError::Usage(format!("{e} (pass --dir to bench on another disk)")))
-            .map(|d| (when.to_string(), d))
-    };
+    let probe = |when: &str| super::scratch::probe(&scratch, when);
     let mut probes = vec![probe("before")?];
     let mut bench = StageBench::new(&scratch).map_err(BenchError::Usage)?;
     let runs = a.sizes.len() * a.rounds * System::ALL.len();
@@ -154,19 +150,8 @@ pub(crate) fn run(a: StageBenchArgs) -> Result<u8, BenchError> {
     Ok(0)
 }
 
-fn print_jsons(
-    a: &StageBenchArgs,
-    results: &[(usize, Measurement)],
-    probes: &[(String, Duration)],
-) {
-    for (when, d) in probes {
-        print_json(&json!({
-            "bench": "stage",
-            "probe": "fdatasync_4k",
-            "when": when,
-            "p50_us": d.as_micros() as u64,
-        }));
-    }
+fn print_jsons(a: &StageBenchArgs, results: &[(usize, Measurement)], probes: &[Probe]) {
+    super::scratch::print_probes("stage", probes);
     for (round, m) in results {
         print_json(&json!({
             "bench": "stage",
@@ -202,20 +187,12 @@ fn ratio(raw: Option<f64>, ours: Option<f64>) -> Option<f64> {
     Some(ours? / raw?.max(1e-9))
 }
 
-fn print_table(
-    a: &StageBenchArgs,
-    results: &[(usize, Measurement)],
-    probes: &[(String, Duration)],
-) {
-    let probes: Vec<String> = probes
-        .iter()
-        .map(|(when, d)| format!("{} µs {when}", d.as_micros()))
-        .collect();
+fn print_table(a: &StageBenchArgs, results: &[(usize, Measurement)], probes: &[Probe]) {
     outln!(
         "stage + commit vs raw write + fdatasync, {} threads, raw then oncelake per round; \
          disk fdatasync(4 KiB) p50: {}",
         a.threads,
-        probes.join(", ")
+        super::scratch::probes_text(probes)
     );
     outln!(
         "{:<9} {:>12} {:>5} {:>8} {:>10} {:>9} {:>9} {:>7}",
