@@ -16,7 +16,7 @@
 //!    snapshot, nor by any commit logged between its first and its second snapshot, nor pinned.
 //! 4. Pinning a doomed object waits until GC has unlinked it; the stager then links a new copy.
 //!
-//! Open snapshots pin their seqs ([`crate::snapshot`]): the prune keeps every row a pinned view
+//! Open snapshots pin their seqs (`crate::snapshot`): the prune keeps every row a pinned view
 //! reads, so the kept history references every object such a view can read.
 
 use crate::commit::apply::{Done, Op};

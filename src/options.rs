@@ -14,7 +14,7 @@ pub enum Durability {
     #[default]
     Durable,
     /// Groups are written without a sync; a synced group is written at least every `max_delay`
-    /// while commits arrive, and on [`Store::flush`] and close. A crash can lose the commits
+    /// while commits arrive, and on [`Store::flush`](crate::Store::flush) and close. A crash can lose the commits
     /// acknowledged since the last synced group — at most `max_delay` of them, or all of those
     /// since the last commit if commits stopped before the delay ran out — but never tears one.
     Relaxed {
@@ -98,7 +98,7 @@ pub struct Options {
     pub lake_checkpoint_every: u64,
     /// Open for reading only: nothing in the directory is written (not even redb's header),
     /// other readers may share the store, and every write is refused with
-    /// [`Error::ReadOnly`]. For stores on read-only media. The store must exist, be of the
+    /// [`Error::ReadOnly`](crate::Error::ReadOnly). For stores on read-only media. The store must exist, be of the
     /// current format and not need crash recovery.
     pub read_only: bool,
     /// Benchmarks only: parts of the durable commit path switched off, to measure what the rest

@@ -706,8 +706,8 @@ impl Run {
         &self.lease
     }
 
-    /// Extends the lease from inside long work. On [`RenewOutcome::Lost`] the unit was taken over
-    /// (the lease had expired): stop working, the commit would be fenced.
+    /// Extends the lease from inside long work. On [`Lost`](crate::RenewOutcome::Lost) the unit
+    /// was taken over (the lease had expired): stop working, the commit would be fenced.
     pub fn renew(&mut self, ttl: Duration) -> crate::Result<crate::RenewOutcome> {
         let outcome = self.store.renew(&self.lease, ttl)?;
         if let crate::RenewOutcome::Renewed(lease) = &outcome {

@@ -1,6 +1,6 @@
 //! Committing: the batch a writer submits, the outcome it gets back, and the path in between —
-//! the lock-free group-commit queue ([`queue`]), the pure commit rules ([`rules`]) and the leader
-//! that applies a group in one redb transaction ([`apply`]).
+//! the lock-free group-commit queue (`queue`), the pure commit rules ([`rules`]) and the leader
+//! that applies a group in one redb transaction (`apply`).
 
 pub(crate) mod apply;
 pub(crate) mod group;

@@ -10,7 +10,7 @@
 //! The CRC covers everything before it. A record decodes without the rest of the store, so the log
 //! alone can rebuild the manifest (`verify --deep`) or feed a change stream.
 //!
-//! [`LogTable`] is the one reader of the `LOG` table: the change feed, replay, verify, GC, the
+//! `LogTable` is the one reader of the `LOG` table: the change feed, replay, verify, GC, the
 //! index catch-up on open and the pipelines all read records through it.
 
 use super::codec::{put_str, put_u32, put_u64, Reader};

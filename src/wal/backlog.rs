@@ -159,7 +159,7 @@ pub struct Backlog<G> {
     start: usize,
 }
 
-/// How much of the backlog is waiting (see [`Backlog::size`]).
+/// How much of the backlog is waiting (see `Backlog::size`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct BacklogSize {
     /// Redo bytes acknowledged and not yet applied.

@@ -80,21 +80,11 @@ impl Backing for Store {
     }
 
     fn stats_now(&self, py: Python<'_>) -> PyResult<Stats> {
-        let (units, last_seq) = py
-            .detach(|| -> oncelake::Result<(u64, u64)> {
-                let snap = self.snapshot()?;
-                let mut n = 0;
-                for e in snap.iter()? {
-                    e?;
-                    n += 1;
-                }
-                Ok((n, snap.seq()))
-            })
-            .py(py)?;
+        let s = py.detach(|| UnitStore::stats(self)).py(py)?;
         Ok(Stats {
-            units,
-            last_seq,
-            metrics: self.metrics(),
+            units: s.units,
+            last_seq: s.last_seq,
+            metrics: s.metrics,
             server: None,
         })
     }
