@@ -80,7 +80,7 @@ impl Backing for Store {
     }
 
     fn stats_now(&self, py: Python<'_>) -> PyResult<Stats> {
-        let s = py.detach(|| UnitStore::stats(self)).py(py)?;
+        let s = py.detach(|| oncelake::UnitStore::stats(self)).py(py)?;
         Ok(Stats {
             units: s.units,
             last_seq: s.last_seq,
