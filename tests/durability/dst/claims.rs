@@ -7,7 +7,7 @@ use oncelake::{ClaimOutcome, Lease, RenewOutcome};
 use std::time::Duration;
 
 impl Sim {
-    pub(super) fn claim_exp(&self, unit: &str, version: u64, worker: &str, now: u64) -> ClaimExp {
+    fn claim_exp(&self, unit: &str, version: u64, worker: &str, now: u64) -> ClaimExp {
         if self
             .model
             .current
@@ -98,7 +98,7 @@ impl Sim {
         Some(got)
     }
 
-    pub(super) fn renew_exp(&self, lease: &Lease) -> bool {
+    fn renew_exp(&self, lease: &Lease) -> bool {
         self.model
             .claims
             .get(&lease.unit)
@@ -136,7 +136,7 @@ impl Sim {
         self.model.last_seq += 1;
     }
 
-    pub(super) fn release_exp(&self, lease: &Lease) -> bool {
+    fn release_exp(&self, lease: &Lease) -> bool {
         self.model
             .claims
             .get(&lease.unit)

@@ -53,7 +53,7 @@ impl Sim {
         assert!(v.is_intact(), "verify after a crash: {v:?}");
     }
 
-    pub(super) fn apply_in_flight(&mut self, inflight: InFlight, seq: u64) {
+    fn apply_in_flight(&mut self, inflight: InFlight, seq: u64) {
         let record = {
             let snap = self.store().snapshot().unwrap();
             let r = snap.changes_since(seq - 1).unwrap().next();

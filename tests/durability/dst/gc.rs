@@ -69,7 +69,7 @@ impl Sim {
 
     /// I8: every object an open snapshot can see is still there, and so is every object a writer
     /// holds staged for a commit.
-    pub(super) fn check_i8(&self) {
+    fn check_i8(&self) {
         for h in &self.held {
             let want = self.model.state_at(h.seq);
             check_view(

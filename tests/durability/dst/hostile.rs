@@ -62,7 +62,7 @@ impl Sim {
         self.commit(vec![(item, staged)], Atomicity::AllOrNothing);
     }
 
-    pub(super) fn wrong_worker_release(&mut self) {
+    fn wrong_worker_release(&mut self) {
         let Some((unit, c)) = self
             .model
             .claims
@@ -86,7 +86,7 @@ impl Sim {
         self.release(&lease);
     }
 
-    pub(super) fn foreign_handle(&mut self) {
+    fn foreign_handle(&mut self) {
         if self.other.is_none() {
             let d = scratch("oncelake-dst");
             let s = Store::open(d.path().join("other")).expect("open a second store");

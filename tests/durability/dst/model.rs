@@ -77,7 +77,7 @@ impl Model {
         s
     }
 
-    pub(super) fn fence(&self, unit: &str, token: Option<u64>, now: u64) -> Fence {
+    fn fence(&self, unit: &str, token: Option<u64>, now: u64) -> Fence {
         // SPEC R3/R9: a token passes only if issued for the unit, its newest and not ended; a
         // token-less commit is busy while a lease is live.
         match (token, self.claims.get(unit)) {
@@ -89,7 +89,7 @@ impl Model {
     }
 
     /// R3 alone.
-    pub(super) fn r3(&self, unit: &str, version: u64, content: &[u8], intent: Intent) -> Exp {
+    fn r3(&self, unit: &str, version: u64, content: &[u8], intent: Intent) -> Exp {
         let Some(cur) = self.current.get(unit) else {
             return Exp::Accept(0);
         };

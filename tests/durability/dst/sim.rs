@@ -201,7 +201,7 @@ impl Sim {
 
     /// A restart: a clean close (which writes `index.snap` through the seam, possibly cut by a
     /// crash), a power cut, and a reopen that loads the index snapshot if it checks out.
-    pub(super) fn restart(&mut self) {
+    fn restart(&mut self) {
         self.held.clear();
         for w in &mut self.writers {
             if let WriterState::Claimed(l) = std::mem::replace(&mut w.state, WriterState::Idle) {
@@ -241,7 +241,7 @@ impl Sim {
         self.counts.ops += self.plan.ops();
     }
 
-    pub(super) fn one_step(&mut self) {
+    fn one_step(&mut self) {
         self.clock.advance_ms(self.rng.below(1500));
         let roll = self.rng.below(100);
         match roll {

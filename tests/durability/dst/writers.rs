@@ -43,7 +43,7 @@ impl Sim {
             .max(1)
     }
 
-    pub(super) fn start_work(&mut self, w: usize) -> WriterState {
+    fn start_work(&mut self, w: usize) -> WriterState {
         let unit = self.pick_unit();
         match self.rng.below(10) {
             0..=3 => {
@@ -78,7 +78,7 @@ impl Sim {
         }
     }
 
-    pub(super) fn work_under_lease(&mut self, w: usize, lease: Lease) -> WriterState {
+    fn work_under_lease(&mut self, w: usize, lease: Lease) -> WriterState {
         match self.rng.below(10) {
             0..=2 => {
                 let ttl = 1_000 + self.rng.below(5_000);
@@ -122,7 +122,7 @@ impl Sim {
     }
 
     /// Stages `content` for a token-less write of `unit` at `version`.
-    pub(super) fn stage_without_token(
+    fn stage_without_token(
         &mut self,
         unit: String,
         version: u64,
@@ -138,7 +138,7 @@ impl Sim {
         })
     }
 
-    pub(super) fn stage_item(&mut self, item: Item) -> WriterState {
+    fn stage_item(&mut self, item: Item) -> WriterState {
         match self.stage(&item.content) {
             Some(staged) => {
                 self.past
@@ -190,7 +190,7 @@ impl Sim {
         }
     }
 
-    pub(super) fn settle_commit(
+    fn settle_commit(
         &mut self,
         items: &[Item],
         exps: &[Exp],

@@ -28,7 +28,7 @@ impl PipelineCli {
 }
 
 /// The JSON lines of a command's output, each parsed.
-pub(super) fn json_lines(text: &str) -> Vec<serde_json::Value> {
+fn json_lines(text: &str) -> Vec<serde_json::Value> {
     text.lines()
         .map(|l| serde_json::from_str(l).unwrap())
         .collect()
@@ -36,7 +36,7 @@ pub(super) fn json_lines(text: &str) -> Vec<serde_json::Value> {
 
 /// The seed pipeline over u1..u3 worked once through the library: store_c of u2 and transform
 /// of u3 failed, everything else done.
-pub(super) fn seed_worked_with_failures() -> PipelineCli {
+fn seed_worked_with_failures() -> PipelineCli {
     let dir = tempfile::tempdir().unwrap();
     let lake = dir.path().join("lake");
     let def_path = dir.path().join("etl.toml");
@@ -66,7 +66,7 @@ pub(super) fn seed_worked_with_failures() -> PipelineCli {
 }
 
 /// `status --dot` is a graph with the stages' counts that graphviz (where installed) draws.
-pub(super) fn status_dot_is_valid_graphviz(cli: &PipelineCli) {
+fn status_dot_is_valid_graphviz(cli: &PipelineCli) {
     let (code, dot, err) = cli.pipeline("status", &["--dot"]);
     assert_eq!(code, Some(0), "{err}");
     assert_eq!(check_dot(&dot), Ok((4, 3)), "{dot}");
@@ -90,7 +90,7 @@ pub(super) fn status_dot_is_valid_graphviz(cli: &PipelineCli) {
 }
 
 /// `explain`, a blocked `complete` and a source version going back, by exit code and JSON.
-pub(super) fn explain_and_refusals_follow_the_contract(cli: &PipelineCli) {
+fn explain_and_refusals_follow_the_contract(cli: &PipelineCli) {
     let (code, text, _) = cli.pipeline("explain", &["u2", "--json"]);
     assert_eq!(code, Some(0));
     let lines = json_lines(&text);
@@ -107,7 +107,7 @@ pub(super) fn explain_and_refusals_follow_the_contract(cli: &PipelineCli) {
 
 /// By hand: a new unit, claimed, completed under its token, the retry a duplicate, the next
 /// cell failed.
-pub(super) fn a_unit_worked_by_hand(cli: &PipelineCli) {
+fn a_unit_worked_by_hand(cli: &PipelineCli) {
     let (code, _, err) = cli.run(&["pipeline", "set-version", &cli.lake, "u4", "1"]);
     assert_eq!(code, Some(0), "{err}");
     let (code, text, _) = cli.pipeline("ready", &["--claim", "--worker", "cli-w", "--json"]);
@@ -144,7 +144,7 @@ pub(super) fn a_unit_worked_by_hand(cli: &PipelineCli) {
 }
 
 /// A definition with a cycle is bad input that names the cycle.
-pub(super) fn a_cyclic_definition_is_refused(cli: &PipelineCli) {
+fn a_cyclic_definition_is_refused(cli: &PipelineCli) {
     let bad_def = cli.dir.path().join("bad.toml");
     std::fs::write(
         &bad_def,

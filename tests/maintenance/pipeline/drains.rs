@@ -9,7 +9,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 /// Runs the pipeline to the end with one worker, counting runs per (unit, stage).
-pub(super) fn drain(p: &Pipeline, store: &Store) -> Runs {
+fn drain(p: &Pipeline, store: &Store) -> Runs {
     let mut runs = Runs::new();
     p.work(store, "w", |c| {
         *runs.entry((c.unit.clone(), c.stage.clone())).or_insert(0) += 1;

@@ -86,7 +86,7 @@ fn seed_scenario_retries_only_the_failed_stage() {
 }
 
 /// An attempt of the explained unit `u` at source version 4 by `w1`.
-pub(super) fn attempt_on_u(stage: &str, token: Option<u64>) -> Attempt {
+fn attempt_on_u(stage: &str, token: Option<u64>) -> Attempt {
     Attempt {
         unit: "u".into(),
         stage: stage.into(),
@@ -98,7 +98,7 @@ pub(super) fn attempt_on_u(stage: &str, token: Option<u64>) -> Attempt {
 
 /// `u` at source version 4: ingest ready, load blocked on it; ingest claimed is running, not
 /// ready. Returns the lease.
-pub(super) fn ingest_ready_then_running(p: &Pipeline, store: &Store) -> oncelake::Lease {
+fn ingest_ready_then_running(p: &Pipeline, store: &Store) -> oncelake::Lease {
     assert_eq!(p.explain(store, "u").unwrap().source_version, None);
     p.set_source_version(store, "u", 4, b"in").unwrap();
     let e = p.explain(store, "u").unwrap();
@@ -133,7 +133,7 @@ pub(super) fn ingest_ready_then_running(p: &Pipeline, store: &Store) -> oncelake
 
 /// ingest completed under its lease; a retry of the same completion collapses; other bytes
 /// conflict (first wins).
-pub(super) fn ingest_completed_once(p: &Pipeline, store: &Store, lease: &oncelake::Lease) {
+fn ingest_completed_once(p: &Pipeline, store: &Store, lease: &oncelake::Lease) {
     let out = p
         .complete(store, &attempt_on_u("ingest", Some(lease.token)), b"x")
         .unwrap();
@@ -150,7 +150,7 @@ pub(super) fn ingest_completed_once(p: &Pipeline, store: &Store, lease: &oncelak
 }
 
 /// load fails twice (max_attempts = 2): ready to retry after the first, failed after the second.
-pub(super) fn load_fails_until_it_gives_up(p: &Pipeline, store: &Store) {
+fn load_fails_until_it_gives_up(p: &Pipeline, store: &Store) {
     for (error, attempts, gave_up) in [("disk full", 1, false), ("disk still full", 2, true)] {
         let f = p.fail(store, &attempt_on_u("load", None), error).unwrap();
         assert!(
@@ -179,7 +179,7 @@ pub(super) fn load_fails_until_it_gives_up(p: &Pipeline, store: &Store) {
 
 /// A newer source version gives the cells a fresh start and says why; a late completion for the
 /// old version is stale once the new one is in; the source itself never goes back.
-pub(super) fn a_newer_source_starts_over(p: &Pipeline, store: &Store) {
+fn a_newer_source_starts_over(p: &Pipeline, store: &Store) {
     p.set_source_version(store, "u", 5, b"in2").unwrap();
     let e = p.explain(store, "u").unwrap();
     assert_eq!(

@@ -15,7 +15,7 @@ pub(super) fn cli(args: &[&str]) -> (i32, String, String) {
     )
 }
 
-pub(super) fn cli_store(dir: &Path) -> String {
+fn cli_store(dir: &Path) -> String {
     let store = dir.join("lake");
     {
         let s = open(&store);
@@ -32,14 +32,14 @@ pub(super) fn cli_store(dir: &Path) -> String {
 }
 
 /// Writes `text` to the listing file `name` in `dir`; its path.
-pub(super) fn listing_file(dir: &Path, name: &str, text: &str) -> String {
+fn listing_file(dir: &Path, name: &str, text: &str) -> String {
     let p = dir.join(name);
     std::fs::write(&p, text).unwrap();
     p.to_str().unwrap().to_string()
 }
 
 /// A full CSV listing with a header: the plan as tab-separated lines and a summary.
-pub(super) fn cli_plans_a_full_listing(dir: &Path, store: &str) {
+fn cli_plans_a_full_listing(dir: &Path, store: &str) {
     let csv = listing_file(dir, "src.csv", "unit,version\na,2\nb,1\nc,4\n");
     let (code, out, err) = cli(&["reconcile", store, "--source", &csv]);
     assert_eq!(code, 0, "{err}");
@@ -57,7 +57,7 @@ pub(super) fn cli_plans_a_full_listing(dir: &Path, store: &str) {
 }
 
 /// JSON lines, sniffed from the content (no extension), as changes, listing up-to-date units too.
-pub(super) fn cli_plans_changes_in_json_lines(dir: &Path, store: &str) {
+fn cli_plans_changes_in_json_lines(dir: &Path, store: &str) {
     let jl = listing_file(
         dir,
         "changes",
@@ -102,7 +102,7 @@ pub(super) fn cli_plans_changes_in_json_lines(dir: &Path, store: &str) {
 }
 
 /// An unsorted full listing, from a file or from standard input, is sorted, with a note.
-pub(super) fn cli_sorts_an_unsorted_listing(dir: &Path, store: &str) {
+fn cli_sorts_an_unsorted_listing(dir: &Path, store: &str) {
     let unsorted = "d,5\nc,4\nb,1\na,2\n";
     let want = [
         "action\tunit\tsource_version\tcurrent_version",
@@ -161,7 +161,7 @@ pub(super) type Refusal = (
 
 /// Bad listings (the line named), a unit listed twice in an unsorted listing, a missing file and
 /// a bad `--format`: exit 2, nothing printed to stdout, the store unchanged.
-pub(super) fn cli_refuses_bad_listings(dir: &Path, store: &str) {
+fn cli_refuses_bad_listings(dir: &Path, store: &str) {
     const REFUSALS: &[Refusal] = &[
         (Some(("bad.csv", "a,1\nb;2\n")), &[], "line 2"),
         (

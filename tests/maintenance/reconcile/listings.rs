@@ -36,7 +36,7 @@ pub(super) fn refused(store: &Store, text: &str, format: ListingFormat) -> Listi
 }
 
 /// A store holding `u00`..`u19`, each at version 3.
-pub(super) fn twenty_units_at_version_3() -> (tempfile::TempDir, Store) {
+fn twenty_units_at_version_3() -> (tempfile::TempDir, Store) {
     let dir = tempfile::tempdir().unwrap();
     let store = open(&dir.path().join("s"));
     fill(&store, &(0..20).map(|i| (format!("u{i:02}"), 3)).collect());
@@ -125,7 +125,7 @@ pub(super) fn runs_of(run_rows: usize, tmp: &Path) -> SortConfig {
 /// u07 on line 4 with version 2, again on line 37 with version 5, far apart and out of order:
 /// refused as a duplicate whatever the run size (before any plan item when it is one run), and
 /// the constant-memory primitive still refuses the listing as unsorted.
-pub(super) fn a_unit_listed_twice_far_apart_is_refused(store: &Store, tmp: &Path) {
+fn a_unit_listed_twice_far_apart_is_refused(store: &Store, tmp: &Path) {
     let mut lines: Vec<String> = (0..40).rev().map(|i| format!("u{:02},4", i + 40)).collect();
     lines[3] = "u07,2".into();
     lines[36] = "u07,5".into();
@@ -177,7 +177,7 @@ pub(super) fn a_unit_listed_twice_far_apart_is_refused(store: &Store, tmp: &Path
 }
 
 /// A listing of exactly one run stays in memory; one row more spills two runs.
-pub(super) fn one_run_stays_in_memory(tmp: &Path) {
+fn one_run_stays_in_memory(tmp: &Path) {
     let pairs = |n: u64| Pairs::new((0..n).rev().map(|i| (format!("k{i:03}"), i)));
     let config = runs_of(40, tmp);
     assert_eq!(
@@ -195,7 +195,7 @@ pub(super) fn one_run_stays_in_memory(tmp: &Path) {
 }
 
 /// A bad line is reported with its line, before any plan item.
-pub(super) fn a_bad_line_is_named_before_any_plan_item(store: &Store, tmp: &Path) {
+fn a_bad_line_is_named_before_any_plan_item(store: &Store, tmp: &Path) {
     let bad = "u09,1\nu01,1\nu05,x\nu02,1\n";
     let err = reconcile_full_unsorted(
         &store.snapshot().unwrap(),
@@ -215,7 +215,7 @@ pub(super) fn a_bad_line_is_named_before_any_plan_item(store: &Store, tmp: &Path
 }
 
 /// Exact repeats are planned once.
-pub(super) fn exact_repeats_are_planned_once(store: &Store, tmp: &Path) {
+fn exact_repeats_are_planned_once(store: &Store, tmp: &Path) {
     let plan: Vec<(String, u64)> = vec![("u05".into(), 9), ("u01".into(), 9), ("u05".into(), 9)];
     let mut units = Vec::new();
     let summary = reconcile_full_unsorted(

@@ -28,7 +28,7 @@ impl ListingSource for Synthetic {
     }
 }
 
-pub(super) fn peak_rss_kb() -> u64 {
+fn peak_rss_kb() -> u64 {
     let s = std::fs::read_to_string("/proc/self/status").unwrap();
     let l = s.lines().find(|l| l.starts_with("VmHWM:")).unwrap();
     l.split_whitespace().nth(1).unwrap().parse().unwrap()

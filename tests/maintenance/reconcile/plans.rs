@@ -13,7 +13,7 @@ use proptest::prelude::*;
 use std::collections::BTreeMap;
 
 /// The same listing as CSV and as JSON lines plans what the API pairs plan.
-pub(super) fn both_formats_plan_alike(
+fn both_formats_plan_alike(
     snap: &oncelake::Snapshot,
     rows: &Rows,
     opts: ReconcileOptions,
@@ -31,7 +31,7 @@ pub(super) fn both_formats_plan_alike(
 
 /// Shuffled, the same listing is sorted (in many spilled runs) and gives the same plan; the
 /// sorted rows keep their original lines, and no temporary run is left behind.
-pub(super) fn a_shuffled_listing_plans_alike(
+fn a_shuffled_listing_plans_alike(
     snap: &oncelake::Snapshot,
     rows: &Rows,
     (opts, escape, seed): (ReconcileOptions, bool, u64),
@@ -94,7 +94,7 @@ pub(super) fn a_shuffled_listing_plans_alike(
 
 /// Incremental: a shuffled subset of the listing as changes plans the model's changed units, in
 /// the order the changes came in, and agrees with the full plan on them.
-pub(super) fn changes_plan_as_the_full_plan_on_them(
+fn changes_plan_as_the_full_plan_on_them(
     store: &Store,
     (manifest, listing): (&BTreeMap<String, u64>, &BTreeMap<String, u64>),
     (change_mask, seed): (&[bool], u64),
