@@ -4,7 +4,7 @@
 //! Each test file is its own crate and uses only a part of this module, hence the `dead_code` allowance.
 #![allow(dead_code)]
 
-use oncelake::{ClaimOutcome, Durability, Lease, ManualClock, Options, Store};
+use oncelake::{Batch, ClaimOutcome, Durability, Lease, ManualClock, Options, Outcome, Store};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -161,6 +161,35 @@ pub fn granted(c: ClaimOutcome) -> Lease {
         ClaimOutcome::Granted { lease, .. } => lease,
         other => panic!("expected a grant, got {other:?}"),
     }
+}
+
+/// Commits `bytes` for `lease`'s unit and source version under its token; that unit's outcome.
+pub fn commit_fenced(store: &Store, lease: &Lease, bytes: &[u8]) -> Outcome {
+    let staged = store.stage_bytes(bytes).unwrap();
+    store
+        .commit(Batch::new().put_fenced(&lease.unit, lease.source_version, &staged, lease.token))
+        .unwrap()
+        .units[0]
+        .outcome
+}
+
+/// A late commit under `old` once `new` took its unit over is fenced, naming both tokens, and
+/// leaves the unit's entry as it was.
+#[track_caller]
+pub fn late_commit_is_fenced(store: &Store, old: &Lease, new: &Lease) {
+    let before = store.get(&old.unit).unwrap();
+    assert_eq!(
+        commit_fenced(store, old, b"late"),
+        Outcome::Fenced {
+            token: old.token,
+            newest_token: new.token
+        }
+    );
+    assert_eq!(
+        store.get(&old.unit).unwrap(),
+        before,
+        "a fenced commit changes nothing"
+    );
 }
 
 /// A scratch directory named `prefix…`, in memory when the machine has /dev/shm: tests that simulate their

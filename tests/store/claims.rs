@@ -3,9 +3,12 @@
 
 use crate::common;
 
-use common::{open_relaxed_with_clock as open_relaxed, open_with_clock as open, SplitMix64 as Rng};
+use common::{
+    commit_fenced, late_commit_is_fenced, open_relaxed_with_clock as open_relaxed,
+    open_with_clock as open, SplitMix64 as Rng,
+};
 use oncelake::{
-    Batch, ClaimOutcome, Lease, ManualClock, Outcome, RenewOutcome, RunError, RunOutcome, Store,
+    ClaimOutcome, Lease, ManualClock, Outcome, RenewOutcome, RunError, RunOutcome, Store,
 };
 use std::collections::{BTreeMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -36,15 +39,6 @@ fn is_fenced(store: &Store, lease: &Lease, bytes: &[u8]) {
     assert!(matches!(outcome, Outcome::Fenced { .. }), "{outcome:?}");
 }
 
-fn commit_fenced(store: &Store, lease: &Lease, bytes: &[u8]) -> Outcome {
-    let staged = store.stage_bytes(bytes).unwrap();
-    store
-        .commit(Batch::new().put_fenced(&lease.unit, lease.source_version, &staged, lease.token))
-        .unwrap()
-        .units[0]
-        .outcome
-}
-
 #[test]
 fn an_expired_lease_is_taken_over_and_the_old_holders_late_commit_is_fenced() {
     let (_dir, clock, store) = common::on_clock(T0, open);
@@ -69,17 +63,7 @@ fn an_expired_lease_is_taken_over_and_the_old_holders_late_commit_is_fenced() {
 
     // w1 wakes up and commits late: fenced, whatever the clock says now.
     clock.set_ms(T0);
-    assert_eq!(
-        commit_fenced(&store, &old, b"late"),
-        Outcome::Fenced {
-            token: old.token,
-            newest_token: new.token
-        }
-    );
-    assert!(
-        store.get("u").unwrap().is_none(),
-        "a fenced commit changes nothing"
-    );
+    late_commit_is_fenced(&store, &old, &new);
     commits(&store, &new, b"fresh");
     // w1's renew is refused too.
     assert_eq!(
