@@ -357,6 +357,26 @@ pub fn simulate(cfg: &SimConfig, progress: Progress<'_>) -> Result<SimReport> {
     })
 }
 
+/// The real garbage collector, with no grace and no retention: every staging file not being
+/// written by this process and every object no entry references goes. Then a dry run must find
+/// nothing left. Returns (collected, left).
+fn collect_orphans(store: &Store) -> Result<(u64, u64)> {
+    let gc = store.gc(GcOptions {
+        dry_run: false,
+        grace: Duration::ZERO,
+        retain: Duration::ZERO,
+    })?;
+    let after = store.gc(GcOptions {
+        dry_run: true,
+        grace: Duration::ZERO,
+        retain: Duration::ZERO,
+    })?;
+    Ok((
+        gc.staging_files + gc.objects,
+        after.staging_files + after.objects + after.objects_pinned,
+    ))
+}
+
 /// Removes a store the simulation made and no longer needs (the CLI's throwaway stores), its
 /// fan-out directories on several threads at once: 100,000 objects are 100,000 unlinks, which on a
 /// machine with idle cores need not run one after the other. Refuses a directory that is not an
@@ -393,54 +413,9 @@ pub fn remove_store(dir: &Path) -> Result<()> {
     })
 }
 
-/// The real garbage collector, with no grace and no retention: every staging file not being
-/// written by this process and every object no entry references goes. Then a dry run must find
-/// nothing left. Returns (collected, left).
-fn collect_orphans(store: &Store) -> Result<(u64, u64)> {
-    let gc = store.gc(GcOptions {
-        dry_run: false,
-        grace: Duration::ZERO,
-        retain: Duration::ZERO,
-    })?;
-    let after = store.gc(GcOptions {
-        dry_run: true,
-        grace: Duration::ZERO,
-        retain: Duration::ZERO,
-    })?;
-    Ok((
-        gc.staging_files + gc.objects,
-        after.staging_files + after.objects + after.objects_pinned,
-    ))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// A store goes whole, objects and all; anything that is not a store is refused untouched.
-    #[test]
-    fn remove_store_removes_a_store_and_nothing_else() {
-        let dir = tempfile::tempdir().unwrap();
-        let store_dir = dir.path().join("store");
-        let store = Store::open(&store_dir).unwrap();
-        for i in 0..300u32 {
-            store.stage_bytes(&i.to_le_bytes()).unwrap();
-        }
-        drop(store);
-        let other = dir.path().join("not-a-store");
-        std::fs::create_dir_all(other.join("objects/ab")).unwrap();
-        std::fs::write(other.join("objects/ab/kept"), b"kept").unwrap();
-        assert!(matches!(
-            remove_store(&other),
-            Err(Error::InvalidRequest(_))
-        ));
-        assert_eq!(
-            std::fs::read(other.join("objects/ab/kept")).unwrap(),
-            b"kept"
-        );
-        remove_store(&store_dir).unwrap();
-        assert!(!store_dir.exists());
-    }
 
     #[test]
     fn bad_configs_are_refused_with_a_reason() {
@@ -472,5 +447,30 @@ mod tests {
                 Err(Error::InvalidRequest(_))
             ));
         }
+    }
+
+    /// A store goes whole, objects and all; anything that is not a store is refused untouched.
+    #[test]
+    fn remove_store_removes_a_store_and_nothing_else() {
+        let dir = tempfile::tempdir().unwrap();
+        let store_dir = dir.path().join("store");
+        let store = Store::open(&store_dir).unwrap();
+        for i in 0..300u32 {
+            store.stage_bytes(&i.to_le_bytes()).unwrap();
+        }
+        drop(store);
+        let other = dir.path().join("not-a-store");
+        std::fs::create_dir_all(other.join("objects/ab")).unwrap();
+        std::fs::write(other.join("objects/ab/kept"), b"kept").unwrap();
+        assert!(matches!(
+            remove_store(&other),
+            Err(Error::InvalidRequest(_))
+        ));
+        assert_eq!(
+            std::fs::read(other.join("objects/ab/kept")).unwrap(),
+            b"kept"
+        );
+        remove_store(&store_dir).unwrap();
+        assert!(!store_dir.exists());
     }
 }

@@ -192,6 +192,26 @@ pub fn late_commit_is_fenced(store: &Store, old: &Lease, new: &Lease) {
     );
 }
 
+/// The lease of a granted claim and whether it took an expired lease over; any other answer
+/// fails the test.
+pub fn granted_taking_over(c: ClaimOutcome) -> (Lease, bool) {
+    match c {
+        ClaimOutcome::Granted { lease, took_over } => (lease, took_over),
+        other => panic!("expected a grant, got {other:?}"),
+    }
+}
+
+/// The store's group commit so far, for a test's closing line: the groups and the mean units in
+/// one.
+pub fn groups_line(store: &Store) -> String {
+    let m = store.metrics();
+    format!(
+        "{} commit groups, mean group {:.2} units",
+        m.groups,
+        m.group_units.mean()
+    )
+}
+
 /// A scratch directory named `prefix…`, in memory when the machine has /dev/shm: tests that simulate their
 /// crashes need no real fsync, and thousands of small files then take seconds, not minutes.
 pub fn scratch(prefix: &str) -> tempfile::TempDir {
@@ -307,6 +327,24 @@ pub fn created_then_faulty(
     clock: &ManualClock,
 ) -> (Arc<oncelake::fault::FaultPlan>, Store) {
     created_then_through(path, clock, oncelake::fault::FaultPlan::new())
+}
+
+/// [`created_then_faulty`] in a new directory, on a clock at `t0`: the directory (removed on
+/// drop), the store's path, the clock, the plan and the store.
+pub fn new_faulty_store(
+    t0: u64,
+) -> (
+    tempfile::TempDir,
+    PathBuf,
+    ManualClock,
+    Arc<oncelake::fault::FaultPlan>,
+    Store,
+) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("lake");
+    let clock = ManualClock::new(t0);
+    let (plan, store) = created_then_faulty(&path, &clock);
+    (dir, path, clock, plan, store)
 }
 
 /// [`created_then_faulty`] with a plan that loses every unsynced write at a power cut, from the

@@ -4,8 +4,8 @@
 use crate::common;
 
 use common::{
-    commit_fenced, late_commit_is_fenced, open_relaxed_with_clock as open_relaxed,
-    open_with_clock as open, SplitMix64 as Rng,
+    commit_fenced, granted_taking_over as granted, late_commit_is_fenced,
+    open_relaxed_with_clock as open_relaxed, open_with_clock as open, SplitMix64 as Rng,
 };
 use oncelake::{
     ClaimOutcome, Lease, ManualClock, Outcome, RenewOutcome, RunError, RunOutcome, Store,
@@ -17,13 +17,6 @@ use std::time::Duration;
 
 const T0: u64 = 1_800_000_000_000;
 const TTL: Duration = Duration::from_secs(30);
-
-fn granted(c: ClaimOutcome) -> (Lease, bool) {
-    match c {
-        ClaimOutcome::Granted { lease, took_over } => (lease, took_over),
-        other => panic!("expected a grant, got {other:?}"),
-    }
-}
 
 /// Commits `bytes` under `lease`, and fails unless it committed.
 #[track_caller]

@@ -4,7 +4,7 @@
 use crate::common;
 use oncelake::fault::FaultPlan;
 use oncelake::log::RecordBody;
-use oncelake::{Batch, ClaimOutcome, Error, ObjectId, Options, Outcome, Store};
+use oncelake::{Batch, Error, ObjectId, Options, Outcome, Store};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -102,14 +102,11 @@ fn r3_older_fencing_token_is_fenced() {
     let ttl = Duration::from_secs(10);
     let old = common::granted(s.claim("u", 1, "w1", ttl).unwrap());
     clock.advance_ms(11_000);
-    let ClaimOutcome::Granted {
-        lease: new,
-        took_over,
-    } = s.claim("u", 1, "w2", ttl).unwrap()
-    else {
-        panic!("an expired lease must be taken over")
-    };
-    assert!(took_over && new.token > old.token);
+    let (new, took_over) = common::granted_taking_over(s.claim("u", 1, "w2", ttl).unwrap());
+    assert!(
+        took_over && new.token > old.token,
+        "an expired lease is taken over"
+    );
     common::late_commit_is_fenced(&s, &old, &new);
     assert!(s.get("u").unwrap().is_none(), "nothing committed yet");
     let r = common::commit_fenced(&s, &new, b"fresh");

@@ -1,8 +1,9 @@
 //! Claims, renewals and releases, each checked against the model's prediction.
 
 use super::checks::was_released;
-use super::model::{ClaimExp, ClaimState, InFlight};
+use super::model::{ClaimExp, InFlight};
 use super::sim::Sim;
+use super::ClaimState;
 use oncelake::{ClaimOutcome, Lease, RenewOutcome};
 use std::time::Duration;
 

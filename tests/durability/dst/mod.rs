@@ -44,7 +44,7 @@ use common::scratch;
 use oncelake::fault::{FaultPlan, FaultyVfs};
 use oncelake::vfs::RealVfs;
 use oncelake::{Options, Store};
-use sim::{Counts, Sim};
+use sim::Sim;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -55,6 +55,45 @@ const DEFAULT_STEPS: usize = 250;
 /// How long the default run (CI) keeps starting new seeds.
 const CI_BUDGET: Duration = Duration::from_secs(20);
 const FIXED_BASE: u64 = 0xD57_0000;
+
+/// A claim the model granted: its holder, token, version and expiry, and whether it was released.
+#[derive(Clone, Debug)]
+struct ClaimState {
+    worker: String,
+    token: u64,
+    version: u64,
+    expires: u64,
+    released: bool,
+}
+
+impl ClaimState {
+    fn live(&self, now: u64) -> bool {
+        !self.released && now < self.expires
+    }
+}
+
+/// What a run did, counted for the summary a run prints.
+#[derive(Default, Debug, Clone)]
+struct Counts {
+    steps: u64,
+    commits: u64,
+    committed_units: u64,
+    rejections: u64,
+    claims: u64,
+    gcs: u64,
+    snapshots: u64,
+    hostile: u64,
+    crashes: u64,
+    /// Panics injected (at a file operation or a clock reading) that came.
+    panics: u64,
+    in_flight_applied: u64,
+    /// Reopens that loaded the dedup index from `index.snap`.
+    index_snap_loads: u64,
+    db_torn: u64,
+    files_torn: u64,
+    entries_undone: u64,
+    ops: u64,
+}
 
 // ---------------------------------------------------------------------------------------------
 // Drivers.

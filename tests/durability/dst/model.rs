@@ -1,6 +1,7 @@
 //! The model the simulation checks the store against: what must be visible (with its own R3/R9
 //! rules), the leases it granted, and what each operation may answer.
 
+use super::ClaimState;
 use oncelake::{Intent, Lease};
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -19,21 +20,6 @@ pub(super) struct Row {
     pub(super) want: Want,
     /// When the successor was committed (the row may be pruned once that is before a cutoff).
     pub(super) superseded_at: Option<u64>,
-}
-
-#[derive(Clone, Debug)]
-pub(super) struct ClaimState {
-    pub(super) worker: String,
-    pub(super) token: u64,
-    pub(super) version: u64,
-    pub(super) expires: u64,
-    pub(super) released: bool,
-}
-
-impl ClaimState {
-    pub(super) fn live(&self, now: u64) -> bool {
-        !self.released && now < self.expires
-    }
 }
 
 #[derive(Default, Debug)]

@@ -4,7 +4,7 @@
 use crate::common;
 
 use super::model::{InFlight, Item, Model};
-use super::{T0, WRITERS};
+use super::{Counts, T0, WRITERS};
 use common::{scratch, PanickyClock, SplitMix64 as Rng};
 use oncelake::fault::{FaultPlan, FaultyVfs};
 use oncelake::vfs::RealVfs;
@@ -28,28 +28,6 @@ pub(super) struct Writer {
 pub(super) struct Held {
     pub(super) snap: Snapshot,
     pub(super) seq: u64,
-}
-
-#[derive(Default, Debug, Clone)]
-pub(super) struct Counts {
-    pub(super) steps: u64,
-    pub(super) commits: u64,
-    pub(super) committed_units: u64,
-    pub(super) rejections: u64,
-    pub(super) claims: u64,
-    pub(super) gcs: u64,
-    pub(super) snapshots: u64,
-    pub(super) hostile: u64,
-    pub(super) crashes: u64,
-    /// Panics injected (at a file operation or a clock reading) that came.
-    pub(super) panics: u64,
-    pub(super) in_flight_applied: u64,
-    /// Reopens that loaded the dedup index from `index.snap`.
-    pub(super) index_snap_loads: u64,
-    pub(super) db_torn: u64,
-    pub(super) files_torn: u64,
-    pub(super) entries_undone: u64,
-    pub(super) ops: u64,
 }
 
 pub(super) struct Sim {
