@@ -63,6 +63,24 @@ unsafe impl Send for Ledger {}
 
 const MAX_WEIGHT: usize = 2;
 
+/// A writer thread that submits `reqs` in turn, each group recorded in `ledger`: its answers, each
+/// with its request's id.
+fn writer(
+    queue: &Arc<Queue>,
+    ledger: &Arc<Ledger>,
+    reqs: Vec<Req>,
+) -> thread::JoinHandle<Vec<(usize, Resp)>> {
+    let (queue, ledger) = (queue.clone(), ledger.clone());
+    thread::spawn(move || {
+        reqs.into_iter()
+            .map(|req| {
+                let id = req.id;
+                (id, queue.submit(req, |reqs| record(&ledger, reqs)))
+            })
+            .collect()
+    })
+}
+
 /// The leader's processing in model (a): record the group, answer each request with its own id.
 fn record(ledger: &Ledger, reqs: Vec<Req>) -> Vec<Resp> {
     ledger.0.with_mut(|groups| {
@@ -116,17 +134,11 @@ fn check_ledger(ledger: &Ledger, answers: &[(usize, Resp)], n: usize) {
 fn three_writers_bounded_groups_every_request_decided_once() {
     loom::model(|| {
         let (queue, ledger) = queue_and_ledger();
-        let spawn = |id: usize| {
-            let (queue, ledger) = (queue.clone(), ledger.clone());
-            thread::spawn(move || {
-                let resp = queue.submit(Req { id, weight: 1 }, |reqs| record(&ledger, reqs));
-                (id, resp)
-            })
-        };
+        let spawn = |id: usize| writer(&queue, &ledger, vec![Req { id, weight: 1 }]);
         let handles = [spawn(1), spawn(2)];
         let mine = queue.submit(Req { id: 0, weight: 1 }, |reqs| record(&ledger, reqs));
         let mut answers = vec![(0, mine)];
-        answers.extend(handles.into_iter().map(|h| h.join().unwrap()));
+        answers.extend(handles.into_iter().flat_map(|h| h.join().unwrap()));
         check_ledger(&ledger, &answers, 3);
     });
 }
@@ -138,14 +150,11 @@ fn three_writers_bounded_groups_every_request_decided_once() {
 fn two_writers_resubmitting_with_a_heavy_request() {
     loom::model(|| {
         let (queue, ledger) = queue_and_ledger();
-        let other = {
-            let (queue, ledger) = (queue.clone(), ledger.clone());
-            thread::spawn(move || {
-                let a = queue.submit(Req { id: 2, weight: 2 }, |reqs| record(&ledger, reqs));
-                let b = queue.submit(Req { id: 3, weight: 1 }, |reqs| record(&ledger, reqs));
-                [(2, a), (3, b)]
-            })
-        };
+        let other = writer(
+            &queue,
+            &ledger,
+            vec![Req { id: 2, weight: 2 }, Req { id: 3, weight: 1 }],
+        );
         let a = queue.submit(Req { id: 0, weight: 1 }, |reqs| record(&ledger, reqs));
         let b = queue.submit(Req { id: 1, weight: 1 }, |reqs| record(&ledger, reqs));
         let mut answers = vec![(0, a), (1, b)];
@@ -343,13 +352,7 @@ fn same_unit_different_versions_never_go_backwards() {
 fn three_writers_four_requests_mixed_weights() {
     loom::model(|| {
         let (queue, ledger) = queue_and_ledger();
-        let spawn = |id: usize, weight: usize| {
-            let (queue, ledger) = (queue.clone(), ledger.clone());
-            thread::spawn(move || {
-                let resp = queue.submit(Req { id, weight }, |reqs| record(&ledger, reqs));
-                [(id, resp)]
-            })
-        };
+        let spawn = |id: usize, weight: usize| writer(&queue, &ledger, vec![Req { id, weight }]);
         let handles = [spawn(2, 2), spawn(3, 1)];
         let a = queue.submit(Req { id: 0, weight: 1 }, |reqs| record(&ledger, reqs));
         let b = queue.submit(Req { id: 1, weight: 1 }, |reqs| record(&ledger, reqs));
@@ -378,13 +381,7 @@ fn a_panicking_leader_poisons_the_queue_before_the_hand_off() {
     }));
     loom::model(|| {
         let (queue, ledger) = queue_and_ledger();
-        let other = {
-            let (queue, ledger) = (queue.clone(), ledger.clone());
-            thread::spawn(move || {
-                let r = queue.submit(Req { id: 1, weight: 1 }, |reqs| record(&ledger, reqs));
-                (1, r)
-            })
-        };
+        let other = writer(&queue, &ledger, vec![Req { id: 1, weight: 1 }]);
         let mine = queue.submit(Req { id: 0, weight: 1 }, |_| -> Vec<Resp> {
             // The panicked group, as an empty one in the ledger: what came after it is checked.
             ledger.0.with_mut(|groups| {
@@ -393,7 +390,7 @@ fn a_panicking_leader_poisons_the_queue_before_the_hand_off() {
             });
             std::panic::panic_any(PLANNED_PANIC)
         });
-        let theirs = other.join().unwrap();
+        let theirs = other.join().unwrap().remove(0);
         let after = queue.submit(Req { id: 2, weight: 1 }, |reqs| record(&ledger, reqs));
         let answers = [(0, mine), theirs, (2, after)];
         ledger.0.with(|groups| {

@@ -2,6 +2,7 @@
 //! N client connections through a real `oncelake serve` process, objects pre-staged (one per
 //! client, kept), measured like the in-process P1 workload it is printed beside.
 
+use crate::bench_commit::KeySource;
 use crate::writers::{self, Run};
 use oncelake_server::wire::CommitItemW;
 use oncelake_server::Client;
@@ -39,6 +40,16 @@ fn unit_key(i: usize) -> String {
 
 /// A client thread's source of commits: the next unit and source version to commit.
 pub type KeyGen<'a> = Box<dyn FnMut() -> (String, u64) + Send + 'a>;
+
+/// Client `thread` of `threads`'s commits drawn from `source`: the same units and versions that
+/// thread commits in-process (the P1 workload through the server).
+pub fn keys_of(source: &KeySource, thread: usize, threads: usize) -> KeyGen<'_> {
+    let mut writer = source.writer(thread, threads);
+    Box::new(move || {
+        let next = source.next(&mut writer);
+        (next.key, next.version)
+    })
+}
 
 /// What a run through the server commits, and on what store.
 pub struct Workload<'a> {

@@ -302,6 +302,16 @@ fn answered_within(s: &mut TcpStream, wait: Duration) -> Option<(u16, String, St
     }
 }
 
+/// The default limits but for the blocking pool: `total` calls at once, `per_client` of them
+/// from one client.
+fn blocking_bounded(total: usize, per_client: usize) -> Limits {
+    Limits {
+        max_blocking: total,
+        max_blocking_per_client: per_client,
+        ..Limits::default()
+    }
+}
+
 /// A server under `limits` whose idle blocking-pool threads exit after half a second, answering.
 fn with_a_short_keep_alive(limits: Limits) -> InProcess {
     let server = InProcess::start(limits, |o| {
@@ -320,11 +330,9 @@ fn with_a_short_keep_alive(limits: Limits) -> InProcess {
 fn slow_uploads_are_bounded_shed_and_cut_off() {
     let _one = serial();
     let limits = Limits {
-        max_blocking: 6,
-        max_blocking_per_client: 3,
         body_idle: Duration::from_secs(3),
         min_body_rate: 1000,
-        ..Limits::default()
+        ..blocking_bounded(6, 3)
     };
     let server = with_a_short_keep_alive(limits);
     let idle_threads = threads();
@@ -640,12 +648,7 @@ fn staging_handles_are_bounded_per_client_and_in_total() {
 #[test]
 fn after_a_burst_the_pool_threads_exit() {
     let _one = serial();
-    let limits = Limits {
-        max_blocking: 24,
-        max_blocking_per_client: 24,
-        ..Limits::default()
-    };
-    let server = with_a_short_keep_alive(limits);
+    let server = with_a_short_keep_alive(blocking_bounded(24, 24));
     let idle = threads();
     // 16 streamed uploads at once (each holds a pool thread while its body arrives).
     let mut open: Vec<TcpStream> = (0..16)

@@ -88,26 +88,21 @@ pub mod nodes;
 pub mod pipeline;
 pub mod weed;
 
+mod queue;
+mod report;
+mod workers;
+
+pub use report::SimReport;
+pub use workers::Progress;
+
 use oncelake::gc::GcOptions;
-use oncelake::{
-    Clock, Error, ManualClock, Options, Result, RunError, RunOutcome, Store, SystemClock,
-};
-use parking_lot::{Condvar, Mutex};
-use std::cell::Cell;
-use std::io::Write;
-use std::panic::AssertUnwindSafe;
+use oncelake::{Clock, Error, ManualClock, Options, Result, Store, SystemClock};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+use workers::{unit_key, Sim};
 
-/// The source version every simulated unit is produced at.
-const VERSION: u64 = 1;
-/// The lease TTL of simulated workers. The simulated clock only moves between rounds, so a live
-/// lease never expires while its worker runs.
-const TTL: Duration = Duration::from_secs(30);
-/// More rounds than this means crashes never stop: give up rather than loop.
-const MAX_ROUNDS: u32 = 10_000;
 /// Tasks per chunk unless configured: big enough that a chunk's two write transactions are cheap
 /// next to its staging, small enough that 100,000 units still spread over 10 workers evenly.
 pub const DEFAULT_CHUNK: usize = 128;
@@ -220,7 +215,7 @@ impl SimConfig {
         ((self.overlap * self.units as f64).round() as u64).min(self.units)
     }
 
-    fn validate(&self) -> Result<()> {
+    pub(crate) fn validate(&self) -> Result<()> {
         let bad = |m: String| Err(Error::InvalidRequest(m));
         if self.workers == 0 || self.workers > 4096 {
             return bad(format!(
@@ -262,93 +257,6 @@ impl SimConfig {
         Ok(())
     }
 }
-
-/// What a simulation measured, read back from the engine's metrics and store.
-#[derive(Clone, Debug, PartialEq)]
-pub struct SimReport {
-    /// The mode simulated.
-    pub mode: SimMode,
-    /// The schedule of the overlapped units.
-    pub schedule: Schedule,
-    /// Worker threads.
-    pub workers: usize,
-    /// Tasks per chunk (one batched engine call each).
-    pub chunk: usize,
-    /// Logical units.
-    pub units: u64,
-    /// Units the scheduler handed to two workers.
-    pub overlapped: u64,
-    /// Work closures run (engine counter `computations`), crashed attempts included.
-    pub computations: u64,
-    /// Of those, the ones whose output did not become the entry (engine counter
-    /// `redundant_computations`).
-    pub redundant: u64,
-    /// Crashes the simulation injected (its own count): each killed a worker in the middle of one
-    /// unit's work and lost its whole chunk.
-    pub crashes: u64,
-    /// Attempts lost to those crashes (its own count): every work that ran in a crashed chunk, the
-    /// one that crashed included. Each is a computation that produced nothing.
-    pub crashed_attempts: u64,
-    /// Runs that found the unit already done and did not compute (engine counter
-    /// `runs_already_done`).
-    pub already_done: u64,
-    /// Runs that found the unit held by another worker and did not compute (engine counter
-    /// `runs_busy`).
-    pub busy: u64,
-    /// Entries in the manifest at the end.
-    pub entries: u64,
-    /// Units committed (engine counter `units_committed`): one per unit when every unit was
-    /// written once; a unit written twice (a second output, a new revision) counts again.
-    pub units_committed: u64,
-    /// Wasted share of all work: (redundant + crashed) / computations.
-    pub wasted_fraction: f64,
-    /// Commits collapsed as duplicates (engine counter).
-    pub duplicates_collapsed: u64,
-    /// Claims granted (engine counter).
-    pub claims_granted: u64,
-    /// Claims answered "held by another worker" (engine counter).
-    pub claims_held: u64,
-    /// Claims answered "already done" (engine counter).
-    pub claims_already_done: u64,
-    /// Expired leases taken over (engine counter).
-    pub claims_taken_over: u64,
-    /// Commits rejected because of an outdated fencing token (engine counter).
-    pub fenced_rejections: u64,
-    /// Commit groups (one redb write transaction each) the engine wrote.
-    pub commit_groups: u64,
-    /// Mean operations (commits, claims) per commit group.
-    pub mean_group_ops: f64,
-    /// Rounds the scheduler needed (1 without crashes).
-    pub rounds: u32,
-    /// Abandoned staging files and unreferenced objects removed at the end by the garbage
-    /// collector ([`Store::gc`]).
-    pub orphans_collected: u64,
-    /// Orphans a dry-run garbage collection still finds after the cleanup (must be 0).
-    pub orphans_left: u64,
-    /// Whether replaying the commit log reproduced the manifest (invariant I7).
-    pub replay_clean: bool,
-    /// Wall time of the whole simulation, store creation to final checks.
-    pub elapsed: Duration,
-}
-
-impl SimReport {
-    /// Units whose output was committed more than once: commits of units beyond one per entry.
-    pub fn written_twice(&self) -> u64 {
-        self.units_committed.saturating_sub(self.entries)
-    }
-
-    /// Whether exactly-once held: one entry per unit, each written once, no orphan left, and
-    /// the log replays to the manifest.
-    pub fn exactly_once(&self) -> bool {
-        self.entries == self.units
-            && self.units_committed == self.units
-            && self.orphans_left == 0
-            && self.replay_clean
-    }
-}
-
-/// Progress: (attempts finished, attempts scheduled so far). Called from the calling thread.
-pub type Progress<'a> = &'a dyn Fn(u64, u64);
 
 /// Runs the simulation into a new store at `cfg.store_dir` and reports what it measured.
 ///
@@ -449,6 +357,26 @@ pub fn simulate(cfg: &SimConfig, progress: Progress<'_>) -> Result<SimReport> {
     })
 }
 
+/// The real garbage collector, with no grace and no retention: every staging file not being
+/// written by this process and every object no entry references goes. Then a dry run must find
+/// nothing left. Returns (collected, left).
+fn collect_orphans(store: &Store) -> Result<(u64, u64)> {
+    let gc = store.gc(GcOptions {
+        dry_run: false,
+        grace: Duration::ZERO,
+        retain: Duration::ZERO,
+    })?;
+    let after = store.gc(GcOptions {
+        dry_run: true,
+        grace: Duration::ZERO,
+        retain: Duration::ZERO,
+    })?;
+    Ok((
+        gc.staging_files + gc.objects,
+        after.staging_files + after.objects + after.objects_pinned,
+    ))
+}
+
 /// Removes a store the simulation made and no longer needs (the CLI's throwaway stores), its
 /// fan-out directories on several threads at once: 100,000 objects are 100,000 unlinks, which on a
 /// machine with idle cores need not run one after the other. Refuses a directory that is not an
@@ -485,513 +413,9 @@ pub fn remove_store(dir: &Path) -> Result<()> {
     })
 }
 
-/// The real garbage collector, with no grace and no retention: every staging file not being
-/// written by this process and every object no entry references goes. Then a dry run must find
-/// nothing left. Returns (collected, left).
-fn collect_orphans(store: &Store) -> Result<(u64, u64)> {
-    let gc = store.gc(GcOptions {
-        dry_run: false,
-        grace: Duration::ZERO,
-        retain: Duration::ZERO,
-    })?;
-    let after = store.gc(GcOptions {
-        dry_run: true,
-        grace: Duration::ZERO,
-        retain: Duration::ZERO,
-    })?;
-    Ok((
-        gc.staging_files + gc.objects,
-        after.staging_files + after.objects + after.objects_pinned,
-    ))
-}
-
-/// The key of unit `i`: one partition per customer, as in the seed.
-fn unit_key(i: u64) -> String {
-    format!("orders/customer={i:06}/date=2026-11-29")
-}
-
-/// The unit's output: a deterministic function of (unit, version), so that two workers computing
-/// the same unit produce the same object.
-fn compute(unit: &str, version: u64, size: usize) -> Vec<u8> {
-    let mut h = blake3::Hasher::new();
-    h.update(unit.as_bytes());
-    h.update(&version.to_le_bytes());
-    let mut out = vec![0u8; size];
-    h.finalize_xof().fill(&mut out);
-    out
-}
-
-/// What a worker takes from the scheduler's queue at once: one batched engine call.
-struct Chunk {
-    /// The queue position of its first task; with the round, it fixes which attempts crash.
-    first_task: usize,
-    /// The units, each at most once. Under a pair, the pair's overlapped units come first.
-    units: Vec<u32>,
-    /// The overlapped units' [`Meeting`] and this chunk's side of it, shared by the two adjacent
-    /// chunks of a pair that both hold the pair's overlapped units.
-    pair: Option<(Arc<Meeting>, usize)>,
-    /// How many of `units` (from the front) are the pair's overlapped units.
-    shared: usize,
-}
-
-/// Where the two chunks of a pair meet (premise schedule). A side is *decided* once the engine
-/// call of its chunk has decided what to run — its dedup checks (optimistic) or its claims
-/// (coordinated) are done: at its first work, or when the call returns or unwinds without work.
-/// The work of an overlapped unit waits until the other side is decided.
-#[derive(Default)]
-struct Meeting {
-    decided: Mutex<[bool; 2]>,
-    changed: Condvar,
-}
-
-impl Meeting {
-    fn decide(&self, side: usize) {
-        self.decided.lock()[side] = true;
-        self.changed.notify_all();
-    }
-
-    /// Waits until `side` is decided; gives up if the simulation is aborting.
-    fn wait_for(&self, side: usize, abort: &AtomicBool) {
-        let mut decided = self.decided.lock();
-        while !decided[side] && !abort.load(Ordering::Relaxed) {
-            self.changed
-                .wait_for(&mut decided, Duration::from_millis(20));
-        }
-    }
-}
-
-/// One chunk's engine call, seen from its works: announces the side decided once (at the first
-/// work, or on drop, also while unwinding), waits for the other side before an overlapped unit's
-/// work, and counts the works started (for the crash accounting).
-struct ChunkCall<'a> {
-    pair: Option<(&'a Meeting, usize)>,
-    abort: &'a AtomicBool,
-    decided: Cell<bool>,
-    partner_decided: Cell<bool>,
-    started: Cell<u64>,
-}
-
-impl<'a> ChunkCall<'a> {
-    fn new(chunk: &'a Chunk, abort: &'a AtomicBool) -> Self {
-        ChunkCall {
-            pair: chunk.pair.as_ref().map(|(m, side)| (m.as_ref(), *side)),
-            abort,
-            decided: Cell::new(false),
-            partner_decided: Cell::new(false),
-            started: Cell::new(0),
-        }
-    }
-
-    fn decide(&self) {
-        if let Some((m, side)) = self.pair.filter(|_| !self.decided.replace(true)) {
-            m.decide(side);
-        }
-    }
-
-    /// A work starts: this side is decided; an overlapped unit's work waits for the other side.
-    fn work_starts(&self, overlapped: bool) {
-        self.started.set(self.started.get() + 1);
-        self.decide();
-        if let Some((m, side)) = self.pair.filter(|_| overlapped) {
-            if !self.partner_decided.replace(true) {
-                m.wait_for(1 - side, self.abort);
-            }
-        }
-    }
-}
-
-impl Drop for ChunkCall<'_> {
-    fn drop(&mut self) {
-        self.decide();
-    }
-}
-
-/// The payload a simulated crash unwinds with (through `resume_unwind`, so no panic hook runs and
-/// nothing is printed).
-struct SimulatedCrash;
-
-/// The first round's queue, in chunks of at most `chunk` tasks: every unit once, and the
-/// `overlapped` units chosen by the seed twice — once in each chunk of a pair of adjacent chunks
-/// (sharing a [`Meeting`] when `meet`). The overlapped units are spread evenly over the pairs.
-///
-/// Why it fits: with `P = ⌈⌈(units + overlapped) / chunk⌉ / 2⌉` pairs, a pair gets at most
-/// `⌈overlapped / P⌉ ≤ chunk` overlapped units (as `overlapped ≤ units`), and the pairs have room
-/// for `2·chunk·P − 2·overlapped ≥ units − overlapped` single units, which is all of them.
-fn first_round(units: u64, overlapped: u64, seed: u64, chunk: usize, meet: bool) -> Vec<Chunk> {
-    let mut order: Vec<u32> = (0..units as u32).collect();
-    let mut twice = vec![false; units as usize];
-    let mut state = seed;
-    // A partial Fisher-Yates shuffle picks `overlapped` distinct units.
-    for i in 0..overlapped as usize {
-        let j = i + (splitmix(&mut state) % (units - i as u64)) as usize;
-        order.swap(i, j);
-        twice[order[i] as usize] = true;
-    }
-    let doubled: Vec<u32> = (0..units as u32).filter(|&u| twice[u as usize]).collect();
-    let mut singles = (0..units as u32).filter(|&u| !twice[u as usize]);
-    let tasks = (units + overlapped) as usize;
-    let pairs = tasks.div_ceil(chunk).div_ceil(2).max(1) as u128;
-    let mut out = Vec::with_capacity(2 * pairs as usize);
-    let mut next_task = 0;
-    for j in 0..pairs {
-        let share = |k: u128| (overlapped as u128 * k / pairs) as usize;
-        let both = &doubled[share(j)..share(j + 1)];
-        debug_assert!(
-            both.len() <= chunk,
-            "invariant: a pair's overlap fits a chunk"
-        );
-        let meeting = (meet && !both.is_empty()).then(|| Arc::new(Meeting::default()));
-        for side in 0..2 {
-            let mut us = both.to_vec();
-            us.extend(singles.by_ref().take(chunk.saturating_sub(both.len())));
-            // Only a pair without overlap can come out empty (at the end): nothing to pair.
-            if us.is_empty() {
-                continue;
-            }
-            let len = us.len();
-            out.push(Chunk {
-                first_task: next_task,
-                units: us,
-                pair: meeting.clone().map(|m| (m, side)),
-                shared: both.len(),
-            });
-            next_task += len;
-        }
-    }
-    debug_assert!(singles.next().is_none(), "invariant: every unit is queued");
-    out
-}
-
-/// A retry round's queue: `units` in chunks, no overlap.
-fn retry_round(units: Vec<u32>, chunk: usize) -> Vec<Chunk> {
-    units
-        .chunks(chunk)
-        .enumerate()
-        .map(|(i, us)| Chunk {
-            first_task: i * chunk,
-            units: us.to_vec(),
-            pair: None,
-            shared: 0,
-        })
-        .collect()
-}
-
-fn splitmix(state: &mut u64) -> u64 {
-    *state = state.wrapping_add(0x9E37_79B9_7F4A_7C15);
-    let mut z = *state;
-    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    z ^ (z >> 31)
-}
-
-/// A number in [0, 1) fixed by (seed, round, task).
-fn roll(seed: u64, round: u32, task: usize) -> f64 {
-    let mut s = seed ^ ((round as u64) << 40) ^ task as u64;
-    let _ = splitmix(&mut s);
-    (splitmix(&mut s) >> 11) as f64 / (1u64 << 53) as f64
-}
-
-struct Sim<'a> {
-    cfg: &'a SimConfig,
-    store: &'a Store,
-    keys: Vec<String>,
-    crashed: AtomicU64,
-    crash_seq: AtomicU64,
-}
-
-impl Sim<'_> {
-    /// Runs rounds until every unit has its entry; returns how many rounds it took.
-    fn run_rounds(
-        &self,
-        clock: &ManualClock,
-        overlapped: u64,
-        progress: Progress<'_>,
-    ) -> Result<u32> {
-        let cfg = self.cfg;
-        let meet = cfg.schedule == Schedule::Premise && cfg.workers > 1 && cfg.node.is_none();
-        let mut chunks = first_round(cfg.units, overlapped, cfg.seed, cfg.chunk, meet);
-        if let Some(n) = &cfg.node {
-            // This node's chunks; the others' are the other nodes' (see `nodes`).
-            let mine = chunks
-                .into_iter()
-                .enumerate()
-                .filter(|(k, _)| k % n.nodes == n.index);
-            chunks = mine.map(|(_, c)| c).collect();
-            let tasks = chunks.iter().map(|c| c.units.len() as u64).sum();
-            self.round(1, &chunks, &|done| progress(done, tasks))?;
-            return Ok(1);
-        }
-        let (mut done_before, mut scheduled) = (0u64, cfg.units + overlapped);
-        let mut rounds = 0;
-        loop {
-            rounds += 1;
-            let finished = self.round(rounds, &chunks, &|done| {
-                progress(done_before + done, scheduled)
-            })?;
-            done_before += finished;
-            // Reconcile: every unit the manifest does not have goes again. Without crashes this is
-            // empty; it also proves that every unit has its entry.
-            let missing: Vec<u32> = (0..cfg.units as u32)
-                .filter(|&u| {
-                    !matches!(
-                        self.store.is_done(&self.keys[u as usize], VERSION),
-                        Ok(true)
-                    )
-                })
-                .collect();
-            if missing.is_empty() {
-                progress(done_before, scheduled);
-                return Ok(rounds);
-            }
-            if rounds >= MAX_ROUNDS {
-                return Err(Error::InvalidRequest(format!(
-                    "{} units still missing after {rounds} rounds; lower the crash rate",
-                    missing.len()
-                )));
-            }
-            // Time passes: the leases abandoned by crashed workers expire and may be taken over.
-            clock.advance_ms(TTL.as_millis() as u64 + 1_000);
-            scheduled += missing.len() as u64;
-            chunks = retry_round(missing, cfg.chunk);
-        }
-    }
-
-    /// Runs one round of `chunks` on the worker threads; returns the attempts (tasks) finished.
-    fn round(&self, round: u32, chunks: &[Chunk], progress: &dyn Fn(u64)) -> Result<u64> {
-        let cursor = AtomicUsize::new(0);
-        let finished = AtomicU64::new(0);
-        let abort = AtomicBool::new(false);
-        let first_error: Mutex<Option<Error>> = Mutex::new(None);
-        std::thread::scope(|s| {
-            let handles: Vec<_> = (0..self.cfg.workers)
-                .map(|w| {
-                    let (cursor, finished, abort, first_error) =
-                        (&cursor, &finished, &abort, &first_error);
-                    s.spawn(move || {
-                        // Worker names are lease holders: unique across the nodes of a lake too.
-                        let worker = match &self.cfg.node {
-                            Some(n) => format!("node{}-worker-{w}", n.index),
-                            None => format!("worker-{w}"),
-                        };
-                        // One chunk at a time, taken in queue order: see "Schedule" in the module
-                        // doc for why the meetings cannot deadlock.
-                        while !abort.load(Ordering::Relaxed) {
-                            let i = cursor.fetch_add(1, Ordering::Relaxed);
-                            let Some(chunk) = chunks.get(i) else { break };
-                            if let Err(e) = self.run_chunk(&worker, round, chunk, abort) {
-                                abort.store(true, Ordering::Relaxed);
-                                first_error.lock().get_or_insert(e);
-                                break;
-                            }
-                            finished.fetch_add(chunk.units.len() as u64, Ordering::Relaxed);
-                        }
-                    })
-                })
-                .collect();
-            while !handles.iter().all(|h| h.is_finished()) {
-                progress(finished.load(Ordering::Relaxed));
-                std::thread::sleep(Duration::from_millis(5));
-            }
-        });
-        progress(finished.load(Ordering::Relaxed));
-        match first_error.into_inner() {
-            Some(e) => Err(e),
-            None => Ok(finished.into_inner()),
-        }
-    }
-
-    /// One worker's attempt at one chunk, through one call of the engine's own
-    /// `run_optimistic_many` or `run_once_many`.
-    fn run_chunk(&self, worker: &str, round: u32, chunk: &Chunk, abort: &AtomicBool) -> Result<()> {
-        let units: Vec<(&str, u64)> = chunk
-            .units
-            .iter()
-            .map(|&u| (self.keys[u as usize].as_str(), VERSION))
-            .collect();
-        let call = ChunkCall::new(chunk, abort);
-        let work = |i: usize| {
-            let crashes = self.cfg.crash_rate > 0.0
-                && roll(self.cfg.seed, round, chunk.first_task + i) < self.cfg.crash_rate;
-            self.work(units[i].0, &call, i < chunk.shared, crashes)
-        };
-        // A simulated crash unwinds out of the engine call, as a killed worker would stop there.
-        let ran = std::panic::catch_unwind(AssertUnwindSafe(|| match self.cfg.mode {
-            SimMode::Optimistic => self.store.run_optimistic_many(&units, work),
-            SimMode::Coordinated => self.store.run_once_many(&units, worker, TTL, work),
-        }));
-        // A chunk whose call answered every unit without work is decided now.
-        call.decide();
-        let answers = match ran {
-            Ok(answers) => answers?,
-            Err(payload) if payload.is::<SimulatedCrash>() => {
-                // Every work that ran in the chunk is lost with it.
-                self.crashed
-                    .fetch_add(call.started.get(), Ordering::Relaxed);
-                return Ok(());
-            }
-            Err(payload) => std::panic::resume_unwind(payload),
-        };
-        for answer in answers {
-            match answer {
-                Ok(
-                    RunOutcome::Processed(_)
-                    | RunOutcome::AlreadyDone(_)
-                    | RunOutcome::BusyElsewhere { .. },
-                ) => {}
-                Err(RunError::Work(e) | RunError::Engine(e)) => return Err(e),
-            }
-        }
-        Ok(())
-    }
-
-    /// A unit's work: meet the other chunk of the pair (premise schedule, overlapped units),
-    /// compute, and maybe crash half-way through writing the output.
-    fn work(
-        &self,
-        unit: &str,
-        call: &ChunkCall<'_>,
-        overlapped: bool,
-        crashes: bool,
-    ) -> Result<Vec<u8>> {
-        call.work_starts(overlapped);
-        let output = compute(unit, VERSION, self.cfg.object_bytes);
-        if crashes {
-            self.crash(unit, &output)?;
-            std::panic::resume_unwind(Box::new(SimulatedCrash));
-        }
-        Ok(output)
-    }
-
-    /// Leaves half of `output` in a staging file, as a worker killed mid-write would.
-    fn crash(&self, unit: &str, output: &[u8]) -> Result<()> {
-        let n = self.crash_seq.fetch_add(1, Ordering::Relaxed);
-        // Not a name the stager would use (those are `<pid>-<session>-<n>.part` and listed as in
-        // flight while written), so GC sees what it is: an abandoned staging file.
-        let path = self
-            .store
-            .path()
-            .join("staging")
-            .join(format!("sim-crash-{n}.part"));
-        // A new file, as a killed worker's half-written staging file would be (never a name the
-        // stager writes: GC removes it as an abandoned staging file).
-        std::fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .open(&path)
-            .and_then(|mut f| f.write_all(&output[..output.len() / 2]))
-            .map_err(|source| Error::Io {
-                context: format!(
-                    "write the crashed attempt at {unit:?} to {}",
-                    path.display()
-                ),
-                source,
-            })?;
-        Ok(())
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::collections::HashMap;
-
-    /// Every unit queued once, the overlapped ones twice: at the front of the two adjacent chunks
-    /// of a pair, which share a meeting (only when asked), on sides 0 and 1. No chunk is too big.
-    #[test]
-    fn first_round_queues_each_overlapped_unit_in_both_chunks_of_a_pair() {
-        for (units, overlapped, chunk) in [
-            (1000, 37, 64),
-            (1000, 0, 64),
-            (1000, 1000, 64),
-            (5, 5, 1),
-            (1, 1, 128),
-            (130, 2, 7),
-            (2000, 100, 16),
-        ] {
-            for meet in [true, false] {
-                let chunks = first_round(units, overlapped, 7, chunk, meet);
-                let mut seen: HashMap<u32, Vec<usize>> = HashMap::new();
-                let mut next_task = 0;
-                for (c, ch) in chunks.iter().enumerate() {
-                    assert!(!ch.units.is_empty() && ch.units.len() <= chunk);
-                    assert_eq!(ch.first_task, next_task);
-                    next_task += ch.units.len();
-                    for &u in &ch.units {
-                        seen.entry(u).or_default().push(c);
-                    }
-                }
-                assert_eq!(next_task as u64, units + overlapped);
-                assert_eq!(seen.len() as u64, units, "every unit queued");
-                let mut doubled = 0;
-                for (u, at) in &seen {
-                    match at.as_slice() {
-                        [c] => {
-                            let ch = &chunks[*c];
-                            let pos = ch.units.iter().position(|x| x == u).unwrap();
-                            assert!(pos >= ch.shared, "unit {u} single but in the shared part");
-                        }
-                        [a, b] => {
-                            doubled += 1;
-                            assert_eq!(a + 1, *b, "unit {u}: chunks {a} and {b} not adjacent");
-                            let (x, y) = (&chunks[*a], &chunks[*b]);
-                            assert_eq!(x.units[..x.shared], y.units[..y.shared]);
-                            assert!(x.units[..x.shared].contains(u));
-                            match (&x.pair, &y.pair) {
-                                (Some((m, 0)), Some((n, 1))) => {
-                                    assert!(meet && Arc::ptr_eq(m, n))
-                                }
-                                (None, None) => assert!(!meet),
-                                _ => panic!("unit {u}: the pair's meeting is wrong"),
-                            }
-                        }
-                        more => panic!("unit {u} queued {} times", more.len()),
-                    }
-                }
-                assert_eq!(doubled, overlapped);
-            }
-        }
-    }
-
-    /// A store goes whole, objects and all; anything that is not a store is refused untouched.
-    #[test]
-    fn remove_store_removes_a_store_and_nothing_else() {
-        let dir = tempfile::tempdir().unwrap();
-        let store_dir = dir.path().join("store");
-        let store = Store::open(&store_dir).unwrap();
-        for i in 0..300u32 {
-            store.stage_bytes(&i.to_le_bytes()).unwrap();
-        }
-        drop(store);
-        let other = dir.path().join("not-a-store");
-        std::fs::create_dir_all(other.join("objects/ab")).unwrap();
-        std::fs::write(other.join("objects/ab/kept"), b"kept").unwrap();
-        assert!(matches!(
-            remove_store(&other),
-            Err(Error::InvalidRequest(_))
-        ));
-        assert_eq!(
-            std::fs::read(other.join("objects/ab/kept")).unwrap(),
-            b"kept"
-        );
-        remove_store(&store_dir).unwrap();
-        assert!(!store_dir.exists());
-    }
-
-    #[test]
-    fn retry_rounds_queue_the_missing_units_once() {
-        let chunks = retry_round((0..10).collect(), 4);
-        assert_eq!(chunks.len(), 3);
-        assert!(chunks.iter().all(|c| c.pair.is_none() && c.shared == 0));
-        let all: Vec<u32> = chunks.iter().flat_map(|c| c.units.clone()).collect();
-        assert_eq!(all, (0..10).collect::<Vec<_>>());
-    }
-
-    #[test]
-    fn rolls_are_uniform_enough() {
-        let n = 100_000;
-        let hits = (0..n).filter(|&i| roll(3, 1, i) < 0.05).count();
-        assert!((4_000..6_000).contains(&hits), "{hits}");
-    }
 
     #[test]
     fn bad_configs_are_refused_with_a_reason() {
@@ -1023,5 +447,30 @@ mod tests {
                 Err(Error::InvalidRequest(_))
             ));
         }
+    }
+
+    /// A store goes whole, objects and all; anything that is not a store is refused untouched.
+    #[test]
+    fn remove_store_removes_a_store_and_nothing_else() {
+        let dir = tempfile::tempdir().unwrap();
+        let store_dir = dir.path().join("store");
+        let store = Store::open(&store_dir).unwrap();
+        for i in 0..300u32 {
+            store.stage_bytes(&i.to_le_bytes()).unwrap();
+        }
+        drop(store);
+        let other = dir.path().join("not-a-store");
+        std::fs::create_dir_all(other.join("objects/ab")).unwrap();
+        std::fs::write(other.join("objects/ab/kept"), b"kept").unwrap();
+        assert!(matches!(
+            remove_store(&other),
+            Err(Error::InvalidRequest(_))
+        ));
+        assert_eq!(
+            std::fs::read(other.join("objects/ab/kept")).unwrap(),
+            b"kept"
+        );
+        remove_store(&store_dir).unwrap();
+        assert!(!store_dir.exists());
     }
 }

@@ -4,7 +4,7 @@
 //! Each test file is its own crate and uses only a part of this module, hence the `dead_code` allowance.
 #![allow(dead_code)]
 
-use oncelake::{ClaimOutcome, Durability, Lease, ManualClock, Options, Store};
+use oncelake::{Batch, ClaimOutcome, Durability, Lease, ManualClock, Options, Outcome, Store};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -163,6 +163,55 @@ pub fn granted(c: ClaimOutcome) -> Lease {
     }
 }
 
+/// Commits `bytes` for `lease`'s unit and source version under its token; that unit's outcome.
+pub fn commit_fenced(store: &Store, lease: &Lease, bytes: &[u8]) -> Outcome {
+    let staged = store.stage_bytes(bytes).unwrap();
+    store
+        .commit(Batch::new().put_fenced(&lease.unit, lease.source_version, &staged, lease.token))
+        .unwrap()
+        .units[0]
+        .outcome
+}
+
+/// A late commit under `old` once `new` took its unit over is fenced, naming both tokens, and
+/// leaves the unit's entry as it was.
+#[track_caller]
+pub fn late_commit_is_fenced(store: &Store, old: &Lease, new: &Lease) {
+    let before = store.get(&old.unit).unwrap();
+    assert_eq!(
+        commit_fenced(store, old, b"late"),
+        Outcome::Fenced {
+            token: old.token,
+            newest_token: new.token
+        }
+    );
+    assert_eq!(
+        store.get(&old.unit).unwrap(),
+        before,
+        "a fenced commit changes nothing"
+    );
+}
+
+/// The lease of a granted claim and whether it took an expired lease over; any other answer
+/// fails the test.
+pub fn granted_taking_over(c: ClaimOutcome) -> (Lease, bool) {
+    match c {
+        ClaimOutcome::Granted { lease, took_over } => (lease, took_over),
+        other => panic!("expected a grant, got {other:?}"),
+    }
+}
+
+/// The store's group commit so far, for a test's closing line: the groups and the mean units in
+/// one.
+pub fn groups_line(store: &Store) -> String {
+    let m = store.metrics();
+    format!(
+        "{} commit groups, mean group {:.2} units",
+        m.groups,
+        m.group_units.mean()
+    )
+}
+
 /// A scratch directory named `prefix…`, in memory when the machine has /dev/shm: tests that simulate their
 /// crashes need no real fsync, and thousands of small files then take seconds, not minutes.
 pub fn scratch(prefix: &str) -> tempfile::TempDir {
@@ -278,6 +327,24 @@ pub fn created_then_faulty(
     clock: &ManualClock,
 ) -> (Arc<oncelake::fault::FaultPlan>, Store) {
     created_then_through(path, clock, oncelake::fault::FaultPlan::new())
+}
+
+/// [`created_then_faulty`] in a new directory, on a clock at `t0`: the directory (removed on
+/// drop), the store's path, the clock, the plan and the store.
+pub fn new_faulty_store(
+    t0: u64,
+) -> (
+    tempfile::TempDir,
+    PathBuf,
+    ManualClock,
+    Arc<oncelake::fault::FaultPlan>,
+    Store,
+) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("lake");
+    let clock = ManualClock::new(t0);
+    let (plan, store) = created_then_faulty(&path, &clock);
+    (dir, path, clock, plan, store)
 }
 
 /// [`created_then_faulty`] with a plan that loses every unsynced write at a power cut, from the

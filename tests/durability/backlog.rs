@@ -6,7 +6,7 @@
 
 use crate::common;
 
-use common::{created_then_faulty, faulty_options, real_options, SplitMix64 as Rng};
+use common::{faulty_options, new_faulty_store, real_options, SplitMix64 as Rng};
 use oncelake::{Batch, Error, ManualClock, Store};
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -178,10 +178,7 @@ fn write_acknowledged(store: &Store, acked: &Acked, w: u64, commits: u64) {
 /// readable in the failed store, and are there after the reopen.
 #[test]
 fn a_group_whose_record_did_not_sync_is_never_visible() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("lake");
-    let clock = ManualClock::new(T0);
-    let (plan, store) = created_then_faulty(&path, &clock);
+    let (_dir, path, clock, plan, store) = new_faulty_store(T0);
     let first = store.put("a", 1, b"a1").unwrap().outcome.seq().unwrap();
     let b = store.stage_bytes(b"b1").unwrap();
     plan.fail_syncs(true);

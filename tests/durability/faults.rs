@@ -12,7 +12,7 @@
 
 use crate::common;
 
-use common::{created_then_faulty, faulty_options, real_options, scratch, PanickyClock};
+use common::{faulty_options, new_faulty_store, real_options, scratch, PanickyClock};
 use oncelake::fault::FaultPlan;
 use oncelake::gc::GcOptions;
 use oncelake::verify::VerifyOptions;
@@ -31,10 +31,7 @@ const T0: u64 = 1_700_000_000_000;
 
 #[test]
 fn a_failed_sync_fails_the_commit_and_the_store_until_reopened() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("lake");
-    let clock = ManualClock::new(T0);
-    let (plan, store) = created_then_faulty(&path, &clock);
+    let (_dir, path, clock, plan, store) = new_faulty_store(T0);
     assert_eq!(
         store.put("a", 1, b"a1").unwrap().outcome.name(),
         "committed"

@@ -392,11 +392,9 @@ fn sixty_four_writers_agree_with_a_sequential_replay() {
     }
     let checked = snapshots_checked.load(Ordering::Relaxed);
     assert!(checked > 0);
-    let m = store.metrics();
     eprintln!(
-        "{} requests, outcomes {by_name:?}, {} groups, mean group {:.1} units, {checked} snapshots checked",
+        "{} requests, outcomes {by_name:?}, {}, {checked} snapshots checked",
         requests.len(),
-        m.groups,
-        m.group_units.mean(),
+        crate::common::groups_line(&store),
     );
 }

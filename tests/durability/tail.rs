@@ -10,7 +10,7 @@ use oncelake::log::RecordBody;
 use oncelake::{Batch, Error, GcOptions, Options, Outcome, Store};
 use proptest::prelude::*;
 use std::collections::BTreeMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 const UNITS: [&str; 7] = ["a", "a/x", "b", "b/1", "b/2", "c", "d"];
@@ -28,6 +28,19 @@ fn open(path: &Path, min: usize, batch: usize) -> Store {
         },
     )
     .unwrap()
+}
+
+/// [`open`] in a fresh directory: the directory (removed on drop), the store's path and the store.
+fn open_fresh(min: usize, batch: usize) -> (tempfile::TempDir, PathBuf, Store) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("lake");
+    let store = open(&path, min, batch);
+    (dir, path, store)
+}
+
+/// [`open`]'s `min` below `min_below` and `batch` from 1 to below `batch_below`.
+fn apply_sizes(min_below: usize, batch_below: usize) -> impl Strategy<Value = (usize, usize)> {
+    (0..min_below, 1..batch_below)
 }
 
 /// What the model knows of one committed entry.
@@ -239,49 +252,12 @@ fn read(store: &Store, model: &Model, at: &[u8], since: u8) {
     );
 }
 
-proptest! {
-    #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
-
-    /// Random commits (new versions, duplicates, several units at once) and reads, on a store
-    /// whose B-trees hold a prefix of the acknowledged groups and whose snapshots read the rest
-    /// from the tail: every view is the model's, as of its seq; after a flush and after a reopen
-    /// (nothing left in any tail) too.
-    #[test]
-    fn every_view_over_a_tail_is_the_model(
-        ops in proptest::collection::vec(op(), 1..60),
-        min in 0usize..2_000,
-        batch in 1usize..1_500,
-    ) {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("lake");
-        let store = open(&path, min, batch);
-        let mut model = Model::default();
-        for op in &ops {
-            match op {
-                Op::Commit { units, again } => commit(&store, &mut model, units, *again),
-                Op::Read { at, since } => read(&store, &model, at, *since),
-                Op::Flush => {
-                    store.flush().unwrap();
-                    prop_assert_eq!(store.backlog().units, 0);
-                }
-            }
-        }
-        read(&store, &model, &[0, 100, 255], 3);
-        store.flush().unwrap();
-        read(&store, &model, &[0, 100, 255], 3);
-        drop(store);
-        let store = open(&path, min, batch);
-        read(&store, &model, &[0, 100, 255], 0);
-    }
-}
-
 /// With nothing applied, every acknowledged commit is in the tail: a snapshot sees all of them,
 /// the backlog still holds all of them after the reads, and a flush then applies them to the
 /// same view.
 #[test]
 fn a_snapshot_sees_every_acknowledged_commit_while_none_is_applied() {
-    let dir = tempfile::tempdir().unwrap();
-    let store = open(&dir.path().join("lake"), 16 << 20, 16 << 20);
+    let (_dir, _, store) = open_fresh(16 << 20, 16 << 20);
     let mut model = Model::default();
     for i in 0..120usize {
         commit(
@@ -316,8 +292,7 @@ fn dup_count() -> usize {
 /// applied.
 #[test]
 fn groups_in_the_tail_after_a_prune_carry_its_horizon() {
-    let dir = tempfile::tempdir().unwrap();
-    let store = open(&dir.path().join("lake"), 16 << 20, 16 << 20);
+    let (_dir, _, store) = open_fresh(16 << 20, 16 << 20);
     let mut model = Model::default();
     for i in 0..30usize {
         commit(&store, &mut model, &[i % 3], false);
@@ -414,8 +389,38 @@ fn read_pipeline_state(store: &Store) -> oncelake::pipeline::RecordedState {
     stored
 }
 
+// One block for the tail's two properties; the pipeline one runs 48 cases too (it ran 32 alone).
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 32, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
+
+    /// Random commits (new versions, duplicates, several units at once) and reads, on a store
+    /// whose B-trees hold a prefix of the acknowledged groups and whose snapshots read the rest
+    /// from the tail: every view is the model's, as of its seq; after a flush and after a reopen
+    /// (nothing left in any tail) too.
+    #[test]
+    fn every_view_over_a_tail_is_the_model(
+        ops in proptest::collection::vec(op(), 1..60),
+        (min, batch) in apply_sizes(2_000, 1_500),
+    ) {
+        let (_dir, path, store) = open_fresh(min, batch);
+        let mut model = Model::default();
+        for op in &ops {
+            match op {
+                Op::Commit { units, again } => commit(&store, &mut model, units, *again),
+                Op::Read { at, since } => read(&store, &model, at, *since),
+                Op::Flush => {
+                    store.flush().unwrap();
+                    prop_assert_eq!(store.backlog().units, 0);
+                }
+            }
+        }
+        read(&store, &model, &[0, 100, 255], 3);
+        store.flush().unwrap();
+        read(&store, &model, &[0, 100, 255], 3);
+        drop(store);
+        let store = open(&path, min, batch);
+        read(&store, &model, &[0, 100, 255], 0);
+    }
 
     /// Claims and extension rows are read through the tail as manifest rows are: a pipeline
     /// run on a store whose B-trees hold only a prefix of the acknowledged groups reads its
@@ -424,13 +429,10 @@ proptest! {
     #[test]
     fn pipeline_state_over_a_tail_is_the_logs(
         ops in proptest::collection::vec(pipe_op(), 1..40),
-        min in 0usize..4_000,
-        batch in 1usize..3_000,
+        (min, batch) in apply_sizes(4_000, 3_000),
     ) {
         use oncelake::pipeline::{Attempt, Claim, Pipeline, PipelineDef};
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("lake");
-        let store = open(&path, min, batch);
+        let (_dir, path, store) = open_fresh(min, batch);
         let p = Pipeline::new(
             PipelineDef::builder()
                 .stage("a", 1, &[])

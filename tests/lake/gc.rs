@@ -236,10 +236,7 @@ fn checkpoints(lake: &Path) -> std::collections::BTreeSet<u64> {
 
 #[test]
 fn gc_keeps_the_two_newest_checkpoints_and_every_segment() {
-    let (net, lake) = Lake::on_files();
-    let a = net.node("a");
-    let mut w = Writes::seeded(11);
-    w.on(&[&a], 10);
+    let (net, lake, a, mut w) = Lake::on_files_written_by_a(11, 10);
     // A node far behind: it applies nothing until the GC has run.
     let far = net.node("far");
     let mut written = Vec::new();

@@ -49,6 +49,19 @@ impl Lake {
         (Lake { d, url, clock }, lake)
     }
 
+    /// [`Lake::on_files`] whose node `a` has made `n` writes seeded by `seed`: the lake, its
+    /// directory, node `a` and the writes.
+    pub(crate) fn on_files_written_by_a(
+        seed: u64,
+        n: usize,
+    ) -> (Lake, std::path::PathBuf, Store, Writes) {
+        let (net, lake) = Lake::on_files();
+        let a = net.node("a");
+        let mut w = Writes::seeded(seed);
+        w.on(&[&a], n);
+        (net, lake, a, w)
+    }
+
     /// Opens node `name` of the lake (a new one, or the one of that name again).
     pub(crate) fn node(&self, name: &str) -> Store {
         node(&self.d.path().join(name), &self.url, &self.clock)
@@ -598,10 +611,7 @@ fn a_lagging_listing_only_costs_a_longer_tail() {
 
 #[test]
 fn a_damaged_checkpoint_is_skipped_and_a_crash_mid_checkpoint_leaves_the_lake_usable() {
-    let (net, lake) = Lake::on_files();
-    let a = net.node("a");
-    let mut w = Writes::seeded(5);
-    w.on(&[&a], 20);
+    let (net, lake, a, mut w) = Lake::on_files_written_by_a(5, 20);
     let older = a.checkpoint().unwrap().segment;
     w.on(&[&a], 20);
     let newer = a.checkpoint().unwrap().segment;

@@ -7,7 +7,9 @@
 
 use crate::bin;
 
-use oncelake::pipeline::{CellState, Explain, Pipeline, PipelineDef, ReadyCell, Wave, WorkOptions};
+use oncelake::pipeline::{
+    CellState, Explain, Pipeline, PipelineDef, ReadyCell, StageDef, Wave, WorkOptions, WorkReport,
+};
 use oncelake::{Durability, ObjectId, Options, Store};
 use serde_json::Value;
 use std::collections::BTreeMap;
@@ -40,41 +42,49 @@ fn open(dir: &tempfile::TempDir, apply_in_background: bool) -> Store {
     .unwrap()
 }
 
-/// A pipeline of `(stage, upstream stages)`, each at code version 1.
-fn def(stages: &[(&str, &[&str])]) -> PipelineDef {
-    let builder = PipelineDef::builder();
-    let builder = stages.iter().fold(builder, |b, (s, up)| b.stage(s, 1, up));
+/// A fresh store (see [`open`]) with `p`'s unit `u` at source version 1 holding `source`.
+fn at_version_1(
+    p: Pipeline,
+    apply_in_background: bool,
+    source: &[u8],
+) -> (tempfile::TempDir, Store, Pipeline) {
+    let dir = tempfile::tempdir().unwrap();
+    let store = open(&dir, apply_in_background);
+    p.set_source_version(&store, "u", 1, source).unwrap();
+    (dir, store, p)
+}
+
+/// Works every ready cell as worker `w`, each cell's output made by `output`.
+fn work_by(p: &Pipeline, store: &Store, output: impl Fn(&ReadyCell) -> Vec<u8>) -> WorkReport {
+    p.work(store, "w", |c| Ok(output(c))).unwrap()
+}
+
+/// A pipeline from `stage: upstream stages` entries separated by `;`, each at code version 1.
+fn def(spec: &str) -> PipelineDef {
+    let builder = spec.split(';').fold(PipelineDef::builder(), |b, entry| {
+        let (stage, upstream) = entry.split_once(':').unwrap_or((entry, ""));
+        let upstream: Vec<&str> = upstream.split_whitespace().collect();
+        b.stage(stage.trim(), 1, &upstream)
+    });
     builder.build().unwrap()
 }
 
 fn chain() -> PipelineDef {
-    def(&[("a", &[]), ("b", &["a"]), ("c", &["b"])])
+    def("a; b: a; c: b")
 }
 
 fn diamond() -> PipelineDef {
-    def(&[("a", &[]), ("b", &["a"]), ("c", &["a"]), ("d", &["b", "c"])])
+    def("a; b: a; c: a; d: b c")
 }
 
 /// Two branches below a, joined at the end: completions on one branch must not count the other
 /// branch's cut-off cells again.
 fn branches() -> PipelineDef {
-    def(&[
-        ("a", &[]),
-        ("b", &["a"]),
-        ("c", &["a"]),
-        ("d", &["b"]),
-        ("e", &["c"]),
-        ("f", &["d", "e"]),
-    ])
+    def("a; b: a; c: a; d: b; e: c; f: d e")
 }
 
 fn seed() -> PipelineDef {
-    def(&[
-        ("ingest", &[]),
-        ("transform", &["ingest"]),
-        ("store_b", &["transform"]),
-        ("store_c", &["transform"]),
-    ])
+    def("ingest; transform: ingest; store_b: transform; store_c: transform")
 }
 
 /// A deterministic stage that often maps different inputs to the same output (so re-runs
@@ -126,14 +136,11 @@ impl Model {
             .insert(unit.to_string(), (version, bytes.to_vec()));
         let (mut run, mut cut) = (Vec::new(), 0);
         for s in def.topo_order() {
-            let inputs: Vec<Vec<u8>> = if s.upstream.is_empty() {
-                vec![bytes.to_vec()]
-            } else {
-                s.upstream
-                    .iter()
-                    .map(|u| self.cells[&(unit.to_string(), u.clone())].output.clone())
-                    .collect()
-            };
+            let inputs = stage_inputs(s, bytes, |u| {
+                self.cells[&(unit.to_string(), u.to_string())]
+                    .output
+                    .clone()
+            });
             let key = (unit.to_string(), s.name.clone());
             match self.cells.get(&key) {
                 Some(c) if c.inputs == inputs => cut += 1,
@@ -167,18 +174,20 @@ impl Model {
     }
 }
 
+/// What stage `s` reads: the source for a first stage, else each upstream stage's output.
+fn stage_inputs(s: &StageDef, source: &[u8], output_of: impl Fn(&str) -> Vec<u8>) -> Vec<Vec<u8>> {
+    if s.upstream.is_empty() {
+        vec![source.to_vec()]
+    } else {
+        s.upstream.iter().map(|u| output_of(u)).collect()
+    }
+}
+
 /// Every cell computed from the source alone, no memory of earlier runs.
 fn from_scratch(def: &PipelineDef, source: &[u8]) -> BTreeMap<String, Vec<u8>> {
     let mut out: BTreeMap<String, Vec<u8>> = BTreeMap::new();
     for s in def.topo_order() {
-        let inputs: Vec<Vec<u8>> = if s.upstream.is_empty() {
-            vec![source.to_vec()]
-        } else {
-            s.upstream
-                .iter()
-                .map(|u| out[u].clone())
-                .collect::<Vec<_>>()
-        };
+        let inputs = stage_inputs(s, source, |u| out[u].clone());
         out.insert(s.name.clone(), stage_fn(&s.name, &inputs));
     }
     out
@@ -351,45 +360,38 @@ fn model_rounds(def: PipelineDef, workers: usize, fail: bool, seed: u64) {
     assert!(report.is_clean(), "{:?}", report.problems);
 }
 
-#[test]
-fn cutoff_follows_the_model_on_a_chain_read_over_the_tail() {
-    model_rounds(chain(), 1, false, 1);
+/// One test per row, each running [`model_rounds`] on the listed (pipeline, workers, failures
+/// injected, seed) cases in turn.
+macro_rules! model_round_tests {
+    ($($name:ident: $(($def:expr, $workers:expr, $fail:expr, $seed:expr)),+;)*) => {
+        $(
+            #[test]
+            fn $name() {
+                $(model_rounds($def, $workers, $fail, $seed);)+
+            }
+        )*
+    };
 }
 
-#[test]
-fn cutoff_follows_the_model_on_a_diamond_read_over_the_tail() {
-    model_rounds(diamond(), 1, false, 2);
-}
-
-#[test]
-fn cutoff_follows_the_model_on_two_branches() {
-    model_rounds(branches(), 1, false, 5);
-}
-
-#[test]
-fn cutoff_is_exact_with_concurrent_workers_and_retries() {
-    model_rounds(diamond(), 3, true, 3);
-    model_rounds(seed(), 3, true, 4);
+model_round_tests! {
+    cutoff_follows_the_model_on_a_chain_read_over_the_tail: (chain(), 1, false, 1);
+    cutoff_follows_the_model_on_a_diamond_read_over_the_tail: (diamond(), 1, false, 2);
+    cutoff_follows_the_model_on_two_branches: (branches(), 1, false, 5);
+    cutoff_is_exact_with_concurrent_workers_and_retries:
+        (diamond(), 3, true, 3), (seed(), 3, true, 4);
 }
 
 /// A diamond's join re-runs only if one of its inputs changed; explain names where the wave
 /// stopped and why.
 #[test]
 fn a_diamond_join_reruns_only_when_an_input_changed() {
-    let dir = tempfile::tempdir().unwrap();
-    let store = open(&dir, true);
-    let p = Pipeline::new(diamond());
-    p.set_source_version(&store, "u", 1, b"one").unwrap();
+    let (_dir, store, p) = at_version_1(Pipeline::new(diamond()), true, b"one");
+    // b's output ignores the source; a's, c's and d's are their inputs.
     let all = |s: &Store| {
-        p.work(s, "w", |c| {
-            // b's output ignores the source; c's is the source; d's its inputs.
-            Ok(match c.stage.as_str() {
-                "a" => inputs_of(s, c).concat(),
-                "b" => b"constant".to_vec(),
-                _ => inputs_of(s, c).concat(),
-            })
+        work_by(&p, s, |c| match c.stage.as_str() {
+            "b" => b"constant".to_vec(),
+            _ => inputs_of(s, c).concat(),
         })
-        .unwrap()
     };
     assert_eq!(all(&store).completed, 4);
 
@@ -448,10 +450,7 @@ fn a_diamond_join_reruns_only_when_an_input_changed() {
 /// (safe), and what it computes is still right.
 #[test]
 fn pruned_history_makes_a_cell_rerun_not_guess() {
-    let dir = tempfile::tempdir().unwrap();
-    let store = open(&dir, true);
-    let p = Pipeline::new(chain());
-    p.set_source_version(&store, "u", 1, b"same").unwrap();
+    let (_dir, store, p) = at_version_1(Pipeline::new(chain()), true, b"same");
     let runs = |s: &Store| drain(&p, s, 1, false);
     assert_eq!(runs(&store).len(), 3);
     p.set_source_version(&store, "u", 2, b"same").unwrap();
@@ -485,10 +484,7 @@ fn pruned_history_makes_a_cell_rerun_not_guess() {
 /// Without the cutoff (the measuring switch) every cell of a bumped unit re-runs.
 #[test]
 fn without_cutoff_every_cell_of_a_bumped_unit_reruns() {
-    let dir = tempfile::tempdir().unwrap();
-    let store = open(&dir, true);
-    let p = Pipeline::new(diamond()).with_cutoff(false);
-    p.set_source_version(&store, "u", 1, b"x").unwrap();
+    let (_dir, store, p) = at_version_1(Pipeline::new(diamond()).with_cutoff(false), true, b"x");
     assert_eq!(drain(&p, &store, 1, false).len(), 4);
     p.set_source_version(&store, "u", 2, b"x").unwrap();
     assert_eq!(drain(&p, &store, 1, false).len(), 4);
@@ -802,11 +798,8 @@ fn complete_unclaimed(store: &Store, p: &Pipeline, stage: &str, v: u64, out: &[u
 /// applied yet): the answer is the same as once they are applied.
 #[test]
 fn cutoff_reads_superseded_entries_from_the_tail() {
-    let dir = tempfile::tempdir().unwrap();
-    let store = open(&dir, false);
-    let p = Pipeline::new(chain());
+    let (_dir, store, p) = at_version_1(Pipeline::new(chain()), false, b"same");
     let complete = |stage: &str, v: u64, out: &[u8]| complete_unclaimed(&store, &p, stage, v, out);
-    p.set_source_version(&store, "u", 1, b"same").unwrap();
     for s in ["a", "b", "c"] {
         complete(s, 1, s.as_bytes());
     }
@@ -833,11 +826,8 @@ fn cutoff_reads_superseded_entries_from_the_tail() {
 /// upstream cells are done) is not what the completion consumed, and cannot cut it off.
 #[test]
 fn only_inputs_committed_before_a_completion_can_cut_it_off() {
-    let dir = tempfile::tempdir().unwrap();
-    let store = open(&dir, true);
-    let p = Pipeline::new(chain());
+    let (_dir, store, p) = at_version_1(Pipeline::new(chain()), true, b"one");
     let complete = |stage: &str, v: u64, out: &[u8]| complete_unclaimed(&store, &p, stage, v, out);
-    p.set_source_version(&store, "u", 1, b"one").unwrap();
     complete("a", 1, b"a1");
     complete("b", 1, b"b1");
     complete("c", 1, b"c1");
@@ -861,19 +851,13 @@ fn only_inputs_committed_before_a_completion_can_cut_it_off() {
 /// branches stop their waves one after the other.
 #[test]
 fn each_cut_off_cell_is_counted_once() {
-    let dir = tempfile::tempdir().unwrap();
-    let store = open(&dir, true);
-    let p = Pipeline::new(branches());
+    let (_dir, store, p) = at_version_1(Pipeline::new(branches()), true, b"one");
     let run = |s: &Store| {
-        p.work(s, "w", |c| {
-            Ok(match c.stage.as_str() {
-                "a" => inputs_of(s, c).concat(),
-                other => other.as_bytes().to_vec(),
-            })
+        work_by(&p, s, |c| match c.stage.as_str() {
+            "a" => inputs_of(s, c).concat(),
+            other => other.as_bytes().to_vec(),
         })
-        .unwrap()
     };
-    p.set_source_version(&store, "u", 1, b"one").unwrap();
     assert_eq!(run(&store).completed, 6);
     p.set_source_version(&store, "u", 2, b"two").unwrap();
     // a changes; b and c re-run to their old outputs: d, e and f are cut off.

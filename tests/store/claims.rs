@@ -3,9 +3,12 @@
 
 use crate::common;
 
-use common::{open_relaxed_with_clock as open_relaxed, open_with_clock as open, SplitMix64 as Rng};
+use common::{
+    commit_fenced, granted_taking_over as granted, late_commit_is_fenced,
+    open_relaxed_with_clock as open_relaxed, open_with_clock as open, SplitMix64 as Rng,
+};
 use oncelake::{
-    Batch, ClaimOutcome, Lease, ManualClock, Outcome, RenewOutcome, RunError, RunOutcome, Store,
+    ClaimOutcome, Lease, ManualClock, Outcome, RenewOutcome, RunError, RunOutcome, Store,
 };
 use std::collections::{BTreeMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -14,13 +17,6 @@ use std::time::Duration;
 
 const T0: u64 = 1_800_000_000_000;
 const TTL: Duration = Duration::from_secs(30);
-
-fn granted(c: ClaimOutcome) -> (Lease, bool) {
-    match c {
-        ClaimOutcome::Granted { lease, took_over } => (lease, took_over),
-        other => panic!("expected a grant, got {other:?}"),
-    }
-}
 
 /// Commits `bytes` under `lease`, and fails unless it committed.
 #[track_caller]
@@ -34,15 +30,6 @@ fn commits(store: &Store, lease: &Lease, bytes: &[u8]) {
 fn is_fenced(store: &Store, lease: &Lease, bytes: &[u8]) {
     let outcome = commit_fenced(store, lease, bytes);
     assert!(matches!(outcome, Outcome::Fenced { .. }), "{outcome:?}");
-}
-
-fn commit_fenced(store: &Store, lease: &Lease, bytes: &[u8]) -> Outcome {
-    let staged = store.stage_bytes(bytes).unwrap();
-    store
-        .commit(Batch::new().put_fenced(&lease.unit, lease.source_version, &staged, lease.token))
-        .unwrap()
-        .units[0]
-        .outcome
 }
 
 #[test]
@@ -69,17 +56,7 @@ fn an_expired_lease_is_taken_over_and_the_old_holders_late_commit_is_fenced() {
 
     // w1 wakes up and commits late: fenced, whatever the clock says now.
     clock.set_ms(T0);
-    assert_eq!(
-        commit_fenced(&store, &old, b"late"),
-        Outcome::Fenced {
-            token: old.token,
-            newest_token: new.token
-        }
-    );
-    assert!(
-        store.get("u").unwrap().is_none(),
-        "a fenced commit changes nothing"
-    );
+    late_commit_is_fenced(&store, &old, &new);
     commits(&store, &new, b"fresh");
     // w1's renew is refused too.
     assert_eq!(

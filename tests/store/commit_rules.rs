@@ -1,9 +1,10 @@
 //! The commit rules (SPEC R3), corrections, atomic multi-unit commits (R4), durability failure
 //! (R5), reads and time travel (R7) and the commit log (R8), through the public API.
 
+use crate::common;
 use oncelake::fault::FaultPlan;
 use oncelake::log::RecordBody;
-use oncelake::{Batch, ClaimOutcome, Error, ObjectId, Options, Outcome, Store};
+use oncelake::{Batch, Error, ObjectId, Options, Outcome, Store};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -12,6 +13,25 @@ fn store() -> (tempfile::TempDir, Store) {
     let dir = tempfile::tempdir().unwrap();
     let s = Store::open(dir.path().join("lake")).unwrap();
     (dir, s)
+}
+
+/// A store holding `puts` (unit, version, bytes), put in order; and its last seq.
+fn store_with(puts: &[(&str, u64, &[u8])]) -> (tempfile::TempDir, Store, u64) {
+    let (dir, s) = store();
+    for (unit, version, bytes) in puts {
+        s.put(unit, *version, bytes).unwrap();
+    }
+    let seq = s.last_seq().unwrap();
+    (dir, s, seq)
+}
+
+/// A store where unit `u` was put at `first` (version, bytes), and the outcome of putting it at
+/// `then` next.
+fn put_twice(first: (u64, &[u8]), then: (u64, &[u8])) -> (tempfile::TempDir, Store, Outcome) {
+    let (dir, s) = store();
+    s.put("u", first.0, first.1).unwrap();
+    let o = s.put("u", then.0, then.1).unwrap().outcome;
+    (dir, s, o)
 }
 
 /// The outcome of a commit at `seq` that wrote `revision` over the version it `superseded`.
@@ -37,9 +57,7 @@ fn r3_first_writer_commits() {
 
 #[test]
 fn r3_newer_version_supersedes_and_keeps_history() {
-    let (_d, s) = store();
-    s.put("u", 5, b"a").unwrap();
-    let o = s.put("u", 6, b"b").unwrap().outcome;
+    let (_d, s, o) = put_twice((5, b"a"), (6, b"b"));
     assert_eq!(o, committed(2, 0, Some(5)));
     assert_eq!(s.get("u").unwrap().unwrap().source_version, 6);
     let old = s.snapshot_at(1).unwrap().get("u").unwrap().unwrap();
@@ -48,10 +66,7 @@ fn r3_newer_version_supersedes_and_keeps_history() {
 
 #[test]
 fn r3_identical_retry_is_a_duplicate_with_the_original_seq() {
-    let (_d, s) = store();
-    s.put("other", 1, b"x").unwrap();
-    s.put("u", 5, b"a").unwrap();
-    let before = s.last_seq().unwrap();
+    let (_d, s, before) = store_with(&[("other", 1, b"x"), ("u", 5, b"a")]);
     let o = s.put("u", 5, b"a").unwrap().outcome;
     assert_eq!(o, Outcome::Duplicate { seq: 2 });
     assert_eq!(s.last_seq().unwrap(), before, "a duplicate writes nothing");
@@ -60,9 +75,7 @@ fn r3_identical_retry_is_a_duplicate_with_the_original_seq() {
 
 #[test]
 fn r3_same_version_different_bytes_is_a_conflict_naming_the_winner() {
-    let (_d, s) = store();
-    s.put("u", 5, b"a").unwrap();
-    let o = s.put("u", 5, b"b").unwrap().outcome;
+    let (_d, s, o) = put_twice((5, b"a"), (5, b"b"));
     assert_eq!(
         o,
         Outcome::Conflict {
@@ -76,9 +89,7 @@ fn r3_same_version_different_bytes_is_a_conflict_naming_the_winner() {
 
 #[test]
 fn r3_older_version_is_stale() {
-    let (_d, s) = store();
-    s.put("u", 5, b"a").unwrap();
-    let o = s.put("u", 4, b"old").unwrap().outcome;
+    let (_d, s, o) = put_twice((5, b"a"), (4, b"old"));
     assert_eq!(o, Outcome::Stale { current_version: 5 });
     assert_eq!(s.get("u").unwrap().unwrap().source_version, 5);
 }
@@ -87,48 +98,19 @@ fn r3_older_version_is_stale() {
 fn r3_older_fencing_token_is_fenced() {
     let dir = tempfile::tempdir().unwrap();
     let clock = oncelake::ManualClock::new(1_000_000);
-    let s = Store::open_with(
-        dir.path(),
-        Options {
-            clock: Arc::new(clock.clone()),
-            ..Options::default()
-        },
-    )
-    .unwrap();
-    let ClaimOutcome::Granted { lease: old, .. } =
-        s.claim("u", 1, "w1", Duration::from_secs(10)).unwrap()
-    else {
-        panic!("first claim must be granted")
-    };
+    let s = common::open_with_clock(dir.path(), &clock);
+    let ttl = Duration::from_secs(10);
+    let old = common::granted(s.claim("u", 1, "w1", ttl).unwrap());
     clock.advance_ms(11_000);
-    let ClaimOutcome::Granted {
-        lease: new,
-        took_over,
-    } = s.claim("u", 1, "w2", Duration::from_secs(10)).unwrap()
-    else {
-        panic!("an expired lease must be taken over")
-    };
-    assert!(took_over && new.token > old.token);
-    let late = s.stage_bytes(b"late").unwrap();
-    let r = s
-        .commit(Batch::new().put_fenced("u", 1, &late, old.token))
-        .unwrap();
-    assert_eq!(
-        r.units[0].outcome,
-        Outcome::Fenced {
-            token: old.token,
-            newest_token: new.token
-        }
-    );
+    let (new, took_over) = common::granted_taking_over(s.claim("u", 1, "w2", ttl).unwrap());
     assert!(
-        s.get("u").unwrap().is_none(),
-        "a fenced commit changes nothing"
+        took_over && new.token > old.token,
+        "an expired lease is taken over"
     );
-    let fresh = s.stage_bytes(b"fresh").unwrap();
-    let r = s
-        .commit(Batch::new().put_fenced("u", 1, &fresh, new.token))
-        .unwrap();
-    assert!(matches!(r.units[0].outcome, Outcome::Committed { .. }));
+    common::late_commit_is_fenced(&s, &old, &new);
+    assert!(s.get("u").unwrap().is_none(), "nothing committed yet");
+    let r = common::commit_fenced(&s, &new, b"fresh");
+    assert!(matches!(r, Outcome::Committed { .. }));
 }
 
 #[test]
@@ -161,10 +143,7 @@ fn corrections_add_a_revision_and_keep_the_old_entry() {
 
 #[test]
 fn all_or_nothing_aborts_and_reports_every_reason() {
-    let (_d, s) = store();
-    s.put("b", 5, b"b5").unwrap();
-    s.put("c", 5, b"c5").unwrap();
-    let seq = s.last_seq().unwrap();
+    let (_d, s, seq) = store_with(&[("b", 5, b"b5"), ("c", 5, b"c5")]);
     let a = s.stage_bytes(b"a1").unwrap();
     let b_old = s.stage_bytes(b"b4").unwrap();
     let c_other = s.stage_bytes(b"c5-other").unwrap();

@@ -15,6 +15,30 @@ use std::process::{Command, Output};
 use std::sync::{Arc, Barrier};
 use std::time::Duration;
 
+/// A scratch directory and the path of a store not created yet inside it.
+fn missing_lake() -> (tempfile::TempDir, PathBuf) {
+    let tmp = tempfile::tempdir().unwrap();
+    let lake = tmp.path().join("lake");
+    (tmp, lake)
+}
+
+/// Runs `racer(i)` for `i` in `0..n` on `n` threads released at once; their answers, in order.
+fn race<T: Send>(n: usize, racer: impl Fn(usize) -> T + Sync) -> Vec<T> {
+    let barrier = Barrier::new(n);
+    std::thread::scope(|scope| {
+        let handles: Vec<_> = (0..n)
+            .map(|i| {
+                let (barrier, racer) = (&barrier, &racer);
+                scope.spawn(move || {
+                    barrier.wait();
+                    racer(i)
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    })
+}
+
 fn waiting() -> Options {
     Options {
         lock_wait: Duration::from_secs(120),
@@ -52,28 +76,16 @@ fn log_seqs(store: &Store) -> Vec<u64> {
 fn many_threads_opening_a_missing_directory_end_with_one_store() {
     const THREADS: usize = 6;
     for round in 0..40 {
-        let tmp = tempfile::tempdir().unwrap();
-        let lake = tmp.path().join("lake");
-        let barrier = Arc::new(Barrier::new(THREADS));
-        let handles: Vec<_> = (0..THREADS)
-            .map(|t| {
-                let (lake, barrier) = (lake.clone(), barrier.clone());
-                std::thread::spawn(move || {
-                    barrier.wait();
-                    let store = Store::open_with(&lake, waiting())
-                        .unwrap_or_else(|e| panic!("round {round} thread {t}: {e}"));
-                    let created = store.created();
-                    let out = store.put(&format!("t{t}"), 1, b"x").unwrap();
-                    assert_eq!(out.outcome.name(), "committed", "round {round} thread {t}");
-                    created
-                })
-            })
-            .collect();
-        let created = handles
-            .into_iter()
-            .map(|h| h.join().unwrap())
-            .filter(|&c| c)
-            .count();
+        let (_tmp, lake) = missing_lake();
+        let created = race(THREADS, |t| {
+            let store = Store::open_with(&lake, waiting())
+                .unwrap_or_else(|e| panic!("round {round} thread {t}: {e}"));
+            let created = store.created();
+            let out = store.put(&format!("t{t}"), 1, b"x").unwrap();
+            assert_eq!(out.outcome.name(), "committed", "round {round} thread {t}");
+            created
+        });
+        let created = created.into_iter().filter(|&c| c).count();
         one_created_and_every_write_kept(
             &lake,
             created,
@@ -105,26 +117,17 @@ fn s(p: &Path) -> &str {
 fn many_processes_initialising_and_writing_a_missing_directory_end_with_one_store() {
     const PROCS: usize = 4;
     for round in 0..8 {
-        let tmp = tempfile::tempdir().unwrap();
-        let lake = tmp.path().join("lake");
+        let (tmp, lake) = missing_lake();
         let data = tmp.path().join("data");
         std::fs::write(&data, b"rows").unwrap();
-        let barrier = Arc::new(Barrier::new(PROCS));
-        let handles: Vec<_> = (0..PROCS)
-            .map(|p| {
-                let (lake, data, barrier) = (lake.clone(), data.clone(), barrier.clone());
-                std::thread::spawn(move || {
-                    barrier.wait();
-                    let init = oncelake(&["--wait", "120s", "init", s(&lake), "--json"]);
-                    let unit = format!("p{p}");
-                    let put = oncelake(&["--wait", "120s", "put", s(&lake), &unit, "1", s(&data)]);
-                    (init, put)
-                })
-            })
-            .collect();
+        let answers = race(PROCS, |p| {
+            let init = oncelake(&["--wait", "120s", "init", s(&lake), "--json"]);
+            let unit = format!("p{p}");
+            let put = oncelake(&["--wait", "120s", "put", s(&lake), &unit, "1", s(&data)]);
+            (init, put)
+        });
         let mut created = 0;
-        for h in handles {
-            let (init, put) = h.join().unwrap();
+        for (init, put) in answers {
             let err = |o: &Output| String::from_utf8_lossy(&o.stderr).to_string();
             assert_eq!(init.status.code(), Some(0), "round {round}: {}", err(&init));
             assert_eq!(put.status.code(), Some(0), "round {round}: {}", err(&put));

@@ -363,10 +363,7 @@ fn a_read_only_store_refuses_every_write() {
 /// batch is there whole or not at all, beside everything acknowledged before.
 #[test]
 fn a_failed_sync_fails_every_write_of_the_call_and_loses_nothing_acknowledged() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("lake");
-    let clock = ManualClock::new(1_800_000_000_000);
-    let (plan, store) = common::created_then_faulty(&path, &clock);
+    let (_dir, path, clock, plan, store) = common::new_faulty_store(1_800_000_000_000);
     let staged = store.stage_bytes(b"rows").unwrap();
     let before: Vec<Write> = (0..4)
         .map(|i| Write::Commit(Batch::new().put(format!("done/{i}"), 1, &staged)))

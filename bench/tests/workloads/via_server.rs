@@ -64,14 +64,7 @@ fn the_served_store_holds_the_preload_and_updates_rise() {
         tuning: Default::default(),
     };
     let source = KeySource::new(w);
-    let keys = |t: usize, n: usize| -> oncelake_bench::via_server::KeyGen<'_> {
-        let mut wr = source.writer(t, n);
-        let source = &source;
-        Box::new(move || {
-            let next = source.next(&mut wr);
-            (next.key, next.version)
-        })
-    };
+    let keys = |t: usize, n: usize| oncelake_bench::via_server::keys_of(&source, t, n);
     let seen = std::sync::Mutex::new(Vec::new());
     let prepare = |p: &std::path::Path| {
         preload_oncelake_store(p, w)?;

@@ -12,7 +12,7 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
-use support::{bin, new_store, oncelake, Server};
+use support::{bin, new_store, oncelake, served_store, verifies, Server};
 
 /// `ls --json` as (unit → (version, object)).
 fn listing(store: &Path) -> BTreeMap<String, (u64, String)> {
@@ -132,17 +132,14 @@ fn many_cli_processes_against_one_served_store_match_a_model() {
         .as_array()
         .unwrap()
         .contains(&serde_json::json!("bytes_staged")));
-    let out = oncelake(&["verify", &s]);
-    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    verifies(&store);
 }
 
 /// `/metrics` is Prometheus text with every counter labelled by scope, the server's own
 /// counters, and the values the store holds.
 #[test]
 fn metrics_scrape_and_healthz() {
-    let (_dir, store) = new_store();
-    let _server = Server::start(&store);
-    let client = Client::for_store(&store).unwrap();
+    let (_dir, store, _server, client) = served_store();
     for i in 0..3u64 {
         let (u, _) = client
             .put_reader(&format!("u/{i}"), 1, None, false, &b"x"[..])
@@ -183,8 +180,7 @@ fn metrics_scrape_and_healthz() {
         v["objects_referenced"], 1,
         "three units, one object (the same bytes)"
     );
-    let out = oncelake(&["verify", s]);
-    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    let out = verifies(&store);
     assert!(String::from_utf8_lossy(&out.stdout).contains("ok: no problems found"));
     // The pipeline's cell commands go through the server too (never "locked" while it runs).
     let def = store.with_file_name("etl.toml");
@@ -440,17 +436,14 @@ fn a_server_killed_under_load_loses_no_acknowledged_commit() {
     let restarted = Server::start(&store);
     assert!(Client::for_store(&store).unwrap().health().is_ok());
     assert!(restarted.terminate().success());
-    let out = oncelake(&["verify", store.to_str().unwrap()]);
-    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    verifies(&store);
 }
 
 /// SIGTERM: the server finishes, removes its socket and address file, exits 0; and a long-poll
 /// of the change feed is answered by the next commit.
 #[test]
 fn sigterm_cleans_up_and_long_polls_wake_on_commit() {
-    let (_dir, store) = new_store();
-    let server = Server::start(&store);
-    let client = Client::for_store(&store).unwrap();
+    let (_dir, store, server, client) = served_store();
     let poller = {
         let client = client.clone();
         std::thread::spawn(move || client.changes_since(0, Duration::from_secs(60), 100))
@@ -543,20 +536,13 @@ fn a_served_lake_node_commits_into_the_lake_and_another_node_sees_it_after_sync(
         assert!(matches!(o.outcome, Outcome::Committed { .. }), "{o:?}");
         model.insert(unit, (1u64, hex_of(&bytes)));
     }
-    let (again, _) = client
-        .put_reader("sales/day=0", 1, None, false, &b"rows 0"[..])
-        .unwrap();
-    assert!(
-        matches!(again.outcome, Outcome::Duplicate { .. }),
-        "{again:?}"
-    );
-    let (other, _) = client
-        .put_reader("sales/day=0", 1, None, false, &b"other rows"[..])
-        .unwrap();
-    assert!(
-        matches!(other.outcome, Outcome::Conflict { .. }),
-        "{other:?}"
-    );
+    // The same bytes again are a duplicate; other bytes at the same version, a conflict.
+    for (bytes, want) in [(&b"rows 0"[..], "duplicate"), (b"other rows", "conflict")] {
+        let (again, _) = client
+            .put_reader("sales/day=0", 1, None, false, bytes)
+            .unwrap();
+        assert_eq!(again.outcome.name(), want, "{again:?}");
+    }
 
     let node2 = Store::open(&node2).unwrap();
     node2.sync().unwrap();

@@ -6,21 +6,31 @@
 use crate::support;
 
 use std::os::unix::fs::{FileTypeExt, MetadataExt};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 use support::*;
 
-/// Runs `each` against the store in-process, then through a server of it.
-fn both_ways(store: &Path, mut each: impl FnMut(&str)) {
-    each("in-process");
+/// Runs `each` against the store in-process, then through a server of it, each time with a
+/// new directory of its own inside `dir`.
+fn both_ways(dir: &tempfile::TempDir, store: &Path, mut each: impl FnMut(&str, &Path)) {
+    let fresh = || tempfile::tempdir_in(dir.path()).unwrap();
+    each("in-process", fresh().path());
     let server = Server::start(store);
-    each("served");
+    each("served", fresh().path());
     server.stop();
 }
 
 /// The bytes of unit `u` in these tests: distinct per unit, large enough to take a while.
 fn object(u: &str, len: usize) -> Vec<u8> {
     u.bytes().cycle().take(len).collect()
+}
+
+/// A new store whose unit `u` holds `len` bytes at version 1: its directory, path and the bytes.
+fn store_holding_u(len: usize) -> (tempfile::TempDir, PathBuf, Vec<u8>) {
+    let (dir, store) = new_store();
+    let want = object("unit-u", len);
+    put(&store, "u", 1, &want);
+    (dir, store, want)
 }
 
 fn get_o(store: &Path, unit: &str, out: &Path) -> std::process::Output {
@@ -47,23 +57,20 @@ fn leftovers(dir: &Path) -> Vec<String> {
 /// neither, and its output is a new file of its own.
 #[test]
 fn a_symlink_or_file_planted_at_a_temporary_name_is_never_written() {
-    let (dir, store) = new_store();
-    let want = object("unit-u", 100_000);
-    put(&store, "u", 1, &want);
-    both_ways(&store, |how| {
-        let d = tempfile::tempdir_in(dir.path()).unwrap();
-        let victim = d.path().join("victim");
+    let (dir, store, want) = store_holding_u(100_000);
+    both_ways(&dir, &store, |how, d| {
+        let victim = d.join("victim");
         std::fs::write(&victim, b"root only").unwrap();
-        std::os::unix::fs::symlink(&victim, d.path().join("out.oncelake-tmp")).unwrap();
-        let planted = d.path().join("other.oncelake-tmp");
+        std::os::unix::fs::symlink(&victim, d.join("out.oncelake-tmp")).unwrap();
+        let planted = d.join("other.oncelake-tmp");
         std::fs::write(&planted, b"planted").unwrap();
         let planted_ino = std::fs::metadata(&planted).unwrap().ino();
 
         for name in ["out.bin", "other.bin"] {
-            let out = get_o(&store, "u", &d.path().join(name));
+            let out = get_o(&store, "u", &d.join(name));
             assert_eq!(out.status.code(), Some(0), "{how}: {out:?}");
             assert!(
-                std::fs::read(d.path().join(name)).unwrap() == want,
+                std::fs::read(d.join(name)).unwrap() == want,
                 "{how}: {name}"
             );
         }
@@ -73,18 +80,18 @@ fn a_symlink_or_file_planted_at_a_temporary_name_is_never_written() {
             "{how}: the symlink was followed ({} bytes written)",
             v.len()
         );
-        let link = d.path().join("out.oncelake-tmp");
+        let link = d.join("out.oncelake-tmp");
         assert!(
             std::fs::symlink_metadata(&link).unwrap().is_symlink(),
             "{how}"
         );
         assert_eq!(std::fs::read(&planted).unwrap(), b"planted", "{how}");
         assert_ne!(
-            std::fs::metadata(d.path().join("other.bin")).unwrap().ino(),
+            std::fs::metadata(d.join("other.bin")).unwrap().ino(),
             planted_ino,
             "{how}: the planted file became the output"
         );
-        let mut left = leftovers(d.path());
+        let mut left = leftovers(d);
         left.sort();
         assert_eq!(left, ["other.oncelake-tmp", "out.oncelake-tmp"], "{how}");
     });
@@ -137,13 +144,9 @@ fn concurrent_gets_into_one_directory_each_get_their_own_bytes() {
 /// before anything is written, and stay what they were.
 #[test]
 fn a_pipe_is_written_in_place_and_other_special_files_are_refused() {
-    let (dir, store) = new_store();
-    let want = object("unit-u", 300_000);
-    put(&store, "u", 1, &want);
-    both_ways(&store, |how| {
-        let d = tempfile::tempdir_in(dir.path()).unwrap();
-
-        let fifo = d.path().join("pipe");
+    let (dir, store, want) = store_holding_u(300_000);
+    both_ways(&dir, &store, |how, d| {
+        let fifo = d.join("pipe");
         let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
         // SAFETY: a NUL-terminated path; mkfifo only creates the node.
         assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
@@ -162,7 +165,7 @@ fn a_pipe_is_written_in_place_and_other_special_files_are_refused() {
             .unwrap();
         assert!(got == want, "{how}: the reader got {} bytes", got.len());
 
-        let sock = d.path().join("sock");
+        let sock = d.join("sock");
         let _listener = std::os::unix::net::UnixListener::bind(&sock).unwrap();
         let out = get_o(&store, "u", &sock);
         assert_eq!(out.status.code(), Some(2), "{how}: {out:?}");
@@ -177,7 +180,7 @@ fn a_pipe_is_written_in_place_and_other_special_files_are_refused() {
         );
 
         // /dev/null's twin (char 1:3), so that a regression replaces nothing the machine needs.
-        let null = d.path().join("null");
+        let null = d.join("null");
         let c = std::ffi::CString::new(null.to_str().unwrap()).unwrap();
         // SAFETY: a NUL-terminated path; mknod only creates the node (or fails unprivileged).
         let made = unsafe { libc::mknod(c.as_ptr(), libc::S_IFCHR | 0o666, libc::makedev(1, 3)) };
@@ -198,6 +201,6 @@ fn a_pipe_is_written_in_place_and_other_special_files_are_refused() {
             );
             assert_eq!(m.rdev(), libc::makedev(1, 3), "{how}");
         }
-        assert_eq!(leftovers(d.path()), Vec::<String>::new(), "{how}");
+        assert_eq!(leftovers(d), Vec::<String>::new(), "{how}");
     });
 }

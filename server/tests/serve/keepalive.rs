@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::os::unix::net::UnixStream;
 use std::time::Duration;
-use support::{new_store, Server};
+use support::{new_store, served_store, Server};
 
 fn connections(c: &Client) -> u64 {
     c.stats().unwrap().server["connections"].as_u64().unwrap()
@@ -54,9 +54,7 @@ fn check_model(c: &Client, model: &BTreeMap<String, (u64, String)>) {
 
 #[test]
 fn a_client_reuses_its_connections_and_every_commit_is_there() {
-    let (_dir, store) = new_store();
-    let server = Server::start(&store);
-    let c = Client::for_store(&store).unwrap();
+    let (_dir, _store, server, c) = served_store();
     let before = connections(&c);
     let mut model = BTreeMap::new();
     for i in 0..40u64 {

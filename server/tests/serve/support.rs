@@ -5,6 +5,7 @@
 #[path = "../../../tests/bin/mod.rs"]
 pub mod bin;
 
+use oncelake_server::Client;
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -80,6 +81,22 @@ pub fn new_store() -> (tempfile::TempDir, PathBuf) {
     let out = oncelake(&["init", store.to_str().unwrap()]);
     assert!(out.status.success(), "{out:?}");
     (dir, store)
+}
+
+/// A new store served by `oncelake serve`, and a client of that server.
+pub fn served_store() -> (tempfile::TempDir, PathBuf, Server, Client) {
+    let (dir, store) = new_store();
+    let server = Server::start(&store);
+    let client = Client::for_store(&store).unwrap();
+    (dir, store, server, client)
+}
+
+/// `oncelake verify STORE` finds no problem (exit code 0); its output.
+#[track_caller]
+pub fn verifies(store: &Path) -> std::process::Output {
+    let out = oncelake(&["verify", store.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    out
 }
 
 /// Puts `bytes` as `unit` at `version` (through a server if one runs).

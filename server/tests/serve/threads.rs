@@ -11,7 +11,7 @@ use oncelake_server::Client;
 use std::collections::{BTreeSet, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Barrier;
-use support::{new_store, Server};
+use support::{new_store, served_store, Server};
 
 /// The server's threads now: (count from `/proc/PID/status`, their ids from `/proc/PID/task`).
 fn threads_of(pid: i32) -> (usize, Vec<u64>) {
@@ -219,9 +219,7 @@ fn the_server_allocates_from_one_malloc_arena() {
         return;
     }
     const CLIENTS: usize = 16;
-    let (_dir, store) = new_store();
-    let server = Server::start(&store);
-    let c = Client::for_store(&store).unwrap();
+    let (_dir, _store, server, c) = served_store();
     // Small uploads (the store threads) and commits (the committers) from 16 threads at once,
     // so that many of the server's threads allocate: with glibc's default they get arenas of their
     // own (15 of them here under this load).

@@ -174,14 +174,7 @@ fn via_server_round(
     let local = bench::measure(System::Oncelake, workload, plan, scratch)
         .map_err(|e| BenchError::Usage(format!("bench in-process: {e}")))?;
     let source = KeySource::new(workload);
-    let keys = |t: usize, n: usize| -> oncelake_bench::via_server::KeyGen<'_> {
-        let mut w = source.writer(t, n);
-        let source = &source;
-        Box::new(move || {
-            let next = source.next(&mut w);
-            (next.key, next.version)
-        })
-    };
+    let keys = |t: usize, n: usize| oncelake_bench::via_server::keys_of(&source, t, n);
     let served = oncelake_bench::via_server::Workload {
         prepare: &|p| bench::preload_oncelake_store(p, workload),
         keys: &keys,
