@@ -67,7 +67,7 @@ pub struct OpenReport {
 }
 
 /// Every field but the timing: a report prints the same for the same store state, so that the
-/// deterministic simulation (`tests/dst.rs`), which traces the reports, replays exactly.
+/// deterministic simulation (`tests/durability/dst/`), which traces the reports, replays exactly.
 impl std::fmt::Debug for OpenReport {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("OpenReport")
