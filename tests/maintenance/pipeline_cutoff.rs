@@ -296,41 +296,7 @@ fn model_rounds(def: PipelineDef, workers: usize, fail: bool, seed: u64) {
             assert_eq!(st.cut_off, want_cut[&st.stage], "round {round}: {st:?}");
             assert_eq!(st.ready + st.running + st.blocked + st.failed, 0);
         }
-        for e in &explains {
-            let fresh = from_scratch(&def, &model.sources[&e.unit].1);
-            for c in &e.cells {
-                let m = &model.cells[&(e.unit.clone(), c.stage.clone())];
-                let CellState::Done {
-                    source_version,
-                    object,
-                    ..
-                } = c.state
-                else {
-                    panic!("round {round}: {} {c} is not done", e.unit);
-                };
-                assert_eq!(object, ObjectId::of(&fresh[&c.stage]), "{} {c}", e.unit);
-                assert_eq!(source_version, m.version, "{} {c}", e.unit);
-                let cut = m.version < e.source_version.unwrap();
-                assert_eq!(
-                    c.wave.as_ref().is_some_and(Wave::is_cut_off),
-                    cut,
-                    "{} {c}",
-                    e.unit
-                );
-                if let Some(Wave::CutOff { unchanged, .. }) = &c.wave {
-                    let stages = def.stage(&c.stage).unwrap().upstream.clone();
-                    let want: Vec<Option<String>> = if stages.is_empty() {
-                        vec![None]
-                    } else {
-                        stages.into_iter().map(Some).collect()
-                    };
-                    let got: Vec<Option<String>> =
-                        unchanged.iter().map(|(s, _)| s.clone()).collect();
-                    assert_eq!(got, want, "a cut-off cell names every input as unchanged");
-                    assert!(c.to_string().contains("unchanged output"), "{c}");
-                }
-            }
-        }
+        check_explains(&def, &model, &explains, round);
         assert_eq!(
             store.metrics().pipeline_cells_cut_off,
             cut_total,
@@ -358,6 +324,46 @@ fn model_rounds(def: PipelineDef, workers: usize, fail: bool, seed: u64) {
     );
     let report = oncelake::replay(&store.snapshot().unwrap()).unwrap();
     assert!(report.is_clean(), "{:?}", report.problems);
+}
+
+/// Every cell of every unit is done with the object a from-scratch evaluation gives, at the
+/// model's version; a cell is cut off exactly when that version is older than the unit's, and
+/// then names every input as unchanged.
+fn check_explains(def: &PipelineDef, model: &Model, explains: &[Explain], round: u32) {
+    for e in explains {
+        let fresh = from_scratch(def, &model.sources[&e.unit].1);
+        for c in &e.cells {
+            let m = &model.cells[&(e.unit.clone(), c.stage.clone())];
+            let CellState::Done {
+                source_version,
+                object,
+                ..
+            } = c.state
+            else {
+                panic!("round {round}: {} {c} is not done", e.unit);
+            };
+            assert_eq!(object, ObjectId::of(&fresh[&c.stage]), "{} {c}", e.unit);
+            assert_eq!(source_version, m.version, "{} {c}", e.unit);
+            let cut = m.version < e.source_version.unwrap();
+            assert_eq!(
+                c.wave.as_ref().is_some_and(Wave::is_cut_off),
+                cut,
+                "{} {c}",
+                e.unit
+            );
+            if let Some(Wave::CutOff { unchanged, .. }) = &c.wave {
+                let stages = def.stage(&c.stage).unwrap().upstream.clone();
+                let want: Vec<Option<String>> = if stages.is_empty() {
+                    vec![None]
+                } else {
+                    stages.into_iter().map(Some).collect()
+                };
+                let got: Vec<Option<String>> = unchanged.iter().map(|(s, _)| s.clone()).collect();
+                assert_eq!(got, want, "a cut-off cell names every input as unchanged");
+                assert!(c.to_string().contains("unchanged output"), "{c}");
+            }
+        }
+    }
 }
 
 /// One test per row, each running [`model_rounds`] on the listed (pipeline, workers, failures

@@ -566,10 +566,24 @@ fn operations_against_a_model<S: oncelake::UnitStore>(s: &S) -> Vec<String>
 where
     S::Error: std::fmt::Debug,
 {
-    use oncelake::pipeline::{PipelineDef, WorkOptions};
-    use oncelake::{ClaimOutcome, Put, ReleaseOutcome, RenewOutcome};
-    let mut model: BTreeMap<String, (u64, Vec<u8>)> = BTreeMap::new();
+    let mut model = Model::new();
     let mut seen = Vec::new();
+    puts_against_the_model(s, &mut model, &mut seen);
+    a_batch_whole_and_partial(s, &mut model, &mut seen);
+    reads_agree_with_the_model(s, &model, &mut seen);
+    a_lease_renewed_and_fenced(s);
+    the_worker_loop_over_the_trait(s);
+    seen
+}
+
+/// Each unit's current version and bytes.
+type Model = BTreeMap<String, (u64, Vec<u8>)>;
+
+/// Seeded puts of a few units at random versions, each answered as the commit rules say.
+fn puts_against_the_model<S: oncelake::UnitStore>(s: &S, model: &mut Model, seen: &mut Vec<String>)
+where
+    S::Error: std::fmt::Debug,
+{
     let mut x = 7u64;
     for _ in 0..40 {
         x = x
@@ -592,6 +606,16 @@ where
         }
         seen.push(format!("{unit} {version} {expect}"));
     }
+}
+
+fn a_batch_whole_and_partial<S: oncelake::UnitStore>(
+    s: &S,
+    model: &mut Model,
+    seen: &mut Vec<String>,
+) where
+    S::Error: std::fmt::Debug,
+{
+    use oncelake::Put;
     // A batch: all-or-nothing refuses every unit for one stale one; partial applies the rest.
     let stale_unit = model.keys().next().unwrap().clone();
     let batch = [
@@ -625,6 +649,12 @@ where
             .map(|u| u.outcome.name())
             .collect::<Vec<_>>()
     ));
+}
+
+fn reads_agree_with_the_model<S: oncelake::UnitStore>(s: &S, model: &Model, seen: &mut Vec<String>)
+where
+    S::Error: std::fmt::Debug,
+{
     // Reads agree with the model.
     let mut listed = BTreeMap::new();
     s.ls("t/", &mut |e| {
@@ -634,7 +664,7 @@ where
     .unwrap();
     let versions: BTreeMap<String, u64> = model.iter().map(|(u, (v, _))| (u.clone(), *v)).collect();
     assert_eq!(listed, versions);
-    for (unit, (version, bytes)) in &model {
+    for (unit, (version, bytes)) in model {
         let (entry, read) = s.read(unit).unwrap().unwrap();
         assert_eq!((entry.source_version, &read), (*version, bytes));
         assert_eq!(s.get(unit).unwrap(), Some(entry));
@@ -654,6 +684,13 @@ where
     let records = s.changes(0, usize::MAX).unwrap();
     assert!(records.windows(2).all(|w| w[0].seq < w[1].seq));
     seen.push(format!("{} records", records.len()));
+}
+
+fn a_lease_renewed_and_fenced<S: oncelake::UnitStore>(s: &S)
+where
+    S::Error: std::fmt::Debug,
+{
+    use oncelake::{ClaimOutcome, Put, ReleaseOutcome, RenewOutcome};
     // Coordinator mode: a lease, its renewal and fencing, ended by the commit it fenced.
     let lease = match s.claim("c/x", 1, "w1", Duration::from_secs(30)).unwrap() {
         ClaimOutcome::Granted { lease, .. } => lease,
@@ -685,6 +722,13 @@ where
         s.claim("c/x", 1, "w2", Duration::from_secs(30)).unwrap(),
         ClaimOutcome::AlreadyDone(_)
     ));
+}
+
+fn the_worker_loop_over_the_trait<S: oncelake::UnitStore>(s: &S)
+where
+    S::Error: std::fmt::Debug,
+{
+    use oncelake::pipeline::{PipelineDef, WorkOptions};
     // The pipeline's worker loop over the trait: every cell once, then nothing left.
     let p = oncelake::pipeline::Pipeline::new(
         PipelineDef::builder()
@@ -720,7 +764,6 @@ where
         .unwrap();
     assert!(gc.dry_run);
     assert!(s.verify(true).unwrap().is_ok());
-    seen
 }
 
 /// The operations written once answer alike in this process and through `oncelake serve`.

@@ -1,60 +1,17 @@
 //! The dot output, checked by a small parser of the subset `to_dot` writes.
 
+/// A token of the dot subset.
+#[derive(Debug, PartialEq)]
+enum T {
+    Id(String),
+    Sym(&'static str),
+}
+
 /// A small checker for the dot subset `to_dot` writes: `digraph ID { stmt* }` with attribute
 /// statements, node statements and edge statements, each with optional `[k=v, ...]` and `;`.
+/// The number of nodes and edges.
 pub(super) fn check_dot(text: &str) -> Result<(usize, usize), String> {
-    #[derive(Debug, PartialEq)]
-    enum T {
-        Id(String),
-        Sym(&'static str),
-    }
-    let mut toks = Vec::new();
-    let mut it = text.chars().peekable();
-    while let Some(&c) = it.peek() {
-        if c.is_whitespace() {
-            it.next();
-        } else if c == '"' {
-            it.next();
-            let mut s = String::new();
-            loop {
-                match it.next() {
-                    None => return Err("unterminated string".into()),
-                    Some('\\') => {
-                        s.push('\\');
-                        s.push(it.next().ok_or("dangling escape")?);
-                    }
-                    Some('"') => break,
-                    Some(ch) => s.push(ch),
-                }
-            }
-            toks.push(T::Id(s));
-        } else if c.is_ascii_alphanumeric() || c == '_' || c == '.' {
-            let mut s = String::new();
-            while let Some(&ch) = it.peek() {
-                if ch.is_ascii_alphanumeric() || ch == '_' || ch == '.' {
-                    s.push(ch);
-                    it.next();
-                } else {
-                    break;
-                }
-            }
-            toks.push(T::Id(s));
-        } else {
-            it.next();
-            let sym = match c {
-                '{' => "{",
-                '}' => "}",
-                '[' => "[",
-                ']' => "]",
-                ';' => ";",
-                ',' => ",",
-                '=' => "=",
-                '-' if it.next_if_eq(&'>').is_some() => "->",
-                _ => return Err(format!("unexpected character {c:?}")),
-            };
-            toks.push(T::Sym(sym));
-        }
-    }
+    let toks = tokens(text)?;
     let mut i = 0;
     let id = |i: &mut usize| match toks.get(*i) {
         Some(T::Id(s)) => {
@@ -125,6 +82,58 @@ pub(super) fn check_dot(text: &str) -> Result<(usize, usize), String> {
         return Err("trailing tokens after }".into());
     }
     Ok((nodes, edges))
+}
+
+/// The dot text's tokens: quoted or bare ids and the punctuation the subset uses.
+fn tokens(text: &str) -> Result<Vec<T>, String> {
+    let mut toks = Vec::new();
+    let mut it = text.chars().peekable();
+    while let Some(&c) = it.peek() {
+        if c.is_whitespace() {
+            it.next();
+        } else if c == '"' {
+            it.next();
+            let mut s = String::new();
+            loop {
+                match it.next() {
+                    None => return Err("unterminated string".into()),
+                    Some('\\') => {
+                        s.push('\\');
+                        s.push(it.next().ok_or("dangling escape")?);
+                    }
+                    Some('"') => break,
+                    Some(ch) => s.push(ch),
+                }
+            }
+            toks.push(T::Id(s));
+        } else if c.is_ascii_alphanumeric() || c == '_' || c == '.' {
+            let mut s = String::new();
+            while let Some(&ch) = it.peek() {
+                if ch.is_ascii_alphanumeric() || ch == '_' || ch == '.' {
+                    s.push(ch);
+                    it.next();
+                } else {
+                    break;
+                }
+            }
+            toks.push(T::Id(s));
+        } else {
+            it.next();
+            let sym = match c {
+                '{' => "{",
+                '}' => "}",
+                '[' => "[",
+                ']' => "]",
+                ';' => ";",
+                ',' => ",",
+                '=' => "=",
+                '-' if it.next_if_eq(&'>').is_some() => "->",
+                _ => return Err(format!("unexpected character {c:?}")),
+            };
+            toks.push(T::Sym(sym));
+        }
+    }
+    Ok(toks)
 }
 
 #[test]
