@@ -328,3 +328,40 @@ fn a_server_shut_down_on_its_unix_socket_keeps_every_acknowledged_commit() {
 fn a_server_shut_down_on_tcp_keeps_every_acknowledged_commit() {
     shutdown_while_clients_misbehave(&["--listen", "127.0.0.1:0"]);
 }
+
+/// Commits sent by clients that hang up at once, then a SIGTERM at once: the drain has nothing to
+/// wait for while those writes are still queued, and the store's last handle is then a
+/// submission thread's, which closes it. The server waits for that close (the index it persists
+/// is the last commit's) instead of exiting in the middle of it. A race, so several rounds.
+#[test]
+fn the_store_is_closed_after_the_writes_of_clients_that_hung_up() {
+    for round in 0..6u64 {
+        let (_dir, store) = new_store();
+        let mut server = Server::start(&store);
+        let endpoint = Endpoint::of(&server, &store);
+        let model: Shared = Arc::default();
+        let units: Vec<String> = (0..16).map(|i| format!("gone/u{i}")).collect();
+        let staged: Vec<u64> = units
+            .iter()
+            .map(|u| endpoint.stage(&bytes_of(u, 1)).unwrap())
+            .collect();
+        let hung_up: Vec<_> = units
+            .iter()
+            .zip(staged)
+            .map(|(unit, s)| {
+                let json = serde_json::json!({ "items": [item(unit, 1, s)] }).to_string();
+                let mut c = endpoint.connect().unwrap();
+                let head = endpoint.head("POST", "/v1/commit", json.len(), false);
+                c.write_all(head.as_bytes()).unwrap();
+                c.write_all(json.as_bytes()).unwrap();
+                note_sent(&model, unit, 1);
+                c
+            })
+            .collect();
+        std::thread::sleep(Duration::from_millis(round % 3));
+        drop(hung_up);
+        let status = server.terminate_within(GENEROUS);
+        assert!(status.is_some_and(|s| s.success()), "{status:?}");
+        check_store(&store, &model.lock().unwrap(), &[]);
+    }
+}
