@@ -13,6 +13,7 @@ mod keepalive;
 mod pipeline_cells;
 mod progress;
 mod routed;
+mod shutdown;
 mod status_page;
 mod table;
 mod threads;

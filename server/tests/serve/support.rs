@@ -292,3 +292,25 @@ pub fn cells(of: &[(&str, &str)]) -> Vec<(String, String)> {
         .map(|(u, s)| (u.to_string(), s.to_string()))
         .collect()
 }
+
+impl Server {
+    /// SIGTERM, then the exit status if the server exits within `limit` (a server that does not
+    /// is killed when dropped). Only that it ends is checked, never how fast.
+    pub fn terminate_within(
+        &mut self,
+        limit: std::time::Duration,
+    ) -> Option<std::process::ExitStatus> {
+        // SAFETY: kill(2) on our own child's pid, which has not been reaped yet.
+        assert_eq!(unsafe { libc::kill(self.pid(), libc::SIGTERM) }, 0);
+        let deadline = std::time::Instant::now() + limit;
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                return Some(status);
+            }
+            if std::time::Instant::now() > deadline {
+                return None;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+    }
+}
