@@ -146,19 +146,7 @@ pub(crate) fn commit(a: CommitBenchArgs) -> Result<u8, BenchError> {
         );
     }
     let systems = parse_systems(&a.systems)?;
-    if a.threads.is_empty() || a.threads.contains(&0) {
-        return Err(BenchError::Usage(
-            "--threads needs positive thread counts, e.g. --threads 1,4,16,64".into(),
-        ));
-    }
-    if a.commits == 0 {
-        return Err(BenchError::Usage("--commits must be at least 1".into()));
-    }
-    if a.units_per_commit == 0 {
-        return Err(BenchError::Usage(
-            "--units-per-commit must be at least 1 (P1 commits one unit each)".into(),
-        ));
-    }
+    check_counts(&a)?;
     let workload = Workload {
         preload: a.preload.unwrap_or(Workload::P1.preload),
         keys: a.keys.unwrap_or(Workload::P1.keys),
@@ -205,22 +193,7 @@ pub(crate) fn commit(a: CommitBenchArgs) -> Result<u8, BenchError> {
             results.push(m);
         }
     }
-    let mut rocks = Vec::new();
-    if let Some(peer) = peer {
-        for mode in super::rocksdb::MODES {
-            for &threads in &a.threads {
-                bar.set_message(format!("rocksdb_{mode} at {threads} threads"));
-                let r = peer.run(
-                    mode,
-                    threads,
-                    a.seconds,
-                    workload.preload,
-                    a.units_per_commit,
-                );
-                rocks.push(r?);
-            }
-        }
-    }
+    let rocks = run_rocks(peer, &a, workload.preload, &bar)?;
     bar.finish_and_clear();
     probes.push(probe("after")?);
     if a.json {
@@ -231,6 +204,44 @@ pub(crate) fn commit(a: CommitBenchArgs) -> Result<u8, BenchError> {
         print_rocks_table(&results, &rocks);
     }
     Ok(0)
+}
+
+/// Refuses thread, commit and unit counts the benchmark cannot run.
+fn check_counts(a: &CommitBenchArgs) -> Result<(), BenchError> {
+    if a.threads.is_empty() || a.threads.contains(&0) {
+        return Err(BenchError::Usage(
+            "--threads needs positive thread counts, e.g. --threads 1,4,16,64".into(),
+        ));
+    }
+    if a.commits == 0 {
+        return Err(BenchError::Usage("--commits must be at least 1".into()));
+    }
+    if a.units_per_commit == 0 {
+        return Err(BenchError::Usage(
+            "--units-per-commit must be at least 1 (P1 commits one unit each)".into(),
+        ));
+    }
+    Ok(())
+}
+
+/// The RocksDB peer's runs (each mode at each thread count), when `--rocksdb` names it.
+fn run_rocks(
+    peer: Option<super::rocksdb::RocksPeer>,
+    a: &CommitBenchArgs,
+    preload: u64,
+    bar: &indicatif::ProgressBar,
+) -> Result<Vec<super::rocksdb::RocksRun>, BenchError> {
+    let mut rocks = Vec::new();
+    let Some(peer) = peer else {
+        return Ok(rocks);
+    };
+    for mode in super::rocksdb::MODES {
+        for &threads in &a.threads {
+            bar.set_message(format!("rocksdb_{mode} at {threads} threads"));
+            rocks.push(peer.run(mode, threads, a.seconds, preload, a.units_per_commit)?);
+        }
+    }
+    Ok(rocks)
 }
 
 /// oncelake's units/s over the RocksDB run's at the same thread count.

@@ -283,7 +283,7 @@ pub(crate) struct ServeLoadArgs {
 }
 
 pub(crate) fn serve_load(a: ServeLoadArgs) -> Result<u8, BenchError> {
-    let scratch = super::scratch::scratch_dir(a.dir)?;
+    let scratch = super::scratch::scratch_dir(a.dir.clone())?;
     let exe = oncelake_binary()?;
     let opts = oncelake_bench::serve_load::LoadOptions {
         clients: a.clients.max(1),
@@ -327,59 +327,70 @@ pub(crate) fn serve_load(a: ServeLoadArgs) -> Result<u8, BenchError> {
             "memory_bounded": bounded,
         }));
     } else {
-        outln!(
-            "serve load: {} clients for {:.1} s: {} committed, {} duplicates, {} lookups ({:.0} puts/s); {} errors; {} units checked: {} wrong through the server, {} wrong after reopen; server RSS peak by third {} / {} / {} KiB ({} samples; bounded within {} MiB: {}); clean exit on SIGTERM: {}",
-            r.clients,
-            r.elapsed.as_secs_f64(),
-            r.committed,
-            r.duplicates,
-            r.lookups,
-            r.puts_per_sec(),
-            r.error_count,
-            r.model_units,
-            r.served_mismatches.len(),
-            r.reopened_mismatches.len(),
-            peaks[0],
-            peaks[1],
-            peaks[2],
-            r.rss_kib.len(),
-            a.margin_mib,
-            if bounded { "yes" } else { "NO" },
-            r.clean_exit
-        );
-        let tenths: Vec<String> = r.peaks_by(10).iter().map(u64::to_string).collect();
-        outln!(
-            "  server RSS peak by tenth of the run, KiB: {}",
-            tenths.join(" ")
-        );
-        let anon: Vec<String> = r.anon_peaks_by(10).iter().map(u64::to_string).collect();
-        outln!(
-            "  of which anonymous (heap, stacks), KiB: {}",
-            anon.join(" ")
-        );
-        let heap = |v: Vec<u64>| v.iter().map(u64::to_string).collect::<Vec<_>>().join(" ");
-        if !r.heap_in_use_kib.is_empty() {
-            outln!(
-                "  heap in use (allocated, not freed), KiB: {}",
-                heap(r.heap_in_use_peaks_by(10))
-            );
-            outln!(
-                "  heap held by the allocator, KiB: {}",
-                heap(r.heap_held_peaks_by(10))
-            );
-        }
-        outln!(
-            "  server threads, peak by tenth: {} ({} distinct threads seen)",
-            heap(r.thread_peaks_by(10)),
-            r.threads_seen
-        );
-        for e in r.errors.iter().chain(&r.served_mismatches).take(10) {
-            errln!("  {e}");
-        }
+        print_load_text(&r, &a, peaks, bounded);
     }
     Ok(if r.model_holds() && bounded && r.clean_exit {
         0
     } else {
         1
     })
+}
+
+/// `serve-load`'s report as text: the totals on one line, then the server's memory and threads
+/// by tenth of the run and the first errors.
+fn print_load_text(
+    r: &oncelake_bench::serve_load::LoadReport,
+    a: &ServeLoadArgs,
+    peaks: [u64; 3],
+    bounded: bool,
+) {
+    outln!(
+        "serve load: {} clients for {:.1} s: {} committed, {} duplicates, {} lookups ({:.0} puts/s); {} errors; {} units checked: {} wrong through the server, {} wrong after reopen; server RSS peak by third {} / {} / {} KiB ({} samples; bounded within {} MiB: {}); clean exit on SIGTERM: {}",
+        r.clients,
+        r.elapsed.as_secs_f64(),
+        r.committed,
+        r.duplicates,
+        r.lookups,
+        r.puts_per_sec(),
+        r.error_count,
+        r.model_units,
+        r.served_mismatches.len(),
+        r.reopened_mismatches.len(),
+        peaks[0],
+        peaks[1],
+        peaks[2],
+        r.rss_kib.len(),
+        a.margin_mib,
+        if bounded { "yes" } else { "NO" },
+        r.clean_exit
+    );
+    let tenths: Vec<String> = r.peaks_by(10).iter().map(u64::to_string).collect();
+    outln!(
+        "  server RSS peak by tenth of the run, KiB: {}",
+        tenths.join(" ")
+    );
+    let anon: Vec<String> = r.anon_peaks_by(10).iter().map(u64::to_string).collect();
+    outln!(
+        "  of which anonymous (heap, stacks), KiB: {}",
+        anon.join(" ")
+    );
+    let heap = |v: Vec<u64>| v.iter().map(u64::to_string).collect::<Vec<_>>().join(" ");
+    if !r.heap_in_use_kib.is_empty() {
+        outln!(
+            "  heap in use (allocated, not freed), KiB: {}",
+            heap(r.heap_in_use_peaks_by(10))
+        );
+        outln!(
+            "  heap held by the allocator, KiB: {}",
+            heap(r.heap_held_peaks_by(10))
+        );
+    }
+    outln!(
+        "  server threads, peak by tenth: {} ({} distinct threads seen)",
+        heap(r.thread_peaks_by(10)),
+        r.threads_seen
+    );
+    for e in r.errors.iter().chain(&r.served_mismatches).take(10) {
+        errln!("  {e}");
+    }
 }
