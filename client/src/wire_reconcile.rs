@@ -39,7 +39,7 @@ pub struct ErrorLineW {
     pub kind: String,
     /// What is wrong, naming the line for a bad listing.
     pub message: String,
-    /// For a bad listing: [`ListingError::kind`].
+    /// For a bad listing: [`oncelake::reconcile::ListingError::kind`].
     pub listing: Option<String>,
 }
 
