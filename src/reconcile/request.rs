@@ -119,3 +119,83 @@ pub fn reconcile_listing(
         Err(ReconcileError::Store(e)) => Err(e),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{Batch, UnitStore};
+
+    /// A listing, changes only, where it is sorted, the events taken before a stop, the trace.
+    type Case<'a> = (&'a str, bool, Option<PathBuf>, usize, &'a [&'a str]);
+
+    /// Each form plans through the one entry point: the sort note before any unit, a refused
+    /// listing without events, and a sink's `false` as `Stopped` at once.
+    #[test]
+    fn each_form_streams_its_events_to_its_end() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path().join("lake")).unwrap();
+        let staged = store.stage_bytes(b"out").unwrap();
+        let batch = Batch::new().put("a", 3, &staged).put("c", 3, &staged);
+        assert!(store.commit(batch).unwrap().applied());
+        let tmp = Some(dir.path().to_path_buf());
+        let cases: [Case; 7] = [
+            (
+                "a,3\nb,1\n",
+                false,
+                None,
+                9,
+                &["b missing", "c unknown", "complete 1"],
+            ),
+            (
+                "b,1\na,3\n",
+                false,
+                tmp.clone(),
+                9,
+                &["sorted false 2", "b missing", "c unknown", "complete 1"],
+            ),
+            ("a,3\na,4\n", false, tmp.clone(), 9, &["bad duplicate"]),
+            (
+                "b,1\na,4\n",
+                true,
+                tmp.clone(),
+                9,
+                &["b missing", "a behind", "complete 2"],
+            ),
+            ("a,x\n", true, None, 9, &["bad bad_version"]),
+            (
+                "b,1\n",
+                false,
+                tmp.clone(),
+                0,
+                &["sorted true 1", "stopped"],
+            ),
+            ("b,1\n", false, None, 0, &["a unknown", "stopped"]),
+        ];
+        for (listing, changes_only, sort_in, take, want) in cases {
+            let form = ReconcileForm {
+                changes_only,
+                format: ListingFormat::Csv,
+                list_up_to_date: false,
+                sort_in,
+            };
+            let mut trace = Vec::new();
+            let end = store
+                .reconcile(&mut listing.as_bytes(), &form, &mut |event| {
+                    trace.push(match event {
+                        PlanEvent::Sorted {
+                            was_sorted, rows, ..
+                        } => format!("sorted {was_sorted} {rows}"),
+                        PlanEvent::Item(i) => format!("{} {}", i.unit, i.action.name()),
+                    });
+                    trace.len() <= take
+                })
+                .unwrap();
+            trace.push(match end {
+                PlanEnd::Complete(s) => format!("complete {}", s.to_process()),
+                PlanEnd::BadListing { kind, .. } => format!("bad {kind}"),
+                PlanEnd::Stopped => "stopped".into(),
+            });
+            assert_eq!(trace, want, "{listing:?} changes_only={changes_only}");
+        }
+    }
+}
