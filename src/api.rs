@@ -18,6 +18,7 @@ use crate::log::Record;
 use crate::pipeline::{
     Attempt, Claim, Explain, FailOutcome, Pipeline, ReadyCell, Status, WorkOptions, WorkReport,
 };
+use crate::reconcile::{PlanEnd, PlanEvent, ReconcileForm};
 use crate::{
     Batch, CheckpointReport, ClaimOutcome, CommitReport, Committed, Entry, GcOptions, GcReport,
     Intent, Lease, MetricsSnapshot, ObjectMeta, Outcome, ReleaseOutcome, RenewOutcome, Snapshot,
@@ -189,6 +190,16 @@ pub trait UnitStore {
     fn verify(&self, deep: bool) -> Result<VerifyReport, Self::Error> {
         self.verify_with_progress(deep, &mut |_, _| {})
     }
+    /// Plans a reconcile (SPEC R12) of `listing`, read in `form.format`, in the form asked; each
+    /// event (the sort note, then the planned units) goes to `sink` until it returns `false`.
+    /// The end: the summary of a complete plan, the refused listing, or the stop. The store is
+    /// never modified.
+    fn reconcile(
+        &self,
+        listing: &mut dyn Read,
+        form: &ReconcileForm,
+        sink: &mut dyn FnMut(PlanEvent<'_>) -> bool,
+    ) -> Result<PlanEnd, Self::Error>;
     /// A lake node: applies what other nodes committed to the lake (nothing on a local store).
     /// The newest seq after it, and the lake's URL (`None`: a local store).
     fn sync(&self) -> Result<(u64, Option<String>), Self::Error>;
@@ -477,6 +488,15 @@ impl UnitStore for Store {
         progress: &mut dyn FnMut(u64, u64),
     ) -> crate::Result<VerifyReport> {
         Store::verify_with_progress(self, VerifyOptions { deep }, progress)
+    }
+
+    fn reconcile(
+        &self,
+        listing: &mut dyn Read,
+        form: &ReconcileForm,
+        sink: &mut dyn FnMut(PlanEvent<'_>) -> bool,
+    ) -> crate::Result<PlanEnd> {
+        crate::reconcile::reconcile_listing(self, listing, form, sink)
     }
 
     fn sync(&self) -> crate::Result<(u64, Option<String>)> {

@@ -33,6 +33,6 @@ mod tests;
 
 pub use client::{Client, HEALTH_TIMEOUT};
 pub use error::{ClientError, Result};
-pub use maint::{PlanEnd, PlanEvent, ReconcileForm};
+pub use oncelake::reconcile::{PlanEnd, PlanEvent, ReconcileForm};
 pub use pool::POOL_MAX;
 pub use snapshot::SnapshotLease;

@@ -4,8 +4,8 @@ use crate::client::{Client, Payload};
 use crate::error::{lost, ClientError, Result};
 use crate::http1::{encode, to_json};
 use crate::wire_reconcile;
+use oncelake::reconcile::{PlanEnd, PlanEvent, ReconcileForm};
 use std::io::{BufRead, BufReader, Read};
-use std::path::PathBuf;
 use std::time::Duration;
 
 impl Client {
@@ -85,6 +85,8 @@ impl Client {
     /// body, never held whole; each answer line goes to `each` (the sort note, then the planned
     /// units) until it returns `false`. The end: the summary of a complete plan, or the refused
     /// listing (the units passed before it are then an incomplete plan).
+    /// `form.sort_in` is sent absolute: the server would resolve a relative path against its own
+    /// directory. This is the client's `UnitStore::reconcile`.
     pub fn reconcile(
         &self,
         listing: &mut dyn Read,
@@ -99,6 +101,8 @@ impl Client {
             form.sort_in.is_some()
         );
         if let Some(dir) = &form.sort_in {
+            // The server resolves a relative path against its own directory.
+            let dir = std::path::absolute(dir).unwrap_or_else(|_| dir.clone());
             path.push_str(&format!("&tmp={}", encode(&dir.to_string_lossy())));
         }
         let resp = self.request("POST", &path, Payload::Stream(listing))?;
@@ -128,53 +132,6 @@ impl Client {
             ),
         ))
     }
-}
-
-/// How a reconcile is planned on the server.
-#[derive(Clone, Debug)]
-pub struct ReconcileForm {
-    /// The listing holds only the changed units (incremental form); else it is a full listing.
-    pub changes_only: bool,
-    /// The listing's syntax.
-    pub format: oncelake::reconcile::ListingFormat,
-    /// Also pass up-to-date units.
-    pub list_up_to_date: bool,
-    /// A full listing not sorted by unit: the server sorts it first, spilling runs to this
-    /// directory (a path the server can write; make it absolute).
-    pub sort_in: Option<PathBuf>,
-}
-
-/// A line of a reconcile answer before its end.
-#[derive(Debug)]
-pub enum PlanEvent<'a> {
-    /// The server sorted the listing before the merge.
-    Sorted {
-        /// It was in order already.
-        was_sorted: bool,
-        /// Rows sorted.
-        rows: u64,
-        /// Runs spilled to temporary files.
-        spilled_runs: u64,
-    },
-    /// A planned unit.
-    Item(oncelake::reconcile::PlanItem<'a>),
-}
-
-/// How a reconcile answer ended.
-#[derive(Debug)]
-pub enum PlanEnd {
-    /// The plan is complete.
-    Complete(oncelake::reconcile::Summary),
-    /// The listing was refused: `kind` names the listing error (`malformed`, `bad_version`,
-    /// `invalid_key`, `duplicate`, `unsorted`, `io`), `message` says which line and why.
-    BadListing {
-        /// The listing error's kind.
-        kind: String,
-        /// The engine's message.
-        message: String,
-    },
-    /// The caller stopped reading.
-    Stopped,
 }
 
 pub(crate) fn plan_error(e: &wire_reconcile::ErrorLineW) -> Result<PlanEnd> {

@@ -9,6 +9,7 @@ use crate::http1::to_json;
 use crate::wire::{ClaimReqW, CommitItemW, ReleaseReqW, RenewReqW};
 use oncelake::log::Record;
 use oncelake::pipeline::{Attempt, Claim, Explain, FailOutcome, Pipeline, ReadyCell, Status};
+use oncelake::reconcile::{PlanEnd, PlanEvent, ReconcileForm};
 use oncelake::{
     CheckpointReport, ClaimOutcome, CommitReport, Committed, Entry, GcOptions, GcReport, Lease,
     Put, PutAnswer, PutTo, ReleaseOutcome, RenewOutcome, StoreStats, UnitOutcome, UnitStore,
@@ -129,6 +130,15 @@ impl UnitStore for Client {
     /// Without progress: one answer, not a stream of progress lines.
     fn verify(&self, deep: bool) -> Result<VerifyReport> {
         Client::verify(self, deep)
+    }
+
+    fn reconcile(
+        &self,
+        listing: &mut dyn Read,
+        form: &ReconcileForm,
+        sink: &mut dyn FnMut(PlanEvent<'_>) -> bool,
+    ) -> Result<PlanEnd> {
+        Client::reconcile(self, listing, form, sink)
     }
 
     fn sync(&self) -> Result<(u64, Option<String>)> {

@@ -1,7 +1,7 @@
 //! The lines of a `/v1/reconcile` answer: the engine's planned units and summary, with the
 //! sort note and the error line that only the wire has.
 
-use oncelake::reconcile::{ListingError, PlannedUnit, Summary};
+use oncelake::reconcile::{PlannedUnit, Summary};
 use serde::{Deserialize, Serialize};
 
 /// One line of the answer (JSON lines): `{"sorted": …}` first when the server sorted the listing,
@@ -39,17 +39,17 @@ pub struct ErrorLineW {
     pub kind: String,
     /// What is wrong, naming the line for a bad listing.
     pub message: String,
-    /// For a bad listing: [`ListingError::kind`].
+    /// For a bad listing: [`oncelake::reconcile::ListingError::kind`].
     pub listing: Option<String>,
 }
 
 impl ErrorLineW {
-    /// A refused listing.
-    pub fn listing(e: &ListingError) -> Self {
+    /// A refused listing: its [`oncelake::reconcile::ListingError::kind`] and the engine's message.
+    pub fn listing(kind: String, message: String) -> Self {
         ErrorLineW {
             kind: "bad_listing".into(),
-            message: e.to_string(),
-            listing: Some(e.kind().into()),
+            message,
+            listing: Some(kind),
         }
     }
 }

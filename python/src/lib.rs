@@ -10,6 +10,7 @@ mod convert;
 mod data;
 mod maint;
 mod pipeline;
+mod reconcile;
 mod run;
 mod snapshot;
 mod store;

@@ -1,9 +1,10 @@
 //! `oncelake.Store`: an open store, as a context manager.
 
-use crate::backend::{on, with_store, Backend, Backing, Items, Listing, Opened, PutData, Staging};
+use crate::backend::{on, with_store, Backend, Backing, Items, Opened, PutData, Staging};
 use crate::convert::{self, drop_detached, kw, make, o, poisoned, Py2};
 use crate::data::{Data, Item, PyStaged};
 use crate::pipeline::PyPipeline;
+use crate::reconcile::Listing;
 use crate::run::PyRun;
 use crate::snapshot::PySnapshot;
 use crate::wire::{self, seconds};
@@ -428,7 +429,7 @@ impl PyStore {
             full,
             list_up_to_date,
         };
-        let plan = on!(&self.backend()?, |s| s.plan(py, &listing))?;
+        let plan = crate::reconcile::plan(py, &self.backend()?, &listing)?;
         plan_value(py, &plan)
     }
 

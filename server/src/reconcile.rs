@@ -14,13 +14,10 @@ use axum::extract::State;
 use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
 use http_body_util::BodyExt;
-use oncelake::reconcile::{
-    reconcile_changes, reconcile_full, ListingFormat, ListingReader, PlanItem, ReconcileError,
-    ReconcileOptions, SortConfig, SortedListing,
-};
-use oncelake::Store;
+use oncelake::reconcile::{ListingFormat, PlanEnd, PlanEvent, ReconcileForm};
+use oncelake::{Store, UnitStore};
 use serde::Deserialize;
-use std::io::{BufReader, BufWriter, Seek, Write};
+use std::io::{BufWriter, Seek, Write};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -47,16 +44,8 @@ fn full() -> String {
     "full".into()
 }
 
-/// What the plan pass needs, checked before the body is read.
-struct PlanSpec {
-    changes: bool,
-    format: ListingFormat,
-    opts: ReconcileOptions,
-    sort: bool,
-    tmp: PathBuf,
-}
-
-fn spec(q: ReconcileQ) -> ApiResult<PlanSpec> {
+/// The form of the plan, checked before the body is read; where the plan is spooled.
+fn spec(q: ReconcileQ) -> ApiResult<(ReconcileForm, PathBuf)> {
     let changes = match q.form.as_str() {
         "full" => false,
         "changes" => true,
@@ -76,15 +65,14 @@ fn spec(q: ReconcileQ) -> ApiResult<PlanSpec> {
             "sort applies to a full listing only; drop sort=true for form=changes",
         ));
     }
-    Ok(PlanSpec {
-        changes,
+    let tmp = q.tmp.unwrap_or_else(std::env::temp_dir);
+    let form = ReconcileForm {
+        changes_only: changes,
         format,
-        opts: ReconcileOptions {
-            list_up_to_date: q.list_up_to_date,
-        },
-        sort: q.sort,
-        tmp: q.tmp.unwrap_or_else(std::env::temp_dir),
-    })
+        list_up_to_date: q.list_up_to_date,
+        sort_in: q.sort.then(|| tmp.clone()),
+    };
+    Ok((form, tmp))
 }
 
 /// The handler: feeds the body to the plan pass on the blocking pool, then streams the spooled
@@ -94,12 +82,12 @@ pub(crate) async fn reconcile(
     Q(q): Q<ReconcileQ>,
     mut body: Body,
 ) -> ApiResult<Response> {
-    let spec = spec(q)?;
-    let spool = spool_file(&spec.tmp)?;
+    let (form, tmp) = spec(q)?;
+    let spool = spool_file(&tmp)?;
     let (tx, rx) = tokio::sync::mpsc::channel::<Piece>(4);
     let app2 = app.clone();
     let pass = app
-        .spawn_blocking(move || plan_to_spool(&app2.store, ChannelReader::new(rx), &spec, spool))?;
+        .spawn_blocking(move || plan_to_spool(&app2.store, ChannelReader::new(rx), &form, spool))?;
     feed(&app, &mut body, tx, Vec::new(), 0, Pace::new(&app.limits)).await?;
     // The pass may stop early (a bad line): read the rest of the body so that the client, which
     // sends it whole before reading, gets this answer instead of a broken connection.
@@ -174,11 +162,12 @@ fn spool_file(dir: &std::path::Path) -> ApiResult<std::fs::File> {
     Ok(f)
 }
 
-/// Runs the plan pass, writing its lines to `spool`; the spool rewound and the last line.
+/// Runs the plan pass (the engine's `UnitStore::reconcile`), writing its lines to `spool`; the
+/// spool rewound and the last line.
 fn plan_to_spool(
     store: &Store,
-    input: ChannelReader,
-    spec: &PlanSpec,
+    mut input: ChannelReader,
+    form: &ReconcileForm,
     spool: std::fs::File,
 ) -> ApiResult<(std::fs::File, String)> {
     let io = |e: std::io::Error| {
@@ -189,13 +178,39 @@ fn plan_to_spool(
         )
     };
     let mut out = BufWriter::with_capacity(1 << 16, spool);
-    let listing = ListingReader::new(BufReader::with_capacity(1 << 16, input), spec.format);
-    let result = run_pass(store, listing, spec, &mut out);
+    let mut failed = None;
+    let result = store.reconcile(&mut input, form, &mut |event| {
+        let l = match event {
+            PlanEvent::Sorted {
+                was_sorted,
+                rows,
+                spilled_runs,
+            } => PlanLineW::Sorted(SortedW {
+                was_sorted,
+                rows,
+                spilled_runs,
+            }),
+            PlanEvent::Item(item) => PlanLineW::Item(item.into()),
+        };
+        match out.write_all(line(&l).as_bytes()) {
+            Ok(()) => true,
+            Err(e) => {
+                failed = Some(e);
+                false
+            }
+        }
+    });
     let last = match result {
-        Ok(summary) => line(&PlanLineW::Summary(summary)),
-        Err(ReconcileError::Listing(e)) => line(&PlanLineW::Error(ErrorLineW::listing(&e))),
-        Err(ReconcileError::Output(e)) => return Err(io(e)),
-        Err(ReconcileError::Store(e)) => {
+        Ok(PlanEnd::Complete(summary)) => line(&PlanLineW::Summary(summary)),
+        Ok(PlanEnd::BadListing { kind, message }) => {
+            line(&PlanLineW::Error(ErrorLineW::listing(kind, message)))
+        }
+        Ok(PlanEnd::Stopped) => {
+            return Err(io(
+                failed.unwrap_or_else(|| std::io::ErrorKind::WriteZero.into())
+            ))
+        }
+        Err(e) => {
             let e = ApiError::from(e);
             line(&PlanLineW::Error(ErrorLineW {
                 kind: e.kind.to_string(),
@@ -203,11 +218,6 @@ fn plan_to_spool(
                 listing: None,
             }))
         }
-        Err(e) => line(&PlanLineW::Error(ErrorLineW {
-            kind: "internal".into(),
-            message: e.to_string(),
-            listing: None,
-        })),
     };
     let mut spool = out.into_inner().map_err(|e| io(e.into_error()))?;
     spool.rewind().map_err(io)?;
@@ -217,39 +227,4 @@ fn plan_to_spool(
 fn line(l: &PlanLineW) -> String {
     // Serialising these plain structs cannot fail.
     serde_json::to_string(l).unwrap_or_default() + "\n"
-}
-
-fn run_pass(
-    store: &Store,
-    listing: ListingReader<BufReader<ChannelReader>>,
-    spec: &PlanSpec,
-    out: &mut impl Write,
-) -> Result<oncelake::reconcile::Summary, ReconcileError> {
-    if spec.changes {
-        return reconcile_changes(store, listing, spec.opts, |item| {
-            writeln!(out, "{}", item_line(&item))
-        });
-    }
-    if !spec.sort {
-        let snap = store.snapshot()?;
-        return reconcile_full(&snap, listing, spec.opts, |item| {
-            writeln!(out, "{}", item_line(&item))
-        });
-    }
-    let sorted = SortedListing::sort(listing, &SortConfig::new(&spec.tmp))?;
-    let note = line(&PlanLineW::Sorted(SortedW {
-        was_sorted: sorted.was_sorted(),
-        rows: sorted.rows(),
-        spilled_runs: sorted.spilled_runs() as u64,
-    }));
-    out.write_all(note.as_bytes())
-        .map_err(ReconcileError::Output)?;
-    let snap = store.snapshot()?;
-    reconcile_full(&snap, sorted, spec.opts, |item| {
-        writeln!(out, "{}", item_line(&item))
-    })
-}
-
-fn item_line(item: &PlanItem<'_>) -> String {
-    serde_json::to_string(&PlanLineW::Item((*item).into())).unwrap_or_default()
 }

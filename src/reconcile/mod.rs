@@ -24,14 +24,18 @@
 //! the same version is counted in [`Summary::duplicate_lines`] and planned once. Reconcile only
 //! reads: it never modifies the store. The plan streams out through a callback, one
 //! [`PlanItem`] at a time, in listing order (full form: key order); [`Plan`] collects it.
+//! [`reconcile_listing`] is the whole operation of `UnitStore::reconcile`: a listing read in its
+//! syntax, planned in the [`ReconcileForm`] asked, streamed as [`PlanEvent`]s to a [`PlanEnd`].
 
 mod listing;
+mod request;
 mod sort;
 
 pub use listing::{
     parse_line, parse_listing_line, ListingError, ListingFormat, ListingReader, ListingSource,
     Pairs, Row,
 };
+pub use request::{reconcile_listing, PlanEnd, PlanEvent, ReconcileForm};
 pub use sort::{SortConfig, SortedListing};
 
 use crate::error::{DbContext, Error};

@@ -1,12 +1,13 @@
 //! `oncelake reconcile`: plan what must be (re)processed from a source listing (SPEC R12, R17).
 
-use super::store_ops::{PlanForm, PlanTo, Planned, StoreOps};
 use super::{exit, is_stream_input, open_input, print_json, CliError, Open, Output, Progress};
 use oncelake::reconcile::{
-    check_sorted_listing, ListingError, ListingFormat, ListingReader, PlanItem, Summary,
+    check_sorted_listing, ListingError, ListingFormat, ListingReader, PlanEnd, PlanEvent, PlanItem,
+    ReconcileForm, Summary,
 };
+use oncelake::UnitStore;
 use serde_json::json;
-use std::io::{BufRead, BufReader, Write};
+use std::io::{BufRead, BufReader, Read, Write};
 use std::path::PathBuf;
 
 pub(crate) const EXAMPLES: &str = "\
@@ -62,8 +63,12 @@ pub(crate) struct ReconcileArgs {
     pub tmp: Option<PathBuf>,
 }
 
-/// `oncelake reconcile`, on the store in this process or through its server (`StoreOps::plan`).
-pub(crate) fn reconcile<S: StoreOps>(a: &ReconcileArgs, open: Open<S>) -> Result<u8, CliError> {
+/// `oncelake reconcile`, on the store in this process or through its server
+/// (`UnitStore::reconcile`).
+pub(crate) fn reconcile<S: UnitStore>(a: &ReconcileArgs, open: Open<S>) -> Result<u8, CliError>
+where
+    CliError: From<S::Error>,
+{
     let (input, format) = open_listing(a)?;
     let sort = needs_sort(a, format)?;
     let store = open(&a.store)?;
@@ -74,32 +79,57 @@ pub(crate) fn reconcile<S: StoreOps>(a: &ReconcileArgs, open: Open<S>) -> Result
     let output = Output::new(a.json);
     let mut header = true;
     let dir = a.tmp.clone().unwrap_or_else(std::env::temp_dir);
-    let form = PlanForm {
+    let form = ReconcileForm {
         format,
         changes_only: a.changes_only,
         list_up_to_date: a.list_up_to_date,
-        sort_in: sort.then_some(dir.as_path()),
+        sort_in: sort.then(|| dir.clone()),
     };
-    let to = PlanTo {
+    let mut input = LineCounter {
+        inner: input,
+        rows: 0,
+        reported: 0,
         progress: &progress,
-        item: &mut |item| print_plan_item(&output, &mut out, &mut header, item),
-        unsorted: &mut |rows, spilled| print_sort_note(&a.source, rows, spilled, &dir),
     };
-    let planned = store.plan(&form, input, to);
+    let (mut sorted_seen, mut write_failed) = (false, None);
+    let planned = store.reconcile(&mut input, &form, &mut |event| match event {
+        PlanEvent::Sorted {
+            was_sorted,
+            rows,
+            spilled_runs,
+        } => {
+            sorted_seen = true;
+            if !was_sorted {
+                print_sort_note(&a.source, rows, spilled_runs, &dir);
+            }
+            true
+        }
+        PlanEvent::Item(item) => match print_plan_item(&output, &mut out, &mut header, item) {
+            Ok(()) => true,
+            Err(e) => {
+                write_failed = Some(e);
+                false
+            }
+        },
+    });
     progress.finish();
     let summary = match planned? {
-        Planned::Complete(s) => s,
-        Planned::BadListing {
-            kind,
-            message,
-            printed,
-        } => {
+        PlanEnd::Complete(s) => s,
+        PlanEnd::BadListing { kind, message } => {
             let _ = out.flush();
+            // A listing the sort refused comes before any plan line.
+            let printed = !sort || sorted_seen;
             return Err(bad_listing_message(
                 &a.source, format, &kind, &message, printed,
             ));
         }
-        Planned::WriteFailed(e) => return plan_write_failed(e),
+        // Only a failed write stops the plan early; without one, it ended as a closed pipe does
+        // (nothing more to write, not an error).
+        PlanEnd::Stopped => {
+            return plan_write_failed(
+                write_failed.unwrap_or_else(|| std::io::ErrorKind::BrokenPipe.into()),
+            )
+        }
     };
     if let Err(e) = out.flush() {
         return plan_write_failed(e);
@@ -107,6 +137,27 @@ pub(crate) fn reconcile<S: StoreOps>(a: &ReconcileArgs, open: Open<S>) -> Result
     drop(out);
     print_plan_summary(&output, &summary, a.changes_only, format);
     Ok(exit::OK)
+}
+
+/// Counts the lines of a listing as they are read (the rows planned from) and reports them
+/// every 4096 as progress.
+struct LineCounter<'p, R> {
+    inner: R,
+    rows: u64,
+    reported: u64,
+    progress: &'p Progress,
+}
+
+impl<R: Read> Read for LineCounter<'_, R> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let n = self.inner.read(buf)?;
+        self.rows += buf[..n].iter().filter(|&&b| b == b'\n').count() as u64;
+        if self.rows >= self.reported + 4096 {
+            self.reported = self.rows;
+            self.progress.update(self.rows);
+        }
+        Ok(n)
+    }
 }
 
 /// The result of a plan whose output could not be written: a closed pipe (`| head`) is not an

@@ -1,15 +1,14 @@
 //! The engine in this process as the Python classes' store: staging Python data straight into
-//! it, its snapshots, run and commit handles, its own answers to stats and reconcile.
+//! it, its snapshots, run and commit handles, its own answers to stats.
 
-use super::{Backing, Claimed, Committed, Items, Listing, PutData, RunSpec, Staging, Stats, Work};
-use crate::convert::{self, engine_err, kw, o, Py2};
+use super::{Backing, Claimed, Committed, Items, PutData, RunSpec, Staging, Stats, Work};
+use crate::convert::{self, engine_err, o, Py2};
 use crate::data::{Data, Item, PyStaged, StagedIn};
 use crate::snapshot::{PySnapshot, View};
 use crate::submit::{InFlight, PyCommitHandle};
 use crate::wire;
 use oncelake::log::Record;
 use oncelake::pipeline::WorkReport;
-use oncelake::reconcile::{Pairs, Plan, ReconcileError, ReconcileOptions, SortConfig};
 use oncelake::{
     Batch, Begin, CommitHandle, CommitReport, Entry, Lease, ObjectId, ObjectMeta, RenewOutcome,
     Snapshot, Staged, Store,
@@ -86,40 +85,6 @@ impl Backing for Store {
             last_seq: s.last_seq,
             metrics: s.metrics,
             server: None,
-        })
-    }
-
-    fn plan(&self, py: Python<'_>, listing: &Listing) -> PyResult<Plan> {
-        let opts = ReconcileOptions {
-            list_up_to_date: listing.list_up_to_date,
-        };
-        let pairs = &listing.pairs;
-        let listing_pairs = Pairs::new(pairs.iter().map(|(u, v)| (u.as_str(), *v)));
-        let plan = py.detach(|| -> Result<Plan, ReconcileError> {
-            if listing.full {
-                let snap = self.snapshot()?;
-                let mut units = Vec::new();
-                let summary = oncelake::reconcile::reconcile_full_unsorted(
-                    &snap,
-                    listing_pairs,
-                    opts,
-                    &SortConfig::new(std::env::temp_dir()),
-                    |i| {
-                        units.push(i.into());
-                        Ok(())
-                    },
-                )?;
-                Ok(Plan { units, summary })
-            } else {
-                Plan::changes(self, listing_pairs, opts)
-            }
-        });
-        plan.map_err(|e| match e {
-            ReconcileError::Store(e) => engine_err(py, e),
-            other => match kw(py, &[]) {
-                Ok(f) => convert::error(py, "invalid_input", other.to_string(), f),
-                Err(err) => err,
-            },
         })
     }
 

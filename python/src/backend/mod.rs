@@ -2,7 +2,7 @@
 //! (SPEC R20) — picked once, when the store is opened. The Python classes hold the [`Backend`]
 //! and write each operation once: over the engine's `UnitStore` trait ([`with_store!`]), or over
 //! [`Backing`] for the few things the two stores do their own way (staging Python data and checking
-//! a `Staged`, snapshots, run and commit handles, stats, reconcile). This folder is the only place
+//! a `Staged`, snapshots, run and commit handles, stats). This folder is the only place
 //! that tells the two apart: `local.rs` is the engine in this process, `served.rs` the server's
 //! client.
 
@@ -13,7 +13,6 @@ use crate::data::{Data, Item, PyStaged};
 use crate::snapshot::PySnapshot;
 use crate::submit::PyCommitHandle;
 use oncelake::pipeline::{Pipeline, ReadyCell, WorkOptions, WorkReport};
-use oncelake::reconcile::Plan;
 use oncelake::{
     CommitReport, Lease, MetricsSnapshot, ObjectMeta, Options, RenewOutcome, UnitStore,
 };
@@ -127,16 +126,6 @@ pub(crate) struct Items<'py> {
 /// A commit's report with each item's object metadata, in order.
 pub(crate) type Committed = (CommitReport, Vec<ObjectMeta>);
 
-/// The `(unit, version)` listing of `Store.reconcile`.
-pub(crate) struct Listing {
-    /// Each listed unit with its source version.
-    pub pairs: Vec<(String, u64)>,
-    /// The listing is the whole source: manifest units it does not list are `unknown`.
-    pub full: bool,
-    /// Also list units with nothing to do.
-    pub list_up_to_date: bool,
-}
-
 /// The unit a `Run` computes, and for whom.
 pub(crate) struct RunSpec<'a> {
     /// The unit.
@@ -194,9 +183,6 @@ pub(crate) trait Backing: UnitStore + Sync + Sized {
 
     /// `Store.stats`: the counts and the engine's metrics.
     fn stats_now(&self, py: Python<'_>) -> PyResult<Stats>;
-
-    /// `Store.reconcile`: the plan for the listing.
-    fn plan(&self, py: Python<'_>, listing: &Listing) -> PyResult<Plan>;
 
     /// `Run.__enter__`: claims the unit; raises `AlreadyDone` or `Busy` when there is nothing to
     /// do.

@@ -3,14 +3,13 @@
 //! own types, and converts them exactly as for an in-process store. No rule lives here: the
 //! server's engine decides every outcome.
 
-use super::{Backing, Claimed, Committed, Items, Listing, PutData, RunSpec, Staging, Stats};
+use super::{Backing, Claimed, Committed, Items, PutData, RunSpec, Staging, Stats};
 use crate::convert::{self, kw};
 use crate::data::{Data, Item, PyStaged, ServedStaged, StagedIn};
 use crate::snapshot::{PySnapshot, View};
 use crate::submit::{InFlight, PyCommitHandle};
 use crate::wire::{self, foreign_staged, Remote};
 use oncelake::log::Record;
-use oncelake::reconcile::Plan;
 use oncelake::{
     ClaimOutcome, CommitReport, Entry, Lease, ObjectId, ObjectMeta, RenewOutcome, UnitStore,
 };
@@ -78,10 +77,6 @@ impl Backing for Client {
             metrics: s.metrics(),
             server: Some(s.server.to_string()),
         })
-    }
-
-    fn plan(&self, py: Python<'_>, listing: &Listing) -> PyResult<Plan> {
-        reconcile(py, self, listing)
     }
 
     /// A claim through the server; the output is then a fenced write under its token.
@@ -392,53 +387,5 @@ fn upload<T: Send>(
                 Err(e) => e,
             })
         }
-    }
-}
-
-/// `Store.reconcile` through the server: the (unit, version) pairs streamed as a JSON-lines
-/// listing, planned by the server's engine (a full listing in any order is sorted there first,
-/// as in-process), the plan rebuilt from its answer.
-fn reconcile(py: Python<'_>, client: &Client, listing: &Listing) -> PyResult<Plan> {
-    let Listing {
-        pairs,
-        full,
-        list_up_to_date,
-    } = listing;
-    let (full, list_up_to_date) = (*full, *list_up_to_date);
-    use oncelake::reconcile::ListingFormat;
-    use oncelake_client::{PlanEnd, PlanEvent, ReconcileForm};
-    let mut listing = Vec::new();
-    for (unit, version) in pairs {
-        let line = serde_json::json!({ "unit": unit, "version": version });
-        listing.extend_from_slice(line.to_string().as_bytes());
-        listing.push(b'\n');
-    }
-    let tmp = std::env::temp_dir();
-    let form = ReconcileForm {
-        changes_only: !full,
-        format: ListingFormat::JsonLines,
-        list_up_to_date,
-        sort_in: full.then(|| std::path::absolute(&tmp).unwrap_or(tmp)),
-    };
-    let mut units = Vec::new();
-    let end = py
-        .detach(|| {
-            client.reconcile(&mut &listing[..], &form, |event| {
-                if let PlanEvent::Item(item) = event {
-                    units.push(item.into());
-                }
-                true
-            })
-        })
-        .py(py)?;
-    match end {
-        PlanEnd::Complete(summary) => Ok(Plan { units, summary }),
-        PlanEnd::BadListing { message, .. } => Err(match kw(py, &[]) {
-            Ok(f) => convert::error(py, "invalid_input", message, f),
-            Err(e) => e,
-        }),
-        PlanEnd::Stopped => Err(pyo3::exceptions::PyRuntimeError::new_err(
-            "internal error: the reconcile answer stopped early; please report it",
-        )),
     }
 }
