@@ -23,7 +23,7 @@ use std::time::Duration;
 pub const HEALTH_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// A connection target and credentials. Clones share one pool of kept-alive connections, so a
-/// `Client` shared by many threads holds at most [`POOL_MAX`] idle connections.
+/// `Client` shared by many threads holds at most [`POOL_MAX`](crate::POOL_MAX) idle connections.
 #[derive(Clone, Debug)]
 pub struct Client {
     pub(crate) address: Address,

@@ -21,8 +21,8 @@ impl Store {
 
     /// Defines table `name` publishing the units under `prefix` in `format`. Creating the same
     /// definition again is a no-op that returns it; another definition under the name is
-    /// [`TableError::Exists`]. Nothing is published until [`Store::publish_table`] (or an
-    /// [`crate::table::AutoPublisher`]) runs. On a lake node the definition is the lake's
+    /// [`TableError::Exists`]. Nothing is published until `Store::publish_table` (or an
+    /// `AutoPublisher`) runs. On a lake node the definition is the lake's
     /// (created there with put-if-absent, then cached in the node's directory), so every node
     /// of the lake has the table.
     pub fn create_table(
