@@ -330,6 +330,31 @@ impl Store {
         &self.inner.core
     }
 
+    /// Waits, at most `within`, until the store at `dir` is closed in this process, and says
+    /// whether it is: its lock is free, or another process holds it.
+    ///
+    /// Dropping a handle closes the store only when it is the last one, and the last may be held
+    /// by one of the store's own threads: a [`Store::submit_then`] thread answering a write whose
+    /// caller let go. The store then closes on that thread (the tail applied, the index snapshot
+    /// written, the lock let go), which nobody joins. A process about to exit calls this after
+    /// dropping its handles so that it does not end in the middle of that close (the store
+    /// would still be consistent, but the next open would replay the log).
+    ///
+    /// ```
+    /// # fn main() -> oncelake::Result<()> {
+    /// # let tmp = tempfile::tempdir().unwrap();
+    /// let dir = tmp.path().join("lake");
+    /// let store = oncelake::Store::open(&dir)?;
+    /// drop(store);
+    /// assert!(oncelake::Store::wait_closed(&dir, std::time::Duration::from_secs(5)));
+    /// # Ok(()) }
+    /// ```
+    pub fn wait_closed(dir: impl AsRef<Path>, within: Duration) -> bool {
+        let dir = dir.as_ref();
+        let deadline = std::time::Instant::now() + within;
+        lock_wait::closed(dir, &dir.join(crate::layout::LOCK_FILE), deadline)
+    }
+
     /// Opens the store in `dir` for reading only (see [`Options::read_only`]).
     pub fn open_read_only(dir: impl AsRef<Path>) -> Result<Store> {
         let options = Options {

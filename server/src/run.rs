@@ -321,39 +321,12 @@ async fn serve_async(
     drop(conns);
     // The last reference: dropping the store syncs the tail and writes the index snapshot.
     drop(app);
-    store_closed(&dir, opts.drain_timeout).await;
+    // A write whose client hung up while it was queued keeps the store open on one of the
+    // engine's submission threads until it is answered; the store then closes there. Exiting
+    // before that close is done would leave a log to replay at the next open.
+    let (closing, bound) = (dir.to_path_buf(), opts.drain_timeout);
+    let _ = tokio::task::spawn_blocking(move || oncelake::Store::wait_closed(closing, bound)).await;
     result
-}
-
-/// Waits, at most `bound`, until the store in `dir` is closed. The server's reference to it need
-/// not be the last: a write whose client hung up while it was queued keeps the store open on one
-/// of the engine's submission threads until it is answered, and the store then closes on that
-/// thread, which nobody joins. Returning before that close is done would let the process exit in
-/// the middle of it (no index snapshot, a log to replay at the next open). Releasing the lock is
-/// the close's last step; the lock is then free, or held by the next process to open the store.
-async fn store_closed(dir: &Path, bound: Duration) {
-    // The file the engine `flock`s exclusively while the store is open (docs/format.md); shared,
-    // this never keeps a read-only opener out.
-    let Ok(lock) = std::fs::File::open(dir.join("LOCK")) else {
-        return;
-    };
-    let deadline = tokio::time::Instant::now() + bound;
-    loop {
-        match lock.try_lock_shared() {
-            Ok(()) => {
-                let _ = lock.unlock();
-                return;
-            }
-            // Still ours while no other process is recorded as its holder.
-            Err(std::fs::TryLockError::WouldBlock)
-                if oncelake::lock_holder(dir).is_none()
-                    && tokio::time::Instant::now() < deadline =>
-            {
-                tokio::time::sleep(Duration::from_millis(5)).await;
-            }
-            Err(_) => return,
-        }
-    }
 }
 
 async fn listen(

@@ -74,6 +74,27 @@ pub(crate) fn acquire(
     }
 }
 
+/// Waits until no handle in this process holds the store whose lock file is `path` (in `store`)
+/// any more: true once its lock is free or another process holds it, false when `deadline`
+/// passed first or the lock file cannot be read. See [`super::Store::wait_closed`].
+pub(crate) fn closed(store: &Path, path: &Path, deadline: Instant) -> bool {
+    let Ok(file) = File::open(path) else {
+        // No lock file: the store was never opened here (a store always has one once open).
+        return !path.exists();
+    };
+    // Our own closing handle records nothing new; another process that took the store after
+    // the close records itself, so the lock being held again is not a close still under way.
+    let taken_by_another = || super::holder::lock_holder(store).is_some();
+    match acquire(&file, path, deadline, true, &|| {}, Some(&taken_by_another)) {
+        Ok(Some(_)) => {
+            let _ = file.unlock();
+            true
+        }
+        Ok(None) => taken_by_another(),
+        Err(_) => false,
+    }
+}
+
 #[cfg(target_os = "linux")]
 use linux::Watch;
 
@@ -146,6 +167,32 @@ impl Watch {
 mod tests {
     use super::*;
     use std::fs::OpenOptions;
+
+    /// A store is closed once its last handle is dropped, on whichever thread that happens; until
+    /// then `wait_closed` says it is not, and once it says so the store opens again at once.
+    #[test]
+    fn wait_closed_sees_a_close_on_another_thread() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("lake");
+        let store = crate::Store::open(&dir).unwrap();
+        let short = Duration::from_millis(50);
+        assert!(!crate::Store::wait_closed(&dir, short), "open here");
+        let last = store.clone();
+        drop(store);
+        assert!(!crate::Store::wait_closed(&dir, short), "a handle is left");
+        let closer = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(100));
+            drop(last);
+        });
+        assert!(crate::Store::wait_closed(&dir, Duration::from_secs(30)));
+        closer.join().unwrap();
+        let options = crate::Options {
+            lock_wait: Duration::ZERO,
+            ..crate::Options::default()
+        };
+        drop(crate::Store::open_with(&dir, options).expect("the lock was let go"));
+        assert!(crate::Store::wait_closed(tmp.path().join("never"), short));
+    }
 
     fn open(path: &Path) -> File {
         OpenOptions::new()
